@@ -1,0 +1,366 @@
+/* The cuda backend: CUDA streams and events, cudaMemcpyAsync, page-locked
+ * host memory, and host functions through cudaLaunchHostFunc. Device memory
+ * comes from cudaMalloc in a few large pieces (the engine's arena sub-divides
+ * them), so the budget is the engine's, not the CUDA caching allocator's. */
+#include <cuda_runtime.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend_impl.h"
+#include "kernels/cuda_check.h"
+
+namespace {
+
+struct cuda_backend {
+    int device;
+};
+
+struct cuda_stream {
+    cudaStream_t stream;
+    pthread_mutex_t lock; /* guards the error a host function may set */
+    ferry_status error;
+    char error_message[ERR_MESSAGE_MAX];
+};
+
+struct cuda_event {
+    cudaEvent_t event;
+};
+
+struct host_call {
+    backend_host_fn fn;
+    cuda_stream *stream;
+    size_t args_size;
+    /* the caller's arguments follow, 16-byte aligned */
+};
+
+int device_of(backend *be) { return static_cast<cuda_backend *>(be->impl)->device; }
+
+ferry_status use_device(backend *be)
+{
+    CUDA_CHECK(cudaSetDevice(device_of(be)));
+    return FERRY_OK;
+}
+
+void cuda_close(backend *be) { free(be->impl); }
+
+ferry_status cuda_mem_info(backend *be, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    ferry_status st = use_device(be);
+    if (st != FERRY_OK)
+        return st;
+    size_t f = 0, t = 0;
+    CUDA_CHECK(cudaMemGetInfo(&f, &t));
+    *free_bytes = f;
+    *total_bytes = t;
+    return FERRY_OK;
+}
+
+ferry_status cuda_alloc(backend *be, size_t bytes, void **out)
+{
+    ferry_status st = use_device(be);
+    if (st != FERRY_OK)
+        return st;
+    cudaError_t rc = cudaMalloc(out, bytes);
+    if (rc == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        return err_set(FERRY_ERR_OUT_OF_MEMORY,
+                       "cudaMalloc of %zu bytes failed: the GPU is out of memory (another process may "
+                       "hold it; check nvidia-smi, or lower the device budget)",
+                       bytes);
+    }
+    CUDA_CHECK(rc);
+    return FERRY_OK;
+}
+
+void cuda_free(backend *be, void *ptr)
+{
+    (void)be;
+    cudaFree(ptr);
+}
+
+ferry_status cuda_host_alloc(backend *be, size_t bytes, void **out)
+{
+    (void)be;
+    cudaError_t rc = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
+    if (rc == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "cudaHostAlloc of %zu bytes of pinned memory failed", bytes);
+    }
+    CUDA_CHECK(rc);
+    return FERRY_OK;
+}
+
+void cuda_host_free(backend *be, void *ptr)
+{
+    (void)be;
+    cudaFreeHost(ptr);
+}
+
+ferry_status cuda_host_register(backend *be, void *ptr, size_t bytes)
+{
+    (void)be;
+    CUDA_CHECK(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable));
+    return FERRY_OK;
+}
+
+void cuda_host_unregister(backend *be, void *ptr)
+{
+    (void)be;
+    cudaHostUnregister(ptr);
+}
+
+ferry_status cuda_stream_create(backend_stream *s)
+{
+    ferry_status st = use_device(s->be);
+    if (st != FERRY_OK)
+        return st;
+    cuda_stream *cs = static_cast<cuda_stream *>(calloc(1, sizeof *cs));
+    if (!cs)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "stream '%s': out of host memory", s->name);
+    cudaError_t rc = cudaStreamCreateWithFlags(&cs->stream, cudaStreamNonBlocking);
+    if (rc != cudaSuccess) {
+        free(cs);
+        CUDA_CHECK(rc);
+    }
+    pthread_mutex_init(&cs->lock, NULL);
+    s->impl = cs;
+    return FERRY_OK;
+}
+
+ferry_status take_host_error(backend_stream *s)
+{
+    cuda_stream *cs = static_cast<cuda_stream *>(s->impl);
+    pthread_mutex_lock(&cs->lock);
+    ferry_status st = cs->error;
+    char message[ERR_MESSAGE_MAX];
+    memcpy(message, cs->error_message, sizeof message);
+    cs->error = FERRY_OK;
+    cs->error_message[0] = '\0';
+    pthread_mutex_unlock(&cs->lock);
+    if (st != FERRY_OK)
+        return err_set(st, "on stream '%s': %s", s->name, message);
+    return FERRY_OK;
+}
+
+ferry_status cuda_stream_synchronize(backend_stream *s)
+{
+    cuda_stream *cs = static_cast<cuda_stream *>(s->impl);
+    CUDA_CHECK(cudaStreamSynchronize(cs->stream));
+    return take_host_error(s);
+}
+
+void cuda_stream_destroy(backend_stream *s)
+{
+    cuda_stream *cs = static_cast<cuda_stream *>(s->impl);
+    cudaStreamSynchronize(cs->stream);
+    cudaStreamDestroy(cs->stream);
+    pthread_mutex_destroy(&cs->lock);
+    free(cs);
+}
+
+void *cuda_stream_native(const backend_stream *s)
+{
+    return static_cast<cuda_stream *>(s->impl)->stream;
+}
+
+ferry_status cuda_event_create(backend_event *e)
+{
+    ferry_status st = use_device(e->be);
+    if (st != FERRY_OK)
+        return st;
+    cuda_event *ce = static_cast<cuda_event *>(calloc(1, sizeof *ce));
+    if (!ce)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "backend_event_create: out of host memory");
+    cudaError_t rc = cudaEventCreate(&ce->event);
+    if (rc != cudaSuccess) {
+        free(ce);
+        CUDA_CHECK(rc);
+    }
+    e->impl = ce;
+    return FERRY_OK;
+}
+
+void cuda_event_destroy(backend_event *e)
+{
+    cuda_event *ce = static_cast<cuda_event *>(e->impl);
+    cudaEventDestroy(ce->event);
+    free(ce);
+}
+
+cudaEvent_t ev(backend_event *e) { return static_cast<cuda_event *>(e->impl)->event; }
+cudaStream_t st_of(backend_stream *s) { return static_cast<cuda_stream *>(s->impl)->stream; }
+
+ferry_status cuda_event_record(backend_event *e, backend_stream *s)
+{
+    CUDA_CHECK(cudaEventRecord(ev(e), st_of(s)));
+    return FERRY_OK;
+}
+
+ferry_status cuda_stream_wait_event(backend_stream *s, backend_event *e)
+{
+    CUDA_CHECK(cudaStreamWaitEvent(st_of(s), ev(e), 0));
+    return FERRY_OK;
+}
+
+ferry_status cuda_event_synchronize(backend_event *e)
+{
+    CUDA_CHECK(cudaEventSynchronize(ev(e)));
+    return FERRY_OK;
+}
+
+ferry_status cuda_event_query(backend_event *e, bool *done)
+{
+    cudaError_t rc = cudaEventQuery(ev(e));
+    if (rc == cudaErrorNotReady) {
+        *done = false;
+        return FERRY_OK;
+    }
+    CUDA_CHECK(rc);
+    *done = true;
+    return FERRY_OK;
+}
+
+ferry_status cuda_event_elapsed_ms(backend_event *start, backend_event *end, float *ms)
+{
+    CUDA_CHECK(cudaEventElapsedTime(ms, ev(start), ev(end)));
+    return FERRY_OK;
+}
+
+ferry_status cuda_memcpy_async(backend_stream *s, void *dst, const void *src, size_t bytes,
+                               backend_copy_kind kind)
+{
+    cudaMemcpyKind k = kind == BACKEND_COPY_H2D   ? cudaMemcpyHostToDevice
+                       : kind == BACKEND_COPY_D2H ? cudaMemcpyDeviceToHost
+                                                  : cudaMemcpyDeviceToDevice;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, st_of(s)));
+    return FERRY_OK;
+}
+
+ferry_status cuda_memset_async(backend_stream *s, void *dst, int value, size_t bytes)
+{
+    CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, st_of(s)));
+    return FERRY_OK;
+}
+
+const size_t host_call_header = (sizeof(host_call) + 15) / 16 * 16;
+
+void CUDART_CB run_host_call(void *data)
+{
+    host_call *call = static_cast<host_call *>(data);
+    err_clear();
+    ferry_status st = call->fn(static_cast<char *>(data) + host_call_header);
+    if (st != FERRY_OK) {
+        cuda_stream *cs = call->stream;
+        pthread_mutex_lock(&cs->lock);
+        if (cs->error == FERRY_OK) {
+            cs->error = st;
+            strncpy(cs->error_message, ferry_last_error(), sizeof cs->error_message - 1);
+        }
+        pthread_mutex_unlock(&cs->lock);
+    }
+    free(data);
+}
+
+ferry_status cuda_launch_host(backend_stream *s, backend_host_fn fn, const void *args,
+                              size_t args_size)
+{
+    char *data = static_cast<char *>(malloc(host_call_header + args_size));
+    if (!data)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "stream '%s': out of host memory for a host call", s->name);
+    host_call *call = reinterpret_cast<host_call *>(data);
+    call->fn = fn;
+    call->stream = static_cast<cuda_stream *>(s->impl);
+    call->args_size = args_size;
+    if (args_size)
+        memcpy(data + host_call_header, args, args_size);
+    cudaError_t rc = cudaLaunchHostFunc(st_of(s), run_host_call, data);
+    if (rc != cudaSuccess) {
+        free(data);
+        CUDA_CHECK(rc);
+    }
+    return FERRY_OK;
+}
+
+backend_vtable make_vtable()
+{
+    backend_vtable vt = {};
+    vt.close = cuda_close;
+    vt.mem_info = cuda_mem_info;
+    vt.alloc = cuda_alloc;
+    vt.free = cuda_free;
+    vt.host_alloc = cuda_host_alloc;
+    vt.host_free = cuda_host_free;
+    vt.host_register = cuda_host_register;
+    vt.host_unregister = cuda_host_unregister;
+    vt.stream_create = cuda_stream_create;
+    vt.stream_destroy = cuda_stream_destroy;
+    vt.stream_synchronize = cuda_stream_synchronize;
+    vt.stream_native = cuda_stream_native;
+    vt.event_create = cuda_event_create;
+    vt.event_destroy = cuda_event_destroy;
+    vt.event_record = cuda_event_record;
+    vt.stream_wait_event = cuda_stream_wait_event;
+    vt.event_synchronize = cuda_event_synchronize;
+    vt.event_query = cuda_event_query;
+    vt.event_elapsed_ms = cuda_event_elapsed_ms;
+    vt.memcpy_async = cuda_memcpy_async;
+    vt.memset_async = cuda_memset_async;
+    vt.launch_host = cuda_launch_host;
+    return vt;
+}
+
+const backend_vtable cuda_vtable = make_vtable();
+
+} // namespace
+
+extern "C" int backend_cuda_device_count(void)
+{
+    int n = 0;
+    /* Without a driver this is error 35 (insufficient driver) or 100 (no
+     * device): both mean "no GPU here", not a failure. */
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+extern "C" ferry_status backend_cuda_describe(char *name, size_t name_cap, uint64_t *memory_bytes,
+                                              char *pci_bus_id, size_t pci_cap)
+{
+    if (backend_cuda_device_count() == 0)
+        return err_set(FERRY_ERR_UNSUPPORTED, "no CUDA device is present (or no driver)");
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    snprintf(name, name_cap, "%.255s", prop.name);
+    *memory_bytes = prop.totalGlobalMem;
+    CUDA_CHECK(cudaDeviceGetPCIBusId(pci_bus_id, (int)pci_cap, 0));
+    return FERRY_OK;
+}
+
+extern "C" ferry_status backend_cuda_init(backend *be)
+{
+    int count = backend_cuda_device_count();
+    if (count == 0)
+        return err_set(FERRY_ERR_UNSUPPORTED,
+                       "the cuda backend was asked for, but no GPU is visible (no device, or no "
+                       "NVIDIA driver); use --backend host, or check nvidia-smi");
+    cuda_backend *cb = static_cast<cuda_backend *>(calloc(1, sizeof *cb));
+    if (!cb)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "backend_open: out of host memory");
+    cb->device = 0;
+    be->impl = cb;
+    be->vt = &cuda_vtable;
+    cudaDeviceProp prop;
+    cudaError_t rc = cudaGetDeviceProperties(&prop, cb->device);
+    if (rc != cudaSuccess) {
+        free(cb);
+        be->impl = NULL;
+        CUDA_CHECK(rc);
+    }
+    snprintf(be->device_name, sizeof be->device_name, "%.255s (sm_%d%d, %.1f GiB)", prop.name, prop.major,
+             prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    return FERRY_OK;
+}

@@ -1,0 +1,122 @@
+/* The GPT-2 op set, forward and backward, launched on a backend stream.
+ *
+ * Each op has a host version (kernels/<op>.c: plain C, OpenBLAS for matmuls,
+ * fp32, run as a host function on the stream's worker thread) and a CUDA
+ * version (kernels/<op>.cu: bf16 storage, fp32 accumulation) with the same
+ * shape; ops_* dispatches on backend_kind() of the stream's backend.
+ *
+ * Element types: tensors typed `act_t *` (void) hold the backend's storage
+ * type, backend_act_dtype(): fp32 on host, bf16 on cuda. That covers
+ * parameters, their gradients and activations. Statistics (layernorm mean and
+ * rstd, attention log-sum-exp, losses) are always fp32; token ids int32.
+ *
+ * Accumulation: every backward op ADDS into its outputs (parameter gradients
+ * and input gradients alike), so gradients accumulate over micro-batches and
+ * over the two paths into the residual stream; callers zero what must start
+ * from zero. Forward ops overwrite their outputs.
+ *
+ * Layouts follow llm.c: activations [B, T, C] row-major; a linear layer's
+ * weight is [OC, C] (out = inp @ weight^T + bias). Hugging Face's Conv1D
+ * [C, OC] layout is converted at load/save time, not here.
+ *
+ * Every function returns FERRY_OK or the status of a failed launch; errors
+ * inside a running host op are reported by the stream's next synchronize. */
+#ifndef FERRY_KERNELS_OPS_H
+#define FERRY_KERNELS_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef void act_t; /* backend_act_dtype() elements: float on host, bf16 on cuda */
+
+typedef enum ferry_dtype_internal {
+    DTYPE_F32 = 0,
+    DTYPE_BF16 = 1,
+    DTYPE_F16 = 2,
+} dtype_t;
+
+dtype_t backend_act_dtype(const backend *be);
+size_t dtype_size(dtype_t t);
+
+/* Call once per backend before launching ops: creates cuBLASLt handles and
+ * cached descriptors on cuda; nothing on host. Freed by ops_shutdown(). The
+ * cuBLASLt workspace (`workspace_bytes`, may be 0) is caller-provided device
+ * memory, so it counts against the caller's budget. */
+ferry_status ops_init(backend *be, void *workspace, size_t workspace_bytes);
+void ops_shutdown(backend *be);
+
+/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. Tokens outside [0, V) make the
+ * stream fail with FERRY_ERR_INVALID_ARGUMENT (host) or are clamped and
+ * reported (cuda). */
+ferry_status ops_encoder_forward(backend_stream *s, act_t *out, const int32_t *tokens,
+                                 const act_t *wte, const act_t *wpe, int B, int T, int C);
+ferry_status ops_encoder_backward(backend_stream *s, act_t *dwte, act_t *dwpe, const act_t *dout,
+                                  const int32_t *tokens, int B, int T, int C);
+
+/* N rows of C; eps 1e-5 as GPT-2. mean and rstd are [N] fp32, saved for backward. */
+ferry_status ops_layernorm_forward(backend_stream *s, act_t *out, float *mean, float *rstd,
+                                   const act_t *inp, const act_t *weight, const act_t *bias,
+                                   int N, int C);
+ferry_status ops_layernorm_backward(backend_stream *s, act_t *dinp, act_t *dweight, act_t *dbias,
+                                    const act_t *dout, const act_t *inp, const act_t *weight,
+                                    const float *mean, const float *rstd, int N, int C);
+
+/* out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] (bias may be NULL). */
+ferry_status ops_matmul_forward(backend_stream *s, act_t *out, const act_t *inp,
+                                const act_t *weight, const act_t *bias, int N, int C, int OC);
+/* dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum over rows of
+ * dout (dbias may be NULL). */
+ferry_status ops_matmul_backward(backend_stream *s, act_t *dinp, act_t *dweight, act_t *dbias,
+                                 const act_t *dout, const act_t *inp, const act_t *weight, int N,
+                                 int C, int OC);
+
+/* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+ferry_status ops_gelu_forward(backend_stream *s, act_t *out, const act_t *inp, size_t n);
+ferry_status ops_gelu_backward(backend_stream *s, act_t *dinp, const act_t *inp,
+                               const act_t *dout, size_t n);
+
+/* out = a + b, n elements. */
+ferry_status ops_residual_forward(backend_stream *s, act_t *out, const act_t *a, const act_t *b,
+                                  size_t n);
+
+/* Causal multi-head self-attention. qkv is [B, T, 3C] (q, k, v each C = NH x
+ * HS, heads contiguous inside each); out is [B, T, C]; lse is [B, NH, T] fp32:
+ * the log-sum-exp of each query's scaled scores, kept for backward so no T x T
+ * matrix is ever stored. scale = 1/sqrt(HS). */
+ferry_status ops_attention_forward(backend_stream *s, act_t *out, float *lse, const act_t *qkv,
+                                   int B, int T, int C, int NH);
+ferry_status ops_attention_backward(backend_stream *s, act_t *dqkv, const act_t *dout,
+                                    const act_t *qkv, const act_t *out, const float *lse, int B,
+                                    int T, int C, int NH);
+
+/* The fused classifier. For N rows of inp [N, C] against wte [Vp, C] (only
+ * the first V rows are real tokens; padded rows never enter the softmax):
+ * losses[i] = -log softmax(inp[i] @ wte^T)[targets[i]]. When dinp is not
+ * NULL, also accumulates the gradient of grad_scale * sum(losses):
+ * dinp += dlogits @ wte and dwte += dlogits^T @ inp, where
+ * dlogits = grad_scale * (softmax - onehot). Rows are processed `chunk` at a
+ * time through `scratch`, which holds chunk x Vp elements of fp32 on host and
+ * of bf16 on cuda (ops_classifier_scratch_bytes), so the full N x Vp logits
+ * never exist at once. Targets < 0 are ignored (loss 0, no gradient). */
+ferry_status ops_classifier(backend_stream *s, float *losses, act_t *dinp, act_t *dwte,
+                            const act_t *inp, const act_t *wte, const int32_t *targets,
+                            float grad_scale, int N, int C, int V, int Vp, void *scratch,
+                            int chunk);
+size_t ops_classifier_scratch_bytes(const backend *be, int chunk, int Vp);
+
+/* Conversions between fp32 host-side values and the backend's storage type,
+ * on device memory: dst[i] = (act)src[i] and back. */
+ferry_status ops_convert_from_f32(backend_stream *s, act_t *dst, const float *src, size_t n);
+ferry_status ops_convert_to_f32(backend_stream *s, float *dst, const act_t *src, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,98 @@
+/* A tiny TAP producer for meson test: plan, ok, and comparisons that print
+ * both values when they fail. Header-only; each test program includes it once.
+ * Exit code: 0 when every assertion passed, 1 otherwise, 77 for a skip. */
+#ifndef FERRY_TESTS_TAP_H
+#define FERRY_TESTS_TAP_H
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int tap_count;
+static int tap_failed;
+
+static inline void tap_plan_skip(const char *why)
+{
+    printf("1..0 # SKIP %s\n", why);
+    fflush(stdout);
+    exit(77);
+}
+
+static inline int tap_ok(int cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline int tap_ok(int cond, const char *fmt, ...)
+{
+    va_list ap;
+    tap_count++;
+    printf("%s %d - ", cond ? "ok" : "not ok", tap_count);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    fflush(stdout);
+    if (!cond)
+        tap_failed++;
+    return cond;
+}
+
+static inline void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline void tap_diag(const char *fmt, ...)
+{
+    va_list ap;
+    printf("# ");
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    fflush(stdout);
+}
+
+/* Ends the run: prints the plan (TAP allows it last) and returns the exit code. */
+static inline int tap_done(void)
+{
+    printf("1..%d\n", tap_count);
+    if (tap_failed)
+        printf("# %d of %d failed\n", tap_failed, tap_count);
+    fflush(stdout);
+    return tap_failed ? 1 : 0;
+}
+
+#define TAP_IS_INT(got, want, ...)                                                              \
+    do {                                                                                        \
+        long long g_ = (long long)(got), w_ = (long long)(want);                                \
+        if (!tap_ok(g_ == w_, __VA_ARGS__))                                                     \
+            tap_diag("  got %lld, want %lld (%s:%d)", g_, w_, __FILE__, __LINE__);              \
+    } while (0)
+
+/* |got - want| <= tol_abs + tol_rel * |want| */
+#define TAP_IS_CLOSE(got, want, tol_abs, tol_rel, ...)                                          \
+    do {                                                                                        \
+        double g_ = (double)(got), w_ = (double)(want);                                         \
+        double lim_ = (tol_abs) + (tol_rel)*fabs(w_);                                           \
+        if (!tap_ok(fabs(g_ - w_) <= lim_, __VA_ARGS__))                                        \
+            tap_diag("  got %.9g, want %.9g, diff %.3g > %.3g (%s:%d)", g_, w_, fabs(g_ - w_),  \
+                     lim_, __FILE__, __LINE__);                                                 \
+    } while (0)
+
+#define TAP_IS_STATUS(got, want, ...)                                                           \
+    do {                                                                                        \
+        int g_ = (int)(got), w_ = (int)(want);                                                  \
+        if (!tap_ok(g_ == w_, __VA_ARGS__))                                                     \
+            tap_diag("  got status %d, want %d; last error: %s (%s:%d)", g_, w_,                \
+                     ferry_last_error(), __FILE__, __LINE__);                                   \
+    } while (0)
+
+/* A seeded generator for test inputs (splitmix64): the seed is printed by the
+ * test so a failure can be replayed. */
+static inline uint64_t tap_rand_u64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+/* Uniform in [0, 1). */
+static inline double tap_rand_unit(uint64_t *state) { return (double)(tap_rand_u64(state) >> 11) * 0x1.0p-53; }
+
+#endif

