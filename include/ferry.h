@@ -91,6 +91,269 @@ typedef struct ferry_system_info {
  * missing GPU or driver is not an error (gpu_count = 0). Any thread. */
 FERRY_API ferry_status ferry_system_probe(ferry_system_info *info);
 
+/* ---- memory ---- */
+/* What an allocation is for. Every device allocation, and every allocation of
+ * the pinned host pool, carries one; memprof breaks peaks down by it. */
+typedef enum ferry_mem_category {
+    FERRY_MEM_PARAMS = 0,   /* parameters (bf16 on the device, fp32 master on the host) */
+    FERRY_MEM_GRADS,        /* gradients */
+    FERRY_MEM_OPTIMIZER,    /* optimizer state (Adam moments) */
+    FERRY_MEM_ACTIVATIONS,  /* activations kept for backward, and their gradients */
+    FERRY_MEM_STAGING,      /* transfer buffers between host and device */
+    FERRY_MEM_WORKSPACE,    /* scratch of the ops (cuBLAS workspace, reductions) */
+    FERRY_MEM_OTHER,        /* anything else */
+    FERRY_MEM_CATEGORY_COUNT
+} ferry_mem_category;
+
+/* "params", "grads", "optimizer", "activations", "staging", "workspace",
+ * "other"; "unknown" for a value outside the enum. Never NULL. Any thread. */
+FERRY_API const char *ferry_mem_category_name(ferry_mem_category category);
+
+/* Slots of the per-category arrays below: room for categories added later
+ * without moving the fields that follow. Slots past FERRY_MEM_CATEGORY_COUNT
+ * stay 0. */
+#define FERRY_MEM_CATEGORY_SLOTS 16
+
+/* Where the bytes of an engine are, now and at their worst. Initialise with
+ * FERRY_MEMORY_STATS_INIT. Device figures count what was handed out (rounded
+ * to the arena's 256-byte granule); host figures are the pinned pool's. */
+typedef struct ferry_memory_stats {
+    size_t size;                                        /* sizeof(ferry_memory_stats), stamped by the macro */
+    uint64_t device_budget_bytes;                       /* the hard cap on device memory */
+    uint64_t device_reserved_bytes;                     /* obtained from the device (<= budget) */
+    uint64_t device_current_bytes[FERRY_MEM_CATEGORY_SLOTS]; /* in use now, by category */
+    uint64_t device_peak_bytes[FERRY_MEM_CATEGORY_SLOTS];    /* each category's own high-water mark */
+    uint64_t device_total_current_bytes;                /* in use now, all categories */
+    uint64_t device_total_peak_bytes;                   /* high-water mark of the total */
+    double device_fragmentation;                        /* 1 - largest free block / free bytes, in reserved memory */
+    uint64_t host_limit_bytes;                          /* the pinned memory budget; 0 = none */
+    uint64_t host_reserved_bytes;                       /* slabs obtained from the OS */
+    uint64_t host_in_use_bytes;                         /* handed out now */
+    uint64_t host_peak_bytes;                           /* high-water mark of host_in_use_bytes */
+    uint64_t host_pinned_bytes;                         /* reserved bytes that are page-locked */
+    uint64_t host_unpinned_bytes;                       /* reserved bytes pinning was refused for */
+    double host_fragmentation;                          /* 1 - largest free block / free bytes, in the slabs */
+} ferry_memory_stats;
+
+#define FERRY_MEMORY_STATS_INIT                                                               \
+    { sizeof(ferry_memory_stats), 0, 0, {0}, {0}, 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0.0 }
+/* ---- end memory ---- */
+
+/* ---- engine ---- */
+/* ======================================================================
+ * The engine: ZeRO-style offload of training state on one GPU.
+ *
+ * A model is a list of parameter groups (for GPT-2: the embeddings, each
+ * transformer block, the final layernorm), each one contiguous buffer. The
+ * embedder adds its groups with their initial fp32 values; from then on the
+ * engine owns the master weights and the optimizer state and decides where
+ * every byte lives. Each training step:
+ *
+ *   for each micro-batch k of n:
+ *     ferry_engine_begin_micro_batch(e, k, n);
+ *     forward:  for each group g in order: ferry_engine_fetch(e, g, FERRY_PHASE_FORWARD, &w);
+ *               ... compute with w on the compute stream ...;
+ *               ferry_engine_release(e, g, FERRY_PHASE_FORWARD);
+ *     backward: for each group g (any order): ferry_engine_fetch(e, g, FERRY_PHASE_BACKWARD, &w);
+ *               ferry_engine_grads(e, g, &dw);  ... add gradients into dw ...;
+ *               ferry_engine_release(e, g, FERRY_PHASE_BACKWARD);
+ *   ferry_engine_step(e, &hyper, &report);
+ *
+ * Device pointers are valid for work submitted to the engine's compute stream
+ * (ferry_engine_compute_stream) after the call that returned them; an embedder
+ * that computes on the calling thread (the host backend) calls
+ * ferry_engine_synchronize() first. A release tells the engine the group is no
+ * longer read (forward) or that its gradients for this micro-batch are complete
+ * (backward): from that point the engine may move or free its memory.
+ *
+ * Threads: create, use and destroy an engine from one thread; the engine runs
+ * its own threads (streams, the CPU optimizer pool).
+ * ====================================================================== */
+
+typedef struct ferry_engine ferry_engine;
+
+/* Where the training state lives. */
+typedef enum ferry_offload {
+    FERRY_OFFLOAD_NONE = 0,  /* everything on the device; AdamW on the device */
+    FERRY_OFFLOAD_OPTIMIZER, /* ZeRO-Offload: weights on the device; master weights,
+                                moments and the update on the host */
+    FERRY_OFFLOAD_PARAMS,    /* ZeRO-3 style: weights too live on the host and are
+                                fetched group by group */
+} ferry_offload;
+
+/* "none", "optimizer", "params"; never NULL. */
+FERRY_API const char *ferry_offload_name(ferry_offload mode);
+/* Parses those names; FERRY_ERR_INVALID_ARGUMENT on anything else. */
+FERRY_API ferry_status ferry_offload_parse(const char *name, ferry_offload *out);
+
+/* Element type of weights, gradients and activations on the device. */
+typedef enum ferry_dtype {
+    FERRY_DTYPE_AUTO = 0, /* the backend's: fp32 on host, bf16 on cuda */
+    FERRY_DTYPE_F32,
+    FERRY_DTYPE_BF16,
+} ferry_dtype;
+
+typedef struct ferry_engine_config {
+    size_t size;                   /* sizeof(ferry_engine_config), stamped by the macro */
+    ferry_backend_kind backend;    /* AUTO: $FERRY_BACKEND, else cuda if a GPU is present */
+    uint64_t device_budget_bytes;  /* hard cap on all device memory; 0 = what the device has free */
+    uint64_t host_budget_bytes;    /* cap on the engine's host memory; 0 = no cap */
+    ferry_offload offload;         /* default FERRY_OFFLOAD_OPTIMIZER */
+    int prefetch_groups;           /* PARAMS mode: groups fetched ahead; default 2, 0..64 */
+    int optimizer_threads;         /* CPU AdamW threads; 0 = every core of the chosen node */
+    int numa_node;                 /* node for host state and optimizer threads; -1 = nearest the GPU */
+    ferry_dtype dtype;             /* AUTO, or the backend's own type */
+    int delayed_update;            /* 1: one-step delayed update (DPU); changes the math */
+    const char *trace_path;        /* memory trace (JSON Lines) for memprof; NULL = off */
+    int verbose;                   /* 1: print the placement chosen at setup to stderr */
+} ferry_engine_config;
+
+#define FERRY_ENGINE_CONFIG_INIT                                                               \
+    { sizeof(ferry_engine_config), FERRY_BACKEND_AUTO, 0, 0, FERRY_OFFLOAD_OPTIMIZER, 2, 0, -1, \
+      FERRY_DTYPE_AUTO, 0, NULL, 0 }
+
+/* Creates an engine: opens the backend, its streams and the optimizer thread
+ * pool. Checks every field and fails with FERRY_ERR_INVALID_ARGUMENT naming a
+ * bad one. On success *out owns all it allocates; free with
+ * ferry_engine_destroy(). */
+FERRY_API ferry_status ferry_engine_create(const ferry_engine_config *cfg, ferry_engine **out);
+/* Waits for outstanding work and frees everything. NULL is fine. */
+FERRY_API void ferry_engine_destroy(ferry_engine *e);
+
+/* Options of one parameter group. */
+typedef struct ferry_group_options {
+    size_t size;          /* sizeof(ferry_group_options) */
+    float lr_scale;       /* the group's lr = step lr x lr_scale; default 1 */
+    int weight_decay;     /* 1: apply the step's weight decay to this group; 0: never */
+} ferry_group_options;
+
+#define FERRY_GROUP_OPTIONS_INIT { sizeof(ferry_group_options), 1.0f, 1 }
+
+/* Adds a group of `numel` parameters with initial values `init` (copied; the
+ * caller keeps its buffer). opts may be NULL for the defaults. Groups are
+ * numbered 0, 1, ... in the order added. Only before ferry_engine_setup():
+ * after it, FERRY_ERR_STATE. `name` is copied (for messages and traces). */
+FERRY_API ferry_status ferry_engine_add_group(ferry_engine *e, const char *name, size_t numel,
+                                              const float *init, const ferry_group_options *opts,
+                                              int *group_id);
+
+/* Places every group for the chosen offload mode: allocates device and host
+ * state within the budgets, uploads the initial weights. A budget too small
+ * fails here with FERRY_ERR_OUT_OF_MEMORY and a message that says what to
+ * change. Once. */
+FERRY_API ferry_status ferry_engine_setup(ferry_engine *e);
+
+typedef enum ferry_phase {
+    FERRY_PHASE_FORWARD = 0,
+    FERRY_PHASE_BACKWARD = 1,
+} ferry_phase;
+
+/* Starts micro-batch `index` (0-based) of `count` of the current step. The
+ * first one zeroes the gradients. */
+FERRY_API ferry_status ferry_engine_begin_micro_batch(ferry_engine *e, int index, int count);
+/* The device weights of a group, ready for work on the compute stream
+ * submitted after this call. In PARAMS mode this also fetches the next
+ * groups ahead. A group fetched twice in one phase without a release between
+ * is FERRY_ERR_STATE. */
+FERRY_API ferry_status ferry_engine_fetch(ferry_engine *e, int group, ferry_phase phase, void **weights);
+/* The device gradient buffer of a group (backward only, after its fetch):
+ * add this micro-batch's gradients into it. */
+FERRY_API ferry_status ferry_engine_grads(ferry_engine *e, int group, void **grads);
+/* The caller is done with the group in this phase (see above). */
+FERRY_API ferry_status ferry_engine_release(ferry_engine *e, int group, ferry_phase phase);
+
+/* Hyperparameters of one optimizer step (AdamW, as torch.optim.AdamW). */
+typedef struct ferry_step_options {
+    size_t size;
+    float lr, beta1, beta2, eps, weight_decay;
+    float max_grad_norm; /* clip the global L2 norm to this; <= 0: no clipping */
+} ferry_step_options;
+
+#define FERRY_STEP_OPTIONS_INIT { sizeof(ferry_step_options), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.0f }
+
+typedef struct ferry_step_report {
+    size_t size;
+    int64_t step;       /* optimizer steps taken so far (skipped ones not counted) */
+    double grad_norm;   /* global L2 norm before clipping (inf/NaN when skipped) */
+    float clip_coef;    /* 1 = not clipped */
+    int skipped;        /* 1: a gradient held inf/NaN; weights and moments untouched */
+    int bad_group;      /* the first group with a non-finite gradient, when skipped */
+} ferry_step_report;
+
+#define FERRY_STEP_REPORT_INIT { sizeof(ferry_step_report), 0, 0.0, 1.0f, 0, -1 }
+
+/* Ends the step: global-norm clipping, the inf/NaN check, and the AdamW update
+ * of every group. Returns once the update is under way: the CPU update and the
+ * upload overlap the next step's forward, whose fetch of each group waits for
+ * exactly that group. Every group must have been released in backward since
+ * the last step (else FERRY_ERR_STATE). report may be NULL. */
+FERRY_API ferry_status ferry_engine_step(ferry_engine *e, const ferry_step_options *opts,
+                                         ferry_step_report *report);
+
+/* Blocks until all work of the engine submitted so far (compute, transfers,
+ * CPU update) has finished. */
+FERRY_API ferry_status ferry_engine_synchronize(ferry_engine *e);
+
+/* The compute stream's native handle (cudaStream_t on cuda, NULL on host). */
+FERRY_API void *ferry_engine_compute_stream(ferry_engine *e);
+FERRY_API ferry_backend_kind ferry_engine_backend(const ferry_engine *e);
+FERRY_API ferry_offload ferry_engine_offload(const ferry_engine *e);
+/* The device element type (after AUTO is resolved). */
+FERRY_API ferry_dtype ferry_engine_dtype(const ferry_engine *e);
+FERRY_API int ferry_engine_group_count(const ferry_engine *e);
+
+/* Device memory for activations and scratch, from the same budget as the
+ * weights. `category` is FERRY_MEM_ACTIVATIONS, _WORKSPACE or _OTHER. */
+FERRY_API ferry_status ferry_engine_alloc(ferry_engine *e, ferry_mem_category category,
+                                          const char *name, size_t bytes, void **ptr);
+FERRY_API ferry_status ferry_engine_free(ferry_engine *e, void *ptr);
+
+/* Copies a group's fp32 master weights into out (numel floats) / replaces them
+ * (and the device copy) from values. Waits for the update under way. */
+FERRY_API ferry_status ferry_engine_get_weights(ferry_engine *e, int group, float *out);
+FERRY_API ferry_status ferry_engine_set_weights(ferry_engine *e, int group, const float *values);
+
+/* Marks a phase in the memory trace ("forward", "step 12", ...); free when
+ * tracing is off. */
+FERRY_API ferry_status ferry_engine_mark(ferry_engine *e, int64_t step, const char *phase);
+
+/* Device and host memory, by category, now and at peak. */
+FERRY_API ferry_status ferry_engine_memory_stats(ferry_engine *e, ferry_memory_stats *out);
+
+/* Where the last step's time went. Durations in milliseconds. */
+typedef struct ferry_step_timing {
+    size_t size;
+    double step_ms;             /* wall time between the last two ferry_engine_step calls */
+    double compute_wait_transfer_ms;  /* compute stream stalled on weight fetches */
+    double compute_wait_optimizer_ms; /* compute stream stalled on the CPU update + upload */
+    double optimizer_ms;        /* CPU update busy time (norm and AdamW) */
+    double optimizer_wait_grads_ms;   /* the CPU update waited for gradients to land */
+    double transfer_h2d_bytes, transfer_d2h_bytes;
+    int max_resident_groups;    /* most groups' weights on the device at once */
+} ferry_step_timing;
+
+#define FERRY_STEP_TIMING_INIT { sizeof(ferry_step_timing), 0, 0, 0, 0, 0, 0, 0, 0 }
+
+FERRY_API ferry_status ferry_engine_step_timing(ferry_engine *e, ferry_step_timing *out);
+
+/* A sentence on what the engine chose at setup: backend, mode, NUMA node and
+ * threads, bytes per parameter on device and host. Owned by the engine. */
+FERRY_API const char *ferry_engine_describe(ferry_engine *e);
+
+/* Saves the whole training state (master weights, moments, step, every
+ * group's name and size) to `path` atomically: a temporary file, fsync,
+ * rename; a failure leaves any earlier file intact. `user`/`user_bytes`: an
+ * opaque blob stored alongside (the trainer's RNG and data position). */
+FERRY_API ferry_status ferry_engine_save(ferry_engine *e, const char *path, const void *user,
+                                         size_t user_bytes);
+/* Restores what ferry_engine_save wrote, after setup with the same groups.
+ * FERRY_ERR_FORMAT naming the mismatch for another model or a damaged file.
+ * If user is not NULL, copies up to user_cap bytes of the blob and sets
+ * *user_bytes to its full size. */
+FERRY_API ferry_status ferry_engine_load(ferry_engine *e, const char *path, void *user,
+                                         size_t user_cap, size_t *user_bytes);
+/* ---- end engine ---- */
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,481 @@
+/* The engine's lifetime and its public face: configuration checks, creation
+ * of the backend, streams, arena, pool and optimizer threads (placed on the
+ * NUMA node nearest the GPU), parameter groups, micro-batches, activation
+ * memory, weights in and out, statistics. Where bytes live is placement.c's
+ * business; moving them is schedule.c's and step.c's. */
+#include "engine/engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/units.h"
+#include "optim/half.h"
+
+double engine_now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+const char *engine_phase_name(ferry_phase phase)
+{
+    return phase == FERRY_PHASE_FORWARD ? "forward" : "backward";
+}
+
+const char *ferry_offload_name(ferry_offload mode)
+{
+    switch (mode) {
+    case FERRY_OFFLOAD_NONE: return "none";
+    case FERRY_OFFLOAD_OPTIMIZER: return "optimizer";
+    case FERRY_OFFLOAD_PARAMS: return "params";
+    }
+    return "unknown";
+}
+
+ferry_status ferry_offload_parse(const char *name, ferry_offload *out)
+{
+    if (!name || !out)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_offload_parse: NULL argument");
+    for (int m = FERRY_OFFLOAD_NONE; m <= FERRY_OFFLOAD_PARAMS; m++) {
+        if (strcmp(name, ferry_offload_name((ferry_offload)m)) == 0) {
+            *out = (ferry_offload)m;
+            return FERRY_OK;
+        }
+    }
+    return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                   "unknown offload mode '%s': use none, optimizer or params", name);
+}
+
+ferry_status engine_check_group(const ferry_engine *e, int group, const char *what)
+{
+    if (!e)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: engine is NULL", what);
+    if (!e->setup_done)
+        return err_set(FERRY_ERR_STATE, "%s: call ferry_engine_setup() first", what);
+    if (group < 0 || group >= e->ngroups)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: group %d does not exist (the engine has %d)",
+                       what, group, e->ngroups);
+    return FERRY_OK;
+}
+
+static ferry_status check_config(const ferry_engine_config *c)
+{
+    if (c->size < sizeof(ferry_engine_config))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config size is %zu, expected %zu: initialise it with "
+                       "FERRY_ENGINE_CONFIG_INIT",
+                       c->size, sizeof(ferry_engine_config));
+    if (c->backend < FERRY_BACKEND_AUTO || c->backend > FERRY_BACKEND_CUDA)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: backend %d is not a ferry_backend_kind",
+                       (int)c->backend);
+    if (c->offload < FERRY_OFFLOAD_NONE || c->offload > FERRY_OFFLOAD_PARAMS)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: offload %d is not none, optimizer or params", (int)c->offload);
+    if (c->prefetch_groups < 0 || c->prefetch_groups > 64)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: prefetch_groups %d is outside 0..64", c->prefetch_groups);
+    if (c->optimizer_threads < 0 || c->optimizer_threads > TP_MAX_THREADS)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: optimizer_threads %d is outside 0..%d (0 = all cores)",
+                       c->optimizer_threads, TP_MAX_THREADS);
+    if (c->numa_node < -1)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: numa_node %d is invalid (-1 = nearest the GPU)", c->numa_node);
+    if (c->dtype < FERRY_DTYPE_AUTO || c->dtype > FERRY_DTYPE_BF16)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: dtype %d is not auto, f32 or bf16",
+                       (int)c->dtype);
+    if (c->delayed_update && c->offload != FERRY_OFFLOAD_OPTIMIZER)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: the delayed update needs offload 'optimizer' (it overlaps the "
+                       "CPU update with the next forward); got '%s'",
+                       ferry_offload_name(c->offload));
+    return FERRY_OK;
+}
+
+/* The NUMA node nearest the GPU where the topology says, else -1 (all). */
+static int choose_numa_node(const ferry_engine_config *c, ferry_backend_kind kind)
+{
+    if (c->numa_node >= 0)
+        return c->numa_node;
+    ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
+    if (ferry_system_probe(&info) != FERRY_OK || info.numa_nodes <= 1)
+        return -1;
+    if (kind == FERRY_BACKEND_CUDA && info.gpu_numa_node >= 0)
+        return info.gpu_numa_node;
+    return -1;
+}
+
+static ferry_status resolve_dtype(ferry_engine *e)
+{
+    dtype_t native = backend_act_dtype(e->be);
+    ferry_dtype want = native == DTYPE_F32 ? FERRY_DTYPE_F32 : FERRY_DTYPE_BF16;
+    if (e->cfg.dtype != FERRY_DTYPE_AUTO && e->cfg.dtype != want)
+        return err_set(FERRY_ERR_UNSUPPORTED,
+                       "engine config: dtype %s is not what the %s backend computes in (%s); use "
+                       "FERRY_DTYPE_AUTO",
+                       e->cfg.dtype == FERRY_DTYPE_F32 ? "f32" : "bf16",
+                       ferry_backend_name(backend_kind(e->be)), want == FERRY_DTYPE_F32 ? "f32" : "bf16");
+    e->dtype = want;
+    e->act = native;
+    e->act_size = dtype_size(native);
+    return FERRY_OK;
+}
+
+static ferry_status open_parts(ferry_engine *e)
+{
+    ferry_status st = backend_open(e->cfg.backend, &e->be);
+    if (st != FERRY_OK)
+        return st;
+    if ((st = resolve_dtype(e)) != FERRY_OK)
+        return st;
+    if ((st = backend_stream_create(e->be, "compute", &e->compute)) != FERRY_OK ||
+        (st = backend_stream_create(e->be, "h2d", &e->h2d)) != FERRY_OK ||
+        (st = backend_stream_create(e->be, "d2h", &e->d2h)) != FERRY_OK)
+        return st;
+    if (e->cfg.trace_path && (st = trace_open(e->cfg.trace_path, &e->trace)) != FERRY_OK)
+        return err_wrap(st, "opening the memory trace");
+    arena_config ac = ARENA_CONFIG_INIT;
+    ac.budget_bytes = e->cfg.device_budget_bytes;
+    ac.trace = e->trace;
+    if ((st = arena_create(e->be, &ac, &e->arena)) != FERRY_OK)
+        return st;
+    e->numa_node = choose_numa_node(&e->cfg, backend_kind(e->be));
+    if ((st = tp_pool_create(e->cfg.optimizer_threads, e->numa_node, &e->threads)) != FERRY_OK)
+        return st;
+    pool_config pc = POOL_CONFIG_INIT;
+    pc.limit_bytes = e->cfg.host_budget_bytes;
+    pc.numa_node = e->numa_node;
+    pc.be = e->be;
+    pc.trace = e->trace;
+    return pool_create(&pc, &e->pool);
+}
+
+ferry_status ferry_engine_create(const ferry_engine_config *cfg, ferry_engine **out)
+{
+    if (!cfg || !out)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_create: NULL argument");
+    *out = NULL;
+    ferry_status st = check_config(cfg);
+    if (st != FERRY_OK)
+        return st;
+    ferry_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_create: out of host memory");
+    e->cfg = *cfg;
+    e->cfg.trace_path = NULL; /* the caller's string is not kept */
+    e->micro_index = -1;
+    if (cfg->trace_path)
+        e->cfg.trace_path = cfg->trace_path;
+    st = open_parts(e);
+    e->cfg.trace_path = NULL;
+    if (st != FERRY_OK) {
+        ferry_engine_destroy(e);
+        return st;
+    }
+    *out = e;
+    return FERRY_OK;
+}
+
+void ferry_engine_destroy(ferry_engine *e)
+{
+    if (!e)
+        return;
+    if (e->be) {
+        if (e->setup_done)
+            engine_wait_updates(e);
+        if (e->compute) backend_stream_synchronize(e->compute);
+        if (e->h2d) backend_stream_synchronize(e->h2d);
+        if (e->d2h) backend_stream_synchronize(e->d2h);
+    }
+    engine_unplace(e);
+    for (int g = 0; g < e->ngroups; g++)
+        free(e->groups[g].init);
+    free(e->groups);
+    if (e->be && e->setup_done)
+        ops_shutdown(e->be);
+    pool_destroy(e->pool);
+    tp_pool_destroy(e->threads);
+    arena_destroy(e->arena);
+    backend_stream_destroy(e->compute);
+    backend_stream_destroy(e->h2d);
+    backend_stream_destroy(e->d2h);
+    if (e->trace)
+        trace_close(e->trace);
+    backend_close(e->be);
+    free(e);
+}
+
+ferry_status ferry_engine_add_group(ferry_engine *e, const char *name, size_t numel,
+                                    const float *init, const ferry_group_options *opts,
+                                    int *group_id)
+{
+    if (!e || !init)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_add_group: NULL engine or initial values");
+    if (e->setup_done)
+        return err_set(FERRY_ERR_STATE,
+                       "ferry_engine_add_group('%s'): the engine is already set up; add every group "
+                       "before ferry_engine_setup()",
+                       name ? name : "");
+    if (numel == 0 || numel > ((size_t)1 << 40))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_add_group('%s'): numel %zu is outside 1..2^40",
+                       name ? name : "", numel);
+    ferry_group_options o = FERRY_GROUP_OPTIONS_INIT;
+    if (opts) {
+        if (opts->size < sizeof o)
+            return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                           "ferry_engine_add_group: options size %zu; use FERRY_GROUP_OPTIONS_INIT", opts->size);
+        o = *opts;
+    }
+    if (!(o.lr_scale >= 0.0f) || !isfinite(o.lr_scale))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_add_group: lr_scale %g must be finite and >= 0",
+                       (double)o.lr_scale);
+    if (e->ngroups >= ENGINE_MAX_GROUPS)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_add_group: at most %d groups", ENGINE_MAX_GROUPS);
+    if (e->ngroups == e->cap_groups) {
+        int cap = e->cap_groups ? 2 * e->cap_groups : 16;
+        engine_group *grown = realloc(e->groups, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_add_group: out of host memory");
+        e->groups = grown;
+        e->cap_groups = cap;
+    }
+    engine_group *g = &e->groups[e->ngroups];
+    memset(g, 0, sizeof *g);
+    snprintf(g->name, sizeof g->name, "%s", name ? name : "group");
+    g->numel = numel;
+    g->opts = o;
+    g->init = malloc(numel * sizeof(float));
+    if (!g->init)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_add_group('%s'): cannot hold %zu initial values",
+                       g->name, numel);
+    memcpy(g->init, init, numel * sizeof(float));
+    if (group_id)
+        *group_id = e->ngroups;
+    e->ngroups++;
+    return FERRY_OK;
+}
+
+ferry_status ferry_engine_setup(ferry_engine *e)
+{
+    if (!e)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_setup: engine is NULL");
+    if (e->setup_done)
+        return err_set(FERRY_ERR_STATE, "ferry_engine_setup: already set up");
+    if (e->ngroups == 0)
+        return err_set(FERRY_ERR_STATE, "ferry_engine_setup: add parameter groups first");
+    ferry_status st = ops_init(e->be, NULL, 0);
+    if (st != FERRY_OK)
+        return st;
+    st = engine_place(e);
+    if (st != FERRY_OK) {
+        engine_unplace(e);
+        ops_shutdown(e->be);
+        return st;
+    }
+    for (int g = 0; g < e->ngroups; g++) {
+        free(e->groups[g].init);
+        e->groups[g].init = NULL;
+    }
+    e->setup_done = true;
+    if (e->cfg.verbose)
+        fprintf(stderr, "ferry: %s\n", e->describe);
+    return FERRY_OK;
+}
+
+ferry_status ferry_engine_begin_micro_batch(ferry_engine *e, int index, int count)
+{
+    ferry_status st = engine_check_group(e, 0, "ferry_engine_begin_micro_batch");
+    if (st != FERRY_OK)
+        return st;
+    if (count < 1 || index < 0 || index >= count)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "ferry_engine_begin_micro_batch: index %d of %d (want 0 <= index < count)", index, count);
+    int expected = e->micro_index < 0 ? 0 : e->micro_index + 1;
+    if (index != expected || (index > 0 && count != e->micro_count))
+        return err_set(FERRY_ERR_STATE,
+                       "ferry_engine_begin_micro_batch: got micro-batch %d of %d, expected %d of %d; "
+                       "call ferry_engine_step() after the last micro-batch",
+                       index, count, expected, index > 0 ? e->micro_count : count);
+    for (int g = 0; g < e->ngroups; g++) {
+        engine_group *gr = &e->groups[g];
+        if (gr->fetched[0] || gr->fetched[1])
+            return err_set(FERRY_ERR_STATE,
+                           "ferry_engine_begin_micro_batch: group %d ('%s') is still fetched; release it first",
+                           g, gr->name);
+        if (index > 0 && gr->released_backward != index)
+            return err_set(FERRY_ERR_STATE,
+                           "ferry_engine_begin_micro_batch(%d): group %d ('%s') has no gradients from "
+                           "micro-batch %d; run its backward and release it first",
+                           index, g, gr->name, index - 1);
+        gr->grads_acquired = false;
+    }
+    e->micro_index = index;
+    e->micro_count = count;
+    if (index > 0 || e->cfg.offload == FERRY_OFFLOAD_PARAMS)
+        return FERRY_OK;
+    /* Resident gradients start the step at zero, once the last drain has read them. */
+    for (int g = 0; g < e->ngroups; g++) {
+        engine_group *gr = &e->groups[g];
+        if ((st = backend_stream_wait_event(e->compute, gr->drained)) != FERRY_OK ||
+            (st = backend_memset_async(e->compute, gr->dev_grads, 0, gr->numel * e->act_size)) != FERRY_OK)
+            return st;
+    }
+    return FERRY_OK;
+}
+
+ferry_status ferry_engine_fetch(ferry_engine *e, int group, ferry_phase phase, void **weights)
+{
+    return engine_fetch(e, group, phase, e ? e->compute : NULL, weights);
+}
+
+ferry_status ferry_engine_grads(ferry_engine *e, int group, void **grads)
+{
+    return engine_grads(e, group, e ? e->compute : NULL, grads);
+}
+
+ferry_status ferry_engine_release(ferry_engine *e, int group, ferry_phase phase)
+{
+    return engine_release(e, group, phase, e ? e->compute : NULL);
+}
+
+ferry_status ferry_engine_step(ferry_engine *e, const ferry_step_options *opts, ferry_step_report *report)
+{
+    return engine_step(e, opts, report);
+}
+
+ferry_status ferry_engine_synchronize(ferry_engine *e)
+{
+    if (!e)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_synchronize: engine is NULL");
+    ferry_status st = e->setup_done ? engine_wait_updates(e) : FERRY_OK;
+    if (st == FERRY_OK) st = backend_stream_synchronize(e->compute);
+    if (st == FERRY_OK) st = backend_stream_synchronize(e->h2d);
+    if (st == FERRY_OK) st = backend_stream_synchronize(e->d2h);
+    return st;
+}
+
+void *ferry_engine_compute_stream(ferry_engine *e) { return e ? backend_stream_native(e->compute) : NULL; }
+ferry_backend_kind ferry_engine_backend(const ferry_engine *e) { return backend_kind(e->be); }
+ferry_offload ferry_engine_offload(const ferry_engine *e) { return e->cfg.offload; }
+ferry_dtype ferry_engine_dtype(const ferry_engine *e) { return e->dtype; }
+int ferry_engine_group_count(const ferry_engine *e) { return e ? e->ngroups : 0; }
+backend *engine_backend_handle(ferry_engine *e) { return e->be; }
+backend_stream *engine_compute_stream(ferry_engine *e) { return e->compute; }
+arena *engine_arena(ferry_engine *e) { return e->arena; }
+
+ferry_status ferry_engine_alloc(ferry_engine *e, ferry_mem_category category, const char *name, size_t bytes,
+                                void **ptr)
+{
+    if (!e || !ptr)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_alloc: NULL argument");
+    if (category != FERRY_MEM_ACTIVATIONS && category != FERRY_MEM_WORKSPACE && category != FERRY_MEM_OTHER)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "ferry_engine_alloc('%s'): category '%s' belongs to the engine; ask for "
+                       "activations, workspace or other",
+                       name ? name : "", ferry_mem_category_name(category));
+    ferry_status st = arena_alloc(e->arena, bytes, category, name ? name : "user", ptr);
+    if (st == FERRY_ERR_OUT_OF_MEMORY && e->cfg.offload == FERRY_OFFLOAD_PARAMS) {
+        engine_evict(e, -1, 0);
+        st = arena_alloc(e->arena, bytes, category, name ? name : "user", ptr);
+    }
+    return st;
+}
+
+ferry_status ferry_engine_free(ferry_engine *e, void *ptr)
+{
+    if (!e)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_free: engine is NULL");
+    return arena_free(e->arena, ptr);
+}
+
+/* Master weights are read and written on the host; on NONE/cuda they sit on
+ * the device and travel through a temporary buffer. */
+static ferry_status master_copy(ferry_engine *e, engine_group *g, float *host, bool to_engine)
+{
+    size_t bytes = g->numel * sizeof(float);
+    bool on_device = e->cfg.offload == FERRY_OFFLOAD_NONE && backend_kind(e->be) == FERRY_BACKEND_CUDA;
+    if (!on_device) {
+        if (to_engine)
+            memcpy(g->master, host, bytes);
+        else
+            memcpy(host, g->master, bytes);
+        return FERRY_OK;
+    }
+    ferry_status st = backend_memcpy_async(e->compute, to_engine ? (void *)g->master : (void *)host,
+                                           to_engine ? (void *)host : (void *)g->master, bytes,
+                                           to_engine ? BACKEND_COPY_H2D : BACKEND_COPY_D2H);
+    return st != FERRY_OK ? st : backend_stream_synchronize(e->compute);
+}
+
+ferry_status ferry_engine_get_weights(ferry_engine *e, int group, float *out)
+{
+    ferry_status st = engine_check_group(e, group, "ferry_engine_get_weights");
+    if (st != FERRY_OK)
+        return st;
+    if (!out)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_get_weights: out is NULL");
+    if ((st = ferry_engine_synchronize(e)) != FERRY_OK)
+        return st;
+    return master_copy(e, &e->groups[group], out, false);
+}
+
+ferry_status ferry_engine_set_weights(ferry_engine *e, int group, const float *values)
+{
+    ferry_status st = engine_check_group(e, group, "ferry_engine_set_weights");
+    if (st != FERRY_OK)
+        return st;
+    if (!values)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_set_weights: values is NULL");
+    for (size_t i = 0; i < e->groups[group].numel; i++)
+        if (!isfinite(values[i]))
+            return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                           "ferry_engine_set_weights: group %d value %zu is %g; weights must be finite",
+                           group, i, (double)values[i]);
+    if ((st = ferry_engine_synchronize(e)) != FERRY_OK)
+        return st;
+    if ((st = engine_retire_all(e)) != FERRY_OK)
+        return st;
+    engine_group *g = &e->groups[group];
+    if ((st = master_copy(e, g, (float *)values, true)) != FERRY_OK)
+        return st;
+    return engine_write_device_weights(e, g);
+}
+
+ferry_status ferry_engine_mark(ferry_engine *e, int64_t step, const char *phase)
+{
+    if (!e || !phase)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_mark: NULL argument");
+    trace_phase(e->trace, step, phase);
+    return FERRY_OK;
+}
+
+ferry_status ferry_engine_memory_stats(ferry_engine *e, ferry_memory_stats *out)
+{
+    if (!e || !out)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_memory_stats: NULL argument");
+    if (out->size < sizeof(ferry_memory_stats))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "ferry_engine_memory_stats: size %zu; initialise with FERRY_MEMORY_STATS_INIT", out->size);
+    ferry_memory_stats st = FERRY_MEMORY_STATS_INIT;
+    arena_stats(e->arena, &st);
+    pool_stats(e->pool, &st);
+    *out = st;
+    return FERRY_OK;
+}
+
+ferry_status ferry_engine_step_timing(ferry_engine *e, ferry_step_timing *out)
+{
+    if (!e || !out)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_step_timing: NULL argument");
+    if (out->size < sizeof(ferry_step_timing))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "ferry_engine_step_timing: size %zu; initialise with FERRY_STEP_TIMING_INIT", out->size);
+    *out = e->timing;
+    return FERRY_OK;
+}
+
+const char *ferry_engine_describe(ferry_engine *e) { return e ? e->describe : ""; }

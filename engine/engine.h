@@ -1,0 +1,159 @@
+/* The engine's internal state, shared by its files: engine.c (create, config,
+ * groups, stats), placement.c (where each byte lives, per offload mode),
+ * schedule.c (fetch, release, prefetch, gradient drain during backward),
+ * step.c (norm, clipping, the update and the upload), checkpoint.c (save and
+ * load). In-tree embedders (models/, tools/) also use the accessors at the
+ * end to launch ops on the engine's streams. */
+#ifndef FERRY_ENGINE_ENGINE_H
+#define FERRY_ENGINE_ENGINE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "ferry.h"
+#include "kernels/backend.h"
+#include "kernels/ops.h"
+#include "offload/arena.h"
+#include "offload/pool.h"
+#include "offload/trace.h"
+#include "optim/adamw.h"
+#include "optim/threadpool.h"
+
+#define ENGINE_NAME_MAX 64
+#define ENGINE_MAX_GROUPS 65536
+
+/* Where a group's device weights are (PARAMS mode moves them). */
+typedef enum engine_residency {
+    RES_ABSENT = 0, /* not on the device */
+    RES_INFLIGHT,   /* a fetch is queued on the H2D stream (event `uploaded`) */
+    RES_PRESENT,    /* on the device and fetched by the caller */
+    RES_RETIRING,   /* released, kept for reuse until evicted (event `released`) */
+} engine_residency;
+
+/* Per-tile partial sums of a group's gradient norm, filled by pool workers. */
+typedef struct engine_norm_job {
+    struct ferry_engine *e;
+    int group;
+    size_t ntiles;
+    double *partial;   /* [ntiles] */
+    unsigned char *bad; /* [ntiles] */
+    double waited_ms;  /* tile 0's wait for the gradients to land */
+} engine_norm_job;
+
+typedef struct engine_group {
+    char name[ENGINE_NAME_MAX];
+    size_t numel;
+    ferry_group_options opts;
+    float *init; /* the caller's initial values until setup */
+
+    /* fp32 master weights and Adam moments: host pool (offload modes) or
+     * device arena (NONE). */
+    float *master, *m, *v;
+    /* Host copies in the device type: gradients as drained, weights for upload. */
+    void *host_grads, *host_weights;
+    /* Device buffers; in PARAMS mode present only while fetched/retiring. */
+    void *dev_weights, *dev_grads;
+
+    backend_event *uploaded;   /* H2D of the weights done (h2d stream) */
+    backend_event *released;   /* compute done reading the weights (compute stream) */
+    backend_event *grads_done; /* compute done writing the gradients (compute stream) */
+    backend_event *drained;    /* D2H of the gradients done (d2h stream) */
+    backend_event *updated;    /* the CPU update of this group done (h2d stream) */
+    backend_event *wait_begin, *wait_end; /* around the compute stream's wait in forward */
+
+    engine_residency residency;
+    uint64_t last_use;      /* for eviction: the engine's fetch counter */
+    bool fetched[2];        /* fetched in phase, not yet released */
+    bool grads_acquired;    /* ferry_engine_grads called in this micro-batch */
+    int released_backward;  /* micro-batches whose backward released this group */
+    bool wait_recorded;     /* wait_begin/end hold this step's forward wait */
+    bool wait_on_update;    /* ... and that wait was for the CPU update */
+
+    tp_ticket *norm_ticket; /* sum of squares of the drained gradients */
+    engine_norm_job *norm;
+    tp_ticket *update_ticket; /* AdamW of this group, not yet handed to a stream */
+    double sumsq;
+    bool nonfinite;
+} engine_group;
+
+struct ferry_engine {
+    ferry_engine_config cfg;
+    ferry_dtype dtype;
+    dtype_t act;          /* element type on the device */
+    size_t act_size;
+    backend *be;
+    backend_stream *compute, *h2d, *d2h;
+    arena *arena;
+    pool *pool;
+    tp_pool *threads;
+    trace *trace;
+    int numa_node;
+    char describe[768];
+
+    engine_group *groups;
+    int ngroups, cap_groups;
+    bool setup_done;
+
+    /* the step in progress */
+    int64_t step;             /* optimizer steps taken */
+    int micro_index, micro_count; /* -1 before the first begin_micro_batch of a step */
+    uint64_t fetch_counter;
+    int resident_now, resident_max;
+
+    /* NONE mode on cuda: per-group device sum of squares and its scratch */
+    double *dev_sumsq;
+    void *dev_sumsq_scratch;
+    void *dev_workspace;
+
+    /* delayed update: the update of the last step still to be uploaded */
+    bool dpu_pending;
+
+    /* timing of the last step */
+    struct timespec last_step_time;
+    bool have_last_step_time;
+    ferry_step_timing timing, timing_acc;
+    char last_error_context[128];
+};
+
+/* engine.c */
+double engine_now_ms(void);
+const char *engine_phase_name(ferry_phase phase);
+ferry_status engine_check_group(const ferry_engine *e, int group, const char *what);
+
+/* placement.c: allocates the state of every group for the mode. */
+ferry_status engine_place(ferry_engine *e);
+void engine_unplace(ferry_engine *e);
+/* Bytes per parameter the mode keeps on the device and the host. */
+void engine_bytes_per_param(const ferry_engine *e, double *device, double *host);
+/* Frees the device weights of RETIRING groups other than keep_group, oldest
+ * first, until at most max_resident groups hold device weights or none is
+ * left to evict; returns how many it evicted. */
+int engine_evict(ferry_engine *e, int keep_group, int max_resident);
+/* The device (params mode: upload) copy of a group's weights from its master
+ * weights, after setup, set_weights or a load. Synchronous. */
+ferry_status engine_write_device_weights(ferry_engine *e, engine_group *g);
+
+/* schedule.c */
+ferry_status engine_fetch(ferry_engine *e, int group, ferry_phase phase, backend_stream *s,
+                          void **weights);
+ferry_status engine_grads(ferry_engine *e, int group, backend_stream *s, void **grads);
+ferry_status engine_release(ferry_engine *e, int group, ferry_phase phase, backend_stream *s);
+/* Hands a group's pending update ticket to the h2d stream and records
+ * `updated` after it: every later wait on the update goes through that event. */
+ferry_status engine_update_barrier(ferry_engine *e, engine_group *g);
+/* Waits on the host until every group's update is done. */
+ferry_status engine_wait_updates(ferry_engine *e);
+/* Drops every RETIRING device copy (weights changed). */
+ferry_status engine_retire_all(ferry_engine *e);
+
+/* step.c */
+ferry_status engine_step(ferry_engine *e, const ferry_step_options *o, ferry_step_report *r);
+
+/* In-tree embedders: the streams and the backend. */
+backend *engine_backend_handle(ferry_engine *e);
+backend_stream *engine_compute_stream(ferry_engine *e);
+arena *engine_arena(ferry_engine *e);
+
+#endif

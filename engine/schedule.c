@@ -1,0 +1,331 @@
+/* The schedule inside a step: fetching a group's weights (and, in params
+ * mode, the next groups ahead on the H2D stream), handing out gradient
+ * buffers, and on release draining gradients to the host on the D2H stream
+ * while backward goes on, with the gradient norm's partial sums computed by
+ * the CPU as each group lands. Every cross-stream dependency is an event. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "engine/engine.h"
+#include "optim/gradnorm.h"
+
+static ferry_status check_micro(ferry_engine *e, const char *what)
+{
+    if (e->micro_index < 0)
+        return err_set(FERRY_ERR_STATE, "%s: no micro-batch in progress; call "
+                                        "ferry_engine_begin_micro_batch() first", what);
+    return FERRY_OK;
+}
+
+/* ---- the CPU update as seen from the streams ---- */
+
+typedef struct update_wait_args {
+    tp_ticket *ticket;
+} update_wait_args;
+
+static ferry_status wait_update(void *p)
+{
+    update_wait_args *a = p;
+    return tp_wait(a->ticket);
+}
+
+ferry_status engine_update_barrier(ferry_engine *e, engine_group *g)
+{
+    if (!g->update_ticket)
+        return FERRY_OK;
+    update_wait_args a = {g->update_ticket};
+    ferry_status st = backend_launch_host(e->h2d, wait_update, &a, sizeof a);
+    if (st != FERRY_OK)
+        return st;
+    g->update_ticket = NULL; /* the stream owns it now */
+    return backend_event_record(g->updated, e->h2d);
+}
+
+ferry_status engine_wait_updates(ferry_engine *e)
+{
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
+        st = engine_update_barrier(e, &e->groups[i]);
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
+        st = backend_event_synchronize(e->groups[i].updated);
+    return st;
+}
+
+ferry_status engine_retire_all(ferry_engine *e)
+{
+    for (int i = 0; i < e->ngroups; i++)
+        if (e->groups[i].residency == RES_PRESENT || e->groups[i].residency == RES_INFLIGHT)
+            return err_set(FERRY_ERR_STATE, "group %d ('%s') is still fetched; release it first", i,
+                           e->groups[i].name);
+    engine_evict(e, -1, 0);
+    return FERRY_OK;
+}
+
+/* ---- params mode: fetching ---- */
+
+static int window(const ferry_engine *e) { return e->cfg.prefetch_groups + 2; }
+
+static ferry_status alloc_weights(ferry_engine *e, engine_group *g, int gi)
+{
+    char name[ENGINE_NAME_MAX + 16];
+    snprintf(name, sizeof name, "%s weights", g->name);
+    engine_evict(e, gi, window(e) - 1);
+    ferry_status st = arena_alloc(e->arena, g->numel * e->act_size, FERRY_MEM_PARAMS, name, &g->dev_weights);
+    while (st == FERRY_ERR_OUT_OF_MEMORY && engine_evict(e, gi, e->resident_now - 1) > 0)
+        st = arena_alloc(e->arena, g->numel * e->act_size, FERRY_MEM_PARAMS, name, &g->dev_weights);
+    return st;
+}
+
+static ferry_status issue_fetch(ferry_engine *e, int gi)
+{
+    engine_group *g = &e->groups[gi];
+    ferry_status st = alloc_weights(e, g, gi);
+    if (st != FERRY_OK)
+        return st;
+    e->resident_now++;
+    if (e->resident_now > e->resident_max)
+        e->resident_max = e->resident_now;
+    g->residency = RES_INFLIGHT;
+    g->last_use = ++e->fetch_counter;
+    size_t bytes = g->numel * e->act_size;
+    e->timing_acc.transfer_h2d_bytes += (double)bytes;
+    if ((st = engine_update_barrier(e, g)) != FERRY_OK ||
+        (st = backend_memcpy_async(e->h2d, g->dev_weights, g->host_weights, bytes, BACKEND_COPY_H2D)) != FERRY_OK)
+        return st;
+    return backend_event_record(g->uploaded, e->h2d);
+}
+
+/* Best effort: a prefetch that does not fit is simply not issued. */
+static void prefetch_after(ferry_engine *e, int gi, ferry_phase phase)
+{
+    int dir = phase == FERRY_PHASE_FORWARD ? 1 : -1;
+    for (int k = 1; k <= e->cfg.prefetch_groups; k++) {
+        int h = gi + dir * k;
+        if (h < 0 || h >= e->ngroups)
+            break;
+        if (e->groups[h].residency != RES_ABSENT)
+            continue;
+        if (e->resident_now >= window(e) && engine_evict(e, gi, window(e) - 1) == 0)
+            break;
+        if (issue_fetch(e, h) != FERRY_OK) {
+            err_clear();
+            break;
+        }
+    }
+}
+
+/* The compute stream waits for the weights; in the first forward after a
+ * step the wait is timed (events around it), for the overlap figures. */
+static ferry_status wait_for_weights(ferry_engine *e, engine_group *g, ferry_phase phase, backend_stream *s)
+{
+    bool timed = phase == FERRY_PHASE_FORWARD && e->micro_index == 0 && !g->wait_recorded;
+    ferry_status st;
+    if (timed && (st = backend_event_record(g->wait_begin, s)) != FERRY_OK)
+        return st;
+    if ((st = backend_stream_wait_event(s, g->uploaded)) != FERRY_OK)
+        return st;
+    if (timed) {
+        g->wait_recorded = true;
+        return backend_event_record(g->wait_end, s);
+    }
+    return FERRY_OK;
+}
+
+ferry_status engine_fetch(ferry_engine *e, int gi, ferry_phase phase, backend_stream *s, void **weights)
+{
+    ferry_status st = engine_check_group(e, gi, "ferry_engine_fetch");
+    if (st != FERRY_OK)
+        return st;
+    if (!weights || (phase != FERRY_PHASE_FORWARD && phase != FERRY_PHASE_BACKWARD))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_fetch: NULL weights or bad phase %d", (int)phase);
+    if ((st = check_micro(e, "ferry_engine_fetch")) != FERRY_OK)
+        return st;
+    engine_group *g = &e->groups[gi];
+    if (g->fetched[phase])
+        return err_set(FERRY_ERR_STATE,
+                       "ferry_engine_fetch: group %d ('%s') was asked for twice in %s without a release "
+                       "between; call ferry_engine_release() when done with it",
+                       gi, g->name, engine_phase_name(phase));
+    if (e->cfg.offload == FERRY_OFFLOAD_PARAMS) {
+        if (g->residency == RES_ABSENT && (st = issue_fetch(e, gi)) != FERRY_OK)
+            return err_wrap(st, "fetching group %d ('%s') for %s", gi, g->name, engine_phase_name(phase));
+        if (g->residency != RES_PRESENT)
+            g->residency = RES_PRESENT;
+        g->last_use = ++e->fetch_counter;
+        prefetch_after(e, gi, phase);
+    }
+    if ((st = wait_for_weights(e, g, phase, s)) != FERRY_OK)
+        return st;
+    g->fetched[phase] = true;
+    *weights = g->dev_weights;
+    return FERRY_OK;
+}
+
+/* ---- gradients ---- */
+
+/* Params mode: frees device gradient buffers whose drain has finished. */
+static void collect_grads(ferry_engine *e, bool block)
+{
+    for (int i = 0; i < e->ngroups; i++) {
+        engine_group *g = &e->groups[i];
+        if (!g->dev_grads || g->grads_acquired)
+            continue;
+        bool done = false;
+        if (block)
+            done = backend_event_synchronize(g->drained) == FERRY_OK;
+        else if (backend_event_query(g->drained, &done) != FERRY_OK)
+            done = false;
+        if (done) {
+            arena_free(e->arena, g->dev_grads);
+            g->dev_grads = NULL;
+        }
+    }
+}
+
+static ferry_status acquire_param_grads(ferry_engine *e, engine_group *g, backend_stream *s)
+{
+    size_t bytes = g->numel * e->act_size;
+    char name[ENGINE_NAME_MAX + 16];
+    snprintf(name, sizeof name, "%s grads", g->name);
+    collect_grads(e, false);
+    ferry_status st = g->dev_grads ? FERRY_OK : arena_alloc(e->arena, bytes, FERRY_MEM_GRADS, name, &g->dev_grads);
+    if (st == FERRY_ERR_OUT_OF_MEMORY) {
+        collect_grads(e, true);
+        engine_evict(e, (int)(g - e->groups), 1);
+        st = arena_alloc(e->arena, bytes, FERRY_MEM_GRADS, name, &g->dev_grads);
+    }
+    if (st != FERRY_OK)
+        return st;
+    /* Later micro-batches continue the running sum where the last one left it,
+     * so the additions happen in the same order as with resident gradients. */
+    if (e->micro_index == 0)
+        return backend_memset_async(s, g->dev_grads, 0, bytes);
+    e->timing_acc.transfer_h2d_bytes += (double)bytes;
+    if ((st = backend_stream_wait_event(s, g->drained)) != FERRY_OK)
+        return st;
+    return backend_memcpy_async(s, g->dev_grads, g->host_grads, bytes, BACKEND_COPY_H2D);
+}
+
+ferry_status engine_grads(ferry_engine *e, int gi, backend_stream *s, void **grads)
+{
+    ferry_status st = engine_check_group(e, gi, "ferry_engine_grads");
+    if (st != FERRY_OK)
+        return st;
+    if (!grads)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_grads: grads is NULL");
+    engine_group *g = &e->groups[gi];
+    if (!g->fetched[FERRY_PHASE_BACKWARD])
+        return err_set(FERRY_ERR_STATE,
+                       "ferry_engine_grads: group %d ('%s') is not fetched for backward; call "
+                       "ferry_engine_fetch(e, %d, FERRY_PHASE_BACKWARD, ...) first",
+                       gi, g->name, gi);
+    if (!g->grads_acquired && e->cfg.offload == FERRY_OFFLOAD_PARAMS &&
+        (st = acquire_param_grads(e, g, s)) != FERRY_OK)
+        return err_wrap(st, "gradients of group %d ('%s')", gi, g->name);
+    g->grads_acquired = true;
+    *grads = g->dev_grads;
+    return FERRY_OK;
+}
+
+/* ---- draining and the norm's partial sums ---- */
+
+static void norm_tile(void *ctx, size_t tile, int worker)
+{
+    (void)worker;
+    engine_norm_job *job = ctx;
+    ferry_engine *e = job->e;
+    engine_group *g = &e->groups[job->group];
+    double t0 = tile == 0 ? engine_now_ms() : 0;
+    backend_event_synchronize(g->drained);
+    if (tile == 0)
+        job->waited_ms = engine_now_ms() - t0;
+    size_t first = tile * OPTIM_TILE;
+    size_t n = g->numel - first < OPTIM_TILE ? g->numel - first : OPTIM_TILE;
+    bool bad = false;
+    const char *src = (const char *)g->host_grads + first * e->act_size;
+    gradnorm_sumsq(NULL, src, e->act == DTYPE_F32 ? OPTIM_F32 : OPTIM_BF16, n, &job->partial[tile], &bad);
+    job->bad[tile] = bad;
+}
+
+static ferry_status submit_norm(ferry_engine *e, int gi)
+{
+    engine_group *g = &e->groups[gi];
+    if (!g->norm) {
+        size_t ntiles = (g->numel + OPTIM_TILE - 1) / OPTIM_TILE;
+        g->norm = calloc(1, sizeof *g->norm);
+        if (g->norm) {
+            g->norm->partial = calloc(ntiles, sizeof(double));
+            g->norm->bad = calloc(ntiles, 1);
+        }
+        if (!g->norm || !g->norm->partial || !g->norm->bad)
+            return err_set(FERRY_ERR_OUT_OF_MEMORY, "gradient norm of group %d: out of host memory", gi);
+        g->norm->e = e;
+        g->norm->group = gi;
+        g->norm->ntiles = ntiles;
+    }
+    return tp_submit(e->threads, g->norm->ntiles, norm_tile, g->norm, NULL, &g->norm_ticket);
+}
+
+static ferry_status drain(ferry_engine *e, engine_group *g, int gi, bool last)
+{
+    size_t bytes = g->numel * e->act_size;
+    ferry_status st;
+    e->timing_acc.transfer_d2h_bytes += (double)bytes;
+    /* With the delayed update, the last step's update may still read host_grads. */
+    if (e->cfg.delayed_update && ((st = engine_update_barrier(e, g)) != FERRY_OK ||
+                                  (st = backend_stream_wait_event(e->d2h, g->updated)) != FERRY_OK))
+        return st;
+    if ((st = backend_stream_wait_event(e->d2h, g->grads_done)) != FERRY_OK ||
+        (st = backend_memcpy_async(e->d2h, g->host_grads, g->dev_grads, bytes, BACKEND_COPY_D2H)) != FERRY_OK ||
+        (st = backend_event_record(g->drained, e->d2h)) != FERRY_OK)
+        return st;
+    return last ? submit_norm(e, gi) : FERRY_OK;
+}
+
+ferry_status engine_release(ferry_engine *e, int gi, ferry_phase phase, backend_stream *s)
+{
+    ferry_status st = engine_check_group(e, gi, "ferry_engine_release");
+    if (st != FERRY_OK)
+        return st;
+    if (phase != FERRY_PHASE_FORWARD && phase != FERRY_PHASE_BACKWARD)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_release: bad phase %d", (int)phase);
+    engine_group *g = &e->groups[gi];
+    if (!g->fetched[phase])
+        return err_set(FERRY_ERR_STATE,
+                       "ferry_engine_release: group %d ('%s') is not fetched for %s; fetch before release",
+                       gi, g->name, engine_phase_name(phase));
+    g->fetched[phase] = false;
+    bool params = e->cfg.offload == FERRY_OFFLOAD_PARAMS;
+    if (params && !g->fetched[!phase]) {
+        if ((st = backend_event_record(g->released, s)) != FERRY_OK)
+            return st;
+        g->residency = RES_RETIRING;
+    }
+    if (phase == FERRY_PHASE_FORWARD)
+        return FERRY_OK;
+    if (g->released_backward != e->micro_index)
+        return err_set(FERRY_ERR_STATE,
+                       "ferry_engine_release: group %d ('%s') was already released in this micro-batch's "
+                       "backward",
+                       gi, g->name);
+    g->released_backward++;
+    if (!g->grads_acquired && params) {
+        /* No gradient was asked for: the group's gradient is zero (or what
+         * earlier micro-batches left). Give it a buffer so the sum stays whole. */
+        void *unused;
+        g->fetched[phase] = true;
+        st = engine_grads(e, gi, s, &unused);
+        g->fetched[phase] = false;
+        if (st != FERRY_OK)
+            return st;
+    }
+    g->grads_acquired = false;
+    if ((st = backend_event_record(g->grads_done, s)) != FERRY_OK)
+        return st;
+    bool last = e->micro_index == e->micro_count - 1;
+    if (e->cfg.offload == FERRY_OFFLOAD_NONE || (!params && !last))
+        return FERRY_OK;
+    return drain(e, g, gi, last);
+}

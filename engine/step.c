@@ -1,0 +1,288 @@
+/* The end of a step, kept exact yet overlapped: the global gradient norm
+ * (partial sums already computed as gradients landed during backward, added
+ * in group order), the inf/NaN skip, clipping, then the AdamW update of each
+ * group in forward order. In the offload modes the update runs on the CPU
+ * pool and each group's upload is queued behind its own update on the H2D
+ * stream, so the next forward of group i waits for group i only. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "engine/engine.h"
+#include "optim/gradnorm.h"
+#ifdef FERRY_HAVE_CUDA
+#include "kernels/ops_cuda.h"
+#endif
+
+static ferry_status check_options(const ferry_step_options *o)
+{
+    if (!o || o->size < sizeof(ferry_step_options))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "ferry_engine_step: options missing or too small; use FERRY_STEP_OPTIONS_INIT");
+    if (!isfinite(o->lr) || o->lr < 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_step: lr %g must be finite and >= 0", (double)o->lr);
+    if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_step: betas (%g, %g) must be in [0, 1)",
+                       (double)o->beta1, (double)o->beta2);
+    if (!isfinite(o->eps) || o->eps < 0 || !isfinite(o->weight_decay) || o->weight_decay < 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_step: eps %g and weight_decay %g must be >= 0",
+                       (double)o->eps, (double)o->weight_decay);
+    if (!isfinite(o->max_grad_norm))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_step: max_grad_norm %g must be finite",
+                       (double)o->max_grad_norm);
+    return FERRY_OK;
+}
+
+static ferry_status check_ready(ferry_engine *e)
+{
+    if (e->micro_index < 0 || e->micro_index != e->micro_count - 1)
+        return err_set(FERRY_ERR_STATE,
+                       "ferry_engine_step: no gradients to apply: run micro-batch %d of %d (forward and "
+                       "backward) first",
+                       e->micro_index < 0 ? 0 : e->micro_index + 1, e->micro_count < 1 ? 1 : e->micro_count);
+    for (int i = 0; i < e->ngroups; i++) {
+        engine_group *g = &e->groups[i];
+        if (g->fetched[0] || g->fetched[1])
+            return err_set(FERRY_ERR_STATE, "ferry_engine_step: group %d ('%s') is still fetched; release it",
+                           i, g->name);
+        if (g->released_backward != e->micro_count)
+            return err_set(FERRY_ERR_STATE,
+                           "ferry_engine_step: group %d ('%s') has no gradients for this step: release "
+                           "it in backward (after adding its gradients) before stepping",
+                           i, g->name);
+    }
+    return FERRY_OK;
+}
+
+/* ---- the norm ---- */
+
+static ferry_status norms_offloaded(ferry_engine *e)
+{
+    double t0 = engine_now_ms();
+    double job_waits = 0;
+    for (int i = 0; i < e->ngroups; i++) {
+        engine_group *g = &e->groups[i];
+        ferry_status st = tp_wait(g->norm_ticket);
+        g->norm_ticket = NULL;
+        if (st != FERRY_OK)
+            return st;
+        double sum = 0;
+        bool bad = false;
+        for (size_t t = 0; t < g->norm->ntiles; t++) {
+            sum += g->norm->partial[t];
+            bad |= g->norm->bad[t] != 0;
+        }
+        g->sumsq = sum;
+        g->nonfinite = bad;
+        job_waits += g->norm->waited_ms;
+    }
+    e->timing_acc.optimizer_wait_grads_ms = engine_now_ms() - t0 + job_waits;
+    return FERRY_OK;
+}
+
+static ferry_status norms_resident(ferry_engine *e)
+{
+    ferry_status st;
+    if (backend_kind(e->be) == FERRY_BACKEND_HOST) {
+        if ((st = backend_stream_synchronize(e->compute)) != FERRY_OK)
+            return st;
+        for (int i = 0; i < e->ngroups; i++) {
+            engine_group *g = &e->groups[i];
+            if ((st = gradnorm_sumsq(e->threads, g->dev_grads, OPTIM_F32, g->numel, &g->sumsq, &g->nonfinite)) != FERRY_OK)
+                return st;
+        }
+        return FERRY_OK;
+    }
+#ifdef FERRY_HAVE_CUDA
+    void *cs = backend_stream_native(e->compute);
+    size_t bytes = (size_t)e->ngroups * sizeof(double);
+    if ((st = backend_memset_async(e->compute, e->dev_sumsq, 0, bytes)) != FERRY_OK)
+        return st;
+    for (int i = 0; i < e->ngroups; i++)
+        if ((st = cudaop_sumsq(cs, e->groups[i].dev_grads, e->groups[i].numel, e->dev_sumsq + i,
+                               e->dev_sumsq_scratch)) != FERRY_OK)
+            return st;
+    double *host = malloc(bytes);
+    if (!host)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "gradient norm: out of host memory");
+    st = backend_memcpy_async(e->compute, host, e->dev_sumsq, bytes, BACKEND_COPY_D2H);
+    if (st == FERRY_OK)
+        st = backend_stream_synchronize(e->compute);
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
+        e->groups[i].sumsq = host[i];
+        e->groups[i].nonfinite = !isfinite(host[i]);
+    }
+    free(host);
+    return st;
+#else
+    return err_set(FERRY_ERR_UNSUPPORTED, "the cuda backend without CUDA support");
+#endif
+}
+
+/* ---- the update ---- */
+
+static adamw_hparams group_hparams(const engine_group *g, const ferry_step_options *o)
+{
+    adamw_hparams hp = {o->lr * g->opts.lr_scale, o->beta1, o->beta2, o->eps,
+                        g->opts.weight_decay ? o->weight_decay : 0.0f};
+    return hp;
+}
+
+static ferry_status update_offloaded(ferry_engine *e, const ferry_step_options *o, float clip)
+{
+    optim_dtype act = e->act == DTYPE_F32 ? OPTIM_F32 : OPTIM_BF16;
+    ferry_status st = FERRY_OK;
+    if (e->cfg.offload == FERRY_OFFLOAD_PARAMS && (st = engine_retire_all(e)) != FERRY_OK)
+        return st;
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
+        engine_group *g = &e->groups[i];
+        adamw_job job = {g->master, g->m, g->v, g->host_grads, act, g->numel, e->step + 1,
+                         group_hparams(g, o), clip, g->host_weights, act};
+        st = adamw_submit(e->threads, &job, &g->update_ticket);
+    }
+    if (e->cfg.offload != FERRY_OFFLOAD_OPTIMIZER || e->cfg.delayed_update)
+        return st;
+    /* Each group's upload follows its own update, in forward order. */
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
+        engine_group *g = &e->groups[i];
+        size_t bytes = g->numel * e->act_size;
+        e->timing_acc.transfer_h2d_bytes += (double)bytes;
+        if ((st = engine_update_barrier(e, g)) == FERRY_OK &&
+            (st = backend_memcpy_async(e->h2d, g->dev_weights, g->host_weights, bytes, BACKEND_COPY_H2D)) == FERRY_OK)
+            st = backend_event_record(g->uploaded, e->h2d);
+    }
+    return st;
+}
+
+/* Delayed update (DPU): the update of step t runs while step t+1 computes
+ * with the weights of step t-1; its upload waits for step t+1's backward to
+ * finish (the compute stream must not read weights while they change). */
+static ferry_status upload_delayed(ferry_engine *e)
+{
+    if (!e->dpu_pending)
+        return FERRY_OK;
+    backend_event *done_computing = e->groups[0].grads_done;
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
+        engine_group *g = &e->groups[i];
+        size_t bytes = g->numel * e->act_size;
+        e->timing_acc.transfer_h2d_bytes += (double)bytes;
+        if ((st = engine_update_barrier(e, g)) == FERRY_OK &&
+            (st = backend_stream_wait_event(e->h2d, done_computing)) == FERRY_OK &&
+            (st = backend_memcpy_async(e->h2d, g->dev_weights, g->host_weights, bytes, BACKEND_COPY_H2D)) == FERRY_OK)
+            st = backend_event_record(g->uploaded, e->h2d);
+    }
+    /* The next update rewrites host_weights and master: the uploads must have read them. */
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
+        st = backend_event_synchronize(e->groups[i].uploaded);
+    e->dpu_pending = false;
+    return st;
+}
+
+static ferry_status update_resident(ferry_engine *e, const ferry_step_options *o, float clip)
+{
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
+        engine_group *g = &e->groups[i];
+        adamw_hparams hp = group_hparams(g, o);
+        if (backend_kind(e->be) == FERRY_BACKEND_HOST) {
+            adamw_job job = {g->master, g->m, g->v, g->dev_grads, OPTIM_F32, g->numel, e->step + 1,
+                             hp, clip, g->dev_weights, OPTIM_F32};
+            st = adamw_run(e->threads, &job);
+            continue;
+        }
+#ifdef FERRY_HAVE_CUDA
+        st = cudaop_adamw(backend_stream_native(e->compute), g->master, g->m, g->v, g->dev_grads,
+                          g->dev_weights, g->numel, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay,
+                          e->step + 1, clip);
+#endif
+    }
+    return st;
+}
+
+/* ---- timing ---- */
+
+static void close_timing(ferry_engine *e)
+{
+    double now = engine_now_ms();
+    ferry_step_timing t = e->timing_acc;
+    t.size = sizeof t;
+    t.step_ms = e->have_last_step_time ? now - ((double)e->last_step_time.tv_sec * 1e3 +
+                                                (double)e->last_step_time.tv_nsec * 1e-6)
+                                       : 0;
+    clock_gettime(CLOCK_MONOTONIC, &e->last_step_time);
+    e->have_last_step_time = true;
+    for (int i = 0; i < e->ngroups; i++) {
+        engine_group *g = &e->groups[i];
+        float ms = 0;
+        if (!g->wait_recorded)
+            continue;
+        if (backend_event_synchronize(g->wait_end) == FERRY_OK &&
+            backend_event_elapsed_ms(g->wait_begin, g->wait_end, &ms) == FERRY_OK && ms > 0) {
+            if (e->cfg.offload == FERRY_OFFLOAD_PARAMS)
+                t.compute_wait_transfer_ms += ms;
+            else
+                t.compute_wait_optimizer_ms += ms;
+        }
+        g->wait_recorded = false;
+    }
+    err_clear();
+    t.max_resident_groups = e->cfg.offload == FERRY_OFFLOAD_PARAMS ? e->resident_max : e->ngroups;
+    e->timing = t;
+    memset(&e->timing_acc, 0, sizeof e->timing_acc);
+}
+
+ferry_status engine_step(ferry_engine *e, const ferry_step_options *o, ferry_step_report *r)
+{
+    ferry_status st = engine_check_group(e, 0, "ferry_engine_step");
+    if (st != FERRY_OK || (st = check_options(o)) != FERRY_OK || (st = check_ready(e)) != FERRY_OK)
+        return st;
+    if (r && r->size < sizeof(ferry_step_report))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_step: report size %zu; use FERRY_STEP_REPORT_INIT",
+                       r->size);
+    double t0 = engine_now_ms();
+    bool offloaded = e->cfg.offload != FERRY_OFFLOAD_NONE;
+    st = offloaded ? norms_offloaded(e) : norms_resident(e);
+    if (st != FERRY_OK)
+        return st;
+    double sumsq = 0;
+    int bad = -1;
+    for (int i = 0; i < e->ngroups; i++) {
+        sumsq += e->groups[i].sumsq;
+        if (e->groups[i].nonfinite && bad < 0)
+            bad = i;
+    }
+    double norm = sqrt(sumsq);
+    float clip = bad >= 0 ? 0.0f : gradnorm_clip_coef(norm, o->max_grad_norm);
+    if (e->cfg.delayed_update && (st = upload_delayed(e)) != FERRY_OK)
+        return st;
+    if (bad < 0) {
+        st = offloaded ? update_offloaded(e, o, clip) : update_resident(e, o, clip);
+        if (st != FERRY_OK)
+            return st;
+        e->step++;
+        e->dpu_pending = e->cfg.delayed_update;
+    } else if (e->cfg.offload == FERRY_OFFLOAD_PARAMS && (st = engine_retire_all(e)) != FERRY_OK) {
+        return st;
+    }
+    for (int i = 0; i < e->ngroups; i++)
+        e->groups[i].released_backward = 0;
+    e->micro_index = -1;
+    e->timing_acc.optimizer_ms = engine_now_ms() - t0;
+    close_timing(e);
+    if (r) {
+        r->step = e->step;
+        r->grad_norm = bad >= 0 ? (double)NAN : norm;
+        r->clip_coef = bad >= 0 ? 1.0f : clip;
+        r->skipped = bad >= 0;
+        r->bad_group = bad;
+    }
+    if (e->trace) {
+        trace_step_timing(e->trace, e->step, "step_ms", e->timing.step_ms);
+        trace_step_timing(e->trace, e->step, "compute_wait_transfer_ms", e->timing.compute_wait_transfer_ms);
+        trace_step_timing(e->trace, e->step, "compute_wait_optimizer_ms", e->timing.compute_wait_optimizer_ms);
+        trace_step_timing(e->trace, e->step, "optimizer_wait_grads_ms", e->timing.optimizer_wait_grads_ms);
+    }
+    return FERRY_OK;
+}

@@ -1,0 +1,72 @@
+/* GPT-2's hooks answered by the engine; see gpt2_engine.h. */
+#include "models/gpt2_engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/error.h"
+
+static ferry_status hook_acquire_params(void *ctx, int group, int phase, backend_stream *s, const act_t **params)
+{
+    void *w = NULL;
+    ferry_status st = engine_fetch(ctx, group, (ferry_phase)phase, s, &w);
+    *params = w;
+    return st;
+}
+
+static ferry_status hook_acquire_grads(void *ctx, int group, backend_stream *s, act_t **grads)
+{
+    void *g = NULL;
+    ferry_status st = engine_grads(ctx, group, s, &g);
+    *grads = g;
+    return st;
+}
+
+static ferry_status hook_release(void *ctx, int group, int phase, backend_stream *s)
+{
+    return engine_release(ctx, group, (ferry_phase)phase, s);
+}
+
+gpt2_hooks gpt2_engine_hooks(ferry_engine *e)
+{
+    gpt2_hooks h = {e, hook_acquire_params, hook_acquire_grads, hook_release};
+    return h;
+}
+
+static ferry_status engine_alloc_activation(void *ctx, const char *what, size_t bytes, void **out)
+{
+    return ferry_engine_alloc(ctx, FERRY_MEM_ACTIVATIONS, what, bytes, out);
+}
+
+static void engine_free_activation(void *ctx, void *ptr) { ferry_engine_free(ctx, ptr); }
+
+gpt2_allocator gpt2_engine_allocator(ferry_engine *e)
+{
+    gpt2_allocator a = {e, engine_alloc_activation, engine_free_activation};
+    return a;
+}
+
+ferry_status gpt2_engine_add_groups(const gpt2_model *m, ferry_engine *e, uint64_t seed)
+{
+    for (int g = 0; g < gpt2_num_groups(m); g++) {
+        size_t n = gpt2_group_numel(m, g);
+        float *init = malloc(n * sizeof(float));
+        if (!init)
+            return err_set(FERRY_ERR_OUT_OF_MEMORY, "initialising group %d: out of host memory (%zu floats)", g, n);
+        char name[32];
+        int L = gpt2_get_config(m)->n_layer;
+        if (g == 0)
+            snprintf(name, sizeof name, "embeddings");
+        else if (g == L + 1)
+            snprintf(name, sizeof name, "final layernorm");
+        else
+            snprintf(name, sizeof name, "block %d", g - 1);
+        ferry_status st = gpt2_init_group(m, g, seed, init);
+        if (st == FERRY_OK)
+            st = ferry_engine_add_group(e, name, n, init, NULL, NULL);
+        free(init);
+        if (st != FERRY_OK)
+            return st;
+    }
+    return FERRY_OK;
+}

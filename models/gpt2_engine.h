@@ -1,0 +1,26 @@
+/* GPT-2 over the ferry engine: the model's hooks answered by the engine's
+ * fetch/grads/release (so the engine's offload mode decides where every
+ * parameter byte is), activations allocated from the engine's device budget,
+ * and the model's groups handed to the engine with GPT-2's initialisation. */
+#ifndef FERRY_MODELS_GPT2_ENGINE_H
+#define FERRY_MODELS_GPT2_ENGINE_H
+
+#include "engine/engine.h"
+#include "models/gpt2.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Hooks that route every acquire/release through engine e. */
+gpt2_hooks gpt2_engine_hooks(ferry_engine *e);
+/* An allocator on the engine's arena (category activations). */
+gpt2_allocator gpt2_engine_allocator(ferry_engine *e);
+/* Adds the model's groups to e (before ferry_engine_setup), each initialised
+ * with gpt2_init_group(seed). Group i of the engine is group i of the model. */
+ferry_status gpt2_engine_add_groups(const gpt2_model *m, ferry_engine *e, uint64_t seed);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,393 @@
+/* The engine on the host backend with the tiny GPT-2: every offload mode
+ * gives bitwise the same losses and final weights (with and without gradient
+ * accumulation, several prefetch depths), equal to a plain synchronous loop
+ * written here; the delayed update matches its own definition; params mode
+ * trains a model several times its device budget without exceeding it; and
+ * misuse returns a status with a message. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "engine/engine.h"
+#include "models/gpt2.h"
+#include "models/gpt2_engine.h"
+#include "optim/adamw.h"
+#include "tap.h"
+
+enum { STEPS = 20, B = 2, T = 32 };
+
+typedef struct run_result {
+    float loss[STEPS];
+    float *weights; /* every group's master weights, concatenated */
+    size_t nweights;
+    uint64_t device_peak;
+    int max_resident;
+} run_result;
+
+typedef struct run_opts {
+    ferry_offload mode;
+    int accum;
+    int prefetch;
+    int delayed;
+    uint64_t budget;
+} run_opts;
+
+static gpt2_config tiny;
+static const uint64_t SEED = 1234;
+
+/* Deterministic text-like tokens: a repeating pattern with noise. */
+static void batch_tokens(int step, int micro, int32_t *tokens, int32_t *targets)
+{
+    uint64_t rng = 77 + (uint64_t)step * 131 + (uint64_t)micro * 17;
+    for (int i = 0; i < B * T + 1; i++) {
+        int32_t tok = (int32_t)((i * 7 + step) % 97);
+        if (tap_rand_u64(&rng) % 5 == 0)
+            tok = (int32_t)(tap_rand_u64(&rng) % (uint64_t)tiny.vocab_size);
+        if (i < B * T)
+            tokens[i] = tok;
+        if (i > 0)
+            targets[i - 1] = tok;
+    }
+}
+
+static ferry_step_options step_options(void)
+{
+    ferry_step_options o = FERRY_STEP_OPTIONS_INIT;
+    o.lr = 3e-3f;
+    o.weight_decay = 0.01f;
+    o.max_grad_norm = 1.0f;
+    return o;
+}
+
+static ferry_status run_engine(const run_opts *ro, run_result *out)
+{
+    gpt2_model *m = NULL;
+    ferry_engine *e = NULL;
+    gpt2_activations *act = NULL;
+    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
+    cfg.backend = FERRY_BACKEND_HOST;
+    cfg.offload = ro->mode;
+    cfg.prefetch_groups = ro->prefetch;
+    cfg.delayed_update = ro->delayed;
+    cfg.device_budget_bytes = ro->budget;
+    cfg.optimizer_threads = 2;
+    ferry_status st = gpt2_create(&tiny, &m);
+    if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
+    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED);
+    if (st == FERRY_OK) st = ferry_engine_setup(e);
+    gpt2_allocator alloc = e ? gpt2_engine_allocator(e) : (gpt2_allocator){0};
+    if (st == FERRY_OK) st = gpt2_activations_create(m, engine_backend_handle(e), B, T, false, &alloc, &act);
+    gpt2_hooks hooks = e ? gpt2_engine_hooks(e) : (gpt2_hooks){0};
+    backend_stream *s = e ? engine_compute_stream(e) : NULL;
+    ferry_step_options o = step_options();
+    int32_t tokens[B * T], targets[B * T];
+    for (int step = 0; step < STEPS && st == FERRY_OK; step++) {
+        float sum = 0;
+        for (int k = 0; k < ro->accum && st == FERRY_OK; k++) {
+            batch_tokens(step, k, tokens, targets);
+            float loss = 0;
+            st = ferry_engine_begin_micro_batch(e, k, ro->accum);
+            if (st == FERRY_OK) st = gpt2_forward(m, act, &hooks, s, tokens, targets, true);
+            if (st == FERRY_OK) st = gpt2_backward(m, act, &hooks, s, 1.0f / (float)ro->accum);
+            if (st == FERRY_OK) st = gpt2_loss(act, s, &loss);
+            sum += loss;
+        }
+        out->loss[step] = sum / (float)ro->accum;
+        if (st == FERRY_OK) st = ferry_engine_step(e, &o, NULL);
+    }
+    if (st == FERRY_OK) {
+        out->nweights = 0;
+        for (int g = 0; g < gpt2_num_groups(m); g++)
+            out->nweights += gpt2_group_numel(m, g);
+        out->weights = malloc(out->nweights * sizeof(float));
+        size_t at = 0;
+        for (int g = 0; g < gpt2_num_groups(m) && st == FERRY_OK; g++) {
+            st = ferry_engine_get_weights(e, g, out->weights + at);
+            at += gpt2_group_numel(m, g);
+        }
+        ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
+        ferry_engine_memory_stats(e, &ms);
+        out->device_peak = ms.device_total_peak_bytes;
+        ferry_step_timing t = FERRY_STEP_TIMING_INIT;
+        ferry_engine_step_timing(e, &t);
+        out->max_resident = t.max_resident_groups;
+    }
+    if (st != FERRY_OK)
+        tap_diag("run failed: %s", ferry_last_error());
+    if (e)
+        ferry_engine_synchronize(e);
+    gpt2_activations_destroy(act);
+    ferry_engine_destroy(e);
+    gpt2_destroy(m);
+    return st;
+}
+
+/* The plain synchronous algorithm: resident buffers, then the optimizer's
+ * whole recipe. With `delay`, gradients are taken at the weights of two
+ * updates back (what the delayed update computes). */
+static ferry_status run_reference(int accum, bool delay, run_result *out)
+{
+    backend *be = NULL;
+    backend_stream *s = NULL;
+    gpt2_model *m = NULL;
+    gpt2_resident *r = NULL;
+    gpt2_activations *act = NULL;
+    ferry_status st = backend_open(FERRY_BACKEND_HOST, &be);
+    if (st == FERRY_OK) st = backend_stream_create(be, "ref", &s);
+    if (st == FERRY_OK) st = gpt2_create(&tiny, &m);
+    if (st == FERRY_OK) st = gpt2_resident_create(m, be, &r);
+    gpt2_allocator alloc = gpt2_backend_allocator(be);
+    if (st == FERRY_OK) st = gpt2_activations_create(m, be, B, T, false, &alloc, &act);
+    if (st != FERRY_OK)
+        return st;
+    int G = gpt2_num_groups(m);
+    float **master = calloc((size_t)G, sizeof *master), **mom = calloc((size_t)G, sizeof *mom);
+    float **vel = calloc((size_t)G, sizeof *vel), **grad = calloc((size_t)G, sizeof *grad);
+    float **prev = calloc((size_t)G, sizeof *prev);
+    for (int g = 0; g < G; g++) {
+        size_t n = gpt2_group_numel(m, g);
+        master[g] = malloc(n * 4); mom[g] = calloc(n, 4); vel[g] = calloc(n, 4);
+        grad[g] = malloc(n * 4); prev[g] = malloc(n * 4);
+        gpt2_init_group(m, g, SEED, master[g]);
+        memcpy(prev[g], master[g], n * 4);
+        gpt2_resident_set_params(r, s, g, master[g]);
+    }
+    ferry_step_options o = step_options();
+    gpt2_hooks hooks = gpt2_resident_hooks(r);
+    int32_t tokens[B * T], targets[B * T];
+    adamw_job *jobs = calloc((size_t)G, sizeof *jobs);
+    for (int step = 0; step < STEPS && st == FERRY_OK; step++) {
+        gpt2_resident_zero_grads(r, s);
+        float sum = 0;
+        for (int k = 0; k < accum; k++) {
+            float loss = 0;
+            batch_tokens(step, k, tokens, targets);
+            gpt2_forward(m, act, &hooks, s, tokens, targets, true);
+            gpt2_backward(m, act, &hooks, s, 1.0f / (float)accum);
+            gpt2_loss(act, s, &loss);
+            sum += loss;
+        }
+        out->loss[step] = sum / (float)accum;
+        for (int g = 0; g < G; g++) {
+            gpt2_resident_get_grads(r, s, g, grad[g]);
+            adamw_job j = {master[g], mom[g], vel[g], grad[g], OPTIM_F32, gpt2_group_numel(m, g), step + 1,
+                           {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}, 1.0f, NULL, OPTIM_F32};
+            jobs[g] = j;
+        }
+        adamw_step_report rep;
+        st = adamw_step_groups(NULL, jobs, (size_t)G, o.max_grad_norm, 1.0f, &rep);
+        /* The next step computes at the newest weights, or (delayed) at the
+         * weights from before this update. */
+        for (int g = 0; g < G; g++) {
+            gpt2_resident_set_params(r, s, g, delay ? prev[g] : master[g]);
+            memcpy(prev[g], master[g], gpt2_group_numel(m, g) * 4);
+        }
+    }
+    out->nweights = 0;
+    for (int g = 0; g < G; g++)
+        out->nweights += gpt2_group_numel(m, g);
+    out->weights = malloc(out->nweights * 4);
+    size_t at = 0;
+    for (int g = 0; g < G; g++) {
+        memcpy(out->weights + at, master[g], gpt2_group_numel(m, g) * 4);
+        at += gpt2_group_numel(m, g);
+        free(master[g]); free(mom[g]); free(vel[g]); free(grad[g]); free(prev[g]);
+    }
+    free(master); free(mom); free(vel); free(grad); free(prev); free(jobs);
+    gpt2_activations_destroy(act);
+    gpt2_resident_destroy(r);
+    gpt2_destroy(m);
+    backend_stream_destroy(s);
+    backend_close(be);
+    return st;
+}
+
+static void compare(const run_result *a, const run_result *b, const char *what)
+{
+    int first_loss = -1;
+    for (int i = 0; i < STEPS && first_loss < 0; i++)
+        if (memcmp(&a->loss[i], &b->loss[i], sizeof(float)) != 0)
+            first_loss = i;
+    if (!tap_ok(first_loss < 0, "%s: %d losses bitwise equal (last %.7f)", what, STEPS, (double)a->loss[STEPS - 1]))
+        tap_diag("  step %d: %.9g vs %.9g", first_loss, (double)a->loss[first_loss], (double)b->loss[first_loss]);
+    size_t diff = 0;
+    for (size_t i = 0; i < a->nweights && i < b->nweights; i++)
+        diff += memcmp(&a->weights[i], &b->weights[i], sizeof(float)) != 0;
+    tap_ok(a->nweights == b->nweights && diff == 0, "%s: final weights bitwise equal (%zu of %zu differ)", what,
+           diff, a->nweights);
+}
+
+static void test_modes_agree(void)
+{
+    run_result ref = {0}, ref2 = {0};
+    if (run_reference(1, false, &ref) != FERRY_OK || run_reference(2, false, &ref2) != FERRY_OK) {
+        tap_ok(0, "reference loop ran: %s", ferry_last_error());
+        return;
+    }
+    tap_ok(ref.loss[STEPS - 1] < ref.loss[0] - 0.5f, "the reference loop learns: loss %.4f -> %.4f",
+           (double)ref.loss[0], (double)ref.loss[STEPS - 1]);
+    static const struct { ferry_offload mode; int accum, prefetch; const char *name; } runs[] = {
+        {FERRY_OFFLOAD_NONE, 1, 2, "none"},
+        {FERRY_OFFLOAD_OPTIMIZER, 1, 2, "optimizer"},
+        {FERRY_OFFLOAD_PARAMS, 1, 0, "params, prefetch 0"},
+        {FERRY_OFFLOAD_PARAMS, 1, 1, "params, prefetch 1"},
+        {FERRY_OFFLOAD_PARAMS, 1, 3, "params, prefetch 3"},
+        {FERRY_OFFLOAD_NONE, 2, 2, "none, 2 micro-batches"},
+        {FERRY_OFFLOAD_OPTIMIZER, 2, 2, "optimizer, 2 micro-batches"},
+        {FERRY_OFFLOAD_PARAMS, 2, 2, "params, 2 micro-batches"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        run_opts ro = {runs[i].mode, runs[i].accum, runs[i].prefetch, 0, 0};
+        run_result got = {0};
+        if (run_engine(&ro, &got) != FERRY_OK) {
+            tap_ok(0, "%s ran", runs[i].name);
+            continue;
+        }
+        compare(&got, runs[i].accum == 1 ? &ref : &ref2, runs[i].name);
+        free(got.weights);
+    }
+    free(ref.weights);
+    free(ref2.weights);
+}
+
+static void test_delayed_update(void)
+{
+    run_result ref = {0}, got = {0};
+    run_opts ro = {FERRY_OFFLOAD_OPTIMIZER, 1, 2, 1, 0};
+    if (run_reference(1, true, &ref) != FERRY_OK || run_engine(&ro, &got) != FERRY_OK) {
+        tap_ok(0, "delayed update ran: %s", ferry_last_error());
+        return;
+    }
+    compare(&got, &ref, "delayed update vs its definition (gradients two updates old)");
+    free(ref.weights);
+    free(got.weights);
+}
+
+static void test_params_beyond_budget(void)
+{
+    /* A deeper, narrower model: many small groups, so a window of a few fits
+     * where the whole model does not. */
+    gpt2_config deep;
+    gpt2_config_from_fields(24, 2, 32, 500, 512, 64, &deep);
+    gpt2_config saved = tiny;
+    tiny = deep;
+    gpt2_model *m;
+    backend *be;
+    gpt2_create(&tiny, &m);
+    backend_open(FERRY_BACKEND_HOST, &be);
+    uint64_t weights = 0, largest = 0;
+    for (int g = 0; g < gpt2_num_groups(m); g++) {
+        weights += gpt2_group_numel(m, g) * sizeof(float);
+        if (gpt2_group_numel(m, g) * sizeof(float) > largest)
+            largest = gpt2_group_numel(m, g) * sizeof(float);
+    }
+    size_t acts = gpt2_activations_bytes(m, be, B, T, false);
+    backend_close(be);
+    gpt2_destroy(m);
+    /* Room for the activations, a window of 3 groups' weights and 2 groups'
+     * gradients: the weights alone are several times that. */
+    uint64_t budget = acts + 4 * largest + (1u << 14);
+    tap_ok(weights >= 2 * (budget - acts), "the model's weights (%.0f KiB) are %.1fx the budget left after "
+           "activations (%.0f KiB)", (double)weights / 1024, (double)weights / (double)(budget - acts),
+           (double)(budget - acts) / 1024);
+    run_opts ro = {FERRY_OFFLOAD_PARAMS, 1, 1, 0, budget};
+    run_result got = {0};
+    ferry_status st = run_engine(&ro, &got);
+    tap_ok(st == FERRY_OK, "params mode trains with a %.0f KiB budget for %.0f KiB of weights (+ grads, "
+                           "master, moments)", (double)budget / 1024, (double)weights / 1024);
+    tap_ok(got.device_peak <= budget && got.device_peak > 0, "device peak %llu <= budget %llu",
+           (unsigned long long)got.device_peak, (unsigned long long)budget);
+    tap_ok(got.max_resident <= 3, "at most prefetch + 2 = 3 groups resident (saw %d)", got.max_resident);
+    tap_ok(st == FERRY_OK && got.loss[STEPS - 1] < got.loss[0], "and it learns: %.4f -> %.4f",
+           (double)got.loss[0], (double)got.loss[STEPS - 1]);
+    free(got.weights);
+    tiny = saved;
+
+    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
+    cfg.backend = FERRY_BACKEND_HOST;
+    cfg.offload = FERRY_OFFLOAD_NONE;
+    cfg.device_budget_bytes = weights; /* the weights fit; with master and moments they do not */
+    ferry_engine *e = NULL;
+    gpt2_create(&tiny, &m);
+    st = ferry_engine_create(&cfg, &e);
+    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED);
+    if (st == FERRY_OK) st = ferry_engine_setup(e);
+    TAP_IS_STATUS(st, FERRY_ERR_OUT_OF_MEMORY, "offload none with too small a budget fails at setup");
+    tap_ok(strstr(ferry_last_error(), "--offload optimizer") && strstr(ferry_last_error(), "--offload params"),
+           "and suggests the offload modes: %s", ferry_last_error());
+    ferry_engine_destroy(e);
+    gpt2_destroy(m);
+}
+
+static void test_misuse(void)
+{
+    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
+    cfg.backend = FERRY_BACKEND_HOST;
+    ferry_engine *e = NULL;
+    cfg.prefetch_groups = -1;
+    TAP_IS_STATUS(ferry_engine_create(&cfg, &e), FERRY_ERR_INVALID_ARGUMENT, "a negative prefetch is refused");
+    tap_ok(strstr(ferry_last_error(), "prefetch_groups -1") != NULL, "naming the field: %s", ferry_last_error());
+    cfg.prefetch_groups = 2;
+    cfg.size = 8;
+    TAP_IS_STATUS(ferry_engine_create(&cfg, &e), FERRY_ERR_INVALID_ARGUMENT, "a config without its size is refused");
+    cfg.size = sizeof cfg;
+    TAP_IS_STATUS(ferry_engine_create(&cfg, &e), FERRY_OK, "create");
+    float w[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    void *p = NULL;
+    ferry_offload mode;
+    TAP_IS_STATUS(ferry_offload_parse("zero3", &mode), FERRY_ERR_INVALID_ARGUMENT, "unknown offload name");
+    TAP_IS_STATUS(ferry_engine_fetch(e, 0, FERRY_PHASE_FORWARD, &p), FERRY_ERR_STATE, "fetch before setup");
+    TAP_IS_STATUS(ferry_engine_setup(e), FERRY_ERR_STATE, "setup without groups");
+    TAP_IS_STATUS(ferry_engine_add_group(e, "a", 8, w, NULL, NULL), FERRY_OK, "add a group");
+    TAP_IS_STATUS(ferry_engine_add_group(e, "empty", 0, w, NULL, NULL), FERRY_ERR_INVALID_ARGUMENT,
+                  "an empty group is refused");
+    TAP_IS_STATUS(ferry_engine_setup(e), FERRY_OK, "setup");
+    TAP_IS_STATUS(ferry_engine_add_group(e, "late", 8, w, NULL, NULL), FERRY_ERR_STATE,
+                  "a group added after setup is refused");
+    tap_ok(strstr(ferry_last_error(), "before ferry_engine_setup") != NULL, "and says when to add it");
+    ferry_step_options o = FERRY_STEP_OPTIONS_INIT;
+    TAP_IS_STATUS(ferry_engine_step(e, &o, NULL), FERRY_ERR_STATE, "a step without gradients is refused");
+    TAP_IS_STATUS(ferry_engine_fetch(e, 0, FERRY_PHASE_FORWARD, &p), FERRY_ERR_STATE,
+                  "fetch outside a micro-batch is refused");
+    ferry_engine_begin_micro_batch(e, 0, 1);
+    TAP_IS_STATUS(ferry_engine_fetch(e, 0, FERRY_PHASE_FORWARD, &p), FERRY_OK, "fetch");
+    TAP_IS_STATUS(ferry_engine_fetch(e, 0, FERRY_PHASE_FORWARD, &p), FERRY_ERR_STATE, "a group asked twice is refused");
+    tap_ok(strstr(ferry_last_error(), "twice") != NULL, "the message says so: %s", ferry_last_error());
+    TAP_IS_STATUS(ferry_engine_fetch(e, 5, FERRY_PHASE_FORWARD, &p), FERRY_ERR_INVALID_ARGUMENT, "a group that does not exist");
+    TAP_IS_STATUS(ferry_engine_grads(e, 0, &p), FERRY_ERR_STATE, "grads outside backward");
+    ferry_engine_release(e, 0, FERRY_PHASE_FORWARD);
+    TAP_IS_STATUS(ferry_engine_release(e, 0, FERRY_PHASE_FORWARD), FERRY_ERR_STATE, "release twice");
+    TAP_IS_STATUS(ferry_engine_step(e, &o, NULL), FERRY_ERR_STATE, "a step before backward is refused");
+    ferry_engine_fetch(e, 0, FERRY_PHASE_BACKWARD, &p);
+    void *dw = NULL;
+    ferry_engine_grads(e, 0, &dw);
+    ferry_engine_synchronize(e);
+    for (int i = 0; i < 8; i++)
+        ((float *)dw)[i] = i == 3 ? NAN : 1.0f;
+    ferry_engine_release(e, 0, FERRY_PHASE_BACKWARD);
+    ferry_step_report rep = FERRY_STEP_REPORT_INIT;
+    o.lr = -1;
+    TAP_IS_STATUS(ferry_engine_step(e, &o, &rep), FERRY_ERR_INVALID_ARGUMENT, "a negative lr is refused");
+    o.lr = 0.1f;
+    TAP_IS_STATUS(ferry_engine_step(e, &o, &rep), FERRY_OK, "a step with a NaN gradient returns OK");
+    tap_ok(rep.skipped == 1 && rep.bad_group == 0 && rep.step == 0, "and is reported skipped (group %d)", rep.bad_group);
+    float back[8];
+    ferry_engine_get_weights(e, 0, back);
+    tap_ok(memcmp(back, w, sizeof w) == 0, "the weights are untouched by the skipped step");
+    ferry_engine_destroy(e);
+}
+
+int main(void)
+{
+    if (gpt2_config_from_fields(2, 4, 64, 500, 512, 64, &tiny) != FERRY_OK) {
+        printf("Bail out! %s\n", ferry_last_error());
+        return 1;
+    }
+    tap_diag("tiny GPT-2: 2 layers, 4 heads, 64 wide, vocab 500 padded to 512; B=%d T=%d, %d steps", B, T, STEPS);
+    test_misuse();
+    test_modes_agree();
+    test_delayed_update();
+    test_params_beyond_budget();
+    return tap_done();
+}
