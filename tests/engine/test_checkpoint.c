@@ -1,0 +1,178 @@
+/* The engine's checkpoint: save then load gives bitwise the state and the
+ * user blob back, and training continues exactly as without the break, in
+ * every offload mode; a damaged, truncated or foreign file is refused with a
+ * message and changes nothing; a failed save leaves the earlier file intact. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "engine/engine.h"
+#include "tap.h"
+
+enum { GROUPS = 3 };
+static const size_t numel[GROUPS] = {1000, 70001, 333};
+static char dir[256];
+
+static ferry_engine *make(ferry_offload mode, const size_t *sizes)
+{
+    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
+    cfg.backend = FERRY_BACKEND_HOST;
+    cfg.offload = mode;
+    cfg.optimizer_threads = 2;
+    ferry_engine *e = NULL;
+    if (ferry_engine_create(&cfg, &e) != FERRY_OK)
+        return NULL;
+    uint64_t rng = 99;
+    for (int g = 0; g < GROUPS; g++) {
+        float *w = malloc(sizes[g] * sizeof(float));
+        for (size_t i = 0; i < sizes[g]; i++)
+            w[i] = (float)(tap_rand_unit(&rng) - 0.5);
+        ferry_engine_add_group(e, "g", sizes[g], w, NULL, NULL);
+        free(w);
+    }
+    if (ferry_engine_setup(e) != FERRY_OK) {
+        ferry_engine_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* One step of a quadratic loss sum (w - t)^2 / 2 with t_i = sin(i): grad = w - t. */
+static ferry_status train_step(ferry_engine *e)
+{
+    ferry_status st = ferry_engine_begin_micro_batch(e, 0, 1);
+    for (int g = 0; g < GROUPS && st == FERRY_OK; g++) {
+        void *w, *dw;
+        st = ferry_engine_fetch(e, g, FERRY_PHASE_BACKWARD, &w);
+        if (st == FERRY_OK) st = ferry_engine_grads(e, g, &dw);
+        if (st == FERRY_OK) st = ferry_engine_synchronize(e);
+        for (size_t i = 0; i < numel[g] && st == FERRY_OK; i++)
+            ((float *)dw)[i] += ((float *)w)[i] - sinf((float)i);
+        if (st == FERRY_OK) st = ferry_engine_release(e, g, FERRY_PHASE_BACKWARD);
+    }
+    ferry_step_options o = FERRY_STEP_OPTIONS_INIT;
+    o.lr = 0.01f;
+    o.weight_decay = 0.1f;
+    return st == FERRY_OK ? ferry_engine_step(e, &o, NULL) : st;
+}
+
+static float *weights(ferry_engine *e)
+{
+    size_t total = 0;
+    for (int g = 0; g < GROUPS; g++)
+        total += numel[g];
+    float *all = malloc(total * sizeof(float)), *at = all;
+    for (int g = 0; g < GROUPS; g++) {
+        ferry_engine_get_weights(e, g, at);
+        at += numel[g];
+    }
+    return all;
+}
+
+static size_t total_bytes(void) { return (numel[0] + numel[1] + numel[2]) * sizeof(float); }
+
+static void test_round_trip(ferry_offload mode)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/state-%d.ckpt", dir, (int)mode);
+    const char blob[] = "rng=42 data=17";
+    ferry_engine *a = make(mode, numel), *b = make(mode, numel);
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < 3 && st == FERRY_OK; i++)
+        st = train_step(a);
+    TAP_IS_STATUS(ferry_engine_save(a, path, blob, sizeof blob), FERRY_OK, "%s: save after 3 steps",
+                  ferry_offload_name(mode));
+    for (int i = 0; i < 2; i++)
+        train_step(a);
+    char got[64] = {0};
+    size_t got_bytes = 0;
+    TAP_IS_STATUS(ferry_engine_load(b, path, got, sizeof got, &got_bytes), FERRY_OK, "%s: load",
+                  ferry_offload_name(mode));
+    tap_ok(got_bytes == sizeof blob && strcmp(got, blob) == 0, "%s: the user blob comes back ('%s')",
+           ferry_offload_name(mode), got);
+    for (int i = 0; i < 2; i++)
+        train_step(b);
+    float *wa = weights(a), *wb = weights(b);
+    tap_ok(memcmp(wa, wb, total_bytes()) == 0,
+           "%s: 3 steps + save + load + 2 steps == 5 steps, bitwise (moments and step count restored)",
+           ferry_offload_name(mode));
+    free(wa);
+    free(wb);
+    ferry_engine_destroy(a);
+    ferry_engine_destroy(b);
+}
+
+static void corrupt_copy(const char *from, const char *to, long flip_at, long truncate_to)
+{
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    int c;
+    long pos = 0;
+    while ((c = fgetc(in)) != EOF && (truncate_to < 0 || pos < truncate_to)) {
+        fputc(pos == flip_at ? c ^ 0x10 : c, out);
+        pos++;
+    }
+    fclose(in);
+    fclose(out);
+}
+
+static void test_bad_files(void)
+{
+    char good[300], bad[300];
+    snprintf(good, sizeof good, "%s/good.ckpt", dir);
+    snprintf(bad, sizeof bad, "%s/bad.ckpt", dir);
+    ferry_engine *e = make(FERRY_OFFLOAD_OPTIMIZER, numel);
+    train_step(e);
+    ferry_engine_save(e, good, NULL, 0);
+    train_step(e);
+    float *before = weights(e);
+
+    corrupt_copy(good, bad, 5000, -1);
+    TAP_IS_STATUS(ferry_engine_load(e, bad, NULL, 0, NULL), FERRY_ERR_FORMAT, "a flipped bit is found");
+    tap_ok(strstr(ferry_last_error(), "checksum") != NULL, "the message says the file is damaged: %s",
+           ferry_last_error());
+    corrupt_copy(good, bad, -1, 3000);
+    TAP_IS_STATUS(ferry_engine_load(e, bad, NULL, 0, NULL), FERRY_ERR_FORMAT, "a truncated file is refused");
+    tap_ok(strstr(ferry_last_error(), "truncated") != NULL, "the message says truncated: %s", ferry_last_error());
+    corrupt_copy(good, bad, 0, -1);
+    TAP_IS_STATUS(ferry_engine_load(e, bad, NULL, 0, NULL), FERRY_ERR_FORMAT, "a foreign file is refused");
+    TAP_IS_STATUS(ferry_engine_load(e, "/nonexistent/x.ckpt", NULL, 0, NULL), FERRY_ERR_IO, "a missing file");
+    float *after = weights(e);
+    tap_ok(memcmp(before, after, total_bytes()) == 0, "no failed load changed the weights");
+    free(after);
+
+    size_t other[GROUPS] = {1000, 70000, 333};
+    ferry_engine *f = make(FERRY_OFFLOAD_OPTIMIZER, other);
+    TAP_IS_STATUS(ferry_engine_load(f, good, NULL, 0, NULL), FERRY_ERR_FORMAT, "another model's checkpoint is refused");
+    tap_ok(strstr(ferry_last_error(), "group 1") && strstr(ferry_last_error(), "70001"),
+           "naming the group and the sizes: %s", ferry_last_error());
+    ferry_engine_destroy(f);
+
+    TAP_IS_STATUS(ferry_engine_save(e, "/nonexistent-dir/x.ckpt", NULL, 0), FERRY_ERR_IO,
+                  "saving into a missing directory fails with a status");
+    ferry_engine *g = make(FERRY_OFFLOAD_OPTIMIZER, numel);
+    TAP_IS_STATUS(ferry_engine_load(g, good, NULL, 0, NULL), FERRY_OK, "the earlier good file still loads");
+    ferry_engine_destroy(g);
+    free(before);
+    ferry_engine_destroy(e);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/ferry-ckpt-XXXXXX");
+    if (!mkdtemp(dir)) {
+        printf("Bail out! cannot make a temporary directory\n");
+        return 1;
+    }
+    test_round_trip(FERRY_OFFLOAD_NONE);
+    test_round_trip(FERRY_OFFLOAD_OPTIMIZER);
+    test_round_trip(FERRY_OFFLOAD_PARAMS);
+    test_bad_files();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        tap_diag("could not remove %s", dir);
+    return tap_done();
+}
