@@ -192,8 +192,10 @@ void ferry_engine_destroy(ferry_engine *e)
         if (e->d2h) backend_stream_synchronize(e->d2h);
     }
     engine_unplace(e);
-    for (int g = 0; g < e->ngroups; g++)
+    for (int g = 0; g < e->ngroups; g++) {
         free(e->groups[g].init);
+        free(e->groups[g].no_decay);
+    }
     free(e->groups);
     if (e->be && e->setup_done)
         ops_shutdown(e->be);
@@ -207,6 +209,44 @@ void ferry_engine_destroy(ferry_engine *e)
         trace_close(e->trace);
     backend_close(e->be);
     free(e);
+}
+
+static int range_less(const void *a, const void *b)
+{
+    const size_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* Copies, sorts and checks the group's ranges exempt from weight decay. */
+static ferry_status copy_no_decay(engine_group *g, const ferry_group_options *o)
+{
+    g->no_decay = NULL;
+    g->no_decay_count = 0;
+    if (!o->no_decay_count)
+        return FERRY_OK;
+    if (!o->no_decay)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "group '%s': no_decay_count %zu with no ranges", g->name,
+                       o->no_decay_count);
+    g->no_decay = malloc(o->no_decay_count * sizeof *g->no_decay);
+    if (!g->no_decay)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "group '%s': out of host memory", g->name);
+    memcpy(g->no_decay, o->no_decay, o->no_decay_count * sizeof *g->no_decay);
+    qsort(g->no_decay, o->no_decay_count, sizeof *g->no_decay, range_less);
+    size_t end = 0;
+    for (size_t r = 0; r < o->no_decay_count; r++) {
+        size_t off = g->no_decay[r][0], n = g->no_decay[r][1];
+        if (off < end || n > g->numel || off > g->numel - n) {
+            free(g->no_decay);
+            g->no_decay = NULL;
+            return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                           "group '%s': no-decay range {%zu, %zu} overlaps another or passes the group's "
+                           "end (%zu elements)",
+                           g->name, off, n, g->numel);
+        }
+        end = off + n;
+    }
+    g->no_decay_count = o->no_decay_count;
+    return FERRY_OK;
 }
 
 ferry_status ferry_engine_add_group(ferry_engine *e, const char *name, size_t numel,
@@ -230,6 +270,7 @@ ferry_status ferry_engine_add_group(ferry_engine *e, const char *name, size_t nu
                            "ferry_engine_add_group: options size %zu; use FERRY_GROUP_OPTIONS_INIT", opts->size);
         o = *opts;
     }
+    ferry_status st;
     if (!(o.lr_scale >= 0.0f) || !isfinite(o.lr_scale))
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_add_group: lr_scale %g must be finite and >= 0",
                        (double)o.lr_scale);
@@ -253,6 +294,11 @@ ferry_status ferry_engine_add_group(ferry_engine *e, const char *name, size_t nu
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_add_group('%s'): cannot hold %zu initial values",
                        g->name, numel);
     memcpy(g->init, init, numel * sizeof(float));
+    st = copy_no_decay(g, &o);
+    if (st != FERRY_OK) {
+        free(g->init);
+        return st;
+    }
     if (group_id)
         *group_id = e->ngroups;
     e->ngroups++;

@@ -73,7 +73,11 @@ typedef struct engine_group {
 
     tp_ticket *norm_ticket; /* sum of squares of the drained gradients */
     engine_norm_job *norm;
-    tp_ticket *update_ticket; /* AdamW of this group, not yet handed to a stream */
+    size_t (*no_decay)[2];  /* sorted, disjoint {offset, count} ranges (copied) */
+    size_t no_decay_count;
+    tp_ticket **update_tickets; /* AdamW jobs of this group (one per decay segment),
+                                   not yet handed to a stream */
+    int update_count;
     double sumsq;
     bool nonfinite;
 } engine_group;

@@ -17,6 +17,9 @@
 #include "common/units.h"
 #include "engine/engine.h"
 #include "optim/half.h"
+#ifdef FERRY_HAVE_CUDA
+#include "kernels/ops_cuda.h"
+#endif
 
 static optim_dtype act_optim(const ferry_engine *e)
 {
@@ -235,10 +238,12 @@ void engine_unplace(ferry_engine *e)
             tp_wait(g->norm_ticket);
             g->norm_ticket = NULL;
         }
-        if (g->update_ticket) {
-            tp_wait(g->update_ticket);
-            g->update_ticket = NULL;
-        }
+        for (int k = 0; k < g->update_count; k++)
+            tp_wait(g->update_tickets[k]);
+        free(g->update_tickets);
+        g->update_tickets = NULL;
+        g->update_count = 0;
+
         if (g->norm) {
             free(g->norm->partial);
             free(g->norm->bad);

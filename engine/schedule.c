@@ -22,24 +22,33 @@ static ferry_status check_micro(ferry_engine *e, const char *what)
 /* ---- the CPU update as seen from the streams ---- */
 
 typedef struct update_wait_args {
-    tp_ticket *ticket;
+    tp_ticket **tickets; /* owned by the host function, freed when waited */
+    int count;
 } update_wait_args;
 
 static ferry_status wait_update(void *p)
 {
     update_wait_args *a = p;
-    return tp_wait(a->ticket);
+    ferry_status st = FERRY_OK;
+    for (int k = 0; k < a->count; k++) {
+        ferry_status one = tp_wait(a->tickets[k]);
+        if (st == FERRY_OK)
+            st = one;
+    }
+    free(a->tickets);
+    return st;
 }
 
 ferry_status engine_update_barrier(ferry_engine *e, engine_group *g)
 {
-    if (!g->update_ticket)
+    if (!g->update_tickets)
         return FERRY_OK;
-    update_wait_args a = {g->update_ticket};
+    update_wait_args a = {g->update_tickets, g->update_count};
     ferry_status st = backend_launch_host(e->h2d, wait_update, &a, sizeof a);
     if (st != FERRY_OK)
         return st;
-    g->update_ticket = NULL; /* the stream owns it now */
+    g->update_tickets = NULL; /* the stream owns them now */
+    g->update_count = 0;
     return backend_event_record(g->updated, e->h2d);
 }
 

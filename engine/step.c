@@ -129,18 +129,75 @@ static adamw_hparams group_hparams(const engine_group *g, const ferry_step_optio
     return hp;
 }
 
-static ferry_status update_offloaded(ferry_engine *e, const ferry_step_options *o, float clip)
+/* A group's update as jobs over its segments: the decayed parts and the
+ * ranges exempt from weight decay alternate. Element-wise, so the split
+ * changes no bit. */
+typedef ferry_status (*segment_fn)(ferry_engine *e, engine_group *g, size_t first, size_t n,
+                                   adamw_hparams hp, float clip);
+
+static ferry_status for_each_segment(ferry_engine *e, engine_group *g, const ferry_step_options *o,
+                                     float clip, segment_fn fn)
+{
+    adamw_hparams hp = group_hparams(g, o), plain = hp;
+    plain.weight_decay = 0.0f;
+    size_t at = 0;
+    ferry_status st = FERRY_OK;
+    bool split = hp.weight_decay > 0.0f;
+    for (size_t r = 0; split && r < g->no_decay_count && st == FERRY_OK; r++) {
+        size_t off = g->no_decay[r][0], n = g->no_decay[r][1];
+        if (off > at)
+            st = fn(e, g, at, off - at, hp, clip);
+        if (st == FERRY_OK && n > 0)
+            st = fn(e, g, off, n, plain, clip);
+        at = off + n;
+    }
+    if (st == FERRY_OK && at < g->numel)
+        st = fn(e, g, at, g->numel - at, hp, clip);
+    return st;
+}
+
+static ferry_status submit_segment(ferry_engine *e, engine_group *g, size_t first, size_t n, adamw_hparams hp,
+                                   float clip)
 {
     optim_dtype act = e->act == DTYPE_F32 ? OPTIM_F32 : OPTIM_BF16;
+    size_t off = first * e->act_size;
+    adamw_job job = {g->master + first, g->m + first, g->v + first, (char *)g->host_grads + off, act, n,
+                     e->step + 1, hp, clip, (char *)g->host_weights + off, act};
+    tp_ticket **grown = realloc(g->update_tickets, (size_t)(g->update_count + 1) * sizeof *grown);
+    if (!grown)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "update of group '%s': out of host memory", g->name);
+    g->update_tickets = grown;
+    ferry_status st = adamw_submit(e->threads, &job, &g->update_tickets[g->update_count]);
+    if (st == FERRY_OK)
+        g->update_count++;
+    return st;
+}
+
+static ferry_status run_segment_resident(ferry_engine *e, engine_group *g, size_t first, size_t n,
+                                         adamw_hparams hp, float clip)
+{
+    size_t off = first * e->act_size;
+    if (backend_kind(e->be) == FERRY_BACKEND_HOST) {
+        adamw_job job = {g->master + first, g->m + first, g->v + first, (char *)g->dev_grads + off, OPTIM_F32,
+                         n, e->step + 1, hp, clip, (char *)g->dev_weights + off, OPTIM_F32};
+        return adamw_run(e->threads, &job);
+    }
+#ifdef FERRY_HAVE_CUDA
+    return cudaop_adamw(backend_stream_native(e->compute), g->master + first, g->m + first, g->v + first,
+                        (char *)g->dev_grads + off, (char *)g->dev_weights + off, n, hp.lr, hp.beta1,
+                        hp.beta2, hp.eps, hp.weight_decay, e->step + 1, clip);
+#else
+    return err_set(FERRY_ERR_UNSUPPORTED, "the cuda backend without CUDA support");
+#endif
+}
+
+static ferry_status update_offloaded(ferry_engine *e, const ferry_step_options *o, float clip)
+{
     ferry_status st = FERRY_OK;
     if (e->cfg.offload == FERRY_OFFLOAD_PARAMS && (st = engine_retire_all(e)) != FERRY_OK)
         return st;
-    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
-        engine_group *g = &e->groups[i];
-        adamw_job job = {g->master, g->m, g->v, g->host_grads, act, g->numel, e->step + 1,
-                         group_hparams(g, o), clip, g->host_weights, act};
-        st = adamw_submit(e->threads, &job, &g->update_ticket);
-    }
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
+        st = for_each_segment(e, &e->groups[i], o, clip, submit_segment);
     if (e->cfg.offload != FERRY_OFFLOAD_OPTIMIZER || e->cfg.delayed_update)
         return st;
     /* Each group's upload follows its own update, in forward order. */
@@ -183,21 +240,8 @@ static ferry_status upload_delayed(ferry_engine *e)
 static ferry_status update_resident(ferry_engine *e, const ferry_step_options *o, float clip)
 {
     ferry_status st = FERRY_OK;
-    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
-        engine_group *g = &e->groups[i];
-        adamw_hparams hp = group_hparams(g, o);
-        if (backend_kind(e->be) == FERRY_BACKEND_HOST) {
-            adamw_job job = {g->master, g->m, g->v, g->dev_grads, OPTIM_F32, g->numel, e->step + 1,
-                             hp, clip, g->dev_weights, OPTIM_F32};
-            st = adamw_run(e->threads, &job);
-            continue;
-        }
-#ifdef FERRY_HAVE_CUDA
-        st = cudaop_adamw(backend_stream_native(e->compute), g->master, g->m, g->v, g->dev_grads,
-                          g->dev_weights, g->numel, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay,
-                          e->step + 1, clip);
-#endif
-    }
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
+        st = for_each_segment(e, &e->groups[i], o, clip, run_segment_resident);
     return st;
 }
 

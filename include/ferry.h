@@ -225,9 +225,13 @@ typedef struct ferry_group_options {
     size_t size;          /* sizeof(ferry_group_options) */
     float lr_scale;       /* the group's lr = step lr x lr_scale; default 1 */
     int weight_decay;     /* 1: apply the step's weight decay to this group; 0: never */
+    /* Ranges of the group exempt from weight decay (biases, layernorms), as
+     * {offset, count} pairs in elements; copied. Ignored when weight_decay is 0. */
+    const size_t (*no_decay)[2];
+    size_t no_decay_count;
 } ferry_group_options;
 
-#define FERRY_GROUP_OPTIONS_INIT { sizeof(ferry_group_options), 1.0f, 1 }
+#define FERRY_GROUP_OPTIONS_INIT { sizeof(ferry_group_options), 1.0f, 1, NULL, 0 }
 
 /* Adds a group of `numel` parameters with initial values `init` (copied; the
  * caller keeps its buffer). opts may be NULL for the defaults. Groups are

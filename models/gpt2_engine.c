@@ -61,9 +61,24 @@ ferry_status gpt2_engine_add_groups(const gpt2_model *m, ferry_engine *e, uint64
             snprintf(name, sizeof name, "final layernorm");
         else
             snprintf(name, sizeof name, "block %d", g - 1);
-        ferry_status st = gpt2_init_group(m, g, seed, init);
+        /* GPT-2 recipes decay only the 2-D weights: biases and layernorms are exempt. */
+        size_t(*ranges)[2] = calloc((size_t)gpt2_group_tensor_count(m, g) + 1, sizeof *ranges);
+        ferry_group_options opts = FERRY_GROUP_OPTIONS_INIT;
+        ferry_status st = ranges ? gpt2_init_group(m, g, seed, init)
+                                 : err_set(FERRY_ERR_OUT_OF_MEMORY, "initialising group %d: out of host memory", g);
+        for (int t = 0; st == FERRY_OK && t < gpt2_group_tensor_count(m, g); t++) {
+            gpt2_tensor_info info;
+            st = gpt2_group_tensor(m, g, t, &info);
+            if (st == FERRY_OK && !info.decay) {
+                ranges[opts.no_decay_count][0] = info.offset;
+                ranges[opts.no_decay_count][1] = info.numel;
+                opts.no_decay_count++;
+            }
+        }
+        opts.no_decay = (const size_t(*)[2])ranges;
         if (st == FERRY_OK)
-            st = ferry_engine_add_group(e, name, n, init, NULL, NULL);
+            st = ferry_engine_add_group(e, name, n, init, &opts, NULL);
+        free(ranges);
         free(init);
         if (st != FERRY_OK)
             return st;

@@ -13,6 +13,7 @@
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
 #include "optim/adamw.h"
+#include "optim/gradnorm.h"
 #include "tap.h"
 
 enum { STEPS = 20, B = 2, T = 32 };
@@ -156,7 +157,6 @@ static ferry_status run_reference(int accum, bool delay, run_result *out)
     ferry_step_options o = step_options();
     gpt2_hooks hooks = gpt2_resident_hooks(r);
     int32_t tokens[B * T], targets[B * T];
-    adamw_job *jobs = calloc((size_t)G, sizeof *jobs);
     for (int step = 0; step < STEPS && st == FERRY_OK; step++) {
         gpt2_resident_zero_grads(r, s);
         float sum = 0;
@@ -169,14 +169,30 @@ static ferry_status run_reference(int accum, bool delay, run_result *out)
             sum += loss;
         }
         out->loss[step] = sum / (float)accum;
+        /* The global norm over whole groups, then AdamW tensor by tensor:
+         * GPT-2 decays only its 2-D weights. */
+        double sumsq = 0;
+        bool bad = false;
         for (int g = 0; g < G; g++) {
+            double one;
+            bool nf;
             gpt2_resident_get_grads(r, s, g, grad[g]);
-            adamw_job j = {master[g], mom[g], vel[g], grad[g], OPTIM_F32, gpt2_group_numel(m, g), step + 1,
-                           {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}, 1.0f, NULL, OPTIM_F32};
-            jobs[g] = j;
+            gradnorm_sumsq(NULL, grad[g], OPTIM_F32, gpt2_group_numel(m, g), &one, &nf);
+            sumsq += one;
+            bad |= nf;
         }
-        adamw_step_report rep;
-        st = adamw_step_groups(NULL, jobs, (size_t)G, o.max_grad_norm, 1.0f, &rep);
+        float clip = gradnorm_clip_coef(sqrt(sumsq), o.max_grad_norm);
+        for (int g = 0; g < G && !bad && st == FERRY_OK; g++) {
+            for (int t = 0; t < gpt2_group_tensor_count(m, g) && st == FERRY_OK; t++) {
+                gpt2_tensor_info ti;
+                gpt2_group_tensor(m, g, t, &ti);
+                adamw_job j = {master[g] + ti.offset, mom[g] + ti.offset, vel[g] + ti.offset, grad[g] + ti.offset,
+                               OPTIM_F32, ti.numel, step + 1,
+                               {o.lr, o.beta1, o.beta2, o.eps, ti.decay ? o.weight_decay : 0.0f}, clip, NULL,
+                               OPTIM_F32};
+                st = adamw_run(NULL, &j);
+            }
+        }
         /* The next step computes at the newest weights, or (delayed) at the
          * weights from before this update. */
         for (int g = 0; g < G; g++) {
@@ -194,7 +210,7 @@ static ferry_status run_reference(int accum, bool delay, run_result *out)
         at += gpt2_group_numel(m, g);
         free(master[g]); free(mom[g]); free(vel[g]); free(grad[g]); free(prev[g]);
     }
-    free(master); free(mom); free(vel); free(grad); free(prev); free(jobs);
+    free(master); free(mom); free(vel); free(grad); free(prev);
     gpt2_activations_destroy(act);
     gpt2_resident_destroy(r);
     gpt2_destroy(m);

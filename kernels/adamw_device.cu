@@ -1,0 +1,122 @@
+/* The device optimizer for the engine's no-offload mode: torch.optim.AdamW
+ * on fp32 master weights and moments in device memory, reading bf16
+ * gradients and writing the bf16 parameter copy; and the deterministic sum
+ * of squares of bf16 gradients behind global-norm clipping and the inf/NaN
+ * check. The CPU AdamW (optim/) is the one used when the state is offloaded. */
+#include <math.h>
+
+#include "kernels/cuda_util.cuh"
+
+namespace {
+
+constexpr int SUMSQ_BLOCKS = 512; /* fixed: the reduction tree must not depend on the GPU */
+constexpr int SUMSQ_THREADS = 256;
+
+__global__ void adamw_kernel(float *master, float *m, float *v, const bf16 *grad, bf16 *param_out,
+                             size_t n, float beta1, float beta2, float eps, float decay_factor, float step_size, float bc2_sqrt, float grad_scale)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const float g = __bfloat162float(grad[i]) * grad_scale;
+        /* torch 1.13: m.mul_(b1).add_(g, alpha=1-b1); v.mul_(b2).addcmul_(g, g, value=1-b2) */
+        const float mi = m[i] * beta1 + (1.0f - beta1) * g;
+        const float vi = v[i] * beta2 + (1.0f - beta2) * g * g;
+        float p = master[i] * decay_factor;
+        const float denom = sqrtf(vi) / bc2_sqrt + eps;
+        p = p - step_size * (mi / denom);
+        m[i] = mi;
+        v[i] = vi;
+        master[i] = p;
+        if (param_out)
+            param_out[i] = __float2bfloat16_rn(p);
+    }
+}
+
+/* Block b sums elements b*T + t, stepping by the whole grid, in fp64. */
+__global__ void __launch_bounds__(SUMSQ_THREADS)
+    sumsq_partial_kernel(const bf16 *grad, size_t n, double *partials)
+{
+    __shared__ double warp_sums[SUMSQ_THREADS / 32];
+    const size_t stride = (size_t)SUMSQ_BLOCKS * SUMSQ_THREADS;
+    double sum = 0.0;
+    for (size_t i = (size_t)blockIdx.x * SUMSQ_THREADS + threadIdx.x; i < n; i += stride) {
+        const double g = __bfloat162float(grad[i]);
+        sum += g * g;
+    }
+    sum = cu_warp_sum_d(sum);
+    if (threadIdx.x % 32 == 0)
+        warp_sums[threadIdx.x / 32] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0.0;
+        for (int w = 0; w < SUMSQ_THREADS / 32; w++)
+            total += warp_sums[w];
+        partials[blockIdx.x] = total;
+    }
+}
+
+__global__ void __launch_bounds__(SUMSQ_BLOCKS)
+    sumsq_final_kernel(const double *partials, double *out)
+{
+    __shared__ double tree[SUMSQ_BLOCKS];
+    tree[threadIdx.x] = partials[threadIdx.x];
+    __syncthreads();
+    for (int s = SUMSQ_BLOCKS / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s)
+            tree[threadIdx.x] += tree[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        *out += tree[0];
+}
+
+} // namespace
+
+extern "C" ferry_status cudaop_adamw(void *stream, float *master, float *m, float *v,
+                                     const void *grad_bf16, void *param_bf16_out, size_t n,
+                                     float lr, float beta1, float beta2, float eps,
+                                     float weight_decay, int64_t step, float grad_scale)
+{
+    CU_REQUIRE(step >= 1, "adamw: step must be >= 1 (the first update is step 1), got %lld",
+               (long long)step);
+    CU_REQUIRE(beta1 >= 0.0f && beta1 < 1.0f && beta2 >= 0.0f && beta2 < 1.0f,
+               "adamw: betas must lie in [0, 1), got %g and %g", (double)beta1, (double)beta2);
+    CU_REQUIRE(lr >= 0.0f && eps > 0.0f && weight_decay >= 0.0f,
+               "adamw: need lr >= 0, eps > 0, weight_decay >= 0; got %g, %g, %g", (double)lr,
+               (double)eps, (double)weight_decay);
+    if (n == 0)
+        return FERRY_OK;
+    CU_REQUIRE(master && m && v && grad_bf16, "adamw: master, m, v and grad must not be NULL");
+    /* As torch computes them: Python floats (double), used as fp32 scalars. */
+    const double bc1 = 1.0 - pow((double)beta1, (double)step);
+    const double bc2 = 1.0 - pow((double)beta2, (double)step);
+    const float step_size = (float)((double)lr / bc1);
+    const float bc2_sqrt = (float)sqrt(bc2);
+    const float decay_factor = (float)(1.0 - (double)lr * (double)weight_decay);
+    adamw_kernel<<<cu_blocks(n, 256, 132 * 16), 256, 0, cu_stream(stream)>>>(
+        master, m, v, static_cast<const bf16 *>(grad_bf16), static_cast<bf16 *>(param_bf16_out), n,
+        beta1, beta2, eps, decay_factor, step_size, bc2_sqrt, grad_scale);
+    CUDA_CHECK_LAUNCH();
+    return FERRY_OK;
+}
+
+extern "C" size_t cudaop_sumsq_scratch_bytes(void) { return SUMSQ_BLOCKS * sizeof(double); }
+
+extern "C" ferry_status cudaop_sumsq(void *stream, const void *grad_bf16, size_t n,
+                                     double *out_device_sumsq_accumulate, void *scratch)
+{
+    CU_REQUIRE(out_device_sumsq_accumulate && scratch,
+               "sumsq: the result and the scratch (cudaop_sumsq_scratch_bytes() bytes) must be "
+               "device pointers, one is NULL");
+    if (n == 0)
+        return FERRY_OK;
+    CU_REQUIRE(grad_bf16, "sumsq: grad is NULL with n=%zu", n);
+    cudaStream_t s = cu_stream(stream);
+    double *partials = static_cast<double *>(scratch);
+    sumsq_partial_kernel<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, s>>>(static_cast<const bf16 *>(grad_bf16),
+                                                                n, partials);
+    CUDA_CHECK_LAUNCH();
+    sumsq_final_kernel<<<1, SUMSQ_BLOCKS, 0, s>>>(partials, out_device_sumsq_accumulate);
+    CUDA_CHECK_LAUNCH();
+    return FERRY_OK;
+}

@@ -1,0 +1,112 @@
+/* The CUDA versions of the op set (kernels/<op>.cu), as kernels/ops.c calls
+ * them: for each ops_X(backend_stream *s, ARGS...) of kernels/ops.h there is
+ * cudaop_X(void *stream, ARGS...) with the same ARGS, `stream` being the
+ * stream's cudaStream_t (backend_stream_native()). Storage is bf16, math and
+ * statistics fp32, tokens int32. Also the device AdamW and the gradient
+ * sum of squares the engine uses when nothing is offloaded.
+ *
+ * No function here allocates device memory: what an op needs beyond its
+ * arguments (the cuBLASLt workspace, the classifier's logits, the sum of
+ * squares' partials) is passed in by the caller, so it counts against the
+ * engine's budget. Plain C: ops.c includes it; no CUDA header needed. */
+#ifndef FERRY_KERNELS_OPS_CUDA_H
+#define FERRY_KERNELS_OPS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "kernels/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Creates the cuBLASLt handle of the backend's device and remembers
+ * `workspace` (device memory of `workspace_bytes`, may be NULL/0) for its
+ * matmuls. Matmul descriptors and the chosen algorithms are cached per shape
+ * and freed by cudaop_shutdown(). Call from the thread that opened `be`
+ * (the backend's device must be current, as after backend_open). The
+ * workspace is shared by every stream of the device: matmuls on two streams
+ * of one device must not run at the same time unless workspace_bytes is 0. */
+ferry_status cudaop_init(backend *be, void *workspace, size_t workspace_bytes);
+void cudaop_shutdown(backend *be);
+
+ferry_status cudaop_encoder_forward(void *stream, act_t *out, const int32_t *tokens,
+                                    const act_t *wte, const act_t *wpe, int B, int T, int C);
+/* Deterministic, without atomics or scratch: one block per token position;
+ * the block of a token id's first position sums every position holding that
+ * id, in position order, in fp32, and adds the sum to dwte once. */
+ferry_status cudaop_encoder_backward(void *stream, act_t *dwte, act_t *dwpe, const act_t *dout,
+                                     const int32_t *tokens, int B, int T, int C);
+/* Negative token ids met by cudaop_encoder_forward on this device since the
+ * last call (they were read as token 0). Synchronizes `stream`; resets. */
+ferry_status cudaop_encoder_take_bad_tokens(void *stream, uint32_t *count);
+
+ferry_status cudaop_layernorm_forward(void *stream, act_t *out, float *mean, float *rstd,
+                                      const act_t *inp, const act_t *weight, const act_t *bias,
+                                      int N, int C);
+ferry_status cudaop_layernorm_backward(void *stream, act_t *dinp, act_t *dweight, act_t *dbias,
+                                       const act_t *dout, const act_t *inp, const act_t *weight,
+                                       const float *mean, const float *rstd, int N, int C);
+
+ferry_status cudaop_matmul_forward(void *stream, act_t *out, const act_t *inp, const act_t *weight,
+                                   const act_t *bias, int N, int C, int OC);
+ferry_status cudaop_matmul_backward(void *stream, act_t *dinp, act_t *dweight, act_t *dbias,
+                                    const act_t *dout, const act_t *inp, const act_t *weight, int N,
+                                    int C, int OC);
+
+ferry_status cudaop_gelu_forward(void *stream, act_t *out, const act_t *inp, size_t n);
+ferry_status cudaop_gelu_backward(void *stream, act_t *dinp, const act_t *inp, const act_t *dout,
+                                  size_t n);
+
+ferry_status cudaop_residual_forward(void *stream, act_t *out, const act_t *a, const act_t *b,
+                                     size_t n);
+
+/* FlashAttention-2 style: nothing of size T x T is stored. Head size
+ * C / NH up to 128; larger is FERRY_ERR_UNSUPPORTED. */
+ferry_status cudaop_attention_forward(void *stream, act_t *out, float *lse, const act_t *qkv,
+                                      int B, int T, int C, int NH);
+ferry_status cudaop_attention_backward(void *stream, act_t *dqkv, const act_t *dout,
+                                       const act_t *qkv, const act_t *out, const float *lse, int B,
+                                       int T, int C, int NH);
+
+/* `scratch`: cudaop_classifier_scratch_bytes(chunk, Vp) bytes of device
+ * memory (chunk x Vp bf16 logits, then their gradients in place).
+ * Targets >= V are counted (cudaop_classifier_take_bad_targets) and treated
+ * like negative ones: loss 0, no gradient. */
+ferry_status cudaop_classifier(void *stream, float *losses, act_t *dinp, act_t *dwte,
+                               const act_t *inp, const act_t *wte, const int32_t *targets,
+                               float grad_scale, int N, int C, int V, int Vp, void *scratch,
+                               int chunk);
+size_t cudaop_classifier_scratch_bytes(int chunk, int Vp);
+ferry_status cudaop_classifier_take_bad_targets(void *stream, uint32_t *count);
+
+/* Round to nearest even (f32 -> bf16) and exact widening (bf16 -> f32). */
+ferry_status cudaop_convert_from_f32(void *stream, act_t *dst, const float *src, size_t n);
+ferry_status cudaop_convert_to_f32(void *stream, float *dst, const act_t *src, size_t n);
+
+/* torch.optim.AdamW on device, for n elements of one tensor:
+ *   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ *   p *= 1 - lr wd; p -= (lr / (1-b1^step)) m / (sqrt(v) / sqrt(1-b2^step) + eps)
+ * master, m, v are fp32 and updated in place; grad is bf16; param_bf16_out
+ * (may be NULL) receives bf16(p). step >= 1. */
+ferry_status cudaop_adamw(void *stream, float *master, float *m, float *v, const void *grad_bf16,
+                          void *param_bf16_out, size_t n, float lr, float beta1, float beta2,
+                          float eps, float weight_decay, int64_t step, float grad_scale);
+
+/* *out_device_sumsq_accumulate += sum of grad^2 (fp64, in device memory),
+ * deterministic: a fixed number of blocks and a fixed reduction order, no
+ * atomics, so the bits depend only on the data. An inf or NaN gradient makes
+ * the sum inf or NaN, which is the flag the caller checks. `scratch` holds
+ * cudaop_sumsq_scratch_bytes() bytes of device memory (per-block partials);
+ * calls sharing a scratch must be on one stream. */
+ferry_status cudaop_sumsq(void *stream, const void *grad_bf16, size_t n,
+                          double *out_device_sumsq_accumulate, void *scratch);
+size_t cudaop_sumsq_scratch_bytes(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,273 @@
+/* The device arena: chunks from backend_alloc under a hard budget, carved by
+ * the span heap, with per-category accounting for stats and for messages
+ * that explain a refusal. Also the names of the memory categories. */
+#include "offload/arena.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/units.h"
+
+#define CHUNK_DEFAULT ((uint64_t)256 << 20)
+
+const char *ferry_mem_category_name(ferry_mem_category category)
+{
+    switch (category) {
+    case FERRY_MEM_PARAMS: return "params";
+    case FERRY_MEM_GRADS: return "grads";
+    case FERRY_MEM_OPTIMIZER: return "optimizer";
+    case FERRY_MEM_ACTIVATIONS: return "activations";
+    case FERRY_MEM_STAGING: return "staging";
+    case FERRY_MEM_WORKSPACE: return "workspace";
+    case FERRY_MEM_OTHER: return "other";
+    case FERRY_MEM_CATEGORY_COUNT: break;
+    }
+    return "unknown";
+}
+
+struct arena {
+    pthread_mutex_t mu;
+    backend *be;
+    pool_heap *heap;
+    uint64_t budget, chunk;
+    uint64_t cur[FERRY_MEM_CATEGORY_COUNT], peak[FERRY_MEM_CATEGORY_COUNT];
+    uint64_t total_peak;
+    trace *trace;
+};
+
+ferry_status arena_create(backend *be, const arena_config *cfg, arena **out)
+{
+    if (!be || !cfg || !out)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "arena_create: NULL backend, config or out");
+    *out = NULL;
+    uint64_t budget = cfg->budget_bytes;
+    if (budget == 0) {
+        uint64_t free_b = 0, total_b = 0;
+        ferry_status st = backend_mem_info(be, &free_b, &total_b);
+        if (st != FERRY_OK)
+            return err_wrap(st, "device arena: no budget given and the device's free memory is unknown");
+        budget = free_b;
+    }
+    budget &= ~(uint64_t)(ARENA_ALIGN - 1);
+    if (budget == 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "device arena: a budget of %llu bytes holds nothing; give at least 256 bytes "
+                       "(e.g. --gpu-mem 24GiB)",
+                       (unsigned long long)cfg->budget_bytes);
+    arena *a = calloc(1, sizeof *a);
+    if (!a)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "device arena: cannot allocate its bookkeeping");
+    ferry_status st = pool_heap_create(ARENA_ALIGN, &a->heap);
+    if (st != FERRY_OK) {
+        free(a);
+        return st;
+    }
+    a->be = be;
+    a->budget = budget;
+    a->chunk = cfg->chunk_bytes ? (cfg->chunk_bytes + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1)
+                                : CHUNK_DEFAULT;
+    a->trace = cfg->trace;
+    pthread_mutex_init(&a->mu, NULL);
+    trace_limit(a->trace, TRACE_POOL_DEVICE, budget);
+    *out = a;
+    return FERRY_OK;
+}
+
+static uint64_t a_reserved(const arena *a)
+{
+    pool_heap_usage u;
+    pool_heap_usage_get(a->heap, &u);
+    return u.reserved;
+}
+
+static void release_chunk(void *ctx, void *base, size_t bytes, void *cookie)
+{
+    (void)bytes;
+    (void)cookie;
+    arena *a = ctx;
+    backend_free(a->be, base);
+}
+
+void arena_destroy(arena *a)
+{
+    if (!a)
+        return;
+    pool_heap_release_regions(a->heap, false, release_chunk, a);
+    pool_heap_destroy(a->heap);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+}
+
+/* "device budget 24.0 GiB exhausted: activations 'block 17 attn' asked
+ * 512.0 MiB with 23.8 GiB in use (params 3.1 GiB, ...); <what to do>" */
+static ferry_status refuse(arena *a, size_t bytes, ferry_mem_category cat, const char *name,
+                           const char *why)
+{
+    char bud[32], ask[32], use[32], b[32];
+    char parts[400] = "", big[300] = "";
+    size_t len = 0;
+    for (int c = 0; c < FERRY_MEM_CATEGORY_COUNT; c++) {
+        if (!a->cur[c] || len >= sizeof parts)
+            continue;
+        len += (size_t)snprintf(parts + len, sizeof parts - len, "%s%s %s", len ? ", " : "",
+                                ferry_mem_category_name((ferry_mem_category)c),
+                                units_fmt_bytes(b, sizeof b, a->cur[c]));
+    }
+    pool_heap_live top[3];
+    size_t n = pool_heap_largest(a->heap, top, 3), blen = 0;
+    for (size_t i = 0; i < n && blen < sizeof big; i++)
+        blen += (size_t)snprintf(big + blen, sizeof big - blen, "%s'%s' %s", i ? ", " : "; largest: ",
+                                 top[i].name, units_fmt_bytes(b, sizeof b, top[i].bytes));
+    pool_heap_usage u;
+    pool_heap_usage_get(a->heap, &u);
+    return err_set(FERRY_ERR_OUT_OF_MEMORY,
+                   "device budget %s exhausted%s: %s '%s' asked %s with %s in use (%s)%s; lower "
+                   "--batch, add --recompute, or use --offload params",
+                   units_fmt_bytes(bud, sizeof bud, a->budget), why, ferry_mem_category_name(cat), name,
+                   units_fmt_bytes(ask, sizeof ask, bytes), units_fmt_bytes(use, sizeof use, u.in_use),
+                   len ? parts : "nothing", big);
+}
+
+/* Adds a chunk that fits `need`: min(budget - reserved, max(need, chunk)).
+ * Empty chunks are given back first only when that is what makes it fit, so
+ * a refused request changes nothing. */
+static ferry_status grow(arena *a, size_t need, size_t bytes, ferry_mem_category cat, const char *name)
+{
+    pool_heap_usage u;
+    pool_heap_usage_get(a->heap, &u);
+    uint64_t room = a->budget - u.reserved;
+    if (need > room) {
+        if (need > room + u.empty_regions_bytes) {
+            char why[160] = "", f[32], l[32];
+            if (u.in_use + need <= a->budget) /* the bytes exist, but not in one piece */
+                snprintf(why, sizeof why, " by fragmentation (%s free in reserved chunks, largest span %s)",
+                         units_fmt_bytes(f, sizeof f, u.free), units_fmt_bytes(l, sizeof l, u.largest_free));
+            return refuse(a, bytes, cat, name, why);
+        }
+        pool_heap_release_regions(a->heap, true, release_chunk, a);
+        room = a->budget - a_reserved(a);
+    }
+    uint64_t size = need > a->chunk ? need : a->chunk;
+    if (size > room)
+        size = room;
+    void *base = NULL;
+    ferry_status st = backend_alloc(a->be, (size_t)size, &base);
+    if (st != FERRY_OK && size > need) { /* the device may hold less than the budget says */
+        size = need;
+        st = backend_alloc(a->be, (size_t)size, &base);
+    }
+    if (st != FERRY_OK)
+        return err_wrap(FERRY_ERR_OUT_OF_MEMORY,
+                        "device arena: %s '%s' asked %zu bytes within the budget, but the device "
+                        "refused a chunk of %llu bytes",
+                        ferry_mem_category_name(cat), name, bytes, (unsigned long long)size);
+    st = pool_heap_add_region(a->heap, base, (size_t)size, NULL);
+    if (st != FERRY_OK) {
+        backend_free(a->be, base);
+        return st;
+    }
+    trace_reserve(a->trace, TRACE_POOL_DEVICE, a_reserved(a));
+    return FERRY_OK;
+}
+
+ferry_status arena_alloc(arena *a, size_t bytes, ferry_mem_category category, const char *name,
+                         void **out)
+{
+    if (!a || !out)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "arena_alloc: NULL arena or out");
+    *out = NULL;
+    if ((unsigned)category >= FERRY_MEM_CATEGORY_COUNT)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "device arena: category %d is not a ferry_mem_category",
+                       (int)category);
+    if (!name)
+        name = "";
+    pthread_mutex_lock(&a->mu);
+    ferry_status st;
+    void *ptr = NULL;
+    uint64_t charge = bytes > a->budget ? a->budget + ARENA_ALIGN : pool_heap_charge(a->heap, bytes);
+    if (charge > a->budget) {
+        st = refuse(a, bytes, category, name, "");
+    } else {
+        st = pool_heap_alloc(a->heap, bytes, ARENA_ALIGN, category, name, &ptr);
+        if (st == FERRY_OK && !ptr) {
+            st = grow(a, (size_t)charge, bytes, category, name);
+            if (st == FERRY_OK)
+                st = pool_heap_alloc(a->heap, bytes, ARENA_ALIGN, category, name, &ptr);
+            if (st == FERRY_OK && !ptr) /* cannot happen: the new chunk fits */
+                st = err_set(FERRY_ERR_OUT_OF_MEMORY, "device arena: no span fits %zu bytes after growing", bytes);
+        }
+    }
+    if (st == FERRY_OK) {
+        a->cur[category] += charge;
+        if (a->cur[category] > a->peak[category])
+            a->peak[category] = a->cur[category];
+        uint64_t total = 0;
+        for (int c = 0; c < FERRY_MEM_CATEGORY_COUNT; c++)
+            total += a->cur[c];
+        if (total > a->total_peak)
+            a->total_peak = total;
+        trace_alloc(a->trace, TRACE_POOL_DEVICE, category, name, charge, ptr);
+        *out = ptr;
+    }
+    pthread_mutex_unlock(&a->mu);
+    return st;
+}
+
+ferry_status arena_free(arena *a, void *ptr)
+{
+    if (!a)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "arena_free: NULL arena");
+    if (!ptr)
+        return FERRY_OK;
+    pool_heap_live f;
+    pthread_mutex_lock(&a->mu);
+    ferry_status st = pool_heap_free(a->heap, ptr, &f);
+    if (st == FERRY_OK) {
+        a->cur[f.category] -= f.bytes;
+        trace_free(a->trace, TRACE_POOL_DEVICE, f.category, f.name, f.bytes, ptr);
+    }
+    pthread_mutex_unlock(&a->mu);
+    if (st != FERRY_OK)
+        return err_wrap(st, "device arena: cannot free");
+    return FERRY_OK;
+}
+
+void arena_stats(arena *a, ferry_memory_stats *st)
+{
+    pool_heap_usage u;
+    pthread_mutex_lock(&a->mu);
+    pool_heap_usage_get(a->heap, &u);
+    st->device_budget_bytes = a->budget;
+    st->device_reserved_bytes = u.reserved;
+    for (int c = 0; c < FERRY_MEM_CATEGORY_SLOTS; c++) {
+        st->device_current_bytes[c] = c < FERRY_MEM_CATEGORY_COUNT ? a->cur[c] : 0;
+        st->device_peak_bytes[c] = c < FERRY_MEM_CATEGORY_COUNT ? a->peak[c] : 0;
+    }
+    st->device_total_current_bytes = u.in_use;
+    st->device_total_peak_bytes = a->total_peak;
+    st->device_fragmentation = u.free ? 1.0 - (double)u.largest_free / (double)u.free : 0.0;
+    pthread_mutex_unlock(&a->mu);
+}
+
+size_t arena_largest(arena *a, pool_heap_live *out, size_t max)
+{
+    pthread_mutex_lock(&a->mu);
+    size_t n = pool_heap_largest(a->heap, out, max);
+    pthread_mutex_unlock(&a->mu);
+    return n;
+}
+
+uint64_t arena_trim(arena *a)
+{
+    pthread_mutex_lock(&a->mu);
+    uint64_t r = pool_heap_release_regions(a->heap, true, release_chunk, a);
+    if (r)
+        trace_reserve(a->trace, TRACE_POOL_DEVICE, a_reserved(a));
+    pthread_mutex_unlock(&a->mu);
+    return r;
+}
+
+uint64_t arena_budget(const arena *a) { return a->budget; }

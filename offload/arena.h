@@ -1,0 +1,62 @@
+/* The device arena: every device byte of an engine, under one hard budget.
+ * It obtains a few large buffers with backend_alloc (growing in chunks, never
+ * past the budget in reserved bytes) and sub-allocates them best-fit with
+ * coalescing (the span heap of offload/pool.h), 256-byte aligned. Each
+ * allocation carries a category and a name, so a refusal can say what asked
+ * and what holds the memory. Works the same on the host and cuda backends.
+ * It owns no transfers and knows nothing of what the bytes mean.
+ *
+ * Threads: any function, from any thread; one mutex guards an arena. */
+#ifndef FERRY_OFFLOAD_ARENA_H
+#define FERRY_OFFLOAD_ARENA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry.h"
+#include "kernels/backend.h"
+#include "offload/pool.h"
+#include "offload/trace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ARENA_ALIGN 256u
+
+typedef struct arena_config {
+    uint64_t budget_bytes; /* hard cap on reserved device bytes; 0 = the device's free memory now */
+    uint64_t chunk_bytes;  /* growth step; 0 = 256 MiB */
+    trace *trace;          /* NULL = no trace */
+} arena_config;
+
+#define ARENA_CONFIG_INIT { 0, 0, NULL }
+
+typedef struct arena arena;
+
+/* The backend must outlive the arena. */
+ferry_status arena_create(backend *be, const arena_config *cfg, arena **out);
+/* Gives every chunk back to the backend, live allocations included. NULL is fine. */
+void arena_destroy(arena *a);
+/* 256-byte aligned device memory of at least `bytes` (0 gets 256). Beyond
+ * the budget: FERRY_ERR_OUT_OF_MEMORY with a message naming the category, the
+ * name, the bytes asked, the bytes in use by category and the budget; the
+ * arena is then exactly as it was. `name` is copied (63 bytes kept). */
+ferry_status arena_alloc(arena *a, size_t bytes, ferry_mem_category category, const char *name,
+                         void **out);
+/* FERRY_ERR_INVALID_ARGUMENT for a pointer that is not a live allocation's
+ * start (changes nothing); NULL is a no-op. */
+ferry_status arena_free(arena *a, void *ptr);
+/* Fills the device_ fields of *st. */
+void arena_stats(arena *a, ferry_memory_stats *st);
+/* Up to `max` live allocations, largest first; returns how many. */
+size_t arena_largest(arena *a, pool_heap_live *out, size_t max);
+/* Gives chunks without live allocations back to the backend; returns bytes. */
+uint64_t arena_trim(arena *a);
+uint64_t arena_budget(const arena *a);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,95 @@
+/* The memory trace: every allocation and free of the device arena and the
+ * pinned host pool, phase markers ("step 3", "backward") and per-step timing
+ * records, written to a compact binary file that tools/memprof reads.
+ * Owns the file format (documented in docs/memprof.md) and the writer; it
+ * does not own the allocators, which call it, nor the reader (tools/memprof).
+ *
+ * Off by default: every caller keeps a `trace *` that is NULL when tracing is
+ * off, and every function here returns at once on NULL, so an untraced run
+ * pays one pointer test. On, a record is 96 bytes copied into a buffer under
+ * a mutex; the buffer is written from the calling thread in 384 KiB chunks.
+ * Any thread may record; records are ordered by their timestamps.
+ * A write failure is remembered and returned by trace_flush()/trace_close(),
+ * so the allocators never fail because the trace did. */
+#ifndef FERRY_OFFLOAD_TRACE_H
+#define FERRY_OFFLOAD_TRACE_H
+
+#include <stdint.h>
+
+#include "ferry.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- file format, version 1 (little-endian) ----
+ * header, 32 bytes: magic "FERRYMEM", u32 version, u32 record size (96),
+ *                   u64 wall-clock start (ns since the Unix epoch), u64 0.
+ * then records of `record size` bytes, laid out as trace_record. */
+#define TRACE_MAGIC "FERRYMEM"
+#define TRACE_VERSION 1u
+#define TRACE_HEADER_SIZE 32u
+#define TRACE_RECORD_SIZE 96u
+#define TRACE_NAME_MAX 48u /* bytes of name, NUL included; longer names are cut */
+
+typedef enum trace_kind {
+    TRACE_ALLOC = 1,   /* pool, category, bytes, addr, name */
+    TRACE_FREE = 2,    /* same fields as the matching alloc */
+    TRACE_PHASE = 3,   /* step, name = phase ("forward", "backward", ...) */
+    TRACE_TIMING = 4,  /* step, name = key, value = milliseconds */
+    TRACE_LIMIT = 5,   /* pool, bytes = its budget (0 = none) */
+    TRACE_RESERVE = 6, /* pool, bytes = bytes reserved from the OS/device now */
+} trace_kind;
+
+typedef enum trace_pool {
+    TRACE_POOL_DEVICE = 0, /* the device arena */
+    TRACE_POOL_HOST = 1,   /* the pinned host pool */
+} trace_pool;
+
+typedef struct trace_record {
+    uint64_t t_ns;    /* 0: ns since the trace was opened */
+    uint8_t kind;     /* 8: trace_kind */
+    uint8_t pool;     /* 9: trace_pool */
+    uint8_t category; /* 10: ferry_mem_category */
+    uint8_t pad[5];   /* 11: 0 */
+    uint64_t bytes;   /* 16 */
+    uint64_t addr;    /* 24: the allocation's address (its identity until freed) */
+    int64_t step;     /* 32: for PHASE and TIMING; -1 otherwise */
+    double value;     /* 40: for TIMING */
+    char name[TRACE_NAME_MAX]; /* 48: NUL-terminated, NUL-padded */
+} trace_record;
+
+typedef struct trace trace;
+
+/* Creates (truncates) `path` and writes the header. FERRY_ERR_IO with the
+ * path and the reason when it cannot. Release with trace_close(). */
+ferry_status trace_open(const char *path, trace **out);
+/* Writes what is buffered, closes, frees. Returns the first write failure of
+ * the trace's life, if any (FERRY_ERR_IO). NULL is fine. Call it after the
+ * allocators that record into the trace are destroyed, or detached. */
+ferry_status trace_close(trace *t);
+/* Writes what is buffered now; returns the first write failure, if any. */
+ferry_status trace_flush(trace *t);
+
+/* Allocator events. `addr` identifies the allocation until it is freed. */
+void trace_alloc(trace *t, trace_pool pool, ferry_mem_category category, const char *name,
+                 uint64_t bytes, const void *addr);
+void trace_free(trace *t, trace_pool pool, ferry_mem_category category, const char *name,
+                uint64_t bytes, const void *addr);
+/* The pool's budget, and how much it holds from the OS or the device. */
+void trace_limit(trace *t, trace_pool pool, uint64_t bytes);
+void trace_reserve(trace *t, trace_pool pool, uint64_t reserved_bytes);
+/* Marks the start of a phase of a step: trace_phase(t, 3, "backward").
+ * memprof attributes every event to the last marker before it. */
+void trace_phase(trace *t, int64_t step, const char *phase);
+/* A timing figure of a step: trace_step_timing(t, 3, "gpu_wait_transfers", 1.7). */
+void trace_step_timing(trace *t, int64_t step, const char *key, double ms);
+
+/* Records written or buffered so far (for tests and benchmarks). */
+uint64_t trace_record_count(trace *t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,453 @@
+/* The cuda ops (kernels/<op>.cu) against the host ops (kernels/ops_host.h) on
+ * the same bf16-rounded random inputs, plus the device AdamW and sum of
+ * squares against double-precision references. Skips (77) without a GPU.
+ * Tolerances are norms of the error relative to the reference's norm, set
+ * by bf16's 8-bit mantissa: 1e-2 for elementwise and normalising ops, 2e-2
+ * where a bf16 intermediate (logits, P in attention) enters. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "kernels/ops.h"
+#include "kernels/ops_cuda.h"
+#include "kernels/ops_host.h"
+#include "tests/kernels_gpu/gpu_util.h"
+#include "tests/tap.h"
+
+static backend *be;
+static backend_stream *st;
+static uint64_t rng;
+
+#define TOL_ELEM 1e-2
+#define TOL_MIXED 2e-2
+
+static void check(const char *what, const float *got, const float *want, size_t n, double tol)
+{
+    gpu_err e = gpu_compare(got, want, n);
+    if (!tap_ok(e.rel <= tol, "%s: relative error %.3g <= %.0e (max abs %.3g, %zu values)", what,
+                e.rel, tol, e.max_abs, n))
+        for (size_t i = 0; i < n && i < 4; i++)
+            tap_diag("  [%zu] got %.6g want %.6g", i, got[i], want[i]);
+}
+
+static void *dev(const float *x, size_t n) { return gpu_upload_bf16(be, st, x, n); }
+static void *dev_raw(const void *x, size_t bytes) { return gpu_upload(be, st, x, bytes); }
+static float *back(const void *d, size_t n) { return gpu_download_bf16(st, d, n); }
+static void release(void *d) { backend_free(be, d); }
+
+#define OK(call) TAP_IS_STATUS((call), FERRY_OK, "%s", #call)
+
+static void test_convert(void)
+{
+    const size_t n = 4099;
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)gpu_rand_next(&rng);
+        memcpy(&x[i], &u, 4); /* every bit pattern: ties, subnormals, inf, NaN */
+    }
+    float specials[] = {1.0f + 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-9f, -0.0f, INFINITY, NAN, 0x1p-130f};
+    memcpy(x, specials, sizeof specials);
+    float *d32 = dev_raw(x, n * 4);
+    void *d16 = NULL;
+    backend_alloc(be, n * 2, &d16);
+    OK(ops_convert_from_f32(st, d16, d32, n));
+    uint16_t *h = malloc(n * 2);
+    backend_memcpy_async(st, h, d16, n * 2, BACKEND_COPY_D2H);
+    backend_stream_synchronize(st);
+    size_t bad = 0, first = n;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t want = gpu_bf16_bits(x[i]);
+        bool both_nan = isnan(x[i]) && (h[i] & 0x7fffu) > 0x7f80u;
+        if (h[i] != want && !both_nan && bad++ == 0)
+            first = i;
+    }
+    if (!tap_ok(bad == 0, "convert_from_f32: all %zu values round to nearest even", n))
+        tap_diag("  %zu differ; first [%zu] %a -> 0x%04x, want 0x%04x", bad, first, x[first],
+                 h[first], gpu_bf16_bits(x[first]));
+    float *back32 = NULL;
+    backend_alloc(be, n * 4, (void **)&back32);
+    OK(ops_convert_to_f32(st, back32, d16, n));
+    float *y = gpu_download_f32(st, back32, n);
+    bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float want = gpu_bf16_value(h[i]);
+        if (memcmp(&want, &y[i], 4) != 0 && !(isnan(want) && isnan(y[i])))
+            bad++;
+    }
+    TAP_IS_INT(bad, 0, "convert_to_f32 widens exactly");
+    release(d32), release(d16), release(back32);
+    free(x), free(h), free(y);
+}
+
+static void test_encoder(int B, int T, int C, int V)
+{
+    const size_t BT = (size_t)B * T;
+    int32_t *tok = malloc(BT * sizeof *tok);
+    for (size_t i = 0; i < BT; i++)
+        tok[i] = (int32_t)(gpu_rand_next(&rng) % (uint64_t)V); /* V small: many repeats */
+    float *wte = gpu_rand_array(&rng, (size_t)V * C, -1, 1);
+    float *wpe = gpu_rand_array(&rng, (size_t)T * C, -1, 1);
+    float *dout = gpu_rand_array(&rng, BT * C, -1, 1);
+    float *dwte = gpu_rand_array(&rng, (size_t)V * C, -1, 1);
+    float *dwpe = gpu_rand_array(&rng, (size_t)T * C, -1, 1);
+    float *out = malloc(BT * C * sizeof *out);
+    void *d_tok = dev_raw(tok, BT * 4), *d_wte = dev(wte, (size_t)V * C),
+         *d_wpe = dev(wpe, (size_t)T * C), *d_dout = dev(dout, BT * C),
+         *d_dwte = dev(dwte, (size_t)V * C), *d_dwpe = dev(dwpe, (size_t)T * C), *d_out = NULL;
+    backend_alloc(be, BT * C * 2, &d_out);
+    char what[96];
+    TAP_IS_STATUS(hostop_encoder_forward(out, tok, wte, wpe, B, T, C, V), FERRY_OK, "host encoder");
+    OK(ops_encoder_forward(st, d_out, d_tok, d_wte, d_wpe, B, T, C));
+    float *g = back(d_out, BT * C);
+    snprintf(what, sizeof what, "encoder_forward B=%d T=%d C=%d", B, T, C);
+    check(what, g, out, BT * C, TOL_ELEM);
+    free(g);
+    hostop_encoder_backward(dwte, dwpe, dout, tok, B, T, C);
+    OK(ops_encoder_backward(st, d_dwte, d_dwpe, d_dout, d_tok, B, T, C));
+    g = back(d_dwte, (size_t)V * C);
+    snprintf(what, sizeof what, "encoder_backward dwte (V=%d, repeated tokens)", V);
+    check(what, g, dwte, (size_t)V * C, TOL_ELEM);
+    free(g);
+    g = back(d_dwpe, (size_t)T * C);
+    check("encoder_backward dwpe", g, dwpe, (size_t)T * C, TOL_ELEM);
+    free(g);
+    /* Determinism: a second backward from the same start gives the same bits. */
+    void *d_dwte2 = dev(dwte, (size_t)V * C), *d_dwte3 = dev(dwte, (size_t)V * C);
+    OK(ops_encoder_backward(st, d_dwte2, NULL, d_dout, d_tok, B, T, C));
+    OK(ops_encoder_backward(st, d_dwte3, NULL, d_dout, d_tok, B, T, C));
+    float *g2 = back(d_dwte2, (size_t)V * C), *g3 = back(d_dwte3, (size_t)V * C);
+    TAP_IS_INT(memcmp(g2, g3, (size_t)V * C * 4), 0, "encoder_backward is deterministic");
+    free(g2), free(g3);
+    release(d_tok), release(d_wte), release(d_wpe), release(d_dout), release(d_dwte);
+    release(d_dwpe), release(d_out), release(d_dwte2), release(d_dwte3);
+    free(tok), free(wte), free(wpe), free(dout), free(dwte), free(dwpe), free(out);
+}
+
+static void test_layernorm(int N, int C)
+{
+    const size_t n = (size_t)N * C;
+    float *inp = gpu_rand_array(&rng, n, -2, 3);
+    float *w = gpu_rand_array(&rng, C, 0.5f, 1.5f), *b = gpu_rand_array(&rng, C, -0.5f, 0.5f);
+    float *dout = gpu_rand_array(&rng, n, -1, 1);
+    float *dinp = gpu_rand_array(&rng, n, -1, 1);
+    float *dw = gpu_rand_array(&rng, C, -1, 1), *db = gpu_rand_array(&rng, C, -1, 1);
+    float *out = malloc(n * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4);
+    void *d_inp = dev(inp, n), *d_w = dev(w, C), *d_b = dev(b, C), *d_dout = dev(dout, n),
+         *d_dinp = dev(dinp, n), *d_dw = dev(dw, C), *d_db = dev(db, C), *d_out = NULL;
+    float *d_mean = NULL, *d_rstd = NULL;
+    backend_alloc(be, n * 2, &d_out);
+    backend_alloc(be, N * 4, (void **)&d_mean);
+    backend_alloc(be, N * 4, (void **)&d_rstd);
+    hostop_layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    OK(ops_layernorm_forward(st, d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C));
+    char what[96];
+    float *g = back(d_out, n);
+    snprintf(what, sizeof what, "layernorm_forward N=%d C=%d out", N, C);
+    check(what, g, out, n, TOL_ELEM);
+    free(g);
+    g = gpu_download_f32(st, d_mean, N);
+    check("layernorm_forward mean (fp32)", g, mean, N, 1e-5);
+    free(g);
+    g = gpu_download_f32(st, d_rstd, N);
+    check("layernorm_forward rstd (fp32)", g, rstd, N, 1e-4);
+    free(g);
+    hostop_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    OK(ops_layernorm_backward(st, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C));
+    g = back(d_dinp, n);
+    check("layernorm_backward dinp", g, dinp, n, TOL_ELEM);
+    free(g);
+    g = back(d_dw, C);
+    check("layernorm_backward dweight", g, dw, C, TOL_ELEM);
+    free(g);
+    g = back(d_db, C);
+    check("layernorm_backward dbias", g, db, C, TOL_ELEM);
+    free(g);
+    release(d_inp), release(d_w), release(d_b), release(d_dout), release(d_dinp), release(d_dw);
+    release(d_db), release(d_out), release(d_mean), release(d_rstd);
+    free(inp), free(w), free(b), free(dout), free(dinp), free(dw), free(db), free(out);
+    free(mean), free(rstd);
+}
+
+static void test_matmul(int N, int C, int OC, bool with_bias)
+{
+    float *inp = gpu_rand_array(&rng, (size_t)N * C, -1, 1);
+    float *w = gpu_rand_array(&rng, (size_t)OC * C, -0.2f, 0.2f);
+    float *b = gpu_rand_array(&rng, OC, -1, 1);
+    float *dout = gpu_rand_array(&rng, (size_t)N * OC, -1, 1);
+    float *dinp = gpu_rand_array(&rng, (size_t)N * C, -1, 1);
+    float *dw = gpu_rand_array(&rng, (size_t)OC * C, -1, 1);
+    float *db = gpu_rand_array(&rng, OC, -1, 1);
+    float *out = malloc((size_t)N * OC * 4);
+    void *d_inp = dev(inp, (size_t)N * C), *d_w = dev(w, (size_t)OC * C), *d_b = dev(b, OC),
+         *d_dout = dev(dout, (size_t)N * OC), *d_dinp = dev(dinp, (size_t)N * C),
+         *d_dw = dev(dw, (size_t)OC * C), *d_db = dev(db, OC), *d_out = NULL;
+    backend_alloc(be, (size_t)N * OC * 2, &d_out);
+    char what[128];
+    hostop_matmul_forward(out, inp, w, with_bias ? b : NULL, N, C, OC);
+    OK(ops_matmul_forward(st, d_out, d_inp, d_w, with_bias ? d_b : NULL, N, C, OC));
+    float *g = back(d_out, (size_t)N * OC);
+    snprintf(what, sizeof what, "matmul_forward N=%d C=%d OC=%d bias=%d", N, C, OC, with_bias);
+    check(what, g, out, (size_t)N * OC, TOL_ELEM);
+    free(g);
+    hostop_matmul_backward(dinp, dw, with_bias ? db : NULL, dout, inp, w, N, C, OC);
+    OK(ops_matmul_backward(st, d_dinp, d_dw, with_bias ? d_db : NULL, d_dout, d_inp, d_w, N, C,
+                           OC));
+    g = back(d_dinp, (size_t)N * C);
+    check("matmul_backward dinp (+=)", g, dinp, (size_t)N * C, TOL_ELEM);
+    free(g);
+    g = back(d_dw, (size_t)OC * C);
+    check("matmul_backward dweight (+=)", g, dw, (size_t)OC * C, TOL_ELEM);
+    free(g);
+    if (with_bias) {
+        g = back(d_db, OC);
+        check("matmul_backward dbias (+=)", g, db, OC, TOL_ELEM);
+        free(g);
+    }
+    release(d_inp), release(d_w), release(d_b), release(d_dout), release(d_dinp), release(d_dw);
+    release(d_db), release(d_out);
+    free(inp), free(w), free(b), free(dout), free(dinp), free(dw), free(db), free(out);
+}
+
+/* offset: elements to shift the device pointers by, to exercise the
+ * unaligned (scalar) path. */
+static void test_elementwise(size_t n, size_t offset)
+{
+    float *x = gpu_rand_array(&rng, n, -4, 4), *y = gpu_rand_array(&rng, n, -4, 4);
+    float *dinp = gpu_rand_array(&rng, n, -1, 1), *out = malloc(n * 4);
+    float *pad = calloc(n + offset, sizeof *pad);
+    uint16_t *dx = dev(pad, n + offset), *dy = dev(pad, n + offset), *dd = dev(pad, n + offset),
+             *dout = dev(pad, n + offset);
+    void *tx = dev(x, n), *ty = dev(y, n), *td = dev(dinp, n);
+    backend_memcpy_async(st, dx + offset, tx, n * 2, BACKEND_COPY_D2D);
+    backend_memcpy_async(st, dy + offset, ty, n * 2, BACKEND_COPY_D2D);
+    backend_memcpy_async(st, dd + offset, td, n * 2, BACKEND_COPY_D2D);
+    char what[96];
+    hostop_gelu_forward(out, x, n);
+    OK(ops_gelu_forward(st, dout + offset, dx + offset, n));
+    float *g = back(dout + offset, n);
+    snprintf(what, sizeof what, "gelu_forward n=%zu offset=%zu", n, offset);
+    check(what, g, out, n, TOL_ELEM);
+    free(g);
+    hostop_gelu_backward(dinp, x, y, n);
+    OK(ops_gelu_backward(st, dd + offset, dx + offset, dy + offset, n));
+    g = back(dd + offset, n);
+    snprintf(what, sizeof what, "gelu_backward n=%zu offset=%zu (+=)", n, offset);
+    check(what, g, dinp, n, TOL_ELEM);
+    free(g);
+    hostop_residual_forward(out, x, y, n);
+    OK(ops_residual_forward(st, dout + offset, dx + offset, dy + offset, n));
+    g = back(dout + offset, n);
+    snprintf(what, sizeof what, "residual_forward n=%zu offset=%zu", n, offset);
+    check(what, g, out, n, TOL_ELEM);
+    free(g);
+    release(dx), release(dy), release(dd), release(dout), release(tx), release(ty), release(td);
+    free(x), free(y), free(dinp), free(out), free(pad);
+}
+
+static void test_attention(int B, int T, int C, int NH)
+{
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C,
+                 nlse = (size_t)B * NH * T;
+    float *qkv = gpu_rand_array(&rng, nqkv, -2, 2), *dout = gpu_rand_array(&rng, nout, -1, 1);
+    float *dqkv = gpu_rand_array(&rng, nqkv, -1, 1);
+    float *out = malloc(nout * 4), *lse = malloc(nlse * 4);
+    void *d_qkv = dev(qkv, nqkv), *d_dout = dev(dout, nout), *d_dqkv = dev(dqkv, nqkv),
+         *d_out = NULL;
+    float *d_lse = NULL;
+    backend_alloc(be, nout * 2, &d_out);
+    backend_alloc(be, nlse * 4, (void **)&d_lse);
+    char what[128];
+    snprintf(what, sizeof what, "B=%d T=%d C=%d NH=%d (HS %d)", B, T, C, NH, C / NH);
+    TAP_IS_STATUS(hostop_attention_forward(out, lse, qkv, B, T, C, NH), FERRY_OK, "host attention");
+    OK(ops_attention_forward(st, d_out, d_lse, d_qkv, B, T, C, NH));
+    float *g = back(d_out, nout);
+    char name[192];
+    snprintf(name, sizeof name, "attention_forward out %s", what);
+    check(name, g, out, nout, TOL_MIXED);
+    free(g);
+    g = gpu_download_f32(st, d_lse, nlse);
+    snprintf(name, sizeof name, "attention_forward lse %s", what);
+    check(name, g, lse, nlse, TOL_ELEM);
+    free(g);
+    /* The backward from the device's own forward output, as training does:
+     * the host gets the same (bf16) out and lse. */
+    float *out_dev = back(d_out, nout), *lse_dev = gpu_download_f32(st, d_lse, nlse);
+    TAP_IS_STATUS(hostop_attention_backward(dqkv, dout, qkv, out_dev, lse_dev, B, T, C, NH),
+                  FERRY_OK, "host attention backward");
+    OK(ops_attention_backward(st, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH));
+    g = back(d_dqkv, nqkv);
+    snprintf(name, sizeof name, "attention_backward dqkv (+=) %s", what);
+    check(name, g, dqkv, nqkv, TOL_MIXED);
+    free(g);
+    release(d_qkv), release(d_dout), release(d_dqkv), release(d_out), release(d_lse);
+    free(qkv), free(dout), free(dqkv), free(out), free(lse), free(out_dev), free(lse_dev);
+}
+
+static void test_classifier(int N, int C, int V, int Vp, int chunk, bool grad)
+{
+    float *inp = gpu_rand_array(&rng, (size_t)N * C, -1, 1);
+    float *wte = gpu_rand_array(&rng, (size_t)Vp * C, -0.3f, 0.3f);
+    float *dinp = gpu_rand_array(&rng, (size_t)N * C, -1, 1);
+    float *dwte = gpu_rand_array(&rng, (size_t)Vp * C, -1, 1);
+    int32_t *tgt = malloc(N * sizeof *tgt);
+    for (int i = 0; i < N; i++)
+        tgt[i] = i % 7 == 3 ? -1 : (int32_t)(gpu_rand_next(&rng) % (uint64_t)V);
+    float *losses = malloc(N * 4), *scratch = malloc((size_t)chunk * Vp * 4);
+    void *d_inp = dev(inp, (size_t)N * C), *d_wte = dev(wte, (size_t)Vp * C),
+         *d_dinp = dev(dinp, (size_t)N * C), *d_dwte = dev(dwte, (size_t)Vp * C),
+         *d_tgt = dev_raw(tgt, N * 4), *d_scratch = NULL;
+    float *d_losses = NULL;
+    backend_alloc(be, N * 4, (void **)&d_losses);
+    backend_alloc(be, ops_classifier_scratch_bytes(be, chunk, Vp), &d_scratch);
+    const float scale = 1.0f / N;
+    TAP_IS_STATUS(hostop_classifier(losses, grad ? dinp : NULL, grad ? dwte : NULL, inp, wte, tgt,
+                                    scale, N, C, V, Vp, scratch, chunk),
+                  FERRY_OK, "host classifier");
+    OK(ops_classifier(st, d_losses, grad ? d_dinp : NULL, grad ? d_dwte : NULL, d_inp, d_wte,
+                      d_tgt, scale, N, C, V, Vp, d_scratch, chunk));
+    char what[160];
+    float *g = gpu_download_f32(st, d_losses, N);
+    snprintf(what, sizeof what, "classifier losses N=%d C=%d V=%d Vp=%d chunk=%d grad=%d", N, C, V,
+             Vp, chunk, grad);
+    check(what, g, losses, N, TOL_ELEM);
+    free(g);
+    if (grad) {
+        g = back(d_dinp, (size_t)N * C);
+        check("classifier dinp (+=)", g, dinp, (size_t)N * C, TOL_MIXED);
+        free(g);
+        g = back(d_dwte, (size_t)Vp * C);
+        check("classifier dwte (+=, padded rows unchanged)", g, dwte, (size_t)Vp * C, TOL_MIXED);
+        free(g);
+    }
+    release(d_inp), release(d_wte), release(d_dinp), release(d_dwte), release(d_tgt);
+    release(d_scratch), release(d_losses);
+    free(inp), free(wte), free(dinp), free(dwte), free(tgt), free(losses), free(scratch);
+}
+
+/* torch.optim.AdamW 1.13 (_single_tensor_adamw), in double. */
+static void adamw_ref(double *p, double *m, double *v, const float *g, size_t n, double lr,
+                      double b1, double b2, double eps, double wd, int64_t step, double gscale)
+{
+    const double bc1 = 1 - pow(b1, (double)step), bc2 = 1 - pow(b2, (double)step);
+    for (size_t i = 0; i < n; i++) {
+        const double gi = g[i] * gscale;
+        p[i] *= 1 - lr * wd;
+        m[i] = m[i] * b1 + (1 - b1) * gi;
+        v[i] = v[i] * b2 + (1 - b2) * gi * gi;
+        p[i] -= lr / bc1 * m[i] / (sqrt(v[i]) / sqrt(bc2) + eps);
+    }
+}
+
+static void test_adamw(void)
+{
+    const size_t n = 10007;
+    float *p = gpu_rand_array(&rng, n, -1, 1), *zeros = calloc(n, 4);
+    double *rp = malloc(n * 8), *rm = calloc(n, 8), *rv = calloc(n, 8);
+    for (size_t i = 0; i < n; i++)
+        rp[i] = p[i];
+    float *d_p = dev_raw(p, n * 4), *d_m = dev_raw(zeros, n * 4), *d_v = dev_raw(zeros, n * 4);
+    void *d_out = NULL;
+    backend_alloc(be, n * 2, &d_out);
+    for (int64_t step = 1; step <= 3; step++) {
+        float *g = gpu_rand_array(&rng, n, -0.5f, 0.5f);
+        void *d_g = dev(g, n);
+        adamw_ref(rp, rm, rv, g, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, step, 0.5);
+        OK(cudaop_adamw(backend_stream_native(st), d_p, d_m, d_v, d_g, d_out, n, 1e-3f, 0.9f,
+                        0.95f, 1e-8f, 0.1f, step, 0.5f));
+        release(d_g);
+        free(g);
+    }
+    float *got = gpu_download_f32(st, d_p, n), *got16 = back(d_out, n);
+    double max_err = 0, max16 = 0;
+    for (size_t i = 0; i < n; i++) {
+        max_err = fmax(max_err, fabs(got[i] - rp[i]));
+        max16 = fmax(max16, fabs(got16[i] - got[i]) / fmax(fabs(got[i]), 1e-30));
+    }
+    /* fp32 state: a few ulps of |p| <= 1 after 3 steps of size 1e-3 */
+    tap_ok(max_err <= 1e-6, "adamw: 3 steps match torch AdamW in double, max abs err %.3g <= 1e-6",
+           max_err);
+    tap_ok(max16 <= 0x1p-8, "adamw: bf16 param copy within half a bf16 ulp, max rel %.3g", max16);
+    TAP_IS_STATUS(cudaop_adamw(backend_stream_native(st), d_p, d_m, d_v, d_out, d_out, n, 1e-3f,
+                               0.9f, 0.95f, 1e-8f, 0.1f, 0, 1.0f),
+                  FERRY_ERR_INVALID_ARGUMENT, "adamw: step 0 is rejected");
+    release(d_p), release(d_m), release(d_v), release(d_out);
+    free(p), free(zeros), free(rp), free(rm), free(rv), free(got), free(got16);
+}
+
+static void test_sumsq(void)
+{
+    const size_t n = 3000017;
+    float *g = gpu_rand_array(&rng, n, -1, 1);
+    double want = 0, zero = 0.5; /* accumulates onto 0.5 */
+    for (size_t i = 0; i < n; i++)
+        want += (double)g[i] * g[i];
+    want += 0.5;
+    void *d_g = dev(g, n), *d_scratch = NULL;
+    double *d_sum = dev_raw(&zero, 8), *d_sum2 = dev_raw(&zero, 8);
+    backend_alloc(be, cudaop_sumsq_scratch_bytes(), &d_scratch);
+    OK(cudaop_sumsq(backend_stream_native(st), d_g, n, d_sum, d_scratch));
+    OK(cudaop_sumsq(backend_stream_native(st), d_g, n, d_sum2, d_scratch));
+    double got = 0, got2 = 0;
+    backend_memcpy_async(st, &got, d_sum, 8, BACKEND_COPY_D2H);
+    backend_memcpy_async(st, &got2, d_sum2, 8, BACKEND_COPY_D2H);
+    backend_stream_synchronize(st);
+    TAP_IS_CLOSE(got, want, 0, 1e-10, "sumsq of %zu bf16 values accumulates onto *out", n);
+    tap_ok(memcmp(&got, &got2, 8) == 0, "sumsq is bitwise deterministic (%.17g, %.17g)", got, got2);
+    g[n / 2] = NAN;
+    void *d_bad = dev(g, n);
+    OK(cudaop_sumsq(backend_stream_native(st), d_bad, n, d_sum, d_scratch));
+    backend_memcpy_async(st, &got, d_sum, 8, BACKEND_COPY_D2H);
+    backend_stream_synchronize(st);
+    tap_ok(!isfinite(got), "sumsq flags a NaN gradient with a non-finite sum (%g)", got);
+    release(d_g), release(d_scratch), release(d_sum), release(d_sum2), release(d_bad);
+    free(g);
+}
+
+int main(void)
+{
+    ferry_status rc = backend_open(FERRY_BACKEND_CUDA, &be);
+    if (rc == FERRY_ERR_UNSUPPORTED)
+        tap_plan_skip("no GPU");
+    if (rc != FERRY_OK) {
+        printf("Bail out! backend_open(cuda): %s\n", ferry_last_error());
+        return 1;
+    }
+    rng = 0x5eed2024ull;
+    const char *seed = getenv("FERRY_TEST_SEED");
+    if (seed)
+        rng = strtoull(seed, NULL, 0);
+    tap_diag("device %s, seed 0x%llx", backend_device_name(be), (unsigned long long)rng);
+    const size_t ws_bytes = 32u << 20;
+    void *ws = NULL;
+    if (backend_stream_create(be, "test", &st) != FERRY_OK || backend_alloc(be, ws_bytes, &ws) ||
+        ops_init(be, ws, ws_bytes) != FERRY_OK) {
+        printf("Bail out! setup: %s\n", ferry_last_error());
+        return 1;
+    }
+    test_convert();
+    test_encoder(2, 67, 96, 50);
+    test_encoder(3, 33, 20, 3); /* C not a multiple of 8: scalar path; 3 ids, long runs */
+    test_layernorm(131, 96);
+    test_layernorm(37, 50);
+    test_matmul(134, 96, 200, true);
+    test_matmul(64, 128, 384, false);
+    test_elementwise(10001, 0);
+    test_elementwise(1003, 3);
+    test_attention(2, 67, 96, 2);   /* HS 48: padded to 64; T not a multiple of 64 */
+    test_attention(1, 130, 128, 2); /* HS 64, as GPT-2 */
+    test_attention(2, 40, 36, 3);   /* HS 12: scalar loads */
+    test_attention(1, 70, 256, 2);  /* HS 128 */
+    test_classifier(37, 64, 1000, 1024, 16, true);
+    test_classifier(20, 32, 250, 256, 64, false);
+    test_adamw();
+    test_sumsq();
+    ops_shutdown(be);
+    backend_free(be, ws);
+    backend_stream_destroy(st);
+    backend_close(be);
+    return tap_done();
+}

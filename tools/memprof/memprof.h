@@ -1,0 +1,93 @@
+/* memprof's internals: reading a memory trace (offload/trace.h format),
+ * replaying it into peak figures and a timeline, and writing them as text,
+ * JSON and SVG. Owns nothing of the library; reads files only. */
+#ifndef FERRY_TOOLS_MEMPROF_H
+#define FERRY_TOOLS_MEMPROF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ferry.h"
+#include "offload/trace.h"
+
+#define MP_POOLS 2
+#define MP_TOP_MAX 64
+
+/* A trace as read: the records before the first problem, and the problem. */
+typedef struct mp_trace {
+    trace_record *rec;
+    size_t n;
+    uint64_t start_unix_ns;
+    ferry_status status; /* FERRY_OK, or why reading stopped early */
+    char error[512];
+} mp_trace;
+
+/* Reads `path`. Always fills *t (n may be 0); returns t->status. */
+ferry_status mp_read(const char *path, mp_trace *t);
+void mp_trace_free(mp_trace *t);
+
+typedef struct mp_alloc {
+    uint64_t bytes;
+    uint64_t addr;
+    int category;
+    char name[TRACE_NAME_MAX];
+} mp_alloc;
+
+typedef struct mp_pool_report {
+    bool seen;                /* the pool has events */
+    uint64_t limit;           /* its budget (0 = none or not recorded) */
+    uint64_t reserved_peak;
+    uint64_t peak;            /* bytes in use at the worst moment */
+    uint64_t peak_t_ns;
+    size_t peak_record;       /* index of the record that reached the peak */
+    int64_t peak_step;        /* step of the last phase marker before it; -1 if none */
+    char peak_phase[TRACE_NAME_MAX];
+    uint64_t peak_by_cat[FERRY_MEM_CATEGORY_COUNT];
+    uint64_t cat_peak[FERRY_MEM_CATEGORY_COUNT]; /* each category's own maximum */
+    mp_alloc largest[MP_TOP_MAX];
+    size_t nlargest;
+    size_t live_at_peak;
+    uint64_t final_bytes;
+    uint64_t allocs, frees;
+    uint64_t unknown_frees;   /* frees of an address with no live alloc */
+    uint64_t reused_addrs;    /* allocs of an address already live */
+    /* timeline: per bucket, the by-category bytes at the bucket's highest moment */
+    uint64_t (*bucket)[FERRY_MEM_CATEGORY_COUNT];
+} mp_pool_report;
+
+typedef struct mp_timing {
+    char key[TRACE_NAME_MAX];
+    uint64_t count;
+    double sum, max;
+} mp_timing;
+
+typedef struct mp_mark {
+    uint64_t t_ns;
+    int64_t step;
+    char name[TRACE_NAME_MAX];
+} mp_mark;
+
+typedef struct mp_report {
+    mp_pool_report pool[MP_POOLS];
+    mp_timing *timings;
+    size_t ntimings;
+    mp_mark *marks;
+    size_t nmarks;
+    size_t nbuckets;
+    uint64_t t_end;
+    size_t records;
+} mp_report;
+
+/* Replays the records of t into *r: peaks, breakdowns, the `top` largest
+ * live allocations at each peak, and a timeline of `buckets` columns. */
+ferry_status mp_analyze(const mp_trace *t, size_t top, size_t buckets, mp_report *r);
+void mp_report_free(mp_report *r);
+
+const char *mp_pool_name(int pool); /* "device", "host" */
+
+/* Writes the stacked-area timeline as a standalone SVG file. */
+ferry_status mp_write_svg(const mp_report *r, const char *path, const char *title);
+
+#endif
