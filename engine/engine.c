@@ -340,6 +340,9 @@ ferry_status ferry_engine_begin_micro_batch(ferry_engine *e, int index, int coun
     if (count < 1 || index < 0 || index >= count)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "ferry_engine_begin_micro_batch: index %d of %d (want 0 <= index < count)", index, count);
+    if (e->inference)
+        return err_set(FERRY_ERR_STATE, "ferry_engine_begin_micro_batch: inference is on; call "
+                                        "ferry_engine_end_inference() first");
     int expected = e->micro_index < 0 ? 0 : e->micro_index + 1;
     if (index != expected || (index > 0 && count != e->micro_count))
         return err_set(FERRY_ERR_STATE,
@@ -370,6 +373,32 @@ ferry_status ferry_engine_begin_micro_batch(ferry_engine *e, int index, int coun
             (st = backend_memset_async(e->compute, gr->dev_grads, 0, gr->numel * e->act_size)) != FERRY_OK)
             return st;
     }
+    return FERRY_OK;
+}
+
+ferry_status ferry_engine_begin_inference(ferry_engine *e)
+{
+    ferry_status st = engine_check_group(e, 0, "ferry_engine_begin_inference");
+    if (st != FERRY_OK)
+        return st;
+    if (e->inference || e->micro_index >= 0)
+        return err_set(FERRY_ERR_STATE, "ferry_engine_begin_inference: %s; finish it first",
+                       e->inference ? "inference is already on" : "a training step is in progress");
+    e->inference = true;
+    return FERRY_OK;
+}
+
+ferry_status ferry_engine_end_inference(ferry_engine *e)
+{
+    ferry_status st = engine_check_group(e, 0, "ferry_engine_end_inference");
+    if (st != FERRY_OK)
+        return st;
+    if (!e->inference)
+        return err_set(FERRY_ERR_STATE, "ferry_engine_end_inference: inference is not on");
+    for (int g = 0; g < e->ngroups; g++)
+        if (e->groups[g].fetched[FERRY_PHASE_FORWARD])
+            return err_set(FERRY_ERR_STATE, "ferry_engine_end_inference: group %d is still fetched; release it", g);
+    e->inference = false;
     return FERRY_OK;
 }
 

@@ -103,6 +103,7 @@ struct ferry_engine {
     /* the step in progress */
     int64_t step;             /* optimizer steps taken */
     int micro_index, micro_count; /* -1 before the first begin_micro_batch of a step */
+    bool inference;           /* between begin_inference and end_inference */
     uint64_t fetch_counter;
     int resident_now, resident_max;
 

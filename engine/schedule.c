@@ -13,6 +13,8 @@
 
 static ferry_status check_micro(ferry_engine *e, const char *what)
 {
+    if (e->inference)
+        return FERRY_OK;
     if (e->micro_index < 0)
         return err_set(FERRY_ERR_STATE, "%s: no micro-batch in progress; call "
                                         "ferry_engine_begin_micro_batch() first", what);
@@ -152,6 +154,9 @@ ferry_status engine_fetch(ferry_engine *e, int gi, ferry_phase phase, backend_st
     if ((st = check_micro(e, "ferry_engine_fetch")) != FERRY_OK)
         return st;
     engine_group *g = &e->groups[gi];
+    if (e->inference && phase != FERRY_PHASE_FORWARD)
+        return err_set(FERRY_ERR_STATE, "ferry_engine_fetch: group %d for backward during inference; call "
+                                        "ferry_engine_end_inference() first", gi);
     if (g->fetched[phase])
         return err_set(FERRY_ERR_STATE,
                        "ferry_engine_fetch: group %d ('%s') was asked for twice in %s without a release "
@@ -314,6 +319,8 @@ ferry_status engine_release(ferry_engine *e, int gi, ferry_phase phase, backend_
     }
     if (phase == FERRY_PHASE_FORWARD)
         return FERRY_OK;
+    if (e->inference)
+        return err_set(FERRY_ERR_STATE, "ferry_engine_release: no backward during inference");
     if (g->released_backward != e->micro_index)
         return err_set(FERRY_ERR_STATE,
                        "ferry_engine_release: group %d ('%s') was already released in this micro-batch's "

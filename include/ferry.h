@@ -255,6 +255,12 @@ typedef enum ferry_phase {
 /* Starts micro-batch `index` (0-based) of `count` of the current step. The
  * first one zeroes the gradients. */
 FERRY_API ferry_status ferry_engine_begin_micro_batch(ferry_engine *e, int index, int count);
+/* Forward passes without gradients (evaluation, sampling), between steps:
+ * fetch and release in FERRY_PHASE_FORWARD only. The weights are those of
+ * the last step (waiting for its update). */
+FERRY_API ferry_status ferry_engine_begin_inference(ferry_engine *e);
+FERRY_API ferry_status ferry_engine_end_inference(ferry_engine *e);
+
 /* The device weights of a group, ready for work on the compute stream
  * submitted after this call. In PARAMS mode this also fetches the next
  * groups ahead. A group fetched twice in one phase without a release between
