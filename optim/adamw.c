@@ -1,0 +1,192 @@
+/* optim/adamw.c: AdamW's validation, its scalar factors (computed in double
+ * as torch.optim.AdamW does), the split of a job into OPTIM_TILE tiles on the
+ * pool, the per-ISA dispatch, and the whole-step recipe over groups
+ * (norm, skip or clip, update). The element kernels live in simd_*.c. */
+#include "optim/adamw.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "common/error.h"
+#include "optim/gradnorm.h"
+#include "optim/kernels.h"
+
+static int adamw_finite_in(double x, double lo, double hi) { return isfinite(x) && x >= lo && x < hi; }
+
+static ferry_status adamw_check_hparams(const adamw_hparams *hp)
+{
+    if (!isfinite(hp->lr) || hp->lr < 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw: lr %g; give a finite lr >= 0", hp->lr);
+    if (!adamw_finite_in(hp->beta1, 0.0, 1.0) || !adamw_finite_in(hp->beta2, 0.0, 1.0))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw: betas (%g, %g); each must be in [0, 1)",
+                       hp->beta1, hp->beta2);
+    if (!isfinite(hp->eps) || hp->eps < 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw: eps %g; give a finite eps >= 0 (1e-8 is usual)",
+                       hp->eps);
+    if (!isfinite(hp->weight_decay) || hp->weight_decay < 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw: weight_decay %g; give a finite value >= 0 (0 = off)",
+                       hp->weight_decay);
+    return FERRY_OK;
+}
+
+ferry_status adamw_check(const adamw_job *job)
+{
+    if (!job)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw: job is NULL");
+    if (job->n > 0 && (!job->master || !job->m || !job->v || !job->grad))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "adamw: a NULL buffer for %zu elements (master %p, m %p, v %p, grad %p)", job->n,
+                       (void *)job->master, (void *)job->m, (void *)job->v, job->grad);
+    if (optim_dtype_size(job->grad_dtype) == 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw: gradient type %d; use OPTIM_F32, OPTIM_BF16 or OPTIM_F16",
+                       (int)job->grad_dtype);
+    if (job->copy_out && optim_dtype_size(job->copy_dtype) == 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw: copy type %d; use OPTIM_BF16, OPTIM_F16 or OPTIM_F32",
+                       (int)job->copy_dtype);
+    if (job->step < 1)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw: step %lld; steps count from 1", (long long)job->step);
+    if (!isfinite(job->grad_scale) || job->grad_scale < 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "adamw: grad_scale %g; give clip_coef / loss_scale, finite and >= 0 (1 = none)",
+                       (double)job->grad_scale);
+    return adamw_check_hparams(&job->hp);
+}
+
+/* The scalar factors, each computed in double from the hyperparameters (what
+ * Python does with them) and rounded once to fp32 (what the tensor op does
+ * with a Python scalar). */
+static adamw_consts adamw_make_consts(const adamw_job *job)
+{
+    const adamw_hparams *hp = &job->hp;
+    double t = (double)job->step;
+    double bc1 = 1.0 - pow(hp->beta1, t);
+    double bc2 = 1.0 - pow(hp->beta2, t);
+    adamw_consts c = {
+        .beta1 = hp->beta1,
+        .one_minus_beta1 = (float)(1.0 - hp->beta1),
+        .beta2 = hp->beta2,
+        .one_minus_beta2 = (float)(1.0 - hp->beta2),
+        .bc2_sqrt = (float)sqrt(bc2),
+        .eps = hp->eps,
+        .neg_step = (float)(-(hp->lr / bc1)),
+        .decay = (float)(1.0 - hp->lr * hp->weight_decay),
+        .grad_scale = job->grad_scale,
+    };
+    return c;
+}
+
+typedef struct adamw_ctx {
+    adamw_job job;
+    adamw_consts c;
+    void (*kernel)(const adamw_consts *, const adamw_span *);
+} adamw_ctx;
+
+static void adamw_tile(void *arg, size_t tile, int worker)
+{
+    (void)worker;
+    const adamw_ctx *x = arg;
+    const adamw_job *j = &x->job;
+    size_t off = tile * OPTIM_TILE, len = j->n - off < OPTIM_TILE ? j->n - off : OPTIM_TILE;
+    adamw_span s = {
+        j->master + off, j->m + off, j->v + off,
+        (const char *)j->grad + off * optim_dtype_size(j->grad_dtype), j->grad_dtype,
+        j->copy_out ? (char *)j->copy_out + off * optim_dtype_size(j->copy_dtype) : NULL, j->copy_dtype,
+        len,
+    };
+    x->kernel(&x->c, &s);
+}
+
+static ferry_status adamw_prepare(const adamw_job *job, cpu_simd level, adamw_ctx *x)
+{
+    ferry_status st = adamw_check(job);
+    if (st == FERRY_OK)
+        st = optim_check_level(level, "adamw");
+    if (st != FERRY_OK)
+        return st;
+    x->job = *job;
+    x->c = adamw_make_consts(job);
+    switch (level) {
+    case CPU_SIMD_AVX512: x->kernel = optim_adamw_avx512; break;
+    case CPU_SIMD_AVX2: x->kernel = optim_adamw_avx2; break;
+    case CPU_SIMD_SCALAR: x->kernel = optim_adamw_scalar; break;
+    }
+    return FERRY_OK;
+}
+
+static size_t adamw_tiles(size_t n) { return (n + OPTIM_TILE - 1) / OPTIM_TILE; }
+
+ferry_status adamw_run_level(tp_pool *pool, const adamw_job *job, cpu_simd level)
+{
+    adamw_ctx x;
+    ferry_status st = adamw_prepare(job, level, &x);
+    if (st != FERRY_OK)
+        return st;
+    return tp_parallel_for(pool, adamw_tiles(job->n), adamw_tile, &x);
+}
+
+ferry_status adamw_run(tp_pool *pool, const adamw_job *job)
+{
+    return adamw_run_level(pool, job, cpu_simd_active());
+}
+
+ferry_status adamw_submit(tp_pool *pool, const adamw_job *job, tp_ticket **ticket)
+{
+    if (!pool || !ticket)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw_submit: pool and ticket must not be NULL");
+    *ticket = NULL;
+    adamw_ctx *x = malloc(sizeof *x);
+    if (!x)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "adamw_submit: out of memory for a job");
+    ferry_status st = adamw_prepare(job, cpu_simd_active(), x);
+    if (st == FERRY_OK)
+        st = tp_submit(pool, adamw_tiles(job->n), adamw_tile, x, free, ticket);
+    if (st != FERRY_OK)
+        free(x);
+    return st;
+}
+
+ferry_status adamw_step_groups(tp_pool *pool, const adamw_job *jobs, size_t ngroups,
+                               float max_norm, float loss_scale, adamw_step_report *report)
+{
+    if ((!jobs && ngroups > 0) || !report)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw_step_groups: jobs and report must not be NULL");
+    if (!isfinite(loss_scale) || loss_scale <= 0 || isnan(max_norm))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw_step_groups: loss_scale %g (finite, > 0), max_norm %g",
+                       (double)loss_scale, (double)max_norm);
+    *report = (adamw_step_report){0, 1.0f, false, 0};
+    for (size_t i = 0; i < ngroups; i++) { /* refuse a bad job before touching anything */
+        ferry_status st = adamw_check(&jobs[i]);
+        if (st != FERRY_OK)
+            return err_wrap(st, "group %zu", i);
+    }
+    double total = 0;
+    for (size_t i = 0; i < ngroups; i++) { /* group order: the global sum is fixed */
+        double s;
+        bool bad;
+        ferry_status st = gradnorm_sumsq(pool, jobs[i].grad, jobs[i].grad_dtype, jobs[i].n, &s, &bad);
+        if (st != FERRY_OK)
+            return err_wrap(st, "group %zu", i);
+        total += s;
+        if (bad && !report->skipped) {
+            report->skipped = true;
+            report->bad_group = i;
+        }
+    }
+    report->grad_norm = sqrt(total) / (double)loss_scale;
+    if (report->skipped) {
+        report->clip_coef = 0;
+        return FERRY_OK;
+    }
+    report->clip_coef = gradnorm_clip_coef(report->grad_norm, max_norm);
+    /* unscale then clip, as PyTorch does; 1/loss_scale is a power of two
+     * with the GradScaler's defaults, so the product rounds as the two steps */
+    float gscale = (1.0f / loss_scale) * report->clip_coef;
+    for (size_t i = 0; i < ngroups; i++) {
+        adamw_job j = jobs[i];
+        j.grad_scale = gscale;
+        ferry_status st = adamw_run(pool, &j);
+        if (st != FERRY_OK)
+            return err_wrap(st, "group %zu", i);
+    }
+    return FERRY_OK;
+}

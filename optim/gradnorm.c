@@ -1,0 +1,79 @@
+/* optim/gradnorm.c: the gradient sum of squares split in OPTIM_TILE tiles,
+ * each tile's partial kept in its own slot and added in tile order (so the
+ * thread count cannot change the result), and the clip coefficient. */
+#include "optim/gradnorm.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "common/error.h"
+#include "optim/adamw.h"
+#include "optim/kernels.h"
+
+typedef struct gradnorm_ctx {
+    const void *grad;
+    optim_dtype t;
+    size_t n;
+    double (*kernel)(const void *, optim_dtype, size_t);
+    double *partial; /* one per tile */
+} gradnorm_ctx;
+
+static void gradnorm_tile(void *arg, size_t tile, int worker)
+{
+    (void)worker;
+    gradnorm_ctx *c = arg;
+    size_t off = tile * OPTIM_TILE, len = c->n - off < OPTIM_TILE ? c->n - off : OPTIM_TILE;
+    c->partial[tile] = c->kernel((const char *)c->grad + off * optim_dtype_size(c->t), c->t, len);
+}
+
+ferry_status gradnorm_sumsq_level(tp_pool *pool, const void *grad, optim_dtype t, size_t n,
+                                  cpu_simd level, double *sumsq, bool *nonfinite)
+{
+    if (!sumsq || !nonfinite || (n > 0 && !grad))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "gradnorm: NULL %s", !grad ? "gradient" : "result pointer");
+    if (optim_dtype_size(t) == 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "gradnorm: gradient type %d; use OPTIM_F32, OPTIM_BF16 or OPTIM_F16",
+                       (int)t);
+    ferry_status st = optim_check_level(level, "gradnorm");
+    if (st != FERRY_OK)
+        return st;
+    *sumsq = 0;
+    *nonfinite = false;
+    if (n == 0)
+        return FERRY_OK;
+    size_t ntiles = (n + OPTIM_TILE - 1) / OPTIM_TILE;
+    gradnorm_ctx c = {grad, t, n, optim_sumsq_scalar, malloc(ntiles * sizeof(double))};
+    if (!c.partial)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "gradnorm: out of memory for %zu partial sums", ntiles);
+    if (level == CPU_SIMD_AVX512)
+        c.kernel = optim_sumsq_avx512;
+    else if (level == CPU_SIMD_AVX2)
+        c.kernel = optim_sumsq_avx2;
+    st = tp_parallel_for(pool, ntiles, gradnorm_tile, &c);
+    if (st == FERRY_OK) {
+        double s = 0;
+        for (size_t i = 0; i < ntiles; i++)
+            s += c.partial[i];
+        /* squares of finite fp32 values cannot overflow a double sum of any
+         * size that fits in memory: a non-finite sum means an inf/NaN input */
+        *sumsq = s;
+        *nonfinite = !isfinite(s);
+    }
+    free(c.partial);
+    return st;
+}
+
+ferry_status gradnorm_sumsq(tp_pool *pool, const void *grad, optim_dtype t, size_t n, double *sumsq, bool *nonfinite)
+{
+    return gradnorm_sumsq_level(pool, grad, t, n, cpu_simd_active(), sumsq, nonfinite);
+}
+
+float gradnorm_clip_coef(double global_norm, float max_norm)
+{
+    if (!(max_norm > 0))
+        return 1.0f;
+    if (!isfinite(global_norm))
+        return 0.0f;
+    double coef = (double)max_norm / (global_norm + 1e-6);
+    return coef < 1.0 ? (float)coef : 1.0f;
+}

@@ -1,0 +1,44 @@
+/* optim/gradnorm.h: the gradient L2 norm for clipping, and inf/NaN detection
+ * in the same pass. Owns the sum-of-squares kernels (AVX-512, AVX2, scalar)
+ * and the clip coefficient; the caller owns the buffers and the decision.
+ *
+ * Determinism: each OPTIM_TILE-element tile is summed in double over 16
+ * interleaved lanes (element i of the tile goes to lane i % 16) that are then
+ * added in lane order; tiles are added in tile order. Every SIMD path follows
+ * this order and squares of fp32 values are exact in double, so the result is
+ * bitwise the same for any thread count and any SIMD path. The engine adds the
+ * per-group sums in fixed group order, then takes sqrt. */
+#ifndef FERRY_OPTIM_GRADNORM_H
+#define FERRY_OPTIM_GRADNORM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/cpu.h"
+#include "ferry.h"
+#include "optim/half.h"
+#include "optim/threadpool.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Sum of squares of n gradients of type t, in double; *nonfinite is set when
+ * any element is inf or NaN (then *sumsq is inf or NaN). pool may be NULL.
+ * FERRY_ERR_INVALID_ARGUMENT on NULL pointers or an unknown type;
+ * FERRY_ERR_OUT_OF_MEMORY for the per-tile partial sums. */
+ferry_status gradnorm_sumsq(tp_pool *pool, const void *grad, optim_dtype t, size_t n,
+                            double *sumsq, bool *nonfinite);
+/* The same with an explicit SIMD level (tests, benchmarks). */
+ferry_status gradnorm_sumsq_level(tp_pool *pool, const void *grad, optim_dtype t, size_t n,
+                                  cpu_simd level, double *sumsq, bool *nonfinite);
+
+/* PyTorch clip_grad_norm_'s coefficient: max_norm / (norm + 1e-6), clamped to
+ * at most 1. Returns 1 when max_norm <= 0 (clipping off) and 0 when the norm
+ * is not finite (the step must be skipped anyway). */
+float gradnorm_clip_coef(double global_norm, float max_norm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
