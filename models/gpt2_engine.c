@@ -46,7 +46,7 @@ gpt2_allocator gpt2_engine_allocator(ferry_engine *e)
     return a;
 }
 
-ferry_status gpt2_engine_add_groups(const gpt2_model *m, ferry_engine *e, uint64_t seed)
+ferry_status gpt2_engine_add_groups(const gpt2_model *m, ferry_engine *e, uint64_t seed, float *const *values)
 {
     for (int g = 0; g < gpt2_num_groups(m); g++) {
         size_t n = gpt2_group_numel(m, g);
@@ -64,8 +64,9 @@ ferry_status gpt2_engine_add_groups(const gpt2_model *m, ferry_engine *e, uint64
         /* GPT-2 recipes decay only the 2-D weights: biases and layernorms are exempt. */
         size_t(*ranges)[2] = calloc((size_t)gpt2_group_tensor_count(m, g) + 1, sizeof *ranges);
         ferry_group_options opts = FERRY_GROUP_OPTIONS_INIT;
-        ferry_status st = ranges ? gpt2_init_group(m, g, seed, init)
-                                 : err_set(FERRY_ERR_OUT_OF_MEMORY, "initialising group %d: out of host memory", g);
+        ferry_status st = !ranges  ? err_set(FERRY_ERR_OUT_OF_MEMORY, "initialising group %d: out of host memory", g)
+                          : values ? FERRY_OK
+                                   : gpt2_init_group(m, g, seed, init);
         for (int t = 0; st == FERRY_OK && t < gpt2_group_tensor_count(m, g); t++) {
             gpt2_tensor_info info;
             st = gpt2_group_tensor(m, g, t, &info);
@@ -77,7 +78,7 @@ ferry_status gpt2_engine_add_groups(const gpt2_model *m, ferry_engine *e, uint64
         }
         opts.no_decay = (const size_t(*)[2])ranges;
         if (st == FERRY_OK)
-            st = ferry_engine_add_group(e, name, n, init, &opts, NULL);
+            st = ferry_engine_add_group(e, name, n, values ? values[g] : init, &opts, NULL);
         free(ranges);
         free(init);
         if (st != FERRY_OK)

@@ -16,9 +16,11 @@ extern "C" {
 gpt2_hooks gpt2_engine_hooks(ferry_engine *e);
 /* An allocator on the engine's arena (category activations). */
 gpt2_allocator gpt2_engine_allocator(ferry_engine *e);
-/* Adds the model's groups to e (before ferry_engine_setup), each initialised
- * with gpt2_init_group(seed). Group i of the engine is group i of the model. */
-ferry_status gpt2_engine_add_groups(const gpt2_model *m, ferry_engine *e, uint64_t seed);
+/* Adds the model's groups to e (before ferry_engine_setup), with GPT-2's
+ * weight-decay exemptions (biases, layernorms). Values: values[g] when values
+ * is not NULL (e.g. loaded from a checkpoint), else gpt2_init_group(seed).
+ * Group i of the engine is group i of the model. */
+ferry_status gpt2_engine_add_groups(const gpt2_model *m, ferry_engine *e, uint64_t seed, float *const *values);
 
 #ifdef __cplusplus
 }

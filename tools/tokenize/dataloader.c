@@ -1,0 +1,283 @@
+/* The batch loader over llm.c token shards (see dataloader.h): mapping and
+ * checking shards, the window index, the per-epoch permutation and the
+ * saved/restored position. */
+#include "tools/tokenize/dataloader.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "tools/tokenize/shard.h"
+
+typedef struct loader_shard {
+    char *path;
+    void *map;          /* the whole file, read-only */
+    size_t map_len;
+    const uint16_t *tokens;
+    uint64_t count;
+    uint64_t first_window; /* global index of its first window */
+    uint64_t windows;
+} loader_shard;
+
+struct tok_loader {
+    tok_loader_config cfg;
+    loader_shard *shards;
+    size_t nshards, cap_shards;
+    uint64_t windows, tokens, layout;
+    uint64_t epoch, index;
+    uint32_t *perm;     /* this epoch's window order (shuffled mode) */
+    uint64_t perm_epoch;
+    tok_loader_batch_info last;
+};
+
+static ferry_status map_shard(tok_loader *l, const char *path)
+{
+    if (l->nshards == l->cap_shards) {
+        size_t cap = l->cap_shards ? l->cap_shards * 2 : 8;
+        loader_shard *s = realloc(l->shards, cap * sizeof *s);
+        if (!s)
+            return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot grow the shard list to %zu", cap);
+        l->shards = s;
+        l->cap_shards = cap;
+    }
+    loader_shard *s = &l->shards[l->nshards];
+    memset(s, 0, sizeof *s);
+    s->path = strdup(path);
+    if (!s->path)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot copy the path '%s'", path);
+    l->nshards++; /* owned from here on: tok_loader_close releases it */
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return err_set(FERRY_ERR_IO, "cannot open token shard '%s': %s", path, strerror(errno));
+    struct stat sb;
+    char head[TOK_SHARD_HEADER_BYTES];
+    ssize_t got = fstat(fd, &sb) == 0 ? pread(fd, head, sizeof head, 0) : -1;
+    if (got < 0) {
+        int e = errno;
+        close(fd);
+        return err_set(FERRY_ERR_IO, "cannot read token shard '%s': %s", path, strerror(e));
+    }
+    ferry_status st = tok_shard_check_header(path, head, (size_t)got, (uint64_t)sb.st_size, &s->count);
+    if (st != FERRY_OK) {
+        close(fd);
+        return st;
+    }
+    s->map_len = (size_t)sb.st_size;
+    s->map = mmap(NULL, s->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (s->map == MAP_FAILED) {
+        s->map = NULL;
+        return err_set(FERRY_ERR_IO, "cannot map token shard '%s': %s", path, strerror(errno));
+    }
+    s->tokens = (const uint16_t *)((const char *)s->map + TOK_SHARD_HEADER_BYTES);
+    return FERRY_OK;
+}
+
+static ferry_status check_tokens(const loader_shard *s, uint32_t vocab)
+{
+    for (uint64_t i = 0; i < s->count; i++)
+        if (s->tokens[i] >= vocab)
+            return err_set(FERRY_ERR_FORMAT, "token shard '%s': token %u at index %llu (byte offset %llu) is not "
+                           "below the vocabulary size %u; wrong tokenizer or a corrupt file",
+                           s->path, s->tokens[i], (unsigned long long)i,
+                           (unsigned long long)(TOK_SHARD_HEADER_BYTES + 2 * i), vocab);
+    return FERRY_OK;
+}
+
+static ferry_status add_pattern(tok_loader *l, const char *pattern)
+{
+    glob_t g;
+    int rc = glob(pattern, GLOB_NOCHECK, NULL, &g);
+    if (rc != 0) {
+        globfree(&g);
+        return err_set(FERRY_ERR_IO, "cannot expand the shard pattern '%s'", pattern);
+    }
+    ferry_status st = FERRY_OK;
+    for (size_t i = 0; st == FERRY_OK && i < g.gl_pathc; i++)
+        st = map_shard(l, g.gl_pathv[i]);
+    globfree(&g);
+    return st;
+}
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void index_windows(tok_loader *l)
+{
+    uint64_t bt = (uint64_t)l->cfg.batch * (uint64_t)l->cfg.seq_len;
+    uint64_t h = mix64(bt ^ ((uint64_t)l->cfg.seq_len << 40) ^ (uint64_t)l->cfg.shuffle);
+    h = mix64(h ^ (l->cfg.shuffle ? l->cfg.seed : 0));
+    l->windows = l->tokens = 0;
+    for (size_t i = 0; i < l->nshards; i++) {
+        loader_shard *s = &l->shards[i];
+        s->first_window = l->windows;
+        s->windows = s->count > bt ? (s->count - 1) / bt : 0;
+        l->windows += s->windows;
+        l->tokens += s->count;
+        h = mix64(h ^ s->count);
+    }
+    l->layout = h;
+}
+
+/* Fisher-Yates from a generator seeded by (seed, epoch). */
+static void build_perm(tok_loader *l, uint64_t epoch)
+{
+    uint64_t state = mix64(l->cfg.seed ^ mix64(epoch + 0x9E3779B97F4A7C15ull));
+    for (uint64_t i = 0; i < l->windows; i++)
+        l->perm[i] = (uint32_t)i;
+    for (uint64_t i = l->windows; i > 1; i--) {
+        state += 0x9E3779B97F4A7C15ull;
+        uint64_t r = mix64(state);
+        uint64_t j = (uint64_t)(((unsigned __int128)r * i) >> 64);
+        uint32_t t = l->perm[i - 1];
+        l->perm[i - 1] = l->perm[j];
+        l->perm[j] = t;
+    }
+    l->perm_epoch = epoch;
+}
+
+static ferry_status check_config(const tok_loader_config *c)
+{
+    if (!c || !c->paths || c->npaths == 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "the loader needs at least one shard path or pattern");
+    if (c->batch < 1 || c->seq_len < 1 || (uint64_t)c->batch * (uint64_t)c->seq_len > (1ull << 31))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "batch %d x seq_len %d: both must be >= 1 and B*T <= 2^31",
+                       c->batch, c->seq_len);
+    if (c->vocab_size < 1 || c->vocab_size > 65536)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "vocab_size %u must be in 1..65536 (uint16 shards)", c->vocab_size);
+    return FERRY_OK;
+}
+
+ferry_status tok_loader_open(const tok_loader_config *cfg, tok_loader **out)
+{
+    *out = NULL;
+    ferry_status st = check_config(cfg);
+    if (st != FERRY_OK)
+        return st;
+    tok_loader *l = calloc(1, sizeof *l);
+    if (!l)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot allocate the data loader");
+    l->cfg = *cfg;
+    l->cfg.paths = NULL; /* not kept: the caller's array may go away */
+    for (size_t i = 0; st == FERRY_OK && i < cfg->npaths; i++)
+        st = add_pattern(l, cfg->paths[i]);
+    for (size_t i = 0; st == FERRY_OK && i < l->nshards; i++)
+        st = check_tokens(&l->shards[i], cfg->vocab_size);
+    if (st == FERRY_OK) {
+        index_windows(l);
+        if (l->windows == 0)
+            st = err_set(FERRY_ERR_INVALID_ARGUMENT, "%zu shard(s) ('%s'%s) with %llu tokens hold no batch of "
+                         "B*T+1 = %llu tokens within one shard; use smaller --batch/--seq-len or more data", l->nshards,
+                         l->shards[0].path, l->nshards > 1 ? ", ..." : "",
+                         (unsigned long long)l->tokens, (unsigned long long)cfg->batch * cfg->seq_len + 1);
+        else if (l->windows > UINT32_MAX)
+            st = err_set(FERRY_ERR_INVALID_ARGUMENT, "%llu batches per epoch exceed 2^32; use a larger batch",
+                         (unsigned long long)l->windows);
+    }
+    if (st == FERRY_OK && cfg->shuffle) {
+        l->perm = malloc(l->windows * sizeof *l->perm);
+        if (!l->perm)
+            st = err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot allocate the order of %llu batches",
+                         (unsigned long long)l->windows);
+        else
+            build_perm(l, 0);
+    }
+    if (st != FERRY_OK) {
+        tok_loader_close(l);
+        return st;
+    }
+    *out = l;
+    return FERRY_OK;
+}
+
+void tok_loader_close(tok_loader *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->nshards; i++) {
+        if (l->shards[i].map)
+            munmap(l->shards[i].map, l->shards[i].map_len);
+        free(l->shards[i].path);
+    }
+    free(l->shards);
+    free(l->perm);
+    free(l);
+}
+
+uint64_t tok_loader_batches_per_epoch(const tok_loader *l) { return l->windows; }
+uint64_t tok_loader_tokens(const tok_loader *l) { return l->tokens; }
+size_t tok_loader_shard_count(const tok_loader *l) { return l->nshards; }
+tok_loader_batch_info tok_loader_last(const tok_loader *l) { return l->last; }
+
+static const loader_shard *shard_of_window(const tok_loader *l, uint64_t w)
+{
+    size_t lo = 0, hi = l->nshards;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (l->shards[mid].first_window <= w)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    while (l->shards[lo].windows == 0 || w >= l->shards[lo].first_window + l->shards[lo].windows)
+        lo++; /* skip shards without windows that share a first_window */
+    return &l->shards[lo];
+}
+
+ferry_status tok_loader_next(tok_loader *l, int32_t *inputs, int32_t *targets)
+{
+    if (!inputs || !targets)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "tok_loader_next needs inputs and targets buffers of B*T int32");
+    if (l->cfg.shuffle && l->perm_epoch != l->epoch)
+        build_perm(l, l->epoch);
+    uint64_t w = l->cfg.shuffle ? l->perm[l->index] : l->index;
+    const loader_shard *s = shard_of_window(l, w);
+    size_t bt = (size_t)l->cfg.batch * (size_t)l->cfg.seq_len;
+    uint64_t off = (w - s->first_window) * bt;
+    const uint16_t *src = s->tokens + off;
+    for (size_t i = 0; i < bt; i++) {
+        inputs[i] = src[i];
+        targets[i] = src[i + 1];
+    }
+    l->last = (tok_loader_batch_info){s->path, off, l->epoch, l->index};
+    if (++l->index == l->windows) {
+        l->index = 0;
+        l->epoch++;
+    }
+    return FERRY_OK;
+}
+
+tok_loader_pos tok_loader_tell(const tok_loader *l)
+{
+    return (tok_loader_pos){l->epoch, l->index, l->layout};
+}
+
+ferry_status tok_loader_seek(tok_loader *l, const tok_loader_pos *pos)
+{
+    if (!pos || pos->layout != l->layout)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "loader position was saved for other data or settings "
+                       "(layout %016llx, this loader %016llx): same shards, batch, seq_len, shuffle and seed needed",
+                       pos ? (unsigned long long)pos->layout : 0ull, (unsigned long long)l->layout);
+    if (pos->index >= l->windows)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "loader position batch %llu is past the epoch's %llu batches",
+                       (unsigned long long)pos->index, (unsigned long long)l->windows);
+    l->epoch = pos->epoch;
+    l->index = pos->index;
+    return FERRY_OK;
+}
+
+void tok_loader_reset(tok_loader *l)
+{
+    l->epoch = 0;
+    l->index = 0;
+}

@@ -1,0 +1,79 @@
+/* Batches of tokens for training and evaluation, read from llm.c token shards
+ * (see shard.h). The dataset is cut into windows of B*T+1 tokens, each
+ * starting B*T tokens after the previous one inside a shard (a shard's tail
+ * shorter than a window is not used); a batch is one window: inputs are its
+ * first B*T tokens, targets the same shifted by one, as int32, row-major B x T.
+ * Shuffled mode visits every window once per epoch in an order drawn from
+ * (seed, epoch); sequential mode visits them in file order, the same every
+ * epoch (use it for validation). The position is a small struct that can be
+ * saved and restored, so a resumed run sees exactly the batches it would have.
+ * Owns the mapped shards and the epoch's order; not thread-safe. */
+#ifndef FERRY_TOKENIZE_DATALOADER_H
+#define FERRY_TOKENIZE_DATALOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "ferry.h"
+
+typedef struct tok_loader tok_loader;
+
+typedef struct tok_loader_config {
+    const char *const *paths; /* shard files or glob patterns ("data/train_*.bin"); each pattern's
+                                 matches are taken in sorted order, entries in the order given */
+    size_t npaths;
+    int batch;                /* B >= 1 */
+    int seq_len;              /* T >= 1 */
+    uint32_t vocab_size;      /* 1..65536; a token >= vocab_size is a format error */
+    int shuffle;              /* 1: shuffled windows per epoch; 0: sequential */
+    uint64_t seed;            /* the shuffle's seed (unused when sequential) */
+} tok_loader_config;
+
+/* Where the loader is: save it with a checkpoint, restore with tok_loader_seek. */
+typedef struct tok_loader_pos {
+    uint64_t epoch;  /* completed passes over the data */
+    uint64_t index;  /* batches already served in this epoch */
+    uint64_t layout; /* fingerprint of shard sizes, B, T, shuffle and seed */
+} tok_loader_pos;
+
+/* Where the last batch came from, for logs and error messages. */
+typedef struct tok_loader_batch_info {
+    const char *shard;     /* path of its shard (owned by the loader) */
+    uint64_t token_offset; /* index of its first token in that shard */
+    uint64_t epoch, index; /* the position it was served at */
+} tok_loader_batch_info;
+
+/* Opens, maps and checks every shard: header against file size (magic,
+ * version, count * 2 + 1024 == size) and every token < vocab_size, each a
+ * FERRY_ERR_FORMAT naming the file (and the token's offset); a missing file
+ * is FERRY_ERR_IO; a dataset with no full window (fewer than B*T+1 tokens in
+ * every shard) is FERRY_ERR_INVALID_ARGUMENT. On success *out is at epoch 0,
+ * batch 0; release it with tok_loader_close. */
+ferry_status tok_loader_open(const tok_loader_config *cfg, tok_loader **out);
+void tok_loader_close(tok_loader *l);
+
+/* Batches in one epoch (= windows in the dataset), and tokens in all shards. */
+uint64_t tok_loader_batches_per_epoch(const tok_loader *l);
+uint64_t tok_loader_tokens(const tok_loader *l);
+size_t tok_loader_shard_count(const tok_loader *l);
+
+/* Fills inputs[B*T] and targets[B*T] with the next batch and advances; after
+ * the last batch of an epoch the next epoch begins (with a new order when
+ * shuffled). */
+ferry_status tok_loader_next(tok_loader *l, int32_t *inputs, int32_t *targets);
+
+/* Info about the batch the last tok_loader_next returned (zeroed before any). */
+tok_loader_batch_info tok_loader_last(const tok_loader *l);
+
+/* The position of the next batch. */
+tok_loader_pos tok_loader_tell(const tok_loader *l);
+
+/* Moves to a position from tok_loader_tell. FERRY_ERR_INVALID_ARGUMENT if it
+ * was taken on other data or another B, T, shuffle or seed (layout differs),
+ * or if its index is past the epoch's end; the loader is unchanged then. */
+ferry_status tok_loader_seek(tok_loader *l, const tok_loader_pos *pos);
+
+/* Back to epoch 0, batch 0 (e.g. before each evaluation over the first N
+ * batches of a sequential validation loader). */
+void tok_loader_reset(tok_loader *l);
+
+#endif

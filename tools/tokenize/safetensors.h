@@ -1,0 +1,91 @@
+/* safetensors files: an 8-byte little-endian header length N, N bytes of JSON
+ * ({"name": {"dtype", "shape", "data_offsets": [begin, end]}, ...,
+ * "__metadata__": {str: str}}), then the tensors' bytes back to back.
+ * Owns writing such a file atomically and reading one with every field
+ * checked. Knows nothing of models: names are the caller's. */
+#ifndef FERRY_TOKENIZE_SAFETENSORS_H
+#define FERRY_TOKENIZE_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "ferry.h"
+
+#define ST_MAX_DIMS 8
+
+typedef enum st_dtype {
+    ST_F32 = 0,
+    ST_F16,
+    ST_BF16,
+    ST_I32,
+    ST_I64,
+    ST_DTYPE_COUNT
+} st_dtype;
+
+/* "F32", "F16", "BF16", "I32", "I64"; "?" for anything else. */
+const char *st_dtype_name(st_dtype d);
+/* Bytes per element; 0 for an invalid dtype. */
+size_t st_dtype_size(st_dtype d);
+
+/* A tensor to write, or one read from a file. */
+typedef struct st_tensor {
+    const char *name;
+    st_dtype dtype;
+    int ndim;                    /* 0..ST_MAX_DIMS; 0 is a scalar */
+    int64_t shape[ST_MAX_DIMS];
+    const void *data;            /* writing: its bytes (may be NULL with st_writer_put);
+                                    reading: inside the mapped file, aligned only if the
+                                    writer aligned it (ours does) */
+    uint64_t nbytes;             /* reading: product(shape) * dtype size; ignored when writing */
+} st_tensor;
+
+/* ---- writing ---- */
+
+typedef struct st_writer st_writer;
+
+/* Starts `path`: lays out `n` tensors (names unique, non-empty, not
+ * "__metadata__"; data ordered by dtype size, largest first, so each tensor
+ * is aligned to its element size) and writes the header to DIR/.NAME.tmp.
+ * `meta` holds n_meta key/value pairs (meta[2i], meta[2i+1]) for
+ * "__metadata__", or NULL. The tensors' data is not read here. */
+ferry_status st_writer_begin(const char *path, const st_tensor *tensors, size_t n,
+                             const char *const *meta, size_t n_meta, st_writer **out);
+/* Writes bytes [offset, offset+len) of tensor i; any order, any pieces. */
+ferry_status st_writer_put(st_writer *w, size_t i, uint64_t offset, const void *data, uint64_t len);
+/* Checks every tensor was written in full, then fsync + rename + fsync of the
+ * directory. Frees w whatever the outcome; on failure the old file stays. */
+ferry_status st_writer_commit(st_writer *w);
+/* Drops the temporary; the old file stays. Accepts NULL. */
+void st_writer_abort(st_writer *w);
+
+/* One call: begin, put each tensor's `data` whole, commit. */
+ferry_status st_write(const char *path, const st_tensor *tensors, size_t n,
+                      const char *const *meta, size_t n_meta);
+
+/* ---- reading ---- */
+
+typedef struct st_file st_file;
+
+/* Maps `path` and checks all of it: the header length against the file size,
+ * the JSON, each dtype name, shape, and data_offsets (begin <= end, within the
+ * data, end - begin == product(shape) * dtype size, no overlap, no hole, the
+ * data fully covered), names unique, metadata values strings. FERRY_ERR_IO if
+ * it cannot be read; FERRY_ERR_FORMAT naming the file and the tensor;
+ * FERRY_ERR_UNSUPPORTED for a valid dtype this library does not handle (F64,
+ * U8, ...). On success *out owns the mapping; release with st_close. */
+ferry_status st_open(const char *path, st_file **out);
+void st_close(st_file *f);
+
+size_t st_count(const st_file *f);
+/* Tensor i in the header's order (0 <= i < st_count); NULL if out of range. */
+const st_tensor *st_tensor_at(const st_file *f, size_t i);
+/* The tensor called `name`, or NULL (no error message is set). */
+const st_tensor *st_find(const st_file *f, const char *name);
+/* Like st_find, but FERRY_ERR_FORMAT naming the file and tensor when it is
+ * missing, or when its dtype or shape differs from the expected ones (ndim < 0
+ * skips the shape check). */
+ferry_status st_expect(const st_file *f, const char *name, st_dtype dtype, int ndim, const int64_t *shape,
+                       const st_tensor **out);
+/* A "__metadata__" value, or NULL. */
+const char *st_metadata(const st_file *f, const char *key);
+
+#endif
