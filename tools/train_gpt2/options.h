@@ -1,0 +1,56 @@
+/* train_gpt2's command line: every flag with its default, parsed and checked
+ * before any work starts, and the --help text generated from the same table. */
+#ifndef FERRY_TRAIN_OPTIONS_H
+#define FERRY_TRAIN_OPTIONS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ferry.h"
+
+#define TRAIN_MAX_PATHS 64
+
+typedef struct train_options {
+    /* model */
+    const char *model;       /* preset name; NULL when layers/heads/width are given */
+    int layers, heads, width, vocab, context;
+    const char *init_from;   /* Hugging Face GPT-2 safetensors */
+    /* data */
+    const char *data;        /* train shards (file or glob) */
+    const char *val_data;    /* validation shards */
+    const char *tokenizer;   /* folder with encoder.json and vocab.bpe */
+    int batch, seq, grad_accum, steps;
+    uint64_t seed;
+    /* optimizer */
+    float lr, lr_min_frac, weight_decay, beta1, beta2, eps, clip;
+    int warmup;
+    /* engine */
+    ferry_backend_kind backend;
+    ferry_offload offload;
+    uint64_t gpu_mem, host_mem;
+    int prefetch, threads;
+    bool recompute, delayed_update;
+    /* outputs */
+    int eval_every, eval_batches;
+    int sample_every, sample_tokens, top_k;
+    float temperature;
+    const char *prompt;
+    const char *checkpoint_dir;
+    int checkpoint_every;
+    const char *resume;
+    const char *trace;
+    const char *log;
+    double peak_tflops;      /* for MFU; 0 = from the GPU's name */
+    bool sample_only;        /* --sample: generate from --resume/--init-from and exit */
+    bool quiet;
+} train_options;
+
+/* Fills *o from argv. Returns 0 to go on, 1 after --help (printed), 2 on a
+ * bad flag or value (the message printed to stderr names it). */
+int train_options_parse(int argc, char **argv, train_options *o);
+
+/* The learning rate at step s (0-based): linear warmup over `warmup` steps,
+ * then cosine decay to lr * lr_min_frac at the last step. */
+float train_lr_at(const train_options *o, int step);
+
+#endif

@@ -1,0 +1,30 @@
+/* Text generation from a GPT-2 on the engine: top-k sampling with a
+ * temperature from next-token logits, a seeded generator, and the loop that
+ * feeds each token back (a window of the last T tokens; no KV cache, so each
+ * token costs one forward pass over the window). */
+#ifndef FERRY_TRAIN_SAMPLE_H
+#define FERRY_TRAIN_SAMPLE_H
+
+#include <stdint.h>
+
+#include "ferry.h"
+#include "models/gpt2.h"
+#include "tools/tokenize/bpe.h"
+
+typedef struct sampler {
+    uint64_t rng;
+    float temperature; /* 0 = greedy */
+    int top_k;         /* 0 = every token */
+} sampler;
+
+/* Picks the next token from logits[V]. */
+int sampler_pick(sampler *s, const float *logits, int V);
+
+/* Generates n tokens after `prompt` (NULL or "" = <|endoftext|>) with the
+ * model on engine e (activations a of batch B >= 1 and sequence T), and
+ * returns the decoded text (prompt included) in *text (malloc'd). Runs
+ * between steps: it brackets itself with ferry_engine_begin/end_inference. */
+ferry_status sample_text(ferry_engine *e, const gpt2_model *m, gpt2_activations *a, int B, int T, tok_bpe *tok,
+                         const char *prompt, int n, sampler *s, char **text);
+
+#endif
