@@ -39,7 +39,6 @@ typedef struct engine_norm_job {
     size_t ntiles;
     double *partial;   /* [ntiles] */
     unsigned char *bad; /* [ntiles] */
-    double waited_ms;  /* tile 0's wait for the gradients to land */
 } engine_norm_job;
 
 typedef struct engine_group {

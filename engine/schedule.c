@@ -251,10 +251,7 @@ static void norm_tile(void *ctx, size_t tile, int worker)
     engine_norm_job *job = ctx;
     ferry_engine *e = job->e;
     engine_group *g = &e->groups[job->group];
-    double t0 = tile == 0 ? engine_now_ms() : 0;
     backend_event_synchronize(g->drained);
-    if (tile == 0)
-        job->waited_ms = engine_now_ms() - t0;
     size_t first = tile * OPTIM_TILE;
     size_t n = g->numel - first < OPTIM_TILE ? g->numel - first : OPTIM_TILE;
     bool bad = false;

@@ -75,7 +75,7 @@ static ferry_status run_engine(const run_opts *ro, run_result *out)
     cfg.optimizer_threads = 2;
     ferry_status st = gpt2_create(&tiny, &m);
     if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
-    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED);
+    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED, NULL);
     if (st == FERRY_OK) st = ferry_engine_setup(e);
     gpt2_allocator alloc = e ? gpt2_engine_allocator(e) : (gpt2_allocator){0};
     if (st == FERRY_OK) st = gpt2_activations_create(m, engine_backend_handle(e), B, T, false, &alloc, &act);
@@ -327,7 +327,7 @@ static void test_params_beyond_budget(void)
     ferry_engine *e = NULL;
     gpt2_create(&tiny, &m);
     st = ferry_engine_create(&cfg, &e);
-    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED);
+    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED, NULL);
     if (st == FERRY_OK) st = ferry_engine_setup(e);
     TAP_IS_STATUS(st, FERRY_ERR_OUT_OF_MEMORY, "offload none with too small a budget fails at setup");
     tap_ok(strstr(ferry_last_error(), "--offload optimizer") && strstr(ferry_last_error(), "--offload params"),
