@@ -1,16 +1,20 @@
-/* memprof: reads a ferry memory trace and says where the memory went.
+/* memprof: reads a ferry memory trace and says where the memory went, or
+ * predicts it before a run.
  *   memprof [report] [--json] [--svg FILE] [--top N] TRACE
  *   memprof dump TRACE          (the records as JSON Lines)
- * Subcommands are dispatched from main(), so more (a planner) can join. A
- * damaged trace still gets the figures of what could be read, with the
- * problem on stderr and exit status 1. */
+ *   memprof plan [options]      (predicted peaks of a GPT-2 run: plan.h)
+ * Subcommands are dispatched from main(). A damaged trace still gets the
+ * figures of what could be read, with the problem on stderr and exit status 1. */
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/units.h"
 #include "tools/memprof/memprof.h"
+#include "tools/memprof/plan.h"
 
 #define TIMELINE_COLUMNS 600
 
@@ -18,6 +22,7 @@ static void usage(FILE *f)
 {
     fputs("usage: memprof [report] [options] TRACE\n"
           "       memprof dump TRACE\n"
+          "       memprof plan [options]   (memprof plan --help)\n"
           "\n"
           "Reads a memory trace written by ferry (the trainer's --trace FILE, or\n"
           "trace_open() in the API) and prints, for device and host memory: the\n"
@@ -257,8 +262,284 @@ static int cmd_report(int argc, char **argv)
     return rc;
 }
 
+/* ---- memprof plan ---- */
+
+static void plan_usage(FILE *f)
+{
+    fputs("usage: memprof plan [--model NAME | --layers L --heads H --width C] [--vocab V]\n"
+          "                    [--context T] [--batch B] [--seq T] [--offload none|optimizer|params]\n"
+          "                    [--recompute] [--prefetch K] [--backend host|cuda]\n"
+          "                    [--gpu-mem SIZE] [--host-mem SIZE] [--json]\n"
+          "\n"
+          "Predicts, without running anything, the peak device and host memory of\n"
+          "training GPT-2 with train_gpt2's settings (same flags, same defaults), by\n"
+          "category, from the sizes the engine and the model allocate. With\n"
+          "--gpu-mem it says whether the run fits and the largest batch that does.\n"
+          "\n"
+          "  --model NAME    gpt2, gpt2-medium, gpt2-large, gpt2-xl or dN (default d6)\n"
+          "  --layers L --heads H --width C   a custom model instead (all three)\n"
+          "  --vocab V       vocabulary (default 50257, padded to a multiple of 128)\n"
+          "  --context T     longest sequence the model supports (default 1024)\n"
+          "  --batch B       sequences per micro-batch (default 4)\n"
+          "  --seq T         tokens per sequence (default 256, at most --context)\n"
+          "  --offload MODE  none, optimizer or params (default optimizer)\n"
+          "  --recompute     keep only block inputs; recompute the rest in backward\n"
+          "  --prefetch K    params mode: groups fetched ahead (default 2, 0..64)\n"
+          "  --backend KIND  cuda (bf16 on the device; default) or host (fp32)\n"
+          "  --gpu-mem SIZE  device budget to check, e.g. 24GiB\n"
+          "  --host-mem SIZE pinned host memory to check, e.g. 64GiB\n"
+          "  --json          print the figures as JSON\n"
+          "\n"
+          "Exit status: 0 when it fits the budgets given (or none is given); 1 when\n"
+          "it does not; 2 on a usage error.\n",
+          f);
+}
+
+typedef struct plan_args {
+    const char *model;
+    int layers, heads, width, vocab, context, batch, seq, prefetch;
+    ferry_offload offload;
+    ferry_backend_kind backend;
+    bool recompute, json;
+    uint64_t gpu_mem, host_mem; /* 0 = not given */
+} plan_args;
+
+static int plan_fail(const char *fmt, const char *a, const char *b)
+{
+    fputs("memprof plan: ", stderr);
+    fprintf(stderr, fmt, a, b);
+    fputs("\n(memprof plan --help lists the options)\n", stderr);
+    return 2;
+}
+
+static int plan_int(const char *flag, const char *text, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi) {
+        fprintf(stderr, "memprof plan: %s wants a whole number from %ld to %ld, not '%s'\n", flag, lo, hi, text);
+        return 2;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int plan_bytes(const char *flag, const char *text, uint64_t *out)
+{
+    if (units_parse_bytes(text, out) != FERRY_OK) {
+        fprintf(stderr, "memprof plan: %s wants a size such as 24GiB: %s\n", flag, ferry_last_error());
+        return 2;
+    }
+    if (*out == 0) {
+        fprintf(stderr, "memprof plan: %s '%s' is zero bytes; give a budget such as 24GiB, or leave it out\n",
+                flag, text);
+        return 2;
+    }
+    return 0;
+}
+
+/* One option at argv[*i] (advancing past its value); 0, or 2 on a bad one. */
+static int plan_option(int argc, char **argv, int *i, plan_args *a)
+{
+    const char *f = argv[*i];
+    if (!strcmp(f, "--recompute")) { a->recompute = true; return 0; }
+    if (!strcmp(f, "--json")) { a->json = true; return 0; }
+    static const char *const valued[] = {"--model", "--layers", "--heads", "--width", "--vocab", "--context",
+                                         "--batch", "--seq", "--offload", "--prefetch", "--backend",
+                                         "--gpu-mem", "--host-mem"};
+    bool known = false;
+    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+        known |= !strcmp(f, valued[k]);
+    if (!known)
+        return plan_fail(f[0] == '-' ? "unknown option '%s'%s" : "unexpected argument '%s'%s (plan reads no trace)",
+                         f, "");
+    if (*i + 1 >= argc)
+        return plan_fail("%s needs a value%s", f, "");
+    const char *v = argv[++*i];
+    if (!strcmp(f, "--model")) { a->model = v; return 0; }
+    if (!strcmp(f, "--layers")) return plan_int(f, v, 1, 4096, &a->layers);
+    if (!strcmp(f, "--heads")) return plan_int(f, v, 1, 65536, &a->heads);
+    if (!strcmp(f, "--width")) return plan_int(f, v, 1, 65536, &a->width);
+    if (!strcmp(f, "--vocab")) return plan_int(f, v, 1, 1 << 24, &a->vocab);
+    if (!strcmp(f, "--context")) return plan_int(f, v, 1, 1 << 20, &a->context);
+    if (!strcmp(f, "--batch")) return plan_int(f, v, 1, 65536, &a->batch);
+    if (!strcmp(f, "--seq")) return plan_int(f, v, 1, 1 << 20, &a->seq);
+    if (!strcmp(f, "--prefetch")) return plan_int(f, v, 0, 64, &a->prefetch);
+    if (!strcmp(f, "--gpu-mem")) return plan_bytes(f, v, &a->gpu_mem);
+    if (!strcmp(f, "--host-mem")) return plan_bytes(f, v, &a->host_mem);
+    if (!strcmp(f, "--offload") && ferry_offload_parse(v, &a->offload) != FERRY_OK)
+        return plan_fail("--offload '%s': use none, optimizer or params%s", v, "");
+    if (!strcmp(f, "--backend") &&
+        ((ferry_backend_parse(v, &a->backend) != FERRY_OK) || a->backend == FERRY_BACKEND_AUTO))
+        return plan_fail("--backend '%s': plan for host (fp32 on the device) or cuda (bf16)%s", v, "");
+    return 0;
+}
+
+/* The model from the flags, checked; 0 or 2. */
+static int plan_model_config(const plan_args *a, gpt2_config *c)
+{
+    int custom = (a->layers > 0) + (a->heads > 0) + (a->width > 0);
+    if (custom && custom < 3)
+        return plan_fail("a custom model needs --layers, --heads and --width together%s%s", "", "");
+    if (custom && a->width % a->heads) {
+        fprintf(stderr, "memprof plan: --width %d is not a multiple of --heads %d\n", a->width, a->heads);
+        return 2;
+    }
+    ferry_status st = custom ? gpt2_config_from_fields(a->layers, a->heads, a->width, a->vocab, 0, a->context, c)
+                             : gpt2_config_preset(a->model, c);
+    if (st == FERRY_OK && !custom) { /* a preset with its vocabulary or context changed */
+        int V = a->vocab, T = a->context;
+        st = gpt2_config_from_fields(c->n_layer, c->n_head, c->n_embd, V, 0, T, c);
+    }
+    if (st != FERRY_OK) {
+        fprintf(stderr, "memprof plan: %s\n", ferry_last_error());
+        return 2;
+    }
+    if (a->seq > c->max_seq_len) {
+        fprintf(stderr, "memprof plan: --seq %d is longer than the model's context (%d); raise --context\n", a->seq,
+                c->max_seq_len);
+        return 2;
+    }
+    return 0;
+}
+
+static const char *const plan_cats[] = {"params", "grads", "optimizer", "activations", "staging", "workspace",
+                                        "other"};
+
+static void plan_print_text(const plan_args *a, const gpt2_config *c, const memplan_result *p, int max_b)
+{
+    char x[32], y[32];
+    printf("model: %d layers, %d heads, %d wide, vocab %d (padded %d), context %d: %.1fM parameters\n",
+           c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->padded_vocab_size, c->max_seq_len,
+           (double)p->num_params / 1e6);
+    printf("run: batch %d x seq %d, offload %s, %s backend (%s on the device), recompute %s", a->batch, a->seq,
+           ferry_offload_name(a->offload), ferry_backend_name(a->backend), p->act_size == 2 ? "bf16" : "fp32",
+           a->recompute ? "on" : "off");
+    if (a->offload == FERRY_OFFLOAD_PARAMS)
+        printf(", prefetch %d", a->prefetch);
+    printf("\ndevice peak (predicted): %s\n", units_fmt_bytes(x, sizeof x, p->device_total));
+    for (int k = 0; k < FERRY_MEM_CATEGORY_COUNT; k++)
+        if (p->device_bytes[k])
+            printf("    %-12s %12s %6.1f%%\n", plan_cats[k], units_fmt_bytes(x, sizeof x, p->device_bytes[k]),
+                   100.0 * (double)p->device_bytes[k] / (double)p->device_total);
+    if (a->offload == FERRY_OFFLOAD_PARAMS)
+        printf("  weights of %d of %d groups and gradients of %d at the peak (a bound); under a smaller\n"
+               "  budget the engine skips prefetches and waits for drains, down to a floor of %s\n",
+               p->device_weight_groups, p->groups, p->device_grad_groups,
+               units_fmt_bytes(y, sizeof y, p->device_min_bytes));
+    printf("host pinned pool (predicted): %s\n", units_fmt_bytes(x, sizeof x, p->host_total));
+    for (int k = 0; k < FERRY_MEM_CATEGORY_COUNT; k++)
+        if (p->host_bytes[k])
+            printf("    %-12s %12s %6.1f%%\n", plan_cats[k], units_fmt_bytes(x, sizeof x, p->host_bytes[k]),
+                   100.0 * (double)p->host_bytes[k] / (double)p->host_total);
+    if (a->gpu_mem) {
+        bool fits = p->device_total <= a->gpu_mem;
+        printf("--gpu-mem %s: %s (%.1f%% of it)", units_fmt_bytes(x, sizeof x, a->gpu_mem),
+               fits ? "fits" : "does not fit", 100.0 * (double)p->device_total / (double)a->gpu_mem);
+        if (max_b > 0)
+            printf("; largest batch that fits: %d\n", max_b);
+        else
+            printf("; largest batch that fits: none (not even batch 1 at seq %d)\n", a->seq);
+    }
+    if (a->host_mem)
+        printf("--host-mem %s: %s (%.1f%% of it)\n", units_fmt_bytes(x, sizeof x, a->host_mem),
+               p->host_total <= a->host_mem ? "fits" : "does not fit",
+               100.0 * (double)p->host_total / (double)a->host_mem);
+}
+
+static cJSON *plan_pool_json(const uint64_t *by, uint64_t total)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "total_bytes", (double)total);
+    cJSON *c = cJSON_AddObjectToObject(o, "by_category");
+    for (int k = 0; k < FERRY_MEM_CATEGORY_COUNT; k++)
+        cJSON_AddNumberToObject(c, plan_cats[k], (double)by[k]);
+    return o;
+}
+
+static void plan_print_json(const plan_args *a, const gpt2_config *c, const memplan_result *p, int max_b)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *m = cJSON_AddObjectToObject(o, "model");
+    cJSON_AddNumberToObject(m, "layers", c->n_layer);
+    cJSON_AddNumberToObject(m, "heads", c->n_head);
+    cJSON_AddNumberToObject(m, "width", c->n_embd);
+    cJSON_AddNumberToObject(m, "vocab", c->vocab_size);
+    cJSON_AddNumberToObject(m, "padded_vocab", c->padded_vocab_size);
+    cJSON_AddNumberToObject(m, "context", c->max_seq_len);
+    cJSON_AddNumberToObject(m, "parameters", (double)p->num_params);
+    cJSON_AddNumberToObject(o, "batch", a->batch);
+    cJSON_AddNumberToObject(o, "seq", a->seq);
+    cJSON_AddStringToObject(o, "offload", ferry_offload_name(a->offload));
+    cJSON_AddStringToObject(o, "backend", ferry_backend_name(a->backend));
+    cJSON_AddBoolToObject(o, "recompute", a->recompute);
+    cJSON_AddNumberToObject(o, "prefetch", a->prefetch);
+    cJSON *d = plan_pool_json(p->device_bytes, p->device_total);
+    cJSON_AddNumberToObject(d, "min_bytes", (double)p->device_min_bytes);
+    cJSON_AddNumberToObject(d, "weight_groups", p->device_weight_groups);
+    cJSON_AddNumberToObject(d, "grad_groups", p->device_grad_groups);
+    cJSON_AddItemToObject(o, "device", d);
+    cJSON_AddItemToObject(o, "host", plan_pool_json(p->host_bytes, p->host_total));
+    if (a->gpu_mem) {
+        cJSON_AddNumberToObject(o, "gpu_mem_bytes", (double)a->gpu_mem);
+        cJSON_AddBoolToObject(o, "fits", p->device_total <= a->gpu_mem);
+        cJSON_AddNumberToObject(o, "max_batch", max_b);
+    } else {
+        cJSON_AddNullToObject(o, "gpu_mem_bytes");
+        cJSON_AddNullToObject(o, "fits");
+        cJSON_AddNullToObject(o, "max_batch");
+    }
+    if (a->host_mem) {
+        cJSON_AddNumberToObject(o, "host_mem_bytes", (double)a->host_mem);
+        cJSON_AddBoolToObject(o, "host_fits", p->host_total <= a->host_mem);
+    } else {
+        cJSON_AddNullToObject(o, "host_mem_bytes");
+        cJSON_AddNullToObject(o, "host_fits");
+    }
+    char *s = cJSON_Print(o);
+    if (s)
+        printf("%s\n", s);
+    cJSON_free(s);
+    cJSON_Delete(o);
+}
+
+static int cmd_plan(int argc, char **argv)
+{
+    plan_args a = {"d6", 0, 0, 0, 50257, 1024, 4, 256, 2, FERRY_OFFLOAD_OPTIMIZER, FERRY_BACKEND_CUDA,
+                   false, false, 0, 0};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            plan_usage(stdout);
+            return 0;
+        }
+        if (plan_option(argc, argv, &i, &a))
+            return 2;
+    }
+    gpt2_config c;
+    if (plan_model_config(&a, &c))
+        return 2;
+    memplan_result p;
+    int max_b = 0;
+    ferry_status st = memplan_predict(&c, a.batch, a.seq, a.offload, a.recompute, a.prefetch, a.backend, &p);
+    if (st == FERRY_OK && a.gpu_mem)
+        st = memplan_max_batch(&c, a.seq, a.offload, a.recompute, a.prefetch, a.backend, a.gpu_mem, &max_b);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "memprof plan: %s\n", ferry_last_error());
+        return st == FERRY_ERR_INVALID_ARGUMENT ? 2 : 1;
+    }
+    if (a.json)
+        plan_print_json(&a, &c, &p, max_b);
+    else
+        plan_print_text(&a, &c, &p, max_b);
+    bool fits = (!a.gpu_mem || p.device_total <= a.gpu_mem) && (!a.host_mem || p.host_total <= a.host_mem);
+    return fits ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && !strcmp(argv[1], "plan"))
+        return cmd_plan(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "dump"))
         return cmd_dump(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "report"))

@@ -1,0 +1,384 @@
+/* Tests of the memory planner (tools/memprof/plan.c) against real runs:
+ * - its activation sum equals gpt2_activations_bytes() on an open host
+ *   backend, for shapes that do and do not hit the classifier's chunking;
+ * - a small GPT-2 trained for a few steps through the engine on the host
+ *   backend, in each offload mode, with and without recompute (and params
+ *   mode at two prefetch depths), writes a memory trace; `memprof --json` on
+ *   that trace gives the measured device and host peaks, which must be within
+ *   5% of memplan_predict's (and agree with ferry_engine_memory_stats);
+ * - params mode trains in a budget of its predicted peak, and not under the
+ *   predicted floor;
+ * - `memprof plan`: bad flags exit 2 with a message, a budget too small says
+ *   so and names the largest batch that fits (checked by predicting it and
+ *   the next one), and --json parses with cJSON and carries the figures.
+ * argv[1]: the memprof program. $FERRY_KEEP_TRACES=1 keeps the traces. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "engine/engine.h"
+#include "models/gpt2.h"
+#include "models/gpt2_engine.h"
+#include "tap.h"
+#include "tools/memprof/plan.h"
+
+enum { STEPS = 3 };
+
+static const char *memprof;
+static char dir[] = "/tmp/ferry_memplan_XXXXXX";
+
+typedef struct run {
+    int status;
+    char out[65536];
+    char err[4096];
+} run;
+
+static void slurp(const char *path, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return;
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+static void run_memprof(const char *args, run *r)
+{
+    char cmd[2048], out[600], err[600];
+    snprintf(out, sizeof out, "%s/out.txt", dir);
+    snprintf(err, sizeof err, "%s/err.txt", dir);
+    snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s'", memprof, args, out, err);
+    int st = system(cmd);
+    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    slurp(out, r->out, sizeof r->out);
+    slurp(err, r->err, sizeof r->err);
+}
+
+static double num(const cJSON *o, const char *path)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    const cJSON *cur = o;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ".", &save); tok && cur; tok = strtok_r(NULL, ".", &save))
+        cur = cJSON_GetObjectItemCaseSensitive(cur, tok);
+    return cJSON_IsNumber(cur) ? cur->valuedouble : -12345.0;
+}
+
+/* ---- the activation mirror ---- */
+
+static void check_activation_mirror(void)
+{
+    backend *be = NULL;
+    if (backend_open(FERRY_BACKEND_HOST, &be) != FERRY_OK) {
+        tap_ok(0, "host backend opens: %s", ferry_last_error());
+        return;
+    }
+    struct { int L, NH, C, V, maxT, B, T; } shapes[] = {
+        {4, 4, 64, 1000, 128, 8, 64},    /* the training test's model */
+        {4, 4, 128, 1000, 128, 4, 64},
+        {2, 2, 64, 50257, 1024, 2, 200}, /* 400 rows > 166 per classifier chunk */
+        {3, 3, 96, 333, 64, 1, 1},       /* a single token; V not a multiple of 128 */
+        {12, 12, 768, 50257, 1024, 8, 1024},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        gpt2_config c;
+        gpt2_model *m = NULL;
+        if (gpt2_config_from_fields(shapes[i].L, shapes[i].NH, shapes[i].C, shapes[i].V, 0, shapes[i].maxT, &c) !=
+                FERRY_OK ||
+            gpt2_create(&c, &m) != FERRY_OK) {
+            tap_ok(0, "shape %zu: model: %s", i, ferry_last_error());
+            continue;
+        }
+        for (int rc = 0; rc <= 1; rc++) {
+            uint64_t want = gpt2_activations_bytes(m, be, shapes[i].B, shapes[i].T, rc);
+            uint64_t got = memplan_activation_bytes(&c, shapes[i].B, shapes[i].T, rc, FERRY_BACKEND_HOST);
+            TAP_IS_INT(got, want, "activations L%d C%d V%d B%d T%d recompute %d: planner = gpt2_activations_bytes",
+                       shapes[i].L, shapes[i].C, shapes[i].V, shapes[i].B, shapes[i].T, rc);
+        }
+        gpt2_destroy(m);
+    }
+    backend_close(be);
+}
+
+/* ---- real training ---- */
+
+typedef struct train_opts {
+    ferry_offload mode;
+    bool recompute;
+    int prefetch;
+    uint64_t budget;
+    const char *trace;
+} train_opts;
+
+typedef struct measured {
+    uint64_t device_peak, host_peak; /* ferry_engine_memory_stats */
+    int max_resident;
+} measured;
+
+static gpt2_config model_cfg;
+/* 4 layers, 64 wide, 512 tokens a micro-batch: a block's gradient is under
+ * 3% of the device peak, so the timing-dependent count of gradient buffers
+ * in params mode (one or two fewer than the bound when the compute stream
+ * catches up with the host) stays inside the 5% the prediction is held to. */
+enum { TB = 8, TT = 64 };
+
+static void tokens_for(int step, int32_t *tokens, int32_t *targets)
+{
+    uint64_t rng = 4242 + (uint64_t)step;
+    int32_t prev = (int32_t)(tap_rand_u64(&rng) % (uint64_t)model_cfg.vocab_size);
+    for (int i = 0; i < TB * TT; i++) {
+        tokens[i] = prev;
+        prev = (int32_t)(tap_rand_u64(&rng) % (uint64_t)model_cfg.vocab_size);
+        targets[i] = prev;
+    }
+}
+
+static ferry_status train(const train_opts *o, measured *out)
+{
+    gpt2_model *m = NULL;
+    ferry_engine *e = NULL;
+    gpt2_activations *act = NULL;
+    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
+    cfg.backend = FERRY_BACKEND_HOST;
+    cfg.offload = o->mode;
+    cfg.prefetch_groups = o->prefetch;
+    cfg.device_budget_bytes = o->budget ? o->budget : (uint64_t)1 << 30;
+    cfg.optimizer_threads = 2;
+    cfg.trace_path = o->trace;
+    ferry_status st = gpt2_create(&model_cfg, &m);
+    if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
+    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, 99, NULL);
+    if (st == FERRY_OK) st = ferry_engine_setup(e);
+    gpt2_allocator alloc = e ? gpt2_engine_allocator(e) : (gpt2_allocator){0};
+    if (st == FERRY_OK)
+        st = gpt2_activations_create(m, engine_backend_handle(e), TB, TT, o->recompute, &alloc, &act);
+    gpt2_hooks hooks = e ? gpt2_engine_hooks(e) : (gpt2_hooks){0};
+    backend_stream *s = e ? engine_compute_stream(e) : NULL;
+    ferry_step_options so = FERRY_STEP_OPTIONS_INIT;
+    so.lr = 1e-3f;
+    static int32_t tokens[TB * TT], targets[TB * TT];
+    for (int step = 0; step < STEPS && st == FERRY_OK; step++) {
+        tokens_for(step, tokens, targets);
+        float loss = 0;
+        st = ferry_engine_begin_micro_batch(e, 0, 1);
+        if (st == FERRY_OK) st = ferry_engine_mark(e, step, "forward");
+        if (st == FERRY_OK) st = gpt2_forward(m, act, &hooks, s, tokens, targets, true);
+        if (st == FERRY_OK) st = ferry_engine_mark(e, step, "backward");
+        if (st == FERRY_OK) st = gpt2_backward(m, act, &hooks, s, 1.0f);
+        if (st == FERRY_OK) st = gpt2_loss(act, s, &loss);
+        if (st == FERRY_OK) st = ferry_engine_mark(e, step, "optimizer");
+        if (st == FERRY_OK) st = ferry_engine_step(e, &so, NULL);
+    }
+    if (st == FERRY_OK) {
+        ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
+        ferry_engine_synchronize(e);
+        ferry_engine_memory_stats(e, &ms);
+        out->device_peak = ms.device_total_peak_bytes;
+        out->host_peak = ms.host_peak_bytes;
+        ferry_step_timing t = FERRY_STEP_TIMING_INIT;
+        ferry_engine_step_timing(e, &t);
+        out->max_resident = t.max_resident_groups;
+    }
+    if (st != FERRY_OK)
+        tap_diag("training failed: %s", ferry_last_error());
+    if (e)
+        ferry_engine_synchronize(e);
+    gpt2_activations_destroy(act);
+    ferry_engine_destroy(e);
+    gpt2_destroy(m);
+    return st;
+}
+
+static const char *mode_name(ferry_offload m) { return ferry_offload_name(m); }
+
+static void check_training(ferry_offload mode, bool recompute, int prefetch)
+{
+    char trace[600];
+    snprintf(trace, sizeof trace, "%s/%s_%d_%d.fmt", dir, mode_name(mode), recompute, prefetch);
+    train_opts o = {mode, recompute, prefetch, 0, trace};
+    measured ms = {0};
+    memplan_result p;
+    ferry_status pst = memplan_predict(&model_cfg, TB, TT, mode, recompute, prefetch, FERRY_BACKEND_HOST, &p);
+    TAP_IS_STATUS(pst, FERRY_OK, "%s recompute %d prefetch %d: predicted", mode_name(mode), recompute, prefetch);
+    if (!tap_ok(train(&o, &ms) == FERRY_OK, "%s recompute %d prefetch %d: %d steps trained with a trace",
+                mode_name(mode), recompute, prefetch, STEPS))
+        return;
+    char args[700];
+    snprintf(args, sizeof args, "--json '%s'", trace);
+    run r;
+    run_memprof(args, &r);
+    TAP_IS_INT(r.status, 0, "%s recompute %d prefetch %d: memprof --json reads the trace", mode_name(mode), recompute,
+               prefetch);
+    cJSON *j = cJSON_Parse(r.out);
+    double dev = num(j, "device.peak_bytes"), host = num(j, "host.peak_bytes");
+    double dev_act = num(j, "device.by_category_at_peak.activations");
+    tap_diag("%s recompute %d prefetch %d: device peak measured %.0f, predicted %llu (%+.2f%%); host %.0f vs %llu; "
+             "max resident groups %d, predicted %d",
+             mode_name(mode), recompute, prefetch, dev, (unsigned long long)p.device_total,
+             100.0 * ((double)p.device_total - dev) / dev, host, (unsigned long long)p.host_total,
+             ms.max_resident, p.device_weight_groups);
+    TAP_IS_INT(dev, ms.device_peak, "%s recompute %d: memprof's device peak = the engine's own high-water mark",
+               mode_name(mode), recompute);
+    TAP_IS_CLOSE(p.device_total, dev, 0, 0.05, "%s recompute %d prefetch %d: device peak predicted within 5%%",
+                 mode_name(mode), recompute, prefetch);
+    TAP_IS_INT(p.activations, dev_act, "%s recompute %d: activations at the device peak exactly as predicted",
+               mode_name(mode), recompute);
+    if (mode == FERRY_OFFLOAD_NONE) {
+        TAP_IS_INT(host < 0 ? 0 : host, 0, "none: nothing in the host pool");
+        TAP_IS_INT(p.host_total, 0, "none: planner predicts no host pool");
+    } else {
+        TAP_IS_CLOSE(p.host_total, host, 0, 0.05, "%s recompute %d: host peak predicted within 5%%", mode_name(mode),
+                     recompute);
+        TAP_IS_INT(p.host_total, host, "%s recompute %d: host peak exactly as predicted", mode_name(mode), recompute);
+    }
+    if (mode != FERRY_OFFLOAD_PARAMS)
+        TAP_IS_INT(p.device_total, dev, "%s recompute %d: device peak exactly as predicted", mode_name(mode),
+                   recompute);
+    else {
+        TAP_IS_INT(ms.max_resident, p.device_weight_groups, "params prefetch %d: groups resident at most %d",
+                   prefetch, p.device_weight_groups);
+        double w = num(j, "device.category_peaks.params");
+        if (!tap_ok(w <= (double)p.device_bytes[FERRY_MEM_PARAMS],
+                    "params prefetch %d: device weights never above the predicted window", prefetch))
+            tap_diag("  weights peak %.0f, predicted %llu", w, (unsigned long long)p.device_bytes[FERRY_MEM_PARAMS]);
+    }
+    cJSON_Delete(j);
+}
+
+/* Params mode under a hard budget: the predicted peak is enough to train in
+ * (and the run stays inside it); below the predicted floor (group 0 and the
+ * largest other group, weights and gradients each, plus the activations)
+ * no schedule fits and setup or the first step fails with out-of-memory. */
+static void check_params_budget(void)
+{
+    memplan_result p;
+    if (memplan_predict(&model_cfg, TB, TT, FERRY_OFFLOAD_PARAMS, true, 2, FERRY_BACKEND_HOST, &p) != FERRY_OK) {
+        tap_ok(0, "params budget: predicted: %s", ferry_last_error());
+        return;
+    }
+    measured ms = {0};
+    train_opts o = {FERRY_OFFLOAD_PARAMS, true, 2, p.device_total, NULL};
+    tap_ok(train(&o, &ms) == FERRY_OK, "params: trains in a budget of its predicted peak, %llu bytes",
+           (unsigned long long)p.device_total);
+    tap_ok(ms.device_peak <= p.device_total, "params: device peak %llu within that budget",
+           (unsigned long long)ms.device_peak);
+    o.budget = p.device_min_bytes - MEMPLAN_ARENA_GRANULE;
+    ferry_status st = train(&o, &ms);
+    TAP_IS_STATUS(st, FERRY_ERR_OUT_OF_MEMORY, "params: %llu bytes, one granule under the predicted floor %llu, "
+                  "is out of memory", (unsigned long long)o.budget, (unsigned long long)p.device_min_bytes);
+}
+
+/* ---- the command line ---- */
+
+static void check_cli_errors(void)
+{
+    const char *bad[][2] = {
+        {"plan --batch 0", "--batch"},
+        {"plan --batch x", "--batch"},
+        {"plan --offload disk", "disk"},
+        {"plan --model gpt5", "gpt5"},
+        {"plan --layers 4 --heads 3 --width 128", "--heads"},
+        {"plan --layers 4", "--heads"},
+        {"plan --seq 2048", "2048"},
+        {"plan --gpu-mem 24QB", "24QB"},
+        {"plan --backend tpu", "tpu"},
+        {"plan --prefetch 99", "--prefetch"},
+        {"plan --frobnicate", "--frobnicate"},
+        {"plan --batch", "--batch"},
+        {"plan extra", "extra"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        run r;
+        run_memprof(bad[i][0], &r);
+        TAP_IS_INT(r.status, 2, "'memprof %s': exit 2", bad[i][0]);
+        if (!tap_ok(strstr(r.err, bad[i][1]) != NULL && strlen(r.out) == 0,
+                    "'memprof %s': stderr names '%s', nothing on stdout", bad[i][0], bad[i][1]))
+            tap_diag("  stderr: %s", r.err);
+    }
+    run r;
+    run_memprof("plan --help", &r);
+    TAP_IS_INT(r.status, 0, "memprof plan --help: exit 0");
+    tap_ok(strstr(r.out, "--gpu-mem") != NULL, "memprof plan --help lists --gpu-mem");
+}
+
+static void check_cli_fit(void)
+{
+    gpt2_config c;
+    gpt2_config_preset("gpt2", &c);
+    int maxB = 0;
+    uint64_t budget = (uint64_t)6 << 30;
+    memplan_max_batch(&c, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, FERRY_BACKEND_CUDA, budget, &maxB);
+    memplan_result at, above;
+    memplan_predict(&c, maxB, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, FERRY_BACKEND_CUDA, &at);
+    memplan_predict(&c, maxB + 1, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, FERRY_BACKEND_CUDA, &above);
+    tap_ok(maxB >= 1 && at.device_total <= budget && above.device_total > budget,
+           "max batch %d: B=%d predicts %llu <= 6 GiB, B=%d predicts %llu > 6 GiB", maxB, maxB,
+           (unsigned long long)at.device_total, maxB + 1, (unsigned long long)above.device_total);
+
+    run r;
+    run_memprof("plan --model gpt2 --batch 64 --seq 1024 --offload optimizer --gpu-mem 6GiB", &r);
+    TAP_IS_INT(r.status, 1, "a plan that does not fit: exit 1");
+    char want[64];
+    snprintf(want, sizeof want, "largest batch that fits: %d", maxB);
+    if (!tap_ok(strstr(r.out, "does not fit") && strstr(r.out, want), "the text says it does not fit and '%s'",
+                want))
+        tap_diag("  stdout: %s", r.out);
+
+    run_memprof("plan --model gpt2 --batch 64 --seq 1024 --offload optimizer --gpu-mem 6GiB --json", &r);
+    cJSON *j = cJSON_Parse(r.out);
+    tap_ok(j != NULL, "--json output parses with cJSON");
+    memplan_result p;
+    memplan_predict(&c, 64, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, FERRY_BACKEND_CUDA, &p);
+    TAP_IS_INT(num(j, "device.total_bytes"), p.device_total, "json device.total_bytes = memplan_predict's");
+    TAP_IS_INT(num(j, "device.by_category.activations"), p.activations, "json device activations");
+    TAP_IS_INT(num(j, "host.total_bytes"), p.host_total, "json host.total_bytes");
+    TAP_IS_INT(num(j, "max_batch"), maxB, "json max_batch");
+    tap_ok(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "fits")), "json fits is false");
+    cJSON_Delete(j);
+
+    snprintf(want, sizeof want, "plan --model gpt2 --batch %d --seq 1024 --gpu-mem 6GiB", maxB);
+    run_memprof(want, &r);
+    TAP_IS_INT(r.status, 0, "the largest batch fits: exit 0");
+    tap_ok(strstr(r.out, "fits") && !strstr(r.out, "does not fit"), "the text says it fits");
+
+    /* 124M parameters, host pool: 12 + 2 + 2 bytes each (4 KiB rounding aside). */
+    double per_param = (double)p.host_total / (double)p.group_elems;
+    TAP_IS_CLOSE(per_param, 16.0, 0.001, 0, "gpt2 optimizer offload, cuda: 16 host bytes per parameter");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        tap_plan_skip("usage: test_memplan MEMPROF");
+    memprof = argv[1];
+    if (!mkdtemp(dir))
+        tap_plan_skip("no temporary directory");
+    if (gpt2_config_from_fields(4, 4, 64, 1000, 0, 128, &model_cfg) != FERRY_OK)
+        tap_plan_skip("model config refused");
+
+    check_activation_mirror();
+    for (int mode = FERRY_OFFLOAD_NONE; mode <= FERRY_OFFLOAD_PARAMS; mode++)
+        for (int rc = 0; rc <= 1; rc++)
+            check_training((ferry_offload)mode, rc, 2);
+    check_training(FERRY_OFFLOAD_PARAMS, false, 0);
+    check_training(FERRY_OFFLOAD_PARAMS, true, 1);
+    check_training(FERRY_OFFLOAD_PARAMS, true, 4);
+    check_params_budget();
+    check_cli_errors();
+    check_cli_fit();
+
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (getenv("FERRY_KEEP_TRACES"))
+        tap_diag("traces kept in %s", dir);
+    else if (system(cmd) != 0)
+        tap_diag("could not remove %s", dir);
+    return tap_done();
+}
