@@ -27,7 +27,10 @@ static void probe_topology(ferry_system_info *info, const char *gpu_bus_id)
     hwloc_topology_t topo;
     if (hwloc_topology_init(&topo) != 0)
         return;
-    hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    /* PCI discovery only to place a GPU: it is slow, and libpciaccess keeps
+     * allocations it never frees. */
+    if (gpu_bus_id && *gpu_bus_id)
+        hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
     if (hwloc_topology_load(topo) == 0) {
         int nodes = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
         info->numa_nodes = nodes > 0 ? nodes : 1;
