@@ -8,6 +8,7 @@
 #define FERRY_ENGINE_ENGINE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
@@ -110,6 +111,11 @@ struct ferry_engine {
     double *dev_sumsq;
     void *dev_sumsq_scratch;
     void *dev_workspace;
+
+    /* the CPU update under way: tiles still to run, when it started and ended */
+    atomic_size_t update_tiles_left;
+    _Atomic uint64_t update_end_us;
+    double update_start_ms, last_update_ms;
 
     /* delayed update: the update of the last step still to be uploaded */
     bool dpu_pending;

@@ -336,7 +336,10 @@ typedef struct ferry_step_timing {
     double step_ms;             /* wall time between the last two ferry_engine_step calls */
     double compute_wait_transfer_ms;  /* compute stream stalled on weight fetches */
     double compute_wait_optimizer_ms; /* compute stream stalled on the CPU update + upload */
-    double optimizer_ms;        /* CPU update busy time (norm and AdamW) */
+    double optimizer_ms;        /* wall time of the most recent finished optimizer update, from
+                                   ferry_engine_step() to its last group done (in the offload modes
+                                   the update runs on after the call returns, so this is the
+                                   previous step's) */
     double optimizer_wait_grads_ms;   /* the CPU update waited for gradients to land */
     double transfer_h2d_bytes, transfer_d2h_bytes;
     int max_resident_groups;    /* most groups' weights on the device at once */

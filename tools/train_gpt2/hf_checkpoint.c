@@ -149,12 +149,18 @@ static const st_tensor *find_hf(const st_file *f, const char *name)
     return t;
 }
 
-/* Buffers and tied heads that a GPT-2 file may carry and we rebuild. */
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* Buffers and tied heads that a GPT-2 file may carry and we rebuild
+ * ("h.0.attn.bias" is the causal mask; "h.0.attn.c_attn.bias" is a weight). */
 static bool ignorable(const char *name)
 {
-    size_t n = strlen(name);
-    return strcmp(name, "lm_head.weight") == 0 || (n > 9 && strcmp(name + n - 9, ".attn.bias") == 0) ||
-           (n > 16 && strcmp(name + n - 16, ".attn.masked_bias") == 0);
+    return strcmp(name, "lm_head.weight") == 0 || ends_with(name, ".attn.bias") ||
+           ends_with(name, ".attn.masked_bias");
 }
 
 static ferry_status read_tensor(const char *path, const st_tensor *t, const gpt2_tensor_info *info, float *out)

@@ -1,7 +1,9 @@
 /* Checkpoint folders of a run: see run_state.h. */
 #include "run_state.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,14 +29,30 @@ static ferry_status make_dir(const char *path)
     return err_set(FERRY_ERR_IO, "cannot create folder '%s': %s", path, strerror(errno));
 }
 
+/* Removes a checkpoint folder and every file in it, also the temporaries a
+ * killed save left behind (".model.safetensors.tmp", ...), so that the name
+ * can be used again. */
 static void remove_tree(const char *dir)
 {
-    static const char *const files[] = {"model.safetensors", "config.json", "state.ferry"};
+    DIR *d = opendir(dir);
     char path[PATH_MAX];
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
-        if (run_state_join(path, sizeof path, dir, files[i]) == FERRY_OK)
+    for (struct dirent *ent; d && (ent = readdir(d)) != NULL;)
+        if (strcmp(ent->d_name, ".") != 0 && strcmp(ent->d_name, "..") != 0 &&
+            run_state_join(path, sizeof path, dir, ent->d_name) == FERRY_OK)
             unlink(path);
+    if (d)
+        closedir(d);
     rmdir(dir);
+}
+
+/* Makes renames in dir durable (a crash after return keeps them). */
+static void sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
 }
 
 static ferry_status save_weights(const char *tmp, ferry_engine *e, const gpt2_model *m)
@@ -63,19 +81,49 @@ static ferry_status point_latest(const char *dir, const char *name)
     if (st != FERRY_OK)
         return st;
     unlink(tmp);
-    if (symlink(name, tmp) != 0 || rename(tmp, link) != 0)
-        return err_set(FERRY_ERR_IO, "cannot point '%s' at %s: %s", link, name, strerror(errno));
+    if (symlink(name, tmp) != 0 || rename(tmp, link) != 0) {
+        int err = errno;
+        unlink(tmp);
+        return err_set(FERRY_ERR_IO, "cannot point '%s' at %s: %s", link, name, strerror(err));
+    }
+    sync_dir(dir);
+    return FERRY_OK;
+}
+
+/* Moves the filled folder tmp to final. An earlier save of the same step
+ * (latest may point at it) is swapped out in one atomic exchange, so at no
+ * moment is final missing or half written; where the file system cannot
+ * exchange, it is renamed aside first (a crash then may leave final missing
+ * for an instant, and the aside copy behind). */
+static ferry_status install(const char *tmp, const char *final, const char *aside)
+{
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+        remove_tree(tmp); /* now the old checkpoint */
+        return FERRY_OK;
+    }
+    if (errno != ENOENT) { /* ENOENT: no earlier save of this step */
+        remove_tree(aside);
+        if (rename(final, aside) != 0 && errno != ENOENT)
+            return err_set(FERRY_ERR_IO, "cannot move the earlier '%s' aside: %s", final, strerror(errno));
+    }
+    if (rename(tmp, final) != 0)
+        return err_set(FERRY_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
+    remove_tree(aside);
     return FERRY_OK;
 }
 
 ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, const gpt2_model *m,
                             const train_resume *resume)
 {
-    char name[64], hidden[80], tmp[PATH_MAX], final[PATH_MAX], state[PATH_MAX];
+    char name[64], hidden[80], old[80], tmp[PATH_MAX], final[PATH_MAX], aside[PATH_MAX], state[PATH_MAX];
+    if (step < 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "checkpoint step %lld is negative", (long long)step);
     snprintf(name, sizeof name, "step_%08lld", (long long)step);
     snprintf(hidden, sizeof hidden, ".%s.tmp", name);
+    snprintf(old, sizeof old, ".%s.old", name);
     ferry_status st = run_state_join(tmp, sizeof tmp, dir, hidden);
     if (st == FERRY_OK) st = run_state_join(final, sizeof final, dir, name);
+    if (st == FERRY_OK) st = run_state_join(aside, sizeof aside, dir, old);
     if (st == FERRY_OK) st = run_state_join(state, sizeof state, tmp, "state.ferry");
     if (st == FERRY_OK) st = make_dir(dir);
     if (st != FERRY_OK)
@@ -86,11 +134,8 @@ ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, cons
     st = save_weights(tmp, e, m);
     if (st == FERRY_OK)
         st = ferry_engine_save(e, state, resume, sizeof *resume);
-    if (st == FERRY_OK) {
-        remove_tree(final); /* an earlier save of the same step */
-        if (rename(tmp, final) != 0)
-            st = err_set(FERRY_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
-    }
+    if (st == FERRY_OK)
+        st = install(tmp, final, aside);
     if (st != FERRY_OK) {
         remove_tree(tmp);
         return err_wrap(st, "saving the checkpoint of step %lld (the previous one is intact)", (long long)step);
@@ -103,8 +148,22 @@ ferry_status run_state_locate(const char *path, char *out, size_t cap)
     char probe[PATH_MAX];
     if (run_state_join(probe, sizeof probe, path, "state.ferry") == FERRY_OK && access(probe, R_OK) == 0)
         return run_state_join(out, cap, path, ".");
-    if (run_state_join(probe, sizeof probe, path, "latest/state.ferry") == FERRY_OK && access(probe, R_OK) == 0)
-        return run_state_join(out, cap, path, "latest");
+    /* The folder latest names now, not "latest": a later save may swap the
+     * link while the caller still reads config.json and state.ferry. */
+    char link[PATH_MAX], target[PATH_MAX];
+    ssize_t n = -1;
+    if (run_state_join(link, sizeof link, path, "latest") == FERRY_OK)
+        n = readlink(link, target, sizeof target - 1);
+    if (n > 0) {
+        target[n] = '\0';
+        ferry_status st = target[0] == '/' ? run_state_join(out, cap, "", target + 1)
+                                           : run_state_join(out, cap, path, target);
+        if (st == FERRY_OK && run_state_join(probe, sizeof probe, out, "state.ferry") == FERRY_OK &&
+            access(probe, R_OK) == 0)
+            return FERRY_OK;
+        return err_set(FERRY_ERR_IO, "--resume '%s': %s points at '%s', which holds no state.ferry", path, link,
+                       target);
+    }
     return err_set(FERRY_ERR_IO,
                    "--resume '%s': no checkpoint there (neither %s/state.ferry nor %s/latest/state.ferry)", path,
                    path, path);

@@ -1,0 +1,467 @@
+/* train_gpt2's checkpoint folders (tools/train_gpt2/run_state.c): a save
+ * killed at any moment leaves DIR/latest on a whole checkpoint.
+ * - Kill rounds: a child sets up an engine (host backend, optimizer offload)
+ *   with a GPT-2 of ~3.4M parameters (~55 MB per checkpoint) and saves in a
+ *   loop, each save with new weights (version v: init * (1 + v/1024)) and
+ *   the version in the resume blob; the parent SIGKILLs it after a seeded
+ *   random delay spread over one save's duration. Then latest must name a
+ *   step_N folder (never a temporary), its state.ferry must load into a fresh
+ *   engine with the weights of the version it claims, its model.safetensors
+ *   must hold the same weights, and N must be the last save the child
+ *   reported or the one after. Some rounds save the same step again and
+ *   again (latest points at the folder being replaced).
+ * - A save that cannot write (file size limit, a folder under a regular
+ *   file, a read-only folder when not root) fails with FERRY_ERR_IO and
+ *   leaves latest as it was, and no temporary behind.
+ * - run_state_locate on a checkpoint folder, a run folder, a dangling
+ *   latest; run_state_load of a state.ferry from another program. */
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "engine/engine.h"
+#include "models/gpt2_engine.h"
+#include "tests/tap.h"
+#include "tools/train_gpt2/hf_checkpoint.h"
+#include "tools/train_gpt2/run_state.h"
+
+#define ROUNDS 8
+static const uint64_t SEED = 20240612;
+static char dir[] = "/tmp/ferry-runstate-XXXXXX";
+static char run[300];
+
+static gpt2_model *model;
+static float **init; /* the seeded init of every group */
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static int is_status(ferry_status got, ferry_status want, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int is_status(ferry_status got, ferry_status want, const char *fmt, ...)
+{
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (!tap_ok(got == want, "%s", what))
+        tap_diag("  got %s, want %s; last error: %s", ferry_status_string(got), ferry_status_string(want),
+                 ferry_last_error());
+    return got == want;
+}
+
+/* The weights of save version v: every element scaled, so zeros (padded
+ * vocabulary rows, alignment gaps) stay zero as the HF file has them. */
+static void version_values(int g, uint64_t v, float *out)
+{
+    float k = 1.0f + (float)v / 1024.0f;
+    for (size_t i = 0; i < gpt2_group_numel(model, g); i++)
+        out[i] = init[g][i] * k;
+}
+
+static ferry_engine *make_engine(void)
+{
+    ferry_engine_config c = FERRY_ENGINE_CONFIG_INIT;
+    c.backend = FERRY_BACKEND_HOST;
+    c.offload = FERRY_OFFLOAD_OPTIMIZER;
+    c.optimizer_threads = 1;
+    ferry_engine *e = NULL;
+    ferry_status st = ferry_engine_create(&c, &e);
+    if (st == FERRY_OK) st = gpt2_engine_add_groups(model, e, SEED, init);
+    if (st == FERRY_OK) st = ferry_engine_setup(e);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "engine: %s\n", ferry_last_error());
+        ferry_engine_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
+static train_resume resume_of(int64_t step, uint64_t version)
+{
+    train_resume r;
+    memset(&r, 0, sizeof r);
+    r.magic = TRAIN_RESUME_MAGIC;
+    r.version = 1;
+    r.step = step;
+    r.sample_rng = version;
+    r.model = *gpt2_get_config(model);
+    r.batch = 1, r.seq = 64, r.grad_accum = 1;
+    return r;
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+static void rm_rf(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* ---- the child: save in a loop until killed ---- */
+
+typedef struct report {
+    int64_t step;
+    uint64_t version;
+} report;
+
+static void put(int fd, const report *r)
+{
+    if (write(fd, r, sizeof *r) != (ssize_t)sizeof *r)
+        _exit(3);
+}
+
+/* Saves steps first, first+1, ... (or first again and again), version
+ * first_version, +1, ...; reports each finished save on fd. Nothing else
+ * between saves, so that most kills find one under way. */
+static void child(int fd, int64_t first, uint64_t first_version, int same_step)
+{
+    ferry_engine *e = make_engine();
+    if (!e)
+        _exit(2);
+    int G = gpt2_num_groups(model);
+    float *buf = malloc(gpt2_group_numel(model, 0) * sizeof(float));
+    report ready = {-1, 0};
+    put(fd, &ready);
+    for (uint64_t v = first_version;; v++) {
+        int64_t step = same_step ? first : first + (int64_t)(v - first_version);
+        for (int g = 0; g < G; g++) {
+            version_values(g, v, buf);
+            if (ferry_engine_set_weights(e, g, buf) != FERRY_OK)
+                _exit(4);
+        }
+        train_resume r = resume_of(step, v);
+        if (run_state_save(run, step, e, model, &r) != FERRY_OK) {
+            fprintf(stderr, "child: save of step %lld: %s\n", (long long)step, ferry_last_error());
+            _exit(5);
+        }
+        report done = {step, v};
+        put(fd, &done);
+    }
+}
+
+/* ---- the parent's checks ---- */
+
+/* latest's target as a step number; -1 if it is not "step_NNNNNNNN". */
+static int64_t latest_step(char *target, size_t cap)
+{
+    char link[400];
+    snprintf(link, sizeof link, "%s/latest", run);
+    ssize_t n = readlink(link, target, cap - 1);
+    if (n <= 0)
+        return -1;
+    target[n] = '\0';
+    long long s;
+    char tail;
+    if (strncmp(target, "step_", 5) != 0 || strlen(target) != 13 || sscanf(target + 5, "%lld%c", &s, &tail) != 1)
+        return -1;
+    return s;
+}
+
+static int weights_are(float *const *got, uint64_t v, float *want)
+{
+    for (int g = 0; g < gpt2_num_groups(model); g++) {
+        version_values(g, v, want);
+        if (memcmp(got[g], want, gpt2_group_numel(model, g) * sizeof(float)) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* latest is whole: state.ferry loads with the weights of the version it
+ * records, model.safetensors holds the same. Returns the step, or -1. */
+static int64_t check_latest(ferry_engine *e, const char *when, uint64_t *version)
+{
+    char target[300], ckpt[600], file[700];
+    int64_t step = latest_step(target, sizeof target);
+    if (!tap_ok(step >= 0, "%s: latest names a step folder ('%s'), not a temporary", when,
+                step >= 0 ? target : "?"))
+        return -1;
+    if (!is_status(run_state_locate(run, ckpt, sizeof ckpt), FERRY_OK, "%s: run_state_locate finds %s", when,
+                   target))
+        return -1;
+    tap_ok(strstr(ckpt, target) != NULL, "%s: it resolves latest to the folder itself: %s", when, ckpt);
+    train_resume r;
+    int G = gpt2_num_groups(model), ok = 1;
+    if (!is_status(run_state_load(ckpt, e, &r), FERRY_OK, "%s: its state.ferry loads into a fresh engine", when))
+        return -1;
+    TAP_IS_INT(r.step, step, "%s: the resume blob's step is the folder's", when);
+    *version = r.sample_rng;
+    float **got = calloc((size_t)G, sizeof *got), *want = malloc(gpt2_group_numel(model, 0) * sizeof(float));
+    for (int g = 0; g < G; g++) {
+        got[g] = malloc(gpt2_group_numel(model, g) * sizeof(float));
+        ok &= ferry_engine_get_weights(e, g, got[g]) == FERRY_OK;
+    }
+    tap_ok(ok && weights_are(got, r.sample_rng, want), "%s: state.ferry holds the weights of save version %llu",
+           when, (unsigned long long)r.sample_rng);
+    snprintf(file, sizeof file, "%s/model.safetensors", ckpt);
+    if (is_status(hf_load(file, model, got), FERRY_OK, "%s: its model.safetensors loads", when))
+        tap_ok(weights_are(got, r.sample_rng, want), "%s: model.safetensors holds the same weights", when);
+    gpt2_config c;
+    if (is_status(run_state_config(ckpt, &c), FERRY_OK, "%s: its config.json reads", when))
+        tap_ok(memcmp(&c, gpt2_get_config(model), sizeof c) == 0, "%s: config.json is the model's", when);
+    for (int g = 0; g < G; g++)
+        free(got[g]);
+    free(got);
+    free(want);
+    return step;
+}
+
+/* Every visible step_ folder is whole (the three files are there). Returns
+ * how many temporaries (".step_N.tmp") the kill left, and removes them and
+ * the aside folders, so the next round counts only its own; removes every
+ * step folder but keep (latest's). */
+static int check_folders(const char *when, const char *keep)
+{
+    DIR *d = opendir(run);
+    int bad = 0, seen = 0, temps = 0;
+    for (struct dirent *ent; d && (ent = readdir(d)) != NULL;) {
+        char p[700];
+        snprintf(p, sizeof p, "%s/%s", run, ent->d_name);
+        if (ent->d_name[0] == '.' && (strstr(ent->d_name, ".tmp") || strstr(ent->d_name, ".old") ||
+                                      strncmp(ent->d_name, ".trash_", 7) == 0) &&
+            strcmp(ent->d_name, ".latest.tmp") != 0) {
+            temps += strstr(ent->d_name, ".tmp") != NULL;
+            rm_rf(p);
+        }
+        if (strncmp(ent->d_name, "step_", 5) != 0)
+            continue;
+        seen++;
+        static const char *const files[] = {"model.safetensors", "config.json", "state.ferry"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(p, sizeof p, "%s/%s/%s", run, ent->d_name, files[i]);
+            if (access(p, R_OK) != 0) {
+                tap_diag("  %s lacks %s", ent->d_name, files[i]);
+                bad++;
+            }
+        }
+        if (strcmp(ent->d_name, keep) != 0) { /* the disk holds one checkpoint between rounds */
+            snprintf(p, sizeof p, "%s/%s", run, ent->d_name);
+            rm_rf(p);
+        }
+    }
+    if (d)
+        closedir(d);
+    tap_ok(bad == 0 && seen > 0, "%s: all %d step folders hold their three files", when, seen);
+    return temps;
+}
+
+/* The child is dead: reads what it reported to EOF. */
+static report read_reports(int fd, report last)
+{
+    report r;
+    while (read(fd, &r, sizeof r) == (ssize_t)sizeof r)
+        last = r;
+    return last;
+}
+
+static void kill_rounds(ferry_engine *e, uint64_t *rng)
+{
+    int64_t next_step = 1;
+    uint64_t next_version = 1;
+    double save_ms = 0;
+    int mid_save = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        int same = round % 3 == 2, fds[2];
+        if (pipe(fds) != 0) {
+            tap_ok(0, "pipe: %s", strerror(errno));
+            return;
+        }
+        int64_t first = same ? next_step - 1 : next_step;
+        pid_t pid = fork();
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a killed test */
+            close(fds[0]);
+            child(fds[1], first, next_version, same);
+        }
+        close(fds[1]);
+        report ready, done;
+        if (read(fds[0], &ready, sizeof ready) != (ssize_t)sizeof ready) {
+            int status;
+            waitpid(pid, &status, 0);
+            tap_ok(0, "round %d: the child sets up (status %d)", round, status);
+            close(fds[0]);
+            return;
+        }
+        double t1 = now_ms();
+        report first_done;
+        if (read(fds[0], &first_done, sizeof first_done) != (ssize_t)sizeof first_done) {
+            int status;
+            waitpid(pid, &status, 0);
+            tap_ok(0, "round %d: the child's first save (exit status %d)", round, status);
+            close(fds[0]);
+            return;
+        }
+        double took = now_ms() - t1;
+        save_ms = save_ms > 0 ? (save_ms + took) / 2 : took;
+        /* Kill somewhere in the next one or two saves. */
+        double delay = tap_rand_unit(rng) * 1.5 * save_ms;
+        usleep((useconds_t)(delay * 1e3));
+        kill(pid, SIGKILL);
+        int status;
+        waitpid(pid, &status, 0);
+        done = read_reports(fds[0], first_done);
+        close(fds[0]);
+        char when[96];
+        snprintf(when, sizeof when, "round %d (%s, killed %.0f ms after save %llu, one save %.0f ms)", round,
+                 same ? "same step" : "new steps", delay, (unsigned long long)first_done.version, save_ms);
+        tap_ok(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "%s: the child died of SIGKILL", when);
+        uint64_t version = 0;
+        int64_t step = check_latest(e, when, &version);
+        tap_ok(version == done.version || version == done.version + 1,
+               "%s: latest holds save version %llu: the last one reported (%llu) or the one after", when,
+               (unsigned long long)version, (unsigned long long)done.version);
+        if (!same)
+            tap_ok(step == done.step || step == done.step + 1, "%s: latest is step %lld: the last one reported "
+                   "(%lld) or the one after", when, (long long)step, (long long)done.step);
+        char target[300] = "";
+        latest_step(target, sizeof target);
+        int inside = check_folders(when, target) > 0;
+        mid_save += inside;
+        tap_diag("round %d: the kill landed %s", round, inside ? "inside a save" : "between saves");
+        next_step = (step > done.step ? step : done.step) + 1;
+        next_version = (version > done.version ? version : done.version) + 1;
+    }
+    /* Delays spread over 1.5 saves: most kills must find a save under way,
+     * or the rounds above tested little. */
+    tap_ok(mid_save * 2 >= ROUNDS, "%d of %d kills landed inside a save (a temporary was left)", mid_save, ROUNDS);
+}
+
+/* ---- saves that cannot write ---- */
+
+static void test_failed_saves(ferry_engine *e)
+{
+    char before[300], after[300];
+    int64_t step0 = latest_step(before, sizeof before);
+    train_resume r = resume_of(99999, 0);
+
+    /* A full disk: the file size limit stops the writes part way. */
+    struct rlimit old, small = {1 << 20, 0};
+    getrlimit(RLIMIT_FSIZE, &old);
+    small.rlim_max = old.rlim_max;
+    signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &small);
+    ferry_status st = run_state_save(run, 99999, e, model, &r);
+    setrlimit(RLIMIT_FSIZE, &old);
+    is_status(st, FERRY_ERR_IO, "a save that hits the file size limit (a full disk) fails: %s", ferry_last_error());
+    TAP_IS_INT(latest_step(after, sizeof after), step0, "latest still names %s", before);
+    char p[400];
+    snprintf(p, sizeof p, "%s/.step_00099999.tmp", run);
+    tap_ok(access(p, F_OK) != 0, "the failed save left no temporary folder behind");
+    snprintf(p, sizeof p, "%s/step_00099999", run);
+    tap_ok(access(p, F_OK) != 0, "nor a step_00099999 folder");
+    uint64_t v;
+    check_latest(e, "after the failed save", &v);
+
+    /* A run folder under a regular file. */
+    char file[400], under[450];
+    snprintf(file, sizeof file, "%s/plain-file", dir);
+    FILE *f = fopen(file, "w");
+    if (f)
+        fclose(f);
+    snprintf(under, sizeof under, "%s/run", file);
+    st = run_state_save(under, 1, e, model, &r);
+    is_status(st, FERRY_ERR_IO, "a run folder under a regular file: %s", ferry_last_error());
+    tap_ok(strstr(ferry_last_error(), under) != NULL, "the message names the folder");
+
+    /* A read-only folder (root may write anywhere: then this case is moot). */
+    if (geteuid() != 0) {
+        chmod(run, 0555);
+        st = run_state_save(run, 99998, e, model, &r);
+        chmod(run, 0755);
+        is_status(st, FERRY_ERR_IO, "a save into a read-only run folder fails: %s", ferry_last_error());
+        TAP_IS_INT(latest_step(after, sizeof after), step0, "latest still names %s", before);
+    } else {
+        tap_diag("running as root: the read-only folder case is skipped (root writes anyway)");
+    }
+}
+
+static void test_locate(ferry_engine *e)
+{
+    char out[1200], target[300], ckpt[700];
+    latest_step(target, sizeof target);
+    snprintf(ckpt, sizeof ckpt, "%s/%s", run, target);
+    if (is_status(run_state_locate(ckpt, out, sizeof out), FERRY_OK, "run_state_locate takes a checkpoint folder"))
+        tap_ok(strstr(out, target) != NULL, "and names it: %s", out);
+
+    /* latest pointing nowhere. */
+    char lonely[400], link[450];
+    snprintf(lonely, sizeof lonely, "%s/dangling", dir);
+    mkdir(lonely, 0755);
+    snprintf(link, sizeof link, "%s/latest", lonely);
+    if (symlink("step_00000007", link) != 0)
+        tap_diag("symlink: %s", strerror(errno));
+    ferry_status st = run_state_locate(lonely, out, sizeof out);
+    is_status(st, FERRY_ERR_IO, "a latest that points nowhere is FERRY_ERR_IO: %s", ferry_last_error());
+    st = run_state_locate(dir, out, sizeof out);
+    is_status(st, FERRY_ERR_IO, "a folder without a checkpoint is FERRY_ERR_IO: %s", ferry_last_error());
+
+    /* A state.ferry whose blob is not train_gpt2's. */
+    char other[400], state[450];
+    snprintf(other, sizeof other, "%s/other", dir);
+    mkdir(other, 0755);
+    snprintf(state, sizeof state, "%s/state.ferry", other);
+    train_resume r;
+    if (is_status(ferry_engine_save(e, state, "not a run", 9), FERRY_OK, "an engine state with a foreign blob")) {
+        st = run_state_load(other, e, &r);
+        is_status(st, FERRY_ERR_FORMAT, "run_state_load refuses it: %s", ferry_last_error());
+    }
+}
+
+int main(void)
+{
+    uint64_t rng = SEED;
+    tap_diag("seed %llu", (unsigned long long)SEED);
+    if (!mkdtemp(dir))
+        tap_plan_skip("cannot create a temporary directory");
+    snprintf(run, sizeof run, "%s/run", dir);
+    /* GPT-2's vocabulary, 2 layers, 2 heads, 64 wide: ~3.4M params, ~55 MB
+     * per checkpoint (safetensors + master weights and moments), so a save
+     * takes a few hundred ms and most kills land inside one. */
+    gpt2_config cfg;
+    ferry_status st = gpt2_config_from_fields(2, 2, 64, 50257, 0, 1024, &cfg);
+    if (st == FERRY_OK) st = gpt2_create(&cfg, &model);
+    int G = model ? gpt2_num_groups(model) : 0;
+    init = calloc((size_t)G + 1, sizeof *init);
+    for (int g = 0; g < G && st == FERRY_OK; g++) {
+        init[g] = malloc(gpt2_group_numel(model, g) * sizeof(float));
+        st = gpt2_init_group(model, g, SEED, init[g]);
+    }
+    if (!tap_ok(st == FERRY_OK, "model of %llu params set up: %s",
+                model ? (unsigned long long)gpt2_num_params(model) : 0ULL, ferry_last_error()))
+        return tap_done();
+    /* The engine that loads what the children saved. Made before the forks:
+     * it is idle then (its threads wait on condition variables, holding no
+     * lock), and a child never touches it. */
+    ferry_engine *e = make_engine();
+    if (!tap_ok(e != NULL, "an engine for the checks"))
+        return tap_done();
+    double t0 = now_ms();
+    kill_rounds(e, &rng);
+    test_failed_saves(e);
+    test_locate(e);
+    tap_diag("%.1f s in all", (now_ms() - t0) / 1e3);
+    ferry_engine_destroy(e);
+    for (int g = 0; g < G; g++)
+        free(init[g]);
+    free(init);
+    gpt2_destroy(model);
+    rm_rf(dir);
+    return tap_done();
+}

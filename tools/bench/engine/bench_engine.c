@@ -1,0 +1,558 @@
+/* tools/bench/engine/bench_engine.c: how well the engine hides its offload.
+ * Trains GPT-2 (models/) through the engine in each offload mode and, per
+ * mode, measures in the same run:
+ *   - the step time of ordinary, pipelined training (median after warm-up),
+ *     hence tokens/s and the ratio to mode 'none';
+ *   - the compute alone: forward + backward with everything else finished
+ *     before it and a synchronize after it (so the CPU update cannot overlap);
+ *   - the update alone: ferry_engine_step + synchronize right after that
+ *     (norm, AdamW, upload), beside the engine's own timing.optimizer_ms;
+ * and reports the step against max(compute, update), the floor that perfect
+ * overlap of the two would reach, and against bwd + max(fwd, update), the floor of
+ * the exact schedule. The modes' rounds alternate so that the machine's load
+ * falls on all alike. It does not own the engine, the model or the ops; it
+ * only drives them. --find-max-batch searches the largest batch the device
+ * budget holds (doubling, then bisecting, until the engine reports
+ * FERRY_ERR_OUT_OF_MEMORY) and measures that batch. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/error.h"
+#include "common/units.h"
+#include "engine/engine.h"
+#include "models/gpt2.h"
+#include "models/gpt2_engine.h"
+
+#define MAX_STEPS 256
+#define MAX_BATCH 65536
+
+typedef struct bench_opts {
+    const char *model;
+    int B, T, steps, warmup, threads;
+    ferry_offload modes[3];
+    int nmodes;
+    ferry_backend_kind backend;
+    uint64_t gpu_mem;
+    bool recompute, find_max, delayed;
+} bench_opts;
+
+/* One engine with the model on it, and activations for one batch shape. */
+typedef struct bench_run {
+    const bench_opts *o;
+    ferry_offload mode;
+    gpt2_model *m;
+    ferry_engine *e;
+    gpt2_activations *act;
+    gpt2_allocator alloc;
+    gpt2_hooks hooks;
+    backend_stream *s;
+    int32_t *tokens, *targets;
+    int B;
+    float first_loss, last_loss;
+} bench_run;
+
+/* What one mode measured (medians, milliseconds). */
+typedef struct bench_result {
+    ferry_offload mode;
+    int B;
+    double step, fwd, compute, update, engine_opt, wait_opt, wait_xfer, tok_s;
+    double dev_peak, host_peak;
+    float first_loss, last_loss;
+} bench_result;
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static ferry_step_options step_options(void)
+{
+    ferry_step_options so = FERRY_STEP_OPTIONS_INIT;
+    so.lr = 1e-4f;
+    so.weight_decay = 0.1f;
+    so.max_grad_norm = 1.0f;
+    return so;
+}
+
+/* ---- setting up ---- */
+
+static void run_close(bench_run *r)
+{
+    if (r->e)
+        ferry_engine_synchronize(r->e);
+    gpt2_activations_destroy(r->act);
+    ferry_engine_destroy(r->e);
+    free(r->tokens);
+    free(r->targets);
+    r->act = NULL;
+    r->e = NULL;
+    r->tokens = r->targets = NULL;
+}
+
+static ferry_status run_open(const bench_opts *o, ferry_offload mode, gpt2_model *m, bench_run *r)
+{
+    memset(r, 0, sizeof *r);
+    r->o = o;
+    r->mode = mode;
+    r->m = m;
+    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
+    cfg.backend = o->backend;
+    cfg.offload = mode;
+    cfg.device_budget_bytes = o->gpu_mem;
+    cfg.optimizer_threads = o->threads;
+    cfg.delayed_update = o->delayed && mode == FERRY_OFFLOAD_OPTIMIZER;
+    ferry_status st = ferry_engine_create(&cfg, &r->e);
+    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, r->e, 1337, NULL);
+    if (st == FERRY_OK) st = ferry_engine_setup(r->e);
+    if (st != FERRY_OK)
+        return st;
+    r->alloc = gpt2_engine_allocator(r->e);
+    r->hooks = gpt2_engine_hooks(r->e);
+    r->s = engine_compute_stream(r->e);
+    return FERRY_OK;
+}
+
+/* Activations and a fixed batch of tokens (the same every step, so the loss
+ * visibly falls: a sanity check that training happens). */
+static ferry_status run_set_batch(bench_run *r, int B)
+{
+    const gpt2_config *c = gpt2_get_config(r->m);
+    int T = r->o->T;
+    gpt2_activations_destroy(r->act);
+    r->act = NULL;
+    free(r->tokens);
+    free(r->targets);
+    r->tokens = malloc((size_t)B * (size_t)T * sizeof(int32_t));
+    r->targets = malloc((size_t)B * (size_t)T * sizeof(int32_t));
+    if (!r->tokens || !r->targets)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "bench_engine: no host memory for %d x %d tokens", B, T);
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < (size_t)B * (size_t)T + 1; i++) {
+        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+        int32_t tok = (int32_t)(rng % (uint64_t)c->vocab_size);
+        if (i < (size_t)B * (size_t)T) r->tokens[i] = tok;
+        if (i > 0) r->targets[i - 1] = tok;
+    }
+    r->B = B;
+    return gpt2_activations_create(r->m, engine_backend_handle(r->e), B, T, r->o->recompute, &r->alloc, &r->act);
+}
+
+/* Forward and backward of one micro-batch; waits for the compute stream. */
+static ferry_status run_fwd_bwd(bench_run *r, float *loss)
+{
+    ferry_status st = ferry_engine_begin_micro_batch(r->e, 0, 1);
+    if (st == FERRY_OK) st = gpt2_forward(r->m, r->act, &r->hooks, r->s, r->tokens, r->targets, true);
+    if (st == FERRY_OK) st = gpt2_backward(r->m, r->act, &r->hooks, r->s, 1.0f);
+    if (st == FERRY_OK) st = gpt2_loss(r->act, r->s, loss);
+    return st;
+}
+
+/* ---- measuring ---- */
+
+/* One round's figures, milliseconds. */
+typedef struct bench_sample {
+    double step, fwd, compute, update, eng_opt, wait_opt, wait_xfer;
+} bench_sample;
+
+static ferry_status pipelined_step(bench_run *r, float *loss)
+{
+    ferry_step_options so = step_options();
+    ferry_status st = run_fwd_bwd(r, loss);
+    return st == FERRY_OK ? ferry_engine_step(r->e, &so, NULL) : st;
+}
+
+/* A round: two ordinary steps, the second timed from the end of the first
+ * (the update of the first overlaps the second's forward, as in training),
+ * then one step in parts, each alone between synchronizes. */
+static ferry_status measure_round(bench_run *r, bench_sample *out)
+{
+    float loss = 0;
+    ferry_status st = pipelined_step(r, &loss);
+    double t0 = now_ms();
+    if (st == FERRY_OK) st = pipelined_step(r, &loss);
+    if (st != FERRY_OK)
+        return st;
+    out->step = now_ms() - t0;
+    ferry_step_timing tm = FERRY_STEP_TIMING_INIT;
+    ferry_engine_step_timing(r->e, &tm);
+    out->eng_opt = tm.optimizer_ms;
+    out->wait_opt = tm.compute_wait_optimizer_ms;
+    out->wait_xfer = tm.compute_wait_transfer_ms;
+
+    ferry_step_options so = step_options();
+    if ((st = ferry_engine_synchronize(r->e)) != FERRY_OK)
+        return st;
+    double a = now_ms();
+    st = ferry_engine_begin_micro_batch(r->e, 0, 1);
+    if (st == FERRY_OK) st = gpt2_forward(r->m, r->act, &r->hooks, r->s, r->tokens, r->targets, true);
+    if (st == FERRY_OK) st = backend_stream_synchronize(r->s);
+    double b = now_ms();
+    if (st == FERRY_OK) st = gpt2_backward(r->m, r->act, &r->hooks, r->s, 1.0f);
+    if (st == FERRY_OK) st = gpt2_loss(r->act, r->s, &loss);
+    if (st == FERRY_OK) st = ferry_engine_synchronize(r->e);
+    double c = now_ms();
+    if (st == FERRY_OK) st = ferry_engine_step(r->e, &so, NULL);
+    if (st == FERRY_OK) st = ferry_engine_synchronize(r->e);
+    if (st != FERRY_OK)
+        return st;
+    out->fwd = b - a;
+    out->compute = c - a;
+    out->update = now_ms() - c;
+    r->last_loss = loss;
+    return FERRY_OK;
+}
+
+static ferry_status warm_up(bench_run *r, int steps)
+{
+    float loss = 0;
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < steps && st == FERRY_OK; i++) {
+        st = pipelined_step(r, &loss);
+        if (i == 0) r->first_loss = loss;
+    }
+    return st;
+}
+
+/* Medians of a mode's samples, and its memory peaks. */
+static void summarize(bench_run *r, const bench_sample *smp, int n, bench_result *out)
+{
+    static double v[7][MAX_STEPS];
+    for (int i = 0; i < n; i++) {
+        v[0][i] = smp[i].step; v[1][i] = smp[i].fwd; v[2][i] = smp[i].compute; v[3][i] = smp[i].update;
+        v[4][i] = smp[i].eng_opt; v[5][i] = smp[i].wait_opt; v[6][i] = smp[i].wait_xfer;
+    }
+    ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
+    ferry_engine_memory_stats(r->e, &ms);
+    bench_result res = {r->mode, r->B, median(v[0], n), median(v[1], n), median(v[2], n), median(v[3], n),
+                        median(v[4], n), median(v[5], n), median(v[6], n), 0,
+                        (double)ms.device_total_peak_bytes, (double)ms.host_peak_bytes, r->first_loss,
+                        r->last_loss};
+    res.tok_s = (double)r->B * r->o->T / (res.step * 1e-3);
+    *out = res;
+}
+
+/* ---- the largest batch ---- */
+
+/* 1: batch B fits (activations and two whole steps); 0: out of memory;
+ * -1: another error (the message is set). An out-of-memory inside a step
+ * may leave the engine mid-step, so it is reopened. */
+static int try_batch(bench_run *r, gpt2_model *m, int B)
+{
+    ferry_status st = run_set_batch(r, B);
+    float loss;
+    bool in_step = false;
+    if (st == FERRY_OK) {
+        in_step = true;
+        ferry_step_options so = step_options();
+        /* Two steps: the second allocates after the first's frees. */
+        for (int i = 0; i < 2 && st == FERRY_OK; i++) {
+            st = run_fwd_bwd(r, &loss);
+            if (st == FERRY_OK) st = ferry_engine_step(r->e, &so, NULL);
+        }
+        if (st == FERRY_OK) st = ferry_engine_synchronize(r->e);
+    }
+    if (st == FERRY_OK)
+        return 1;
+    if (st != FERRY_ERR_OUT_OF_MEMORY)
+        return -1;
+    fprintf(stderr, "  batch %5d: does not fit: %s\n", B, ferry_last_error());
+    gpt2_activations_destroy(r->act);
+    r->act = NULL;
+    if (in_step) {
+        const bench_opts *o = r->o;
+        ferry_offload mode = r->mode;
+        run_close(r);
+        if (run_open(o, mode, m, r) != FERRY_OK)
+            return -1;
+    }
+    return 0;
+}
+
+static ferry_status find_max_batch(bench_run *r, gpt2_model *m, int *best)
+{
+    int good = 0, bad = 0, B = r->o->B;
+    while (B <= MAX_BATCH) {
+        int fit = try_batch(r, m, B);
+        if (fit < 0)
+            return FERRY_ERR_BACKEND;
+        if (!fit) { bad = B; break; }
+        fprintf(stderr, "  batch %5d: fits\n", B);
+        good = B;
+        B *= 2;
+    }
+    if (bad == 0)
+        bad = MAX_BATCH + 1;
+    if (good == 0)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "even --batch %d does not fit the device budget; start lower, add "
+                                                "--recompute or use another offload mode", r->o->B);
+    while (bad - good > 1) {
+        int mid = good + (bad - good) / 2;
+        int fit = try_batch(r, m, mid);
+        if (fit < 0)
+            return FERRY_ERR_BACKEND;
+        if (fit) fprintf(stderr, "  batch %5d: fits\n", mid);
+        if (fit) good = mid; else bad = mid;
+    }
+    *best = good;
+    return run_set_batch(r, good);
+}
+
+/* ---- the command line ---- */
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: bench_engine [--model NAME] [--batch B] [--seq T] [--steps S] [--warmup W]\n"
+            "                    [--modes none,optimizer,params | --offload MODE] [--backend host|cuda|auto]\n"
+            "                    [--gpu-mem BYTES] [--threads N] [--recompute] [--delayed] [--find-max-batch]\n"
+            "  defaults: host: --model d4 --batch 4 --seq 64; cuda: --model gpt2 --batch 8 --seq 1024;\n"
+            "            --steps 7 rounds, --warmup 1, --modes none,optimizer,params, budget all free\n"
+            "  --model: gpt2, gpt2-medium, gpt2-large, gpt2-xl or dN (N layers, N heads, 64 N wide)\n"
+            "  --find-max-batch: the largest batch (from --batch up, default 1) that fits --gpu-mem, and its\n"
+            "                    speed; one mode at a time\n");
+}
+
+static ferry_status parse_modes(const char *list, bench_opts *o)
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", list);
+    o->nmodes = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (o->nmodes == 3)
+            return err_set(FERRY_ERR_INVALID_ARGUMENT, "--modes '%s': at most 3 modes", list);
+        ferry_status st = ferry_offload_parse(tok, &o->modes[o->nmodes++]);
+        if (st != FERRY_OK)
+            return st;
+    }
+    return o->nmodes ? FERRY_OK : err_set(FERRY_ERR_INVALID_ARGUMENT, "--modes is empty");
+}
+
+static ferry_status parse_int(const char *flag, const char *v, int lo, int hi, int *out)
+{
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*v == 0 || *end || x < lo || x > hi)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s '%s': want an integer in %d..%d", flag, v, lo, hi);
+    *out = (int)x;
+    return FERRY_OK;
+}
+
+#define VALUED_FLAGS " --model --batch --seq --steps --warmup --threads --modes --offload --backend --gpu-mem "
+
+static ferry_status parse_args(int argc, char **argv, bench_opts *o)
+{
+    ferry_status st = FERRY_OK;
+    for (int i = 1; i < argc && st == FERRY_OK; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool takes = true;
+        if (!strcmp(a, "--recompute")) { o->recompute = true; takes = false; }
+        else if (!strcmp(a, "--delayed")) { o->delayed = true; takes = false; }
+        else if (!strcmp(a, "--find-max-batch")) { o->find_max = true; takes = false; }
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); exit(0); }
+        else if (!strstr(VALUED_FLAGS, a) || a[0] != '-' || strchr(a, ' '))
+            return err_set(FERRY_ERR_INVALID_ARGUMENT, "unknown flag '%s'; see --help", a);
+        else if (!v) return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s needs a value; see --help", a);
+        else if (!strcmp(a, "--model")) o->model = v;
+        else if (!strcmp(a, "--batch")) st = parse_int(a, v, 1, MAX_BATCH, &o->B);
+        else if (!strcmp(a, "--seq")) st = parse_int(a, v, 1, 1 << 20, &o->T);
+        else if (!strcmp(a, "--steps")) st = parse_int(a, v, 1, MAX_STEPS, &o->steps);
+        else if (!strcmp(a, "--warmup")) st = parse_int(a, v, 0, 1000, &o->warmup);
+        else if (!strcmp(a, "--threads")) st = parse_int(a, v, 0, 1024, &o->threads);
+        else if (!strcmp(a, "--modes") || !strcmp(a, "--offload")) st = parse_modes(v, o);
+        else if (!strcmp(a, "--backend")) st = ferry_backend_parse(v, &o->backend);
+        else if (!strcmp(a, "--gpu-mem")) st = units_parse_bytes(v, &o->gpu_mem);
+        else return err_set(FERRY_ERR_INVALID_ARGUMENT, "unknown flag '%s'; see --help", a);
+        if (takes) i++;
+    }
+    return st;
+}
+
+/* ---- printing ---- */
+
+static void print_header(void)
+{
+    printf("%-9s %5s %9s %7s %8s %8s %8s %8s %8s %7s %9s %7s %8s %8s %13s\n", "mode", "batch", "tokens/s",
+           "vs none", "step ms", "fwd", "bwd", "update", "eng.opt", "floor x", "exact fl.", "exact x", "wait upd",
+           "wait xfr", "dev/host GiB");
+}
+
+static void print_row(const bench_result *r, double none_tok_s)
+{
+    double bwd = r->compute - r->fwd;
+    double floor = fmax(r->compute, r->update);
+    double exact = bwd + fmax(r->fwd, r->update);
+    char vs[16] = "-";
+    if (none_tok_s > 0)
+        snprintf(vs, sizeof vs, "%.2fx", r->tok_s / none_tok_s);
+    printf("%-9s %5d %9.0f %7s %8.1f %8.1f %8.1f %8.1f %8.1f %7.2f %9.1f %7.2f %8.1f %8.1f %6.2f/%-6.2f\n",
+           ferry_offload_name(r->mode), r->B, r->tok_s, vs, r->step, r->fwd, bwd, r->update, r->engine_opt,
+           floor > 0 ? r->step / floor : 0, exact, exact > 0 ? r->step / exact : 0, r->wait_opt, r->wait_xfer,
+           r->dev_peak / 1073741824.0, r->host_peak / 1073741824.0);
+}
+
+static void print_legend(void)
+{
+    printf("step: one training step as trained (median); fwd, bwd: forward and backward alone; update:\n"
+           "ferry_engine_step + synchronize alone (norm, AdamW, upload); eng.opt: the engine's\n"
+           "timing.optimizer_ms. floor x = step / max(fwd+bwd, update), the floor of perfect overlap;\n"
+           "exact fl. = bwd + max(fwd, update), the floor of the exact schedule (the update waits for the\n"
+           "whole backward, for the global norm, and overlaps only the next forward); exact x = step /\n"
+           "exact fl. wait upd / wait xfr: the compute stream stalled on the CPU update / on weight fetches.\n");
+}
+
+/* ---- running the modes ---- */
+
+static ferry_status open_mode(const bench_opts *o, gpt2_model *m, ferry_offload mode, bench_run *r)
+{
+    ferry_status st = run_open(o, mode, m, r);
+    if (st == FERRY_OK && o->find_max) {
+        fprintf(stderr, "searching the largest batch for offload %s...\n", ferry_offload_name(mode));
+        int best = 0;
+        st = find_max_batch(r, m, &best);
+    } else if (st == FERRY_OK) {
+        st = run_set_batch(r, o->B);
+    }
+    if (st == FERRY_OK)
+        fprintf(stderr, "%s\n", ferry_engine_describe(r->e));
+    if (st == FERRY_OK)
+        st = warm_up(r, o->warmup + 1);
+    return st;
+}
+
+static void report_failure(const bench_run *r, ferry_offload mode, ferry_status st)
+{
+    fprintf(stderr, "bench_engine: offload %s, batch %d: %s: %s\n", ferry_offload_name(mode), r->B,
+            ferry_status_string(st), ferry_last_error());
+}
+
+/* Without --find-max-batch every mode's engine stays open and the rounds
+ * alternate between them, so a change in the machine's load (other jobs,
+ * memory bandwidth swings) falls on every mode alike. With it, one mode at a
+ * time: each search fills the device budget. Returns the modes that ran. */
+static int run_modes(const bench_opts *o, gpt2_model *m, bench_result *res)
+{
+    static bench_run runs[3];
+    static bench_sample smp[3][MAX_STEPS];
+    bool alive[3] = {false, false, false};
+    int ok = 0;
+    int batch = o->find_max ? 1 : o->nmodes;
+    for (int first = 0; first < o->nmodes; first += batch) {
+        int last = first + batch < o->nmodes ? first + batch : o->nmodes;
+        for (int i = first; i < last; i++) {
+            ferry_status st = open_mode(o, m, o->modes[i], &runs[i]);
+            alive[i] = st == FERRY_OK;
+            if (!alive[i]) {
+                report_failure(&runs[i], o->modes[i], st);
+                run_close(&runs[i]);
+            }
+        }
+        for (int k = 0; k < o->steps; k++)
+            for (int i = first; i < last; i++) {
+                if (!alive[i])
+                    continue;
+                ferry_status st = measure_round(&runs[i], &smp[i][k]);
+                if (st != FERRY_OK) {
+                    report_failure(&runs[i], o->modes[i], st);
+                    alive[i] = false;
+                    run_close(&runs[i]);
+                }
+            }
+        for (int i = first; i < last; i++) {
+            if (!alive[i])
+                continue;
+            summarize(&runs[i], smp[i], o->steps, &res[ok++]);
+            run_close(&runs[i]);
+        }
+    }
+    return ok;
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts o = {NULL, 0, 0, 7, 1, 0, {FERRY_OFFLOAD_NONE, FERRY_OFFLOAD_OPTIMIZER, FERRY_OFFLOAD_PARAMS},
+                    3, FERRY_BACKEND_AUTO, 0, false, false, false};
+    ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
+    ferry_status st = parse_args(argc, argv, &o);
+    if (st == FERRY_OK) st = ferry_system_probe(&info);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "bench_engine: %s\n", ferry_last_error());
+        usage();
+        return 2;
+    }
+    ferry_backend_kind kind = o.backend == FERRY_BACKEND_AUTO ? info.backend : o.backend;
+    /* Defaults that take about a minute: a small model on the CPU; GPT-2
+     * 124M with a real sequence length on a GPU, where the CPU update and
+     * the compute are of a size. */
+    bool gpu = kind == FERRY_BACKEND_CUDA;
+    if (!o.model) o.model = gpu ? "gpt2" : "d4";
+    if (!o.B) o.B = o.find_max ? 1 : gpu ? 8 : 4;
+    if (!o.T) o.T = gpu ? 1024 : 64;
+    if (o.find_max && kind == FERRY_BACKEND_HOST && o.gpu_mem == 0) {
+        fprintf(stderr, "bench_engine: --find-max-batch on the host backend needs --gpu-mem (the budget to fill)\n");
+        return 2;
+    }
+    gpt2_config cfg;
+    gpt2_model *m = NULL;
+    if ((st = gpt2_config_preset(o.model, &cfg)) != FERRY_OK || (st = gpt2_create(&cfg, &m)) != FERRY_OK) {
+        fprintf(stderr, "bench_engine: %s\n", ferry_last_error());
+        return 2;
+    }
+    char budget[32] = "all free";
+    if (o.gpu_mem)
+        units_fmt_bytes(budget, sizeof budget, o.gpu_mem);
+    const char *blas = getenv("OPENBLAS_NUM_THREADS");
+    printf("bench_engine: %s (%.1fM parameters, %d groups), T=%d%s%s, %s backend, device budget %s;\n"
+           "medians of %d rounds after %d warm-up steps; %d cores, %s; OPENBLAS_NUM_THREADS=%s\n",
+           o.model, (double)gpt2_num_params(m) / 1e6, gpt2_num_groups(m), o.T, o.recompute ? ", recompute" : "",
+           o.delayed ? ", delayed update" : "", ferry_backend_name(kind), budget, o.steps, o.warmup + 1,
+           info.cores, info.gpu_name[0] ? info.gpu_name : "no GPU", blas ? blas : "unset");
+    bench_result res[3];
+    int ok = run_modes(&o, m, res);
+    gpt2_destroy(m);
+    if (ok == 0) {
+        printf("RESULT: no mode ran (see the messages above)\n");
+        return 1;
+    }
+    double none_tok_s = 0;
+    for (int i = 0; i < ok; i++)
+        if (res[i].mode == FERRY_OFFLOAD_NONE && res[i].B == o.B)
+            none_tok_s = res[i].tok_s;
+    print_header();
+    for (int i = 0; i < ok; i++)
+        print_row(&res[i], none_tok_s);
+    print_legend();
+    for (int i = 0; i < ok; i++)
+        printf("loss %s: %.3f -> %.3f (the same tokens every step)\n", ferry_offload_name(res[i].mode),
+               (double)res[i].first_loss, (double)res[i].last_loss);
+    printf("RESULT");
+    for (int i = 0; i < ok; i++) {
+        const bench_result *r = &res[i];
+        printf("%s %s %.0f tok/s", i ? ";" : "", ferry_offload_name(r->mode), r->tok_s);
+        if (o.find_max)
+            printf(" at max batch %d", r->B);
+        if (none_tok_s > 0 && r->mode != FERRY_OFFLOAD_NONE)
+            printf(" = %.2fx none", r->tok_s / none_tok_s);
+        if (r->mode != FERRY_OFFLOAD_NONE)
+            printf(", step %.2fx overlap floor", r->step / fmax(r->compute, r->update));
+    }
+    printf("\n");
+    return ok == o.nmodes ? 0 : 1;
+}
