@@ -166,12 +166,9 @@ ferry_status ferry_engine_create(const ferry_engine_config *cfg, ferry_engine **
     if (!e)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_create: out of host memory");
     e->cfg = *cfg;
-    e->cfg.trace_path = NULL; /* the caller's string is not kept */
     e->micro_index = -1;
-    if (cfg->trace_path)
-        e->cfg.trace_path = cfg->trace_path;
     st = open_parts(e);
-    e->cfg.trace_path = NULL;
+    e->cfg.trace_path = NULL; /* the caller's string is used once, not kept */
     if (st != FERRY_OK) {
         ferry_engine_destroy(e);
         return st;

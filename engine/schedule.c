@@ -204,6 +204,13 @@ static ferry_status acquire_param_grads(ferry_engine *e, engine_group *g, backen
     char name[ENGINE_NAME_MAX + 16];
     snprintf(name, sizeof name, "%s grads", g->name);
     collect_grads(e, false);
+    /* Bound the gradient buffers still draining to the prefetch window, so
+     * the device peak does not depend on how fast the D2H stream runs. */
+    int draining = 0;
+    for (int i = 0; i < e->ngroups; i++)
+        draining += e->groups[i].dev_grads && !e->groups[i].grads_acquired && &e->groups[i] != g;
+    if (draining > e->cfg.prefetch_groups + 1)
+        collect_grads(e, true);
     ferry_status st = g->dev_grads ? FERRY_OK : arena_alloc(e->arena, bytes, FERRY_MEM_GRADS, name, &g->dev_grads);
     if (st == FERRY_ERR_OUT_OF_MEMORY) {
         collect_grads(e, true);
