@@ -58,4 +58,4 @@ scalar, e = load("scalar", "<f4")
 assert e["shape"] == [] and float(scalar) == 1.5, (e, scalar)
 empty, e = load("empty", "<f4")
 assert e["shape"] == [0, 3] and empty.size == 0
-print("OK", len(header) - 1, "tensors")
+print("OK", len(header) - 1, "tensors", file=sys.stderr)

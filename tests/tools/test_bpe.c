@@ -153,7 +153,18 @@ static void check_ids(tok_bpe *t, const char *text, const uint32_t *want, size_t
     int same = ids.len == n;
     for (size_t i = 0; same && i < n; i++)
         same = ids.ids[i] == want[i];
-    if (!tap_ok(same, "\"%s\" encodes to the known GPT-2 ids", text)) {
+    char shown[128]; /* one TAP line: control characters shown as escapes */
+    size_t k = 0;
+    for (const char *c = text; *c && k + 4 < sizeof shown; c++) {
+        if (*c == '\n' || *c == '\t' || *c == '\r') {
+            shown[k++] = '\\';
+            shown[k++] = *c == '\n' ? 'n' : *c == '\t' ? 't' : 'r';
+        } else {
+            shown[k++] = *c;
+        }
+    }
+    shown[k] = '\0';
+    if (!tap_ok(same, "\"%s\" encodes to the known GPT-2 ids", shown)) {
         for (size_t i = 0; i < ids.len; i++)
             tap_diag("  got[%zu] = %u", i, ids.ids[i]);
     }
