@@ -310,13 +310,18 @@ ferry_status ferry_engine_setup(ferry_engine *e)
         return err_set(FERRY_ERR_STATE, "ferry_engine_setup: already set up");
     if (e->ngroups == 0)
         return err_set(FERRY_ERR_STATE, "ferry_engine_setup: add parameter groups first");
-    ferry_status st = ops_init(e->be, NULL, 0);
-    if (st != FERRY_OK)
+    ferry_status st = FERRY_OK;
+    size_t ws = backend_kind(e->be) == FERRY_BACKEND_CUDA ? ENGINE_CUBLAS_WORKSPACE : 0;
+    if (ws && (st = arena_alloc(e->arena, ws, FERRY_MEM_WORKSPACE, "cuBLASLt workspace", &e->dev_workspace)) != FERRY_OK)
+        return err_wrap(st, "ferry_engine_setup");
+    if ((st = ops_init(e->be, e->dev_workspace, ws)) != FERRY_OK)
         return st;
     st = engine_place(e);
     if (st != FERRY_OK) {
         engine_unplace(e);
         ops_shutdown(e->be);
+        arena_free(e->arena, e->dev_workspace);
+        e->dev_workspace = NULL;
         return st;
     }
     for (int g = 0; g < e->ngroups; g++) {

@@ -24,6 +24,10 @@
 
 #define ENGINE_NAME_MAX 64
 #define ENGINE_MAX_GROUPS 65536
+/* cuBLASLt's workspace on cuda, from the device budget: lets its heuristics
+ * pick the fast split-K and stream-K kernels. All matmuls run on the compute
+ * stream, so one workspace is never used by two at once. */
+#define ENGINE_CUBLAS_WORKSPACE ((size_t)32 << 20)
 
 /* Where a group's device weights are (PARAMS mode moves them). */
 typedef enum engine_residency {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "engine/engine.h"
 
 /* models/gpt2.c: the classifier's scratch holds this many bytes of logits. */
 #define PLAN_CLASSIFIER_SCRATCH_BYTES (32u << 20)
@@ -184,6 +185,8 @@ static void place_static(const plan_model *pm, ferry_offload mode, ferry_backend
     }
     if (mode == FERRY_OFFLOAD_NONE && backend == FERRY_BACKEND_CUDA)
         d[FERRY_MEM_WORKSPACE] += dev((uint64_t)pm->ngroups * 8) + dev(PLAN_CUDA_SUMSQ_SCRATCH_BYTES);
+    if (backend == FERRY_BACKEND_CUDA)
+        d[FERRY_MEM_WORKSPACE] += dev(ENGINE_CUBLAS_WORKSPACE);
     r->device_weight_groups = mode == FERRY_OFFLOAD_PARAMS ? 0 : pm->ngroups;
     r->device_grad_groups = r->device_weight_groups;
 }

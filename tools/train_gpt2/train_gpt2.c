@@ -505,11 +505,14 @@ int main(int argc, char **argv)
     }
     if (!t.o.quiet) {
         printf("ferry %s | %s\n", ferry_version(), ferry_engine_describe(t.engine));
-        printf("model: %d layers, %d heads, %d wide, vocab %d, context %d: %.1fM parameters | batch %d x %d x %d "
-               "accum = %d tokens/step%s\n",
-               t.cfg.n_layer, t.cfg.n_head, t.cfg.n_embd, t.cfg.vocab_size, t.cfg.max_seq_len,
-               (double)gpt2_num_params(t.model) / 1e6, t.o.batch, t.o.seq, t.o.grad_accum,
-               t.o.batch * t.o.seq * t.o.grad_accum, t.o.recompute ? " | recompute" : "");
+        printf("model: %d layers, %d heads, %d wide, vocab %d, context %d: %.1fM parameters", t.cfg.n_layer,
+               t.cfg.n_head, t.cfg.n_embd, t.cfg.vocab_size, t.cfg.max_seq_len,
+               (double)gpt2_num_params(t.model) / 1e6);
+        if (t.o.sample_only)
+            printf(" | sampling with a window of %d tokens\n", t.o.seq);
+        else
+            printf(" | batch %d x %d x %d accum = %d tokens/step%s\n", t.o.batch, t.o.seq, t.o.grad_accum,
+                   t.o.batch * t.o.seq * t.o.grad_accum, t.o.recompute ? " | recompute" : "");
         if (t.step > 0)
             printf("resumed at step %lld from %s\n", (long long)t.step, t.ckpt);
         fflush(stdout);
