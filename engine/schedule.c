@@ -66,10 +66,18 @@ ferry_status engine_wait_updates(ferry_engine *e)
 
 ferry_status engine_retire_all(ferry_engine *e)
 {
-    for (int i = 0; i < e->ngroups; i++)
-        if (e->groups[i].residency == RES_PRESENT || e->groups[i].residency == RES_INFLIGHT)
-            return err_set(FERRY_ERR_STATE, "group %d ('%s') is still fetched; release it first", i,
-                           e->groups[i].name);
+    for (int i = 0; i < e->ngroups; i++) {
+        engine_group *g = &e->groups[i];
+        if (g->fetched[FERRY_PHASE_FORWARD] || g->fetched[FERRY_PHASE_BACKWARD])
+            return err_set(FERRY_ERR_STATE, "group %d ('%s') is still fetched; release it first", i, g->name);
+        /* Prefetched but never asked for: let the copy land, then drop it. */
+        if (g->residency == RES_INFLIGHT || g->residency == RES_PRESENT) {
+            ferry_status st = backend_event_synchronize(g->uploaded);
+            if (st != FERRY_OK)
+                return st;
+            g->residency = RES_RETIRING;
+        }
+    }
     engine_evict(e, -1, 0);
     return FERRY_OK;
 }
