@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "offload/arena.h"
+#include "shadow.h"
 #include "tap.h"
 
 #define KiB ((size_t)1 << 10)
@@ -23,21 +24,9 @@ typedef struct sblock {
 
 static size_t charged_of(size_t bytes) { return ((bytes ? bytes : 1) + 255) & ~(size_t)255; }
 
-static void stamp(sblock *b)
-{
-    size_t n = b->size < 32 ? b->size : 32;
-    memset(b->ptr, b->fill, n);
-    memset(b->ptr + b->size - n, b->fill, n);
-}
+static void stamp(sblock *b) { shadow_stamp(b->ptr, b->size, b->fill); }
 
-static int intact(const sblock *b)
-{
-    size_t n = b->size < 32 ? b->size : 32;
-    for (size_t i = 0; i < n; i++)
-        if (b->ptr[i] != b->fill || b->ptr[b->size - 1 - i] != b->fill)
-            return 0;
-    return 1;
-}
+static int intact(const sblock *b) { return shadow_intact(b->ptr, b->size, b->fill); }
 
 static void test_random(backend *be, uint64_t seed)
 {

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "offload/pool.h"
+#include "shadow.h"
 #include "tap.h"
 
 #define MiB ((size_t)1 << 20)
@@ -20,23 +21,9 @@ typedef struct shadow_block {
 
 static size_t charged_of(size_t bytes) { return ((bytes ? bytes : 1) + 4095) & ~(size_t)4095; }
 
-/* The first and last bytes of each block carry its fill: an overlapping
- * block would overwrite them. */
-static void stamp(shadow_block *b)
-{
-    size_t n = b->size < 64 ? b->size : 64;
-    memset(b->ptr, b->fill, n);
-    memset(b->ptr + b->size - n, b->fill, n);
-}
+static void stamp(shadow_block *b) { shadow_stamp(b->ptr, b->size, b->fill); }
 
-static int intact(const shadow_block *b)
-{
-    size_t n = b->size < 64 ? b->size : 64;
-    for (size_t i = 0; i < n; i++)
-        if (b->ptr[i] != b->fill || b->ptr[b->size - 1 - i] != b->fill)
-            return 0;
-    return 1;
-}
+static int intact(const shadow_block *b) { return shadow_intact(b->ptr, b->size, b->fill); }
 
 static void test_random(uint64_t seed)
 {
