@@ -83,6 +83,24 @@ static inline int tap_done(void)
                      ferry_last_error(), __FILE__, __LINE__);                                   \
     } while (0)
 
+#ifdef FERRY_H
+/* TAP_IS_STATUS as a function, so that its outcome can steer the test. */
+static inline int tap_is_status(ferry_status got, ferry_status want, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline int tap_is_status(ferry_status got, ferry_status want, const char *fmt, ...)
+{
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (!tap_ok(got == want, "%s", what))
+        tap_diag("  got %s, want %s; last error: %s", ferry_status_string(got), ferry_status_string(want),
+                 ferry_last_error());
+    return got == want;
+}
+#endif
+
 /* A seeded generator for test inputs (splitmix64): the seed is printed by the
  * test so a failure can be replayed. */
 static inline uint64_t tap_rand_u64(uint64_t *state)

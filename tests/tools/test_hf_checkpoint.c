@@ -38,20 +38,6 @@
 
 static char work[] = "/tmp/ferry-hf-XXXXXX";
 
-/* TAP_IS_STATUS as a function, so that its outcome can steer the test. */
-static int is_status(ferry_status got, ferry_status want, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int is_status(ferry_status got, ferry_status want, const char *fmt, ...)
-{
-    char what[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    if (!tap_ok(got == want, "%s", what))
-        tap_diag("  got %s, want %s; last error: %s", ferry_status_string(got), ferry_status_string(want),
-                 ferry_last_error());
-    return got == want;
-}
 
 static void path_in(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", work, name); }
 
@@ -134,12 +120,12 @@ static void test_round_trip(fixture *fx, float **groups, const gpt2_config *cfg)
     char dir[300], file[340], conf[340];
     path_in(dir, sizeof dir, "ours");
     mkdir(dir, 0755);
-    is_status(hf_save(dir, fx->m, groups), FERRY_OK, "hf_save writes %s", dir);
+    tap_is_status(hf_save(dir, fx->m, groups), FERRY_OK, "hf_save writes %s", dir);
     snprintf(file, sizeof file, "%s/model.safetensors", dir);
     snprintf(conf, sizeof conf, "%s/config.json", dir);
 
     st_file *f = NULL;
-    if (is_status(st_open(file, &f), FERRY_OK, "model.safetensors is a valid safetensors file")) {
+    if (tap_is_status(st_open(file, &f), FERRY_OK, "model.safetensors is a valid safetensors file")) {
         int want = 0;
         for (int g = 0; g < gpt2_num_groups(fx->m); g++)
             want += gpt2_group_tensor_count(fx->m, g);
@@ -170,13 +156,13 @@ static void test_round_trip(fixture *fx, float **groups, const gpt2_config *cfg)
     for (int g = 0; g < gpt2_num_groups(fx->m); g++)
         for (size_t i = 0; i < gpt2_group_numel(fx->m, g); i++)
             back[g][i] = NAN; /* hf_load must write every element, gaps and padded rows too */
-    is_status(hf_load(file, fx->m, back), FERRY_OK, "hf_load reads it back");
+    tap_is_status(hf_load(file, fx->m, back), FERRY_OK, "hf_load reads it back");
     tap_ok(same_groups(fx->m, back, groups), "save then load gives every group back bit for bit (padded rows 0)");
     groups_free(fx->m, back);
 
     gpt2_config c2;
     memset(&c2, 0xff, sizeof c2);
-    is_status(hf_read_config(conf, &c2), FERRY_OK, "hf_read_config reads config.json");
+    tap_is_status(hf_read_config(conf, &c2), FERRY_OK, "hf_read_config reads config.json");
     tap_ok(memcmp(&c2, cfg, sizeof c2) == 0, "config.json gives the model back: L %d H %d C %d V %d Vp %d T %d",
            c2.n_layer, c2.n_head, c2.n_embd, c2.vocab_size, c2.padded_vocab_size, c2.max_seq_len);
 }
@@ -219,7 +205,7 @@ static void expect_refused(const char *file, const gpt2_model *m, const char *na
     float **g = groups_alloc(m);
     ferry_status st = hf_load(file, m, g);
     const char *msg = ferry_last_error();
-    is_status(st, FERRY_ERR_FORMAT, "%s: hf_load refuses it", what);
+    tap_is_status(st, FERRY_ERR_FORMAT, "%s: hf_load refuses it", what);
     tap_ok(st != FERRY_OK && strstr(msg, names) != NULL, "%s: the message names %s: \"%s\"", what, names, msg);
     groups_free(m, g);
 }
@@ -237,7 +223,7 @@ static void test_bad_files(const gpt2_model *m)
         {{NULL, NULL, 0, 0, "transformer.ln_f.weight"}, "transformer.ln_f.weight", "an I32 tensor"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (!is_status(rewrite(ours, bad, &cases[i].e), FERRY_OK, "bad file: %s written", cases[i].what))
+        if (!tap_is_status(rewrite(ours, bad, &cases[i].e), FERRY_OK, "bad file: %s written", cases[i].what))
             continue;
         expect_refused(bad, m, cases[i].name, cases[i].what);
     }
@@ -255,7 +241,7 @@ static void test_bad_files(const gpt2_model *m)
     for (int g = 0; dg && g < gpt2_num_groups(deep) && st == FERRY_OK; g++)
         st = gpt2_init_group(deep, g, 7, dg[g]);
     if (st == FERRY_OK) st = hf_save(dir, deep, dg);
-    if (is_status(st, FERRY_OK, "a 3-layer GPT-2 saved to %s", dir)) {
+    if (tap_is_status(st, FERRY_OK, "a 3-layer GPT-2 saved to %s", dir)) {
         expect_refused(deep_file, m, "transformer.h.2.", "a deeper model's file");
         expect_refused(ours, deep, "transformer.h.2.ln_1.weight", "a shallower model's file");
     }
@@ -286,7 +272,7 @@ static void test_bad_files(const gpt2_model *m)
            ferry_status_string(st), ferry_last_error());
     path_in(bad, sizeof bad, "no-such.safetensors");
     st = hf_load(bad, m, g);
-    is_status(st, FERRY_ERR_IO, "a missing file is FERRY_ERR_IO: %s", ferry_last_error());
+    tap_is_status(st, FERRY_ERR_IO, "a missing file is FERRY_ERR_IO: %s", ferry_last_error());
     groups_free(m, g);
 
     gpt2_config c;
@@ -294,9 +280,9 @@ static void test_bad_files(const gpt2_model *m)
     FILE *j = fopen(bad, "w");
     if (j) fputs("{\"n_layer\": 2, ", j), fclose(j);
     st = hf_read_config(bad, &c);
-    is_status(st, FERRY_ERR_FORMAT, "a cut config.json is FERRY_ERR_FORMAT: %s", ferry_last_error());
+    tap_is_status(st, FERRY_ERR_FORMAT, "a cut config.json is FERRY_ERR_FORMAT: %s", ferry_last_error());
     path_in(bad, sizeof bad, "no-such.json");
-    is_status(hf_read_config(bad, &c), FERRY_ERR_IO, "a missing config.json is FERRY_ERR_IO");
+    tap_is_status(hf_read_config(bad, &c), FERRY_ERR_IO, "a missing config.json is FERRY_ERR_IO");
 }
 
 /* ---- against the script ---- */
@@ -312,11 +298,11 @@ static void test_hf_files(fixture *fx, const int32_t *tok, const gpt2_config *cf
         snprintf(conf, sizeof conf, "%s/hf_%s/config.json", work, dts[d]);
         snprintf(ref, sizeof ref, "%s/hf_%s_logits.bin", work, dts[d]);
         gpt2_config c;
-        if (is_status(hf_read_config(conf, &c), FERRY_OK, "HF %s: config.json reads", dts[d]))
+        if (tap_is_status(hf_read_config(conf, &c), FERRY_OK, "HF %s: config.json reads", dts[d]))
             tap_ok(memcmp(&c, cfg, sizeof c) == 0, "HF %s: config.json gives our shape", dts[d]);
         float **g = groups_alloc(fx->m);
         ferry_status st = hf_load(file, fx->m, g);
-        is_status(st, FERRY_OK, "HF %s: hf_load reads the official layout (no prefix, attn.bias buffers)",
+        tap_is_status(st, FERRY_OK, "HF %s: hf_load reads the official layout (no prefix, attn.bias buffers)",
                       dts[d]);
         int gi, ti;
         gpt2_tensor_info wte;
@@ -331,7 +317,7 @@ static void test_hf_files(fixture *fx, const int32_t *tok, const gpt2_config *cf
         if (st == FERRY_OK && tap_ok(want != NULL, "HF %s: the script's logits read", dts[d])) {
             st = set_params(fx, g);
             if (st == FERRY_OK) st = logits_all(fx, tok, ours);
-            if (is_status(st, FERRY_OK, "HF %s: our forward runs", dts[d])) {
+            if (tap_is_status(st, FERRY_OK, "HF %s: our forward runs", dts[d])) {
                 char what[64];
                 snprintf(what, sizeof what, "HF %s file -> ours", dts[d]);
                 compare_logits(ours, want, n, what);
@@ -379,7 +365,7 @@ int main(int argc, char **argv)
 
     size_t n = (size_t)B_ * T_ * cfg.vocab_size;
     float *ours = malloc(n * sizeof *ours);
-    is_status(logits_all(&fx, tok + 2, ours), FERRY_OK, "our forward on the seeded init runs");
+    tap_is_status(logits_all(&fx, tok + 2, ours), FERRY_OK, "our forward on the seeded init runs");
     char path[300], cmd[1024];
     path_in(path, sizeof path, "tokens.bin");
     FILE *f = fopen(path, "wb");

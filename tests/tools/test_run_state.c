@@ -52,19 +52,6 @@ static double now_ms(void)
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
-static int is_status(ferry_status got, ferry_status want, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int is_status(ferry_status got, ferry_status want, const char *fmt, ...)
-{
-    char what[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    if (!tap_ok(got == want, "%s", what))
-        tap_diag("  got %s, want %s; last error: %s", ferry_status_string(got), ferry_status_string(want),
-                 ferry_last_error());
-    return got == want;
-}
 
 /* The weights of save version v: every element scaled, so zeros (padded
  * vocabulary rows, alignment gaps) stay zero as the HF file has them. */
@@ -193,13 +180,13 @@ static int64_t check_latest(ferry_engine *e, const char *when, uint64_t *version
     if (!tap_ok(step >= 0, "%s: latest names a step folder ('%s'), not a temporary", when,
                 step >= 0 ? target : "?"))
         return -1;
-    if (!is_status(run_state_locate(run, ckpt, sizeof ckpt), FERRY_OK, "%s: run_state_locate finds %s", when,
+    if (!tap_is_status(run_state_locate(run, ckpt, sizeof ckpt), FERRY_OK, "%s: run_state_locate finds %s", when,
                    target))
         return -1;
     tap_ok(strstr(ckpt, target) != NULL, "%s: it resolves latest to the folder itself: %s", when, ckpt);
     train_resume r;
     int G = gpt2_num_groups(model), ok = 1;
-    if (!is_status(run_state_load(ckpt, e, &r), FERRY_OK, "%s: its state.ferry loads into a fresh engine", when))
+    if (!tap_is_status(run_state_load(ckpt, e, &r), FERRY_OK, "%s: its state.ferry loads into a fresh engine", when))
         return -1;
     TAP_IS_INT(r.step, step, "%s: the resume blob's step is the folder's", when);
     *version = r.sample_rng;
@@ -211,10 +198,10 @@ static int64_t check_latest(ferry_engine *e, const char *when, uint64_t *version
     tap_ok(ok && weights_are(got, r.sample_rng, want), "%s: state.ferry holds the weights of save version %llu",
            when, (unsigned long long)r.sample_rng);
     snprintf(file, sizeof file, "%s/model.safetensors", ckpt);
-    if (is_status(hf_load(file, model, got), FERRY_OK, "%s: its model.safetensors loads", when))
+    if (tap_is_status(hf_load(file, model, got), FERRY_OK, "%s: its model.safetensors loads", when))
         tap_ok(weights_are(got, r.sample_rng, want), "%s: model.safetensors holds the same weights", when);
     gpt2_config c;
-    if (is_status(run_state_config(ckpt, &c), FERRY_OK, "%s: its config.json reads", when))
+    if (tap_is_status(run_state_config(ckpt, &c), FERRY_OK, "%s: its config.json reads", when))
         tap_ok(memcmp(&c, gpt2_get_config(model), sizeof c) == 0, "%s: config.json is the model's", when);
     for (int g = 0; g < G; g++)
         free(got[g]);
@@ -359,7 +346,7 @@ static void test_failed_saves(ferry_engine *e)
     setrlimit(RLIMIT_FSIZE, &small);
     ferry_status st = run_state_save(run, 99999, e, model, &r);
     setrlimit(RLIMIT_FSIZE, &old);
-    is_status(st, FERRY_ERR_IO, "a save that hits the file size limit (a full disk) fails: %s", ferry_last_error());
+    tap_is_status(st, FERRY_ERR_IO, "a save that hits the file size limit (a full disk) fails: %s", ferry_last_error());
     TAP_IS_INT(latest_step(after, sizeof after), step0, "latest still names %s", before);
     char p[400];
     snprintf(p, sizeof p, "%s/.step_00099999.tmp", run);
@@ -377,7 +364,7 @@ static void test_failed_saves(ferry_engine *e)
         fclose(f);
     snprintf(under, sizeof under, "%s/run", file);
     st = run_state_save(under, 1, e, model, &r);
-    is_status(st, FERRY_ERR_IO, "a run folder under a regular file: %s", ferry_last_error());
+    tap_is_status(st, FERRY_ERR_IO, "a run folder under a regular file: %s", ferry_last_error());
     tap_ok(strstr(ferry_last_error(), under) != NULL, "the message names the folder");
 
     /* A read-only folder (root may write anywhere: then this case is moot). */
@@ -385,7 +372,7 @@ static void test_failed_saves(ferry_engine *e)
         chmod(run, 0555);
         st = run_state_save(run, 99998, e, model, &r);
         chmod(run, 0755);
-        is_status(st, FERRY_ERR_IO, "a save into a read-only run folder fails: %s", ferry_last_error());
+        tap_is_status(st, FERRY_ERR_IO, "a save into a read-only run folder fails: %s", ferry_last_error());
         TAP_IS_INT(latest_step(after, sizeof after), step0, "latest still names %s", before);
     } else {
         tap_diag("running as root: the read-only folder case is skipped (root writes anyway)");
@@ -397,7 +384,7 @@ static void test_locate(ferry_engine *e)
     char out[1200], target[300], ckpt[700];
     latest_step(target, sizeof target);
     snprintf(ckpt, sizeof ckpt, "%s/%s", run, target);
-    if (is_status(run_state_locate(ckpt, out, sizeof out), FERRY_OK, "run_state_locate takes a checkpoint folder"))
+    if (tap_is_status(run_state_locate(ckpt, out, sizeof out), FERRY_OK, "run_state_locate takes a checkpoint folder"))
         tap_ok(strstr(out, target) != NULL, "and names it: %s", out);
 
     /* latest pointing nowhere. */
@@ -408,9 +395,9 @@ static void test_locate(ferry_engine *e)
     if (symlink("step_00000007", link) != 0)
         tap_diag("symlink: %s", strerror(errno));
     ferry_status st = run_state_locate(lonely, out, sizeof out);
-    is_status(st, FERRY_ERR_IO, "a latest that points nowhere is FERRY_ERR_IO: %s", ferry_last_error());
+    tap_is_status(st, FERRY_ERR_IO, "a latest that points nowhere is FERRY_ERR_IO: %s", ferry_last_error());
     st = run_state_locate(dir, out, sizeof out);
-    is_status(st, FERRY_ERR_IO, "a folder without a checkpoint is FERRY_ERR_IO: %s", ferry_last_error());
+    tap_is_status(st, FERRY_ERR_IO, "a folder without a checkpoint is FERRY_ERR_IO: %s", ferry_last_error());
 
     /* A state.ferry whose blob is not train_gpt2's. */
     char other[400], state[450];
@@ -418,9 +405,9 @@ static void test_locate(ferry_engine *e)
     mkdir(other, 0755);
     snprintf(state, sizeof state, "%s/state.ferry", other);
     train_resume r;
-    if (is_status(ferry_engine_save(e, state, "not a run", 9), FERRY_OK, "an engine state with a foreign blob")) {
+    if (tap_is_status(ferry_engine_save(e, state, "not a run", 9), FERRY_OK, "an engine state with a foreign blob")) {
         st = run_state_load(other, e, &r);
-        is_status(st, FERRY_ERR_FORMAT, "run_state_load refuses it: %s", ferry_last_error());
+        tap_is_status(st, FERRY_ERR_FORMAT, "run_state_load refuses it: %s", ferry_last_error());
     }
 }
 
