@@ -17,7 +17,7 @@ namespace {
 __device__ unsigned int g_bad_tokens;
 
 __global__ void encoder_forward_kernel(bf16 *out, const int32_t *tokens, const bf16 *wte,
-                                       const bf16 *wpe, int N, int T, int C, bool vec)
+                                       const bf16 *wpe, int N, int T, int C, int V, bool vec)
 {
     const int per = vec ? 8 : 1;
     const int groups = C / per;
@@ -26,7 +26,7 @@ __global__ void encoder_forward_kernel(bf16 *out, const int32_t *tokens, const b
     for (size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x; g < total; g += stride) {
         const int row = (int)(g / groups), c = (int)(g % groups) * per, t = row % T;
         int tok = tokens[row];
-        if (tok < 0) {
+        if (tok < 0 || tok >= V) {
             if (c == 0)
                 atomicAdd(&g_bad_tokens, 1u);
             tok = 0;
@@ -120,7 +120,7 @@ ferry_status check_shape(const char *op, int B, int T, int C)
 
 extern "C" ferry_status cudaop_encoder_forward(void *stream, act_t *out, const int32_t *tokens,
                                                const act_t *wte, const act_t *wpe, int B, int T,
-                                               int C)
+                                               int C, int V)
 {
     ferry_status st = check_shape("encoder_forward", B, T, C);
     if (st != FERRY_OK)
@@ -129,7 +129,7 @@ extern "C" ferry_status cudaop_encoder_forward(void *stream, act_t *out, const i
     const size_t work = (size_t)B * T * (vec ? C / 8 : C);
     encoder_forward_kernel<<<cu_blocks(work, 256, 132 * 16), 256, 0, cu_stream(stream)>>>(
         static_cast<bf16 *>(out), tokens, static_cast<const bf16 *>(wte),
-        static_cast<const bf16 *>(wpe), B * T, T, C, vec);
+        static_cast<const bf16 *>(wpe), B * T, T, C, V, vec);
     CUDA_CHECK_LAUNCH();
     return FERRY_OK;
 }

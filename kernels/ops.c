@@ -117,60 +117,38 @@ static size_t mul3(int a, int b, int c) { return (size_t)a * (size_t)b * (size_t
 
 /* ---- encoder ---- */
 
-/* The encoder's signature carries no vocabulary size, so on the host the
- * bound is the number of wte rows that lie inside wte's buffer: a bad token
- * fails the stream instead of reading out of bounds. */
-static int rows_inside(backend *be, const void *base, size_t row_bytes)
-{
-    long long lo = 1, hi = 1;
-    if (!backend_owns(be, base, row_bytes))
-        return 0;
-    while (hi < INT32_MAX && backend_owns(be, base, (size_t)(hi * 2) * row_bytes))
-        hi *= 2;
-    lo = hi;
-    hi = hi * 2 > INT32_MAX ? INT32_MAX : hi * 2;
-    while (lo + 1 < hi) { /* owns(lo rows) is true, owns(hi rows) is false */
-        long long mid = lo + (hi - lo) / 2;
-        if (backend_owns(be, base, (size_t)mid * row_bytes))
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return (int)lo;
-}
-
 typedef struct encoder_fwd_args {
     float *out;
     const int32_t *tokens;
     const float *wte, *wpe;
-    int B, T, C, rows;
+    int B, T, C, V;
 } encoder_fwd_args;
 
 static ferry_status encoder_fwd_run(void *p)
 {
     encoder_fwd_args *a = p;
-    return hostop_encoder_forward(a->out, a->tokens, a->wte, a->wpe, a->B, a->T, a->C, a->rows);
+    return hostop_encoder_forward(a->out, a->tokens, a->wte, a->wpe, a->B, a->T, a->C, a->V);
 }
 
 ferry_status ops_encoder_forward(backend_stream *s, act_t *out, const int32_t *tokens,
-                                 const act_t *wte, const act_t *wpe, int B, int T, int C)
+                                 const act_t *wte, const act_t *wpe, int B, int T, int C, int V)
 {
     const char *op = "ops_encoder_forward";
     CHECK(check_stream(op, s));
     CHECK(check_positive(op, "B", B));
     CHECK(check_positive(op, "T", T));
     CHECK(check_positive(op, "C", C));
+    CHECK(check_positive(op, "V", V));
     size_t es = act_size(s);
     CHECK(check_tensor(op, s, "out", out, mul3(B, T, C), es));
     CHECK(check_tensor(op, s, "tokens", tokens, mul2(B, T), sizeof(int32_t)));
-    CHECK(check_tensor(op, s, "wte", wte, (size_t)C, es));
+    CHECK(check_tensor(op, s, "wte", wte, mul2(V, C), es));
     CHECK(check_tensor(op, s, "wpe", wpe, mul2(T, C), es));
 #ifdef FERRY_HAVE_CUDA
     if (!is_host(s))
-        return cudaop_encoder_forward(backend_stream_native(s), out, tokens, wte, wpe, B, T, C);
+        return cudaop_encoder_forward(backend_stream_native(s), out, tokens, wte, wpe, B, T, C, V);
 #endif
-    encoder_fwd_args a = {out, tokens, wte, wpe, B, T, C,
-                          rows_inside(backend_stream_backend(s), wte, (size_t)C * es)};
+    encoder_fwd_args a = {out, tokens, wte, wpe, B, T, C, V};
     return backend_launch_host(s, encoder_fwd_run, &a, sizeof a);
 }
 

@@ -51,11 +51,12 @@ size_t dtype_size(dtype_t t);
 ferry_status ops_init(backend *be, void *workspace, size_t workspace_bytes);
 void ops_shutdown(backend *be);
 
-/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. Tokens outside [0, V) make the
- * stream fail with FERRY_ERR_INVALID_ARGUMENT (host) or are clamped and
- * reported (cuda). */
+/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; wte has at least V rows. A
+ * token outside [0, V) makes the stream fail with FERRY_ERR_INVALID_ARGUMENT
+ * (host) or is read as token 0 and counted (cuda: see
+ * cudaop_encoder_take_bad_tokens); callers check tokens before upload. */
 ferry_status ops_encoder_forward(backend_stream *s, act_t *out, const int32_t *tokens,
-                                 const act_t *wte, const act_t *wpe, int B, int T, int C);
+                                 const act_t *wte, const act_t *wpe, int B, int T, int C, int V);
 ferry_status ops_encoder_backward(backend_stream *s, act_t *dwte, act_t *dwpe, const act_t *dout,
                                   const int32_t *tokens, int B, int T, int C);
 

@@ -438,7 +438,7 @@ ferry_status gpt2_forward(const gpt2_model *m, gpt2_activations *a, const gpt2_h
     const act_t *emb;
     CHECK(acquire(h, 0, GPT2_PHASE_FORWARD, s, &emb));
     CHECK(ops_encoder_forward(s, a->x[0], a->tokens, tensor_at(m, a, emb, 0, EMB_WTE),
-                              tensor_at(m, a, emb, 0, EMB_WPE), a->B, a->T, C));
+                              tensor_at(m, a, emb, 0, EMB_WPE), a->B, a->T, C, m->cfg.vocab_size));
     for (int l = 0; l < L; l++) {
         const act_t *pb;
         CHECK(acquire(h, l + 1, GPT2_PHASE_FORWARD, s, &pb));

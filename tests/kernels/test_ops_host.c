@@ -498,7 +498,7 @@ static void test_dispatch(void)
     backend_alloc(be, sizeof htok, &d_tok);
     backend_memcpy_async(s, d_tok, htok, sizeof htok, BACKEND_COPY_H2D);
     float *d_wte = dev_from(be, s, R, 4 * (size_t)C);
-    TAP_IS_STATUS(ops_encoder_forward(s, d_out, d_tok, d_wte, d_R, 1, 2, C), FERRY_OK,
+    TAP_IS_STATUS(ops_encoder_forward(s, d_out, d_tok, d_wte, d_R, 1, 2, C, 4), FERRY_OK,
                   "encoder launch with a bad token is accepted (checked on the stream)");
     TAP_IS_STATUS(backend_stream_synchronize(s), FERRY_ERR_INVALID_ARGUMENT,
                   "the stream reports the bad token: %s", ferry_last_error());

@@ -101,7 +101,7 @@ static void test_encoder(int B, int T, int C, int V)
     backend_alloc(be, BT * C * 2, &d_out);
     char what[96];
     TAP_IS_STATUS(hostop_encoder_forward(out, tok, wte, wpe, B, T, C, V), FERRY_OK, "host encoder");
-    OK(ops_encoder_forward(st, d_out, d_tok, d_wte, d_wpe, B, T, C));
+    OK(ops_encoder_forward(st, d_out, d_tok, d_wte, d_wpe, B, T, C, V));
     float *g = back(d_out, BT * C);
     snprintf(what, sizeof what, "encoder_forward B=%d T=%d C=%d", B, T, C);
     check(what, g, out, BT * C, TOL_ELEM);

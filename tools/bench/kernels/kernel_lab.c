@@ -189,7 +189,7 @@ typedef struct bufs {
 } bufs;
 
 #define N_ (k->z.B * k->z.T)
-static void f_encoder_fwd(void *p) { bufs *k = p; must(ops_encoder_forward(st, k->out, k->tok, k->wte, k->wpe, k->z.B, k->z.T, k->z.C), "encoder"); }
+static void f_encoder_fwd(void *p) { bufs *k = p; must(ops_encoder_forward(st, k->out, k->tok, k->wte, k->wpe, k->z.B, k->z.T, k->z.C, k->z.V), "encoder"); }
 static void f_encoder_bwd(void *p) { bufs *k = p; must(ops_encoder_backward(st, k->dwte, k->dwpe, k->dout, k->tok, k->z.B, k->z.T, k->z.C), "encoder bwd"); }
 static void f_ln_fwd(void *p) { bufs *k = p; must(ops_layernorm_forward(st, k->out, k->mean, k->rstd, k->x, k->wb, k->dwb, N_, k->z.C), "ln"); }
 static void f_ln_bwd(void *p) { bufs *k = p; must(ops_layernorm_backward(st, k->dx, k->dwb, (uint16_t *)k->dwb + k->z.C, k->dout, k->x, k->wb, k->mean, k->rstd, N_, k->z.C), "ln bwd"); }
