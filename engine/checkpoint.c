@@ -1,7 +1,8 @@
 /* The engine's own checkpoint: every group's fp32 master weights and Adam
  * moments, the step count and an opaque blob of the embedder's (RNG, data
- * position), in one file written atomically (temporary file, fsync, rename,
- * fsync of the directory), so a crash mid-save leaves the previous file.
+ * position), in one file written atomically through common/fileio.h
+ * (temporary file, fsync, rename, fsync of the directory), so a crash
+ * mid-save leaves the previous file.
  *
  * Layout (little-endian):
  *   header   56 bytes: magic "FERRYCKP", u32 version (1), u32 groups,
@@ -13,7 +14,6 @@
  * it is applied, so a damaged file changes nothing. */
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/fileio.h"
 #include "engine/engine.h"
 
 #define CKPT_MAGIC "FERRYCKP"
@@ -81,24 +82,6 @@ static ferry_status state_chunk(ferry_engine *e, float *state, float *host, size
     return st != FERRY_OK ? st : backend_stream_synchronize(e->compute);
 }
 
-static ferry_status write_all(int fd, const void *data, size_t n, const char *path)
-{
-    const char *p = data;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return err_set(FERRY_ERR_IO, "writing checkpoint '%s': %s%s", path, strerror(errno),
-                           errno == ENOSPC ? " (the disk is full; free space or save elsewhere; the "
-                                             "previous checkpoint is intact)"
-                                           : "");
-        p += w;
-        n -= (size_t)w;
-    }
-    return FERRY_OK;
-}
-
 static ferry_status read_all(int fd, void *data, size_t n, const char *path)
 {
     char *p = data;
@@ -139,8 +122,7 @@ static ferry_status for_each_chunk(ferry_engine *e, float *buf, chunk_fn fn, voi
 
 typedef struct save_ctx {
     ferry_engine *e;
-    int fd;
-    const char *path;
+    fileio_atomic *file;
     uint64_t hash;
 } save_ctx;
 
@@ -151,7 +133,7 @@ static ferry_status save_chunk(void *p, float *state, float *buf, size_t n)
     if (st != FERRY_OK)
         return st;
     c->hash = hash_update(c->hash, buf, n * sizeof(float));
-    return write_all(c->fd, buf, n * sizeof(float), c->path);
+    return fileio_atomic_write(c->file, buf, n * sizeof(float));
 }
 
 static uint64_t payload_bytes(const ferry_engine *e, size_t user_bytes)
@@ -162,47 +144,33 @@ static uint64_t payload_bytes(const ferry_engine *e, size_t user_bytes)
     return n;
 }
 
-static void fsync_dir_of(const char *path)
-{
-    char *copy = strdup(path);
-    if (!copy)
-        return;
-    int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    free(copy);
-}
-
-static ferry_status save_body(ferry_engine *e, int fd, const char *tmp, const void *user, size_t user_bytes)
+/* Header first with a zero checksum, then the real one once known. On
+ * failure the temporary is already gone (fileio_atomic aborts itself). */
+static ferry_status save_body(ferry_engine *e, fileio_atomic *file, const void *user, size_t user_bytes)
 {
     ckpt_header h = {{0}, CKPT_VERSION, (uint32_t)e->ngroups, e->step, user_bytes,
                      payload_bytes(e, user_bytes), 0, (uint32_t)e->act, 0};
     memcpy(h.magic, CKPT_MAGIC, 8);
-    /* Header first with a zero checksum, then the real one once known. */
-    ferry_status st = write_all(fd, &h, sizeof h, tmp);
+    ferry_status st = fileio_atomic_write(file, &h, sizeof h);
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
         ckpt_group cg = {{0}, e->groups[i].numel};
         snprintf(cg.name, sizeof cg.name, "%s", e->groups[i].name);
-        st = write_all(fd, &cg, sizeof cg, tmp);
+        st = fileio_atomic_write(file, &cg, sizeof cg);
     }
     float *buf = st == FERRY_OK ? malloc(CKPT_CHUNK) : NULL;
     if (st == FERRY_OK && !buf)
         st = err_set(FERRY_ERR_OUT_OF_MEMORY, "saving a checkpoint: out of host memory");
-    save_ctx c = {e, fd, tmp, 0x51ED2701A3F9C4B5ull};
+    save_ctx c = {e, file, 0x51ED2701A3F9C4B5ull};
     if (st == FERRY_OK)
         st = for_each_chunk(e, buf, save_chunk, &c);
     free(buf);
     if (st == FERRY_OK && user_bytes) {
         c.hash = hash_update(c.hash, user, user_bytes);
-        st = write_all(fd, user, user_bytes, tmp);
+        st = fileio_atomic_write(file, user, user_bytes);
     }
     h.checksum = c.hash;
-    if (st == FERRY_OK && pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h)
-        st = err_set(FERRY_ERR_IO, "writing checkpoint '%s': %s", tmp, strerror(errno));
-    if (st == FERRY_OK && fsync(fd) != 0)
-        st = err_set(FERRY_ERR_IO, "fsync of checkpoint '%s': %s", tmp, strerror(errno));
+    if (st == FERRY_OK)
+        st = fileio_atomic_pwrite(file, &h, sizeof h, 0);
     return st;
 }
 
@@ -215,28 +183,14 @@ ferry_status ferry_engine_save(ferry_engine *e, const char *path, const void *us
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_save: NULL path or user blob");
     if ((st = ferry_engine_synchronize(e)) != FERRY_OK)
         return st;
-    size_t len = strlen(path);
-    char *tmp = malloc(len + 16);
-    if (!tmp)
-        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_save: out of host memory");
-    snprintf(tmp, len + 16, "%s.tmp.%d", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        st = err_set(FERRY_ERR_IO, "cannot create checkpoint '%s': %s", tmp, strerror(errno));
-        free(tmp);
-        return st;
-    }
-    st = save_body(e, fd, tmp, user, user_bytes);
-    if (close(fd) != 0 && st == FERRY_OK)
-        st = err_set(FERRY_ERR_IO, "closing checkpoint '%s': %s", tmp, strerror(errno));
-    if (st == FERRY_OK && rename(tmp, path) != 0)
-        st = err_set(FERRY_ERR_IO, "renaming '%s' to '%s': %s", tmp, path, strerror(errno));
-    if (st != FERRY_OK)
-        unlink(tmp);
-    else
-        fsync_dir_of(path);
-    free(tmp);
-    return st;
+    fileio_atomic file;
+    if ((st = fileio_atomic_open(&file, path)) != FERRY_OK)
+        return err_wrap(st, "saving the engine checkpoint");
+    st = save_body(e, &file, user, user_bytes);
+    if (st == FERRY_OK)
+        return fileio_atomic_commit(&file);
+    fileio_atomic_abort(&file);
+    return err_wrap(st, "saving the engine checkpoint (any earlier '%s' is intact)", path);
 }
 
 /* ---- load ---- */

@@ -10,16 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/units.h"
 #include "optim/half.h"
-
-double engine_now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
 
 const char *engine_phase_name(ferry_phase phase)
 {
@@ -440,9 +434,8 @@ ferry_backend_kind ferry_engine_backend(const ferry_engine *e) { return backend_
 ferry_offload ferry_engine_offload(const ferry_engine *e) { return e->cfg.offload; }
 ferry_dtype ferry_engine_dtype(const ferry_engine *e) { return e->dtype; }
 int ferry_engine_group_count(const ferry_engine *e) { return e ? e->ngroups : 0; }
-backend *engine_backend_handle(ferry_engine *e) { return e->be; }
-backend_stream *engine_compute_stream(ferry_engine *e) { return e->compute; }
-arena *engine_arena(ferry_engine *e) { return e->arena; }
+backend *engine_embed_backend(ferry_engine *e) { return e ? e->be : NULL; }
+backend_stream *engine_embed_stream(ferry_engine *e) { return e ? e->compute : NULL; }
 
 ferry_status ferry_engine_alloc(ferry_engine *e, ferry_mem_category category, const char *name, size_t bytes,
                                 void **ptr)

@@ -1,9 +1,8 @@
-/* The engine's internal state, shared by its files: engine.c (create, config,
- * groups, stats), placement.c (where each byte lives, per offload mode),
- * schedule.c (fetch, release, prefetch, gradient drain during backward),
- * step.c (norm, clipping, the update and the upload), checkpoint.c (save and
- * load). In-tree embedders (models/, tools/) also use the accessors at the
- * end to launch ops on the engine's streams. */
+/* The engine's private state, shared by its files and by nothing else:
+ * engine.c (create, config, groups, stats), placement.c (where each byte
+ * lives, per offload mode), schedule.c (fetch, release, prefetch, gradient
+ * drain during backward), step.c (norm, clipping, the update and the
+ * upload), checkpoint.c (save and load). Embedders include engine/embed.h. */
 #ifndef FERRY_ENGINE_ENGINE_H
 #define FERRY_ENGINE_ENGINE_H
 
@@ -13,6 +12,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "engine/embed.h"
 #include "ferry.h"
 #include "kernels/backend.h"
 #include "kernels/ops.h"
@@ -125,14 +125,12 @@ struct ferry_engine {
     bool dpu_pending;
 
     /* timing of the last step */
-    struct timespec last_step_time;
-    bool have_last_step_time;
+    double last_step_ms;      /* clock_now_ms() of the last step; 0 before the first */
     ferry_step_timing timing, timing_acc;
     char last_error_context[128];
 };
 
 /* engine.c */
-double engine_now_ms(void);
 const char *engine_phase_name(ferry_phase phase);
 ferry_status engine_check_group(const ferry_engine *e, int group, const char *what);
 
@@ -164,10 +162,5 @@ ferry_status engine_retire_all(ferry_engine *e);
 
 /* step.c */
 ferry_status engine_step(ferry_engine *e, const ferry_step_options *o, ferry_step_report *r);
-
-/* In-tree embedders: the streams and the backend. */
-backend *engine_backend_handle(ferry_engine *e);
-backend_stream *engine_compute_stream(ferry_engine *e);
-arena *engine_arena(ferry_engine *e);
 
 #endif

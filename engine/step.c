@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "engine/engine.h"
 #include "optim/gradnorm.h"
@@ -59,7 +60,7 @@ static ferry_status check_ready(ferry_engine *e)
 
 static ferry_status norms_offloaded(ferry_engine *e)
 {
-    double t0 = engine_now_ms();
+    double t0 = clock_now_ms();
     for (int i = 0; i < e->ngroups; i++) {
         engine_group *g = &e->groups[i];
         ferry_status st = tp_wait(g->norm_ticket);
@@ -77,7 +78,7 @@ static ferry_status norms_offloaded(ferry_engine *e)
     }
     /* How long the update started after backward ended: gradients still
      * draining, or their norm still being summed. */
-    e->timing_acc.optimizer_wait_grads_ms = engine_now_ms() - t0;
+    e->timing_acc.optimizer_wait_grads_ms = clock_now_ms() - t0;
     return FERRY_OK;
 }
 
@@ -177,7 +178,7 @@ static void segment_tile(void *ctx, size_t tile, int worker)
     part.copy_out = (char *)part.copy_out + first * optim_dtype_size(part.copy_dtype);
     adamw_run(NULL, &part); /* checked whole before submission */
     if (atomic_fetch_sub(&sj->e->update_tiles_left, 1) == 1)
-        atomic_store(&sj->e->update_end_us, (uint64_t)(engine_now_ms() * 1e3));
+        atomic_store(&sj->e->update_end_us, (uint64_t)(clock_now_ms() * 1e3));
 }
 
 static ferry_status submit_segment(ferry_engine *e, engine_group *g, size_t first, size_t n, adamw_hparams hp,
@@ -240,7 +241,7 @@ static ferry_status update_offloaded(ferry_engine *e, const ferry_step_options *
 {
     ferry_status st = FERRY_OK;
     note_finished_update(e);
-    e->update_start_ms = engine_now_ms();
+    e->update_start_ms = clock_now_ms();
     atomic_store(&e->update_end_us, 0);
     if (e->cfg.offload == FERRY_OFFLOAD_PARAMS && (st = engine_retire_all(e)) != FERRY_OK)
         return st;
@@ -288,11 +289,11 @@ static ferry_status upload_delayed(ferry_engine *e)
 static ferry_status update_resident(ferry_engine *e, const ferry_step_options *o, float clip)
 {
     ferry_status st = FERRY_OK;
-    double t0 = engine_now_ms();
+    double t0 = clock_now_ms();
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
         st = for_each_segment(e, &e->groups[i], o, clip, run_segment_resident);
     /* On cuda the kernels run on after this; the figure is then their launch. */
-    e->last_update_ms = engine_now_ms() - t0;
+    e->last_update_ms = clock_now_ms() - t0;
     return st;
 }
 
@@ -300,14 +301,11 @@ static ferry_status update_resident(ferry_engine *e, const ferry_step_options *o
 
 static void close_timing(ferry_engine *e)
 {
-    double now = engine_now_ms();
+    double now = clock_now_ms();
     ferry_step_timing t = e->timing_acc;
     t.size = sizeof t;
-    t.step_ms = e->have_last_step_time ? now - ((double)e->last_step_time.tv_sec * 1e3 +
-                                                (double)e->last_step_time.tv_nsec * 1e-6)
-                                       : 0;
-    clock_gettime(CLOCK_MONOTONIC, &e->last_step_time);
-    e->have_last_step_time = true;
+    t.step_ms = e->last_step_ms > 0 ? now - e->last_step_ms : 0;
+    e->last_step_ms = now;
     for (int i = 0; i < e->ngroups; i++) {
         engine_group *g = &e->groups[i];
         float ms = 0;

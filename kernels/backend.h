@@ -48,6 +48,12 @@ typedef enum backend_copy_kind {
  * the next backend_stream_synchronize() on it. */
 typedef ferry_status (*backend_host_fn)(void *args);
 
+/* Number of usable CUDA devices; 0 without a driver, a GPU or a CUDA build. */
+int backend_cuda_device_count(void);
+/* Device 0's name, memory, and PCI address ("0000:3b:00.0"). */
+ferry_status backend_cuda_describe(char *name, size_t name_cap, uint64_t *memory_bytes,
+                                   char *pci_bus_id, size_t pci_cap);
+
 /* Opens a backend. FERRY_BACKEND_AUTO honours $FERRY_BACKEND, then picks cuda
  * when a GPU is present and host otherwise. Asking for cuda on a machine
  * without a GPU (or a build without CUDA) is FERRY_ERR_UNSUPPORTED. */

@@ -70,11 +70,6 @@ struct backend_event {
  * FERRY_ERR_UNSUPPORTED when the backend cannot run here. */
 ferry_status backend_host_init(backend *be);
 ferry_status backend_cuda_init(backend *be);
-/* Number of usable CUDA devices; 0 without a driver, a GPU or a CUDA build. */
-int backend_cuda_device_count(void);
-/* Device 0's name, memory, and PCI address ("0000:3b:00.0"). */
-ferry_status backend_cuda_describe(char *name, size_t name_cap, uint64_t *memory_bytes,
-                                   char *pci_bus_id, size_t pci_cap);
 
 #ifdef __cplusplus
 }

@@ -309,7 +309,7 @@ static ferry_status check_hooks(const gpt2_hooks *h)
     return FERRY_OK;
 }
 
-static ferry_status acquire(const gpt2_hooks *h, int g, int phase, backend_stream *s,
+static ferry_status acquire(const gpt2_hooks *h, int g, ferry_phase phase, backend_stream *s,
                             const act_t **p)
 {
     *p = NULL;
@@ -332,7 +332,7 @@ static ferry_status acquire_grads(const gpt2_hooks *h, int g, backend_stream *s,
     return FERRY_OK;
 }
 
-static ferry_status release(const gpt2_hooks *h, int g, int phase, backend_stream *s)
+static ferry_status release(const gpt2_hooks *h, int g, ferry_phase phase, backend_stream *s)
 {
     ferry_status st = h->release(h->ctx, g, phase, s);
     return st == FERRY_OK ? st : err_wrap(st, "gpt2: releasing group %d", g);
@@ -436,22 +436,22 @@ ferry_status gpt2_forward(const gpt2_model *m, gpt2_activations *a, const gpt2_h
     CHECK(stage_inputs(m, a, s, tokens, targets));
 
     const act_t *emb;
-    CHECK(acquire(h, 0, GPT2_PHASE_FORWARD, s, &emb));
+    CHECK(acquire(h, 0, FERRY_PHASE_FORWARD, s, &emb));
     CHECK(ops_encoder_forward(s, a->x[0], a->tokens, tensor_at(m, a, emb, 0, EMB_WTE),
                               tensor_at(m, a, emb, 0, EMB_WPE), a->B, a->T, C, m->cfg.vocab_size));
     for (int l = 0; l < L; l++) {
         const act_t *pb;
-        CHECK(acquire(h, l + 1, GPT2_PHASE_FORWARD, s, &pb));
+        CHECK(acquire(h, l + 1, FERRY_PHASE_FORWARD, s, &pb));
         block_view p = block_of(m, a, pb, l + 1);
         CHECK(block_forward(m, a, s, l, &p, true));
-        CHECK(release(h, l + 1, GPT2_PHASE_FORWARD, s));
+        CHECK(release(h, l + 1, FERRY_PHASE_FORWARD, s));
     }
     const act_t *pf;
-    CHECK(acquire(h, L + 1, GPT2_PHASE_FORWARD, s, &pf));
+    CHECK(acquire(h, L + 1, FERRY_PHASE_FORWARD, s, &pf));
     CHECK(ops_layernorm_forward(s, a->lnf, a->lnf_mean, a->lnf_rstd, a->x[L],
                                 tensor_at(m, a, pf, L + 1, LNF_W), tensor_at(m, a, pf, L + 1, LNF_B),
                                 N, C));
-    CHECK(release(h, L + 1, GPT2_PHASE_FORWARD, s));
+    CHECK(release(h, L + 1, FERRY_PHASE_FORWARD, s));
     if (targets && !for_backward) {
         CHECK(ops_classifier(s, a->losses, NULL, NULL, a->lnf, tensor_at(m, a, emb, 0, EMB_WTE),
                              a->targets, 0.0f, N, C, c->vocab_size, c->padded_vocab_size,
@@ -459,7 +459,7 @@ ferry_status gpt2_forward(const gpt2_model *m, gpt2_activations *a, const gpt2_h
         CHECK(backend_memcpy_async(s, a->h_losses, a->losses, (size_t)N * 4, BACKEND_COPY_D2H));
         a->losses_enqueued = true;
     }
-    CHECK(release(h, 0, GPT2_PHASE_FORWARD, s));
+    CHECK(release(h, 0, FERRY_PHASE_FORWARD, s));
     a->have_forward = true;
     return FERRY_OK;
 }
@@ -520,11 +520,11 @@ ferry_status gpt2_backward(const gpt2_model *m, gpt2_activations *a, const gpt2_
 
     const act_t *emb;
     act_t *demb;
-    CHECK(acquire(h, 0, GPT2_PHASE_BACKWARD, s, &emb));
+    CHECK(acquire(h, 0, FERRY_PHASE_BACKWARD, s, &emb));
     CHECK(acquire_grads(h, 0, s, &demb));
     const act_t *pf;
     act_t *gf;
-    CHECK(acquire(h, L + 1, GPT2_PHASE_BACKWARD, s, &pf));
+    CHECK(acquire(h, L + 1, FERRY_PHASE_BACKWARD, s, &pf));
     CHECK(acquire_grads(h, L + 1, s, &gf));
     /* the tied head: losses and d(lnf) in one pass, d(wte) into group 0 */
     CHECK(zero(s, a->dsmall, NC * es));
@@ -541,20 +541,20 @@ ferry_status gpt2_backward(const gpt2_model *m, gpt2_activations *a, const gpt2_
                                  tensor_at(m, a, gf, L + 1, LNF_B), a->dsmall, a->x[L],
                                  tensor_at(m, a, pf, L + 1, LNF_W), a->lnf_mean, a->lnf_rstd, N,
                                  C));
-    CHECK(release(h, L + 1, GPT2_PHASE_BACKWARD, s));
+    CHECK(release(h, L + 1, FERRY_PHASE_BACKWARD, s));
     for (int l = L - 1; l >= 0; l--) {
         const act_t *pb;
         act_t *gb;
-        CHECK(acquire(h, l + 1, GPT2_PHASE_BACKWARD, s, &pb));
+        CHECK(acquire(h, l + 1, FERRY_PHASE_BACKWARD, s, &pb));
         CHECK(acquire_grads(h, l + 1, s, &gb));
         block_view p = block_of(m, a, pb, l + 1), g = block_of(m, a, gb, l + 1);
         CHECK(block_backward(m, a, s, l, &p, &g));
-        CHECK(release(h, l + 1, GPT2_PHASE_BACKWARD, s));
+        CHECK(release(h, l + 1, FERRY_PHASE_BACKWARD, s));
     }
     CHECK(ops_encoder_backward(s, tensor_at(m, a, demb, 0, EMB_WTE),
                                tensor_at(m, a, demb, 0, EMB_WPE), a->dres, a->tokens, a->B, a->T,
                                C));
-    return release(h, 0, GPT2_PHASE_BACKWARD, s);
+    return release(h, 0, FERRY_PHASE_BACKWARD, s);
 }
 
 ferry_status gpt2_loss(gpt2_activations *a, backend_stream *s, float *loss)
@@ -588,12 +588,12 @@ ferry_status gpt2_logits(const gpt2_model *m, gpt2_activations *a, const gpt2_ho
                        t, a->B, a->T);
     int V = m->cfg.vocab_size, C = m->cfg.n_embd;
     const act_t *emb;
-    CHECK(acquire(h, 0, GPT2_PHASE_FORWARD, s, &emb));
+    CHECK(acquire(h, 0, FERRY_PHASE_FORWARD, s, &emb));
     const act_t *row = (const char *)a->lnf + ((size_t)b * a->T + t) * C * a->es;
     CHECK(ops_matmul_forward(s, a->logits, row, tensor_at(m, a, emb, 0, EMB_WTE), NULL, 1, C, V));
     CHECK(ops_convert_to_f32(s, a->logits_f32, a->logits, (size_t)V));
     CHECK(backend_memcpy_async(s, a->h_logits, a->logits_f32, (size_t)V * 4, BACKEND_COPY_D2H));
-    CHECK(release(h, 0, GPT2_PHASE_FORWARD, s));
+    CHECK(release(h, 0, FERRY_PHASE_FORWARD, s));
     CHECK(backend_stream_synchronize(s));
     memcpy(logits, a->h_logits, (size_t)V * sizeof *logits);
     return FERRY_OK;

@@ -110,8 +110,6 @@ ferry_status gpt2_init_group(const gpt2_model *m, int group, uint64_t seed, floa
 
 /* ---- the caller's hooks: where the parameters and gradients are ---- */
 
-typedef enum gpt2_phase { GPT2_PHASE_FORWARD = 0, GPT2_PHASE_BACKWARD = 1 } gpt2_phase;
-
 /* Order of calls. Forward: acquire_params(0), blocks 1..L each acquired and
  * released, L+1 acquired and released, release(0) last (the classifier reads
  * wte). Backward: acquire_params(0) and acquire_grads(0) first (the tied head
@@ -121,7 +119,7 @@ typedef struct gpt2_hooks {
     void *ctx;
     /* Device pointer of group g's params (act_t, layout above), after making
      * stream s wait until they are there. */
-    ferry_status (*acquire_params)(void *ctx, int group, int phase, backend_stream *s,
+    ferry_status (*acquire_params)(void *ctx, int group, ferry_phase phase, backend_stream *s,
                                    const act_t **params);
     /* Group g's device gradient buffer: zeroed by the caller before the first
      * micro-batch, accumulated into by backward. */
@@ -129,7 +127,7 @@ typedef struct gpt2_hooks {
     /* The model is done with group g in this phase (forward: params not
      * needed until backward; backward: params and grads complete for this
      * micro-batch): the caller may record an event on s and release/drain. */
-    ferry_status (*release)(void *ctx, int group, int phase, backend_stream *s);
+    ferry_status (*release)(void *ctx, int group, ferry_phase phase, backend_stream *s);
 } gpt2_hooks;
 
 /* ---- activations ---- */

@@ -6,10 +6,24 @@
 
 #include "common/error.h"
 
-static ferry_status hook_acquire_params(void *ctx, int group, int phase, backend_stream *s, const act_t **params)
+/* The model launches on the stream it is given; the engine's buffers may
+ * only be used on the engine's compute stream (engine/embed.h). */
+static ferry_status check_stream(ferry_engine *e, backend_stream *s)
+{
+    if (s == engine_embed_stream(e))
+        return FERRY_OK;
+    return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                   "gpt2 on the engine: the model runs on a stream other than the engine's compute "
+                   "stream; pass engine_embed_stream(e) to gpt2_forward/gpt2_backward");
+}
+
+static ferry_status hook_acquire_params(void *ctx, int group, ferry_phase phase, backend_stream *s,
+                                        const act_t **params)
 {
     void *w = NULL;
-    ferry_status st = engine_fetch(ctx, group, (ferry_phase)phase, s, &w);
+    ferry_status st = check_stream(ctx, s);
+    if (st == FERRY_OK)
+        st = ferry_engine_fetch(ctx, group, phase, &w);
     *params = w;
     return st;
 }
@@ -17,14 +31,17 @@ static ferry_status hook_acquire_params(void *ctx, int group, int phase, backend
 static ferry_status hook_acquire_grads(void *ctx, int group, backend_stream *s, act_t **grads)
 {
     void *g = NULL;
-    ferry_status st = engine_grads(ctx, group, s, &g);
+    ferry_status st = check_stream(ctx, s);
+    if (st == FERRY_OK)
+        st = ferry_engine_grads(ctx, group, &g);
     *grads = g;
     return st;
 }
 
-static ferry_status hook_release(void *ctx, int group, int phase, backend_stream *s)
+static ferry_status hook_release(void *ctx, int group, ferry_phase phase, backend_stream *s)
 {
-    return engine_release(ctx, group, (ferry_phase)phase, s);
+    ferry_status st = check_stream(ctx, s);
+    return st == FERRY_OK ? ferry_engine_release(ctx, group, phase) : st;
 }
 
 gpt2_hooks gpt2_engine_hooks(ferry_engine *e)

@@ -96,7 +96,7 @@ static ferry_status check_group(const gpt2_resident *r, int group, const char *w
     return FERRY_OK;
 }
 
-static ferry_status hook_params(void *ctx, int group, int phase, backend_stream *s,
+static ferry_status hook_params(void *ctx, int group, ferry_phase phase, backend_stream *s,
                                 const act_t **params)
 {
     (void)phase;
@@ -116,7 +116,7 @@ static ferry_status hook_grads(void *ctx, int group, backend_stream *s, act_t **
     return FERRY_OK;
 }
 
-static ferry_status hook_release(void *ctx, int group, int phase, backend_stream *s)
+static ferry_status hook_release(void *ctx, int group, ferry_phase phase, backend_stream *s)
 {
     (void)phase;
     (void)s;

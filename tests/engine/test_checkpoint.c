@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "engine/engine.h"
+#include "engine/embed.h"
 #include "tap.h"
 
 enum { GROUPS = 3 };

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "engine/engine.h"
+#include "engine/embed.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
 #include "optim/adamw.h"
@@ -78,9 +78,9 @@ static ferry_status run_engine(const run_opts *ro, run_result *out)
     if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED, NULL);
     if (st == FERRY_OK) st = ferry_engine_setup(e);
     gpt2_allocator alloc = e ? gpt2_engine_allocator(e) : (gpt2_allocator){0};
-    if (st == FERRY_OK) st = gpt2_activations_create(m, engine_backend_handle(e), B, T, false, &alloc, &act);
+    if (st == FERRY_OK) st = gpt2_activations_create(m, engine_embed_backend(e), B, T, false, &alloc, &act);
     gpt2_hooks hooks = e ? gpt2_engine_hooks(e) : (gpt2_hooks){0};
-    backend_stream *s = e ? engine_compute_stream(e) : NULL;
+    backend_stream *s = e ? engine_embed_stream(e) : NULL;
     ferry_step_options o = step_options();
     int32_t tokens[B * T], targets[B * T];
     for (int step = 0; step < STEPS && st == FERRY_OK; step++) {

@@ -339,7 +339,7 @@ static void trace_add(trace *t, const char *fmt, int a, int b)
     snprintf(t->log + len, sizeof t->log - len, fmt, a, b);
 }
 
-static ferry_status tr_params(void *ctx, int g, int phase, backend_stream *s, const act_t **p)
+static ferry_status tr_params(void *ctx, int g, ferry_phase phase, backend_stream *s, const act_t **p)
 {
     trace *t = ctx;
     trace_add(t, "P%d.%d ", g, phase);
@@ -353,7 +353,7 @@ static ferry_status tr_grads(void *ctx, int g, backend_stream *s, act_t **p)
     return t->inner.acquire_grads(t->inner.ctx, g, s, p);
 }
 
-static ferry_status tr_release(void *ctx, int g, int phase, backend_stream *s)
+static ferry_status tr_release(void *ctx, int g, ferry_phase phase, backend_stream *s)
 {
     trace *t = ctx;
     trace_add(t, "R%d.%d ", g, phase);

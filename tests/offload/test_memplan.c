@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "engine/engine.h"
+#include "engine/embed.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
 #include "tap.h"
@@ -158,9 +158,9 @@ static ferry_status train(const train_opts *o, measured *out)
     if (st == FERRY_OK) st = ferry_engine_setup(e);
     gpt2_allocator alloc = e ? gpt2_engine_allocator(e) : (gpt2_allocator){0};
     if (st == FERRY_OK)
-        st = gpt2_activations_create(m, engine_backend_handle(e), TB, TT, o->recompute, &alloc, &act);
+        st = gpt2_activations_create(m, engine_embed_backend(e), TB, TT, o->recompute, &alloc, &act);
     gpt2_hooks hooks = e ? gpt2_engine_hooks(e) : (gpt2_hooks){0};
-    backend_stream *s = e ? engine_compute_stream(e) : NULL;
+    backend_stream *s = e ? engine_embed_stream(e) : NULL;
     ferry_step_options so = FERRY_STEP_OPTIONS_INIT;
     so.lr = 1e-3f;
     static int32_t tokens[TB * TT], targets[TB * TT];

@@ -11,17 +11,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/units.h"
-#include "engine/engine.h"
-#include "hf_checkpoint.h"
+#include "engine/embed.h"
+#include "train/hf_checkpoint.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
-#include "options.h"
-#include "run_state.h"
-#include "sample.h"
-#include "tools/tokenize/bpe.h"
-#include "tools/tokenize/dataloader.h"
+#include "train/options.h"
+#include "train/run_state.h"
+#include "train/sample.h"
+#include "train/bpe.h"
+#include "train/dataloader.h"
 
 typedef struct trainer {
     train_options o;
@@ -40,13 +41,6 @@ typedef struct trainer {
     double tokens_done;
     char ckpt[PATH_MAX];  /* checkpoint folder to resume from, or "" */
 } trainer;
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
 
 static int fail(const char *what)
 {
@@ -153,7 +147,7 @@ static ferry_status setup_engine(trainer *t)
         return st;
     gpt2_allocator alloc = gpt2_engine_allocator(t->engine);
     int B = t->o.sample_only ? 1 : t->o.batch;
-    st = gpt2_activations_create(t->model, engine_backend_handle(t->engine), B, t->o.seq, t->o.recompute, &alloc,
+    st = gpt2_activations_create(t->model, engine_embed_backend(t->engine), B, t->o.seq, t->o.recompute, &alloc,
                                  &t->acts);
     if (st == FERRY_ERR_OUT_OF_MEMORY)
         return err_wrap(st, "activations for batch %d x %d tokens%s", B, t->o.seq,
@@ -235,7 +229,7 @@ static void progress_line(trainer *t, const step_figures *f)
     units_fmt_bytes(host, sizeof host, f->mem.host_in_use_bytes);
     units_fmt_bytes(host_peak, sizeof host_peak, f->mem.host_peak_bytes);
     double done = (double)(t->step - t->start_step);
-    double per_step = done > 0 ? (now_ms() - t->started_ms) / done : f->step_ms;
+    double per_step = done > 0 ? (clock_now_ms() - t->started_ms) / done : f->step_ms;
     fmt_duration(eta, sizeof eta, per_step * (double)(t->o.steps - t->step) / 1e3);
     if (f->mfu > 0)
         snprintf(mfu, sizeof mfu, " | MFU %4.1f%%", f->mfu * 100);
@@ -287,8 +281,8 @@ static void log_record(trainer *t, const char *kind, const step_figures *f, doub
 static ferry_status train_step(trainer *t, step_figures *f)
 {
     gpt2_hooks hooks = gpt2_engine_hooks(t->engine);
-    backend_stream *s = engine_compute_stream(t->engine);
-    double t0 = now_ms();
+    backend_stream *s = engine_embed_stream(t->engine);
+    double t0 = clock_now_ms();
     float sum = 0;
     ferry_status st = FERRY_OK;
     ferry_engine_mark(t->engine, t->step + 1, "forward+backward");
@@ -301,7 +295,7 @@ static ferry_status train_step(trainer *t, step_figures *f)
         if (st == FERRY_OK) st = gpt2_loss(t->acts, s, &loss);
         sum += loss;
     }
-    double t1 = now_ms();
+    double t1 = clock_now_ms();
     ferry_step_options so = FERRY_STEP_OPTIONS_INIT;
     so.lr = f->lr = train_lr_at(&t->o, (int)t->step);
     so.beta1 = t->o.beta1;
@@ -316,7 +310,7 @@ static ferry_status train_step(trainer *t, step_figures *f)
     if (st != FERRY_OK)
         return st;
     t->step++;
-    double t2 = now_ms();
+    double t2 = clock_now_ms();
     f->loss = sum / (float)t->o.grad_accum;
     f->grad_norm = rep.grad_norm;
     f->skipped = rep.skipped;
@@ -341,7 +335,7 @@ static ferry_status train_step(trainer *t, step_figures *f)
 static ferry_status evaluate(trainer *t, float *val_loss)
 {
     gpt2_hooks hooks = gpt2_engine_hooks(t->engine);
-    backend_stream *s = engine_compute_stream(t->engine);
+    backend_stream *s = engine_embed_stream(t->engine);
     ferry_status st = ferry_engine_begin_inference(t->engine);
     if (st != FERRY_OK)
         return st;
@@ -392,7 +386,7 @@ static bool every(int n, int64_t step) { return n > 0 && step % n == 0; }
 
 static ferry_status train(trainer *t)
 {
-    t->started_ms = now_ms();
+    t->started_ms = clock_now_ms();
     t->start_step = t->step;
     ferry_status st = FERRY_OK;
     while (t->step < t->o.steps && st == FERRY_OK) {
@@ -423,7 +417,7 @@ static void summary(trainer *t)
     ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
     ferry_engine_memory_stats(t->engine, &ms);
     char dp[32], hp[32];
-    double secs = (now_ms() - t->started_ms) / 1e3;
+    double secs = (clock_now_ms() - t->started_ms) / 1e3;
     printf("done: %lld steps, %.0f tokens in %.1f s (%.0f tok/s); peak memory: gpu %s, host %s\n",
            (long long)(t->step - t->start_step), t->tokens_done, secs, secs > 0 ? t->tokens_done / secs : 0,
            units_fmt_bytes(dp, sizeof dp, ms.device_total_peak_bytes), units_fmt_bytes(hp, sizeof hp, ms.host_peak_bytes));

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "optim/adamw.h"
 
 typedef struct bench {
@@ -26,13 +27,6 @@ typedef struct bench {
     void *g, *copy;
     optim_dtype gt;
 } bench;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -176,9 +170,9 @@ static double time_median(bench *b, bench_fn fn, int level, int steps)
     double t[64];
     fn(b, level, 1);
     for (int s = 0; s < steps; s++) {
-        double t0 = now();
+        double t0 = (clock_now_ms() / 1e3);
         fn(b, level, s + 2);
-        t[s] = now() - t0;
+        t[s] = (clock_now_ms() / 1e3) - t0;
     }
     qsort(t, (size_t)steps, sizeof t[0], cmp_double);
     return t[steps / 2];
@@ -268,16 +262,16 @@ int main(int argc, char **argv)
     for (int l = 0; l <= best; l++)
         run_adamw(&b, l, 1);
     for (int s = 0; s < steps; s++) {
-        double t0 = now();
+        double t0 = (clock_now_ms() / 1e3);
         run_triad(&b, 0, 0);
-        tt[s] = now() - t0;
-        t0 = now();
+        tt[s] = (clock_now_ms() / 1e3) - t0;
+        t0 = (clock_now_ms() / 1e3);
         run_ideal(&b, best, 0);
-        ti[s] = now() - t0;
+        ti[s] = (clock_now_ms() / 1e3) - t0;
         for (int l = 0; l <= best; l++) {
-            t0 = now();
+            t0 = (clock_now_ms() / 1e3);
             run_adamw(&b, l, s + 2);
-            ta[l][s] = now() - t0;
+            ta[l][s] = (clock_now_ms() / 1e3) - t0;
             r_ideal[l][s] = ti[s] / ta[l][s];
             r_triad[l][s] = (adam_bytes / ta[l][s]) / (12.0 / tt[s]);
         }

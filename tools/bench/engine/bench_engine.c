@@ -21,9 +21,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/units.h"
-#include "engine/engine.h"
+#include "engine/embed.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
 
@@ -63,13 +64,6 @@ typedef struct bench_result {
     double dev_peak, host_peak;
     float first_loss, last_loss;
 } bench_result;
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -126,7 +120,7 @@ static ferry_status run_open(const bench_opts *o, ferry_offload mode, gpt2_model
         return st;
     r->alloc = gpt2_engine_allocator(r->e);
     r->hooks = gpt2_engine_hooks(r->e);
-    r->s = engine_compute_stream(r->e);
+    r->s = engine_embed_stream(r->e);
     return FERRY_OK;
 }
 
@@ -152,7 +146,7 @@ static ferry_status run_set_batch(bench_run *r, int B)
         if (i > 0) r->targets[i - 1] = tok;
     }
     r->B = B;
-    return gpt2_activations_create(r->m, engine_backend_handle(r->e), B, T, r->o->recompute, &r->alloc, &r->act);
+    return gpt2_activations_create(r->m, engine_embed_backend(r->e), B, T, r->o->recompute, &r->alloc, &r->act);
 }
 
 /* Forward and backward of one micro-batch; waits for the compute stream. */
@@ -186,11 +180,11 @@ static ferry_status measure_round(bench_run *r, bench_sample *out)
 {
     float loss = 0;
     ferry_status st = pipelined_step(r, &loss);
-    double t0 = now_ms();
+    double t0 = clock_now_ms();
     if (st == FERRY_OK) st = pipelined_step(r, &loss);
     if (st != FERRY_OK)
         return st;
-    out->step = now_ms() - t0;
+    out->step = clock_now_ms() - t0;
     ferry_step_timing tm = FERRY_STEP_TIMING_INIT;
     ferry_engine_step_timing(r->e, &tm);
     out->eng_opt = tm.optimizer_ms;
@@ -200,22 +194,22 @@ static ferry_status measure_round(bench_run *r, bench_sample *out)
     ferry_step_options so = step_options();
     if ((st = ferry_engine_synchronize(r->e)) != FERRY_OK)
         return st;
-    double a = now_ms();
+    double a = clock_now_ms();
     st = ferry_engine_begin_micro_batch(r->e, 0, 1);
     if (st == FERRY_OK) st = gpt2_forward(r->m, r->act, &r->hooks, r->s, r->tokens, r->targets, true);
     if (st == FERRY_OK) st = backend_stream_synchronize(r->s);
-    double b = now_ms();
+    double b = clock_now_ms();
     if (st == FERRY_OK) st = gpt2_backward(r->m, r->act, &r->hooks, r->s, 1.0f);
     if (st == FERRY_OK) st = gpt2_loss(r->act, r->s, &loss);
     if (st == FERRY_OK) st = ferry_engine_synchronize(r->e);
-    double c = now_ms();
+    double c = clock_now_ms();
     if (st == FERRY_OK) st = ferry_engine_step(r->e, &so, NULL);
     if (st == FERRY_OK) st = ferry_engine_synchronize(r->e);
     if (st != FERRY_OK)
         return st;
     out->fwd = b - a;
     out->compute = c - a;
-    out->update = now_ms() - c;
+    out->update = clock_now_ms() - c;
     r->last_loss = loss;
     return FERRY_OK;
 }

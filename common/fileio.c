@@ -1,5 +1,5 @@
-/* Whole-file reads and atomic writes for the tokenize layer (see fileio.h). */
-#include "tools/tokenize/fileio.h"
+/* Whole-file reads and atomic writes (see fileio.h). */
+#include "common/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 
-ferry_status tok_read_file(const char *path, const char *what, char **data, size_t *len)
+ferry_status fileio_read(const char *path, const char *what, char **data, size_t *len)
 {
     *data = NULL;
     *len = 0;
@@ -61,7 +61,7 @@ static char *dir_of(const char *path)
     return d;
 }
 
-ferry_status tok_atomic_open(tok_atomic *a, const char *path)
+ferry_status fileio_atomic_open(fileio_atomic *a, const char *path)
 {
     memset(a, 0, sizeof *a);
     a->fd = -1;
@@ -79,7 +79,7 @@ ferry_status tok_atomic_open(tok_atomic *a, const char *path)
     if (!a->tmp || !a->path) {
         free(copy);
         free(dir);
-        tok_atomic_abort(a);
+        fileio_atomic_abort(a);
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot allocate a path for '%s'", path);
     }
     snprintf(a->tmp, n, "%s/.%s.tmp", dir, base);
@@ -89,13 +89,13 @@ ferry_status tok_atomic_open(tok_atomic *a, const char *path)
     if (a->fd < 0) {
         ferry_status st = err_set(FERRY_ERR_IO, "cannot create '%s' (to write '%s'): %s", a->tmp, path,
                                   strerror(errno));
-        tok_atomic_abort(a);
+        fileio_atomic_abort(a);
         return st;
     }
     return FERRY_OK;
 }
 
-static ferry_status write_error(tok_atomic *a, int e, size_t n)
+static ferry_status write_error(fileio_atomic *a, int e, size_t n)
 {
     ferry_status st;
     if (e == ENOSPC || e == EDQUOT || e == EFBIG)
@@ -104,11 +104,11 @@ static ferry_status write_error(tok_atomic *a, int e, size_t n)
                      a->path, strerror(e), n, a->path);
     else
         st = err_set(FERRY_ERR_IO, "cannot write '%s': %s", a->tmp, strerror(e));
-    tok_atomic_abort(a);
+    fileio_atomic_abort(a);
     return st;
 }
 
-ferry_status tok_atomic_pwrite(tok_atomic *a, const void *buf, size_t n, uint64_t offset)
+ferry_status fileio_atomic_pwrite(fileio_atomic *a, const void *buf, size_t n, uint64_t offset)
 {
     const char *p = buf;
     size_t done = 0;
@@ -123,7 +123,7 @@ ferry_status tok_atomic_pwrite(tok_atomic *a, const void *buf, size_t n, uint64_
     return FERRY_OK;
 }
 
-ferry_status tok_atomic_write(tok_atomic *a, const void *buf, size_t n)
+ferry_status fileio_atomic_write(fileio_atomic *a, const void *buf, size_t n)
 {
     const char *p = buf;
     size_t done = 0;
@@ -138,7 +138,7 @@ ferry_status tok_atomic_write(tok_atomic *a, const void *buf, size_t n)
     return FERRY_OK;
 }
 
-ferry_status tok_atomic_commit(tok_atomic *a)
+ferry_status fileio_atomic_commit(fileio_atomic *a)
 {
     if (fsync(a->fd) != 0)
         return write_error(a, errno, 0);
@@ -149,26 +149,22 @@ ferry_status tok_atomic_commit(tok_atomic *a)
     a->fd = -1;
     if (rename(a->tmp, a->path) != 0) {
         ferry_status st = err_set(FERRY_ERR_IO, "cannot rename '%s' to '%s': %s", a->tmp, a->path, strerror(errno));
-        tok_atomic_abort(a);
+        fileio_atomic_abort(a);
         return st;
     }
     /* The rename is durable only once the directory itself is synced. */
     char *dir = dir_of(a->path);
-    int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-    ferry_status st = FERRY_OK;
-    if (dfd < 0 || fsync(dfd) != 0)
-        st = err_set(FERRY_ERR_IO, "wrote '%s' but cannot sync its directory '%s': %s", a->path,
-                     dir ? dir : "?", strerror(errno));
-    if (dfd >= 0)
-        close(dfd);
+    ferry_status st = dir ? fileio_sync_dir(dir) : err_set(FERRY_ERR_OUT_OF_MEMORY, "syncing '%s': out of memory", a->path);
+    if (st != FERRY_OK)
+        st = err_wrap(st, "wrote '%s'", a->path);
     free(dir);
     free(a->tmp);
     a->tmp = NULL;
-    tok_atomic_abort(a);
+    fileio_atomic_abort(a);
     return st;
 }
 
-void tok_atomic_abort(tok_atomic *a)
+void fileio_atomic_abort(fileio_atomic *a)
 {
     /* A zeroed struct (fd 0, no paths) owns nothing: never close stdin. */
     if (a->fd >= 0 && (a->tmp || a->path))
@@ -180,4 +176,43 @@ void tok_atomic_abort(tok_atomic *a)
     free(a->path);
     a->tmp = NULL;
     a->path = NULL;
+}
+
+ferry_status fileio_sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return err_set(FERRY_ERR_IO, "cannot open folder '%s' to sync it: %s", dir, strerror(errno));
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (rc != 0 && e != EINVAL) /* EINVAL: a file system without directory fsync */
+        return err_set(FERRY_ERR_IO, "cannot sync folder '%s': %s", dir, strerror(e));
+    return FERRY_OK;
+}
+
+ferry_status fileio_replace_symlink(const char *target, const char *link)
+{
+    char *dir = dir_of(link);
+    char *copy = strdup(link);
+    size_t n = (dir ? strlen(dir) : 0) + (copy ? strlen(copy) : 0) + 16;
+    char *tmp = malloc(n);
+    ferry_status st = FERRY_OK;
+    if (!dir || !copy || !tmp) {
+        st = err_set(FERRY_ERR_OUT_OF_MEMORY, "pointing '%s' at '%s': out of memory", link, target);
+    } else {
+        snprintf(tmp, n, "%s/.%s.tmp", dir, basename(copy));
+        unlink(tmp);
+        if (symlink(target, tmp) != 0 || rename(tmp, link) != 0) {
+            int e = errno;
+            unlink(tmp);
+            st = err_set(FERRY_ERR_IO, "cannot point '%s' at '%s': %s", link, target, strerror(e));
+        } else {
+            st = fileio_sync_dir(dir);
+        }
+    }
+    free(tmp);
+    free(copy);
+    free(dir);
+    return st;
 }

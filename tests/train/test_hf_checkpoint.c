@@ -1,6 +1,6 @@
-/* train_gpt2's Hugging Face checkpoints (tools/train_gpt2/hf_checkpoint.c)
+/* train_gpt2's Hugging Face checkpoints (train/hf_checkpoint.c)
  * against a GPT-2 of PyTorch built with transformers' module structure and
- * names (tests/tools/hf_gpt2.py), on a tiny model (2 layers, 4 heads, 64
+ * names (tests/train/hf_gpt2.py), on a tiny model (2 layers, 4 heads, 64
  * wide, context 64, vocab 500 padded to 512, so only wte's real rows are
  * saved):
  * - ours -> HF: hf_save of our seeded init; the script loads it with
@@ -30,8 +30,8 @@
 #include "common/error.h"
 #include "tests/models/gpt2_fixture.h"
 #include "tests/tap.h"
-#include "tools/tokenize/safetensors.h"
-#include "tools/train_gpt2/hf_checkpoint.h"
+#include "train/safetensors.h"
+#include "train/hf_checkpoint.h"
 
 #define B_ 2
 #define T_ 64

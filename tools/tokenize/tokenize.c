@@ -11,11 +11,12 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "ferry.h"
 #include "common/error.h"
-#include "tools/tokenize/bpe.h"
-#include "tools/tokenize/fileio.h"
-#include "tools/tokenize/shard.h"
+#include "train/bpe.h"
+#include "common/fileio.h"
+#include "train/shard.h"
 
 typedef struct opts {
     const char *encoder, *vocab, *out_dir;
@@ -137,7 +138,7 @@ static ferry_status add_file(tok_bpe *t, const char *path, int blank_lines, tok_
 {
     char *s;
     size_t n;
-    ferry_status st = tok_read_file(path, "input text", &s, &n);
+    ferry_status st = fileio_read(path, "input text", &s, &n);
     if (st != FERRY_OK)
         return st;
     *bytes += n;
@@ -186,13 +187,6 @@ static ferry_status write_split(const opts *o, const char *name, const uint32_t 
     return st;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int fail(ferry_status st)
 {
     fprintf(stderr, "tokenize: %s (%s)\n", ferry_last_error(), ferry_status_string(st));
@@ -216,10 +210,10 @@ int main(int argc, char **argv)
     }
     tok_ids ids = {0};
     size_t bytes = 0;
-    double t0 = now_s();
+    double t0 = (clock_now_ms() / 1e3);
     for (int i = 0; st == FERRY_OK && i < o.ninputs; i++)
         st = add_file(t, o.inputs[i], o.doc_blank_lines, &ids, &bytes);
-    double dt = now_s() - t0;
+    double dt = (clock_now_ms() / 1e3) - t0;
     if (st != FERRY_OK)
         return fail(st);
     printf("tokenized %zu bytes into %zu tokens in %.3f s: %.1f MB/s\n", bytes, ids.len, dt,

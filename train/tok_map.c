@@ -1,6 +1,6 @@
 /* Open-addressing (linear probing) map from byte strings to uint64 values:
  * the hash is stored per slot so probing rarely touches the key bytes. */
-#include "tools/tokenize/tok_map.h"
+#include "train/tok_map.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* train_gpt2's checkpoint folders (tools/train_gpt2/run_state.c): a save
+/* train_gpt2's checkpoint folders (train/run_state.c): a save
  * killed at any moment leaves DIR/latest on a whole checkpoint.
  * - Kill rounds: a child sets up an engine (host backend, optimizer offload)
  *   with a GPT-2 of ~3.4M parameters (~55 MB per checkpoint) and saves in a
@@ -30,12 +30,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/error.h"
-#include "engine/engine.h"
+#include "engine/embed.h"
 #include "models/gpt2_engine.h"
 #include "tests/tap.h"
-#include "tools/train_gpt2/hf_checkpoint.h"
-#include "tools/train_gpt2/run_state.h"
+#include "train/hf_checkpoint.h"
+#include "train/run_state.h"
 
 #define ROUNDS 8
 static const uint64_t SEED = 20240612;
@@ -44,13 +45,6 @@ static char run[300];
 
 static gpt2_model *model;
 static float **init; /* the seeded init of every group */
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
 
 
 /* The weights of save version v: every element scaled, so zeros (padded
@@ -286,7 +280,7 @@ static void kill_rounds(ferry_engine *e, uint64_t *rng)
             close(fds[0]);
             return;
         }
-        double t1 = now_ms();
+        double t1 = clock_now_ms();
         report first_done;
         if (read(fds[0], &first_done, sizeof first_done) != (ssize_t)sizeof first_done) {
             int status;
@@ -295,7 +289,7 @@ static void kill_rounds(ferry_engine *e, uint64_t *rng)
             close(fds[0]);
             return;
         }
-        double took = now_ms() - t1;
+        double took = clock_now_ms() - t1;
         save_ms = save_ms > 0 ? (save_ms + took) / 2 : took;
         /* Kill somewhere in the next one or two saves. */
         double delay = tap_rand_unit(rng) * 1.5 * save_ms;
@@ -439,11 +433,11 @@ int main(void)
     ferry_engine *e = make_engine();
     if (!tap_ok(e != NULL, "an engine for the checks"))
         return tap_done();
-    double t0 = now_ms();
+    double t0 = clock_now_ms();
     kill_rounds(e, &rng);
     test_failed_saves(e);
     test_locate(e);
-    tap_diag("%.1f s in all", (now_ms() - t0) / 1e3);
+    tap_diag("%.1f s in all", (clock_now_ms() - t0) / 1e3);
     ferry_engine_destroy(e);
     for (int g = 0; g < G; g++)
         free(init[g]);

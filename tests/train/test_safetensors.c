@@ -1,4 +1,4 @@
-/* Tests of safetensors I/O (tools/tokenize/safetensors.c): round trip of every
+/* Tests of safetensors I/O (train/safetensors.c): round trip of every
  * dtype with hand-computed values, an outside reader (/usr/bin/python3 with
  * numpy and a few lines of its own) checking our bytes, our reader on a file
  * Python wrote, every corrupt header, API misuse, and a full disk that must
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "tests/tap.h"
-#include "tools/tokenize/safetensors.h"
+#include "train/safetensors.h"
 
 static char dir[] = "/tmp/ferry_st_XXXXXX";
 
@@ -102,7 +102,7 @@ static int run_python(const char *args, int *rc_out)
     const char *py = getenv("FERRY_PYTHON") ? getenv("FERRY_PYTHON") : "/usr/bin/python3";
     const char *root = getenv("FERRY_SOURCE_ROOT") ? getenv("FERRY_SOURCE_ROOT") : ".";
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' '%s/tests/tools/st_check.py' %s", py, root, args);
+    snprintf(cmd, sizeof cmd, "'%s' '%s/tests/train/st_check.py' %s", py, root, args);
     if (access(py, X_OK) != 0)
         return 0;
     int rc = system(cmd);

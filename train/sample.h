@@ -9,7 +9,7 @@
 
 #include "ferry.h"
 #include "models/gpt2.h"
-#include "tools/tokenize/bpe.h"
+#include "train/bpe.h"
 
 typedef struct sampler {
     uint64_t rng;

@@ -1,5 +1,6 @@
 /* ferry_system_probe: what this machine offers — the backend AUTO resolves
- * to, the GPU, and the topology (NUMA nodes, cores) read with hwloc. */
+ * to, the GPU, and the topology (NUMA nodes, cores) read with hwloc. Lives
+ * with the backend because the GPU is the backend's to find. */
 #include <hwloc.h>
 #include <stdio.h>
 #include <string.h>
@@ -7,7 +8,7 @@
 
 #include "common/cpu.h"
 #include "common/error.h"
-#include "kernels/backend_impl.h"
+#include "kernels/backend.h"
 
 /* The NUMA node whose PCI subtree holds the GPU with this bus id, or -1. */
 static int gpu_numa_node(hwloc_topology_t topo, const char *bus_id)

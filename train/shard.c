@@ -1,10 +1,10 @@
 /* Writing and checking llm.c token shards (see shard.h). */
-#include "tools/tokenize/shard.h"
+#include "train/shard.h"
 
 #include <string.h>
 
 #include "common/error.h"
-#include "tools/tokenize/fileio.h"
+#include "common/fileio.h"
 
 ferry_status tok_shard_write(const char *path, const uint16_t *tokens, size_t n)
 {
@@ -16,14 +16,14 @@ ferry_status tok_shard_write(const char *path, const uint16_t *tokens, size_t n)
     header[0] = TOK_SHARD_MAGIC;
     header[1] = TOK_SHARD_VERSION;
     header[2] = (int32_t)n;
-    tok_atomic a;
-    ferry_status st = tok_atomic_open(&a, path);
+    fileio_atomic a;
+    ferry_status st = fileio_atomic_open(&a, path);
     if (st == FERRY_OK)
-        st = tok_atomic_write(&a, header, sizeof header);
+        st = fileio_atomic_write(&a, header, sizeof header);
     if (st == FERRY_OK)
-        st = tok_atomic_write(&a, tokens, n * sizeof *tokens);
+        st = fileio_atomic_write(&a, tokens, n * sizeof *tokens);
     if (st == FERRY_OK)
-        st = tok_atomic_commit(&a);
+        st = fileio_atomic_commit(&a);
     return st;
 }
 

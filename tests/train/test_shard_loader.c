@@ -1,4 +1,4 @@
-/* Tests of llm.c token shards and the batch loader (tools/tokenize/shard.c,
+/* Tests of llm.c token shards and the batch loader (train/shard.c,
  * dataloader.c): write/read round trip with hand-computed batches, every
  * malformed shard, resume from a saved position, seeded shuffles, and the
  * `tokenize` program end to end. */
@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include "tests/tap.h"
-#include "tools/tokenize/bpe.h"
-#include "tools/tokenize/dataloader.h"
-#include "tools/tokenize/shard.h"
+#include "train/bpe.h"
+#include "train/dataloader.h"
+#include "train/shard.h"
 
 static char dir[] = "/tmp/ferry_shards_XXXXXX";
 

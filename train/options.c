@@ -1,6 +1,6 @@
 /* train_gpt2's flags: one table gives parsing, checking and --help, so the
  * documentation of a flag and its default cannot drift from the code. */
-#include "options.h"
+#include "train/options.h"
 
 #include <errno.h>
 #include <math.h>

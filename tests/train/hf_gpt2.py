@@ -1,4 +1,4 @@
-# The Hugging Face side of tests/tools/test_hf_checkpoint.c: a GPT-2 built
+# The Hugging Face side of tests/train/test_hf_checkpoint.c: a GPT-2 built
 # here with GPT2LMHeadModel's module structure and tensor names (not ferry's
 # code), so loading ferry's model.safetensors with load_state_dict(strict=True)
 # checks every name and shape that transformers expects.

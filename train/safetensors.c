@@ -1,7 +1,7 @@
 /* safetensors writer and checked reader (see safetensors.h). The header is
  * built and parsed with cJSON; the file is written through fileio.h's atomic
  * writer and read through one read-only mapping. */
-#include "tools/tokenize/safetensors.h"
+#include "train/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "tools/tokenize/fileio.h"
-#include "tools/tokenize/tok_map.h"
+#include "common/fileio.h"
+#include "train/tok_map.h"
 
 #define ST_MAX_HEADER (100u << 20) /* the spec's cap on the JSON header */
 #define ST_MAX_INT (1ull << 53)    /* JSON numbers are doubles: exact up to here */
@@ -46,7 +46,7 @@ static uint64_t tensor_bytes(const st_tensor *t, int *ok)
 /* ---- writer ------------------------------------------------------------------ */
 
 struct st_writer {
-    tok_atomic file;
+    fileio_atomic file;
     size_t n;
     uint64_t data_start;  /* 8 + header length */
     uint64_t *begin, *nbytes, *written;
@@ -56,7 +56,7 @@ void st_writer_abort(st_writer *w)
 {
     if (!w)
         return;
-    tok_atomic_abort(&w->file);
+    fileio_atomic_abort(&w->file);
     free(w->begin);
     free(w->nbytes);
     free(w->written);
@@ -173,9 +173,9 @@ ferry_status st_writer_begin(const char *path, const st_tensor *tensors, size_t 
     }
     free(json);
     w->data_start = 8 + padded;
-    st = hdr ? tok_atomic_open(&w->file, path) : err_set(FERRY_ERR_OUT_OF_MEMORY, "safetensors header buffer");
+    st = hdr ? fileio_atomic_open(&w->file, path) : err_set(FERRY_ERR_OUT_OF_MEMORY, "safetensors header buffer");
     if (st == FERRY_OK)
-        st = tok_atomic_write(&w->file, hdr, 8 + padded);
+        st = fileio_atomic_write(&w->file, hdr, 8 + padded);
     free(hdr);
     if (st != FERRY_OK) {
         st_writer_abort(w);
@@ -191,7 +191,7 @@ ferry_status st_writer_put(st_writer *w, size_t i, uint64_t offset, const void *
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "st_writer_put: tensor %zu bytes [%llu, +%llu) is outside it "
                        "(%llu bytes) or data is NULL", i, (unsigned long long)offset, (unsigned long long)len,
                        w && i < w->n ? (unsigned long long)w->nbytes[i] : 0ull);
-    ferry_status st = tok_atomic_pwrite(&w->file, data, len, w->data_start + w->begin[i] + offset);
+    ferry_status st = fileio_atomic_pwrite(&w->file, data, len, w->data_start + w->begin[i] + offset);
     if (st == FERRY_OK)
         w->written[i] += len;
     return st;
@@ -209,7 +209,7 @@ ferry_status st_writer_commit(st_writer *w)
             st = err_set(FERRY_ERR_STATE, "safetensors '%s': tensor %zu got %llu of its %llu bytes before commit",
                          w->file.path, i, (unsigned long long)w->written[i], (unsigned long long)w->nbytes[i]);
     if (st == FERRY_OK)
-        st = tok_atomic_commit(&w->file);
+        st = fileio_atomic_commit(&w->file);
     st_writer_abort(w);
     return st;
 }

@@ -6,16 +6,16 @@
  * repeats. Its merge table is a JS object keyed by "first,second", so a pair
  * whose joined key equals a merge's key (e.g. ["\",", "\""] vs
  * ["\"", ",\""]) gets that merge's rank too; we add those aliases at load. */
-#include "tools/tokenize/bpe.h"
+#include "train/bpe.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
-#include "tools/tokenize/fileio.h"
-#include "tools/tokenize/tok_map.h"
-#include "tools/tokenize/unicode_tables.h"
+#include "common/fileio.h"
+#include "train/tok_map.h"
+#include "train/unicode_tables.h"
 
 enum { CLS_OTHER = 0, CLS_LETTER = 1, CLS_NUMBER = 2, CLS_SPACE = 3 };
 
@@ -469,7 +469,7 @@ static ferry_status load_encoder(tok_bpe *t, const char *path)
 {
     char *text;
     size_t len;
-    ferry_status st = tok_read_file(path, "encoder.json", &text, &len);
+    ferry_status st = fileio_read(path, "encoder.json", &text, &len);
     if (st != FERRY_OK)
         return st;
     cJSON *root = cJSON_ParseWithLength(text, len);
@@ -558,7 +558,7 @@ static ferry_status load_merges(tok_bpe *t, const char *path)
 {
     char *text;
     size_t len;
-    ferry_status st = tok_read_file(path, "vocab.bpe", &text, &len);
+    ferry_status st = fileio_read(path, "vocab.bpe", &text, &len);
     if (st != FERRY_OK)
         return st;
     st = tok_map_init(&t->pairs, 65536);

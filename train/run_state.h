@@ -12,7 +12,7 @@
 
 #include "ferry.h"
 #include "models/gpt2.h"
-#include "tools/tokenize/dataloader.h"
+#include "train/dataloader.h"
 
 #define TRAIN_RESUME_MAGIC 0x46525259544e5552ull /* "RUNTYRRF" */
 

@@ -1,5 +1,5 @@
 /* Checkpoint folders of a run: see run_state.h. */
-#include "run_state.h"
+#include "train/run_state.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -12,7 +12,8 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "hf_checkpoint.h"
+#include "common/fileio.h"
+#include "train/hf_checkpoint.h"
 
 ferry_status run_state_join(char *out, size_t cap, const char *dir, const char *name)
 {
@@ -45,16 +46,6 @@ static void remove_tree(const char *dir)
     rmdir(dir);
 }
 
-/* Makes renames in dir durable (a crash after return keeps them). */
-static void sync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-}
-
 static ferry_status save_weights(const char *tmp, ferry_engine *e, const gpt2_model *m)
 {
     int G = gpt2_num_groups(m);
@@ -75,19 +66,9 @@ static ferry_status save_weights(const char *tmp, ferry_engine *e, const gpt2_mo
 
 static ferry_status point_latest(const char *dir, const char *name)
 {
-    char link[PATH_MAX], tmp[PATH_MAX];
+    char link[PATH_MAX];
     ferry_status st = run_state_join(link, sizeof link, dir, "latest");
-    if (st == FERRY_OK) st = run_state_join(tmp, sizeof tmp, dir, ".latest.tmp");
-    if (st != FERRY_OK)
-        return st;
-    unlink(tmp);
-    if (symlink(name, tmp) != 0 || rename(tmp, link) != 0) {
-        int err = errno;
-        unlink(tmp);
-        return err_set(FERRY_ERR_IO, "cannot point '%s' at %s: %s", link, name, strerror(err));
-    }
-    sync_dir(dir);
-    return FERRY_OK;
+    return st == FERRY_OK ? fileio_replace_symlink(name, link) : st;
 }
 
 /* Moves the filled folder tmp to final. An earlier save of the same step

@@ -1,15 +1,14 @@
 /* Sampling: see sample.h. */
-#include "sample.h"
+#include "train/sample.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
-#include "engine/engine.h"
+#include "engine/embed.h"
 #include "models/gpt2_engine.h"
 
-#define EOT 50256
 
 static uint64_t next_u64(uint64_t *state)
 {
@@ -46,7 +45,7 @@ int sampler_pick(sampler *s, const float *logits, int V)
     if (!idx || !p) {
         free(idx);
         free(p);
-        return EOT;
+        return (int32_t)TOK_GPT2_EOT;
     }
     int n = top_indices(logits, V, k, idx);
     double sum = 0, t = s->temperature > 0.0f ? s->temperature : 1.0f;
@@ -73,14 +72,14 @@ static ferry_status generate(ferry_engine *e, const gpt2_model *m, gpt2_activati
 {
     int V = gpt2_get_config(m)->vocab_size;
     gpt2_hooks hooks = gpt2_engine_hooks(e);
-    backend_stream *stream = engine_compute_stream(e);
+    backend_stream *stream = engine_embed_stream(e);
     int32_t *tokens = malloc((size_t)B * (size_t)T * sizeof *tokens);
     float *logits = malloc((size_t)V * sizeof *logits);
     ferry_status st = tokens && logits ? FERRY_OK : err_set(FERRY_ERR_OUT_OF_MEMORY, "sampling: out of memory");
     for (int i = 0; i < n && st == FERRY_OK; i++) {
         size_t len = ids->len, start = len > (size_t)T ? len - (size_t)T : 0, used = len - start;
         for (size_t j = 0; j < (size_t)B * (size_t)T; j++)
-            tokens[j] = EOT;
+            tokens[j] = (int32_t)TOK_GPT2_EOT;
         for (size_t j = 0; j < used; j++)
             tokens[j] = (int32_t)ids->ids[start + j];
         st = gpt2_forward(m, a, &hooks, stream, tokens, NULL, false);
@@ -116,7 +115,7 @@ ferry_status sample_text(ferry_engine *e, const gpt2_model *m, gpt2_activations 
         ids.ids = malloc(64 * sizeof *ids.ids);
         ids.cap = ids.ids ? 64 : 0;
         if (ids.ids)
-            ids.ids[ids.len++] = EOT;
+            ids.ids[ids.len++] = (int32_t)TOK_GPT2_EOT;
     }
     size_t prompt_len = ids.len;
     if (st == FERRY_OK && ids.len == 0)

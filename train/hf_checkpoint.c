@@ -1,6 +1,6 @@
 /* Hugging Face GPT-2 checkpoints: name mapping, the Conv1D transpose and the
  * vocabulary rows, on top of the safetensors reader and writer. */
-#include "hf_checkpoint.h"
+#include "train/hf_checkpoint.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -9,8 +9,9 @@
 
 #include "common/error.h"
 #include "optim/half.h"
-#include "tools/tokenize/fileio.h"
-#include "tools/tokenize/safetensors.h"
+#include "common/fileio.h"
+#include "train/bpe.h"
+#include "train/safetensors.h"
 
 /* Our [rows, cols] tensor to its HF form (transposed, or only the first rows). */
 static void to_hf(const gpt2_tensor_info *t, const float *ours, float *hf)
@@ -68,8 +69,8 @@ static ferry_status write_config(const char *dir, const gpt2_model *m)
     cJSON_AddNumberToObject(j, "n_ctx", c->max_seq_len);
     cJSON_AddStringToObject(j, "activation_function", "gelu_new");
     cJSON_AddNumberToObject(j, "layer_norm_epsilon", 1e-5);
-    cJSON_AddNumberToObject(j, "bos_token_id", 50256);
-    cJSON_AddNumberToObject(j, "eos_token_id", 50256);
+    cJSON_AddNumberToObject(j, "bos_token_id", TOK_GPT2_EOT);
+    cJSON_AddNumberToObject(j, "eos_token_id", TOK_GPT2_EOT);
     cJSON_AddBoolToObject(j, "tie_word_embeddings", 1);
     cJSON_AddStringToObject(j, "torch_dtype", "float32");
     char *text = cJSON_Print(j);
@@ -77,17 +78,17 @@ static ferry_status write_config(const char *dir, const gpt2_model *m)
     if (!text)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "writing config.json: out of memory");
     char path[4096];
-    tok_atomic a;
+    fileio_atomic a;
     int len = snprintf(path, sizeof path, "%s/config.json", dir);
     ferry_status st = len > 0 && (size_t)len < sizeof path
-                          ? tok_atomic_open(&a, path)
+                          ? fileio_atomic_open(&a, path)
                           : err_set(FERRY_ERR_INVALID_ARGUMENT, "the folder name '%s' is too long", dir);
     if (st == FERRY_OK) {
-        st = tok_atomic_write(&a, text, strlen(text));
+        st = fileio_atomic_write(&a, text, strlen(text));
         if (st == FERRY_OK)
-            st = tok_atomic_commit(&a);
+            st = fileio_atomic_commit(&a);
         else
-            tok_atomic_abort(&a);
+            fileio_atomic_abort(&a);
     }
     free(text);
     return st;
@@ -236,7 +237,7 @@ ferry_status hf_read_config(const char *config_json, gpt2_config *out)
 {
     char *text = NULL;
     size_t len = 0;
-    ferry_status st = tok_read_file(config_json, "model config", &text, &len);
+    ferry_status st = fileio_read(config_json, "model config", &text, &len);
     if (st != FERRY_OK)
         return st;
     cJSON *j = cJSON_ParseWithLength(text, len);

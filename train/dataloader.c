@@ -1,7 +1,7 @@
 /* The batch loader over llm.c token shards (see dataloader.h): mapping and
  * checking shards, the window index, the per-epoch permutation and the
  * saved/restored position. */
-#include "tools/tokenize/dataloader.h"
+#include "train/dataloader.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "tools/tokenize/shard.h"
+#include "train/shard.h"
 
 typedef struct loader_shard {
     char *path;
