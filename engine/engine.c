@@ -105,15 +105,12 @@ static int choose_numa_node(const ferry_engine_config *c, ferry_backend_kind kin
 
 static ferry_status resolve_dtype(ferry_engine *e)
 {
-    dtype_t native = backend_act_dtype(e->be);
-    ferry_dtype want = native == DTYPE_F32 ? FERRY_DTYPE_F32 : FERRY_DTYPE_BF16;
-    if (e->cfg.dtype != FERRY_DTYPE_AUTO && e->cfg.dtype != want)
+    ferry_dtype native = backend_act_dtype(e->be);
+    if (e->cfg.dtype != FERRY_DTYPE_AUTO && e->cfg.dtype != native)
         return err_set(FERRY_ERR_UNSUPPORTED,
                        "engine config: dtype %s is not what the %s backend computes in (%s); use "
                        "FERRY_DTYPE_AUTO",
-                       e->cfg.dtype == FERRY_DTYPE_F32 ? "f32" : "bf16",
-                       ferry_backend_name(backend_kind(e->be)), want == FERRY_DTYPE_F32 ? "f32" : "bf16");
-    e->dtype = want;
+                       dtype_name(e->cfg.dtype), ferry_backend_name(backend_kind(e->be)), dtype_name(native));
     e->act = native;
     e->act_size = dtype_size(native);
     return FERRY_OK;
@@ -432,7 +429,7 @@ ferry_status ferry_engine_synchronize(ferry_engine *e)
 void *ferry_engine_compute_stream(ferry_engine *e) { return e ? backend_stream_native(e->compute) : NULL; }
 ferry_backend_kind ferry_engine_backend(const ferry_engine *e) { return backend_kind(e->be); }
 ferry_offload ferry_engine_offload(const ferry_engine *e) { return e->cfg.offload; }
-ferry_dtype ferry_engine_dtype(const ferry_engine *e) { return e->dtype; }
+ferry_dtype ferry_engine_dtype(const ferry_engine *e) { return e->act; }
 int ferry_engine_group_count(const ferry_engine *e) { return e ? e->ngroups : 0; }
 backend *engine_embed_backend(ferry_engine *e) { return e ? e->be : NULL; }
 backend_stream *engine_embed_stream(ferry_engine *e) { return e ? e->compute : NULL; }

@@ -88,8 +88,7 @@ typedef struct engine_group {
 
 struct ferry_engine {
     ferry_engine_config cfg;
-    ferry_dtype dtype;
-    dtype_t act;          /* element type on the device */
+    ferry_dtype act;          /* element type on the device (F32 or BF16) */
     size_t act_size;
     backend *be;
     backend_stream *compute, *h2d, *d2h;

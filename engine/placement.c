@@ -21,11 +21,6 @@
 #include "kernels/ops_cuda.h"
 #endif
 
-static optim_dtype act_optim(const ferry_engine *e)
-{
-    return e->act == DTYPE_F32 ? OPTIM_F32 : OPTIM_BF16;
-}
-
 void engine_bytes_per_param(const ferry_engine *e, double *device, double *host)
 {
     double act = (double)e->act_size;
@@ -175,7 +170,7 @@ ferry_status engine_write_device_weights(ferry_engine *e, engine_group *g)
             return st;
         return backend_stream_synchronize(e->compute);
     }
-    if ((st = half_convert(g->host_weights, act_optim(e), g->master, OPTIM_F32, g->numel)) != FERRY_OK)
+    if ((st = half_convert(g->host_weights, e->act, g->master, FERRY_DTYPE_F32, g->numel)) != FERRY_OK)
         return st;
     if (e->cfg.offload == FERRY_OFFLOAD_PARAMS)
         return FERRY_OK;

@@ -271,7 +271,7 @@ static void norm_tile(void *ctx, size_t tile, int worker)
     size_t n = g->numel - first < OPTIM_TILE ? g->numel - first : OPTIM_TILE;
     bool bad = false;
     const char *src = (const char *)g->host_grads + first * e->act_size;
-    gradnorm_sumsq(NULL, src, e->act == DTYPE_F32 ? OPTIM_F32 : OPTIM_BF16, n, &job->partial[tile], &bad);
+    gradnorm_sumsq(NULL, src, e->act, n, &job->partial[tile], &bad);
     job->bad[tile] = bad;
 }
 

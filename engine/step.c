@@ -90,7 +90,7 @@ static ferry_status norms_resident(ferry_engine *e)
             return st;
         for (int i = 0; i < e->ngroups; i++) {
             engine_group *g = &e->groups[i];
-            if ((st = gradnorm_sumsq(e->threads, g->dev_grads, OPTIM_F32, g->numel, &g->sumsq, &g->nonfinite)) != FERRY_OK)
+            if ((st = gradnorm_sumsq(e->threads, g->dev_grads, FERRY_DTYPE_F32, g->numel, &g->sumsq, &g->nonfinite)) != FERRY_OK)
                 return st;
         }
         return FERRY_OK;
@@ -169,13 +169,13 @@ static void segment_tile(void *ctx, size_t tile, int worker)
     (void)worker;
     segment_job *sj = ctx;
     adamw_job part = sj->job;
-    size_t first = tile * OPTIM_TILE, esize = optim_dtype_size(part.grad_dtype);
+    size_t first = tile * OPTIM_TILE, esize = dtype_size(part.grad_dtype);
     part.n = sj->job.n - first < OPTIM_TILE ? sj->job.n - first : OPTIM_TILE;
     part.master += first;
     part.m += first;
     part.v += first;
     part.grad = (const char *)part.grad + first * esize;
-    part.copy_out = (char *)part.copy_out + first * optim_dtype_size(part.copy_dtype);
+    part.copy_out = (char *)part.copy_out + first * dtype_size(part.copy_dtype);
     adamw_run(NULL, &part); /* checked whole before submission */
     if (atomic_fetch_sub(&sj->e->update_tiles_left, 1) == 1)
         atomic_store(&sj->e->update_end_us, (uint64_t)(clock_now_ms() * 1e3));
@@ -184,10 +184,9 @@ static void segment_tile(void *ctx, size_t tile, int worker)
 static ferry_status submit_segment(ferry_engine *e, engine_group *g, size_t first, size_t n, adamw_hparams hp,
                                    float clip)
 {
-    optim_dtype act = e->act == DTYPE_F32 ? OPTIM_F32 : OPTIM_BF16;
     size_t off = first * e->act_size;
-    adamw_job job = {g->master + first, g->m + first, g->v + first, (char *)g->host_grads + off, act, n,
-                     e->step + 1, hp, clip, (char *)g->host_weights + off, act};
+    adamw_job job = {g->master + first, g->m + first, g->v + first, (char *)g->host_grads + off, e->act, n,
+                     e->step + 1, hp, clip, (char *)g->host_weights + off, e->act};
     ferry_status st = adamw_check(&job);
     if (st != FERRY_OK)
         return st;
@@ -216,8 +215,8 @@ static ferry_status run_segment_resident(ferry_engine *e, engine_group *g, size_
 {
     size_t off = first * e->act_size;
     if (backend_kind(e->be) == FERRY_BACKEND_HOST) {
-        adamw_job job = {g->master + first, g->m + first, g->v + first, (char *)g->dev_grads + off, OPTIM_F32,
-                         n, e->step + 1, hp, clip, (char *)g->dev_weights + off, OPTIM_F32};
+        adamw_job job = {g->master + first, g->m + first, g->v + first, (char *)g->dev_grads + off, FERRY_DTYPE_F32,
+                         n, e->step + 1, hp, clip, (char *)g->dev_weights + off, FERRY_DTYPE_F32};
         return adamw_run(e->threads, &job);
     }
 #ifdef FERRY_HAVE_CUDA

@@ -186,11 +186,15 @@ FERRY_API const char *ferry_offload_name(ferry_offload mode);
 /* Parses those names; FERRY_ERR_INVALID_ARGUMENT on anything else. */
 FERRY_API ferry_status ferry_offload_parse(const char *name, ferry_offload *out);
 
-/* Element type of weights, gradients and activations on the device. */
+/* Element types. The engine stores weights, gradients and activations on
+ * the device in F32 or BF16; F16, I32 and I64 are for files and conversions. */
 typedef enum ferry_dtype {
     FERRY_DTYPE_AUTO = 0, /* the backend's: fp32 on host, bf16 on cuda */
     FERRY_DTYPE_F32,
     FERRY_DTYPE_BF16,
+    FERRY_DTYPE_F16,      /* IEEE half: safetensors files and conversions */
+    FERRY_DTYPE_I32,      /* integers in files (token ids) */
+    FERRY_DTYPE_I64,
 } ferry_dtype;
 
 typedef struct ferry_engine_config {

@@ -14,14 +14,9 @@
 #include "kernels/ops_cuda.h"
 #endif
 
-dtype_t backend_act_dtype(const backend *be)
+ferry_dtype backend_act_dtype(const backend *be)
 {
-    return backend_kind(be) == FERRY_BACKEND_CUDA ? DTYPE_BF16 : DTYPE_F32;
-}
-
-size_t dtype_size(dtype_t t)
-{
-    return t == DTYPE_F32 ? 4 : 2;
+    return backend_kind(be) == FERRY_BACKEND_CUDA ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F32;
 }
 
 ferry_status ops_init(backend *be, void *workspace, size_t workspace_bytes)

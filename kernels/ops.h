@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/dtype.h"
 #include "kernels/backend.h"
 
 #ifdef __cplusplus
@@ -35,14 +36,8 @@ extern "C" {
 
 typedef void act_t; /* backend_act_dtype() elements: float on host, bf16 on cuda */
 
-typedef enum ferry_dtype_internal {
-    DTYPE_F32 = 0,
-    DTYPE_BF16 = 1,
-    DTYPE_F16 = 2,
-} dtype_t;
-
-dtype_t backend_act_dtype(const backend *be);
-size_t dtype_size(dtype_t t);
+/* The storage type of the backend's tensors: FERRY_DTYPE_F32 or _BF16. */
+ferry_dtype backend_act_dtype(const backend *be);
 
 /* Call once per backend before launching ops: creates cuBLASLt handles and
  * cached descriptors on cuda; nothing on host. Freed by ops_shutdown(). The

@@ -37,11 +37,11 @@ ferry_status adamw_check(const adamw_job *job)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "adamw: a NULL buffer for %zu elements (master %p, m %p, v %p, grad %p)", job->n,
                        (void *)job->master, (void *)job->m, (void *)job->v, job->grad);
-    if (optim_dtype_size(job->grad_dtype) == 0)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw: gradient type %d; use OPTIM_F32, OPTIM_BF16 or OPTIM_F16",
+    if (!dtype_is_float(job->grad_dtype))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw: gradient type %d; use f32, bf16 or f16",
                        (int)job->grad_dtype);
-    if (job->copy_out && optim_dtype_size(job->copy_dtype) == 0)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw: copy type %d; use OPTIM_BF16, OPTIM_F16 or OPTIM_F32",
+    if (job->copy_out && !dtype_is_float(job->copy_dtype))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw: copy type %d; use bf16, f16 or f32",
                        (int)job->copy_dtype);
     if (job->step < 1)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw: step %lld; steps count from 1", (long long)job->step);
@@ -50,29 +50,6 @@ ferry_status adamw_check(const adamw_job *job)
                        "adamw: grad_scale %g; give clip_coef / loss_scale, finite and >= 0 (1 = none)",
                        (double)job->grad_scale);
     return adamw_check_hparams(&job->hp);
-}
-
-/* The scalar factors, each computed in double from the hyperparameters (what
- * Python does with them) and rounded once to fp32 (what the tensor op does
- * with a Python scalar). */
-static adamw_consts adamw_make_consts(const adamw_job *job)
-{
-    const adamw_hparams *hp = &job->hp;
-    double t = (double)job->step;
-    double bc1 = 1.0 - pow(hp->beta1, t);
-    double bc2 = 1.0 - pow(hp->beta2, t);
-    adamw_consts c = {
-        .beta1 = hp->beta1,
-        .one_minus_beta1 = (float)(1.0 - hp->beta1),
-        .beta2 = hp->beta2,
-        .one_minus_beta2 = (float)(1.0 - hp->beta2),
-        .bc2_sqrt = (float)sqrt(bc2),
-        .eps = hp->eps,
-        .neg_step = (float)(-(hp->lr / bc1)),
-        .decay = (float)(1.0 - hp->lr * hp->weight_decay),
-        .grad_scale = job->grad_scale,
-    };
-    return c;
 }
 
 typedef struct adamw_ctx {
@@ -89,8 +66,8 @@ static void adamw_tile(void *arg, size_t tile, int worker)
     size_t off = tile * OPTIM_TILE, len = j->n - off < OPTIM_TILE ? j->n - off : OPTIM_TILE;
     adamw_span s = {
         j->master + off, j->m + off, j->v + off,
-        (const char *)j->grad + off * optim_dtype_size(j->grad_dtype), j->grad_dtype,
-        j->copy_out ? (char *)j->copy_out + off * optim_dtype_size(j->copy_dtype) : NULL, j->copy_dtype,
+        (const char *)j->grad + off * dtype_size(j->grad_dtype), j->grad_dtype,
+        j->copy_out ? (char *)j->copy_out + off * dtype_size(j->copy_dtype) : NULL, j->copy_dtype,
         len,
     };
     x->kernel(&x->c, &s);
@@ -104,7 +81,7 @@ static ferry_status adamw_prepare(const adamw_job *job, cpu_simd level, adamw_ct
     if (st != FERRY_OK)
         return st;
     x->job = *job;
-    x->c = adamw_make_consts(job);
+    x->c = adamw_consts_make(&job->hp, job->step, job->grad_scale);
     switch (level) {
     case CPU_SIMD_AVX512: x->kernel = optim_adamw_avx512; break;
     case CPU_SIMD_AVX2: x->kernel = optim_adamw_avx2; break;

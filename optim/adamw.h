@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "common/cpu.h"
+#include "common/numerics.h"
 #include "ferry.h"
 #include "optim/half.h"
 #include "optim/threadpool.h"
@@ -37,20 +38,10 @@
 extern "C" {
 #endif
 
-/* Elements per tile: the unit of work of every optimizer job. Fixed, so the
- * split of work — and any partial sums — do not depend on the thread count. */
-#define OPTIM_TILE ((size_t)65536)
-
-/* Hyperparameters of one parameter group. Turn weight decay off for a group
- * (biases, layernorms) with weight_decay = 0. Doubles, as Python holds them:
- * 1 - beta2 must be computed from 0.999, not from its fp32 rounding, to get
- * PyTorch's numbers. */
-typedef struct adamw_hparams {
-    double lr;           /* >= 0 */
-    double beta1, beta2; /* in [0, 1) */
-    double eps;          /* >= 0 */
-    double weight_decay; /* >= 0 */
-} adamw_hparams;
+/* Elements per tile: the unit of work of every optimizer job (common/
+ * numerics.h). Hyperparameters: adamw_hparams, also there; turn weight decay
+ * off for a group (biases, layernorms) with weight_decay = 0. */
+#define OPTIM_TILE NUMERICS_TILE
 
 /* PyTorch's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 1e-2. */
 #define ADAMW_HPARAMS_DEFAULT { 1e-3, 0.9, 0.999, 1e-8, 1e-2 }
@@ -60,13 +51,13 @@ typedef struct adamw_job {
     float *master;          /* n fp32 master weights, updated in place */
     float *m, *v;           /* n fp32 moments, updated in place */
     const void *grad;       /* n gradients of type grad_dtype; read only */
-    optim_dtype grad_dtype; /* F32, BF16 or F16 */
+    ferry_dtype grad_dtype; /* F32, BF16 or F16 */
     size_t n;
     int64_t step;           /* the step being taken, 1 for the first */
     adamw_hparams hp;
     float grad_scale;       /* multiplies g before the moments: clip_coef / loss_scale; 1 for none */
     void *copy_out;         /* NULL, or n elements receiving the updated weights */
-    optim_dtype copy_dtype; /* BF16 or F16 (F32 allowed: a plain copy) */
+    ferry_dtype copy_dtype; /* BF16 or F16 (F32 allowed: a plain copy) */
 } adamw_job;
 
 /* Checks a job: non-NULL buffers for n > 0, step >= 1, hyperparameters in

@@ -12,9 +12,9 @@
 
 typedef struct gradnorm_ctx {
     const void *grad;
-    optim_dtype t;
+    ferry_dtype t;
     size_t n;
-    double (*kernel)(const void *, optim_dtype, size_t);
+    double (*kernel)(const void *, ferry_dtype, size_t);
     double *partial; /* one per tile */
 } gradnorm_ctx;
 
@@ -23,16 +23,16 @@ static void gradnorm_tile(void *arg, size_t tile, int worker)
     (void)worker;
     gradnorm_ctx *c = arg;
     size_t off = tile * OPTIM_TILE, len = c->n - off < OPTIM_TILE ? c->n - off : OPTIM_TILE;
-    c->partial[tile] = c->kernel((const char *)c->grad + off * optim_dtype_size(c->t), c->t, len);
+    c->partial[tile] = c->kernel((const char *)c->grad + off * dtype_size(c->t), c->t, len);
 }
 
-ferry_status gradnorm_sumsq_level(tp_pool *pool, const void *grad, optim_dtype t, size_t n,
+ferry_status gradnorm_sumsq_level(tp_pool *pool, const void *grad, ferry_dtype t, size_t n,
                                   cpu_simd level, double *sumsq, bool *nonfinite)
 {
     if (!sumsq || !nonfinite || (n > 0 && !grad))
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "gradnorm: NULL %s", !grad ? "gradient" : "result pointer");
-    if (optim_dtype_size(t) == 0)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "gradnorm: gradient type %d; use OPTIM_F32, OPTIM_BF16 or OPTIM_F16",
+    if (!dtype_is_float(t))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "gradnorm: gradient type %d; use f32, bf16 or f16",
                        (int)t);
     ferry_status st = optim_check_level(level, "gradnorm");
     if (st != FERRY_OK)
@@ -63,7 +63,7 @@ ferry_status gradnorm_sumsq_level(tp_pool *pool, const void *grad, optim_dtype t
     return st;
 }
 
-ferry_status gradnorm_sumsq(tp_pool *pool, const void *grad, optim_dtype t, size_t n, double *sumsq, bool *nonfinite)
+ferry_status gradnorm_sumsq(tp_pool *pool, const void *grad, ferry_dtype t, size_t n, double *sumsq, bool *nonfinite)
 {
     return gradnorm_sumsq_level(pool, grad, t, n, cpu_simd_active(), sumsq, nonfinite);
 }

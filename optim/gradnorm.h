@@ -27,10 +27,10 @@ extern "C" {
  * any element is inf or NaN (then *sumsq is inf or NaN). pool may be NULL.
  * FERRY_ERR_INVALID_ARGUMENT on NULL pointers or an unknown type;
  * FERRY_ERR_OUT_OF_MEMORY for the per-tile partial sums. */
-ferry_status gradnorm_sumsq(tp_pool *pool, const void *grad, optim_dtype t, size_t n,
+ferry_status gradnorm_sumsq(tp_pool *pool, const void *grad, ferry_dtype t, size_t n,
                             double *sumsq, bool *nonfinite);
 /* The same with an explicit SIMD level (tests, benchmarks). */
-ferry_status gradnorm_sumsq_level(tp_pool *pool, const void *grad, optim_dtype t, size_t n,
+ferry_status gradnorm_sumsq_level(tp_pool *pool, const void *grad, ferry_dtype t, size_t n,
                                   cpu_simd level, double *sumsq, bool *nonfinite);
 
 /* PyTorch clip_grad_norm_'s coefficient: max_norm / (norm + 1e-6), clamped to

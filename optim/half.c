@@ -9,26 +9,6 @@
 #include "optim/adamw.h"
 #include "optim/kernels.h"
 
-const char *optim_dtype_name(optim_dtype t)
-{
-    switch (t) {
-    case OPTIM_F32: return "f32";
-    case OPTIM_BF16: return "bf16";
-    case OPTIM_F16: return "f16";
-    }
-    return "?";
-}
-
-size_t optim_dtype_size(optim_dtype t)
-{
-    switch (t) {
-    case OPTIM_F32: return 4;
-    case OPTIM_BF16: return 2;
-    case OPTIM_F16: return 2;
-    }
-    return 0;
-}
-
 ferry_status optim_check_level(cpu_simd level, const char *who)
 {
     cpu_simd have = cpu_simd_detect();
@@ -40,24 +20,24 @@ ferry_status optim_check_level(cpu_simd level, const char *who)
     return FERRY_OK;
 }
 
-static ferry_status half_check(void *dst, optim_dtype dt, const void *src, optim_dtype st, size_t n,
+static ferry_status half_check(void *dst, ferry_dtype dt, const void *src, ferry_dtype st, size_t n,
                                cpu_simd level)
 {
-    if (optim_dtype_size(dt) == 0 || optim_dtype_size(st) == 0)
+    if (!dtype_is_float(dt) || !dtype_is_float(st))
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "half_convert: unknown element type (dst %d, src %d); "
-                       "use OPTIM_F32, OPTIM_BF16 or OPTIM_F16", (int)dt, (int)st);
+                       "use f32, bf16 or f16", (int)dt, (int)st);
     if (n > 0 && (!dst || !src))
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "half_convert: NULL %s for %zu elements",
                        dst ? "source" : "destination", n);
     return optim_check_level(level, "half_convert");
 }
 
-static void half_run(void *dst, optim_dtype dt, const void *src, optim_dtype st, size_t n, cpu_simd level)
+static void half_run(void *dst, ferry_dtype dt, const void *src, ferry_dtype st, size_t n, cpu_simd level)
 {
     if (n == 0)
         return;
     if (dt == st) {
-        memcpy(dst, src, n * optim_dtype_size(dt));
+        memcpy(dst, src, n * dtype_size(dt));
         return;
     }
     switch (level) {
@@ -67,7 +47,7 @@ static void half_run(void *dst, optim_dtype dt, const void *src, optim_dtype st,
     }
 }
 
-ferry_status half_convert_level(void *dst, optim_dtype dt, const void *src, optim_dtype st, size_t n,
+ferry_status half_convert_level(void *dst, ferry_dtype dt, const void *src, ferry_dtype st, size_t n,
                                 cpu_simd level)
 {
     ferry_status s = half_check(dst, dt, src, st, n, level);
@@ -76,7 +56,7 @@ ferry_status half_convert_level(void *dst, optim_dtype dt, const void *src, opti
     return s;
 }
 
-ferry_status half_convert(void *dst, optim_dtype dt, const void *src, optim_dtype st, size_t n)
+ferry_status half_convert(void *dst, ferry_dtype dt, const void *src, ferry_dtype st, size_t n)
 {
     return half_convert_level(dst, dt, src, st, n, cpu_simd_active());
 }
@@ -84,7 +64,7 @@ ferry_status half_convert(void *dst, optim_dtype dt, const void *src, optim_dtyp
 typedef struct half_pool_ctx {
     void *dst;
     const void *src;
-    optim_dtype dt, st;
+    ferry_dtype dt, st;
     size_t n;
     cpu_simd level;
 } half_pool_ctx;
@@ -94,11 +74,11 @@ static void half_convert_tile(void *arg, size_t tile, int worker)
     (void)worker;
     const half_pool_ctx *c = arg;
     size_t off = tile * OPTIM_TILE, len = c->n - off < OPTIM_TILE ? c->n - off : OPTIM_TILE;
-    half_run((char *)c->dst + off * optim_dtype_size(c->dt), c->dt,
-             (const char *)c->src + off * optim_dtype_size(c->st), c->st, len, c->level);
+    half_run((char *)c->dst + off * dtype_size(c->dt), c->dt,
+             (const char *)c->src + off * dtype_size(c->st), c->st, len, c->level);
 }
 
-ferry_status half_convert_pool(tp_pool *pool, void *dst, optim_dtype dt, const void *src, optim_dtype st, size_t n)
+ferry_status half_convert_pool(tp_pool *pool, void *dst, ferry_dtype dt, const void *src, ferry_dtype st, size_t n)
 {
     cpu_simd level = cpu_simd_active();
     ferry_status s = half_check(dst, dt, src, st, n, level);

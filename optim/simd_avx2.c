@@ -12,17 +12,17 @@
 #define T256 __attribute__((target("avx2,fma,f16c")))
 #define INL256 static inline __attribute__((always_inline)) T256
 
-INL256 __m256 ld256(const void *src, optim_dtype t, size_t i)
+INL256 __m256 ld256(const void *src, ferry_dtype t, size_t i)
 {
-    if (t == OPTIM_F32)
+    if (t == FERRY_DTYPE_F32)
         return _mm256_loadu_ps((const float *)src + i);
     __m128i x = _mm_loadu_si128((const __m128i *)((const uint16_t *)src + i));
-    if (t == OPTIM_F16)
+    if (t == FERRY_DTYPE_F16)
         return _mm256_cvtph_ps(x);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
 }
 
-/* fp32 -> bf16, nearest even; NaN -> quiet NaN (as half_f32_to_bf16). */
+/* fp32 -> bf16, nearest even; NaN -> quiet NaN (as dtype_f32_to_bf16). */
 INL256 __m128i bf16_256(__m256 x)
 {
     __m256i u = _mm256_castps_si256(x);
@@ -37,16 +37,16 @@ INL256 __m128i bf16_256(__m256 x)
     return _mm256_castsi256_si128(packed);
 }
 
-INL256 void st256(void *dst, optim_dtype t, size_t i, __m256 x, bool nt)
+INL256 void st256(void *dst, ferry_dtype t, size_t i, __m256 x, bool nt)
 {
-    if (t == OPTIM_F32) {
+    if (t == FERRY_DTYPE_F32) {
         if (nt)
             _mm256_stream_ps((float *)dst + i, x);
         else
             _mm256_storeu_ps((float *)dst + i, x);
         return;
     }
-    __m128i h = t == OPTIM_F16 ? _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) : bf16_256(x);
+    __m128i h = t == FERRY_DTYPE_F16 ? _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) : bf16_256(x);
     __m128i *d = (__m128i *)((uint16_t *)dst + i);
     if (nt)
         _mm_stream_si128(d, h);
@@ -58,7 +58,7 @@ typedef struct c256 {
     __m256 b1, omb1, b2, omb2, bc2s, eps, nstep, decay, gs;
 } c256;
 
-INL256 void adamw8(const c256 *c, const adamw_span *s, size_t i, optim_dtype gt, bool copy, optim_dtype ct, bool nt)
+INL256 void adamw8(const c256 *c, const adamw_span *s, size_t i, ferry_dtype gt, bool copy, ferry_dtype ct, bool nt)
 {
     __m256 g = _mm256_mul_ps(ld256(s->g, gt, i), c->gs);
     __m256 p = _mm256_loadu_ps(s->p + i);
@@ -77,13 +77,13 @@ INL256 void adamw8(const c256 *c, const adamw_span *s, size_t i, optim_dtype gt,
         st256(s->copy, ct, i, p, nt);
 }
 
-INL256 void adamw256_body(const adamw_consts *ac, const adamw_span *s, optim_dtype gt, bool copy, optim_dtype ct)
+INL256 void adamw256_body(const adamw_consts *ac, const adamw_span *s, ferry_dtype gt, bool copy, ferry_dtype ct)
 {
     c256 c = {_mm256_set1_ps(ac->beta1), _mm256_set1_ps(ac->one_minus_beta1), _mm256_set1_ps(ac->beta2),
               _mm256_set1_ps(ac->one_minus_beta2), _mm256_set1_ps(ac->bc2_sqrt), _mm256_set1_ps(ac->eps),
               _mm256_set1_ps(ac->neg_step), _mm256_set1_ps(ac->decay), _mm256_set1_ps(ac->grad_scale)};
     size_t n = s->n, i = 0;
-    size_t vbytes = copy ? 8 * optim_dtype_size(ct) : 0;
+    size_t vbytes = copy ? 8 * dtype_size(ct) : 0;
     bool nt = copy && ((uintptr_t)s->copy % vbytes) == 0; /* write-only copy: skip the line reads */
     for (; i + 8 <= n; i += 8)
         adamw8(&c, s, i, gt, copy, ct, nt);
@@ -91,7 +91,7 @@ INL256 void adamw256_body(const adamw_consts *ac, const adamw_span *s, optim_dty
         _mm_sfence();
     if (i == n)
         return;
-    size_t r = n - i, gsz = optim_dtype_size(gt), csz = copy ? optim_dtype_size(ct) : 0;
+    size_t r = n - i, gsz = dtype_size(gt), csz = copy ? dtype_size(ct) : 0;
     float p[8] = {0}, m[8] = {0}, v[8] = {0}, gbuf[8] = {0}, cbuf[8];
     memcpy(p, s->p + i, r * 4);
     memcpy(m, s->m + i, r * 4);
@@ -109,26 +109,27 @@ INL256 void adamw256_body(const adamw_consts *ac, const adamw_span *s, optim_dty
 #define ADAMW256_CASE(GT)                                                                    \
     case GT:                                                                                 \
         if (!s->copy)                                                                        \
-            adamw256_body(c, s, GT, false, OPTIM_F32);                                       \
-        else if (s->ct == OPTIM_BF16)                                                        \
-            adamw256_body(c, s, GT, true, OPTIM_BF16);                                       \
-        else if (s->ct == OPTIM_F16)                                                         \
-            adamw256_body(c, s, GT, true, OPTIM_F16);                                        \
+            adamw256_body(c, s, GT, false, FERRY_DTYPE_F32);                                       \
+        else if (s->ct == FERRY_DTYPE_BF16)                                                        \
+            adamw256_body(c, s, GT, true, FERRY_DTYPE_BF16);                                       \
+        else if (s->ct == FERRY_DTYPE_F16)                                                         \
+            adamw256_body(c, s, GT, true, FERRY_DTYPE_F16);                                        \
         else                                                                                 \
-            adamw256_body(c, s, GT, true, OPTIM_F32);                                        \
+            adamw256_body(c, s, GT, true, FERRY_DTYPE_F32);                                        \
         return;
 
 T256 void optim_adamw_avx2(const adamw_consts *c, const adamw_span *s)
 {
     switch (s->gt) {
-        ADAMW256_CASE(OPTIM_F32)
-        ADAMW256_CASE(OPTIM_BF16)
-        ADAMW256_CASE(OPTIM_F16)
+        ADAMW256_CASE(FERRY_DTYPE_F32)
+        ADAMW256_CASE(FERRY_DTYPE_BF16)
+        ADAMW256_CASE(FERRY_DTYPE_F16)
+    default: break; /* checked by adamw_check */
     }
 }
 
 /* 16 elements into lanes 0-3, 4-7, 8-11, 12-15 of four accumulators. */
-INL256 void sumsq16(const void *g, optim_dtype t, size_t i, __m256d a[4])
+INL256 void sumsq16(const void *g, ferry_dtype t, size_t i, __m256d a[4])
 {
     for (int h = 0; h < 2; h++) {
         __m256 x = ld256(g, t, i + 8 * (size_t)h);
@@ -139,7 +140,7 @@ INL256 void sumsq16(const void *g, optim_dtype t, size_t i, __m256d a[4])
     }
 }
 
-INL256 double sumsq256_body(const void *g, optim_dtype t, size_t n)
+INL256 double sumsq256_body(const void *g, ferry_dtype t, size_t n)
 {
     __m256d a[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
     size_t i = 0;
@@ -148,8 +149,8 @@ INL256 double sumsq256_body(const void *g, optim_dtype t, size_t n)
     if (i < n) { /* zero-padded tail: adding +0 changes no lane */
         float buf[16] = {0};
         for (size_t j = 0; i + j < n; j++)
-            buf[j] = optim_load_one(g, t, i + j);
-        sumsq16(buf, OPTIM_F32, 0, a);
+            buf[j] = dtype_load_f32(g, t, i + j);
+        sumsq16(buf, FERRY_DTYPE_F32, 0, a);
     }
     double lane[16];
     for (int k = 0; k < 4; k++)
@@ -160,17 +161,17 @@ INL256 double sumsq256_body(const void *g, optim_dtype t, size_t n)
     return s;
 }
 
-T256 double optim_sumsq_avx2(const void *g, optim_dtype t, size_t n)
+T256 double optim_sumsq_avx2(const void *g, ferry_dtype t, size_t n)
 {
     switch (t) {
-    case OPTIM_BF16: return sumsq256_body(g, OPTIM_BF16, n);
-    case OPTIM_F16: return sumsq256_body(g, OPTIM_F16, n);
-    case OPTIM_F32: break;
+    case FERRY_DTYPE_BF16: return sumsq256_body(g, FERRY_DTYPE_BF16, n);
+    case FERRY_DTYPE_F16: return sumsq256_body(g, FERRY_DTYPE_F16, n);
+    default: break;
     }
-    return sumsq256_body(g, OPTIM_F32, n);
+    return sumsq256_body(g, FERRY_DTYPE_F32, n);
 }
 
-INL256 void convert256_body(void *dst, optim_dtype dt, const void *src, optim_dtype st, size_t n)
+INL256 void convert256_body(void *dst, ferry_dtype dt, const void *src, ferry_dtype st, size_t n)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -178,22 +179,22 @@ INL256 void convert256_body(void *dst, optim_dtype dt, const void *src, optim_dt
     if (i < n) {
         size_t r = n - i;
         unsigned char in[32] = {0}, out[32];
-        memcpy(in, (const char *)src + i * optim_dtype_size(st), r * optim_dtype_size(st));
+        memcpy(in, (const char *)src + i * dtype_size(st), r * dtype_size(st));
         st256(out, dt, 0, ld256(in, st, 0), false);
-        memcpy((char *)dst + i * optim_dtype_size(dt), out, r * optim_dtype_size(dt));
+        memcpy((char *)dst + i * dtype_size(dt), out, r * dtype_size(dt));
     }
 }
 
-T256 void optim_convert_avx2(void *dst, optim_dtype dt, const void *src, optim_dtype st, size_t n)
+T256 void optim_convert_avx2(void *dst, ferry_dtype dt, const void *src, ferry_dtype st, size_t n)
 {
-    if (st == OPTIM_F32 && dt == OPTIM_BF16)
-        convert256_body(dst, OPTIM_BF16, src, OPTIM_F32, n);
-    else if (st == OPTIM_F32 && dt == OPTIM_F16)
-        convert256_body(dst, OPTIM_F16, src, OPTIM_F32, n);
-    else if (st == OPTIM_BF16 && dt == OPTIM_F32)
-        convert256_body(dst, OPTIM_F32, src, OPTIM_BF16, n);
-    else if (st == OPTIM_F16 && dt == OPTIM_F32)
-        convert256_body(dst, OPTIM_F32, src, OPTIM_F16, n);
+    if (st == FERRY_DTYPE_F32 && dt == FERRY_DTYPE_BF16)
+        convert256_body(dst, FERRY_DTYPE_BF16, src, FERRY_DTYPE_F32, n);
+    else if (st == FERRY_DTYPE_F32 && dt == FERRY_DTYPE_F16)
+        convert256_body(dst, FERRY_DTYPE_F16, src, FERRY_DTYPE_F32, n);
+    else if (st == FERRY_DTYPE_BF16 && dt == FERRY_DTYPE_F32)
+        convert256_body(dst, FERRY_DTYPE_F32, src, FERRY_DTYPE_BF16, n);
+    else if (st == FERRY_DTYPE_F16 && dt == FERRY_DTYPE_F32)
+        convert256_body(dst, FERRY_DTYPE_F32, src, FERRY_DTYPE_F16, n);
     else
         optim_convert_scalar(dst, dt, src, st, n);
 }

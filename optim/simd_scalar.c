@@ -7,27 +7,19 @@
 void optim_adamw_scalar(const adamw_consts *c, const adamw_span *s)
 {
     for (size_t i = 0; i < s->n; i++) {
-        optim_adamw_one(c, &s->p[i], &s->m[i], &s->v[i], optim_load_one(s->g, s->gt, i));
+        adamw_element(c, &s->p[i], &s->m[i], &s->v[i], dtype_load_f32(s->g, s->gt, i));
         if (s->copy)
-            optim_store_one(s->copy, s->ct, i, s->p[i]);
+            dtype_store_f32(s->copy, s->ct, i, s->p[i]);
     }
 }
 
-double optim_sumsq_scalar(const void *g, optim_dtype t, size_t n)
+double optim_sumsq_scalar(const void *g, ferry_dtype t, size_t n)
 {
-    double lane[OPTIM_SUMSQ_LANES] = {0};
-    for (size_t i = 0; i < n; i++) {
-        double x = optim_load_one(g, t, i);
-        lane[i % OPTIM_SUMSQ_LANES] += x * x; /* exact square: one rounding, as an fma */
-    }
-    double s = 0;
-    for (int l = 0; l < OPTIM_SUMSQ_LANES; l++)
-        s += lane[l];
-    return s;
+    return numerics_sumsq_tile(g, t, n);
 }
 
-void optim_convert_scalar(void *dst, optim_dtype dt, const void *src, optim_dtype st, size_t n)
+void optim_convert_scalar(void *dst, ferry_dtype dt, const void *src, ferry_dtype st, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        optim_store_one(dst, dt, i, optim_load_one(src, st, i));
+        dtype_store_f32(dst, dt, i, dtype_load_f32(src, st, i));
 }

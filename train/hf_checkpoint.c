@@ -182,7 +182,7 @@ static ferry_status read_tensor(const char *path, const st_tensor *t, const gpt2
     if (t->dtype == ST_F32)
         memcpy(hf, t->data, count * sizeof(float));
     else if (t->dtype == ST_BF16 || t->dtype == ST_F16)
-        st = half_convert(hf, OPTIM_F32, t->data, t->dtype == ST_BF16 ? OPTIM_BF16 : OPTIM_F16, count);
+        st = half_convert(hf, FERRY_DTYPE_F32, t->data, t->dtype == ST_BF16 ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F16, count);
     else
         st = err_set(FERRY_ERR_FORMAT, "'%s': tensor %s is %s; GPT-2 weights must be F32, F16 or BF16", path,
                      info->name, st_dtype_name(t->dtype));

@@ -177,7 +177,7 @@ static ferry_status run_reference(int accum, bool delay, run_result *out)
             double one;
             bool nf;
             gpt2_resident_get_grads(r, s, g, grad[g]);
-            gradnorm_sumsq(NULL, grad[g], OPTIM_F32, gpt2_group_numel(m, g), &one, &nf);
+            gradnorm_sumsq(NULL, grad[g], FERRY_DTYPE_F32, gpt2_group_numel(m, g), &one, &nf);
             sumsq += one;
             bad |= nf;
         }
@@ -187,9 +187,9 @@ static ferry_status run_reference(int accum, bool delay, run_result *out)
                 gpt2_tensor_info ti;
                 gpt2_group_tensor(m, g, t, &ti);
                 adamw_job j = {master[g] + ti.offset, mom[g] + ti.offset, vel[g] + ti.offset, grad[g] + ti.offset,
-                               OPTIM_F32, ti.numel, step + 1,
+                               FERRY_DTYPE_F32, ti.numel, step + 1,
                                {o.lr, o.beta1, o.beta2, o.eps, ti.decay ? o.weight_decay : 0.0f}, clip, NULL,
-                               OPTIM_F32};
+                               FERRY_DTYPE_F32};
                 st = adamw_run(NULL, &j);
             }
         }

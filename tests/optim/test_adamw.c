@@ -25,7 +25,7 @@ static double gauss(uint64_t *rng)
 }
 
 /* kind: 0 normal, 1 zero, 2 huge, 3 tiny, 4 mixed magnitudes */
-static void fill(state *s, optim_dtype gt, int kind, uint64_t *rng)
+static void fill(state *s, ferry_dtype gt, int kind, uint64_t *rng)
 {
     for (size_t i = 0; i < s->n; i++) {
         s->p[i] = (float)gauss(rng);
@@ -35,19 +35,19 @@ static void fill(state *s, optim_dtype gt, int kind, uint64_t *rng)
         if (kind == 1)
             g = 0;
         else if (kind == 2)
-            g *= gt == OPTIM_F16 ? 3e4 : 1e17; /* g*g stays finite in fp32 */
+            g *= gt == FERRY_DTYPE_F16 ? 3e4 : 1e17; /* g*g stays finite in fp32 */
         else if (kind == 3)
-            g *= gt == OPTIM_F16 ? 1e-6 : 1e-33;
+            g *= gt == FERRY_DTYPE_F16 ? 1e-6 : 1e-33;
         else if (kind == 4)
-            g *= gt == OPTIM_F16 ? pow(10.0, (double)(int)(tap_rand_u64(rng) % 7) - 4) /* stay finite in fp16 */
+            g *= gt == FERRY_DTYPE_F16 ? pow(10.0, (double)(int)(tap_rand_u64(rng) % 7) - 4) /* stay finite in fp16 */
                                  : pow(10.0, (double)(int)(tap_rand_u64(rng) % 13) - 6);
         float gf = (float)g;
-        if (gt == OPTIM_BF16) {
-            ((uint16_t *)s->grad)[i] = half_f32_to_bf16(gf);
-            gf = half_bf16_to_f32(((uint16_t *)s->grad)[i]);
-        } else if (gt == OPTIM_F16) {
-            ((uint16_t *)s->grad)[i] = half_f32_to_f16(gf);
-            gf = half_f16_to_f32(((uint16_t *)s->grad)[i]);
+        if (gt == FERRY_DTYPE_BF16) {
+            ((uint16_t *)s->grad)[i] = dtype_f32_to_bf16(gf);
+            gf = dtype_bf16_to_f32(((uint16_t *)s->grad)[i]);
+        } else if (gt == FERRY_DTYPE_F16) {
+            ((uint16_t *)s->grad)[i] = dtype_f32_to_f16(gf);
+            gf = dtype_f16_to_f32(((uint16_t *)s->grad)[i]);
         } else {
             ((float *)s->grad)[i] = gf;
         }
@@ -79,13 +79,13 @@ static void free_state(state *s, size_t misalign)
     free((char *)s->copy - misalign * 2);
 }
 
-static void copy_state(state *dst, const state *src, optim_dtype gt)
+static void copy_state(state *dst, const state *src, ferry_dtype gt)
 {
     memcpy(dst->p, src->p, src->n * 4);
     memcpy(dst->m, src->m, src->n * 4);
     memcpy(dst->v, src->v, src->n * 4);
     memcpy(dst->g32, src->g32, src->n * 4);
-    memcpy(dst->grad, src->grad, src->n * optim_dtype_size(gt));
+    memcpy(dst->grad, src->grad, src->n * dtype_size(gt));
 }
 
 /* One AdamW step of element i in double; tolerance bounds from the size of
@@ -151,7 +151,7 @@ static size_t run_and_check(state *s, adamw_job job, int steps, cpu_simd level, 
         if (job.copy_out) {
             size_t badc = 0;
             for (size_t i = 0; i < s->n; i++) {
-                uint16_t want = job.copy_dtype == OPTIM_BF16 ? half_f32_to_bf16(s->p[i]) : half_f32_to_f16(s->p[i]);
+                uint16_t want = job.copy_dtype == FERRY_DTYPE_BF16 ? dtype_f32_to_bf16(s->p[i]) : dtype_f32_to_f16(s->p[i]);
                 badc += ((uint16_t *)s->copy)[i] != want;
             }
             if (badc && bad++ < 3)
@@ -162,7 +162,7 @@ static size_t run_and_check(state *s, adamw_job job, int steps, cpu_simd level, 
     return bad;
 }
 
-static adamw_job make_job(state *s, optim_dtype gt, adamw_hparams hp, float gscale, optim_dtype ct, bool copy)
+static adamw_job make_job(state *s, ferry_dtype gt, adamw_hparams hp, float gscale, ferry_dtype ct, bool copy)
 {
     adamw_job j = {s->p, s->m, s->v, s->grad, gt, s->n, 1, hp, gscale, copy ? s->copy : NULL, ct};
     return j;
@@ -171,14 +171,14 @@ static adamw_job make_job(state *s, optim_dtype gt, adamw_hparams hp, float gsca
 static void check_levels(uint64_t *rng)
 {
     static const char *kinds[] = {"normal", "zero", "huge", "tiny", "mixed"};
-    static const optim_dtype gts[] = {OPTIM_F32, OPTIM_BF16, OPTIM_F16};
+    static const ferry_dtype gts[] = {FERRY_DTYPE_F32, FERRY_DTYPE_BF16, FERRY_DTYPE_F16};
     static const size_t lens[] = {40013, 1, 7, 15, 17, 33, 65537};
     adamw_hparams decay = {1e-3, 0.9, 0.999, 1e-8, 0.1};
     adamw_hparams nodecay = {3e-3, 0.8, 0.99, 1e-6, 0.0};
     int maxl = (int)cpu_simd_detect();
     for (int kind = 0; kind < 5; kind++)
         for (int gi = 0; gi < 3; gi++) {
-            optim_dtype gt = gts[gi];
+            ferry_dtype gt = gts[gi];
             size_t n = lens[(size_t)(kind + gi) % 7];
             if (kind == 0)
                 n = 40013;
@@ -186,18 +186,18 @@ static void check_levels(uint64_t *rng)
             state base = alloc_state(n, mis), out[3], scalar_copy = alloc_state(n, mis);
             fill(&base, gt, kind, rng);
             adamw_hparams hp = (kind + gi) % 2 ? nodecay : decay;
-            float gscale = kind == 4 ? 0.25f : (gt == OPTIM_F16 && kind == 0 ? 1.0f / 1024 : 1.0f);
-            optim_dtype ct = gi == 2 ? OPTIM_F16 : OPTIM_BF16;
+            float gscale = kind == 4 ? 0.25f : (gt == FERRY_DTYPE_F16 && kind == 0 ? 1.0f / 1024 : 1.0f);
+            ferry_dtype ct = gi == 2 ? FERRY_DTYPE_F16 : FERRY_DTYPE_BF16;
             for (int l = 0; l <= maxl; l++) {
                 out[l] = alloc_state(n, mis);
                 copy_state(&out[l], &base, gt);
                 adamw_job job = make_job(&out[l], gt, hp, gscale, ct, true);
                 char what[96];
                 snprintf(what, sizeof what, "%s %s grads %s n=%zu", cpu_simd_name((cpu_simd)l), kinds[kind],
-                         optim_dtype_name(gt), n);
+                         dtype_name(gt), n);
                 size_t bad = run_and_check(&out[l], job, 3, (cpu_simd)l, NULL, what);
                 TAP_IS_INT(bad, 0, "%s, wd %g, 3 steps, %s copy: within 8 ulp of the double reference", what,
-                           (double)hp.weight_decay, optim_dtype_name(ct));
+                           (double)hp.weight_decay, dtype_name(ct));
                 if (l > 0) {
                     int same = !memcmp(out[l].p, out[0].p, n * 4) && !memcmp(out[l].m, out[0].m, n * 4) &&
                                !memcmp(out[l].v, out[0].v, n * 4) && !memcmp(out[l].copy, out[0].copy, n * 2);
@@ -217,7 +217,7 @@ static void check_hand_case(void)
 {
     float p[3] = {1.0f, -2.0f, 0.5f}, m[3] = {0}, v[3] = {0}, g[3] = {0.5f, -4.0f, 0.0f};
     adamw_hparams hp = {0.01, 0.9, 0.999, 1e-8, 0.1};
-    adamw_job j = {p, m, v, g, OPTIM_F32, 3, 1, hp, 1.0f, NULL, OPTIM_BF16};
+    adamw_job j = {p, m, v, g, FERRY_DTYPE_F32, 3, 1, hp, 1.0f, NULL, FERRY_DTYPE_BF16};
     TAP_IS_STATUS(adamw_run(NULL, &j), FERRY_OK, "hand case runs");
     double d = 1.0 - 0.01 * 0.1;
     TAP_IS_CLOSE(p[0], 1.0 * d - 0.01 * 0.5 / (0.5 + 1e-8), 0, 1e-6, "hand case: p[0] after step 1");
@@ -231,11 +231,11 @@ static void check_threads(uint64_t *rng)
 {
     size_t n = 3 * OPTIM_TILE + 12345;
     state ref = alloc_state(n, 0), s = alloc_state(n, 0);
-    fill(&ref, OPTIM_BF16, 4, rng);
+    fill(&ref, FERRY_DTYPE_BF16, 4, rng);
     state base = alloc_state(n, 0);
-    copy_state(&base, &ref, OPTIM_BF16);
+    copy_state(&base, &ref, FERRY_DTYPE_BF16);
     adamw_hparams hp = ADAMW_HPARAMS_DEFAULT;
-    adamw_job j = make_job(&ref, OPTIM_BF16, hp, 0.5f, OPTIM_BF16, true);
+    adamw_job j = make_job(&ref, FERRY_DTYPE_BF16, hp, 0.5f, FERRY_DTYPE_BF16, true);
     for (int k = 1; k <= 2; k++) {
         j.step = k;
         adamw_run(NULL, &j);
@@ -243,8 +243,8 @@ static void check_threads(uint64_t *rng)
     for (int t = 1; t <= 3; t++) {
         tp_pool *pool = NULL;
         tp_pool_create(t, -1, &pool);
-        copy_state(&s, &base, OPTIM_BF16);
-        adamw_job js = make_job(&s, OPTIM_BF16, hp, 0.5f, OPTIM_BF16, true);
+        copy_state(&s, &base, FERRY_DTYPE_BF16);
+        adamw_job js = make_job(&s, FERRY_DTYPE_BF16, hp, 0.5f, FERRY_DTYPE_BF16, true);
         js.step = 1;
         adamw_run(pool, &js);
         tp_ticket *tk = NULL; /* the second step through the async path */
@@ -266,7 +266,7 @@ static void check_bad_jobs(void)
 {
     float x[4] = {0};
     adamw_hparams hp = ADAMW_HPARAMS_DEFAULT;
-    adamw_job good = {x, x + 1, x + 2, x + 3, OPTIM_F32, 1, 1, hp, 1.0f, NULL, OPTIM_BF16};
+    adamw_job good = {x, x + 1, x + 2, x + 3, FERRY_DTYPE_F32, 1, 1, hp, 1.0f, NULL, FERRY_DTYPE_BF16};
     adamw_job j;
     j = good; j.step = 0;
     TAP_IS_STATUS(adamw_run(NULL, &j), FERRY_ERR_INVALID_ARGUMENT, "step 0 refused");
@@ -281,9 +281,9 @@ static void check_bad_jobs(void)
     TAP_IS_STATUS(adamw_run(NULL, &j), FERRY_ERR_INVALID_ARGUMENT, "grad_scale inf refused");
     j = good; j.v = NULL;
     TAP_IS_STATUS(adamw_run(NULL, &j), FERRY_ERR_INVALID_ARGUMENT, "NULL moment refused");
-    j = good; j.grad_dtype = (optim_dtype)9;
+    j = good; j.grad_dtype = (ferry_dtype)9;
     TAP_IS_STATUS(adamw_run(NULL, &j), FERRY_ERR_INVALID_ARGUMENT, "unknown gradient type refused");
-    j = good; j.copy_out = x; j.copy_dtype = (optim_dtype)-3;
+    j = good; j.copy_out = x; j.copy_dtype = (ferry_dtype)-3;
     TAP_IS_STATUS(adamw_run(NULL, &j), FERRY_ERR_INVALID_ARGUMENT, "unknown copy type refused");
     TAP_IS_STATUS(adamw_run(NULL, NULL), FERRY_ERR_INVALID_ARGUMENT, "NULL job refused");
     j = good; j.n = 0; j.master = NULL;

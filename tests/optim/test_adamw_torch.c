@@ -65,7 +65,7 @@ int main(int argc, char **argv)
     uint64_t seed = 0x70c4u, rng = seed;
     tap_diag("seed %llu, python %s", (unsigned long long)seed, python);
     const size_t n[G] = {5003, 70001, 257};
-    const optim_dtype gt[G] = {OPTIM_F32, OPTIM_BF16, OPTIM_F16};
+    const ferry_dtype gt[G] = {FERRY_DTYPE_F32, FERRY_DTYPE_BF16, FERRY_DTYPE_F16};
     const adamw_hparams hp[G] = {{1e-3, 0.9, 0.999, 1e-8, 0.01},
                                  {2e-3, 0.8, 0.99, 1e-6, 0.0}, /* weight decay off */
                                  {5e-4, 0.95, 0.98, 1e-7, 0.1}};
@@ -103,10 +103,10 @@ int main(int argc, char **argv)
             g32[i][s] = malloc(n[i] * 4);
             for (size_t k = 0; k < n[i]; k++) {
                 float x = (float)(0.05 * gauss(&rng) * loss_scale);
-                if (gt[i] == OPTIM_BF16)
-                    x = half_bf16_to_f32(half_f32_to_bf16(x));
-                else if (gt[i] == OPTIM_F16)
-                    x = half_f16_to_f32(half_f32_to_f16(x));
+                if (gt[i] == FERRY_DTYPE_BF16)
+                    x = dtype_bf16_to_f32(dtype_f32_to_bf16(x));
+                else if (gt[i] == FERRY_DTYPE_F16)
+                    x = dtype_f16_to_f32(dtype_f32_to_f16(x));
                 g32[i][s][k] = x;
             }
             if (s == NAN_STEP && i == 2)
@@ -129,11 +129,11 @@ int main(int argc, char **argv)
     for (int s = 0; s < STEPS; s++) {
         adamw_job jobs[G];
         for (int i = 0; i < G; i++) {
-            if (gt[i] == OPTIM_F32)
+            if (gt[i] == FERRY_DTYPE_F32)
                 memcpy(g[i], g32[i][s], n[i] * 4);
             else
-                half_convert(g[i], gt[i], g32[i][s], OPTIM_F32, n[i]);
-            jobs[i] = (adamw_job){p[i], m[i], v[i], g[i], gt[i], n[i], taken + 1, hp[i], 1.0f, NULL, OPTIM_BF16};
+                half_convert(g[i], gt[i], g32[i][s], FERRY_DTYPE_F32, n[i]);
+            jobs[i] = (adamw_job){p[i], m[i], v[i], g[i], gt[i], n[i], taken + 1, hp[i], 1.0f, NULL, FERRY_DTYPE_BF16};
         }
         adamw_step_report r;
         TAP_IS_STATUS(adamw_step_groups(pool, jobs, G, (float)max_norm, (float)loss_scale, &r), FERRY_OK, "step %d", s);
@@ -152,7 +152,7 @@ int main(int argc, char **argv)
                    ev = rel_err(v[i], want + 2 * n[i], n[i]);
             TAP_IS_INT(ep <= 1e-6 && em <= 1e-6 && ev <= 1e-6, 1,
                        "step %d group %d (%s grads, wd %g): weights, exp_avg, exp_avg_sq within 1e-6 of torch", s,
-                       i, optim_dtype_name(gt[i]), hp[i].weight_decay);
+                       i, dtype_name(gt[i]), hp[i].weight_decay);
             tap_diag("  max relative error: p %.3g, m %.3g, v %.3g (clip coef %.6g, norm %.6g)", ep, em, ev,
                      (double)r.clip_coef, r.grad_norm);
         }

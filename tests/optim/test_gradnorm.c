@@ -17,17 +17,17 @@ static double gauss(uint64_t *rng)
 }
 
 /* Random gradients of type t; *ref gets the fp32 values. */
-static void *make_grads(optim_dtype t, size_t n, uint64_t *rng, float *ref)
+static void *make_grads(ferry_dtype t, size_t n, uint64_t *rng, float *ref)
 {
-    void *g = malloc(n * optim_dtype_size(t) + 16);
+    void *g = malloc(n * dtype_size(t) + 16);
     for (size_t i = 0; i < n; i++) {
         float x = (float)(gauss(rng) * pow(10.0, (double)(int)(tap_rand_u64(rng) % 5) - 2));
-        if (t == OPTIM_BF16) {
-            ((uint16_t *)g)[i] = half_f32_to_bf16(x);
-            x = half_bf16_to_f32(((uint16_t *)g)[i]);
-        } else if (t == OPTIM_F16) {
-            ((uint16_t *)g)[i] = half_f32_to_f16(x);
-            x = half_f16_to_f32(((uint16_t *)g)[i]);
+        if (t == FERRY_DTYPE_BF16) {
+            ((uint16_t *)g)[i] = dtype_f32_to_bf16(x);
+            x = dtype_bf16_to_f32(((uint16_t *)g)[i]);
+        } else if (t == FERRY_DTYPE_F16) {
+            ((uint16_t *)g)[i] = dtype_f32_to_f16(x);
+            x = dtype_f16_to_f32(((uint16_t *)g)[i]);
         } else {
             ((float *)g)[i] = x;
         }
@@ -44,7 +44,7 @@ static void check_sums(uint64_t *rng)
         tp_pool_create(t + 1, -1, &pools[t]);
     for (int ti = 0; ti < 3; ti++)
         for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
-            optim_dtype t = (optim_dtype)ti;
+            ferry_dtype t = (ferry_dtype)(FERRY_DTYPE_F32 + ti); /* f32, bf16, f16 */
             size_t n = lens[li];
             float *ref = malloc(n * 4);
             void *g = make_grads(t, n, rng, ref);
@@ -63,14 +63,14 @@ static void check_sums(uint64_t *rng)
                     if (l == 0 && p == -1) {
                         first = s;
                         TAP_IS_CLOSE(s, (double)want, 0, 1e-12, "%s n=%zu: sum of squares equals the long double sum",
-                                     optim_dtype_name(t), n);
+                                     dtype_name(t), n);
                     } else if (memcmp(&s, &first, sizeof s) != 0) {
                         all_same = 0;
                         tap_diag("  %s threads=%d: %.17g vs %.17g", cpu_simd_name((cpu_simd)l), p + 1, s, first);
                     }
                 }
             TAP_IS_INT(all_same, 1, "%s n=%zu: bitwise the same for every SIMD level and 1, 2, 3 threads",
-                       optim_dtype_name(t), n);
+                       dtype_name(t), n);
             free(g);
             free(ref);
         }
@@ -86,13 +86,13 @@ static void check_nonfinite(uint64_t *rng)
     for (int ti = 0; ti < 3; ti++)
         for (int bad_kind = 0; bad_kind < 2; bad_kind++)
             for (size_t w = 0; w < 4; w++) {
-                optim_dtype t = (optim_dtype)ti;
+                ferry_dtype t = (ferry_dtype)(FERRY_DTYPE_F32 + ti); /* f32, bf16, f16 */
                 void *g = make_grads(t, n, rng, ref);
                 float bad = bad_kind ? INFINITY : NAN;
-                if (t == OPTIM_F32)
+                if (t == FERRY_DTYPE_F32)
                     ((float *)g)[where[w]] = bad;
                 else
-                    ((uint16_t *)g)[where[w]] = t == OPTIM_BF16 ? half_f32_to_bf16(bad) : half_f32_to_f16(bad);
+                    ((uint16_t *)g)[where[w]] = t == FERRY_DTYPE_BF16 ? dtype_f32_to_bf16(bad) : dtype_f32_to_f16(bad);
                 int ok = 1;
                 for (int l = 0; l <= (int)cpu_simd_detect(); l++) {
                     double s;
@@ -100,7 +100,7 @@ static void check_nonfinite(uint64_t *rng)
                     gradnorm_sumsq_level(NULL, g, t, n, (cpu_simd)l, &s, &nf);
                     ok &= nf && !isfinite(s);
                 }
-                TAP_IS_INT(ok, 1, "%s: %s at element %zu detected by every level", optim_dtype_name(t),
+                TAP_IS_INT(ok, 1, "%s: %s at element %zu detected by every level", dtype_name(t),
                            bad_kind ? "inf" : "NaN", where[w]);
                 free(g);
             }
@@ -133,7 +133,7 @@ static void check_step_groups(uint64_t *rng)
             g[i][k] = (float)(0.1 * gauss(rng) * 256.0); /* scaled by a loss scale of 256 */
         }
         memcpy(p0[i], p[i], n[i] * 4); memcpy(m0[i], m[i], n[i] * 4); memcpy(v0[i], v[i], n[i] * 4);
-        jobs[i] = (adamw_job){p[i], m[i], v[i], g[i], OPTIM_F32, n[i], 5, hp, 123.0f, NULL, OPTIM_BF16};
+        jobs[i] = (adamw_job){p[i], m[i], v[i], g[i], FERRY_DTYPE_F32, n[i], 5, hp, 123.0f, NULL, FERRY_DTYPE_BF16};
     }
     tp_pool *pool = NULL;
     tp_pool_create(2, -1, &pool);
@@ -189,9 +189,9 @@ int main(void)
     check_step_groups(&rng);
     double s;
     bool nf;
-    TAP_IS_STATUS(gradnorm_sumsq(NULL, NULL, OPTIM_F32, 5, &s, &nf), FERRY_ERR_INVALID_ARGUMENT, "NULL gradient refused");
-    TAP_IS_STATUS(gradnorm_sumsq(NULL, &s, (optim_dtype)5, 1, &s, &nf), FERRY_ERR_INVALID_ARGUMENT, "unknown type refused");
-    TAP_IS_STATUS(gradnorm_sumsq(NULL, NULL, OPTIM_F32, 0, &s, &nf), FERRY_OK, "empty buffer: OK");
+    TAP_IS_STATUS(gradnorm_sumsq(NULL, NULL, FERRY_DTYPE_F32, 5, &s, &nf), FERRY_ERR_INVALID_ARGUMENT, "NULL gradient refused");
+    TAP_IS_STATUS(gradnorm_sumsq(NULL, &s, (ferry_dtype)5, 1, &s, &nf), FERRY_ERR_INVALID_ARGUMENT, "unknown type refused");
+    TAP_IS_STATUS(gradnorm_sumsq(NULL, NULL, FERRY_DTYPE_F32, 0, &s, &nf), FERRY_OK, "empty buffer: OK");
     TAP_IS_CLOSE(s, 0.0, 0, 0, "empty buffer: sum 0");
     return tap_done();
 }

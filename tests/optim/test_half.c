@@ -92,7 +92,7 @@ static void check_scalar_down(const float *x, size_t n)
 {
     size_t bad_bf = 0, bad_h = 0, bad_nan = 0;
     for (size_t i = 0; i < n; i++) {
-        uint16_t b = half_f32_to_bf16(x[i]), h = half_f32_to_f16(x[i]);
+        uint16_t b = dtype_f32_to_bf16(x[i]), h = dtype_f32_to_f16(x[i]);
         if (isnan(x[i])) {
             bad_nan += !nan16_ok(b, 0) + !nan16_ok(h, 1);
             continue;
@@ -112,12 +112,12 @@ static void check_scalar_up(void)
     size_t bad = 0, bad_bf = 0;
     for (uint32_t h = 0; h < 65536; h++) {
         double want = ref_f16_value((uint16_t)h);
-        float got = half_f16_to_f32((uint16_t)h);
+        float got = dtype_f16_to_f32((uint16_t)h);
         int ok = isnan(want) ? isnan(got) && (bits(got) & 0x00400000u) : (double)got == want &&
                  !signbit(got) == !signbit(want);
         if (!ok && bad++ < 3)
             tap_diag("  f16 %04x: got %a, want %a", h, (double)got, want);
-        float b = half_bf16_to_f32((uint16_t)h);
+        float b = dtype_bf16_to_f32((uint16_t)h);
         uint32_t back = bits(b) >> 16;
         bad_bf += back != h || (bits(b) & 0xffff) != 0;
     }
@@ -132,24 +132,24 @@ static void check_bulk(const float *x, size_t n, cpu_simd level)
     float *back = malloc(n * 4);
     /* odd offsets: unaligned pointers and a tail on every level */
     size_t off = 3, len = n - off - 2;
-    TAP_IS_STATUS(half_convert_level(b, OPTIM_BF16, x + off, OPTIM_F32, len, level), FERRY_OK, "%s: f32->bf16", name);
-    TAP_IS_STATUS(half_convert_level(h, OPTIM_F16, x + off, OPTIM_F32, len, level), FERRY_OK, "%s: f32->f16", name);
+    TAP_IS_STATUS(half_convert_level(b, FERRY_DTYPE_BF16, x + off, FERRY_DTYPE_F32, len, level), FERRY_OK, "%s: f32->bf16", name);
+    TAP_IS_STATUS(half_convert_level(h, FERRY_DTYPE_F16, x + off, FERRY_DTYPE_F32, len, level), FERRY_OK, "%s: f32->f16", name);
     size_t bad = 0;
     for (size_t i = 0; i < len; i++) {
         float xi = x[off + i];
         bad += isnan(xi) ? !nan16_ok(b[i], 0) || !nan16_ok(h[i], 1)
-                         : b[i] != half_f32_to_bf16(xi) || h[i] != half_f32_to_f16(xi);
+                         : b[i] != dtype_f32_to_bf16(xi) || h[i] != dtype_f32_to_f16(xi);
         bad += !isnan(xi) && (b[i] != ref_bf16(xi) || h[i] != ref_f16(xi));
     }
     TAP_IS_INT(bad, 0, "%s: bulk fp32->bf16/fp16 equal to the reference rounding on %zu elements", name, len);
-    TAP_IS_STATUS(half_convert_level(back, OPTIM_F32, h, OPTIM_F16, len, level), FERRY_OK, "%s: f16->f32", name);
+    TAP_IS_STATUS(half_convert_level(back, FERRY_DTYPE_F32, h, FERRY_DTYPE_F16, len, level), FERRY_OK, "%s: f16->f32", name);
     bad = 0;
     for (size_t i = 0; i < len; i++) {
         double want = ref_f16_value(h[i]);
         bad += isnan(want) ? !isnan(back[i]) : (double)back[i] != want;
     }
     TAP_IS_INT(bad, 0, "%s: bulk fp16->fp32 exact", name);
-    TAP_IS_STATUS(half_convert_level(back, OPTIM_F32, b, OPTIM_BF16, len, level), FERRY_OK, "%s: bf16->f32", name);
+    TAP_IS_STATUS(half_convert_level(back, FERRY_DTYPE_F32, b, FERRY_DTYPE_BF16, len, level), FERRY_OK, "%s: bf16->f32", name);
     bad = 0;
     for (size_t i = 0; i < len; i++)
         bad += bits(back[i]) != (uint32_t)b[i] << 16;
@@ -157,10 +157,10 @@ static void check_bulk(const float *x, size_t n, cpu_simd level)
     for (size_t k = 0; k < 20; k++) { /* every short length */
         uint16_t o[20];
         memset(o, 0xee, sizeof o);
-        half_convert_level(o, OPTIM_BF16, x + 40, OPTIM_F32, k, level);
+        half_convert_level(o, FERRY_DTYPE_BF16, x + 40, FERRY_DTYPE_F32, k, level);
         size_t wrong = 0;
         for (size_t i = 0; i < 20; i++)
-            wrong += i < k ? o[i] != half_f32_to_bf16(x[40 + i]) : o[i] != 0xeeee;
+            wrong += i < k ? o[i] != dtype_f32_to_bf16(x[40 + i]) : o[i] != 0xeeee;
         if (wrong)
             bad++;
     }
@@ -189,12 +189,12 @@ int main(void)
     tp_pool *pool = NULL;
     TAP_IS_STATUS(tp_pool_create(2, -1, &pool), FERRY_OK, "pool for the parallel convert");
     uint16_t *a = malloc(n * 2), *b = malloc(n * 2);
-    half_convert_level(a, OPTIM_BF16, x, OPTIM_F32, n, CPU_SIMD_SCALAR);
-    TAP_IS_STATUS(half_convert_pool(pool, b, OPTIM_BF16, x, OPTIM_F32, n), FERRY_OK, "parallel convert");
+    half_convert_level(a, FERRY_DTYPE_BF16, x, FERRY_DTYPE_F32, n, CPU_SIMD_SCALAR);
+    TAP_IS_STATUS(half_convert_pool(pool, b, FERRY_DTYPE_BF16, x, FERRY_DTYPE_F32, n), FERRY_OK, "parallel convert");
     TAP_IS_INT(memcmp(a, b, n * 2), 0, "parallel convert equals the scalar one");
-    TAP_IS_STATUS(half_convert(NULL, OPTIM_BF16, x, OPTIM_F32, 4), FERRY_ERR_INVALID_ARGUMENT, "NULL destination refused");
-    TAP_IS_STATUS(half_convert(b, (optim_dtype)7, x, OPTIM_F32, 4), FERRY_ERR_INVALID_ARGUMENT, "unknown type refused");
-    TAP_IS_INT(optim_dtype_size(OPTIM_BF16), 2, "bf16 is 2 bytes");
+    TAP_IS_STATUS(half_convert(NULL, FERRY_DTYPE_BF16, x, FERRY_DTYPE_F32, 4), FERRY_ERR_INVALID_ARGUMENT, "NULL destination refused");
+    TAP_IS_STATUS(half_convert(b, (ferry_dtype)7, x, FERRY_DTYPE_F32, 4), FERRY_ERR_INVALID_ARGUMENT, "unknown type refused");
+    TAP_IS_INT(dtype_size(FERRY_DTYPE_BF16), 2, "bf16 is 2 bytes");
     tp_pool_destroy(pool);
     free(a);
     free(b);

@@ -25,7 +25,7 @@ typedef struct bench {
     size_t n;
     float *p, *m, *v;
     void *g, *copy;
-    optim_dtype gt;
+    ferry_dtype gt;
 } bench;
 
 static int cmp_double(const void *a, const void *b)
@@ -61,10 +61,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2"))) static void ideal_tile
     size_t off, len;
     tile_range(b, tile, &off, &len);
     float *p = b->p + off, *m = b->m + off, *v = b->v + off;
-    const char *g = (const char *)b->g + off * optim_dtype_size(b->gt);
+    const char *g = (const char *)b->g + off * dtype_size(b->gt);
     uint16_t *c = (uint16_t *)b->copy + off;
     for (size_t i = 0; i + 16 <= len; i += 16) {
-        __m512 gv = b->gt == OPTIM_F32 ? _mm512_loadu_ps((const float *)g + i)
+        __m512 gv = b->gt == FERRY_DTYPE_F32 ? _mm512_loadu_ps((const float *)g + i)
                                        : _mm512_castsi512_ps(_mm512_slli_epi32(
                                              _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)g + i))), 16));
         __m512 pv = _mm512_add_ps(_mm512_loadu_ps(p + i), gv);
@@ -83,10 +83,10 @@ __attribute__((target("avx2"))) static void ideal_tile256(void *arg, size_t tile
     size_t off, len;
     tile_range(b, tile, &off, &len);
     float *p = b->p + off, *m = b->m + off, *v = b->v + off;
-    const char *g = (const char *)b->g + off * optim_dtype_size(b->gt);
+    const char *g = (const char *)b->g + off * dtype_size(b->gt);
     uint16_t *c = (uint16_t *)b->copy + off;
     for (size_t i = 0; i + 8 <= len; i += 8) {
-        __m256 gv = b->gt == OPTIM_F32 ? _mm256_loadu_ps((const float *)g + i)
+        __m256 gv = b->gt == FERRY_DTYPE_F32 ? _mm256_loadu_ps((const float *)g + i)
                                        : _mm256_castsi256_ps(_mm256_slli_epi32(
                                              _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)g + i))), 16));
         __m256 pv = _mm256_add_ps(_mm256_loadu_ps(p + i), gv);
@@ -107,11 +107,11 @@ static void ideal_tile_scalar(void *arg, size_t tile, int worker)
     size_t off, len;
     tile_range(b, tile, &off, &len);
     for (size_t i = off; i < off + len; i++) {
-        float gv = b->gt == OPTIM_F32 ? ((const float *)b->g)[i] : half_bf16_to_f32(((const uint16_t *)b->g)[i]);
+        float gv = b->gt == FERRY_DTYPE_F32 ? ((const float *)b->g)[i] : dtype_bf16_to_f32(((const uint16_t *)b->g)[i]);
         b->p[i] += gv;
         b->m[i] += gv;
         b->v[i] += gv;
-        ((uint16_t *)b->copy)[i] = (uint16_t)(half_f32_bits(b->p[i]) >> 16);
+        ((uint16_t *)b->copy)[i] = (uint16_t)(dtype_f32_bits(b->p[i]) >> 16);
     }
 }
 
@@ -122,14 +122,14 @@ static void naive_adamw(bench *b, int64_t step)
     float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
     uint16_t *c = b->copy;
     for (size_t i = 0; i < b->n; i++) {
-        float g = b->gt == OPTIM_F32 ? ((const float *)b->g)[i]
-                  : b->gt == OPTIM_BF16 ? half_bf16_to_f32(((const uint16_t *)b->g)[i])
-                                        : half_f16_to_f32(((const uint16_t *)b->g)[i]);
+        float g = b->gt == FERRY_DTYPE_F32 ? ((const float *)b->g)[i]
+                  : b->gt == FERRY_DTYPE_BF16 ? dtype_bf16_to_f32(((const uint16_t *)b->g)[i])
+                                        : dtype_f16_to_f32(((const uint16_t *)b->g)[i]);
         b->p[i] *= 1.0f - lr * wd;
         b->m[i] = b1 * b->m[i] + (1.0f - b1) * g;
         b->v[i] = b2 * b->v[i] + (1.0f - b2) * g * g;
         b->p[i] -= lr / bc1 * b->m[i] / (sqrtf(b->v[i] / bc2) + eps);
-        c[i] = half_f32_to_bf16(b->p[i]);
+        c[i] = dtype_f32_to_bf16(b->p[i]);
     }
 }
 
@@ -151,7 +151,7 @@ static void run_ideal(bench *b, int level, int64_t step)
 
 static void run_adamw(bench *b, int level, int64_t step)
 {
-    adamw_job j = {b->p, b->m, b->v, b->g, b->gt, b->n, step, ADAMW_HPARAMS_DEFAULT, 1.0f, b->copy, OPTIM_BF16};
+    adamw_job j = {b->p, b->m, b->v, b->g, b->gt, b->n, step, ADAMW_HPARAMS_DEFAULT, 1.0f, b->copy, FERRY_DTYPE_BF16};
     if (adamw_run_level(b->pool, &j, (cpu_simd)level) != FERRY_OK) {
         fprintf(stderr, "bench_adam: adamw failed: %s\n", ferry_last_error());
         exit(1);
@@ -204,7 +204,7 @@ int main(int argc, char **argv)
 {
     size_t n = (size_t)256 << 20;
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), steps = 5;
-    optim_dtype gt = OPTIM_F32;
+    ferry_dtype gt = FERRY_DTYPE_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!val) {
@@ -214,9 +214,9 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--params") && parse_count(val, &n) == 0) i++;
         else if (!strcmp(a, "--threads") && (threads = atoi(val)) > 0) i++;
         else if (!strcmp(a, "--steps") && (steps = atoi(val)) >= 1 && steps <= 64) i++;
-        else if (!strcmp(a, "--grad") && !strcmp(val, "f32")) gt = OPTIM_F32, i++;
-        else if (!strcmp(a, "--grad") && !strcmp(val, "bf16")) gt = OPTIM_BF16, i++;
-        else if (!strcmp(a, "--grad") && !strcmp(val, "f16")) gt = OPTIM_F16, i++;
+        else if (!strcmp(a, "--grad") && !strcmp(val, "f32")) gt = FERRY_DTYPE_F32, i++;
+        else if (!strcmp(a, "--grad") && !strcmp(val, "bf16")) gt = FERRY_DTYPE_BF16, i++;
+        else if (!strcmp(a, "--grad") && !strcmp(val, "f16")) gt = FERRY_DTYPE_F16, i++;
         else {
             fprintf(stderr, "bench_adam: bad argument '%s %s'\n", a, val);
             usage();
@@ -228,7 +228,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_adam: %s\n", ferry_last_error());
         return 1;
     }
-    size_t gsz = optim_dtype_size(gt);
+    size_t gsz = dtype_size(gt);
     void *bufs[5];
     size_t sizes[5] = {n * 4, n * 4, n * 4, n * gsz, n * 2};
     for (int i = 0; i < 5; i++)
@@ -239,7 +239,7 @@ int main(int argc, char **argv)
     b.p = bufs[0], b.m = bufs[1], b.v = bufs[2], b.g = bufs[3], b.copy = bufs[4];
     for (size_t i = 0; i < n; i++) { /* small values so repeated steps stay finite */
         b.p[i] = 0.01f * (float)(i % 97);
-        if (gt == OPTIM_F32)
+        if (gt == FERRY_DTYPE_F32)
             ((float *)b.g)[i] = 1e-3f * (float)((i % 13) - 6);
         else
             ((uint16_t *)b.g)[i] = 0x3a00; /* a small positive value in both formats */
@@ -247,7 +247,7 @@ int main(int argc, char **argv)
     double adam_bytes = 28.0 + (double)gsz; /* read p m v g, write p m v, copy */
     int best = (int)cpu_simd_detect();
     printf("bench_adam: %zu parameters, %d threads (%s), %s gradients, bf16 copy, median of %d steps\n", n,
-           tp_pool_threads(b.pool), tp_pool_binding(b.pool), optim_dtype_name(gt), steps);
+           tp_pool_threads(b.pool), tp_pool_binding(b.pool), dtype_name(gt), steps);
     printf("AdamW moves %.0f bytes per parameter; GB = 1e9 bytes\n", adam_bytes);
 
     /* The machine's bandwidth drifts (shared VMs swing 2.5x): the ceilings
