@@ -302,7 +302,7 @@ ferry_status ferry_engine_setup(ferry_engine *e)
     if (e->ngroups == 0)
         return err_set(FERRY_ERR_STATE, "ferry_engine_setup: add parameter groups first");
     ferry_status st = FERRY_OK;
-    size_t ws = backend_kind(e->be) == FERRY_BACKEND_CUDA ? ENGINE_CUBLAS_WORKSPACE : 0;
+    size_t ws = ops_workspace_bytes(backend_kind(e->be));
     if (ws && (st = arena_alloc(e->arena, ws, FERRY_MEM_WORKSPACE, "cuBLASLt workspace", &e->dev_workspace)) != FERRY_OK)
         return err_wrap(st, "ferry_engine_setup");
     if ((st = ops_init(e->be, e->dev_workspace, ws)) != FERRY_OK)
@@ -464,7 +464,7 @@ ferry_status ferry_engine_free(ferry_engine *e, void *ptr)
 static ferry_status master_copy(ferry_engine *e, engine_group *g, float *host, bool to_engine)
 {
     size_t bytes = g->numel * sizeof(float);
-    bool on_device = e->cfg.offload == FERRY_OFFLOAD_NONE && backend_kind(e->be) == FERRY_BACKEND_CUDA;
+    bool on_device = e->cfg.offload == FERRY_OFFLOAD_NONE;
     if (!on_device) {
         if (to_engine)
             memcpy(g->master, host, bytes);

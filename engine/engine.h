@@ -24,10 +24,6 @@
 
 #define ENGINE_NAME_MAX 64
 #define ENGINE_MAX_GROUPS 65536
-/* cuBLASLt's workspace on cuda, from the device budget: lets its heuristics
- * pick the fast split-K and stream-K kernels. All matmuls run on the compute
- * stream, so one workspace is never used by two at once. */
-#define ENGINE_CUBLAS_WORKSPACE ((size_t)32 << 20)
 
 /* Where a group's device weights are (PARAMS mode moves them). */
 typedef enum engine_residency {
@@ -110,7 +106,9 @@ struct ferry_engine {
     uint64_t fetch_counter;
     int resident_now, resident_max;
 
-    /* NONE mode on cuda: per-group device sum of squares and its scratch */
+    /* NONE mode: per-group device sum of squares and its scratch; the
+     * backend's matmul workspace (ops_workspace_bytes: all matmuls run on the
+     * compute stream, so one is never used by two at once) */
     double *dev_sumsq;
     void *dev_sumsq_scratch;
     void *dev_workspace;

@@ -17,9 +17,6 @@
 #include "common/units.h"
 #include "engine/engine.h"
 #include "optim/half.h"
-#ifdef FERRY_HAVE_CUDA
-#include "kernels/ops_cuda.h"
-#endif
 
 void engine_bytes_per_param(const ferry_engine *e, double *device, double *host)
 {
@@ -201,16 +198,11 @@ ferry_status engine_place(ferry_engine *e)
     ferry_status st = check_device_fit(e);
     if (st != FERRY_OK)
         return st;
-    if (e->cfg.offload == FERRY_OFFLOAD_NONE && backend_kind(e->be) == FERRY_BACKEND_CUDA) {
-#ifdef FERRY_HAVE_CUDA
-        size_t scratch = cudaop_sumsq_scratch_bytes();
-#else
-        size_t scratch = 256;
-#endif
+    if (e->cfg.offload == FERRY_OFFLOAD_NONE) {
         if ((st = arena_alloc(e->arena, (size_t)e->ngroups * sizeof(double), FERRY_MEM_WORKSPACE,
                               "gradient norm partials", (void **)&e->dev_sumsq)) != FERRY_OK ||
-            (st = arena_alloc(e->arena, scratch, FERRY_MEM_WORKSPACE, "gradient norm scratch",
-                              &e->dev_sumsq_scratch)) != FERRY_OK)
+            (st = arena_alloc(e->arena, ops_sumsq_scratch_bytes(), FERRY_MEM_WORKSPACE,
+                              "gradient norm scratch", &e->dev_sumsq_scratch)) != FERRY_OK)
             return st;
     }
     for (int i = 0; i < e->ngroups; i++) {

@@ -12,9 +12,6 @@
 #include "common/error.h"
 #include "engine/engine.h"
 #include "optim/gradnorm.h"
-#ifdef FERRY_HAVE_CUDA
-#include "kernels/ops_cuda.h"
-#endif
 
 static ferry_status check_options(const ferry_step_options *o)
 {
@@ -82,27 +79,17 @@ static ferry_status norms_offloaded(ferry_engine *e)
     return FERRY_OK;
 }
 
+/* Offload none: each group's sum of squares by the backend's op, on the
+ * compute stream after the backward that wrote the gradients. */
 static ferry_status norms_resident(ferry_engine *e)
 {
     ferry_status st;
-    if (backend_kind(e->be) == FERRY_BACKEND_HOST) {
-        if ((st = backend_stream_synchronize(e->compute)) != FERRY_OK)
-            return st;
-        for (int i = 0; i < e->ngroups; i++) {
-            engine_group *g = &e->groups[i];
-            if ((st = gradnorm_sumsq(e->threads, g->dev_grads, FERRY_DTYPE_F32, g->numel, &g->sumsq, &g->nonfinite)) != FERRY_OK)
-                return st;
-        }
-        return FERRY_OK;
-    }
-#ifdef FERRY_HAVE_CUDA
-    void *cs = backend_stream_native(e->compute);
     size_t bytes = (size_t)e->ngroups * sizeof(double);
     if ((st = backend_memset_async(e->compute, e->dev_sumsq, 0, bytes)) != FERRY_OK)
         return st;
     for (int i = 0; i < e->ngroups; i++)
-        if ((st = cudaop_sumsq(cs, e->groups[i].dev_grads, e->groups[i].numel, e->dev_sumsq + i,
-                               e->dev_sumsq_scratch)) != FERRY_OK)
+        if ((st = ops_sumsq(e->compute, e->groups[i].dev_grads, e->groups[i].numel, e->dev_sumsq + i,
+                            e->dev_sumsq_scratch)) != FERRY_OK)
             return st;
     double *host = malloc(bytes);
     if (!host)
@@ -116,9 +103,6 @@ static ferry_status norms_resident(ferry_engine *e)
     }
     free(host);
     return st;
-#else
-    return err_set(FERRY_ERR_UNSUPPORTED, "the cuda backend without CUDA support");
-#endif
 }
 
 /* ---- the update ---- */
@@ -214,18 +198,8 @@ static ferry_status run_segment_resident(ferry_engine *e, engine_group *g, size_
                                          adamw_hparams hp, float clip)
 {
     size_t off = first * e->act_size;
-    if (backend_kind(e->be) == FERRY_BACKEND_HOST) {
-        adamw_job job = {g->master + first, g->m + first, g->v + first, (char *)g->dev_grads + off, FERRY_DTYPE_F32,
-                         n, e->step + 1, hp, clip, (char *)g->dev_weights + off, FERRY_DTYPE_F32};
-        return adamw_run(e->threads, &job);
-    }
-#ifdef FERRY_HAVE_CUDA
-    return cudaop_adamw(backend_stream_native(e->compute), g->master + first, g->m + first, g->v + first,
-                        (char *)g->dev_grads + off, (char *)g->dev_weights + off, n, hp.lr, hp.beta1,
-                        hp.beta2, hp.eps, hp.weight_decay, e->step + 1, clip);
-#else
-    return err_set(FERRY_ERR_UNSUPPORTED, "the cuda backend without CUDA support");
-#endif
+    return ops_adamw(e->compute, g->master + first, g->m + first, g->v + first, (char *)g->dev_grads + off,
+                     (char *)g->dev_weights + off, n, &hp, e->step + 1, clip);
 }
 
 /* The last update's wall time, once all of it has run. */

@@ -353,6 +353,8 @@ extern "C" ferry_status backend_cuda_init(backend *be)
     cb->device = 0;
     be->impl = cb;
     be->vt = &cuda_vtable;
+    be->ops = &backend_cuda_ops;
+    be->act = FERRY_DTYPE_BF16;
     cudaDeviceProp prop;
     cudaError_t rc = cudaGetDeviceProperties(&prop, cb->device);
     if (rc != cudaSuccess) {

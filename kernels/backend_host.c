@@ -410,6 +410,8 @@ static const backend_vtable host_vtable = {
 ferry_status backend_host_init(backend *be)
 {
     be->vt = &host_vtable;
+    be->ops = &backend_host_ops;
+    be->act = FERRY_DTYPE_F32;
     be->impl = NULL;
     snprintf(be->device_name, sizeof be->device_name, "host (%ld CPUs)", sysconf(_SC_NPROCESSORS_ONLN));
     return FERRY_OK;

@@ -1,13 +1,16 @@
-/* What a backend implementation provides, and the state every backend shares
- * (its kind, its name, the registry of live device buffers). Only
- * kernels/backend*.c and backend_cuda.cu include this; everyone else sees the
- * opaque handles of kernels/backend.h. */
+/* What a backend implementation provides — its memory, stream and event
+ * functions (backend_vtable) and its op set (backend_ops) — and the state
+ * every backend shares (its kind, its storage type, its name, the registry of
+ * live device buffers). Only kernels/ includes this; every other layer sees
+ * the opaque handles of kernels/backend.h and the checked front of
+ * kernels/ops.h. */
 #ifndef FERRY_KERNELS_BACKEND_IMPL_H
 #define FERRY_KERNELS_BACKEND_IMPL_H
 
 #include <pthread.h>
 
 #include "kernels/backend.h"
+#include "kernels/ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,6 +43,59 @@ typedef struct backend_vtable {
                                 size_t args_size);
 } backend_vtable;
 
+/* The op set as one backend runs it. kernels/ops.c checks every argument
+ * (streams, sizes, tensors inside live buffers) and then forwards to these,
+ * argument for argument; kernels/ops.h says what each computes. The host
+ * table (ops_host.c) launches the reference ops of kernels/<op>.c on the
+ * stream's worker thread; the cuda table (ops_cuda.c) the kernels of
+ * kernels/<op>.cu on the CUDA stream. A new op adds a slot here and an entry
+ * in each table; a new backend fills a table. Nothing outside kernels/ ever
+ * branches on the backend to run an op. */
+typedef struct backend_ops {
+    ferry_status (*init)(backend *be, void *workspace, size_t workspace_bytes);
+    void (*shutdown)(backend *be);
+    ferry_status (*encoder_forward)(backend_stream *s, act_t *out, const int32_t *tokens,
+                                    const act_t *wte, const act_t *wpe, int B, int T, int C, int V);
+    ferry_status (*encoder_backward)(backend_stream *s, act_t *dwte, act_t *dwpe, const act_t *dout,
+                                     const int32_t *tokens, int B, int T, int C);
+    ferry_status (*layernorm_forward)(backend_stream *s, act_t *out, float *mean, float *rstd,
+                                      const act_t *inp, const act_t *weight, const act_t *bias, int N,
+                                      int C);
+    ferry_status (*layernorm_backward)(backend_stream *s, act_t *dinp, act_t *dweight, act_t *dbias,
+                                       const act_t *dout, const act_t *inp, const act_t *weight,
+                                       const float *mean, const float *rstd, int N, int C);
+    ferry_status (*matmul_forward)(backend_stream *s, act_t *out, const act_t *inp, const act_t *weight,
+                                   const act_t *bias, int N, int C, int OC);
+    ferry_status (*matmul_backward)(backend_stream *s, act_t *dinp, act_t *dweight, act_t *dbias,
+                                    const act_t *dout, const act_t *inp, const act_t *weight, int N,
+                                    int C, int OC);
+    ferry_status (*gelu_forward)(backend_stream *s, act_t *out, const act_t *inp, size_t n);
+    ferry_status (*gelu_backward)(backend_stream *s, act_t *dinp, const act_t *inp, const act_t *dout,
+                                  size_t n);
+    ferry_status (*residual_forward)(backend_stream *s, act_t *out, const act_t *a, const act_t *b,
+                                     size_t n);
+    ferry_status (*attention_forward)(backend_stream *s, act_t *out, float *lse, const act_t *qkv,
+                                      int B, int T, int C, int NH);
+    ferry_status (*attention_backward)(backend_stream *s, act_t *dqkv, const act_t *dout,
+                                       const act_t *qkv, const act_t *out, const float *lse, int B,
+                                       int T, int C, int NH);
+    ferry_status (*classifier)(backend_stream *s, float *losses, act_t *dinp, act_t *dwte,
+                               const act_t *inp, const act_t *wte, const int32_t *targets,
+                               float grad_scale, int N, int C, int V, int Vp, void *scratch,
+                               int chunk);
+    ferry_status (*convert_from_f32)(backend_stream *s, act_t *dst, const float *src, size_t n);
+    ferry_status (*convert_to_f32)(backend_stream *s, float *dst, const act_t *src, size_t n);
+    ferry_status (*adamw)(backend_stream *s, float *master, float *m, float *v, const act_t *grad,
+                          act_t *param_out, size_t n, const adamw_hparams *hp, int64_t step,
+                          float grad_scale);
+    ferry_status (*sumsq)(backend_stream *s, const act_t *grad, size_t n, double *sumsq,
+                          void *scratch);
+} backend_ops;
+
+/* The tables of the two backends (the cuda one only in a CUDA build). */
+extern const backend_ops backend_host_ops;
+extern const backend_ops backend_cuda_ops;
+
 typedef struct backend_buffer_entry {
     uintptr_t base;
     size_t bytes;
@@ -47,7 +103,9 @@ typedef struct backend_buffer_entry {
 
 struct backend {
     const backend_vtable *vt;
+    const backend_ops *ops;
     ferry_backend_kind kind;
+    ferry_dtype act; /* storage type of tensors: F32 on host, BF16 on cuda */
     char device_name[384];
     void *impl;
     pthread_mutex_t lock; /* guards the buffer registry */
@@ -66,8 +124,9 @@ struct backend_event {
     void *impl;
 };
 
-/* Implementations: fill be->vt, be->impl and be->device_name, or fail with
- * FERRY_ERR_UNSUPPORTED when the backend cannot run here. */
+/* Implementations: fill be->vt, be->ops, be->act, be->impl and
+ * be->device_name, or fail with FERRY_ERR_UNSUPPORTED when the backend
+ * cannot run here. */
 ferry_status backend_host_init(backend *be);
 ferry_status backend_cuda_init(backend *be);
 

@@ -1,66 +1,54 @@
-/* The op dispatcher: checks every op's arguments on the caller's thread (NULL
+/* The op front: checks every op's arguments on the caller's thread (NULL
  * stream, non-positive sizes, tensors that do not lie inside live device
- * buffers), then launches the host version (kernels/<op>.c, through
- * backend_launch_host on the stream's worker) or the CUDA version
- * (kernels/<op>.cu, through kernels/ops_cuda.h) of the op. Owns the storage
- * type of each backend; owns no memory. */
+ * buffers), then forwards to the op table of the stream's backend
+ * (backend_ops, kernels/backend_impl.h), so both backends report misuse the
+ * same way and no caller branches on the backend. Owns no memory. */
 #include "kernels/ops.h"
 
 #include <stdlib.h>
 
 #include "common/error.h"
-#include "kernels/ops_host.h"
-#ifdef FERRY_HAVE_CUDA
-#include "kernels/ops_cuda.h"
-#endif
+#include "kernels/backend_impl.h"
 
-ferry_dtype backend_act_dtype(const backend *be)
-{
-    return backend_kind(be) == FERRY_BACKEND_CUDA ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F32;
-}
+ferry_dtype backend_act_dtype(const backend *be) { return be->act; }
 
 ferry_status ops_init(backend *be, void *workspace, size_t workspace_bytes)
 {
     if (!be)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ops_init: backend is NULL");
-#ifdef FERRY_HAVE_CUDA
-    if (backend_kind(be) == FERRY_BACKEND_CUDA)
-        return cudaop_init(be, workspace, workspace_bytes);
-#endif
-    (void)workspace;
-    (void)workspace_bytes;
-    return FERRY_OK;
+    if (workspace_bytes && !backend_owns(be, workspace, workspace_bytes))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "ops_init: the workspace [%p, +%zu bytes) is not inside one live device buffer",
+                       workspace, workspace_bytes);
+    return be->ops->init(be, workspace, workspace_bytes);
 }
 
 void ops_shutdown(backend *be)
 {
-#ifdef FERRY_HAVE_CUDA
-    if (be && backend_kind(be) == FERRY_BACKEND_CUDA)
-        cudaop_shutdown(be);
-#else
-    (void)be;
-#endif
+    if (be)
+        be->ops->shutdown(be);
+}
+
+size_t ops_classifier_scratch_bytes_for(ferry_dtype act, int chunk, int Vp)
+{
+    if (chunk <= 0 || Vp <= 0 || !dtype_is_float(act))
+        return 0;
+    return (size_t)chunk * (size_t)Vp * dtype_size(act);
 }
 
 size_t ops_classifier_scratch_bytes(const backend *be, int chunk, int Vp)
 {
-    if (!be || chunk <= 0 || Vp <= 0)
-        return 0;
-#ifdef FERRY_HAVE_CUDA
-    if (backend_kind(be) == FERRY_BACKEND_CUDA)
-        return cudaop_classifier_scratch_bytes(chunk, Vp);
-#endif
-    return (size_t)chunk * (size_t)Vp * sizeof(float);
+    return be ? ops_classifier_scratch_bytes_for(be->act, chunk, Vp) : 0;
+}
+
+size_t ops_sumsq_scratch_bytes(void) { return OPS_SUMSQ_PARTIALS * sizeof(double); }
+
+size_t ops_workspace_bytes(ferry_backend_kind kind)
+{
+    return kind == FERRY_BACKEND_CUDA ? OPS_CUDA_MATMUL_WORKSPACE : 0;
 }
 
 /* ---- argument checks ---- */
-
-#ifdef FERRY_HAVE_CUDA
-static bool is_host(backend_stream *s)
-{
-    return backend_kind(backend_stream_backend(s)) != FERRY_BACKEND_CUDA;
-}
-#endif
 
 static ferry_status check_stream(const char *op, backend_stream *s)
 {
@@ -95,10 +83,7 @@ static ferry_status check_tensor(const char *op, backend_stream *s, const char *
     return FERRY_OK;
 }
 
-static size_t act_size(backend_stream *s)
-{
-    return dtype_size(backend_act_dtype(backend_stream_backend(s)));
-}
+static size_t act_size(backend_stream *s) { return dtype_size(s->be->act); }
 
 #define CHECK(expr)                                                                             \
     do {                                                                                        \
@@ -111,19 +96,6 @@ static size_t mul2(int a, int b) { return (size_t)a * (size_t)b; }
 static size_t mul3(int a, int b, int c) { return (size_t)a * (size_t)b * (size_t)c; }
 
 /* ---- encoder ---- */
-
-typedef struct encoder_fwd_args {
-    float *out;
-    const int32_t *tokens;
-    const float *wte, *wpe;
-    int B, T, C, V;
-} encoder_fwd_args;
-
-static ferry_status encoder_fwd_run(void *p)
-{
-    encoder_fwd_args *a = p;
-    return hostop_encoder_forward(a->out, a->tokens, a->wte, a->wpe, a->B, a->T, a->C, a->V);
-}
 
 ferry_status ops_encoder_forward(backend_stream *s, act_t *out, const int32_t *tokens,
                                  const act_t *wte, const act_t *wpe, int B, int T, int C, int V)
@@ -139,26 +111,7 @@ ferry_status ops_encoder_forward(backend_stream *s, act_t *out, const int32_t *t
     CHECK(check_tensor(op, s, "tokens", tokens, mul2(B, T), sizeof(int32_t)));
     CHECK(check_tensor(op, s, "wte", wte, mul2(V, C), es));
     CHECK(check_tensor(op, s, "wpe", wpe, mul2(T, C), es));
-#ifdef FERRY_HAVE_CUDA
-    if (!is_host(s))
-        return cudaop_encoder_forward(backend_stream_native(s), out, tokens, wte, wpe, B, T, C, V);
-#endif
-    encoder_fwd_args a = {out, tokens, wte, wpe, B, T, C, V};
-    return backend_launch_host(s, encoder_fwd_run, &a, sizeof a);
-}
-
-typedef struct encoder_bwd_args {
-    float *dwte, *dwpe;
-    const float *dout;
-    const int32_t *tokens;
-    int B, T, C;
-} encoder_bwd_args;
-
-static ferry_status encoder_bwd_run(void *p)
-{
-    encoder_bwd_args *a = p;
-    hostop_encoder_backward(a->dwte, a->dwpe, a->dout, a->tokens, a->B, a->T, a->C);
-    return FERRY_OK;
+    return s->be->ops->encoder_forward(s, out, tokens, wte, wpe, B, T, C, V);
 }
 
 ferry_status ops_encoder_backward(backend_stream *s, act_t *dwte, act_t *dwpe, const act_t *dout,
@@ -174,29 +127,11 @@ ferry_status ops_encoder_backward(backend_stream *s, act_t *dwte, act_t *dwpe, c
     CHECK(check_tensor(op, s, "dwpe", dwpe, mul2(T, C), es));
     CHECK(check_tensor(op, s, "dout", dout, mul3(B, T, C), es));
     CHECK(check_tensor(op, s, "tokens", tokens, mul2(B, T), sizeof(int32_t)));
-#ifdef FERRY_HAVE_CUDA
-    if (!is_host(s))
-        return cudaop_encoder_backward(backend_stream_native(s), dwte, dwpe, dout, tokens, B, T,
+    return s->be->ops->encoder_backward(s, dwte, dwpe, dout, tokens, B, T,
                                        C);
-#endif
-    encoder_bwd_args a = {dwte, dwpe, dout, tokens, B, T, C};
-    return backend_launch_host(s, encoder_bwd_run, &a, sizeof a);
 }
 
 /* ---- layernorm ---- */
-
-typedef struct layernorm_fwd_args {
-    float *out, *mean, *rstd;
-    const float *inp, *weight, *bias;
-    int N, C;
-} layernorm_fwd_args;
-
-static ferry_status layernorm_fwd_run(void *p)
-{
-    layernorm_fwd_args *a = p;
-    hostop_layernorm_forward(a->out, a->mean, a->rstd, a->inp, a->weight, a->bias, a->N, a->C);
-    return FERRY_OK;
-}
 
 ferry_status ops_layernorm_forward(backend_stream *s, act_t *out, float *mean, float *rstd,
                                    const act_t *inp, const act_t *weight, const act_t *bias,
@@ -213,27 +148,8 @@ ferry_status ops_layernorm_forward(backend_stream *s, act_t *out, float *mean, f
     CHECK(check_tensor(op, s, "inp", inp, mul2(N, C), es));
     CHECK(check_tensor(op, s, "weight", weight, (size_t)C, es));
     CHECK(check_tensor(op, s, "bias", bias, (size_t)C, es));
-#ifdef FERRY_HAVE_CUDA
-    if (!is_host(s))
-        return cudaop_layernorm_forward(backend_stream_native(s), out, mean, rstd, inp, weight,
+    return s->be->ops->layernorm_forward(s, out, mean, rstd, inp, weight,
                                         bias, N, C);
-#endif
-    layernorm_fwd_args a = {out, mean, rstd, inp, weight, bias, N, C};
-    return backend_launch_host(s, layernorm_fwd_run, &a, sizeof a);
-}
-
-typedef struct layernorm_bwd_args {
-    float *dinp, *dweight, *dbias;
-    const float *dout, *inp, *weight, *mean, *rstd;
-    int N, C;
-} layernorm_bwd_args;
-
-static ferry_status layernorm_bwd_run(void *p)
-{
-    layernorm_bwd_args *a = p;
-    hostop_layernorm_backward(a->dinp, a->dweight, a->dbias, a->dout, a->inp, a->weight, a->mean,
-                              a->rstd, a->N, a->C);
-    return FERRY_OK;
 }
 
 ferry_status ops_layernorm_backward(backend_stream *s, act_t *dinp, act_t *dweight, act_t *dbias,
@@ -253,29 +169,11 @@ ferry_status ops_layernorm_backward(backend_stream *s, act_t *dinp, act_t *dweig
     CHECK(check_tensor(op, s, "weight", weight, (size_t)C, es));
     CHECK(check_tensor(op, s, "mean", mean, (size_t)N, sizeof(float)));
     CHECK(check_tensor(op, s, "rstd", rstd, (size_t)N, sizeof(float)));
-#ifdef FERRY_HAVE_CUDA
-    if (!is_host(s))
-        return cudaop_layernorm_backward(backend_stream_native(s), dinp, dweight, dbias, dout, inp,
+    return s->be->ops->layernorm_backward(s, dinp, dweight, dbias, dout, inp,
                                          weight, mean, rstd, N, C);
-#endif
-    layernorm_bwd_args a = {dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C};
-    return backend_launch_host(s, layernorm_bwd_run, &a, sizeof a);
 }
 
 /* ---- matmul ---- */
-
-typedef struct matmul_fwd_args {
-    float *out;
-    const float *inp, *weight, *bias;
-    int N, C, OC;
-} matmul_fwd_args;
-
-static ferry_status matmul_fwd_run(void *p)
-{
-    matmul_fwd_args *a = p;
-    hostop_matmul_forward(a->out, a->inp, a->weight, a->bias, a->N, a->C, a->OC);
-    return FERRY_OK;
-}
 
 ferry_status ops_matmul_forward(backend_stream *s, act_t *out, const act_t *inp,
                                 const act_t *weight, const act_t *bias, int N, int C, int OC)
@@ -291,26 +189,7 @@ ferry_status ops_matmul_forward(backend_stream *s, act_t *out, const act_t *inp,
     CHECK(check_tensor(op, s, "weight", weight, mul2(OC, C), es));
     if (bias)
         CHECK(check_tensor(op, s, "bias", bias, (size_t)OC, es));
-#ifdef FERRY_HAVE_CUDA
-    if (!is_host(s))
-        return cudaop_matmul_forward(backend_stream_native(s), out, inp, weight, bias, N, C, OC);
-#endif
-    matmul_fwd_args a = {out, inp, weight, bias, N, C, OC};
-    return backend_launch_host(s, matmul_fwd_run, &a, sizeof a);
-}
-
-typedef struct matmul_bwd_args {
-    float *dinp, *dweight, *dbias;
-    const float *dout, *inp, *weight;
-    int N, C, OC;
-} matmul_bwd_args;
-
-static ferry_status matmul_bwd_run(void *p)
-{
-    matmul_bwd_args *a = p;
-    hostop_matmul_backward(a->dinp, a->dweight, a->dbias, a->dout, a->inp, a->weight, a->N, a->C,
-                           a->OC);
-    return FERRY_OK;
+    return s->be->ops->matmul_forward(s, out, inp, weight, bias, N, C, OC);
 }
 
 ferry_status ops_matmul_backward(backend_stream *s, act_t *dinp, act_t *dweight, act_t *dbias,
@@ -330,43 +209,11 @@ ferry_status ops_matmul_backward(backend_stream *s, act_t *dinp, act_t *dweight,
     CHECK(check_tensor(op, s, "dout", dout, mul2(N, OC), es));
     CHECK(check_tensor(op, s, "inp", inp, mul2(N, C), es));
     CHECK(check_tensor(op, s, "weight", weight, mul2(OC, C), es));
-#ifdef FERRY_HAVE_CUDA
-    if (!is_host(s))
-        return cudaop_matmul_backward(backend_stream_native(s), dinp, dweight, dbias, dout, inp,
+    return s->be->ops->matmul_backward(s, dinp, dweight, dbias, dout, inp,
                                       weight, N, C, OC);
-#endif
-    matmul_bwd_args a = {dinp, dweight, dbias, dout, inp, weight, N, C, OC};
-    return backend_launch_host(s, matmul_bwd_run, &a, sizeof a);
 }
 
 /* ---- gelu, residual ---- */
-
-typedef struct eltwise_args {
-    float *out;
-    const float *a, *b;
-    size_t n;
-} eltwise_args;
-
-static ferry_status gelu_fwd_run(void *p)
-{
-    eltwise_args *a = p;
-    hostop_gelu_forward(a->out, a->a, a->n);
-    return FERRY_OK;
-}
-
-static ferry_status gelu_bwd_run(void *p)
-{
-    eltwise_args *a = p;
-    hostop_gelu_backward(a->out, a->a, a->b, a->n);
-    return FERRY_OK;
-}
-
-static ferry_status residual_fwd_run(void *p)
-{
-    eltwise_args *a = p;
-    hostop_residual_forward(a->out, a->a, a->b, a->n);
-    return FERRY_OK;
-}
 
 static ferry_status check_eltwise(const char *op, backend_stream *s, const char *n0,
                                   const void *p0, const char *n1, const void *p1, const char *n2,
@@ -386,36 +233,21 @@ static ferry_status check_eltwise(const char *op, backend_stream *s, const char 
 ferry_status ops_gelu_forward(backend_stream *s, act_t *out, const act_t *inp, size_t n)
 {
     CHECK(check_eltwise("ops_gelu_forward", s, "out", out, "inp", inp, NULL, NULL, n));
-#ifdef FERRY_HAVE_CUDA
-    if (!is_host(s))
-        return cudaop_gelu_forward(backend_stream_native(s), out, inp, n);
-#endif
-    eltwise_args a = {out, inp, NULL, n};
-    return backend_launch_host(s, gelu_fwd_run, &a, sizeof a);
+    return s->be->ops->gelu_forward(s, out, inp, n);
 }
 
 ferry_status ops_gelu_backward(backend_stream *s, act_t *dinp, const act_t *inp,
                                const act_t *dout, size_t n)
 {
     CHECK(check_eltwise("ops_gelu_backward", s, "dinp", dinp, "inp", inp, "dout", dout, n));
-#ifdef FERRY_HAVE_CUDA
-    if (!is_host(s))
-        return cudaop_gelu_backward(backend_stream_native(s), dinp, inp, dout, n);
-#endif
-    eltwise_args a = {dinp, inp, dout, n};
-    return backend_launch_host(s, gelu_bwd_run, &a, sizeof a);
+    return s->be->ops->gelu_backward(s, dinp, inp, dout, n);
 }
 
 ferry_status ops_residual_forward(backend_stream *s, act_t *out, const act_t *a, const act_t *b,
                                   size_t n)
 {
     CHECK(check_eltwise("ops_residual_forward", s, "out", out, "a", a, "b", b, n));
-#ifdef FERRY_HAVE_CUDA
-    if (!is_host(s))
-        return cudaop_residual_forward(backend_stream_native(s), out, a, b, n);
-#endif
-    eltwise_args args = {out, a, b, n};
-    return backend_launch_host(s, residual_fwd_run, &args, sizeof args);
+    return s->be->ops->residual_forward(s, out, a, b, n);
 }
 
 /* ---- attention ---- */
@@ -434,25 +266,6 @@ static ferry_status check_attention_shape(const char *op, backend_stream *s, int
     return FERRY_OK;
 }
 
-typedef struct attention_args {
-    float *out, *lse, *dqkv;
-    const float *qkv, *dout, *fwd_out, *fwd_lse;
-    int B, T, C, NH;
-} attention_args;
-
-static ferry_status attention_fwd_run(void *p)
-{
-    attention_args *a = p;
-    return hostop_attention_forward(a->out, a->lse, a->qkv, a->B, a->T, a->C, a->NH);
-}
-
-static ferry_status attention_bwd_run(void *p)
-{
-    attention_args *a = p;
-    return hostop_attention_backward(a->dqkv, a->dout, a->qkv, a->fwd_out, a->fwd_lse, a->B, a->T,
-                                     a->C, a->NH);
-}
-
 ferry_status ops_attention_forward(backend_stream *s, act_t *out, float *lse, const act_t *qkv,
                                    int B, int T, int C, int NH)
 {
@@ -462,12 +275,7 @@ ferry_status ops_attention_forward(backend_stream *s, act_t *out, float *lse, co
     CHECK(check_tensor(op, s, "out", out, mul3(B, T, C), es));
     CHECK(check_tensor(op, s, "lse", lse, mul3(B, NH, T), sizeof(float)));
     CHECK(check_tensor(op, s, "qkv", qkv, mul3(B, T, 3 * C), es));
-#ifdef FERRY_HAVE_CUDA
-    if (!is_host(s))
-        return cudaop_attention_forward(backend_stream_native(s), out, lse, qkv, B, T, C, NH);
-#endif
-    attention_args a = {.out = out, .lse = lse, .qkv = qkv, .B = B, .T = T, .C = C, .NH = NH};
-    return backend_launch_host(s, attention_fwd_run, &a, sizeof a);
+    return s->be->ops->attention_forward(s, out, lse, qkv, B, T, C, NH);
 }
 
 ferry_status ops_attention_backward(backend_stream *s, act_t *dqkv, const act_t *dout,
@@ -482,34 +290,11 @@ ferry_status ops_attention_backward(backend_stream *s, act_t *dqkv, const act_t 
     CHECK(check_tensor(op, s, "qkv", qkv, mul3(B, T, 3 * C), es));
     CHECK(check_tensor(op, s, "out", out, mul3(B, T, C), es));
     CHECK(check_tensor(op, s, "lse", lse, mul3(B, NH, T), sizeof(float)));
-#ifdef FERRY_HAVE_CUDA
-    if (!is_host(s))
-        return cudaop_attention_backward(backend_stream_native(s), dqkv, dout, qkv, out, lse, B,
+    return s->be->ops->attention_backward(s, dqkv, dout, qkv, out, lse, B,
                                          T, C, NH);
-#endif
-    attention_args a = {.dqkv = dqkv, .dout = dout, .qkv = qkv, .fwd_out = out, .fwd_lse = lse,
-                        .B = B, .T = T, .C = C, .NH = NH};
-    return backend_launch_host(s, attention_bwd_run, &a, sizeof a);
 }
 
 /* ---- classifier ---- */
-
-typedef struct classifier_args {
-    float *losses, *dinp, *dwte;
-    const float *inp, *wte;
-    const int32_t *targets;
-    float grad_scale;
-    int N, C, V, Vp;
-    float *scratch;
-    int chunk;
-} classifier_args;
-
-static ferry_status classifier_run(void *p)
-{
-    classifier_args *a = p;
-    return hostop_classifier(a->losses, a->dinp, a->dwte, a->inp, a->wte, a->targets,
-                             a->grad_scale, a->N, a->C, a->V, a->Vp, a->scratch, a->chunk);
-}
 
 ferry_status ops_classifier(backend_stream *s, float *losses, act_t *dinp, act_t *dwte,
                             const act_t *inp, const act_t *wte, const int32_t *targets,
@@ -539,30 +324,11 @@ ferry_status ops_classifier(backend_stream *s, float *losses, act_t *dinp, act_t
         CHECK(check_tensor(op, s, "dinp", dinp, mul2(N, C), es));
         CHECK(check_tensor(op, s, "dwte", dwte, mul2(Vp, C), es));
     }
-#ifdef FERRY_HAVE_CUDA
-    if (!is_host(s))
-        return cudaop_classifier(backend_stream_native(s), losses, dinp, dwte, inp, wte, targets,
+    return s->be->ops->classifier(s, losses, dinp, dwte, inp, wte, targets,
                                  grad_scale, N, C, V, Vp, scratch, chunk);
-#endif
-    classifier_args a = {losses, dinp, dinp ? dwte : NULL, inp, wte, targets, grad_scale,
-                         N, C, V, Vp, scratch, chunk};
-    return backend_launch_host(s, classifier_run, &a, sizeof a);
 }
 
 /* ---- conversions ---- */
-
-typedef struct convert_args {
-    float *dst;
-    const float *src;
-    size_t n;
-} convert_args;
-
-static ferry_status convert_run(void *p)
-{
-    convert_args *a = p;
-    hostop_convert_copy(a->dst, a->src, a->n);
-    return FERRY_OK;
-}
 
 static ferry_status check_convert(const char *op, backend_stream *s, const void *dst,
                                   size_t dst_elem, const void *src, size_t src_elem, size_t n)
@@ -580,12 +346,7 @@ ferry_status ops_convert_from_f32(backend_stream *s, act_t *dst, const float *sr
     const char *op = "ops_convert_from_f32";
     CHECK(check_stream(op, s));
     CHECK(check_convert(op, s, dst, act_size(s), src, sizeof(float), n));
-#ifdef FERRY_HAVE_CUDA
-    if (!is_host(s))
-        return cudaop_convert_from_f32(backend_stream_native(s), dst, src, n);
-#endif
-    convert_args a = {dst, src, n};
-    return backend_launch_host(s, convert_run, &a, sizeof a);
+    return s->be->ops->convert_from_f32(s, dst, src, n);
 }
 
 ferry_status ops_convert_to_f32(backend_stream *s, float *dst, const act_t *src, size_t n)
@@ -593,10 +354,60 @@ ferry_status ops_convert_to_f32(backend_stream *s, float *dst, const act_t *src,
     const char *op = "ops_convert_to_f32";
     CHECK(check_stream(op, s));
     CHECK(check_convert(op, s, dst, sizeof(float), src, act_size(s), n));
-#ifdef FERRY_HAVE_CUDA
-    if (!is_host(s))
-        return cudaop_convert_to_f32(backend_stream_native(s), dst, src, n);
-#endif
-    convert_args a = {dst, src, n};
-    return backend_launch_host(s, convert_run, &a, sizeof a);
+    return s->be->ops->convert_to_f32(s, dst, src, n);
+}
+
+/* ---- the optimizer of offload none ---- */
+
+static ferry_status check_adamw_hparams(const char *op, const adamw_hparams *hp, int64_t step,
+                                        float grad_scale)
+{
+    if (!hp)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: hyperparameters are NULL", op);
+    if (step < 1)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: step %lld; steps count from 1", op,
+                       (long long)step);
+    if (!(hp->lr >= 0 && hp->lr <= 1e30) || !(hp->eps >= 0 && hp->eps <= 1e30) ||
+        !(hp->weight_decay >= 0 && hp->weight_decay <= 1e30))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "%s: lr %g, eps %g, weight_decay %g; each must be finite and >= 0", op,
+                       hp->lr, hp->eps, hp->weight_decay);
+    if (!(hp->beta1 >= 0 && hp->beta1 < 1) || !(hp->beta2 >= 0 && hp->beta2 < 1))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: betas (%g, %g); each must be in [0, 1)", op,
+                       hp->beta1, hp->beta2);
+    if (!(grad_scale >= 0 && grad_scale <= 1e30f))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: grad_scale %g; it must be finite and >= 0",
+                       op, (double)grad_scale);
+    return FERRY_OK;
+}
+
+ferry_status ops_adamw(backend_stream *s, float *master, float *m, float *v, const act_t *grad,
+                       act_t *param_out, size_t n, const adamw_hparams *hp, int64_t step,
+                       float grad_scale)
+{
+    const char *op = "ops_adamw";
+    CHECK(check_stream(op, s));
+    CHECK(check_adamw_hparams(op, hp, step, grad_scale));
+    if (n == 0)
+        return FERRY_OK;
+    size_t es = act_size(s);
+    CHECK(check_tensor(op, s, "master", master, n, sizeof(float)));
+    CHECK(check_tensor(op, s, "m", m, n, sizeof(float)));
+    CHECK(check_tensor(op, s, "v", v, n, sizeof(float)));
+    CHECK(check_tensor(op, s, "grad", grad, n, es));
+    if (param_out)
+        CHECK(check_tensor(op, s, "param_out", param_out, n, es));
+    return s->be->ops->adamw(s, master, m, v, grad, param_out, n, hp, step, grad_scale);
+}
+
+ferry_status ops_sumsq(backend_stream *s, const act_t *grad, size_t n, double *sumsq, void *scratch)
+{
+    const char *op = "ops_sumsq";
+    CHECK(check_stream(op, s));
+    CHECK(check_tensor(op, s, "sumsq", sumsq, 1, sizeof(double)));
+    CHECK(check_tensor(op, s, "scratch", scratch, ops_sumsq_scratch_bytes(), 1));
+    if (n == 0)
+        return FERRY_OK;
+    CHECK(check_tensor(op, s, "grad", grad, n, act_size(s)));
+    return s->be->ops->sumsq(s, grad, n, sumsq, scratch);
 }

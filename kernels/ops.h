@@ -1,9 +1,12 @@
-/* The GPT-2 op set, forward and backward, launched on a backend stream.
+/* The op set — GPT-2's forward and backward, and the device optimizer of
+ * offload none — launched on a backend stream.
  *
  * Each op has a host version (kernels/<op>.c: plain C, OpenBLAS for matmuls,
  * fp32, run as a host function on the stream's worker thread) and a CUDA
  * version (kernels/<op>.cu: bf16 storage, fp32 accumulation) with the same
- * shape; ops_* dispatches on backend_kind() of the stream's backend.
+ * shape. ops_* checks the arguments and forwards to the op table of the
+ * stream's backend (kernels/backend_impl.h); no caller branches on the
+ * backend.
  *
  * Element types: tensors typed `act_t *` (void) hold the backend's storage
  * type, backend_act_dtype(): fp32 on host, bf16 on cuda. That covers
@@ -28,6 +31,7 @@
 #include <stdint.h>
 
 #include "common/dtype.h"
+#include "common/numerics.h"
 #include "kernels/backend.h"
 
 #ifdef __cplusplus
@@ -105,11 +109,41 @@ ferry_status ops_classifier(backend_stream *s, float *losses, act_t *dinp, act_t
                             float grad_scale, int N, int C, int V, int Vp, void *scratch,
                             int chunk);
 size_t ops_classifier_scratch_bytes(const backend *be, int chunk, int Vp);
+/* The same for a storage type rather than an open backend (planners): chunk
+ * x Vp elements of `act` on every backend. 0 on bad arguments. */
+size_t ops_classifier_scratch_bytes_for(ferry_dtype act, int chunk, int Vp);
 
 /* Conversions between fp32 host-side values and the backend's storage type,
  * on device memory: dst[i] = (act)src[i] and back. */
 ferry_status ops_convert_from_f32(backend_stream *s, act_t *dst, const float *src, size_t n);
 ferry_status ops_convert_to_f32(backend_stream *s, float *dst, const act_t *src, size_t n);
+
+/* ---- the optimizer of offload none, on the device ---- */
+
+/* torch.optim.AdamW on n elements of one tensor, in stream order (the
+ * element arithmetic of common/numerics.h): master, m, v are fp32 device
+ * buffers updated in place; grad is in the storage type, multiplied by
+ * grad_scale (the clip coefficient) first; param_out (may be NULL) receives
+ * the updated weights in the storage type. step >= 1. */
+ferry_status ops_adamw(backend_stream *s, float *master, float *m, float *v, const act_t *grad,
+                       act_t *param_out, size_t n, const adamw_hparams *hp, int64_t step,
+                       float grad_scale);
+
+/* *sumsq (one fp64 in device memory) += the sum of grad[i]^2 over n elements
+ * in the storage type, deterministically: the bits depend only on the data
+ * (host: common/numerics.h's tiled order; cuda: a fixed reduction tree). An
+ * inf or NaN gradient makes the sum inf or NaN, which is the flag callers
+ * check. `scratch` holds ops_sumsq_scratch_bytes() of device memory; calls
+ * sharing a scratch must be on one stream. */
+ferry_status ops_sumsq(backend_stream *s, const act_t *grad, size_t n, double *sumsq, void *scratch);
+#define OPS_SUMSQ_PARTIALS 512 /* partial sums in the scratch, on every backend */
+size_t ops_sumsq_scratch_bytes(void);
+
+/* Device memory the backend's matmuls want as workspace (cuBLASLt's, so its
+ * heuristics may pick split-K and stream-K kernels): 32 MiB on cuda, 0 on
+ * host. Given to ops_init; counts against the caller's budget. */
+#define OPS_CUDA_MATMUL_WORKSPACE ((size_t)32 << 20)
+size_t ops_workspace_bytes(ferry_backend_kind kind);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/numerics.h"
 #include "ferry.h"
 
 #ifdef __cplusplus
@@ -63,6 +64,15 @@ ferry_status hostop_classifier(float *losses, float *dinp, float *dwte, const fl
                                int C, int V, int Vp, float *scratch, int chunk);
 
 void hostop_convert_copy(float *dst, const float *src, size_t n);
+
+/* AdamW over n elements (common/numerics.h's arithmetic): grad and
+ * param_out (may be NULL) hold `act` elements (f32 or bf16); step >= 1. */
+void hostop_adamw(float *master, float *m, float *v, const void *grad, void *param_out,
+                  ferry_dtype act, size_t n, const adamw_hparams *hp, int64_t step,
+                  float grad_scale);
+/* The sum of squares of n `act` elements, tile by tile in tile order
+ * (common/numerics.h): bitwise the CPU optimizer's gradnorm_sumsq. */
+double hostop_sumsq(const void *grad, ferry_dtype act, size_t n);
 
 #ifdef __cplusplus
 }

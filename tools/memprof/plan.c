@@ -183,10 +183,10 @@ static void place_static(const plan_model *pm, ferry_offload mode, ferry_backend
             d[FERRY_MEM_GRADS] += dev(n * es);
         }
     }
-    if (mode == FERRY_OFFLOAD_NONE && backend == FERRY_BACKEND_CUDA)
-        d[FERRY_MEM_WORKSPACE] += dev((uint64_t)pm->ngroups * 8) + dev(PLAN_CUDA_SUMSQ_SCRATCH_BYTES);
-    if (backend == FERRY_BACKEND_CUDA)
-        d[FERRY_MEM_WORKSPACE] += dev(ENGINE_CUBLAS_WORKSPACE);
+    if (mode == FERRY_OFFLOAD_NONE)
+        d[FERRY_MEM_WORKSPACE] += dev((uint64_t)pm->ngroups * 8) + dev(ops_sumsq_scratch_bytes());
+    if (ops_workspace_bytes(backend))
+        d[FERRY_MEM_WORKSPACE] += dev(ops_workspace_bytes(backend));
     r->device_weight_groups = mode == FERRY_OFFLOAD_PARAMS ? 0 : pm->ngroups;
     r->device_grad_groups = r->device_weight_groups;
 }

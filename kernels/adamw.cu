@@ -1,4 +1,5 @@
-/* The device optimizer for the engine's no-offload mode: torch.optim.AdamW
+/* The device optimizer for the engine's no-offload mode (ops_adamw and
+ * ops_sumsq on cuda; the host reference is kernels/adamw.c): torch.optim.AdamW
  * on fp32 master weights and moments in device memory, reading bf16
  * gradients and writing the bf16 parameter copy; and the deterministic sum
  * of squares of bf16 gradients behind global-norm clipping and the inf/NaN
@@ -9,7 +10,7 @@
 
 namespace {
 
-constexpr int SUMSQ_BLOCKS = 512; /* fixed: the reduction tree must not depend on the GPU */
+constexpr int SUMSQ_BLOCKS = OPS_SUMSQ_PARTIALS; /* fixed: the reduction tree must not depend on the GPU */
 constexpr int SUMSQ_THREADS = 256;
 
 __global__ void adamw_kernel(float *master, float *m, float *v, const bf16 *grad, bf16 *param_out,

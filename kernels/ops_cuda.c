@@ -1,0 +1,135 @@
+/* The cuda backend's op table (backend_cuda_ops): each op hands its
+ * (already checked) arguments to the kernel of kernels/<op>.cu on the
+ * stream's cudaStream_t (kernels/ops_cuda.h). Storage is bf16. Built only
+ * with CUDA; owns no memory. */
+#include "kernels/backend_impl.h"
+#include "kernels/ops_cuda.h"
+
+static ferry_status cuda_encoder_forward(backend_stream *s, act_t *out, const int32_t *tokens,
+                                         const act_t *wte, const act_t *wpe, int B, int T, int C,
+                                         int V)
+{
+    return cudaop_encoder_forward(backend_stream_native(s), out, tokens, wte, wpe, B, T, C, V);
+}
+
+static ferry_status cuda_encoder_backward(backend_stream *s, act_t *dwte, act_t *dwpe,
+                                          const act_t *dout, const int32_t *tokens, int B, int T,
+                                          int C)
+{
+    return cudaop_encoder_backward(backend_stream_native(s), dwte, dwpe, dout, tokens, B, T, C);
+}
+
+static ferry_status cuda_layernorm_forward(backend_stream *s, act_t *out, float *mean, float *rstd,
+                                           const act_t *inp, const act_t *weight, const act_t *bias,
+                                           int N, int C)
+{
+    return cudaop_layernorm_forward(backend_stream_native(s), out, mean, rstd, inp, weight, bias, N, C);
+}
+
+static ferry_status cuda_layernorm_backward(backend_stream *s, act_t *dinp, act_t *dweight,
+                                            act_t *dbias, const act_t *dout, const act_t *inp,
+                                            const act_t *weight, const float *mean,
+                                            const float *rstd, int N, int C)
+{
+    return cudaop_layernorm_backward(backend_stream_native(s), dinp, dweight, dbias, dout, inp, weight,
+                                     mean, rstd, N, C);
+}
+
+static ferry_status cuda_matmul_forward(backend_stream *s, act_t *out, const act_t *inp,
+                                        const act_t *weight, const act_t *bias, int N, int C, int OC)
+{
+    return cudaop_matmul_forward(backend_stream_native(s), out, inp, weight, bias, N, C, OC);
+}
+
+static ferry_status cuda_matmul_backward(backend_stream *s, act_t *dinp, act_t *dweight,
+                                         act_t *dbias, const act_t *dout, const act_t *inp,
+                                         const act_t *weight, int N, int C, int OC)
+{
+    return cudaop_matmul_backward(backend_stream_native(s), dinp, dweight, dbias, dout, inp, weight, N,
+                                  C, OC);
+}
+
+static ferry_status cuda_gelu_forward(backend_stream *s, act_t *out, const act_t *inp, size_t n)
+{
+    return cudaop_gelu_forward(backend_stream_native(s), out, inp, n);
+}
+
+static ferry_status cuda_gelu_backward(backend_stream *s, act_t *dinp, const act_t *inp,
+                                       const act_t *dout, size_t n)
+{
+    return cudaop_gelu_backward(backend_stream_native(s), dinp, inp, dout, n);
+}
+
+static ferry_status cuda_residual_forward(backend_stream *s, act_t *out, const act_t *a,
+                                          const act_t *b, size_t n)
+{
+    return cudaop_residual_forward(backend_stream_native(s), out, a, b, n);
+}
+
+static ferry_status cuda_attention_forward(backend_stream *s, act_t *out, float *lse,
+                                           const act_t *qkv, int B, int T, int C, int NH)
+{
+    return cudaop_attention_forward(backend_stream_native(s), out, lse, qkv, B, T, C, NH);
+}
+
+static ferry_status cuda_attention_backward(backend_stream *s, act_t *dqkv, const act_t *dout,
+                                            const act_t *qkv, const act_t *out, const float *lse,
+                                            int B, int T, int C, int NH)
+{
+    return cudaop_attention_backward(backend_stream_native(s), dqkv, dout, qkv, out, lse, B, T, C, NH);
+}
+
+static ferry_status cuda_classifier(backend_stream *s, float *losses, act_t *dinp, act_t *dwte,
+                                    const act_t *inp, const act_t *wte, const int32_t *targets,
+                                    float grad_scale, int N, int C, int V, int Vp, void *scratch,
+                                    int chunk)
+{
+    return cudaop_classifier(backend_stream_native(s), losses, dinp, dwte, inp, wte, targets, grad_scale,
+                             N, C, V, Vp, scratch, chunk);
+}
+
+static ferry_status cuda_convert_from_f32(backend_stream *s, act_t *dst, const float *src, size_t n)
+{
+    return cudaop_convert_from_f32(backend_stream_native(s), dst, src, n);
+}
+
+static ferry_status cuda_convert_to_f32(backend_stream *s, float *dst, const act_t *src, size_t n)
+{
+    return cudaop_convert_to_f32(backend_stream_native(s), dst, src, n);
+}
+
+static ferry_status cuda_adamw(backend_stream *s, float *master, float *m, float *v,
+                               const act_t *grad, act_t *param_out, size_t n,
+                               const adamw_hparams *hp, int64_t step, float grad_scale)
+{
+    return cudaop_adamw(backend_stream_native(s), master, m, v, grad, param_out, n, (float)hp->lr,
+                        (float)hp->beta1, (float)hp->beta2, (float)hp->eps, (float)hp->weight_decay,
+                        step, grad_scale);
+}
+
+static ferry_status cuda_sumsq(backend_stream *s, const act_t *grad, size_t n, double *sumsq,
+                               void *scratch)
+{
+    return cudaop_sumsq(backend_stream_native(s), grad, n, sumsq, scratch);
+}
+
+const backend_ops backend_cuda_ops = {
+    .init = cudaop_init,
+    .shutdown = cudaop_shutdown,
+    .encoder_forward = cuda_encoder_forward,
+    .encoder_backward = cuda_encoder_backward,
+    .layernorm_forward = cuda_layernorm_forward,
+    .layernorm_backward = cuda_layernorm_backward,
+    .matmul_forward = cuda_matmul_forward,
+    .matmul_backward = cuda_matmul_backward,
+    .gelu_forward = cuda_gelu_forward,
+    .gelu_backward = cuda_gelu_backward,
+    .residual_forward = cuda_residual_forward,
+    .attention_forward = cuda_attention_forward,
+    .attention_backward = cuda_attention_backward,
+    .classifier = cuda_classifier,
+    .convert_from_f32 = cuda_convert_from_f32,
+    .convert_to_f32 = cuda_convert_to_f32,
+    .adamw = cuda_adamw,
+    .sumsq = cuda_sumsq,
+};
