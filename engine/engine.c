@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/sized.h"
 #include "common/units.h"
 #include "optim/half.h"
 
@@ -56,13 +57,25 @@ ferry_status engine_check_group(const ferry_engine *e, int group, const char *wh
     return FERRY_OK;
 }
 
+/* Every field of the versioned input structs, for sized_read. */
+static const size_t config_fields[] = {
+    SIZED_END(ferry_engine_config, backend),           SIZED_END(ferry_engine_config, device_budget_bytes),
+    SIZED_END(ferry_engine_config, host_budget_bytes), SIZED_END(ferry_engine_config, offload),
+    SIZED_END(ferry_engine_config, prefetch_groups),   SIZED_END(ferry_engine_config, optimizer_threads),
+    SIZED_END(ferry_engine_config, numa_node),         SIZED_END(ferry_engine_config, dtype),
+    SIZED_END(ferry_engine_config, delayed_update),    SIZED_END(ferry_engine_config, trace_path),
+    SIZED_END(ferry_engine_config, verbose),           SIZED_END(ferry_engine_config, reserved),
+};
+SIZED_NO_TAIL_PADDING(ferry_engine_config, reserved);
+
+static const size_t group_option_fields[] = {
+    SIZED_END(ferry_group_options, lr_scale), SIZED_END(ferry_group_options, weight_decay),
+    SIZED_END(ferry_group_options, no_decay), SIZED_END(ferry_group_options, no_decay_count),
+};
+SIZED_NO_TAIL_PADDING(ferry_group_options, no_decay_count);
+
 static ferry_status check_config(const ferry_engine_config *c)
 {
-    if (c->size < sizeof(ferry_engine_config))
-        return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "engine config size is %zu, expected %zu: initialise it with "
-                       "FERRY_ENGINE_CONFIG_INIT",
-                       c->size, sizeof(ferry_engine_config));
     if (c->backend < FERRY_BACKEND_AUTO || c->backend > FERRY_BACKEND_CUDA)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: backend %d is not a ferry_backend_kind",
                        (int)c->backend);
@@ -82,6 +95,9 @@ static ferry_status check_config(const ferry_engine_config *c)
     if (c->dtype < FERRY_DTYPE_AUTO || c->dtype > FERRY_DTYPE_BF16)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: dtype %d is not auto, f32 or bf16",
                        (int)c->dtype);
+    if (c->reserved != 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: reserved is %d; leave it 0 (FERRY_ENGINE_CONFIG_INIT)",
+                       c->reserved);
     if (c->delayed_update && c->offload != FERRY_OFFLOAD_OPTIMIZER)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: the delayed update needs offload 'optimizer' (it overlaps the "
@@ -150,13 +166,17 @@ ferry_status ferry_engine_create(const ferry_engine_config *cfg, ferry_engine **
     if (!cfg || !out)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_create: NULL argument");
     *out = NULL;
-    ferry_status st = check_config(cfg);
+    ferry_engine_config c = FERRY_ENGINE_CONFIG_INIT;
+    ferry_status st = sized_read(&c, sizeof c, cfg, config_fields, sizeof config_fields / sizeof config_fields[0],
+                                 "ferry_engine_config");
+    if (st == FERRY_OK)
+        st = check_config(&c);
     if (st != FERRY_OK)
         return st;
     ferry_engine *e = calloc(1, sizeof *e);
     if (!e)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_create: out of host memory");
-    e->cfg = *cfg;
+    e->cfg = c;
     e->micro_index = -1;
     st = open_parts(e);
     e->cfg.trace_path = NULL; /* the caller's string is used once, not kept */
@@ -252,13 +272,11 @@ ferry_status ferry_engine_add_group(ferry_engine *e, const char *name, size_t nu
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_add_group('%s'): numel %zu is outside 1..2^40",
                        name ? name : "", numel);
     ferry_group_options o = FERRY_GROUP_OPTIONS_INIT;
-    if (opts) {
-        if (opts->size < sizeof o)
-            return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                           "ferry_engine_add_group: options size %zu; use FERRY_GROUP_OPTIONS_INIT", opts->size);
-        o = *opts;
-    }
-    ferry_status st;
+    ferry_status st = opts ? sized_read(&o, sizeof o, opts, group_option_fields,
+                                         sizeof group_option_fields / sizeof group_option_fields[0],
+                                         "ferry_group_options") : FERRY_OK;
+    if (st != FERRY_OK)
+        return err_wrap(st, "ferry_engine_add_group('%s')", name ? name : "");
     if (!(o.lr_scale >= 0.0f) || !isfinite(o.lr_scale))
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_add_group: lr_scale %g must be finite and >= 0",
                        (double)o.lr_scale);
@@ -524,25 +542,17 @@ ferry_status ferry_engine_memory_stats(ferry_engine *e, ferry_memory_stats *out)
 {
     if (!e || !out)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_memory_stats: NULL argument");
-    if (out->size < sizeof(ferry_memory_stats))
-        return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "ferry_engine_memory_stats: size %zu; initialise with FERRY_MEMORY_STATS_INIT", out->size);
     ferry_memory_stats st = FERRY_MEMORY_STATS_INIT;
     arena_stats(e->arena, &st);
     pool_stats(e->pool, &st);
-    *out = st;
-    return FERRY_OK;
+    return sized_write(out, &st, sizeof st, "ferry_memory_stats");
 }
 
 ferry_status ferry_engine_step_timing(ferry_engine *e, ferry_step_timing *out)
 {
     if (!e || !out)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_step_timing: NULL argument");
-    if (out->size < sizeof(ferry_step_timing))
-        return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "ferry_engine_step_timing: size %zu; initialise with FERRY_STEP_TIMING_INIT", out->size);
-    *out = e->timing;
-    return FERRY_OK;
+    return sized_write(out, &e->timing, sizeof e->timing, "ferry_step_timing");
 }
 
 const char *ferry_engine_describe(ferry_engine *e) { return e ? e->describe : ""; }

@@ -10,14 +10,28 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/sized.h"
 #include "engine/engine.h"
 #include "optim/gradnorm.h"
 
-static ferry_status check_options(const ferry_step_options *o)
+static const size_t option_fields[] = {
+    SIZED_END(ferry_step_options, lr),           SIZED_END(ferry_step_options, beta1),
+    SIZED_END(ferry_step_options, beta2),        SIZED_END(ferry_step_options, eps),
+    SIZED_END(ferry_step_options, weight_decay), SIZED_END(ferry_step_options, max_grad_norm),
+};
+SIZED_NO_TAIL_PADDING(ferry_step_options, max_grad_norm);
+
+/* Reads the caller's options over the defaults (common/sized.h), then checks them. */
+static ferry_status check_options(const ferry_step_options *caller, ferry_step_options *o)
 {
-    if (!o || o->size < sizeof(ferry_step_options))
-        return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "ferry_engine_step: options missing or too small; use FERRY_STEP_OPTIONS_INIT");
+    if (!caller)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_step: options are NULL; use FERRY_STEP_OPTIONS_INIT");
+    ferry_step_options defaults = FERRY_STEP_OPTIONS_INIT;
+    *o = defaults;
+    ferry_status st = sized_read(o, sizeof *o, caller, option_fields, sizeof option_fields / sizeof option_fields[0],
+                                 "ferry_step_options");
+    if (st != FERRY_OK)
+        return err_wrap(st, "ferry_engine_step");
     if (!isfinite(o->lr) || o->lr < 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_step: lr %g must be finite and >= 0", (double)o->lr);
     if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
@@ -299,14 +313,15 @@ static void close_timing(ferry_engine *e)
     memset(&e->timing_acc, 0, sizeof e->timing_acc);
 }
 
-ferry_status engine_step(ferry_engine *e, const ferry_step_options *o, ferry_step_report *r)
+ferry_status engine_step(ferry_engine *e, const ferry_step_options *caller_opts, ferry_step_report *r)
 {
+    ferry_step_options opts, *o = &opts;
+    ferry_step_report report = FERRY_STEP_REPORT_INIT;
     ferry_status st = engine_check_group(e, 0, "ferry_engine_step");
-    if (st != FERRY_OK || (st = check_options(o)) != FERRY_OK || (st = check_ready(e)) != FERRY_OK)
+    if (st != FERRY_OK || (st = check_options(caller_opts, o)) != FERRY_OK || (st = check_ready(e)) != FERRY_OK)
         return st;
-    if (r && r->size < sizeof(ferry_step_report))
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_step: report size %zu; use FERRY_STEP_REPORT_INIT",
-                       r->size);
+    if (r && (st = sized_write(r, &report, sizeof report, "ferry_step_report")) != FERRY_OK)
+        return err_wrap(st, "ferry_engine_step");
     bool offloaded = e->cfg.offload != FERRY_OFFLOAD_NONE;
     st = offloaded ? norms_offloaded(e) : norms_resident(e);
     if (st != FERRY_OK)
@@ -336,13 +351,13 @@ ferry_status engine_step(ferry_engine *e, const ferry_step_options *o, ferry_ste
     e->micro_index = -1;
     e->timing_acc.optimizer_ms = e->last_update_ms;
     close_timing(e);
-    if (r) {
-        r->step = e->step;
-        r->grad_norm = bad >= 0 ? (double)NAN : norm;
-        r->clip_coef = bad >= 0 ? 1.0f : clip;
-        r->skipped = bad >= 0;
-        r->bad_group = bad;
-    }
+    report.step = e->step;
+    report.grad_norm = bad >= 0 ? (double)NAN : norm;
+    report.clip_coef = bad >= 0 ? 1.0f : clip;
+    report.skipped = bad >= 0;
+    report.bad_group = bad;
+    if (r)
+        sized_write(r, &report, sizeof report, "ferry_step_report"); /* its size was checked above */
     if (e->trace) {
         trace_step_timing(e->trace, e->step, "step_ms", e->timing.step_ms);
         trace_step_timing(e->trace, e->step, "compute_wait_transfer_ms", e->timing.compute_wait_transfer_ms);

@@ -6,8 +6,14 @@
  *   wrong, the value seen, and what to do. The message is thread-local.
  * - Handles are opaque. Whoever creates a handle destroys it with the matching
  *   _destroy function; destroy functions accept NULL.
- * - Configuration structs start with `size` and are initialised by their
- *   _INIT macro, so fields added later get defaults and old callers still work.
+ * - Versioned structs start with `size` and are initialised by their _INIT
+ *   macro, which stamps the sizeof the caller was compiled against. Fields are
+ *   only ever added at the end, and a struct the caller fills never ends in
+ *   padding, so a size names one version: the library reads a caller's older,
+ *   smaller struct and takes its own defaults for the fields it lacks, and
+ *   writes only the fields an older caller has room for. A size that is no
+ *   version's, or larger than the library knows (a newer header than the
+ *   library), is FERRY_ERR_INVALID_ARGUMENT.
  * - The library never calls exit() or abort() on a caller's error. */
 #ifndef FERRY_H
 #define FERRY_H
@@ -85,7 +91,21 @@ typedef struct ferry_system_info {
     char simd[16];                /* best CPU SIMD level: "avx512", "avx2" or "scalar" */
 } ferry_system_info;
 
-#define FERRY_SYSTEM_INFO_INIT { sizeof(ferry_system_info), FERRY_BACKEND_AUTO, 0, 0, "", 0, -1, 0, 0, 0, 0, "" }
+#define FERRY_SYSTEM_INFO_INIT                                                                \
+    {                                                                                         \
+        sizeof(ferry_system_info), /* size */                                                 \
+        FERRY_BACKEND_AUTO,        /* backend */                                              \
+        0,                         /* cuda_compiled */                                        \
+        0,                         /* gpu_count */                                            \
+        "",                        /* gpu_name */                                             \
+        0,                         /* gpu_memory_bytes */                                     \
+        -1,                        /* gpu_numa_node */                                        \
+        0,                         /* numa_nodes */                                           \
+        0,                         /* cores */                                                \
+        0,                         /* pus */                                                  \
+        0,                         /* host_memory_bytes */                                    \
+        "",                        /* simd */                                                 \
+    }
 
 /* Fills *info with the backend, GPU and topology this machine offers. A
  * missing GPU or driver is not an error (gpu_count = 0). Any thread. */
@@ -136,7 +156,23 @@ typedef struct ferry_memory_stats {
 } ferry_memory_stats;
 
 #define FERRY_MEMORY_STATS_INIT                                                               \
-    { sizeof(ferry_memory_stats), 0, 0, {0}, {0}, 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0.0 }
+    {                                                                                         \
+        sizeof(ferry_memory_stats), /* size */                                                \
+        0,                          /* device_budget_bytes */                                 \
+        0,                          /* device_reserved_bytes */                               \
+        {0},                        /* device_current_bytes */                                \
+        {0},                        /* device_peak_bytes */                                   \
+        0,                          /* device_total_current_bytes */                          \
+        0,                          /* device_total_peak_bytes */                             \
+        0.0,                        /* device_fragmentation */                                \
+        0,                          /* host_limit_bytes */                                    \
+        0,                          /* host_reserved_bytes */                                 \
+        0,                          /* host_in_use_bytes */                                   \
+        0,                          /* host_peak_bytes */                                     \
+        0,                          /* host_pinned_bytes */                                   \
+        0,                          /* host_unpinned_bytes */                                 \
+        0.0,                        /* host_fragmentation */                                  \
+    }
 /* ---- end memory ---- */
 
 /* ---- engine ---- */
@@ -208,13 +244,27 @@ typedef struct ferry_engine_config {
     int numa_node;                 /* node for host state and optimizer threads; -1 = nearest the GPU */
     ferry_dtype dtype;             /* AUTO, or the backend's own type */
     int delayed_update;            /* 1: one-step delayed update (DPU); changes the math */
-    const char *trace_path;        /* memory trace (JSON Lines) for memprof; NULL = off */
+    const char *trace_path;        /* memory trace (binary records, docs/memprof.md) for memprof; NULL = off */
     int verbose;                   /* 1: print the placement chosen at setup to stderr */
+    int reserved;                  /* 0; keeps the struct free of tail padding (a size names one version) */
 } ferry_engine_config;
 
-#define FERRY_ENGINE_CONFIG_INIT                                                               \
-    { sizeof(ferry_engine_config), FERRY_BACKEND_AUTO, 0, 0, FERRY_OFFLOAD_OPTIMIZER, 2, 0, -1, \
-      FERRY_DTYPE_AUTO, 0, NULL, 0 }
+#define FERRY_ENGINE_CONFIG_INIT                                                              \
+    {                                                                                         \
+        sizeof(ferry_engine_config), /* size */                                               \
+        FERRY_BACKEND_AUTO,          /* backend */                                            \
+        0,                           /* device_budget_bytes: all free device memory */        \
+        0,                           /* host_budget_bytes: no cap */                          \
+        FERRY_OFFLOAD_OPTIMIZER,     /* offload */                                            \
+        2,                           /* prefetch_groups */                                    \
+        0,                           /* optimizer_threads: every core of the node */          \
+        -1,                          /* numa_node: nearest the GPU */                         \
+        FERRY_DTYPE_AUTO,            /* dtype */                                              \
+        0,                           /* delayed_update: off */                                \
+        NULL,                        /* trace_path: no trace */                               \
+        0,                           /* verbose: quiet */                                     \
+        0,                           /* reserved */                                           \
+    }
 
 /* Creates an engine: opens the backend, its streams and the optimizer thread
  * pool. Checks every field and fails with FERRY_ERR_INVALID_ARGUMENT naming a
@@ -235,7 +285,14 @@ typedef struct ferry_group_options {
     size_t no_decay_count;
 } ferry_group_options;
 
-#define FERRY_GROUP_OPTIONS_INIT { sizeof(ferry_group_options), 1.0f, 1, NULL, 0 }
+#define FERRY_GROUP_OPTIONS_INIT                                                              \
+    {                                                                                         \
+        sizeof(ferry_group_options), /* size */                                               \
+        1.0f,                        /* lr_scale */                                           \
+        1,                           /* weight_decay: on */                                   \
+        NULL,                        /* no_decay: no exempt ranges */                         \
+        0,                           /* no_decay_count */                                     \
+    }
 
 /* Adds a group of `numel` parameters with initial values `init` (copied; the
  * caller keeps its buffer). opts may be NULL for the defaults. Groups are
@@ -283,7 +340,16 @@ typedef struct ferry_step_options {
     float max_grad_norm; /* clip the global L2 norm to this; <= 0: no clipping */
 } ferry_step_options;
 
-#define FERRY_STEP_OPTIONS_INIT { sizeof(ferry_step_options), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.0f }
+#define FERRY_STEP_OPTIONS_INIT                                                               \
+    {                                                                                         \
+        sizeof(ferry_step_options), /* size */                                                \
+        1e-3f,                      /* lr */                                                  \
+        0.9f,                       /* beta1 */                                               \
+        0.999f,                     /* beta2 */                                               \
+        1e-8f,                      /* eps */                                                 \
+        0.0f,                       /* weight_decay */                                        \
+        0.0f,                       /* max_grad_norm: no clipping */                          \
+    }
 
 typedef struct ferry_step_report {
     size_t size;
@@ -294,7 +360,15 @@ typedef struct ferry_step_report {
     int bad_group;      /* the first group with a non-finite gradient, when skipped */
 } ferry_step_report;
 
-#define FERRY_STEP_REPORT_INIT { sizeof(ferry_step_report), 0, 0.0, 1.0f, 0, -1 }
+#define FERRY_STEP_REPORT_INIT                                                                \
+    {                                                                                         \
+        sizeof(ferry_step_report), /* size */                                                 \
+        0,                         /* step */                                                 \
+        0.0,                       /* grad_norm */                                            \
+        1.0f,                      /* clip_coef */                                            \
+        0,                         /* skipped */                                              \
+        -1,                        /* bad_group */                                            \
+    }
 
 /* Ends the step: global-norm clipping, the inf/NaN check, and the AdamW update
  * of every group. Returns once the update is under way: the CPU update and the
@@ -349,7 +423,18 @@ typedef struct ferry_step_timing {
     int max_resident_groups;    /* most groups' weights on the device at once */
 } ferry_step_timing;
 
-#define FERRY_STEP_TIMING_INIT { sizeof(ferry_step_timing), 0, 0, 0, 0, 0, 0, 0, 0 }
+#define FERRY_STEP_TIMING_INIT                                                                \
+    {                                                                                         \
+        sizeof(ferry_step_timing), /* size */                                                 \
+        0,                         /* step_ms */                                              \
+        0,                         /* compute_wait_transfer_ms */                             \
+        0,                         /* compute_wait_optimizer_ms */                            \
+        0,                         /* optimizer_ms */                                         \
+        0,                         /* optimizer_wait_grads_ms */                              \
+        0,                         /* transfer_h2d_bytes */                                   \
+        0,                         /* transfer_d2h_bytes */                                   \
+        0,                         /* max_resident_groups */                                  \
+    }
 
 FERRY_API ferry_status ferry_engine_step_timing(ferry_engine *e, ferry_step_timing *out);
 

@@ -8,6 +8,7 @@
 
 #include "common/cpu.h"
 #include "common/error.h"
+#include "common/sized.h"
 #include "kernels/backend.h"
 
 /* The NUMA node whose PCI subtree holds the GPU with this bus id, or -1. */
@@ -50,13 +51,11 @@ ferry_status ferry_system_probe(ferry_system_info *info)
 {
     if (!info)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_system_probe: info is NULL");
-    if (info->size < sizeof(ferry_system_info))
-        return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "ferry_system_probe: info->size is %zu, expected %zu; initialise the struct "
-                       "with FERRY_SYSTEM_INFO_INIT",
-                       info->size, sizeof(ferry_system_info));
-    ferry_system_info fresh = FERRY_SYSTEM_INFO_INIT;
-    *info = fresh;
+    ferry_system_info fresh = FERRY_SYSTEM_INFO_INIT, *caller = info;
+    ferry_status st = sized_write(caller, &fresh, sizeof fresh, "ferry_system_info");
+    if (st != FERRY_OK)
+        return st;
+    info = &fresh; /* filled whole here, handed over at the end */
 #ifdef FERRY_HAVE_CUDA
     info->cuda_compiled = 1;
 #endif
@@ -69,5 +68,5 @@ ferry_status ferry_system_probe(ferry_system_info *info)
     probe_topology(info, bus_id);
     snprintf(info->simd, sizeof info->simd, "%s", cpu_simd_name(cpu_simd_detect()));
     info->backend = info->gpu_count > 0 ? FERRY_BACKEND_CUDA : FERRY_BACKEND_HOST;
-    return FERRY_OK;
+    return sized_write(caller, &fresh, sizeof fresh, "ferry_system_info");
 }
