@@ -31,7 +31,7 @@ const char *ferry_mem_category_name(ferry_mem_category category)
 struct arena {
     pthread_mutex_t mu;
     backend *be;
-    pool_heap *heap;
+    heap *heap;
     uint64_t budget, chunk;
     uint64_t cur[FERRY_MEM_CATEGORY_COUNT], peak[FERRY_MEM_CATEGORY_COUNT];
     uint64_t total_peak;
@@ -60,7 +60,7 @@ ferry_status arena_create(backend *be, const arena_config *cfg, arena **out)
     arena *a = calloc(1, sizeof *a);
     if (!a)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "device arena: cannot allocate its bookkeeping");
-    ferry_status st = pool_heap_create(ARENA_ALIGN, &a->heap);
+    ferry_status st = heap_create(ARENA_ALIGN, &a->heap);
     if (st != FERRY_OK) {
         free(a);
         return st;
@@ -78,8 +78,8 @@ ferry_status arena_create(backend *be, const arena_config *cfg, arena **out)
 
 static uint64_t a_reserved(const arena *a)
 {
-    pool_heap_usage u;
-    pool_heap_usage_get(a->heap, &u);
+    heap_usage u;
+    heap_usage_get(a->heap, &u);
     return u.reserved;
 }
 
@@ -95,8 +95,8 @@ void arena_destroy(arena *a)
 {
     if (!a)
         return;
-    pool_heap_release_regions(a->heap, false, release_chunk, a);
-    pool_heap_destroy(a->heap);
+    heap_release_regions(a->heap, false, release_chunk, a);
+    heap_destroy(a->heap);
     pthread_mutex_destroy(&a->mu);
     free(a);
 }
@@ -116,13 +116,13 @@ static ferry_status refuse(arena *a, size_t bytes, ferry_mem_category cat, const
                                 ferry_mem_category_name((ferry_mem_category)c),
                                 units_fmt_bytes(b, sizeof b, a->cur[c]));
     }
-    pool_heap_live top[3];
-    size_t n = pool_heap_largest(a->heap, top, 3), blen = 0;
+    heap_live top[3];
+    size_t n = heap_largest(a->heap, top, 3), blen = 0;
     for (size_t i = 0; i < n && blen < sizeof big; i++)
         blen += (size_t)snprintf(big + blen, sizeof big - blen, "%s'%s' %s", i ? ", " : "; largest: ",
                                  top[i].name, units_fmt_bytes(b, sizeof b, top[i].bytes));
-    pool_heap_usage u;
-    pool_heap_usage_get(a->heap, &u);
+    heap_usage u;
+    heap_usage_get(a->heap, &u);
     return err_set(FERRY_ERR_OUT_OF_MEMORY,
                    "device budget %s exhausted%s: %s '%s' asked %s with %s in use (%s)%s; lower "
                    "--batch, add --recompute, or use --offload params",
@@ -136,8 +136,8 @@ static ferry_status refuse(arena *a, size_t bytes, ferry_mem_category cat, const
  * a refused request changes nothing. */
 static ferry_status grow(arena *a, size_t need, size_t bytes, ferry_mem_category cat, const char *name)
 {
-    pool_heap_usage u;
-    pool_heap_usage_get(a->heap, &u);
+    heap_usage u;
+    heap_usage_get(a->heap, &u);
     uint64_t room = a->budget - u.reserved;
     if (need > room) {
         if (need > room + u.empty_regions_bytes) {
@@ -147,7 +147,7 @@ static ferry_status grow(arena *a, size_t need, size_t bytes, ferry_mem_category
                          units_fmt_bytes(f, sizeof f, u.free), units_fmt_bytes(l, sizeof l, u.largest_free));
             return refuse(a, bytes, cat, name, why);
         }
-        pool_heap_release_regions(a->heap, true, release_chunk, a);
+        heap_release_regions(a->heap, true, release_chunk, a);
         room = a->budget - a_reserved(a);
     }
     uint64_t size = need > a->chunk ? need : a->chunk;
@@ -164,7 +164,7 @@ static ferry_status grow(arena *a, size_t need, size_t bytes, ferry_mem_category
                         "device arena: %s '%s' asked %zu bytes within the budget, but the device "
                         "refused a chunk of %llu bytes",
                         ferry_mem_category_name(cat), name, bytes, (unsigned long long)size);
-    st = pool_heap_add_region(a->heap, base, (size_t)size, NULL);
+    st = heap_add_region(a->heap, base, (size_t)size, NULL);
     if (st != FERRY_OK) {
         backend_free(a->be, base);
         return st;
@@ -172,6 +172,8 @@ static ferry_status grow(arena *a, size_t need, size_t bytes, ferry_mem_category
     trace_reserve(a->trace, TRACE_POOL_DEVICE, a_reserved(a));
     return FERRY_OK;
 }
+
+uint64_t arena_charge(size_t bytes) { return heap_charge_for(ARENA_ALIGN, bytes); }
 
 ferry_status arena_alloc(arena *a, size_t bytes, ferry_mem_category category, const char *name,
                          void **out)
@@ -187,15 +189,15 @@ ferry_status arena_alloc(arena *a, size_t bytes, ferry_mem_category category, co
     pthread_mutex_lock(&a->mu);
     ferry_status st;
     void *ptr = NULL;
-    uint64_t charge = bytes > a->budget ? a->budget + ARENA_ALIGN : pool_heap_charge(a->heap, bytes);
+    uint64_t charge = bytes > a->budget ? a->budget + ARENA_ALIGN : arena_charge(bytes);
     if (charge > a->budget) {
         st = refuse(a, bytes, category, name, "");
     } else {
-        st = pool_heap_alloc(a->heap, bytes, ARENA_ALIGN, category, name, &ptr);
+        st = heap_alloc(a->heap, bytes, ARENA_ALIGN, category, name, &ptr);
         if (st == FERRY_OK && !ptr) {
             st = grow(a, (size_t)charge, bytes, category, name);
             if (st == FERRY_OK)
-                st = pool_heap_alloc(a->heap, bytes, ARENA_ALIGN, category, name, &ptr);
+                st = heap_alloc(a->heap, bytes, ARENA_ALIGN, category, name, &ptr);
             if (st == FERRY_OK && !ptr) /* cannot happen: the new chunk fits */
                 st = err_set(FERRY_ERR_OUT_OF_MEMORY, "device arena: no span fits %zu bytes after growing", bytes);
         }
@@ -222,9 +224,9 @@ ferry_status arena_free(arena *a, void *ptr)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "arena_free: NULL arena");
     if (!ptr)
         return FERRY_OK;
-    pool_heap_live f;
+    heap_live f;
     pthread_mutex_lock(&a->mu);
-    ferry_status st = pool_heap_free(a->heap, ptr, &f);
+    ferry_status st = heap_free(a->heap, ptr, &f);
     if (st == FERRY_OK) {
         a->cur[f.category] -= f.bytes;
         trace_free(a->trace, TRACE_POOL_DEVICE, f.category, f.name, f.bytes, ptr);
@@ -237,9 +239,9 @@ ferry_status arena_free(arena *a, void *ptr)
 
 void arena_stats(arena *a, ferry_memory_stats *st)
 {
-    pool_heap_usage u;
+    heap_usage u;
     pthread_mutex_lock(&a->mu);
-    pool_heap_usage_get(a->heap, &u);
+    heap_usage_get(a->heap, &u);
     st->device_budget_bytes = a->budget;
     st->device_reserved_bytes = u.reserved;
     for (int c = 0; c < FERRY_MEM_CATEGORY_SLOTS; c++) {
@@ -252,10 +254,10 @@ void arena_stats(arena *a, ferry_memory_stats *st)
     pthread_mutex_unlock(&a->mu);
 }
 
-size_t arena_largest(arena *a, pool_heap_live *out, size_t max)
+size_t arena_largest(arena *a, heap_live *out, size_t max)
 {
     pthread_mutex_lock(&a->mu);
-    size_t n = pool_heap_largest(a->heap, out, max);
+    size_t n = heap_largest(a->heap, out, max);
     pthread_mutex_unlock(&a->mu);
     return n;
 }
@@ -263,7 +265,7 @@ size_t arena_largest(arena *a, pool_heap_live *out, size_t max)
 uint64_t arena_trim(arena *a)
 {
     pthread_mutex_lock(&a->mu);
-    uint64_t r = pool_heap_release_regions(a->heap, true, release_chunk, a);
+    uint64_t r = heap_release_regions(a->heap, true, release_chunk, a);
     if (r)
         trace_reserve(a->trace, TRACE_POOL_DEVICE, a_reserved(a));
     pthread_mutex_unlock(&a->mu);

@@ -23,6 +23,8 @@ extern "C" {
 #endif
 
 #define ARENA_ALIGN 256u
+/* What arena_alloc charges for `bytes`: for planners without an arena. */
+uint64_t arena_charge(size_t bytes);
 
 typedef struct arena_config {
     uint64_t budget_bytes; /* hard cap on reserved device bytes; 0 = the device's free memory now */
@@ -50,7 +52,7 @@ ferry_status arena_free(arena *a, void *ptr);
 /* Fills the device_ fields of *st. */
 void arena_stats(arena *a, ferry_memory_stats *st);
 /* Up to `max` live allocations, largest first; returns how many. */
-size_t arena_largest(arena *a, pool_heap_live *out, size_t max);
+size_t arena_largest(arena *a, heap_live *out, size_t max);
 /* Gives chunks without live allocations back to the backend; returns bytes. */
 uint64_t arena_trim(arena *a);
 uint64_t arena_budget(const arena *a);

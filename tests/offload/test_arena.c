@@ -150,7 +150,7 @@ static void test_message(backend *be)
     tap_ok(p4 == NULL, "message: *out is NULL after a refusal");
     arena_stats(a, &after);
     tap_ok(memcmp(&before, &after, sizeof before) == 0, "message: the arena is unchanged by the refusal");
-    pool_heap_live top[5];
+    heap_live top[5];
     size_t n = arena_largest(a, top, 5);
     TAP_IS_INT(n, 3, "largest: three live allocations");
     tap_ok(n == 3 && top[0].bytes == 3 * MiB / 2 && strcmp(top[0].name, "block 0 attn") == 0 &&
