@@ -1,6 +1,7 @@
 /* The engine as an in-tree embedder sees it: the public API (ferry.h) plus
  * the two kernels-layer handles an embedder needs to launch ferry's own ops
- * (kernels/ops.h) on the engine's compute stream. models/, train/, tools/ and
+ * (kernels/ops.h) on the engine's compute stream, and the planner that says
+ * what an engine will allocate before one exists. models/, train/, tools/ and
  * tests above engine/ include this, never engine/engine.h (the engine's
  * private state).
  *
@@ -30,6 +31,39 @@ backend *engine_embed_backend(ferry_engine *e);
 /* The engine's compute stream: the one stream every op on the engine's
  * buffers is launched on; ferry_engine_fetch() makes it wait for the weights. */
 backend_stream *engine_embed_stream(ferry_engine *e);
+
+/* ---- planning: what an engine will allocate, without opening one ---- */
+
+/* The engine and the groups to plan for. */
+typedef struct engine_plan_request {
+    ferry_backend_kind backend; /* HOST or CUDA: decides the matmul workspace */
+    ferry_dtype dtype;          /* the device type; AUTO = the backend's (f32 host, bf16 cuda) */
+    ferry_offload offload;
+    int prefetch_groups;        /* as ferry_engine_config's, 0..64 */
+    const size_t *group_numel;  /* every group's size, in order */
+    int ngroups;
+} engine_plan_request;
+
+/* What the engine allocates, by category, charged as its allocators charge
+ * (arena and pool rounding included), computed from the same layout table
+ * setup allocates from (engine/layout.c). */
+typedef struct engine_memory_plan {
+    uint64_t device_bytes[FERRY_MEM_CATEGORY_COUNT]; /* at the engine's device peak */
+    uint64_t host_bytes[FERRY_MEM_CATEGORY_COUNT];   /* the host pool, constant from setup on */
+    /* Params mode: the engine's part of the floor below which no schedule
+     * fits: the two largest groups, weights and gradients each (setup's
+     * buffers aside). Other modes: the device total. */
+    uint64_t device_min_bytes;
+    int device_weight_groups; /* groups whose weights are on the device at the peak */
+    int device_grad_groups;   /* groups whose gradients are on the device at the peak */
+    size_t act_size;          /* bytes of a device element */
+} engine_memory_plan;
+
+/* Params mode is planned for its worst schedule: at most
+ * engine_weight_window groups' weights and engine_drain_window + 2 groups'
+ * gradients at once, taken as the largest groups. FERRY_ERR_INVALID_ARGUMENT
+ * naming a bad field. */
+ferry_status engine_plan_memory(const engine_plan_request *rq, engine_memory_plan *out);
 
 #ifdef __cplusplus
 }

@@ -205,8 +205,6 @@ void ferry_engine_destroy(ferry_engine *e)
         free(e->groups[g].no_decay);
     }
     free(e->groups);
-    if (e->be && e->setup_done)
-        ops_shutdown(e->be);
     pool_destroy(e->pool);
     tp_pool_destroy(e->threads);
     arena_destroy(e->arena);
@@ -319,18 +317,9 @@ ferry_status ferry_engine_setup(ferry_engine *e)
         return err_set(FERRY_ERR_STATE, "ferry_engine_setup: already set up");
     if (e->ngroups == 0)
         return err_set(FERRY_ERR_STATE, "ferry_engine_setup: add parameter groups first");
-    ferry_status st = FERRY_OK;
-    size_t ws = ops_workspace_bytes(backend_kind(e->be));
-    if (ws && (st = arena_alloc(e->arena, ws, FERRY_MEM_WORKSPACE, "cuBLASLt workspace", &e->dev_workspace)) != FERRY_OK)
-        return err_wrap(st, "ferry_engine_setup");
-    if ((st = ops_init(e->be, e->dev_workspace, ws)) != FERRY_OK)
-        return st;
-    st = engine_place(e);
+    ferry_status st = engine_place(e);
     if (st != FERRY_OK) {
-        engine_unplace(e);
-        ops_shutdown(e->be);
-        arena_free(e->arena, e->dev_workspace);
-        e->dev_workspace = NULL;
+        engine_unplace(e); /* what was allocated goes with the engine */
         return st;
     }
     for (int g = 0; g < e->ngroups; g++) {

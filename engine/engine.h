@@ -112,6 +112,7 @@ struct ferry_engine {
     double *dev_sumsq;
     void *dev_sumsq_scratch;
     void *dev_workspace;
+    bool ops_ready;           /* ops_init done; engine_unplace shuts them down */
 
     /* the CPU update under way: tiles still to run, when it started and ended */
     atomic_size_t update_tiles_left;
@@ -130,6 +131,34 @@ struct ferry_engine {
 /* engine.c */
 const char *engine_phase_name(ferry_phase phase);
 ferry_status engine_check_group(const ferry_engine *e, int group, const char *what);
+
+/* layout.c: what the engine holds, per offload mode — the one list that
+ * placement allocates and the planner (plan.c) counts. */
+typedef struct engine_buffer {
+    bool device;            /* device arena; else the pinned host pool */
+    ferry_mem_category cat;
+    size_t elem_bytes;      /* bytes per parameter of the group (4: fp32; else the device type's) */
+    const char *what;       /* "weights", "adam m", ... in names and traces */
+    size_t slot;            /* offsetof(engine_group, field) of the pointer */
+} engine_buffer;
+#define ENGINE_GROUP_BUFFERS_MAX 8
+/* The buffers every group holds from setup on in `mode`; returns the count. */
+int engine_group_buffers(ferry_offload mode, size_t act_size, engine_buffer out[ENGINE_GROUP_BUFFERS_MAX]);
+/* The engine's own device buffers (all of them workspace), in setup order. */
+typedef struct engine_global_buffer {
+    ferry_mem_category cat;
+    size_t bytes;
+    const char *what;
+    size_t slot; /* offsetof(struct ferry_engine, field) */
+} engine_global_buffer;
+#define ENGINE_GLOBAL_BUFFERS_MAX 4
+int engine_global_buffers(ferry_backend_kind kind, ferry_offload mode, int ngroups,
+                          engine_global_buffer out[ENGINE_GLOBAL_BUFFERS_MAX]);
+/* Params mode: groups whose weights may be on the device at once (the one
+ * being computed, the ones fetched ahead, one retiring), and other groups
+ * whose gradients may still be draining when one more is asked for. */
+int engine_weight_window(int prefetch_groups);
+int engine_drain_window(int prefetch_groups);
 
 /* placement.c: allocates the state of every group for the mode. */
 ferry_status engine_place(ferry_engine *e);

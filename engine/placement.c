@@ -1,14 +1,8 @@
-/* Where each byte of training state lives, per offload mode — the only
- * place that decides it:
- *
- *   mode       device (per parameter)            host pool (per parameter)
- *   none       weights, grads (act), master, m, v  -
- *   optimizer  weights, grads (act)              master, m, v (fp32), grads, weights (act)
- *   params     a bounded window of weights/grads master, m, v (fp32), grads, weights (act)
- *
- * With bf16 on the device that is 16 bytes per parameter on the host in the
- * offload modes (12 fp32 + 2 drained gradient + 2 upload copy), and 4 on the
- * device in optimizer mode. Also evicts retiring weights in params mode. */
+/* Setup's placement: allocates what layout.c lists for the offload mode (the
+ * engine's own buffers, then every group's), fills it (master weights from
+ * the initial values, zero moments and gradients, the device or upload copy
+ * of the weights), and says in one sentence what it chose. Also evicts
+ * retiring weights in params mode. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,12 +14,11 @@
 
 void engine_bytes_per_param(const ferry_engine *e, double *device, double *host)
 {
-    double act = (double)e->act_size;
-    switch (e->cfg.offload) {
-    case FERRY_OFFLOAD_NONE: *device = 2 * act + 12; *host = 0; break;
-    case FERRY_OFFLOAD_OPTIMIZER: *device = 2 * act; *host = 12 + 2 * act; break;
-    case FERRY_OFFLOAD_PARAMS: *device = 0; *host = 12 + 2 * act; break;
-    }
+    engine_buffer b[ENGINE_GROUP_BUFFERS_MAX];
+    int n = engine_group_buffers(e->cfg.offload, e->act_size, b);
+    *device = *host = 0;
+    for (int i = 0; i < n; i++)
+        *(b[i].device ? device : host) += (double)b[i].elem_bytes;
 }
 
 static size_t total_params(const ferry_engine *e)
@@ -111,17 +104,28 @@ static ferry_status host_alloc(ferry_engine *e, engine_group *g, size_t bytes, f
     return FERRY_OK;
 }
 
+/* Allocates every buffer the layout table (layout.c) gives the group. */
+static ferry_status alloc_group(ferry_engine *e, engine_group *g)
+{
+    engine_buffer b[ENGINE_GROUP_BUFFERS_MAX];
+    int n = engine_group_buffers(e->cfg.offload, e->act_size, b);
+    for (int i = 0; i < n; i++) {
+        void *ptr = NULL;
+        size_t bytes = g->numel * b[i].elem_bytes;
+        ferry_status st = b[i].device ? dev_alloc(e, g, bytes, b[i].cat, b[i].what, &ptr)
+                                      : host_alloc(e, g, bytes, b[i].cat, b[i].what, &ptr);
+        if (st != FERRY_OK)
+            return st;
+        memcpy((char *)g + b[i].slot, &ptr, sizeof ptr);
+    }
+    return FERRY_OK;
+}
+
 /* Fills master (from init), zero moments, and the device weights. */
-static ferry_status place_none(ferry_engine *e, engine_group *g)
+static ferry_status fill_none(ferry_engine *e, engine_group *g)
 {
     size_t f32 = g->numel * sizeof(float), act = g->numel * e->act_size;
     ferry_status st;
-    if ((st = dev_alloc(e, g, act, FERRY_MEM_PARAMS, "weights", &g->dev_weights)) != FERRY_OK ||
-        (st = dev_alloc(e, g, act, FERRY_MEM_GRADS, "grads", &g->dev_grads)) != FERRY_OK ||
-        (st = dev_alloc(e, g, f32, FERRY_MEM_PARAMS, "master", (void **)&g->master)) != FERRY_OK ||
-        (st = dev_alloc(e, g, f32, FERRY_MEM_OPTIMIZER, "adam m", (void **)&g->m)) != FERRY_OK ||
-        (st = dev_alloc(e, g, f32, FERRY_MEM_OPTIMIZER, "adam v", (void **)&g->v)) != FERRY_OK)
-        return st;
     if ((st = backend_memcpy_async(e->compute, g->master, g->init, f32, BACKEND_COPY_H2D)) != FERRY_OK ||
         (st = backend_memset_async(e->compute, g->m, 0, f32)) != FERRY_OK ||
         (st = backend_memset_async(e->compute, g->v, 0, f32)) != FERRY_OK ||
@@ -132,28 +136,19 @@ static ferry_status place_none(ferry_engine *e, engine_group *g)
     return backend_stream_synchronize(e->compute);
 }
 
-static ferry_status place_offloaded(ferry_engine *e, engine_group *g)
+static ferry_status fill_offloaded(ferry_engine *e, engine_group *g)
 {
     size_t f32 = g->numel * sizeof(float), act = g->numel * e->act_size;
     ferry_status st;
-    if ((st = host_alloc(e, g, f32, FERRY_MEM_PARAMS, "master", (void **)&g->master)) != FERRY_OK ||
-        (st = host_alloc(e, g, f32, FERRY_MEM_OPTIMIZER, "adam m", (void **)&g->m)) != FERRY_OK ||
-        (st = host_alloc(e, g, f32, FERRY_MEM_OPTIMIZER, "adam v", (void **)&g->v)) != FERRY_OK ||
-        (st = host_alloc(e, g, act, FERRY_MEM_GRADS, "grads", &g->host_grads)) != FERRY_OK ||
-        (st = host_alloc(e, g, act, FERRY_MEM_STAGING, "weights", &g->host_weights)) != FERRY_OK)
-        return st;
     /* First touch from the optimizer's threads puts the pages on its node. */
     if ((st = tp_first_touch(e->threads, g->m, f32)) != FERRY_OK ||
         (st = tp_first_touch(e->threads, g->v, f32)) != FERRY_OK ||
         (st = tp_first_touch(e->threads, g->host_grads, act)) != FERRY_OK)
         return st;
     memcpy(g->master, g->init, f32);
-    if (e->cfg.offload == FERRY_OFFLOAD_OPTIMIZER) {
-        if ((st = dev_alloc(e, g, act, FERRY_MEM_PARAMS, "weights", &g->dev_weights)) != FERRY_OK ||
-            (st = dev_alloc(e, g, act, FERRY_MEM_GRADS, "grads", &g->dev_grads)) != FERRY_OK ||
-            (st = backend_memset_async(e->compute, g->dev_grads, 0, act)) != FERRY_OK)
-            return st;
-    }
+    if (e->cfg.offload == FERRY_OFFLOAD_OPTIMIZER &&
+        (st = backend_memset_async(e->compute, g->dev_grads, 0, act)) != FERRY_OK)
+        return st;
     return engine_write_device_weights(e, g);
 }
 
@@ -193,32 +188,44 @@ static void describe(ferry_engine *e)
              tp_pool_binding(e->threads), pin[0] ? "; " : "", pin);
 }
 
+/* The engine's own buffers (layout.c), then the op set, which may want one
+ * of them (the matmul workspace). */
+static ferry_status place_globals(ferry_engine *e)
+{
+    engine_global_buffer b[ENGINE_GLOBAL_BUFFERS_MAX];
+    int n = engine_global_buffers(backend_kind(e->be), e->cfg.offload, e->ngroups, b);
+    for (int i = 0; i < n; i++) {
+        void *ptr = NULL;
+        ferry_status st = arena_alloc(e->arena, b[i].bytes, b[i].cat, b[i].what, &ptr);
+        if (st != FERRY_OK)
+            return err_wrap(st, "ferry_engine_setup");
+        memcpy((char *)e + b[i].slot, &ptr, sizeof ptr);
+    }
+    ferry_status st = ops_init(e->be, e->dev_workspace, ops_workspace_bytes(backend_kind(e->be)));
+    e->ops_ready = st == FERRY_OK;
+    return st;
+}
+
 ferry_status engine_place(ferry_engine *e)
 {
     ferry_status st = check_device_fit(e);
-    if (st != FERRY_OK)
-        return st;
-    if (e->cfg.offload == FERRY_OFFLOAD_NONE) {
-        if ((st = arena_alloc(e->arena, (size_t)e->ngroups * sizeof(double), FERRY_MEM_WORKSPACE,
-                              "gradient norm partials", (void **)&e->dev_sumsq)) != FERRY_OK ||
-            (st = arena_alloc(e->arena, ops_sumsq_scratch_bytes(), FERRY_MEM_WORKSPACE,
-                              "gradient norm scratch", &e->dev_sumsq_scratch)) != FERRY_OK)
-            return st;
-    }
-    for (int i = 0; i < e->ngroups; i++) {
+    if (st == FERRY_OK)
+        st = place_globals(e);
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
         engine_group *g = &e->groups[i];
-        if ((st = create_events(e, g)) != FERRY_OK)
-            return st;
-        st = e->cfg.offload == FERRY_OFFLOAD_NONE ? place_none(e, g) : place_offloaded(e, g);
-        if (st != FERRY_OK)
-            return st;
+        if ((st = create_events(e, g)) == FERRY_OK && (st = alloc_group(e, g)) == FERRY_OK)
+            st = e->cfg.offload == FERRY_OFFLOAD_NONE ? fill_none(e, g) : fill_offloaded(e, g);
     }
-    describe(e);
-    return FERRY_OK;
+    if (st == FERRY_OK)
+        describe(e);
+    return st;
 }
 
 void engine_unplace(ferry_engine *e)
 {
+    if (e->ops_ready)
+        ops_shutdown(e->be);
+    e->ops_ready = false;
     for (int i = 0; i < e->ngroups; i++) {
         engine_group *g = &e->groups[i];
         if (g->norm_ticket) {

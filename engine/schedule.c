@@ -84,7 +84,7 @@ ferry_status engine_retire_all(ferry_engine *e)
 
 /* ---- params mode: fetching ---- */
 
-static int window(const ferry_engine *e) { return e->cfg.prefetch_groups + 2; }
+static int window(const ferry_engine *e) { return engine_weight_window(e->cfg.prefetch_groups); }
 
 static ferry_status alloc_weights(ferry_engine *e, engine_group *g, int gi)
 {
@@ -217,7 +217,7 @@ static ferry_status acquire_param_grads(ferry_engine *e, engine_group *g, backen
     int draining = 0;
     for (int i = 0; i < e->ngroups; i++)
         draining += e->groups[i].dev_grads && !e->groups[i].grads_acquired && &e->groups[i] != g;
-    if (draining > e->cfg.prefetch_groups + 1)
+    if (draining > engine_drain_window(e->cfg.prefetch_groups))
         collect_grads(e, true);
     ferry_status st = g->dev_grads ? FERRY_OK : arena_alloc(e->arena, bytes, FERRY_MEM_GRADS, name, &g->dev_grads);
     if (st == FERRY_ERR_OUT_OF_MEMORY) {

@@ -30,9 +30,10 @@ typedef struct block_acts {
 } block_acts;
 
 struct gpt2_activations {
-    backend *be;
+    backend *be;       /* NULL when only planning */
     gpt2_allocator alloc;
-    size_t es; /* bytes of one act_t */
+    ferry_dtype act;   /* the storage type */
+    size_t es;         /* bytes of one act_t */
     int B, T;
     bool recompute;
     /* planning: with `dry`, take() only adds up bytes */
@@ -71,8 +72,10 @@ static ferry_status take(gpt2_activations *a, void *out_ptr, size_t bytes, const
     void **out = out_ptr;
     bytes = (bytes + GPT2_ALLOC_ALIGN - 1) / GPT2_ALLOC_ALIGN * GPT2_ALLOC_ALIGN;
     if (a->dry) {
-        a->planned_bytes += bytes;
         *out = NULL;
+        if (__builtin_add_overflow(a->planned_bytes, bytes, &a->planned_bytes))
+            return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                           "gpt2 activations (B=%d, T=%d): more bytes than a size_t can count", a->B, a->T);
         return FERRY_OK;
     }
     char what[96];
@@ -139,7 +142,7 @@ static ferry_status plan(gpt2_activations *a, const gpt2_config *c)
     CHECK(take(a, &a->tokens, N * 4, "tokens"));
     CHECK(take(a, &a->targets, N * 4, "targets"));
     CHECK(take(a, &a->cls_scratch,
-               ops_classifier_scratch_bytes(a->be, a->chunk, c->padded_vocab_size),
+               ops_classifier_scratch_bytes_for(a->act, a->chunk, c->padded_vocab_size),
                "classifier logits (%d rows)", a->chunk));
     CHECK(take(a, &a->logits, (size_t)c->vocab_size * es, "sampling logits"));
     CHECK(take(a, &a->logits_f32, (size_t)c->vocab_size * 4, "sampling logits fp32"));
@@ -174,26 +177,27 @@ static ferry_status check_shape(const gpt2_model *m, int B, int T)
     return FERRY_OK;
 }
 
-static void init_shape(gpt2_activations *a, const gpt2_model *m, const backend *be, int B, int T,
+static void init_shape(gpt2_activations *a, const gpt2_model *m, ferry_dtype act, int B, int T,
                        bool recompute)
 {
-    a->es = dtype_size(backend_act_dtype(be));
+    a->act = act;
+    a->es = dtype_size(act);
     a->B = B;
     a->T = T;
     a->recompute = recompute;
-    size_t per_row = ops_classifier_scratch_bytes(be, 1, m->cfg.padded_vocab_size);
+    size_t per_row = ops_classifier_scratch_bytes_for(act, 1, m->cfg.padded_vocab_size);
     a->chunk = classifier_chunk(per_row, B * T);
 }
 
-size_t gpt2_activations_bytes(const gpt2_model *m, const backend *be, int B, int T,
-                              bool recompute)
+size_t gpt2_activations_bytes(const gpt2_model *m, ferry_dtype act, int B, int T, bool recompute)
 {
-    if (!be || check_shape(m, B, T) != FERRY_OK)
+    if (!dtype_is_float(act) || check_shape(m, B, T) != FERRY_OK) {
+        err_clear();
         return 0;
+    }
     gpt2_activations a = {0};
-    a.be = (backend *)be;
     a.dry = true;
-    init_shape(&a, m, be, B, T, recompute);
+    init_shape(&a, m, act, B, T, recompute);
     a.x = calloc((size_t)m->cfg.n_layer + 1, sizeof *a.x);
     a.blocks = calloc(recompute ? 1 : (size_t)m->cfg.n_layer, sizeof *a.blocks);
     size_t bytes = a.x && a.blocks && plan(&a, &m->cfg) == FERRY_OK ? a.planned_bytes : 0;
@@ -239,7 +243,7 @@ ferry_status gpt2_activations_create(const gpt2_model *m, backend *be, int B, in
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "gpt2 activations: out of host memory");
     a->be = be;
     a->alloc = *alloc;
-    init_shape(a, m, be, B, T, recompute);
+    init_shape(a, m, backend_act_dtype(be), B, T, recompute);
     a->x = calloc((size_t)m->cfg.n_layer + 1, sizeof *a->x);
     a->blocks = calloc(recompute ? 1 : (size_t)m->cfg.n_layer, sizeof *a->blocks);
     ferry_status st = a->x && a->blocks

@@ -157,10 +157,10 @@ ferry_status gpt2_activations_create(const gpt2_model *m, backend *be, int B, in
                                      gpt2_activations **out);
 /* Waits for nothing: the caller synchronizes the streams that used it. */
 void gpt2_activations_destroy(gpt2_activations *a);
-/* Device bytes gpt2_activations_create asks for (plan budgets without
- * allocating); 0 on invalid arguments. */
-size_t gpt2_activations_bytes(const gpt2_model *m, const backend *be, int B, int T,
-                              bool recompute);
+/* Device bytes gpt2_activations_create asks for on a backend storing `act`
+ * (f32 or bf16), computed by the same code without allocating (planners);
+ * 0 on invalid arguments. */
+size_t gpt2_activations_bytes(const gpt2_model *m, ferry_dtype act, int B, int T, bool recompute);
 
 /* ---- running ---- */
 

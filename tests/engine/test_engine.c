@@ -298,7 +298,7 @@ static void test_params_beyond_budget(void)
         if (gpt2_group_numel(m, g) * sizeof(float) > largest)
             largest = gpt2_group_numel(m, g) * sizeof(float);
     }
-    size_t acts = gpt2_activations_bytes(m, be, B, T, false);
+    size_t acts = gpt2_activations_bytes(m, backend_act_dtype(be), B, T, false);
     backend_close(be);
     gpt2_destroy(m);
     /* Room for the activations, a window of 3 groups' weights and 2 groups'

@@ -290,8 +290,8 @@ static void test_recompute_and_padding(void)
     tap_ok(l_off == l_on, "recompute: same loss (%.9g, %.9g)", l_off, l_on);
     tap_ok(memcmp(g_off, g_on, n * sizeof *g_off) == 0,
            "recompute: every gradient bitwise the same (%zu values)", n);
-    size_t b_off = gpt2_activations_bytes(off.m, off.be, B, T, false);
-    size_t b_on = gpt2_activations_bytes(on.m, on.be, B, T, true);
+    size_t b_off = gpt2_activations_bytes(off.m, backend_act_dtype(off.be), B, T, false);
+    size_t b_on = gpt2_activations_bytes(on.m, backend_act_dtype(on.be), B, T, true);
     tap_ok(b_on < b_off, "recompute needs fewer activation bytes (%zu < %zu)", b_on, b_off);
 
     /* a second micro-batch accumulates: grads double, up to rounding */
@@ -412,7 +412,7 @@ static void test_allocator(void)
     gpt2_activations *a = NULL;
     TAP_IS_STATUS(gpt2_activations_create(f.m, f.be, 2, 8, false, &al, &a), FERRY_OK,
                   "activations through a counting allocator");
-    TAP_IS_INT(b.used, gpt2_activations_bytes(f.m, f.be, 2, 8, false),
+    TAP_IS_INT(b.used, gpt2_activations_bytes(f.m, backend_act_dtype(f.be), 2, 8, false),
                "gpt2_activations_bytes is what the allocator was asked for");
     gpt2_activations_destroy(a);
     b.used = 0;

@@ -2,7 +2,7 @@
  * predicts it before a run.
  *   memprof [report] [--json] [--svg FILE] [--top N] TRACE
  *   memprof dump TRACE          (the records as JSON Lines)
- *   memprof plan [options]      (predicted peaks of a GPT-2 run: plan.h)
+ *   memprof plan [options]      (predicted peaks of a GPT-2 run: models/gpt2_plan.h)
  * Subcommands are dispatched from main(). A damaged trace still gets the
  * figures of what could be read, with the problem on stderr and exit status 1. */
 #include <cjson/cJSON.h>
@@ -14,7 +14,7 @@
 
 #include "common/units.h"
 #include "tools/memprof/memprof.h"
-#include "tools/memprof/plan.h"
+#include "models/gpt2_plan.h"
 
 #define TIMELINE_COLUMNS 600
 
@@ -407,7 +407,7 @@ static int plan_model_config(const plan_args *a, gpt2_config *c)
 static const char *const plan_cats[] = {"params", "grads", "optimizer", "activations", "staging", "workspace",
                                         "other"};
 
-static void plan_print_text(const plan_args *a, const gpt2_config *c, const memplan_result *p, int max_b)
+static void plan_print_text(const plan_args *a, const gpt2_config *c, const gpt2_plan *p, int max_b)
 {
     char x[32], y[32];
     printf("model: %d layers, %d heads, %d wide, vocab %d (padded %d), context %d: %.1fM parameters\n",
@@ -458,7 +458,7 @@ static cJSON *plan_pool_json(const uint64_t *by, uint64_t total)
     return o;
 }
 
-static void plan_print_json(const plan_args *a, const gpt2_config *c, const memplan_result *p, int max_b)
+static void plan_print_json(const plan_args *a, const gpt2_config *c, const gpt2_plan *p, int max_b)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *m = cJSON_AddObjectToObject(o, "model");
@@ -519,11 +519,11 @@ static int cmd_plan(int argc, char **argv)
     gpt2_config c;
     if (plan_model_config(&a, &c))
         return 2;
-    memplan_result p;
+    gpt2_plan p;
     int max_b = 0;
-    ferry_status st = memplan_predict(&c, a.batch, a.seq, a.offload, a.recompute, a.prefetch, a.backend, &p);
+    ferry_status st = gpt2_plan_predict(&c, a.batch, a.seq, a.offload, a.recompute, a.prefetch, a.backend, FERRY_DTYPE_AUTO, &p);
     if (st == FERRY_OK && a.gpu_mem)
-        st = memplan_max_batch(&c, a.seq, a.offload, a.recompute, a.prefetch, a.backend, a.gpu_mem, &max_b);
+        st = gpt2_plan_max_batch(&c, a.seq, a.offload, a.recompute, a.prefetch, a.backend, FERRY_DTYPE_AUTO, a.gpu_mem, &max_b);
     if (st != FERRY_OK) {
         fprintf(stderr, "memprof plan: %s\n", ferry_last_error());
         return st == FERRY_ERR_INVALID_ARGUMENT ? 2 : 1;

@@ -1,11 +1,13 @@
-/* Tests of the memory planner (tools/memprof/plan.c) against real runs:
- * - its activation sum equals gpt2_activations_bytes() on an open host
- *   backend, for shapes that do and do not hit the classifier's chunking;
+/* Tests of the memory planner (models/gpt2_plan.c, over engine/plan.c)
+ * against real runs:
+ * - its activations are what gpt2_activations_create asks the allocator
+ *   for on an open host backend, for shapes that do and do not hit the
+ *   classifier's chunking;
  * - a small GPT-2 trained for a few steps through the engine on the host
  *   backend, in each offload mode, with and without recompute (and params
  *   mode at two prefetch depths), writes a memory trace; `memprof --json` on
  *   that trace gives the measured device and host peaks, which must be within
- *   5% of memplan_predict's (and agree with ferry_engine_memory_stats);
+ *   5% of gpt2_plan_predict's (and agree with ferry_engine_memory_stats);
  * - params mode trains in a budget of its predicted peak, and not under the
  *   predicted floor;
  * - `memprof plan`: bad flags exit 2 with a message, a budget too small says
@@ -24,12 +26,13 @@
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
 #include "tap.h"
-#include "tools/memprof/plan.h"
+#include "models/gpt2_plan.h"
+#include "offload/arena.h"
 
 enum { STEPS = 3 };
 
 static const char *memprof;
-static char dir[] = "/tmp/ferry_memplan_XXXXXX";
+static char dir[] = "/tmp/ferry_gpt2_plan_XXXXXX";
 
 typedef struct run {
     int status;
@@ -71,9 +74,32 @@ static double num(const cJSON *o, const char *path)
     return cJSON_IsNumber(cur) ? cur->valuedouble : -12345.0;
 }
 
-/* ---- the activation mirror ---- */
+/* ---- the activations, against what the model asks for ---- */
 
-static void check_activation_mirror(void)
+/* An allocator that counts the bytes asked and hands out distinct fake
+ * pointers (nothing is launched, so nothing is dereferenced). */
+typedef struct counter {
+    uint64_t bytes;
+    uintptr_t next;
+} counter;
+
+static ferry_status count_alloc(void *ctx, const char *what, size_t bytes, void **out)
+{
+    (void)what;
+    counter *c = ctx;
+    c->bytes += bytes;
+    c->next += 4096;
+    *out = (void *)c->next;
+    return FERRY_OK;
+}
+
+static void count_free(void *ctx, void *ptr)
+{
+    (void)ctx;
+    (void)ptr;
+}
+
+static void check_activations(void)
 {
     backend *be = NULL;
     if (backend_open(FERRY_BACKEND_HOST, &be) != FERRY_OK) {
@@ -97,9 +123,21 @@ static void check_activation_mirror(void)
             continue;
         }
         for (int rc = 0; rc <= 1; rc++) {
-            uint64_t want = gpt2_activations_bytes(m, be, shapes[i].B, shapes[i].T, rc);
-            uint64_t got = memplan_activation_bytes(&c, shapes[i].B, shapes[i].T, rc, FERRY_BACKEND_HOST);
-            TAP_IS_INT(got, want, "activations L%d C%d V%d B%d T%d recompute %d: planner = gpt2_activations_bytes",
+            counter cnt = {0, 0};
+            gpt2_allocator alloc = {&cnt, count_alloc, count_free};
+            gpt2_activations *a = NULL;
+            ferry_status st = gpt2_activations_create(m, be, shapes[i].B, shapes[i].T, rc, &alloc, &a);
+            gpt2_activations_destroy(a);
+            gpt2_plan p;
+            if (st == FERRY_OK)
+                st = gpt2_plan_predict(&c, shapes[i].B, shapes[i].T, FERRY_OFFLOAD_OPTIMIZER, rc, 2, FERRY_BACKEND_HOST,
+                                       FERRY_DTYPE_AUTO, &p);
+            if (st != FERRY_OK) {
+                tap_ok(0, "shape %zu: %s", i, ferry_last_error());
+                continue;
+            }
+            TAP_IS_INT(p.activations, cnt.bytes,
+                       "activations L%d C%d V%d B%d T%d recompute %d: planned = what the model asks for",
                        shapes[i].L, shapes[i].C, shapes[i].V, shapes[i].B, shapes[i].T, rc);
         }
         gpt2_destroy(m);
@@ -204,8 +242,8 @@ static void check_training(ferry_offload mode, bool recompute, int prefetch)
     snprintf(trace, sizeof trace, "%s/%s_%d_%d.fmt", dir, mode_name(mode), recompute, prefetch);
     train_opts o = {mode, recompute, prefetch, 0, trace};
     measured ms = {0};
-    memplan_result p;
-    ferry_status pst = memplan_predict(&model_cfg, TB, TT, mode, recompute, prefetch, FERRY_BACKEND_HOST, &p);
+    gpt2_plan p;
+    ferry_status pst = gpt2_plan_predict(&model_cfg, TB, TT, mode, recompute, prefetch, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO, &p);
     TAP_IS_STATUS(pst, FERRY_OK, "%s recompute %d prefetch %d: predicted", mode_name(mode), recompute, prefetch);
     if (!tap_ok(train(&o, &ms) == FERRY_OK, "%s recompute %d prefetch %d: %d steps trained with a trace",
                 mode_name(mode), recompute, prefetch, STEPS))
@@ -258,8 +296,8 @@ static void check_training(ferry_offload mode, bool recompute, int prefetch)
  * no schedule fits and setup or the first step fails with out-of-memory. */
 static void check_params_budget(void)
 {
-    memplan_result p;
-    if (memplan_predict(&model_cfg, TB, TT, FERRY_OFFLOAD_PARAMS, true, 2, FERRY_BACKEND_HOST, &p) != FERRY_OK) {
+    gpt2_plan p;
+    if (gpt2_plan_predict(&model_cfg, TB, TT, FERRY_OFFLOAD_PARAMS, true, 2, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO, &p) != FERRY_OK) {
         tap_ok(0, "params budget: predicted: %s", ferry_last_error());
         return;
     }
@@ -269,7 +307,7 @@ static void check_params_budget(void)
            (unsigned long long)p.device_total);
     tap_ok(ms.device_peak <= p.device_total, "params: device peak %llu within that budget",
            (unsigned long long)ms.device_peak);
-    o.budget = p.device_min_bytes - MEMPLAN_ARENA_GRANULE;
+    o.budget = p.device_min_bytes - ARENA_ALIGN;
     ferry_status st = train(&o, &ms);
     TAP_IS_STATUS(st, FERRY_ERR_OUT_OF_MEMORY, "params: %llu bytes, one granule under the predicted floor %llu, "
                   "is out of memory", (unsigned long long)o.budget, (unsigned long long)p.device_min_bytes);
@@ -314,10 +352,10 @@ static void check_cli_fit(void)
     gpt2_config_preset("gpt2", &c);
     int maxB = 0;
     uint64_t budget = (uint64_t)6 << 30;
-    memplan_max_batch(&c, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, FERRY_BACKEND_CUDA, budget, &maxB);
-    memplan_result at, above;
-    memplan_predict(&c, maxB, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, FERRY_BACKEND_CUDA, &at);
-    memplan_predict(&c, maxB + 1, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, FERRY_BACKEND_CUDA, &above);
+    gpt2_plan_max_batch(&c, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, budget, &maxB);
+    gpt2_plan at, above;
+    gpt2_plan_predict(&c, maxB, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, &at);
+    gpt2_plan_predict(&c, maxB + 1, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, &above);
     tap_ok(maxB >= 1 && at.device_total <= budget && above.device_total > budget,
            "max batch %d: B=%d predicts %llu <= 6 GiB, B=%d predicts %llu > 6 GiB", maxB, maxB,
            (unsigned long long)at.device_total, maxB + 1, (unsigned long long)above.device_total);
@@ -334,9 +372,9 @@ static void check_cli_fit(void)
     run_memprof("plan --model gpt2 --batch 64 --seq 1024 --offload optimizer --gpu-mem 6GiB --json", &r);
     cJSON *j = cJSON_Parse(r.out);
     tap_ok(j != NULL, "--json output parses with cJSON");
-    memplan_result p;
-    memplan_predict(&c, 64, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, FERRY_BACKEND_CUDA, &p);
-    TAP_IS_INT(num(j, "device.total_bytes"), p.device_total, "json device.total_bytes = memplan_predict's");
+    gpt2_plan p;
+    gpt2_plan_predict(&c, 64, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, &p);
+    TAP_IS_INT(num(j, "device.total_bytes"), p.device_total, "json device.total_bytes = gpt2_plan_predict's");
     TAP_IS_INT(num(j, "device.by_category.activations"), p.activations, "json device activations");
     TAP_IS_INT(num(j, "host.total_bytes"), p.host_total, "json host.total_bytes");
     TAP_IS_INT(num(j, "max_batch"), maxB, "json max_batch");
@@ -356,14 +394,14 @@ static void check_cli_fit(void)
 int main(int argc, char **argv)
 {
     if (argc < 2)
-        tap_plan_skip("usage: test_memplan MEMPROF");
+        tap_plan_skip("usage: test_gpt2_plan MEMPROF");
     memprof = argv[1];
     if (!mkdtemp(dir))
         tap_plan_skip("no temporary directory");
     if (gpt2_config_from_fields(4, 4, 64, 1000, 0, 128, &model_cfg) != FERRY_OK)
         tap_plan_skip("model config refused");
 
-    check_activation_mirror();
+    check_activations();
     for (int mode = FERRY_OFFLOAD_NONE; mode <= FERRY_OFFLOAD_PARAMS; mode++)
         for (int rc = 0; rc <= 1; rc++)
             check_training((ferry_offload)mode, rc, 2);

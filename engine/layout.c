@@ -1,0 +1,59 @@
+/* What the engine holds, per offload mode, as one table: placement.c
+ * allocates from it and plan.c counts from it, so a prediction cannot drift
+ * from what setup allocates.
+ *
+ *   mode       device (per parameter)            host pool (per parameter)
+ *   none       weights, grads (act), master, m, v  -
+ *   optimizer  weights, grads (act)              master, m, v (fp32), grads, weights (act)
+ *   params     a bounded window of weights/grads master, m, v (fp32), grads, weights (act)
+ *
+ * With bf16 on the device that is 16 bytes per parameter on the host in the
+ * offload modes (12 fp32 + 2 drained gradient + 2 upload copy), and 4 on the
+ * device in optimizer mode. */
+#include <stddef.h>
+
+#include "engine/engine.h"
+
+#define SLOT(field) offsetof(engine_group, field)
+
+int engine_group_buffers(ferry_offload mode, size_t act, engine_buffer out[ENGINE_GROUP_BUFFERS_MAX])
+{
+    int n = 0;
+    if (mode == FERRY_OFFLOAD_NONE) {
+        out[n++] = (engine_buffer){true, FERRY_MEM_PARAMS, act, "weights", SLOT(dev_weights)};
+        out[n++] = (engine_buffer){true, FERRY_MEM_GRADS, act, "grads", SLOT(dev_grads)};
+        out[n++] = (engine_buffer){true, FERRY_MEM_PARAMS, 4, "master", SLOT(master)};
+        out[n++] = (engine_buffer){true, FERRY_MEM_OPTIMIZER, 4, "adam m", SLOT(m)};
+        out[n++] = (engine_buffer){true, FERRY_MEM_OPTIMIZER, 4, "adam v", SLOT(v)};
+        return n;
+    }
+    out[n++] = (engine_buffer){false, FERRY_MEM_PARAMS, 4, "master", SLOT(master)};
+    out[n++] = (engine_buffer){false, FERRY_MEM_OPTIMIZER, 4, "adam m", SLOT(m)};
+    out[n++] = (engine_buffer){false, FERRY_MEM_OPTIMIZER, 4, "adam v", SLOT(v)};
+    out[n++] = (engine_buffer){false, FERRY_MEM_GRADS, act, "grads", SLOT(host_grads)};
+    out[n++] = (engine_buffer){false, FERRY_MEM_STAGING, act, "weights", SLOT(host_weights)};
+    if (mode == FERRY_OFFLOAD_OPTIMIZER) {
+        out[n++] = (engine_buffer){true, FERRY_MEM_PARAMS, act, "weights", SLOT(dev_weights)};
+        out[n++] = (engine_buffer){true, FERRY_MEM_GRADS, act, "grads", SLOT(dev_grads)};
+    }
+    return n;
+}
+
+int engine_global_buffers(ferry_backend_kind kind, ferry_offload mode, int ngroups,
+                          engine_global_buffer out[ENGINE_GLOBAL_BUFFERS_MAX])
+{
+    int n = 0;
+    size_t ws = ops_workspace_bytes(kind);
+    if (ws)
+        out[n++] = (engine_global_buffer){FERRY_MEM_WORKSPACE, ws, "matmul workspace", offsetof(ferry_engine, dev_workspace)};
+    if (mode == FERRY_OFFLOAD_NONE) {
+        out[n++] = (engine_global_buffer){FERRY_MEM_WORKSPACE, (size_t)ngroups * sizeof(double),
+                                          "gradient norm partials", offsetof(ferry_engine, dev_sumsq)};
+        out[n++] = (engine_global_buffer){FERRY_MEM_WORKSPACE, ops_sumsq_scratch_bytes(), "gradient norm scratch",
+                                          offsetof(ferry_engine, dev_sumsq_scratch)};
+    }
+    return n;
+}
+
+int engine_weight_window(int prefetch_groups) { return prefetch_groups + 2; }
+int engine_drain_window(int prefetch_groups) { return prefetch_groups + 1; }

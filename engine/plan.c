@@ -1,0 +1,118 @@
+/* The engine's memory plan: what setup and the schedule will allocate, by
+ * category, counted from the layout table setup allocates from (layout.c)
+ * and charged with the allocators' own rounding (arena_charge, pool_charge).
+ * Owns only arithmetic; opens no backend. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/dtype.h"
+#include "common/error.h"
+#include "engine/engine.h"
+
+static ferry_status check_request(const engine_plan_request *rq)
+{
+    if (!rq || (rq->ngroups > 0 && !rq->group_numel))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: NULL request or group sizes");
+    if (rq->ngroups < 1 || rq->ngroups > ENGINE_MAX_GROUPS)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: %d groups; plan for 1..%d", rq->ngroups,
+                       ENGINE_MAX_GROUPS);
+    if (rq->backend != FERRY_BACKEND_HOST && rq->backend != FERRY_BACKEND_CUDA)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: backend %d; plan for host or cuda",
+                       (int)rq->backend);
+    if (rq->dtype != FERRY_DTYPE_AUTO && rq->dtype != FERRY_DTYPE_F32 && rq->dtype != FERRY_DTYPE_BF16)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: dtype %s; the device holds f32 or bf16",
+                       dtype_name(rq->dtype));
+    if (rq->offload < FERRY_OFFLOAD_NONE || rq->offload > FERRY_OFFLOAD_PARAMS)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: offload %d is not none, optimizer or params",
+                       (int)rq->offload);
+    if (rq->prefetch_groups < 0 || rq->prefetch_groups > 64)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: prefetch %d is outside 0..64", rq->prefetch_groups);
+    for (int g = 0; g < rq->ngroups; g++)
+        if (rq->group_numel[g] == 0 || rq->group_numel[g] > ((size_t)1 << 40))
+            return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: group %d has %zu parameters, outside 1..2^40", g,
+                           rq->group_numel[g]);
+    return FERRY_OK;
+}
+
+/* Sum of the `count` largest charges of `numel * elem` over the groups. */
+static uint64_t largest(const engine_plan_request *rq, int count, size_t elem)
+{
+    uint64_t *c = malloc((size_t)rq->ngroups * sizeof *c);
+    if (!c)
+        return UINT64_MAX;
+    for (int g = 0; g < rq->ngroups; g++)
+        c[g] = arena_charge(rq->group_numel[g] * elem);
+    uint64_t sum = 0;
+    for (int k = 0; k < count && k < rq->ngroups; k++) { /* count is small: selection, not a sort */
+        int best = k;
+        for (int i = k + 1; i < rq->ngroups; i++)
+            if (c[i] > c[best])
+                best = i;
+        uint64_t t = c[k];
+        c[k] = c[best];
+        c[best] = t;
+        sum += c[k];
+    }
+    free(c);
+    return sum;
+}
+
+static void plan_setup(const engine_plan_request *rq, engine_memory_plan *p)
+{
+    engine_global_buffer gb[ENGINE_GLOBAL_BUFFERS_MAX];
+    int n = engine_global_buffers(rq->backend, rq->offload, rq->ngroups, gb);
+    for (int i = 0; i < n; i++)
+        p->device_bytes[gb[i].cat] += arena_charge(gb[i].bytes);
+    engine_buffer b[ENGINE_GROUP_BUFFERS_MAX];
+    int nb = engine_group_buffers(rq->offload, p->act_size, b);
+    for (int g = 0; g < rq->ngroups; g++)
+        for (int i = 0; i < nb; i++) {
+            size_t bytes = rq->group_numel[g] * b[i].elem_bytes;
+            if (b[i].device)
+                p->device_bytes[b[i].cat] += arena_charge(bytes);
+            else
+                p->host_bytes[b[i].cat] += pool_charge(bytes);
+        }
+}
+
+/* Params mode: the window of weights and of draining gradients. */
+static ferry_status plan_window(const engine_plan_request *rq, engine_memory_plan *p)
+{
+    int wg = engine_weight_window(rq->prefetch_groups), gg = engine_drain_window(rq->prefetch_groups) + 2;
+    p->device_weight_groups = wg < rq->ngroups ? wg : rq->ngroups;
+    p->device_grad_groups = gg < rq->ngroups ? gg : rq->ngroups;
+    uint64_t w = largest(rq, wg, p->act_size), g = largest(rq, gg, p->act_size), two = largest(rq, 2, p->act_size);
+    if (w == UINT64_MAX || g == UINT64_MAX || two == UINT64_MAX)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "engine plan: out of host memory");
+    p->device_bytes[FERRY_MEM_PARAMS] += w;
+    p->device_bytes[FERRY_MEM_GRADS] += g;
+    /* The schedule's out-of-memory paths (no prefetch, every drain waited
+     * for, every other group evicted) still need two groups at once (one
+     * held for the whole pass, one computing), weights and gradients each. */
+    p->device_min_bytes = 2 * two;
+    return FERRY_OK;
+}
+
+ferry_status engine_plan_memory(const engine_plan_request *rq, engine_memory_plan *out)
+{
+    ferry_status st = out ? check_request(rq) : err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: out is NULL");
+    if (st != FERRY_OK)
+        return st;
+    engine_memory_plan p;
+    memset(&p, 0, sizeof p);
+    ferry_dtype act = rq->dtype != FERRY_DTYPE_AUTO ? rq->dtype
+                      : rq->backend == FERRY_BACKEND_CUDA ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F32;
+    p.act_size = dtype_size(act);
+    p.device_weight_groups = p.device_grad_groups = rq->offload == FERRY_OFFLOAD_PARAMS ? 0 : rq->ngroups;
+    plan_setup(rq, &p);
+    if (rq->offload == FERRY_OFFLOAD_PARAMS && (st = plan_window(rq, &p)) != FERRY_OK)
+        return st;
+    if (rq->offload != FERRY_OFFLOAD_PARAMS)
+        for (int c = 0; c < FERRY_MEM_CATEGORY_COUNT; c++)
+            p.device_min_bytes += p.device_bytes[c];
+    else
+        for (int c = 0; c < FERRY_MEM_CATEGORY_COUNT; c++)
+            p.device_min_bytes += c == FERRY_MEM_PARAMS || c == FERRY_MEM_GRADS ? 0 : p.device_bytes[c];
+    *out = p;
+    return FERRY_OK;
+}

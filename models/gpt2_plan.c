@@ -1,0 +1,158 @@
+/* GPT-2 training's memory, predicted (see gpt2_plan.h): the model's group
+ * sizes and activation plan, and the engine's memory plan, added up. */
+#include "models/gpt2_plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "engine/embed.h"
+
+#define PLAN_MAX_BATCH 65536
+
+static ferry_dtype device_dtype(ferry_backend_kind backend, ferry_dtype dtype)
+{
+    if (dtype != FERRY_DTYPE_AUTO)
+        return dtype;
+    return backend == FERRY_BACKEND_CUDA ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F32;
+}
+
+/* The model's share: group sizes (for the engine), parameters. */
+typedef struct plan_model {
+    gpt2_model *m;
+    size_t *numel;
+    int ngroups;
+} plan_model;
+
+static ferry_status model_open(const gpt2_config *cfg, plan_model *pm)
+{
+    memset(pm, 0, sizeof *pm);
+    if (!cfg)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "gpt2 plan: the model configuration is NULL");
+    ferry_status st = gpt2_create(cfg, &pm->m);
+    if (st != FERRY_OK)
+        return err_wrap(st, "gpt2 plan: model");
+    pm->ngroups = gpt2_num_groups(pm->m);
+    pm->numel = calloc((size_t)pm->ngroups, sizeof *pm->numel);
+    if (!pm->numel)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "gpt2 plan: out of host memory");
+    for (int g = 0; g < pm->ngroups; g++)
+        pm->numel[g] = gpt2_group_numel(pm->m, g);
+    return FERRY_OK;
+}
+
+static void model_close(plan_model *pm)
+{
+    free(pm->numel);
+    gpt2_destroy(pm->m);
+    memset(pm, 0, sizeof *pm);
+}
+
+static ferry_status check_args(const gpt2_config *c, int B, int T)
+{
+    if (B < 1 || T < 1 || T > c->max_seq_len)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "gpt2 plan: batch %d x sequence %d; need batch >= 1 and 1 <= sequence <= the model's "
+                       "context (%d)",
+                       B, T, c->max_seq_len);
+    if ((int64_t)B * T > INT32_MAX)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "gpt2 plan: batch x sequence = %lld tokens is more than one micro-batch can hold (2^31 - 1)",
+                       (long long)B * T);
+    return FERRY_OK;
+}
+
+static ferry_status add_up(uint64_t *total, const uint64_t *parts)
+{
+    *total = 0;
+    for (int c = 0; c < FERRY_MEM_CATEGORY_COUNT; c++)
+        if (__builtin_add_overflow(*total, parts[c], total))
+            return err_set(FERRY_ERR_INVALID_ARGUMENT, "gpt2 plan: the model's memory does not fit in 64 bits");
+    return FERRY_OK;
+}
+
+static ferry_status predict(const plan_model *pm, int B, int T, ferry_offload mode, bool recompute, int prefetch,
+                            ferry_backend_kind backend, ferry_dtype dtype, gpt2_plan *out)
+{
+    const gpt2_config *c = gpt2_get_config(pm->m);
+    ferry_status st = check_args(c, B, T);
+    if (st != FERRY_OK)
+        return st;
+    ferry_dtype act = device_dtype(backend, dtype);
+    engine_plan_request rq = {backend, act, mode, prefetch, pm->numel, pm->ngroups};
+    engine_memory_plan ep;
+    if ((st = engine_plan_memory(&rq, &ep)) != FERRY_OK)
+        return err_wrap(st, "gpt2 plan");
+    uint64_t acts = gpt2_activations_bytes(pm->m, act, B, T, recompute);
+    if (acts == 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "gpt2 plan: the activations of batch %d x %d do not fit in 64 bits", B, T);
+    gpt2_plan p;
+    memset(&p, 0, sizeof p);
+    memcpy(p.device_bytes, ep.device_bytes, sizeof p.device_bytes);
+    memcpy(p.host_bytes, ep.host_bytes, sizeof p.host_bytes);
+    p.activations = acts; /* the model's takes are whole arena granules: charged as asked */
+    p.device_bytes[FERRY_MEM_ACTIVATIONS] += acts;
+    if ((st = add_up(&p.device_total, p.device_bytes)) != FERRY_OK ||
+        (st = add_up(&p.host_total, p.host_bytes)) != FERRY_OK)
+        return st;
+    p.device_min_bytes = mode == FERRY_OFFLOAD_PARAMS ? ep.device_min_bytes + acts : p.device_total;
+    p.num_params = gpt2_num_params(pm->m);
+    for (int g = 0; g < pm->ngroups; g++)
+        p.group_elems += pm->numel[g];
+    p.groups = pm->ngroups;
+    p.device_weight_groups = ep.device_weight_groups;
+    p.device_grad_groups = ep.device_grad_groups;
+    p.act_size = (int)ep.act_size;
+    *out = p;
+    return FERRY_OK;
+}
+
+ferry_status gpt2_plan_predict(const gpt2_config *cfg, int B, int T, ferry_offload mode, bool recompute,
+                               int prefetch_groups, ferry_backend_kind backend, ferry_dtype dtype, gpt2_plan *out)
+{
+    if (!out)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "gpt2_plan_predict: out is NULL");
+    plan_model pm;
+    ferry_status st = model_open(cfg, &pm);
+    if (st == FERRY_OK)
+        st = predict(&pm, B, T, mode, recompute, prefetch_groups, backend, dtype, out);
+    model_close(&pm);
+    return st;
+}
+
+ferry_status gpt2_plan_max_batch(const gpt2_config *cfg, int T, ferry_offload mode, bool recompute,
+                                 int prefetch_groups, ferry_backend_kind backend, ferry_dtype dtype,
+                                 uint64_t device_budget, int *max_B)
+{
+    if (!max_B)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "gpt2_plan_max_batch: max_B is NULL");
+    *max_B = 0;
+    plan_model pm;
+    ferry_status st = model_open(cfg, &pm);
+    gpt2_plan r;
+    if (st == FERRY_OK)
+        st = predict(&pm, 1, T, mode, recompute, prefetch_groups, backend, dtype, &r);
+    /* The peak grows with B (every activation is B x T x something), so bisect
+     * on the largest B that fits; B beyond 2^31 / T is not a micro-batch. */
+    int lo = 0, hi = PLAN_MAX_BATCH;
+    if (T > 0 && hi > INT32_MAX / T)
+        hi = INT32_MAX / T;
+    if (st == FERRY_OK && r.device_total <= device_budget) {
+        lo = 1;
+        while (lo < hi) {
+            int mid = lo + (hi - lo + 1) / 2;
+            ferry_status one = predict(&pm, mid, T, mode, recompute, prefetch_groups, backend, dtype, &r);
+            if (one == FERRY_OK && r.device_total <= device_budget) {
+                lo = mid;
+            } else {
+                err_clear(); /* too large to count is as good as too large to fit */
+                hi = mid - 1;
+            }
+        }
+    }
+    model_close(&pm);
+    if (st == FERRY_OK)
+        *max_B = lo;
+    return st;
+}

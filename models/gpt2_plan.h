@@ -1,0 +1,65 @@
+/* The memory of training GPT-2 through the engine, predicted without
+ * allocating anything: the engine's state from engine_plan_memory (the same
+ * layout table setup allocates from) and the activations from
+ * gpt2_activations_bytes (the same plan gpt2_activations_create allocates
+ * from), for a backend and storage type that need not be present here
+ * (plan a 24 GB card on a laptop). What memprof plan prints and the GPU
+ * check sizes its batch with. Owns no memory beyond a call; reads no files.
+ *
+ * Params mode is planned for its worst schedule (engine/embed.h): the
+ * prediction is an upper bound reached when every gradient drain ends before
+ * the next group's backward does; device_min_bytes is the floor below which
+ * no schedule fits, and near it fragmentation decides. */
+#ifndef FERRY_MODELS_GPT2_PLAN_H
+#define FERRY_MODELS_GPT2_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ferry.h"
+#include "models/gpt2.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gpt2_plan {
+    /* Device (the engine's arena), at the predicted peak, by category. */
+    uint64_t device_bytes[FERRY_MEM_CATEGORY_COUNT];
+    uint64_t device_total;
+    /* The floor: no smaller device budget can work. device_total, except in
+     * params mode. */
+    uint64_t device_min_bytes;
+    /* Host (the engine's pinned pool); constant from setup on. */
+    uint64_t host_bytes[FERRY_MEM_CATEGORY_COUNT];
+    uint64_t host_total;
+
+    uint64_t num_params;      /* as Hugging Face counts them */
+    uint64_t group_elems;     /* elements of every group's buffer (padding included) */
+    int groups;               /* L + 2 */
+    int device_weight_groups; /* groups whose weights are on the device at the peak */
+    int device_grad_groups;   /* groups whose gradients are on the device at the peak */
+    int act_size;             /* bytes of a device element: 4 (f32) or 2 (bf16) */
+    uint64_t activations;     /* = device_bytes[FERRY_MEM_ACTIVATIONS] */
+} gpt2_plan;
+
+/* Predicts the peaks of training `cfg` with micro-batch B x T in `mode` on
+ * `backend` (HOST or CUDA) storing `dtype` on the device (AUTO: the
+ * backend's, f32 on host and bf16 on cuda); prefetch_groups as
+ * ferry_engine_config's (0..64). Bad values (an invalid config, B < 1, T
+ * outside 1..max_seq_len, B x T > 2^31 - 1, a mode or backend out of range, a
+ * model too large to count in 64 bits) are FERRY_ERR_INVALID_ARGUMENT. */
+ferry_status gpt2_plan_predict(const gpt2_config *cfg, int B, int T, ferry_offload mode, bool recompute,
+                               int prefetch_groups, ferry_backend_kind backend, ferry_dtype dtype,
+                               gpt2_plan *out);
+
+/* The largest B (1..65536) whose predicted device peak fits device_budget;
+ * *max_B = 0 when not even B = 1 fits. Same arguments as gpt2_plan_predict. */
+ferry_status gpt2_plan_max_batch(const gpt2_config *cfg, int T, ferry_offload mode, bool recompute,
+                                 int prefetch_groups, ferry_backend_kind backend, ferry_dtype dtype,
+                                 uint64_t device_budget, int *max_B);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
