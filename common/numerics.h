@@ -38,7 +38,7 @@ typedef struct adamw_hparams {
 } adamw_hparams;
 
 /* The fp32 factors of one update. Per element, for step t (1-based):
- *     g  = g * grad_scale                  (clip coefficient / loss scale)
+ *     g  = g * grad_scale                  (the clip coefficient)
  *     m  = beta1 * m + (1 - beta1) * g     (one fused multiply-add)
  *     v  = beta2 * v + (1 - beta2) * g * g (one fused multiply-add)
  *     p  = p * (1 - lr * weight_decay) + (-lr / (1 - beta1^t) * m) / (sqrt(v) / sqrt(1 - beta2^t) + eps) */

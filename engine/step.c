@@ -119,6 +119,26 @@ static ferry_status norms_resident(ferry_engine *e)
     return st;
 }
 
+/* The recipe's decision (optim/gradnorm.h) from every group's sum. */
+static ferry_status decide(ferry_engine *e, const ferry_step_options *o, gradnorm_decision *d)
+{
+    double *sums = malloc((size_t)e->ngroups * sizeof *sums);
+    bool *bad = malloc((size_t)e->ngroups * sizeof *bad);
+    if (!sums || !bad) {
+        free(sums);
+        free(bad);
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_step: out of host memory");
+    }
+    for (int i = 0; i < e->ngroups; i++) {
+        sums[i] = e->groups[i].sumsq;
+        bad[i] = e->groups[i].nonfinite;
+    }
+    *d = gradnorm_decide(sums, bad, e->ngroups, o->max_grad_norm);
+    free(sums);
+    free(bad);
+    return FERRY_OK;
+}
+
 /* ---- the update ---- */
 
 static adamw_hparams group_hparams(const engine_group *g, const ferry_step_options *o)
@@ -326,19 +346,13 @@ ferry_status engine_step(ferry_engine *e, const ferry_step_options *caller_opts,
     st = offloaded ? norms_offloaded(e) : norms_resident(e);
     if (st != FERRY_OK)
         return st;
-    double sumsq = 0;
-    int bad = -1;
-    for (int i = 0; i < e->ngroups; i++) {
-        sumsq += e->groups[i].sumsq;
-        if (e->groups[i].nonfinite && bad < 0)
-            bad = i;
-    }
-    double norm = sqrt(sumsq);
-    float clip = bad >= 0 ? 0.0f : gradnorm_clip_coef(norm, o->max_grad_norm);
+    gradnorm_decision d = {0, 1.0f, false, -1};
+    if ((st = decide(e, o, &d)) != FERRY_OK)
+        return st;
     if (e->cfg.delayed_update && (st = upload_delayed(e)) != FERRY_OK)
         return st;
-    if (bad < 0) {
-        st = offloaded ? update_offloaded(e, o, clip) : update_resident(e, o, clip);
+    if (!d.skipped) {
+        st = offloaded ? update_offloaded(e, o, d.clip_coef) : update_resident(e, o, d.clip_coef);
         if (st != FERRY_OK)
             return st;
         e->step++;
@@ -352,10 +366,10 @@ ferry_status engine_step(ferry_engine *e, const ferry_step_options *caller_opts,
     e->timing_acc.optimizer_ms = e->last_update_ms;
     close_timing(e);
     report.step = e->step;
-    report.grad_norm = bad >= 0 ? (double)NAN : norm;
-    report.clip_coef = bad >= 0 ? 1.0f : clip;
-    report.skipped = bad >= 0;
-    report.bad_group = bad;
+    report.grad_norm = d.grad_norm;
+    report.clip_coef = d.clip_coef;
+    report.skipped = d.skipped;
+    report.bad_group = d.bad_group;
     if (r)
         sized_write(r, &report, sizeof report, "ferry_step_report"); /* its size was checked above */
     if (e->trace) {

@@ -178,8 +178,7 @@ ferry_status gpt2_forward(const gpt2_model *m, gpt2_activations *a, const gpt2_h
 /* Backward of grad_scale * (mean loss over the valid targets of this forward)
  * into every group's gradient buffer (adds). Needs a gpt2_forward with
  * targets on `a` just before (FERRY_ERR_STATE otherwise). grad_scale is 1 for
- * one micro-batch, 1/k to average k micro-batches, times the loss scale for
- * fp16. */
+ * one micro-batch, 1/k to average k micro-batches. */
 ferry_status gpt2_backward(const gpt2_model *m, gpt2_activations *a, const gpt2_hooks *h,
                            backend_stream *s, float grad_scale);
 /* Synchronizes s and returns the mean loss over the valid targets of the last

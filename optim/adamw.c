@@ -1,14 +1,12 @@
 /* optim/adamw.c: AdamW's validation, its scalar factors (computed in double
  * as torch.optim.AdamW does), the split of a job into OPTIM_TILE tiles on the
- * pool, the per-ISA dispatch, and the whole-step recipe over groups
- * (norm, skip or clip, update). The element kernels live in simd_*.c. */
+ * pool, and the per-ISA dispatch. The element kernels live in simd_*.c. */
 #include "optim/adamw.h"
 
 #include <math.h>
 #include <stdlib.h>
 
 #include "common/error.h"
-#include "optim/gradnorm.h"
 #include "optim/kernels.h"
 
 static int adamw_finite_in(double x, double lo, double hi) { return isfinite(x) && x >= lo && x < hi; }
@@ -47,7 +45,7 @@ ferry_status adamw_check(const adamw_job *job)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw: step %lld; steps count from 1", (long long)job->step);
     if (!isfinite(job->grad_scale) || job->grad_scale < 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "adamw: grad_scale %g; give clip_coef / loss_scale, finite and >= 0 (1 = none)",
+                       "adamw: grad_scale %g; give the clip coefficient, finite and >= 0 (1 = none)",
                        (double)job->grad_scale);
     return adamw_check_hparams(&job->hp);
 }
@@ -120,50 +118,4 @@ ferry_status adamw_submit(tp_pool *pool, const adamw_job *job, tp_ticket **ticke
     if (st != FERRY_OK)
         free(x);
     return st;
-}
-
-ferry_status adamw_step_groups(tp_pool *pool, const adamw_job *jobs, size_t ngroups,
-                               float max_norm, float loss_scale, adamw_step_report *report)
-{
-    if ((!jobs && ngroups > 0) || !report)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw_step_groups: jobs and report must not be NULL");
-    if (!isfinite(loss_scale) || loss_scale <= 0 || isnan(max_norm))
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "adamw_step_groups: loss_scale %g (finite, > 0), max_norm %g",
-                       (double)loss_scale, (double)max_norm);
-    *report = (adamw_step_report){0, 1.0f, false, 0};
-    for (size_t i = 0; i < ngroups; i++) { /* refuse a bad job before touching anything */
-        ferry_status st = adamw_check(&jobs[i]);
-        if (st != FERRY_OK)
-            return err_wrap(st, "group %zu", i);
-    }
-    double total = 0;
-    for (size_t i = 0; i < ngroups; i++) { /* group order: the global sum is fixed */
-        double s;
-        bool bad;
-        ferry_status st = gradnorm_sumsq(pool, jobs[i].grad, jobs[i].grad_dtype, jobs[i].n, &s, &bad);
-        if (st != FERRY_OK)
-            return err_wrap(st, "group %zu", i);
-        total += s;
-        if (bad && !report->skipped) {
-            report->skipped = true;
-            report->bad_group = i;
-        }
-    }
-    report->grad_norm = sqrt(total) / (double)loss_scale;
-    if (report->skipped) {
-        report->clip_coef = 0;
-        return FERRY_OK;
-    }
-    report->clip_coef = gradnorm_clip_coef(report->grad_norm, max_norm);
-    /* unscale then clip, as PyTorch does; 1/loss_scale is a power of two
-     * with the GradScaler's defaults, so the product rounds as the two steps */
-    float gscale = (1.0f / loss_scale) * report->clip_coef;
-    for (size_t i = 0; i < ngroups; i++) {
-        adamw_job j = jobs[i];
-        j.grad_scale = gscale;
-        ferry_status st = adamw_run(pool, &j);
-        if (st != FERRY_OK)
-            return err_wrap(st, "group %zu", i);
-    }
-    return FERRY_OK;
 }

@@ -6,7 +6,7 @@
  * when to step, or know about devices.
  *
  * Per element, for step t (1-based), with g the gradient as fp32:
- *     g  = g * grad_scale                  (clip coefficient / loss scale)
+ *     g  = g * grad_scale                  (the clip coefficient)
  *     p  = p * (1 - lr * weight_decay)
  *     m  = beta1 * m + (1 - beta1) * g
  *     v  = beta2 * v + (1 - beta2) * g * g
@@ -19,8 +19,9 @@
  * every SIMD path, so all paths and all thread counts give bitwise identical
  * results, and in practice torch's to the last bit.
  *
- * A gradient holding inf or NaN is not filtered here: check the step first
- * with optim/gradnorm.h (or use adamw_step_groups below, which does). */
+ * A gradient holding inf or NaN is not filtered here: the step's recipe
+ * (gradnorm_sumsq over every group, then gradnorm_decide in optim/gradnorm.h)
+ * says whether to update and with which grad_scale. */
 #ifndef FERRY_OPTIM_ADAMW_H
 #define FERRY_OPTIM_ADAMW_H
 
@@ -55,7 +56,7 @@ typedef struct adamw_job {
     size_t n;
     int64_t step;           /* the step being taken, 1 for the first */
     adamw_hparams hp;
-    float grad_scale;       /* multiplies g before the moments: clip_coef / loss_scale; 1 for none */
+    float grad_scale;       /* multiplies g before the moments: the clip coefficient; 1 for none */
     void *copy_out;         /* NULL, or n elements receiving the updated weights */
     ferry_dtype copy_dtype; /* BF16 or F16 (F32 allowed: a plain copy) */
 } adamw_job;
@@ -76,24 +77,6 @@ ferry_status adamw_submit(tp_pool *pool, const adamw_job *job, tp_ticket **ticke
 /* adamw_run with an explicit SIMD level (tests, benchmarks); a level above
  * cpu_simd_detect() is FERRY_ERR_UNSUPPORTED. adamw_run uses cpu_simd_active(). */
 ferry_status adamw_run_level(tp_pool *pool, const adamw_job *job, cpu_simd level);
-
-/* What adamw_step_groups did. */
-typedef struct adamw_step_report {
-    double grad_norm;    /* global L2 norm of the unscaled gradients (inf/NaN if non-finite) */
-    float clip_coef;     /* applied clip coefficient (1 = no clipping) */
-    bool skipped;        /* a gradient held inf/NaN: nothing was updated */
-    size_t bad_group;    /* the first group with a non-finite gradient, when skipped */
-} adamw_step_report;
-
-/* One optimizer step over `ngroups` groups, the whole recipe: the gradient
- * norm of every group (in group order, so the global norm does not depend on
- * threads), then either a skip — every weight and moment untouched — when a
- * gradient holds inf/NaN, or the clip coefficient (max_norm <= 0: no
- * clipping) folded into each job's grad_scale together with 1/loss_scale,
- * and the update of every group. jobs[i].grad_scale is ignored. loss_scale is
- * 1 without fp16 loss scaling. The report says which. */
-ferry_status adamw_step_groups(tp_pool *pool, const adamw_job *jobs, size_t ngroups,
-                               float max_norm, float loss_scale, adamw_step_report *report);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* optim/gradnorm.c: the gradient sum of squares split in OPTIM_TILE tiles,
  * each tile's partial kept in its own slot and added in tile order (so the
- * thread count cannot change the result), and the clip coefficient. */
+ * thread count cannot change the result), the clip coefficient, and the
+ * step's decision (skip, or clip by how much). */
 #include "optim/gradnorm.h"
 
 #include <math.h>
@@ -76,4 +77,21 @@ float gradnorm_clip_coef(double global_norm, float max_norm)
         return 0.0f;
     double coef = (double)max_norm / (global_norm + 1e-6);
     return coef < 1.0 ? (float)coef : 1.0f;
+}
+
+gradnorm_decision gradnorm_decide(const double *group_sumsq, const bool *group_nonfinite, int ngroups,
+                                  float max_norm)
+{
+    gradnorm_decision d = {0, 1.0f, false, -1};
+    double sum = 0;
+    for (int i = 0; i < ngroups; i++) {
+        sum += group_sumsq[i];
+        if (group_nonfinite[i] && d.bad_group < 0)
+            d.bad_group = i;
+    }
+    d.skipped = d.bad_group >= 0;
+    d.grad_norm = d.skipped ? (double)NAN : sqrt(sum);
+    if (!d.skipped)
+        d.clip_coef = gradnorm_clip_coef(d.grad_norm, max_norm);
+    return d;
 }

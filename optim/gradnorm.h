@@ -38,6 +38,22 @@ ferry_status gradnorm_sumsq_level(tp_pool *pool, const void *grad, ferry_dtype t
  * is not finite (the step must be skipped anyway). */
 float gradnorm_clip_coef(double global_norm, float max_norm);
 
+/* The step's recipe, one function for the engine and for its test against
+ * torch: from every group's sum of squares (gradnorm_sumsq), added in group
+ * order, the global norm; a step with a non-finite gradient anywhere is
+ * skipped (weights and moments untouched, as torch's GradScaler skips it);
+ * else the clip coefficient, which every group's update then takes as its
+ * grad_scale (adamw_job.grad_scale, ops_adamw's grad_scale). */
+typedef struct gradnorm_decision {
+    double grad_norm; /* global L2 norm; NaN when skipped */
+    float clip_coef;  /* the updates' grad_scale; 1 = not clipped */
+    bool skipped;
+    int bad_group;    /* the first group with a non-finite gradient; -1 if none */
+} gradnorm_decision;
+
+gradnorm_decision gradnorm_decide(const double *group_sumsq, const bool *group_nonfinite, int ngroups,
+                                  float max_norm);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,9 +1,10 @@
 """tests/optim/adamw_oracle.py: the PyTorch side of test_adamw_torch.
 
 Reads the inputs test_adamw_torch.c wrote (parameter groups, hyperparameters,
-initial weights, the scaled gradients of every step), runs torch.optim.AdamW
-with GradScaler-style unscaling, skipping of non-finite steps and
-clip_grad_norm_'s clipping (norm in float64, see clip), and writes the weights and moments after every step.
+initial weights, the gradients of every step), runs torch.optim.AdamW with
+GradScaler-style skipping of non-finite steps and clip_grad_norm_'s clipping
+(norm in float64, see clip), and writes the weights and moments after every
+step.
 
 usage: adamw_oracle.py INPUT OUTPUT    (exit 77 when torch is missing)
 File layout, little-endian: see test_adamw_torch.c.
@@ -45,7 +46,7 @@ def main():
         return t
 
     ngroups, nsteps = take("ii")
-    max_norm, loss_scale = take("dd")
+    (max_norm,) = take("d")
     sizes, hps = [], []
     for _ in range(ngroups):
         (n,) = take("q")
@@ -59,9 +60,9 @@ def main():
     for _ in range(nsteps):
         grads = [floats(n) for n in sizes]
         finite = all(bool(torch.isfinite(g).all()) for g in grads)
-        if finite:  # GradScaler: unscale, then clip, then step; else skip
+        if finite:  # clip, then step; a non-finite step is skipped, as GradScaler does
             for p, g in zip(params, grads):
-                p.grad = g * (1.0 / loss_scale)
+                p.grad = g.clone()
             clip(params, max_norm)
             opt.step()
         out += struct.pack("<i", 1 if finite else 0)

@@ -1,15 +1,17 @@
-/* tests/optim/test_adamw_torch.c: adamw_step_groups against torch.optim.AdamW
- * (Debian's python3-torch through /usr/bin/python3, or the python given as
- * argv[1]). Three parameter groups with their own hyperparameters (one with
- * weight decay off) and gradient types (fp32, bf16, fp16), gradients scaled
- * by a loss scale, clipping by global norm, and one step with a NaN gradient
- * that both sides skip. Weights and moments after every step must agree to a
- * relative error of 1e-6 per element. Skips (77) when torch cannot be imported.
+/* tests/optim/test_adamw_torch.c: the optimizer step as the engine runs it —
+ * gradnorm_sumsq of every group, gradnorm_decide, adamw_run with the clip
+ * coefficient — against torch.optim.AdamW with clip_grad_norm_ (Debian's
+ * python3-torch through /usr/bin/python3, or the python given as argv[1]).
+ * Three parameter groups with their own hyperparameters (one with weight
+ * decay off) and gradient types (fp32, bf16, fp16), clipping by global norm,
+ * and one step with a NaN gradient that both sides skip. Weights and moments
+ * after every step must agree to a relative error of 1e-6 per element. Skips
+ * (77) when torch cannot be imported.
  *
- * Input file (little-endian): int32 groups, int32 steps, f64 max_norm,
- * f64 loss_scale; per group: int64 n, f64 lr, beta1, beta2, eps, weight_decay;
- * per group: n f32 initial weights; per step, per group: n f32 gradients (the
- * scaled values, exactly representable in the group's gradient type).
+ * Input file (little-endian): int32 groups, int32 steps, f64 max_norm; per
+ * group: int64 n, f64 lr, beta1, beta2, eps, weight_decay; per group: n f32
+ * initial weights; per step, per group: n f32 gradients (exactly
+ * representable in the group's gradient type).
  * Output: per step: int32 stepped; per group: n f32 weights, exp_avg, exp_avg_sq. */
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 #include <unistd.h>
 
 #include "optim/adamw.h"
+#include "optim/gradnorm.h"
 #include "tests/tap.h"
 
 enum { G = 3, STEPS = 6, NAN_STEP = 3 };
@@ -69,7 +72,7 @@ int main(int argc, char **argv)
     const adamw_hparams hp[G] = {{1e-3, 0.9, 0.999, 1e-8, 0.01},
                                  {2e-3, 0.8, 0.99, 1e-6, 0.0}, /* weight decay off */
                                  {5e-4, 0.95, 0.98, 1e-7, 0.1}};
-    const double max_norm = 1.0, loss_scale = 256.0;
+    const double max_norm = 1.0;
     char dir[] = "/tmp/ferry_adamw_torch_XXXXXX";
     if (!mkdtemp(dir))
         tap_plan_skip("cannot make a temp dir");
@@ -81,7 +84,6 @@ int main(int argc, char **argv)
     int32_t hdr[2] = {G, STEPS};
     fwrite(hdr, 4, 2, f);
     fwrite(&max_norm, 8, 1, f);
-    fwrite(&loss_scale, 8, 1, f);
     float *p[G], *m[G], *v[G], *g32[G][STEPS];
     void *g[G];
     for (int i = 0; i < G; i++) {
@@ -102,7 +104,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < G; i++) {
             g32[i][s] = malloc(n[i] * 4);
             for (size_t k = 0; k < n[i]; k++) {
-                float x = (float)(0.05 * gauss(&rng) * loss_scale);
+                float x = (float)(0.05 * gauss(&rng));
                 if (gt[i] == FERRY_DTYPE_BF16)
                     x = dtype_bf16_to_f32(dtype_f32_to_bf16(x));
                 else if (gt[i] == FERRY_DTYPE_F16)
@@ -127,16 +129,22 @@ int main(int argc, char **argv)
     int64_t taken = 0;
     float *want = malloc(70001 * 4 * 3);
     for (int s = 0; s < STEPS; s++) {
-        adamw_job jobs[G];
+        double sums[G];
+        bool bad[G];
         for (int i = 0; i < G; i++) {
             if (gt[i] == FERRY_DTYPE_F32)
                 memcpy(g[i], g32[i][s], n[i] * 4);
             else
                 half_convert(g[i], gt[i], g32[i][s], FERRY_DTYPE_F32, n[i]);
-            jobs[i] = (adamw_job){p[i], m[i], v[i], g[i], gt[i], n[i], taken + 1, hp[i], 1.0f, NULL, FERRY_DTYPE_BF16};
+            gradnorm_sumsq(pool, g[i], gt[i], n[i], &sums[i], &bad[i]);
         }
-        adamw_step_report r;
-        TAP_IS_STATUS(adamw_step_groups(pool, jobs, G, (float)max_norm, (float)loss_scale, &r), FERRY_OK, "step %d", s);
+        gradnorm_decision r = gradnorm_decide(sums, bad, G, (float)max_norm);
+        ferry_status st = FERRY_OK;
+        for (int i = 0; i < G && !r.skipped && st == FERRY_OK; i++) {
+            adamw_job job = {p[i], m[i], v[i], g[i], gt[i], n[i], taken + 1, hp[i], r.clip_coef, NULL, FERRY_DTYPE_BF16};
+            st = adamw_run(pool, &job);
+        }
+        TAP_IS_STATUS(st, FERRY_OK, "step %d", s);
         int32_t stepped = -1;
         if (fread(&stepped, 4, 1, f) != 1)
             break;

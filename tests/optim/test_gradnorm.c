@@ -1,7 +1,7 @@
 /* tests/optim/test_gradnorm.c: the gradient sum of squares of every SIMD
  * level against a double sum written here; bitwise the same for every level
  * and 1, 2, 3 threads; inf/NaN detection; PyTorch's clip coefficient on hand
- * cases; adamw_step_groups skipping a step with a NaN (weights and moments
+ * cases; the step's recipe (gradnorm_decide) skipping a step with a NaN (weights and moments
  * untouched) and clipping otherwise. */
 #include <math.h>
 #include <string.h>
@@ -116,6 +116,23 @@ static void check_clip(void)
     TAP_IS_CLOSE(gradnorm_clip_coef(2.0, 2.0f), 2.0 / (2.0 + 1e-6), 0, 1e-7, "norm = max_norm: just under 1");
 }
 
+/* The step's recipe as the engine runs it: every group's sum of squares,
+ * gradnorm_decide, and the update of every group with its clip coefficient. */
+static gradnorm_decision recipe(tp_pool *pool, const adamw_job *jobs, int G, float max_norm)
+{
+    double sums[8];
+    bool bad[8];
+    for (int i = 0; i < G; i++)
+        gradnorm_sumsq(pool, jobs[i].grad, jobs[i].grad_dtype, jobs[i].n, &sums[i], &bad[i]);
+    gradnorm_decision d = gradnorm_decide(sums, bad, G, max_norm);
+    for (int i = 0; i < G && !d.skipped; i++) {
+        adamw_job j = jobs[i];
+        j.grad_scale = d.clip_coef;
+        adamw_run(pool, &j);
+    }
+    return d;
+}
+
 static void check_step_groups(uint64_t *rng)
 {
     enum { G = 3 };
@@ -130,7 +147,7 @@ static void check_step_groups(uint64_t *rng)
             p[i][k] = (float)gauss(rng);
             m[i][k] = (float)(0.01 * gauss(rng));
             v[i][k] = (float)(1e-4 * tap_rand_unit(rng));
-            g[i][k] = (float)(0.1 * gauss(rng) * 256.0); /* scaled by a loss scale of 256 */
+            g[i][k] = (float)(0.1 * gauss(rng));
         }
         memcpy(p0[i], p[i], n[i] * 4); memcpy(m0[i], m[i], n[i] * 4); memcpy(v0[i], v[i], n[i] * 4);
         jobs[i] = (adamw_job){p[i], m[i], v[i], g[i], FERRY_DTYPE_F32, n[i], 5, hp, 123.0f, NULL, FERRY_DTYPE_BF16};
@@ -138,9 +155,8 @@ static void check_step_groups(uint64_t *rng)
     tp_pool *pool = NULL;
     tp_pool_create(2, -1, &pool);
     g[1][4242] = NAN;
-    adamw_step_report r;
-    TAP_IS_STATUS(adamw_step_groups(pool, jobs, G, 1.0f, 256.0f, &r), FERRY_OK, "step with a NaN gradient returns OK");
-    TAP_IS_INT(r.skipped, 1, "the step is reported skipped");
+    gradnorm_decision r = recipe(pool, jobs, G, 1.0f);
+    TAP_IS_INT(r.skipped, 1, "a step with a NaN gradient is skipped");
     TAP_IS_INT(r.bad_group, 1, "group 1 named as the one with a non-finite gradient");
     int untouched = 1;
     for (int i = 0; i < G; i++)
@@ -152,27 +168,28 @@ static void check_step_groups(uint64_t *rng)
     for (int i = 0; i < G; i++)
         for (size_t k = 0; k < n[i]; k++)
             want_sumsq += (double)g[i][k] * g[i][k];
-    double want_norm = sqrt(want_sumsq) / 256.0;
-    TAP_IS_STATUS(adamw_step_groups(pool, jobs, G, 1.0f, 256.0f, &r), FERRY_OK, "finite step runs");
-    TAP_IS_INT(r.skipped, 0, "not skipped");
-    TAP_IS_CLOSE(r.grad_norm, want_norm, 0, 1e-12, "global norm of the unscaled gradients");
+    double want_norm = sqrt(want_sumsq);
+    r = recipe(pool, jobs, G, 1.0f);
+    TAP_IS_INT(r.skipped, 0, "a finite step is not skipped");
+    TAP_IS_INT(r.bad_group, -1, "no group is named");
+    TAP_IS_CLOSE(r.grad_norm, want_norm, 0, 1e-12, "global norm of the gradients");
     float want_coef = (float)(1.0 / (want_norm + 1e-6));
     TAP_IS_CLOSE(r.clip_coef, want_coef, 0, 1e-6, "clip coefficient max_norm/(norm+1e-6)");
-    /* the same update by hand: adamw_run with grad_scale = coef / 256 */
+    /* the same update by hand: adamw_run with grad_scale = coef */
     int same = 1;
     for (int i = 0; i < G; i++) {
         adamw_job j = jobs[i];
         j.master = p0[i]; j.m = m0[i]; j.v = v0[i];
-        j.grad_scale = r.clip_coef / 256.0f;
+        j.grad_scale = r.clip_coef;
         adamw_run(NULL, &j);
         same &= !memcmp(p[i], p0[i], n[i] * 4) && !memcmp(m[i], m0[i], n[i] * 4);
     }
-    TAP_IS_INT(same, 1, "the groups were updated with grad_scale = clip_coef / loss_scale");
-    jobs[2].step = 0;
-    TAP_IS_STATUS(adamw_step_groups(pool, jobs, G, 1.0f, 256.0f, &r), FERRY_ERR_INVALID_ARGUMENT,
-                  "a bad job in group 2 refused before anything is touched");
-    tap_diag("message: %s", ferry_last_error());
-    TAP_IS_STATUS(adamw_step_groups(pool, jobs, G, 1.0f, 0.0f, &r), FERRY_ERR_INVALID_ARGUMENT, "loss scale 0 refused");
+    TAP_IS_INT(same, 1, "the groups were updated with grad_scale = clip_coef");
+    double sums[2] = {4.0, 5.0};
+    bool bad[2] = {false, false};
+    gradnorm_decision off = gradnorm_decide(sums, bad, 2, 0.0f);
+    TAP_IS_CLOSE(off.grad_norm, 3.0, 0, 0, "max_norm 0: the norm is still reported (sqrt(4 + 5))");
+    TAP_IS_CLOSE(off.clip_coef, 1.0, 0, 0, "max_norm 0: no clipping");
     tp_pool_destroy(pool);
     for (int i = 0; i < G; i++) {
         free(p[i]); free(m[i]); free(v[i]); free(g[i]); free(p0[i]); free(m0[i]); free(v0[i]);
