@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""The layering of ferry's tree, checked (DESIGN.md "Layout").
+
+One top folder is one library, and dependencies point one way:
+common <- kernels <- offload, optim <- engine <- models <- train <- tools.
+A file may include ferry.h, the headers of its own folder, and the public
+headers of the folders below it; a folder's private headers (PRIVATE below)
+belong to it alone, to its tests (tests/<folder>...) and to its lab
+(dev/<folder>). FERRY_HAVE_CUDA is tested only inside kernels/ (the backend
+decides; nobody above branches on CUDA). Examples see only ferry.h.
+
+usage: check_layers.py ROOT          prints TAP; exit 1 on any violation
+       check_layers.py --self-test   builds trees with known faults and
+                                     requires each to be caught
+"""
+import os
+import re
+import sys
+import tempfile
+
+# What each folder may include (besides itself). optim knows nothing of the
+# backend; offload knows the backend (pinning, device memory) but not optim.
+MAY_USE = {
+    "include": set(),
+    "common": {"include"},
+    "kernels": {"include", "common"},
+    "offload": {"include", "common", "kernels"},
+    "optim": {"include", "common"},
+    "engine": {"include", "common", "kernels", "offload", "optim"},
+    "models": {"include", "common", "kernels", "offload", "optim", "engine"},
+    "train": {"include", "common", "kernels", "offload", "optim", "engine", "models"},
+    "tools": {"include", "common", "kernels", "offload", "optim", "engine", "models", "train"},
+    "dev": {"include", "common", "kernels"},
+    "tests": {"include", "common", "kernels", "offload", "optim", "engine", "models", "train", "tools"},
+    "examples": {"include"},
+}
+
+# Headers only their own folder (and its tests and lab) may include.
+PRIVATE = {
+    "engine/engine.h",
+    "kernels/backend_impl.h",
+    "kernels/ops_host.h",
+    "kernels/ops_cuda.h",
+    "kernels/cuda_util.cuh",
+    "kernels/cuda_check.h",
+    "optim/kernels.h",
+    "models/gpt2_internal.h",
+}
+
+SOURCES = (".c", ".h", ".cu", ".cuh")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+CUDA_FLAG = re.compile(r"\bFERRY_HAVE_CUDA\b")
+
+
+def top(rel):
+    return rel.split("/", 1)[0]
+
+
+def owner_folders(rel):
+    """The library folders whose private headers a file may include."""
+    parts = rel.split("/")
+    if parts[0] in ("tests", "dev") and len(parts) > 2:
+        sub = parts[1]
+        # tests/kernels_gpu, tests/gpu and dev/kernels test the backend
+        if sub.startswith("kernels") or sub == "gpu":
+            return {"kernels"}
+        return {sub}
+    return {parts[0]}
+
+
+def resolve(root, rel, inc):
+    """The tree-relative path an include names, or None for a system header."""
+    here = os.path.dirname(rel)
+    for cand in (os.path.join(here, inc), inc, os.path.join("include", inc), os.path.join("tests", inc)):
+        cand = os.path.normpath(cand)
+        if os.path.isfile(os.path.join(root, cand)):
+            return cand
+    return None
+
+
+def sources(root):
+    for folder in MAY_USE:
+        base = os.path.join(root, folder)
+        for dirpath, dirnames, files in os.walk(base):
+            dirnames[:] = [d for d in dirnames if not d.startswith(("build", "."))]
+            for f in sorted(files):
+                if f.endswith(SOURCES):
+                    yield os.path.relpath(os.path.join(dirpath, f), root)
+
+
+def violations(root):
+    found = []
+    for rel in sources(root):
+        text = open(os.path.join(root, rel), encoding="utf-8", errors="replace").read()
+        layer = top(rel)
+        for inc in INCLUDE.findall(text):
+            target = resolve(root, rel, inc)
+            if target is None:
+                found.append(f"{rel}: includes \"{inc}\", which is no file of the tree")
+                continue
+            tl = top(target)
+            if tl == layer and target not in PRIVATE:
+                continue
+            if target in PRIVATE:
+                if tl not in owner_folders(rel):
+                    found.append(f"{rel}: includes {target}, private to {tl}/")
+                continue
+            if tl == layer:
+                continue
+            if tl not in MAY_USE[layer]:
+                found.append(f"{rel}: includes {target}: {layer}/ may not use {tl}/")
+        if CUDA_FLAG.search(text) and layer != "kernels":
+            found.append(f"{rel}: tests FERRY_HAVE_CUDA outside kernels/ (ask the backend instead)")
+    return found
+
+
+def tap(root):
+    bad = violations(root)
+    n = sum(1 for _ in sources(root))
+    print(f"ok 1 - {n} source files scanned" if n > 100 else f"not ok 1 - only {n} source files found under {root}")
+    print("ok 2 - every #include points down the layers" if not bad else "not ok 2 - includes against the layering:")
+    for v in bad:
+        print(f"#   {v}")
+    print("1..2")
+    return 0 if n > 100 and not bad else 1
+
+
+def self_test():
+    """Each fault planted in a tiny tree must be found; the clean tree must pass."""
+    cases = {
+        "clean": ({}, 0),
+        "upward": ({"kernels/x.c": '#include "engine/embed.h"\n'}, 1),
+        "private": ({"models/y.c": '#include "engine/engine.h"\n'}, 1),
+        "optim-backend": ({"optim/z.c": '#include "kernels/backend.h"\n'}, 1),
+        "cuda-flag": ({"engine/w.c": "#ifdef FERRY_HAVE_CUDA\n#endif\n"}, 1),
+        "example": ({"examples/e.c": '#include "common/error.h"\n'}, 1),
+        "test-private-ok": ({"tests/engine/t.c": '#include "engine/engine.h"\n'}, 0),
+        "test-private-other": ({"tests/train/t.c": '#include "engine/engine.h"\n'}, 1),
+        "missing": ({"train/m.c": '#include "train/nothere.h"\n'}, 1),
+    }
+    base = {
+        "include/ferry.h": "",
+        "common/error.h": '#include "ferry.h"\n',
+        "kernels/backend.h": '#include "ferry.h"\n',
+        "engine/engine.h": '#include "kernels/backend.h"\n',
+        "engine/embed.h": '#include "kernels/backend.h"\n',
+        "engine/e.c": '#include "engine/engine.h"\n#include "common/error.h"\n',
+        "models/m.c": '#include "engine/embed.h"\n',
+    }
+    failures = 0
+    for i, (name, (extra, want)) in enumerate(cases.items(), 1):
+        with tempfile.TemporaryDirectory() as d:
+            for rel, text in {**base, **extra}.items():
+                os.makedirs(os.path.join(d, os.path.dirname(rel)), exist_ok=True)
+                open(os.path.join(d, rel), "w").write(text)
+            got = 1 if violations(d) else 0
+        ok = got == want
+        failures += not ok
+        print(f"{'ok' if ok else 'not ok'} {i} - {name}: {'caught' if want else 'passes'}")
+    print(f"1..{len(cases)}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 2 and sys.argv[1] == "--self-test":
+        sys.exit(self_test())
+    if len(sys.argv) != 2:
+        print(__doc__)
+        sys.exit(2)
+    sys.exit(tap(sys.argv[1]))
