@@ -434,6 +434,7 @@ ferry_backend_kind ferry_engine_backend(const ferry_engine *e) { return backend_
 ferry_offload ferry_engine_offload(const ferry_engine *e) { return e->cfg.offload; }
 ferry_dtype ferry_engine_dtype(const ferry_engine *e) { return e->dtype; }
 int ferry_engine_group_count(const ferry_engine *e) { return e ? e->ngroups : 0; }
+int64_t ferry_engine_steps(const ferry_engine *e) { return e ? e->step : -1; }
 backend *engine_embed_backend(ferry_engine *e) { return e ? e->be : NULL; }
 backend_stream *engine_embed_stream(ferry_engine *e) { return e ? e->compute : NULL; }
 

@@ -311,6 +311,9 @@ FERRY_API ferry_offload ferry_engine_offload(const ferry_engine *e);
 /* The device element type (after AUTO is resolved). */
 FERRY_API ferry_dtype ferry_engine_dtype(const ferry_engine *e);
 FERRY_API int ferry_engine_group_count(const ferry_engine *e);
+/* Optimizer steps taken (skipped ones not counted), as a checkpoint restores
+ * them; -1 for NULL. */
+FERRY_API int64_t ferry_engine_steps(const ferry_engine *e);
 
 /* Device memory for activations and scratch, from the same budget as the
  * weights. `category` is FERRY_MEM_ACTIVATIONS, _WORKSPACE or _OTHER. */
@@ -354,17 +357,28 @@ FERRY_API ferry_status ferry_engine_step_timing(ferry_engine *e, ferry_step_timi
 FERRY_API const char *ferry_engine_describe(ferry_engine *e);
 
 /* Saves the whole training state (master weights, moments, step, every
- * group's name and size) to `path` atomically: a temporary file, fsync,
- * rename; a failure leaves any earlier file intact. `user`/`user_bytes`: an
- * opaque blob stored alongside (the trainer's RNG and data position). */
+ * group's name and size, and with the delayed update the device weights the
+ * next forward reads) to `path` atomically: a temporary file, fsync, rename;
+ * a failure leaves any earlier file intact. Every byte is checksummed.
+ * `user`/`user_bytes`: an opaque blob stored alongside (the trainer's RNG and
+ * data position). */
 FERRY_API ferry_status ferry_engine_save(ferry_engine *e, const char *path, const void *user,
                                          size_t user_bytes);
 /* Restores what ferry_engine_save wrote, after setup with the same groups.
- * FERRY_ERR_FORMAT naming the mismatch for another model or a damaged file.
- * If user is not NULL, copies up to user_cap bytes of the blob and sets
- * *user_bytes to its full size. */
+ * FERRY_ERR_FORMAT naming the mismatch for another model or a damaged file
+ * (any changed byte, a negative step count or one that cannot grow), and then
+ * nothing is changed. A delayed update pending in the file continues exactly
+ * when this engine runs the delayed update on the same device type; otherwise
+ * the next forward reads the master weights. If user is not NULL, copies up
+ * to user_cap bytes of the blob; user_bytes (may be NULL) gets its full size. */
 FERRY_API ferry_status ferry_engine_load(ferry_engine *e, const char *path, void *user,
                                          size_t user_cap, size_t *user_bytes);
+/* Reads only the user blob of a file ferry_engine_save wrote, without an
+ * engine (to check a checkpoint before building one): the header, the group
+ * table and the blob are checked against their checksums, the training state
+ * is not read. Copies and sizes as ferry_engine_load. Any thread. */
+FERRY_API ferry_status ferry_engine_load_user(const char *path, void *user, size_t user_cap,
+                                              size_t *user_bytes);
 /* ---- end engine ---- */
 
 #ifdef __cplusplus
