@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,109 @@ ferry_status run_state_join(char *out, size_t cap, const char *dir, const char *
     int n = snprintf(out, cap, "%s/%s", dir, name);
     if (n < 0 || (size_t)n >= cap)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "the path '%s/%s' is too long", dir, name);
+    return FERRY_OK;
+}
+
+/* ---- the run state, field by field ---- */
+
+#define RUN_STATE_MAGIC "FERRYRUN"
+enum { RUN_STATE_U64S = 6, RUN_STATE_I32S = 9 };
+_Static_assert(RUN_STATE_BYTES == 8 + 4 + 8 * RUN_STATE_U64S + 4 * RUN_STATE_I32S, "the documented layout");
+
+static unsigned char *put_le(unsigned char *p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+    return p + bytes;
+}
+
+static uint64_t get_le(const unsigned char **p, int bytes)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; i++)
+        v |= (uint64_t)(*p)[i] << (8 * i);
+    *p += bytes;
+    return v;
+}
+
+void run_state_encode(const train_resume *r, unsigned char out[RUN_STATE_BYTES])
+{
+    const gpt2_config *m = &r->model;
+    const uint64_t u64s[RUN_STATE_U64S] = {(uint64_t)r->step, (uint64_t)r->engine_step, r->data.epoch,
+                                           r->data.index, r->data.layout, r->sample_rng};
+    const int32_t i32s[RUN_STATE_I32S] = {m->n_layer, m->n_head, m->n_embd, m->vocab_size, m->padded_vocab_size,
+                                          m->max_seq_len, r->batch, r->seq, r->grad_accum};
+    memcpy(out, RUN_STATE_MAGIC, 8);
+    unsigned char *p = put_le(out + 8, RUN_STATE_VERSION, 4);
+    for (int i = 0; i < RUN_STATE_U64S; i++)
+        p = put_le(p, u64s[i], 8);
+    for (int i = 0; i < RUN_STATE_I32S; i++)
+        p = put_le(p, (uint32_t)i32s[i], 4);
+}
+
+/* Every field of a decoded run state is one a run can have. */
+static ferry_status check_resume(const train_resume *r, const char *where)
+{
+    if (r->step < 0 || r->step == INT64_MAX)
+        return err_set(FERRY_ERR_FORMAT, "'%s': the run state's step %lld is outside 0..2^63-2: it is damaged", where,
+                       (long long)r->step);
+    if (r->engine_step < 0 || r->engine_step > r->step)
+        return err_set(FERRY_ERR_FORMAT, "'%s': the run state records %lld optimizer steps in %lld steps (at most "
+                                         "one per step): it is damaged",
+                       where, (long long)r->engine_step, (long long)r->step);
+    if (gpt2_config_validate(&r->model) != FERRY_OK)
+        return err_wrap(FERRY_ERR_FORMAT, "'%s': the run state's model is damaged", where);
+    if (r->batch < 1 || r->seq < 1 || r->grad_accum < 1 || r->seq > r->model.max_seq_len)
+        return err_set(FERRY_ERR_FORMAT, "'%s': the run state's batch %d, sequence %d and accumulation %d do not "
+                                         "fit its model (context %d): it is damaged",
+                       where, r->batch, r->seq, r->grad_accum, r->model.max_seq_len);
+    return FERRY_OK;
+}
+
+ferry_status run_state_decode(const unsigned char *in, size_t len, const char *where, train_resume *out)
+{
+    if (len < 12 || memcmp(in, RUN_STATE_MAGIC, 8) != 0)
+        return err_set(FERRY_ERR_FORMAT, "'%s' holds no train_gpt2 run state (was it saved by another program?)",
+                       where);
+    const unsigned char *p = in + 8;
+    uint32_t version = (uint32_t)get_le(&p, 4);
+    if (version != RUN_STATE_VERSION)
+        return err_set(FERRY_ERR_FORMAT, "'%s' holds run state version %u; this train_gpt2 reads version %u", where,
+                       version, RUN_STATE_VERSION);
+    if (len != RUN_STATE_BYTES)
+        return err_set(FERRY_ERR_FORMAT, "'%s' holds %zu bytes of run state; version %u has %u: it is damaged", where,
+                       len, RUN_STATE_VERSION, RUN_STATE_BYTES);
+    uint64_t u64s[RUN_STATE_U64S];
+    int32_t i32s[RUN_STATE_I32S];
+    for (int i = 0; i < RUN_STATE_U64S; i++)
+        u64s[i] = get_le(&p, 8);
+    for (int i = 0; i < RUN_STATE_I32S; i++)
+        i32s[i] = (int32_t)(uint32_t)get_le(&p, 4);
+    train_resume r = {(int64_t)u64s[0], (int64_t)u64s[1], {u64s[2], u64s[3], u64s[4]}, u64s[5],
+                      {i32s[0], i32s[1], i32s[2], i32s[3], i32s[4], i32s[5]}, i32s[6], i32s[7], i32s[8]};
+    ferry_status st = check_resume(&r, where);
+    if (st == FERRY_OK)
+        *out = r;
+    return st;
+}
+
+ferry_status run_state_check_model(const train_resume *r, const gpt2_config *cfg, const char *config_json)
+{
+    static const struct { const char *name; size_t at; } fields[] = {
+        {"n_layer", offsetof(gpt2_config, n_layer)},       {"n_head", offsetof(gpt2_config, n_head)},
+        {"n_embd", offsetof(gpt2_config, n_embd)},         {"vocab_size", offsetof(gpt2_config, vocab_size)},
+        {"n_positions", offsetof(gpt2_config, max_seq_len)}, {"padded vocabulary", offsetof(gpt2_config, padded_vocab_size)},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        int said, trained;
+        memcpy(&said, (const char *)cfg + fields[i].at, sizeof said);
+        memcpy(&trained, (const char *)&r->model + fields[i].at, sizeof trained);
+        if (said != trained)
+            return err_set(FERRY_ERR_FORMAT, "'%s' says %s %d, but the state.ferry beside it was trained with %s %d: "
+                                             "config.json was edited or comes from another checkpoint; put back the "
+                                             "one saved with it",
+                           config_json, fields[i].name, said, fields[i].name, trained);
+    }
     return FERRY_OK;
 }
 
@@ -97,8 +201,14 @@ ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, cons
                             const train_resume *resume)
 {
     char name[64], hidden[80], old[80], tmp[PATH_MAX], final[PATH_MAX], aside[PATH_MAX], state[PATH_MAX];
+    unsigned char blob[RUN_STATE_BYTES];
+    train_resume r = *resume;
+    r.engine_step = ferry_engine_steps(e);
     if (step < 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "checkpoint step %lld is negative", (long long)step);
+    if (check_resume(&r, "the run state to save") != FERRY_OK)
+        return err_wrap(FERRY_ERR_INVALID_ARGUMENT, "saving the checkpoint of step %lld", (long long)step);
+    run_state_encode(&r, blob);
     snprintf(name, sizeof name, "step_%08lld", (long long)step);
     snprintf(hidden, sizeof hidden, ".%s.tmp", name);
     snprintf(old, sizeof old, ".%s.old", name);
@@ -114,7 +224,7 @@ ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, cons
         return st;
     st = save_weights(tmp, e, m);
     if (st == FERRY_OK)
-        st = ferry_engine_save(e, state, resume, sizeof *resume);
+        st = ferry_engine_save(e, state, blob, sizeof blob);
     if (st == FERRY_OK)
         st = install(tmp, final, aside);
     if (st != FERRY_OK) {
@@ -150,25 +260,37 @@ ferry_status run_state_locate(const char *path, char *out, size_t cap)
                    path, path);
 }
 
+/* The run state of a checkpoint's state.ferry, read without an engine. */
+static ferry_status peek(const char *state, train_resume *r)
+{
+    unsigned char blob[RUN_STATE_BYTES];
+    size_t n = 0;
+    ferry_status st = ferry_engine_load_user(state, blob, sizeof blob, &n);
+    return st == FERRY_OK ? run_state_decode(blob, n, state, r) : st;
+}
+
 ferry_status run_state_config(const char *ckpt_dir, gpt2_config *out)
 {
-    char path[PATH_MAX];
+    char path[PATH_MAX], state[PATH_MAX];
+    train_resume r;
     ferry_status st = run_state_join(path, sizeof path, ckpt_dir, "config.json");
-    return st == FERRY_OK ? hf_read_config(path, out) : st;
+    if (st == FERRY_OK) st = run_state_join(state, sizeof state, ckpt_dir, "state.ferry");
+    if (st == FERRY_OK) st = hf_read_config(path, out);
+    if (st == FERRY_OK) st = peek(state, &r);
+    return st == FERRY_OK ? run_state_check_model(&r, out, path) : st;
 }
 
 ferry_status run_state_load(const char *ckpt_dir, ferry_engine *e, train_resume *resume)
 {
     char path[PATH_MAX];
+    unsigned char blob[RUN_STATE_BYTES];
     size_t got = 0;
-    memset(resume, 0, sizeof *resume);
     ferry_status st = run_state_join(path, sizeof path, ckpt_dir, "state.ferry");
-    if (st == FERRY_OK)
-        st = ferry_engine_load(e, path, resume, sizeof *resume, &got);
-    if (st != FERRY_OK)
-        return st;
-    if (got != sizeof *resume || resume->magic != TRAIN_RESUME_MAGIC || resume->version != 1)
-        return err_set(FERRY_ERR_FORMAT, "'%s' holds no train_gpt2 run state (was it saved by another program?)",
-                       path);
-    return FERRY_OK;
+    if (st == FERRY_OK) st = ferry_engine_load(e, path, blob, sizeof blob, &got);
+    if (st == FERRY_OK) st = run_state_decode(blob, got, path, resume);
+    if (st == FERRY_OK && ferry_engine_steps(e) != resume->engine_step)
+        return err_set(FERRY_ERR_FORMAT, "'%s': the engine state is at optimizer step %lld, but the run state "
+                                         "beside it says %lld: the file was altered; resume from another checkpoint",
+                       path, (long long)ferry_engine_steps(e), (long long)resume->engine_step);
+    return st;
 }

@@ -373,8 +373,8 @@ static ferry_status print_sample(trainer *t)
 
 static ferry_status save(trainer *t)
 {
-    train_resume r = {TRAIN_RESUME_MAGIC, 1, 0, t->step, tok_loader_tell(t->train), t->smp.rng, t->cfg,
-                      t->o.batch, t->o.seq, t->o.grad_accum, 0};
+    train_resume r = {t->step, 0, tok_loader_tell(t->train), t->smp.rng, t->cfg, t->o.batch, t->o.seq,
+                      t->o.grad_accum};
     ferry_engine_mark(t->engine, t->step, "checkpoint");
     ferry_status st = run_state_save(t->o.checkpoint_dir, t->step, t->engine, t->model, &r);
     if (st == FERRY_OK && !t->o.quiet)
