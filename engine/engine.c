@@ -188,6 +188,7 @@ void ferry_engine_destroy(ferry_engine *e)
         free(e->groups[g].no_decay);
     }
     free(e->groups);
+    free(e->user_allocs);
     if (e->be && e->setup_done)
         ops_shutdown(e->be);
     pool_destroy(e->pool);
@@ -244,16 +245,24 @@ ferry_status ferry_engine_add_group(ferry_engine *e, const char *name, size_t nu
                                     const float *init, const ferry_group_options *opts,
                                     int *group_id)
 {
-    if (!e || !init)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_add_group: NULL engine or initial values");
+    if (!e || !init || !name)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_add_group: NULL %s; give the engine, a name "
+                                                   "(for messages and traces) and the initial values",
+                       !e ? "engine" : !name ? "name" : "initial values");
     if (e->setup_done)
         return err_set(FERRY_ERR_STATE,
                        "ferry_engine_add_group('%s'): the engine is already set up; add every group "
                        "before ferry_engine_setup()",
-                       name ? name : "");
+                       name);
     if (numel == 0 || numel > ((size_t)1 << 40))
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_add_group('%s'): numel %zu is outside 1..2^40",
-                       name ? name : "", numel);
+                       name, numel);
+    for (size_t i = 0; i < numel; i++)
+        if (!isfinite(init[i]))
+            return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                           "ferry_engine_add_group('%s'): initial value %zu is %g; weights must be finite (check "
+                           "the file or the initialisation they come from)",
+                           name, i, (double)init[i]);
     ferry_group_options o = FERRY_GROUP_OPTIONS_INIT;
     if (opts) {
         if (opts->size < sizeof o)
@@ -277,7 +286,7 @@ ferry_status ferry_engine_add_group(ferry_engine *e, const char *name, size_t nu
     }
     engine_group *g = &e->groups[e->ngroups];
     memset(g, 0, sizeof *g);
-    snprintf(g->name, sizeof g->name, "%s", name ? name : "group");
+    snprintf(g->name, sizeof g->name, "%s", name);
     g->numel = numel;
     g->opts = o;
     g->init = malloc(numel * sizeof(float));
@@ -430,9 +439,9 @@ ferry_status ferry_engine_synchronize(ferry_engine *e)
 }
 
 void *ferry_engine_compute_stream(ferry_engine *e) { return e ? backend_stream_native(e->compute) : NULL; }
-ferry_backend_kind ferry_engine_backend(const ferry_engine *e) { return backend_kind(e->be); }
-ferry_offload ferry_engine_offload(const ferry_engine *e) { return e->cfg.offload; }
-ferry_dtype ferry_engine_dtype(const ferry_engine *e) { return e->dtype; }
+ferry_backend_kind ferry_engine_backend(const ferry_engine *e) { return e ? backend_kind(e->be) : FERRY_BACKEND_AUTO; }
+ferry_offload ferry_engine_offload(const ferry_engine *e) { return e ? e->cfg.offload : (ferry_offload)-1; }
+ferry_dtype ferry_engine_dtype(const ferry_engine *e) { return e ? e->dtype : FERRY_DTYPE_AUTO; }
 int ferry_engine_group_count(const ferry_engine *e) { return e ? e->ngroups : 0; }
 int64_t ferry_engine_steps(const ferry_engine *e) { return e ? e->step : -1; }
 backend *engine_embed_backend(ferry_engine *e) { return e ? e->be : NULL; }
@@ -448,11 +457,21 @@ ferry_status ferry_engine_alloc(ferry_engine *e, ferry_mem_category category, co
                        "ferry_engine_alloc('%s'): category '%s' belongs to the engine; ask for "
                        "activations, workspace or other",
                        name ? name : "", ferry_mem_category_name(category));
+    if (e->user_count == e->user_cap) {
+        size_t cap = e->user_cap ? 2 * e->user_cap : 64;
+        void **grown = realloc(e->user_allocs, cap * sizeof *grown);
+        if (!grown)
+            return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_alloc('%s'): out of host memory", name ? name : "");
+        e->user_allocs = grown;
+        e->user_cap = cap;
+    }
     ferry_status st = arena_alloc(e->arena, bytes, category, name ? name : "user", ptr);
     if (st == FERRY_ERR_OUT_OF_MEMORY && e->cfg.offload == FERRY_OFFLOAD_PARAMS) {
         engine_evict(e, -1, 0);
         st = arena_alloc(e->arena, bytes, category, name ? name : "user", ptr);
     }
+    if (st == FERRY_OK)
+        e->user_allocs[e->user_count++] = *ptr;
     return st;
 }
 
@@ -460,7 +479,18 @@ ferry_status ferry_engine_free(ferry_engine *e, void *ptr)
 {
     if (!e)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_free: engine is NULL");
-    return arena_free(e->arena, ptr);
+    if (!ptr)
+        return FERRY_OK;
+    for (size_t i = e->user_count; i-- > 0;) {
+        if (e->user_allocs[i] != ptr)
+            continue;
+        e->user_allocs[i] = e->user_allocs[--e->user_count];
+        return arena_free(e->arena, ptr);
+    }
+    return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                   "ferry_engine_free: %p was not returned by ferry_engine_alloc, or is freed already; weights "
+                   "and gradients belong to the engine (give them back with ferry_engine_release)",
+                   ptr);
 }
 
 /* Master weights are read and written on the host; on NONE/cuda they sit on

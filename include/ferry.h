@@ -234,9 +234,10 @@ typedef struct ferry_group_options {
 #define FERRY_GROUP_OPTIONS_INIT { sizeof(ferry_group_options), 1.0f, 1, NULL, 0 }
 
 /* Adds a group of `numel` parameters with initial values `init` (copied; the
- * caller keeps its buffer). opts may be NULL for the defaults. Groups are
- * numbered 0, 1, ... in the order added. Only before ferry_engine_setup():
- * after it, FERRY_ERR_STATE. `name` is copied (for messages and traces). */
+ * caller keeps its buffer; every value must be finite). opts may be NULL for
+ * the defaults. Groups are numbered 0, 1, ... in the order added. Only before
+ * ferry_engine_setup(): after it, FERRY_ERR_STATE. `name` (not NULL) is copied
+ * (for messages and traces). */
 FERRY_API ferry_status ferry_engine_add_group(ferry_engine *e, const char *name, size_t numel,
                                               const float *init, const ferry_group_options *opts,
                                               int *group_id);
@@ -306,19 +307,25 @@ FERRY_API ferry_status ferry_engine_synchronize(ferry_engine *e);
 
 /* The compute stream's native handle (cudaStream_t on cuda, NULL on host). */
 FERRY_API void *ferry_engine_compute_stream(ferry_engine *e);
+/* The getters below accept NULL and then return a value no engine has:
+ * FERRY_BACKEND_AUTO, (ferry_offload)-1 (ferry_offload_name says "unknown"),
+ * FERRY_DTYPE_AUTO, 0 groups, -1 steps. */
+/* The backend in use (AUTO resolved). */
 FERRY_API ferry_backend_kind ferry_engine_backend(const ferry_engine *e);
 FERRY_API ferry_offload ferry_engine_offload(const ferry_engine *e);
 /* The device element type (after AUTO is resolved). */
 FERRY_API ferry_dtype ferry_engine_dtype(const ferry_engine *e);
 FERRY_API int ferry_engine_group_count(const ferry_engine *e);
-/* Optimizer steps taken (skipped ones not counted), as a checkpoint restores
- * them; -1 for NULL. */
+/* Optimizer steps taken (skipped ones not counted), as a checkpoint restores them. */
 FERRY_API int64_t ferry_engine_steps(const ferry_engine *e);
 
 /* Device memory for activations and scratch, from the same budget as the
  * weights. `category` is FERRY_MEM_ACTIVATIONS, _WORKSPACE or _OTHER. */
 FERRY_API ferry_status ferry_engine_alloc(ferry_engine *e, ferry_mem_category category,
                                           const char *name, size_t bytes, void **ptr);
+/* Frees what ferry_engine_alloc returned; NULL is fine. Any other pointer (the
+ * weights or gradients of a group, one freed already) is
+ * FERRY_ERR_INVALID_ARGUMENT and changes nothing. */
 FERRY_API ferry_status ferry_engine_free(ferry_engine *e, void *ptr);
 
 /* Copies a group's fp32 master weights into out (numel floats) / replaces them
