@@ -171,10 +171,15 @@ ferry_status ferry_engine_create(const ferry_engine_config *cfg, ferry_engine **
     return FERRY_OK;
 }
 
-void ferry_engine_destroy(ferry_engine *e)
+void ferry_engine_destroy(ferry_engine *e) { (void)ferry_engine_close(e); }
+
+/* The trace is closed last, after the allocators that record into it have
+ * recorded their last frees. */
+ferry_status ferry_engine_close(ferry_engine *e)
 {
     if (!e)
-        return;
+        return FERRY_OK;
+    trace *t = e->trace;
     if (e->be) {
         if (e->setup_done)
             engine_wait_updates(e);
@@ -197,10 +202,9 @@ void ferry_engine_destroy(ferry_engine *e)
     backend_stream_destroy(e->compute);
     backend_stream_destroy(e->h2d);
     backend_stream_destroy(e->d2h);
-    if (e->trace)
-        trace_close(e->trace);
     backend_close(e->be);
     free(e);
+    return trace_close(t);
 }
 
 static int range_less(const void *a, const void *b)

@@ -219,6 +219,11 @@ typedef struct ferry_engine_config {
 FERRY_API ferry_status ferry_engine_create(const ferry_engine_config *cfg, ferry_engine **out);
 /* Waits for outstanding work and frees everything. NULL is fine. */
 FERRY_API void ferry_engine_destroy(ferry_engine *e);
+/* ferry_engine_destroy() that also says whether what the engine wrote on its
+ * way was written whole: FERRY_ERR_IO naming the memory trace when any of its
+ * writes failed (a full disk; the trace then ends early). The engine is gone
+ * either way. NULL is fine. */
+FERRY_API ferry_status ferry_engine_close(ferry_engine *e);
 
 /* Options of one parameter group. */
 typedef struct ferry_group_options {
