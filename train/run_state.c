@@ -5,10 +5,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -136,8 +138,8 @@ static ferry_status make_dir(const char *path)
 
 /* Removes a checkpoint folder and every file in it, also the temporaries a
  * killed save left behind (".model.safetensors.tmp", ...), so that the name
- * can be used again. */
-static void remove_tree(const char *dir)
+ * can be used again. Returns 0, or the errno of the folder's removal. */
+static int remove_tree(const char *dir)
 {
     DIR *d = opendir(dir);
     char path[PATH_MAX];
@@ -147,7 +149,152 @@ static void remove_tree(const char *dir)
             unlink(path);
     if (d)
         closedir(d);
-    rmdir(dir);
+    return rmdir(dir) == 0 || errno == ENOENT ? 0 : errno;
+}
+
+/* ---- the run folder: lock, temporaries, retention ---- */
+
+/* Removes what killed saves left (".step_N.tmp", ".step_N.old"); only
+ * called with the folder's lock held, when no save can be under way. */
+static void remove_temporaries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    char path[PATH_MAX];
+    for (struct dirent *ent; d && (ent = readdir(d)) != NULL;) {
+        size_t n = strlen(ent->d_name);
+        bool temp = strncmp(ent->d_name, ".step_", 6) == 0 && n > 4 &&
+                    (strcmp(ent->d_name + n - 4, ".tmp") == 0 || strcmp(ent->d_name + n - 4, ".old") == 0);
+        if (temp && run_state_join(path, sizeof path, dir, ent->d_name) == FERRY_OK)
+            remove_tree(path);
+    }
+    if (d)
+        closedir(d);
+}
+
+/* Who holds the lock, as its file says ("" if unknown). */
+static void lock_holder(int fd, char *out, size_t cap)
+{
+    char buf[32] = {0};
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    long pid = n > 0 ? strtol(buf, NULL, 10) : 0;
+    if (pid > 0)
+        snprintf(out, cap, " (process %ld)", pid);
+    else
+        out[0] = '\0';
+}
+
+ferry_status run_state_lock(const char *dir, int *fd)
+{
+    char path[PATH_MAX], holder[48], pid[32];
+    *fd = -1;
+    ferry_status st = make_dir(dir);
+    if (st == FERRY_OK)
+        st = run_state_join(path, sizeof path, dir, ".lock");
+    if (st != FERRY_OK)
+        return st;
+    int lfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lfd < 0)
+        return err_set(FERRY_ERR_IO, "cannot create the lock '%s' of the checkpoint folder: %s", path, strerror(errno));
+    if (flock(lfd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        lock_holder(lfd, holder, sizeof holder);
+        close(lfd);
+        if (e == EWOULDBLOCK)
+            return err_set(FERRY_ERR_STATE, "the checkpoint folder '%s' is in use by another run%s, which holds '%s'; "
+                                            "wait for it to end, or give another --checkpoint-dir",
+                           dir, holder, path);
+        return err_set(FERRY_ERR_IO, "cannot lock '%s': %s", path, strerror(e));
+    }
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(lfd, 0) != 0 || pwrite(lfd, pid, (size_t)n, 0) != n) {
+        int e = errno;
+        close(lfd);
+        return err_set(FERRY_ERR_IO, "cannot write the lock '%s': %s", path, strerror(e));
+    }
+    remove_temporaries(dir);
+    *fd = lfd;
+    return FERRY_OK;
+}
+
+void run_state_unlock(int fd)
+{
+    if (fd >= 0)
+        close(fd);
+}
+
+/* A step folder's name, as run_state_save makes it. */
+static void step_name(char *out, size_t cap, long long step) { snprintf(out, cap, "step_%08lld", step); }
+
+/* The step of a folder named as run_state_save names them, or -1. */
+static long long folder_step(const char *name)
+{
+    char canonical[64];
+    if (strncmp(name, "step_", 5) != 0 || !name[5] || strspn(name + 5, "0123456789") != strlen(name + 5) ||
+        strlen(name) > 24)
+        return -1;
+    long long step = strtoll(name + 5, NULL, 10);
+    step_name(canonical, sizeof canonical, step);
+    return strcmp(canonical, name) == 0 ? step : -1;
+}
+
+static int step_desc(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Every step folder of dir, newest first; *n of them (malloc'd). */
+static ferry_status list_steps(const char *dir, long long **steps, size_t *n)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return err_set(FERRY_ERR_IO, "cannot list the checkpoint folder '%s': %s", dir, strerror(errno));
+    size_t cap = 0;
+    *steps = NULL;
+    *n = 0;
+    for (struct dirent *ent; (ent = readdir(d)) != NULL;) {
+        long long s = folder_step(ent->d_name);
+        if (s < 0)
+            continue;
+        if (*n == cap) {
+            long long *grown = realloc(*steps, (cap = cap ? 2 * cap : 64) * sizeof *grown);
+            if (!grown) {
+                closedir(d);
+                return err_set(FERRY_ERR_OUT_OF_MEMORY, "listing '%s': out of memory", dir);
+            }
+            *steps = grown;
+        }
+        (*steps)[(*n)++] = s;
+    }
+    closedir(d);
+    qsort(*steps, *n, sizeof **steps, step_desc);
+    return FERRY_OK;
+}
+
+ferry_status run_state_prune(const char *dir, int keep)
+{
+    char link[PATH_MAX], target[PATH_MAX] = "", name[64], path[PATH_MAX];
+    long long *steps = NULL;
+    size_t n = 0;
+    if (keep <= 0)
+        return FERRY_OK;
+    ferry_status st = run_state_join(link, sizeof link, dir, "latest");
+    ssize_t len = st == FERRY_OK ? readlink(link, target, sizeof target - 1) : -1;
+    target[len > 0 ? len : 0] = '\0';
+    if (st == FERRY_OK)
+        st = list_steps(dir, &steps, &n);
+    ferry_status failed = FERRY_OK;
+    for (size_t i = (size_t)keep; st == FERRY_OK && i < n; i++) {
+        step_name(name, sizeof name, steps[i]);
+        if (strcmp(name, target) == 0 || run_state_join(path, sizeof path, dir, name) != FERRY_OK)
+            continue;
+        int e = remove_tree(path);
+        if (e && failed == FERRY_OK)
+            failed = err_set(FERRY_ERR_IO, "keeping the last %d checkpoints: could not remove '%s': %s", keep, path,
+                             strerror(e));
+    }
+    free(steps);
+    return st != FERRY_OK ? st : failed;
 }
 
 static ferry_status save_weights(const char *tmp, ferry_engine *e, const gpt2_model *m)
@@ -209,7 +356,7 @@ ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, cons
     if (check_resume(&r, "the run state to save") != FERRY_OK)
         return err_wrap(FERRY_ERR_INVALID_ARGUMENT, "saving the checkpoint of step %lld", (long long)step);
     run_state_encode(&r, blob);
-    snprintf(name, sizeof name, "step_%08lld", (long long)step);
+    step_name(name, sizeof name, (long long)step);
     snprintf(hidden, sizeof hidden, ".%s.tmp", name);
     snprintf(old, sizeof old, ".%s.old", name);
     ferry_status st = run_state_join(tmp, sizeof tmp, dir, hidden);

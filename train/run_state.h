@@ -52,6 +52,21 @@ ferry_status run_state_join(char *out, size_t cap, const char *dir, const char *
 ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, const gpt2_model *m,
                             const train_resume *resume);
 
+/* Takes the run folder for this process: creates dir if missing (its parent
+ * must exist) and holds an exclusive lock on dir/.lock until run_state_unlock,
+ * so two runs never write one folder. A folder another run holds is
+ * FERRY_ERR_STATE naming its process. Temporaries a killed save left there
+ * (.step_N.tmp, .step_N.old) are removed once the lock is held. *fd gets the
+ * lock's descriptor. */
+ferry_status run_state_lock(const char *dir, int *fd);
+/* Releases the lock (fd < 0 is fine). */
+void run_state_unlock(int fd);
+
+/* Retention: deletes the step folders of dir beyond the `keep` newest (by
+ * step), never the one `latest` points at; keep 0 keeps all. FERRY_ERR_IO
+ * naming a folder that could not be removed (the others are still removed). */
+ferry_status run_state_prune(const char *dir, int keep);
+
 /* Resolves --resume PATH: a checkpoint folder itself, or a run folder whose
  * `latest` points at one. Writes the checkpoint folder into out. */
 ferry_status run_state_locate(const char *path, char *out, size_t cap);
