@@ -17,7 +17,9 @@
  *   latest; run_state_load of a state.ferry from another program.
  * - The run state's encoding, byte by byte, and the decoder's refusal of
  *   every field a run cannot have; a state.ferry whose engine step and run
- *   state disagree; a config.json edited after the save. */
+ *   state disagree; a config.json edited after the save.
+ * - The run folder's lock: a second holder is refused naming the first, and
+ *   temporaries of killed saves go once the lock is held. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -541,6 +543,35 @@ static void test_edited_config(ferry_engine *e)
            "vocab_size edited is refused, blaming config.json: %s", ferry_last_error());
 }
 
+/* One run per folder: the lock, and the temporaries it lets go. */
+static void test_lock(void)
+{
+    char folder[400], temp[450], file[500], want[64];
+    snprintf(folder, sizeof folder, "%s/locked", dir);
+    snprintf(temp, sizeof temp, "%s/.step_00000003.tmp", folder);
+    snprintf(file, sizeof file, "%s/state.ferry", temp);
+    mkdir(folder, 0755);
+    mkdir(temp, 0755);
+    FILE *f = fopen(file, "w");
+    if (f)
+        fclose(f);
+    int a = -1, b = -1;
+    TAP_IS_STATUS(run_state_lock(folder, &a), FERRY_OK, "the first lock of a folder is granted");
+    tap_ok(access(temp, F_OK) != 0, "and the temporary a killed save left there is removed");
+    ferry_status st = run_state_lock(folder, &b);
+    snprintf(want, sizeof want, "process %ld", (long)getpid());
+    tap_ok(st == FERRY_ERR_STATE && strstr(ferry_last_error(), want) && strstr(ferry_last_error(), "in use"),
+           "a second lock is refused, naming the holder: %s", ferry_last_error());
+    TAP_IS_INT(b, -1, "and hands out no descriptor");
+    run_state_unlock(a);
+    TAP_IS_STATUS(run_state_lock(folder, &b), FERRY_OK, "once released, the folder can be locked again");
+    run_state_unlock(b);
+    snprintf(file, sizeof file, "%s/new/run", dir);
+    st = run_state_lock(file, &b);
+    tap_ok(st == FERRY_ERR_IO && strstr(ferry_last_error(), file), "a folder whose parent is missing: %s",
+           ferry_last_error());
+}
+
 int main(void)
 {
     uint64_t rng = SEED;
@@ -576,6 +607,7 @@ int main(void)
     test_encoding();
     test_engine_step_mismatch(e);
     test_edited_config(e);
+    test_lock();
     tap_diag("%.1f s in all", (clock_now_ms() - t0) / 1e3);
     ferry_engine_destroy(e);
     for (int g = 0; g < G; g++)

@@ -536,6 +536,25 @@ static void summary(trainer *t)
            units_fmt_bytes(dp, sizeof dp, ms.device_total_peak_bytes), units_fmt_bytes(hp, sizeof hp, ms.host_peak_bytes));
 }
 
+/* After a SIGINT/SIGTERM: says where the run stopped and what it kept;
+ * returns rc, or 128 + the signal if nothing else failed. */
+static int report_stop(const trainer *t, int rc)
+{
+    const char *name = stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+    if (!t->o.checkpoint_dir)
+        fprintf(stderr, "train_gpt2: stopped by %s at step %lld; nothing was saved (no --checkpoint-dir)\n", name,
+                (long long)t->step);
+    else if (t->saved_step == t->step)
+        fprintf(stderr, "train_gpt2: stopped by %s at step %lld; the checkpoint of this step is in %s\n", name,
+                (long long)t->step, t->o.checkpoint_dir);
+    else if (t->step == 0)
+        fprintf(stderr, "train_gpt2: stopped by %s before the first step; nothing to save\n", name);
+    else
+        fprintf(stderr, "train_gpt2: stopped by %s at step %lld; the checkpoint could not be saved\n", name,
+                (long long)t->step);
+    return rc ? rc : 128 + stop_signal;
+}
+
 /* Frees everything and closes the outputs; returns rc, or 1 when the trace
  * or the log could not be written whole (said on stderr). The trace is
  * advertised only once it is known whole. */
@@ -644,11 +663,7 @@ int main(int argc, char **argv)
             rc = fail("sampling");
         summary(&t);
     }
-    if (stop_signal) {
-        fprintf(stderr, "train_gpt2: stopped by %s at step %lld%s%s\n", stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
-                (long long)t.step, t.saved_step == t.step ? "; the checkpoint of this step is in " : "",
-                t.saved_step == t.step && t.o.checkpoint_dir ? t.o.checkpoint_dir : "");
-        rc = rc ? rc : 128 + stop_signal;
-    }
+    if (stop_signal)
+        rc = report_stop(&t, rc);
     return cleanup(&t, rc);
 }
