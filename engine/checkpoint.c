@@ -330,7 +330,9 @@ static ferry_status check_fields(const ckpt_file *f)
                        f->path, h->flags, CKPT_FLAG_DELAYED);
     struct stat sb;
     uint64_t want = head_bytes(h->groups) + h->payload_bytes;
-    if (h->user_bytes > h->payload_bytes || fstat(f->fd, &sb) != 0 || (uint64_t)sb.st_size != want)
+    if (fstat(f->fd, &sb) != 0)
+        return err_set(FERRY_ERR_IO, "checkpoint '%s': cannot read its size: %s", f->path, strerror(errno));
+    if (h->user_bytes > h->payload_bytes || (uint64_t)sb.st_size != want)
         return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' is %lld bytes, its header says %llu: it is truncated or "
                                          "damaged",
                        f->path, (long long)sb.st_size, (unsigned long long)want);
