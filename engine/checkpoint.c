@@ -1,19 +1,29 @@
 /* The engine's own checkpoint: every group's fp32 master weights and Adam
- * moments, the step count and an opaque blob of the embedder's (RNG, data
- * position), in one file written atomically through common/fileio.h
- * (temporary file, fsync, rename, fsync of the directory), so a crash
- * mid-save leaves the previous file.
+ * moments, the step count, the device weights a delayed update has yet to
+ * replace, and an opaque blob of the embedder's (RNG, data position), in one
+ * file written atomically through common/fileio.h (temporary file, fsync,
+ * rename, fsync of the directory), so a crash mid-save leaves the previous
+ * file. It also reads the blob alone, without an engine. It owns the file
+ * format; what the blob means is the embedder's business.
  *
  * Layout (little-endian):
- *   header   56 bytes: magic "FERRYCKP", u32 version (1), u32 groups,
+ *   header   72 bytes: magic "FERRYCKP", u32 version (2), u32 groups,
  *            i64 step, u64 user_bytes, u64 payload_bytes, u64 checksum,
- *            u32 dtype of the device copy, u32 reserved
+ *            u64 user_checksum, u32 dtype of the device copy, u32 flags,
+ *            u32 head_crc, u32 reserved (0)
  *   groups   groups x {char name[64]; u64 numel}
- *   payload  for each group: master, m, v (numel fp32 each); then the blob
- * checksum: a 64-bit multiply-xor hash of the payload, checked before any of
- * it is applied, so a damaged file changes nothing. */
+ *   payload  for each group: master, m, v (numel fp32 each); then, with flag
+ *            1 (a delayed update pending), each group's device weights
+ *            (numel elements of the dtype): what the next forward reads,
+ *            one update behind the master weights; then the blob
+ * head_crc is the CRC-32 (zlib's) of header bytes 0..63 and the group table,
+ * so no field (the step count included) changes unnoticed; checksum is a
+ * 64-bit multiply-xor hash of the payload before the blob, user_checksum the
+ * same hash of the blob. All are checked before anything is applied, so a
+ * damaged file changes nothing. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,15 +35,18 @@
 #include "engine/engine.h"
 
 #define CKPT_MAGIC "FERRYCKP"
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 2u
+#define CKPT_FLAG_DELAYED 1u
 #define CKPT_CHUNK ((size_t)8 << 20)
+#define CKPT_HASH_SEED 0x51ED2701A3F9C4B5ull
 
 typedef struct ckpt_header {
     char magic[8];
     uint32_t version, groups;
     int64_t step;
-    uint64_t user_bytes, payload_bytes, checksum;
-    uint32_t dtype, reserved;
+    uint64_t user_bytes, payload_bytes, checksum, user_checksum;
+    uint32_t dtype, flags;
+    uint32_t head_crc, reserved;
 } ckpt_header;
 
 typedef struct ckpt_group {
@@ -41,7 +54,10 @@ typedef struct ckpt_group {
     uint64_t numel;
 } ckpt_group;
 
-_Static_assert(sizeof(ckpt_header) == 56, "checkpoint header is 56 bytes");
+_Static_assert(sizeof(ckpt_header) == 72, "checkpoint header is 72 bytes");
+_Static_assert(offsetof(ckpt_header, head_crc) == 64, "head_crc covers the 64 bytes before it");
+_Static_assert(sizeof(ckpt_group) == 72, "a group entry is 72 bytes");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the checkpoint format is little-endian");
 
 static uint64_t hash_update(uint64_t h, const void *data, size_t n)
 {
@@ -58,26 +74,46 @@ static uint64_t hash_update(uint64_t h, const void *data, size_t n)
     return h;
 }
 
-/* The three fp32 arrays of a group, where they are (host or device). */
-static float *state_array(engine_group *g, int which)
+/* CRC-32 as zlib computes it (reflected polynomial 0xEDB88320), four bits
+ * at a time: the header is small, a table of 16 is enough. */
+static uint32_t crc32_update(uint32_t crc, const void *data, size_t n)
 {
-    return which == 0 ? g->master : which == 1 ? g->m : g->v;
+    static const uint32_t nibble[16] = {
+        0x00000000, 0x1DB71064, 0x3B6E20C8, 0x26D930AC, 0x76DC4190, 0x6B6B51F4, 0x4DB26158, 0x5005713C,
+        0xEDB88320, 0xF00F9344, 0xD6D6A3E8, 0xCB61B38C, 0x9B64C2B0, 0x86D3D2D4, 0xA00AE278, 0xBDBDF21C};
+    const unsigned char *p = data;
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= p[i];
+        crc = (crc >> 4) ^ nibble[crc & 15];
+        crc = (crc >> 4) ^ nibble[crc & 15];
+    }
+    return ~crc;
 }
+
+static uint32_t head_crc(const ckpt_header *h, const ckpt_group *table)
+{
+    uint32_t crc = crc32_update(0, h, offsetof(ckpt_header, head_crc));
+    return crc32_update(crc, table, (size_t)h->groups * sizeof *table);
+}
+
+static uint64_t head_bytes(uint32_t groups) { return sizeof(ckpt_header) + (uint64_t)groups * sizeof(ckpt_group); }
 
 static bool state_on_device(const ferry_engine *e)
 {
     return e->cfg.offload == FERRY_OFFLOAD_NONE && backend_kind(e->be) == FERRY_BACKEND_CUDA;
 }
 
-/* Copies a chunk of state between the engine and a host buffer. */
-static ferry_status state_chunk(ferry_engine *e, float *state, float *host, size_t n, bool to_engine)
+/* Copies a chunk of state between the engine (host or device memory) and a
+ * host buffer. */
+static ferry_status copy_chunk(ferry_engine *e, void *state, bool on_device, void *host, size_t bytes,
+                               bool to_engine)
 {
-    if (!state_on_device(e)) {
-        memcpy(to_engine ? state : host, to_engine ? host : state, n * sizeof(float));
+    if (!on_device) {
+        memcpy(to_engine ? state : host, to_engine ? host : state, bytes);
         return FERRY_OK;
     }
-    ferry_status st = backend_memcpy_async(e->compute, to_engine ? (void *)state : (void *)host,
-                                           to_engine ? (void *)host : (void *)state, n * sizeof(float),
+    ferry_status st = backend_memcpy_async(e->compute, to_engine ? state : host, to_engine ? host : state, bytes,
                                            to_engine ? BACKEND_COPY_H2D : BACKEND_COPY_D2H);
     return st != FERRY_OK ? st : backend_stream_synchronize(e->compute);
 }
@@ -99,26 +135,66 @@ static ferry_status read_all(int fd, void *data, size_t n, const char *path)
     return FERRY_OK;
 }
 
-/* Streams every group's state (and the blob) through fn in file order. */
-typedef ferry_status (*chunk_fn)(void *ctx, float *state, float *buf, size_t n);
+/* ---- walking the payload ---- */
 
-static ferry_status for_each_chunk(ferry_engine *e, float *buf, chunk_fn fn, void *ctx)
+/* Called for each chunk of the payload in file order: `state` is where the
+ * chunk lives in the engine (NULL: nowhere, a load skips it), `buf` a host
+ * buffer of CKPT_CHUNK bytes. */
+typedef ferry_status (*chunk_fn)(void *ctx, void *state, bool on_device, void *buf, size_t bytes);
+
+static ferry_status for_each_chunk_of(void *base, size_t bytes, bool on_device, void *buf, chunk_fn fn, void *ctx)
 {
-    size_t per = CKPT_CHUNK / sizeof(float);
-    for (int i = 0; i < e->ngroups; i++) {
-        engine_group *g = &e->groups[i];
-        for (int which = 0; which < 3; which++) {
-            float *arr = state_array(g, which);
-            for (size_t at = 0; at < g->numel; at += per) {
-                size_t n = g->numel - at < per ? g->numel - at : per;
-                ferry_status st = fn(ctx, arr + at, buf, n);
-                if (st != FERRY_OK)
-                    return st;
-            }
-        }
+    for (size_t at = 0; at < bytes; at += CKPT_CHUNK) {
+        size_t n = bytes - at < CKPT_CHUNK ? bytes - at : CKPT_CHUNK;
+        ferry_status st = fn(ctx, base ? (char *)base + at : NULL, on_device, buf, n);
+        if (st != FERRY_OK)
+            return st;
     }
     return FERRY_OK;
 }
+
+/* Every group's master weights, then m, then v. */
+static ferry_status for_each_state_chunk(ferry_engine *e, void *buf, chunk_fn fn, void *ctx)
+{
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
+        engine_group *g = &e->groups[i];
+        float *arrays[3] = {g->master, g->m, g->v};
+        for (int k = 0; k < 3 && st == FERRY_OK; k++)
+            st = for_each_chunk_of(arrays[k], g->numel * sizeof(float), state_on_device(e), buf, fn, ctx);
+    }
+    return st;
+}
+
+/* Every group's device weights (`apply` false: their place in the file only). */
+static ferry_status for_each_weight_chunk(ferry_engine *e, size_t elem, bool apply, void *buf, chunk_fn fn,
+                                          void *ctx)
+{
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
+        engine_group *g = &e->groups[i];
+        st = for_each_chunk_of(apply ? g->dev_weights : NULL, g->numel * elem, true, buf, fn, ctx);
+    }
+    return st;
+}
+
+static uint64_t state_bytes(const ferry_engine *e)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < e->ngroups; i++)
+        n += 3 * (uint64_t)e->groups[i].numel * sizeof(float);
+    return n;
+}
+
+static uint64_t weight_bytes(const ferry_engine *e, size_t elem)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < e->ngroups; i++)
+        n += (uint64_t)e->groups[i].numel * elem;
+    return n;
+}
+
+/* ---- save ---- */
 
 typedef struct save_ctx {
     ferry_engine *e;
@@ -126,49 +202,63 @@ typedef struct save_ctx {
     uint64_t hash;
 } save_ctx;
 
-static ferry_status save_chunk(void *p, float *state, float *buf, size_t n)
+static ferry_status save_chunk(void *p, void *state, bool on_device, void *buf, size_t bytes)
 {
     save_ctx *c = p;
-    ferry_status st = state_chunk(c->e, state, buf, n, false);
+    ferry_status st = copy_chunk(c->e, state, on_device, buf, bytes, false);
     if (st != FERRY_OK)
         return st;
-    c->hash = hash_update(c->hash, buf, n * sizeof(float));
-    return fileio_atomic_write(c->file, buf, n * sizeof(float));
+    c->hash = hash_update(c->hash, buf, bytes);
+    return fileio_atomic_write(c->file, buf, bytes);
 }
 
-static uint64_t payload_bytes(const ferry_engine *e, size_t user_bytes)
+static ckpt_group *group_table(const ferry_engine *e)
 {
-    uint64_t n = user_bytes;
-    for (int i = 0; i < e->ngroups; i++)
-        n += 3 * (uint64_t)e->groups[i].numel * sizeof(float);
-    return n;
+    ckpt_group *table = calloc((size_t)e->ngroups, sizeof *table);
+    for (int i = 0; table && i < e->ngroups; i++) {
+        snprintf(table[i].name, sizeof table[i].name, "%s", e->groups[i].name);
+        table[i].numel = e->groups[i].numel;
+    }
+    return table;
 }
 
-/* Header first with a zero checksum, then the real one once known. On
+/* The payload before the blob; returns its hash in c->hash. */
+static ferry_status save_payload(ferry_engine *e, save_ctx *c, bool delayed)
+{
+    void *buf = malloc(CKPT_CHUNK);
+    if (!buf)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "saving a checkpoint: out of host memory");
+    ferry_status st = for_each_state_chunk(e, buf, save_chunk, c);
+    if (st == FERRY_OK && delayed)
+        st = for_each_weight_chunk(e, e->act_size, true, buf, save_chunk, c);
+    free(buf);
+    return st;
+}
+
+/* Header first with zero checksums, then the real one once known. On
  * failure the temporary is already gone (fileio_atomic aborts itself). */
 static ferry_status save_body(ferry_engine *e, fileio_atomic *file, const void *user, size_t user_bytes)
 {
-    ckpt_header h = {{0}, CKPT_VERSION, (uint32_t)e->ngroups, e->step, user_bytes,
-                     payload_bytes(e, user_bytes), 0, (uint32_t)e->act, 0};
+    bool delayed = e->dpu_pending;
+    uint64_t payload = state_bytes(e) + (delayed ? weight_bytes(e, e->act_size) : 0) + user_bytes;
+    ckpt_header h = {{0}, CKPT_VERSION, (uint32_t)e->ngroups, e->step, user_bytes, payload, 0, 0,
+                     (uint32_t)e->act, delayed ? CKPT_FLAG_DELAYED : 0, 0, 0};
     memcpy(h.magic, CKPT_MAGIC, 8);
+    ckpt_group *table = group_table(e);
+    if (!table)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "saving a checkpoint: out of host memory for the group table");
+    save_ctx c = {e, file, CKPT_HASH_SEED};
     ferry_status st = fileio_atomic_write(file, &h, sizeof h);
-    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
-        ckpt_group cg = {{0}, e->groups[i].numel};
-        snprintf(cg.name, sizeof cg.name, "%s", e->groups[i].name);
-        st = fileio_atomic_write(file, &cg, sizeof cg);
-    }
-    float *buf = st == FERRY_OK ? malloc(CKPT_CHUNK) : NULL;
-    if (st == FERRY_OK && !buf)
-        st = err_set(FERRY_ERR_OUT_OF_MEMORY, "saving a checkpoint: out of host memory");
-    save_ctx c = {e, file, 0x51ED2701A3F9C4B5ull};
     if (st == FERRY_OK)
-        st = for_each_chunk(e, buf, save_chunk, &c);
-    free(buf);
-    if (st == FERRY_OK && user_bytes) {
-        c.hash = hash_update(c.hash, user, user_bytes);
+        st = fileio_atomic_write(file, table, (size_t)e->ngroups * sizeof *table);
+    if (st == FERRY_OK)
+        st = save_payload(e, &c, delayed);
+    if (st == FERRY_OK && user_bytes)
         st = fileio_atomic_write(file, user, user_bytes);
-    }
     h.checksum = c.hash;
+    h.user_checksum = hash_update(CKPT_HASH_SEED, user, user_bytes);
+    h.head_crc = head_crc(&h, table);
+    free(table);
     if (st == FERRY_OK)
         st = fileio_atomic_pwrite(file, &h, sizeof h, 0);
     return st;
@@ -193,86 +283,223 @@ ferry_status ferry_engine_save(ferry_engine *e, const char *path, const void *us
     return err_wrap(st, "saving the engine checkpoint (any earlier '%s' is intact)", path);
 }
 
+/* ---- reading: the header, checked on its own ---- */
+
+typedef struct ckpt_file {
+    int fd;
+    const char *path;
+    ckpt_header h;
+    ckpt_group *table;
+} ckpt_file;
+
+static void ckpt_close(ckpt_file *f)
+{
+    if (f->fd >= 0)
+        close(f->fd);
+    free(f->table);
+    f->fd = -1;
+    f->table = NULL;
+}
+
+static ferry_status read_table(ckpt_file *f)
+{
+    if (f->h.groups == 0 || f->h.groups > ENGINE_MAX_GROUPS)
+        return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' is damaged: it claims %u parameter groups (1..%d are possible)",
+                       f->path, f->h.groups, ENGINE_MAX_GROUPS);
+    f->table = malloc((size_t)f->h.groups * sizeof *f->table);
+    if (!f->table)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "checkpoint '%s': out of host memory for its group table", f->path);
+    return read_all(f->fd, f->table, (size_t)f->h.groups * sizeof *f->table, f->path);
+}
+
+/* What the header says, once its checksum holds. */
+static ferry_status check_fields(const ckpt_file *f)
+{
+    const ckpt_header *h = &f->h;
+    if (h->step < 0)
+        return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' records step %lld; a step count is never negative: the "
+                                         "file was not written by ferry_engine_save",
+                       f->path, (long long)h->step);
+    if (h->step == INT64_MAX)
+        return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' records step %lld, the largest a step count can be: one "
+                                         "more step would overflow it",
+                       f->path, (long long)h->step);
+    if (h->flags & ~CKPT_FLAG_DELAYED)
+        return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' has flags 0x%x, of which this ferry knows only 0x%x: it "
+                                         "is from a newer ferry",
+                       f->path, h->flags, CKPT_FLAG_DELAYED);
+    struct stat sb;
+    uint64_t want = head_bytes(h->groups) + h->payload_bytes;
+    if (fstat(f->fd, &sb) != 0)
+        return err_set(FERRY_ERR_IO, "checkpoint '%s': cannot read its size: %s", f->path, strerror(errno));
+    if (h->user_bytes > h->payload_bytes || (uint64_t)sb.st_size != want)
+        return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' is %lld bytes, its header says %llu: it is truncated or "
+                                         "damaged",
+                       f->path, (long long)sb.st_size, (unsigned long long)want);
+    return FERRY_OK;
+}
+
+/* Opens a checkpoint and checks its header and group table against their
+ * CRC and the file's size. On failure nothing is left open. */
+static ferry_status ckpt_open(const char *path, ckpt_file *f)
+{
+    memset(f, 0, sizeof *f);
+    f->path = path;
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0)
+        return err_set(FERRY_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
+    ferry_status st = read_all(f->fd, &f->h, sizeof f->h, path);
+    if (st == FERRY_OK && memcmp(f->h.magic, CKPT_MAGIC, 8) != 0)
+        st = err_set(FERRY_ERR_FORMAT, "'%s' is not a ferry engine checkpoint (bad magic)", path);
+    if (st == FERRY_OK && f->h.version != CKPT_VERSION)
+        st = err_set(FERRY_ERR_FORMAT, "checkpoint '%s' has version %u; this ferry reads version %u", path,
+                     f->h.version, CKPT_VERSION);
+    if (st == FERRY_OK)
+        st = read_table(f);
+    if (st == FERRY_OK && head_crc(&f->h, f->table) != f->h.head_crc)
+        st = err_set(FERRY_ERR_FORMAT, "checkpoint '%s' is damaged: the checksum of its header and group table "
+                                       "(step count, sizes, names) does not match; nothing was loaded",
+                     path);
+    if (st == FERRY_OK)
+        st = check_fields(f);
+    if (st != FERRY_OK)
+        ckpt_close(f);
+    return st;
+}
+
+/* The engine's groups against the file's; *weight_elem is the element size
+ * of the device weights the file holds (0: none). */
+static ferry_status check_model(const ferry_engine *e, const ckpt_file *f, size_t *weight_elem)
+{
+    if (f->h.groups != (uint32_t)e->ngroups)
+        return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' has %u parameter groups, the engine has %d: it is "
+                                         "from another model",
+                       f->path, f->h.groups, e->ngroups);
+    for (int i = 0; i < e->ngroups; i++)
+        if (f->table[i].numel != e->groups[i].numel)
+            return err_set(FERRY_ERR_FORMAT,
+                           "checkpoint '%s': group %d ('%.*s') has %llu parameters, the engine's '%s' has %zu: "
+                           "it is from another model",
+                           f->path, i, ENGINE_NAME_MAX, f->table[i].name, (unsigned long long)f->table[i].numel,
+                           e->groups[i].name, e->groups[i].numel);
+    uint64_t states = state_bytes(e), numel = weight_bytes(e, 1), fixed = states + f->h.user_bytes;
+    uint64_t rest = f->h.payload_bytes >= fixed ? f->h.payload_bytes - fixed : UINT64_MAX;
+    bool delayed = (f->h.flags & CKPT_FLAG_DELAYED) != 0;
+    *weight_elem = delayed && rest % numel == 0 ? (size_t)(rest / numel) : 0;
+    bool fits = delayed ? *weight_elem >= 1 && *weight_elem <= 8 : rest == 0;
+    if (!fits)
+        return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' holds %llu bytes of state, which the engine's groups "
+                                         "(%llu parameters%s) cannot fill exactly: it is damaged",
+                       f->path, (unsigned long long)f->h.payload_bytes, (unsigned long long)numel,
+                       delayed ? ", with device weights" : "");
+    return FERRY_OK;
+}
+
+/* Reads the blob (at the end of the file) and checks its hash; copies up to
+ * cap bytes into user when user is not NULL. */
+static ferry_status read_blob(const ckpt_file *f, void *user, size_t cap)
+{
+    off_t at = (off_t)(head_bytes(f->h.groups) + f->h.payload_bytes - f->h.user_bytes);
+    if (lseek(f->fd, at, SEEK_SET) != at)
+        return err_set(FERRY_ERR_IO, "seeking in checkpoint '%s': %s", f->path, strerror(errno));
+    char *blob = malloc(f->h.user_bytes ? f->h.user_bytes : 1);
+    if (!blob)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "checkpoint '%s': out of host memory for its %llu-byte user blob",
+                       f->path, (unsigned long long)f->h.user_bytes);
+    ferry_status st = read_all(f->fd, blob, f->h.user_bytes, f->path);
+    if (st == FERRY_OK && hash_update(CKPT_HASH_SEED, blob, f->h.user_bytes) != f->h.user_checksum)
+        st = err_set(FERRY_ERR_FORMAT, "checkpoint '%s' is damaged: the checksum of its user blob does not match; "
+                                       "nothing was loaded",
+                     f->path);
+    if (st == FERRY_OK && user)
+        memcpy(user, blob, f->h.user_bytes < cap ? f->h.user_bytes : cap);
+    free(blob);
+    return st;
+}
+
+ferry_status ferry_engine_load_user(const char *path, void *user, size_t user_cap, size_t *user_bytes)
+{
+    if (!path || (user_cap && !user))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_load_user: NULL path, or NULL user with a capacity");
+    ckpt_file f;
+    ferry_status st = ckpt_open(path, &f);
+    if (st == FERRY_OK)
+        st = read_blob(&f, user, user_cap);
+    if (st == FERRY_OK && user_bytes)
+        *user_bytes = f.h.user_bytes;
+    ckpt_close(&f);
+    return st;
+}
+
 /* ---- load ---- */
 
 typedef struct load_ctx {
     ferry_engine *e;
-    int fd;
-    const char *path;
+    const ckpt_file *f;
     uint64_t hash;
-    bool apply; /* first pass: only hash; second: copy into the engine */
+    bool apply;      /* first pass: only hash; second: copy into the engine */
+    size_t weight_elem; /* element size of the device weights in the file; 0: none */
+    bool use_weights;   /* this engine takes them (delayed update on, same device type) */
 } load_ctx;
 
-static ferry_status load_chunk(void *p, float *state, float *buf, size_t n)
+static ferry_status load_chunk(void *p, void *state, bool on_device, void *buf, size_t bytes)
 {
     load_ctx *c = p;
-    ferry_status st = read_all(c->fd, buf, n * sizeof(float), c->path);
+    ferry_status st = read_all(c->f->fd, buf, bytes, c->f->path);
     if (st != FERRY_OK)
         return st;
     if (!c->apply) {
-        c->hash = hash_update(c->hash, buf, n * sizeof(float));
+        c->hash = hash_update(c->hash, buf, bytes);
         return FERRY_OK;
     }
-    return state_chunk(c->e, state, buf, n, true);
+    return state ? copy_chunk(c->e, state, on_device, buf, bytes, true) : FERRY_OK;
 }
 
-static ferry_status check_header(ferry_engine *e, int fd, const char *path, ckpt_header *h)
+/* One pass over the payload before the blob. Applying, the device copies
+ * are written from the master weights, then (a delayed update pending) the
+ * device weights of the file replace them: the next forward reads those,
+ * the next step uploads the master weights' copy. */
+static ferry_status load_pass(load_ctx *c)
 {
-    ferry_status st = read_all(fd, h, sizeof *h, path);
-    if (st != FERRY_OK)
-        return st;
-    if (memcmp(h->magic, CKPT_MAGIC, 8) != 0)
-        return err_set(FERRY_ERR_FORMAT, "'%s' is not a ferry engine checkpoint (bad magic)", path);
-    if (h->version != CKPT_VERSION)
-        return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' has version %u; this ferry reads version %u", path,
-                       h->version, CKPT_VERSION);
-    if (h->groups != (uint32_t)e->ngroups)
-        return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' has %u parameter groups, the engine has %d: it is "
-                                         "from another model",
-                       path, h->groups, e->ngroups);
-    for (int i = 0; i < e->ngroups; i++) {
-        ckpt_group cg;
-        if ((st = read_all(fd, &cg, sizeof cg, path)) != FERRY_OK)
-            return st;
-        if (cg.numel != e->groups[i].numel)
-            return err_set(FERRY_ERR_FORMAT,
-                           "checkpoint '%s': group %d ('%.*s') has %llu parameters, the engine's '%s' has %zu: "
-                           "it is from another model",
-                           path, i, ENGINE_NAME_MAX, cg.name, (unsigned long long)cg.numel, e->groups[i].name,
-                           e->groups[i].numel);
-    }
-    uint64_t want = payload_bytes(e, h->user_bytes);
-    struct stat sb;
-    uint64_t head = sizeof *h + (uint64_t)e->ngroups * sizeof(ckpt_group);
-    if (h->payload_bytes != want || fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != head + want)
-        return err_set(FERRY_ERR_FORMAT,
-                       "checkpoint '%s' is %lld bytes, expected %llu: it is truncated or damaged", path,
-                       (long long)sb.st_size, (unsigned long long)(head + want));
-    return FERRY_OK;
-}
-
-static ferry_status load_pass(ferry_engine *e, load_ctx *c, const ckpt_header *h, void *user, size_t user_cap)
-{
-    off_t start = (off_t)(sizeof *h + (size_t)e->ngroups * sizeof(ckpt_group));
-    if (lseek(c->fd, start, SEEK_SET) != start)
-        return err_set(FERRY_ERR_IO, "seeking in checkpoint '%s': %s", c->path, strerror(errno));
-    float *buf = malloc(CKPT_CHUNK);
+    ferry_engine *e = c->e;
+    off_t start = (off_t)head_bytes(c->f->h.groups);
+    if (lseek(c->f->fd, start, SEEK_SET) != start)
+        return err_set(FERRY_ERR_IO, "seeking in checkpoint '%s': %s", c->f->path, strerror(errno));
+    void *buf = malloc(CKPT_CHUNK);
     if (!buf)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "loading a checkpoint: out of host memory");
-    ferry_status st = for_each_chunk(e, buf, load_chunk, c);
+    ferry_status st = for_each_state_chunk(e, buf, load_chunk, c);
+    for (int i = 0; c->apply && i < e->ngroups && st == FERRY_OK; i++)
+        st = engine_write_device_weights(e, &e->groups[i]);
+    if (st == FERRY_OK && c->weight_elem)
+        st = for_each_weight_chunk(e, c->weight_elem, c->apply && c->use_weights, buf, load_chunk, c);
     free(buf);
-    if (st != FERRY_OK || !h->user_bytes)
-        return st;
-    char *blob = malloc(h->user_bytes);
-    if (!blob)
-        return err_set(FERRY_ERR_OUT_OF_MEMORY, "loading a checkpoint: out of host memory for the user blob");
-    st = read_all(c->fd, blob, h->user_bytes, c->path);
-    if (st == FERRY_OK && !c->apply)
-        c->hash = hash_update(c->hash, blob, h->user_bytes);
-    if (st == FERRY_OK && c->apply && user)
-        memcpy(user, blob, h->user_bytes < user_cap ? h->user_bytes : user_cap);
-    free(blob);
     return st;
+}
+
+/* Both passes, the hash check between them. */
+static ferry_status load_checked(ferry_engine *e, const ckpt_file *f, void *user, size_t user_cap)
+{
+    load_ctx c = {e, f, CKPT_HASH_SEED, false, 0, false};
+    ferry_status st = check_model(e, f, &c.weight_elem);
+    if (st == FERRY_OK)
+        st = load_pass(&c);
+    if (st == FERRY_OK && c.hash != f->h.checksum)
+        st = err_set(FERRY_ERR_FORMAT, "checkpoint '%s' is damaged: its checksum does not match its contents; "
+                                       "nothing was loaded",
+                     f->path);
+    if (st == FERRY_OK)
+        st = read_blob(f, NULL, 0);
+    if (st != FERRY_OK)
+        return st;
+    c.apply = true;
+    c.use_weights = e->cfg.delayed_update && f->h.dtype == (uint32_t)e->act && c.weight_elem == e->act_size;
+    if ((st = load_pass(&c)) != FERRY_OK || (st = read_blob(f, user, user_cap)) != FERRY_OK)
+        return st;
+    e->step = f->h.step;
+    e->micro_index = -1;
+    e->dpu_pending = c.use_weights;
+    return FERRY_OK;
 }
 
 ferry_status ferry_engine_load(ferry_engine *e, const char *path, void *user, size_t user_cap, size_t *user_bytes)
@@ -284,30 +511,12 @@ ferry_status ferry_engine_load(ferry_engine *e, const char *path, void *user, si
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_load: path is NULL");
     if ((st = ferry_engine_synchronize(e)) != FERRY_OK || (st = engine_retire_all(e)) != FERRY_OK)
         return st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return err_set(FERRY_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
-    ckpt_header h;
-    load_ctx c = {e, fd, path, 0x51ED2701A3F9C4B5ull, false};
-    st = check_header(e, fd, path, &h);
-    if (st == FERRY_OK)
-        st = load_pass(e, &c, &h, NULL, 0);
-    if (st == FERRY_OK && c.hash != h.checksum)
-        st = err_set(FERRY_ERR_FORMAT, "checkpoint '%s' is damaged: its checksum does not match its contents; "
-                                       "nothing was loaded",
-                     path);
-    if (st == FERRY_OK) {
-        c.apply = true;
-        st = load_pass(e, &c, &h, user, user_cap);
-    }
-    close(fd);
-    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
-        st = engine_write_device_weights(e, &e->groups[i]);
-    if (st == FERRY_OK) {
-        e->step = h.step;
-        e->micro_index = -1;
-        if (user_bytes)
-            *user_bytes = h.user_bytes;
-    }
+    ckpt_file f;
+    if ((st = ckpt_open(path, &f)) != FERRY_OK)
+        return st;
+    st = load_checked(e, &f, user, user_cap);
+    if (st == FERRY_OK && user_bytes)
+        *user_bytes = f.h.user_bytes;
+    ckpt_close(&f);
     return st;
 }

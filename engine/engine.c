@@ -188,10 +188,15 @@ ferry_status ferry_engine_create(const ferry_engine_config *cfg, ferry_engine **
     return FERRY_OK;
 }
 
-void ferry_engine_destroy(ferry_engine *e)
+void ferry_engine_destroy(ferry_engine *e) { (void)ferry_engine_close(e); }
+
+/* The trace is closed last, after the allocators that record into it have
+ * recorded their last frees. */
+ferry_status ferry_engine_close(ferry_engine *e)
 {
     if (!e)
-        return;
+        return FERRY_OK;
+    trace *t = e->trace;
     if (e->be) {
         if (e->setup_done)
             engine_wait_updates(e);
@@ -205,16 +210,16 @@ void ferry_engine_destroy(ferry_engine *e)
         free(e->groups[g].no_decay);
     }
     free(e->groups);
+    free(e->user_allocs);
     pool_destroy(e->pool);
     tp_pool_destroy(e->threads);
     arena_destroy(e->arena);
     backend_stream_destroy(e->compute);
     backend_stream_destroy(e->h2d);
     backend_stream_destroy(e->d2h);
-    if (e->trace)
-        trace_close(e->trace);
     backend_close(e->be);
     free(e);
+    return trace_close(t);
 }
 
 static int range_less(const void *a, const void *b)
@@ -259,22 +264,30 @@ ferry_status ferry_engine_add_group(ferry_engine *e, const char *name, size_t nu
                                     const float *init, const ferry_group_options *opts,
                                     int *group_id)
 {
-    if (!e || !init)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_add_group: NULL engine or initial values");
+    if (!e || !init || !name)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_add_group: NULL %s; give the engine, a name "
+                                                   "(for messages and traces) and the initial values",
+                       !e ? "engine" : !name ? "name" : "initial values");
     if (e->setup_done)
         return err_set(FERRY_ERR_STATE,
                        "ferry_engine_add_group('%s'): the engine is already set up; add every group "
                        "before ferry_engine_setup()",
-                       name ? name : "");
+                       name);
     if (numel == 0 || numel > ((size_t)1 << 40))
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_add_group('%s'): numel %zu is outside 1..2^40",
-                       name ? name : "", numel);
+                       name, numel);
+    for (size_t i = 0; i < numel; i++)
+        if (!isfinite(init[i]))
+            return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                           "ferry_engine_add_group('%s'): initial value %zu is %g; weights must be finite (check "
+                           "the file or the initialisation they come from)",
+                           name, i, (double)init[i]);
     ferry_group_options o = FERRY_GROUP_OPTIONS_INIT;
     ferry_status st = opts ? sized_read(&o, sizeof o, opts, group_option_fields,
                                          sizeof group_option_fields / sizeof group_option_fields[0],
                                          "ferry_group_options") : FERRY_OK;
     if (st != FERRY_OK)
-        return err_wrap(st, "ferry_engine_add_group('%s')", name ? name : "");
+        return err_wrap(st, "ferry_engine_add_group('%s')", name);
     if (!(o.lr_scale >= 0.0f) || !isfinite(o.lr_scale))
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_add_group: lr_scale %g must be finite and >= 0",
                        (double)o.lr_scale);
@@ -290,7 +303,7 @@ ferry_status ferry_engine_add_group(ferry_engine *e, const char *name, size_t nu
     }
     engine_group *g = &e->groups[e->ngroups];
     memset(g, 0, sizeof *g);
-    snprintf(g->name, sizeof g->name, "%s", name ? name : "group");
+    snprintf(g->name, sizeof g->name, "%s", name);
     g->numel = numel;
     g->opts = o;
     g->init = malloc(numel * sizeof(float));
@@ -434,10 +447,11 @@ ferry_status ferry_engine_synchronize(ferry_engine *e)
 }
 
 void *ferry_engine_compute_stream(ferry_engine *e) { return e ? backend_stream_native(e->compute) : NULL; }
-ferry_backend_kind ferry_engine_backend(const ferry_engine *e) { return backend_kind(e->be); }
-ferry_offload ferry_engine_offload(const ferry_engine *e) { return e->cfg.offload; }
-ferry_dtype ferry_engine_dtype(const ferry_engine *e) { return e->act; }
+ferry_backend_kind ferry_engine_backend(const ferry_engine *e) { return e ? backend_kind(e->be) : FERRY_BACKEND_AUTO; }
+ferry_offload ferry_engine_offload(const ferry_engine *e) { return e ? e->cfg.offload : (ferry_offload)-1; }
+ferry_dtype ferry_engine_dtype(const ferry_engine *e) { return e ? e->act : FERRY_DTYPE_AUTO; }
 int ferry_engine_group_count(const ferry_engine *e) { return e ? e->ngroups : 0; }
+int64_t ferry_engine_steps(const ferry_engine *e) { return e ? e->step : -1; }
 backend *engine_embed_backend(ferry_engine *e) { return e ? e->be : NULL; }
 backend_stream *engine_embed_stream(ferry_engine *e) { return e ? e->compute : NULL; }
 
@@ -451,11 +465,21 @@ ferry_status ferry_engine_alloc(ferry_engine *e, ferry_mem_category category, co
                        "ferry_engine_alloc('%s'): category '%s' belongs to the engine; ask for "
                        "activations, workspace or other",
                        name ? name : "", ferry_mem_category_name(category));
+    if (e->user_count == e->user_cap) {
+        size_t cap = e->user_cap ? 2 * e->user_cap : 64;
+        void **grown = realloc(e->user_allocs, cap * sizeof *grown);
+        if (!grown)
+            return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_alloc('%s'): out of host memory", name ? name : "");
+        e->user_allocs = grown;
+        e->user_cap = cap;
+    }
     ferry_status st = arena_alloc(e->arena, bytes, category, name ? name : "user", ptr);
     if (st == FERRY_ERR_OUT_OF_MEMORY && e->cfg.offload == FERRY_OFFLOAD_PARAMS) {
         engine_evict(e, -1, 0);
         st = arena_alloc(e->arena, bytes, category, name ? name : "user", ptr);
     }
+    if (st == FERRY_OK)
+        e->user_allocs[e->user_count++] = *ptr;
     return st;
 }
 
@@ -463,7 +487,18 @@ ferry_status ferry_engine_free(ferry_engine *e, void *ptr)
 {
     if (!e)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_free: engine is NULL");
-    return arena_free(e->arena, ptr);
+    if (!ptr)
+        return FERRY_OK;
+    for (size_t i = e->user_count; i-- > 0;) {
+        if (e->user_allocs[i] != ptr)
+            continue;
+        e->user_allocs[i] = e->user_allocs[--e->user_count];
+        return arena_free(e->arena, ptr);
+    }
+    return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                   "ferry_engine_free: %p was not returned by ferry_engine_alloc, or is freed already; weights "
+                   "and gradients belong to the engine (give them back with ferry_engine_release)",
+                   ptr);
 }
 
 /* Master weights are read and written on the host; on NONE/cuda they sit on

@@ -122,6 +122,10 @@ struct ferry_engine {
     /* delayed update: the update of the last step still to be uploaded */
     bool dpu_pending;
 
+    /* what ferry_engine_alloc handed out: ferry_engine_free takes these only */
+    void **user_allocs;
+    size_t user_count, user_cap;
+
     /* timing of the last step */
     double last_step_ms;      /* clock_now_ms() of the last step; 0 before the first */
     ferry_step_timing timing, timing_acc;

@@ -48,6 +48,9 @@ static ferry_status check_options(const ferry_step_options *caller, ferry_step_o
 
 static ferry_status check_ready(ferry_engine *e)
 {
+    if (e->inference)
+        return err_set(FERRY_ERR_STATE, "ferry_engine_step: inference is on (no step is in progress); call "
+                                        "ferry_engine_end_inference() and run a micro-batch first");
     if (e->micro_index < 0 || e->micro_index != e->micro_count - 1)
         return err_set(FERRY_ERR_STATE,
                        "ferry_engine_step: no gradients to apply: run micro-batch %d of %d (forward and "

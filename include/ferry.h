@@ -273,6 +273,11 @@ typedef struct ferry_engine_config {
 FERRY_API ferry_status ferry_engine_create(const ferry_engine_config *cfg, ferry_engine **out);
 /* Waits for outstanding work and frees everything. NULL is fine. */
 FERRY_API void ferry_engine_destroy(ferry_engine *e);
+/* ferry_engine_destroy() that also says whether what the engine wrote on its
+ * way was written whole: FERRY_ERR_IO naming the memory trace when any of its
+ * writes failed (a full disk; the trace then ends early). The engine is gone
+ * either way. NULL is fine. */
+FERRY_API ferry_status ferry_engine_close(ferry_engine *e);
 
 /* Options of one parameter group. */
 typedef struct ferry_group_options {
@@ -295,9 +300,10 @@ typedef struct ferry_group_options {
     }
 
 /* Adds a group of `numel` parameters with initial values `init` (copied; the
- * caller keeps its buffer). opts may be NULL for the defaults. Groups are
- * numbered 0, 1, ... in the order added. Only before ferry_engine_setup():
- * after it, FERRY_ERR_STATE. `name` is copied (for messages and traces). */
+ * caller keeps its buffer; every value must be finite). opts may be NULL for
+ * the defaults. Groups are numbered 0, 1, ... in the order added. Only before
+ * ferry_engine_setup(): after it, FERRY_ERR_STATE. `name` (not NULL) is copied
+ * (for messages and traces). */
 FERRY_API ferry_status ferry_engine_add_group(ferry_engine *e, const char *name, size_t numel,
                                               const float *init, const ferry_group_options *opts,
                                               int *group_id);
@@ -384,16 +390,25 @@ FERRY_API ferry_status ferry_engine_synchronize(ferry_engine *e);
 
 /* The compute stream's native handle (cudaStream_t on cuda, NULL on host). */
 FERRY_API void *ferry_engine_compute_stream(ferry_engine *e);
+/* The getters below accept NULL and then return a value no engine has:
+ * FERRY_BACKEND_AUTO, (ferry_offload)-1 (ferry_offload_name says "unknown"),
+ * FERRY_DTYPE_AUTO, 0 groups, -1 steps. */
+/* The backend in use (AUTO resolved). */
 FERRY_API ferry_backend_kind ferry_engine_backend(const ferry_engine *e);
 FERRY_API ferry_offload ferry_engine_offload(const ferry_engine *e);
 /* The device element type (after AUTO is resolved). */
 FERRY_API ferry_dtype ferry_engine_dtype(const ferry_engine *e);
 FERRY_API int ferry_engine_group_count(const ferry_engine *e);
+/* Optimizer steps taken (skipped ones not counted), as a checkpoint restores them. */
+FERRY_API int64_t ferry_engine_steps(const ferry_engine *e);
 
 /* Device memory for activations and scratch, from the same budget as the
  * weights. `category` is FERRY_MEM_ACTIVATIONS, _WORKSPACE or _OTHER. */
 FERRY_API ferry_status ferry_engine_alloc(ferry_engine *e, ferry_mem_category category,
                                           const char *name, size_t bytes, void **ptr);
+/* Frees what ferry_engine_alloc returned; NULL is fine. Any other pointer (the
+ * weights or gradients of a group, one freed already) is
+ * FERRY_ERR_INVALID_ARGUMENT and changes nothing. */
 FERRY_API ferry_status ferry_engine_free(ferry_engine *e, void *ptr);
 
 /* Copies a group's fp32 master weights into out (numel floats) / replaces them
@@ -443,17 +458,28 @@ FERRY_API ferry_status ferry_engine_step_timing(ferry_engine *e, ferry_step_timi
 FERRY_API const char *ferry_engine_describe(ferry_engine *e);
 
 /* Saves the whole training state (master weights, moments, step, every
- * group's name and size) to `path` atomically: a temporary file, fsync,
- * rename; a failure leaves any earlier file intact. `user`/`user_bytes`: an
- * opaque blob stored alongside (the trainer's RNG and data position). */
+ * group's name and size, and with the delayed update the device weights the
+ * next forward reads) to `path` atomically: a temporary file, fsync, rename;
+ * a failure leaves any earlier file intact. Every byte is checksummed.
+ * `user`/`user_bytes`: an opaque blob stored alongside (the trainer's RNG and
+ * data position). */
 FERRY_API ferry_status ferry_engine_save(ferry_engine *e, const char *path, const void *user,
                                          size_t user_bytes);
 /* Restores what ferry_engine_save wrote, after setup with the same groups.
- * FERRY_ERR_FORMAT naming the mismatch for another model or a damaged file.
- * If user is not NULL, copies up to user_cap bytes of the blob and sets
- * *user_bytes to its full size. */
+ * FERRY_ERR_FORMAT naming the mismatch for another model or a damaged file
+ * (any changed byte, a negative step count or one that cannot grow), and then
+ * nothing is changed. A delayed update pending in the file continues exactly
+ * when this engine runs the delayed update on the same device type; otherwise
+ * the next forward reads the master weights. If user is not NULL, copies up
+ * to user_cap bytes of the blob; user_bytes (may be NULL) gets its full size. */
 FERRY_API ferry_status ferry_engine_load(ferry_engine *e, const char *path, void *user,
                                          size_t user_cap, size_t *user_bytes);
+/* Reads only the user blob of a file ferry_engine_save wrote, without an
+ * engine (to check a checkpoint before building one): the header, the group
+ * table and the blob are checked against their checksums, the training state
+ * is not read. Copies and sizes as ferry_engine_load. Any thread. */
+FERRY_API ferry_status ferry_engine_load_user(const char *path, void *user, size_t user_cap,
+                                              size_t *user_bytes);
 /* ---- end engine ---- */
 
 #ifdef __cplusplus

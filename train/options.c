@@ -2,11 +2,16 @@
  * documentation of a flag and its default cannot drift from the code. */
 #include "train/options.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <libgen.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/units.h"
 
@@ -66,6 +71,7 @@ static const opt_spec specs[] = {
     {"--prompt", OPT_STR, F(prompt), "", 0, 0, "text the samples start from (default: <|endoftext|>)"},
     {"--checkpoint-dir", OPT_STR, F(checkpoint_dir), "", 0, 0, "folder for checkpoints (model.safetensors, config.json, state.ferry)"},
     {"--checkpoint-every", OPT_INT, F(checkpoint_every), "0", 0, 100000000, "save every N steps, and at the end (0 = only at the end)"},
+    {"--keep-last", OPT_INT, F(keep_last), "3", 0, 100000000, "after each save keep the N newest step folders, delete older ones (0 = keep all)"},
     {"--resume", OPT_STR, F(resume), "", 0, 0, "continue from a checkpoint folder (or its parent: the latest in it)"},
     {"--trace", OPT_STR, F(trace), "", 0, 0, "write a memory trace for memprof to this file"},
     {"--log", OPT_STR, F(log), "", 0, 0, "write a JSON Lines record of every step to this file"},
@@ -75,6 +81,10 @@ static const opt_spec specs[] = {
 };
 
 #define NSPECS (sizeof specs / sizeof specs[0])
+_Static_assert(NSPECS <= 64, "train_options.given has a bit per flag");
+
+/* Sizes below this are a unit mistake ("--gpu-mem 0.5" meant GiB). */
+#define MIN_BYTES ((uint64_t)1 << 20)
 
 static void print_help(void)
 {
@@ -89,6 +99,26 @@ static void print_help(void)
     }
     printf("\nExample: train_gpt2 --data 'data/train_*.bin' --val-data 'data/val_*.bin' --model gpt2 "
            "--batch 8 --seq 1024 --offload optimizer --gpu-mem 24GiB\n");
+}
+
+/* A size: 0 (none), or at least MIN_BYTES. A small value is a unit
+ * mistake, and one that rounds to 0 would silently mean "no cap". */
+static int apply_bytes(const opt_spec *s, const char *text, uint64_t *field)
+{
+    uint64_t v = 0;
+    if (units_parse_bytes(text, &v) != FERRY_OK) {
+        fprintf(stderr, "train_gpt2: %s: %s\n", s->flag, ferry_last_error());
+        return 2;
+    }
+    if (v < MIN_BYTES && strtod(text, NULL) != 0.0) {
+        fprintf(stderr, "train_gpt2: %s '%s' is %llu bytes: a number without a unit is bytes, and K, M, G, T "
+                        "(with or without iB) are powers of 1024; give at least 1MiB, such as 512MiB or 24GiB, or "
+                        "0 for %s\n",
+                s->flag, text, (unsigned long long)v, s->field == F(gpu_mem) ? "what the device has free" : "no cap");
+        return 2;
+    }
+    *field = v;
+    return 0;
 }
 
 /* Stores `text` into the field of spec s. 0 on success, 2 with a message. */
@@ -114,9 +144,11 @@ static int apply(const opt_spec *s, const char *text, train_options *o)
         return 0;
     }
     case OPT_U64: {
+        /* Digits only: strtoull would skip blanks and wrap " -1" to 2^64-1. */
         unsigned long long v = strtoull(text, &end, 10);
-        if (errno || end == text || *end || *text == '-') {
-            fprintf(stderr, "train_gpt2: %s '%s' is not a non-negative whole number\n", s->flag, text);
+        if (errno || !isdigit((unsigned char)*text) || *end) {
+            fprintf(stderr, "train_gpt2: %s '%s' is not a whole number in 0..18446744073709551615 (digits only)\n",
+                    s->flag, text);
             return 2;
         }
         *(uint64_t *)field = v;
@@ -135,11 +167,7 @@ static int apply(const opt_spec *s, const char *text, train_options *o)
         return 0;
     }
     case OPT_BYTES:
-        if (units_parse_bytes(text, (uint64_t *)field) != FERRY_OK) {
-            fprintf(stderr, "train_gpt2: %s: %s\n", s->flag, ferry_last_error());
-            return 2;
-        }
-        return 0;
+        return apply_bytes(s, text, (uint64_t *)field);
     case OPT_OFFLOAD:
         if (ferry_offload_parse(text, (ferry_offload *)field) != FERRY_OK) {
             fprintf(stderr, "train_gpt2: %s: %s\n", s->flag, ferry_last_error());
@@ -162,6 +190,18 @@ static const opt_spec *find(const char *flag)
         if (strcmp(specs[i].flag, flag) == 0)
             return &specs[i];
     return NULL;
+}
+
+/* "--checkpoint-dir --quiet": the value is missing and the next flag would
+ * become a folder. Only --prompt takes text that may start with "--". */
+static bool looks_like_flag(const opt_spec *s, const char *value)
+{
+    if (strncmp(value, "--", 2) != 0 || s->field == F(prompt))
+        return false;
+    fprintf(stderr, "train_gpt2: %s needs a value, but the next argument is '%s', which looks like a flag; give the "
+                    "value (a path that starts with '--' can be written ./%s)\n",
+            s->flag, value, value);
+    return true;
 }
 
 /* Checks that need several flags at once. */
@@ -231,10 +271,76 @@ int train_options_parse(int argc, char **argv, train_options *o)
             fprintf(stderr, "train_gpt2: %s needs a value\n", s->flag);
             return 2;
         }
-        if (apply(s, argv[++i], o) != 0)
+        if (looks_like_flag(s, argv[i + 1]) || apply(s, argv[++i], o) != 0)
             return 2;
+        o->given |= (uint64_t)1 << (s - specs);
     }
     return check_together(o);
+}
+
+bool train_options_given(const train_options *o, const char *flag)
+{
+    const opt_spec *s = find(flag);
+    return s && (o->given >> (s - specs) & 1);
+}
+
+/* ---- outputs ---- */
+
+/* The folder a new file or folder `path` would be made in must exist, be a
+ * folder and be writable. */
+static int check_parent(const char *flag, const char *path)
+{
+    char copy[PATH_MAX];
+    snprintf(copy, sizeof copy, "%s", path);
+    const char *parent = dirname(copy);
+    struct stat sb;
+    if (stat(parent, &sb) != 0) {
+        fprintf(stderr, "train_gpt2: %s '%s': the folder '%s' it would go in does not exist (%s); create it first\n",
+                flag, path, parent, strerror(errno));
+        return 2;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "train_gpt2: %s '%s': '%s' is a file, not a folder\n", flag, path, parent);
+        return 2;
+    }
+    if (access(parent, W_OK | X_OK) != 0) {
+        fprintf(stderr, "train_gpt2: %s '%s' cannot be created: the folder '%s' is not writable (%s)\n", flag, path,
+                parent, strerror(errno));
+        return 2;
+    }
+    return 0;
+}
+
+/* An output that may exist already: a folder (want_dir) or a file. */
+static int check_output(const char *flag, const char *path, bool want_dir)
+{
+    struct stat sb;
+    if (!path)
+        return 0;
+    if (stat(path, &sb) != 0 && (errno == ENOENT || errno == ENOTDIR))
+        return check_parent(flag, path);
+    if (stat(path, &sb) != 0) {
+        fprintf(stderr, "train_gpt2: %s '%s': %s\n", flag, path, strerror(errno));
+        return 2;
+    }
+    if (want_dir != S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "train_gpt2: %s '%s' is a %s; give %s\n", flag, path, want_dir ? "file" : "folder",
+                want_dir ? "a folder (it is created if missing)" : "a file name");
+        return 2;
+    }
+    if (access(path, want_dir ? W_OK | X_OK : W_OK) != 0) {
+        fprintf(stderr, "train_gpt2: %s '%s' cannot be written: %s\n", flag, path, strerror(errno));
+        return 2;
+    }
+    return 0;
+}
+
+int train_options_check_outputs(const train_options *o)
+{
+    if (check_output("--checkpoint-dir", o->checkpoint_dir, true) || check_output("--log", o->log, false) ||
+        check_output("--trace", o->trace, false))
+        return 2;
+    return 0;
 }
 
 float train_lr_at(const train_options *o, int step)

@@ -37,17 +37,28 @@ typedef struct train_options {
     const char *prompt;
     const char *checkpoint_dir;
     int checkpoint_every;
+    int keep_last;           /* step folders kept after a save; 0 = all */
     const char *resume;
     const char *trace;
     const char *log;
     double peak_tflops;      /* for MFU; 0 = from the GPU's name */
     bool sample_only;        /* --sample: generate from --resume/--init-from and exit */
     bool quiet;
+    uint64_t given;          /* bit i: the i-th flag of the table was on the command line */
 } train_options;
 
 /* Fills *o from argv. Returns 0 to go on, 1 after --help (printed), 2 on a
  * bad flag or value (the message printed to stderr names it). */
 int train_options_parse(int argc, char **argv, train_options *o);
+
+/* Whether `flag` ("--layers") was given on the command line (not defaulted). */
+bool train_options_given(const train_options *o, const char *flag);
+
+/* Checks the outputs (--checkpoint-dir, --log, --trace) before any work:
+ * a folder must be a folder, a file not a folder, each writable, or, not
+ * there yet, creatable in an existing writable folder. Creates nothing.
+ * Returns 0, or 2 after printing what is wrong with which flag. */
+int train_options_check_outputs(const train_options *o);
 
 /* The learning rate at step s (0-based): linear warmup over `warmup` steps,
  * then cosine decay to lr * lr_min_frac at the last step. */

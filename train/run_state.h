@@ -14,34 +14,70 @@
 #include "models/gpt2.h"
 #include "train/dataloader.h"
 
-#define TRAIN_RESUME_MAGIC 0x46525259544e5552ull /* "RUNTYRRF" */
-
 /* What besides the engine state a resumed run needs to continue exactly. */
 typedef struct train_resume {
-    uint64_t magic;
-    uint32_t version, reserved;
-    int64_t step;              /* optimizer steps done */
-    tok_loader_pos data;       /* the next training batch */
-    uint64_t sample_rng;       /* the sampler's generator */
-    gpt2_config model;         /* the model it was trained with */
-    int32_t batch, seq, grad_accum, reserved2;
+    int64_t step;          /* steps done (skipped ones included) */
+    int64_t engine_step;   /* the engine's optimizer steps then (skipped ones not); run_state_save fills it */
+    tok_loader_pos data;   /* the next training batch (the loader's, stored as it is) */
+    uint64_t sample_rng;   /* the sampler's generator */
+    gpt2_config model;     /* the model it was trained with */
+    int32_t batch, seq, grad_accum;
 } train_resume;
+
+/* The run state as state.ferry stores it (the engine checkpoint's user blob),
+ * little-endian, field by field:
+ *   magic "FERRYRUN", u32 version (2),
+ *   i64 step, i64 engine_step, u64 data.epoch, u64 data.index, u64 data.layout,
+ *   u64 sample_rng, i32 n_layer, n_head, n_embd, vocab_size, padded_vocab_size,
+ *   max_seq_len, i32 batch, seq, grad_accum
+ * The engine checksums it. */
+#define RUN_STATE_VERSION 2u
+#define RUN_STATE_BYTES 96u
+
+void run_state_encode(const train_resume *r, unsigned char out[RUN_STATE_BYTES]);
+/* Decodes and checks every field (a step count that can be, a model GPT-2 can
+ * have, a batch that fits it); FERRY_ERR_FORMAT naming the first bad one and
+ * `where` (the file) otherwise. The data position is the loader's to check. */
+ferry_status run_state_decode(const unsigned char *in, size_t len, const char *where, train_resume *out);
+
+/* FERRY_ERR_FORMAT naming the first field where the model `r` was trained with
+ * differs from `cfg` (read from config_json), with both values. */
+ferry_status run_state_check_model(const train_resume *r, const gpt2_config *cfg, const char *config_json);
 
 /* out = dir + "/" + name; FERRY_ERR_INVALID_ARGUMENT if it does not fit. */
 ferry_status run_state_join(char *out, size_t cap, const char *dir, const char *name);
 
-/* Saves a checkpoint at `step` into dir (created if missing). */
+/* Saves a checkpoint at `step` into dir (created if missing), with the run
+ * state `resume` (its engine_step is taken from the engine). */
 ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, const gpt2_model *m,
                             const train_resume *resume);
+
+/* Takes the run folder for this process: creates dir if missing (its parent
+ * must exist) and holds an exclusive lock on dir/.lock until run_state_unlock,
+ * so two runs never write one folder. A folder another run holds is
+ * FERRY_ERR_STATE naming its process. Temporaries a killed save left there
+ * (.step_N.tmp, .step_N.old) are removed once the lock is held. *fd gets the
+ * lock's descriptor. */
+ferry_status run_state_lock(const char *dir, int *fd);
+/* Releases the lock (fd < 0 is fine). */
+void run_state_unlock(int fd);
+
+/* Retention: deletes the step folders of dir beyond the `keep` newest (by
+ * step), never the one `latest` points at; keep 0 keeps all. FERRY_ERR_IO
+ * naming a folder that could not be removed (the others are still removed). */
+ferry_status run_state_prune(const char *dir, int keep);
 
 /* Resolves --resume PATH: a checkpoint folder itself, or a run folder whose
  * `latest` points at one. Writes the checkpoint folder into out. */
 ferry_status run_state_locate(const char *path, char *out, size_t cap);
 
-/* Reads the model config of a checkpoint folder (its config.json). */
+/* Reads the model config of a checkpoint folder (its config.json) and checks
+ * it against the model its state.ferry was trained with (read without an
+ * engine): an edited config.json is FERRY_ERR_FORMAT naming both values. */
 ferry_status run_state_config(const char *ckpt_dir, gpt2_config *out);
 
-/* Loads state.ferry into an engine set up for the same model; fills *resume. */
+/* Loads state.ferry into an engine set up for the same model; fills *resume.
+ * The engine's restored step count must be the one the run state recorded. */
 ferry_status run_state_load(const char *ckpt_dir, ferry_engine *e, train_resume *resume);
 
 #endif

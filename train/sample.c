@@ -2,6 +2,7 @@
 #include "train/sample.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,21 +19,55 @@ static uint64_t next_u64(uint64_t *state)
     return z ^ (z >> 31);
 }
 
-/* Indices of the k largest logits, largest first (insertion into a short list). */
-static int top_indices(const float *logits, int V, int k, int *idx)
+/* Token a ranks before token b: a larger logit, or the same logit and a
+ * smaller index; NaN ranks last. */
+static bool ranks_before(const float *l, int a, int b)
 {
-    int n = 0;
-    for (int i = 0; i < V; i++) {
-        if (n == k && logits[i] <= logits[idx[n - 1]])
-            continue;
-        int at = n < k ? n++ : k - 1;
-        while (at > 0 && logits[idx[at - 1]] < logits[i]) {
-            idx[at] = idx[at - 1];
-            at--;
-        }
-        idx[at] = i;
+    float x = l[a], y = l[b];
+    if (isnan(x) || isnan(y))
+        return isnan(x) == isnan(y) ? a < b : isnan(y);
+    return x != y ? x > y : a < b;
+}
+
+/* Restores the heap below `at`: every parent ranks after its children, so
+ * the root is the kept token that ranks last. */
+static void sift_down(const float *l, int *h, int n, int at)
+{
+    for (;;) {
+        int last = at;
+        for (int c = 2 * at + 1; c <= 2 * at + 2 && c < n; c++)
+            if (ranks_before(l, h[last], h[c]))
+                last = c;
+        if (last == at)
+            return;
+        int tmp = h[at];
+        h[at] = h[last];
+        h[last] = tmp;
+        at = last;
     }
-    return n;
+}
+
+int sampler_top_k(const float *logits, int V, int k, int *idx)
+{
+    if (k > V)
+        k = V;
+    for (int i = 0; i < k; i++)
+        idx[i] = i;
+    for (int at = k / 2 - 1; at >= 0; at--)
+        sift_down(logits, idx, k, at);
+    for (int i = k; i < V; i++)
+        if (ranks_before(logits, i, idx[0])) {
+            idx[0] = i;
+            sift_down(logits, idx, k, 0);
+        }
+    /* Heapsort: the root, ranking last, goes to the end each time. */
+    for (int end = k - 1; end > 0; end--) {
+        int tmp = idx[0];
+        idx[0] = idx[end];
+        idx[end] = tmp;
+        sift_down(logits, idx, end, 0);
+    }
+    return k;
 }
 
 int sampler_pick(sampler *s, const float *logits, int V)
@@ -47,7 +82,7 @@ int sampler_pick(sampler *s, const float *logits, int V)
         free(p);
         return (int32_t)TOK_GPT2_EOT;
     }
-    int n = top_indices(logits, V, k, idx);
+    int n = sampler_top_k(logits, V, k, idx);
     double sum = 0, t = s->temperature > 0.0f ? s->temperature : 1.0f;
     for (int i = 0; i < n; i++) {
         p[i] = exp(((double)logits[idx[i]] - (double)logits[idx[0]]) / t);

@@ -20,6 +20,11 @@ typedef struct sampler {
 /* Picks the next token from logits[V]. */
 int sampler_pick(sampler *s, const float *logits, int V);
 
+/* The k (at most V) likeliest tokens into idx, likeliest first; equal logits
+ * in index order, NaN last. O(V log k) (a heap), so k near V is fast too.
+ * Returns how many it wrote. */
+int sampler_top_k(const float *logits, int V, int k, int *idx);
+
 /* Generates n tokens after `prompt` (NULL or "" = <|endoftext|>) with the
  * model on engine e (activations a of batch B >= 1 and sequence T), and
  * returns the decoded text (prompt included) in *text (malloc'd). Runs

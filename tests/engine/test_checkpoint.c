@@ -3,6 +3,7 @@
  * every offload mode; a damaged, truncated or foreign file is refused with a
  * message and changes nothing; a failed save leaves the earlier file intact. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,11 +17,12 @@ enum { GROUPS = 3 };
 static const size_t numel[GROUPS] = {1000, 70001, 333};
 static char dir[256];
 
-static ferry_engine *make(ferry_offload mode, const size_t *sizes)
+static ferry_engine *make_engine(ferry_offload mode, int delayed, const size_t *sizes)
 {
     ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
     cfg.backend = FERRY_BACKEND_HOST;
     cfg.offload = mode;
+    cfg.delayed_update = delayed;
     cfg.optimizer_threads = 2;
     ferry_engine *e = NULL;
     if (ferry_engine_create(&cfg, &e) != FERRY_OK)
@@ -39,6 +41,8 @@ static ferry_engine *make(ferry_offload mode, const size_t *sizes)
     }
     return e;
 }
+
+static ferry_engine *make(ferry_offload mode, const size_t *sizes) { return make_engine(mode, 0, sizes); }
 
 /* One step of a quadratic loss sum (w - t)^2 / 2 with t_i = sin(i): grad = w - t. */
 static ferry_status train_step(ferry_engine *e)
@@ -74,48 +78,66 @@ static float *weights(ferry_engine *e)
 
 static size_t total_bytes(void) { return (numel[0] + numel[1] + numel[2]) * sizeof(float); }
 
-static void test_round_trip(ferry_offload mode)
+static void test_round_trip(ferry_offload mode, int delayed)
 {
-    char path[300];
-    snprintf(path, sizeof path, "%s/state-%d.ckpt", dir, (int)mode);
+    char path[300], name[64];
+    snprintf(path, sizeof path, "%s/state-%d-%d.ckpt", dir, (int)mode, delayed);
+    snprintf(name, sizeof name, "%s%s", ferry_offload_name(mode), delayed ? " + delayed update" : "");
     const char blob[] = "rng=42 data=17";
-    ferry_engine *a = make(mode, numel), *b = make(mode, numel);
+    ferry_engine *a = make_engine(mode, delayed, numel), *b = make_engine(mode, delayed, numel);
     ferry_status st = FERRY_OK;
     for (int i = 0; i < 3 && st == FERRY_OK; i++)
         st = train_step(a);
     TAP_IS_STATUS(ferry_engine_save(a, path, blob, sizeof blob), FERRY_OK, "%s: save after 3 steps",
-                  ferry_offload_name(mode));
+                  name);
     for (int i = 0; i < 2; i++)
         train_step(a);
     char got[64] = {0};
     size_t got_bytes = 0;
     TAP_IS_STATUS(ferry_engine_load(b, path, got, sizeof got, &got_bytes), FERRY_OK, "%s: load",
-                  ferry_offload_name(mode));
+                  name);
     tap_ok(got_bytes == sizeof blob && strcmp(got, blob) == 0, "%s: the user blob comes back ('%s')",
-           ferry_offload_name(mode), got);
+           name, got);
     for (int i = 0; i < 2; i++)
         train_step(b);
     float *wa = weights(a), *wb = weights(b);
     tap_ok(memcmp(wa, wb, total_bytes()) == 0,
            "%s: 3 steps + save + load + 2 steps == 5 steps, bitwise (moments and step count restored)",
-           ferry_offload_name(mode));
+           name);
     free(wa);
     free(wb);
     ferry_engine_destroy(a);
     ferry_engine_destroy(b);
 }
 
+static unsigned char *slurp(const char *path, long *size)
+{
+    FILE *in = fopen(path, "rb");
+    fseek(in, 0, SEEK_END);
+    *size = ftell(in);
+    rewind(in);
+    unsigned char *bytes = malloc((size_t)*size);
+    if (fread(bytes, 1, (size_t)*size, in) != (size_t)*size)
+        tap_diag("short read of %s", path);
+    fclose(in);
+    return bytes;
+}
+
+static void spit(const char *path, const unsigned char *bytes, long size)
+{
+    FILE *out = fopen(path, "wb");
+    fwrite(bytes, 1, (size_t)size, out);
+    fclose(out);
+}
+
 static void corrupt_copy(const char *from, const char *to, long flip_at, long truncate_to)
 {
-    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
-    int c;
-    long pos = 0;
-    while ((c = fgetc(in)) != EOF && (truncate_to < 0 || pos < truncate_to)) {
-        fputc(pos == flip_at ? c ^ 0x10 : c, out);
-        pos++;
-    }
-    fclose(in);
-    fclose(out);
+    long size;
+    unsigned char *bytes = slurp(from, &size);
+    if (flip_at >= 0 && flip_at < size)
+        bytes[flip_at] ^= 0x10;
+    spit(to, bytes, truncate_to >= 0 && truncate_to < size ? truncate_to : size);
+    free(bytes);
 }
 
 static void test_bad_files(void)
@@ -159,6 +181,95 @@ static void test_bad_files(void)
     ferry_engine_destroy(e);
 }
 
+/* CRC-32 (zlib's), bit by bit: the independent reference for the header's. */
+static uint32_t crc32_bitwise(uint32_t crc, const unsigned char *p, size_t n)
+{
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= p[i];
+        for (int b = 0; b < 8; b++)
+            crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+    }
+    return ~crc;
+}
+
+/* A copy of `from` with 8 bytes at `at` replaced by `value` and, if `fix`,
+ * the header's CRC (bytes 64..67, over bytes 0..63 and the group table of
+ * GROUPS x 72 bytes) made right again, as a forger would. */
+static void forge_copy(const char *from, const char *to, long at, int64_t value, int fix)
+{
+    long size;
+    unsigned char *bytes = slurp(from, &size);
+    memcpy(bytes + at, &value, 8);
+    if (fix) {
+        uint32_t crc = crc32_bitwise(0, bytes, 64);
+        crc = crc32_bitwise(crc, bytes + 72, GROUPS * 72);
+        memcpy(bytes + 64, &crc, 4);
+    }
+    spit(to, bytes, size);
+    free(bytes);
+}
+
+/* The step count (header bytes 16..23) is covered by the header's checksum;
+ * a step that checks out but cannot be is refused all the same. */
+static void test_header_fields(void)
+{
+    char good[300], bad[300];
+    snprintf(good, sizeof good, "%s/steps.ckpt", dir);
+    snprintf(bad, sizeof bad, "%s/steps-bad.ckpt", dir);
+    ferry_engine *e = make(FERRY_OFFLOAD_OPTIMIZER, numel);
+    for (int i = 0; i < 3; i++)
+        train_step(e);
+    TAP_IS_STATUS(ferry_engine_save(e, good, NULL, 0), FERRY_OK, "save after 3 steps");
+    ferry_engine *f = make(FERRY_OFFLOAD_OPTIMIZER, numel);
+    forge_copy(good, bad, 16, 99, 0);
+    TAP_IS_STATUS(ferry_engine_load(f, bad, NULL, 0, NULL), FERRY_ERR_FORMAT, "a step count changed to 99 is found");
+    tap_ok(strstr(ferry_last_error(), "header") && strstr(ferry_last_error(), "damaged"),
+           "the message says the header is damaged: %s", ferry_last_error());
+    TAP_IS_INT(ferry_engine_steps(f), 0, "and the engine's step count is untouched");
+    forge_copy(good, bad, 16, -5, 1);
+    TAP_IS_STATUS(ferry_engine_load(f, bad, NULL, 0, NULL), FERRY_ERR_FORMAT,
+                  "a negative step count with a valid checksum is refused");
+    tap_ok(strstr(ferry_last_error(), "-5") && strstr(ferry_last_error(), "negative"), "naming it: %s",
+           ferry_last_error());
+    forge_copy(good, bad, 16, INT64_MAX, 1);
+    TAP_IS_STATUS(ferry_engine_load(f, bad, NULL, 0, NULL), FERRY_ERR_FORMAT,
+                  "step INT64_MAX (one more would overflow) is refused");
+    tap_ok(strstr(ferry_last_error(), "overflow") != NULL, "saying why: %s", ferry_last_error());
+    forge_copy(good, bad, 16, 7, 1);
+    TAP_IS_STATUS(ferry_engine_load(f, bad, NULL, 0, NULL), FERRY_OK, "step 7 with a valid checksum loads");
+    TAP_IS_INT(ferry_engine_steps(f), 7, "and sets the engine's step count to 7");
+    TAP_IS_STATUS(ferry_engine_load(f, good, NULL, 0, NULL), FERRY_OK, "the real file loads");
+    TAP_IS_INT(ferry_engine_steps(f), 3, "with the step count saved (3)");
+    ferry_engine_destroy(f);
+    ferry_engine_destroy(e);
+}
+
+/* The blob alone, without an engine, checked against its own checksum. */
+static void test_load_user(void)
+{
+    char good[300], bad[300];
+    snprintf(good, sizeof good, "%s/user.ckpt", dir);
+    snprintf(bad, sizeof bad, "%s/user-bad.ckpt", dir);
+    const char blob[] = "data position 12345";
+    ferry_engine *e = make(FERRY_OFFLOAD_NONE, numel);
+    train_step(e);
+    TAP_IS_STATUS(ferry_engine_save(e, good, blob, sizeof blob), FERRY_OK, "save with a blob");
+    ferry_engine_destroy(e);
+    char got[64] = {0};
+    size_t n = 0;
+    TAP_IS_STATUS(ferry_engine_load_user(good, got, sizeof got, &n), FERRY_OK, "ferry_engine_load_user reads it");
+    tap_ok(n == sizeof blob && strcmp(got, blob) == 0, "the blob comes back: '%s' (%zu bytes)", got, n);
+    long size;
+    free(slurp(good, &size));
+    corrupt_copy(good, bad, size - 3, -1);
+    TAP_IS_STATUS(ferry_engine_load_user(bad, got, sizeof got, &n), FERRY_ERR_FORMAT, "a flipped bit in the blob is found");
+    tap_ok(strstr(ferry_last_error(), "user blob") != NULL, "the message names the blob: %s", ferry_last_error());
+    corrupt_copy(good, bad, 30, -1);
+    TAP_IS_STATUS(ferry_engine_load_user(bad, got, sizeof got, &n), FERRY_ERR_FORMAT,
+                  "a flipped bit in the header's user_bytes is found");
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/ferry-ckpt-XXXXXX");
@@ -166,10 +277,13 @@ int main(void)
         printf("Bail out! cannot make a temporary directory\n");
         return 1;
     }
-    test_round_trip(FERRY_OFFLOAD_NONE);
-    test_round_trip(FERRY_OFFLOAD_OPTIMIZER);
-    test_round_trip(FERRY_OFFLOAD_PARAMS);
+    test_round_trip(FERRY_OFFLOAD_NONE, 0);
+    test_round_trip(FERRY_OFFLOAD_OPTIMIZER, 0);
+    test_round_trip(FERRY_OFFLOAD_PARAMS, 0);
+    test_round_trip(FERRY_OFFLOAD_OPTIMIZER, 1);
     test_bad_files();
+    test_header_fields();
+    test_load_user();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)

@@ -355,6 +355,14 @@ static void test_misuse(void)
     TAP_IS_STATUS(ferry_offload_parse("zero3", &mode), FERRY_ERR_INVALID_ARGUMENT, "unknown offload name");
     TAP_IS_STATUS(ferry_engine_fetch(e, 0, FERRY_PHASE_FORWARD, &p), FERRY_ERR_STATE, "fetch before setup");
     TAP_IS_STATUS(ferry_engine_setup(e), FERRY_ERR_STATE, "setup without groups");
+    TAP_IS_STATUS(ferry_engine_add_group(e, NULL, 8, w, NULL, NULL), FERRY_ERR_INVALID_ARGUMENT,
+                  "a group without a name is refused");
+    tap_ok(strstr(ferry_last_error(), "NULL name") != NULL, "saying so: %s", ferry_last_error());
+    float bad[8] = {1, 2, 3, 4, 5, INFINITY, 7, NAN};
+    TAP_IS_STATUS(ferry_engine_add_group(e, "bad", 8, bad, NULL, NULL), FERRY_ERR_INVALID_ARGUMENT,
+                  "a group with an infinite initial value is refused");
+    tap_ok(strstr(ferry_last_error(), "'bad'") && strstr(ferry_last_error(), "value 5 is inf"),
+           "naming the group and the value: %s", ferry_last_error());
     TAP_IS_STATUS(ferry_engine_add_group(e, "a", 8, w, NULL, NULL), FERRY_OK, "add a group");
     TAP_IS_STATUS(ferry_engine_add_group(e, "empty", 0, w, NULL, NULL), FERRY_ERR_INVALID_ARGUMENT,
                   "an empty group is refused");
@@ -364,6 +372,16 @@ static void test_misuse(void)
     tap_ok(strstr(ferry_last_error(), "before ferry_engine_setup") != NULL, "and says when to add it");
     ferry_step_options o = FERRY_STEP_OPTIONS_INIT;
     TAP_IS_STATUS(ferry_engine_step(e, &o, NULL), FERRY_ERR_STATE, "a step without gradients is refused");
+    ferry_engine_begin_inference(e);
+    TAP_IS_STATUS(ferry_engine_step(e, &o, NULL), FERRY_ERR_STATE, "a step during inference is refused");
+    tap_ok(strstr(ferry_last_error(), "inference is on") != NULL, "saying inference is on: %s", ferry_last_error());
+    ferry_engine_end_inference(e);
+    TAP_IS_INT(ferry_engine_backend(NULL), FERRY_BACKEND_AUTO, "ferry_engine_backend(NULL) is AUTO");
+    TAP_IS_INT((int)ferry_engine_offload(NULL), -1, "ferry_engine_offload(NULL) is -1");
+    tap_ok(strcmp(ferry_offload_name(ferry_engine_offload(NULL)), "unknown") == 0, "which is named 'unknown'");
+    TAP_IS_INT(ferry_engine_dtype(NULL), FERRY_DTYPE_AUTO, "ferry_engine_dtype(NULL) is AUTO");
+    TAP_IS_INT(ferry_engine_steps(NULL), -1, "ferry_engine_steps(NULL) is -1");
+    TAP_IS_INT(ferry_engine_backend(e), FERRY_BACKEND_HOST, "the engine's backend is host");
     TAP_IS_STATUS(ferry_engine_fetch(e, 0, FERRY_PHASE_FORWARD, &p), FERRY_ERR_STATE,
                   "fetch outside a micro-batch is refused");
     ferry_engine_begin_micro_batch(e, 0, 1);
@@ -372,6 +390,16 @@ static void test_misuse(void)
     tap_ok(strstr(ferry_last_error(), "twice") != NULL, "the message says so: %s", ferry_last_error());
     TAP_IS_STATUS(ferry_engine_fetch(e, 5, FERRY_PHASE_FORWARD, &p), FERRY_ERR_INVALID_ARGUMENT, "a group that does not exist");
     TAP_IS_STATUS(ferry_engine_grads(e, 0, &p), FERRY_ERR_STATE, "grads outside backward");
+    TAP_IS_STATUS(ferry_engine_free(e, p), FERRY_ERR_INVALID_ARGUMENT, "freeing the weights of a group is refused");
+    tap_ok(strstr(ferry_last_error(), "ferry_engine_alloc") != NULL, "saying what may be freed: %s",
+           ferry_last_error());
+    void *act = NULL;
+    TAP_IS_STATUS(ferry_engine_alloc(e, FERRY_MEM_ACTIVATIONS, "act", sizeof w, &act), FERRY_OK,
+                  "an activation buffer");
+    tap_ok(act != p, "it does not reuse the weights' memory (%p vs %p)", act, p);
+    TAP_IS_STATUS(ferry_engine_free(e, act), FERRY_OK, "it is freed");
+    TAP_IS_STATUS(ferry_engine_free(e, act), FERRY_ERR_INVALID_ARGUMENT, "and not freed twice");
+    TAP_IS_STATUS(ferry_engine_free(e, NULL), FERRY_OK, "freeing NULL does nothing");
     ferry_engine_release(e, 0, FERRY_PHASE_FORWARD);
     TAP_IS_STATUS(ferry_engine_release(e, 0, FERRY_PHASE_FORWARD), FERRY_ERR_STATE, "release twice");
     TAP_IS_STATUS(ferry_engine_step(e, &o, NULL), FERRY_ERR_STATE, "a step before backward is refused");

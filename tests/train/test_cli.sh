@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # train_gpt2's command line: every bad flag or value is refused before any
-# work starts, with exit status 2 and a message naming it; --help documents
-# every flag with its default. Usage: test_cli.sh TRAIN_GPT2
+# work starts, with exit status 2 and a message naming it (a flag taken for a
+# value, a negative seed, a size that rounds to nothing, an output path that
+# cannot be written); --help documents every flag with its default.
+# Usage: test_cli.sh TRAIN_GPT2
 set -u
-train=$1
+train=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 work=$(mktemp -d /tmp/ferry-cli-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-n=0; failed=0
-ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi; }
+source "$(dirname "$0")/tap.sh"
 
 # expect STATUS PATTERN ARGS...: the run exits with STATUS and stderr matches PATTERN.
 expect() {
@@ -41,14 +42,74 @@ expect 1 "training data.*nonexistent" --data "$work/nonexistent_*.bin"
 expect 1 "training data.*bad.bin" --data "$work/bad.bin" --layers 1 --heads 1 --width 8 --vocab 10 --context 8 --seq 4
 expect 1 "--resume.*no checkpoint" --data "$work/bad.bin" --resume "$work"
 
+# A value that is really the next flag is refused, and nothing is created.
+(cd "$work" && "$train" --data x --checkpoint-dir --quiet >"$work/out" 2>"$work/err"); rc=$?
+[ $rc -eq 2 ] && grep -q "checkpoint-dir needs a value, but the next argument is '--quiet'" "$work/err" && [ ! -e "$work/--quiet" ]
+ok $? "--checkpoint-dir --quiet is refused and no folder '--quiet' is made (exit $rc): $(cat "$work/err")"
+expect 2 "--log needs a value, but the next argument is '--steps'" --data x --log --steps 3
+"$train" --data x --prompt --not-a-flag --help >/dev/null 2>"$work/err"
+ok $? "--prompt takes text that starts with '--' $(cat "$work/err")"
+expect 2 "--seed ' -1' is not a whole number in 0..18446744073709551615" --data x --seed " -1"
+expect 2 "--seed '-1' is not a whole number" --data x --seed -1
+expect 2 "--seed '\+5' is not a whole number" --data x --seed +5
+expect 2 "--gpu-mem '0.5' is 0 bytes.*powers of 1024.*at least 1MiB" --data x --gpu-mem 0.5
+expect 2 "--host-mem '1000' is 1000 bytes.*at least 1MiB" --data x --host-mem 1000
+expect 1 "training data" --data "$work/nonexistent.bin" --gpu-mem 0 --host-mem 1MiB --seed 18446744073709551615
+
+# Outputs are checked before any work: the data is good, the run is refused
+# at once (nothing on stdout), with the flag and the reason.
+$python - "$work/good.bin" <<'PY'
+import struct, sys
+n = 5000
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack("<%dH" % n, *[(i * 7) % 50 for i in range(n)]))
+PY
+good=(--data "$work/good.bin" --layers 1 --heads 1 --width 8 --vocab 50 --context 8 --seq 8 --steps 2 --backend host)
+touch "$work/plain"
+mkdir -p "$work/adir"
+runner=()
+before_work() { # PATTERN ARGS...: exit 2, stderr matches, stdout empty
+  local pattern=$1; shift
+  "${runner[@]}" "$train" "${good[@]}" "$@" >"$work/out" 2>"$work/err"; local rc=$?
+  [ $rc -eq 2 ] && grep -qE -- "$pattern" "$work/err" && [ ! -s "$work/out" ]
+  ok $? "$* -> refused before any work (exit $rc): $(head -c 200 "$work/err" | tr '\n' ' ')"
+}
+before_work "--checkpoint-dir '.*plain' is a file; give a folder" --checkpoint-dir "$work/plain"
+before_work "--checkpoint-dir '.*missing/ck': the folder '.*missing' it would go in does not exist" \
+  --checkpoint-dir "$work/missing/ck"
+before_work "--checkpoint-dir '.*plain/ck': '.*plain' is a file, not a folder" --checkpoint-dir "$work/plain/ck"
+before_work "--log '.*adir' is a folder; give a file name" --log "$work/adir"
+before_work "--log '.*missing/log.jsonl': the folder '.*missing' it would go in does not exist" \
+  --log "$work/missing/log.jsonl"
+before_work "--trace '.*plain/t.trace': '.*plain' is a file" --trace "$work/plain/t.trace"
+# A read-only file system: a tmpfs mounted read-only in a private mount
+# namespace, where unshare may make one.
+ro=$work/ro
+mkdir -p "$ro"
+if unshare -rm sh -c 'mount -t tmpfs -o ro none "$0"' "$ro" 2>/dev/null; then
+  runner=(unshare -rm sh -c 'mount -t tmpfs -o ro none "$0" && exec "$@"' "$ro")
+  before_work "--checkpoint-dir '$ro' cannot be written: Read-only file system" --checkpoint-dir "$ro"
+  before_work "--checkpoint-dir '$ro/ck' cannot be created: the folder '$ro' is not writable \(Read-only file system\)" \
+    --checkpoint-dir "$ro/ck"
+  before_work "--log '$ro/log.jsonl' cannot be created.*Read-only file system" --log "$ro/log.jsonl"
+  before_work "--trace '$ro/t.trace' cannot be created.*Read-only file system" --trace "$ro/t.trace"
+  runner=()
+else
+  echo "# unshare cannot mount a read-only file system here: that case is not run"
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  mkdir -p "$work/locked" && chmod 555 "$work/locked"
+  before_work "--checkpoint-dir '.*locked' cannot be written" --checkpoint-dir "$work/locked"
+fi
+
 "$train" --help >"$work/help" 2>&1
 ok $? "--help exits 0"
 missing=0
 for flag in --model --data --batch --seq --grad-accum --steps --lr --warmup --weight-decay --clip --offload \
             --gpu-mem --recompute --backend --eval-every --sample-every --checkpoint-every --resume --trace --log \
-            --init-from --sample; do
+            --init-from --sample --keep-last; do
   grep -qE -- "^  $flag .*\(default: " "$work/help" || { echo "# --help lacks $flag with its default"; missing=1; }
 done
 ok $missing "--help documents every flag with its default"
-echo "1..$n"
-[ "$failed" -eq 0 ]
+finish

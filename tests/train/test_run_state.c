@@ -14,7 +14,13 @@
  *   file, a read-only folder when not root) fails with FERRY_ERR_IO and
  *   leaves latest as it was, and no temporary behind.
  * - run_state_locate on a checkpoint folder, a run folder, a dangling
- *   latest; run_state_load of a state.ferry from another program. */
+ *   latest; run_state_load of a state.ferry from another program.
+ * - The run state's encoding, byte by byte, and the decoder's refusal of
+ *   every field a run cannot have; a state.ferry whose engine step and run
+ *   state disagree; a config.json edited after the save.
+ * - The run folder's lock: a second holder is refused naming the first, and
+ *   temporaries of killed saves go once the lock is held. */
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
@@ -32,6 +38,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/fileio.h"
 #include "engine/embed.h"
 #include "models/gpt2_engine.h"
 #include "tests/tap.h"
@@ -78,8 +85,6 @@ static train_resume resume_of(int64_t step, uint64_t version)
 {
     train_resume r;
     memset(&r, 0, sizeof r);
-    r.magic = TRAIN_RESUME_MAGIC;
-    r.version = 1;
     r.step = step;
     r.sample_rng = version;
     r.model = *gpt2_get_config(model);
@@ -405,6 +410,168 @@ static void test_locate(ferry_engine *e)
     }
 }
 
+/* ---- the run state's encoding ---- */
+
+static int same_resume(const train_resume *a, const train_resume *b)
+{
+    return a->step == b->step && a->engine_step == b->engine_step && a->data.epoch == b->data.epoch &&
+           a->data.index == b->data.index && a->data.layout == b->data.layout && a->sample_rng == b->sample_rng &&
+           memcmp(&a->model, &b->model, sizeof a->model) == 0 && a->batch == b->batch && a->seq == b->seq &&
+           a->grad_accum == b->grad_accum;
+}
+
+static uint64_t le_at(const unsigned char *p, int bytes)
+{
+    uint64_t v = 0;
+    for (int i = bytes - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static train_resume sample_resume(void)
+{
+    train_resume r = {0x0000000102030405ll, 77, {3, 41, 0xA1B2C3D4E5F60718ull}, 0xFEDCBA9876543210ull,
+                      *gpt2_get_config(model), 4, 64, 2};
+    return r;
+}
+
+static void test_encoding(void)
+{
+    train_resume r = sample_resume(), back;
+    unsigned char b[RUN_STATE_BYTES];
+    run_state_encode(&r, b);
+    tap_ok(memcmp(b, "FERRYRUN", 8) == 0 && le_at(b + 8, 4) == 2, "the encoding starts with FERRYRUN, version 2");
+    tap_ok(le_at(b + 12, 8) == 0x0000000102030405ull && le_at(b + 20, 8) == 77,
+           "step and engine_step follow, little-endian");
+    tap_ok(le_at(b + 28, 8) == 3 && le_at(b + 36, 8) == 41 && le_at(b + 44, 8) == 0xA1B2C3D4E5F60718ull,
+           "then the data position: epoch, index, layout");
+    tap_ok(le_at(b + 52, 8) == 0xFEDCBA9876543210ull, "then the sampler's generator");
+    tap_ok(le_at(b + 60, 4) == 2 && le_at(b + 64, 4) == 2 && le_at(b + 68, 4) == 64 && le_at(b + 72, 4) == 50257 &&
+               le_at(b + 76, 4) == 50304 && le_at(b + 80, 4) == 1024,
+           "then the model: 2 layers, 2 heads, 64 wide, vocab 50257 padded to 50304, context 1024");
+    tap_ok(le_at(b + 84, 4) == 4 && le_at(b + 88, 4) == 64 && le_at(b + 92, 4) == 2, "then batch, seq, grad_accum");
+    TAP_IS_STATUS(run_state_decode(b, sizeof b, "test", &back), FERRY_OK, "it decodes");
+    tap_ok(same_resume(&r, &back), "to every field it was made from");
+
+    static const struct { int at, bytes; int64_t value; const char *says; } bad[] = {
+        {0, 1, 'X', "no train_gpt2 run state"}, {8, 4, 3, "version 3"},
+        {12, 8, -1, "step -1"},                 {20, 8, 0x0000000102030406ll, "optimizer steps"},
+        {64, 4, 3, "n_head"},                   {84, 4, 0, "batch 0"},
+        {88, 4, 2048, "sequence 2048"},         {92, 4, -2, "accumulation -2"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        unsigned char c[RUN_STATE_BYTES];
+        memcpy(c, b, sizeof c);
+        for (int k = 0; k < bad[i].bytes; k++)
+            c[bad[i].at + k] = (unsigned char)((uint64_t)bad[i].value >> (8 * k));
+        ferry_status st = run_state_decode(c, sizeof c, "test", &back);
+        tap_ok(st == FERRY_ERR_FORMAT && strstr(ferry_last_error(), bad[i].says),
+               "bytes %d..%d set to %lld are refused, saying '%s': %s", bad[i].at, bad[i].at + bad[i].bytes - 1,
+               (long long)bad[i].value, bad[i].says, ferry_last_error());
+    }
+    TAP_IS_STATUS(run_state_decode(b, sizeof b - 1, "test", &back), FERRY_ERR_FORMAT, "a run state a byte short");
+    tap_ok(strstr(ferry_last_error(), "95 bytes") != NULL, "is refused with its size: %s", ferry_last_error());
+}
+
+/* A state.ferry whose engine step and run state disagree (written by hand:
+ * run_state_save takes the step from the engine). */
+static void test_engine_step_mismatch(ferry_engine *e)
+{
+    char folder[400], state[450];
+    snprintf(folder, sizeof folder, "%s/mismatch", dir);
+    mkdir(folder, 0755);
+    snprintf(state, sizeof state, "%s/state.ferry", folder);
+    train_resume r = sample_resume(), back;
+    r.step = 10;
+    r.engine_step = 5;
+    unsigned char b[RUN_STATE_BYTES];
+    run_state_encode(&r, b);
+    TAP_IS_INT(ferry_engine_steps(e), 0, "the checking engine has taken no step");
+    if (!tap_is_status(ferry_engine_save(e, state, b, sizeof b), FERRY_OK, "a state.ferry at engine step 0 whose "
+                                                                            "run state says 5"))
+        return;
+    ferry_status st = run_state_load(folder, e, &back);
+    tap_ok(st == FERRY_ERR_FORMAT && strstr(ferry_last_error(), "step 0") && strstr(ferry_last_error(), "says 5"),
+           "run_state_load refuses it, naming both steps: %s", ferry_last_error());
+    r.engine_step = 0;
+    run_state_encode(&r, b);
+    ferry_engine_save(e, state, b, sizeof b);
+    TAP_IS_STATUS(run_state_load(folder, e, &back), FERRY_OK, "with the steps agreeing it loads");
+    tap_ok(same_resume(&r, &back), "and gives back the run state");
+}
+
+/* Rewrites one number in a checkpoint's config.json. */
+static void edit_config(const char *ckpt, const char *key, int value)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/config.json", ckpt);
+    char *text = NULL;
+    size_t len = 0;
+    if (fileio_read(path, "config.json", &text, &len) != FERRY_OK)
+        return;
+    cJSON *j = cJSON_Parse(text);
+    cJSON_ReplaceItemInObject(j, key, cJSON_CreateNumber(value));
+    char *out = cJSON_Print(j);
+    FILE *f = fopen(path, "w");
+    fputs(out, f);
+    fclose(f);
+    free(out);
+    cJSON_Delete(j);
+    free(text);
+}
+
+/* config.json must describe the model state.ferry was trained with. */
+static void test_edited_config(ferry_engine *e)
+{
+    char folder[400], ckpt[450];
+    snprintf(folder, sizeof folder, "%s/edited", dir);
+    snprintf(ckpt, sizeof ckpt, "%s/step_00000003", folder);
+    train_resume r = resume_of(3, 0);
+    gpt2_config c;
+    if (!tap_is_status(run_state_save(folder, 3, e, model, &r), FERRY_OK, "a checkpoint to edit"))
+        return;
+    TAP_IS_STATUS(run_state_config(ckpt, &c), FERRY_OK, "its config.json checks out against its state.ferry");
+    edit_config(ckpt, "n_head", 4);
+    ferry_status st = run_state_config(ckpt, &c);
+    tap_ok(st == FERRY_ERR_FORMAT && strstr(ferry_last_error(), "n_head 4") && strstr(ferry_last_error(), "n_head 2"),
+           "n_head edited from 2 to 4 is refused, naming both: %s", ferry_last_error());
+    edit_config(ckpt, "n_head", 2);
+    edit_config(ckpt, "vocab_size", 50000);
+    st = run_state_config(ckpt, &c);
+    tap_ok(st == FERRY_ERR_FORMAT && strstr(ferry_last_error(), "vocab_size 50000") &&
+               strstr(ferry_last_error(), "config.json"),
+           "vocab_size edited is refused, blaming config.json: %s", ferry_last_error());
+}
+
+/* One run per folder: the lock, and the temporaries it lets go. */
+static void test_lock(void)
+{
+    char folder[400], temp[450], file[500], want[64];
+    snprintf(folder, sizeof folder, "%s/locked", dir);
+    snprintf(temp, sizeof temp, "%s/.step_00000003.tmp", folder);
+    snprintf(file, sizeof file, "%s/state.ferry", temp);
+    mkdir(folder, 0755);
+    mkdir(temp, 0755);
+    FILE *f = fopen(file, "w");
+    if (f)
+        fclose(f);
+    int a = -1, b = -1;
+    TAP_IS_STATUS(run_state_lock(folder, &a), FERRY_OK, "the first lock of a folder is granted");
+    tap_ok(access(temp, F_OK) != 0, "and the temporary a killed save left there is removed");
+    ferry_status st = run_state_lock(folder, &b);
+    snprintf(want, sizeof want, "process %ld", (long)getpid());
+    tap_ok(st == FERRY_ERR_STATE && strstr(ferry_last_error(), want) && strstr(ferry_last_error(), "in use"),
+           "a second lock is refused, naming the holder: %s", ferry_last_error());
+    TAP_IS_INT(b, -1, "and hands out no descriptor");
+    run_state_unlock(a);
+    TAP_IS_STATUS(run_state_lock(folder, &b), FERRY_OK, "once released, the folder can be locked again");
+    run_state_unlock(b);
+    snprintf(file, sizeof file, "%s/new/run", dir);
+    st = run_state_lock(file, &b);
+    tap_ok(st == FERRY_ERR_IO && strstr(ferry_last_error(), file), "a folder whose parent is missing: %s",
+           ferry_last_error());
+}
+
 int main(void)
 {
     uint64_t rng = SEED;
@@ -437,6 +604,10 @@ int main(void)
     kill_rounds(e, &rng);
     test_failed_saves(e);
     test_locate(e);
+    test_encoding();
+    test_engine_step_mismatch(e);
+    test_edited_config(e);
+    test_lock();
     tap_diag("%.1f s in all", (clock_now_ms() - t0) / 1e3);
     ferry_engine_destroy(e);
     for (int g = 0; g < G; g++)

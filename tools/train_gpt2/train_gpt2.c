@@ -1,10 +1,17 @@
 /* train_gpt2: trains GPT-2 on one GPU (or the host backend) through the
  * ferry engine — data from llm.c token shards, progress a person reads at a
  * glance, a JSON Lines log, evaluation, samples, checkpoints in Hugging Face
- * layout, exact resume. Every flag is checked before any work starts. */
+ * layout, exact resume. Every flag and every output path is checked before
+ * any work starts; the checkpoint folder is locked for the run and pruned to
+ * the last --keep-last saves; a failed write of the log or the trace fails the
+ * run; SIGINT/SIGTERM end the step in progress, save and exit 130/143 (a
+ * second signal stops at once). */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +43,8 @@ typedef struct trainer {
     FILE *log;
     int32_t *inputs, *targets;
     int64_t step;         /* steps done */
+    int64_t saved_step;   /* the step of the last checkpoint (saved or resumed from); -1: none */
+    int lock_fd;          /* the checkpoint folder's lock; -1: none */
     double started_ms;
     int64_t start_step;
     double tokens_done;
@@ -48,14 +57,76 @@ static int fail(const char *what)
     return 1;
 }
 
+/* ---- signals ---- */
+
+/* The first SIGINT or SIGTERM asks the loop to stop after the step in
+ * progress; a second one (of either) ends the process at once. Any thread
+ * may take a signal: the exchange makes exactly one of two the first. */
+static atomic_int stop_signal;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler may use only lock-free atomics");
+
+static void on_stop_signal(int sig)
+{
+    static const char msg[] = "\ntrain_gpt2: stopping after this step (a second signal stops at once)\n";
+    if (atomic_exchange(&stop_signal, sig) != 0) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+}
+
+static void catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART; /* reads and writes under way go on, not EINTR */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    /* A file size limit makes writes fail with EFBIG, reported like a full
+     * disk, instead of killing the run. */
+    signal(SIGXFSZ, SIG_IGN);
+}
+
 /* ---- setup ---- */
+
+/* With --resume the model is the checkpoint's: model flags given as well
+ * must agree with it. */
+static ferry_status check_model_flags(const trainer *t)
+{
+    const train_options *o = &t->o;
+    const gpt2_config *c = &t->cfg;
+    gpt2_config preset;
+    const struct { const char *flag; int given, want; } f[] = {
+        {"--layers", o->layers, c->n_layer},   {"--heads", o->heads, c->n_head},
+        {"--width", o->width, c->n_embd},      {"--vocab", o->vocab, c->vocab_size},
+        {"--context", o->context, c->max_seq_len},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (train_options_given(o, f[i].flag) && f[i].given != f[i].want)
+            return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s %d differs from the checkpoint's model (%d); with --resume "
+                                                       "the model is the checkpoint's: leave out the model flags or "
+                                                       "give its values",
+                           f[i].flag, f[i].given, f[i].want);
+    if (train_options_given(o, "--model") && o->model &&
+        (gpt2_config_preset(o->model, &preset) != FERRY_OK || preset.n_layer != c->n_layer ||
+         preset.n_head != c->n_head || preset.n_embd != c->n_embd))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "--model %s is not the checkpoint's model (%d layers, %d heads, %d "
+                                                   "wide); with --resume leave out --model",
+                       o->model, c->n_layer, c->n_head, c->n_embd);
+    return FERRY_OK;
+}
 
 static ferry_status choose_model(trainer *t)
 {
     const train_options *o = &t->o;
     if (o->resume) {
         ferry_status st = run_state_locate(o->resume, t->ckpt, sizeof t->ckpt);
-        return st == FERRY_OK ? run_state_config(t->ckpt, &t->cfg) : st;
+        if (st == FERRY_OK) st = run_state_config(t->ckpt, &t->cfg);
+        return st == FERRY_OK ? check_model_flags(t) : st;
     }
     if (o->init_from) {
         /* A config.json beside the weights says the model's shape. */
@@ -106,6 +177,29 @@ static ferry_status open_loader(trainer *t, const char *pattern, int shuffle, to
     return tok_loader_open(&c, out);
 }
 
+/* Every weight of --init-from is finite, or the first tensor holding one
+ * that is not is named. */
+static ferry_status check_finite(const gpt2_model *m, float *const *groups, const char *path)
+{
+    for (int g = 0; g < gpt2_num_groups(m); g++)
+        for (int k = 0; k < gpt2_group_tensor_count(m, g); k++) {
+            gpt2_tensor_info ti;
+            size_t bad = 0;
+            float first = 0;
+            if (gpt2_group_tensor(m, g, k, &ti) != FERRY_OK)
+                return FERRY_ERR_INVALID_ARGUMENT;
+            for (size_t i = 0; i < ti.numel; i++)
+                if (!isfinite(groups[g][ti.offset + i]) && bad++ == 0)
+                    first = groups[g][ti.offset + i];
+            if (bad)
+                return err_set(FERRY_ERR_FORMAT, "'%s': tensor '%s' holds %zu values that are not finite (the first: "
+                                                 "%g); training cannot start from them: use weights saved before "
+                                                 "the run diverged",
+                               path, ti.name, bad, (double)first);
+        }
+    return FERRY_OK;
+}
+
 /* GPT-2's initialisation, or the values of --init-from. */
 static ferry_status add_weights(trainer *t)
 {
@@ -119,6 +213,8 @@ static ferry_status add_weights(trainer *t)
             st = err_set(FERRY_ERR_OUT_OF_MEMORY, "out of memory for group %d", g);
     if (st == FERRY_OK)
         st = hf_load(t->o.init_from, t->model, groups);
+    if (st == FERRY_OK)
+        st = check_finite(t->model, groups, t->o.init_from);
     if (st == FERRY_OK)
         st = gpt2_engine_add_groups(t->model, t->engine, t->o.seed, groups);
     for (int g = 0; groups && g < G; g++)
@@ -163,7 +259,7 @@ static ferry_status restore(trainer *t)
     ferry_status st = run_state_load(t->ckpt, t->engine, &r);
     if (st != FERRY_OK)
         return st;
-    t->step = r.step;
+    t->step = t->saved_step = r.step;
     t->smp.rng = r.sample_rng;
     if (t->o.sample_only)
         return FERRY_OK;
@@ -241,10 +337,12 @@ static void progress_line(trainer *t, const step_figures *f)
     fflush(stdout);
 }
 
-static void log_record(trainer *t, const char *kind, const step_figures *f, double val_loss)
+/* One line of the JSON Lines log, flushed: a write that fails (a full disk)
+ * is an error, so the log is never silently cut. */
+static ferry_status log_record(trainer *t, const char *kind, const step_figures *f, double val_loss)
 {
     if (!t->log)
-        return;
+        return FERRY_OK;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "kind", kind);
     cJSON_AddNumberToObject(j, "step", (double)t->step);
@@ -268,12 +366,16 @@ static void log_record(trainer *t, const char *kind, const step_figures *f, doub
         cJSON_AddNumberToObject(j, "val_loss", val_loss);
     }
     char *line = cJSON_PrintUnformatted(j);
-    if (line) {
-        fprintf(t->log, "%s\n", line);
-        fflush(t->log);
-    }
-    free(line);
     cJSON_Delete(j);
+    if (!line)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "the log '%s': out of memory for a record", t->o.log);
+    errno = 0;
+    bool written = fprintf(t->log, "%s\n", line) >= 0 && fflush(t->log) == 0;
+    free(line);
+    if (!written)
+        return err_set(FERRY_ERR_IO, "writing the log '%s': %s; the log is incomplete (is the disk full?)", t->o.log,
+                       errno ? strerror(errno) : "write error");
+    return FERRY_OK;
 }
 
 /* ---- the loop ---- */
@@ -373,13 +475,19 @@ static ferry_status print_sample(trainer *t)
 
 static ferry_status save(trainer *t)
 {
-    train_resume r = {TRAIN_RESUME_MAGIC, 1, 0, t->step, tok_loader_tell(t->train), t->smp.rng, t->cfg,
-                      t->o.batch, t->o.seq, t->o.grad_accum, 0};
+    train_resume r = {t->step, 0, tok_loader_tell(t->train), t->smp.rng, t->cfg, t->o.batch, t->o.seq,
+                      t->o.grad_accum};
     ferry_engine_mark(t->engine, t->step, "checkpoint");
     ferry_status st = run_state_save(t->o.checkpoint_dir, t->step, t->engine, t->model, &r);
-    if (st == FERRY_OK && !t->o.quiet)
+    if (st != FERRY_OK)
+        return st;
+    t->saved_step = t->step;
+    if (!t->o.quiet)
         printf("saved checkpoint %s/step_%08lld\n", t->o.checkpoint_dir, (long long)t->step);
-    return st;
+    /* Retention failing is no reason to stop training: say so and go on. */
+    if (run_state_prune(t->o.checkpoint_dir, t->o.keep_last) != FERRY_OK)
+        fprintf(stderr, "train_gpt2: warning: %s\n", ferry_last_error());
+    return FERRY_OK;
 }
 
 static bool every(int n, int64_t step) { return n > 0 && step % n == 0; }
@@ -389,26 +497,31 @@ static ferry_status train(trainer *t)
     t->started_ms = clock_now_ms();
     t->start_step = t->step;
     ferry_status st = FERRY_OK;
-    while (t->step < t->o.steps && st == FERRY_OK) {
+    while (t->step < t->o.steps && st == FERRY_OK && !stop_signal) {
         step_figures f = {0};
         st = train_step(t, &f);
         if (st != FERRY_OK)
             break;
         if (!t->o.quiet)
             progress_line(t, &f);
-        log_record(t, "step", &f, 0);
-        if (every(t->o.eval_every, t->step) || (t->o.eval_every && t->step == t->o.steps)) {
+        if ((st = log_record(t, "step", &f, 0)) != FERRY_OK)
+            break;
+        if (!stop_signal && (every(t->o.eval_every, t->step) || (t->o.eval_every && t->step == t->o.steps))) {
             float val = 0;
             if ((st = evaluate(t, &val)) != FERRY_OK)
                 break;
             printf("step %lld | val loss %.4f\n", (long long)t->step, (double)val);
-            log_record(t, "eval", NULL, val);
+            if ((st = log_record(t, "eval", NULL, val)) != FERRY_OK)
+                break;
         }
-        if (every(t->o.sample_every, t->step) && (st = print_sample(t)) != FERRY_OK)
+        if (!stop_signal && every(t->o.sample_every, t->step) && (st = print_sample(t)) != FERRY_OK)
             break;
         if (t->o.checkpoint_dir && (every(t->o.checkpoint_every, t->step) || t->step == t->o.steps))
             st = save(t);
     }
+    /* Stopped by a signal: keep what was trained since the last save. */
+    if (st == FERRY_OK && stop_signal && t->o.checkpoint_dir && t->step > t->saved_step)
+        st = save(t);
     return st;
 }
 
@@ -421,29 +534,66 @@ static void summary(trainer *t)
     printf("done: %lld steps, %.0f tokens in %.1f s (%.0f tok/s); peak memory: gpu %s, host %s\n",
            (long long)(t->step - t->start_step), t->tokens_done, secs, secs > 0 ? t->tokens_done / secs : 0,
            units_fmt_bytes(dp, sizeof dp, ms.device_total_peak_bytes), units_fmt_bytes(hp, sizeof hp, ms.host_peak_bytes));
-    if (t->o.trace)
-        printf("memory trace: %s (read it with: memprof %s)\n", t->o.trace, t->o.trace);
 }
 
-static void cleanup(trainer *t)
+/* After a SIGINT/SIGTERM: says where the run stopped and what it kept;
+ * returns rc, or 128 + the signal if nothing else failed. */
+static int report_stop(const trainer *t, int rc)
+{
+    const char *name = stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+    if (!t->o.checkpoint_dir)
+        fprintf(stderr, "train_gpt2: stopped by %s at step %lld; nothing was saved (no --checkpoint-dir)\n", name,
+                (long long)t->step);
+    else if (t->saved_step == t->step)
+        fprintf(stderr, "train_gpt2: stopped by %s at step %lld; the checkpoint of this step is in %s\n", name,
+                (long long)t->step, t->o.checkpoint_dir);
+    else if (t->step == 0)
+        fprintf(stderr, "train_gpt2: stopped by %s before the first step; nothing to save\n", name);
+    else
+        fprintf(stderr, "train_gpt2: stopped by %s at step %lld; the checkpoint could not be saved\n", name,
+                (long long)t->step);
+    return rc ? rc : 128 + stop_signal;
+}
+
+/* Frees everything and closes the outputs; returns rc, or 1 when the trace
+ * or the log could not be written whole (said on stderr). The trace is
+ * advertised only once it is known whole. */
+static int cleanup(trainer *t, int rc)
 {
     if (t->engine)
         ferry_engine_synchronize(t->engine);
     gpt2_activations_destroy(t->acts);
-    ferry_engine_destroy(t->engine);
+    bool traced = t->engine && t->o.trace;
+    if (ferry_engine_close(t->engine) != FERRY_OK)
+        rc = fail("the memory trace is incomplete");
+    else if (traced)
+        printf("memory trace: %s (read it with: memprof %s)\n", t->o.trace, t->o.trace);
     gpt2_destroy(t->model);
     tok_loader_close(t->train);
     tok_loader_close(t->val);
     tok_bpe_destroy(t->tok);
-    if (t->log)
-        fclose(t->log);
+    if (t->log && fclose(t->log) != 0) {
+        fprintf(stderr, "train_gpt2: closing the log '%s': %s; it may be incomplete\n", t->o.log, strerror(errno));
+        rc = 1;
+    }
+    run_state_unlock(t->lock_fd);
     free(t->inputs);
     free(t->targets);
+    return rc;
 }
 
-/* Everything that can be checked before the engine allocates is checked here. */
+/* Everything that can be checked before the engine allocates is checked
+ * here, the outputs first. */
 static int prepare(trainer *t)
 {
+    if (train_options_check_outputs(&t->o) != 0)
+        return 2;
+    if (t->o.checkpoint_dir && run_state_lock(t->o.checkpoint_dir, &t->lock_fd) != FERRY_OK)
+        return fail("--checkpoint-dir");
+    if (t->o.log && !(t->log = fopen(t->o.log, "a"))) {
+        fprintf(stderr, "train_gpt2: cannot write the log '%s': %s\n", t->o.log, strerror(errno));
+        return 1;
+    }
     if (choose_model(t) != FERRY_OK)
         return fail("model");
     if (t->o.seq > t->cfg.max_seq_len) {
@@ -467,10 +617,6 @@ static int prepare(trainer *t)
         return fail("training data");
     if (t->o.val_data && open_loader(t, t->o.val_data, 0, &t->val) != FERRY_OK)
         return fail("validation data");
-    if (t->o.log && !(t->log = fopen(t->o.log, "a"))) {
-        fprintf(stderr, "train_gpt2: cannot write the log '%s'\n", t->o.log);
-        return 1;
-    }
     size_t n = (size_t)t->o.batch * (size_t)t->o.seq;
     t->inputs = malloc(n * sizeof *t->inputs);
     t->targets = malloc(n * sizeof *t->targets);
@@ -485,18 +631,16 @@ static int prepare(trainer *t)
 int main(int argc, char **argv)
 {
     trainer t = {0};
+    t.lock_fd = -1;
+    t.saved_step = -1;
     int rc = train_options_parse(argc, argv, &t.o);
     if (rc != 0)
         return rc == 1 ? 0 : 2;
-    if ((rc = prepare(&t)) != 0) {
-        cleanup(&t);
-        return rc;
-    }
-    if (setup_engine(&t) != FERRY_OK || restore(&t) != FERRY_OK) {
-        rc = fail("setup");
-        cleanup(&t);
-        return rc;
-    }
+    catch_signals();
+    if ((rc = prepare(&t)) != 0)
+        return cleanup(&t, rc);
+    if (setup_engine(&t) != FERRY_OK || restore(&t) != FERRY_OK)
+        return cleanup(&t, fail("setup"));
     if (!t.o.quiet) {
         printf("ferry %s | %s\n", ferry_version(), ferry_engine_describe(t.engine));
         printf("model: %d layers, %d heads, %d wide, vocab %d, context %d: %.1fM parameters", t.cfg.n_layer,
@@ -515,10 +659,11 @@ int main(int argc, char **argv)
     if (st != FERRY_OK) {
         rc = fail(t.o.sample_only ? "sampling" : "training");
     } else if (!t.o.sample_only) {
-        if (t.o.sample_every == 0 && t.tok && (st = print_sample(&t)) != FERRY_OK)
+        if (!stop_signal && t.o.sample_every == 0 && t.tok && (st = print_sample(&t)) != FERRY_OK)
             rc = fail("sampling");
         summary(&t);
     }
-    cleanup(&t);
-    return rc;
+    if (stop_signal)
+        rc = report_stop(&t, rc);
+    return cleanup(&t, rc);
 }

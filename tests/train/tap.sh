@@ -1,0 +1,18 @@
+# What the train_gpt2 shell tests share, sourced by each: TAP counting
+# (ok STATUS TEXT; finish prints the plan and returns the exit status) and
+# a token shard in llm.c's format (make_shard FILE: header magic 20240520,
+# version 1, count; then 40000 uint16 tokens below 500).
+python=/usr/bin/python3
+n=0; failed=0
+ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi; }
+finish() { echo "1..$n"; [ "$failed" -eq 0 ]; }
+make_shard() {
+  $python - "$1" <<'PY'
+import struct, sys
+n = 40000
+tokens = [(i * 7 + (i // 13) * 3) % 500 for i in range(n)]
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack("<%dH" % n, *tokens))
+PY
+}

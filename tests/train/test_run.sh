@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# train_gpt2's run as a whole, on the host backend, where things go wrong:
+# --init-from weights that are not finite; a log or a trace that cannot be
+# written whole (/dev/full, a file size limit); two runs on one checkpoint
+# folder (its lock); --keep-last retention; SIGINT and SIGTERM (the step
+# ends, a checkpoint is saved, the log and the trace are whole, exit 130/143)
+# and a second signal (the run ends at once). No assertion is on time: a run
+# is waited for by its log, with a deadline only against a hang.
+# Usage: test_run.sh TRAIN_GPT2 MEMPROF
+set -u
+train=$1
+memprof=$2
+work=$(mktemp -d /tmp/ferry-run-XXXXXX)
+pids=()
+trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$work"' EXIT
+source "$(dirname "$0")/tap.sh"
+
+make_shard "$work/train.bin"
+common=(--data "$work/train.bin" --layers 2 --heads 2 --width 32 --vocab 500 --context 64 --batch 2 --seq 32
+        --warmup 3 --lr 3e-3 --backend host --threads 2 --quiet)
+steps_in() { ls "$1" | grep -E '^step_[0-9]{8}$' | sed 's/step_0*//' | sort -n | tr '\n' ' '; }
+
+# ---- --init-from weights that are not finite ----
+"$train" "${common[@]}" --steps 2 --checkpoint-dir "$work/init" >/dev/null 2>"$work/err"
+ok $? "a checkpoint to start from $(cat "$work/err")"
+mkdir -p "$work/nan"
+cp "$work/init/latest/config.json" "$work/init/latest/model.safetensors" "$work/nan/"
+$python - "$work/nan/model.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+begin = json.loads(data[8:8 + n])["transformer.h.1.mlp.c_fc.weight"]["data_offsets"][0] + 8 + n
+data[begin + 4 * 3:begin + 4 * 4] = struct.pack("<f", float("nan"))
+data[begin + 4 * 9:begin + 4 * 10] = struct.pack("<f", float("inf"))
+open(path, "wb").write(data)
+PY
+"$train" "${common[@]}" --steps 2 --init-from "$work/nan/model.safetensors" >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "tensor 'transformer.h.1.mlp.c_fc.weight' holds 2 values that are not finite" "$work/err" \
+  && ! grep -q "^step" "$work/out"
+ok $? "--init-from with a NaN and an Inf is refused naming the tensor (exit $rc): $(cat "$work/err")"
+
+# ---- write failures of the log and the trace ----
+"$train" "${common[@]}" --steps 3 --log /dev/full >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "writing the log '/dev/full': No space left on device" "$work/err"
+ok $? "a log on a full disk (/dev/full) fails the run (exit $rc): $(cat "$work/err")"
+# A file size limit of 8 KiB: the trace (tens of KiB) is cut, the log (small) is not.
+(ulimit -f 8; exec "$train" "${common[@]}" --steps 10 --trace "$work/cut.trace" --log "$work/cut.jsonl") \
+  >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "memory trace is incomplete.*File too large" "$work/err" && ! grep -q "memory trace:" "$work/out"
+ok $? "a trace cut by a full disk fails the run and is not advertised (exit $rc): $(cat "$work/err")"
+"$train" "${common[@]}" --steps 3 --trace "$work/whole.trace" >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 0 ] && grep -q "memory trace: $work/whole.trace" "$work/out"
+ok $? "a whole trace is advertised (exit $rc)"
+
+# ---- one run per checkpoint folder ----
+mkdir -p "$work/shared"
+exec 9>"$work/shared/.lock"
+flock -n 9
+"$train" "${common[@]}" --steps 2 --checkpoint-dir "$work/shared" >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "checkpoint folder '$work/shared' is in use by another run" "$work/err" \
+  && [ -z "$(steps_in "$work/shared")" ]
+ok $? "a folder another process holds is refused, and nothing is saved there (exit $rc): $(cat "$work/err")"
+exec 9>&-
+"$train" "${common[@]}" --steps 2 --checkpoint-dir "$work/shared" >/dev/null 2>"$work/err"
+ok $? "once the lock is free the run goes ahead $(cat "$work/err")"
+
+# ---- retention ----
+"$train" "${common[@]}" --steps 10 --checkpoint-every 2 --checkpoint-dir "$work/keep3" >/dev/null 2>&1
+got=$(steps_in "$work/keep3"); [ "$got" = "6 8 10 " ]
+ok $? "by default the 3 newest checkpoints are kept: $got"
+"$train" "${common[@]}" --steps 10 --checkpoint-every 2 --keep-last 1 --checkpoint-dir "$work/keep1" >/dev/null 2>&1
+got=$(steps_in "$work/keep1"); [ "$got" = "10 " ] && [ "$(readlink "$work/keep1/latest")" = step_00000010 ]
+ok $? "--keep-last 1 keeps the newest, which latest names: $got"
+"$train" "${common[@]}" --steps 10 --checkpoint-every 2 --keep-last 0 --checkpoint-dir "$work/keep0" >/dev/null 2>&1
+got=$(steps_in "$work/keep0"); [ "$got" = "2 4 6 8 10 " ]
+ok $? "--keep-last 0 keeps all: $got"
+# Resumed from step 4 with steps 6..10 still there: the new step 5 is what
+# latest names; it stays although 8 and 10 are newer.
+"$train" "${common[@]}" --steps 5 --keep-last 2 --resume "$work/keep0/step_00000004" --checkpoint-dir "$work/keep0" \
+  >/dev/null 2>"$work/err"
+got=$(steps_in "$work/keep0"); [ "$got" = "5 8 10 " ] && [ "$(readlink "$work/keep0/latest")" = step_00000005 ]
+ok $? "--keep-last 2 never deletes what latest names (step 5): $got $(cat "$work/err")"
+
+# ---- signals ----
+# wait_lines N FILE: until FILE has N lines (the deadline only guards a hang).
+wait_lines() {
+  for _ in $(seq 600); do
+    [ -f "$2" ] && [ "$(wc -l <"$2")" -ge "$1" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+for sig in INT TERM; do
+  d=$work/sig$sig
+  mkdir -p "$d"
+  "$train" "${common[@]}" --steps 100000 --checkpoint-dir "$d/ck" --log "$d/log.jsonl" --trace "$d/t.trace" \
+    >"$d/out" 2>"$d/err" &
+  pid=$!; pids+=("$pid")
+  wait_lines 3 "$d/log.jsonl"
+  kill -$sig $pid
+  wait $pid; rc=$?
+  want=$((128 + $(kill -l $sig)))
+  logged=$(grep -c '"kind":"step"' "$d/log.jsonl")
+  [ $rc -eq $want ] && grep -q "stopped by SIG$sig at step $logged; the checkpoint of this step is in" "$d/err"
+  ok $? "SIG$sig: the run stops at step $logged with exit $want (got $rc): $(tail -c 300 "$d/err" | tr '\n' ' ')"
+  [ "$(readlink "$d/ck/latest")" = "$(printf 'step_%08d' "$logged")" ] && [ -f "$d/ck/latest/state.ferry" ]
+  ok $? "SIG$sig: latest is the checkpoint of step $logged: $(readlink "$d/ck/latest")"
+  [ -z "$(ls -a "$d/ck" | grep '\.tmp$')" ]; ok $? "SIG$sig: no temporary is left: $(ls -a "$d/ck" | tr '\n' ' ')"
+  $python -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' "$d/log.jsonl"
+  ok $? "SIG$sig: every line of the log is whole JSON"
+  size=$(stat -c %s "$d/t.trace")
+  records=$("$memprof" --json "$d/t.trace" | $python -c 'import json,sys; j=json.load(sys.stdin); print(j["records"] if j["complete"] else -1)')
+  [ "$records" -gt 0 ] && [ $((32 + 96 * records)) -eq "$size" ] && grep -aq checkpoint "$d/t.trace"
+  ok $? "SIG$sig: the trace is whole: $records records in $size bytes, up to the last checkpoint"
+  "$train" "${common[@]}" --steps $((logged + 2)) --resume "$d/ck" --checkpoint-dir "$d/ck" >/dev/null 2>"$d/err"
+  ok $? "SIG$sig: the run resumes from it $(cat "$d/err")"
+done
+# A second signal while the first is handled ends the run at once: both are
+# made pending while the run is stopped, so they arrive together.
+d=$work/twice
+mkdir -p "$d"
+"$train" "${common[@]}" --steps 100000 --checkpoint-dir "$d/ck" --log "$d/log.jsonl" >"$d/out" 2>"$d/err" &
+pid=$!; pids+=("$pid")
+wait_lines 2 "$d/log.jsonl"
+kill -STOP $pid; kill -INT $pid; kill -TERM $pid; kill -CONT $pid
+wait $pid; rc=$?
+{ [ $rc -eq 130 ] || [ $rc -eq 143 ]; } && ! grep -q "stopped by" "$d/err" && [ -z "$(steps_in "$d/ck")" ]
+ok $? "two signals at once end the run by the signal, without the clean stop (exit $rc): $(tail -c 200 "$d/err" | tr '\n' ' ')"
+
+finish
