@@ -121,14 +121,11 @@ static int choose_numa_node(const ferry_engine_config *c, ferry_backend_kind kin
 
 static ferry_status resolve_dtype(ferry_engine *e)
 {
-    ferry_dtype native = backend_act_dtype(e->be);
-    if (e->cfg.dtype != FERRY_DTYPE_AUTO && e->cfg.dtype != native)
-        return err_set(FERRY_ERR_UNSUPPORTED,
-                       "engine config: dtype %s is not what the %s backend computes in (%s); use "
-                       "FERRY_DTYPE_AUTO",
-                       dtype_name(e->cfg.dtype), ferry_backend_name(backend_kind(e->be)), dtype_name(native));
-    e->act = native;
-    e->act_size = dtype_size(native);
+    ferry_status st = backend_set_act_dtype(e->be, e->cfg.dtype);
+    if (st != FERRY_OK)
+        return err_wrap(st, "engine config: dtype %s", dtype_name(e->cfg.dtype));
+    e->act = backend_act_dtype(e->be);
+    e->act_size = dtype_size(e->act);
     return FERRY_OK;
 }
 

@@ -242,7 +242,9 @@ typedef struct ferry_engine_config {
     int prefetch_groups;           /* PARAMS mode: groups fetched ahead; default 2, 0..64 */
     int optimizer_threads;         /* CPU AdamW threads; 0 = every core of the chosen node */
     int numa_node;                 /* node for host state and optimizer threads; -1 = nearest the GPU */
-    ferry_dtype dtype;             /* AUTO, or the backend's own type */
+    ferry_dtype dtype;             /* device storage: AUTO (the backend's: f32 host, bf16 cuda), F32
+                                      (host only), or BF16 (the host backend then rounds where the
+                                      CUDA ops store bf16, so the bf16 paths run without a GPU) */
     int delayed_update;            /* 1: one-step delayed update (DPU); changes the math */
     const char *trace_path;        /* memory trace (binary records, docs/memprof.md) for memprof; NULL = off */
     int verbose;                   /* 1: print the placement chosen at setup to stderr */

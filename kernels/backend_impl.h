@@ -52,6 +52,7 @@ typedef struct backend_vtable {
  * in each table; a new backend fills a table. Nothing outside kernels/ ever
  * branches on the backend to run an op. */
 typedef struct backend_ops {
+    uint32_t act_dtypes; /* storage types the ops can keep tensors in: bit 1 << ferry_dtype */
     ferry_status (*init)(backend *be, void *workspace, size_t workspace_bytes);
     void (*shutdown)(backend *be);
     ferry_status (*encoder_forward)(backend_stream *s, act_t *out, const int32_t *tokens,

@@ -8,8 +8,10 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
+#include "common/dtype.h"
 #include "common/error.h"
 
 /* Turns one row of logits into its loss and, in place, into
@@ -32,9 +34,17 @@ static float row_loss_and_grad(float *z, int V, int target, float grad_scale, in
     return loss;
 }
 
-ferry_status hostop_classifier(float *losses, float *dinp, float *dwte, const float *inp,
-                               const float *wte, const int32_t *targets, float grad_scale, int N,
-                               int C, int V, int Vp, float *scratch, int chunk)
+/* Rounds n values to bf16 in place: what the CUDA classifier's bf16
+ * scratch keeps of the logits and of their gradient. */
+static void round_bf16(float *z, size_t n)
+{
+    for (size_t j = 0; j < n; j++)
+        z[j] = dtype_round_bf16(z[j]);
+}
+
+static ferry_status classify(float *losses, float *dinp, float *dwte, const float *inp, const float *wte,
+                             const int32_t *targets, float grad_scale, int N, int C, int V, int Vp,
+                             float *scratch, int chunk, bool bf16)
 {
     int want_grad = dinp != NULL;
     for (int r0 = 0; r0 < N; r0 += chunk) {
@@ -53,6 +63,8 @@ ferry_status hostop_classifier(float *losses, float *dinp, float *dwte, const fl
                     scratch, Vp);
         for (int r = 0; r < rows; r++) {
             float *z = scratch + (size_t)r * Vp;
+            if (bf16)
+                round_bf16(z, (size_t)V);
             int32_t tgt = targets[r0 + r];
             if (tgt < 0) {
                 losses[r0 + r] = 0.0f;
@@ -61,6 +73,8 @@ ferry_status hostop_classifier(float *losses, float *dinp, float *dwte, const fl
                 continue;
             }
             losses[r0 + r] = row_loss_and_grad(z, V, tgt, grad_scale, want_grad);
+            if (bf16 && want_grad)
+                round_bf16(z, (size_t)V);
         }
         if (!want_grad)
             continue;
@@ -72,4 +86,18 @@ ferry_status hostop_classifier(float *losses, float *dinp, float *dwte, const fl
                         C, 1.0f, dwte, C);
     }
     return FERRY_OK;
+}
+
+ferry_status hostop_classifier(float *losses, float *dinp, float *dwte, const float *inp,
+                               const float *wte, const int32_t *targets, float grad_scale, int N,
+                               int C, int V, int Vp, float *scratch, int chunk)
+{
+    return classify(losses, dinp, dwte, inp, wte, targets, grad_scale, N, C, V, Vp, scratch, chunk, false);
+}
+
+ferry_status hostop_classifier_bf16_scratch(float *losses, float *dinp, float *dwte, const float *inp,
+                                            const float *wte, const int32_t *targets, float grad_scale,
+                                            int N, int C, int V, int Vp, float *scratch, int chunk)
+{
+    return classify(losses, dinp, dwte, inp, wte, targets, grad_scale, N, C, V, Vp, scratch, chunk, true);
 }

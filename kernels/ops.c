@@ -12,6 +12,28 @@
 
 ferry_dtype backend_act_dtype(const backend *be) { return be->act; }
 
+ferry_status backend_set_act_dtype(backend *be, ferry_dtype act)
+{
+    if (!be)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "backend_set_act_dtype: backend is NULL");
+    if (act == FERRY_DTYPE_AUTO || act == be->act)
+        return FERRY_OK;
+    if ((unsigned)act > 31 || !(be->ops->act_dtypes & (1u << act)))
+        return err_set(FERRY_ERR_UNSUPPORTED,
+                       "the %s backend cannot store tensors as %s (its ops store %s); use dtype auto",
+                       ferry_backend_name(be->kind), dtype_name(act), dtype_name(be->act));
+    pthread_mutex_lock(&be->lock);
+    size_t live = be->buffer_count;
+    if (live == 0)
+        be->act = act;
+    pthread_mutex_unlock(&be->lock);
+    if (live)
+        return err_set(FERRY_ERR_STATE,
+                       "backend_set_act_dtype: the backend already holds %zu device buffers; choose the "
+                       "storage type right after opening it", live);
+    return FERRY_OK;
+}
+
 ferry_status ops_init(backend *be, void *workspace, size_t workspace_bytes)
 {
     if (!be)

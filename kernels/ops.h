@@ -40,8 +40,14 @@ extern "C" {
 
 typedef void act_t; /* backend_act_dtype() elements: float on host, bf16 on cuda */
 
-/* The storage type of the backend's tensors: FERRY_DTYPE_F32 or _BF16. */
+/* The storage type of the backend's tensors: FERRY_DTYPE_F32 or _BF16. The
+ * default is the backend's own (host f32, cuda bf16); the host backend can
+ * also store bf16 (its ops then round where the CUDA ops store bf16), so the
+ * engine's bf16 paths run without a GPU. Set it once, before the backend
+ * holds any device buffer; AUTO keeps the default. FERRY_ERR_UNSUPPORTED for
+ * a type the backend's ops cannot store, FERRY_ERR_STATE after allocations. */
 ferry_dtype backend_act_dtype(const backend *be);
+ferry_status backend_set_act_dtype(backend *be, ferry_dtype act);
 
 /* Call once per backend before launching ops: creates cuBLASLt handles and
  * cached descriptors on cuda; nothing on host. Freed by ops_shutdown(). The

@@ -114,6 +114,7 @@ static ferry_status cuda_sumsq(backend_stream *s, const act_t *grad, size_t n, d
 }
 
 const backend_ops backend_cuda_ops = {
+    .act_dtypes = 1u << FERRY_DTYPE_BF16,
     .init = cudaop_init,
     .shutdown = cudaop_shutdown,
     .encoder_forward = cuda_encoder_forward,

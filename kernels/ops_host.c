@@ -1,9 +1,93 @@
 /* The host backend's op table (backend_host_ops): each op packs its
  * (already checked) arguments and runs the reference of kernels/<op>.c as a
- * host function on the stream's worker thread, in stream order. Storage is
- * fp32. Owns no memory. */
+ * host function on the stream's worker thread, in stream order.
+ *
+ * Storage is fp32, or bf16 when the backend was asked to store bf16
+ * (backend_set_act_dtype): then each op widens its bf16 tensors into fp32
+ * temporaries, runs the same fp32 reference, and rounds back to bf16 exactly
+ * the tensors it writes — where the CUDA op stores bf16 — so the engine's
+ * bf16 paths run without a GPU. The temporaries are the emulation's own
+ * (malloc'd on the worker, freed before the op returns), not device memory:
+ * the arena's figures stay those of the bf16 tensors. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
 #include "kernels/backend_impl.h"
 #include "kernels/ops_host.h"
+
+/* ---- bf16 storage: fp32 views of an op's tensors ---- */
+
+typedef enum view_role {
+    VIEW_IN,   /* read: widened */
+    VIEW_OUT,  /* written whole: rounded back */
+    VIEW_ADD,  /* added into: widened, then rounded back */
+    VIEW_TEMP, /* the op's scratch: fp32 of its own, never copied */
+} view_role;
+
+/* The address of a tensor pointer inside an op's argument struct, how many
+ * elements the op touches there, and how. */
+typedef struct view {
+    void *slot;
+    size_t n;
+    view_role role;
+} view;
+
+enum { MAX_VIEWS = 8 };
+
+static void *slot_get(const view *v)
+{
+    void *p;
+    memcpy(&p, v->slot, sizeof p);
+    return p;
+}
+
+static void slot_set(const view *v, void *p) { memcpy(v->slot, &p, sizeof p); }
+
+/* Swaps every bf16 tensor of `args` for an fp32 copy, runs the fp32 op,
+ * rounds back what it wrote, and puts the pointers back. */
+static ferry_status run_widened(void *args, backend_host_fn fp32_run, const view *views, int count)
+{
+    void *orig[MAX_VIEWS] = {0};
+    float *wide[MAX_VIEWS] = {0};
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < count && st == FERRY_OK; i++) {
+        orig[i] = slot_get(&views[i]);
+        if (!orig[i] || views[i].n == 0)
+            continue;
+        wide[i] = malloc(views[i].n * sizeof(float));
+        if (!wide[i]) {
+            st = err_set(FERRY_ERR_OUT_OF_MEMORY, "host backend (bf16 storage): no memory for an fp32 copy of "
+                         "%zu elements", views[i].n);
+            break;
+        }
+        if (views[i].role == VIEW_IN || views[i].role == VIEW_ADD)
+            for (size_t k = 0; k < views[i].n; k++)
+                wide[i][k] = dtype_bf16_to_f32(((const uint16_t *)orig[i])[k]);
+        slot_set(&views[i], wide[i]);
+    }
+    if (st == FERRY_OK)
+        st = fp32_run(args);
+    for (int i = 0; i < count; i++) {
+        if (!wide[i])
+            continue;
+        if (st == FERRY_OK && (views[i].role == VIEW_OUT || views[i].role == VIEW_ADD))
+            for (size_t k = 0; k < views[i].n; k++)
+                ((uint16_t *)orig[i])[k] = dtype_f32_to_bf16(wide[i][k]);
+        slot_set(&views[i], orig[i]);
+        free(wide[i]);
+    }
+    return st;
+}
+
+static bool stores_bf16(const backend_stream *s) { return s->be->act == FERRY_DTYPE_BF16; }
+
+/* Launches the fp32 run, or its bf16 twin when the backend stores bf16. */
+static ferry_status launch(backend_stream *s, backend_host_fn fp32_run, backend_host_fn bf16_run,
+                           const void *args, size_t bytes)
+{
+    return backend_launch_host(s, stores_bf16(s) ? bf16_run : fp32_run, args, bytes);
+}
 
 static ferry_status host_init(backend *be, void *workspace, size_t workspace_bytes)
 {
@@ -30,12 +114,20 @@ static ferry_status encoder_fwd_run(void *p)
     return hostop_encoder_forward(a->out, a->tokens, a->wte, a->wpe, a->B, a->T, a->C, a->V);
 }
 
+static ferry_status encoder_fwd_run_bf16(void *p)
+{
+    encoder_args *a = p;
+    size_t BT = (size_t)a->B * a->T, C = (size_t)a->C;
+    view v[] = {{&a->out, BT * C, VIEW_OUT}, {&a->wte, (size_t)a->V * C, VIEW_IN}, {&a->wpe, (size_t)a->T * C, VIEW_IN}};
+    return run_widened(a, encoder_fwd_run, v, 3);
+}
+
 static ferry_status host_encoder_forward(backend_stream *s, act_t *out, const int32_t *tokens,
                                          const act_t *wte, const act_t *wpe, int B, int T, int C,
                                          int V)
 {
     encoder_args a = {.out = out, .wte = wte, .wpe = wpe, .tokens = tokens, .B = B, .T = T, .C = C, .V = V};
-    return backend_launch_host(s, encoder_fwd_run, &a, sizeof a);
+    return launch(s, encoder_fwd_run, encoder_fwd_run_bf16, &a, sizeof a);
 }
 
 static ferry_status encoder_bwd_run(void *p)
@@ -45,12 +137,24 @@ static ferry_status encoder_bwd_run(void *p)
     return FERRY_OK;
 }
 
+/* The rows of dwte the tokens reach (the forward checked them). */
+static ferry_status encoder_bwd_run_bf16(void *p)
+{
+    encoder_args *a = p;
+    size_t BT = (size_t)a->B * a->T, C = (size_t)a->C, rows = 0;
+    for (size_t i = 0; i < BT; i++)
+        if (a->tokens[i] >= 0 && (size_t)a->tokens[i] + 1 > rows)
+            rows = (size_t)a->tokens[i] + 1;
+    view v[] = {{&a->dwte, rows * C, VIEW_ADD}, {&a->dwpe, (size_t)a->T * C, VIEW_ADD}, {&a->dout, BT * C, VIEW_IN}};
+    return run_widened(a, encoder_bwd_run, v, 3);
+}
+
 static ferry_status host_encoder_backward(backend_stream *s, act_t *dwte, act_t *dwpe,
                                           const act_t *dout, const int32_t *tokens, int B, int T,
                                           int C)
 {
     encoder_args a = {.dwte = dwte, .dwpe = dwpe, .dout = dout, .tokens = tokens, .B = B, .T = T, .C = C};
-    return backend_launch_host(s, encoder_bwd_run, &a, sizeof a);
+    return launch(s, encoder_bwd_run, encoder_bwd_run_bf16, &a, sizeof a);
 }
 
 /* ---- layernorm ---- */
@@ -68,13 +172,21 @@ static ferry_status layernorm_fwd_run(void *p)
     return FERRY_OK;
 }
 
+static ferry_status layernorm_fwd_run_bf16(void *p)
+{
+    layernorm_args *a = p;
+    size_t NC = (size_t)a->N * a->C, C = (size_t)a->C;
+    view v[] = {{&a->out, NC, VIEW_OUT}, {&a->inp, NC, VIEW_IN}, {&a->weight, C, VIEW_IN}, {&a->bias, C, VIEW_IN}};
+    return run_widened(a, layernorm_fwd_run, v, 4);
+}
+
 static ferry_status host_layernorm_forward(backend_stream *s, act_t *out, float *mean, float *rstd,
                                            const act_t *inp, const act_t *weight, const act_t *bias,
                                            int N, int C)
 {
     layernorm_args a = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .weight = weight,
                         .bias = bias, .N = N, .C = C};
-    return backend_launch_host(s, layernorm_fwd_run, &a, sizeof a);
+    return launch(s, layernorm_fwd_run, layernorm_fwd_run_bf16, &a, sizeof a);
 }
 
 static ferry_status layernorm_bwd_run(void *p)
@@ -85,6 +197,15 @@ static ferry_status layernorm_bwd_run(void *p)
     return FERRY_OK;
 }
 
+static ferry_status layernorm_bwd_run_bf16(void *p)
+{
+    layernorm_args *a = p;
+    size_t NC = (size_t)a->N * a->C, C = (size_t)a->C;
+    view v[] = {{&a->dinp, NC, VIEW_ADD},  {&a->dweight, C, VIEW_ADD}, {&a->dbias, C, VIEW_ADD},
+                {&a->dout, NC, VIEW_IN},   {&a->inp, NC, VIEW_IN},     {&a->weight, C, VIEW_IN}};
+    return run_widened(a, layernorm_bwd_run, v, 6);
+}
+
 static ferry_status host_layernorm_backward(backend_stream *s, act_t *dinp, act_t *dweight,
                                             act_t *dbias, const act_t *dout, const act_t *inp,
                                             const act_t *weight, const float *mean,
@@ -92,7 +213,7 @@ static ferry_status host_layernorm_backward(backend_stream *s, act_t *dinp, act_
 {
     layernorm_args a = {.dinp = dinp, .dweight = dweight, .dbias = dbias, .dout = dout, .inp = inp,
                         .weight = weight, .fmean = mean, .frstd = rstd, .N = N, .C = C};
-    return backend_launch_host(s, layernorm_bwd_run, &a, sizeof a);
+    return launch(s, layernorm_bwd_run, layernorm_bwd_run_bf16, &a, sizeof a);
 }
 
 /* ---- matmul ---- */
@@ -110,11 +231,20 @@ static ferry_status matmul_fwd_run(void *p)
     return FERRY_OK;
 }
 
+static ferry_status matmul_fwd_run_bf16(void *p)
+{
+    matmul_args *a = p;
+    size_t N = (size_t)a->N, C = (size_t)a->C, OC = (size_t)a->OC;
+    view v[] = {{&a->out, N * OC, VIEW_OUT}, {&a->inp, N * C, VIEW_IN}, {&a->weight, OC * C, VIEW_IN},
+                {&a->bias, OC, VIEW_IN}};
+    return run_widened(a, matmul_fwd_run, v, 4);
+}
+
 static ferry_status host_matmul_forward(backend_stream *s, act_t *out, const act_t *inp,
                                         const act_t *weight, const act_t *bias, int N, int C, int OC)
 {
     matmul_args a = {.out = out, .inp = inp, .weight = weight, .bias = bias, .N = N, .C = C, .OC = OC};
-    return backend_launch_host(s, matmul_fwd_run, &a, sizeof a);
+    return launch(s, matmul_fwd_run, matmul_fwd_run_bf16, &a, sizeof a);
 }
 
 static ferry_status matmul_bwd_run(void *p)
@@ -125,13 +255,22 @@ static ferry_status matmul_bwd_run(void *p)
     return FERRY_OK;
 }
 
+static ferry_status matmul_bwd_run_bf16(void *p)
+{
+    matmul_args *a = p;
+    size_t N = (size_t)a->N, C = (size_t)a->C, OC = (size_t)a->OC;
+    view v[] = {{&a->dinp, N * C, VIEW_ADD}, {&a->dweight, OC * C, VIEW_ADD}, {&a->dbias, OC, VIEW_ADD},
+                {&a->dout, N * OC, VIEW_IN}, {&a->inp, N * C, VIEW_IN},       {&a->weight, OC * C, VIEW_IN}};
+    return run_widened(a, matmul_bwd_run, v, 6);
+}
+
 static ferry_status host_matmul_backward(backend_stream *s, act_t *dinp, act_t *dweight,
                                          act_t *dbias, const act_t *dout, const act_t *inp,
                                          const act_t *weight, int N, int C, int OC)
 {
     matmul_args a = {.dinp = dinp, .dweight = dweight, .dbias = dbias, .dout = dout, .inp = inp,
                      .weight = weight, .N = N, .C = C, .OC = OC};
-    return backend_launch_host(s, matmul_bwd_run, &a, sizeof a);
+    return launch(s, matmul_bwd_run, matmul_bwd_run_bf16, &a, sizeof a);
 }
 
 /* ---- element-wise: gelu, residual ---- */
@@ -163,24 +302,35 @@ static ferry_status residual_fwd_run(void *p)
     return FERRY_OK;
 }
 
+/* out written (gelu forward, residual) or added into (gelu backward). */
+static ferry_status eltwise_bf16(eltwise_args *a, backend_host_fn fp32_run, view_role out_role)
+{
+    view v[] = {{&a->out, a->n, out_role}, {&a->a, a->n, VIEW_IN}, {&a->b, a->n, VIEW_IN}};
+    return run_widened(a, fp32_run, v, 3);
+}
+
+static ferry_status gelu_fwd_run_bf16(void *p) { return eltwise_bf16(p, gelu_fwd_run, VIEW_OUT); }
+static ferry_status gelu_bwd_run_bf16(void *p) { return eltwise_bf16(p, gelu_bwd_run, VIEW_ADD); }
+static ferry_status residual_fwd_run_bf16(void *p) { return eltwise_bf16(p, residual_fwd_run, VIEW_OUT); }
+
 static ferry_status host_gelu_forward(backend_stream *s, act_t *out, const act_t *inp, size_t n)
 {
     eltwise_args a = {out, inp, NULL, n};
-    return backend_launch_host(s, gelu_fwd_run, &a, sizeof a);
+    return launch(s, gelu_fwd_run, gelu_fwd_run_bf16, &a, sizeof a);
 }
 
 static ferry_status host_gelu_backward(backend_stream *s, act_t *dinp, const act_t *inp,
                                        const act_t *dout, size_t n)
 {
     eltwise_args a = {dinp, inp, dout, n};
-    return backend_launch_host(s, gelu_bwd_run, &a, sizeof a);
+    return launch(s, gelu_bwd_run, gelu_bwd_run_bf16, &a, sizeof a);
 }
 
 static ferry_status host_residual_forward(backend_stream *s, act_t *out, const act_t *x,
                                           const act_t *y, size_t n)
 {
     eltwise_args a = {out, x, y, n};
-    return backend_launch_host(s, residual_fwd_run, &a, sizeof a);
+    return launch(s, residual_fwd_run, residual_fwd_run_bf16, &a, sizeof a);
 }
 
 /* ---- attention ---- */
@@ -204,11 +354,28 @@ static ferry_status attention_bwd_run(void *p)
                                      a->C, a->NH);
 }
 
+static ferry_status attention_fwd_run_bf16(void *p)
+{
+    attention_args *a = p;
+    size_t BTC = (size_t)a->B * a->T * a->C;
+    view v[] = {{&a->out, BTC, VIEW_OUT}, {&a->qkv, 3 * BTC, VIEW_IN}};
+    return run_widened(a, attention_fwd_run, v, 2);
+}
+
+static ferry_status attention_bwd_run_bf16(void *p)
+{
+    attention_args *a = p;
+    size_t BTC = (size_t)a->B * a->T * a->C;
+    view v[] = {{&a->dqkv, 3 * BTC, VIEW_ADD}, {&a->dout, BTC, VIEW_IN}, {&a->qkv, 3 * BTC, VIEW_IN},
+                {&a->fwd_out, BTC, VIEW_IN}};
+    return run_widened(a, attention_bwd_run, v, 4);
+}
+
 static ferry_status host_attention_forward(backend_stream *s, act_t *out, float *lse,
                                            const act_t *qkv, int B, int T, int C, int NH)
 {
     attention_args a = {.out = out, .lse = lse, .qkv = qkv, .B = B, .T = T, .C = C, .NH = NH};
-    return backend_launch_host(s, attention_fwd_run, &a, sizeof a);
+    return launch(s, attention_fwd_run, attention_fwd_run_bf16, &a, sizeof a);
 }
 
 static ferry_status host_attention_backward(backend_stream *s, act_t *dqkv, const act_t *dout,
@@ -217,7 +384,7 @@ static ferry_status host_attention_backward(backend_stream *s, act_t *dqkv, cons
 {
     attention_args a = {.dqkv = dqkv, .dout = dout, .qkv = qkv, .fwd_out = out, .fwd_lse = lse,
                         .B = B, .T = T, .C = C, .NH = NH};
-    return backend_launch_host(s, attention_bwd_run, &a, sizeof a);
+    return launch(s, attention_bwd_run, attention_bwd_run_bf16, &a, sizeof a);
 }
 
 /* ---- classifier ---- */
@@ -239,6 +406,24 @@ static ferry_status classifier_run(void *p)
                              a->grad_scale, a->N, a->C, a->V, a->Vp, a->scratch, a->chunk);
 }
 
+static ferry_status classifier_rounding_run(void *p)
+{
+    classifier_args *a = p;
+    return hostop_classifier_bf16_scratch(a->losses, a->dinp, a->dwte, a->inp, a->wte, a->targets,
+                                          a->grad_scale, a->N, a->C, a->V, a->Vp, a->scratch, a->chunk);
+}
+
+/* As the CUDA classifier: logits and their gradient kept in bf16, the
+ * products in fp32; the whole op's dwte is widened once and rounded once. */
+static ferry_status classifier_run_bf16(void *p)
+{
+    classifier_args *a = p;
+    size_t NC = (size_t)a->N * a->C, VC = (size_t)a->V * a->C;
+    view v[] = {{&a->dinp, NC, VIEW_ADD}, {&a->dwte, VC, VIEW_ADD}, {&a->inp, NC, VIEW_IN},
+                {&a->wte, VC, VIEW_IN},   {&a->scratch, (size_t)a->chunk * a->Vp, VIEW_TEMP}};
+    return run_widened(a, classifier_rounding_run, v, 5);
+}
+
 static ferry_status host_classifier(backend_stream *s, float *losses, act_t *dinp, act_t *dwte,
                                     const act_t *inp, const act_t *wte, const int32_t *targets,
                                     float grad_scale, int N, int C, int V, int Vp, void *scratch,
@@ -246,7 +431,7 @@ static ferry_status host_classifier(backend_stream *s, float *losses, act_t *din
 {
     classifier_args a = {losses, dinp, dinp ? dwte : NULL, inp, wte, targets, grad_scale,
                          N, C, V, Vp, scratch, chunk};
-    return backend_launch_host(s, classifier_run, &a, sizeof a);
+    return launch(s, classifier_run, classifier_run_bf16, &a, sizeof a);
 }
 
 /* ---- conversions ---- */
@@ -264,16 +449,30 @@ static ferry_status convert_run(void *p)
     return FERRY_OK;
 }
 
+static ferry_status from_f32_run_bf16(void *p)
+{
+    convert_args *a = p;
+    view v[] = {{&a->dst, a->n, VIEW_OUT}};
+    return run_widened(a, convert_run, v, 1);
+}
+
+static ferry_status to_f32_run_bf16(void *p)
+{
+    convert_args *a = p;
+    view v[] = {{&a->src, a->n, VIEW_IN}};
+    return run_widened(a, convert_run, v, 1);
+}
+
 static ferry_status host_convert_from_f32(backend_stream *s, act_t *dst, const float *src, size_t n)
 {
     convert_args a = {dst, src, n};
-    return backend_launch_host(s, convert_run, &a, sizeof a);
+    return launch(s, convert_run, from_f32_run_bf16, &a, sizeof a);
 }
 
 static ferry_status host_convert_to_f32(backend_stream *s, float *dst, const act_t *src, size_t n)
 {
     convert_args a = {dst, src, n};
-    return backend_launch_host(s, convert_run, &a, sizeof a);
+    return launch(s, convert_run, to_f32_run_bf16, &a, sizeof a);
 }
 
 /* ---- the optimizer of offload none ---- */
@@ -328,6 +527,7 @@ static ferry_status host_sumsq(backend_stream *s, const act_t *grad, size_t n, d
 }
 
 const backend_ops backend_host_ops = {
+    .act_dtypes = 1u << FERRY_DTYPE_F32 | 1u << FERRY_DTYPE_BF16,
     .init = host_init,
     .shutdown = host_shutdown,
     .encoder_forward = host_encoder_forward,

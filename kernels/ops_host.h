@@ -62,6 +62,12 @@ ferry_status hostop_attention_backward(float *dqkv, const float *dout, const flo
 ferry_status hostop_classifier(float *losses, float *dinp, float *dwte, const float *inp,
                                const float *wte, const int32_t *targets, float grad_scale, int N,
                                int C, int V, int Vp, float *scratch, int chunk);
+/* The same with the logits and their gradient rounded to bf16 where the
+ * CUDA classifier stores them in its bf16 scratch (the host backend's bf16
+ * storage mode). */
+ferry_status hostop_classifier_bf16_scratch(float *losses, float *dinp, float *dwte, const float *inp,
+                                            const float *wte, const int32_t *targets, float grad_scale,
+                                            int N, int C, int V, int Vp, float *scratch, int chunk);
 
 void hostop_convert_copy(float *dst, const float *src, size_t n);
 

@@ -11,7 +11,9 @@
 
 #include "common/error.h"
 #include "engine/embed.h"
+#include "common/dtype.h"
 #include "tap.h"
+#include "test_dtype.h"
 
 enum { GROUPS = 3 };
 static const size_t numel[GROUPS] = {1000, 70001, 333};
@@ -24,6 +26,7 @@ static ferry_engine *make_engine(ferry_offload mode, int delayed, const size_t *
     cfg.offload = mode;
     cfg.delayed_update = delayed;
     cfg.optimizer_threads = 2;
+    cfg.dtype = test_dtype();
     ferry_engine *e = NULL;
     if (ferry_engine_create(&cfg, &e) != FERRY_OK)
         return NULL;
@@ -53,8 +56,9 @@ static ferry_status train_step(ferry_engine *e)
         st = ferry_engine_fetch(e, g, FERRY_PHASE_BACKWARD, &w);
         if (st == FERRY_OK) st = ferry_engine_grads(e, g, &dw);
         if (st == FERRY_OK) st = ferry_engine_synchronize(e);
+        ferry_dtype t = ferry_engine_dtype(e); /* f32, or bf16 under FERRY_TEST_DTYPE=bf16 */
         for (size_t i = 0; i < numel[g] && st == FERRY_OK; i++)
-            ((float *)dw)[i] += ((float *)w)[i] - sinf((float)i);
+            dtype_store_f32(dw, t, i, dtype_load_f32(dw, t, i) + dtype_load_f32(w, t, i) - sinf((float)i));
         if (st == FERRY_OK) st = ferry_engine_release(e, g, FERRY_PHASE_BACKWARD);
     }
     ferry_step_options o = FERRY_STEP_OPTIONS_INIT;

@@ -3,7 +3,9 @@
  * accumulation, several prefetch depths), equal to a plain synchronous loop
  * written here; the delayed update matches its own definition; params mode
  * trains a model several times its device budget without exceeding it; and
- * misuse returns a status with a message. */
+ * misuse returns a status with a message. Runs in f32, and in bf16 storage
+ * with FERRY_TEST_DTYPE=bf16 (the same assertions: the engine's bf16 paths
+ * round at the same points as the synchronous loop's bf16 buffers). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 #include "optim/adamw.h"
 #include "optim/gradnorm.h"
 #include "tap.h"
+#include "test_dtype.h"
 
 enum { STEPS = 20, B = 2, T = 32 };
 
@@ -73,6 +76,7 @@ static ferry_status run_engine(const run_opts *ro, run_result *out)
     cfg.delayed_update = ro->delayed;
     cfg.device_budget_bytes = ro->budget;
     cfg.optimizer_threads = 2;
+    cfg.dtype = test_dtype();
     ferry_status st = gpt2_create(&tiny, &m);
     if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
     if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED, NULL);
@@ -135,6 +139,7 @@ static ferry_status run_reference(int accum, bool delay, run_result *out)
     gpt2_resident *r = NULL;
     gpt2_activations *act = NULL;
     ferry_status st = backend_open(FERRY_BACKEND_HOST, &be);
+    if (st == FERRY_OK) st = backend_set_act_dtype(be, test_dtype());
     if (st == FERRY_OK) st = backend_stream_create(be, "ref", &s);
     if (st == FERRY_OK) st = gpt2_create(&tiny, &m);
     if (st == FERRY_OK) st = gpt2_resident_create(m, be, &r);
@@ -289,17 +294,15 @@ static void test_params_beyond_budget(void)
     gpt2_config saved = tiny;
     tiny = deep;
     gpt2_model *m;
-    backend *be;
     gpt2_create(&tiny, &m);
-    backend_open(FERRY_BACKEND_HOST, &be);
+    size_t es = dtype_size(test_dtype());
     uint64_t weights = 0, largest = 0;
     for (int g = 0; g < gpt2_num_groups(m); g++) {
-        weights += gpt2_group_numel(m, g) * sizeof(float);
-        if (gpt2_group_numel(m, g) * sizeof(float) > largest)
-            largest = gpt2_group_numel(m, g) * sizeof(float);
+        weights += gpt2_group_numel(m, g) * es;
+        if (gpt2_group_numel(m, g) * es > largest)
+            largest = gpt2_group_numel(m, g) * es;
     }
-    size_t acts = gpt2_activations_bytes(m, backend_act_dtype(be), B, T, false);
-    backend_close(be);
+    size_t acts = gpt2_activations_bytes(m, test_dtype(), B, T, false);
     gpt2_destroy(m);
     /* Room for the activations, a window of 3 groups' weights and 2 groups'
      * gradients: the weights alone are several times that. */
@@ -323,6 +326,7 @@ static void test_params_beyond_budget(void)
     ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
     cfg.backend = FERRY_BACKEND_HOST;
     cfg.offload = FERRY_OFFLOAD_NONE;
+    cfg.dtype = test_dtype();
     cfg.device_budget_bytes = weights; /* the weights fit; with master and moments they do not */
     ferry_engine *e = NULL;
     gpt2_create(&tiny, &m);
@@ -428,7 +432,8 @@ int main(void)
         printf("Bail out! %s\n", ferry_last_error());
         return 1;
     }
-    tap_diag("tiny GPT-2: 2 layers, 4 heads, 64 wide, vocab 500 padded to 512; B=%d T=%d, %d steps", B, T, STEPS);
+    tap_diag("tiny GPT-2: 2 layers, 4 heads, 64 wide, vocab 500 padded to 512; B=%d T=%d, %d steps; %s storage",
+             B, T, STEPS, test_dtype_name());
     test_misuse();
     test_modes_agree();
     test_delayed_update();
