@@ -233,6 +233,11 @@ typedef enum ferry_dtype {
     FERRY_DTYPE_I64,
 } ferry_dtype;
 
+/* "auto", "f32", "bf16", "f16", "i32", "i64"; "unknown" outside the enum. */
+FERRY_API const char *ferry_dtype_name(ferry_dtype dtype);
+/* Parses those names; FERRY_ERR_INVALID_ARGUMENT on anything else. */
+FERRY_API ferry_status ferry_dtype_parse(const char *name, ferry_dtype *out);
+
 typedef struct ferry_engine_config {
     size_t size;                   /* sizeof(ferry_engine_config), stamped by the macro */
     ferry_backend_kind backend;    /* AUTO: $FERRY_BACKEND, else cuda if a GPU is present */

@@ -3,8 +3,9 @@
  * finds max, log-sum-exp and the loss over the V real columns in fp32 and,
  * when a gradient is wanted, overwrites the logits in place with
  * grad_scale * (softmax - onehot) (0 in the padded columns); then two
- * accumulating cuBLASLt products give dinp and dwte. Host version:
- * classifier.c. */
+ * accumulating cuBLASLt products give dinp and dwte's share, the latter into
+ * an fp32 accumulator that is added into the bf16 dwte once at the end (one
+ * rounding per call, however many chunks). Host version: classifier.c. */
 #include "kernels/cuda_util.cuh"
 
 namespace {
@@ -56,13 +57,6 @@ __global__ void __launch_bounds__(CLS_THREADS)
 
 } // namespace
 
-extern "C" size_t cudaop_classifier_scratch_bytes(int chunk, int Vp)
-{
-    if (chunk <= 0 || Vp <= 0)
-        return 0;
-    return (size_t)chunk * (size_t)Vp * sizeof(bf16);
-}
-
 extern "C" ferry_status cudaop_classifier(void *stream, float *losses, act_t *dinp, act_t *dwte,
                                           const act_t *inp, const act_t *wte,
                                           const int32_t *targets, float grad_scale, int N, int C,
@@ -79,6 +73,11 @@ extern "C" ferry_status cudaop_classifier(void *stream, float *losses, act_t *di
     const bf16 *x = static_cast<const bf16 *>(inp), *w = static_cast<const bf16 *>(wte);
     bf16 *logits = static_cast<bf16 *>(scratch);
     const bool want_grad = dinp != nullptr;
+    /* dwte's contributions of every chunk, summed in fp32, rounded once at the end. */
+    float *acc = reinterpret_cast<float *>(static_cast<char *>(scratch) +
+                                           ops_classifier_accumulator_offset(FERRY_DTYPE_BF16, chunk, Vp));
+    if (want_grad && dwte)
+        CUDA_CHECK(cudaMemsetAsync(acc, 0, (size_t)Vp * C * sizeof(float), s));
     for (int r0 = 0; r0 < N; r0 += chunk) {
         const int rows = N - r0 < chunk ? N - r0 : chunk;
         const bf16 *xc = x + (size_t)r0 * C;
@@ -97,14 +96,15 @@ extern "C" ferry_status cudaop_classifier(void *stream, float *losses, act_t *di
                        static_cast<bf16 *>(dinp) + (size_t)r0 * C, C, 1.0f, nullptr);
         if (st != FERRY_OK)
             return st;
-        /* dwte^T (C x Vp) += (inp rows, stored C x rows) @ (dlogits stored Vp x rows)^T */
+        /* acc^T (C x Vp) += (inp rows, stored C x rows) @ (dlogits stored Vp x rows)^T */
         if (dwte) {
-            st = cuda_gemm(s, false, true, C, Vp, rows, xc, C, logits, Vp,
-                           static_cast<bf16 *>(dwte), C, 1.0f, nullptr);
+            st = cuda_gemm_f32(s, false, true, C, Vp, rows, xc, C, logits, Vp, acc, C, 1.0f);
             if (st != FERRY_OK)
                 return st;
         }
     }
+    if (want_grad && dwte)
+        return cuda_add_f32_to_bf16(s, static_cast<bf16 *>(dwte), acc, (size_t)Vp * C);
     return FERRY_OK;
 }
 

@@ -116,6 +116,13 @@ static __device__ __forceinline__ void cu_store8(bf16 *p, const float in[8])
 ferry_status cuda_gemm(cudaStream_t stream, bool transa, bool transb, int m, int n, int k,
                        const bf16 *A, int lda, const bf16 *B, int ldb, bf16 *D, int ldd, float beta,
                        const bf16 *bias);
+/* The same with an fp32 D: products of bf16 accumulated in fp32 across calls
+ * (beta = 1) without a bf16 rounding each time. No bias. */
+ferry_status cuda_gemm_f32(cudaStream_t stream, bool transa, bool transb, int m, int n, int k,
+                           const bf16 *A, int lda, const bf16 *B, int ldb, float *D, int ldd, float beta);
+/* dst[i] = bf16(dst[i] + acc[i]) for n elements: one rounding for what was
+ * accumulated in fp32. Defined in matmul.cu. */
+ferry_status cuda_add_f32_to_bf16(cudaStream_t stream, bf16 *dst, const float *acc, size_t n);
 
 /* dst[c] += sum over r of src[r * cols + c] (src row-major rows x cols); fp32
  * sums in a fixed order (deterministic, no atomics). Defined in matmul.cu. */

@@ -14,7 +14,7 @@
 namespace {
 
 struct gemm_key {
-    int transa, transb, m, n, k, lda, ldb, ldd, has_bias;
+    int transa, transb, m, n, k, lda, ldb, ldd, has_bias, d_f32;
     unsigned align_a, align_b, align_d, align_bias;
 };
 
@@ -114,7 +114,7 @@ ferry_status plan_fill(lt_context *c, gemm_plan *p)
                                           k.transa ? k.m : k.k, k.lda));
     CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, k.transb ? k.n : k.k,
                                           k.transb ? k.k : k.n, k.ldb));
-    CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_16BF, k.m, k.n, k.ldd));
+    CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->d, k.d_f32 ? CUDA_R_32F : CUDA_R_16BF, k.m, k.n, k.ldd));
 
     cublasLtMatmulPreference_t pref;
     CUDA_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -183,7 +183,7 @@ ferry_status plan_get(lt_context *c, const gemm_key &key, gemm_plan **out)
 }
 
 ferry_status gemm_locked(cudaStream_t stream, const gemm_key &key, const bf16 *A, const bf16 *B,
-                         bf16 *D, float beta, const bf16 *bias)
+                         void *D, float beta, const bf16 *bias)
 {
     int device = 0;
     ferry_status st = stream_device(stream, &device);
@@ -236,11 +236,10 @@ ferry_status check_shape(const char *op, int N, int C, int OC)
     return FERRY_OK;
 }
 
-} // namespace
-
-ferry_status cuda_gemm(cudaStream_t stream, bool transa, bool transb, int m, int n, int k,
-                       const bf16 *A, int lda, const bf16 *B, int ldb, bf16 *D, int ldd, float beta,
-                       const bf16 *bias)
+/* The key and the call of either output type. */
+ferry_status gemm_any(cudaStream_t stream, bool transa, bool transb, int m, int n, int k, const bf16 *A,
+                      int lda, const bf16 *B, int ldb, void *D, bool d_f32, int ldd, float beta,
+                      const bf16 *bias)
 {
     gemm_key key;
     memset(&key, 0, sizeof key); /* the key is compared with memcmp */
@@ -253,6 +252,7 @@ ferry_status cuda_gemm(cudaStream_t stream, bool transa, bool transb, int m, int
     key.ldb = ldb;
     key.ldd = ldd;
     key.has_bias = bias != nullptr;
+    key.d_f32 = d_f32;
     key.align_a = pointer_alignment(A);
     key.align_b = pointer_alignment(B);
     key.align_d = pointer_alignment(D);
@@ -261,6 +261,41 @@ ferry_status cuda_gemm(cudaStream_t stream, bool transa, bool transb, int m, int
     ferry_status st = gemm_locked(stream, key, A, B, D, beta, bias);
     pthread_mutex_unlock(&g_lock);
     return st;
+}
+
+} // namespace
+
+ferry_status cuda_gemm(cudaStream_t stream, bool transa, bool transb, int m, int n, int k,
+                       const bf16 *A, int lda, const bf16 *B, int ldb, bf16 *D, int ldd, float beta,
+                       const bf16 *bias)
+{
+    return gemm_any(stream, transa, transb, m, n, k, A, lda, B, ldb, D, false, ldd, beta, bias);
+}
+
+ferry_status cuda_gemm_f32(cudaStream_t stream, bool transa, bool transb, int m, int n, int k,
+                           const bf16 *A, int lda, const bf16 *B, int ldb, float *D, int ldd, float beta)
+{
+    return gemm_any(stream, transa, transb, m, n, k, A, lda, B, ldb, D, true, ldd, beta, nullptr);
+}
+
+namespace {
+
+__global__ void add_f32_to_bf16_kernel(bf16 *dst, const float *acc, size_t n)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        dst[i] = __float2bfloat16_rn(__bfloat162float(dst[i]) + acc[i]);
+}
+
+} // namespace
+
+ferry_status cuda_add_f32_to_bf16(cudaStream_t stream, bf16 *dst, const float *acc, size_t n)
+{
+    if (n == 0)
+        return FERRY_OK;
+    add_f32_to_bf16_kernel<<<cu_blocks(n, 256, 132 * 16), 256, 0, stream>>>(dst, acc, n);
+    CUDA_CHECK_LAUNCH();
+    return FERRY_OK;
 }
 
 ferry_status cuda_colsum_add(cudaStream_t stream, bf16 *dst, const bf16 *src, int rows, int cols)

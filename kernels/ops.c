@@ -51,16 +51,25 @@ void ops_shutdown(backend *be)
         be->ops->shutdown(be);
 }
 
-size_t ops_classifier_scratch_bytes_for(ferry_dtype act, int chunk, int Vp)
+size_t ops_classifier_accumulator_offset(ferry_dtype act, int chunk, int Vp)
 {
     if (chunk <= 0 || Vp <= 0 || !dtype_is_float(act))
         return 0;
-    return (size_t)chunk * (size_t)Vp * dtype_size(act);
+    size_t logits = (size_t)chunk * (size_t)Vp * dtype_size(act);
+    return (logits + 255) / 256 * 256; /* the accumulator keeps cuBLASLt's best alignment */
 }
 
-size_t ops_classifier_scratch_bytes(const backend *be, int chunk, int Vp)
+size_t ops_classifier_scratch_bytes_for(ferry_dtype act, int chunk, int Vp, int C)
 {
-    return be ? ops_classifier_scratch_bytes_for(be->act, chunk, Vp) : 0;
+    size_t at = ops_classifier_accumulator_offset(act, chunk, Vp);
+    if (!at || C <= 0)
+        return 0;
+    return act == FERRY_DTYPE_F32 ? (size_t)chunk * (size_t)Vp * 4 : at + (size_t)Vp * (size_t)C * sizeof(float);
+}
+
+size_t ops_classifier_scratch_bytes(const backend *be, int chunk, int Vp, int C)
+{
+    return be ? ops_classifier_scratch_bytes_for(be->act, chunk, Vp, C) : 0;
 }
 
 size_t ops_sumsq_scratch_bytes(void) { return OPS_SUMSQ_PARTIALS * sizeof(double); }
@@ -338,7 +347,7 @@ ferry_status ops_classifier(backend_stream *s, float *losses, act_t *dinp, act_t
     CHECK(check_tensor(op, s, "wte", wte, mul2(Vp, C), es));
     CHECK(check_tensor(op, s, "targets", targets, (size_t)N, sizeof(int32_t)));
     CHECK(check_tensor(op, s, "scratch", scratch,
-                       ops_classifier_scratch_bytes(backend_stream_backend(s), chunk, Vp), 1));
+                       ops_classifier_scratch_bytes(backend_stream_backend(s), chunk, Vp, C), 1));
     if (dinp) {
         if (!dwte)
             return err_set(FERRY_ERR_INVALID_ARGUMENT,

@@ -71,15 +71,15 @@ ferry_status cudaop_attention_backward(void *stream, act_t *dqkv, const act_t *d
                                        const act_t *qkv, const act_t *out, const float *lse, int B,
                                        int T, int C, int NH);
 
-/* `scratch`: cudaop_classifier_scratch_bytes(chunk, Vp) bytes of device
- * memory (chunk x Vp bf16 logits, then their gradients in place).
+/* `scratch`: ops_classifier_scratch_bytes_for(bf16, chunk, Vp, C) bytes of
+ * device memory (chunk x Vp bf16 logits, then their gradients in place; then
+ * the Vp x C fp32 accumulator of dwte across chunks).
  * Targets >= V are counted (cudaop_classifier_take_bad_targets) and treated
  * like negative ones: loss 0, no gradient. */
 ferry_status cudaop_classifier(void *stream, float *losses, act_t *dinp, act_t *dwte,
                                const act_t *inp, const act_t *wte, const int32_t *targets,
                                float grad_scale, int N, int C, int V, int Vp, void *scratch,
                                int chunk);
-size_t cudaop_classifier_scratch_bytes(int chunk, int Vp);
 ferry_status cudaop_classifier_take_bad_targets(void *stream, uint32_t *count);
 
 /* Round to nearest even (f32 -> bf16) and exact widening (bf16 -> f32). */

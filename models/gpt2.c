@@ -142,7 +142,7 @@ static ferry_status plan(gpt2_activations *a, const gpt2_config *c)
     CHECK(take(a, &a->tokens, N * 4, "tokens"));
     CHECK(take(a, &a->targets, N * 4, "targets"));
     CHECK(take(a, &a->cls_scratch,
-               ops_classifier_scratch_bytes_for(a->act, a->chunk, c->padded_vocab_size),
+               ops_classifier_scratch_bytes_for(a->act, a->chunk, c->padded_vocab_size, c->n_embd),
                "classifier logits (%d rows)", a->chunk));
     CHECK(take(a, &a->logits, (size_t)c->vocab_size * es, "sampling logits"));
     CHECK(take(a, &a->logits_f32, (size_t)c->vocab_size * 4, "sampling logits fp32"));
@@ -185,7 +185,7 @@ static void init_shape(gpt2_activations *a, const gpt2_model *m, ferry_dtype act
     a->B = B;
     a->T = T;
     a->recompute = recompute;
-    size_t per_row = ops_classifier_scratch_bytes_for(act, 1, m->cfg.padded_vocab_size);
+    size_t per_row = (size_t)m->cfg.padded_vocab_size * dtype_size(act); /* one row of logits */
     a->chunk = classifier_chunk(per_row, B * T);
 }
 

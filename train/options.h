@@ -27,6 +27,7 @@ typedef struct train_options {
     /* engine */
     ferry_backend_kind backend;
     ferry_offload offload;
+    ferry_dtype dtype;       /* device storage: AUTO, F32 or BF16 */
     uint64_t gpu_mem, host_mem;
     int prefetch, threads;
     bool recompute, delayed_update;

@@ -453,7 +453,7 @@ static void test_dispatch(void)
     TAP_IS_STATUS(ops_init(be, NULL, 0), FERRY_OK, "ops_init on host");
     TAP_IS_INT(backend_act_dtype(be), FERRY_DTYPE_F32, "host activations are fp32");
     TAP_IS_INT(dtype_size(FERRY_DTYPE_BF16), 2, "bf16 is 2 bytes");
-    TAP_IS_INT(ops_classifier_scratch_bytes(be, 8, 128), 8 * 128 * 4,
+    TAP_IS_INT(ops_classifier_scratch_bytes(be, 8, 128, 16), 8 * 128 * 4,
                "host classifier scratch is chunk x Vp floats");
 
     int B = 2, T = 8, C = 16, NH = 4;

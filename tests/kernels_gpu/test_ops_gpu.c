@@ -302,7 +302,7 @@ static void test_classifier(int N, int C, int V, int Vp, int chunk, bool grad)
          *d_tgt = dev_raw(tgt, N * 4), *d_scratch = NULL;
     float *d_losses = NULL;
     backend_alloc(be, N * 4, (void **)&d_losses);
-    backend_alloc(be, ops_classifier_scratch_bytes(be, chunk, Vp), &d_scratch);
+    backend_alloc(be, ops_classifier_scratch_bytes(be, chunk, Vp, C), &d_scratch);
     const float scale = 1.0f / N;
     TAP_IS_STATUS(hostop_classifier(losses, grad ? dinp : NULL, grad ? dwte : NULL, inp, wte, tgt,
                                     scale, N, C, V, Vp, scratch, chunk),

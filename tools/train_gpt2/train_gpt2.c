@@ -228,6 +228,7 @@ static ferry_status setup_engine(trainer *t)
     ferry_engine_config c = FERRY_ENGINE_CONFIG_INIT;
     c.backend = t->o.backend;
     c.offload = t->o.offload;
+    c.dtype = t->o.dtype;
     c.device_budget_bytes = t->o.gpu_mem;
     c.host_budget_bytes = t->o.host_mem;
     c.prefetch_groups = t->o.prefetch;

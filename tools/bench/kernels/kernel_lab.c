@@ -121,7 +121,7 @@ static void check_all(void)
     int32_t *tgt = malloc(N * 4);
     for (int i = 0; i < N; i++)
         tgt[i] = (int32_t)(gpu_rand_next(&rng) % V);
-    void *dtgt = gpu_upload(be, st, tgt, N * 4), *dscr = dalloc(ops_classifier_scratch_bytes(be, 64, Vp));
+    void *dtgt = gpu_upload(be, st, tgt, N * 4), *dscr = dalloc(ops_classifier_scratch_bytes(be, 64, Vp, C));
     float *hscr = malloc((size_t)64 * Vp * 4), *dinp = calloc(nc, 4), *dwte = calloc((size_t)Vp * C, 4);
     void *ddinp = dalloc(nc * 2), *ddwte = dalloc((size_t)Vp * C * 2);
     must(backend_memset_async(st, ddinp, 0, nc * 2), "memset");
@@ -274,7 +274,7 @@ int main(int argc, char **argv)
     k.qkv = dev_random(3 * nc, 1), k.dqkv = dev_zero(3 * nc * 2);
     k.wte = dev_random((size_t)k.z.Vp * C, 0.02f), k.dwte = dev_zero((size_t)k.z.Vp * C * 2);
     k.wpe = dev_random((size_t)k.z.T * C, 0.02f), k.dwpe = dev_zero((size_t)k.z.T * C * 2);
-    k.scratch = dalloc(ops_classifier_scratch_bytes(be, k.z.chunk, k.z.Vp));
+    k.scratch = dalloc(ops_classifier_scratch_bytes(be, k.z.chunk, k.z.Vp, k.z.C));
     k.mean = dev_zero(N * 4), k.rstd = dev_zero(N * 4), k.losses = dev_zero(N * 4);
     k.lse = dev_zero((size_t)k.z.B * k.z.NH * k.z.T * 4);
     k.master = dev_zero(16 * (size_t)C * C), k.m = dev_zero(16 * (size_t)C * C);
