@@ -105,7 +105,7 @@ static ferry_status norms_resident(ferry_engine *e)
     if ((st = backend_memset_async(e->compute, e->dev_sumsq, 0, bytes)) != FERRY_OK)
         return st;
     for (int i = 0; i < e->ngroups; i++)
-        if ((st = ops_sumsq(e->compute, e->groups[i].dev_grads, e->groups[i].numel, e->dev_sumsq + i,
+        if ((st = ops_sumsq(e->compute, e->groups[i].dev_grads, e->act, e->groups[i].numel, e->dev_sumsq + i,
                             e->dev_sumsq_scratch)) != FERRY_OK)
             return st;
     double *host = malloc(bytes);
@@ -236,7 +236,7 @@ static ferry_status run_segment_resident(ferry_engine *e, engine_group *g, size_
 {
     size_t off = first * e->act_size;
     return ops_adamw(e->compute, g->master + first, g->m + first, g->v + first, (char *)g->dev_grads + off,
-                     (char *)g->dev_weights + off, n, &hp, e->step + 1, clip);
+                     e->act, (char *)g->dev_weights + off, n, &hp, e->step + 1, clip);
 }
 
 /* The last update's wall time, once all of it has run. */

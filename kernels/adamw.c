@@ -2,18 +2,19 @@
  * kernels/adamw.cu): AdamW over fp32 master weights and moments, and the
  * gradient sum of squares, written as common/numerics.h defines them, so on
  * the host backend the update of offload none is bitwise the CPU optimizer's
- * (optim/) and the offload modes agree to the last bit. */
+ * (optim/) and the offload modes agree to the last bit; and the fp32 sum of
+ * a step's micro-batch gradients. */
 #include "kernels/ops_host.h"
 
 #include "common/numerics.h"
 
-void hostop_adamw(float *master, float *m, float *v, const void *grad, void *param_out,
-                  ferry_dtype act, size_t n, const adamw_hparams *hp, int64_t step,
+void hostop_adamw(float *master, float *m, float *v, const void *grad, ferry_dtype grad_dtype,
+                  void *param_out, ferry_dtype act, size_t n, const adamw_hparams *hp, int64_t step,
                   float grad_scale)
 {
     adamw_consts c = adamw_consts_make(hp, step, grad_scale);
     for (size_t i = 0; i < n; i++) {
-        adamw_element(&c, &master[i], &m[i], &v[i], dtype_load_f32(grad, act, i));
+        adamw_element(&c, &master[i], &m[i], &v[i], dtype_load_f32(grad, grad_dtype, i));
         if (param_out)
             dtype_store_f32(param_out, act, i, master[i]);
     }
@@ -27,4 +28,10 @@ double hostop_sumsq(const void *grad, ferry_dtype act, size_t n)
         sum += numerics_sumsq_tile((const char *)grad + at * dtype_size(act), act, len);
     }
     return sum;
+}
+
+void hostop_accumulate(float *acc, const void *g, ferry_dtype act, size_t n, bool first)
+{
+    for (size_t i = 0; i < n; i++)
+        acc[i] = first ? dtype_load_f32(g, act, i) : acc[i] + dtype_load_f32(g, act, i);
 }

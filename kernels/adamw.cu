@@ -1,9 +1,11 @@
-/* The device optimizer for the engine's no-offload mode (ops_adamw and
- * ops_sumsq on cuda; the host reference is kernels/adamw.c): torch.optim.AdamW
- * on fp32 master weights and moments in device memory, reading bf16
- * gradients and writing the bf16 parameter copy; and the deterministic sum
- * of squares of bf16 gradients behind global-norm clipping and the inf/NaN
- * check. The CPU AdamW (optim/) is the one used when the state is offloaded. */
+/* The device optimizer for the engine's no-offload mode (ops_adamw,
+ * ops_sumsq and ops_accumulate on cuda; the host reference is
+ * kernels/adamw.c): torch.optim.AdamW on fp32 master weights and moments in
+ * device memory, reading bf16 gradients (or their fp32 sum over
+ * micro-batches) and writing the bf16 parameter copy; the deterministic sum
+ * of squares behind global-norm clipping and the inf/NaN check; and the fp32
+ * sum of a step's micro-batch gradients. The CPU AdamW (optim/) is the one
+ * used when the state is offloaded. */
 #include <math.h>
 
 #include "kernels/cuda_util.cuh"
@@ -13,12 +15,16 @@ namespace {
 constexpr int SUMSQ_BLOCKS = OPS_SUMSQ_PARTIALS; /* fixed: the reduction tree must not depend on the GPU */
 constexpr int SUMSQ_THREADS = 256;
 
-__global__ void adamw_kernel(float *master, float *m, float *v, const bf16 *grad, bf16 *param_out,
+__device__ __forceinline__ float widen(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float widen(float x) { return x; }
+
+template <typename G>
+__global__ void adamw_kernel(float *master, float *m, float *v, const G *grad, bf16 *param_out,
                              size_t n, float beta1, float beta2, float eps, float decay_factor, float step_size, float bc2_sqrt, float grad_scale)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const float g = __bfloat162float(grad[i]) * grad_scale;
+        const float g = widen(grad[i]) * grad_scale;
         /* torch 1.13: m.mul_(b1).add_(g, alpha=1-b1); v.mul_(b2).addcmul_(g, g, value=1-b2) */
         const float mi = m[i] * beta1 + (1.0f - beta1) * g;
         const float vi = v[i] * beta2 + (1.0f - beta2) * g * g;
@@ -34,14 +40,15 @@ __global__ void adamw_kernel(float *master, float *m, float *v, const bf16 *grad
 }
 
 /* Block b sums elements b*T + t, stepping by the whole grid, in fp64. */
+template <typename G>
 __global__ void __launch_bounds__(SUMSQ_THREADS)
-    sumsq_partial_kernel(const bf16 *grad, size_t n, double *partials)
+    sumsq_partial_kernel(const G *grad, size_t n, double *partials)
 {
     __shared__ double warp_sums[SUMSQ_THREADS / 32];
     const size_t stride = (size_t)SUMSQ_BLOCKS * SUMSQ_THREADS;
     double sum = 0.0;
     for (size_t i = (size_t)blockIdx.x * SUMSQ_THREADS + threadIdx.x; i < n; i += stride) {
-        const double g = __bfloat162float(grad[i]);
+        const double g = widen(grad[i]);
         sum += g * g;
     }
     sum = cu_warp_sum_d(sum);
@@ -71,12 +78,19 @@ __global__ void __launch_bounds__(SUMSQ_BLOCKS)
         *out += tree[0];
 }
 
+__global__ void accumulate_kernel(float *acc, const bf16 *g, size_t n, bool first)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        acc[i] = first ? __bfloat162float(g[i]) : acc[i] + __bfloat162float(g[i]);
+}
+
 } // namespace
 
-extern "C" ferry_status cudaop_adamw(void *stream, float *master, float *m, float *v,
-                                     const void *grad_bf16, void *param_bf16_out, size_t n,
-                                     float lr, float beta1, float beta2, float eps,
-                                     float weight_decay, int64_t step, float grad_scale)
+extern "C" ferry_status cudaop_adamw(void *stream, float *master, float *m, float *v, const void *grad,
+                                     ferry_dtype grad_dtype, void *param_bf16_out, size_t n, float lr,
+                                     float beta1, float beta2, float eps, float weight_decay, int64_t step,
+                                     float grad_scale)
 {
     CU_REQUIRE(step >= 1, "adamw: step must be >= 1 (the first update is step 1), got %lld",
                (long long)step);
@@ -87,23 +101,32 @@ extern "C" ferry_status cudaop_adamw(void *stream, float *master, float *m, floa
                (double)eps, (double)weight_decay);
     if (n == 0)
         return FERRY_OK;
-    CU_REQUIRE(master && m && v && grad_bf16, "adamw: master, m, v and grad must not be NULL");
+    CU_REQUIRE(master && m && v && grad, "adamw: master, m, v and grad must not be NULL");
+    CU_REQUIRE(grad_dtype == FERRY_DTYPE_BF16 || grad_dtype == FERRY_DTYPE_F32,
+               "adamw: gradients of type %d; bf16 or f32", (int)grad_dtype);
     /* As torch computes them: Python floats (double), used as fp32 scalars. */
     const double bc1 = 1.0 - pow((double)beta1, (double)step);
     const double bc2 = 1.0 - pow((double)beta2, (double)step);
     const float step_size = (float)((double)lr / bc1);
     const float bc2_sqrt = (float)sqrt(bc2);
     const float decay_factor = (float)(1.0 - (double)lr * (double)weight_decay);
-    adamw_kernel<<<cu_blocks(n, 256, 132 * 16), 256, 0, cu_stream(stream)>>>(
-        master, m, v, static_cast<const bf16 *>(grad_bf16), static_cast<bf16 *>(param_bf16_out), n,
-        beta1, beta2, eps, decay_factor, step_size, bc2_sqrt, grad_scale);
+    const unsigned blocks = cu_blocks(n, 256, 132 * 16);
+    bf16 *out = static_cast<bf16 *>(param_bf16_out);
+    if (grad_dtype == FERRY_DTYPE_F32)
+        adamw_kernel<<<blocks, 256, 0, cu_stream(stream)>>>(master, m, v, static_cast<const float *>(grad), out, n,
+                                                            beta1, beta2, eps, decay_factor, step_size, bc2_sqrt,
+                                                            grad_scale);
+    else
+        adamw_kernel<<<blocks, 256, 0, cu_stream(stream)>>>(master, m, v, static_cast<const bf16 *>(grad), out, n,
+                                                            beta1, beta2, eps, decay_factor, step_size, bc2_sqrt,
+                                                            grad_scale);
     CUDA_CHECK_LAUNCH();
     return FERRY_OK;
 }
 
 extern "C" size_t cudaop_sumsq_scratch_bytes(void) { return SUMSQ_BLOCKS * sizeof(double); }
 
-extern "C" ferry_status cudaop_sumsq(void *stream, const void *grad_bf16, size_t n,
+extern "C" ferry_status cudaop_sumsq(void *stream, const void *grad, ferry_dtype grad_dtype, size_t n,
                                      double *out_device_sumsq_accumulate, void *scratch)
 {
     CU_REQUIRE(out_device_sumsq_accumulate && scratch,
@@ -111,13 +134,28 @@ extern "C" ferry_status cudaop_sumsq(void *stream, const void *grad_bf16, size_t
                "device pointers, one is NULL");
     if (n == 0)
         return FERRY_OK;
-    CU_REQUIRE(grad_bf16, "sumsq: grad is NULL with n=%zu", n);
+    CU_REQUIRE(grad, "sumsq: grad is NULL with n=%zu", n);
+    CU_REQUIRE(grad_dtype == FERRY_DTYPE_BF16 || grad_dtype == FERRY_DTYPE_F32,
+               "sumsq: gradients of type %d; bf16 or f32", (int)grad_dtype);
     cudaStream_t s = cu_stream(stream);
     double *partials = static_cast<double *>(scratch);
-    sumsq_partial_kernel<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, s>>>(static_cast<const bf16 *>(grad_bf16),
-                                                                n, partials);
+    if (grad_dtype == FERRY_DTYPE_F32)
+        sumsq_partial_kernel<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, s>>>(static_cast<const float *>(grad), n, partials);
+    else
+        sumsq_partial_kernel<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, s>>>(static_cast<const bf16 *>(grad), n, partials);
     CUDA_CHECK_LAUNCH();
     sumsq_final_kernel<<<1, SUMSQ_BLOCKS, 0, s>>>(partials, out_device_sumsq_accumulate);
+    CUDA_CHECK_LAUNCH();
+    return FERRY_OK;
+}
+
+extern "C" ferry_status cudaop_accumulate(void *stream, float *acc, const void *g_bf16, size_t n, bool first)
+{
+    if (n == 0)
+        return FERRY_OK;
+    CU_REQUIRE(acc && g_bf16, "accumulate: acc and g must be device pointers, one is NULL");
+    accumulate_kernel<<<cu_blocks(n, 256, 132 * 16), 256, 0, cu_stream(stream)>>>(
+        acc, static_cast<const bf16 *>(g_bf16), n, first);
     CUDA_CHECK_LAUNCH();
     return FERRY_OK;
 }

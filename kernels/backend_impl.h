@@ -86,11 +86,12 @@ typedef struct backend_ops {
                                int chunk);
     ferry_status (*convert_from_f32)(backend_stream *s, act_t *dst, const float *src, size_t n);
     ferry_status (*convert_to_f32)(backend_stream *s, float *dst, const act_t *src, size_t n);
-    ferry_status (*adamw)(backend_stream *s, float *master, float *m, float *v, const act_t *grad,
-                          act_t *param_out, size_t n, const adamw_hparams *hp, int64_t step,
-                          float grad_scale);
-    ferry_status (*sumsq)(backend_stream *s, const act_t *grad, size_t n, double *sumsq,
-                          void *scratch);
+    ferry_status (*adamw)(backend_stream *s, float *master, float *m, float *v, const void *grad,
+                          ferry_dtype grad_dtype, act_t *param_out, size_t n, const adamw_hparams *hp,
+                          int64_t step, float grad_scale);
+    ferry_status (*sumsq)(backend_stream *s, const void *grad, ferry_dtype grad_dtype, size_t n,
+                          double *sumsq, void *scratch);
+    ferry_status (*accumulate)(backend_stream *s, float *acc, const act_t *g, size_t n, bool first);
 } backend_ops;
 
 /* The tables of the two backends (the cuda one only in a CUDA build). */

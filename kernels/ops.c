@@ -412,12 +412,22 @@ static ferry_status check_adamw_hparams(const char *op, const adamw_hparams *hp,
     return FERRY_OK;
 }
 
-ferry_status ops_adamw(backend_stream *s, float *master, float *m, float *v, const act_t *grad,
-                       act_t *param_out, size_t n, const adamw_hparams *hp, int64_t step,
-                       float grad_scale)
+/* A gradient buffer is of the storage type or fp32 (a micro-batch sum). */
+static ferry_status check_grad_dtype(const char *op, backend_stream *s, ferry_dtype t)
+{
+    if (t != s->be->act && t != FERRY_DTYPE_F32)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: gradients of type %s; use the storage type (%s) or f32",
+                       op, dtype_name(t), dtype_name(s->be->act));
+    return FERRY_OK;
+}
+
+ferry_status ops_adamw(backend_stream *s, float *master, float *m, float *v, const void *grad,
+                       ferry_dtype grad_dtype, act_t *param_out, size_t n, const adamw_hparams *hp,
+                       int64_t step, float grad_scale)
 {
     const char *op = "ops_adamw";
     CHECK(check_stream(op, s));
+    CHECK(check_grad_dtype(op, s, grad_dtype));
     CHECK(check_adamw_hparams(op, hp, step, grad_scale));
     if (n == 0)
         return FERRY_OK;
@@ -425,20 +435,33 @@ ferry_status ops_adamw(backend_stream *s, float *master, float *m, float *v, con
     CHECK(check_tensor(op, s, "master", master, n, sizeof(float)));
     CHECK(check_tensor(op, s, "m", m, n, sizeof(float)));
     CHECK(check_tensor(op, s, "v", v, n, sizeof(float)));
-    CHECK(check_tensor(op, s, "grad", grad, n, es));
+    CHECK(check_tensor(op, s, "grad", grad, n, dtype_size(grad_dtype)));
     if (param_out)
         CHECK(check_tensor(op, s, "param_out", param_out, n, es));
-    return s->be->ops->adamw(s, master, m, v, grad, param_out, n, hp, step, grad_scale);
+    return s->be->ops->adamw(s, master, m, v, grad, grad_dtype, param_out, n, hp, step, grad_scale);
 }
 
-ferry_status ops_sumsq(backend_stream *s, const act_t *grad, size_t n, double *sumsq, void *scratch)
+ferry_status ops_sumsq(backend_stream *s, const void *grad, ferry_dtype grad_dtype, size_t n, double *sumsq,
+                       void *scratch)
 {
     const char *op = "ops_sumsq";
     CHECK(check_stream(op, s));
+    CHECK(check_grad_dtype(op, s, grad_dtype));
     CHECK(check_tensor(op, s, "sumsq", sumsq, 1, sizeof(double)));
     CHECK(check_tensor(op, s, "scratch", scratch, ops_sumsq_scratch_bytes(), 1));
     if (n == 0)
         return FERRY_OK;
-    CHECK(check_tensor(op, s, "grad", grad, n, act_size(s)));
-    return s->be->ops->sumsq(s, grad, n, sumsq, scratch);
+    CHECK(check_tensor(op, s, "grad", grad, n, dtype_size(grad_dtype)));
+    return s->be->ops->sumsq(s, grad, grad_dtype, n, sumsq, scratch);
+}
+
+ferry_status ops_accumulate(backend_stream *s, float *acc, const act_t *g, size_t n, bool first)
+{
+    const char *op = "ops_accumulate";
+    CHECK(check_stream(op, s));
+    if (n == 0)
+        return FERRY_OK;
+    CHECK(check_tensor(op, s, "acc", acc, n, sizeof(float)));
+    CHECK(check_tensor(op, s, "g", g, n, act_size(s)));
+    return s->be->ops->accumulate(s, acc, g, n, first);
 }

@@ -134,12 +134,13 @@ ferry_status ops_convert_to_f32(backend_stream *s, float *dst, const act_t *src,
 
 /* torch.optim.AdamW on n elements of one tensor, in stream order (the
  * element arithmetic of common/numerics.h): master, m, v are fp32 device
- * buffers updated in place; grad is in the storage type, multiplied by
- * grad_scale (the clip coefficient) first; param_out (may be NULL) receives
- * the updated weights in the storage type. step >= 1. */
-ferry_status ops_adamw(backend_stream *s, float *master, float *m, float *v, const act_t *grad,
-                       act_t *param_out, size_t n, const adamw_hparams *hp, int64_t step,
-                       float grad_scale);
+ * buffers updated in place; grad is of grad_dtype — the storage type, or
+ * F32 for gradients summed over micro-batches (ops_accumulate) —,
+ * multiplied by grad_scale (the clip coefficient) first; param_out (may be
+ * NULL) receives the updated weights in the storage type. step >= 1. */
+ferry_status ops_adamw(backend_stream *s, float *master, float *m, float *v, const void *grad,
+                       ferry_dtype grad_dtype, act_t *param_out, size_t n, const adamw_hparams *hp,
+                       int64_t step, float grad_scale);
 
 /* *sumsq (one fp64 in device memory) += the sum of grad[i]^2 over n elements
  * in the storage type, deterministically: the bits depend only on the data
@@ -147,7 +148,15 @@ ferry_status ops_adamw(backend_stream *s, float *master, float *m, float *v, con
  * inf or NaN gradient makes the sum inf or NaN, which is the flag callers
  * check. `scratch` holds ops_sumsq_scratch_bytes() of device memory; calls
  * sharing a scratch must be on one stream. */
-ferry_status ops_sumsq(backend_stream *s, const act_t *grad, size_t n, double *sumsq, void *scratch);
+ferry_status ops_sumsq(backend_stream *s, const void *grad, ferry_dtype grad_dtype, size_t n, double *sumsq,
+                       void *scratch);
+
+/* acc[i] = g[i] (first) or acc[i] + g[i] over n elements, in fp32: one
+ * micro-batch's gradient (the storage type) added into the fp32 sum of the
+ * step's micro-batches, so accumulating k micro-batches rounds to fp32, not
+ * to bf16, k times. Exact fp32 adds in element order: the same bits as the
+ * CPU's acc += widen(g). */
+ferry_status ops_accumulate(backend_stream *s, float *acc, const act_t *g, size_t n, bool first);
 #define OPS_SUMSQ_PARTIALS 512 /* partial sums in the scratch, on every backend */
 size_t ops_sumsq_scratch_bytes(void);
 

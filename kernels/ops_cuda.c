@@ -98,19 +98,24 @@ static ferry_status cuda_convert_to_f32(backend_stream *s, float *dst, const act
     return cudaop_convert_to_f32(backend_stream_native(s), dst, src, n);
 }
 
-static ferry_status cuda_adamw(backend_stream *s, float *master, float *m, float *v,
-                               const act_t *grad, act_t *param_out, size_t n,
-                               const adamw_hparams *hp, int64_t step, float grad_scale)
+static ferry_status cuda_adamw(backend_stream *s, float *master, float *m, float *v, const void *grad,
+                               ferry_dtype grad_dtype, act_t *param_out, size_t n, const adamw_hparams *hp,
+                               int64_t step, float grad_scale)
 {
-    return cudaop_adamw(backend_stream_native(s), master, m, v, grad, param_out, n, (float)hp->lr,
-                        (float)hp->beta1, (float)hp->beta2, (float)hp->eps, (float)hp->weight_decay,
-                        step, grad_scale);
+    return cudaop_adamw(backend_stream_native(s), master, m, v, grad, grad_dtype, param_out, n, (float)hp->lr,
+                        (float)hp->beta1, (float)hp->beta2, (float)hp->eps, (float)hp->weight_decay, step,
+                        grad_scale);
 }
 
-static ferry_status cuda_sumsq(backend_stream *s, const act_t *grad, size_t n, double *sumsq,
-                               void *scratch)
+static ferry_status cuda_sumsq(backend_stream *s, const void *grad, ferry_dtype grad_dtype, size_t n,
+                               double *sumsq, void *scratch)
 {
-    return cudaop_sumsq(backend_stream_native(s), grad, n, sumsq, scratch);
+    return cudaop_sumsq(backend_stream_native(s), grad, grad_dtype, n, sumsq, scratch);
+}
+
+static ferry_status cuda_accumulate(backend_stream *s, float *acc, const act_t *g, size_t n, bool first)
+{
+    return cudaop_accumulate(backend_stream_native(s), acc, g, n, first);
 }
 
 const backend_ops backend_cuda_ops = {
@@ -133,4 +138,5 @@ const backend_ops backend_cuda_ops = {
     .convert_to_f32 = cuda_convert_to_f32,
     .adamw = cuda_adamw,
     .sumsq = cuda_sumsq,
+    .accumulate = cuda_accumulate,
 };

@@ -89,11 +89,12 @@ ferry_status cudaop_convert_to_f32(void *stream, float *dst, const act_t *src, s
 /* torch.optim.AdamW on device, for n elements of one tensor:
  *   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  *   p *= 1 - lr wd; p -= (lr / (1-b1^step)) m / (sqrt(v) / sqrt(1-b2^step) + eps)
- * master, m, v are fp32 and updated in place; grad is bf16; param_bf16_out
- * (may be NULL) receives bf16(p). step >= 1. */
-ferry_status cudaop_adamw(void *stream, float *master, float *m, float *v, const void *grad_bf16,
-                          void *param_bf16_out, size_t n, float lr, float beta1, float beta2,
-                          float eps, float weight_decay, int64_t step, float grad_scale);
+ * master, m, v are fp32 and updated in place; grad is bf16, or fp32 (a sum
+ * of micro-batches) when grad_dtype is FERRY_DTYPE_F32; param_bf16_out (may
+ * be NULL) receives bf16(p). step >= 1. */
+ferry_status cudaop_adamw(void *stream, float *master, float *m, float *v, const void *grad,
+                          ferry_dtype grad_dtype, void *param_bf16_out, size_t n, float lr, float beta1,
+                          float beta2, float eps, float weight_decay, int64_t step, float grad_scale);
 
 /* *out_device_sumsq_accumulate += sum of grad^2 (fp64, in device memory),
  * deterministic: a fixed number of blocks and a fixed reduction order, no
@@ -101,8 +102,10 @@ ferry_status cudaop_adamw(void *stream, float *master, float *m, float *v, const
  * the sum inf or NaN, which is the flag the caller checks. `scratch` holds
  * cudaop_sumsq_scratch_bytes() bytes of device memory (per-block partials);
  * calls sharing a scratch must be on one stream. */
-ferry_status cudaop_sumsq(void *stream, const void *grad_bf16, size_t n,
+ferry_status cudaop_sumsq(void *stream, const void *grad, ferry_dtype grad_dtype, size_t n,
                           double *out_device_sumsq_accumulate, void *scratch);
+/* acc[i] = float(g[i]) (first) or acc[i] + float(g[i]) for n bf16 g. */
+ferry_status cudaop_accumulate(void *stream, float *acc, const void *g_bf16, size_t n, bool first);
 size_t cudaop_sumsq_scratch_bytes(void);
 
 #ifdef __cplusplus

@@ -480,6 +480,7 @@ static ferry_status host_convert_to_f32(backend_stream *s, float *dst, const act
 typedef struct adamw_args {
     float *master, *m, *v;
     const void *grad;
+    ferry_dtype grad_dtype;
     void *param_out;
     ferry_dtype act;
     size_t n;
@@ -491,16 +492,16 @@ typedef struct adamw_args {
 static ferry_status adamw_run(void *p)
 {
     adamw_args *a = p;
-    hostop_adamw(a->master, a->m, a->v, a->grad, a->param_out, a->act, a->n, &a->hp, a->step,
+    hostop_adamw(a->master, a->m, a->v, a->grad, a->grad_dtype, a->param_out, a->act, a->n, &a->hp, a->step,
                  a->grad_scale);
     return FERRY_OK;
 }
 
-static ferry_status host_adamw(backend_stream *s, float *master, float *m, float *v,
-                               const act_t *grad, act_t *param_out, size_t n,
-                               const adamw_hparams *hp, int64_t step, float grad_scale)
+static ferry_status host_adamw(backend_stream *s, float *master, float *m, float *v, const void *grad,
+                               ferry_dtype grad_dtype, act_t *param_out, size_t n, const adamw_hparams *hp,
+                               int64_t step, float grad_scale)
 {
-    adamw_args a = {master, m, v, grad, param_out, s->be->act, n, *hp, step, grad_scale};
+    adamw_args a = {master, m, v, grad, grad_dtype, param_out, s->be->act, n, *hp, step, grad_scale};
     return backend_launch_host(s, adamw_run, &a, sizeof a);
 }
 
@@ -518,12 +519,33 @@ static ferry_status sumsq_run(void *p)
     return FERRY_OK;
 }
 
-static ferry_status host_sumsq(backend_stream *s, const act_t *grad, size_t n, double *sumsq,
-                               void *scratch)
+static ferry_status host_sumsq(backend_stream *s, const void *grad, ferry_dtype grad_dtype, size_t n,
+                               double *sumsq, void *scratch)
 {
     (void)scratch; /* the host sums tile partials on the worker's stack */
-    sumsq_args a = {grad, s->be->act, n, sumsq};
+    sumsq_args a = {grad, grad_dtype, n, sumsq};
     return backend_launch_host(s, sumsq_run, &a, sizeof a);
+}
+
+typedef struct accumulate_args {
+    float *acc;
+    const void *g;
+    ferry_dtype act;
+    size_t n;
+    bool first;
+} accumulate_args;
+
+static ferry_status accumulate_run(void *p)
+{
+    accumulate_args *a = p;
+    hostop_accumulate(a->acc, a->g, a->act, a->n, a->first);
+    return FERRY_OK;
+}
+
+static ferry_status host_accumulate(backend_stream *s, float *acc, const act_t *g, size_t n, bool first)
+{
+    accumulate_args a = {acc, g, s->be->act, n, first};
+    return backend_launch_host(s, accumulate_run, &a, sizeof a);
 }
 
 const backend_ops backend_host_ops = {
@@ -546,4 +568,5 @@ const backend_ops backend_host_ops = {
     .convert_to_f32 = host_convert_to_f32,
     .adamw = host_adamw,
     .sumsq = host_sumsq,
+    .accumulate = host_accumulate,
 };

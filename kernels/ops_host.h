@@ -13,6 +13,7 @@
 #ifndef FERRY_KERNELS_OPS_HOST_H
 #define FERRY_KERNELS_OPS_HOST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -71,14 +72,17 @@ ferry_status hostop_classifier_bf16_scratch(float *losses, float *dinp, float *d
 
 void hostop_convert_copy(float *dst, const float *src, size_t n);
 
-/* AdamW over n elements (common/numerics.h's arithmetic): grad and
- * param_out (may be NULL) hold `act` elements (f32 or bf16); step >= 1. */
-void hostop_adamw(float *master, float *m, float *v, const void *grad, void *param_out,
-                  ferry_dtype act, size_t n, const adamw_hparams *hp, int64_t step,
+/* AdamW over n elements (common/numerics.h's arithmetic): grad holds
+ * grad_dtype elements, param_out (may be NULL) `act` ones (f32 or bf16);
+ * step >= 1. */
+void hostop_adamw(float *master, float *m, float *v, const void *grad, ferry_dtype grad_dtype,
+                  void *param_out, ferry_dtype act, size_t n, const adamw_hparams *hp, int64_t step,
                   float grad_scale);
 /* The sum of squares of n `act` elements, tile by tile in tile order
  * (common/numerics.h): bitwise the CPU optimizer's gradnorm_sumsq. */
 double hostop_sumsq(const void *grad, ferry_dtype act, size_t n);
+/* acc[i] = g[i] (first) or acc[i] + g[i], g of type `act` widened exactly. */
+void hostop_accumulate(float *acc, const void *g, ferry_dtype act, size_t n, bool first);
 
 #ifdef __cplusplus
 }

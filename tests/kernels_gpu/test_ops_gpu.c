@@ -356,7 +356,7 @@ static void test_adamw(void)
         float *g = gpu_rand_array(&rng, n, -0.5f, 0.5f);
         void *d_g = dev(g, n);
         adamw_ref(rp, rm, rv, g, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, step, 0.5);
-        OK(cudaop_adamw(backend_stream_native(st), d_p, d_m, d_v, d_g, d_out, n, 1e-3f, 0.9f,
+        OK(cudaop_adamw(backend_stream_native(st), d_p, d_m, d_v, d_g, FERRY_DTYPE_BF16, d_out, n, 1e-3f, 0.9f,
                         0.95f, 1e-8f, 0.1f, step, 0.5f));
         release(d_g);
         free(g);
@@ -371,7 +371,7 @@ static void test_adamw(void)
     tap_ok(max_err <= 1e-6, "adamw: 3 steps match torch AdamW in double, max abs err %.3g <= 1e-6",
            max_err);
     tap_ok(max16 <= 0x1p-8, "adamw: bf16 param copy within half a bf16 ulp, max rel %.3g", max16);
-    TAP_IS_STATUS(cudaop_adamw(backend_stream_native(st), d_p, d_m, d_v, d_out, d_out, n, 1e-3f,
+    TAP_IS_STATUS(cudaop_adamw(backend_stream_native(st), d_p, d_m, d_v, d_out, FERRY_DTYPE_BF16, d_out, n, 1e-3f,
                                0.9f, 0.95f, 1e-8f, 0.1f, 0, 1.0f),
                   FERRY_ERR_INVALID_ARGUMENT, "adamw: step 0 is rejected");
     release(d_p), release(d_m), release(d_v), release(d_out);
@@ -389,8 +389,8 @@ static void test_sumsq(void)
     void *d_g = dev(g, n), *d_scratch = NULL;
     double *d_sum = dev_raw(&zero, 8), *d_sum2 = dev_raw(&zero, 8);
     backend_alloc(be, cudaop_sumsq_scratch_bytes(), &d_scratch);
-    OK(cudaop_sumsq(backend_stream_native(st), d_g, n, d_sum, d_scratch));
-    OK(cudaop_sumsq(backend_stream_native(st), d_g, n, d_sum2, d_scratch));
+    OK(cudaop_sumsq(backend_stream_native(st), d_g, FERRY_DTYPE_BF16, n, d_sum, d_scratch));
+    OK(cudaop_sumsq(backend_stream_native(st), d_g, FERRY_DTYPE_BF16, n, d_sum2, d_scratch));
     double got = 0, got2 = 0;
     backend_memcpy_async(st, &got, d_sum, 8, BACKEND_COPY_D2H);
     backend_memcpy_async(st, &got2, d_sum2, 8, BACKEND_COPY_D2H);
@@ -399,7 +399,7 @@ static void test_sumsq(void)
     tap_ok(memcmp(&got, &got2, 8) == 0, "sumsq is bitwise deterministic (%.17g, %.17g)", got, got2);
     g[n / 2] = NAN;
     void *d_bad = dev(g, n);
-    OK(cudaop_sumsq(backend_stream_native(st), d_bad, n, d_sum, d_scratch));
+    OK(cudaop_sumsq(backend_stream_native(st), d_bad, FERRY_DTYPE_BF16, n, d_sum, d_scratch));
     backend_memcpy_async(st, &got, d_sum, 8, BACKEND_COPY_D2H);
     backend_stream_synchronize(st);
     tap_ok(!isfinite(got), "sumsq flags a NaN gradient with a non-finite sum (%g)", got);

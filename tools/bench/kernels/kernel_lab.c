@@ -202,8 +202,8 @@ static void f_attn_fwd(void *p) { bufs *k = p; must(ops_attention_forward(st, k-
 static void f_attn_bwd(void *p) { bufs *k = p; must(ops_attention_backward(st, k->dqkv, k->dout, k->qkv, k->out, k->lse, k->z.B, k->z.T, k->z.C, k->z.NH), "attention bwd"); }
 static void f_cls(void *p) { bufs *k = p; must(ops_classifier(st, k->losses, k->dx, k->dwte, k->x, k->wte, k->tok, 1.0f / N_, N_, k->z.C, k->z.V, k->z.Vp, k->scratch, k->z.chunk), "classifier"); }
 static void f_convert(void *p) { bufs *k = p; must(ops_convert_from_f32(st, k->dx, k->master, (size_t)4 * k->z.C * k->z.C), "convert"); }
-static void f_adamw(void *p) { bufs *k = p; must(cudaop_adamw(backend_stream_native(st), k->master, k->m, k->v, k->dw, k->w, (size_t)4 * k->z.C * k->z.C, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f), "adamw"); }
-static void f_sumsq(void *p) { bufs *k = p; must(cudaop_sumsq(backend_stream_native(st), k->dw, (size_t)4 * k->z.C * k->z.C, k->sumsq, k->sumsq_scratch), "sumsq"); }
+static void f_adamw(void *p) { bufs *k = p; must(cudaop_adamw(backend_stream_native(st), k->master, k->m, k->v, k->dw, FERRY_DTYPE_BF16, k->w, (size_t)4 * k->z.C * k->z.C, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f), "adamw"); }
+static void f_sumsq(void *p) { bufs *k = p; must(cudaop_sumsq(backend_stream_native(st), k->dw, FERRY_DTYPE_BF16, (size_t)4 * k->z.C * k->z.C, k->sumsq, k->sumsq_scratch), "sumsq"); }
 static void f_ceiling_mm(void *p) { bufs *k = p; must(ops_matmul_forward(st, k->big_c, k->big_a, k->big_a, NULL, 8192, 8192, 8192), "ceiling matmul"); }
 static void f_ceiling_copy(void *p) { bufs *k = p; must(backend_memcpy_async(st, k->big_c, k->big_a, k->copy_bytes, BACKEND_COPY_D2D), "ceiling copy"); }
 
