@@ -30,10 +30,13 @@ void engine_bytes_per_param(const ferry_engine *e, double *device, double *host)
 {
     double act = (double)e->act_size;
     switch (e->cfg.offload) {
-    case FERRY_OFFLOAD_NONE: *device = 2 * act + 12; *host = 0; break;
-    case FERRY_OFFLOAD_OPTIMIZER: *device = 2 * act; *host = 12 + 2 * act; break;
-    case FERRY_OFFLOAD_PARAMS: *device = 0; *host = 12 + 2 * act; break;
+    case FERRY_OFFLOAD_NONE: *device = 2 * act + 12; *host = 0; return;
+    case FERRY_OFFLOAD_OPTIMIZER: *device = 2 * act; *host = 12 + 2 * act; return;
+    case FERRY_OFFLOAD_PARAMS: break;
     }
+    /* params: ferry_engine_create refuses any other value */
+    *device = 0;
+    *host = 12 + 2 * act;
 }
 
 static size_t total_params(const ferry_engine *e)
