@@ -8,7 +8,9 @@
  *
  * With bf16 on the device that is 16 bytes per parameter on the host in the
  * offload modes (12 fp32 + 2 drained gradient + 2 upload copy), and 4 on the
- * device in optimizer mode. Also evicts retiring weights in params mode. */
+ * device in optimizer mode. Also evicts retiring weights in params mode.
+ * The host-side setup (first touch, the master copy, the bf16 conversion)
+ * runs on the engine's thread pool, every core of its node. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,12 +155,13 @@ static ferry_status place_offloaded(ferry_engine *e, engine_group *g)
         (st = host_alloc(e, g, act, FERRY_MEM_GRADS, "grads", &g->host_grads)) != FERRY_OK ||
         (st = host_alloc(e, g, act, FERRY_MEM_STAGING, "weights", &g->host_weights)) != FERRY_OK)
         return st;
-    /* First touch from the optimizer's threads puts the pages on its node. */
+    /* First touch from the optimizer's threads puts the pages on its node;
+     * the master weights are first touched by the copy, on the same threads. */
     if ((st = tp_first_touch(e->threads, g->m, f32)) != FERRY_OK ||
         (st = tp_first_touch(e->threads, g->v, f32)) != FERRY_OK ||
-        (st = tp_first_touch(e->threads, g->host_grads, act)) != FERRY_OK)
+        (st = tp_first_touch(e->threads, g->host_grads, act)) != FERRY_OK ||
+        (st = half_convert_pool(e->threads, g->master, OPTIM_F32, g->init, OPTIM_F32, g->numel)) != FERRY_OK)
         return st;
-    memcpy(g->master, g->init, f32);
     if (e->cfg.offload == FERRY_OFFLOAD_OPTIMIZER) {
         if ((st = dev_alloc(e, g, act, FERRY_MEM_PARAMS, "weights", &g->dev_weights)) != FERRY_OK ||
             (st = dev_alloc(e, g, act, FERRY_MEM_GRADS, "grads", &g->dev_grads)) != FERRY_OK ||
@@ -178,7 +181,8 @@ ferry_status engine_write_device_weights(ferry_engine *e, engine_group *g)
             return st;
         return backend_stream_synchronize(e->compute);
     }
-    if ((st = half_convert(g->host_weights, act_optim(e), g->master, OPTIM_F32, g->numel)) != FERRY_OK)
+    if ((st = half_convert_pool(e->threads, g->host_weights, act_optim(e), g->master, OPTIM_F32, g->numel)) !=
+        FERRY_OK)
         return st;
     if (e->cfg.offload == FERRY_OFFLOAD_PARAMS)
         return FERRY_OK;
