@@ -92,13 +92,11 @@ step() {
   return "$rc"
 }
 
-# The directory holding libcublasLt.so.13 and libcublas.so.13: Python's
-# nvidia wheels first (the copy torch loads), then the loader's cache, the
-# toolkit, and a bounded search of the disk.
-find_cublas() {
-  local d
-  for d in $(timeout 5 python3 -c '
-import glob, os, site, sys
+# Folders that may hold libcublasLt.so.13: Python's nvidia wheels first (the
+# copy torch loads), then the loader's cache and the toolkit.
+cublas_candidates() {
+  timeout 5 python3 -c '
+import glob, os, site
 roots = []
 try:
     import nvidia
@@ -110,10 +108,18 @@ for s in site.getsitepackages() + [site.getusersitepackages()]:
 for r in roots:
     for p in glob.glob(os.path.join(r, "**", "libcublasLt.so.13*"), recursive=True):
         print(os.path.dirname(p))
-' 2>/dev/null) $(ldconfig -p 2>/dev/null | awk '/libcublasLt\.so\.13 / {print $NF}' | xargs -r -n1 dirname) \
-      ${CUDA_HOME:+$CUDA_HOME/lib64} /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-      $(timeout 4 find / -xdev -name 'libcublasLt.so.13*' -printf '%h\n' 2>/dev/null | head -3); do
-    if [ -e "$d/libcublasLt.so.13" ] && [ -e "$d/libcublas.so.13" ]; then
+' 2>/dev/null
+  ldconfig -p 2>/dev/null | awk '/libcublasLt\.so\.13 / {print $NF}' | xargs -r -n1 dirname
+  printf '%s\n' ${CUDA_HOME:+"$CUDA_HOME/lib64"} /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib
+}
+
+# The first folder holding both libcublasLt.so.13 and libcublas.so.13; a
+# 4-second search of the disk only when no candidate has them.
+find_cublas() {
+  local d
+  for d in $(cublas_candidates) -; do
+    [ "$d" = - ] && d=$(timeout 4 find / -xdev -name 'libcublasLt.so.13*' -printf '%h\n' 2>/dev/null | head -1)
+    if [ -n "$d" ] && [ -e "$d/libcublasLt.so.13" ] && [ -e "$d/libcublas.so.13" ]; then
       echo "$d"
       return 0
     fi
