@@ -29,6 +29,7 @@
 #define B_ 4
 #define T_ 64
 #define TOL_LOSS 2e-2
+#define BUDGET ((uint64_t)2 << 30) /* device bytes: a small card's worth */
 
 static char work[] = "/tmp/ferry-hf-gpu-XXXXXX";
 
@@ -75,8 +76,8 @@ static bool train_and_save(ferry_backend_kind kind, const char *run_dir, const c
     gpt2_config c;
     gpt2_config_from_fields(2, 4, 128, 50257, 0, T_, &c);
     efix f;
-    bool ok = tap_is_status(efix_open(&f, &c, kind, FERRY_OFFLOAD_OPTIMIZER, 0, B_, T_, 11, 12), FERRY_OK,
-                            "a GPT-2 on the %s engine sets up", ferry_backend_name(kind));
+    ferry_status st = efix_open(&f, &c, kind, FERRY_OFFLOAD_OPTIMIZER, BUDGET, B_, T_, 11, 12);
+    bool ok = tap_is_status(st, FERRY_OK, "a GPT-2 on the %s engine sets up", ferry_backend_name(kind));
     ferry_step_options so = FERRY_STEP_OPTIONS_INIT;
     so.lr = 2e-3f;
     float train_loss = 0, first = 0;
@@ -131,7 +132,8 @@ int main(int argc, char **argv)
             code = 77;
         } else if (tap_ok(rc == 0, "transformers loaded the checkpoint (script exit %d%s)", rc,
                           rc == 3 ? ": torch or transformers is missing, which the GPU check needs" : "")) {
-            TAP_IS_CLOSE(theirs, ours, 0.0, TOL_LOSS, "transformers' loss %.6f = ferry's %.6f within %.0e relative (bf16)",
+            TAP_IS_CLOSE(theirs, ours, 0.0, TOL_LOSS,
+                         "transformers' loss %.6f = ferry's %.6f within %.0e relative (bf16)",
                          theirs, (double)ours, TOL_LOSS);
         }
     }

@@ -66,7 +66,8 @@ static void documented_draws(const gpt2_model *m)
     gpt2_group_tensor(m, 1, 2, &t); /* attn.c_attn.weight: 768 x 256, 3 chunks */
     TAP_IS_CLOSE(blk[t.offset], first_draw(1, 2, 0, 0.02), 0, 1e-6, "c_attn.weight chunk 0 starts with its stream");
     gpt2_group_tensor(m, 1, 8, &t); /* mlp.c_fc.weight: 1024 x 256, 4 chunks */
-    TAP_IS_CLOSE(blk[t.offset + 3 * CHUNK], first_draw(1, 8, 3, 0.02), 0, 1e-6, "c_fc.weight chunk 3 starts with its stream");
+    TAP_IS_CLOSE(blk[t.offset + 3 * CHUNK], first_draw(1, 8, 3, 0.02), 0, 1e-6,
+                 "c_fc.weight chunk 3 starts with its stream");
     double s = 0, q = 0;
     for (size_t i = 0; i < t.numel; i++)
         s += blk[t.offset + i], q += (double)blk[t.offset + i] * blk[t.offset + i];

@@ -447,7 +447,8 @@ static ferry_status parse_positive(const char *flag, const char *v, double *out)
     return FERRY_OK;
 }
 
-#define VALUED_FLAGS " --model --batch --seq --steps --warmup --threads --modes --offload --backend --gpu-mem --peak-tflops "
+#define VALUED_FLAGS                                                                                 \
+    " --model --batch --seq --steps --warmup --threads --modes --offload --backend --gpu-mem --peak-tflops "
 
 static ferry_status parse_args(int argc, char **argv, bench_opts *o)
 {
