@@ -2,7 +2,9 @@
  * engine's own buffers, then every group's), fills it (master weights from
  * the initial values, zero moments and gradients, the device or upload copy
  * of the weights), and says in one sentence what it chose. Also evicts
- * retiring weights in params mode. */
+ * retiring weights in params mode. The host-side setup (first touch, the
+ * master copy, the bf16 conversion) runs on the engine's thread pool, every
+ * core of its node. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,12 +142,13 @@ static ferry_status fill_offloaded(ferry_engine *e, engine_group *g)
 {
     size_t f32 = g->numel * sizeof(float), act = g->numel * e->act_size;
     ferry_status st;
-    /* First touch from the optimizer's threads puts the pages on its node. */
+    /* First touch from the optimizer's threads puts the pages on its node;
+     * the master weights are first touched by the copy, on the same threads. */
     if ((st = tp_first_touch(e->threads, g->m, f32)) != FERRY_OK ||
         (st = tp_first_touch(e->threads, g->v, f32)) != FERRY_OK ||
-        (st = tp_first_touch(e->threads, g->host_grads, act)) != FERRY_OK)
+        (st = tp_first_touch(e->threads, g->host_grads, act)) != FERRY_OK ||
+        (st = half_convert_pool(e->threads, g->master, FERRY_DTYPE_F32, g->init, FERRY_DTYPE_F32, g->numel)) != FERRY_OK)
         return st;
-    memcpy(g->master, g->init, f32);
     if (e->cfg.offload == FERRY_OFFLOAD_OPTIMIZER &&
         (st = backend_memset_async(e->compute, g->dev_grads, 0, act)) != FERRY_OK)
         return st;
@@ -162,7 +165,8 @@ ferry_status engine_write_device_weights(ferry_engine *e, engine_group *g)
             return st;
         return backend_stream_synchronize(e->compute);
     }
-    if ((st = half_convert(g->host_weights, e->act, g->master, FERRY_DTYPE_F32, g->numel)) != FERRY_OK)
+    if ((st = half_convert_pool(e->threads, g->host_weights, e->act, g->master, FERRY_DTYPE_F32, g->numel)) !=
+        FERRY_OK)
         return st;
     if (e->cfg.offload == FERRY_OFFLOAD_PARAMS)
         return FERRY_OK;

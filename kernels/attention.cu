@@ -466,7 +466,7 @@ ferry_status make_args(const char *op, void *stream, int B, int T, int C, int NH
 extern "C" ferry_status cudaop_attention_forward(void *stream, act_t *out, float *lse,
                                                  const act_t *qkv, int B, int T, int C, int NH)
 {
-    attn_args a;
+    attn_args a = {}; /* make_args fills it, or fails */
     ferry_status st = make_args("attention_forward", stream, B, T, C, NH, &a);
     if (st != FERRY_OK)
         return st;
@@ -489,7 +489,7 @@ extern "C" ferry_status cudaop_attention_backward(void *stream, act_t *dqkv, con
                                                   const act_t *qkv, const act_t *out,
                                                   const float *lse, int B, int T, int C, int NH)
 {
-    attn_args a;
+    attn_args a = {}; /* make_args fills it, or fails */
     ferry_status st = make_args("attention_backward", stream, B, T, C, NH, &a);
     if (st != FERRY_OK)
         return st;

@@ -1,13 +1,18 @@
 /* The cuda backend: CUDA streams and events, cudaMemcpyAsync, page-locked
  * host memory, and host functions through cudaLaunchHostFunc. Device memory
  * comes from cudaMalloc in a few large pieces (the engine's arena sub-divides
- * them), so the budget is the engine's, not the CUDA caching allocator's. */
+ * them), so the budget is the engine's, not the CUDA caching allocator's.
+ * Opening it tells "no GPU here" (FERRY_ERR_UNSUPPORTED) from a GPU that
+ * cannot start (FERRY_ERR_BACKEND), and refuses a card below sm_80 or one
+ * this build carries no code for. */
 #include <cuda_runtime.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ferry_cuda_build.h" /* FERRY_CUDA_ARCHS, FERRY_CUDA_PTX_ARCH: meson's gpu_archs */
+#include "kernels/backend_cuda.h"
 #include "kernels/backend_impl.h"
 #include "kernels/cuda_check.h"
 
@@ -101,7 +106,14 @@ void cuda_host_free(backend *be, void *ptr)
 ferry_status cuda_host_register(backend *be, void *ptr, size_t bytes)
 {
     (void)be;
-    CUDA_CHECK(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable));
+    cudaError_t rc = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable);
+    if (rc != cudaSuccess) {
+        /* A refusal (memlock limit, a mapping CUDA cannot pin) is reported
+         * here; left set, the next launch check would blame a kernel. */
+        cudaGetLastError();
+        return err_set(FERRY_ERR_BACKEND, "cudaHostRegister of %zu bytes failed: %s (code %d)", bytes,
+                       cudaGetErrorString(rc), (int)rc);
+    }
     return FERRY_OK;
 }
 
@@ -214,6 +226,7 @@ ferry_status cuda_event_query(backend_event *e, bool *done)
 {
     cudaError_t rc = cudaEventQuery(ev(e));
     if (rc == cudaErrorNotReady) {
+        cudaGetLastError(); /* "not yet" is no error: the next launch check must not see it */
         *done = false;
         return FERRY_OK;
     }
@@ -313,6 +326,54 @@ backend_vtable make_vtable()
 
 const backend_vtable cuda_vtable = make_vtable();
 
+/* Why no device can be used, as a status: no driver, or a driver with no
+ * device, is "no GPU here" (FERRY_ERR_UNSUPPORTED: a GPU test skips); any
+ * other answer is a GPU that is there but cannot start (FERRY_ERR_BACKEND: a
+ * failure, never a skip). */
+ferry_status explain_no_device(cudaError_t rc)
+{
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver); /* 0 when no driver is installed */
+    cudaRuntimeGetVersion(&runtime);
+    cudaGetLastError();
+    if (rc == cudaSuccess || rc == cudaErrorNoDevice || (rc == cudaErrorInsufficientDriver && driver == 0))
+        return err_set(FERRY_ERR_UNSUPPORTED,
+                       "the cuda backend was asked for, but no GPU is visible (%s); use --backend host, "
+                       "or check nvidia-smi",
+                       driver == 0 ? "no NVIDIA driver" : "the driver sees no device");
+    if (rc == cudaErrorInsufficientDriver)
+        return err_set(FERRY_ERR_BACKEND,
+                       "the NVIDIA driver supports CUDA %d.%d, older than the CUDA %d.%d runtime this "
+                       "build uses; update the driver, or build ferry with the toolkit the driver supports",
+                       driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+    return err_set(FERRY_ERR_BACKEND,
+                   "CUDA cannot start: cudaGetDeviceCount failed with %s (code %d); driver CUDA %d.%d, "
+                   "runtime %d.%d; check nvidia-smi",
+                   cudaGetErrorString(rc), (int)rc, driver / 1000, driver % 1000 / 10, runtime / 1000,
+                   runtime % 1000 / 10);
+}
+
+/* What this build carries: machine code for these, PTX for the newest. */
+const int built_archs[] = {FERRY_CUDA_ARCHS};
+
+/* True when the build has machine code this card runs (same major, minor at
+ * most the card's) or PTX it can compile (the card is at least as new). */
+bool build_runs_on(int cc)
+{
+    for (size_t i = 0; i < sizeof built_archs / sizeof built_archs[0]; i++)
+        if (built_archs[i] / 10 == cc / 10 && built_archs[i] <= cc)
+            return true;
+    return cc >= FERRY_CUDA_PTX_ARCH;
+}
+
+void format_archs(char *out, size_t cap)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < sizeof built_archs / sizeof built_archs[0] && at < cap; i++)
+        at += (size_t)snprintf(out + at, cap - at, "%ssm_%d", i ? ", " : "", built_archs[i]);
+}
+
 } // namespace
 
 extern "C" int backend_cuda_device_count(void)
@@ -340,13 +401,37 @@ extern "C" ferry_status backend_cuda_describe(char *name, size_t name_cap, uint6
     return FERRY_OK;
 }
 
+extern "C" ferry_status backend_cuda_check_card(const char *name, int major, int minor)
+{
+    int cc = major * 10 + minor;
+    if (cc < BACKEND_CUDA_MIN_CC)
+        return err_set(FERRY_ERR_UNSUPPORTED,
+                       "the %s is compute capability %d.%d (sm_%d); ferry needs sm_%d or newer "
+                       "(bf16 tensor cores: A100, RTX 30xx, A10, RTX 40xx, L4, H100 and later)",
+                       name, major, minor, cc, BACKEND_CUDA_MIN_CC);
+    if (!build_runs_on(cc)) {
+        char archs[128];
+        format_archs(archs, sizeof archs);
+        return err_set(FERRY_ERR_UNSUPPORTED,
+                       "this build of ferry carries machine code for %s and PTX for compute_%d only; the "
+                       "%s is compute capability %d.%d (sm_%d): rebuild with -Dgpu_archs=%d (or add %d "
+                       "to the list)",
+                       archs, FERRY_CUDA_PTX_ARCH, name, major, minor, cc, cc, cc);
+    }
+    return FERRY_OK;
+}
+
 extern "C" ferry_status backend_cuda_init(backend *be)
 {
-    int count = backend_cuda_device_count();
-    if (count == 0)
-        return err_set(FERRY_ERR_UNSUPPORTED,
-                       "the cuda backend was asked for, but no GPU is visible (no device, or no "
-                       "NVIDIA driver); use --backend host, or check nvidia-smi");
+    int count = 0;
+    cudaError_t rc = cudaGetDeviceCount(&count);
+    if (rc != cudaSuccess || count == 0)
+        return explain_no_device(rc);
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    ferry_status st = backend_cuda_check_card(prop.name, prop.major, prop.minor);
+    if (st != FERRY_OK)
+        return st;
     cuda_backend *cb = static_cast<cuda_backend *>(calloc(1, sizeof *cb));
     if (!cb)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "backend_open: out of host memory");
@@ -355,13 +440,6 @@ extern "C" ferry_status backend_cuda_init(backend *be)
     be->vt = &cuda_vtable;
     be->ops = &backend_cuda_ops;
     be->act = FERRY_DTYPE_BF16;
-    cudaDeviceProp prop;
-    cudaError_t rc = cudaGetDeviceProperties(&prop, cb->device);
-    if (rc != cudaSuccess) {
-        free(cb);
-        be->impl = NULL;
-        CUDA_CHECK(rc);
-    }
     snprintf(be->device_name, sizeof be->device_name, "%.255s (sm_%d%d, %.1f GiB)", prop.name, prop.major,
              prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
     return FERRY_OK;

@@ -103,9 +103,11 @@ ferry_status gpt2_find_tensor(const gpt2_model *m, const char *name, int *group,
  * weights normal(0, 0.02), the residual projections (attn.c_proj and
  * mlp.c_proj weights) normal(0, 0.02 / sqrt(2 L)), wte and wpe normal(0,
  * 0.02) as Hugging Face and llm.c do, biases 0, layernorm weights 1, padded
- * wte rows and alignment gaps 0. Each tensor draws from its own stream
- * derived from (seed, group, tensor), so groups may be filled in any order
- * or in parallel and the bits never change. */
+ * wte rows and alignment gaps 0. Each 65536-element chunk of a tensor draws
+ * from its own stream derived from (seed, group, tensor, chunk), and the
+ * chunks are filled on every core ($FERRY_INIT_THREADS to choose how many),
+ * so groups may be filled in any order or in parallel and the bits never
+ * depend on the number of threads. */
 ferry_status gpt2_init_group(const gpt2_model *m, int group, uint64_t seed, float *out);
 
 /* ---- the caller's hooks: where the parameters and gradients are ---- */

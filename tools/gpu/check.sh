@@ -1,43 +1,212 @@
 #!/usr/bin/env bash
-# Run on the GPU machine (CUDA toolkit and driver, none of our Debian
-# packages), in the repository root, with build-gpu/ made by tools/gpu/pack.sh
-# carried along. Runs the GPU suite and the GPU benchmarks and prints a short
-# table. Writes full logs under ${OUT:-/tmp/ferry-gpu}. Budget: under 5 minutes.
+# tools/gpu/check.sh: the GPU check. Runs ON the GPU machine (NVIDIA driver,
+# a CUDA toolkit and/or Python's nvidia-* wheels, none of our Debian
+# packages), in the repository root, on the archive tools/gpu/pack.sh made
+# here; tools/gpu/README.md has the exact call. It unpacks the archive under
+# /tmp, finds cuBLAS(Lt) on the machine, and runs, each on the cuda backend
+# (FERRY_BACKEND=cuda: a missing GPU is an error, never a host run):
+# ferry-info, the gpu test suite, bench_transfer (pinned H2D/D2H GB/s), the
+# kernel lab (each kernel against the matmul and copy ceilings), bench_engine
+# on GPT-2 124M in every offload mode, and GPT-2 XL at seq 1024 with a 24 GiB
+# budget at the largest batch memprof plan predicts (confirmed by one step
+# there and a clean out-of-memory one batch above), with tokens/s, MFU and
+# step / max(compute, update).
+#
+#   tools/gpu/check.sh PACK.tar.xz OUT_DIR        (on the device: OUT_DIR=$OUT)
+#
+# Time: every step runs under its own `timeout` (the limits below). They sum
+# to 430 s; with 1 s of grace after each of the 16 possible kills the check
+# ends within 446 s — under 8 minutes — even when every step hits its limit.
+# The script refuses to start if they sum above 450.
+#
+# OUT_DIR gets two files (the device tool returns at most 8):
+#   results.txt  the key lines and one verdict per step, each printed here
+#                the moment it is known
+#   steps.log    every step's whole output, under a header naming the step
+# Exit status: 0 when every step passed, 1 otherwise.
+#
+# FERRY_CHECK_EXPECT=no-gpu is for the pack test (tests/tools/test_gpu_pack.sh)
+# on a machine without a GPU: there every step that needs a GPU must end with
+# exit 77, the clean "no GPU" answer — not 0 (a silent run on the host), not
+# a crash — and the others must pass. FERRY_CHECK_DIR: where to unpack
+# (default /tmp/ferry-gpu-check).
 set -uo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$root"
-out=${OUT:-/tmp/ferry-gpu}
+if [ $# -ne 2 ]; then
+  echo "usage: tools/gpu/check.sh PACK.tar.xz OUT_DIR" >&2
+  exit 2
+fi
+archive=$(realpath "$1")
+out=$(realpath -m "$2")
+expect=${FERRY_CHECK_EXPECT:-gpu}
+unpack_dir=${FERRY_CHECK_DIR:-/tmp/ferry-gpu-check}
+pack=$unpack_dir/ferry-gpu
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$root/build-gpu/deps:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-# NCCL may live only in a Python package on the GPU machine.
-nccl=$(timeout 20 find / -xdev -name 'libnccl.so.2' 2>/dev/null | head -1)
-[ -n "$nccl" ] && export LD_LIBRARY_PATH="$(dirname "$nccl"):$LD_LIBRARY_PATH"
-export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-8}
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
-build-gpu/tools/info/ferry-info | tee "$out/info.txt"
+results=$out/results.txt
+log=$out/steps.log
+: >"$results"
+: >"$log"
+work=$(mktemp -d)
+failed=0
+export FERRY_BACKEND=cuda
 
-printf '\n%-28s %-6s %8s\n' test result seconds | tee "$out/table.txt"
-pass=0; fail=0
-while IFS=$'\t' read -r name cmd; do
-  start=$(date +%s%N)
-  timeout 120 bash -c "$cmd" >"$out/$name.log" 2>&1
-  rc=$?
-  secs=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')
-  case $rc in 0) r=PASS; pass=$((pass+1));; 77) r=SKIP;; *) r="FAIL($rc)"; fail=$((fail+1));; esac
-  printf '%-28s %-6s %8s\n' "$name" "$r" "$secs" | tee -a "$out/table.txt"
-done < build-gpu/gpu-tests.txt
+# Each test's limit, seconds (a test the table does not name gets 30).
+declare -A test_limit=([backend-cuda]=15 [ops-gpu]=25 [cuda-card]=10 [engine-gpu]=35 [hf-gpu]=60 [gpt2-cuda]=20)
+# The other steps' limits. GPT-2 XL gets the most: its setup draws 1.56B
+# values, copies 6.2 GB and pins 23 GiB before its first step.
+declare -A limit=([unpack]=10 [cublas]=10 [libraries]=5 [gpu-info]=5 [ferry-info]=5 [transfer]=15
+                  [kernel-lab]=30 [memprof-plan]=5 [engine-gpt2]=30 [engine-xl]=150)
 
-# bench NAME SECONDS COMMAND...: runs a benchmark, keeps its log, shows its tail.
-bench() {
-  local name=$1 limit=$2; shift 2
-  [ -x "$1" ] || return 0
-  echo "== $name: $*" | tee -a "$out/table.txt"
-  timeout "$limit" "$@" 2>&1 | tee "$out/$name.log" | tail -25 | tee -a "$out/table.txt"
+say() { printf '%s\n' "$*" | tee -a "$results"; }
+
+# judge NAME RC NEEDS_GPU SECONDS LIMIT: one verdict line.
+judge() {
+  local name=$1 rc=$2 gpu=$3 secs=$4 lim=$5 want=0 verdict
+  [ "$expect" = no-gpu ] && [ "$gpu" = 1 ] && want=77
+  if [ "$rc" -eq "$want" ]; then
+    verdict=PASS
+    [ "$want" = 77 ] && verdict="PASS (exit 77: no GPU, as expected here)"
+  else
+    failed=$((failed + 1))
+    case $rc in
+      124|137) verdict="FAIL: hit its ${lim}s limit" ;;
+      77) verdict="FAIL: exit 77, the program did not reach a GPU" ;;
+      127) verdict="FAIL: exit 127, a program or library was not found (see steps.log)" ;;
+      0) verdict="FAIL: exit 0 where exit 77 (no GPU) was expected: it ran without one" ;;
+      *) verdict="FAIL: exit $rc" ;;
+    esac
+  fi
+  say "$(printf '%-28s %5ss  %s' "[$name]" "$secs" "$verdict")"
 }
-bench kernel_lab 60 build-gpu/tools/bench/kernels/kernel_lab
-bench engine_gpt2 60 build-gpu/tools/bench/engine/bench_engine
-# The flagship: GPT-2 XL, optimizer offload, a 24 GB budget, the largest batch at T=1024.
-bench engine_xl 150 build-gpu/tools/bench/engine/bench_engine --model gpt2-xl --seq 1024 --modes optimizer \
-  --gpu-mem 24GiB --recompute --find-max-batch
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+
+# step NAME LIMIT NEEDS_GPU SHOW CMD...: runs CMD in the unpacked pack under
+# its limit; all output to steps.log and $work/NAME.out, the lines matching
+# the regex SHOW also to the screen and results.txt, as they come.
+step() {
+  local name=$1 lim=$2 gpu=$3 show=$4 t0=$SECONDS rc
+  shift 4
+  printf '\n==== %s (limit %ss): %s\n' "$name" "$lim" "$*" >>"$log"
+  (cd "$pack" && timeout -k 1 "$lim" "$@" </dev/null) 2>&1 | tee "$work/$name.out" | tee -a "$log" |
+    grep --line-buffered -E "$show" | sed -u "s/^/  $name | /" | tee -a "$results"
+  rc=${PIPESTATUS[0]}
+  judge "$name" "$rc" "$gpu" $((SECONDS - t0)) "$lim"
+  return "$rc"
+}
+
+# Folders that may hold libcublasLt.so.13: Python's nvidia wheels first (the
+# copy torch loads), then the loader's cache and the toolkit.
+cublas_candidates() {
+  timeout 5 python3 -c '
+import glob, os, site
+roots = []
+try:
+    import nvidia
+    roots += list(nvidia.__path__)
+except Exception:
+    pass
+for s in site.getsitepackages() + [site.getusersitepackages()]:
+    roots.append(os.path.join(s, "nvidia"))
+for r in roots:
+    for p in glob.glob(os.path.join(r, "**", "libcublasLt.so.13*"), recursive=True):
+        print(os.path.dirname(p))
+' 2>/dev/null
+  ldconfig -p 2>/dev/null | awk '/libcublasLt\.so\.13 / {print $NF}' | xargs -r -n1 dirname
+  printf '%s\n' ${CUDA_HOME:+"$CUDA_HOME/lib64"} /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib
+}
+
+# The first folder holding both libcublasLt.so.13 and libcublas.so.13; a
+# 4-second search of the disk only when no candidate has them.
+find_cublas() {
+  local d
+  for d in $(cublas_candidates) -; do
+    [ "$d" = - ] && d=$(timeout 4 find / -xdev -name 'libcublasLt.so.13*' -printf '%h\n' 2>/dev/null | head -1)
+    if [ -n "$d" ] && [ -e "$d/libcublasLt.so.13" ] && [ -e "$d/libcublas.so.13" ]; then
+      echo "$d"
+      return 0
+    fi
+  done
+  return 1
+}
+
+tests_total() {
+  local t=0 name rest
+  while IFS=$'\t' read -r name rest; do t=$((t + ${test_limit[$name]:-30})); done <"$pack/tests.txt"
+  echo "$t"
+}
+
+# ---- the steps ----
+
+say "ferry GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ), expecting: $expect; archive $archive"
+t0=$SECONDS
+printf '\n==== unpack (limit %ss)\n' "${limit[unpack]}" >>"$log"
+# tar and xz where the machine has them; else Python's own tarfile and lzma.
+rm -rf "$unpack_dir" && mkdir -p "$unpack_dir" &&
+  timeout -k 1 "${limit[unpack]}" bash -c '
+    if command -v xz >/dev/null; then tar -xJf "$1" -C "$2"; exit; fi
+    python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$1" "$2"' \
+    unpack "$archive" "$unpack_dir" >>"$log" 2>&1
+rc=$?
+judge unpack "$rc" 0 $((SECONDS - t0)) "${limit[unpack]}"
+if [ "$rc" -ne 0 ] || [ ! -f "$pack/tests.txt" ]; then
+  say "cannot go on without the pack"
+  exit 1
+fi
+sed 's/^/  /' "$pack/MANIFEST" | tee -a "$log" | head -3 | tee -a "$results"
+sum=$(( $(tests_total) ))
+for k in "${!limit[@]}"; do sum=$((sum + limit[$k])); done
+say "step limits sum to ${sum}s (+1 s of grace per step); the check ends within $((sum + 20))s"
+if [ "$sum" -gt 450 ]; then
+  say "FAIL: the limits sum above 450 s; lower them so the check stays under 8 minutes"
+  exit 1
+fi
+
+t0=$SECONDS
+cublas=$(find_cublas)
+if [ -n "$cublas" ]; then
+  export LD_LIBRARY_PATH="$cublas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  say "  cublas | libcublasLt.so.13 in $cublas"
+  judge cublas 0 0 $((SECONDS - t0)) "${limit[cublas]}"
+else
+  say "  cublas | libcublasLt.so.13 is nowhere on this machine (toolkit, Python's nvidia packages, disk)"
+  judge cublas 1 0 $((SECONDS - t0)) "${limit[cublas]}"
+fi
+
+step libraries "${limit[libraries]}" 0 'not found' bash -c '
+  bad=0
+  for p in bin/*; do
+    if ldd "$p" | grep -q "not found"; then echo "$p: $(ldd "$p" | grep "not found" | tr -s " \t" " ")"; bad=1; fi
+  done
+  exit $bad'
+step gpu-info "${limit[gpu-info]}" 0 '.' bash -c \
+  'nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader 2>&1 || echo "nvidia-smi: not here"; echo "$(ldd --version | head -1); python3: $(command -v python3 || echo none); $(nproc) cores"; exit 0'
+step ferry-info "${limit[ferry-info]}" 1 '.' bin/ferry-info
+
+while IFS=$'\t' read -r name _timeout gpu cmd; do
+  # shellcheck disable=SC2086 # the command's words are plain (pack.sh wrote them)
+  step "$name" "${test_limit[$name]:-30}" "$gpu" '^(not ok|Bail out|1\.\.0 # SKIP|# .*(loss|device peak))' env $cmd
+done <"$pack/tests.txt"
+
+step transfer "${limit[transfer]}" 1 '.' bin/bench_transfer
+step kernel-lab "${limit[kernel-lab]}" 1 '^(kernel|ceilings|check .*FAIL|time |PASS|FAIL)' bin/kernel_lab
+peak=$(sed -n 's/^ceilings: cuBLASLt bf16 matmul 8192^3 \([0-9.]*\) TFLOP.*/\1/p' "$work/kernel-lab.out")
+peak_flag=()
+[ -n "$peak" ] && peak_flag=(--peak-tflops "$peak")
+
+step memprof-plan "${limit[memprof-plan]}" 0 'largest batch' \
+  bin/memprof plan --model gpt2-xl --seq 1024 --offload optimizer --recompute --gpu-mem 24GiB
+xl_batch=$(sed -n 's/.*largest batch that fits: \([0-9][0-9]*\).*/\1/p' "$work/memprof-plan.out")
+
+show='^(bench_engine|offload .*(ready|first step)|round|result|confirm|RESULT)'
+step engine-gpt2 "${limit[engine-gpt2]}" 1 "$show" \
+  bin/bench_engine --backend cuda --model gpt2 --batch 8 --seq 1024 --steps 3 --warmup 0 "${peak_flag[@]}"
+if [ -n "$xl_batch" ]; then
+  step engine-xl "${limit[engine-xl]}" 1 "$show" \
+    bin/bench_engine --backend cuda --model gpt2-xl --seq 1024 --modes optimizer --recompute --gpu-mem 24GiB \
+    --batch "$xl_batch" --confirm-max-batch --steps 2 --warmup 0 "${peak_flag[@]}"
+else
+  judge engine-xl 1 1 0 "${limit[engine-xl]}"
+  say "  engine-xl | no batch: memprof plan gave none"
+fi
+
+say "done in $SECONDS s: $failed step(s) failed; whole outputs in $log"
+rm -rf "$work"
+[ "$failed" -eq 0 ]

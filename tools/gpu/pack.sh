@@ -1,30 +1,125 @@
 #!/usr/bin/env bash
-# Run HERE (a CPU machine with the CUDA toolkit and our Debian packages):
-# builds ferry with CUDA for the GPU machine into build-gpu/, and copies the
-# shared libraries that machine lacks (hwloc, liburing, OpenBLAS, cJSON and
-# what they pull in) into build-gpu/deps, plus the list of GPU tests. Then
-# carry build-gpu to the GPU machine and run tools/gpu/check.sh there.
+# tools/gpu/pack.sh: builds, HERE (a CPU machine with the CUDA toolkit and our
+# Debian packages), the one archive the GPU check needs, and nothing else:
+#   bin/    the gpu suite's test programs (meson introspect: suite gpu), the
+#           kernel lab, bench_engine, bench_transfer, ferry-info and memprof,
+#           release builds for sm_90 (H100/H200) only, stripped, with their
+#           library search path set to ../lib (tools/gpu/elf_rpath.py);
+#   lib/    every shared library they load that a bare GPU machine lacks
+#           (OpenBLAS, libgfortran, hwloc, udev, the CUDA runtime, ...): all
+#           but glibc, libstdc++/libgcc_s and cuBLAS/cuBLASLt, which are too
+#           big to carry and which tools/gpu/check.sh finds on that machine;
+#   share/  the files the tests read (hf_transformers.py);
+#   tests.txt  "name<TAB>seconds<TAB>needs-gpu<TAB>command", one test a line;
+#   MANIFEST   the commit, the date and what was built.
+# The archive is xz-compressed and must stay under 40 MiB (the device tool
+# carries 64 MiB with the source tree); the script fails above that and
+# always prints the true size. tools/gpu/README.md says how to carry it.
+#
+#   tools/gpu/pack.sh [--build-dir DIR] [--out FILE]
+#     defaults: build-gpu/ and build-pack/ferry-gpu.tar.xz in the repository
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$root"
-arch=${FERRY_GPU_ARCH:-sm_90}
-if [ ! -f build-gpu/build.ninja ]; then
-  meson setup build-gpu -Dcuda=enabled -Dgpu_arch="$arch" -Dbuildtype=release -Ddefault_library=static
+build=$root/build-gpu
+out=$root/build-pack/ferry-gpu.tar.xz
+limit=$((40 * 1024 * 1024))
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build-dir) build=$(realpath -m "$2"); shift 2 ;;
+    --out) out=$(realpath -m "$2"); shift 2 ;;
+    *) echo "usage: tools/gpu/pack.sh [--build-dir DIR] [--out FILE]" >&2; exit 2 ;;
+  esac
+done
+options=(-Dcuda=enabled -Dnccl=disabled -Dgpu_archs=90 -Dbuildtype=release -Dwerror=true
+         -Ddefault_library=static)
+if [ -f "$build/build.ninja" ]; then
+  meson configure "$build" "${options[@]}" >/dev/null
+else
+  meson setup "$build" "$root" "${options[@]}" >/dev/null
 fi
-ninja -C build-gpu
-mkdir -p build-gpu/deps
-# Everything a test binary links that is not part of glibc or the CUDA toolkit.
-for exe in $(find build-gpu/tests build-gpu/tools -type f -executable); do
-  ldd "$exe" 2>/dev/null | awk '/=> \// {print $3}'
-done | sort -u | grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux|libcuda|libcudart|libcublas|libcublasLt|libnccl|libstdc\+\+|libgcc_s)[.-]' |
-  while read -r lib; do cp -L "$lib" build-gpu/deps/; done
-# The GPU suite as "name<TAB>command", so the GPU machine needs no meson.
-meson introspect --tests build-gpu | /usr/bin/python3 -c '
-import json, sys, shlex
-for t in json.load(sys.stdin):
-    if "gpu" in t["suite"] or any(s.endswith(":gpu") for s in t["suite"]):
-        print(t["name"] + "\t" + " ".join(shlex.quote(c) for c in t["cmd"]))
-' > build-gpu/gpu-tests.txt
-sed -i "s|$root/||g" build-gpu/gpu-tests.txt
-du -sh build-gpu/deps build-gpu | cat
-echo "pack: $(wc -l < build-gpu/gpu-tests.txt) GPU tests listed; carry build-gpu and run tools/gpu/check.sh"
+
+# What goes in, one JSON object a line: the gpu suite's tests (needs_gpu:
+# in no other suite) and the tools check.sh runs.
+list=$(meson introspect --tests --targets "$build" | /usr/bin/python3 -c '
+import json, sys
+info = json.load(sys.stdin)
+for t in info["tests"]:
+    suites = [s.split(":")[-1] for s in t["suite"]]
+    if "gpu" in suites:
+        env = [k + "=" + v for k, v in sorted(t["env"].items()) if k != "FERRY_SOURCE_ROOT"]
+        print(json.dumps({"name": t["name"], "needs_gpu": int(set(suites) == {"gpu"}),
+                          "timeout": t["timeout"], "env": env, "cmd": t["cmd"]}))
+tools = ("kernel_lab", "bench_engine", "bench_transfer", "ferry-info", "memprof")
+for t in info["targets"]:
+    if t["type"] == "executable" and t["name"] in tools:
+        print(json.dumps({"name": t["name"], "tool": 1, "cmd": [t["filename"][0]]}))
+')
+programs=$(printf '%s\n' "$list" | /usr/bin/python3 -c '
+import json, os, sys
+for line in sys.stdin:
+    print(os.path.relpath(json.loads(line)["cmd"][0], sys.argv[1]))
+' "$build" | sort -u)
+# shellcheck disable=SC2086
+ninja -C "$build" $programs
+
+stage=$build/pack-stage
+rm -rf "$stage"
+mkdir -p "$stage/ferry-gpu/bin" "$stage/ferry-gpu/lib" "$stage/ferry-gpu/share"
+pack=$stage/ferry-gpu
+for p in $programs; do
+  install -m 755 "$build/$p" "$pack/bin/"
+done
+strip --strip-unneeded "$pack"/bin/*
+/usr/bin/python3 "$root/tools/gpu/elf_rpath.py" '$ORIGIN/../lib' "$pack"/bin/* >/dev/null
+
+# The libraries the programs load, resolved here, minus what every GPU
+# machine has: glibc, the C++ runtime, the driver, and cuBLAS(Lt).
+base='/(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt)\.so'
+for p in "$pack"/bin/*; do
+  ldd "$p" | awk '/=> \// {print $3}'
+done | sort -u | grep -vE "$base" | while read -r lib; do
+  install -m 644 "$(readlink -f "$lib")" "$pack/lib/$(basename "$lib")"
+done
+
+# tests.txt: commands relative to the pack root, the program from bin/ and
+# any file the test reads copied to share/.
+printf '%s\n' "$list" | /usr/bin/python3 -c '
+import json, os, shutil, sys
+pack = sys.argv[1]
+with open(os.path.join(pack, "tests.txt"), "w") as out:
+    for line in sys.stdin:
+        t = json.loads(line)
+        if t.get("tool"):
+            continue
+        words = list(t["env"]) + ["bin/" + os.path.basename(t["cmd"][0])]
+        for w in t["cmd"][1:]:
+            if os.path.isabs(w) and os.path.isfile(w):
+                shutil.copy(w, os.path.join(pack, "share", os.path.basename(w)))
+                w = "share/" + os.path.basename(w)
+            words.append(w)
+        out.write("%s\t%d\t%d\t%s\n" % (t["name"], t["timeout"], t["needs_gpu"], " ".join(words)))
+' "$pack"
+
+{
+  echo "ferry GPU pack"
+  echo "commit: $(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), $(ldd --version | head -1)"
+  echo "needs at least: $(objdump -T "$pack"/bin/* "$pack"/lib/* | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)," \
+    "$(objdump -T "$pack"/bin/* "$pack"/lib/* | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -1), an NVIDIA driver for CUDA 13"
+  echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
+  echo "options: ${options[*]}"
+  echo "programs: $(cd "$pack/bin" && echo *)"
+  echo "libraries: $(cd "$pack/lib" && echo *)"
+} >"$pack/MANIFEST"
+
+mkdir -p "$(dirname "$out")"
+tar -C "$stage" -cf - ferry-gpu | xz -9 -T2 >"$out.tmp"
+mv "$out.tmp" "$out"
+size=$(stat -c %s "$out")
+printf 'pack: %s: %d bytes (%.1f MiB); %d programs, %d libraries, %d tests; limit 40 MiB\n' "$out" "$size" \
+  "$(awk -v s="$size" 'BEGIN { print s / 1048576 }')" "$(ls "$pack/bin" | wc -l)" "$(ls "$pack/lib" | wc -l)" \
+  "$(wc -l <"$pack/tests.txt")"
+if [ "$size" -gt "$limit" ]; then
+  echo "pack: FAILED: the archive is over 40 MiB; it must travel with the source tree in 64 MiB" >&2
+  exit 1
+fi

@@ -1,6 +1,9 @@
 /* ferry-info: prints what ferry finds on this machine — the backend it would
  * use, the GPU, and the CPU/NUMA topology — and runs a small smoke test of
- * the chosen backend (a round trip through device memory on two streams). */
+ * the chosen backend (a round trip through device memory on two streams).
+ * Exit status: 0 when the smoke test passed; 1 when it failed; 2 on a bad
+ * FERRY_BACKEND; 77 when FERRY_BACKEND=cuda asks for a GPU and there is none
+ * (no driver, no device) — a GPU that is there but cannot start is 1. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +23,10 @@ static int smoke_test(ferry_backend_kind kind)
         src[i] = (float)i * 0.5f;
     void *dev = NULL;
     ferry_status st = backend_open(kind, &be);
+    if (st == FERRY_ERR_UNSUPPORTED && kind == FERRY_BACKEND_CUDA) {
+        fprintf(stderr, "ferry-info: FERRY_BACKEND=cuda: %s\n", ferry_last_error());
+        return 77;
+    }
     if (st == FERRY_OK) st = backend_alloc(be, sizeof src, &dev);
     if (st == FERRY_OK) st = backend_stream_create(be, "h2d", &up);
     if (st == FERRY_OK) st = backend_stream_create(be, "d2h", &down);
@@ -48,7 +55,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         printf("usage: ferry-info\n  Prints the backend, GPU and topology ferry finds here.\n"
-               "  FERRY_BACKEND=host|cuda overrides the backend choice.\n");
+               "  FERRY_BACKEND=host|cuda overrides the backend choice; with cuda and no GPU the exit\n"
+               "  status is 77.\n");
         return 0;
     }
     ferry_system_info info = FERRY_SYSTEM_INFO_INIT;

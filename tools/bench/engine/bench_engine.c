@@ -13,7 +13,22 @@
  * falls on all alike. It does not own the engine, the model or the ops; it
  * only drives them. --find-max-batch searches the largest batch the device
  * budget holds (doubling, then bisecting, until the engine reports
- * FERRY_ERR_OUT_OF_MEMORY) and measures that batch. */
+ * FERRY_ERR_OUT_OF_MEMORY) and measures that batch; --confirm-max-batch
+ * takes --batch as the largest (from memprof plan, say), measures it, then
+ * requires one step at --batch + 1 to run out of device memory cleanly.
+ *
+ * It prints as it goes: the time each engine took to set up and to finish
+ * its first step, each measured round, each mode's result, then the table.
+ * MFU counts the model's flops (6 N + 12 L C T per token, recompute not
+ * counted) against --peak-tflops (the kernel lab's measured cuBLASLt rate,
+ * say); without it only the model TFLOP/s is printed.
+ *
+ * The backend asked for is the one that runs: --backend cuda on a machine
+ * where CUDA cannot start is an error, never a run on the host.
+ * Exit status: 0 when every mode ran (and --confirm-max-batch held); 1 when
+ * one failed, or batch + 1 fitted; 2 on a bad command line; 77 when
+ * --backend cuda was asked for and there is no GPU (no driver, no device);
+ * a GPU that is there but cannot start is 1. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -38,7 +53,8 @@ typedef struct bench_opts {
     int nmodes;
     ferry_backend_kind backend;
     uint64_t gpu_mem;
-    bool recompute, find_max, delayed;
+    double peak_tflops; /* for MFU; 0 = not given */
+    bool recompute, find_max, delayed, confirm_max;
 } bench_opts;
 
 /* One engine with the model on it, and activations for one batch shape. */
@@ -54,6 +70,7 @@ typedef struct bench_run {
     int32_t *tokens, *targets;
     int B;
     float first_loss, last_loss;
+    double started_ms; /* before ferry_engine_create */
 } bench_run;
 
 /* What one mode measured (medians, milliseconds). */
@@ -113,11 +130,21 @@ static ferry_status run_open(const bench_opts *o, ferry_offload mode, gpt2_model
     cfg.device_budget_bytes = o->gpu_mem;
     cfg.optimizer_threads = o->threads;
     cfg.delayed_update = o->delayed && mode == FERRY_OFFLOAD_OPTIMIZER;
+    r->started_ms = clock_now_ms();
     ferry_status st = ferry_engine_create(&cfg, &r->e);
+    if (st == FERRY_OK && ferry_engine_backend(r->e) != o->backend && o->backend != FERRY_BACKEND_AUTO)
+        st = err_set(FERRY_ERR_BACKEND, "the engine opened the %s backend, not the %s one asked for",
+                     ferry_backend_name(ferry_engine_backend(r->e)), ferry_backend_name(o->backend));
     if (st == FERRY_OK) st = gpt2_engine_add_groups(m, r->e, 1337, NULL);
+    double added = clock_now_ms();
     if (st == FERRY_OK) st = ferry_engine_setup(r->e);
     if (st != FERRY_OK)
         return st;
+    printf("offload %s: engine ready %.2f s after creation (parameters drawn and added %.2f s, "
+           "ferry_engine_setup %.2f s)\n",
+           ferry_offload_name(mode), (clock_now_ms() - r->started_ms) / 1e3, (added - r->started_ms) / 1e3,
+           (clock_now_ms() - added) / 1e3);
+    fflush(stdout);
     r->alloc = gpt2_engine_allocator(r->e);
     r->hooks = gpt2_engine_hooks(r->e);
     r->s = engine_embed_stream(r->e);
@@ -220,7 +247,13 @@ static ferry_status warm_up(bench_run *r, int steps)
     ferry_status st = FERRY_OK;
     for (int i = 0; i < steps && st == FERRY_OK; i++) {
         st = pipelined_step(r, &loss);
-        if (i == 0) r->first_loss = loss;
+        if (i == 0 && st == FERRY_OK) st = ferry_engine_synchronize(r->e);
+        if (i == 0 && st == FERRY_OK) {
+            r->first_loss = loss;
+            printf("offload %s, batch %d: first step done %.2f s after engine creation, loss %.4f\n",
+                   ferry_offload_name(r->mode), r->B, (clock_now_ms() - r->started_ms) / 1e3, (double)loss);
+            fflush(stdout);
+        }
     }
     return st;
 }
@@ -241,6 +274,56 @@ static void summarize(bench_run *r, const bench_sample *smp, int n, bench_result
                         r->last_loss};
     res.tok_s = (double)r->B * r->o->T / (res.step * 1e-3);
     *out = res;
+}
+
+/* The model's flops per token of a training step: 6 N for the matmuls of
+ * forward and backward, 12 L C T for attention (PaLM's count; recomputation
+ * is not counted, so MFU is the model's, not the hardware's). */
+static double flops_per_token(const gpt2_model *m, int T)
+{
+    const gpt2_config *c = gpt2_get_config(m);
+    return 6.0 * (double)gpt2_num_params(m) + 12.0 * c->n_layer * (double)c->n_embd * T;
+}
+
+/* One mode's figures on one line, printed the moment they are known. */
+static void print_result_line(const bench_opts *o, const gpt2_model *m, const bench_result *r)
+{
+    double tflops = r->tok_s * flops_per_token(m, o->T) / 1e12;
+    char mfu[64] = "MFU n/a: no --peak-tflops";
+    if (o->peak_tflops > 0)
+        snprintf(mfu, sizeof mfu, "MFU %.3f of %.1f TFLOP/s", tflops / o->peak_tflops, o->peak_tflops);
+    char budget[32] = "all free";
+    if (o->gpu_mem)
+        units_fmt_bytes(budget, sizeof budget, o->gpu_mem);
+    printf("result offload %s, batch %d x %d: %.0f tokens/s, %.2f model TFLOP/s (%s); step %.1f ms = %.2f x "
+           "max(compute %.1f, update %.1f); device peak %.2f GiB (budget %s), host peak %.2f GiB\n",
+           ferry_offload_name(r->mode), r->B, o->T, r->tok_s, tflops, mfu, r->step,
+           r->step / fmax(r->compute, r->update), r->compute, r->update, r->dev_peak / 1073741824.0, budget,
+           r->host_peak / 1073741824.0);
+    fflush(stdout);
+}
+
+/* --confirm-max-batch: the batch just measured is claimed to be the largest
+ * the budget holds, so one step at one more must fail with
+ * FERRY_ERR_OUT_OF_MEMORY. Returns true when it did. */
+static bool confirm_above(bench_run *r)
+{
+    int B = r->B + 1;
+    float loss = 0;
+    ferry_step_options so = step_options();
+    ferry_status st = run_set_batch(r, B);
+    if (st == FERRY_OK) st = run_fwd_bwd(r, &loss);
+    if (st == FERRY_OK) st = ferry_engine_step(r->e, &so, NULL);
+    if (st == FERRY_OK) st = ferry_engine_synchronize(r->e);
+    if (st == FERRY_ERR_OUT_OF_MEMORY)
+        printf("confirm: batch %d does not fit, as predicted (a clean out-of-memory): %s\n", B, ferry_last_error());
+    else if (st == FERRY_OK)
+        printf("confirm: batch %d FITS: %d is not the largest batch; the prediction is off\n", B, B - 1);
+    else
+        printf("confirm: batch %d failed with %s, not out-of-memory: %s\n", B, ferry_status_string(st),
+               ferry_last_error());
+    fflush(stdout);
+    return st == FERRY_ERR_OUT_OF_MEMORY;
 }
 
 /* ---- the largest batch ---- */
@@ -317,11 +400,16 @@ static void usage(void)
             "usage: bench_engine [--model NAME] [--batch B] [--seq T] [--steps S] [--warmup W]\n"
             "                    [--modes none,optimizer,params | --offload MODE] [--backend host|cuda|auto]\n"
             "                    [--gpu-mem BYTES] [--threads N] [--recompute] [--delayed] [--find-max-batch]\n"
+            "                    [--confirm-max-batch] [--peak-tflops X]\n"
             "  defaults: host: --model d4 --batch 4 --seq 64; cuda: --model gpt2 --batch 8 --seq 1024;\n"
             "            --steps 7 rounds, --warmup 1, --modes none,optimizer,params, budget all free\n"
             "  --model: gpt2, gpt2-medium, gpt2-large, gpt2-xl or dN (N layers, N heads, 64 N wide)\n"
             "  --find-max-batch: the largest batch (from --batch up, default 1) that fits --gpu-mem, and its\n"
-            "                    speed; one mode at a time\n");
+            "                    speed; one mode at a time\n"
+            "  --confirm-max-batch: --batch is the largest that fits (memprof plan says so): measure it, then one\n"
+            "                    step at --batch + 1 must run out of device memory\n"
+            "  --peak-tflops: the bf16 matmul rate MFU is a fraction of (the kernel lab's ceiling)\n"
+            "  --backend cuda: CUDA must start; without a GPU the exit status is 77, never a host run\n");
 }
 
 static ferry_status parse_modes(const char *list, bench_opts *o)
@@ -349,7 +437,18 @@ static ferry_status parse_int(const char *flag, const char *v, int lo, int hi, i
     return FERRY_OK;
 }
 
-#define VALUED_FLAGS " --model --batch --seq --steps --warmup --threads --modes --offload --backend --gpu-mem "
+static ferry_status parse_positive(const char *flag, const char *v, double *out)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (*v == 0 || *end || !(x > 0) || x > 1e6)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s '%s': want a positive number (TFLOP/s)", flag, v);
+    *out = x;
+    return FERRY_OK;
+}
+
+#define VALUED_FLAGS                                                                                 \
+    " --model --batch --seq --steps --warmup --threads --modes --offload --backend --gpu-mem --peak-tflops "
 
 static ferry_status parse_args(int argc, char **argv, bench_opts *o)
 {
@@ -360,6 +459,7 @@ static ferry_status parse_args(int argc, char **argv, bench_opts *o)
         if (!strcmp(a, "--recompute")) { o->recompute = true; takes = false; }
         else if (!strcmp(a, "--delayed")) { o->delayed = true; takes = false; }
         else if (!strcmp(a, "--find-max-batch")) { o->find_max = true; takes = false; }
+        else if (!strcmp(a, "--confirm-max-batch")) { o->confirm_max = true; takes = false; }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); exit(0); }
         else if (!strstr(VALUED_FLAGS, a) || a[0] != '-' || strchr(a, ' '))
             return err_set(FERRY_ERR_INVALID_ARGUMENT, "unknown flag '%s'; see --help", a);
@@ -373,6 +473,7 @@ static ferry_status parse_args(int argc, char **argv, bench_opts *o)
         else if (!strcmp(a, "--modes") || !strcmp(a, "--offload")) st = parse_modes(v, o);
         else if (!strcmp(a, "--backend")) st = ferry_backend_parse(v, &o->backend);
         else if (!strcmp(a, "--gpu-mem")) st = units_parse_bytes(v, &o->gpu_mem);
+        else if (!strcmp(a, "--peak-tflops")) st = parse_positive(a, v, &o->peak_tflops);
         else return err_set(FERRY_ERR_INVALID_ARGUMENT, "unknown flag '%s'; see --help", a);
         if (takes) i++;
     }
@@ -437,11 +538,41 @@ static void report_failure(const bench_run *r, ferry_offload mode, ferry_status 
             ferry_status_string(st), ferry_last_error());
 }
 
+/* One measured round, printed as it lands. */
+static void print_round(const bench_run *r, int k, int n, const bench_sample *x)
+{
+    printf("round %d/%d offload %s: step %.1f ms; alone: forward+backward %.1f ms, update %.1f ms\n", k + 1, n,
+           ferry_offload_name(r->mode), x->step, x->compute, x->update);
+    fflush(stdout);
+}
+
+/* The measured rounds of modes first..last-1, alternating between them; a
+ * mode that fails is reported, closed and marked dead. */
+static void measure_modes(const bench_opts *o, bench_run *runs, bench_sample (*smp)[MAX_STEPS], bool *alive,
+                          int first, int last)
+{
+    for (int k = 0; k < o->steps; k++)
+        for (int i = first; i < last; i++) {
+            if (!alive[i])
+                continue;
+            ferry_status st = measure_round(&runs[i], &smp[i][k]);
+            if (st == FERRY_OK) {
+                print_round(&runs[i], k, o->steps, &smp[i][k]);
+                continue;
+            }
+            report_failure(&runs[i], o->modes[i], st);
+            alive[i] = false;
+            run_close(&runs[i]);
+        }
+}
+
 /* Without --find-max-batch every mode's engine stays open and the rounds
  * alternate between them, so a change in the machine's load (other jobs,
  * memory bandwidth swings) falls on every mode alike. With it, one mode at a
- * time: each search fills the device budget. Returns the modes that ran. */
-static int run_modes(const bench_opts *o, gpt2_model *m, bench_result *res)
+ * time: each search fills the device budget. Returns the modes that ran;
+ * *confirmed turns false when --confirm-max-batch found batch + 1 fitting
+ * (or failing otherwise than out of memory). */
+static int run_modes(const bench_opts *o, gpt2_model *m, bench_result *res, bool *confirmed)
 {
     static bench_run runs[3];
     static bench_sample smp[3][MAX_STEPS];
@@ -458,76 +589,97 @@ static int run_modes(const bench_opts *o, gpt2_model *m, bench_result *res)
                 run_close(&runs[i]);
             }
         }
-        for (int k = 0; k < o->steps; k++)
-            for (int i = first; i < last; i++) {
-                if (!alive[i])
-                    continue;
-                ferry_status st = measure_round(&runs[i], &smp[i][k]);
-                if (st != FERRY_OK) {
-                    report_failure(&runs[i], o->modes[i], st);
-                    alive[i] = false;
-                    run_close(&runs[i]);
-                }
-            }
+        measure_modes(o, runs, smp, alive, first, last);
         for (int i = first; i < last; i++) {
             if (!alive[i])
                 continue;
-            summarize(&runs[i], smp[i], o->steps, &res[ok++]);
+            summarize(&runs[i], smp[i], o->steps, &res[ok]);
+            print_result_line(o, m, &res[ok++]);
+            if (o->confirm_max && !confirm_above(&runs[i]))
+                *confirmed = false;
             run_close(&runs[i]);
         }
     }
     return ok;
 }
 
-int main(int argc, char **argv)
+/* --backend cuda: CUDA must start here, or the run ends before any work:
+ * 77 when there is no GPU (no driver, no device), 1 when one is there but
+ * cannot start; 0 when it opens. */
+static int require_cuda(void)
 {
-    bench_opts o = {NULL, 0, 0, 7, 1, 0, {FERRY_OFFLOAD_NONE, FERRY_OFFLOAD_OPTIMIZER, FERRY_OFFLOAD_PARAMS},
-                    3, FERRY_BACKEND_AUTO, 0, false, false, false};
-    ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
-    ferry_status st = parse_args(argc, argv, &o);
-    if (st == FERRY_OK) st = ferry_system_probe(&info);
-    if (st != FERRY_OK) {
-        fprintf(stderr, "bench_engine: %s\n", ferry_last_error());
-        usage();
-        return 2;
-    }
-    ferry_backend_kind kind = o.backend == FERRY_BACKEND_AUTO ? info.backend : o.backend;
-    /* Defaults that take about a minute: a small model on the CPU; GPT-2
-     * 124M with a real sequence length on a GPU, where the CPU update and
-     * the compute are of a size. */
+    backend *be = NULL;
+    ferry_status st = backend_open(FERRY_BACKEND_CUDA, &be);
+    backend_close(be);
+    if (st == FERRY_OK)
+        return 0;
+    fprintf(stderr, "bench_engine: --backend cuda: %s\n", ferry_last_error());
+    return st == FERRY_ERR_UNSUPPORTED ? 77 : 1;
+}
+
+/* Defaults that take about a minute: a small model on the CPU; GPT-2 124M
+ * with a real sequence length on a GPU, where the CPU update and the compute
+ * are of a size. Returns 0, or 2 for flags that cannot go together. */
+static int settle_options(bench_opts *o, ferry_backend_kind kind)
+{
     bool gpu = kind == FERRY_BACKEND_CUDA;
-    if (!o.model) o.model = gpu ? "gpt2" : "d4";
-    if (!o.B) o.B = o.find_max ? 1 : gpu ? 8 : 4;
-    if (!o.T) o.T = gpu ? 1024 : 64;
-    if (o.find_max && kind == FERRY_BACKEND_HOST && o.gpu_mem == 0) {
+    if (!o->model) o->model = gpu ? "gpt2" : "d4";
+    if (!o->B) o->B = o->find_max ? 1 : gpu ? 8 : 4;
+    if (!o->T) o->T = gpu ? 1024 : 64;
+    if (o->find_max && kind == FERRY_BACKEND_HOST && o->gpu_mem == 0) {
         fprintf(stderr, "bench_engine: --find-max-batch on the host backend needs --gpu-mem (the budget to fill)\n");
         return 2;
     }
-    gpt2_config cfg;
-    gpt2_model *m = NULL;
-    if ((st = gpt2_config_preset(o.model, &cfg)) != FERRY_OK || (st = gpt2_create(&cfg, &m)) != FERRY_OK) {
-        fprintf(stderr, "bench_engine: %s\n", ferry_last_error());
+    if (o->find_max && o->confirm_max) {
+        fprintf(stderr, "bench_engine: --find-max-batch searches the batch, --confirm-max-batch checks the one given; "
+                        "use one of them\n");
         return 2;
     }
+    return 0;
+}
+
+static void print_banner(const bench_opts *o, const gpt2_model *m, const ferry_system_info *info,
+                         ferry_backend_kind kind)
+{
     char budget[32] = "all free";
-    if (o.gpu_mem)
-        units_fmt_bytes(budget, sizeof budget, o.gpu_mem);
+    if (o->gpu_mem)
+        units_fmt_bytes(budget, sizeof budget, o->gpu_mem);
     const char *blas = getenv("OPENBLAS_NUM_THREADS");
-    printf("bench_engine: %s (%.1fM parameters, %d groups), T=%d%s%s, %s backend, device budget %s;\n"
+    printf("bench_engine: %s (%.1fM parameters, %d groups), T=%d%s%s, %s backend%s, device budget %s;\n"
            "medians of %d rounds after %d warm-up steps; %d cores, %s; OPENBLAS_NUM_THREADS=%s\n",
-           o.model, (double)gpt2_num_params(m) / 1e6, gpt2_num_groups(m), o.T, o.recompute ? ", recompute" : "",
-           o.delayed ? ", delayed update" : "", ferry_backend_name(kind), budget, o.steps, o.warmup + 1,
-           info.cores, info.gpu_name[0] ? info.gpu_name : "no GPU", blas ? blas : "unset");
-    bench_result res[3];
-    int ok = run_modes(&o, m, res);
-    gpt2_destroy(m);
-    if (ok == 0) {
-        printf("RESULT: no mode ran (see the messages above)\n");
-        return 1;
+           o->model, (double)gpt2_num_params(m) / 1e6, gpt2_num_groups(m), o->T, o->recompute ? ", recompute" : "",
+           o->delayed ? ", delayed update" : "", ferry_backend_name(kind),
+           o->backend == FERRY_BACKEND_AUTO ? (kind == FERRY_BACKEND_HOST ? " (auto: no GPU found)" : " (auto)") : "",
+           budget, o->steps, o->warmup + 1, info->cores, info->gpu_name[0] ? info->gpu_name : "no GPU",
+           blas ? blas : "unset");
+    fflush(stdout);
+}
+
+static void print_result_summary(const bench_opts *o, const gpt2_model *m, const bench_result *res, int ok,
+                                 double none_tok_s)
+{
+    printf("RESULT");
+    for (int i = 0; i < ok; i++) {
+        const bench_result *r = &res[i];
+        printf("%s %s %.0f tok/s", i ? ";" : "", ferry_offload_name(r->mode), r->tok_s);
+        if (o->find_max || o->confirm_max)
+            printf(" at max batch %d", r->B);
+        if (o->peak_tflops > 0)
+            printf(", MFU %.3f", r->tok_s * flops_per_token(m, o->T) / 1e12 / o->peak_tflops);
+        if (none_tok_s > 0 && r->mode != FERRY_OFFLOAD_NONE)
+            printf(" = %.2fx none", r->tok_s / none_tok_s);
+        if (r->mode != FERRY_OFFLOAD_NONE)
+            printf(", step %.2fx overlap floor", r->step / fmax(r->compute, r->update));
     }
+    printf("\n");
+}
+
+/* The table of every mode that ran, the losses, and the RESULT line. */
+static void print_report(const bench_opts *o, const gpt2_model *m, const bench_result *res, int ok)
+{
     double none_tok_s = 0;
     for (int i = 0; i < ok; i++)
-        if (res[i].mode == FERRY_OFFLOAD_NONE && res[i].B == o.B)
+        if (res[i].mode == FERRY_OFFLOAD_NONE && res[i].B == o->B)
             none_tok_s = res[i].tok_s;
     print_header();
     for (int i = 0; i < ok; i++)
@@ -536,17 +688,41 @@ int main(int argc, char **argv)
     for (int i = 0; i < ok; i++)
         printf("loss %s: %.3f -> %.3f (the same tokens every step)\n", ferry_offload_name(res[i].mode),
                (double)res[i].first_loss, (double)res[i].last_loss);
-    printf("RESULT");
-    for (int i = 0; i < ok; i++) {
-        const bench_result *r = &res[i];
-        printf("%s %s %.0f tok/s", i ? ";" : "", ferry_offload_name(r->mode), r->tok_s);
-        if (o.find_max)
-            printf(" at max batch %d", r->B);
-        if (none_tok_s > 0 && r->mode != FERRY_OFFLOAD_NONE)
-            printf(" = %.2fx none", r->tok_s / none_tok_s);
-        if (r->mode != FERRY_OFFLOAD_NONE)
-            printf(", step %.2fx overlap floor", r->step / fmax(r->compute, r->update));
+    print_result_summary(o, m, res, ok, none_tok_s);
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts o = {NULL, 0, 0, 7, 1, 0, {FERRY_OFFLOAD_NONE, FERRY_OFFLOAD_OPTIMIZER, FERRY_OFFLOAD_PARAMS},
+                    3, FERRY_BACKEND_AUTO, 0, 0, false, false, false, false};
+    ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
+    ferry_status st = parse_args(argc, argv, &o);
+    if (st == FERRY_OK) st = ferry_system_probe(&info);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "bench_engine: %s\n", ferry_last_error());
+        usage();
+        return 2;
     }
-    printf("\n");
-    return ok == o.nmodes ? 0 : 1;
+    int rc = o.backend == FERRY_BACKEND_CUDA ? require_cuda() : 0;
+    ferry_backend_kind kind = o.backend == FERRY_BACKEND_AUTO ? info.backend : o.backend;
+    if (rc == 0)
+        rc = settle_options(&o, kind);
+    if (rc != 0)
+        return rc;
+    gpt2_config cfg;
+    gpt2_model *m = NULL;
+    if ((st = gpt2_config_preset(o.model, &cfg)) != FERRY_OK || (st = gpt2_create(&cfg, &m)) != FERRY_OK) {
+        fprintf(stderr, "bench_engine: %s\n", ferry_last_error());
+        return 2;
+    }
+    print_banner(&o, m, &info, kind);
+    bench_result res[3];
+    bool confirmed = true;
+    int ok = run_modes(&o, m, res, &confirmed);
+    if (ok == 0)
+        printf("RESULT: no mode ran (see the messages above)\n");
+    else
+        print_report(&o, m, res, ok);
+    gpt2_destroy(m);
+    return ok == o.nmodes && confirmed ? 0 : 1;
 }

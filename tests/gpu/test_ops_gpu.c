@@ -15,7 +15,7 @@
 #include "kernels/ops.h"
 #include "kernels/ops_cuda.h"
 #include "kernels/ops_host.h"
-#include "tests/kernels_gpu/gpu_util.h"
+#include "tests/gpu/gpu_util.h"
 #include "tests/tap.h"
 
 static backend *be;
@@ -27,7 +27,7 @@ static uint64_t rng;
 
 static void check(const char *what, const float *got, const float *want, size_t n, double tol)
 {
-    gpu_err e = gpu_compare(got, want, n);
+    opcheck_err e = opcheck_compare(got, want, n);
     if (!tap_ok(e.rel <= tol, "%s: relative error %.3g <= %.0e (max abs %.3g, %zu values)", what,
                 e.rel, tol, e.max_abs, n))
         for (size_t i = 0; i < n && i < 4; i++)
@@ -46,7 +46,7 @@ static void test_convert(void)
     const size_t n = 4099;
     float *x = malloc(n * sizeof *x);
     for (size_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)gpu_rand_next(&rng);
+        uint32_t u = (uint32_t)opcheck_rand_next(&rng);
         memcpy(&x[i], &u, 4); /* every bit pattern: ties, subnormals, inf, NaN */
     }
     float specials[] = {1.0f + 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-9f, -0.0f, INFINITY, NAN, 0x1p-130f};
@@ -60,21 +60,21 @@ static void test_convert(void)
     backend_stream_synchronize(st);
     size_t bad = 0, first = n;
     for (size_t i = 0; i < n; i++) {
-        uint16_t want = gpu_bf16_bits(x[i]);
+        uint16_t want = opcheck_bf16_bits(x[i]);
         bool both_nan = isnan(x[i]) && (h[i] & 0x7fffu) > 0x7f80u;
         if (h[i] != want && !both_nan && bad++ == 0)
             first = i;
     }
     if (!tap_ok(bad == 0, "convert_from_f32: all %zu values round to nearest even", n))
         tap_diag("  %zu differ; first [%zu] %a -> 0x%04x, want 0x%04x", bad, first, x[first],
-                 h[first], gpu_bf16_bits(x[first]));
+                 h[first], opcheck_bf16_bits(x[first]));
     float *back32 = NULL;
     backend_alloc(be, n * 4, (void **)&back32);
     OK(ops_convert_to_f32(st, back32, d16, n));
     float *y = gpu_download_f32(st, back32, n);
     bad = 0;
     for (size_t i = 0; i < n; i++) {
-        float want = gpu_bf16_value(h[i]);
+        float want = opcheck_bf16_value(h[i]);
         if (memcmp(&want, &y[i], 4) != 0 && !(isnan(want) && isnan(y[i])))
             bad++;
     }
@@ -88,7 +88,7 @@ static void test_encoder(int B, int T, int C, int V)
     const size_t BT = (size_t)B * T;
     int32_t *tok = malloc(BT * sizeof *tok);
     for (size_t i = 0; i < BT; i++)
-        tok[i] = (int32_t)(gpu_rand_next(&rng) % (uint64_t)V); /* V small: many repeats */
+        tok[i] = (int32_t)(opcheck_rand_next(&rng) % (uint64_t)V); /* V small: many repeats */
     float *wte = gpu_rand_array(&rng, (size_t)V * C, -1, 1);
     float *wpe = gpu_rand_array(&rng, (size_t)T * C, -1, 1);
     float *dout = gpu_rand_array(&rng, BT * C, -1, 1);
@@ -295,7 +295,7 @@ static void test_classifier(int N, int C, int V, int Vp, int chunk, bool grad)
     float *dwte = gpu_rand_array(&rng, (size_t)Vp * C, -1, 1);
     int32_t *tgt = malloc(N * sizeof *tgt);
     for (int i = 0; i < N; i++)
-        tgt[i] = i % 7 == 3 ? -1 : (int32_t)(gpu_rand_next(&rng) % (uint64_t)V);
+        tgt[i] = i % 7 == 3 ? -1 : (int32_t)(opcheck_rand_next(&rng) % (uint64_t)V);
     float *losses = malloc(N * 4), *scratch = malloc((size_t)chunk * Vp * 4);
     void *d_inp = dev(inp, (size_t)N * C), *d_wte = dev(wte, (size_t)Vp * C),
          *d_dinp = dev(dinp, (size_t)N * C), *d_dwte = dev(dwte, (size_t)Vp * C),
@@ -328,20 +328,6 @@ static void test_classifier(int N, int C, int V, int Vp, int chunk, bool grad)
     free(inp), free(wte), free(dinp), free(dwte), free(tgt), free(losses), free(scratch);
 }
 
-/* torch.optim.AdamW 1.13 (_single_tensor_adamw), in double. */
-static void adamw_ref(double *p, double *m, double *v, const float *g, size_t n, double lr,
-                      double b1, double b2, double eps, double wd, int64_t step, double gscale)
-{
-    const double bc1 = 1 - pow(b1, (double)step), bc2 = 1 - pow(b2, (double)step);
-    for (size_t i = 0; i < n; i++) {
-        const double gi = g[i] * gscale;
-        p[i] *= 1 - lr * wd;
-        m[i] = m[i] * b1 + (1 - b1) * gi;
-        v[i] = v[i] * b2 + (1 - b2) * gi * gi;
-        p[i] -= lr / bc1 * m[i] / (sqrt(v[i]) / sqrt(bc2) + eps);
-    }
-}
-
 static void test_adamw(void)
 {
     const size_t n = 10007;
@@ -355,7 +341,7 @@ static void test_adamw(void)
     for (int64_t step = 1; step <= 3; step++) {
         float *g = gpu_rand_array(&rng, n, -0.5f, 0.5f);
         void *d_g = dev(g, n);
-        adamw_ref(rp, rm, rv, g, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, step, 0.5);
+        opcheck_adamw_ref(rp, rm, rv, g, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, step, 0.5);
         OK(cudaop_adamw(backend_stream_native(st), d_p, d_m, d_v, d_g, FERRY_DTYPE_BF16, d_out, n, 1e-3f, 0.9f,
                         0.95f, 1e-8f, 0.1f, step, 0.5f));
         release(d_g);

@@ -1,0 +1,109 @@
+/* The kernel lab's harness (dev/kernels/lab.c), in the manner of llm.c's
+ * dev/cuda: the cuda backend and one stream, the two ceilings measured at the
+ * start of the run (a cuBLASLt bf16 8192^3 matmul and a device-to-device
+ * copy), and the two steps each op file takes for every way it computes an
+ * op — check it against the host reference (kernels/ops_host.h) on small
+ * random inputs, then time it at the lab's sizes and print its rate as a
+ * fraction of its ceiling. Each result is printed the moment it is known.
+ *
+ * An op file (dev/kernels/<op>.c) owns one op family: the call of its host
+ * reference, its production kernel (variant 0: the ops_* entry point the
+ * engine runs) and numbered variants (1, 2, ...: other kernels for the same
+ * op, kept beside the production one so a change is measured against it).
+ * Every helper here ends the program on a failed backend call: the lab
+ * cannot go on without its buffers. */
+#ifndef FERRY_DEV_KERNELS_LAB_H
+#define FERRY_DEV_KERNELS_LAB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "kernels/opcheck.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* GPT-2 sizes the lab times at. */
+typedef struct lab_sizes {
+    int B, T, C, NH, V, Vp, chunk;
+} lab_sizes;
+
+typedef struct lab {
+    backend *be;
+    backend_stream *s;
+    void *stream;             /* the native cudaStream_t of s */
+    backend_event *ev0, *ev1;
+    uint64_t rng;             /* seeded; printed at the start */
+    lab_sizes z;
+    int reps;                 /* timed runs per figure (median) */
+    double tflops;            /* ceiling: cuBLASLt bf16 matmul, TFLOP/s */
+    double gbs;               /* ceiling: device copy, GB/s counting read + write */
+    int checks, failures;
+} lab;
+
+typedef enum lab_unit {
+    LAB_FLOPS, /* work in floating-point operations, against the matmul ceiling */
+    LAB_BYTES, /* work in bytes moved (each input read once, each output written once), against the copy */
+} lab_unit;
+
+/* Ends the program (exit 1) when st is not FERRY_OK, naming what failed. */
+void lab_must(ferry_status st, const char *what);
+
+/* Device memory: uninitialised, zeroed, or uniform bf16 in [-scale, scale). */
+void *lab_alloc(lab *L, size_t bytes);
+void *lab_zeros(lab *L, size_t bytes);
+void *lab_random_bf16(lab *L, size_t n, float scale);
+/* Host arrays (malloc'd): uniform in [lo, hi), rounded to bf16. */
+float *lab_rand(lab *L, size_t n, float lo, float hi);
+/* Device copies of host data, and host copies (malloc'd) of device data. */
+void *lab_up(lab *L, const void *src, size_t bytes);
+void *lab_up_bf16(lab *L, const float *x, size_t n);
+float *lab_down_bf16(lab *L, const void *d, size_t n);
+float *lab_down_f32(lab *L, const void *d, size_t n);
+/* Frees device buffers: LAB_FREE(L, a, b, c). */
+void lab_free_list(lab *L, void *const *bufs, size_t n);
+#define LAB_FREE(L, ...)                                                                       \
+    lab_free_list((L), (void *const[]){__VA_ARGS__}, sizeof((void *const[]){__VA_ARGS__}) / sizeof(void *))
+/* Random token ids in [0, V). */
+int32_t *lab_tokens(lab *L, size_t n, int V);
+
+/* Compares got with the host reference by relative norm error; prints one
+ * "check" line and counts a failure when the error exceeds tol (or is NaN). */
+bool lab_check(lab *L, const char *op, const char *variant, const float *got, const float *want,
+               size_t n, double tol);
+
+/* lab_check of n device values (bf16 or fp32) against the host reference. */
+bool lab_check_bf16(lab *L, const char *op, const char *variant, const void *dev, const float *want, size_t n,
+                    double tol);
+bool lab_check_f32(lab *L, const char *op, const char *variant, const void *dev, const float *want, size_t n,
+                   double tol);
+
+/* One launch of the op being timed, on L->s. */
+typedef void (*lab_fn)(lab *L, void *ctx);
+/* Median milliseconds of L->reps runs after two warm-ups, timed with events;
+ * then prints one "time" line: ms, TFLOP/s or GB/s, and the ratio to the
+ * ceiling of its unit. Returns the milliseconds. */
+double lab_time(lab *L, const char *op, const char *variant, lab_fn fn, void *ctx, double work,
+                lab_unit unit);
+
+/* The op files. Each checks, then times, its production kernel and variants. */
+void lab_encoder(lab *L);
+void lab_layernorm(lab *L);
+void lab_matmul(lab *L);
+void lab_gelu(lab *L);
+void lab_residual(lab *L);
+void lab_attention(lab *L);
+void lab_classifier(lab *L);
+void lab_optimizer(lab *L);
+
+/* Numbered variants written in CUDA (dev/kernels/<op>_variants.cu), with the
+ * signature of the cudaop_* they stand beside. */
+ferry_status lab_gelu_forward1(void *stream, void *out, const void *inp, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

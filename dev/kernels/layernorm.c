@@ -1,0 +1,66 @@
+/* Kernel lab: layernorm, forward (with the saved mean and rstd) and the
+ * accumulating backward. Reference: hostop_layernorm_*; production:
+ * ops_layernorm_* (kernels/layernorm.cu). No variants yet. */
+#include "dev/kernels/lab.h"
+
+#include <stdlib.h>
+
+#include "kernels/ops.h"
+#include "kernels/ops_host.h"
+
+typedef struct ln {
+    int N, C;
+    void *out, *inp, *w, *b, *dout, *dinp, *dw, *db;
+    float *mean, *rstd;
+} ln;
+
+static void forward(lab *L, void *p)
+{
+    ln *k = p;
+    lab_must(ops_layernorm_forward(L->s, k->out, k->mean, k->rstd, k->inp, k->w, k->b, k->N, k->C), "layernorm");
+}
+
+static void backward(lab *L, void *p)
+{
+    ln *k = p;
+    lab_must(ops_layernorm_backward(L->s, k->dinp, k->dw, k->db, k->dout, k->inp, k->w, k->mean, k->rstd,
+                                    k->N, k->C),
+             "layernorm bwd");
+}
+
+static void check(lab *L)
+{
+    const int N = 131, C = 96;
+    const size_t n = (size_t)N * C;
+    float *inp = lab_rand(L, n, -2, 3), *w = lab_rand(L, C, 0.5f, 1.5f), *b = lab_rand(L, C, -0.5f, 0.5f);
+    float *dout = lab_rand(L, n, -1, 1), *dinp = lab_rand(L, n, -1, 1);
+    float *dw = lab_rand(L, C, -1, 1), *db = lab_rand(L, C, -1, 1);
+    float *out = malloc(n * 4), *stat = malloc((size_t)N * 8);
+    ln k = {N, C, lab_alloc(L, n * 2), lab_up_bf16(L, inp, n), lab_up_bf16(L, w, C), lab_up_bf16(L, b, C),
+            lab_up_bf16(L, dout, n), lab_up_bf16(L, dinp, n), lab_up_bf16(L, dw, C), lab_up_bf16(L, db, C),
+            lab_alloc(L, (size_t)N * 4), lab_alloc(L, (size_t)N * 4)};
+    hostop_layernorm_forward(out, stat, stat + N, inp, w, b, N, C);
+    forward(L, &k);
+    lab_check_bf16(L, "layernorm_forward", "0 production", k.out, out, n, 1e-2);
+    hostop_layernorm_backward(dinp, dw, db, dout, inp, w, stat, stat + N, N, C);
+    backward(L, &k);
+    lab_check_bf16(L, "layernorm_backward dinp", "0 production", k.dinp, dinp, n, 1e-2);
+    lab_check_bf16(L, "layernorm_backward dweight", "0 production", k.dw, dw, C, 1e-2);
+    LAB_FREE(L, k.out, k.inp, k.w, k.b, k.dout, k.dinp, k.dw, k.db, k.mean, k.rstd);
+    free(inp), free(w), free(b), free(dout), free(dinp), free(dw), free(db), free(out), free(stat);
+}
+
+void lab_layernorm(lab *L)
+{
+    check(L);
+    const int N = L->z.B * L->z.T, C = L->z.C;
+    const size_t nc = (size_t)N * C;
+    ln k = {N, C, lab_zeros(L, nc * 2), lab_random_bf16(L, nc, 1), lab_random_bf16(L, C, 1),
+            lab_random_bf16(L, C, 1), lab_random_bf16(L, nc, 1), lab_zeros(L, nc * 2), lab_zeros(L, (size_t)C * 2),
+            lab_zeros(L, (size_t)C * 2), lab_zeros(L, (size_t)N * 4), lab_zeros(L, (size_t)N * 4)};
+    forward(L, &k); /* the statistics the backward reads */
+    lab_time(L, "layernorm_forward", "0 production", forward, &k, 2.0 * nc * 2, LAB_BYTES);
+    /* bytes: read inp, dout and dinp, write dinp */
+    lab_time(L, "layernorm_backward", "0 production", backward, &k, 4.0 * nc * 2, LAB_BYTES);
+    LAB_FREE(L, k.out, k.inp, k.w, k.b, k.dout, k.dinp, k.dw, k.db, k.mean, k.rstd);
+}

@@ -1,0 +1,170 @@
+/* The engine judged on the cuda backend (suite gpu): a small GPT-2 (2
+ * layers, 4 heads, 128 wide, GPT-2's vocabulary, batch 4 x 64) trained 20
+ * steps on one fixed batch in each offload mode, none, optimizer and
+ * params, from the same seed.
+ * (a) The modes agree: every step's loss within 1e-2 relative of mode
+ *     none's, and the 20 steps' change of the fp32 master weights within
+ *     5e-2 relative norm of none's. The modes run the same bf16 forward and
+ *     backward and differ only in where the fp32 AdamW runs (device in none,
+ *     CPU otherwise); their results can part only where a master weight
+ *     that differs in its last fp32 bits rounds to another bf16 value (2^-8
+ *     relative), so the tolerances are those of bf16, not of fp32. And the
+ *     loss falls: the last step's is below 0.8 x the first's.
+ * (b) The device peak (ferry_engine_memory_stats) stays within the budget in
+ *     every mode; the budget is memprof's prediction for the run plus an
+ *     eighth (at least 8 MiB), and the device holds at least the bf16
+ *     weights of every group in modes none and optimizer.
+ *
+ *   test_engine_gpu [cuda|host]   (default cuda; host runs the same checks
+ *                                  in fp32 on any machine)
+ * Exit 77 only when cuda is asked for and there is no GPU (no driver, no
+ * device, a card below sm_80); a fixture that fails on a GPU is a failure. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "tests/gpu/engine_fixture.h"
+#include "models/gpt2_plan.h"
+
+#define STEPS 20
+#define B_ 4
+#define T_ 64
+#define SEED 20260101u
+#define BATCH_SEED 77u
+#define TOL_LOSS 1e-2
+#define TOL_UPDATE 5e-2
+
+typedef struct mode_run {
+    ferry_offload mode;
+    float loss[STEPS];
+    float *w0, *w; /* master weights before and after */
+    size_t n;
+} mode_run;
+
+static gpt2_config model_config(void)
+{
+    gpt2_config c;
+    gpt2_config_from_fields(2, 4, 128, 50257, 0, T_, &c);
+    return c;
+}
+
+static ferry_step_options options(void)
+{
+    ferry_step_options so = FERRY_STEP_OPTIONS_INIT;
+    so.lr = 2e-3f;
+    so.weight_decay = 0.1f;
+    so.max_grad_norm = 1.0f;
+    return so;
+}
+
+/* memprof's predicted device peak plus an eighth (at least 8 MiB). */
+static uint64_t budget_for(const gpt2_config *c, ferry_backend_kind kind, ferry_offload mode)
+{
+    gpt2_plan p;
+    if (gpt2_plan_predict(c, B_, T_, mode, false, 2, kind, FERRY_DTYPE_AUTO, &p) != FERRY_OK) {
+        printf("Bail out! gpt2 plan: %s\n", ferry_last_error());
+        exit(1);
+    }
+    uint64_t margin = p.device_total / 8 > (8u << 20) ? p.device_total / 8 : (8u << 20);
+    tap_diag("offload %s: predicted device peak %.2f MiB; budget %.2f MiB", ferry_offload_name(mode),
+             p.device_total / 1048576.0, (p.device_total + margin) / 1048576.0);
+    return p.device_total + margin;
+}
+
+static void check_memory(efix *f, ferry_offload mode, uint64_t budget)
+{
+    ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
+    if (!tap_is_status(ferry_engine_memory_stats(f->e, &ms), FERRY_OK, "%s: memory stats", ferry_offload_name(mode)))
+        return;
+    tap_ok(ms.device_total_peak_bytes <= budget && ms.device_reserved_bytes <= budget,
+           "(b) %s: device peak %.2f MiB and reserved %.2f MiB within the %.2f MiB budget",
+           ferry_offload_name(mode), ms.device_total_peak_bytes / 1048576.0, ms.device_reserved_bytes / 1048576.0,
+           budget / 1048576.0);
+    if (mode == FERRY_OFFLOAD_PARAMS)
+        return;
+    size_t elems = 0;
+    for (int g = 0; g < gpt2_num_groups(f->m); g++)
+        elems += gpt2_group_numel(f->m, g);
+    size_t act = ferry_engine_dtype(f->e) == FERRY_DTYPE_BF16 ? 2 : 4;
+    tap_ok(ms.device_peak_bytes[FERRY_MEM_PARAMS] >= elems * act,
+           "(b) %s: the device held every group's weights (%.2f MiB >= %zu x %zu bytes)", ferry_offload_name(mode),
+           ms.device_peak_bytes[FERRY_MEM_PARAMS] / 1048576.0, elems, act);
+}
+
+/* Trains one mode; false when the fixture or a step failed (reported). */
+static bool train(ferry_backend_kind kind, ferry_offload mode, mode_run *r)
+{
+    gpt2_config c = model_config();
+    uint64_t budget = budget_for(&c, kind, mode);
+    efix f;
+    r->mode = mode;
+    ferry_status st = efix_open(&f, &c, kind, mode, budget, B_, T_, SEED, BATCH_SEED);
+    bool ok = tap_is_status(st, FERRY_OK, "%s: a GPT-2 on the %s engine sets up", ferry_offload_name(mode),
+                            ferry_backend_name(kind));
+    if (ok && kind == FERRY_BACKEND_CUDA)
+        ok = tap_ok(ferry_engine_dtype(f.e) == FERRY_DTYPE_BF16, "%s: the device dtype is bf16",
+                    ferry_offload_name(mode));
+    if (ok)
+        ok = tap_ok((r->w0 = efix_weights(&f, &r->n)) != NULL, "%s: initial weights read", ferry_offload_name(mode));
+    ferry_step_options so = options();
+    for (int s = 0; ok && s < STEPS; s++)
+        ok = tap_is_status(efix_step(&f, &so, &r->loss[s]), FERRY_OK, "%s: step %d", ferry_offload_name(mode), s);
+    if (ok)
+        ok = tap_ok((r->w = efix_weights(&f, &r->n)) != NULL, "%s: trained weights read", ferry_offload_name(mode));
+    if (ok) {
+        tap_diag("%s: loss %.4f -> %.4f", ferry_offload_name(mode), r->loss[0], r->loss[STEPS - 1]);
+        tap_ok(r->loss[STEPS - 1] < 0.8f * r->loss[0], "(a) %s: the loss falls, %.4f -> %.4f (< 0.8 x)",
+               ferry_offload_name(mode), r->loss[0], r->loss[STEPS - 1]);
+        check_memory(&f, mode, budget);
+    }
+    efix_close(&f);
+    return ok;
+}
+
+/* ||(w - w0) - (ref.w - ref.w0)|| / ||ref.w - ref.w0||. */
+static double update_error(const mode_run *r, const mode_run *ref)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        double u = (double)r->w[i] - r->w0[i], v = (double)ref->w[i] - ref->w0[i];
+        num += (u - v) * (u - v);
+        den += v * v;
+    }
+    return den > 0 ? sqrt(num / den) : INFINITY;
+}
+
+static void compare(const mode_run *r, const mode_run *none)
+{
+    double worst = 0;
+    int at = 0;
+    for (int s = 0; s < STEPS; s++) {
+        double d = fabs((double)r->loss[s] - none->loss[s]) / fabs((double)none->loss[s]);
+        if (!(d <= worst))
+            worst = d, at = s;
+    }
+    tap_ok(worst <= TOL_LOSS, "(a) %s vs none: every step's loss within %.0e relative (worst %.2e at step %d)",
+           ferry_offload_name(r->mode), TOL_LOSS, worst, at);
+    tap_ok(r->n == none->n && memcmp(r->w0, none->w0, r->n * sizeof *r->w0) == 0,
+           "%s vs none: the same initial weights", ferry_offload_name(r->mode));
+    double e = r->n == none->n ? update_error(r, none) : INFINITY;
+    tap_ok(e <= TOL_UPDATE, "(a) %s vs none: the 20 steps' weight change within %.0e relative norm (%.2e)",
+           ferry_offload_name(r->mode), TOL_UPDATE, e);
+}
+
+int main(int argc, char **argv)
+{
+    ferry_backend_kind kind = efix_backend_arg(argc, argv);
+    efix_require_gpu(kind);
+    tap_diag("backend %s, seed %u, batch seed %u", ferry_backend_name(kind), SEED, BATCH_SEED);
+    mode_run runs[3] = {{0}};
+    const ferry_offload modes[3] = {FERRY_OFFLOAD_NONE, FERRY_OFFLOAD_OPTIMIZER, FERRY_OFFLOAD_PARAMS};
+    bool ok[3];
+    for (int i = 0; i < 3; i++)
+        ok[i] = train(kind, modes[i], &runs[i]);
+    for (int i = 1; i < 3; i++)
+        if (ok[0] && ok[i])
+            compare(&runs[i], &runs[0]);
+    for (int i = 0; i < 3; i++)
+        free(runs[i].w0), free(runs[i].w);
+    return tap_done();
+}

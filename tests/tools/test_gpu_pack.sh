@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The GPU pack, proven on a machine without a GPU (suite tools; registered
+# where CUDA is built): tools/gpu/pack.sh builds the archive; it is under
+# 40 MiB; unpacked into an empty folder, every program in it resolves every
+# library it loads from the pack's lib/, from the C runtime, or (cuBLAS and
+# cuBLASLt alone) from the CUDA toolkit, and none is missing; and
+# tools/gpu/check.sh, run on the archive as on the GPU machine but expecting
+# no GPU, must see every GPU program end with the clean "no GPU" exit 77 (not
+# 0, a silent run on the host backend; not a crash) and the others pass.
+#   test_gpu_pack.sh SOURCE_ROOT PACK_BUILD_DIR
+set -uo pipefail
+src=$1
+build=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+n=0
+fails=0
+ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fails=$((fails + 1)); fi; }
+diag() { sed 's/^/# /'; }
+
+archive=$tmp/ferry-gpu.tar.xz
+bash "$src/tools/gpu/pack.sh" --build-dir "$build" --out "$archive" >"$tmp/pack.log" 2>&1
+rc=$?
+tail -1 "$tmp/pack.log" | diag
+ok "$rc" "tools/gpu/pack.sh builds the archive (exit $rc)"
+[ "$rc" -eq 0 ] || { tail -30 "$tmp/pack.log" | diag; echo "1..$n"; exit 1; }
+size=$(stat -c %s "$archive")
+[ "$size" -le $((40 * 1024 * 1024)) ]
+ok $? "the archive is $size bytes, at most 40 MiB"
+
+mkdir "$tmp/unpacked"
+tar -xJf "$archive" -C "$tmp/unpacked"
+ok $? "it unpacks into an empty folder"
+pack=$tmp/unpacked/ferry-gpu
+for p in kernel_lab bench_engine bench_transfer ferry-info memprof $(cut -f4 "$pack/tests.txt" | awk '{for (i = 1; i <= NF; i++) if ($i ~ /^bin\//) print substr($i, 5)}'); do
+  [ -x "$pack/bin/$p" ]
+  ok $? "bin/$p is in the pack"
+done
+
+# Where each library may come from: the pack, the C runtime, or (cuBLAS
+# and cuBLASLt only) the toolkit that nvcc belongs to.
+toolkit=$(dirname "$(dirname "$(command -v nvcc)")")/lib64
+crt='^(linux-vdso\.so\.1|ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1)$'
+for p in "$pack"/bin/*; do
+  bad=$(LD_LIBRARY_PATH=$toolkit ldd "$p" | awk -v pack="$pack/" -v tk="$toolkit/" -v crt="$crt" '
+    /not found/ { print "missing: " $1; next }
+    /=>/ { lib = $1; path = $3 }
+    !/=>/ { lib = $1; path = $1; sub(/.*\//, "", lib) }
+    { if (index(path, pack) == 1) next
+      if ((lib == "libcublas.so.13" || lib == "libcublasLt.so.13") && index(path, tk) == 1) next
+      if (lib ~ crt && path !~ pack) next
+      print lib " from " path }')
+  [ -z "$bad" ]
+  ok $? "$(basename "$p") loads only the pack's libraries, the C runtime and the toolkit's cuBLAS(Lt)"
+  [ -z "$bad" ] || echo "$bad" | diag
+done
+
+FERRY_CHECK_EXPECT=no-gpu FERRY_CHECK_DIR=$tmp/check bash "$src/tools/gpu/check.sh" "$archive" "$tmp/out" >"$tmp/check.log" 2>&1
+rc=$?
+ok "$rc" "tools/gpu/check.sh runs the whole check on the archive and expects no GPU (exit $rc)"
+[ "$rc" -eq 0 ] || diag <"$tmp/check.log"
+for name in ferry-info transfer kernel-lab engine-gpt2 engine-xl $(cut -f1 "$pack/tests.txt"); do
+  gpu=$(awk -F'\t' -v n="$name" '$1 == n {print $3}' "$pack/tests.txt")
+  if [ "${gpu:-1}" = 1 ]; then
+    grep -qF "[$name]" "$tmp/out/results.txt" && grep -F "[$name]" "$tmp/out/results.txt" | grep -q 'PASS (exit 77'
+    ok $? "$name ends with the clean no-GPU exit 77"
+  else
+    grep -F "[$name]" "$tmp/out/results.txt" | grep -q 'PASS$'
+    ok $? "$name, which needs no GPU, passes"
+  fi
+done
+grep -F '[memprof-plan]' "$tmp/out/results.txt" | grep -q 'PASS$' && grep -q 'largest batch that fits: [0-9]' "$tmp/out/results.txt"
+ok $? "memprof plan gives the GPT-2 XL batch the check measures"
+echo "1..$n"
+[ "$fails" -eq 0 ]
