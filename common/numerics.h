@@ -3,6 +3,7 @@
  * - the AdamW update of one element, exactly torch.optim.AdamW's arithmetic
  *   (the CPU optimizer's SIMD kernels in optim/ reproduce it bit for bit; the
  *   host backend's device AdamW op in kernels/ runs it as written);
+ * - the fp32 sum of a step's micro-batch gradients;
  * - the gradient sum of squares: in double, over fixed tiles of
  *   NUMERICS_TILE elements, each tile over NUMERICS_SUMSQ_LANES interleaved
  *   lanes added in lane order, tiles added in tile order. So the global norm
@@ -98,6 +99,16 @@ static inline double numerics_sumsq_tile(const void *g, ferry_dtype t, size_t n)
     for (int l = 0; l < NUMERICS_SUMSQ_LANES; l++)
         s += lane[l];
     return s;
+}
+
+/* acc[i] = g[i] (first) or acc[i] + g[i] for n elements of type t, widened
+ * exactly: a micro-batch's gradient added into the fp32 sum of a step's
+ * micro-batches, the same bits wherever it runs (the host backend's
+ * ops_accumulate, the engine's CPU after a drain). */
+static inline void numerics_accumulate(float *acc, const void *g, ferry_dtype t, size_t n, int first)
+{
+    for (size_t i = 0; i < n; i++)
+        acc[i] = first ? dtype_load_f32(g, t, i) : acc[i] + dtype_load_f32(g, t, i);
 }
 
 #ifdef __cplusplus

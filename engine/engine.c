@@ -372,11 +372,15 @@ ferry_status ferry_engine_begin_micro_batch(ferry_engine *e, int index, int coun
                            index, g, gr->name, index - 1);
         gr->grads_acquired = false;
     }
+    if (index == 0 && count > 1 && (st = engine_ensure_accumulators(e)) != FERRY_OK)
+        return st;
     e->micro_index = index;
     e->micro_count = count;
-    if (index > 0 || e->cfg.offload == FERRY_OFFLOAD_PARAMS)
+    e->accumulating = count > 1;
+    if (e->cfg.offload == FERRY_OFFLOAD_PARAMS)
         return FERRY_OK;
-    /* Resident gradients start the step at zero, once the last drain has read them. */
+    /* Resident gradients start each micro-batch at zero (several micro-batches
+     * are summed in fp32, grad_acc), once the last drain has read them. */
     for (int g = 0; g < e->ngroups; g++) {
         engine_group *gr = &e->groups[g];
         if ((st = backend_stream_wait_event(e->compute, gr->drained)) != FERRY_OK ||

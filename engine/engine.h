@@ -33,10 +33,9 @@ typedef enum engine_residency {
     RES_RETIRING,   /* released, kept for reuse until evicted (event `released`) */
 } engine_residency;
 
-/* Per-tile partial sums of a group's gradient norm, filled by pool workers. */
+/* Per-tile partial sums of a group's gradient norm, filled by pool workers
+ * after the step's last drain (schedule.c) and added in tile order. */
 typedef struct engine_norm_job {
-    struct ferry_engine *e;
-    int group;
     size_t ntiles;
     double *partial;   /* [ntiles] */
     unsigned char *bad; /* [ntiles] */
@@ -71,7 +70,11 @@ typedef struct engine_group {
     bool wait_recorded;     /* wait_begin/end hold this step's forward wait */
     bool wait_on_update;    /* ... and that wait was for the CPU update */
 
-    tp_ticket *norm_ticket; /* sum of squares of the drained gradients */
+    tp_ticket *norm_ticket; /* the CPU's work on the drained gradients: their fp32 sum
+                               (several micro-batches) and the norm's partials */
+    float *grad_acc;        /* the fp32 sum of the step's micro-batch gradients, allocated
+                               at the first step with several: host pool in the offload
+                               modes, device in none */
     engine_norm_job *norm;
     size_t (*no_decay)[2];  /* sorted, disjoint {offset, count} ranges (copied) */
     size_t no_decay_count;
@@ -102,6 +105,8 @@ struct ferry_engine {
     /* the step in progress */
     int64_t step;             /* optimizer steps taken */
     int micro_index, micro_count; /* -1 before the first begin_micro_batch of a step */
+    bool accumulating;        /* this step has several micro-batches: gradients are summed
+                                 in fp32 (grad_acc), each micro-batch's from zero */
     bool inference;           /* between begin_inference and end_inference */
     uint64_t fetch_counter;
     int resident_now, resident_max;
@@ -162,6 +167,9 @@ int engine_global_buffers(ferry_backend_kind kind, ferry_offload mode, int ngrou
  * being computed, the ones fetched ahead, one retiring), and other groups
  * whose gradients may still be draining when one more is asked for. */
 int engine_weight_window(int prefetch_groups);
+/* The fp32 sum of a step's micro-batch gradients, when a step has several:
+ * on the device in offload none, in the host pool otherwise. */
+engine_buffer engine_accumulator_buffer(ferry_offload mode);
 int engine_drain_window(int prefetch_groups);
 
 /* placement.c: allocates the state of every group for the mode. */
@@ -173,6 +181,13 @@ void engine_bytes_per_param(const ferry_engine *e, double *device, double *host)
  * first, until at most max_resident groups hold device weights or none is
  * left to evict; returns how many it evicted. */
 int engine_evict(ferry_engine *e, int keep_group, int max_resident);
+/* Allocates every group's grad_acc (engine_accumulator_buffer) that is not
+ * there yet: the first step with several micro-batches does. */
+ferry_status engine_ensure_accumulators(ferry_engine *e);
+/* The gradients the update and the norm read: the fp32 sum when the step
+ * accumulated micro-batches, else the storage type's (device in none, the
+ * drained host copy otherwise). */
+const void *engine_step_grads(const ferry_engine *e, const engine_group *g, ferry_dtype *dtype);
 /* The device (params mode: upload) copy of a group's weights from its master
  * weights, after setup, set_weights or a load. Synchronous. */
 ferry_status engine_write_device_weights(ferry_engine *e, engine_group *g);

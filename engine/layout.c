@@ -55,5 +55,10 @@ int engine_global_buffers(ferry_backend_kind kind, ferry_offload mode, int ngrou
     return n;
 }
 
+engine_buffer engine_accumulator_buffer(ferry_offload mode)
+{
+    return (engine_buffer){mode == FERRY_OFFLOAD_NONE, FERRY_MEM_GRADS, 4, "grads fp32 sum", SLOT(grad_acc)};
+}
+
 int engine_weight_window(int prefetch_groups) { return prefetch_groups + 2; }
 int engine_drain_window(int prefetch_groups) { return prefetch_groups + 1; }

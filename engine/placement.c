@@ -123,6 +123,33 @@ static ferry_status alloc_group(ferry_engine *e, engine_group *g)
     return FERRY_OK;
 }
 
+ferry_status engine_ensure_accumulators(ferry_engine *e)
+{
+    engine_buffer b = engine_accumulator_buffer(e->cfg.offload);
+    for (int i = 0; i < e->ngroups; i++) {
+        engine_group *g = &e->groups[i];
+        if (g->grad_acc)
+            continue;
+        void *ptr = NULL;
+        size_t bytes = g->numel * b.elem_bytes;
+        ferry_status st = b.device ? dev_alloc(e, g, bytes, b.cat, b.what, &ptr) : host_alloc(e, g, bytes, b.cat, b.what, &ptr);
+        if (st == FERRY_OK && !b.device)
+            st = tp_first_touch(e->threads, ptr, bytes);
+        if (st != FERRY_OK)
+            return err_wrap(st, "summing several micro-batches in fp32");
+        memcpy((char *)g + b.slot, &ptr, sizeof ptr);
+    }
+    return FERRY_OK;
+}
+
+const void *engine_step_grads(const ferry_engine *e, const engine_group *g, ferry_dtype *dtype)
+{
+    *dtype = e->accumulating ? FERRY_DTYPE_F32 : e->act;
+    if (e->accumulating)
+        return g->grad_acc;
+    return e->cfg.offload == FERRY_OFFLOAD_NONE ? g->dev_grads : g->host_grads;
+}
+
 /* Fills master (from init), zero moments, and the device weights. */
 static ferry_status fill_none(ferry_engine *e, engine_group *g)
 {

@@ -3,12 +3,14 @@
  * buffers, and on release draining gradients to the host on the D2H stream
  * while backward goes on, with the gradient norm's partial sums computed by
  * the CPU as each group lands. Every cross-stream dependency is an event. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
 #include "engine/engine.h"
+#include "common/numerics.h"
 #include "optim/gradnorm.h"
 
 static ferry_status check_micro(ferry_engine *e, const char *what)
@@ -227,14 +229,11 @@ static ferry_status acquire_param_grads(ferry_engine *e, engine_group *g, backen
     }
     if (st != FERRY_OK)
         return st;
-    /* Later micro-batches continue the running sum where the last one left it,
-     * so the additions happen in the same order as with resident gradients. */
-    if (e->micro_index == 0)
-        return backend_memset_async(s, g->dev_grads, 0, bytes);
-    e->timing_acc.transfer_h2d_bytes += (double)bytes;
+    /* Every micro-batch's gradient starts at zero (several are summed in fp32
+     * on the host), once a lingering buffer's last drain has read it. */
     if ((st = backend_stream_wait_event(s, g->drained)) != FERRY_OK)
         return st;
-    return backend_memcpy_async(s, g->dev_grads, g->host_grads, bytes, BACKEND_COPY_H2D);
+    return backend_memset_async(s, g->dev_grads, 0, bytes);
 }
 
 ferry_status engine_grads(ferry_engine *e, int gi, backend_stream *s, void **grads)
@@ -260,38 +259,134 @@ ferry_status engine_grads(ferry_engine *e, int gi, backend_stream *s, void **gra
 
 /* ---- draining and the norm's partial sums ---- */
 
-static void norm_tile(void *ctx, size_t tile, int worker)
+/* The CPU's work on one drain of one group, a pool job of its own: its
+ * tiles wait until the d2h stream has copied this micro-batch's gradients
+ * (a latch the stream opens, so a later drain of the same group can never be
+ * mistaken for this one), add them into the fp32 sum over micro-batches, and
+ * after the step's last drain take the norm's partial sums. */
+typedef struct drain_job {
+    ferry_engine *e;
+    int group;
+    bool accumulate, first, last;
+    pthread_mutex_t lock;
+    pthread_cond_t landed_cond;
+    bool landed, abandoned;
+} drain_job;
+
+static ferry_status drain_landed(void *p)
 {
-    (void)worker;
-    engine_norm_job *job = ctx;
-    ferry_engine *e = job->e;
-    engine_group *g = &e->groups[job->group];
-    backend_event_synchronize(g->drained);
-    size_t first = tile * OPTIM_TILE;
-    size_t n = g->numel - first < OPTIM_TILE ? g->numel - first : OPTIM_TILE;
-    bool bad = false;
-    const char *src = (const char *)g->host_grads + first * e->act_size;
-    gradnorm_sumsq(NULL, src, e->act, n, &job->partial[tile], &bad);
-    job->bad[tile] = bad;
+    drain_job *j = *(drain_job **)p;
+    pthread_mutex_lock(&j->lock);
+    j->landed = true;
+    pthread_cond_broadcast(&j->landed_cond);
+    pthread_mutex_unlock(&j->lock);
+    return FERRY_OK;
 }
 
-static ferry_status submit_norm(ferry_engine *e, int gi)
+static void drain_tile(void *ctx, size_t tile, int worker)
 {
-    engine_group *g = &e->groups[gi];
-    if (!g->norm) {
-        size_t ntiles = (g->numel + OPTIM_TILE - 1) / OPTIM_TILE;
-        g->norm = calloc(1, sizeof *g->norm);
-        if (g->norm) {
-            g->norm->partial = calloc(ntiles, sizeof(double));
-            g->norm->bad = calloc(ntiles, 1);
-        }
-        if (!g->norm || !g->norm->partial || !g->norm->bad)
-            return err_set(FERRY_ERR_OUT_OF_MEMORY, "gradient norm of group %d: out of host memory", gi);
-        g->norm->e = e;
-        g->norm->group = gi;
+    (void)worker;
+    drain_job *job = ctx;
+    pthread_mutex_lock(&job->lock);
+    while (!job->landed && !job->abandoned)
+        pthread_cond_wait(&job->landed_cond, &job->lock);
+    bool abandoned = job->abandoned;
+    pthread_mutex_unlock(&job->lock);
+    if (abandoned)
+        return;
+    ferry_engine *e = job->e;
+    engine_group *g = &e->groups[job->group];
+    size_t first = tile * OPTIM_TILE;
+    size_t n = g->numel - first < OPTIM_TILE ? g->numel - first : OPTIM_TILE;
+    const char *src = (const char *)g->host_grads + first * e->act_size;
+    if (job->accumulate)
+        numerics_accumulate(g->grad_acc + first, src, e->act, n, job->first);
+    if (!job->last)
+        return;
+    bool bad = false;
+    if (job->accumulate)
+        gradnorm_sumsq(NULL, g->grad_acc + first, FERRY_DTYPE_F32, n, &g->norm->partial[tile], &bad);
+    else
+        gradnorm_sumsq(NULL, src, e->act, n, &g->norm->partial[tile], &bad);
+    g->norm->bad[tile] = bad;
+}
+
+static void drain_job_free(void *ctx)
+{
+    drain_job *j = ctx;
+    pthread_cond_destroy(&j->landed_cond);
+    pthread_mutex_destroy(&j->lock);
+    free(j);
+}
+
+static ferry_status norm_arrays(ferry_engine *e, engine_group *g, int gi)
+{
+    if (g->norm)
+        return FERRY_OK;
+    size_t ntiles = (g->numel + OPTIM_TILE - 1) / OPTIM_TILE;
+    g->norm = calloc(1, sizeof *g->norm);
+    if (g->norm) {
+        g->norm->partial = calloc(ntiles, sizeof(double));
+        g->norm->bad = calloc(ntiles, 1);
         g->norm->ntiles = ntiles;
     }
-    return tp_submit(e->threads, g->norm->ntiles, norm_tile, g->norm, NULL, &g->norm_ticket);
+    if (!g->norm || !g->norm->partial || !g->norm->bad)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "gradient norm of group %d: out of host memory", gi);
+    (void)e;
+    return FERRY_OK;
+}
+
+/* Queues the CPU's work on the drain just issued on the d2h stream. */
+static ferry_status submit_drain_job(ferry_engine *e, int gi, bool last)
+{
+    engine_group *g = &e->groups[gi];
+    ferry_status st = norm_arrays(e, g, gi);
+    drain_job *j = st == FERRY_OK ? calloc(1, sizeof *j) : NULL;
+    if (st == FERRY_OK && !j)
+        st = err_set(FERRY_ERR_OUT_OF_MEMORY, "the gradients of group %d: out of host memory", gi);
+    if (st != FERRY_OK)
+        return st;
+    j->e = e;
+    j->group = gi;
+    j->accumulate = e->accumulating;
+    j->first = e->micro_index == 0;
+    j->last = last;
+    pthread_mutex_init(&j->lock, NULL);
+    pthread_cond_init(&j->landed_cond, NULL);
+    if ((st = tp_submit(e->threads, g->norm->ntiles, drain_tile, j, drain_job_free, &g->norm_ticket)) != FERRY_OK) {
+        drain_job_free(j);
+        return st;
+    }
+    st = backend_launch_host(e->d2h, drain_landed, &j, sizeof j);
+    if (st != FERRY_OK) { /* the tiles must not wait for a copy that will not come */
+        pthread_mutex_lock(&j->lock);
+        j->abandoned = true;
+        pthread_cond_broadcast(&j->landed_cond);
+        pthread_mutex_unlock(&j->lock);
+    }
+    return st;
+}
+
+/* The d2h stream waits for the CPU to be done with host_grads (the last
+ * micro-batch's sum) before overwriting them; the stream owns the ticket. */
+typedef struct ticket_wait_args {
+    tp_ticket *ticket;
+} ticket_wait_args;
+
+static ferry_status wait_ticket(void *p)
+{
+    return tp_wait(((ticket_wait_args *)p)->ticket);
+}
+
+static ferry_status after_cpu_sum(ferry_engine *e, engine_group *g)
+{
+    if (!g->norm_ticket)
+        return FERRY_OK;
+    ticket_wait_args a = {g->norm_ticket};
+    ferry_status st = backend_launch_host(e->d2h, wait_ticket, &a, sizeof a);
+    if (st == FERRY_OK)
+        g->norm_ticket = NULL;
+    return st;
 }
 
 static ferry_status drain(ferry_engine *e, engine_group *g, int gi, bool last)
@@ -303,11 +398,12 @@ static ferry_status drain(ferry_engine *e, engine_group *g, int gi, bool last)
     if (e->cfg.delayed_update && ((st = engine_update_barrier(e, g)) != FERRY_OK ||
                                   (st = backend_stream_wait_event(e->d2h, g->updated)) != FERRY_OK))
         return st;
-    if ((st = backend_stream_wait_event(e->d2h, g->grads_done)) != FERRY_OK ||
+    if ((e->accumulating && (st = after_cpu_sum(e, g)) != FERRY_OK) ||
+        (st = backend_stream_wait_event(e->d2h, g->grads_done)) != FERRY_OK ||
         (st = backend_memcpy_async(e->d2h, g->host_grads, g->dev_grads, bytes, BACKEND_COPY_D2H)) != FERRY_OK ||
         (st = backend_event_record(g->drained, e->d2h)) != FERRY_OK)
         return st;
-    return last ? submit_norm(e, gi) : FERRY_OK;
+    return last || e->accumulating ? submit_drain_job(e, gi, last) : FERRY_OK;
 }
 
 ferry_status engine_release(ferry_engine *e, int gi, ferry_phase phase, backend_stream *s)
@@ -353,7 +449,9 @@ ferry_status engine_release(ferry_engine *e, int gi, ferry_phase phase, backend_
     if ((st = backend_event_record(g->grads_done, s)) != FERRY_OK)
         return st;
     bool last = e->micro_index == e->micro_count - 1;
-    if (e->cfg.offload == FERRY_OFFLOAD_NONE || (!params && !last))
+    if (e->cfg.offload == FERRY_OFFLOAD_NONE)
+        return e->accumulating ? ops_accumulate(s, g->grad_acc, g->dev_grads, g->numel, e->micro_index == 0) : FERRY_OK;
+    if (!params && !last && !e->accumulating)
         return FERRY_OK;
     return drain(e, g, gi, last);
 }

@@ -104,10 +104,13 @@ static ferry_status norms_resident(ferry_engine *e)
     size_t bytes = (size_t)e->ngroups * sizeof(double);
     if ((st = backend_memset_async(e->compute, e->dev_sumsq, 0, bytes)) != FERRY_OK)
         return st;
-    for (int i = 0; i < e->ngroups; i++)
-        if ((st = ops_sumsq(e->compute, e->groups[i].dev_grads, e->act, e->groups[i].numel, e->dev_sumsq + i,
-                            e->dev_sumsq_scratch)) != FERRY_OK)
+    for (int i = 0; i < e->ngroups; i++) {
+        ferry_dtype t;
+        const void *grads = engine_step_grads(e, &e->groups[i], &t);
+        if ((st = ops_sumsq(e->compute, grads, t, e->groups[i].numel, e->dev_sumsq + i, e->dev_sumsq_scratch)) !=
+            FERRY_OK)
             return st;
+    }
     double *host = malloc(bytes);
     if (!host)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "gradient norm: out of host memory");
@@ -205,9 +208,10 @@ static void segment_tile(void *ctx, size_t tile, int worker)
 static ferry_status submit_segment(ferry_engine *e, engine_group *g, size_t first, size_t n, adamw_hparams hp,
                                    float clip)
 {
-    size_t off = first * e->act_size;
-    adamw_job job = {g->master + first, g->m + first, g->v + first, (char *)g->host_grads + off, e->act, n,
-                     e->step + 1, hp, clip, (char *)g->host_weights + off, e->act};
+    ferry_dtype gt;
+    const char *grads = engine_step_grads(e, g, &gt);
+    adamw_job job = {g->master + first, g->m + first, g->v + first, grads + first * dtype_size(gt), gt, n,
+                     e->step + 1, hp, clip, (char *)g->host_weights + first * e->act_size, e->act};
     ferry_status st = adamw_check(&job);
     if (st != FERRY_OK)
         return st;
@@ -235,8 +239,10 @@ static ferry_status run_segment_resident(ferry_engine *e, engine_group *g, size_
                                          adamw_hparams hp, float clip)
 {
     size_t off = first * e->act_size;
-    return ops_adamw(e->compute, g->master + first, g->m + first, g->v + first, (char *)g->dev_grads + off,
-                     e->act, (char *)g->dev_weights + off, n, &hp, e->step + 1, clip);
+    ferry_dtype gt;
+    const char *grads = engine_step_grads(e, g, &gt);
+    return ops_adamw(e->compute, g->master + first, g->m + first, g->v + first, grads + first * dtype_size(gt), gt,
+                     (char *)g->dev_weights + off, n, &hp, e->step + 1, clip);
 }
 
 /* The last update's wall time, once all of it has run. */

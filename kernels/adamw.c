@@ -2,8 +2,7 @@
  * kernels/adamw.cu): AdamW over fp32 master weights and moments, and the
  * gradient sum of squares, written as common/numerics.h defines them, so on
  * the host backend the update of offload none is bitwise the CPU optimizer's
- * (optim/) and the offload modes agree to the last bit; and the fp32 sum of
- * a step's micro-batch gradients. */
+ * (optim/) and the offload modes agree to the last bit. */
 #include "kernels/ops_host.h"
 
 #include "common/numerics.h"
@@ -28,10 +27,4 @@ double hostop_sumsq(const void *grad, ferry_dtype act, size_t n)
         sum += numerics_sumsq_tile((const char *)grad + at * dtype_size(act), act, len);
     }
     return sum;
-}
-
-void hostop_accumulate(float *acc, const void *g, ferry_dtype act, size_t n, bool first)
-{
-    for (size_t i = 0; i < n; i++)
-        acc[i] = first ? dtype_load_f32(g, act, i) : acc[i] + dtype_load_f32(g, act, i);
 }

@@ -538,7 +538,7 @@ typedef struct accumulate_args {
 static ferry_status accumulate_run(void *p)
 {
     accumulate_args *a = p;
-    hostop_accumulate(a->acc, a->g, a->act, a->n, a->first);
+    numerics_accumulate(a->acc, a->g, a->act, a->n, a->first);
     return FERRY_OK;
 }
 

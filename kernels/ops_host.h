@@ -81,8 +81,7 @@ void hostop_adamw(float *master, float *m, float *v, const void *grad, ferry_dty
 /* The sum of squares of n `act` elements, tile by tile in tile order
  * (common/numerics.h): bitwise the CPU optimizer's gradnorm_sumsq. */
 double hostop_sumsq(const void *grad, ferry_dtype act, size_t n);
-/* acc[i] = g[i] (first) or acc[i] + g[i], g of type `act` widened exactly. */
-void hostop_accumulate(float *acc, const void *g, ferry_dtype act, size_t n, bool first);
+
 
 #ifdef __cplusplus
 }

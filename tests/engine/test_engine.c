@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/numerics.h"
 #include "engine/embed.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
@@ -150,11 +151,11 @@ static ferry_status run_reference(int accum, bool delay, run_result *out)
     int G = gpt2_num_groups(m);
     float **master = calloc((size_t)G, sizeof *master), **mom = calloc((size_t)G, sizeof *mom);
     float **vel = calloc((size_t)G, sizeof *vel), **grad = calloc((size_t)G, sizeof *grad);
-    float **prev = calloc((size_t)G, sizeof *prev);
+    float **prev = calloc((size_t)G, sizeof *prev), **scratch = calloc((size_t)G, sizeof *scratch);
     for (int g = 0; g < G; g++) {
         size_t n = gpt2_group_numel(m, g);
         master[g] = malloc(n * 4); mom[g] = calloc(n, 4); vel[g] = calloc(n, 4);
-        grad[g] = malloc(n * 4); prev[g] = malloc(n * 4);
+        grad[g] = malloc(n * 4); prev[g] = malloc(n * 4); scratch[g] = malloc(n * 4);
         gpt2_init_group(m, g, SEED, master[g]);
         memcpy(prev[g], master[g], n * 4);
         gpt2_resident_set_params(r, s, g, master[g]);
@@ -163,15 +164,20 @@ static ferry_status run_reference(int accum, bool delay, run_result *out)
     gpt2_hooks hooks = gpt2_resident_hooks(r);
     int32_t tokens[B * T], targets[B * T];
     for (int step = 0; step < STEPS && st == FERRY_OK; step++) {
-        gpt2_resident_zero_grads(r, s);
         float sum = 0;
+        /* Each micro-batch's gradients from zero, summed over the step in fp32. */
         for (int k = 0; k < accum; k++) {
             float loss = 0;
             batch_tokens(step, k, tokens, targets);
+            gpt2_resident_zero_grads(r, s);
             gpt2_forward(m, act, &hooks, s, tokens, targets, true);
             gpt2_backward(m, act, &hooks, s, 1.0f / (float)accum);
             gpt2_loss(act, s, &loss);
             sum += loss;
+            for (int g = 0; g < G; g++) {
+                gpt2_resident_get_grads(r, s, g, scratch[g]);
+                numerics_accumulate(grad[g], scratch[g], FERRY_DTYPE_F32, gpt2_group_numel(m, g), k == 0);
+            }
         }
         out->loss[step] = sum / (float)accum;
         /* The global norm over whole groups, then AdamW tensor by tensor:
@@ -181,7 +187,6 @@ static ferry_status run_reference(int accum, bool delay, run_result *out)
         for (int g = 0; g < G; g++) {
             double one;
             bool nf;
-            gpt2_resident_get_grads(r, s, g, grad[g]);
             gradnorm_sumsq(NULL, grad[g], FERRY_DTYPE_F32, gpt2_group_numel(m, g), &one, &nf);
             sumsq += one;
             bad |= nf;
@@ -213,9 +218,9 @@ static ferry_status run_reference(int accum, bool delay, run_result *out)
     for (int g = 0; g < G; g++) {
         memcpy(out->weights + at, master[g], gpt2_group_numel(m, g) * 4);
         at += gpt2_group_numel(m, g);
-        free(master[g]); free(mom[g]); free(vel[g]); free(grad[g]); free(prev[g]);
+        free(master[g]); free(mom[g]); free(vel[g]); free(grad[g]); free(prev[g]); free(scratch[g]);
     }
-    free(master); free(mom); free(vel); free(grad); free(prev);
+    free(master); free(mom); free(vel); free(grad); free(prev); free(scratch);
     gpt2_activations_destroy(act);
     gpt2_resident_destroy(r);
     gpt2_destroy(m);
