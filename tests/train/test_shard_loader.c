@@ -1,11 +1,16 @@
 /* Tests of llm.c token shards and the batch loader (train/shard.c,
  * dataloader.c): write/read round trip with hand-computed batches, every
- * malformed shard, resume from a saved position, seeded shuffles, and the
- * `tokenize` program end to end. */
+ * malformed shard, resume from a saved position, seeded shuffles, shards
+ * that change under a running loader or between runs, and the `tokenize`
+ * program end to end. */
+#include <fcntl.h>
+#include <signal.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/tap.h"
@@ -231,6 +236,110 @@ static void test_bad_shards(void)
     expect_bad("tiny.bin", "no batch of B*T+1 = 5", 50257, FERRY_ERR_INVALID_ARGUMENT);
 }
 
+
+/* A shard written long ago (so that rewriting it now changes its mtime). */
+static void write_old_shard(const char *path, const uint16_t *toks, size_t n)
+{
+    tok_shard_write(path, toks, n);
+    struct timespec old[2] = {{978307200, 0}, {978307200, 0}}; /* 2001-01-01 */
+    utimensat(AT_FDCWD, path, old, 0);
+}
+
+static void test_changed_under_loader(void)
+{
+    uint16_t toks[400];
+    for (int i = 0; i < 400; i++)
+        toks[i] = (uint16_t)i;
+    const char *p = path_in("shrinks.bin");
+    write_old_shard(p, toks, 400);
+    ferry_status st;
+    tok_loader *l = open1(p, 1, 8, 0, 0, 50257, &st);
+    TAP_IS_STATUS(st, FERRY_OK, "changed: open a 400-token shard");
+    if (!l)
+        return;
+    int32_t in[8], tg[8];
+    TAP_IS_STATUS(tok_loader_next(l, in, tg), FERRY_OK, "changed: batch 0 read");
+    if (truncate(p, 1024 + 2 * 20) != 0)
+        tap_diag("truncate: %s", strerror(errno));
+    /* Mapped, the next read of a cut page was SIGBUS: the whole run died. */
+    TAP_IS_STATUS(tok_loader_next(l, in, tg), FERRY_ERR_IO, "changed: a shard cut short while training is an error");
+    const char *m = ferry_last_error();
+    tap_ok(strstr(m, "shrinks.bin") && strstr(m, "changed while training") && strstr(m, "1824 bytes when opened"),
+           "changed: the message names the shard and what happened (%s)", m);
+    TAP_IS_INT(tok_loader_tell(l).index, 1, "changed: the failed batch did not advance the position");
+    tok_loader_close(l);
+
+    const char *q = path_in("rewritten.bin");
+    write_old_shard(q, toks, 400);
+    l = open1(q, 1, 8, 0, 0, 50257, &st);
+    if (!l)
+        return;
+    FILE *f = fopen(q, "r+b");
+    uint16_t other[400];
+    for (int i = 0; i < 400; i++)
+        other[i] = (uint16_t)(999 - i);
+    if (f) {
+        fseek(f, 1024, SEEK_SET);
+        fwrite(other, 2, 400, f);
+        fclose(f);
+    }
+    TAP_IS_STATUS(tok_loader_next(l, in, tg), FERRY_ERR_IO, "changed: a shard rewritten in place (same size) is an error");
+    tap_ok(strstr(ferry_last_error(), "rewritten in place") != NULL, "changed: and the message says so (%s)",
+           ferry_last_error());
+    tok_loader_close(l);
+}
+
+static void test_content_fingerprint(void)
+{
+    uint16_t a[300], b[300];
+    for (int i = 0; i < 300; i++)
+        a[i] = b[i] = (uint16_t)(i % 97);
+    b[123] = 5000; /* one token differs; same length */
+    tok_shard_write(path_in("fp_a.bin"), a, 300);
+    tok_shard_write(path_in("fp_b.bin"), b, 300);
+    ferry_status st;
+    tok_loader *la = open1(path_in("fp_a.bin"), 2, 4, 1, 7, 50257, &st);
+    tok_loader *la2 = open1(path_in("fp_a.bin"), 2, 4, 1, 7, 50257, &st);
+    tok_loader *lb = open1(path_in("fp_b.bin"), 2, 4, 1, 7, 50257, &st);
+    if (!la || !la2 || !lb) {
+        tap_ok(0, "fingerprint: open three loaders (%s)", ferry_last_error());
+    } else {
+        int32_t in[8], tg[8];
+        for (int k = 0; k < 5; k++)
+            tok_loader_next(la, in, tg);
+        tok_loader_pos pos = tok_loader_tell(la);
+        TAP_IS_STATUS(tok_loader_seek(la2, &pos), FERRY_OK, "fingerprint: the same shard resumes");
+        TAP_IS_STATUS(tok_loader_seek(lb, &pos), FERRY_ERR_INVALID_ARGUMENT,
+                      "fingerprint: a shard of the same length with one token changed is refused");
+        tap_ok(strstr(ferry_last_error(), "same tokens") != NULL, "fingerprint: the message says why (%s)",
+               ferry_last_error());
+    }
+    tok_loader_close(la);
+    tok_loader_close(la2);
+    tok_loader_close(lb);
+}
+
+static void test_fifo_shard(void)
+{
+    const char *p = path_in("fifo.bin");
+    if (mkfifo(p, 0600) != 0) {
+        tap_diag("no FIFO (%s): not checked", strerror(errno));
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) { /* a loader that waits for a writer would never return: give it 30 s */
+        alarm(30);
+        ferry_status st;
+        tok_loader *l = open1(p, 1, 4, 0, 0, 50257, &st);
+        tok_loader_close(l);
+        _exit(st == FERRY_ERR_IO && strstr(ferry_last_error(), "not a regular file") ? 0 : 1);
+    }
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    tap_ok(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "fifo: a FIFO given as a shard is refused at once, not waited on "
+           "(child status %d)", ws);
+}
+
 static void test_tokenize_program(void)
 {
     const char *exe = getenv("FERRY_TOKENIZE_EXE");
@@ -306,6 +415,9 @@ int main(void)
     test_two_shards();
     test_shuffle_and_resume();
     test_bad_shards();
+    test_changed_under_loader();
+    test_content_fingerprint();
+    test_fifo_shard();
     test_tokenize_program();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
