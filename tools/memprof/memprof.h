@@ -89,7 +89,8 @@ typedef struct mp_report {
 } mp_report;
 
 /* Replays the records of t into *r: peaks, breakdowns, the `top` largest
- * live allocations at each peak, and a timeline of `buckets` columns. */
+ * live allocations at each peak, and a timeline of `buckets` columns. On
+ * failure (out of memory) nothing is left to free. */
 ferry_status mp_analyze(const mp_trace *t, size_t top, size_t buckets, mp_report *r);
 void mp_report_free(mp_report *r);
 

@@ -321,23 +321,21 @@ ferry_status mp_analyze(const mp_trace *t, size_t top, size_t buckets, mp_report
     r->t_end = t->n ? t->rec[t->n - 1].t_ns : 0;
     if (top > MP_TOP_MAX)
         top = MP_TOP_MAX;
-    for (size_t i = 0; i < t->n; i++) {
-        ferry_status st = FERRY_OK;
+    ferry_status st = FERRY_OK;
+    for (size_t i = 0; st == FERRY_OK && i < t->n; i++) {
         if (t->rec[i].kind == TRACE_TIMING)
             st = add_timing(r, &t->rec[i]);
         else if (t->rec[i].kind == TRACE_PHASE)
             st = add_mark(r, &t->rec[i]);
-        if (st != FERRY_OK)
-            return st;
     }
-    for (int p = 0; p < MP_POOLS; p++) {
-        ferry_status st = scan_pool(t, p, r);
+    for (int p = 0; st == FERRY_OK && p < MP_POOLS; p++) {
+        st = scan_pool(t, p, r);
         if (st == FERRY_OK && r->pool[p].peak > 0)
             st = live_at_peak(t, p, top, &r->pool[p]);
-        if (st != FERRY_OK)
-            return st;
     }
-    return FERRY_OK;
+    if (st != FERRY_OK)
+        mp_report_free(r); /* the caller frees only a report it got */
+    return st;
 }
 
 void mp_report_free(mp_report *r)
