@@ -3,10 +3,11 @@
  *   memprof [report] [--json] [--svg FILE] [--top N] TRACE
  *   memprof dump TRACE          (the records as JSON Lines)
  *   memprof plan [options]      (predicted peaks of a GPT-2 run: plan.h)
- * Subcommands are dispatched from main(). A damaged trace still gets the
- * figures of what could be read, with the problem on stderr and exit status 1. */
+ * Subcommands are dispatched from main(); their options are parsed in
+ * mp_args.c. A damaged trace still gets the figures of what could be read,
+ * with the problem on stderr and exit status 1; a file that is not a trace
+ * (missing, a folder, a cut header) gets only the problem. */
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -30,7 +30,8 @@ void mp_usage(FILE *f)
           "dump prints every record as one JSON object per line.\n"
           "\n"
           "Exit status: 0 on success; 1 when the trace is damaged (the figures of\n"
-          "the records before the damage are still printed); 2 on a usage error.\n",
+          "the records before the damage are still printed) or is not a trace at\n"
+          "all (no figures); 2 on a usage error.\n",
           f);
 }
 
