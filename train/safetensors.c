@@ -400,6 +400,10 @@ static ferry_status parse_header(st_file *f, const char *json, size_t len, const
             continue;
         }
         st_tensor *t = &f->tensors[f->n];
+        if (!it->string[0]) { /* "" (or a name that starts with a NUL byte) */
+            st = fmt(f, NULL, "a tensor has an empty name");
+            break;
+        }
         if (tok_map_get(&f->names, it->string, strlen(it->string), &v)) {
             st = fmt(f, it->string, "the name appears twice in the header");
             break;

@@ -209,6 +209,10 @@ static void test_corrupt(void)
     expect_corrupt("dup.st", FERRY_ERR_FORMAT, "tensor 'a': the name appears twice");
     write_custom("neg.st", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, -1);
     expect_corrupt("neg.st", FERRY_ERR_FORMAT, "not a non-negative integer");
+    /* Found by tests/fuzz/fuzz_safetensors: two names that both read as ""
+     * reached the name map with a NULL key store (UB); "" is refused now. */
+    write_custom("noname.st", "{\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, -1);
+    expect_corrupt("noname.st", FERRY_ERR_FORMAT, "a tensor has an empty name");
     write_custom("meta.st", "{\"__metadata__\":{\"k\":3}}", 0, -1);
     expect_corrupt("meta.st", FERRY_ERR_FORMAT, "value is not a string");
     st_file *g = NULL;
