@@ -2,14 +2,12 @@
  * a scripted run whose peaks, phases and breakdowns are computed by hand
  * below must come back exactly from `memprof --json`; the SVG must parse as
  * XML; truncated, corrupt and foreign files must give a clear error, exit
- * status 1 and the figures of what could be read; a byte changed anywhere
- * (seeded random positions) is caught by the checksums and named by record;
- * hostile traces (extreme addresses and times, /dev/zero, a cut header) get
- * an answer, never a crash or a hang.
+ * status 1 and the figures of what could be read; a file that is not a
+ * trace gets no report. (The reader's checks byte by byte, and hostile
+ * traces, are test_memprof_read.c's, in-process.)
  * argv[1]: the memprof program; argv[2]: a Python for the XML check.
  * $FERRY_KEEP_TRACE=PATH keeps the scripted trace (docs/memprof.md's example). */
 #include <cjson/cJSON.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,196 +278,7 @@ static void check_damaged(const char *path, uint64_t n1)
     run_memprof("/nonexistent/trace.fmt", &r);
     TAP_IS_INT(r.status, 1, "missing: exit status 1");
     tap_ok(strstr(r.err, "cannot read trace '/nonexistent/trace.fmt'") != NULL, "missing: names the path");
-}
-
-
-static unsigned char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    unsigned char *b = NULL;
-    *len = 0;
-    if (f && fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        rewind(f);
-        b = n > 0 ? malloc((size_t)n) : NULL;
-        *len = b ? fread(b, 1, (size_t)n, f) : 0;
-    }
-    if (f)
-        fclose(f);
-    return b;
-}
-
-static void write_all(const char *path, const unsigned char *b, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    if (f) {
-        fwrite(b, 1, len, f);
-        fclose(f);
-    }
-}
-
-/* One byte changed at seeded random places, one copy each: every change must
- * stop the reader at the record holding it (or at the header). */
-static void check_byte_flips(const char *path)
-{
-    size_t len;
-    unsigned char *b = read_all(path, &len);
-    if (!tap_ok(b && len > 32 + 96 && (len - 32) % 96 == 0, "flips: the scripted trace is whole (%zu bytes)", len)) {
-        free(b);
-        return;
-    }
-    uint64_t seed = 20261202;
-    tap_diag("flips: positions and values from seed %llu", (unsigned long long)seed);
-    char bad[600];
-    snprintf(bad, sizeof bad, "%s/flipped.fmt", dir);
-    int caught = 0, named = 0, figures = 0, tries = 7, header_caught = 0;
-    for (int k = 0; k < tries; k++) {
-        size_t at = k < 2 ? (size_t)(tap_rand_u64(&seed) % 32) : 32 + (size_t)(tap_rand_u64(&seed) % (len - 32));
-        unsigned char old = b[at];
-        b[at] ^= (unsigned char)(1 + tap_rand_u64(&seed) % 255);
-        write_all(bad, b, len);
-        b[at] = old;
-        run r;
-        char args[700];
-        snprintf(args, sizeof args, "--json '%s'", bad);
-        run_memprof(args, &r);
-        cJSON *j = cJSON_Parse(r.out);
-        if (at < 32) {
-            header_caught += r.status == 1 && j && num(j, "records") == 0 &&
-                             cJSON_IsFalse(cJSON_GetObjectItem(j, "complete"));
-            if (r.status != 1)
-                tap_diag("  header byte %zu: exit %d, %s", at, r.status, r.err);
-            cJSON_Delete(j);
-            continue;
-        }
-        size_t rec = (at - 32) / 96 + 1;
-        char want[64];
-        snprintf(want, sizeof want, "corrupt at record %zu ", rec);
-        caught += r.status == 1;
-        named += strstr(r.err, want) != NULL;
-        figures += j && num(j, "records") == (double)(rec - 1);
-        if (r.status != 1 || !strstr(r.err, want))
-            tap_diag("  byte %zu (record %zu): exit %d, %s", at, rec, r.status, r.err);
-        cJSON_Delete(j);
-    }
-    TAP_IS_INT(header_caught, 2, "flips: 2 of 2 changed header bytes refused: 0 records, not complete");
-    TAP_IS_INT(caught, tries - 2, "flips: every changed record byte gives exit status 1");
-    TAP_IS_INT(named, tries - 2, "flips: and stderr names the record holding it");
-    TAP_IS_INT(figures, tries - 2, "flips: the figures cover exactly the records before it");
-    free(b);
-}
-
-/* The same trace with its checksums stripped, as traces were written before
- * they had them: still read, with the same figures, and said to be unchecked. */
-static void check_unchecked_trace(const char *path)
-{
-    size_t len;
-    unsigned char *b = read_all(path, &len);
-    if (!b || len < 32) {
-        tap_ok(0, "unchecked: read the scripted trace");
-        free(b);
-        return;
-    }
-    memset(b + 24, 0, 8);
-    for (size_t at = 32; at + 96 <= len; at += 96)
-        memset(b + at + 12, 0, 4);
-    char old[600];
-    snprintf(old, sizeof old, "%s/unchecked.fmt", dir);
-    write_all(old, b, len);
-    free(b);
-    run r;
-    cJSON *j = report_json(old, &r);
-    TAP_IS_INT(r.status, 0, "unchecked: an older trace without checksums is read (%s)", r.err);
-    if (j) {
-        TAP_IS_INT(num(j, "device.peak_bytes"), 34 * MiB, "unchecked: with the same device peak");
-        tap_ok(cJSON_IsFalse(cJSON_GetObjectItem(j, "checksummed")), "unchecked: JSON says checksummed false");
-    }
-    cJSON_Delete(j);
-}
-
-/* A header (old layout: no checksums) and the given records, raw. */
-static void write_trace(const char *path, const trace_record *recs, size_t n)
-{
-    unsigned char h[32] = "FERRYMEM";
-    h[8] = 1;
-    h[12] = 96;
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return;
-    fwrite(h, 1, sizeof h, f);
-    fwrite(recs, sizeof *recs, n, f);
-    fclose(f);
-}
-
-static trace_record rec(uint64_t t_ns, int kind, int pool, uint64_t bytes, uint64_t addr)
-{
-    trace_record r;
-    memset(&r, 0, sizeof r);
-    r.t_ns = t_ns;
-    r.kind = (uint8_t)kind;
-    r.pool = (uint8_t)pool;
-    r.bytes = bytes;
-    r.addr = addr;
-    r.step = -1;
-    strcpy(r.name, "x");
-    return r;
-}
-
-static void check_hostile(void)
-{
-    char p[600], args[1400];
-    run r;
-    /* On the host, the issue's case: a free of the address 2^64 - 2 alone. On
-     * the device, allocations at the very top and at 0, allocated and freed. */
-    snprintf(p, sizeof p, "%s/top_addr.fmt", dir);
-    trace_record top[6] = {rec(1, TRACE_ALLOC, TRACE_POOL_DEVICE, 7, 0xFFFFFFFFFFFFFFFEull),
-                           rec(2, TRACE_ALLOC, TRACE_POOL_DEVICE, 5, 0xFFFFFFFFFFFFFFFFull),
-                           rec(3, TRACE_ALLOC, TRACE_POOL_DEVICE, 3, 0),
-                           rec(4, TRACE_FREE, TRACE_POOL_DEVICE, 7, 0xFFFFFFFFFFFFFFFEull),
-                           rec(5, TRACE_FREE, TRACE_POOL_DEVICE, 3, 0),
-                           rec(6, TRACE_FREE, TRACE_POOL_HOST, 0, 0xFFFFFFFFFFFFFFFEull)};
-    write_trace(p, top, 6);
-    cJSON *j = report_json(p, &r);
-    TAP_IS_INT(r.status, 0, "hostile: allocations at 2^64-2, 2^64-1 and 0 are read (exit %d)", r.status);
-    if (j) {
-        TAP_IS_INT(num(j, "device.peak_bytes"), 15, "hostile: their peak is 7 + 5 + 3 bytes");
-        TAP_IS_INT(num(j, "device.final_bytes"), 5, "hostile: 5 bytes (at 2^64-1) live at the end");
-        TAP_IS_INT(num(j, "device.unknown_frees"), 0, "hostile: every device free found its allocation");
-        TAP_IS_INT(num(j, "host.unknown_frees"), 1, "hostile: the lone host free of 2^64-2 is an unknown address");
-        tap_ok(cJSON_IsFalse(cJSON_GetObjectItem(j, "checksummed")), "hostile: a trace without checksums says so");
-    }
-    cJSON_Delete(j);
-    /* The last nanosecond of 64 bits. */
-    trace_record late[2] = {rec(0, TRACE_ALLOC, TRACE_POOL_DEVICE, 64, 0x1000),
-                            rec(UINT64_MAX, TRACE_ALLOC, TRACE_POOL_DEVICE, 64, 0x2000)};
-    write_trace(p, late, 2);
-    char svg[600];
-    snprintf(svg, sizeof svg, "%s/late.svg", dir);
-    snprintf(args, sizeof args, "--json --svg '%s' '%s'", svg, p);
-    run_memprof(args, &r);
-    j = cJSON_Parse(r.out);
-    TAP_IS_INT(r.status, 0, "hostile: a record at t = 2^64-1 ns is read (%s)", r.err);
-    TAP_IS_CLOSE(j ? num(j, "device.peak_time_ms") : -1, 18446744073709.551616, 0, 1e-12,
-                 "hostile: its peak falls at 2^64-1 ns");
-    cJSON_Delete(j);
-    char picture[65536];
-    slurp(svg, sizeof picture, picture);
-    tap_ok(strstr(picture, "<svg") && !strstr(picture, "inf") && !strstr(picture, "nan"),
-           "hostile: and its timeline has only finite coordinates");
-    /* Endless zeros: refused at the magic, at once. */
-    snprintf(args, sizeof args, "timeout 60 '%s' /dev/zero >/dev/null 2>'%s/err.txt'", memprof, dir);
-    int st = system(args);
-    TAP_IS_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 1, "hostile: memprof /dev/zero stops with exit 1, not a hang");
-    /* A header cut short after its magic. */
-    snprintf(p, sizeof p, "%s/cut_header.fmt", dir);
-    write_all(p, (const unsigned char *)"FERRYMEM\1\0\0\0`\0\0\0", 16);
-    run_memprof(p, &r);
-    TAP_IS_INT(r.status, 1, "hostile: a cut header gives exit 1");
-    tap_ok(strstr(r.err, "ends inside its 32-byte header, after 16 bytes") && !strstr(r.err, "wrong magic"),
-           "hostile: and says the header is cut, not that the magic is wrong (%s)", r.err);
-    /* Nothing to report on: no report at all. */
-    run_memprof("/nonexistent/trace.fmt", &r);
-    tap_ok(r.status == 1 && r.out[0] == '\0', "hostile: a missing trace prints no report (stdout '%.40s')", r.out);
+    tap_ok(r.out[0] == '\0', "missing: and prints no report (stdout '%.40s')", r.out);
 }
 
 static void check_cli(const char *path)
@@ -514,9 +323,6 @@ int main(int argc, char **argv)
     tap_diag("trace %s: %llu records by the end of step 1", path, (unsigned long long)n1);
     check_full(path, argv[2]);
     check_damaged(path, n1);
-    check_byte_flips(path);
-    check_unchecked_trace(path);
-    check_hostile();
     check_cli(path);
     backend_close(be);
     char cmd[700];
