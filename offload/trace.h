@@ -7,7 +7,8 @@
  * Off by default: every caller keeps a `trace *` that is NULL when tracing is
  * off, and every function here returns at once on NULL, so an untraced run
  * pays one pointer test. On, a record is 96 bytes copied into a buffer under
- * a mutex; the buffer is written from the calling thread in 384 KiB chunks.
+ * a mutex and given its CRC-32C; the buffer is written from the calling
+ * thread in 384 KiB chunks.
  * Any thread may record; records are ordered by their timestamps.
  * A write failure is remembered and returned by trace_flush()/trace_close(),
  * so the allocators never fail because the trace did. */
