@@ -7,13 +7,15 @@
  * Off by default: every caller keeps a `trace *` that is NULL when tracing is
  * off, and every function here returns at once on NULL, so an untraced run
  * pays one pointer test. On, a record is 96 bytes copied into a buffer under
- * a mutex; the buffer is written from the calling thread in 384 KiB chunks.
+ * a mutex and given its CRC-32C; the buffer is written from the calling
+ * thread in 384 KiB chunks.
  * Any thread may record; records are ordered by their timestamps.
  * A write failure is remembered and returned by trace_flush()/trace_close(),
  * so the allocators never fail because the trace did. */
 #ifndef FERRY_OFFLOAD_TRACE_H
 #define FERRY_OFFLOAD_TRACE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ferry.h"
@@ -24,13 +26,20 @@ extern "C" {
 
 /* ---- file format, version 1 (little-endian) ----
  * header, 32 bytes: magic "FERRYMEM", u32 version, u32 record size (96),
- *                   u64 wall-clock start (ns since the Unix epoch), u64 0.
- * then records of `record size` bytes, laid out as trace_record. */
+ *                   u64 wall-clock start (ns since the Unix epoch),
+ *                   u32 flags, u32 CRC-32C of header bytes 0..27.
+ * then records of `record size` bytes, laid out as trace_record.
+ * With TRACE_FLAG_CRC (every trace this writer makes), each record's `crc`
+ * is the CRC-32C of its index (u64, 0 for the first record) followed by its
+ * 96 bytes with `crc` zeroed, so a changed byte, a lost record or two records
+ * swapped are all detected. Traces from before the flag existed have
+ * flags and header CRC 0 and carry no record checksums. */
 #define TRACE_MAGIC "FERRYMEM"
 #define TRACE_VERSION 1u
 #define TRACE_HEADER_SIZE 32u
 #define TRACE_RECORD_SIZE 96u
 #define TRACE_NAME_MAX 48u /* bytes of name, NUL included; longer names are cut */
+#define TRACE_FLAG_CRC 1u  /* records carry a CRC-32C (header flags bit 0) */
 
 typedef enum trace_kind {
     TRACE_ALLOC = 1,   /* pool, category, bytes, addr, name */
@@ -51,7 +60,8 @@ typedef struct trace_record {
     uint8_t kind;     /* 8: trace_kind */
     uint8_t pool;     /* 9: trace_pool */
     uint8_t category; /* 10: ferry_mem_category */
-    uint8_t pad[5];   /* 11: 0 */
+    uint8_t pad;      /* 11: 0 */
+    uint32_t crc;     /* 12: CRC-32C (see above); 0 in traces without TRACE_FLAG_CRC */
     uint64_t bytes;   /* 16 */
     uint64_t addr;    /* 24: the allocation's address (its identity until freed) */
     int64_t step;     /* 32: for PHASE and TIMING; -1 otherwise */
@@ -87,6 +97,16 @@ void trace_step_timing(trace *t, int64_t step, const char *key, double ms);
 
 /* Records written or buffered so far (for tests and benchmarks). */
 uint64_t trace_record_count(trace *t);
+
+/* CRC-32C (Castagnoli, reflected, as iSCSI and ext4 use) of n bytes,
+ * continuing from `crc` (0 to start): trace_crc32c(0, "123456789", 9) is
+ * 0xE3069283. SSE4.2's crc32 instruction where the CPU has it. */
+uint32_t trace_crc32c(uint32_t crc, const void *data, size_t n);
+/* The checksum a record at position `index` (0-based) carries: the CRC-32C
+ * of the index (u64) then the record's bytes with `crc` taken as 0. */
+uint32_t trace_record_crc(const trace_record *r, uint64_t index);
+/* The checksum of a header's first 28 bytes (stored at offset 28). */
+uint32_t trace_header_crc(const unsigned char header[TRACE_HEADER_SIZE]);
 
 #ifdef __cplusplus
 }

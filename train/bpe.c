@@ -1,14 +1,17 @@
 /* GPT-2 byte-level BPE (see bpe.h). Owns: loading encoder.json/vocab.bpe, the
- * hand-written pre-tokenizer that reproduces the JS regex, the merge loop and
- * the word cache. The merge loop follows the gpt-3-encoder package exactly:
- * each round takes the lowest-ranked pair (the rightmost one among equal
- * ranks), merges every occurrence of that exact pair left to right, and
- * repeats. Its merge table is a JS object keyed by "first,second", so a pair
- * whose joined key equals a merge's key (e.g. ["\",", "\""] vs
- * ["\"", ",\""]) gets that merge's rank too; we add those aliases at load. */
+ * hand-written pre-tokenizer that reproduces the JS regex, the merge loop,
+ * the word cache, and the tables every tokenizer shares (character classes,
+ * GPT-2's byte map), built once per process. The merge loop follows the
+ * gpt-3-encoder package exactly: each round takes the lowest-ranked pair (the
+ * rightmost one among equal ranks), merges every occurrence of that exact
+ * pair left to right, and repeats. Its merge table is a JS object keyed by
+ * "first,second", so a pair whose joined key equals a merge's key (e.g.
+ * ["\",", "\""] vs ["\"", ",\""]) gets that merge's rank too; we add those
+ * aliases at load. */
 #include "train/bpe.h"
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,7 +35,6 @@ struct tok_bpe {
     tok_map pairs;          /* (id a, id b) as 8 bytes -> rank << 32 | merged id */
     tok_map cache;          /* word bytes -> offset << 16 | count in cache_ids */
     tok_ids cache_ids;
-    uint8_t cls_bmp[0x10000];
     /* scratch of the merge loop */
     uint32_t *sym, *rank, *merged;
     uint8_t *fresh;
@@ -93,19 +95,37 @@ static int class_slow(uint32_t cp)
     return CLS_OTHER;
 }
 
-static void build_class_table(tok_bpe *t)
+/* Tables every tokenizer shares, built once per process (tables_once):
+ * the class of each BMP code point, and GPT-2's byte <-> code point maps. */
+static uint8_t cls_bmp[0x10000];
+static uint32_t byte_cp[256];
+static int16_t cp_byte[0x200];
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+/* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the
+ * other 68 take the code points 256, 257, ... in byte order. */
+static void build_tables(void)
 {
     for (uint32_t cp = 0; cp < 0x10000; cp++)
-        t->cls_bmp[cp] = (uint8_t)class_slow(cp);
+        cls_bmp[cp] = (uint8_t)class_slow(cp);
+    uint32_t next = 256;
+    for (unsigned x = 0; x < 256; x++) {
+        int keep = (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE;
+        byte_cp[x] = keep ? x : next++;
+    }
+    for (unsigned i = 0; i < 0x200; i++)
+        cp_byte[i] = -1;
+    for (unsigned b = 0; b < 256; b++)
+        cp_byte[byte_cp[b]] = (int16_t)b;
 }
 
 /* Decodes one UTF-8 character at s[i] (i < n). Returns its length; *cls is its
  * class. A byte that does not start valid UTF-8 is a one-byte "other". */
-static size_t next_char(const tok_bpe *t, const unsigned char *s, size_t n, size_t i, int *cls)
+static size_t next_char(const unsigned char *s, size_t n, size_t i, int *cls)
 {
     unsigned b0 = s[i];
     if (b0 < 0x80) {
-        *cls = t->cls_bmp[b0];
+        *cls = cls_bmp[b0];
         return 1;
     }
     uint32_t cp;
@@ -143,17 +163,17 @@ static size_t next_char(const tok_bpe *t, const unsigned char *s, size_t n, size
         }
         cp = (cp << 6) | (s[i + k] & 0x3F);
     }
-    *cls = cp < 0x10000 ? t->cls_bmp[cp] : class_slow(cp);
+    *cls = cp < 0x10000 ? cls_bmp[cp] : class_slow(cp);
     return len;
 }
 
 /* ---- pre-tokenizer --------------------------------------------------------- */
 
-static size_t run_of(const tok_bpe *t, const unsigned char *s, size_t n, size_t i, int want)
+static size_t run_of(const unsigned char *s, size_t n, size_t i, int want)
 {
     while (i < n) {
         int c;
-        size_t l = next_char(t, s, n, i, &c);
+        size_t l = next_char(s, n, i, &c);
         if (c != want)
             break;
         i += l;
@@ -178,27 +198,28 @@ static size_t contraction_len(const unsigned char *s, size_t n, size_t i)
 
 size_t tok_pretoken_end(const tok_bpe *t, const char *text, size_t n, size_t pos)
 {
+    (void)t; /* loaded, so the shared class table is built */
     const unsigned char *s = (const unsigned char *)text;
     size_t k = contraction_len(s, n, pos);
     if (k)
         return pos + k;
     int cls;
-    size_t l = next_char(t, s, n, pos, &cls);
+    size_t l = next_char(s, n, pos, &cls);
     /* " ?X+" for X = letter, number, other: an optional ASCII space first. */
     if (s[pos] == ' ' && pos + 1 < n) {
         int c2;
-        next_char(t, s, n, pos + 1, &c2);
+        next_char(s, n, pos + 1, &c2);
         if (c2 != CLS_SPACE)
-            return run_of(t, s, n, pos + 1, c2);
+            return run_of(s, n, pos + 1, c2);
     }
     if (cls != CLS_SPACE)
-        return run_of(t, s, n, pos + l, cls);
+        return run_of(s, n, pos + l, cls);
     /* \s+(?!\S): the whole run at the end of text, else the run less its last
      * character; a lone space before non-space falls to \s+ (one char). */
     size_t end = pos, last = pos;
     while (end < n) {
         int c;
-        size_t cl = next_char(t, s, n, end, &c);
+        size_t cl = next_char(s, n, end, &c);
         if (c != CLS_SPACE)
             break;
         last = end;
@@ -386,29 +407,12 @@ ferry_status tok_bpe_decode(const tok_bpe *t, const uint32_t *ids, size_t n, cha
     return FERRY_OK;
 }
 
-/* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the
- * other 68 take the code points 256, 257, ... in byte order. */
-static uint32_t byte_to_cp(unsigned b)
-{
-    static uint32_t table[256];
-    static int ready;
-    if (!ready) {
-        uint32_t next = 256;
-        for (unsigned x = 0; x < 256; x++) {
-            int keep = (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE;
-            table[x] = keep ? x : next++;
-        }
-        ready = 1; /* idempotent: racing threads write the same values */
-    }
-    return table[b];
-}
-
 /* Byte-encoded form of raw bytes, UTF-8 (what encoder.json keys hold). */
 static size_t byte_encode(const unsigned char *raw, size_t len, char *enc)
 {
     size_t at = 0;
     for (size_t i = 0; i < len; i++) {
-        uint32_t cp = byte_to_cp(raw[i]);
+        uint32_t cp = byte_cp[raw[i]];
         if (cp < 0x80) {
             enc[at++] = (char)cp;
         } else {
@@ -436,15 +440,6 @@ int64_t tok_bpe_lookup(const tok_bpe *t, const char *text, size_t len)
 /* Raw bytes of a byte-encoded key; -1 if a character is not a byte stand-in. */
 static long byte_decode(const char *key, unsigned char *raw)
 {
-    static int16_t cp_to_byte[0x200];
-    static int ready;
-    if (!ready) {
-        for (unsigned i = 0; i < 0x200; i++)
-            cp_to_byte[i] = -1;
-        for (unsigned b = 0; b < 256; b++)
-            cp_to_byte[byte_to_cp(b)] = (int16_t)b;
-        ready = 1;
-    }
     const unsigned char *s = (const unsigned char *)key;
     long n = 0;
     while (*s) {
@@ -458,9 +453,9 @@ static long byte_decode(const char *key, unsigned char *raw)
         } else {
             return -1;
         }
-        if (cp >= 0x200 || cp_to_byte[cp] < 0)
+        if (cp >= 0x200 || cp_byte[cp] < 0)
             return -1;
-        raw[n++] = (unsigned char)cp_to_byte[cp];
+        raw[n++] = (unsigned char)cp_byte[cp];
     }
     return n;
 }
@@ -610,7 +605,7 @@ ferry_status tok_bpe_load(const char *encoder_json, const char *vocab_bpe, tok_b
     tok_bpe *t = calloc(1, sizeof *t);
     if (!t)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot allocate the tokenizer");
-    build_class_table(t);
+    pthread_once(&tables_once, build_tables);
     ferry_status st = load_encoder(t, encoder_json);
     for (unsigned b = 0; st == FERRY_OK && b < 256; b++) {
         char enc[2];

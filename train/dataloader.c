@@ -1,6 +1,8 @@
-/* The batch loader over llm.c token shards (see dataloader.h): mapping and
+/* The batch loader over llm.c token shards (see dataloader.h): opening and
  * checking shards, the window index, the per-epoch permutation and the
- * saved/restored position. */
+ * saved/restored position. Shards are read with pread into a buffer, never
+ * mapped: a shard cut short or rewritten while training is an error message,
+ * not a SIGBUS. */
 #include "train/dataloader.h"
 
 #include <errno.h>
@@ -8,8 +10,8 @@
 #include <glob.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/error.h"
@@ -17,10 +19,11 @@
 
 typedef struct loader_shard {
     char *path;
-    void *map;          /* the whole file, read-only */
-    size_t map_len;
-    const uint16_t *tokens;
+    int fd;             /* open for the loader's life: batches are read with pread */
+    uint64_t size;      /* bytes when opened; any change later is an error */
+    struct timespec mtime;
     uint64_t count;
+    uint64_t hash;      /* of the tokens' bytes, taken while checking them at open */
     uint64_t first_window; /* global index of its first window */
     uint64_t windows;
 } loader_shard;
@@ -33,61 +36,141 @@ struct tok_loader {
     uint64_t epoch, index;
     uint32_t *perm;     /* this epoch's window order (shuffled mode) */
     uint64_t perm_epoch;
+    uint16_t *window;   /* B*T+1 tokens read for one batch */
     tok_loader_batch_info last;
 };
 
-static ferry_status map_shard(tok_loader *l, const char *path)
+#define SCAN_TOKENS ((size_t)1 << 16) /* tokens read at a time when checking a shard */
+
+static uint64_t mix64(uint64_t z)
 {
-    if (l->nshards == l->cap_shards) {
-        size_t cap = l->cap_shards ? l->cap_shards * 2 : 8;
-        loader_shard *s = realloc(l->shards, cap * sizeof *s);
-        if (!s)
-            return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot grow the shard list to %zu", cap);
-        l->shards = s;
-        l->cap_shards = cap;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Folds n bytes (a multiple of 8 except at the end of a shard) into h. */
+static uint64_t hash_bytes(uint64_t h, const unsigned char *p, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = mix64(h ^ w);
     }
+    if (i < n) {
+        uint64_t w = 0;
+        memcpy(&w, p + i, n - i);
+        h = mix64(h ^ w ^ ((uint64_t)(n - i) << 56));
+    }
+    return h;
+}
+
+static ferry_status grow_shards(tok_loader *l)
+{
+    if (l->nshards < l->cap_shards)
+        return FERRY_OK;
+    size_t cap = l->cap_shards ? l->cap_shards * 2 : 8;
+    loader_shard *s = realloc(l->shards, cap * sizeof *s);
+    if (!s)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot grow the shard list to %zu", cap);
+    l->shards = s;
+    l->cap_shards = cap;
+    return FERRY_OK;
+}
+
+/* Opens a shard without blocking on a FIFO, and keeps only regular files. */
+static ferry_status open_regular(loader_shard *s, struct stat *sb)
+{
+    s->fd = open(s->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (s->fd < 0)
+        return err_set(FERRY_ERR_IO, "cannot open token shard '%s': %s%s", s->path, strerror(errno),
+                       errno == EMFILE ? " (one descriptor per shard: raise ulimit -n or merge shards)" : "");
+    if (fstat(s->fd, sb) != 0)
+        return err_set(FERRY_ERR_IO, "cannot read token shard '%s': %s", s->path, strerror(errno));
+    if (!S_ISREG(sb->st_mode))
+        return err_set(FERRY_ERR_IO, "token shard '%s' is not a regular file (a folder, FIFO or device); "
+                       "give shard files", s->path);
+    return FERRY_OK;
+}
+
+static ferry_status open_shard(tok_loader *l, const char *path)
+{
+    ferry_status st = grow_shards(l);
+    if (st != FERRY_OK)
+        return st;
     loader_shard *s = &l->shards[l->nshards];
     memset(s, 0, sizeof *s);
+    s->fd = -1;
     s->path = strdup(path);
     if (!s->path)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot copy the path '%s'", path);
     l->nshards++; /* owned from here on: tok_loader_close releases it */
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return err_set(FERRY_ERR_IO, "cannot open token shard '%s': %s", path, strerror(errno));
     struct stat sb;
-    char head[TOK_SHARD_HEADER_BYTES];
-    ssize_t got = fstat(fd, &sb) == 0 ? pread(fd, head, sizeof head, 0) : -1;
-    if (got < 0) {
-        int e = errno;
-        close(fd);
-        return err_set(FERRY_ERR_IO, "cannot read token shard '%s': %s", path, strerror(e));
-    }
-    ferry_status st = tok_shard_check_header(path, head, (size_t)got, (uint64_t)sb.st_size, &s->count);
-    if (st != FERRY_OK) {
-        close(fd);
+    if ((st = open_regular(s, &sb)) != FERRY_OK)
         return st;
+    char head[TOK_SHARD_HEADER_BYTES];
+    ssize_t got = pread(s->fd, head, sizeof head, 0);
+    if (got < 0)
+        return err_set(FERRY_ERR_IO, "cannot read token shard '%s': %s", path, strerror(errno));
+    s->size = (uint64_t)sb.st_size;
+    s->mtime = sb.st_mtim;
+    return tok_shard_check_header(path, head, (size_t)got, s->size, &s->count);
+}
+
+/* Reads n tokens from token index `first` of s into buf; FERRY_ERR_IO naming
+ * the shard when the file no longer has them. */
+static ferry_status read_tokens(const loader_shard *s, uint64_t first, size_t n, uint16_t *buf)
+{
+    size_t want = n * sizeof *buf, done = 0;
+    off_t at = (off_t)(TOK_SHARD_HEADER_BYTES + 2 * first);
+    while (done < want) {
+        ssize_t r = pread(s->fd, (char *)buf + done, want - done, at + (off_t)done);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return err_set(FERRY_ERR_IO, "token shard '%s': cannot read tokens %llu..%llu: %s; the file was "
+                           "cut short or changed after it was opened (%llu bytes then); restore it, or start "
+                           "again on data that does not change", s->path, (unsigned long long)first,
+                           (unsigned long long)(first + n - 1), r < 0 ? strerror(errno) : "end of file",
+                           (unsigned long long)s->size);
+        done += (size_t)r;
     }
-    s->map_len = (size_t)sb.st_size;
-    s->map = mmap(NULL, s->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (s->map == MAP_FAILED) {
-        s->map = NULL;
-        return err_set(FERRY_ERR_IO, "cannot map token shard '%s': %s", path, strerror(errno));
-    }
-    s->tokens = (const uint16_t *)((const char *)s->map + TOK_SHARD_HEADER_BYTES);
     return FERRY_OK;
 }
 
-static ferry_status check_tokens(const loader_shard *s, uint32_t vocab)
+static ferry_status check_range(const loader_shard *s, const uint16_t *t, size_t n, uint64_t first, uint32_t vocab)
 {
-    for (uint64_t i = 0; i < s->count; i++)
-        if (s->tokens[i] >= vocab)
+    for (size_t i = 0; i < n; i++)
+        if (t[i] >= vocab) {
+            uint64_t k = first + i;
             return err_set(FERRY_ERR_FORMAT, "token shard '%s': token %u at index %llu (byte offset %llu) is not "
                            "below the vocabulary size %u; wrong tokenizer or a corrupt file",
-                           s->path, s->tokens[i], (unsigned long long)i,
-                           (unsigned long long)(TOK_SHARD_HEADER_BYTES + 2 * i), vocab);
+                           s->path, t[i], (unsigned long long)k,
+                           (unsigned long long)(TOK_SHARD_HEADER_BYTES + 2 * k), vocab);
+        }
     return FERRY_OK;
+}
+
+/* Reads every token once: each must be below the vocabulary, and their bytes
+ * give the shard's content hash (part of the loader's layout). */
+static ferry_status scan_shard(loader_shard *s, uint32_t vocab)
+{
+    uint16_t *buf = malloc(SCAN_TOKENS * sizeof *buf);
+    if (!buf)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot allocate a buffer to check token shard '%s'", s->path);
+    ferry_status st = FERRY_OK;
+    uint64_t h = mix64(s->count ^ 0x5EED5EED5EED5EEDull);
+    for (uint64_t at = 0; st == FERRY_OK && at < s->count; at += SCAN_TOKENS) {
+        size_t n = s->count - at < SCAN_TOKENS ? (size_t)(s->count - at) : SCAN_TOKENS;
+        st = read_tokens(s, at, n, buf);
+        if (st == FERRY_OK)
+            st = check_range(s, buf, n, at, vocab);
+        h = hash_bytes(h, (const unsigned char *)buf, n * sizeof *buf);
+    }
+    free(buf);
+    s->hash = h;
+    return st;
 }
 
 static ferry_status add_pattern(tok_loader *l, const char *pattern)
@@ -100,16 +183,9 @@ static ferry_status add_pattern(tok_loader *l, const char *pattern)
     }
     ferry_status st = FERRY_OK;
     for (size_t i = 0; st == FERRY_OK && i < g.gl_pathc; i++)
-        st = map_shard(l, g.gl_pathv[i]);
+        st = open_shard(l, g.gl_pathv[i]);
     globfree(&g);
     return st;
-}
-
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
 }
 
 static void index_windows(tok_loader *l)
@@ -125,6 +201,7 @@ static void index_windows(tok_loader *l)
         l->windows += s->windows;
         l->tokens += s->count;
         h = mix64(h ^ s->count);
+        h = mix64(h ^ s->hash);
     }
     l->layout = h;
 }
@@ -172,7 +249,7 @@ ferry_status tok_loader_open(const tok_loader_config *cfg, tok_loader **out)
     for (size_t i = 0; st == FERRY_OK && i < cfg->npaths; i++)
         st = add_pattern(l, cfg->paths[i]);
     for (size_t i = 0; st == FERRY_OK && i < l->nshards; i++)
-        st = check_tokens(&l->shards[i], cfg->vocab_size);
+        st = scan_shard(&l->shards[i], cfg->vocab_size);
     if (st == FERRY_OK) {
         index_windows(l);
         if (l->windows == 0)
@@ -184,6 +261,8 @@ ferry_status tok_loader_open(const tok_loader_config *cfg, tok_loader **out)
             st = err_set(FERRY_ERR_INVALID_ARGUMENT, "%llu batches per epoch exceed 2^32; use a larger batch",
                          (unsigned long long)l->windows);
     }
+    if (st == FERRY_OK && !(l->window = malloc(((size_t)cfg->batch * (size_t)cfg->seq_len + 1) * sizeof *l->window)))
+        st = err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot allocate a batch of %d x %d tokens", cfg->batch, cfg->seq_len);
     if (st == FERRY_OK && cfg->shuffle) {
         l->perm = malloc(l->windows * sizeof *l->perm);
         if (!l->perm)
@@ -205,12 +284,13 @@ void tok_loader_close(tok_loader *l)
     if (!l)
         return;
     for (size_t i = 0; i < l->nshards; i++) {
-        if (l->shards[i].map)
-            munmap(l->shards[i].map, l->shards[i].map_len);
+        if (l->shards[i].fd >= 0)
+            close(l->shards[i].fd);
         free(l->shards[i].path);
     }
     free(l->shards);
     free(l->perm);
+    free(l->window);
     free(l);
 }
 
@@ -234,6 +314,23 @@ static const loader_shard *shard_of_window(const tok_loader *l, uint64_t w)
     return &l->shards[lo];
 }
 
+/* The shard must still be the file that was checked at open: same size,
+ * same modification time. Rewriting it in place changes one or the other. */
+static ferry_status check_unchanged(const loader_shard *s)
+{
+    struct stat sb;
+    if (fstat(s->fd, &sb) != 0)
+        return err_set(FERRY_ERR_IO, "token shard '%s': %s", s->path, strerror(errno));
+    if ((uint64_t)sb.st_size != s->size || sb.st_mtim.tv_sec != s->mtime.tv_sec ||
+        sb.st_mtim.tv_nsec != s->mtime.tv_nsec)
+        return err_set(FERRY_ERR_IO, "token shard '%s' was changed while training (%llu bytes when opened, %llu "
+                       "now%s): its batches are no longer the data the run started with; restore it, or start "
+                       "again on data that does not change (write new shards beside it, as tokenize does)",
+                       s->path, (unsigned long long)s->size, (unsigned long long)sb.st_size,
+                       (uint64_t)sb.st_size == s->size ? ", rewritten in place" : "");
+    return FERRY_OK;
+}
+
 ferry_status tok_loader_next(tok_loader *l, int32_t *inputs, int32_t *targets)
 {
     if (!inputs || !targets)
@@ -244,7 +341,14 @@ ferry_status tok_loader_next(tok_loader *l, int32_t *inputs, int32_t *targets)
     const loader_shard *s = shard_of_window(l, w);
     size_t bt = (size_t)l->cfg.batch * (size_t)l->cfg.seq_len;
     uint64_t off = (w - s->first_window) * bt;
-    const uint16_t *src = s->tokens + off;
+    ferry_status st = check_unchanged(s);
+    if (st == FERRY_OK)
+        st = read_tokens(s, off, bt + 1, l->window);
+    if (st == FERRY_OK)
+        st = check_range(s, l->window, bt + 1, off, l->cfg.vocab_size);
+    if (st != FERRY_OK)
+        return st;
+    const uint16_t *src = l->window;
     for (size_t i = 0; i < bt; i++) {
         inputs[i] = src[i];
         targets[i] = src[i + 1];
@@ -266,7 +370,8 @@ ferry_status tok_loader_seek(tok_loader *l, const tok_loader_pos *pos)
 {
     if (!pos || pos->layout != l->layout)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "loader position was saved for other data or settings "
-                       "(layout %016llx, this loader %016llx): same shards, batch, seq_len, shuffle and seed needed",
+                       "(layout %016llx, this loader %016llx): the same shards with the same tokens, batch, "
+                       "seq_len, shuffle and seed are needed",
                        pos ? (unsigned long long)pos->layout : 0ull, (unsigned long long)l->layout);
     if (pos->index >= l->windows)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "loader position batch %llu is past the epoch's %llu batches",

@@ -7,7 +7,8 @@
  * (seed, epoch); sequential mode visits them in file order, the same every
  * epoch (use it for validation). The position is a small struct that can be
  * saved and restored, so a resumed run sees exactly the batches it would have.
- * Owns the mapped shards and the epoch's order; not thread-safe. */
+ * Owns the open shards (one descriptor each) and the epoch's order; not
+ * thread-safe. */
 #ifndef FERRY_TOKENIZE_DATALOADER_H
 #define FERRY_TOKENIZE_DATALOADER_H
 
@@ -32,7 +33,9 @@ typedef struct tok_loader_config {
 typedef struct tok_loader_pos {
     uint64_t epoch;  /* completed passes over the data */
     uint64_t index;  /* batches already served in this epoch */
-    uint64_t layout; /* fingerprint of shard sizes, B, T, shuffle and seed */
+    uint64_t layout; /* fingerprint of every shard's size and content (a hash of its
+                        tokens, taken while they are checked at open), B, T,
+                        shuffle and seed */
 } tok_loader_pos;
 
 /* Where the last batch came from, for logs and error messages. */
@@ -42,11 +45,13 @@ typedef struct tok_loader_batch_info {
     uint64_t epoch, index; /* the position it was served at */
 } tok_loader_batch_info;
 
-/* Opens, maps and checks every shard: header against file size (magic,
- * version, count * 2 + 1024 == size) and every token < vocab_size, each a
+/* Opens and checks every shard: header against file size (magic, version,
+ * count * 2 + 1024 == size) and every token < vocab_size, each a
  * FERRY_ERR_FORMAT naming the file (and the token's offset); a missing file
- * is FERRY_ERR_IO; a dataset with no full window (fewer than B*T+1 tokens in
- * every shard) is FERRY_ERR_INVALID_ARGUMENT. On success *out is at epoch 0,
+ * or one that is not a regular file (a FIFO is refused, never waited on) is
+ * FERRY_ERR_IO; a dataset with no full window (fewer than B*T+1 tokens in
+ * every shard) is FERRY_ERR_INVALID_ARGUMENT. Reads every token once, and
+ * hashes them on the way for the layout. On success *out is at epoch 0,
  * batch 0; release it with tok_loader_close. */
 ferry_status tok_loader_open(const tok_loader_config *cfg, tok_loader **out);
 void tok_loader_close(tok_loader *l);
@@ -58,7 +63,10 @@ size_t tok_loader_shard_count(const tok_loader *l);
 
 /* Fills inputs[B*T] and targets[B*T] with the next batch and advances; after
  * the last batch of an epoch the next epoch begins (with a new order when
- * shuffled). */
+ * shuffled). FERRY_ERR_IO naming the shard, and no advance, when the shard
+ * was cut short or rewritten since it was opened (its size or modification
+ * time changed, or its tokens are gone); FERRY_ERR_FORMAT for a token that is
+ * no longer below the vocabulary. */
 ferry_status tok_loader_next(tok_loader *l, int32_t *inputs, int32_t *targets);
 
 /* Info about the batch the last tok_loader_next returned (zeroed before any). */
@@ -68,8 +76,9 @@ tok_loader_batch_info tok_loader_last(const tok_loader *l);
 tok_loader_pos tok_loader_tell(const tok_loader *l);
 
 /* Moves to a position from tok_loader_tell. FERRY_ERR_INVALID_ARGUMENT if it
- * was taken on other data or another B, T, shuffle or seed (layout differs),
- * or if its index is past the epoch's end; the loader is unchanged then. */
+ * was taken on other data (other shards, or the same shards with any token
+ * changed) or another B, T, shuffle or seed (layout differs), or if its index
+ * is past the epoch's end; the loader is unchanged then. */
 ferry_status tok_loader_seek(tok_loader *l, const tok_loader_pos *pos);
 
 /* Back to epoch 0, batch 0 (e.g. before each evaluation over the first N

@@ -166,14 +166,13 @@ static bool ignorable(const char *name)
 
 static ferry_status read_tensor(const char *path, const st_tensor *t, const gpt2_tensor_info *info, float *out)
 {
-    int64_t want0 = info->hf_shape[0], want1 = info->ndim == 2 ? info->hf_shape[1] : 0;
-    if (t->ndim != info->ndim || t->shape[0] != want0 || (info->ndim == 2 && t->shape[1] != want1))
-        return err_set(FERRY_ERR_FORMAT,
-                       "'%s': tensor %s has shape [%lld%s%lld], the model expects [%lld%s%lld]; is the file "
-                       "for another GPT-2 size?",
-                       path, info->name, (long long)t->shape[0], t->ndim == 2 ? ", " : "",
-                       t->ndim == 2 ? (long long)t->shape[1] : 0LL, (long long)want0,
-                       info->ndim == 2 ? ", " : "", info->ndim == 2 ? (long long)want1 : 0LL);
+    int64_t want[2] = {info->hf_shape[0], info->ndim == 2 ? info->hf_shape[1] : 0};
+    if (t->ndim != info->ndim || t->shape[0] != want[0] || (info->ndim == 2 && t->shape[1] != want[1])) {
+        char got_s[160], want_s[64];
+        return err_set(FERRY_ERR_FORMAT, "'%s': tensor %s has shape %s, the model expects %s; is the file for "
+                       "another GPT-2 size?", path, info->name, st_format_shape(t->shape, t->ndim, got_s, sizeof got_s),
+                       st_format_shape(want, info->ndim, want_s, sizeof want_s));
+    }
     size_t count = hf_numel(info);
     float *hf = malloc(count * sizeof(float));
     if (!hf)
@@ -227,10 +226,38 @@ ferry_status hf_load(const char *path, const gpt2_model *m, float *const *groups
     return st;
 }
 
-static int json_int(const cJSON *j, const char *key, int fallback)
+/* What a JSON value is, for a message: "the string \"2\"", "true", ... */
+static void describe(const cJSON *v, char *buf, size_t cap)
+{
+    if (cJSON_IsString(v))
+        snprintf(buf, cap, "the string \"%.40s\"", v->valuestring);
+    else if (cJSON_IsNumber(v))
+        snprintf(buf, cap, "%.15g", v->valuedouble);
+    else
+        snprintf(buf, cap, "%s", cJSON_IsBool(v) ? (cJSON_IsTrue(v) ? "true" : "false")
+                                 : cJSON_IsNull(v) ? "null" : cJSON_IsArray(v) ? "an array" : "an object");
+}
+
+/* config[key] as a whole number in 1..2^30; `fallback` when absent (or
+ * FERRY_ERR_FORMAT if fallback < 0: the key is required). */
+static ferry_status json_int(const char *path, const cJSON *j, const char *key, int fallback, int *out)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    return cJSON_IsNumber(v) ? v->valueint : fallback;
+    if (!v) {
+        *out = fallback;
+        return fallback >= 0 ? FERRY_OK
+                             : err_set(FERRY_ERR_FORMAT, "model config '%s' has no \"%s\"; a GPT-2 config.json gives "
+                                       "n_layer, n_head and n_embd as whole numbers", path, key);
+    }
+    double d = cJSON_IsNumber(v) ? v->valuedouble : 0;
+    if (!cJSON_IsNumber(v) || !(d >= 1 && d <= (double)(1 << 30)) || d != (double)(int)d) {
+        char what[64];
+        describe(v, what, sizeof what);
+        return err_set(FERRY_ERR_FORMAT, "model config '%s': \"%s\" is %s, not a whole number from 1 to 2^30; "
+                       "write it as a JSON number, e.g. \"%s\": 12", path, key, what, key);
+    }
+    *out = (int)d;
+    return FERRY_OK;
 }
 
 ferry_status hf_read_config(const char *config_json, gpt2_config *out)
@@ -242,11 +269,24 @@ ferry_status hf_read_config(const char *config_json, gpt2_config *out)
         return st;
     cJSON *j = cJSON_ParseWithLength(text, len);
     free(text);
-    if (!j)
-        return err_set(FERRY_ERR_FORMAT, "'%s' is not valid JSON", config_json);
-    int L = json_int(j, "n_layer", 0), H = json_int(j, "n_head", 0), C = json_int(j, "n_embd", 0);
-    int V = json_int(j, "vocab_size", 50257), T = json_int(j, "n_positions", 1024);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return err_set(FERRY_ERR_FORMAT, "'%s' is not a JSON object: cut short, not JSON, or not {...} "
+                       "(a config.json is {\"n_layer\": 12, ...})", config_json);
+    }
+    int L = 0, H = 0, C = 0, V = 0, T = 0;
+    st = json_int(config_json, j, "n_layer", -1, &L);
+    if (st == FERRY_OK)
+        st = json_int(config_json, j, "n_head", -1, &H);
+    if (st == FERRY_OK)
+        st = json_int(config_json, j, "n_embd", -1, &C);
+    if (st == FERRY_OK)
+        st = json_int(config_json, j, "vocab_size", 50257, &V);
+    if (st == FERRY_OK)
+        st = json_int(config_json, j, "n_positions", 1024, &T);
     cJSON_Delete(j);
+    if (st != FERRY_OK)
+        return st;
     st = gpt2_config_from_fields(L, H, C, V, 0, T, out);
     return st == FERRY_OK ? FERRY_OK : err_wrap(st, "model config '%s'", config_json);
 }

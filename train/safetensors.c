@@ -400,6 +400,10 @@ static ferry_status parse_header(st_file *f, const char *json, size_t len, const
             continue;
         }
         st_tensor *t = &f->tensors[f->n];
+        if (!it->string[0]) { /* "" (or a name that starts with a NUL byte) */
+            st = fmt(f, NULL, "a tensor has an empty name");
+            break;
+        }
         if (tok_map_get(&f->names, it->string, strlen(it->string), &v)) {
             st = fmt(f, it->string, "the name appears twice in the header");
             break;
@@ -525,13 +529,10 @@ ferry_status st_expect(const st_file *f, const char *name, st_dtype dtype, int n
     for (int d = 0; same && ndim > 0 && d < ndim; d++)
         same = t->shape[d] == shape[d];
     if (!same) {
-        char got[160] = "", want[160] = "";
-        for (int d = 0; d < t->ndim; d++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-        for (int d = 0; d < ndim; d++)
-            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "", (long long)shape[d]);
-        return err_set(FERRY_ERR_FORMAT, "safetensors '%s', tensor '%s': shape [%s], expected [%s]", f->path, name,
-                       got, want);
+        char got[160], want[160];
+        return err_set(FERRY_ERR_FORMAT, "safetensors '%s', tensor '%s': shape %s, expected %s", f->path, name,
+                       st_format_shape(t->shape, t->ndim, got, sizeof got),
+                       st_format_shape(shape, ndim, want, sizeof want));
     }
     *out = t;
     return FERRY_OK;
@@ -543,4 +544,16 @@ const char *st_metadata(const st_file *f, const char *key)
         if (f->meta[2 * i] && !strcmp(f->meta[2 * i], key))
             return f->meta[2 * i + 1];
     return NULL;
+}
+
+char *st_format_shape(const int64_t *shape, int ndim, char *buf, size_t cap)
+{
+    if (!cap)
+        return buf;
+    size_t at = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < ndim && at < cap; d++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (at < cap)
+        snprintf(buf + at, cap - at, "]");
+    return buf;
 }

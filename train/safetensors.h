@@ -88,4 +88,8 @@ ferry_status st_expect(const st_file *f, const char *name, st_dtype dtype, int n
 /* A "__metadata__" value, or NULL. */
 const char *st_metadata(const st_file *f, const char *key);
 
+/* Writes a shape as people read it, "[768]", "[3, 4, 5]", "[]" for a scalar,
+ * into buf (cut to cap, NUL-terminated). Returns buf. */
+char *st_format_shape(const int64_t *shape, int ndim, char *buf, size_t cap);
+
 #endif

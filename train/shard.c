@@ -1,7 +1,15 @@
-/* Writing and checking llm.c token shards (see shard.h). */
+/* Writing and checking llm.c token shards, and replacing a folder's shard
+ * set as a whole (see shard.h). */
 #include "train/shard.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "common/fileio.h"
@@ -53,4 +61,222 @@ ferry_status tok_shard_check_header(const char *path, const void *head, size_t h
                        want > file_size ? "truncated" : "trailing bytes after the tokens");
     *count = (uint64_t)h[2];
     return FERRY_OK;
+}
+
+/* ---- a folder's shard set ---- */
+
+static const char *const set_splits[] = {"val", "train"};
+#define SET_SPLITS 2
+
+struct tok_shard_set {
+    char *dir, *staging;
+    char **names; /* final paths, DIR/NAME, in the order added */
+    size_t n, cap;
+    int count[SET_SPLITS];
+};
+
+static char *join(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static const char *base_of(const char *path)
+{
+    const char *b = strrchr(path, '/');
+    return b ? b + 1 : path;
+}
+
+/* "val_000012.bin", "train_1000000.bin": a name of a shard set. */
+static int is_set_name(const char *name)
+{
+    for (int k = 0; k < SET_SPLITS; k++) {
+        size_t len = strlen(set_splits[k]), digits = 0;
+        if (strncmp(name, set_splits[k], len) != 0 || name[len] != '_')
+            continue;
+        const char *p = name + len + 1;
+        while (p[digits] >= '0' && p[digits] <= '9')
+            digits++;
+        if (digits >= 6 && strcmp(p + digits, ".bin") == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Unlinks every entry of the staging folder `dir` (it is ours alone).
+ * Returns 0, or the errno of the first failure with *what naming it. */
+static int empty_folder(const char *dir, const char **what)
+{
+    DIR *d = opendir(dir);
+    if (!d) {
+        *what = ".";
+        return errno;
+    }
+    int e = 0;
+    for (struct dirent *ent; !e && (ent = readdir(d)) != NULL;)
+        if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..") && unlinkat(dirfd(d), ent->d_name, 0) != 0) {
+            e = errno;
+            *what = ent->d_name;
+        }
+    closedir(d);
+    return e;
+}
+
+static ferry_status make_folder(const char *dir, const char *what)
+{
+    struct stat sb;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return err_set(FERRY_ERR_IO, "cannot create %s '%s': %s", what, dir, strerror(errno));
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return err_set(FERRY_ERR_IO, "%s '%s' exists and is not a folder", what, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return err_set(FERRY_ERR_IO, "cannot write into %s '%s': %s", what, dir, strerror(errno));
+    return FERRY_OK;
+}
+
+static void set_free(tok_shard_set *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free(s->names[i]);
+    free(s->names);
+    free(s->dir);
+    free(s->staging);
+    free(s);
+}
+
+ferry_status tok_shard_set_begin(const char *dir, tok_shard_set **out)
+{
+    *out = NULL;
+    tok_shard_set *s = calloc(1, sizeof *s);
+    if (!s || !(s->dir = strdup(dir)) || !(s->staging = join(dir, TOK_SHARD_STAGING))) {
+        if (s)
+            set_free(s);
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot allocate a shard set for '%s'", dir);
+    }
+    ferry_status st = make_folder(dir, "the output folder");
+    if (st == FERRY_OK)
+        st = make_folder(s->staging, "the staging folder");
+    const char *what = NULL;
+    int e = st == FERRY_OK ? empty_folder(s->staging, &what) : 0;
+    if (e)
+        st = err_set(FERRY_ERR_IO, "cannot empty the staging folder '%s' (at '%s'), left by an earlier run: %s",
+                     s->staging, what, strerror(e));
+    if (st != FERRY_OK) {
+        set_free(s);
+        return st;
+    }
+    *out = s;
+    return FERRY_OK;
+}
+
+static ferry_status add_name(tok_shard_set *s, const char *name)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 16;
+        char **p = realloc(s->names, cap * sizeof *p);
+        if (!p)
+            return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot list %zu shards", cap);
+        s->names = p;
+        s->cap = cap;
+    }
+    if (!(s->names[s->n] = join(s->dir, name)))
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot hold the name of shard '%s'", name);
+    s->n++;
+    return FERRY_OK;
+}
+
+ferry_status tok_shard_set_add(tok_shard_set *s, const char *split, const uint16_t *tokens, size_t n,
+                               const char **name)
+{
+    int k = 0;
+    while (k < SET_SPLITS && strcmp(split, set_splits[k]) != 0)
+        k++;
+    if (k == SET_SPLITS)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "shard split '%s': a shard set has 'val' and 'train'", split);
+    char base[64];
+    snprintf(base, sizeof base, "%s_%06d.bin", set_splits[k], s->count[k]);
+    char *staged = join(s->staging, base);
+    ferry_status st = staged ? add_name(s, base) : err_set(FERRY_ERR_OUT_OF_MEMORY, "shard path '%s'", base);
+    if (st == FERRY_OK && (st = tok_shard_write(staged, tokens, n)) != FERRY_OK)
+        st = err_wrap(st, "staging %s of the new shard set of '%s' (the folder's earlier shards are left as they "
+                      "were)", base, s->dir);
+    free(staged);
+    if (st != FERRY_OK)
+        return st;
+    s->count[k]++;
+    if (name)
+        *name = s->names[s->n - 1];
+    return FERRY_OK;
+}
+
+static int in_new_set(const tok_shard_set *s, const char *name)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(base_of(s->names[i]), name) == 0)
+            return 1;
+    return 0;
+}
+
+/* Removes the shards of DIR that belong to no split of the new set. */
+static ferry_status remove_stale(const tok_shard_set *s)
+{
+    DIR *d = opendir(s->dir);
+    if (!d)
+        return err_set(FERRY_ERR_IO, "cannot list '%s' to remove the earlier run's shards: %s", s->dir, strerror(errno));
+    ferry_status st = FERRY_OK;
+    for (struct dirent *e; st == FERRY_OK && (e = readdir(d)) != NULL;)
+        if (is_set_name(e->d_name) && !in_new_set(s, e->d_name) && unlinkat(dirfd(d), e->d_name, 0) != 0)
+            st = err_set(FERRY_ERR_IO, "cannot remove '%s/%s', a shard of an earlier run that the new set does "
+                         "not have: %s; remove it by hand, or a train_*.bin glob reads it too",
+                         s->dir, e->d_name, strerror(errno));
+    closedir(d);
+    return st;
+}
+
+/* Renames the staged shards into DIR, in order. */
+static ferry_status put_in_place(const tok_shard_set *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        char *staged = join(s->staging, base_of(s->names[i]));
+        int rc = staged ? rename(staged, s->names[i]) : -1;
+        int e = staged ? errno : ENOMEM;
+        free(staged);
+        if (rc != 0)
+            return err_set(FERRY_ERR_IO, "cannot put shard '%s' in place: %s; '%s' now holds the first %zu of the "
+                           "new set's %zu shards and the earlier run's others: run tokenize again", s->names[i],
+                           strerror(e), s->dir, i, s->n);
+    }
+    return FERRY_OK;
+}
+
+ferry_status tok_shard_set_commit(tok_shard_set *s)
+{
+    if (!s)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "tok_shard_set_commit: no shard set");
+    ferry_status st = put_in_place(s);
+    if (st == FERRY_OK)
+        st = remove_stale(s);
+    if (st == FERRY_OK && rmdir(s->staging) != 0)
+        st = err_set(FERRY_ERR_IO, "cannot remove the staging folder '%s': %s", s->staging, strerror(errno));
+    if (st == FERRY_OK)
+        st = fileio_sync_dir(s->dir);
+    if (st != FERRY_OK) {
+        tok_shard_set_abort(s);
+        return st;
+    }
+    set_free(s);
+    return FERRY_OK;
+}
+
+void tok_shard_set_abort(tok_shard_set *s)
+{
+    if (!s)
+        return;
+    const char *what; /* best effort, and quiet: the caller's message says what failed */
+    if (empty_folder(s->staging, &what) == 0)
+        rmdir(s->staging);
+    set_free(s);
 }

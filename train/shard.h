@@ -1,6 +1,7 @@
 /* llm.c token shards: a 256 x int32 little-endian header (magic 20240520,
  * version 1, token count) followed by the tokens as uint16. Owns writing a
- * shard atomically and checking a header against the file it heads; reading
+ * shard atomically, replacing a folder's whole set of shards at once (what
+ * tokenize writes), and checking a header against the file it heads; reading
  * batches is dataloader.h's job. */
 #ifndef FERRY_TOKENIZE_SHARD_H
 #define FERRY_TOKENIZE_SHARD_H
@@ -25,5 +26,37 @@ ferry_status tok_shard_write(const char *path, const uint16_t *tokens, size_t n)
  * *count is the token count on success. */
 ferry_status tok_shard_check_header(const char *path, const void *head, size_t have, uint64_t file_size,
                                     uint64_t *count);
+
+/* ---- a folder's shard set ----
+ * tokenize's output folder holds one set: val_NNNNNN.bin and
+ * train_NNNNNN.bin (six or more digits, from 000000 up). A new set replaces
+ * the old as a whole: its shards are written and synced in a staging folder
+ * inside DIR (DIR/.tokenize-staging), then renamed into place together, and
+ * the old set's shards that the new one lacks are removed. A failure before
+ * the commit leaves the old set as it was; after a commit DIR holds exactly
+ * the new set (files that are not shards are never touched). Only a crash or
+ * a failed rename inside the commit itself, a moment of renames, can leave a
+ * mix, and the message then says so. */
+
+#define TOK_SHARD_STAGING ".tokenize-staging"
+
+typedef struct tok_shard_set tok_shard_set;
+
+/* Creates DIR if it does not exist (its parent must), and the staging folder
+ * in it, emptying one that a crashed run left: so an unwritable DIR is
+ * found before any work. FERRY_ERR_IO naming the folder. */
+ferry_status tok_shard_set_begin(const char *dir, tok_shard_set **out);
+/* Writes the next shard of `split` ("val" or "train"; numbered from 0 in the
+ * order added) to the staging folder, synced. FERRY_ERR_INVALID_ARGUMENT for
+ * another split name or too many tokens; FERRY_ERR_IO (a full disk included)
+ * naming the file. *name (optional) gets its final path, owned by the set. */
+ferry_status tok_shard_set_add(tok_shard_set *s, const char *split, const uint16_t *tokens, size_t n,
+                               const char **name);
+/* Puts the staged shards in place, removes the old set's other shards and
+ * the staging folder, syncs DIR, and frees s whatever the outcome. */
+ferry_status tok_shard_set_commit(tok_shard_set *s);
+/* Removes the staged shards and the staging folder, leaves DIR's shard set
+ * as it was, and frees s. Accepts NULL. */
+void tok_shard_set_abort(tok_shard_set *s);
 
 #endif

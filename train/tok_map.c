@@ -69,7 +69,8 @@ static tok_map_slot *map_find(const tok_map *m, const void *key, size_t len, uin
         tok_map_slot *s = &m->slots[i];
         if (s->hash == 0)
             return s;
-        if (s->hash == hash && s->key_len == len && memcmp(m->keys + s->key_off, key, len) == 0)
+        if (s->hash == hash && s->key_len == len &&
+            (len == 0 || memcmp(m->keys + s->key_off, key, len) == 0)) /* an empty key has no bytes stored */
             return s;
     }
 }

@@ -2,7 +2,9 @@
  * a scripted run whose peaks, phases and breakdowns are computed by hand
  * below must come back exactly from `memprof --json`; the SVG must parse as
  * XML; truncated, corrupt and foreign files must give a clear error, exit
- * status 1 and the figures of what could be read.
+ * status 1 and the figures of what could be read; a file that is not a
+ * trace gets no report. (The reader's checks byte by byte, and hostile
+ * traces, are test_memprof_read.c's, in-process.)
  * argv[1]: the memprof program; argv[2]: a Python for the XML check.
  * $FERRY_KEEP_TRACE=PATH keeps the scripted trace (docs/memprof.md's example). */
 #include <cjson/cJSON.h>
@@ -161,6 +163,7 @@ static void check_full(const char *path, const char *python)
     if (!j)
         return;
     tap_ok(cJSON_IsTrue(cJSON_GetObjectItem(j, "complete")), "full: complete");
+    tap_ok(cJSON_IsTrue(cJSON_GetObjectItem(j, "checksummed")), "full: every record's checksum was checked");
     TAP_IS_INT(num(j, "device.peak_bytes"), 34 * MiB, "full: device peak 34 MiB");
     TAP_IS_INT(num(j, "device.peak_step"), 2, "full: device peak in step 2");
     tap_ok(strcmp(str(j, "device", "peak_phase"), "backward") == 0, "full: device peak in backward (%s)",
@@ -275,6 +278,7 @@ static void check_damaged(const char *path, uint64_t n1)
     run_memprof("/nonexistent/trace.fmt", &r);
     TAP_IS_INT(r.status, 1, "missing: exit status 1");
     tap_ok(strstr(r.err, "cannot read trace '/nonexistent/trace.fmt'") != NULL, "missing: names the path");
+    tap_ok(r.out[0] == '\0', "missing: and prints no report (stdout '%.40s')", r.out);
 }
 
 static void check_cli(const char *path)

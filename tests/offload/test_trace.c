@@ -1,7 +1,8 @@
 /* Tests of the memory trace writer (offload/trace.c): the bytes on disk are
  * decoded here by hand from the layout documented in docs/memprof.md, not
- * through the writer's struct; NULL traces are no-ops; records from several
- * threads all arrive in time order; write failures are reported. */
+ * through the writer's struct, and their checksums recomputed with a
+ * bit-by-bit CRC-32C of the test's own; NULL traces are no-ops; records from
+ * several threads all arrive in time order; write failures are reported. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,65 @@ static uint64_t u64_at(const unsigned char *p)
 }
 
 static uint32_t u32_at(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+/* CRC-32C the slow way, one bit at a time, as the definition reads. */
+static uint32_t ref_crc32c(uint32_t crc, const unsigned char *p, size_t n)
+{
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= p[i];
+        for (int k = 0; k < 8; k++)
+            crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1)));
+    }
+    return ~crc;
+}
+
+/* What docs/memprof.md says record `index` carries at offset 12. */
+static uint32_t ref_record_crc(const unsigned char *rec, uint64_t index)
+{
+    unsigned char buf[8 + 96];
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)(index >> (8 * i));
+    memcpy(buf + 8, rec, 96);
+    memset(buf + 8 + 12, 0, 4);
+    return ref_crc32c(0, buf, sizeof buf);
+}
+
+static void test_crc(void)
+{
+    const unsigned char *check = (const unsigned char *)"123456789";
+    TAP_IS_INT(trace_crc32c(0, check, 9), 0xE3069283u, "crc: CRC-32C of \"123456789\" is the standard 0xE3069283");
+    TAP_IS_INT(ref_crc32c(0, check, 9), 0xE3069283u, "crc: so is the test's bitwise reference");
+    uint64_t seed = 12;
+    tap_diag("crc: random buffers from seed %llu", (unsigned long long)seed);
+    unsigned char buf[301];
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = (unsigned char)tap_rand_u64(&seed);
+    int same = 1;
+    for (size_t n = 0; n <= sizeof buf; n += 7)
+        same &= trace_crc32c(0, buf, n) == ref_crc32c(0, buf, n);
+    tap_ok(same, "crc: every length 0..301 (step 7) matches the reference");
+    uint32_t parts = trace_crc32c(trace_crc32c(0, buf, 13), buf + 13, 288);
+    TAP_IS_INT(parts, ref_crc32c(0, buf, 301), "crc: continuing from a partial CRC gives the whole one");
+}
+
+static void test_checksums(const char *path)
+{
+    size_t len = 0;
+    unsigned char *b = read_file(path, &len);
+    if (!tap_ok(b && len >= 32 && (len - 32) % 96 == 0, "checksums: a whole trace to check (%zu bytes)", len)) {
+        free(b);
+        return;
+    }
+    TAP_IS_INT(u32_at(b + 24), 1, "checksums: header flags say records carry a CRC (bit 0)");
+    TAP_IS_INT(u32_at(b + 28), ref_crc32c(0, b, 28), "checksums: header CRC of bytes 0..27");
+    size_t bad = 0, n = (len - 32) / 96;
+    for (size_t i = 0; i < n; i++)
+        bad += u32_at(b + 32 + i * 96 + 12) != ref_record_crc(b + 32 + i * 96, i);
+    TAP_IS_INT(bad, 0, "checksums: all %zu records carry the CRC of their index and bytes", n);
+    TAP_IS_INT(b[32 + 11], 0, "checksums: byte 11 of a record stays 0");
+    free(b);
+}
 
 static void test_layout(const char *dir)
 {
@@ -92,6 +152,7 @@ static void test_layout(const char *dir)
     TAP_IS_INT(r[8], 6, "reserve: kind 6");
     TAP_IS_INT(u64_at(r + 16), 256u << 20, "reserve: bytes");
     free(b);
+    test_checksums(path);
 }
 
 typedef struct writer {
@@ -133,6 +194,10 @@ static void test_threads(const char *dir)
         per[u64_at(r + 16) & 3]++;
     }
     TAP_IS_INT(backwards, 0, "threads: records are in time order");
+    size_t bad = 0;
+    for (size_t i = 0; b && i < (len - 32) / 96; i++)
+        bad += u32_at(b + 32 + i * 96 + 12) != ref_record_crc(b + 32 + i * 96, i);
+    TAP_IS_INT(bad, 0, "threads: every record's CRC matches its position in the file");
     tap_ok(per[0] == 20000 && per[1] == 20000 && per[2] == 20000 && per[3] == 20000,
            "threads: 20000 records from each thread (%d %d %d %d)", per[0], per[1], per[2], per[3]);
     free(b);
@@ -168,6 +233,7 @@ int main(void)
     char dir[] = "/tmp/ferry_trace_XXXXXX";
     if (!mkdtemp(dir))
         tap_plan_skip("no temporary directory");
+    test_crc();
     test_layout(dir);
     test_threads(dir);
     test_errors();

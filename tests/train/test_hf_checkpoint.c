@@ -210,6 +210,43 @@ static void expect_refused(const char *file, const gpt2_model *m, const char *na
     groups_free(m, g);
 }
 
+/* config.json values that are not whole numbers are refused with the key
+ * named; "n_layer": "2" read as 0 and 2.7 as 2 before. */
+static void test_bad_configs(void)
+{
+    static const struct { const char *json, *key, *shown; } cases[] = {
+        {"{\"n_layer\": \"2\", \"n_head\": 4, \"n_embd\": 64}", "\"n_layer\"", "the string \"2\""},
+        {"{\"n_layer\": 2.7, \"n_head\": 4, \"n_embd\": 64}", "\"n_layer\"", "2.7"},
+        {"{\"n_layer\": 2, \"n_head\": true, \"n_embd\": 64}", "\"n_head\"", "true"},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": null}", "\"n_embd\"", "null"},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"vocab_size\": 1e12}", "\"vocab_size\"", "1000000000000"},
+        {"{\"n_layer\": -3, \"n_head\": 4, \"n_embd\": 64}", "\"n_layer\"", "-3"},
+        {"{\"n_head\": 4, \"n_embd\": 64}", "no \"n_layer\"", ""},
+        {"[2, 4, 64]", "not a JSON object", ""},
+    };
+    char p[300];
+    path_in(p, sizeof p, "config_case.json");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(p, "w");
+        if (f)
+            fputs(cases[i].json, f), fclose(f);
+        gpt2_config c;
+        tap_is_status(hf_read_config(p, &c), FERRY_ERR_FORMAT, "config %s is refused", cases[i].json);
+        const char *m = ferry_last_error();
+        tap_ok(strstr(m, cases[i].key) && strstr(m, cases[i].shown), "and the message names %s and %s: %s",
+               cases[i].key, cases[i].shown[0] ? cases[i].shown : "the problem", m);
+    }
+    FILE *f = fopen(p, "w");
+    if (f)
+        fputs("{\"n_layer\": 2.0, \"n_head\": 4, \"n_embd\": 64, \"vocab_size\": 500, \"n_positions\": 64}", f),
+            fclose(f);
+    gpt2_config c;
+    if (tap_is_status(hf_read_config(p, &c), FERRY_OK, "a config with \"n_layer\": 2.0 (a whole number) reads"))
+        tap_ok(c.n_layer == 2 && c.n_head == 4 && c.n_embd == 64 && c.vocab_size == 500 && c.max_seq_len == 64,
+               "with every field as written (%d %d %d %d %d)", c.n_layer, c.n_head, c.n_embd, c.vocab_size,
+               c.max_seq_len);
+}
+
 static void test_bad_files(const gpt2_model *m)
 {
     char ours[300], bad[300];
@@ -221,6 +258,9 @@ static void test_bad_files(const gpt2_model *m)
         {{NULL, "transformer.wte.weight", 250, 128, NULL}, "transformer.wte.weight", "wte of another shape"},
         {{"transformer.h.1.ln_2.bias", NULL, 0, 0, NULL}, "transformer.h.1.ln_2.bias", "a missing tensor"},
         {{NULL, NULL, 0, 0, "transformer.ln_f.weight"}, "transformer.ln_f.weight", "an I32 tensor"},
+        /* A 1-D tensor stored 2-D: the message printed [8, 8] and "[640]" for [64]. */
+        {{NULL, "transformer.ln_f.weight", 8, 8, NULL}, "has shape [8, 8], the model expects [64]",
+         "a 1-D weight stored as 8 x 8"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (!tap_is_status(rewrite(ours, bad, &cases[i].e), FERRY_OK, "bad file: %s written", cases[i].what))
@@ -283,6 +323,7 @@ static void test_bad_files(const gpt2_model *m)
     tap_is_status(st, FERRY_ERR_FORMAT, "a cut config.json is FERRY_ERR_FORMAT: %s", ferry_last_error());
     path_in(bad, sizeof bad, "no-such.json");
     tap_is_status(hf_read_config(bad, &c), FERRY_ERR_IO, "a missing config.json is FERRY_ERR_IO");
+    test_bad_configs();
 }
 
 /* ---- against the script ---- */

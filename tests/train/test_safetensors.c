@@ -92,6 +92,14 @@ static void test_round_trip(void)
     const int64_t bad_shape[2] = {3, 8};
     TAP_IS_STATUS(st_expect(f, "w.f32", ST_F32, 2, bad_shape, &t), FERRY_ERR_FORMAT, "wrong expected shape refused");
     tap_ok(strstr(ferry_last_error(), "shape [2, 3, 4], expected [3, 8]") != NULL, "message: %s", ferry_last_error());
+    const int64_t flat[1] = {24};
+    TAP_IS_STATUS(st_expect(f, "w.f32", ST_F32, 1, flat, &t), FERRY_ERR_FORMAT, "a 3-D tensor where 1-D is expected");
+    tap_ok(strstr(ferry_last_error(), "shape [2, 3, 4], expected [24]") != NULL, "message: %s", ferry_last_error());
+    char sh[64];
+    const int64_t five[5] = {1, 2, 3, 4, 5};
+    tap_ok(!strcmp(st_format_shape(five, 0, sh, sizeof sh), "[]"), "a scalar's shape reads [] (%s)", sh);
+    tap_ok(!strcmp(st_format_shape(five, 5, sh, sizeof sh), "[1, 2, 3, 4, 5]"), "a 5-D shape in full (%s)", sh);
+    tap_ok(!strcmp(st_format_shape(five, 5, sh, 7), "[1, 2,"), "cut to the buffer, NUL-terminated (%s)", sh);
     TAP_IS_STATUS(st_expect(f, "lm_head.weight", ST_F32, -1, NULL, &t), FERRY_ERR_FORMAT, "missing tensor refused");
     tap_ok(strstr(ferry_last_error(), "lm_head.weight") != NULL, "message names it: %s", ferry_last_error());
     st_close(f);
@@ -201,6 +209,10 @@ static void test_corrupt(void)
     expect_corrupt("dup.st", FERRY_ERR_FORMAT, "tensor 'a': the name appears twice");
     write_custom("neg.st", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, -1);
     expect_corrupt("neg.st", FERRY_ERR_FORMAT, "not a non-negative integer");
+    /* Found by tests/fuzz/fuzz_safetensors: two names that both read as ""
+     * reached the name map with a NULL key store (UB); "" is refused now. */
+    write_custom("noname.st", "{\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, -1);
+    expect_corrupt("noname.st", FERRY_ERR_FORMAT, "a tensor has an empty name");
     write_custom("meta.st", "{\"__metadata__\":{\"k\":3}}", 0, -1);
     expect_corrupt("meta.st", FERRY_ERR_FORMAT, "value is not a string");
     st_file *g = NULL;

@@ -1,11 +1,18 @@
 /* Tests of llm.c token shards and the batch loader (train/shard.c,
  * dataloader.c): write/read round trip with hand-computed batches, every
- * malformed shard, resume from a saved position, seeded shuffles, and the
- * `tokenize` program end to end. */
+ * malformed shard, resume from a saved position, seeded shuffles, shards
+ * that change under a running loader or between runs, and the `tokenize`
+ * program end to end. */
+#include <fcntl.h>
+#include <signal.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/tap.h"
@@ -231,6 +238,271 @@ static void test_bad_shards(void)
     expect_bad("tiny.bin", "no batch of B*T+1 = 5", 50257, FERRY_ERR_INVALID_ARGUMENT);
 }
 
+
+/* A shard written long ago (so that rewriting it now changes its mtime). */
+static void write_old_shard(const char *path, const uint16_t *toks, size_t n)
+{
+    tok_shard_write(path, toks, n);
+    struct timespec old[2] = {{978307200, 0}, {978307200, 0}}; /* 2001-01-01 */
+    utimensat(AT_FDCWD, path, old, 0);
+}
+
+static void test_changed_under_loader(void)
+{
+    uint16_t toks[400];
+    for (int i = 0; i < 400; i++)
+        toks[i] = (uint16_t)i;
+    const char *p = path_in("shrinks.bin");
+    write_old_shard(p, toks, 400);
+    ferry_status st;
+    tok_loader *l = open1(p, 1, 8, 0, 0, 50257, &st);
+    TAP_IS_STATUS(st, FERRY_OK, "changed: open a 400-token shard");
+    if (!l)
+        return;
+    int32_t in[8], tg[8];
+    TAP_IS_STATUS(tok_loader_next(l, in, tg), FERRY_OK, "changed: batch 0 read");
+    if (truncate(p, 1024 + 2 * 20) != 0)
+        tap_diag("truncate: %s", strerror(errno));
+    /* Mapped, the next read of a cut page was SIGBUS: the whole run died. */
+    TAP_IS_STATUS(tok_loader_next(l, in, tg), FERRY_ERR_IO, "changed: a shard cut short while training is an error");
+    const char *m = ferry_last_error();
+    tap_ok(strstr(m, "shrinks.bin") && strstr(m, "changed while training") && strstr(m, "1824 bytes when opened"),
+           "changed: the message names the shard and what happened (%s)", m);
+    TAP_IS_INT(tok_loader_tell(l).index, 1, "changed: the failed batch did not advance the position");
+    tok_loader_close(l);
+
+    const char *q = path_in("rewritten.bin");
+    write_old_shard(q, toks, 400);
+    l = open1(q, 1, 8, 0, 0, 50257, &st);
+    if (!l)
+        return;
+    FILE *f = fopen(q, "r+b");
+    uint16_t other[400];
+    for (int i = 0; i < 400; i++)
+        other[i] = (uint16_t)(999 - i);
+    if (f) {
+        fseek(f, 1024, SEEK_SET);
+        fwrite(other, 2, 400, f);
+        fclose(f);
+    }
+    TAP_IS_STATUS(tok_loader_next(l, in, tg), FERRY_ERR_IO, "changed: a shard rewritten in place (same size) is an error");
+    tap_ok(strstr(ferry_last_error(), "rewritten in place") != NULL, "changed: and the message says so (%s)",
+           ferry_last_error());
+    tok_loader_close(l);
+}
+
+static void test_content_fingerprint(void)
+{
+    uint16_t a[300], b[300];
+    for (int i = 0; i < 300; i++)
+        a[i] = b[i] = (uint16_t)(i % 97);
+    b[123] = 5000; /* one token differs; same length */
+    tok_shard_write(path_in("fp_a.bin"), a, 300);
+    tok_shard_write(path_in("fp_b.bin"), b, 300);
+    ferry_status st;
+    tok_loader *la = open1(path_in("fp_a.bin"), 2, 4, 1, 7, 50257, &st);
+    tok_loader *la2 = open1(path_in("fp_a.bin"), 2, 4, 1, 7, 50257, &st);
+    tok_loader *lb = open1(path_in("fp_b.bin"), 2, 4, 1, 7, 50257, &st);
+    if (!la || !la2 || !lb) {
+        tap_ok(0, "fingerprint: open three loaders (%s)", ferry_last_error());
+    } else {
+        int32_t in[8], tg[8];
+        for (int k = 0; k < 5; k++)
+            tok_loader_next(la, in, tg);
+        tok_loader_pos pos = tok_loader_tell(la);
+        TAP_IS_STATUS(tok_loader_seek(la2, &pos), FERRY_OK, "fingerprint: the same shard resumes");
+        TAP_IS_STATUS(tok_loader_seek(lb, &pos), FERRY_ERR_INVALID_ARGUMENT,
+                      "fingerprint: a shard of the same length with one token changed is refused");
+        tap_ok(strstr(ferry_last_error(), "same tokens") != NULL, "fingerprint: the message says why (%s)",
+               ferry_last_error());
+    }
+    tok_loader_close(la);
+    tok_loader_close(la2);
+    tok_loader_close(lb);
+}
+
+static void test_fifo_shard(void)
+{
+    const char *p = path_in("fifo.bin");
+    if (mkfifo(p, 0600) != 0) {
+        tap_diag("no FIFO (%s): not checked", strerror(errno));
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) { /* a loader that waits for a writer would never return: give it 30 s */
+        alarm(30);
+        ferry_status st;
+        tok_loader *l = open1(p, 1, 4, 0, 0, 50257, &st);
+        tok_loader_close(l);
+        _exit(st == FERRY_ERR_IO && strstr(ferry_last_error(), "not a regular file") ? 0 : 1);
+    }
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    tap_ok(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "fifo: a FIFO given as a shard is refused at once, not waited on "
+           "(child status %d)", ws);
+}
+
+
+typedef struct tok_run {
+    int status;
+    char out[8192], err[4096];
+} tok_run;
+
+static void slurp_into(const char *path, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return;
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+/* Runs `exe args` with stdout and stderr kept; fsize > 0 caps the size of any
+ * file it writes (RLIMIT_FSIZE, SIGXFSZ ignored: a write past it fails with
+ * EFBIG, as on a full disk). A run that hangs is killed after 60 s. */
+static void run_tok(const char *exe, const char *args, long fsize, tok_run *r)
+{
+    char cmd[8192], out[600], err[600];
+    snprintf(out, sizeof out, "%s/tok_out.txt", dir);
+    snprintf(err, sizeof err, "%s/tok_err.txt", dir);
+    snprintf(cmd, sizeof cmd, "exec '%s' %s >'%s' 2>'%s'", exe, args, out, err);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (fsize > 0) {
+            struct rlimit rl = {(rlim_t)fsize, (rlim_t)fsize};
+            setrlimit(RLIMIT_FSIZE, &rl);
+            signal(SIGXFSZ, SIG_IGN);
+        }
+        alarm(60);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
+    slurp_into(out, r->out, sizeof r->out);
+    slurp_into(err, r->err, sizeof r->err);
+}
+
+/* The names in a folder, sorted, each with its size and an FNV-1a hash of its
+ * bytes: two equal snapshots mean the same files with the same contents. */
+static void snapshot(const char *d, char *buf, size_t cap)
+{
+    struct dirent **ents = NULL;
+    int n = scandir(d, &ents, NULL, alphasort);
+    buf[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", d, ents[i]->d_name);
+        uint64_t h = 1469598103934665603ull;
+        long size = 0;
+        FILE *f = ents[i]->d_type == DT_REG ? fopen(p, "rb") : NULL;
+        for (int c; f && (c = fgetc(f)) != EOF; size++)
+            h = (h ^ (uint64_t)c) * 1099511628211ull;
+        if (f)
+            fclose(f);
+        size_t at = strlen(buf);
+        snprintf(buf + at, cap - at, "%s:%ld:%016llx;", ents[i]->d_name, size, (unsigned long long)h);
+        free(ents[i]);
+    }
+    free(ents);
+}
+
+/* The shard set of run two, as names: val_000000.. then train_000000.. */
+static void expected_names(size_t nval, size_t ntrain, size_t per, char *buf, size_t cap)
+{
+    snprintf(buf, cap, ".;..;");
+    for (size_t k = 0; k < (ntrain + per - 1) / per; k++)
+        snprintf(buf + strlen(buf), cap - strlen(buf), "train_%06zu.bin;", k);
+    for (size_t k = 0; k < (nval + per - 1) / per; k++)
+        snprintf(buf + strlen(buf), cap - strlen(buf), "val_%06zu.bin;", k);
+}
+
+static void names_only(const char *d, char *buf, size_t cap)
+{
+    struct dirent **ents = NULL;
+    int n = scandir(d, &ents, NULL, alphasort);
+    buf[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        snprintf(buf + strlen(buf), cap - strlen(buf), "%s;", ents[i]->d_name);
+        free(ents[i]);
+    }
+    free(ents);
+}
+
+/* A tokenize run replaces the folder's shard set as a whole; every check
+ * that can fail early fails before the folder is touched. `len`: tokens of
+ * in.txt with --doc-sep blank-lines. */
+static void test_tokenize_set(const char *exe, const char *enc, const char *voc, size_t len)
+{
+    char set[600], args[4096], names[4096], want[4096], before[8192], after[8192];
+    snprintf(set, sizeof set, "%s/set", dir);
+    const char *in = path_in("in.txt");
+    tok_run r;
+    snprintf(args, sizeof args, "--encoder '%s' --vocab '%s' --out-dir '%s' --val-fraction 0.3 --shard-tokens 4 "
+             "--doc-sep blank-lines '%s'", enc, voc, set, in);
+    run_tok(exe, args, 0, &r);
+    TAP_IS_INT(r.status, 0, "set: a first run with 4-token shards (%s)", r.err);
+    /* Options after the input, and fewer, larger shards: the earlier run's
+     * extra train_ shards must go, or a train_*.bin glob reads both runs. */
+    snprintf(args, sizeof args, "'%s' --encoder '%s' --vocab '%s' --out-dir '%s' --val-fraction 0.3 "
+             "--shard-tokens 8 --doc-sep blank-lines", in, enc, voc, set);
+    run_tok(exe, args, 0, &r);
+    TAP_IS_INT(r.status, 0, "set: options after INPUT are taken (%s)", r.err);
+    size_t nval = (size_t)((double)len * 0.3 + 0.999999);
+    expected_names(nval, len - nval, 8, want, sizeof want);
+    names_only(set, names, sizeof names);
+    if (!tap_ok(strcmp(names, want) == 0, "set: the folder holds exactly the second run's shards"))
+        tap_diag("  got %s\n#   want %s", names, want);
+
+    /* A full disk on the train shard: the val shard was already written, but
+     * only aside; the folder keeps the second run's set, byte for byte. */
+    snapshot(set, before, sizeof before);
+    size_t nval2 = (size_t)((double)len * 0.2 + 0.999999);
+    snprintf(args, sizeof args, "--encoder '%s' --vocab '%s' --out-dir '%s' --val-fraction 0.2 --shard-tokens 100 "
+             "--doc-sep blank-lines '%s'", enc, voc, set, in);
+    run_tok(exe, args, 1024 + 2 * (long)nval2, &r);
+    TAP_IS_INT(r.status, 1, "set: a run that fills the disk on its train shard fails");
+    tap_ok(strstr(r.err, "disk full") && strstr(r.err, "train_000000.bin"), "set: and says so (%s)", r.err);
+    snapshot(set, after, sizeof after);
+    tap_ok(strcmp(before, after) == 0, "set: the folder's earlier set is left whole, val shard included");
+
+    /* Refused before any work, the set untouched. */
+    FILE *f = fopen(path_in("empty.txt"), "w");
+    if (f)
+        fclose(f);
+    snprintf(args, sizeof args, "--encoder '%s' --vocab '%s' --out-dir '%s' '%s'", enc, voc, set, path_in("empty.txt"));
+    run_tok(exe, args, 0, &r);
+    tap_ok(r.status == 1 && strstr(r.err, "hold no text"), "set: an empty corpus is refused (exit %d: %s)", r.status,
+           r.err);
+    snapshot(set, after, sizeof after);
+    tap_ok(strcmp(before, after) == 0, "set: and the folder keeps its set");
+    if (mkfifo(path_in("fifo.txt"), 0600) == 0) {
+        snprintf(args, sizeof args, "--encoder '%s' --vocab '%s' --out-dir '%s' '%s'", enc, voc, set,
+                 path_in("fifo.txt"));
+        run_tok(exe, args, 0, &r);
+        tap_ok(r.status == 1 && strstr(r.err, "not a regular file"), "set: a FIFO input is refused, not waited on "
+               "(exit %d: %s)", r.status, r.err);
+    }
+    snprintf(args, sizeof args, "--encoder '%s' --vocab '%s' --out-dir '%s/sub' '%s'", enc, voc, in, in);
+    run_tok(exe, args, 0, &r);
+    tap_ok(r.status == 1 && strstr(r.err, "cannot create the output folder") && !strstr(r.out, "tokenized"),
+           "set: an --out-dir that cannot be made is found before the corpus is read (exit %d: %s)", r.status, r.err);
+    const char *bad_fractions[] = {"''", "abc", "0.5x", "1", "nan"};
+    for (size_t i = 0; i < sizeof bad_fractions / sizeof *bad_fractions; i++) {
+        snprintf(args, sizeof args, "--encoder '%s' --vocab '%s' --out-dir '%s' --val-fraction %s '%s'", enc, voc, set,
+                 bad_fractions[i], in);
+        run_tok(exe, args, 0, &r);
+        tap_ok(r.status == 2 && strstr(r.err, "--val-fraction"), "set: --val-fraction %s is refused (exit %d)",
+               bad_fractions[i], r.status);
+    }
+    snapshot(set, after, sizeof after);
+    tap_ok(strcmp(before, after) == 0, "set: after all the refused runs the folder still holds the same set");
+}
+
 static void test_tokenize_program(void)
 {
     const char *exe = getenv("FERRY_TOKENIZE_EXE");
@@ -293,6 +565,7 @@ static void test_tokenize_program(void)
     tap_ok(same && at == want.len, "shards hold <|endoftext|> doc1 <|endoftext|> doc2 (%zu of %zu tokens, %zu shards)",
            at, want.len, shards);
     TAP_IS_INT(shards, (nval + 7) / 8 + (want.len - nval + 7) / 8, "val and train cut into 8-token shards");
+    test_tokenize_set(exe, enc, voc, want.len);
     tok_ids_free(&want);
     tok_bpe_destroy(t);
 }
@@ -306,6 +579,9 @@ int main(void)
     test_two_shards();
     test_shuffle_and_resume();
     test_bad_shards();
+    test_changed_under_loader();
+    test_content_fingerprint();
+    test_fifo_shard();
     test_tokenize_program();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -3,10 +3,11 @@
  *   memprof [report] [--json] [--svg FILE] [--top N] TRACE
  *   memprof dump TRACE          (the records as JSON Lines)
  *   memprof plan [options]      (predicted peaks of a GPT-2 run: models/gpt2_plan.h)
- * Subcommands are dispatched from main(). A damaged trace still gets the
- * figures of what could be read, with the problem on stderr and exit status 1. */
+ * Subcommands are dispatched from main(); their options are parsed in
+ * mp_args.c. A damaged trace still gets the figures of what could be read,
+ * with the problem on stderr and exit status 1; a file that is not a trace
+ * (missing, a folder, a cut header) gets only the problem. */
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,30 +18,6 @@
 #include "models/gpt2_plan.h"
 
 #define TIMELINE_COLUMNS 600
-
-static void usage(FILE *f)
-{
-    fputs("usage: memprof [report] [options] TRACE\n"
-          "       memprof dump TRACE\n"
-          "       memprof plan [options]   (memprof plan --help)\n"
-          "\n"
-          "Reads a memory trace written by ferry (the trainer's --trace FILE, or\n"
-          "trace_open() in the API) and prints, for device and host memory: the\n"
-          "peak, the step and phase it fell in, the bytes by category at that\n"
-          "moment, and the largest allocations live then.\n"
-          "\n"
-          "report options:\n"
-          "  --json       print the figures as JSON instead of text\n"
-          "  --svg FILE   draw a stacked-area timeline by category, phases marked\n"
-          "  --top N      list the N largest live allocations at each peak (default 10, max 64)\n"
-          "  -h, --help   this text\n"
-          "\n"
-          "dump prints every record as one JSON object per line.\n"
-          "\n"
-          "Exit status: 0 on success; 1 when the trace is damaged (the figures of\n"
-          "the records before the damage are still printed); 2 on a usage error.\n",
-          f);
-}
 
 static const char *fmt(char *buf, uint64_t bytes) { return units_fmt_bytes(buf, 32, bytes); }
 
@@ -79,10 +56,11 @@ static void print_pool(FILE *f, const mp_report *r, int p)
                 ferry_mem_category_name((ferry_mem_category)pr->largest[i].category), pr->largest[i].name);
 }
 
-static void print_text(FILE *f, const char *path, const mp_report *r)
+static void print_text(FILE *f, const char *path, const mp_trace *t, const mp_report *r)
 {
-    fprintf(f, "trace %s: %zu records over %.3f ms, %zu phase markers\n", path, r->records,
-            (double)r->t_end / 1e6, r->nmarks);
+    fprintf(f, "trace %s: %zu records over %.3f ms, %zu phase markers%s\n", path, r->records,
+            (double)r->t_end / 1e6, r->nmarks,
+            t->checksummed ? "" : " (an older trace without checksums: damage inside a record may go unseen)");
     for (int p = 0; p < MP_POOLS; p++)
         print_pool(f, r, p);
     if (r->ntimings) {
@@ -133,6 +111,7 @@ static void print_json(FILE *f, const char *path, const mp_trace *t, const mp_re
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "trace", path);
     cJSON_AddBoolToObject(o, "complete", t->status == FERRY_OK);
+    cJSON_AddBoolToObject(o, "checksummed", t->checksummed);
     if (t->status == FERRY_OK)
         cJSON_AddNullToObject(o, "error");
     else
@@ -160,12 +139,12 @@ static const char *const kind_name[] = {"?", "alloc", "free", "phase", "timing",
 
 static int cmd_dump(int argc, char **argv)
 {
-    if (argc != 2 || argv[1][0] == '-') {
-        usage(argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) ? stdout : stderr);
-        return argc == 2 && argv[1][0] == '-' && argv[1][1] == 'h' ? 0 : 2;
-    }
+    const char *path;
+    int rc = mp_parse_dump_args(argc, argv, &path);
+    if (rc)
+        return rc == 1 ? 0 : 2;
     mp_trace t;
-    mp_read(argv[1], &t);
+    mp_read(path, &t);
     for (size_t i = 0; i < t.n; i++) {
         const trace_record *r = &t.rec[i];
         cJSON *o = cJSON_CreateObject();
@@ -201,58 +180,34 @@ static int cmd_dump(int argc, char **argv)
 
 static int cmd_report(int argc, char **argv)
 {
-    const char *path = NULL, *svg = NULL;
-    int json = 0;
-    long top = 10;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) {
-            json = 1;
-        } else if (!strcmp(argv[i], "--svg") && i + 1 < argc) {
-            svg = argv[++i];
-        } else if (!strcmp(argv[i], "--top") && i + 1 < argc) {
-            char *end;
-            top = strtol(argv[++i], &end, 10);
-            if (*end || top < 0 || top > MP_TOP_MAX) {
-                fprintf(stderr, "memprof: --top wants a count from 0 to %d, not '%s'\n", MP_TOP_MAX, argv[i]);
-                return 2;
-            }
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "memprof: unknown option '%s' (or it lacks its value)\n\n", argv[i]);
-            usage(stderr);
-            return 2;
-        } else if (path) {
-            fprintf(stderr, "memprof: one trace at a time ('%s' and '%s' given)\n", path, argv[i]);
-            return 2;
-        } else {
-            path = argv[i];
-        }
-    }
-    if (!path) {
-        usage(stderr);
-        return 2;
-    }
+    mp_report_args a;
+    int rc = mp_parse_report_args(argc, argv, &a);
+    if (rc)
+        return rc == 1 ? 0 : 2;
     mp_trace t;
-    mp_read(path, &t);
+    mp_read(a.path, &t);
     if (t.status != FERRY_OK)
         fprintf(stderr, "memprof: %s\n", t.error);
+    if (!t.header_ok && !a.json) { /* not a trace: no figures (--json still says why, for scripts) */
+        mp_trace_free(&t);
+        return 1;
+    }
     mp_report r;
-    if (mp_analyze(&t, (size_t)top, TIMELINE_COLUMNS, &r) != FERRY_OK) {
+    if (mp_analyze(&t, (size_t)a.top, TIMELINE_COLUMNS, &r) != FERRY_OK) {
         fprintf(stderr, "memprof: %s\n", ferry_last_error());
         mp_trace_free(&t);
         return 1;
     }
-    int rc = t.status == FERRY_OK ? 0 : 1;
-    if (json)
-        print_json(stdout, path, &t, &r);
+    rc = t.status == FERRY_OK ? 0 : 1;
+    if (a.json)
+        print_json(stdout, a.path, &t, &r);
     else
-        print_text(stdout, path, &r);
-    if (svg) {
+        print_text(stdout, a.path, &t, &r);
+    if (a.svg && t.header_ok) {
         char title[600];
-        snprintf(title, sizeof title, "memory over time: %s%s", path, t.status == FERRY_OK ? "" : " (damaged: partial)");
-        if (mp_write_svg(&r, svg, title) != FERRY_OK) {
+        snprintf(title, sizeof title, "memory over time: %s%s", a.path,
+                 t.status == FERRY_OK ? "" : " (damaged: partial)");
+        if (mp_write_svg(&r, a.svg, title) != FERRY_OK) {
             fprintf(stderr, "memprof: %s\n", ferry_last_error());
             rc = 1;
         }
@@ -264,150 +219,10 @@ static int cmd_report(int argc, char **argv)
 
 /* ---- memprof plan ---- */
 
-static void plan_usage(FILE *f)
-{
-    fputs("usage: memprof plan [--model NAME | --layers L --heads H --width C] [--vocab V]\n"
-          "                    [--context T] [--batch B] [--seq T] [--offload none|optimizer|params]\n"
-          "                    [--recompute] [--prefetch K] [--backend host|cuda]\n"
-          "                    [--gpu-mem SIZE] [--host-mem SIZE] [--json]\n"
-          "\n"
-          "Predicts, without running anything, the peak device and host memory of\n"
-          "training GPT-2 with train_gpt2's settings (same flags, same defaults), by\n"
-          "category, from the sizes the engine and the model allocate. With\n"
-          "--gpu-mem it says whether the run fits and the largest batch that does.\n"
-          "\n"
-          "  --model NAME    gpt2, gpt2-medium, gpt2-large, gpt2-xl or dN (default d6)\n"
-          "  --layers L --heads H --width C   a custom model instead (all three)\n"
-          "  --vocab V       vocabulary (default 50257, padded to a multiple of 128)\n"
-          "  --context T     longest sequence the model supports (default 1024)\n"
-          "  --batch B       sequences per micro-batch (default 4)\n"
-          "  --seq T         tokens per sequence (default 256, at most --context)\n"
-          "  --offload MODE  none, optimizer or params (default optimizer)\n"
-          "  --recompute     keep only block inputs; recompute the rest in backward\n"
-          "  --prefetch K    params mode: groups fetched ahead (default 2, 0..64)\n"
-          "  --backend KIND  cuda (bf16 on the device; default) or host (fp32)\n"
-          "  --gpu-mem SIZE  device budget to check, e.g. 24GiB\n"
-          "  --host-mem SIZE pinned host memory to check, e.g. 64GiB\n"
-          "  --json          print the figures as JSON\n"
-          "\n"
-          "Exit status: 0 when it fits the budgets given (or none is given); 1 when\n"
-          "it does not; 2 on a usage error.\n",
-          f);
-}
-
-typedef struct plan_args {
-    const char *model;
-    int layers, heads, width, vocab, context, batch, seq, prefetch;
-    ferry_offload offload;
-    ferry_backend_kind backend;
-    bool recompute, json;
-    uint64_t gpu_mem, host_mem; /* 0 = not given */
-} plan_args;
-
-static int plan_fail(const char *fmt, const char *a, const char *b)
-{
-    fputs("memprof plan: ", stderr);
-    fprintf(stderr, fmt, a, b);
-    fputs("\n(memprof plan --help lists the options)\n", stderr);
-    return 2;
-}
-
-static int plan_int(const char *flag, const char *text, long lo, long hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || end == text || *end || v < lo || v > hi) {
-        fprintf(stderr, "memprof plan: %s wants a whole number from %ld to %ld, not '%s'\n", flag, lo, hi, text);
-        return 2;
-    }
-    *out = (int)v;
-    return 0;
-}
-
-static int plan_bytes(const char *flag, const char *text, uint64_t *out)
-{
-    if (units_parse_bytes(text, out) != FERRY_OK) {
-        fprintf(stderr, "memprof plan: %s wants a size such as 24GiB: %s\n", flag, ferry_last_error());
-        return 2;
-    }
-    if (*out == 0) {
-        fprintf(stderr, "memprof plan: %s '%s' is zero bytes; give a budget such as 24GiB, or leave it out\n",
-                flag, text);
-        return 2;
-    }
-    return 0;
-}
-
-/* One option at argv[*i] (advancing past its value); 0, or 2 on a bad one. */
-static int plan_option(int argc, char **argv, int *i, plan_args *a)
-{
-    const char *f = argv[*i];
-    if (!strcmp(f, "--recompute")) { a->recompute = true; return 0; }
-    if (!strcmp(f, "--json")) { a->json = true; return 0; }
-    static const char *const valued[] = {"--model", "--layers", "--heads", "--width", "--vocab", "--context",
-                                         "--batch", "--seq", "--offload", "--prefetch", "--backend",
-                                         "--gpu-mem", "--host-mem"};
-    bool known = false;
-    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
-        known |= !strcmp(f, valued[k]);
-    if (!known)
-        return plan_fail(f[0] == '-' ? "unknown option '%s'%s" : "unexpected argument '%s'%s (plan reads no trace)",
-                         f, "");
-    if (*i + 1 >= argc)
-        return plan_fail("%s needs a value%s", f, "");
-    const char *v = argv[++*i];
-    if (!strcmp(f, "--model")) { a->model = v; return 0; }
-    if (!strcmp(f, "--layers")) return plan_int(f, v, 1, 4096, &a->layers);
-    if (!strcmp(f, "--heads")) return plan_int(f, v, 1, 65536, &a->heads);
-    if (!strcmp(f, "--width")) return plan_int(f, v, 1, 65536, &a->width);
-    if (!strcmp(f, "--vocab")) return plan_int(f, v, 1, 1 << 24, &a->vocab);
-    if (!strcmp(f, "--context")) return plan_int(f, v, 1, 1 << 20, &a->context);
-    if (!strcmp(f, "--batch")) return plan_int(f, v, 1, 65536, &a->batch);
-    if (!strcmp(f, "--seq")) return plan_int(f, v, 1, 1 << 20, &a->seq);
-    if (!strcmp(f, "--prefetch")) return plan_int(f, v, 0, 64, &a->prefetch);
-    if (!strcmp(f, "--gpu-mem")) return plan_bytes(f, v, &a->gpu_mem);
-    if (!strcmp(f, "--host-mem")) return plan_bytes(f, v, &a->host_mem);
-    if (!strcmp(f, "--offload") && ferry_offload_parse(v, &a->offload) != FERRY_OK)
-        return plan_fail("--offload '%s': use none, optimizer or params%s", v, "");
-    if (!strcmp(f, "--backend") &&
-        ((ferry_backend_parse(v, &a->backend) != FERRY_OK) || a->backend == FERRY_BACKEND_AUTO))
-        return plan_fail("--backend '%s': plan for host (fp32 on the device) or cuda (bf16)%s", v, "");
-    return 0;
-}
-
-/* The model from the flags, checked; 0 or 2. */
-static int plan_model_config(const plan_args *a, gpt2_config *c)
-{
-    int custom = (a->layers > 0) + (a->heads > 0) + (a->width > 0);
-    if (custom && custom < 3)
-        return plan_fail("a custom model needs --layers, --heads and --width together%s%s", "", "");
-    if (custom && a->width % a->heads) {
-        fprintf(stderr, "memprof plan: --width %d is not a multiple of --heads %d\n", a->width, a->heads);
-        return 2;
-    }
-    ferry_status st = custom ? gpt2_config_from_fields(a->layers, a->heads, a->width, a->vocab, 0, a->context, c)
-                             : gpt2_config_preset(a->model, c);
-    if (st == FERRY_OK && !custom) { /* a preset with its vocabulary or context changed */
-        int V = a->vocab, T = a->context;
-        st = gpt2_config_from_fields(c->n_layer, c->n_head, c->n_embd, V, 0, T, c);
-    }
-    if (st != FERRY_OK) {
-        fprintf(stderr, "memprof plan: %s\n", ferry_last_error());
-        return 2;
-    }
-    if (a->seq > c->max_seq_len) {
-        fprintf(stderr, "memprof plan: --seq %d is longer than the model's context (%d); raise --context\n", a->seq,
-                c->max_seq_len);
-        return 2;
-    }
-    return 0;
-}
-
 static const char *const plan_cats[] = {"params", "grads", "optimizer", "activations", "staging", "workspace",
                                         "other"};
 
-static void plan_print_text(const plan_args *a, const gpt2_config *c, const gpt2_plan *p, int max_b)
+static void plan_print_text(const mp_plan_args *a, const gpt2_config *c, const gpt2_plan *p, int max_b)
 {
     char x[32], y[32];
     printf("model: %d layers, %d heads, %d wide, vocab %d (padded %d), context %d: %.1fM parameters\n",
@@ -458,7 +273,7 @@ static cJSON *plan_pool_json(const uint64_t *by, uint64_t total)
     return o;
 }
 
-static void plan_print_json(const plan_args *a, const gpt2_config *c, const gpt2_plan *p, int max_b)
+static void plan_print_json(const mp_plan_args *a, const gpt2_config *c, const gpt2_plan *p, int max_b)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *m = cJSON_AddObjectToObject(o, "model");
@@ -506,19 +321,11 @@ static void plan_print_json(const plan_args *a, const gpt2_config *c, const gpt2
 
 static int cmd_plan(int argc, char **argv)
 {
-    plan_args a = {"d6", 0, 0, 0, 50257, 1024, 4, 256, 2, FERRY_OFFLOAD_OPTIMIZER, FERRY_BACKEND_CUDA,
-                   false, false, 0, 0};
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            plan_usage(stdout);
-            return 0;
-        }
-        if (plan_option(argc, argv, &i, &a))
-            return 2;
-    }
+    mp_plan_args a;
     gpt2_config c;
-    if (plan_model_config(&a, &c))
-        return 2;
+    int rc = mp_parse_plan_args(argc, argv, &a, &c);
+    if (rc)
+        return rc == 1 ? 0 : 2;
     gpt2_plan p;
     int max_b = 0;
     ferry_status st = gpt2_plan_predict(&c, a.batch, a.seq, a.offload, a.recompute, a.prefetch, a.backend, FERRY_DTYPE_AUTO, &p);

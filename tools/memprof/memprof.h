@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "ferry.h"
+#include "models/gpt2.h"
 #include "offload/trace.h"
 
 #define MP_POOLS 2
@@ -20,12 +21,19 @@ typedef struct mp_trace {
     trace_record *rec;
     size_t n;
     uint64_t start_unix_ns;
+    bool header_ok;      /* the file is a trace: its header was read and is whole */
+    bool checksummed;    /* its records carry checksums (TRACE_FLAG_CRC), all checked */
     ferry_status status; /* FERRY_OK, or why reading stopped early */
     char error[512];
 } mp_trace;
 
-/* Reads `path`. Always fills *t (n may be 0); returns t->status. */
+/* Reads `path`. Always fills *t (n may be 0); returns t->status. A missing
+ * or unreadable file is FERRY_ERR_IO; a file that is not a whole trace
+ * header FERRY_ERR_FORMAT with header_ok false; damage after the header
+ * FERRY_ERR_FORMAT with header_ok true and the records before it kept. */
 ferry_status mp_read(const char *path, mp_trace *t);
+/* The same from an open stream; `name` is used in messages. */
+ferry_status mp_read_file(FILE *f, const char *name, mp_trace *t);
 void mp_trace_free(mp_trace *t);
 
 typedef struct mp_alloc {
@@ -81,7 +89,8 @@ typedef struct mp_report {
 } mp_report;
 
 /* Replays the records of t into *r: peaks, breakdowns, the `top` largest
- * live allocations at each peak, and a timeline of `buckets` columns. */
+ * live allocations at each peak, and a timeline of `buckets` columns. On
+ * failure (out of memory) nothing is left to free. */
 ferry_status mp_analyze(const mp_trace *t, size_t top, size_t buckets, mp_report *r);
 void mp_report_free(mp_report *r);
 
@@ -89,5 +98,32 @@ const char *mp_pool_name(int pool); /* "device", "host" */
 
 /* Writes the stacked-area timeline as a standalone SVG file. */
 ferry_status mp_write_svg(const mp_report *r, const char *path, const char *title);
+
+/* ---- command lines (mp_args.c) ----
+ * Each parser returns 0 to go on, 1 after printing --help to stdout, 2 on a
+ * bad option or value (the reason printed to stderr); argv[0] is the
+ * subcommand (or the program) and is skipped. */
+
+typedef struct mp_report_args {
+    const char *path, *svg; /* the trace; --svg FILE or NULL */
+    bool json;
+    int top;                /* --top N, 0..MP_TOP_MAX */
+} mp_report_args;
+
+typedef struct mp_plan_args {
+    const char *model;
+    int layers, heads, width, vocab, context, batch, seq, prefetch;
+    ferry_offload offload;
+    ferry_backend_kind backend;
+    bool recompute, json;
+    uint64_t gpu_mem, host_mem; /* 0 = not given */
+} mp_plan_args;
+
+void mp_usage(FILE *f);
+void mp_plan_usage(FILE *f);
+int mp_parse_report_args(int argc, char **argv, mp_report_args *a);
+int mp_parse_dump_args(int argc, char **argv, const char **path);
+/* Also builds and checks the model's config into *c. */
+int mp_parse_plan_args(int argc, char **argv, mp_plan_args *a, gpt2_config *c);
 
 #endif

@@ -9,15 +9,17 @@
 
 const char *mp_pool_name(int pool) { return pool == TRACE_POOL_HOST ? "host" : "device"; }
 
-/* An open-addressing map from address to the index of its alloc record. */
+/* An open-addressing map from address (any 64-bit value) to the index of
+ * its alloc record; a slot's state says whether it is empty, used or a
+ * deleted entry, so no address is reserved as a marker. */
 typedef struct live_map {
-    uint64_t *key; /* 0 = empty, 1 = deleted (no allocation has address 0 or 1) */
+    uint64_t *key;
     size_t *val;
+    unsigned char *state; /* MAP_EMPTY, MAP_USED, MAP_TOMB */
     size_t cap, used, tomb;
 } live_map;
 
-#define MAP_EMPTY 0
-#define MAP_TOMB 1
+enum { MAP_EMPTY = 0, MAP_USED = 1, MAP_TOMB = 2 };
 
 static size_t slot_of(const live_map *m, uint64_t k)
 {
@@ -28,15 +30,17 @@ static int map_init(live_map *m, size_t cap)
 {
     m->cap = cap;
     m->used = m->tomb = 0;
-    m->key = calloc(cap, sizeof *m->key);
+    m->key = malloc(cap * sizeof *m->key);
     m->val = malloc(cap * sizeof *m->val);
-    return m->key && m->val;
+    m->state = calloc(cap, 1);
+    return m->key && m->val && m->state;
 }
 
 static void map_free(live_map *m)
 {
     free(m->key);
     free(m->val);
+    free(m->state);
 }
 
 static int map_put(live_map *m, uint64_t k, size_t v);
@@ -49,7 +53,7 @@ static int map_rehash(live_map *m, size_t cap)
         return 0;
     }
     for (size_t i = 0; i < m->cap; i++)
-        if (m->key[i] > MAP_TOMB)
+        if (m->state[i] == MAP_USED)
             map_put(&n, m->key[i], m->val[i]);
     map_free(m);
     *m = n;
@@ -61,15 +65,15 @@ static size_t map_find(const live_map *m, uint64_t k, int *found)
 {
     size_t i = slot_of(m, k), tomb = (size_t)-1;
     for (;;) {
-        if (m->key[i] == k) {
+        if (m->state[i] == MAP_USED && m->key[i] == k) {
             *found = 1;
             return i;
         }
-        if (m->key[i] == MAP_EMPTY) {
+        if (m->state[i] == MAP_EMPTY) {
             *found = 0;
             return tomb != (size_t)-1 ? tomb : i;
         }
-        if (m->key[i] == MAP_TOMB && tomb == (size_t)-1)
+        if (m->state[i] == MAP_TOMB && tomb == (size_t)-1)
             tomb = i;
         i = (i + 1) & (m->cap - 1);
     }
@@ -82,12 +86,13 @@ static int map_put(live_map *m, uint64_t k, size_t v)
     int found;
     size_t i = map_find(m, k, &found);
     if (!found) {
-        if (m->key[i] == MAP_TOMB)
+        if (m->state[i] == MAP_TOMB)
             m->tomb--;
         m->used++;
     }
     m->key[i] = k;
     m->val[i] = v;
+    m->state[i] = MAP_USED;
     return 1;
 }
 
@@ -98,13 +103,11 @@ static int map_take(live_map *m, uint64_t k, size_t *v)
     if (!found)
         return 0;
     *v = m->val[i];
-    m->key[i] = MAP_TOMB;
+    m->state[i] = MAP_TOMB;
     m->used--;
     m->tomb++;
     return 1;
 }
-
-static uint64_t addr_key(uint64_t addr) { return addr + 2; /* keep 0 and 1 for the map */ }
 
 typedef struct replay {
     live_map live;
@@ -119,12 +122,12 @@ static int apply(replay *s, const mp_trace *t, size_t i, mp_pool_report *pr)
     const trace_record *r = &t->rec[i];
     size_t j;
     if (r->kind == TRACE_ALLOC) {
-        if (map_take(&s->live, addr_key(r->addr), &j)) { /* a free we never saw */
+        if (map_take(&s->live, r->addr, &j)) { /* a free we never saw */
             pr->reused_addrs++;
             s->cur[t->rec[j].category] -= t->rec[j].bytes;
             s->total -= t->rec[j].bytes;
         }
-        if (!map_put(&s->live, addr_key(r->addr), i))
+        if (!map_put(&s->live, r->addr, i))
             return -1;
         s->cur[r->category] += r->bytes;
         s->total += r->bytes;
@@ -133,7 +136,7 @@ static int apply(replay *s, const mp_trace *t, size_t i, mp_pool_report *pr)
     }
     if (r->kind == TRACE_FREE) {
         pr->frees++;
-        if (!map_take(&s->live, addr_key(r->addr), &j)) {
+        if (!map_take(&s->live, r->addr, &j)) {
             pr->unknown_frees++;
             return 0;
         }
@@ -173,7 +176,7 @@ static ferry_status live_at_peak(const mp_trace *t, int p, size_t top, mp_pool_r
     }
     size_t n = 0;
     for (size_t k = 0; k < s.live.cap; k++) {
-        if (s.live.key[k] <= MAP_TOMB)
+        if (s.live.state[k] != MAP_USED)
             continue;
         const trace_record *r = &t->rec[s.live.val[k]];
         all[n].bytes = r->bytes;
@@ -229,6 +232,14 @@ static ferry_status add_mark(mp_report *r, const trace_record *rec)
     return FERRY_OK;
 }
 
+/* The timeline column of time t (0 <= t <= t_end) among n columns over
+ * [0, t_end + 1). Exact integer arithmetic, so any 64-bit time is fine. */
+static size_t bucket_of(uint64_t t, uint64_t t_end, size_t n)
+{
+    size_t b = (size_t)((unsigned __int128)t * n / ((unsigned __int128)t_end + 1));
+    return b < n ? b : n - 1;
+}
+
 /* First pass over one pool: peak, the marker it fell in, the timeline. */
 static ferry_status scan_pool(const mp_trace *t, int p, mp_report *r)
 {
@@ -279,9 +290,7 @@ static ferry_status scan_pool(const mp_trace *t, int p, mp_report *r)
             snprintf(pr->peak_phase, sizeof pr->peak_phase, "%s", phase);
             memcpy(pr->peak_by_cat, s.cur, sizeof s.cur);
         }
-        size_t b = (size_t)((double)rec->t_ns / (double)(r->t_end + 1) * (double)r->nbuckets);
-        if (b >= r->nbuckets)
-            b = r->nbuckets - 1;
+        size_t b = bucket_of(rec->t_ns, r->t_end, r->nbuckets);
         if (!have[b] || s.total > best[b]) {
             best[b] = s.total;
             memcpy(pr->bucket[b], s.cur, sizeof s.cur);
@@ -312,23 +321,21 @@ ferry_status mp_analyze(const mp_trace *t, size_t top, size_t buckets, mp_report
     r->t_end = t->n ? t->rec[t->n - 1].t_ns : 0;
     if (top > MP_TOP_MAX)
         top = MP_TOP_MAX;
-    for (size_t i = 0; i < t->n; i++) {
-        ferry_status st = FERRY_OK;
+    ferry_status st = FERRY_OK;
+    for (size_t i = 0; st == FERRY_OK && i < t->n; i++) {
         if (t->rec[i].kind == TRACE_TIMING)
             st = add_timing(r, &t->rec[i]);
         else if (t->rec[i].kind == TRACE_PHASE)
             st = add_mark(r, &t->rec[i]);
-        if (st != FERRY_OK)
-            return st;
     }
-    for (int p = 0; p < MP_POOLS; p++) {
-        ferry_status st = scan_pool(t, p, r);
+    for (int p = 0; st == FERRY_OK && p < MP_POOLS; p++) {
+        st = scan_pool(t, p, r);
         if (st == FERRY_OK && r->pool[p].peak > 0)
             st = live_at_peak(t, p, top, &r->pool[p]);
-        if (st != FERRY_OK)
-            return st;
     }
-    return FERRY_OK;
+    if (st != FERRY_OK)
+        mp_report_free(r); /* the caller frees only a report it got */
+    return st;
 }
 
 void mp_report_free(mp_report *r)

@@ -1,12 +1,15 @@
 /* Reading a memory trace: checks the header, then takes whole records until
- * the file ends, a record is cut short, or a record holds values no writer
- * produces; what was read before a problem is kept, and the problem is
- * described with its record number and byte offset. */
+ * the file ends, a record is cut short, a record holds values no writer
+ * produces, or its checksum does not match; what was read before a problem
+ * is kept, and the problem is described with its record number and byte
+ * offset. The file is read as a stream, header first, so a file that is not
+ * a trace (/dev/zero, a folder) is refused before anything else is read. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/error.h"
 #include "tools/memprof/memprof.h"
@@ -23,44 +26,63 @@ static ferry_status fail(mp_trace *t, ferry_status st, const char *fmt, ...)
     return err_set(st, "%s", t->error);
 }
 
-static unsigned char *slurp(const char *path, size_t *len, int *err)
+/* Reads up to n bytes; returns how many (less only at the end of the file).
+ * *err is the errno of a read error, else 0. */
+static size_t read_up_to(FILE *f, void *buf, size_t n, int *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *err = errno;
-        return NULL;
-    }
-    size_t cap = 1 << 20, n = 0;
-    unsigned char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) {
-            if (ferror(f)) {
-                *err = errno ? errno : EIO;
-                free(buf);
-                buf = NULL;
-            }
-            break;
-        }
-        unsigned char *nb = realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            *err = ENOMEM;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    fclose(f);
-    *len = n;
-    return buf;
+    size_t got = fread(buf, 1, n, f);
+    *err = got < n && ferror(f) ? (errno ? errno : EIO) : 0;
+    return got;
+}
+
+static ferry_status read_error(mp_trace *t, const char *name, int e)
+{
+    return fail(t, FERRY_ERR_IO, "cannot read trace '%s': %s", name, strerror(e));
+}
+
+/* Checks the 32-byte header; sets t->checksummed and *rsize. */
+static ferry_status check_header(mp_trace *t, const char *name, const unsigned char *h, size_t have,
+                                 uint32_t *rsize)
+{
+    if (have < 8 || memcmp(h, TRACE_MAGIC, 8) != 0)
+        return fail(t, FERRY_ERR_FORMAT,
+                    "'%s' is not a ferry memory trace: %s (a trace starts with \"" TRACE_MAGIC
+                    "\" and a %u-byte header)",
+                    name, have < 8 ? "the file is shorter than its magic" : "wrong magic", TRACE_HEADER_SIZE);
+    if (have < TRACE_HEADER_SIZE)
+        return fail(t, FERRY_ERR_FORMAT,
+                    "trace '%s' ends inside its %u-byte header, after %zu bytes (was the run stopped as the "
+                    "trace was created?); it holds no records",
+                    name, TRACE_HEADER_SIZE, have);
+    uint32_t version, flags, hcrc;
+    memcpy(&version, h + 8, 4);
+    memcpy(rsize, h + 12, 4);
+    memcpy(&t->start_unix_ns, h + 16, 8);
+    memcpy(&flags, h + 24, 4);
+    memcpy(&hcrc, h + 28, 4);
+    if (version != TRACE_VERSION)
+        return fail(t, FERRY_ERR_FORMAT, "trace '%s' has format version %u; this memprof reads version %u",
+                    name, version, TRACE_VERSION);
+    if (*rsize < TRACE_RECORD_SIZE || *rsize > 4096)
+        return fail(t, FERRY_ERR_FORMAT, "trace '%s' claims %u-byte records; version %u records are %u bytes",
+                    name, *rsize, TRACE_VERSION, TRACE_RECORD_SIZE);
+    if (flags == 0 && hcrc == 0) /* written before records carried checksums */
+        return FERRY_OK;
+    uint32_t want = trace_header_crc(h);
+    if (flags != TRACE_FLAG_CRC || hcrc != want)
+        return fail(t, FERRY_ERR_FORMAT,
+                    "trace '%s' has a damaged header: flags 0x%08x, checksum 0x%08x where its bytes give 0x%08x; "
+                    "the file was changed after it was written",
+                    name, flags, hcrc, want);
+    t->checksummed = true;
+    return FERRY_OK;
 }
 
 /* Why a record cannot have come from the writer, or NULL. */
-static const char *record_problem(const trace_record *r, uint64_t prev_t, char *buf, size_t cap)
+static const char *record_problem(const mp_trace *t, const trace_record *r, uint64_t prev_t, char *buf,
+                                  size_t cap)
 {
+    uint32_t crc = t->checksummed ? trace_record_crc(r, t->n) : 0;
     if (r->kind < TRACE_ALLOC || r->kind > TRACE_RESERVE)
         snprintf(buf, cap, "unknown record kind %u", r->kind);
     else if (r->pool >= MP_POOLS)
@@ -72,72 +94,102 @@ static const char *record_problem(const trace_record *r, uint64_t prev_t, char *
                  (unsigned long long)prev_t);
     else if (memchr(r->name, '\0', TRACE_NAME_MAX) == NULL)
         snprintf(buf, cap, "name is not NUL-terminated");
+    else if (crc != r->crc)
+        snprintf(buf, cap, "checksum 0x%08x, but its bytes give 0x%08x (a changed byte, or a record lost "
+                 "or moved)", r->crc, crc);
     else
         return NULL;
     return buf;
 }
 
-ferry_status mp_read(const char *path, mp_trace *t)
+static ferry_status push(mp_trace *t, const char *name, const trace_record *r, size_t *cap)
 {
-    memset(t, 0, sizeof *t);
-    int e = 0;
-    size_t len = 0;
-    unsigned char *buf = slurp(path, &len, &e);
+    if (t->n == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 1024;
+        trace_record *nr = realloc(t->rec, ncap * sizeof *nr);
+        if (!nr)
+            return fail(t, FERRY_ERR_OUT_OF_MEMORY, "trace '%s': no memory for %zu records; the figures cover "
+                        "the first %zu", name, ncap, t->n);
+        t->rec = nr;
+        *cap = ncap;
+    }
+    t->rec[t->n++] = *r;
+    return FERRY_OK;
+}
+
+/* Takes records until the end of the file or the first problem. */
+static ferry_status read_records(FILE *f, const char *name, uint32_t rsize, mp_trace *t)
+{
+    unsigned char *buf = malloc(rsize);
     if (!buf)
-        return fail(t, FERRY_ERR_IO, "cannot read trace '%s': %s", path, strerror(e));
+        return fail(t, FERRY_ERR_OUT_OF_MEMORY, "trace '%s': no memory for a record", name);
     ferry_status st = FERRY_OK;
-    uint32_t version = 0, rsize = 0;
-    if (len < TRACE_HEADER_SIZE || memcmp(buf, TRACE_MAGIC, 8) != 0) {
-        st = fail(t, FERRY_ERR_FORMAT,
-                  "'%s' is not a ferry memory trace: %s (a trace starts with \"" TRACE_MAGIC
-                  "\" and a %u-byte header)",
-                  path, len < 8 ? "the file is shorter than its magic" : "wrong magic", TRACE_HEADER_SIZE);
-        goto out;
-    }
-    memcpy(&version, buf + 8, 4);
-    memcpy(&rsize, buf + 12, 4);
-    memcpy(&t->start_unix_ns, buf + 16, 8);
-    if (version != TRACE_VERSION) {
-        st = fail(t, FERRY_ERR_FORMAT, "trace '%s' has format version %u; this memprof reads version %u",
-                  path, version, TRACE_VERSION);
-        goto out;
-    }
-    if (rsize < TRACE_RECORD_SIZE || rsize > 4096) {
-        st = fail(t, FERRY_ERR_FORMAT, "trace '%s' claims %u-byte records; version %u records are %u bytes",
-                  path, rsize, TRACE_VERSION, TRACE_RECORD_SIZE);
-        goto out;
-    }
-    size_t body = len - TRACE_HEADER_SIZE, whole = body / rsize;
-    t->rec = malloc((whole ? whole : 1) * sizeof *t->rec);
-    if (!t->rec) {
-        st = fail(t, FERRY_ERR_OUT_OF_MEMORY, "trace '%s': no memory for %zu records", path, whole);
-        goto out;
-    }
+    size_t cap = 0;
     uint64_t prev_t = 0;
-    for (size_t i = 0; i < whole; i++) {
-        size_t off = TRACE_HEADER_SIZE + i * rsize;
+    for (;;) {
+        size_t off = TRACE_HEADER_SIZE + t->n * (size_t)rsize;
+        int e;
+        size_t got = read_up_to(f, buf, rsize, &e);
+        if (e) {
+            st = read_error(t, name, e);
+            break;
+        }
+        if (got == 0)
+            break;
+        if (got < rsize) {
+            st = fail(t, FERRY_ERR_FORMAT,
+                      "trace '%s' is truncated: record %zu (byte offset %zu) has %zu of its %u bytes (was the "
+                      "run stopped before the trace was closed?); the figures cover the %zu complete records",
+                      name, t->n + 1, off, got, rsize, t->n);
+            break;
+        }
         trace_record r;
-        memcpy(&r, buf + off, sizeof r);
-        char why[160];
-        if (record_problem(&r, prev_t, why, sizeof why)) {
+        memcpy(&r, buf, sizeof r);
+        char why[200];
+        if (record_problem(t, &r, prev_t, why, sizeof why)) {
             st = fail(t, FERRY_ERR_FORMAT,
                       "trace '%s' is corrupt at record %zu (byte offset %zu): %s; the figures cover "
                       "the %zu records before it",
-                      path, i + 1, off, why, i);
-            goto out;
+                      name, t->n + 1, off, why, t->n);
+            break;
         }
         prev_t = r.t_ns;
-        t->rec[t->n++] = r;
+        if ((st = push(t, name, &r, &cap)) != FERRY_OK)
+            break;
     }
-    if (body % rsize) {
-        size_t off = TRACE_HEADER_SIZE + whole * rsize;
-        st = fail(t, FERRY_ERR_FORMAT,
-                  "trace '%s' is truncated: record %zu (byte offset %zu) has %zu of its %u bytes (was the "
-                  "run stopped before the trace was closed?); the figures cover the %zu complete records",
-                  path, whole + 1, off, body % rsize, rsize, whole);
-    }
-out:
     free(buf);
+    return st;
+}
+
+ferry_status mp_read_file(FILE *f, const char *name, mp_trace *t)
+{
+    memset(t, 0, sizeof *t);
+    unsigned char h[TRACE_HEADER_SIZE];
+    int e;
+    size_t have = read_up_to(f, h, sizeof h, &e);
+    if (e)
+        return read_error(t, name, e);
+    uint32_t rsize = 0;
+    ferry_status st = check_header(t, name, h, have, &rsize);
+    if (st != FERRY_OK)
+        return st;
+    t->header_ok = true;
+    return read_records(f, name, rsize, t);
+}
+
+ferry_status mp_read(const char *path, mp_trace *t)
+{
+    memset(t, 0, sizeof *t);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return read_error(t, path, errno);
+    struct stat sb;
+    ferry_status st;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode))
+        st = read_error(t, path, EISDIR);
+    else
+        st = mp_read_file(f, path, t);
+    fclose(f);
     return st;
 }
 

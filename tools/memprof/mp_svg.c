@@ -86,7 +86,7 @@ static void marks(FILE *f, const mp_report *r, double y0)
 {
     double last_label = -1e9;
     for (size_t i = 0; i < r->nmarks; i++) {
-        double x = LEFT + (double)r->marks[i].t_ns / (double)(r->t_end + 1) * (W - LEFT - RIGHT);
+        double x = LEFT + (double)r->marks[i].t_ns / ((double)r->t_end + 1.0) * (W - LEFT - RIGHT);
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\" "
                    "stroke-width=\"0.6\" stroke-dasharray=\"2,2\"/>\n",
                 x, y0, x, y0 + PANEL_H);
@@ -142,7 +142,7 @@ static void panel(FILE *f, const mp_report *r, int p, double y0)
                    "text-anchor=\"end\" fill=\"#c00\">budget %s</text>\n",
                 LEFT, y, W - RIGHT, y, W - RIGHT - 4, y + 13, l);
     }
-    double px = LEFT + (double)pr->peak_t_ns / (double)(r->t_end + 1) * pw;
+    double px = LEFT + (double)pr->peak_t_ns / ((double)r->t_end + 1.0) * pw;
     double py = y0 + PANEL_H - (double)pr->peak / ymax * PANEL_H;
     fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"none\" stroke=\"#000\" stroke-width=\"1.5\"/>\n",
             px, py);

@@ -2,14 +2,17 @@
  * Every document starts with <|endoftext|> (50256), as in llm.c. The first
  * ceil(val_fraction * total) tokens of the stream form the validation split
  * (llm.c's convention: the first shard is validation); the rest is training.
- * Owns the command line only; tokenizing is bpe.c, writing is shard.c. */
+ * Owns the run's order: every check that can fail early (the options, the
+ * inputs are regular files, the output folder is writable) before the corpus
+ * is read; the new shard set replaces the folder's old one only when all of
+ * it is written. Options are tokenize_cli.c's; tokenizing is bpe.c, writing
+ * the set is shard.c's. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "common/clock.h"
 #include "ferry.h"
@@ -17,87 +20,7 @@
 #include "train/bpe.h"
 #include "common/fileio.h"
 #include "train/shard.h"
-
-typedef struct opts {
-    const char *encoder, *vocab, *out_dir;
-    double val_fraction;
-    uint64_t shard_tokens;
-    int doc_blank_lines; /* 0: each file is one document */
-    int bench;
-    char **inputs;
-    int ninputs;
-} opts;
-
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: tokenize --encoder encoder.json --vocab vocab.bpe --out-dir DIR\n"
-            "                [--val-fraction F] [--shard-tokens N] [--doc-sep file|blank-lines] INPUT...\n"
-            "       tokenize --encoder encoder.json --vocab vocab.bpe --bench INPUT...\n"
-            "Writes DIR/val_000000.bin, DIR/train_000000.bin, ... (llm.c shards: 1024-byte header, uint16\n"
-            "tokens). Each document starts with <|endoftext|>; documents are whole files (--doc-sep file,\n"
-            "the default) or paragraphs separated by blank lines. --val-fraction (default 0.01): the first\n"
-            "ceil(F * total) tokens go to val. --shard-tokens (default 100000000) caps a shard.\n"
-            "--bench tokenizes the inputs and prints MB/s without writing.\n"
-            "encoder.json and vocab.bpe: tools/setup/fetch_tokenizer.sh installs them.\n");
-}
-
-static int parse_args(int argc, char **argv, opts *o)
-{
-    *o = (opts){.val_fraction = 0.01, .shard_tokens = 100000000};
-    int i = 1;
-    for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end = NULL;
-        if (!strcmp(a, "--help")) {
-            usage(stdout);
-            exit(0);
-        } else if (!strcmp(a, "--bench")) {
-            o->bench = 1;
-            continue;
-        } else if (!v) {
-            fprintf(stderr, "tokenize: %s needs a value\n", a);
-            return -1;
-        } else if (!strcmp(a, "--encoder")) {
-            o->encoder = v;
-        } else if (!strcmp(a, "--vocab")) {
-            o->vocab = v;
-        } else if (!strcmp(a, "--out-dir")) {
-            o->out_dir = v;
-        } else if (!strcmp(a, "--val-fraction")) {
-            o->val_fraction = strtod(v, &end);
-            if (*end || !(o->val_fraction >= 0 && o->val_fraction < 1)) {
-                fprintf(stderr, "tokenize: --val-fraction '%s' must be a number in [0, 1)\n", v);
-                return -1;
-            }
-        } else if (!strcmp(a, "--shard-tokens")) {
-            o->shard_tokens = strtoull(v, &end, 10);
-            if (*end || v[0] == '-' || o->shard_tokens < 1 || o->shard_tokens > TOK_SHARD_MAX_TOKENS) {
-                fprintf(stderr, "tokenize: --shard-tokens '%s' must be an integer in 1..%u\n", v, TOK_SHARD_MAX_TOKENS);
-                return -1;
-            }
-        } else if (!strcmp(a, "--doc-sep")) {
-            if (strcmp(v, "file") && strcmp(v, "blank-lines")) {
-                fprintf(stderr, "tokenize: --doc-sep '%s' must be 'file' or 'blank-lines'\n", v);
-                return -1;
-            }
-            o->doc_blank_lines = !strcmp(v, "blank-lines");
-        } else {
-            fprintf(stderr, "tokenize: unknown option '%s'\n", a);
-            return -1;
-        }
-        i++;
-    }
-    o->inputs = argv + i;
-    o->ninputs = argc - i;
-    if (!o->encoder || !o->vocab || o->ninputs == 0 || (!o->bench && !o->out_dir)) {
-        fprintf(stderr, "tokenize: --encoder, --vocab, %sand at least one INPUT are required\n",
-                o->bench ? "" : "--out-dir ");
-        return -1;
-    }
-    return 0;
-}
+#include "tools/tokenize/tokenize_cli.h"
 
 /* Length of the blank-line run starting at a line start s[i], or 0 if the
  * line at i is not blank. A blank line holds only spaces, tabs and '\r'. */
@@ -164,7 +87,8 @@ static ferry_status add_file(tok_bpe *t, const char *path, int blank_lines, tok_
     return st;
 }
 
-static ferry_status write_split(const opts *o, const char *name, const uint32_t *ids, size_t n, int *shards)
+static ferry_status write_split(const tokenize_opts *o, tok_shard_set *set, const char *name, const uint32_t *ids,
+                                size_t n, int *shards)
 {
     uint16_t *buf = malloc((o->shard_tokens < n ? o->shard_tokens : n) * sizeof *buf + 2);
     if (!buf)
@@ -176,15 +100,66 @@ static ferry_status write_split(const opts *o, const char *name, const uint32_t 
         size_t k = n - at < o->shard_tokens ? n - at : o->shard_tokens;
         for (size_t i = 0; i < k; i++)
             buf[i] = (uint16_t)ids[at + i];
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s_%06d.bin", o->out_dir, name, *shards);
-        st = tok_shard_write(path, buf, k);
-        if (st == FERRY_OK)
-            printf("wrote %s: %zu tokens\n", path, k);
-        (*shards)++;
+        const char *path = NULL;
+        st = tok_shard_set_add(set, name, buf, k, &path);
+        if (st == FERRY_OK) {
+            printf("%s: %zu tokens\n", path, k);
+            (*shards)++;
+        }
     }
     free(buf);
     return st;
+}
+
+/* Every input must be a regular file: a FIFO would block the read forever,
+ * a folder or a device is not text. Checked before any work. */
+static ferry_status check_inputs(const tokenize_opts *o)
+{
+    for (int i = 0; i < o->ninputs; i++) {
+        struct stat sb;
+        if (stat(o->inputs[i], &sb) != 0)
+            return err_set(FERRY_ERR_IO, "cannot read input '%s': %s", o->inputs[i], strerror(errno));
+        if (!S_ISREG(sb.st_mode))
+            return err_set(FERRY_ERR_IO, "input '%s' is not a regular file (a folder, FIFO or device); give text "
+                           "files", o->inputs[i]);
+    }
+    return FERRY_OK;
+}
+
+/* The shards of the corpus, val first, then the set replaces the old one. */
+static ferry_status write_shards(const tokenize_opts *o, tok_shard_set *set, const tok_ids *ids)
+{
+    size_t nval = (size_t)ceil(o->val_fraction * (double)ids->len);
+    if (ids->len == nval)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "the corpus is %zu tokens, and --val-fraction %g takes all of "
+                       "them for validation, leaving no training shard; give more text or a smaller "
+                       "--val-fraction", ids->len, o->val_fraction);
+    int nv = 0, nt = 0;
+    ferry_status st = write_split(o, set, "val", ids->ids, nval, &nv);
+    if (st == FERRY_OK)
+        st = write_split(o, set, "train", ids->ids + nval, ids->len - nval, &nt);
+    if (st != FERRY_OK)
+        return st;
+    printf("val: %zu tokens in %d shard(s); train: %zu tokens in %d shard(s)\n", nval, nv, ids->len - nval, nt);
+    return FERRY_OK;
+}
+
+static ferry_status tokenize_all(const tokenize_opts *o, tok_bpe *t, tok_ids *ids)
+{
+    size_t bytes = 0;
+    ferry_status st = FERRY_OK;
+    double t0 = clock_now_ms() / 1e3;
+    for (int i = 0; st == FERRY_OK && i < o->ninputs; i++)
+        st = add_file(t, o->inputs[i], o->doc_blank_lines, ids, &bytes);
+    double dt = clock_now_ms() / 1e3 - t0;
+    if (st != FERRY_OK)
+        return st;
+    if (ids->len == 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "the %d input(s) hold no text (%zu bytes in all): nothing to "
+                       "tokenize, and no shards were written", o->ninputs, bytes);
+    printf("tokenized %zu bytes into %zu tokens in %.3f s: %.1f MB/s\n", bytes, ids->len, dt,
+           dt > 0 ? (double)bytes / dt / 1e6 : 0.0);
+    return FERRY_OK;
 }
 
 static int fail(ferry_status st)
@@ -195,44 +170,36 @@ static int fail(ferry_status st)
 
 int main(int argc, char **argv)
 {
-    opts o;
-    if (parse_args(argc, argv, &o) != 0) {
-        usage(stderr);
-        return 2;
+    tokenize_opts o;
+    int rc = tokenize_parse_args(argc, argv, &o);
+    if (rc) {
+        if (rc == 2)
+            tokenize_usage(stderr);
+        return rc == 1 ? 0 : 2;
     }
-    tok_bpe *t;
-    ferry_status st = tok_bpe_load(o.encoder, o.vocab, &t);
-    if (st != FERRY_OK)
-        return fail(st);
-    if (tok_bpe_vocab_size(t) > 65536) {
-        fprintf(stderr, "tokenize: vocabulary of %u tokens does not fit uint16 shards\n", tok_bpe_vocab_size(t));
-        return 1;
-    }
+    tok_bpe *t = NULL;
+    tok_shard_set *set = NULL;
     tok_ids ids = {0};
-    size_t bytes = 0;
-    double t0 = (clock_now_ms() / 1e3);
-    for (int i = 0; st == FERRY_OK && i < o.ninputs; i++)
-        st = add_file(t, o.inputs[i], o.doc_blank_lines, &ids, &bytes);
-    double dt = (clock_now_ms() / 1e3) - t0;
-    if (st != FERRY_OK)
-        return fail(st);
-    printf("tokenized %zu bytes into %zu tokens in %.3f s: %.1f MB/s\n", bytes, ids.len, dt,
-           dt > 0 ? (double)bytes / dt / 1e6 : 0.0);
-    if (!o.bench) {
-        if (mkdir(o.out_dir, 0755) != 0 && errno != EEXIST) {
-            fprintf(stderr, "tokenize: cannot create --out-dir '%s': %s\n", o.out_dir, strerror(errno));
-            return 1;
-        }
-        size_t nval = (size_t)ceil(o.val_fraction * (double)ids.len);
-        int nv = 0, nt = 0;
-        st = write_split(&o, "val", ids.ids, nval, &nv);
+    ferry_status st = check_inputs(&o);
+    if (st == FERRY_OK)
+        st = tok_bpe_load(o.encoder, o.vocab, &t);
+    if (st == FERRY_OK && tok_bpe_vocab_size(t) > 65536)
+        st = err_set(FERRY_ERR_FORMAT, "a vocabulary of %u tokens does not fit uint16 shards", tok_bpe_vocab_size(t));
+    if (st == FERRY_OK && !o.bench)
+        st = tok_shard_set_begin(o.out_dir, &set);
+    if (st == FERRY_OK)
+        st = tokenize_all(&o, t, &ids);
+    if (st == FERRY_OK && !o.bench)
+        st = write_shards(&o, set, &ids);
+    if (st == FERRY_OK && !o.bench) {
+        st = tok_shard_set_commit(set);
+        set = NULL;
         if (st == FERRY_OK)
-            st = write_split(&o, "train", ids.ids + nval, ids.len - nval, &nt);
-        if (st != FERRY_OK)
-            return fail(st);
-        printf("val: %zu tokens in %d shard(s); train: %zu tokens in %d shard(s)\n", nval, nv, ids.len - nval, nt);
+            printf("put the new shards in place in '%s' (shards of an earlier run removed)\n", o.out_dir);
     }
+    tok_shard_set_abort(set);
     tok_ids_free(&ids);
     tok_bpe_destroy(t);
-    return 0;
+    free(o.inputs);
+    return st == FERRY_OK ? 0 : fail(st);
 }

@@ -1,0 +1,40 @@
+/* OpenBLAS's need for address space, met or refused before it can hang.
+ *
+ * What OpenBLAS (Debian's 0.3.21, pthreads, DYNAMIC_ARCH) does: each thread
+ * that multiplies takes a 128 MiB buffer (BUFFER_SIZE, 32 << 22) from mmap,
+ * and when the mapping fails it retries forever, at 100% CPU: under
+ * `ulimit -v` a cblas_sgemm hangs instead of failing. Its constructor, which
+ * runs before main(), starts one worker thread per extra core (8 MiB of
+ * stack each), and under a tight limit the workers' start hangs or fails
+ * the same way (pthread_create fails with EAGAIN and OpenBLAS prints its
+ * RLIMIT_NPROC message and exits). Nothing in the process runs before that
+ * constructor, so only OPENBLAS_NUM_THREADS=1 in the environment (one thread:
+ * no workers, one buffer at the first multiply) lets a program linked with
+ * OpenBLAS start under a few hundred MiB.
+ *
+ * blas_prepare() checks, under a finite RLIMIT_AS, that the address space
+ * has room for every OpenBLAS thread's buffer and then has OpenBLAS map them
+ * at once (a warm-up multiply), so later allocations cannot starve it.
+ * Without a limit it does nothing. Owns no state beyond "prepared". */
+#ifndef FERRY_KERNELS_BLAS_H
+#define FERRY_KERNELS_BLAS_H
+
+#include <stdint.h>
+
+#include "ferry.h"
+
+#define BLAS_BUFFER_BYTES ((uint64_t)128 << 20) /* OpenBLAS's per-thread buffer */
+
+/* FERRY_OK when OpenBLAS can multiply without hanging: no address-space
+ * limit, or room for BLAS_BUFFER_BYTES per OpenBLAS thread, which are then
+ * mapped by a small multiply. FERRY_ERR_OUT_OF_MEMORY otherwise, saying the
+ * limit, what is in use, what is needed and what to do. Thread-safe; after
+ * the first success it returns at once. */
+ferry_status blas_prepare(void);
+
+/* blas_prepare() for callers that cannot return a status (the host ops):
+ * on failure it prints the message to stderr and exits the process with
+ * status 1, which is better than OpenBLAS spinning forever. */
+void blas_require(void);
+
+#endif

@@ -1,0 +1,227 @@
+/* Tests of memprof's trace reader and analyzer in-process
+ * (tools/memprof/mp_read.c, mp_analyze.c, mp_svg.c, linked into this test):
+ * every byte of a trace the writer made, changed in turn (the new value from
+ * a seeded generator), is caught and named by record, with exactly the
+ * records before it kept; a trace without checksums (the older layout) still
+ * reads; hostile traces get figures or a refusal, never a crash, a hang or
+ * an infinite coordinate: allocations at the top of the 64-bit address
+ * space, a record at 2^64 - 1 ns, /dev/zero, a folder, a cut header. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "offload/trace.h"
+#include "tap.h"
+#include "tools/memprof/memprof.h"
+
+static char dir[] = "/tmp/ferry_memprof_read_XXXXXX";
+
+static void read_bytes(const unsigned char *b, size_t len, mp_trace *t)
+{
+    FILE *f = fmemopen((void *)b, len, "rb");
+    if (!f) {
+        memset(t, 0, sizeof *t);
+        t->status = FERRY_ERR_IO;
+        return;
+    }
+    mp_read_file(f, "mem", t);
+    fclose(f);
+}
+
+/* A trace from the writer: 3 steps of phases, allocs, frees and timings. */
+static unsigned char *written_trace(size_t *len)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/written.fmt", dir);
+    trace *t = NULL;
+    if (trace_open(path, &t) != FERRY_OK)
+        return NULL;
+    trace_limit(t, TRACE_POOL_DEVICE, 1 << 30);
+    for (int step = 1; step <= 3; step++) {
+        trace_phase(t, step, "forward");
+        trace_alloc(t, TRACE_POOL_DEVICE, FERRY_MEM_ACTIVATIONS, "acts", 4096u * step, (void *)(uintptr_t)0x1000);
+        trace_alloc(t, TRACE_POOL_HOST, FERRY_MEM_GRADS, "grads", 8192, (void *)(uintptr_t)0x2000);
+        trace_phase(t, step, "backward");
+        trace_free(t, TRACE_POOL_DEVICE, FERRY_MEM_ACTIVATIONS, "acts", 4096u * step, (void *)(uintptr_t)0x1000);
+        trace_free(t, TRACE_POOL_HOST, FERRY_MEM_GRADS, "grads", 8192, (void *)(uintptr_t)0x2000);
+        trace_step_timing(t, step, "optimizer_ms", 0.5 * step);
+    }
+    if (trace_close(t) != FERRY_OK)
+        return NULL;
+    FILE *f = fopen(path, "rb");
+    unsigned char *b = malloc(1 << 16);
+    *len = f && b ? fread(b, 1, 1 << 16, f) : 0;
+    if (f)
+        fclose(f);
+    return b;
+}
+
+static void test_every_byte(void)
+{
+    size_t len = 0;
+    unsigned char *b = written_trace(&len);
+    mp_trace t;
+    read_bytes(b, len, &t);
+    size_t n = (len - 32) / 96;
+    if (!tap_is_status(t.status, FERRY_OK, "the written trace reads whole (%zu records)", n) || !t.checksummed) {
+        tap_ok(0, "and carries checksums");
+        free(b);
+        mp_trace_free(&t);
+        return;
+    }
+    mp_trace_free(&t);
+    uint64_t seed = 20261202;
+    tap_diag("new byte values from seed %llu", (unsigned long long)seed);
+    int header_refused = 1, caught = 1, named = 1, kept = 1;
+    for (size_t at = 0; at < len; at++) {
+        unsigned char old = b[at];
+        b[at] ^= (unsigned char)(1 + tap_rand_u64(&seed) % 255);
+        read_bytes(b, len, &t);
+        b[at] = old;
+        if (at < 32) {
+            header_refused &= t.status == FERRY_ERR_FORMAT && !t.header_ok && t.n == 0;
+        } else {
+            size_t rec = (at - 32) / 96 + 1;
+            char want[64];
+            snprintf(want, sizeof want, "corrupt at record %zu ", rec);
+            caught &= t.status == FERRY_ERR_FORMAT;
+            named &= strstr(t.error, want) != NULL;
+            kept &= t.n == rec - 1;
+            if (t.status != FERRY_ERR_FORMAT || !strstr(t.error, want))
+                tap_diag("  byte %zu (record %zu): %s", at, rec, t.error);
+        }
+        mp_trace_free(&t);
+    }
+    tap_ok(header_refused, "each of the 32 header bytes changed: refused, no records");
+    tap_ok(caught, "each of the %zu record bytes changed: FERRY_ERR_FORMAT", len - 32);
+    tap_ok(named, "and the message names the record holding it");
+    tap_ok(kept, "and exactly the records before it are kept");
+    /* Two whole records swapped: each is valid alone, not at its place. */
+    unsigned char r3[96];
+    memcpy(r3, b + 32 + 3 * 96, 96);
+    memcpy(b + 32 + 3 * 96, b + 32 + 4 * 96, 96);
+    memcpy(b + 32 + 4 * 96, r3, 96);
+    read_bytes(b, len, &t);
+    tap_ok(t.status == FERRY_ERR_FORMAT && t.n == 3, "records 4 and 5 swapped: stopped at record 4 (%s)", t.error);
+    mp_trace_free(&t);
+    memcpy(b + 32 + 4 * 96, b + 32 + 3 * 96, 96);
+    memcpy(b + 32 + 3 * 96, r3, 96);
+    /* The older layout: no flags, no header CRC, no record CRCs. */
+    memset(b + 24, 0, 8);
+    for (size_t at = 32; at + 96 <= len; at += 96)
+        memset(b + at + 12, 0, 4);
+    read_bytes(b, len, &t);
+    tap_ok(t.status == FERRY_OK && t.n == n && !t.checksummed,
+           "without checksums (the older layout) all %zu records read, said to be unchecked", n);
+    mp_trace_free(&t);
+    free(b);
+}
+
+static trace_record rec(uint64_t t_ns, int kind, int pool, uint64_t bytes, uint64_t addr)
+{
+    trace_record r;
+    memset(&r, 0, sizeof r);
+    r.t_ns = t_ns;
+    r.kind = (uint8_t)kind;
+    r.pool = (uint8_t)pool;
+    r.bytes = bytes;
+    r.addr = addr;
+    r.step = -1;
+    strcpy(r.name, "x");
+    return r;
+}
+
+/* Records after a header of the older layout (as the files were). */
+static void read_records(const trace_record *recs, size_t n, mp_trace *t)
+{
+    unsigned char b[32 + 8 * 96] = "FERRYMEM";
+    b[8] = 1;
+    b[12] = 96;
+    memcpy(b + 32, recs, n * sizeof *recs);
+    read_bytes(b, 32 + n * 96, t);
+}
+
+static void test_hostile(void)
+{
+    /* The issue's 128 bytes: a host free of 2^64 - 2 alone (it crashed). On
+     * the device, allocations at the very top and at 0, allocated and freed. */
+    const uint64_t top = 0xFFFFFFFFFFFFFFFFull;
+    trace_record recs[6] = {rec(1, TRACE_ALLOC, TRACE_POOL_DEVICE, 7, top - 1),
+                            rec(2, TRACE_ALLOC, TRACE_POOL_DEVICE, 5, top),
+                            rec(3, TRACE_ALLOC, TRACE_POOL_DEVICE, 3, 0),
+                            rec(4, TRACE_FREE, TRACE_POOL_DEVICE, 7, top - 1),
+                            rec(5, TRACE_FREE, TRACE_POOL_DEVICE, 3, 0),
+                            rec(6, TRACE_FREE, TRACE_POOL_HOST, 0, top - 1)};
+    mp_trace t;
+    mp_report r;
+    read_records(recs, 6, &t);
+    TAP_IS_STATUS(t.status, FERRY_OK, "top addresses: read");
+    if (tap_is_status(mp_analyze(&t, 10, 600, &r), FERRY_OK, "top addresses: analyzed")) {
+        TAP_IS_INT(r.pool[TRACE_POOL_DEVICE].peak, 15, "top addresses: the device peak is 7 + 5 + 3 bytes");
+        TAP_IS_INT(r.pool[TRACE_POOL_DEVICE].final_bytes, 5, "top addresses: 5 bytes (at 2^64-1) live at the end");
+        TAP_IS_INT(r.pool[TRACE_POOL_DEVICE].unknown_frees, 0, "top addresses: every device free found its alloc");
+        TAP_IS_INT(r.pool[TRACE_POOL_HOST].unknown_frees, 1, "top addresses: the lone host free is unknown");
+        mp_report_free(&r);
+    }
+    mp_trace_free(&t);
+
+    /* The last nanosecond of 64 bits (t_end + 1 overflowed; a float-to-int UB). */
+    trace_record late[2] = {rec(0, TRACE_ALLOC, TRACE_POOL_DEVICE, 64, 0x1000),
+                            rec(UINT64_MAX, TRACE_ALLOC, TRACE_POOL_DEVICE, 64, 0x2000)};
+    read_records(late, 2, &t);
+    char svg[600];
+    snprintf(svg, sizeof svg, "%s/late.svg", dir);
+    if (tap_is_status(mp_analyze(&t, 10, 600, &r), FERRY_OK, "t = 2^64-1 ns: analyzed")) {
+        const mp_pool_report *d = &r.pool[TRACE_POOL_DEVICE];
+        tap_ok(d->peak == 128 && d->peak_t_ns == UINT64_MAX, "t = 2^64-1 ns: the 128-byte peak falls there");
+        TAP_IS_INT(d->bucket[599][FERRY_MEM_PARAMS], 128, "t = 2^64-1 ns: in the last timeline column");
+        TAP_IS_INT(d->bucket[0][FERRY_MEM_PARAMS], 64, "t = 0: the first column holds the first 64 bytes");
+        TAP_IS_STATUS(mp_write_svg(&r, svg, "late"), FERRY_OK, "t = 2^64-1 ns: the timeline is drawn");
+        mp_report_free(&r);
+    }
+    mp_trace_free(&t);
+    FILE *f = fopen(svg, "r");
+    static char picture[1 << 16];
+    size_t got = f ? fread(picture, 1, sizeof picture - 1, f) : 0;
+    picture[got] = '\0';
+    if (f)
+        fclose(f);
+    tap_ok(strstr(picture, "<svg") && !strstr(picture, "inf") && !strstr(picture, "nan"),
+           "t = 2^64-1 ns: with finite coordinates only");
+}
+
+static void test_not_traces(void)
+{
+    mp_trace t;
+    /* Read whole, /dev/zero never ended; the header comes first now. */
+    TAP_IS_STATUS(mp_read("/dev/zero", &t), FERRY_ERR_FORMAT, "/dev/zero: refused at its magic");
+    tap_ok(!t.header_ok && strstr(t.error, "wrong magic"), "/dev/zero: wrong magic (%s)", t.error);
+    mp_trace_free(&t);
+    TAP_IS_STATUS(mp_read(dir, &t), FERRY_ERR_IO, "a folder: an I/O error");
+    tap_ok(strstr(t.error, "Is a directory") != NULL, "a folder: said so (%s)", t.error);
+    mp_trace_free(&t);
+    TAP_IS_STATUS(mp_read("/nonexistent/x.fmt", &t), FERRY_ERR_IO, "missing: an I/O error");
+    mp_trace_free(&t);
+    const unsigned char cut[16] = "FERRYMEM\1\0\0\0`\0\0\0";
+    read_bytes(cut, sizeof cut, &t);
+    tap_ok(t.status == FERRY_ERR_FORMAT && !t.header_ok &&
+               strstr(t.error, "ends inside its 32-byte header, after 16 bytes") && !strstr(t.error, "wrong magic"),
+           "a header cut after 16 bytes: said so, not 'wrong magic' (%s)", t.error);
+    mp_trace_free(&t);
+}
+
+int main(void)
+{
+    if (!mkdtemp(dir))
+        tap_plan_skip("no temporary directory");
+    test_every_byte();
+    test_hostile();
+    test_not_traces();
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        tap_diag("could not remove %s", dir);
+    return tap_done();
+}

@@ -1,0 +1,138 @@
+/* tokenize's options (see tokenize_cli.h): every value is checked here, so a
+ * bad one is refused before a byte of the corpus is read. */
+#include "tools/tokenize/tokenize_cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/shard.h"
+
+void tokenize_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: tokenize --encoder encoder.json --vocab vocab.bpe --out-dir DIR\n"
+            "                [--val-fraction F] [--shard-tokens N] [--doc-sep file|blank-lines] INPUT...\n"
+            "       tokenize --encoder encoder.json --vocab vocab.bpe --bench INPUT...\n"
+            "Writes DIR/val_000000.bin, DIR/train_000000.bin, ... (llm.c shards: 1024-byte header, uint16\n"
+            "tokens). Each document starts with <|endoftext|>; documents are whole files (--doc-sep file,\n"
+            "the default) or paragraphs separated by blank lines. --val-fraction (default 0.01): the first\n"
+            "ceil(F * total) tokens go to val. --shard-tokens (default 100000000) caps a shard.\n"
+            "A run replaces the shard set of DIR as a whole: the new shards are written aside and put in\n"
+            "place together, shards of an earlier run that the new set does not have are removed, and a\n"
+            "failure leaves the earlier set as it was. Options may come before or after the INPUTs;\n"
+            "after -- every argument is an INPUT (regular files only).\n"
+            "--bench tokenizes the inputs and prints MB/s without writing.\n"
+            "encoder.json and vocab.bpe: tools/setup/fetch_tokenizer.sh installs them.\n");
+}
+
+static int bad(const char *fmt, const char *a)
+{
+    fputs("tokenize: ", stderr);
+    fprintf(stderr, fmt, a);
+    fputs("\n", stderr);
+    return 2;
+}
+
+static int parse_fraction(const char *v, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double f = strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(f) || !(f >= 0 && f < 1))
+        return bad("--val-fraction '%s' must be a number in [0, 1), such as 0.01", v);
+    *out = f;
+    return 0;
+}
+
+static int parse_shard_tokens(const char *v, uint64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno || end == v || *end || v[0] == '-' || v[0] == '+' || n < 1 || n > TOK_SHARD_MAX_TOKENS) {
+        fprintf(stderr, "tokenize: --shard-tokens '%s' must be a whole number in 1..%u\n", v, TOK_SHARD_MAX_TOKENS);
+        return 2;
+    }
+    *out = n;
+    return 0;
+}
+
+/* One option taking a value (is_valued(a)): 0 on success, 2 with a message. */
+static int option_value(tokenize_opts *o, const char *a, const char *v)
+{
+    if (!*v)
+        return bad("%s needs a non-empty value", a);
+    if (!strcmp(a, "--encoder"))
+        o->encoder = v;
+    else if (!strcmp(a, "--vocab"))
+        o->vocab = v;
+    else if (!strcmp(a, "--out-dir"))
+        o->out_dir = v;
+    else if (!strcmp(a, "--val-fraction"))
+        return parse_fraction(v, &o->val_fraction);
+    else if (!strcmp(a, "--shard-tokens"))
+        return parse_shard_tokens(v, &o->shard_tokens);
+    else if (strcmp(v, "file") && strcmp(v, "blank-lines")) /* --doc-sep */
+        return bad("--doc-sep '%s' must be 'file' or 'blank-lines'", v);
+    else
+        o->doc_blank_lines = !strcmp(v, "blank-lines");
+    return 0;
+}
+
+static int is_valued(const char *a)
+{
+    static const char *const valued[] = {"--encoder", "--vocab", "--out-dir", "--val-fraction", "--shard-tokens",
+                                         "--doc-sep"};
+    for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
+        if (!strcmp(a, valued[k]))
+            return 1;
+    return 0;
+}
+
+static int check_required(const tokenize_opts *o)
+{
+    if (o->encoder && o->vocab && o->ninputs > 0 && (o->bench || o->out_dir))
+        return 0;
+    fprintf(stderr, "tokenize: --encoder, --vocab, %sand at least one INPUT are required (missing:%s%s%s%s)\n",
+            o->bench ? "" : "--out-dir ", o->encoder ? "" : " --encoder", o->vocab ? "" : " --vocab",
+            o->bench || o->out_dir ? "" : " --out-dir", o->ninputs ? "" : " INPUT");
+    return 2;
+}
+
+int tokenize_parse_args(int argc, char **argv, tokenize_opts *o)
+{
+    *o = (tokenize_opts){.val_fraction = 0.01, .shard_tokens = 100000000};
+    o->inputs = calloc((size_t)(argc > 0 ? argc : 1), sizeof *o->inputs);
+    if (!o->inputs) {
+        fputs("tokenize: out of memory reading the command line\n", stderr);
+        return 2;
+    }
+    int rc = 0, only_inputs = 0;
+    for (int i = 1; rc == 0 && i < argc; i++) {
+        const char *a = argv[i];
+        if (only_inputs || strncmp(a, "--", 2) != 0)
+            o->inputs[o->ninputs++] = a;
+        else if (!strcmp(a, "--"))
+            only_inputs = 1;
+        else if (!strcmp(a, "--help")) {
+            tokenize_usage(stdout);
+            rc = 1;
+        } else if (!strcmp(a, "--bench"))
+            o->bench = 1;
+        else if (!is_valued(a))
+            rc = bad("unknown option '%s' (tokenize --help lists them)", a);
+        else if (i + 1 >= argc)
+            rc = bad("%s needs a value", a);
+        else
+            rc = option_value(o, a, argv[++i]);
+    }
+    if (rc == 0)
+        rc = check_required(o);
+    if (rc != 0) {
+        free(o->inputs);
+        o->inputs = NULL;
+    }
+    return rc;
+}
