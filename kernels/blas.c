@@ -91,10 +91,3 @@ ferry_status blas_prepare(void)
     return st;
 }
 
-void blas_require(void)
-{
-    if (blas_prepare() == FERRY_OK)
-        return;
-    fprintf(stderr, "ferry: %s\n", ferry_last_error());
-    exit(1);
-}

@@ -15,7 +15,9 @@
  * blas_prepare() checks, under a finite RLIMIT_AS, that the address space
  * has room for every OpenBLAS thread's buffer and then has OpenBLAS map them
  * at once (a warm-up multiply), so later allocations cannot starve it.
- * Without a limit it does nothing. Owns no state beyond "prepared". */
+ * Without a limit it does nothing. The host backend's ops_init calls it, so
+ * an engine on the host backend fails at setup, with the sentence, instead
+ * of hanging in its first multiply. Owns no state beyond "prepared". */
 #ifndef FERRY_KERNELS_BLAS_H
 #define FERRY_KERNELS_BLAS_H
 
@@ -32,9 +34,5 @@
  * the first success it returns at once. */
 ferry_status blas_prepare(void);
 
-/* blas_prepare() for callers that cannot return a status (the host ops):
- * on failure it prints the message to stderr and exits the process with
- * status 1, which is better than OpenBLAS spinning forever. */
-void blas_require(void);
 
 #endif

@@ -1,18 +1,17 @@
 /* Host version of the linear layer, out = inp @ weight^T + bias, forward and
  * backward, through OpenBLAS sgemm; kernels/matmul.cu is the cuBLASLt one.
- * The first multiply makes sure OpenBLAS has its address space (blas.h), so
- * under ulimit -v it ends with a message instead of spinning forever. */
+ * OpenBLAS's address space is made sure of once, by the host backend's
+ * ops_init (kernels/blas.h), so under ulimit -v setup fails with a message
+ * instead of a multiply spinning forever. */
 #include "kernels/ops_host.h"
 
 #include <cblas.h>
 #include <string.h>
 
-#include "kernels/blas.h"
 
 void hostop_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                            int N, int C, int OC)
 {
-    blas_require();
     /* Start from the bias (or zero) so sgemm accumulates onto it with beta = 1. */
     for (int r = 0; r < N; r++) {
         float *o = out + (size_t)r * OC;
@@ -28,7 +27,6 @@ void hostop_matmul_forward(float *out, const float *inp, const float *weight, co
 void hostop_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC)
 {
-    blas_require();
     /* dinp[N,C] += dout[N,OC] @ weight[OC,C] */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
                 1.0f, dinp, C);

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "kernels/backend_impl.h"
+#include "kernels/blas.h"
 #include "kernels/ops_host.h"
 
 /* ---- bf16 storage: fp32 views of an op's tensors ---- */
@@ -89,12 +90,13 @@ static ferry_status launch(backend_stream *s, backend_host_fn fp32_run, backend_
     return backend_launch_host(s, stores_bf16(s) ? bf16_run : fp32_run, args, bytes);
 }
 
+/* OpenBLAS gets its address space now, or setup says what is missing. */
 static ferry_status host_init(backend *be, void *workspace, size_t workspace_bytes)
 {
     (void)be;
     (void)workspace;
     (void)workspace_bytes;
-    return FERRY_OK;
+    return blas_prepare();
 }
 
 static void host_shutdown(backend *be) { (void)be; }
