@@ -110,7 +110,7 @@ ferry_status hf_save(const char *dir, const gpt2_model *m, float *const *groups)
             gpt2_group_tensor(m, g, t, &info[k]);
             group_of[k] = g;
             ts[k].name = info[k].name;
-            ts[k].dtype = ST_F32;
+            ts[k].dtype = FERRY_DTYPE_F32;
             ts[k].ndim = info[k].ndim;
             ts[k].shape[0] = info[k].hf_shape[0];
             ts[k].shape[1] = info[k].ndim == 2 ? info[k].hf_shape[1] : 0;
@@ -178,10 +178,10 @@ static ferry_status read_tensor(const char *path, const st_tensor *t, const gpt2
     if (!hf)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "loading %s: out of memory", info->name);
     ferry_status st = FERRY_OK;
-    if (t->dtype == ST_F32)
+    if (t->dtype == FERRY_DTYPE_F32)
         memcpy(hf, t->data, count * sizeof(float));
-    else if (t->dtype == ST_BF16 || t->dtype == ST_F16)
-        st = half_convert(hf, FERRY_DTYPE_F32, t->data, t->dtype == ST_BF16 ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F16, count);
+    else if (t->dtype == FERRY_DTYPE_BF16 || t->dtype == FERRY_DTYPE_F16)
+        st = half_convert(hf, FERRY_DTYPE_F32, t->data, t->dtype, count);
     else
         st = err_set(FERRY_ERR_FORMAT, "'%s': tensor %s is %s; GPT-2 weights must be F32, F16 or BF16", path,
                      info->name, st_dtype_name(t->dtype));

@@ -20,19 +20,34 @@
 #define ST_MAX_HEADER (100u << 20) /* the spec's cap on the JSON header */
 #define ST_MAX_INT (1ull << 53)    /* JSON numbers are doubles: exact up to here */
 
-static const char *const dtype_names[ST_DTYPE_COUNT] = {"F32", "F16", "BF16", "I32", "I64"};
-static const size_t dtype_sizes[ST_DTYPE_COUNT] = {4, 2, 2, 4, 8};
+/* The format's names of the element types read and written here. */
+static const struct {
+    ferry_dtype type;
+    const char *name;
+} st_types[] = {
+    {FERRY_DTYPE_F32, "F32"}, {FERRY_DTYPE_F16, "F16"}, {FERRY_DTYPE_BF16, "BF16"},
+    {FERRY_DTYPE_I32, "I32"}, {FERRY_DTYPE_I64, "I64"},
+};
+enum { ST_TYPES = sizeof st_types / sizeof st_types[0] };
 /* Valid in the format but not handled here. */
 static const char *const other_dtypes[] = {"F64", "F8_E4M3", "F8_E5M2", "I8", "I16", "U8", "U16",
                                            "U32", "U64", "BOOL", "C64", "F6_E2M3", "F6_E3M2", "F4", "E8M0"};
 
-const char *st_dtype_name(st_dtype d) { return (unsigned)d < ST_DTYPE_COUNT ? dtype_names[d] : "?"; }
-size_t st_dtype_size(st_dtype d) { return (unsigned)d < ST_DTYPE_COUNT ? dtype_sizes[d] : 0; }
+const char *st_dtype_name(ferry_dtype d)
+{
+    for (int i = 0; i < ST_TYPES; i++)
+        if (st_types[i].type == d)
+            return st_types[i].name;
+    return "?";
+}
+
+/* Bytes of an element of a type the format names here; 0 for any other. */
+static size_t st_size(ferry_dtype d) { return strcmp(st_dtype_name(d), "?") ? dtype_size(d) : 0; }
 
 /* product(shape) * element size; 0 and *ok = 0 on overflow or a bad shape. */
 static uint64_t tensor_bytes(const st_tensor *t, int *ok)
 {
-    uint64_t n = st_dtype_size(t->dtype);
+    uint64_t n = st_size(t->dtype);
     *ok = n != 0 && t->ndim >= 0 && t->ndim <= ST_MAX_DIMS;
     for (int d = 0; *ok && d < t->ndim; d++) {
         if (t->shape[d] < 0 || (t->shape[d] > 0 && n > ST_MAX_INT / (uint64_t)t->shape[d]))
@@ -125,7 +140,7 @@ static void layout(const st_tensor *t, size_t n, const uint64_t *nbytes, uint64_
     uint64_t at = 0;
     for (size_t s = 0; s < 4; s++)
         for (size_t i = 0; i < n; i++)
-            if (st_dtype_size(t[i].dtype) == sizes[s]) {
+            if (st_size(t[i].dtype) == sizes[s]) {
                 begin[i] = at;
                 at += nbytes[i];
             }
@@ -256,13 +271,13 @@ static int json_uint(const cJSON *j, uint64_t *v)
     return (double)*v == j->valuedouble;
 }
 
-static ferry_status parse_dtype(const st_file *f, const char *name, const cJSON *j, st_dtype *out)
+static ferry_status parse_dtype(const st_file *f, const char *name, const cJSON *j, ferry_dtype *out)
 {
     if (!cJSON_IsString(j))
         return fmt(f, name, "\"dtype\" is missing or not a string");
-    for (int d = 0; d < ST_DTYPE_COUNT; d++)
-        if (!strcmp(j->valuestring, dtype_names[d])) {
-            *out = (st_dtype)d;
+    for (int d = 0; d < ST_TYPES; d++)
+        if (!strcmp(j->valuestring, st_types[d].name)) {
+            *out = st_types[d].type;
             return FERRY_OK;
         }
     for (size_t d = 0; d < sizeof other_dtypes / sizeof *other_dtypes; d++)
@@ -515,7 +530,7 @@ const st_tensor *st_find(const st_file *f, const char *name)
     return &f->tensors[v];
 }
 
-ferry_status st_expect(const st_file *f, const char *name, st_dtype dtype, int ndim, const int64_t *shape,
+ferry_status st_expect(const st_file *f, const char *name, ferry_dtype dtype, int ndim, const int64_t *shape,
                        const st_tensor **out)
 {
     const st_tensor *t = st_find(f, name);

@@ -8,28 +8,20 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "common/dtype.h"
 #include "ferry.h"
 
 #define ST_MAX_DIMS 8
 
-typedef enum st_dtype {
-    ST_F32 = 0,
-    ST_F16,
-    ST_BF16,
-    ST_I32,
-    ST_I64,
-    ST_DTYPE_COUNT
-} st_dtype;
-
-/* "F32", "F16", "BF16", "I32", "I64"; "?" for anything else. */
-const char *st_dtype_name(st_dtype d);
-/* Bytes per element; 0 for an invalid dtype. */
-size_t st_dtype_size(st_dtype d);
+/* Element types are ferry_dtype's (F32, F16, BF16, I32, I64; sizes from
+ * common/dtype.h). This is the format's spelling of one: "F32", "F16",
+ * "BF16", "I32", "I64"; "?" for a type the format has no name for here. */
+const char *st_dtype_name(ferry_dtype d);
 
 /* A tensor to write, or one read from a file. */
 typedef struct st_tensor {
     const char *name;
-    st_dtype dtype;
+    ferry_dtype dtype;
     int ndim;                    /* 0..ST_MAX_DIMS; 0 is a scalar */
     int64_t shape[ST_MAX_DIMS];
     const void *data;            /* writing: its bytes (may be NULL with st_writer_put);
@@ -83,7 +75,7 @@ const st_tensor *st_find(const st_file *f, const char *name);
 /* Like st_find, but FERRY_ERR_FORMAT naming the file and tensor when it is
  * missing, or when its dtype or shape differs from the expected ones (ndim < 0
  * skips the shape check). */
-ferry_status st_expect(const st_file *f, const char *name, st_dtype dtype, int ndim, const int64_t *shape,
+ferry_status st_expect(const st_file *f, const char *name, ferry_dtype dtype, int ndim, const int64_t *shape,
                        const st_tensor **out);
 /* A "__metadata__" value, or NULL. */
 const char *st_metadata(const st_file *f, const char *key);

@@ -191,7 +191,7 @@ static ferry_status rewrite(const char *src, const char *dst, const edit *ed)
         if (ed->reshape && strcmp(t.name, ed->reshape) == 0)
             t.ndim = 2, t.shape[0] = ed->s0, t.shape[1] = ed->s1;
         if (ed->retype && strcmp(t.name, ed->retype) == 0)
-            t.dtype = ST_I32;
+            t.dtype = FERRY_DTYPE_I32;
         ts[k++] = t;
     }
     st = st_write(dst, ts, k, NULL, 0);

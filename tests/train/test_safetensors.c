@@ -48,13 +48,13 @@ static void fill(void)
 
 /* An odd-sized BF16 tensor first, so the writer's alignment matters. */
 static st_tensor tensors[] = {
-    {"w.bf16", ST_BF16, 2, {4, 6}, bf16v, 0},
-    {"scalar", ST_F32, 0, {0}, &scalar, 0},
-    {"w.f32", ST_F32, 3, {2, 3, 4}, f32v, 0},
-    {"w.f16", ST_F16, 1, {24}, f16v, 0},
-    {"w.i32", ST_I32, 2, {3, 8}, i32v, 0},
-    {"empty", ST_F32, 2, {0, 3}, NULL, 0},
-    {"w.i64", ST_I64, 2, {2, 12}, i64v, 0},
+    {"w.bf16", FERRY_DTYPE_BF16, 2, {4, 6}, bf16v, 0},
+    {"scalar", FERRY_DTYPE_F32, 0, {0}, &scalar, 0},
+    {"w.f32", FERRY_DTYPE_F32, 3, {2, 3, 4}, f32v, 0},
+    {"w.f16", FERRY_DTYPE_F16, 1, {24}, f16v, 0},
+    {"w.i32", FERRY_DTYPE_I32, 2, {3, 8}, i32v, 0},
+    {"empty", FERRY_DTYPE_F32, 2, {0, 3}, NULL, 0},
+    {"w.i64", FERRY_DTYPE_I64, 2, {2, 12}, i64v, 0},
 };
 #define NT (sizeof tensors / sizeof *tensors)
 static const char *meta[] = {"format", "pt", "step", "42"};
@@ -76,7 +76,7 @@ static void test_round_trip(void)
         TAP_IS_STATUS(st, FERRY_OK, "'%s' has its dtype and shape", tensors[i].name);
         if (!t)
             continue;
-        size_t esz = st_dtype_size(t->dtype);
+        size_t esz = dtype_size(t->dtype);
         uint64_t want_bytes = esz;
         for (int d = 0; d < tensors[i].ndim; d++)
             want_bytes *= (uint64_t)tensors[i].shape[d];
@@ -90,17 +90,17 @@ static void test_round_trip(void)
     memcpy(&v, (const char *)t->data + 5 * 4, 4);
     TAP_IS_CLOSE(v, 2.0, 0, 0, "w.f32[5] = (5*3-7)/4 = 2");
     const int64_t bad_shape[2] = {3, 8};
-    TAP_IS_STATUS(st_expect(f, "w.f32", ST_F32, 2, bad_shape, &t), FERRY_ERR_FORMAT, "wrong expected shape refused");
+    TAP_IS_STATUS(st_expect(f, "w.f32", FERRY_DTYPE_F32, 2, bad_shape, &t), FERRY_ERR_FORMAT, "wrong expected shape refused");
     tap_ok(strstr(ferry_last_error(), "shape [2, 3, 4], expected [3, 8]") != NULL, "message: %s", ferry_last_error());
     const int64_t flat[1] = {24};
-    TAP_IS_STATUS(st_expect(f, "w.f32", ST_F32, 1, flat, &t), FERRY_ERR_FORMAT, "a 3-D tensor where 1-D is expected");
+    TAP_IS_STATUS(st_expect(f, "w.f32", FERRY_DTYPE_F32, 1, flat, &t), FERRY_ERR_FORMAT, "a 3-D tensor where 1-D is expected");
     tap_ok(strstr(ferry_last_error(), "shape [2, 3, 4], expected [24]") != NULL, "message: %s", ferry_last_error());
     char sh[64];
     const int64_t five[5] = {1, 2, 3, 4, 5};
     tap_ok(!strcmp(st_format_shape(five, 0, sh, sizeof sh), "[]"), "a scalar's shape reads [] (%s)", sh);
     tap_ok(!strcmp(st_format_shape(five, 5, sh, sizeof sh), "[1, 2, 3, 4, 5]"), "a 5-D shape in full (%s)", sh);
     tap_ok(!strcmp(st_format_shape(five, 5, sh, 7), "[1, 2,"), "cut to the buffer, NUL-terminated (%s)", sh);
-    TAP_IS_STATUS(st_expect(f, "lm_head.weight", ST_F32, -1, NULL, &t), FERRY_ERR_FORMAT, "missing tensor refused");
+    TAP_IS_STATUS(st_expect(f, "lm_head.weight", FERRY_DTYPE_F32, -1, NULL, &t), FERRY_ERR_FORMAT, "missing tensor refused");
     tap_ok(strstr(ferry_last_error(), "lm_head.weight") != NULL, "message names it: %s", ferry_last_error());
     st_close(f);
 }
@@ -221,12 +221,12 @@ static void test_corrupt(void)
 
 static void test_misuse(void)
 {
-    st_tensor two[2] = {{"x", ST_F32, 1, {2}, f32v, 0}, {"x", ST_F32, 1, {2}, f32v, 0}};
+    st_tensor two[2] = {{"x", FERRY_DTYPE_F32, 1, {2}, f32v, 0}, {"x", FERRY_DTYPE_F32, 1, {2}, f32v, 0}};
     TAP_IS_STATUS(st_write(path_in("dup_out.st"), two, 2, NULL, 0), FERRY_ERR_INVALID_ARGUMENT, "duplicate names refused");
     two[1].name = "y";
-    two[1].dtype = (st_dtype)17;
+    two[1].dtype = (ferry_dtype)17;
     TAP_IS_STATUS(st_write(path_in("dt_out.st"), two, 2, NULL, 0), FERRY_ERR_INVALID_ARGUMENT, "a bad dtype refused");
-    two[1].dtype = ST_F32;
+    two[1].dtype = FERRY_DTYPE_F32;
     st_writer *w = NULL;
     TAP_IS_STATUS(st_writer_begin(path_in("part.st"), two, 2, NULL, 0, &w), FERRY_OK, "writer begins");
     TAP_IS_STATUS(st_writer_put(w, 0, 4, f32v, 8), FERRY_ERR_INVALID_ARGUMENT, "a write past a tensor is refused");
@@ -245,7 +245,7 @@ static void test_disk_full(void)
     uint64_t n_before = before ? st_count(before) : 0;
     st_close(before);
     static float big[1 << 16];
-    st_tensor t = {"big", ST_F32, 1, {1 << 16}, big, 0};
+    st_tensor t = {"big", FERRY_DTYPE_F32, 1, {1 << 16}, big, 0};
     /* A file-size limit makes write() fail with EFBIG, as a full disk fails
      * with ENOSPC: the same path through the writer. */
     struct rlimit old, lim;
