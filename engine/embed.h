@@ -40,6 +40,7 @@ typedef struct engine_plan_request {
     ferry_dtype dtype;          /* the device type; AUTO = the backend's (f32 host, bf16 cuda) */
     ferry_offload offload;
     int prefetch_groups;        /* as ferry_engine_config's, 0..64 */
+    int micro_batches;          /* per step; more than one adds the fp32 sum of their gradients */
     const size_t *group_numel;  /* every group's size, in order */
     int ngroups;
 } engine_plan_request;

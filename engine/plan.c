@@ -22,9 +22,13 @@ static ferry_status check_request(const engine_plan_request *rq)
     if (rq->dtype != FERRY_DTYPE_AUTO && rq->dtype != FERRY_DTYPE_F32 && rq->dtype != FERRY_DTYPE_BF16)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: dtype %s; the device holds f32 or bf16",
                        dtype_name(rq->dtype));
+    if (rq->backend == FERRY_BACKEND_CUDA && rq->dtype == FERRY_DTYPE_F32)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: the cuda backend stores bf16, not f32");
     if (rq->offload < FERRY_OFFLOAD_NONE || rq->offload > FERRY_OFFLOAD_PARAMS)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: offload %d is not none, optimizer or params",
                        (int)rq->offload);
+    if (rq->micro_batches < 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: %d micro-batches per step", rq->micro_batches);
     if (rq->prefetch_groups < 0 || rq->prefetch_groups > 64)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: prefetch %d is outside 0..64", rq->prefetch_groups);
     for (int g = 0; g < rq->ngroups; g++)
@@ -63,8 +67,10 @@ static void plan_setup(const engine_plan_request *rq, engine_memory_plan *p)
     int n = engine_global_buffers(rq->backend, rq->offload, rq->ngroups, gb);
     for (int i = 0; i < n; i++)
         p->device_bytes[gb[i].cat] += arena_charge(gb[i].bytes);
-    engine_buffer b[ENGINE_GROUP_BUFFERS_MAX];
+    engine_buffer b[ENGINE_GROUP_BUFFERS_MAX + 1];
     int nb = engine_group_buffers(rq->offload, p->act_size, b);
+    if (rq->micro_batches > 1)
+        b[nb++] = engine_accumulator_buffer(rq->offload);
     for (int g = 0; g < rq->ngroups; g++)
         for (int i = 0; i < nb; i++) {
             size_t bytes = rq->group_numel[g] * b[i].elem_bytes;

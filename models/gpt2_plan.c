@@ -71,15 +71,17 @@ static ferry_status add_up(uint64_t *total, const uint64_t *parts)
     return FERRY_OK;
 }
 
-static ferry_status predict(const plan_model *pm, int B, int T, ferry_offload mode, bool recompute, int prefetch,
-                            ferry_backend_kind backend, ferry_dtype dtype, gpt2_plan *out)
+static ferry_status predict(const plan_model *pm, const gpt2_plan_request *r, int B, gpt2_plan *out)
 {
     const gpt2_config *c = gpt2_get_config(pm->m);
+    int T = r->seq;
+    bool recompute = r->recompute;
+    ferry_offload mode = r->offload;
     ferry_status st = check_args(c, B, T);
     if (st != FERRY_OK)
         return st;
-    ferry_dtype act = device_dtype(backend, dtype);
-    engine_plan_request rq = {backend, act, mode, prefetch, pm->numel, pm->ngroups};
+    ferry_dtype act = device_dtype(r->backend, r->dtype);
+    engine_plan_request rq = {r->backend, act, mode, r->prefetch_groups, r->micro_batches, pm->numel, pm->ngroups};
     engine_memory_plan ep;
     if ((st = engine_plan_memory(&rq, &ep)) != FERRY_OK)
         return err_wrap(st, "gpt2 plan");
@@ -108,41 +110,52 @@ static ferry_status predict(const plan_model *pm, int B, int T, ferry_offload mo
     return FERRY_OK;
 }
 
-ferry_status gpt2_plan_predict(const gpt2_config *cfg, int B, int T, ferry_offload mode, bool recompute,
-                               int prefetch_groups, ferry_backend_kind backend, ferry_dtype dtype, gpt2_plan *out)
+static ferry_status check_request(const gpt2_plan_request *rq, const char *who)
+{
+    if (!rq)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: the request is NULL", who);
+    if (rq->micro_batches < 1)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: %d micro-batches per step; at least 1", who,
+                       rq->micro_batches);
+    return FERRY_OK;
+}
+
+ferry_status gpt2_plan_predict(const gpt2_plan_request *rq, gpt2_plan *out)
 {
     if (!out)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "gpt2_plan_predict: out is NULL");
-    plan_model pm;
-    ferry_status st = model_open(cfg, &pm);
+    ferry_status st = check_request(rq, "gpt2_plan_predict");
+    plan_model pm = {0};
     if (st == FERRY_OK)
-        st = predict(&pm, B, T, mode, recompute, prefetch_groups, backend, dtype, out);
+        st = model_open(rq->cfg, &pm);
+    if (st == FERRY_OK)
+        st = predict(&pm, rq, rq->batch, out);
     model_close(&pm);
     return st;
 }
 
-ferry_status gpt2_plan_max_batch(const gpt2_config *cfg, int T, ferry_offload mode, bool recompute,
-                                 int prefetch_groups, ferry_backend_kind backend, ferry_dtype dtype,
-                                 uint64_t device_budget, int *max_B)
+ferry_status gpt2_plan_max_batch(const gpt2_plan_request *rq, uint64_t device_budget, int *max_B)
 {
     if (!max_B)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "gpt2_plan_max_batch: max_B is NULL");
     *max_B = 0;
-    plan_model pm;
-    ferry_status st = model_open(cfg, &pm);
+    ferry_status st = check_request(rq, "gpt2_plan_max_batch");
+    plan_model pm = {0};
+    if (st == FERRY_OK)
+        st = model_open(rq->cfg, &pm);
     gpt2_plan r;
     if (st == FERRY_OK)
-        st = predict(&pm, 1, T, mode, recompute, prefetch_groups, backend, dtype, &r);
+        st = predict(&pm, rq, 1, &r);
     /* The peak grows with B (every activation is B x T x something), so bisect
      * on the largest B that fits; B beyond 2^31 / T is not a micro-batch. */
-    int lo = 0, hi = PLAN_MAX_BATCH;
+    int T = rq ? rq->seq : 0, lo = 0, hi = PLAN_MAX_BATCH;
     if (T > 0 && hi > INT32_MAX / T)
         hi = INT32_MAX / T;
     if (st == FERRY_OK && r.device_total <= device_budget) {
         lo = 1;
         while (lo < hi) {
             int mid = lo + (hi - lo + 1) / 2;
-            ferry_status one = predict(&pm, mid, T, mode, recompute, prefetch_groups, backend, dtype, &r);
+            ferry_status one = predict(&pm, rq, mid, &r);
             if (one == FERRY_OK && r.device_total <= device_budget) {
                 lo = mid;
             } else {

@@ -43,21 +43,31 @@ typedef struct gpt2_plan {
     uint64_t activations;     /* = device_bytes[FERRY_MEM_ACTIVATIONS] */
 } gpt2_plan;
 
-/* Predicts the peaks of training `cfg` with micro-batch B x T in `mode` on
- * `backend` (HOST or CUDA) storing `dtype` on the device (AUTO: the
+/* What to plan: training `cfg` with micro-batch batch x seq in `offload`
+ * mode on `backend` (HOST or CUDA) storing `dtype` on the device (AUTO: the
  * backend's, f32 on host and bf16 on cuda); prefetch_groups as
- * ferry_engine_config's (0..64). Bad values (an invalid config, B < 1, T
- * outside 1..max_seq_len, B x T > 2^31 - 1, a mode or backend out of range, a
- * model too large to count in 64 bits) are FERRY_ERR_INVALID_ARGUMENT. */
-ferry_status gpt2_plan_predict(const gpt2_config *cfg, int B, int T, ferry_offload mode, bool recompute,
-                               int prefetch_groups, ferry_backend_kind backend, ferry_dtype dtype,
-                               gpt2_plan *out);
+ * ferry_engine_config's (0..64); micro_batches per step (more than one adds
+ * the fp32 sum of their gradients, 4 bytes per parameter). */
+typedef struct gpt2_plan_request {
+    const gpt2_config *cfg;
+    int batch, seq;
+    ferry_offload offload;
+    bool recompute;
+    int prefetch_groups;
+    int micro_batches;
+    ferry_backend_kind backend;
+    ferry_dtype dtype;
+} gpt2_plan_request;
 
-/* The largest B (1..65536) whose predicted device peak fits device_budget;
- * *max_B = 0 when not even B = 1 fits. Same arguments as gpt2_plan_predict. */
-ferry_status gpt2_plan_max_batch(const gpt2_config *cfg, int T, ferry_offload mode, bool recompute,
-                                 int prefetch_groups, ferry_backend_kind backend, ferry_dtype dtype,
-                                 uint64_t device_budget, int *max_B);
+/* Predicts the peaks. Bad values (an invalid config, batch < 1, seq outside
+ * 1..max_seq_len, batch x seq > 2^31 - 1, a mode or backend out of range,
+ * micro_batches < 1, a model too large to count in 64 bits) are
+ * FERRY_ERR_INVALID_ARGUMENT. */
+ferry_status gpt2_plan_predict(const gpt2_plan_request *rq, gpt2_plan *out);
+
+/* The largest batch (1..65536) whose predicted device peak fits
+ * device_budget, rq->batch aside; *max_B = 0 when not even 1 fits. */
+ferry_status gpt2_plan_max_batch(const gpt2_plan_request *rq, uint64_t device_budget, int *max_B);
 
 #ifdef __cplusplus
 }

@@ -130,8 +130,7 @@ static void check_activations(void)
             gpt2_activations_destroy(a);
             gpt2_plan p;
             if (st == FERRY_OK)
-                st = gpt2_plan_predict(&c, shapes[i].B, shapes[i].T, FERRY_OFFLOAD_OPTIMIZER, rc, 2, FERRY_BACKEND_HOST,
-                                       FERRY_DTYPE_AUTO, &p);
+                st = gpt2_plan_predict(&(gpt2_plan_request){&c, shapes[i].B, shapes[i].T, FERRY_OFFLOAD_OPTIMIZER, rc, 2, 1, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO}, &p);
             if (st != FERRY_OK) {
                 tap_ok(0, "shape %zu: %s", i, ferry_last_error());
                 continue;
@@ -153,6 +152,7 @@ typedef struct train_opts {
     int prefetch;
     uint64_t budget;
     const char *trace;
+    int accum; /* micro-batches per step; 0 = 1 */
 } train_opts;
 
 typedef struct measured {
@@ -202,15 +202,18 @@ static ferry_status train(const train_opts *o, measured *out)
     ferry_step_options so = FERRY_STEP_OPTIONS_INIT;
     so.lr = 1e-3f;
     static int32_t tokens[TB * TT], targets[TB * TT];
+    int accum = o->accum > 0 ? o->accum : 1;
     for (int step = 0; step < STEPS && st == FERRY_OK; step++) {
         tokens_for(step, tokens, targets);
         float loss = 0;
-        st = ferry_engine_begin_micro_batch(e, 0, 1);
-        if (st == FERRY_OK) st = ferry_engine_mark(e, step, "forward");
-        if (st == FERRY_OK) st = gpt2_forward(m, act, &hooks, s, tokens, targets, true);
-        if (st == FERRY_OK) st = ferry_engine_mark(e, step, "backward");
-        if (st == FERRY_OK) st = gpt2_backward(m, act, &hooks, s, 1.0f);
-        if (st == FERRY_OK) st = gpt2_loss(act, s, &loss);
+        for (int k = 0; k < accum && st == FERRY_OK; k++) {
+            st = ferry_engine_begin_micro_batch(e, k, accum);
+            if (st == FERRY_OK) st = ferry_engine_mark(e, step, "forward");
+            if (st == FERRY_OK) st = gpt2_forward(m, act, &hooks, s, tokens, targets, true);
+            if (st == FERRY_OK) st = ferry_engine_mark(e, step, "backward");
+            if (st == FERRY_OK) st = gpt2_backward(m, act, &hooks, s, 1.0f / (float)accum);
+            if (st == FERRY_OK) st = gpt2_loss(act, s, &loss);
+        }
         if (st == FERRY_OK) st = ferry_engine_mark(e, step, "optimizer");
         if (st == FERRY_OK) st = ferry_engine_step(e, &so, NULL);
     }
@@ -236,14 +239,20 @@ static ferry_status train(const train_opts *o, measured *out)
 
 static const char *mode_name(ferry_offload m) { return ferry_offload_name(m); }
 
-static void check_training(ferry_offload mode, bool recompute, int prefetch)
+/* With accum > 1 the step's micro-batch gradients are summed in fp32: the
+ * prediction must count that sum (4 bytes a parameter) where the engine puts
+ * it (device in none, host otherwise). */
+static void check_training(ferry_offload mode, bool recompute, int prefetch, int accum)
 {
     char trace[600];
-    snprintf(trace, sizeof trace, "%s/%s_%d_%d.fmt", dir, mode_name(mode), recompute, prefetch);
-    train_opts o = {mode, recompute, prefetch, 0, trace};
+    snprintf(trace, sizeof trace, "%s/%s_%d_%d_%d.fmt", dir, mode_name(mode), recompute, prefetch, accum);
+    train_opts o = {mode, recompute, prefetch, 0, trace, accum};
     measured ms = {0};
     gpt2_plan p;
-    ferry_status pst = gpt2_plan_predict(&model_cfg, TB, TT, mode, recompute, prefetch, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO, &p);
+    gpt2_plan_request rq = {&model_cfg, TB, TT, mode, recompute, prefetch, accum, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO};
+    ferry_status pst = gpt2_plan_predict(&rq, &p);
+    if (accum > 1)
+        tap_diag("%s recompute %d prefetch %d, %d micro-batches a step:", mode_name(mode), recompute, prefetch, accum);
     TAP_IS_STATUS(pst, FERRY_OK, "%s recompute %d prefetch %d: predicted", mode_name(mode), recompute, prefetch);
     if (!tap_ok(train(&o, &ms) == FERRY_OK, "%s recompute %d prefetch %d: %d steps trained with a trace",
                 mode_name(mode), recompute, prefetch, STEPS))
@@ -297,12 +306,12 @@ static void check_training(ferry_offload mode, bool recompute, int prefetch)
 static void check_params_budget(void)
 {
     gpt2_plan p;
-    if (gpt2_plan_predict(&model_cfg, TB, TT, FERRY_OFFLOAD_PARAMS, true, 2, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO, &p) != FERRY_OK) {
+    if (gpt2_plan_predict(&(gpt2_plan_request){&model_cfg, TB, TT, FERRY_OFFLOAD_PARAMS, true, 2, 1, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO}, &p) != FERRY_OK) {
         tap_ok(0, "params budget: predicted: %s", ferry_last_error());
         return;
     }
     measured ms = {0};
-    train_opts o = {FERRY_OFFLOAD_PARAMS, true, 2, p.device_total, NULL};
+    train_opts o = {FERRY_OFFLOAD_PARAMS, true, 2, p.device_total, NULL, 1};
     tap_ok(train(&o, &ms) == FERRY_OK, "params: trains in a budget of its predicted peak, %llu bytes",
            (unsigned long long)p.device_total);
     tap_ok(ms.device_peak <= p.device_total, "params: device peak %llu within that budget",
@@ -352,10 +361,10 @@ static void check_cli_fit(void)
     gpt2_config_preset("gpt2", &c);
     int maxB = 0;
     uint64_t budget = (uint64_t)6 << 30;
-    gpt2_plan_max_batch(&c, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, budget, &maxB);
+    gpt2_plan_max_batch(&(gpt2_plan_request){&c, 1, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO}, budget, &maxB);
     gpt2_plan at, above;
-    gpt2_plan_predict(&c, maxB, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, &at);
-    gpt2_plan_predict(&c, maxB + 1, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, &above);
+    gpt2_plan_predict(&(gpt2_plan_request){&c, maxB, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO}, &at);
+    gpt2_plan_predict(&(gpt2_plan_request){&c, maxB + 1, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO}, &above);
     tap_ok(maxB >= 1 && at.device_total <= budget && above.device_total > budget,
            "max batch %d: B=%d predicts %llu <= 6 GiB, B=%d predicts %llu > 6 GiB", maxB, maxB,
            (unsigned long long)at.device_total, maxB + 1, (unsigned long long)above.device_total);
@@ -373,7 +382,7 @@ static void check_cli_fit(void)
     cJSON *j = cJSON_Parse(r.out);
     tap_ok(j != NULL, "--json output parses with cJSON");
     gpt2_plan p;
-    gpt2_plan_predict(&c, 64, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, &p);
+    gpt2_plan_predict(&(gpt2_plan_request){&c, 64, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO}, &p);
     TAP_IS_INT(num(j, "device.total_bytes"), p.device_total, "json device.total_bytes = gpt2_plan_predict's");
     TAP_IS_INT(num(j, "device.by_category.activations"), p.activations, "json device activations");
     TAP_IS_INT(num(j, "host.total_bytes"), p.host_total, "json host.total_bytes");
@@ -404,10 +413,12 @@ int main(int argc, char **argv)
     check_activations();
     for (int mode = FERRY_OFFLOAD_NONE; mode <= FERRY_OFFLOAD_PARAMS; mode++)
         for (int rc = 0; rc <= 1; rc++)
-            check_training((ferry_offload)mode, rc, 2);
-    check_training(FERRY_OFFLOAD_PARAMS, false, 0);
-    check_training(FERRY_OFFLOAD_PARAMS, true, 1);
-    check_training(FERRY_OFFLOAD_PARAMS, true, 4);
+            check_training((ferry_offload)mode, rc, 2, 1);
+    check_training(FERRY_OFFLOAD_PARAMS, false, 0, 1);
+    check_training(FERRY_OFFLOAD_PARAMS, true, 1, 1);
+    check_training(FERRY_OFFLOAD_PARAMS, true, 4, 1);
+    for (int mode = FERRY_OFFLOAD_NONE; mode <= FERRY_OFFLOAD_PARAMS; mode++)
+        check_training((ferry_offload)mode, true, 2, 2);
     check_params_budget();
     check_cli_errors();
     check_cli_fit();

@@ -328,9 +328,10 @@ static int cmd_plan(int argc, char **argv)
         return rc == 1 ? 0 : 2;
     gpt2_plan p;
     int max_b = 0;
-    ferry_status st = gpt2_plan_predict(&c, a.batch, a.seq, a.offload, a.recompute, a.prefetch, a.backend, FERRY_DTYPE_AUTO, &p);
+    gpt2_plan_request rq = {&c, a.batch, a.seq, a.offload, a.recompute, a.prefetch, a.grad_accum, a.backend, a.dtype};
+    ferry_status st = gpt2_plan_predict(&rq, &p);
     if (st == FERRY_OK && a.gpu_mem)
-        st = gpt2_plan_max_batch(&c, a.seq, a.offload, a.recompute, a.prefetch, a.backend, FERRY_DTYPE_AUTO, a.gpu_mem, &max_b);
+        st = gpt2_plan_max_batch(&rq, a.gpu_mem, &max_b);
     if (st != FERRY_OK) {
         fprintf(stderr, "memprof plan: %s\n", ferry_last_error());
         return st == FERRY_ERR_INVALID_ARGUMENT ? 2 : 1;

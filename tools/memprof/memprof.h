@@ -112,9 +112,10 @@ typedef struct mp_report_args {
 
 typedef struct mp_plan_args {
     const char *model;
-    int layers, heads, width, vocab, context, batch, seq, prefetch;
+    int layers, heads, width, vocab, context, batch, seq, prefetch, grad_accum;
     ferry_offload offload;
     ferry_backend_kind backend;
+    ferry_dtype dtype;
     bool recompute, json;
     uint64_t gpu_mem, host_mem; /* 0 = not given */
 } mp_plan_args;

@@ -95,7 +95,8 @@ void mp_plan_usage(FILE *f)
 {
     fputs("usage: memprof plan [--model NAME | --layers L --heads H --width C] [--vocab V]\n"
           "                    [--context T] [--batch B] [--seq T] [--offload none|optimizer|params]\n"
-          "                    [--recompute] [--prefetch K] [--backend host|cuda]\n"
+          "                    [--recompute] [--prefetch K] [--grad-accum K] [--backend host|cuda]\n"
+          "                    [--dtype auto|f32|bf16]\n"
           "                    [--gpu-mem SIZE] [--host-mem SIZE] [--json]\n"
           "\n"
           "Predicts, without running anything, the peak device and host memory of\n"
@@ -112,7 +113,9 @@ void mp_plan_usage(FILE *f)
           "  --offload MODE  none, optimizer or params (default optimizer)\n"
           "  --recompute     keep only block inputs; recompute the rest in backward\n"
           "  --prefetch K    params mode: groups fetched ahead (default 2, 0..64)\n"
+          "  --grad-accum K  micro-batches per step (default 1; more adds their fp32 sum)\n"
           "  --backend KIND  cuda (bf16 on the device; default) or host (fp32)\n"
+          "  --dtype TYPE    device storage: auto (the backend's), f32 (host) or bf16\n"
           "  --gpu-mem SIZE  device budget to check, e.g. 24GiB\n"
           "  --host-mem SIZE pinned host memory to check, e.g. 64GiB\n"
           "  --json          print the figures as JSON\n"
@@ -165,7 +168,7 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
     if (!strcmp(f, "--json")) { a->json = true; return 0; }
     static const char *const valued[] = {"--model", "--layers", "--heads", "--width", "--vocab", "--context",
                                          "--batch", "--seq", "--offload", "--prefetch", "--backend",
-                                         "--gpu-mem", "--host-mem"};
+                                         "--gpu-mem", "--host-mem", "--grad-accum", "--dtype"};
     bool known = false;
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
         known |= !strcmp(f, valued[k]);
@@ -184,6 +187,11 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
     if (!strcmp(f, "--batch")) return plan_int(f, v, 1, 65536, &a->batch);
     if (!strcmp(f, "--seq")) return plan_int(f, v, 1, 1 << 20, &a->seq);
     if (!strcmp(f, "--prefetch")) return plan_int(f, v, 0, 64, &a->prefetch);
+    if (!strcmp(f, "--grad-accum")) return plan_int(f, v, 1, 65536, &a->grad_accum);
+    if (!strcmp(f, "--dtype") && (ferry_dtype_parse(v, &a->dtype) != FERRY_OK ||
+                                  (a->dtype != FERRY_DTYPE_AUTO && a->dtype != FERRY_DTYPE_F32 &&
+                                   a->dtype != FERRY_DTYPE_BF16)))
+        return plan_fail("--dtype '%s': use auto, f32 or bf16%s", v, "");
     if (!strcmp(f, "--gpu-mem")) return plan_bytes(f, v, &a->gpu_mem);
     if (!strcmp(f, "--host-mem")) return plan_bytes(f, v, &a->host_mem);
     if (!strcmp(f, "--offload") && ferry_offload_parse(v, &a->offload) != FERRY_OK)
@@ -225,8 +233,8 @@ static int plan_model_config(const mp_plan_args *a, gpt2_config *c)
 
 int mp_parse_plan_args(int argc, char **argv, mp_plan_args *a, gpt2_config *c)
 {
-    *a = (mp_plan_args){"d6", 0, 0, 0, 50257, 1024, 4, 256, 2, FERRY_OFFLOAD_OPTIMIZER, FERRY_BACKEND_CUDA,
-                        false, false, 0, 0};
+    *a = (mp_plan_args){"d6", 0, 0, 0, 50257, 1024, 4, 256, 2, 1, FERRY_OFFLOAD_OPTIMIZER, FERRY_BACKEND_CUDA,
+                        FERRY_DTYPE_AUTO, false, false, 0, 0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             mp_plan_usage(stdout);
