@@ -204,6 +204,16 @@ static const opt_spec *find(const char *flag)
     return NULL;
 }
 
+bool train_option_range(const char *flag, double *min, double *max)
+{
+    const opt_spec *s = find(flag);
+    if (!s || (s->kind != OPT_INT && s->kind != OPT_FLOAT))
+        return false;
+    *min = s->min;
+    *max = s->max;
+    return true;
+}
+
 /* "--checkpoint-dir --quiet": the value is missing and the next flag would
  * become a folder. Only --prompt takes text that may start with "--". */
 static bool looks_like_flag(const opt_spec *s, const char *value)

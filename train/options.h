@@ -52,6 +52,11 @@ typedef struct train_options {
  * bad flag or value (the message printed to stderr names it). */
 int train_options_parse(int argc, char **argv, train_options *o);
 
+/* The range train_gpt2 accepts for a numeric flag ("--heads"), so other
+ * tools that take the same flags (memprof plan) accept exactly the same
+ * shapes; false for a flag that is not numeric or not train_gpt2's. */
+bool train_option_range(const char *flag, double *min, double *max);
+
 /* Whether `flag` ("--layers") was given on the command line (not defaulted). */
 bool train_options_given(const train_options *o, const char *flag);
 

@@ -337,6 +337,10 @@ static void check_cli_errors(void)
         {"plan --gpu-mem 24QB", "24QB"},
         {"plan --backend tpu", "tpu"},
         {"plan --prefetch 99", "--prefetch"},
+        {"plan --layers 4 --heads 4 --width 128 --vocab 70000", "--vocab"}, /* train_gpt2's limit: uint16 tokens */
+        {"plan --layers 4 --heads 5000 --width 10000", "--heads"},          /* train_gpt2 takes at most 4096 */
+        {"plan --grad-accum 0", "--grad-accum"},
+        {"plan --dtype f16", "f16"},
         {"plan --frobnicate", "--frobnicate"},
         {"plan --batch", "--batch"},
         {"plan extra", "extra"},

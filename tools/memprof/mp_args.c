@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/units.h"
+#include "train/options.h"
 #include "tools/memprof/memprof.h"
 
 void mp_usage(FILE *f)
@@ -160,6 +161,19 @@ static int plan_bytes(const char *flag, const char *text, uint64_t *out)
     return 0;
 }
 
+/* A flag train_gpt2 also takes, in train_gpt2's own range (train/options.c),
+ * so plan accepts exactly the shapes the trainer does; a custom model's
+ * fields start at 1 here (train_gpt2's 0 means "not given"). */
+static int trainer_int(const char *flag, const char *text, int *out)
+{
+    double lo = 0, hi = 0;
+    if (!train_option_range(flag, &lo, &hi))
+        return plan_fail("%s is no flag of train_gpt2's%s", flag, "");
+    if (lo < 1 && strcmp(flag, "--prefetch") != 0)
+        lo = 1;
+    return plan_int(flag, text, (long)lo, (long)hi, out);
+}
+
 /* One option at argv[*i] (advancing past its value); 0, or 2 on a bad one. */
 static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
 {
@@ -179,15 +193,15 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
         return plan_fail("%s needs a value%s", f, "");
     const char *v = argv[++*i];
     if (!strcmp(f, "--model")) { a->model = v; return 0; }
-    if (!strcmp(f, "--layers")) return plan_int(f, v, 1, 4096, &a->layers);
-    if (!strcmp(f, "--heads")) return plan_int(f, v, 1, 65536, &a->heads);
-    if (!strcmp(f, "--width")) return plan_int(f, v, 1, 65536, &a->width);
-    if (!strcmp(f, "--vocab")) return plan_int(f, v, 1, 1 << 24, &a->vocab);
-    if (!strcmp(f, "--context")) return plan_int(f, v, 1, 1 << 20, &a->context);
-    if (!strcmp(f, "--batch")) return plan_int(f, v, 1, 65536, &a->batch);
-    if (!strcmp(f, "--seq")) return plan_int(f, v, 1, 1 << 20, &a->seq);
-    if (!strcmp(f, "--prefetch")) return plan_int(f, v, 0, 64, &a->prefetch);
-    if (!strcmp(f, "--grad-accum")) return plan_int(f, v, 1, 65536, &a->grad_accum);
+    if (!strcmp(f, "--layers")) return trainer_int(f, v, &a->layers);
+    if (!strcmp(f, "--heads")) return trainer_int(f, v, &a->heads);
+    if (!strcmp(f, "--width")) return trainer_int(f, v, &a->width);
+    if (!strcmp(f, "--vocab")) return trainer_int(f, v, &a->vocab);
+    if (!strcmp(f, "--context")) return trainer_int(f, v, &a->context);
+    if (!strcmp(f, "--batch")) return trainer_int(f, v, &a->batch);
+    if (!strcmp(f, "--seq")) return trainer_int(f, v, &a->seq);
+    if (!strcmp(f, "--prefetch")) return trainer_int(f, v, &a->prefetch);
+    if (!strcmp(f, "--grad-accum")) return trainer_int(f, v, &a->grad_accum);
     if (!strcmp(f, "--dtype") && (ferry_dtype_parse(v, &a->dtype) != FERRY_OK ||
                                   (a->dtype != FERRY_DTYPE_AUTO && a->dtype != FERRY_DTYPE_F32 &&
                                    a->dtype != FERRY_DTYPE_BF16)))
