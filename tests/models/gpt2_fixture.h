@@ -35,7 +35,8 @@ static inline void fixture_close(fixture *f)
     memset(f, 0, sizeof *f);
 }
 
-static inline ferry_status fixture_open_on(fixture *f, ferry_backend_kind kind,
+/* The fixture on a backend storing `act` (AUTO: the backend's own type). */
+static inline ferry_status fixture_open_as(fixture *f, ferry_backend_kind kind, ferry_dtype act,
                                            const gpt2_config *cfg, int B, int T, bool recompute,
                                            uint64_t seed)
 {
@@ -43,6 +44,8 @@ static inline ferry_status fixture_open_on(fixture *f, ferry_backend_kind kind,
     f->B = B;
     f->T = T;
     ferry_status st = backend_open(kind, &f->be);
+    if (st == FERRY_OK)
+        st = backend_set_act_dtype(f->be, act);
     if (st == FERRY_OK)
         st = ops_init(f->be, NULL, 0);
     if (st == FERRY_OK)
@@ -59,6 +62,13 @@ static inline ferry_status fixture_open_on(fixture *f, ferry_backend_kind kind,
     if (st == FERRY_OK)
         f->h = gpt2_resident_hooks(f->r);
     return st;
+}
+
+static inline ferry_status fixture_open_on(fixture *f, ferry_backend_kind kind,
+                                           const gpt2_config *cfg, int B, int T, bool recompute,
+                                           uint64_t seed)
+{
+    return fixture_open_as(f, kind, FERRY_DTYPE_AUTO, cfg, B, T, recompute, seed);
 }
 
 static inline ferry_status fixture_open(fixture *f, const gpt2_config *cfg, int B, int T,
