@@ -2,12 +2,13 @@
  * over time, the budget as a dashed line, the peak marked, and the phase
  * markers as vertical lines labelled where there is room. Plain SVG 1.1,
  * readable in any browser. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
+#include "common/fileio.h"
 #include "common/units.h"
 #include "tools/memprof/memprof.h"
 
@@ -161,11 +162,9 @@ static void panel(FILE *f, const mp_report *r, int p, double y0)
     }
 }
 
-ferry_status mp_write_svg(const mp_report *r, const char *path, const char *title)
+/* The picture into `f`. */
+static void draw(FILE *f, const mp_report *r, const char *title)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return err_set(FERRY_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
     int panels = 0;
     for (int p = 0; p < MP_POOLS; p++)
         panels += r->pool[p].seen;
@@ -189,8 +188,31 @@ ferry_status mp_write_svg(const mp_report *r, const char *path, const char *titl
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\">no allocations in this trace</text>\n", LEFT,
                 TOP + 40);
     fputs("</svg>\n", f);
+}
+
+/* Drawn in memory, then saved through the one atomic writer: a failed or
+ * interrupted write leaves any earlier picture whole. */
+ferry_status mp_write_svg(const mp_report *r, const char *path, const char *title)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "drawing '%s': out of memory", path);
+    draw(f, r, title);
     int bad = ferror(f);
-    if (fclose(f) != 0 || bad)
-        return err_set(FERRY_ERR_IO, "cannot write '%s': %s", path, strerror(errno ? errno : EIO));
-    return FERRY_OK;
+    if (fclose(f) != 0 || bad) {
+        free(text);
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "drawing '%s': out of memory", path);
+    }
+    fileio_atomic a;
+    ferry_status st = fileio_atomic_open(&a, path);
+    if (st == FERRY_OK)
+        st = fileio_atomic_write(&a, text, len);
+    if (st == FERRY_OK)
+        st = fileio_atomic_commit(&a);
+    else
+        fileio_atomic_abort(&a);
+    free(text);
+    return st;
 }
