@@ -257,6 +257,46 @@ static ferry_status copy_no_decay(engine_group *g, const ferry_group_options *o)
     return FERRY_OK;
 }
 
+/* The copy of the initial values and the check that each is finite, in one
+ * pass on the engine's threads (GPT-2 XL hands over 6.2 GB). */
+typedef struct take_job {
+    const float *src;
+    float *dst;
+    size_t n;
+    size_t *first_bad; /* per tile: the first non-finite index, or SIZE_MAX */
+} take_job;
+
+static void take_tile(void *ctx, size_t tile, int worker)
+{
+    (void)worker;
+    take_job *j = ctx;
+    size_t at = tile * OPTIM_TILE, n = j->n - at < OPTIM_TILE ? j->n - at : OPTIM_TILE;
+    memcpy(j->dst + at, j->src + at, n * sizeof(float));
+    j->first_bad[tile] = SIZE_MAX;
+    for (size_t i = at; i < at + n; i++)
+        if (!isfinite(j->dst[i])) {
+            j->first_bad[tile] = i;
+            break;
+        }
+}
+
+static ferry_status take_initial_values(ferry_engine *e, engine_group *g, const float *init)
+{
+    size_t ntiles = (g->numel + OPTIM_TILE - 1) / OPTIM_TILE;
+    take_job j = {init, g->init, g->numel, malloc(ntiles * sizeof(size_t))};
+    if (!j.first_bad)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_add_group('%s'): out of host memory", g->name);
+    ferry_status st = tp_parallel_for(e->threads, ntiles, take_tile, &j);
+    for (size_t t = 0; t < ntiles && st == FERRY_OK; t++)
+        if (j.first_bad[t] != SIZE_MAX)
+            st = err_set(FERRY_ERR_INVALID_ARGUMENT,
+                         "ferry_engine_add_group('%s'): initial value %zu is %g; weights must be finite (check "
+                         "the file or the initialisation they come from)",
+                         g->name, j.first_bad[t], (double)init[j.first_bad[t]]);
+    free(j.first_bad);
+    return st;
+}
+
 ferry_status ferry_engine_add_group(ferry_engine *e, const char *name, size_t numel,
                                     const float *init, const ferry_group_options *opts,
                                     int *group_id)
@@ -273,12 +313,6 @@ ferry_status ferry_engine_add_group(ferry_engine *e, const char *name, size_t nu
     if (numel == 0 || numel > ((size_t)1 << 40))
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_add_group('%s'): numel %zu is outside 1..2^40",
                        name, numel);
-    for (size_t i = 0; i < numel; i++)
-        if (!isfinite(init[i]))
-            return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                           "ferry_engine_add_group('%s'): initial value %zu is %g; weights must be finite (check "
-                           "the file or the initialisation they come from)",
-                           name, i, (double)init[i]);
     ferry_group_options o = FERRY_GROUP_OPTIONS_INIT;
     ferry_status st = opts ? sized_read(&o, sizeof o, opts, group_option_fields,
                                          sizeof group_option_fields / sizeof group_option_fields[0],
@@ -307,8 +341,9 @@ ferry_status ferry_engine_add_group(ferry_engine *e, const char *name, size_t nu
     if (!g->init)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_add_group('%s'): cannot hold %zu initial values",
                        g->name, numel);
-    memcpy(g->init, init, numel * sizeof(float));
-    st = copy_no_decay(g, &o);
+    st = take_initial_values(e, g, init);
+    if (st == FERRY_OK)
+        st = copy_no_decay(g, &o);
     if (st != FERRY_OK) {
         free(g->init);
         return st;
