@@ -7,12 +7,10 @@
  * included: LeakSanitizer runs at its exit); and leave every shard whole:
  * each shard in the folder is the earlier run's file of that name or the new
  * run's, byte for byte; anything else left there must go with the next run.
- * Then the set as a whole: a failed run leaves the earlier set exactly as it
- * was (or says what the folder now holds), a run that succeeds leaves
- * exactly its own set (the earlier set's extra shards removed). This
- * tokenize writes its shards one by one into place, so it fails that: a TODO
- * for issue 12 item 6, which the branch hardening-data takes on (when it
- * holds, meson reports an unexpected pass, and the TODO goes).
+ * Then the set as a whole (issue 12 item 6): a run that succeeds leaves
+ * exactly its own set (the earlier set's extra shards removed); one that
+ * fails leaves one whole set, the earlier (or the new, when only the last
+ * sync failed), or a message saying what the folder now holds.
  *
  *   usage: test_fault_tokenize TOKENIZE_EXE
  * The tokenizer files: $FERRY_GPT2_ENCODER_DIR, or the npm package under
@@ -35,7 +33,7 @@ typedef struct tok_ctx {
     char out[300], earlier[300], reference[300], log[300], err[300], text[4][300];
     int wait_status;
     char stderr_text[8192];
-    int set_broken; /* runs that left a mixed or stale set */
+    int set_broken; /* runs that left a mixed or stale set, unsaid */
     uint64_t at;    /* the fault of the run under way */
 } tok_ctx;
 
@@ -176,7 +174,7 @@ static int strays(tok_ctx *c, char names[MAX_STRAYS][256], const char **list, ch
 
 /* Every file is whole: the earlier shard of its name or the new one. Anything
  * else left behind (a temporary a refused cleanup kept) is fine only if the
- * next run, without a fault, removes it. Then the set as a whole (the TODO):
+ * next run, without a fault, removes it. Then the set as a whole:
  * a run that succeeds leaves exactly the new set; one that fails leaves one
  * whole set (the earlier, or the new when only a last sync failed), or says
  * what the folder now holds. */
@@ -194,8 +192,8 @@ static bool tok_check(void *p, ferry_status st, char *why, size_t cap)
                                       set_is(c, c->reference, list, other, sizeof other) ||
                                       walk_contains(msg, "now holds");
     if (!whole && c->set_broken++ < WALK_MAX_DIAG)
-        tap_diag("  (TODO) site %llu: tokenize %s: %s", (unsigned long long)c->at, st == FERRY_OK ? "succeeded" : "failed",
-                 set_why);
+        tap_diag("  site %llu: tokenize %s, and the folder's shards are a mix: %s (%s)", (unsigned long long)c->at,
+                 st == FERRY_OK ? "succeeded" : "failed", set_why, msg);
     if (n == 0)
         return true;
     const char *const none[] = {NULL};
@@ -266,12 +264,9 @@ int main(int argc, char **argv)
                        .message = tok_message, .clean_exit = tok_clean_exit};
     walk(&s, false);
     walk(&s, true);
-    /* TAP's TODO: a known failure that does not fail the test (tap.h counts
-     * every "not ok" as a failure, so it is printed here). */
-    printf("%s %d - tokenize: every failed run left the earlier shard set as it was and every run that succeeded "
-           "left exactly its own (%d runs did not) # TODO issue 12 item 6: replace a folder's shard set as a whole "
-           "(branch hardening-data)\n",
-           c.set_broken ? "not ok" : "ok", ++tap_count, c.set_broken);
+    tap_ok(c.set_broken == 0, "tokenize: every run that succeeded left exactly its own shard set, and every one "
+           "that failed one whole set or a message saying what the folder now holds (%d runs did not)",
+           c.set_broken);
     rm_rf(dir);
     return tap_done();
 }
