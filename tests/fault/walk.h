@@ -226,7 +226,7 @@ static inline walk_result walk(const walk_scenario *s, bool persistent)
     tap_ok(!r.endless && r.walked == r.sites, "%s, %s: the walk failed %llu sites in turn and ended; the fault-free "
            "run counted %llu", s->name, mode, (unsigned long long)r.walked, (unsigned long long)r.sites);
     tap_ok(r.unclear == 0, "%s, %s: every failure has a status and a message naming its cause (%llu failed, %llu "
-           "were absorbed by a fallback)", s->name, mode, (unsigned long long)r.failed,
+           "absorbed by a fallback)", s->name, mode, (unsigned long long)r.failed,
            (unsigned long long)r.tolerated);
     /* In this process a crash or a sanitizer report ends the program. */
     if (s->child)
