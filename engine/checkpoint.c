@@ -495,7 +495,8 @@ static ferry_status load_checked(ferry_engine *e, const ckpt_file *f, void *user
     c.apply = true;
     c.use_weights = e->cfg.delayed_update && f->h.dtype == (uint32_t)e->act && c.weight_elem == e->act_size;
     if ((st = load_pass(&c)) != FERRY_OK || (st = read_blob(f, user, user_cap)) != FERRY_OK)
-        return st;
+        return err_wrap(st, "loading '%s' failed midway, so the engine now holds part of it and part of its "
+                            "earlier state; load a checkpoint again before training", f->path);
     e->step = f->h.step;
     e->micro_index = -1;
     e->dpu_pending = c.use_weights;

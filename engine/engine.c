@@ -339,8 +339,8 @@ ferry_status ferry_engine_add_group(ferry_engine *e, const char *name, size_t nu
     g->opts = o;
     g->init = malloc(numel * sizeof(float));
     if (!g->init)
-        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_add_group('%s'): cannot hold %zu initial values",
-                       g->name, numel);
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_add_group('%s'): out of host memory for its %zu "
+                       "initial values", g->name, numel);
     st = take_initial_values(e, g, init);
     if (st == FERRY_OK)
         st = copy_no_decay(g, &o);

@@ -475,7 +475,9 @@ FERRY_API ferry_status ferry_engine_save(ferry_engine *e, const char *path, cons
 /* Restores what ferry_engine_save wrote, after setup with the same groups.
  * FERRY_ERR_FORMAT naming the mismatch for another model or a damaged file
  * (any changed byte, a negative step count or one that cannot grow), and then
- * nothing is changed. A delayed update pending in the file continues exactly
+ * nothing is changed. A read that fails after every check has passed (an I/O
+ * error while the state is copied in) leaves the engine holding part of the
+ * file, and its message says so: load again before training. A delayed update pending in the file continues exactly
  * when this engine runs the delayed update on the same device type; otherwise
  * the next forward reads the master weights. If user is not NULL, copies up
  * to user_cap bytes of the blob; user_bytes (may be NULL) gets its full size. */

@@ -280,8 +280,9 @@ ferry_status tp_pool_create(int threads, int numa_node, tp_pool **out)
     }
     pool->workers = calloc((size_t)pool->nthreads, sizeof *pool->workers);
     if (!pool->workers) {
+        int n = pool->nthreads;
         tp_release(pool);
-        return err_set(FERRY_ERR_OUT_OF_MEMORY, "thread pool: out of memory for %d workers", pool->nthreads);
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "thread pool: out of memory for %d workers", n);
     }
     for (int i = 0; i < pool->nthreads; i++) {
         pool->workers[i].pool = pool;

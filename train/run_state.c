@@ -154,8 +154,24 @@ static int remove_tree(const char *dir)
 
 /* ---- the run folder: lock, temporaries, retention ---- */
 
-/* Removes what killed saves left (".step_N.tmp", ".step_N.old"); only
- * called with the folder's lock held, when no save can be under way. */
+/* A save stopped between moving an earlier step_N aside and renaming the
+ * new one in (killed, or both renames refused) leaves step_N missing and the
+ * whole earlier save at ".step_N.old": puts it back. Whether it did. */
+static bool restore_aside(const char *dir, const char *name, const char *aside)
+{
+    char step[64], final[PATH_MAX];
+    size_t n = strlen(name);
+    struct stat sb;
+    if (strcmp(name + n - 4, ".old") != 0 || n - 5 >= sizeof step)
+        return false;
+    snprintf(step, sizeof step, "%.*s", (int)(n - 5), name + 1);
+    return run_state_join(final, sizeof final, dir, step) == FERRY_OK && lstat(final, &sb) != 0 && errno == ENOENT &&
+           rename(aside, final) == 0;
+}
+
+/* Removes what killed saves left (".step_N.tmp", ".step_N.old", unless it
+ * is the only copy of step_N); only called with the folder's lock held,
+ * when no save can be under way. */
 static void remove_temporaries(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -164,7 +180,8 @@ static void remove_temporaries(const char *dir)
         size_t n = strlen(ent->d_name);
         bool temp = strncmp(ent->d_name, ".step_", 6) == 0 && n > 4 &&
                     (strcmp(ent->d_name + n - 4, ".tmp") == 0 || strcmp(ent->d_name + n - 4, ".old") == 0);
-        if (temp && run_state_join(path, sizeof path, dir, ent->d_name) == FERRY_OK)
+        if (temp && run_state_join(path, sizeof path, dir, ent->d_name) == FERRY_OK &&
+            !restore_aside(dir, ent->d_name, path))
             remove_tree(path);
     }
     if (d)
@@ -326,7 +343,8 @@ static ferry_status point_latest(const char *dir, const char *name)
  * (latest may point at it) is swapped out in one atomic exchange, so at no
  * moment is final missing or half written; where the file system cannot
  * exchange, it is renamed aside first (a crash then may leave final missing
- * for an instant, and the aside copy behind). */
+ * for an instant, and the aside copy behind, which the next run_state_lock
+ * puts back); if the new one cannot be renamed in, the earlier goes back. */
 static ferry_status install(const char *tmp, const char *final, const char *aside)
 {
     if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
@@ -338,8 +356,15 @@ static ferry_status install(const char *tmp, const char *final, const char *asid
         if (rename(final, aside) != 0 && errno != ENOENT)
             return err_set(FERRY_ERR_IO, "cannot move the earlier '%s' aside: %s", final, strerror(errno));
     }
-    if (rename(tmp, final) != 0)
-        return err_set(FERRY_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
+    if (rename(tmp, final) != 0) {
+        int e = errno;
+        /* Put the earlier save back (ENOENT: there was none). */
+        if (rename(aside, final) != 0 && errno != ENOENT)
+            return err_set(FERRY_ERR_IO, "cannot rename '%s' to '%s' (%s), nor move the earlier '%s' back from '%s' "
+                           "(%s): the next run on this folder puts it back", tmp, final, strerror(e), final,
+                           aside, strerror(errno));
+        return err_set(FERRY_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, final, strerror(e));
+    }
     remove_tree(aside);
     return FERRY_OK;
 }

@@ -56,8 +56,10 @@ ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, cons
  * must exist) and holds an exclusive lock on dir/.lock until run_state_unlock,
  * so two runs never write one folder. A folder another run holds is
  * FERRY_ERR_STATE naming its process. Temporaries a killed save left there
- * (.step_N.tmp, .step_N.old) are removed once the lock is held. *fd gets the
- * lock's descriptor. */
+ * (.step_N.tmp, .step_N.old) are removed once the lock is held, except a
+ * .step_N.old where step_N is missing (a save stopped between moving the
+ * earlier step_N aside and renaming the new one in): that is put back as
+ * step_N. *fd gets the lock's descriptor. */
 ferry_status run_state_lock(const char *dir, int *fd);
 /* Releases the lock (fd < 0 is fine). */
 void run_state_unlock(int fd);

@@ -188,7 +188,8 @@ ferry_status st_writer_begin(const char *path, const st_tensor *tensors, size_t 
     }
     free(json);
     w->data_start = 8 + padded;
-    st = hdr ? fileio_atomic_open(&w->file, path) : err_set(FERRY_ERR_OUT_OF_MEMORY, "safetensors header buffer");
+    st = hdr ? fileio_atomic_open(&w->file, path)
+             : err_set(FERRY_ERR_OUT_OF_MEMORY, "safetensors '%s': out of memory for its header", path);
     if (st == FERRY_OK)
         st = fileio_atomic_write(&w->file, hdr, 8 + padded);
     free(hdr);
@@ -337,7 +338,7 @@ static ferry_status parse_metadata(st_file *f, const cJSON *m)
     f->n_meta = (size_t)cJSON_GetArraySize(m);
     f->meta = calloc(2 * f->n_meta + 1, sizeof *f->meta);
     if (!f->meta)
-        return err_set(FERRY_ERR_OUT_OF_MEMORY, "safetensors '%s': metadata", f->path);
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "safetensors '%s': out of memory for its metadata", f->path);
     size_t i = 0;
     for (const cJSON *it = m->child; it; it = it->next, i++) {
         if (!cJSON_IsString(it))
@@ -345,7 +346,7 @@ static ferry_status parse_metadata(st_file *f, const cJSON *m)
         f->meta[2 * i] = strdup(it->string);
         f->meta[2 * i + 1] = strdup(it->valuestring);
         if (!f->meta[2 * i] || !f->meta[2 * i + 1])
-            return err_set(FERRY_ERR_OUT_OF_MEMORY, "safetensors '%s': metadata", f->path);
+            return err_set(FERRY_ERR_OUT_OF_MEMORY, "safetensors '%s': out of memory for its metadata", f->path);
     }
     return FERRY_OK;
 }
@@ -407,7 +408,8 @@ static ferry_status parse_header(st_file *f, const char *json, size_t len, const
     f->tensors = calloc(n + 1, sizeof *f->tensors);
     span *spans = calloc(n + 1, sizeof *spans);
     ferry_status st = f->tensors && spans ? tok_map_init(&f->names, n)
-                                          : err_set(FERRY_ERR_OUT_OF_MEMORY, "safetensors '%s': %zu tensors", f->path, n);
+                                          : err_set(FERRY_ERR_OUT_OF_MEMORY, "safetensors '%s': out of memory for "
+                                                    "its %zu tensors", f->path, n);
     for (const cJSON *it = root->child; st == FERRY_OK && it; it = it->next) {
         uint64_t v, b = 0;
         if (!strcmp(it->string, "__metadata__")) {
@@ -427,7 +429,7 @@ static ferry_status parse_header(st_file *f, const char *json, size_t len, const
         if (st == FERRY_OK)
             st = tok_map_put(&f->names, it->string, strlen(it->string), f->n);
         if (st == FERRY_OK && !(t->name = strdup(it->string)))
-            st = err_set(FERRY_ERR_OUT_OF_MEMORY, "safetensors '%s': tensor names", f->path);
+            st = err_set(FERRY_ERR_OUT_OF_MEMORY, "safetensors '%s': out of memory for its tensor names", f->path);
         if (st == FERRY_OK) {
             t->data = data + b;
             spans[f->n] = (span){b, b + t->nbytes, f->n};

@@ -225,7 +225,9 @@ static ferry_status remove_stale(const tok_shard_set *s)
 {
     DIR *d = opendir(s->dir);
     if (!d)
-        return err_set(FERRY_ERR_IO, "cannot list '%s' to remove the earlier run's shards: %s", s->dir, strerror(errno));
+        return err_set(FERRY_ERR_IO, "cannot list '%s' to remove the earlier run's shards: %s; it now holds the new "
+                       "set and any shards of the earlier run beyond it: remove those by hand, or a train_*.bin glob "
+                       "reads them too", s->dir, strerror(errno));
     ferry_status st = FERRY_OK;
     for (struct dirent *e; st == FERRY_OK && (e = readdir(d)) != NULL;)
         if (is_set_name(e->d_name) && !in_new_set(s, e->d_name) && unlinkat(dirfd(d), e->d_name, 0) != 0)

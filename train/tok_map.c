@@ -106,7 +106,7 @@ static ferry_status map_store_key(tok_map *m, const void *key, size_t len, uint3
             cap *= 2;
         char *k = realloc(m->keys, cap);
         if (!k)
-            return err_set(FERRY_ERR_OUT_OF_MEMORY, "tokenizer map: cannot grow keys to %zu bytes", cap);
+            return err_set(FERRY_ERR_OUT_OF_MEMORY, "tokenizer map: out of memory growing its keys to %zu bytes", cap);
         m->keys = k;
         m->keys_cap = cap;
     }

@@ -1,0 +1,84 @@
+/* Fault injection for tests, SQLite style: counts every allocation, open,
+ * read, write, sync, rename, mapping and page lock that ferry's own code
+ * makes, and makes the Nth of them fail with the errno the system would give
+ * (ENOMEM, EACCES, EIO, ENOSPC). Built only with -Dfault_injection=true,
+ * where every C file is compiled with common/fault_inject.h forced in, which
+ * sends those calls here; no call site in the product names this header.
+ * Owns the counter and the record of the call that failed; what a failure
+ * should do to the program is the tests' business (tests/fault/).
+ *
+ * Armed from a test program with fault_arm(), or in a program the test starts
+ * through the environment, read once at start:
+ *   FERRY_FAULT_AT=N       the Nth counted call fails (1-based; 0 only counts)
+ *   FERRY_FAULT_PERSIST=1  that call and every later one fail
+ *   FERRY_FAULT_LOG=FILE   the failed call is appended there as one line,
+ *                          "N KIND at WHERE", so the test knows it was
+ *                          reached, and at exit "calls N", what was counted
+ * Thread-safe: calls from every thread are counted, in the order they reach
+ * the counter. */
+#ifndef FERRY_COMMON_FAULT_H
+#define FERRY_COMMON_FAULT_H
+
+#include <dirent.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The wrappers are called from the shared library's users too (a test built
+ * against libferry.so), so they are visible outside it. */
+#define FAULT_API __attribute__((visibility("default")))
+
+/* Counting restarts at 0. The `at`th counted call from now fails (at >= 1);
+ * with `persistent`, every call after it fails too. at 0 only counts. */
+FAULT_API void fault_arm(uint64_t at, bool persistent);
+/* Every call of `kind` ("renameat2", as fault_fired names them) fails with
+ * `err`, uncounted, armed or not: a system that lacks something (a file
+ * system without RENAME_EXCHANGE: "renameat2", EINVAL). NULL: none. `kind`
+ * must outlive the refusal (a string literal). */
+FAULT_API void fault_refuse(const char *kind, int err);
+/* Stops counting and failing; returns the calls counted since fault_arm. */
+FAULT_API uint64_t fault_disarm(void);
+/* The number of the call that failed first since fault_arm (0: none did),
+ * and in `where` (cap bytes) what it was and where it was called from:
+ * "write at engine/checkpoint.c:212 save_body" (source lines in sanitizer
+ * builds, an address otherwise). */
+FAULT_API uint64_t fault_fired(char *where, size_t cap);
+
+/* ---- the wrappers fault_inject.h redirects to ---- */
+FAULT_API void *fault_malloc(size_t n);
+FAULT_API void *fault_calloc(size_t count, size_t size);
+FAULT_API void *fault_realloc(void *p, size_t n);
+FAULT_API char *fault_strdup(const char *s);
+FAULT_API char *fault_strndup(const char *s, size_t n);
+FAULT_API int fault_posix_memalign(void **out, size_t align, size_t n);
+FAULT_API void *fault_aligned_alloc(size_t align, size_t n);
+FAULT_API int fault_open(const char *path, int flags, ...);
+FAULT_API int fault_openat(int dirfd, const char *path, int flags, ...);
+FAULT_API FILE *fault_fopen(const char *path, const char *mode);
+FAULT_API DIR *fault_opendir(const char *path);
+FAULT_API ssize_t fault_read(int fd, void *buf, size_t n);
+FAULT_API ssize_t fault_pread(int fd, void *buf, size_t n, off_t offset);
+FAULT_API ssize_t fault_write(int fd, const void *buf, size_t n);
+FAULT_API ssize_t fault_pwrite(int fd, const void *buf, size_t n, off_t offset);
+FAULT_API int fault_fsync(int fd);
+FAULT_API int fault_fdatasync(int fd);
+FAULT_API int fault_rename(const char *from, const char *to);
+FAULT_API int fault_renameat(int from_dir, const char *from, int to_dir, const char *to);
+FAULT_API int fault_renameat2(int from_dir, const char *from, int to_dir, const char *to, unsigned flags);
+FAULT_API void *fault_mmap(void *addr, size_t n, int prot, int flags, int fd, off_t offset);
+FAULT_API int fault_mlock(const void *addr, size_t n);
+/* syscall(2): SYS_mlock is counted as a page lock (the pinned pool locks
+ * through the raw call); every other number passes straight through. */
+FAULT_API long fault_syscall(long number, long a, long b, long c, long d, long e, long f);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
