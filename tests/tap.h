@@ -21,13 +21,39 @@ static inline void tap_plan_skip(const char *why)
 }
 
 static inline int tap_ok(int cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints fmt's text; each newline in it becomes `newline` (a description
+ * must stay on one line, a diagnostic's lines each need "# "), so that an
+ * error message quoted with its trailing newline is still valid TAP. */
+static inline void tap_vprint_lines(const char *newline, const char *fmt, va_list ap)
+{
+    va_list again;
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, again);
+    va_end(again);
+    char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (!text) {
+        vprintf(fmt, ap);
+        return;
+    }
+    vsnprintf(text, (size_t)n + 1, fmt, ap);
+    while (n > 0 && text[n - 1] == '\n')
+        text[--n] = '\0';
+    for (const char *c = text; *c; c++) {
+        if (*c == '\n')
+            fputs(newline, stdout);
+        else
+            putchar(*c);
+    }
+    free(text);
+}
+
 static inline int tap_ok(int cond, const char *fmt, ...)
 {
     va_list ap;
     tap_count++;
     printf("%s %d - ", cond ? "ok" : "not ok", tap_count);
     va_start(ap, fmt);
-    vprintf(fmt, ap);
+    tap_vprint_lines(" ", fmt, ap);
     va_end(ap);
     printf("\n");
     fflush(stdout);
@@ -42,7 +68,7 @@ static inline void tap_diag(const char *fmt, ...)
     va_list ap;
     printf("# ");
     va_start(ap, fmt);
-    vprintf(fmt, ap);
+    tap_vprint_lines("\n# ", fmt, ap);
     va_end(ap);
     printf("\n");
     fflush(stdout);
