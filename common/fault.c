@@ -26,9 +26,11 @@
 #undef mmap
 #undef mlock
 #undef syscall
+#undef pthread_create
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -317,4 +319,14 @@ long fault_syscall(long number, long a, long b, long c, long d, long e, long f)
     if (err)
         return errno = err, -1;
     return syscall(number, a, b, c, d, e, f);
+}
+
+/* ---- starting a thread: the error number itself, EAGAIN ---- */
+
+int fault_pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *), void *arg)
+{
+    int err = should_fail("pthread_create", PC, EAGAIN);
+    if (err)
+        return err;
+    return pthread_create(thread, attr, start, arg);
 }

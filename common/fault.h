@@ -1,7 +1,7 @@
 /* Fault injection for tests, SQLite style: counts every allocation, open,
- * read, write, sync, rename, mapping and page lock that ferry's own code
- * makes, and makes the Nth of them fail with the errno the system would give
- * (ENOMEM, EACCES, EIO, ENOSPC). Built only with -Dfault_injection=true,
+ * read, write, sync, rename, mapping, page lock and thread start that ferry's
+ * own code makes, and makes the Nth of them fail with the errno the system
+ * would give (ENOMEM, EACCES, EIO, ENOSPC, EAGAIN). Built only with -Dfault_injection=true,
  * where every C file is compiled with common/fault_inject.h forced in, which
  * sends those calls here; no call site in the product names this header.
  * Owns the counter and the record of the call that failed; what a failure
@@ -20,6 +20,7 @@
 #define FERRY_COMMON_FAULT_H
 
 #include <dirent.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -76,6 +77,9 @@ FAULT_API int fault_mlock(const void *addr, size_t n);
 /* syscall(2): SYS_mlock is counted as a page lock (the pinned pool locks
  * through the raw call); every other number passes straight through. */
 FAULT_API long fault_syscall(long number, long a, long b, long c, long d, long e, long f);
+/* pthread_create: a refused thread returns EAGAIN, as under RLIMIT_NPROC. */
+FAULT_API int fault_pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *),
+                                   void *arg);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 /* Forced into every C file of a -Dfault_injection=true build (the root
  * meson.build passes `-include common/fault_inject.h`): sends ferry's own
- * allocations, opens, reads, writes, syncs, renames, mappings and page locks
- * to the counting wrappers of common/fault.h, so a test can make the Nth of
+ * allocations, opens, reads, writes, syncs, renames, mappings, page locks and
+ * thread starts to the counting wrappers of common/fault.h, so a test can make the Nth of
  * them fail without one call site in the product changing. Owns only the
  * redirection; counting and failing are common/fault.c's.
  *
@@ -19,6 +19,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,7 @@
 #define renameat2(...) fault_renameat2(__VA_ARGS__)
 #define mmap(...) fault_mmap(__VA_ARGS__)
 #define mlock(...) fault_mlock(__VA_ARGS__)
+#define pthread_create(...) fault_pthread_create(__VA_ARGS__)
 /* Pads syscall's arguments to six, each passed as a long as the kernel takes
  * them; the padding beyond what the call gave is never read by the kernel. */
 #define syscall(...) FAULT_SYSCALL7_(__VA_ARGS__, 0L, 0L, 0L, 0L, 0L, 0L)

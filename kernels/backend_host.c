@@ -145,14 +145,16 @@ static ferry_status host_stream_create(backend_stream *s)
     pthread_mutex_init(&hs->lock, NULL);
     pthread_cond_init(&hs->work, NULL);
     pthread_cond_init(&hs->idle, NULL);
-    if (pthread_create(&hs->thread, NULL, stream_worker, hs) != 0) {
+    int rc = pthread_create(&hs->thread, NULL, stream_worker, hs);
+    if (rc != 0) {
         pthread_cond_destroy(&hs->idle);
         pthread_cond_destroy(&hs->work);
         pthread_mutex_destroy(&hs->lock);
         free(hs);
         return err_set(FERRY_ERR_BACKEND,
-                       "stream '%s': cannot start its worker thread (too many threads? check ulimit -u)",
-                       s->name);
+                       "stream '%s': the system refused to start its worker thread (%s); too many threads? "
+                       "check the limit on processes and threads (ulimit -u) and the address-space limit (ulimit -v)",
+                       s->name, strerror(rc));
     }
     s->impl = hs;
     return FERRY_OK;
