@@ -1,8 +1,9 @@
 /* Fault injection for tests, SQLite style: counts every allocation, open,
  * read, write, sync, rename, mapping, page lock and thread start that ferry's
  * own code makes, and makes the Nth of them fail with the errno the system
- * would give (ENOMEM, EACCES, EIO, ENOSPC, EAGAIN). Built only with -Dfault_injection=true,
- * where every C file is compiled with common/fault_inject.h forced in, which
+ * would give (ENOMEM, EACCES, EIO, ENOSPC, EAGAIN). Built only with
+ * -Dfault_injection=true, where every C file is compiled with
+ * common/fault_inject.h forced in, which
  * sends those calls here; no call site in the product names this header.
  * Owns the counter and the record of the call that failed; what a failure
  * should do to the program is the tests' business (tests/fault/).

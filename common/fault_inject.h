@@ -1,8 +1,9 @@
 /* Forced into every C file of a -Dfault_injection=true build (the root
  * meson.build passes `-include common/fault_inject.h`): sends ferry's own
  * allocations, opens, reads, writes, syncs, renames, mappings, page locks and
- * thread starts to the counting wrappers of common/fault.h, so a test can make the Nth of
- * them fail without one call site in the product changing. Owns only the
+ * thread starts to the counting wrappers of common/fault.h, so a test can
+ * make the Nth of them fail without one call site in the product changing.
+ * Owns only the
  * redirection; counting and failing are common/fault.c's.
  *
  * The system headers that declare these functions come first, so their

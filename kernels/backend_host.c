@@ -147,14 +147,15 @@ static ferry_status host_stream_create(backend_stream *s)
     pthread_cond_init(&hs->idle, NULL);
     int rc = pthread_create(&hs->thread, NULL, stream_worker, hs);
     if (rc != 0) {
+        char why[160];
+        err_thread_refusal(rc, why, sizeof why);
         pthread_cond_destroy(&hs->idle);
         pthread_cond_destroy(&hs->work);
         pthread_mutex_destroy(&hs->lock);
         free(hs);
         return err_set(FERRY_ERR_BACKEND,
-                       "stream '%s': the system refused to start its worker thread (%s); too many threads? "
-                       "check the limit on processes and threads (ulimit -u) and the address-space limit (ulimit -v)",
-                       s->name, strerror(rc));
+                       "stream '%s': the system refused to start its worker thread: %s; raise the limit",
+                       s->name, why);
     }
     s->impl = hs;
     return FERRY_OK;

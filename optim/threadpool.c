@@ -14,10 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 
 #include "common/error.h"
-#include "common/units.h"
 
 struct tp_ticket {
     size_t ntiles;
@@ -212,30 +210,6 @@ static ferry_status tp_plan_binding(tp_pool *pool, int threads, int numa_node)
     return FERRY_OK;
 }
 
-/* Why pthread_create failed, in words. EAGAIN is a limit of the system:
- * with an address-space limit it is the new thread's stack that did not
- * fit, else the limit on processes and threads. */
-static void tp_start_failure(int rc, char *buf, size_t cap)
-{
-    struct rlimit as, nproc;
-    size_t stack = 0;
-    pthread_attr_t attr;
-    if (pthread_attr_init(&attr) == 0) {
-        pthread_attr_getstacksize(&attr, &stack);
-        pthread_attr_destroy(&attr);
-    }
-    char limit[32], need[32];
-    if (rc == EAGAIN && getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
-        snprintf(buf, cap, "the address-space limit (ulimit -v, %s) leaves no room for its %s stack",
-                 units_fmt_bytes(limit, sizeof limit, (uint64_t)as.rlim_cur),
-                 units_fmt_bytes(need, sizeof need, (uint64_t)stack));
-    else if (rc == EAGAIN && getrlimit(RLIMIT_NPROC, &nproc) == 0 && nproc.rlim_cur != RLIM_INFINITY)
-        snprintf(buf, cap, "the limit on processes and threads (ulimit -u, %llu) is reached",
-                 (unsigned long long)nproc.rlim_cur);
-    else
-        snprintf(buf, cap, "%s", strerror(rc));
-}
-
 static void tp_stop_workers(tp_pool *pool, int started)
 {
     pthread_mutex_lock(&pool->mu);
@@ -291,7 +265,7 @@ ferry_status tp_pool_create(int threads, int numa_node, tp_pool **out)
         if (rc != 0) {
             char why[160];
             int n = pool->nthreads;
-            tp_start_failure(rc, why, sizeof why);
+            err_thread_refusal(rc, why, sizeof why);
             tp_stop_workers(pool, i);
             tp_release(pool);
             return err_set(FERRY_ERR_BACKEND, "thread pool: the system refused to start worker %d of %d: %s; ask "

@@ -20,7 +20,6 @@ static inline void tap_plan_skip(const char *why)
     exit(77);
 }
 
-static inline int tap_ok(int cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints fmt's text; each newline in it becomes `newline` (a description
  * must stay on one line, a diagnostic's lines each need "# "), so that an
  * error message quoted with its trailing newline is still valid TAP. */
@@ -47,6 +46,7 @@ static inline void tap_vprint_lines(const char *newline, const char *fmt, va_lis
     free(text);
 }
 
+static inline int tap_ok(int cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static inline int tap_ok(int cond, const char *fmt, ...)
 {
     va_list ap;
