@@ -38,8 +38,11 @@ for p in kernel_lab bench_engine bench_transfer ferry-info memprof $(cut -f4 "$p
 done
 
 # Where each library may come from: the pack, the C runtime, or (cuBLAS
-# and cuBLASLt only) the toolkit that nvcc belongs to.
-toolkit=$(dirname "$(dirname "$(command -v nvcc)")")/lib64
+# and cuBLASLt only) the toolkit meson linked against (nvcc on PATH may be
+# a wrapper in another folder).
+toolkit=$(sed -n 's/^#define FERRY_CUDA_LIBDIR "\(.*\)"$/\1/p' "$build/ferry_cuda_build.h")
+[ -n "$toolkit" ]
+ok $? "the pack's build names the CUDA toolkit's library folder ($toolkit)"
 crt='^(linux-vdso\.so\.1|ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1)$'
 for p in "$pack"/bin/*; do
   bad=$(LD_LIBRARY_PATH=$toolkit ldd "$p" | awk -v pack="$pack/" -v tk="$toolkit/" -v crt="$crt" '

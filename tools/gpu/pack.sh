@@ -72,11 +72,24 @@ done
 strip --strip-unneeded "$pack"/bin/*
 /usr/bin/python3 "$root/tools/gpu/elf_rpath.py" '$ORIGIN/../lib' "$pack"/bin/* >/dev/null
 
-# The libraries the programs load, resolved here, minus what every GPU
-# machine has: glibc, the C++ runtime, the driver, and cuBLAS(Lt).
+# The libraries the programs load, resolved here (the CUDA toolkit's from
+# the folder meson linked them from), minus what every GPU machine has:
+# glibc, the C++ runtime, the driver, and cuBLAS(Lt). One that does not
+# resolve here would be missing there: that fails the pack.
 base='/(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt)\.so'
+cuda_libdir=$(sed -n 's/^#define FERRY_CUDA_LIBDIR "\(.*\)"$/\1/p' "$build/ferry_cuda_build.h")
+if [ -z "$cuda_libdir" ]; then
+  echo "pack: FAILED: $build/ferry_cuda_build.h names no FERRY_CUDA_LIBDIR; reconfigure the build with -Dcuda=enabled" >&2
+  exit 1
+fi
 for p in "$pack"/bin/*; do
-  ldd "$p" | awk '/=> \// {print $3}'
+  LD_LIBRARY_PATH=$cuda_libdir ldd "$p" >"$stage/ldd.txt"
+  if grep -q 'not found' "$stage/ldd.txt"; then
+    echo "pack: FAILED: $(basename "$p") loads a library that is not found here:" >&2
+    grep 'not found' "$stage/ldd.txt" >&2
+    exit 1
+  fi
+  awk '/=> \// {print $3}' "$stage/ldd.txt"
 done | sort -u | grep -vE "$base" | while read -r lib; do
   install -m 644 "$(readlink -f "$lib")" "$pack/lib/$(basename "$lib")"
 done
