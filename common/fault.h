@@ -3,8 +3,8 @@
  * own code makes, and makes the Nth of them fail with the errno the system
  * would give (ENOMEM, EACCES, EIO, ENOSPC, EAGAIN). Built only with
  * -Dfault_injection=true, where every C file is compiled with
- * common/fault_inject.h forced in, which
- * sends those calls here; no call site in the product names this header.
+ * common/fault_inject.h forced in, which sends those calls here; no call
+ * site in the product names this header.
  * Owns the counter and the record of the call that failed; what a failure
  * should do to the program is the tests' business (tests/fault/).
  *

@@ -3,8 +3,7 @@
  * allocations, opens, reads, writes, syncs, renames, mappings, page locks and
  * thread starts to the counting wrappers of common/fault.h, so a test can
  * make the Nth of them fail without one call site in the product changing.
- * Owns only the
- * redirection; counting and failing are common/fault.c's.
+ * Owns only the redirection; counting and failing are common/fault.c's.
  *
  * The system headers that declare these functions come first, so their
  * declarations are read before the names become macros. The macros are

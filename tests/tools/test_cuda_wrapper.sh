@@ -26,7 +26,7 @@ env -u CUDA_PATH -u CUDA_HOME PATH="$tmp/bin:$PATH" meson setup "$tmp/build" "$s
 rc=$?
 ok "$rc" "meson setup succeeds with a wrapper nvcc first on PATH (exit $rc)"
 [ "$rc" -eq 0 ] || tail -20 "$tmp/setup.log" | diag
-libdir=$(sed -n 's/^#define FERRY_CUDA_LIBDIR "\(.*\)"$/\1/p' "$tmp/build/ferry_cuda_build.h" 2>/dev/null)
+libdir=$(bash "$src/tools/gpu/cuda_libdir.sh" "$tmp/build" 2>&1)
 echo "# FERRY_CUDA_LIBDIR: ${libdir:-(none)}"
 [ -n "$libdir" ] && [ -e "$libdir/libcudart.so" ] && [ -e "$libdir/libcublasLt.so" ]
 ok $? "the library folder it names holds libcudart.so and libcublasLt.so"

@@ -40,8 +40,7 @@ done
 # Where each library may come from: the pack, the C runtime, or (cuBLAS
 # and cuBLASLt only) the toolkit meson linked against (nvcc on PATH may be
 # a wrapper in another folder).
-toolkit=$(sed -n 's/^#define FERRY_CUDA_LIBDIR "\(.*\)"$/\1/p' "$build/ferry_cuda_build.h")
-[ -n "$toolkit" ]
+toolkit=$(bash "$src/tools/gpu/cuda_libdir.sh" "$build")
 ok $? "the pack's build names the CUDA toolkit's library folder ($toolkit)"
 crt='^(linux-vdso\.so\.1|ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1)$'
 for p in "$pack"/bin/*; do

@@ -77,11 +77,7 @@ strip --strip-unneeded "$pack"/bin/*
 # glibc, the C++ runtime, the driver, and cuBLAS(Lt). One that does not
 # resolve here would be missing there: that fails the pack.
 base='/(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt)\.so'
-cuda_libdir=$(sed -n 's/^#define FERRY_CUDA_LIBDIR "\(.*\)"$/\1/p' "$build/ferry_cuda_build.h")
-if [ -z "$cuda_libdir" ]; then
-  echo "pack: FAILED: $build/ferry_cuda_build.h names no FERRY_CUDA_LIBDIR; reconfigure the build with -Dcuda=enabled" >&2
-  exit 1
-fi
+cuda_libdir=$(bash "$root/tools/gpu/cuda_libdir.sh" "$build")
 for p in "$pack"/bin/*; do
   LD_LIBRARY_PATH=$cuda_libdir ldd "$p" >"$stage/ldd.txt"
   if grep -q 'not found' "$stage/ldd.txt"; then
