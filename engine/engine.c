@@ -65,8 +65,11 @@ static const size_t config_fields[] = {
     SIZED_END(ferry_engine_config, numa_node),         SIZED_END(ferry_engine_config, dtype),
     SIZED_END(ferry_engine_config, delayed_update),    SIZED_END(ferry_engine_config, trace_path),
     SIZED_END(ferry_engine_config, verbose),           SIZED_END(ferry_engine_config, reserved),
+    SIZED_END(ferry_engine_config, loss_scaling),      SIZED_END(ferry_engine_config, loss_scale_init),
+    SIZED_END(ferry_engine_config, loss_scale_growth), SIZED_END(ferry_engine_config, loss_scale_backoff),
+    SIZED_END(ferry_engine_config, loss_scale_interval), SIZED_END(ferry_engine_config, loss_scale_max_skips),
 };
-SIZED_NO_TAIL_PADDING(ferry_engine_config, reserved);
+SIZED_NO_TAIL_PADDING(ferry_engine_config, loss_scale_max_skips);
 
 static const size_t group_option_fields[] = {
     SIZED_END(ferry_group_options, lr_scale), SIZED_END(ferry_group_options, weight_decay),
@@ -92,12 +95,22 @@ static ferry_status check_config(const ferry_engine_config *c)
     if (c->numa_node < -1)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: numa_node %d is invalid (-1 = nearest the GPU)", c->numa_node);
-    if (c->dtype < FERRY_DTYPE_AUTO || c->dtype > FERRY_DTYPE_BF16)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: dtype %d is not auto, f32 or bf16",
+    if (c->dtype < FERRY_DTYPE_AUTO || c->dtype > FERRY_DTYPE_F16)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: dtype %d is not auto, f32, bf16 or f16",
                        (int)c->dtype);
     if (c->reserved != 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: reserved is %d; leave it 0 (FERRY_ENGINE_CONFIG_INIT)",
                        c->reserved);
+    if (c->loss_scaling < FERRY_LOSS_SCALING_AUTO || c->loss_scaling > FERRY_LOSS_SCALING_DYNAMIC)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: loss_scaling %d is not auto, off or dynamic",
+                       (int)c->loss_scaling);
+    ferry_status st = loss_scale_check(c->loss_scale_init, c->loss_scale_growth, c->loss_scale_backoff,
+                                       c->loss_scale_interval, "engine config");
+    if (st != FERRY_OK)
+        return st;
+    if (c->loss_scale_max_skips < 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: loss_scale_max_skips %d is negative (0 = never "
+                       "stop on skipped steps; 20 is the default)", c->loss_scale_max_skips);
     if (c->delayed_update && c->offload != FERRY_OFFLOAD_OPTIMIZER)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: the delayed update needs offload 'optimizer' (it overlaps the "
@@ -126,7 +139,19 @@ static ferry_status resolve_dtype(ferry_engine *e)
         return err_wrap(st, "engine config: dtype %s", dtype_name(e->cfg.dtype));
     e->act = backend_act_dtype(e->be);
     e->act_size = dtype_size(e->act);
+    e->scaling = e->cfg.loss_scaling == FERRY_LOSS_SCALING_DYNAMIC ||
+                 (e->cfg.loss_scaling == FERRY_LOSS_SCALING_AUTO && e->act == FERRY_DTYPE_F16);
+    engine_scaling_reset(e);
     return FERRY_OK;
+}
+
+void engine_scaling_reset(ferry_engine *e)
+{
+    /* the settings were checked with the config */
+    loss_scale_init(&e->scaler, e->cfg.loss_scale_init, e->cfg.loss_scale_growth, e->cfg.loss_scale_backoff,
+                    e->cfg.loss_scale_interval);
+    e->skipped_steps = 0;
+    e->skips_in_row = 0;
 }
 
 static ferry_status open_parts(ferry_engine *e)
@@ -372,6 +397,10 @@ ferry_status ferry_engine_setup(ferry_engine *e)
         e->groups[g].init = NULL;
     }
     e->setup_done = true;
+    size_t at = strlen(e->describe);
+    if (e->scaling && at < sizeof e->describe)
+        snprintf(e->describe + at, sizeof e->describe - at, "; %s storage, dynamic loss scale from %g",
+                 dtype_name(e->act), (double)e->scaler.scale);
     if (e->cfg.verbose)
         fprintf(stderr, "ferry: %s\n", e->describe);
     return FERRY_OK;
@@ -488,6 +517,7 @@ ferry_offload ferry_engine_offload(const ferry_engine *e) { return e ? e->cfg.of
 ferry_dtype ferry_engine_dtype(const ferry_engine *e) { return e ? e->act : FERRY_DTYPE_AUTO; }
 int ferry_engine_group_count(const ferry_engine *e) { return e ? e->ngroups : 0; }
 int64_t ferry_engine_steps(const ferry_engine *e) { return e ? e->step : -1; }
+float ferry_engine_loss_scale(const ferry_engine *e) { return e && e->scaling ? e->scaler.scale : 1.0f; }
 backend *engine_embed_backend(ferry_engine *e) { return e ? e->be : NULL; }
 backend_stream *engine_embed_stream(ferry_engine *e) { return e ? e->compute : NULL; }
 

@@ -20,6 +20,7 @@
 #include "offload/pool.h"
 #include "offload/trace.h"
 #include "optim/adamw.h"
+#include "optim/loss_scale.h"
 #include "optim/threadpool.h"
 
 #define ENGINE_NAME_MAX 64
@@ -135,6 +136,13 @@ struct ferry_engine {
     double last_step_ms;      /* clock_now_ms() of the last step; 0 before the first */
     ferry_step_timing timing, timing_acc;
     char last_error_context[128];
+
+    /* dynamic loss scaling (on with f16 storage by default) and the count
+     * of skipped steps; a checkpoint keeps both */
+    bool scaling;
+    loss_scaler scaler;
+    int64_t skipped_steps;    /* steps skipped since the start of training */
+    int skips_in_row;         /* consecutive skipped steps up to the last one */
 };
 
 /* engine.c */
@@ -207,5 +215,8 @@ ferry_status engine_retire_all(ferry_engine *e);
 
 /* step.c */
 ferry_status engine_step(ferry_engine *e, const ferry_step_options *o, ferry_step_report *r);
+/* The loss scale's first state and the skip counts' (engine.c, at create;
+ * checkpoint.c restores them). */
+void engine_scaling_reset(ferry_engine *e);
 
 #endif

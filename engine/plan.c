@@ -19,11 +19,12 @@ static ferry_status check_request(const engine_plan_request *rq)
     if (rq->backend != FERRY_BACKEND_HOST && rq->backend != FERRY_BACKEND_CUDA)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: backend %d; plan for host or cuda",
                        (int)rq->backend);
-    if (rq->dtype != FERRY_DTYPE_AUTO && rq->dtype != FERRY_DTYPE_F32 && rq->dtype != FERRY_DTYPE_BF16)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: dtype %s; the device holds f32 or bf16",
+    if (rq->dtype != FERRY_DTYPE_AUTO && rq->dtype != FERRY_DTYPE_F32 && rq->dtype != FERRY_DTYPE_BF16 &&
+        rq->dtype != FERRY_DTYPE_F16)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: dtype %s; the device holds f32, bf16 or f16",
                        dtype_name(rq->dtype));
     if (rq->backend == FERRY_BACKEND_CUDA && rq->dtype == FERRY_DTYPE_F32)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: the cuda backend stores bf16, not f32");
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: the cuda backend stores bf16 or f16, not f32");
     if (rq->offload < FERRY_OFFLOAD_NONE || rq->offload > FERRY_OFFLOAD_PARAMS)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: offload %d is not none, optimizer or params",
                        (int)rq->offload);

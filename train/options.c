@@ -55,8 +55,11 @@ static const opt_spec specs[] = {
     {"--clip", OPT_FLOAT, F(clip), "1.0", 0, 1e9, "clip the global gradient norm to this (0 = off)"},
     {"--backend", OPT_BACKEND, F(backend), "auto", 0, 0, "auto, host or cuda (auto: cuda if a GPU is present)"},
     {"--offload", OPT_OFFLOAD, F(offload), "optimizer", 0, 0, "none, optimizer (ZeRO-Offload) or params (ZeRO-3 style)"},
-    {"--dtype", OPT_DTYPE, F(dtype), "auto", 0, 0, "device storage: auto (bf16 on cuda, f32 on host), f32 (host only), or bf16 "
-                                                   "(on the host backend: rounded where the CUDA ops store bf16)"},
+    {"--dtype", OPT_DTYPE, F(dtype), "auto", 0, 0, "device storage: auto (on cuda bf16 from sm_80, f16 on sm_70/75; f32 on "
+                                                   "host), f32 (host only), bf16, or f16 (with dynamic loss scaling); on the "
+                                                   "host backend 16-bit types round where the CUDA ops store them"},
+    {"--loss-scale", OPT_FLOAT, F(loss_scale), "65536", 0, 1e38, "first dynamic loss scale with f16 storage (torch "
+                                                               "GradScaler's rule); 0 = no loss scaling"},
     {"--gpu-mem", OPT_BYTES, F(gpu_mem), "0", 0, 0, "hard device memory budget, e.g. 24GiB (0 = what is free)"},
     {"--host-mem", OPT_BYTES, F(host_mem), "0", 0, 0, "cap on the engine's pinned host memory (0 = none)"},
     {"--prefetch", OPT_INT, F(prefetch), "2", 0, 64, "params mode: groups fetched ahead"},
@@ -185,8 +188,8 @@ static int apply(const opt_spec *s, const char *text, train_options *o)
     case OPT_DTYPE: {
         ferry_dtype t;
         if (ferry_dtype_parse(text, &t) != FERRY_OK || (t != FERRY_DTYPE_AUTO && t != FERRY_DTYPE_F32 &&
-                                                         t != FERRY_DTYPE_BF16)) {
-            fprintf(stderr, "train_gpt2: %s '%s': use auto, f32 or bf16\n", s->flag, text);
+                                                         t != FERRY_DTYPE_BF16 && t != FERRY_DTYPE_F16)) {
+            fprintf(stderr, "train_gpt2: %s '%s': use auto, f32, bf16 or f16\n", s->flag, text);
             return 2;
         }
         *(ferry_dtype *)field = t;

@@ -27,7 +27,7 @@ typedef struct train_options {
     /* engine */
     ferry_backend_kind backend;
     ferry_offload offload;
-    ferry_dtype dtype;       /* device storage: AUTO, F32 or BF16 */
+    ferry_dtype dtype;       /* device storage: AUTO, F32, BF16 or F16 */
     uint64_t gpu_mem, host_mem;
     int prefetch, threads;
     bool recompute, delayed_update;
@@ -46,6 +46,7 @@ typedef struct train_options {
     bool sample_only;        /* --sample: generate from --resume/--init-from and exit */
     bool quiet;
     uint64_t given;          /* bit i: the i-th flag of the table was on the command line */
+    float loss_scale;        /* first dynamic loss scale with f16 storage; 0 = off */
 } train_options;
 
 /* Fills *o from argv. Returns 0 to go on, 1 after --help (printed), 2 on a

@@ -228,8 +228,10 @@ static void plan_print_text(const mp_plan_args *a, const gpt2_config *c, const g
     printf("model: %d layers, %d heads, %d wide, vocab %d (padded %d), context %d: %.1fM parameters\n",
            c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->padded_vocab_size, c->max_seq_len,
            (double)p->num_params / 1e6);
-    printf("run: batch %d x seq %d, offload %s, %s backend (%s on the device), recompute %s", a->batch, a->seq,
-           ferry_offload_name(a->offload), ferry_backend_name(a->backend), p->act_size == 2 ? "bf16" : "fp32",
+    bool f16 = p->act_size == 2 && a->dtype == FERRY_DTYPE_F16;
+    printf("run: batch %d x seq %d, offload %s, %s backend (%s on the device%s), recompute %s", a->batch, a->seq,
+           ferry_offload_name(a->offload), ferry_backend_name(a->backend),
+           p->act_size == 4 ? "fp32" : f16 ? "f16" : "bf16", f16 ? ", dynamic loss scaling" : "",
            a->recompute ? "on" : "off");
     if (a->offload == FERRY_OFFLOAD_PARAMS)
         printf(", prefetch %d", a->prefetch);

@@ -97,7 +97,7 @@ void mp_plan_usage(FILE *f)
     fputs("usage: memprof plan [--model NAME | --layers L --heads H --width C] [--vocab V]\n"
           "                    [--context T] [--batch B] [--seq T] [--offload none|optimizer|params]\n"
           "                    [--recompute] [--prefetch K] [--grad-accum K] [--backend host|cuda]\n"
-          "                    [--dtype auto|f32|bf16]\n"
+          "                    [--dtype auto|f32|bf16|f16]\n"
           "                    [--gpu-mem SIZE] [--host-mem SIZE] [--json]\n"
           "\n"
           "Predicts, without running anything, the peak device and host memory of\n"
@@ -115,8 +115,9 @@ void mp_plan_usage(FILE *f)
           "  --recompute     keep only block inputs; recompute the rest in backward\n"
           "  --prefetch K    params mode: groups fetched ahead (default 2, 0..64)\n"
           "  --grad-accum K  micro-batches per step (default 1; more adds their fp32 sum)\n"
-          "  --backend KIND  cuda (bf16 on the device; default) or host (fp32)\n"
-          "  --dtype TYPE    device storage: auto (the backend's), f32 (host) or bf16\n"
+          "  --backend KIND  cuda (bf16 or f16 on the device; default) or host (fp32)\n"
+          "  --dtype TYPE    device storage: auto (the backend's), f32 (host), bf16, or f16\n"
+          "                  (Volta and Turing cards; the same bytes as bf16)\n"
           "  --gpu-mem SIZE  device budget to check, e.g. 24GiB\n"
           "  --host-mem SIZE pinned host memory to check, e.g. 64GiB\n"
           "  --json          print the figures as JSON\n"
@@ -204,8 +205,8 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
     if (!strcmp(f, "--grad-accum")) return trainer_int(f, v, &a->grad_accum);
     if (!strcmp(f, "--dtype") && (ferry_dtype_parse(v, &a->dtype) != FERRY_OK ||
                                   (a->dtype != FERRY_DTYPE_AUTO && a->dtype != FERRY_DTYPE_F32 &&
-                                   a->dtype != FERRY_DTYPE_BF16)))
-        return plan_fail("--dtype '%s': use auto, f32 or bf16%s", v, "");
+                                   a->dtype != FERRY_DTYPE_BF16 && a->dtype != FERRY_DTYPE_F16)))
+        return plan_fail("--dtype '%s': use auto, f32, bf16 or f16%s", v, "");
     if (!strcmp(f, "--gpu-mem")) return plan_bytes(f, v, &a->gpu_mem);
     if (!strcmp(f, "--host-mem")) return plan_bytes(f, v, &a->host_mem);
     if (!strcmp(f, "--offload") && ferry_offload_parse(v, &a->offload) != FERRY_OK)

@@ -229,6 +229,9 @@ static ferry_status setup_engine(trainer *t)
     c.backend = t->o.backend;
     c.offload = t->o.offload;
     c.dtype = t->o.dtype;
+    c.loss_scaling = t->o.loss_scale > 0 ? FERRY_LOSS_SCALING_AUTO : FERRY_LOSS_SCALING_OFF;
+    if (t->o.loss_scale > 0)
+        c.loss_scale_init = t->o.loss_scale;
     c.device_budget_bytes = t->o.gpu_mem;
     c.host_budget_bytes = t->o.host_mem;
     c.prefetch_groups = t->o.prefetch;
@@ -316,11 +319,13 @@ typedef struct step_figures {
     int skipped;
     ferry_step_timing timing;
     ferry_memory_stats mem;
+    float loss_scale;         /* the step's loss scale; 0: loss scaling off */
+    int64_t skipped_steps;    /* steps skipped since the start of training */
 } step_figures;
 
 static void progress_line(trainer *t, const step_figures *f)
 {
-    char gpu[32], gpu_peak[32], host[32], host_peak[32], eta[32], mfu[32] = "";
+    char gpu[32], gpu_peak[32], host[32], host_peak[32], eta[32], mfu[32] = "", scale[64] = "";
     units_fmt_bytes(gpu, sizeof gpu, f->mem.device_total_current_bytes);
     units_fmt_bytes(gpu_peak, sizeof gpu_peak, f->mem.device_total_peak_bytes);
     units_fmt_bytes(host, sizeof host, f->mem.host_in_use_bytes);
@@ -330,10 +335,12 @@ static void progress_line(trainer *t, const step_figures *f)
     fmt_duration(eta, sizeof eta, per_step * (double)(t->o.steps - t->step) / 1e3);
     if (f->mfu > 0)
         snprintf(mfu, sizeof mfu, " | MFU %4.1f%%", f->mfu * 100);
-    printf("step %*lld/%d | loss %7.4f%s | %7.0f tok/s%s | gpu %s (peak %s) | host %s (peak %s) | "
+    if (f->loss_scale > 0)
+        snprintf(scale, sizeof scale, " | scale %g, %lld skipped", (double)f->loss_scale, (long long)f->skipped_steps);
+    printf("step %*lld/%d | loss %7.4f%s%s | %7.0f tok/s%s | gpu %s (peak %s) | host %s (peak %s) | "
            "%.0f ms: compute %.0f, xfer wait %.0f, opt wait %.0f | ETA %s\n",
            (int)snprintf(NULL, 0, "%d", t->o.steps), (long long)t->step, t->o.steps, (double)f->loss,
-           f->skipped ? " (skipped: inf/nan)" : "", f->tokens_per_s, mfu, gpu, gpu_peak, host, host_peak, f->step_ms,
+           f->skipped ? " (skipped: inf/nan)" : "", scale, f->tokens_per_s, mfu, gpu, gpu_peak, host, host_peak, f->step_ms,
            f->compute_ms, f->timing.compute_wait_transfer_ms, f->timing.compute_wait_optimizer_ms, eta);
     fflush(stdout);
 }
@@ -352,6 +359,9 @@ static ferry_status log_record(trainer *t, const char *kind, const step_figures 
         cJSON_AddNumberToObject(j, "lr", f->lr);
         cJSON_AddNumberToObject(j, "grad_norm", isfinite(f->grad_norm) ? f->grad_norm : -1);
         cJSON_AddBoolToObject(j, "skipped", f->skipped);
+        cJSON_AddNumberToObject(j, "skipped_steps", (double)f->skipped_steps);
+        if (f->loss_scale > 0)
+            cJSON_AddNumberToObject(j, "loss_scale", f->loss_scale);
         cJSON_AddNumberToObject(j, "step_ms", f->step_ms);
         cJSON_AddNumberToObject(j, "compute_ms", f->compute_ms);
         cJSON_AddNumberToObject(j, "transfer_wait_ms", f->timing.compute_wait_transfer_ms);
@@ -388,13 +398,15 @@ static ferry_status train_step(trainer *t, step_figures *f)
     double t0 = clock_now_ms();
     float sum = 0;
     ferry_status st = FERRY_OK;
+    /* The loss scale (1 without loss scaling) rides on the backward's start. */
+    float grad_scale = ferry_engine_loss_scale(t->engine) / (float)t->o.grad_accum;
     ferry_engine_mark(t->engine, t->step + 1, "forward+backward");
     for (int k = 0; k < t->o.grad_accum && st == FERRY_OK; k++) {
         float loss = 0;
         st = tok_loader_next(t->train, t->inputs, t->targets);
         if (st == FERRY_OK) st = ferry_engine_begin_micro_batch(t->engine, k, t->o.grad_accum);
         if (st == FERRY_OK) st = gpt2_forward(t->model, t->acts, &hooks, s, t->inputs, t->targets, true);
-        if (st == FERRY_OK) st = gpt2_backward(t->model, t->acts, &hooks, s, 1.0f / (float)t->o.grad_accum);
+        if (st == FERRY_OK) st = gpt2_backward(t->model, t->acts, &hooks, s, grad_scale);
         if (st == FERRY_OK) st = gpt2_loss(t->acts, s, &loss);
         sum += loss;
     }
@@ -413,6 +425,8 @@ static ferry_status train_step(trainer *t, step_figures *f)
     if (st != FERRY_OK)
         return st;
     t->step++;
+    f->loss_scale = rep.loss_scale;
+    f->skipped_steps = rep.skipped_steps;
     double t2 = clock_now_ms();
     f->loss = sum / (float)t->o.grad_accum;
     f->grad_norm = rep.grad_norm;
