@@ -33,15 +33,15 @@ static void check(lab *L)
     tgt[3] = -1; /* an ignored position */
     float *losses = malloc((size_t)N * 4), *scratch = malloc((size_t)chunk * Vp * 4);
     cls k = {N, C, V, Vp, chunk, lab_up(L, tgt, (size_t)N * 4), lab_alloc(L, (size_t)N * 4),
-             lab_up_bf16(L, inp, (size_t)N * C), lab_up_bf16(L, wte, (size_t)Vp * C),
-             lab_up_bf16(L, dinp, (size_t)N * C), lab_up_bf16(L, dwte, (size_t)Vp * C),
+             lab_up_16(L, inp, (size_t)N * C), lab_up_16(L, wte, (size_t)Vp * C),
+             lab_up_16(L, dinp, (size_t)N * C), lab_up_16(L, dwte, (size_t)Vp * C),
              lab_alloc(L, ops_classifier_scratch_bytes(L->be, chunk, Vp, C))};
     lab_must(hostop_classifier(losses, dinp, dwte, inp, wte, tgt, 1.0f / N, N, C, V, Vp, scratch, chunk),
              "host classifier");
     fused(L, &k);
     lab_check_f32(L, "classifier losses", "0 production", k.losses, losses, N, 1e-2);
-    lab_check_bf16(L, "classifier dinp", "0 production", k.dinp, dinp, (size_t)N * C, 2e-2);
-    lab_check_bf16(L, "classifier dwte", "0 production", k.dwte, dwte, (size_t)Vp * C, 2e-2);
+    lab_check_16(L, "classifier dinp", "0 production", k.dinp, dinp, (size_t)N * C, 2e-2);
+    lab_check_16(L, "classifier dwte", "0 production", k.dwte, dwte, (size_t)Vp * C, 2e-2);
     LAB_FREE(L, k.tgt, k.losses, k.inp, k.wte, k.dinp, k.dwte, k.scratch);
     free(inp), free(wte), free(dinp), free(dwte), free(tgt), free(losses), free(scratch);
 }
@@ -54,7 +54,7 @@ void lab_classifier(lab *L)
     const size_t nc = (size_t)N * z.C, wc = (size_t)z.Vp * z.C;
     int32_t *tgt = lab_tokens(L, (size_t)N, z.V);
     cls k = {N, z.C, z.V, z.Vp, z.chunk, lab_up(L, tgt, (size_t)N * 4), lab_zeros(L, (size_t)N * 4),
-             lab_random_bf16(L, nc, 1), lab_random_bf16(L, wc, 0.02f), lab_zeros(L, nc * 2),
+             lab_random_16(L, nc, 1), lab_random_16(L, wc, 0.02f), lab_zeros(L, nc * 2),
              lab_zeros(L, wc * 2), lab_alloc(L, ops_classifier_scratch_bytes(L->be, z.chunk, z.Vp, z.C))};
     /* three products of N x C x Vp: logits, dinp, dwte */
     lab_time(L, "classifier fwd+bwd", "0 production", fused, &k, 6.0 * N * z.C * (double)z.Vp, LAB_FLOPS);

@@ -36,16 +36,16 @@ static void check(lab *L)
     float *dout = lab_rand(L, n, -1, 1), *dinp = lab_rand(L, n, -1, 1);
     float *dw = lab_rand(L, C, -1, 1), *db = lab_rand(L, C, -1, 1);
     float *out = malloc(n * 4), *stat = malloc((size_t)N * 8);
-    ln k = {N, C, lab_alloc(L, n * 2), lab_up_bf16(L, inp, n), lab_up_bf16(L, w, C), lab_up_bf16(L, b, C),
-            lab_up_bf16(L, dout, n), lab_up_bf16(L, dinp, n), lab_up_bf16(L, dw, C), lab_up_bf16(L, db, C),
+    ln k = {N, C, lab_alloc(L, n * 2), lab_up_16(L, inp, n), lab_up_16(L, w, C), lab_up_16(L, b, C),
+            lab_up_16(L, dout, n), lab_up_16(L, dinp, n), lab_up_16(L, dw, C), lab_up_16(L, db, C),
             lab_alloc(L, (size_t)N * 4), lab_alloc(L, (size_t)N * 4)};
     hostop_layernorm_forward(out, stat, stat + N, inp, w, b, N, C);
     forward(L, &k);
-    lab_check_bf16(L, "layernorm_forward", "0 production", k.out, out, n, 1e-2);
+    lab_check_16(L, "layernorm_forward", "0 production", k.out, out, n, 1e-2);
     hostop_layernorm_backward(dinp, dw, db, dout, inp, w, stat, stat + N, N, C);
     backward(L, &k);
-    lab_check_bf16(L, "layernorm_backward dinp", "0 production", k.dinp, dinp, n, 1e-2);
-    lab_check_bf16(L, "layernorm_backward dweight", "0 production", k.dw, dw, C, 1e-2);
+    lab_check_16(L, "layernorm_backward dinp", "0 production", k.dinp, dinp, n, 1e-2);
+    lab_check_16(L, "layernorm_backward dweight", "0 production", k.dw, dw, C, 1e-2);
     LAB_FREE(L, k.out, k.inp, k.w, k.b, k.dout, k.dinp, k.dw, k.db, k.mean, k.rstd);
     free(inp), free(w), free(b), free(dout), free(dinp), free(dw), free(db), free(out), free(stat);
 }
@@ -55,8 +55,8 @@ void lab_layernorm(lab *L)
     check(L);
     const int N = L->z.B * L->z.T, C = L->z.C;
     const size_t nc = (size_t)N * C;
-    ln k = {N, C, lab_zeros(L, nc * 2), lab_random_bf16(L, nc, 1), lab_random_bf16(L, C, 1),
-            lab_random_bf16(L, C, 1), lab_random_bf16(L, nc, 1), lab_zeros(L, nc * 2), lab_zeros(L, (size_t)C * 2),
+    ln k = {N, C, lab_zeros(L, nc * 2), lab_random_16(L, nc, 1), lab_random_16(L, C, 1),
+            lab_random_16(L, C, 1), lab_random_16(L, nc, 1), lab_zeros(L, nc * 2), lab_zeros(L, (size_t)C * 2),
             lab_zeros(L, (size_t)C * 2), lab_zeros(L, (size_t)N * 4), lab_zeros(L, (size_t)N * 4)};
     forward(L, &k); /* the statistics the backward reads */
     lab_time(L, "layernorm_forward", "0 production", forward, &k, 2.0 * nc * 2, LAB_BYTES);

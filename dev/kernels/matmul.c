@@ -34,16 +34,16 @@ static void check(lab *L)
     float *b = lab_rand(L, OC, -1, 1), *dout = lab_rand(L, (size_t)N * OC, -1, 1);
     float *dinp = lab_rand(L, (size_t)N * C, -1, 1), *dw = lab_rand(L, (size_t)OC * C, -1, 1);
     float *db = lab_rand(L, OC, -1, 1), *out = malloc((size_t)N * OC * 4);
-    mm k = {N, C, OC, lab_alloc(L, (size_t)N * OC * 2), lab_up_bf16(L, inp, (size_t)N * C),
-            lab_up_bf16(L, w, (size_t)OC * C), lab_up_bf16(L, b, OC), lab_up_bf16(L, dout, (size_t)N * OC),
-            lab_up_bf16(L, dinp, (size_t)N * C), lab_up_bf16(L, dw, (size_t)OC * C), lab_up_bf16(L, db, OC)};
+    mm k = {N, C, OC, lab_alloc(L, (size_t)N * OC * 2), lab_up_16(L, inp, (size_t)N * C),
+            lab_up_16(L, w, (size_t)OC * C), lab_up_16(L, b, OC), lab_up_16(L, dout, (size_t)N * OC),
+            lab_up_16(L, dinp, (size_t)N * C), lab_up_16(L, dw, (size_t)OC * C), lab_up_16(L, db, OC)};
     hostop_matmul_forward(out, inp, w, b, N, C, OC);
     forward(L, &k);
-    lab_check_bf16(L, "matmul_forward (bias)", "0 production", k.out, out, (size_t)N * OC, 1e-2);
+    lab_check_16(L, "matmul_forward (bias)", "0 production", k.out, out, (size_t)N * OC, 1e-2);
     hostop_matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
     backward(L, &k);
-    lab_check_bf16(L, "matmul_backward dinp", "0 production", k.dinp, dinp, (size_t)N * C, 1e-2);
-    lab_check_bf16(L, "matmul_backward dweight", "0 production", k.dw, dw, (size_t)OC * C, 1e-2);
+    lab_check_16(L, "matmul_backward dinp", "0 production", k.dinp, dinp, (size_t)N * C, 1e-2);
+    lab_check_16(L, "matmul_backward dweight", "0 production", k.dw, dw, (size_t)OC * C, 1e-2);
     LAB_FREE(L, k.out, k.inp, k.w, k.b, k.dout, k.dinp, k.dw, k.db);
     free(inp), free(w), free(b), free(dout), free(dinp), free(dw), free(db), free(out);
 }
@@ -53,8 +53,8 @@ void lab_matmul(lab *L)
     check(L);
     const int N = L->z.B * L->z.T, C = L->z.C, OC = 4 * C;
     const size_t nc = (size_t)N * C, no = (size_t)N * OC, w = (size_t)OC * C;
-    mm k = {N, C, OC, lab_zeros(L, no * 2), lab_random_bf16(L, nc, 1), lab_random_bf16(L, w, 0.02f),
-            lab_random_bf16(L, OC, 1), lab_random_bf16(L, no, 1), lab_zeros(L, nc * 2), lab_zeros(L, w * 2),
+    mm k = {N, C, OC, lab_zeros(L, no * 2), lab_random_16(L, nc, 1), lab_random_16(L, w, 0.02f),
+            lab_random_16(L, OC, 1), lab_random_16(L, no, 1), lab_zeros(L, nc * 2), lab_zeros(L, w * 2),
             lab_zeros(L, (size_t)OC * 2)};
     lab_time(L, "matmul_forward C->4C", "0 production", forward, &k, 2.0 * N * C * OC, LAB_FLOPS);
     lab_time(L, "matmul_backward C->4C", "0 production", backward, &k, 4.0 * N * C * OC, LAB_FLOPS);

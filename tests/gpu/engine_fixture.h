@@ -111,13 +111,14 @@ static inline ferry_status efix_open(efix *f, const gpt2_config *cfg, ferry_back
     return gpt2_activations_create(f->m, engine_embed_backend(f->e), B, T, false, &f->alloc, &f->act);
 }
 
-/* One training step on the fixed batch; *loss is its mean loss. */
+/* One training step on the fixed batch (the backward under the engine's
+ * loss scale: f16 on sm_70/75 turns it on); *loss is its mean loss. */
 static inline ferry_status efix_step(efix *f, const ferry_step_options *so, float *loss)
 {
     backend_stream *s = engine_embed_stream(f->e);
     ferry_status st = ferry_engine_begin_micro_batch(f->e, 0, 1);
     if (st == FERRY_OK) st = gpt2_forward(f->m, f->act, &f->hooks, s, f->tokens, f->targets, true);
-    if (st == FERRY_OK) st = gpt2_backward(f->m, f->act, &f->hooks, s, 1.0f);
+    if (st == FERRY_OK) st = gpt2_backward(f->m, f->act, &f->hooks, s, ferry_engine_loss_scale(f->e));
     if (st == FERRY_OK) st = gpt2_loss(f->act, s, loss);
     if (st == FERRY_OK) st = ferry_engine_step(f->e, so, NULL);
     return st;

@@ -181,7 +181,7 @@ static ferry_status run_fwd_bwd(bench_run *r, float *loss)
 {
     ferry_status st = ferry_engine_begin_micro_batch(r->e, 0, 1);
     if (st == FERRY_OK) st = gpt2_forward(r->m, r->act, &r->hooks, r->s, r->tokens, r->targets, true);
-    if (st == FERRY_OK) st = gpt2_backward(r->m, r->act, &r->hooks, r->s, 1.0f);
+    if (st == FERRY_OK) st = gpt2_backward(r->m, r->act, &r->hooks, r->s, ferry_engine_loss_scale(r->e));
     if (st == FERRY_OK) st = gpt2_loss(r->act, r->s, loss);
     return st;
 }
@@ -226,7 +226,7 @@ static ferry_status measure_round(bench_run *r, bench_sample *out)
     if (st == FERRY_OK) st = gpt2_forward(r->m, r->act, &r->hooks, r->s, r->tokens, r->targets, true);
     if (st == FERRY_OK) st = backend_stream_synchronize(r->s);
     double b = clock_now_ms();
-    if (st == FERRY_OK) st = gpt2_backward(r->m, r->act, &r->hooks, r->s, 1.0f);
+    if (st == FERRY_OK) st = gpt2_backward(r->m, r->act, &r->hooks, r->s, ferry_engine_loss_scale(r->e));
     if (st == FERRY_OK) st = gpt2_loss(r->act, r->s, &loss);
     if (st == FERRY_OK) st = ferry_engine_synchronize(r->e);
     double c = clock_now_ms();
