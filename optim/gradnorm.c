@@ -95,7 +95,8 @@ gradnorm_decision gradnorm_decide_unscaled(const double *group_sumsq, const bool
         if (group_nonfinite[i] && d.bad_group < 0)
             d.bad_group = i;
     }
-    d.skipped = d.bad_group >= 0;
+    /* A loss scale that backed off to nothing unscales by inf: nothing to apply. */
+    d.skipped = d.bad_group >= 0 || !(inv_scale > 0 && isfinite(inv_scale));
     d.grad_norm = d.skipped ? (double)NAN : sqrt(sum) * (double)inv_scale;
     if (!d.skipped)
         d.clip_coef = gradnorm_clip_coef(d.grad_norm, max_norm);

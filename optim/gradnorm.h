@@ -62,7 +62,8 @@ gradnorm_decision gradnorm_decide(const double *group_sumsq, const bool *group_n
  * grad_scale is clip_coef x inv_scale, so the gradients are unscaled and
  * clipped by one multiplication (for a power-of-two scale, bitwise
  * torch's unscale_ followed by clip_grad_norm_'s multiplication). A skip
- * is decided as gradnorm_decide decides it; data parallel ranks feed
+ * is decided as gradnorm_decide decides it, and also when inv_scale is not
+ * finite (a scale that collapsed to nothing; bad_group is then -1); data parallel ranks feed
  * group_nonfinite with flags reduced over every rank, so each rank skips,
  * and updates its scale, alike. gradnorm_decide is inv_scale = 1. */
 gradnorm_decision gradnorm_decide_unscaled(const double *group_sumsq, const bool *group_nonfinite, int ngroups,

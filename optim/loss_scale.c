@@ -6,6 +6,13 @@
 
 #include "common/error.h"
 
+/* The smallest double that rounds to inf in fp32 (FLT_MAX + half an ulp):
+ * a double at or past it is converted by hand, since C leaves the
+ * conversion of an out-of-range value undefined. */
+#define TO_FLOAT_INF 0x1.ffffffp+127
+
+static float to_float(double x) { return x < TO_FLOAT_INF ? (float)x : INFINITY; }
+
 ferry_status loss_scale_check(float init, double growth, double backoff, int interval, const char *who)
 {
     if (!isfinite(init) || init <= 0)
@@ -33,7 +40,7 @@ ferry_status loss_scale_init(loss_scaler *ls, float init, double growth, double 
     return st;
 }
 
-float loss_scale_inverse(const loss_scaler *ls) { return (float)(1.0 / (double)ls->scale); }
+float loss_scale_inverse(const loss_scaler *ls) { return to_float(1.0 / (double)ls->scale); }
 
 bool loss_scale_update(loss_scaler *ls, bool found_nonfinite)
 {
@@ -50,7 +57,7 @@ bool loss_scale_update(loss_scaler *ls, bool found_nonfinite)
         return false;
     }
     ls->tracker = 0;
-    float grown = (float)((double)ls->scale * ls->growth);
+    float grown = to_float((double)ls->scale * ls->growth);
     if (!isfinite(grown)) /* as torch: never grow past fp32's range to inf */
         return false;
     ls->scale = grown;

@@ -51,7 +51,8 @@ ferry_status loss_scale_check(float init, double growth, double backoff, int int
 ferry_status loss_scale_init(loss_scaler *ls, float init, double growth, double backoff, int interval);
 
 /* The factor that unscales gradients: fp32(1 / double(scale)), as
- * GradScaler.unscale_ computes it. Exact for powers of two. */
+ * GradScaler.unscale_ computes it. Exact for powers of two; inf for a
+ * scale that backed off below 2^-128 (or to 0). */
 float loss_scale_inverse(const loss_scaler *ls);
 
 /* Records a step's outcome (see the rule above). Returns true when the

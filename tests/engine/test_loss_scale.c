@@ -27,6 +27,7 @@
 
 #include "common/dtype.h"
 #include "ferry.h"
+#include "optim/gradnorm.h"
 #include "optim/loss_scale.h"
 #include "tests/tap.h"
 
@@ -169,6 +170,20 @@ static void test_scaler(void)
     TAP_IS_STATUS(loss_scale_restore(&ls, INFINITY, 0), FERRY_ERR_FORMAT, "restoring an infinite scale is refused");
     TAP_IS_STATUS(loss_scale_restore(&ls, 4.0f, -1), FERRY_ERR_FORMAT, "restoring a negative count is refused");
     tap_ok(ls.scale == 8.0f && ls.tracker == 0, "and leaves the scaler as it was");
+    /* A scale backed off to nothing: its inverse is inf (not an undefined
+     * conversion), and a step under it is skipped, not applied as NaN. */
+    loss_scale_init(&ls, 0x1p-140f, 2.0, 0.5, 10);
+    tap_ok(isinf(loss_scale_inverse(&ls)), "the inverse of a scale of 2^-140 is inf (%g)",
+           (double)loss_scale_inverse(&ls));
+    double sums[2] = {1.0, 4.0};
+    bool flags[2] = {false, false};
+    gradnorm_decision d = gradnorm_decide_unscaled(sums, flags, 2, 1.0f, loss_scale_inverse(&ls));
+    tap_ok(d.skipped && d.bad_group == -1, "a step unscaled by inf is skipped (bad group %d)", d.bad_group);
+    d = gradnorm_decide_unscaled(sums, flags, 2, 1.0f, 0x1p-4f);
+    tap_ok(!d.skipped && d.grad_norm == sqrt(5.0) / 16 && d.clip_coef == gradnorm_clip_coef(sqrt(5.0) / 16, 1.0f) &&
+               d.grad_scale == d.clip_coef * 0x1p-4f,
+           "under a scale of 16 the norm is the unscaled one (%.9g), the update's factor clip / 16", d.grad_norm);
+    loss_scale_init(&ls, 8.0f, 2.0, 0.5, 10);
     TAP_IS_STATUS(loss_scale_restore(&ls, 4.0f, 25), FERRY_OK, "a count past a shorter interval is restored");
     TAP_IS_INT(ls.tracker, 9, "as interval - 1");
     loss_scale_update(&ls, false);
