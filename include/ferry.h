@@ -469,7 +469,8 @@ FERRY_API const char *ferry_engine_describe(ferry_engine *e);
  * next forward reads) to `path` atomically: a temporary file, fsync, rename;
  * a failure leaves any earlier file intact. Every byte is checksummed.
  * `user`/`user_bytes`: an opaque blob stored alongside (the trainer's RNG and
- * data position). */
+ * data position). A character device (/dev/null) is written in place; a
+ * folder, a FIFO or a link to nothing at `path` is FERRY_ERR_IO, left as it is. */
 FERRY_API ferry_status ferry_engine_save(ferry_engine *e, const char *path, const void *user,
                                          size_t user_bytes);
 /* Restores what ferry_engine_save wrote, after setup with the same groups.

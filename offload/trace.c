@@ -18,6 +18,7 @@
 #endif
 
 #include "common/error.h"
+#include "common/fileio.h"
 
 _Static_assert(sizeof(trace_record) == TRACE_RECORD_SIZE, "trace_record is the documented 96 bytes");
 _Static_assert(offsetof(trace_record, name) == 48, "trace_record layout is documented");
@@ -161,9 +162,11 @@ ferry_status trace_open(const char *path, trace **out)
         free(t);
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "memory trace: cannot allocate its buffer");
     }
-    t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (t->fd < 0) {
-        ferry_status st = err_set(FERRY_ERR_IO, "cannot create memory trace '%s': %s", path, strerror(errno));
+    /* A regular file (truncated) or a character device; never a FIFO, which
+     * would block the open, nor a folder. */
+    ferry_status opened = fileio_open_output(path, "memory trace", false, &t->fd);
+    if (opened != FERRY_OK) {
+        ferry_status st = err_wrap(opened, "cannot create the memory trace");
         free(t->buf);
         free(t->path);
         free(t);

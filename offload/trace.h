@@ -71,8 +71,10 @@ typedef struct trace_record {
 
 typedef struct trace trace;
 
-/* Creates (truncates) `path` and writes the header. FERRY_ERR_IO with the
- * path and the reason when it cannot. Release with trace_close(). */
+/* Creates (truncates) `path` and writes the header; a character device
+ * (/dev/null) is written in place. A folder, a FIFO, a socket or a link to
+ * nothing is refused without blocking (common/fileio.h). FERRY_ERR_IO with
+ * the path and the reason when it cannot. Release with trace_close(). */
 ferry_status trace_open(const char *path, trace **out);
 /* Writes what is buffered, closes, frees. Returns the first write failure of
  * the trace's life, if any (FERRY_ERR_IO). NULL is fine. Call it after the

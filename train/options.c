@@ -4,7 +4,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fileio.h"
 #include "common/units.h"
 
 typedef enum opt_kind { OPT_INT, OPT_FLOAT, OPT_STR, OPT_BOOL, OPT_BYTES, OPT_U64, OPT_OFFLOAD, OPT_BACKEND, OPT_DTYPE } opt_kind;
@@ -308,61 +308,22 @@ bool train_options_given(const train_options *o, const char *flag)
 
 /* ---- outputs ---- */
 
-/* The folder a new file or folder `path` would be made in must exist, be a
- * folder and be writable. */
-static int check_parent(const char *flag, const char *path)
-{
-    char copy[PATH_MAX];
-    snprintf(copy, sizeof copy, "%s", path);
-    const char *parent = dirname(copy);
-    struct stat sb;
-    if (stat(parent, &sb) != 0) {
-        fprintf(stderr, "train_gpt2: %s '%s': the folder '%s' it would go in does not exist (%s); create it first\n",
-                flag, path, parent, strerror(errno));
-        return 2;
-    }
-    if (!S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "train_gpt2: %s '%s': '%s' is a file, not a folder\n", flag, path, parent);
-        return 2;
-    }
-    if (access(parent, W_OK | X_OK) != 0) {
-        fprintf(stderr, "train_gpt2: %s '%s' cannot be created: the folder '%s' is not writable (%s)\n", flag, path,
-                parent, strerror(errno));
-        return 2;
-    }
-    return 0;
-}
-
-/* An output that may exist already: a folder (want_dir) or a file. */
-static int check_output(const char *flag, const char *path, bool want_dir)
-{
-    struct stat sb;
-    if (!path)
-        return 0;
-    if (stat(path, &sb) != 0 && (errno == ENOENT || errno == ENOTDIR))
-        return check_parent(flag, path);
-    if (stat(path, &sb) != 0) {
-        fprintf(stderr, "train_gpt2: %s '%s': %s\n", flag, path, strerror(errno));
-        return 2;
-    }
-    if (want_dir != S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "train_gpt2: %s '%s' is a %s; give %s\n", flag, path, want_dir ? "file" : "folder",
-                want_dir ? "a folder (it is created if missing)" : "a file name");
-        return 2;
-    }
-    if (access(path, want_dir ? W_OK | X_OK : W_OK) != 0) {
-        fprintf(stderr, "train_gpt2: %s '%s' cannot be written: %s\n", flag, path, strerror(errno));
-        return 2;
-    }
-    return 0;
-}
-
+/* Each output path is what it must be (common/fileio.h): a folder, or a file
+ * or device that can be written; or missing, under a writable folder (the
+ * folders missing between are made when the run starts). */
 int train_options_check_outputs(const train_options *o)
 {
-    if (check_output("--checkpoint-dir", o->checkpoint_dir, true) || check_output("--log", o->log, false) ||
-        check_output("--trace", o->trace, false))
-        return 2;
-    return 0;
+    ferry_status st = FERRY_OK;
+    if (o->checkpoint_dir)
+        st = fileio_check_output_dir(o->checkpoint_dir, "--checkpoint-dir");
+    if (st == FERRY_OK && o->log)
+        st = fileio_check_output(o->log, "--log");
+    if (st == FERRY_OK && o->trace)
+        st = fileio_check_output(o->trace, "--trace");
+    if (st == FERRY_OK)
+        return 0;
+    fprintf(stderr, "train_gpt2: %s\n", ferry_last_error());
+    return 2;
 }
 
 float train_lr_at(const train_options *o, int step)

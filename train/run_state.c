@@ -129,6 +129,8 @@ ferry_status run_state_check_model(const train_resume *r, const gpt2_config *cfg
     return FERRY_OK;
 }
 
+/* A folder of the run's own (a step folder being filled): one that is there
+ * already is fine. */
 static ferry_status make_dir(const char *path)
 {
     if (mkdir(path, 0755) == 0 || errno == EEXIST)
@@ -138,18 +140,32 @@ static ferry_status make_dir(const char *path)
 
 /* Removes a checkpoint folder and every file in it, also the temporaries a
  * killed save left behind (".model.safetensors.tmp", ...), so that the name
- * can be used again. Returns 0, or the errno of the folder's removal. */
+ * can be used again. Never follows a symbolic link: a link with the name is
+ * left as it is, and so is what it points at. Returns 0, or the errno of the
+ * folder's removal. */
 static int remove_tree(const char *dir)
 {
-    DIR *d = opendir(dir);
-    char path[PATH_MAX];
-    for (struct dirent *ent; d && (ent = readdir(d)) != NULL;)
-        if (strcmp(ent->d_name, ".") != 0 && strcmp(ent->d_name, "..") != 0 &&
-            run_state_join(path, sizeof path, dir, ent->d_name) == FERRY_OK)
-            unlink(path);
-    if (d)
-        closedir(d);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : errno;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        int e = errno;
+        close(fd);
+        return e;
+    }
+    for (struct dirent *ent; (ent = readdir(d)) != NULL;)
+        if (strcmp(ent->d_name, ".") != 0 && strcmp(ent->d_name, "..") != 0)
+            unlinkat(dirfd(d), ent->d_name, 0);
+    closedir(d);
     return rmdir(dir) == 0 || errno == ENOENT ? 0 : errno;
+}
+
+/* Whether `path` is a real folder (not a link to one). */
+static bool is_real_dir(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
 /* ---- the run folder: lock, temporaries, retention ---- */
@@ -165,7 +181,7 @@ static bool restore_aside(const char *dir, const char *name, const char *aside)
     if (strcmp(name + n - 4, ".old") != 0 || n - 5 >= sizeof step)
         return false;
     snprintf(step, sizeof step, "%.*s", (int)(n - 5), name + 1);
-    return run_state_join(final, sizeof final, dir, step) == FERRY_OK && lstat(final, &sb) != 0 && errno == ENOENT &&
+    return is_real_dir(aside) && run_state_join(final, sizeof final, dir, step) == FERRY_OK && lstat(final, &sb) != 0 && errno == ENOENT &&
            rename(aside, final) == 0;
 }
 
@@ -200,18 +216,43 @@ static void lock_holder(int fd, char *out, size_t cap)
         out[0] = '\0';
 }
 
+/* DIR/latest is the link ferry swaps at each save: anything else with that
+ * name (a folder, a file) would make the first save fail after the training
+ * it was to keep, so it is refused before any work. */
+static ferry_status check_latest(const char *dir)
+{
+    char link[PATH_MAX];
+    struct stat sb;
+    ferry_status st = run_state_join(link, sizeof link, dir, "latest");
+    if (st == FERRY_OK && lstat(link, &sb) == 0 && !S_ISLNK(sb.st_mode))
+        return err_set(FERRY_ERR_IO, "'%s' is %s, but it must be the symbolic link to the newest checkpoint that "
+                                     "ferry keeps there; move it away, or give another --checkpoint-dir",
+                       link, fileio_type_name(sb.st_mode));
+    return st;
+}
+
 ferry_status run_state_lock(const char *dir, int *fd)
 {
     char path[PATH_MAX], holder[48], pid[32];
     *fd = -1;
-    ferry_status st = make_dir(dir);
+    ferry_status st = fileio_make_dirs(dir);
     if (st == FERRY_OK)
         st = run_state_join(path, sizeof path, dir, ".lock");
+    if (st == FERRY_OK)
+        st = check_latest(dir);
     if (st != FERRY_OK)
         return st;
-    int lfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    /* The lock is truncated and written: never through a link, never a FIFO. */
+    int lfd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
     if (lfd < 0)
-        return err_set(FERRY_ERR_IO, "cannot create the lock '%s' of the checkpoint folder: %s", path, strerror(errno));
+        return err_set(FERRY_ERR_IO, "cannot create the lock '%s' of the checkpoint folder: %s%s", path,
+                       strerror(errno), errno == ELOOP ? " (it is a symbolic link; remove it)" : "");
+    struct stat sb;
+    if (fstat(lfd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(lfd);
+        return err_set(FERRY_ERR_IO, "the lock '%s' of the checkpoint folder is %s, not a regular file; remove it",
+                       path, fileio_type_name(sb.st_mode));
+    }
     if (flock(lfd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         lock_holder(lfd, holder, sizeof holder);
@@ -271,8 +312,9 @@ static ferry_status list_steps(const char *dir, long long **steps, size_t *n)
     *n = 0;
     for (struct dirent *ent; (ent = readdir(d)) != NULL;) {
         long long s = folder_step(ent->d_name);
-        if (s < 0)
-            continue;
+        char path[PATH_MAX];
+        if (s < 0 || run_state_join(path, sizeof path, dir, ent->d_name) != FERRY_OK || !is_real_dir(path))
+            continue; /* a link or a file named like a step is not ours to prune */
         if (*n == cap) {
             long long *grown = realloc(*steps, (cap = cap ? 2 * cap : 64) * sizeof *grown);
             if (!grown) {
@@ -388,9 +430,14 @@ ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, cons
     if (st == FERRY_OK) st = run_state_join(final, sizeof final, dir, name);
     if (st == FERRY_OK) st = run_state_join(aside, sizeof aside, dir, old);
     if (st == FERRY_OK) st = run_state_join(state, sizeof state, tmp, "state.ferry");
-    if (st == FERRY_OK) st = make_dir(dir);
+    if (st == FERRY_OK) st = fileio_make_dirs(dir);
     if (st != FERRY_OK)
         return st;
+    struct stat sb;
+    if (lstat(final, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return err_set(FERRY_ERR_IO, "saving the checkpoint of step %lld: '%s' is %s, not a step folder ferry "
+                                     "saved; move it away (it is left as it is)",
+                       (long long)step, final, fileio_type_name(sb.st_mode));
     remove_tree(tmp);
     if ((st = make_dir(tmp)) != FERRY_OK)
         return st;

@@ -52,10 +52,12 @@ ferry_status run_state_join(char *out, size_t cap, const char *dir, const char *
 ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, const gpt2_model *m,
                             const train_resume *resume);
 
-/* Takes the run folder for this process: creates dir if missing (its parent
- * must exist) and holds an exclusive lock on dir/.lock until run_state_unlock,
+/* Takes the run folder for this process: creates dir if missing (with the
+ * folders above it, as mkdir -p) and holds an exclusive lock on dir/.lock
+ * (a regular file, never followed through a link) until run_state_unlock,
  * so two runs never write one folder. A folder another run holds is
- * FERRY_ERR_STATE naming its process. Temporaries a killed save left there
+ * FERRY_ERR_STATE naming its process; a dir/latest that is not a symbolic
+ * link (a folder, a file) is FERRY_ERR_IO, before any work. Temporaries a killed save left there
  * (.step_N.tmp, .step_N.old) are removed once the lock is held, except a
  * .step_N.old where step_N is missing (a save stopped between moving the
  * earlier step_N aside and renaming the new one in): that is put back as
@@ -65,7 +67,9 @@ ferry_status run_state_lock(const char *dir, int *fd);
 void run_state_unlock(int fd);
 
 /* Retention: deletes the step folders of dir beyond the `keep` newest (by
- * step), never the one `latest` points at; keep 0 keeps all. FERRY_ERR_IO
+ * step), never the one `latest` points at, and never anything that is not a
+ * real folder (a link named like a step, and what it names, are left); keep
+ * 0 keeps all. FERRY_ERR_IO
  * naming a folder that could not be removed (the others are still removed). */
 ferry_status run_state_prune(const char *dir, int keep);
 

@@ -125,16 +125,49 @@ static int empty_folder(const char *dir, const char **what)
     return e;
 }
 
-static ferry_status make_folder(const char *dir, const char *what)
+/* The output folder, made with the folders above it (mkdir -p); a link to
+ * a folder is fine. */
+static ferry_status make_out_dir(const char *dir)
+{
+    ferry_status st = fileio_check_output_dir(dir, "the output folder");
+    if (st == FERRY_OK)
+        st = fileio_make_dirs(dir);
+    return st;
+}
+
+/* The staging folder is emptied: it must be a real folder, never a link,
+ * whose target's files the emptying would remove. */
+static ferry_status make_staging(const char *dir)
 {
     struct stat sb;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return err_set(FERRY_ERR_IO, "cannot create %s '%s': %s", what, dir, strerror(errno));
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return err_set(FERRY_ERR_IO, "%s '%s' exists and is not a folder", what, dir);
+        return err_set(FERRY_ERR_IO, "cannot create the staging folder '%s': %s", dir, strerror(errno));
+    if (lstat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return err_set(FERRY_ERR_IO, "the staging folder '%s' exists and is %s, not a folder; it is left as it is: "
+                       "move it away", dir, fileio_type_name(sb.st_mode));
     if (access(dir, W_OK | X_OK) != 0)
-        return err_set(FERRY_ERR_IO, "cannot write into %s '%s': %s", what, dir, strerror(errno));
+        return err_set(FERRY_ERR_IO, "cannot write into the staging folder '%s': %s", dir, strerror(errno));
     return FERRY_OK;
+}
+
+/* The folder's present shards are replaced by rename and removed by unlink:
+ * each must be a regular file. A link, a device or a folder with a shard's
+ * name is refused before any work, and left as it is. */
+static ferry_status check_present(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return err_set(FERRY_ERR_IO, "cannot list the output folder '%s': %s", dir, strerror(errno));
+    ferry_status st = FERRY_OK;
+    struct stat sb;
+    for (struct dirent *e; st == FERRY_OK && (e = readdir(d)) != NULL;)
+        if (is_set_name(e->d_name) && fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+            !S_ISREG(sb.st_mode))
+            st = err_set(FERRY_ERR_IO, "'%s/%s' is %s, not a shard file; a new shard set would replace it: move it "
+                         "away (it is left as it is), or give another --out-dir", dir, e->d_name,
+                         fileio_type_name(sb.st_mode));
+    closedir(d);
+    return st;
 }
 
 static void set_free(tok_shard_set *s)
@@ -156,9 +189,11 @@ ferry_status tok_shard_set_begin(const char *dir, tok_shard_set **out)
             set_free(s);
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot allocate a shard set for '%s'", dir);
     }
-    ferry_status st = make_folder(dir, "the output folder");
+    ferry_status st = make_out_dir(dir);
     if (st == FERRY_OK)
-        st = make_folder(s->staging, "the staging folder");
+        st = check_present(dir);
+    if (st == FERRY_OK)
+        st = make_staging(s->staging);
     const char *what = NULL;
     int e = st == FERRY_OK ? empty_folder(s->staging, &what) : 0;
     if (e)

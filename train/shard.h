@@ -42,9 +42,11 @@ ferry_status tok_shard_check_header(const char *path, const void *head, size_t h
 
 typedef struct tok_shard_set tok_shard_set;
 
-/* Creates DIR if it does not exist (its parent must), and the staging folder
- * in it, emptying one that a crashed run left: so an unwritable DIR is
- * found before any work. FERRY_ERR_IO naming the folder. */
+/* Creates DIR if it does not exist (with the folders above it, as mkdir -p),
+ * and the staging folder in it, emptying one that a crashed run left: so an
+ * unwritable DIR is found before any work. A shard name in DIR that is not a
+ * regular file (a link, a device, a folder), or a staging folder that is not
+ * a real folder, is refused and left as it is. FERRY_ERR_IO naming it. */
 ferry_status tok_shard_set_begin(const char *dir, tok_shard_set **out);
 /* Writes the next shard of `split` ("val" or "train"; numbered from 0 in the
  * order added) to the staging folder, synced. FERRY_ERR_INVALID_ARGUMENT for

@@ -75,14 +75,16 @@ before_work() { # PATTERN ARGS...: exit 2, stderr matches, stdout empty
   [ $rc -eq 2 ] && grep -qE -- "$pattern" "$work/err" && [ ! -s "$work/out" ]
   ok $? "$* -> refused before any work (exit $rc): $(head -c 200 "$work/err" | tr '\n' ' ')"
 }
-before_work "--checkpoint-dir '.*plain' is a file; give a folder" --checkpoint-dir "$work/plain"
-before_work "--checkpoint-dir '.*missing/ck': the folder '.*missing' it would go in does not exist" \
-  --checkpoint-dir "$work/missing/ck"
-before_work "--checkpoint-dir '.*plain/ck': '.*plain' is a file, not a folder" --checkpoint-dir "$work/plain/ck"
+before_work "--checkpoint-dir '.*plain' is a regular file; give a folder" --checkpoint-dir "$work/plain"
+before_work "--checkpoint-dir '.*plain/ck': '.*plain' is a regular file, not a folder" --checkpoint-dir "$work/plain/ck"
 before_work "--log '.*adir' is a folder; give a file name" --log "$work/adir"
-before_work "--log '.*missing/log.jsonl': the folder '.*missing' it would go in does not exist" \
-  --log "$work/missing/log.jsonl"
-before_work "--trace '.*plain/t.trace': '.*plain' is a file" --trace "$work/plain/t.trace"
+before_work "--trace '.*plain/t.trace': '.*plain' is a regular file, not a folder" --trace "$work/plain/t.trace"
+# Missing folders above an output are made, as mkdir -p would.
+"$train" "${good[@]}" --checkpoint-dir "$work/runs/deep/ck" --log "$work/logs/a/b/log.jsonl" \
+  --trace "$work/traces/t.trace" >"$work/out" 2>"$work/err"; rc=$?
+[ $rc -eq 0 ] && [ -f "$work/runs/deep/ck/latest/state.ferry" ] && [ -s "$work/logs/a/b/log.jsonl" ] \
+  && [ -s "$work/traces/t.trace" ]
+ok $? "outputs under missing folders: the folders are made (exit $rc): $(head -c 300 "$work/err")"
 # A read-only file system: a tmpfs mounted read-only in a private mount
 # namespace, where unshare may make one.
 ro=$work/ro

@@ -364,7 +364,7 @@ static void test_failed_saves(ferry_engine *e)
     snprintf(under, sizeof under, "%s/run", file);
     st = run_state_save(under, 1, e, model, &r);
     tap_is_status(st, FERRY_ERR_IO, "a run folder under a regular file: %s", ferry_last_error());
-    tap_ok(strstr(ferry_last_error(), under) != NULL, "the message names the folder");
+    tap_ok(strstr(ferry_last_error(), under) != NULL, "the message names the folder: %s", ferry_last_error());
 
     /* A read-only folder (root may write anywhere: then this case is moot). */
     if (geteuid() != 0) {
@@ -567,9 +567,102 @@ static void test_lock(void)
     TAP_IS_STATUS(run_state_lock(folder, &b), FERRY_OK, "once released, the folder can be locked again");
     run_state_unlock(b);
     snprintf(file, sizeof file, "%s/new/run", dir);
+    struct stat sb;
     st = run_state_lock(file, &b);
-    tap_ok(st == FERRY_ERR_IO && strstr(ferry_last_error(), file), "a folder whose parent is missing: %s",
+    tap_ok(st == FERRY_OK && stat(file, &sb) == 0 && S_ISDIR(sb.st_mode),
+           "a folder whose parent is missing is made with its parent, as mkdir -p would (%s)",
+           st == FERRY_OK ? "made" : ferry_last_error());
+    run_state_unlock(b);
+}
+
+/* Writes `text` into path; reads it back into buf (NUL-terminated, "" if none). */
+static void put_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static const char *get_text(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+/* Nothing the run folder's upkeep removes, truncates or renames is reached
+ * through a link, and a `latest` that is not a link is refused before any
+ * work: the folder's lock, its temporaries, its retention. */
+static void test_links_left_alone(void)
+{
+    char run_dir[400], outside[400], keep[450], link[450], path[450], got[64];
+    snprintf(run_dir, sizeof run_dir, "%s/links", dir);
+    snprintf(outside, sizeof outside, "%s/outside", dir);
+    snprintf(keep, sizeof keep, "%s/keep.txt", outside);
+    mkdir(run_dir, 0755);
+    mkdir(outside, 0755);
+    put_text(keep, "precious");
+    int fd = -1;
+
+    /* .lock a link to a file elsewhere: refused, the file not truncated. */
+    snprintf(link, sizeof link, "%s/.lock", run_dir);
+    if (symlink(keep, link) != 0)
+        tap_diag("symlink: %s", strerror(errno));
+    ferry_status st = run_state_lock(run_dir, &fd);
+    tap_ok(st == FERRY_ERR_IO && strstr(ferry_last_error(), ".lock"), "a .lock that is a link is refused: %s",
            ferry_last_error());
+    tap_ok(strcmp(get_text(keep, got, sizeof got), "precious") == 0,
+           "and the file it names is not truncated ('%s')", got);
+    run_state_unlock(fd);
+    unlink(link);
+
+    /* latest a real folder: refused at the lock, before any work. */
+    snprintf(path, sizeof path, "%s/latest", run_dir);
+    mkdir(path, 0755);
+    st = run_state_lock(run_dir, &fd);
+    tap_ok(st == FERRY_ERR_IO && strstr(ferry_last_error(), "is a folder") && strstr(ferry_last_error(), "latest"),
+           "a latest that is a real folder is refused at the lock: %s", ferry_last_error());
+    tap_ok(fd < 0, "and no lock is held");
+    run_state_unlock(fd);
+    rmdir(path);
+
+    /* A killed save's temporary name that is a link to a folder: the lock
+     * clears temporaries, but not through the link. */
+    snprintf(link, sizeof link, "%s/.step_00000002.tmp", run_dir);
+    if (symlink(outside, link) != 0)
+        tap_diag("symlink: %s", strerror(errno));
+    fd = -1;
+    TAP_IS_STATUS(run_state_lock(run_dir, &fd), FERRY_OK, "the folder locks with a link among its temporaries");
+    tap_ok(access(keep, F_OK) == 0, "the files of the folder a temporary's name links to are left");
+    run_state_unlock(fd);
+    unlink(link);
+
+    /* Retention: a link named like an old step, to a folder elsewhere, is
+     * neither pruned nor followed. */
+    const char *steps[] = {"step_00000004", "step_00000005"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", run_dir, steps[i]);
+        mkdir(path, 0755);
+        snprintf(path, sizeof path, "%s/%s/config.json", run_dir, steps[i]);
+        put_text(path, "{}");
+    }
+    snprintf(link, sizeof link, "%s/step_00000001", run_dir);
+    if (symlink(outside, link) != 0)
+        tap_diag("symlink: %s", strerror(errno));
+    snprintf(path, sizeof path, "%s/latest", run_dir);
+    if (symlink("step_00000005", path) != 0)
+        tap_diag("symlink: %s", strerror(errno));
+    TAP_IS_STATUS(run_state_prune(run_dir, 1), FERRY_OK, "retention with a link named like a step");
+    snprintf(path, sizeof path, "%s/step_00000004", run_dir);
+    struct stat sb;
+    tap_ok(access(path, F_OK) != 0, "the older real step folder is pruned");
+    tap_ok(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode) && access(keep, F_OK) == 0,
+           "the link named like a step, and the folder it names, are left");
 }
 
 int main(void)
@@ -608,6 +701,7 @@ int main(void)
     test_engine_step_mismatch(e);
     test_edited_config(e);
     test_lock();
+    test_links_left_alone();
     tap_diag("%.1f s in all", (clock_now_ms() - t0) / 1e3);
     ferry_engine_destroy(e);
     for (int g = 0; g < G; g++)

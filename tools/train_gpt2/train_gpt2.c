@@ -20,6 +20,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/fileio.h"
 #include "common/units.h"
 #include "engine/embed.h"
 #include "train/hf_checkpoint.h"
@@ -583,6 +584,23 @@ static int cleanup(trainer *t, int rc)
     return rc;
 }
 
+/* The log, appended to: a regular file (its folders made) or a character
+ * device, opened without blocking (common/fileio.h). */
+static ferry_status open_log(trainer *t)
+{
+    int fd = -1;
+    if (!t->o.log)
+        return FERRY_OK;
+    ferry_status st = fileio_make_parents(t->o.log);
+    if (st == FERRY_OK)
+        st = fileio_open_output(t->o.log, "the log", true, &fd);
+    if (st == FERRY_OK && !(t->log = fdopen(fd, "a"))) {
+        st = err_set(FERRY_ERR_IO, "cannot write the log '%s': %s", t->o.log, strerror(errno));
+        close(fd);
+    }
+    return st;
+}
+
 /* Everything that can be checked before the engine allocates is checked
  * here, the outputs first. */
 static int prepare(trainer *t)
@@ -591,10 +609,10 @@ static int prepare(trainer *t)
         return 2;
     if (t->o.checkpoint_dir && run_state_lock(t->o.checkpoint_dir, &t->lock_fd) != FERRY_OK)
         return fail("--checkpoint-dir");
-    if (t->o.log && !(t->log = fopen(t->o.log, "a"))) {
-        fprintf(stderr, "train_gpt2: cannot write the log '%s': %s\n", t->o.log, strerror(errno));
-        return 1;
-    }
+    if (open_log(t) != FERRY_OK)
+        return fail("--log");
+    if (t->o.trace && fileio_make_parents(t->o.trace) != FERRY_OK)
+        return fail("--trace");
     if (choose_model(t) != FERRY_OK)
         return fail("model");
     if (t->o.seq > t->cfg.max_seq_len) {
