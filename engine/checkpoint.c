@@ -345,10 +345,11 @@ static ferry_status ckpt_open(const char *path, ckpt_file *f)
 {
     memset(f, 0, sizeof *f);
     f->path = path;
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0)
-        return err_set(FERRY_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
-    ferry_status st = read_all(f->fd, &f->h, sizeof f->h, path);
+    /* Never blocks on a FIFO; anything but a regular file is refused. */
+    ferry_status st = fileio_open_input(path, "checkpoint", &f->fd, NULL);
+    if (st != FERRY_OK)
+        return st;
+    st = read_all(f->fd, &f->h, sizeof f->h, path);
     if (st == FERRY_OK && memcmp(f->h.magic, CKPT_MAGIC, 8) != 0)
         st = err_set(FERRY_ERR_FORMAT, "'%s' is not a ferry engine checkpoint (bad magic)", path);
     if (st == FERRY_OK && f->h.version != CKPT_VERSION)

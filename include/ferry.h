@@ -490,6 +490,17 @@ FERRY_API ferry_status ferry_engine_load(ferry_engine *e, const char *path, void
  * is not read. Copies and sizes as ferry_engine_load. Any thread. */
 FERRY_API ferry_status ferry_engine_load_user(const char *path, void *user, size_t user_cap,
                                               size_t *user_bytes);
+/* Drops the step in progress, for a stop between its micro-batches (a
+ * signal) that should not wait for the rest: the gradients of every
+ * micro-batch begun since the last ferry_engine_step() are discarded, once
+ * their transfers and the CPU's work on them have finished (it blocks until
+ * then). The engine is then between steps, as the last step left it: master
+ * weights, moments, the step count and a delayed update still to be
+ * uploaded are untouched, so ferry_engine_save() writes that step, and the
+ * next step starts at micro-batch 0. Every group must be released first
+ * (else FERRY_ERR_STATE, and nothing changes); during inference it is
+ * FERRY_ERR_STATE; between steps it does nothing. */
+FERRY_API ferry_status ferry_engine_abandon_step(ferry_engine *e);
 /* ---- end engine ---- */
 
 #ifdef __cplusplus

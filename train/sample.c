@@ -111,7 +111,7 @@ static ferry_status generate(ferry_engine *e, const gpt2_model *m, gpt2_activati
     int32_t *tokens = malloc((size_t)B * (size_t)T * sizeof *tokens);
     float *logits = malloc((size_t)V * sizeof *logits);
     ferry_status st = tokens && logits ? FERRY_OK : err_set(FERRY_ERR_OUT_OF_MEMORY, "sampling: out of memory");
-    for (int i = 0; i < n && st == FERRY_OK; i++) {
+    for (int i = 0; i < n && st == FERRY_OK && !(s->stop && atomic_load(s->stop)); i++) {
         size_t len = ids->len, start = len > (size_t)T ? len - (size_t)T : 0, used = len - start;
         for (size_t j = 0; j < (size_t)B * (size_t)T; j++)
             tokens[j] = (int32_t)TOK_GPT2_EOT;

@@ -3,15 +3,18 @@
  * produces, or its checksum does not match; what was read before a problem
  * is kept, and the problem is described with its record number and byte
  * offset. The file is read as a stream, header first, so a file that is not
- * a trace (/dev/zero, a folder) is refused before anything else is read. */
+ * a trace is refused before anything else is read; a path that is not a
+ * regular file (a FIFO, a device such as /dev/zero, a folder) is refused
+ * without being opened for reading in a way that could block. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/error.h"
+#include "common/fileio.h"
 #include "tools/memprof/memprof.h"
 
 static ferry_status fail(mp_trace *t, ferry_status st, const char *fmt, ...)
@@ -180,15 +183,19 @@ ferry_status mp_read_file(FILE *f, const char *name, mp_trace *t)
 ferry_status mp_read(const char *path, mp_trace *t)
 {
     memset(t, 0, sizeof *t);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return read_error(t, path, errno);
-    struct stat sb;
-    ferry_status st;
-    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode))
-        st = read_error(t, path, EISDIR);
-    else
-        st = mp_read_file(f, path, t);
+    /* A regular file only, opened without blocking: a FIFO would wait for a
+     * writer forever, a device never ends. */
+    int fd;
+    ferry_status st = fileio_open_input(path, "trace", &fd, NULL);
+    FILE *f = st == FERRY_OK ? fdopen(fd, "rb") : NULL;
+    if (st == FERRY_OK && !f) {
+        int e = errno;
+        close(fd);
+        return read_error(t, path, e);
+    }
+    if (st != FERRY_OK)
+        return fail(t, st, "%s", ferry_last_error());
+    st = mp_read_file(f, path, t);
     fclose(f);
     return st;
 }

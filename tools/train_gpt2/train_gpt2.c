@@ -4,8 +4,10 @@
  * layout, exact resume. Every flag and every output path is checked before
  * any work starts; the checkpoint folder is locked for the run and pruned to
  * the last --keep-last saves; a failed write of the log or the trace fails the
- * run; SIGINT/SIGTERM end the step in progress, save and exit 130/143 (a
- * second signal stops at once). */
+ * run; SIGINT/SIGTERM stop after the micro-batch, evaluation batch or
+ * sampled token under way, save the last complete step (the cut step's
+ * gradients are dropped) and exit 130/143; during setup they stop before
+ * any training and save nothing; a second signal stops at once. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
@@ -44,6 +46,8 @@ typedef struct trainer {
     FILE *log;
     int32_t *inputs, *targets;
     int64_t step;         /* steps done */
+    tok_loader_pos pos;   /* the data position after the last complete step */
+    int cut_micro;        /* a step cut short by a signal: the micro-batches it had done; 0: none */
     int64_t saved_step;   /* the step of the last checkpoint (saved or resumed from); -1: none */
     int lock_fd;          /* the checkpoint folder's lock; -1: none */
     double started_ms;
@@ -60,15 +64,16 @@ static int fail(const char *what)
 
 /* ---- signals ---- */
 
-/* The first SIGINT or SIGTERM asks the loop to stop after the step in
- * progress; a second one (of either) ends the process at once. Any thread
- * may take a signal: the exchange makes exactly one of two the first. */
+/* The first SIGINT or SIGTERM asks the run to stop after the micro-batch,
+ * evaluation batch or sampled token under way; a second one (of either) ends
+ * the process at once. Any thread may take a signal: the exchange makes
+ * exactly one of two the first. */
 static atomic_int stop_signal;
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler may use only lock-free atomics");
 
 static void on_stop_signal(int sig)
 {
-    static const char msg[] = "\ntrain_gpt2: stopping after this step (a second signal stops at once)\n";
+    static const char msg[] = "\ntrain_gpt2: stopping after the batch under way (a second signal stops at once)\n";
     if (atomic_exchange(&stop_signal, sig) != 0) {
         signal(sig, SIG_DFL);
         raise(sig);
@@ -271,7 +276,10 @@ static ferry_status restore(trainer *t)
                        "the same values to see the same data",
                        r.batch, r.seq, r.grad_accum);
     st = tok_loader_seek(t->train, &r.data);
-    return st == FERRY_OK ? FERRY_OK : err_wrap(st, "--resume: the data position");
+    if (st != FERRY_OK)
+        return err_wrap(st, "--resume: the data position");
+    t->pos = tok_loader_tell(t->train);
+    return FERRY_OK;
 }
 
 /* ---- reporting ---- */
@@ -392,6 +400,12 @@ static ferry_status train_step(trainer *t, step_figures *f)
     ferry_engine_mark(t->engine, t->step + 1, "forward+backward");
     for (int k = 0; k < t->o.grad_accum && st == FERRY_OK; k++) {
         float loss = 0;
+        /* A signal: the step stops between micro-batches, and what it has
+         * done is dropped; the last complete step is what a save keeps. */
+        if (k > 0 && stop_signal) {
+            t->cut_micro = k;
+            return ferry_engine_abandon_step(t->engine);
+        }
         st = tok_loader_next(t->train, t->inputs, t->targets);
         if (st == FERRY_OK) st = ferry_engine_begin_micro_batch(t->engine, k, t->o.grad_accum);
         if (st == FERRY_OK) st = gpt2_forward(t->model, t->acts, &hooks, s, t->inputs, t->targets, true);
@@ -414,6 +428,7 @@ static ferry_status train_step(trainer *t, step_figures *f)
     if (st != FERRY_OK)
         return st;
     t->step++;
+    t->pos = tok_loader_tell(t->train);
     double t2 = clock_now_ms();
     f->loss = sum / (float)t->o.grad_accum;
     f->grad_norm = rep.grad_norm;
@@ -436,7 +451,9 @@ static ferry_status train_step(trainer *t, step_figures *f)
     return FERRY_OK;
 }
 
-static ferry_status evaluate(trainer *t, float *val_loss)
+/* The validation loss over --eval-batches batches; *cut when a signal ended
+ * it early (the loss is then of the batches done, and not reported). */
+static ferry_status evaluate(trainer *t, float *val_loss, bool *cut)
 {
     gpt2_hooks hooks = gpt2_engine_hooks(t->engine);
     backend_stream *s = engine_embed_stream(t->engine);
@@ -447,8 +464,13 @@ static ferry_status evaluate(trainer *t, float *val_loss)
     tok_loader_reset(t->val);
     double sum = 0;
     int n = 0;
+    *cut = false;
     for (int i = 0; i < t->o.eval_batches && st == FERRY_OK; i++) {
         float loss = 0;
+        if (stop_signal) {
+            *cut = true;
+            break;
+        }
         st = tok_loader_next(t->val, t->inputs, t->targets);
         if (st == FERRY_OK) st = gpt2_forward(t->model, t->acts, &hooks, s, t->inputs, t->targets, false);
         if (st == FERRY_OK) st = gpt2_loss(t->acts, s, &loss);
@@ -477,8 +499,7 @@ static ferry_status print_sample(trainer *t)
 
 static ferry_status save(trainer *t)
 {
-    train_resume r = {t->step, 0, tok_loader_tell(t->train), t->smp.rng, t->cfg, t->o.batch, t->o.seq,
-                      t->o.grad_accum};
+    train_resume r = {t->step, 0, t->pos, t->smp.rng, t->cfg, t->o.batch, t->o.seq, t->o.grad_accum};
     ferry_engine_mark(t->engine, t->step, "checkpoint");
     ferry_status st = run_state_save(t->o.checkpoint_dir, t->step, t->engine, t->model, &r);
     if (st != FERRY_OK)
@@ -502,7 +523,7 @@ static ferry_status train(trainer *t)
     while (t->step < t->o.steps && st == FERRY_OK && !stop_signal) {
         step_figures f = {0};
         st = train_step(t, &f);
-        if (st != FERRY_OK)
+        if (st != FERRY_OK || t->cut_micro)
             break;
         if (!t->o.quiet)
             progress_line(t, &f);
@@ -510,8 +531,14 @@ static ferry_status train(trainer *t)
             break;
         if (!stop_signal && (every(t->o.eval_every, t->step) || (t->o.eval_every && t->step == t->o.steps))) {
             float val = 0;
-            if ((st = evaluate(t, &val)) != FERRY_OK)
+            bool cut = false;
+            if ((st = evaluate(t, &val, &cut)) != FERRY_OK)
                 break;
+            if (cut) {
+                fprintf(stderr, "train_gpt2: the evaluation at step %lld was cut short by the signal; it is not "
+                                "reported\n", (long long)t->step);
+                break;
+            }
             printf("step %lld | val loss %.4f\n", (long long)t->step, (double)val);
             if ((st = log_record(t, "eval", NULL, val)) != FERRY_OK)
                 break;
@@ -521,8 +548,9 @@ static ferry_status train(trainer *t)
         if (t->o.checkpoint_dir && (every(t->o.checkpoint_every, t->step) || t->step == t->o.steps))
             st = save(t);
     }
-    /* Stopped by a signal: keep what was trained since the last save. */
-    if (st == FERRY_OK && stop_signal && t->o.checkpoint_dir && t->step > t->saved_step)
+    /* Stopped by a signal: keep what this run trained since the last save
+     * (nothing when it stopped before its first step). */
+    if (st == FERRY_OK && stop_signal && t->o.checkpoint_dir && t->step > t->start_step && t->step > t->saved_step)
         st = save(t);
     return st;
 }
@@ -543,14 +571,22 @@ static void summary(trainer *t)
 static int report_stop(const trainer *t, int rc)
 {
     const char *name = stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
-    if (!t->o.checkpoint_dir)
+    if (t->cut_micro)
+        fprintf(stderr, "train_gpt2: %s came in step %lld, after %d of its %d micro-batches: that step was cut "
+                        "short and its gradients dropped\n",
+                name, (long long)t->step + 1, t->cut_micro, t->o.grad_accum);
+    if (!t->started_ms)
+        fprintf(stderr, "train_gpt2: stopped by %s during setup; nothing was trained or saved\n", name);
+    else if (t->o.sample_only)
+        fprintf(stderr, "train_gpt2: stopped by %s while sampling; the text so far is above\n", name);
+    else if (t->step == t->start_step)
+        fprintf(stderr, "train_gpt2: stopped by %s before a step was complete; nothing was trained or saved\n", name);
+    else if (!t->o.checkpoint_dir)
         fprintf(stderr, "train_gpt2: stopped by %s at step %lld; nothing was saved (no --checkpoint-dir)\n", name,
                 (long long)t->step);
     else if (t->saved_step == t->step)
         fprintf(stderr, "train_gpt2: stopped by %s at step %lld; the checkpoint of this step is in %s\n", name,
                 (long long)t->step, t->o.checkpoint_dir);
-    else if (t->step == 0)
-        fprintf(stderr, "train_gpt2: stopped by %s before the first step; nothing to save\n", name);
     else
         fprintf(stderr, "train_gpt2: stopped by %s at step %lld; the checkpoint could not be saved\n", name,
                 (long long)t->step);
@@ -634,6 +670,8 @@ static int prepare(trainer *t)
     }
     if (!t->o.sample_only && open_loader(t, t->o.data, 1, &t->train) != FERRY_OK)
         return fail("training data");
+    if (t->train)
+        t->pos = tok_loader_tell(t->train);
     if (t->o.val_data && open_loader(t, t->o.val_data, 0, &t->val) != FERRY_OK)
         return fail("validation data");
     size_t n = (size_t)t->o.batch * (size_t)t->o.seq;
@@ -643,7 +681,7 @@ static int prepare(trainer *t)
         fprintf(stderr, "train_gpt2: out of memory for a batch of %zu tokens\n", n);
         return 1;
     }
-    t->smp = (sampler){t->o.seed ^ 0x5A5A5A5Aull, t->o.temperature, t->o.top_k};
+    t->smp = (sampler){t->o.seed ^ 0x5A5A5A5Aull, t->o.temperature, t->o.top_k, &stop_signal};
     return 0;
 }
 
@@ -658,8 +696,12 @@ int main(int argc, char **argv)
     catch_signals();
     if ((rc = prepare(&t)) != 0)
         return cleanup(&t, rc);
+    if (stop_signal)
+        return cleanup(&t, report_stop(&t, 0));
     if (setup_engine(&t) != FERRY_OK || restore(&t) != FERRY_OK)
-        return cleanup(&t, fail("setup"));
+        return cleanup(&t, stop_signal ? report_stop(&t, fail("setup")) : fail("setup"));
+    if (stop_signal) /* during setup: nothing is trained, nothing saved */
+        return cleanup(&t, report_stop(&t, 0));
     if (!t.o.quiet) {
         printf("ferry %s | %s\n", ferry_version(), ferry_engine_describe(t.engine));
         printf("model: %d layers, %d heads, %d wide, vocab %d, context %d: %.1fM parameters", t.cfg.n_layer,
@@ -674,6 +716,8 @@ int main(int argc, char **argv)
             printf("resumed at step %lld from %s\n", (long long)t.step, t.ckpt);
         fflush(stdout);
     }
+    t.started_ms = clock_now_ms();
+    t.start_step = t.step;
     ferry_status st = t.o.sample_only ? print_sample(&t) : train(&t);
     if (st != FERRY_OK) {
         rc = fail(t.o.sample_only ? "sampling" : "training");
