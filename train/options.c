@@ -240,6 +240,14 @@ static int check_together(train_options *o)
         fprintf(stderr, "train_gpt2: --seq %d is longer than the model's --context %d\n", o->seq, o->context);
         return 2;
     }
+    /* Sizes are products of these: computed in 64 bits, each range-checked. */
+    int64_t per_micro = (int64_t)o->batch * o->seq;
+    if (per_micro > INT32_MAX) {
+        fprintf(stderr, "train_gpt2: --batch %d x --seq %d is %lld tokens per micro-batch; at most %d fit (the "
+                        "kernels count rows in 32 bits): lower --batch and raise --grad-accum for the same step\n",
+                o->batch, o->seq, (long long)per_micro, INT32_MAX);
+        return 2;
+    }
     if (!o->sample_only && !o->data) {
         fprintf(stderr, "train_gpt2: --data is required (token shards; make them with the tokenize program)\n");
         return 2;

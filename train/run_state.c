@@ -185,9 +185,9 @@ static bool restore_aside(const char *dir, const char *name, const char *aside)
            rename(aside, final) == 0;
 }
 
-/* Removes what killed saves left (".step_N.tmp", ".step_N.old", unless it
- * is the only copy of step_N); only called with the folder's lock held,
- * when no save can be under way. */
+/* Removes what killed saves and killed retention left (".step_N.tmp",
+ * ".step_N.old" unless it is the only copy of step_N, ".step_N.del"); only
+ * called with the folder's lock held, when no save can be under way. */
 static void remove_temporaries(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -195,7 +195,8 @@ static void remove_temporaries(const char *dir)
     for (struct dirent *ent; d && (ent = readdir(d)) != NULL;) {
         size_t n = strlen(ent->d_name);
         bool temp = strncmp(ent->d_name, ".step_", 6) == 0 && n > 4 &&
-                    (strcmp(ent->d_name + n - 4, ".tmp") == 0 || strcmp(ent->d_name + n - 4, ".old") == 0);
+                    (strcmp(ent->d_name + n - 4, ".tmp") == 0 || strcmp(ent->d_name + n - 4, ".old") == 0 ||
+                     strcmp(ent->d_name + n - 4, ".del") == 0);
         if (temp && run_state_join(path, sizeof path, dir, ent->d_name) == FERRY_OK &&
             !restore_aside(dir, ent->d_name, path))
             remove_tree(path);
@@ -203,6 +204,8 @@ static void remove_temporaries(const char *dir)
     if (d)
         closedir(d);
 }
+
+static void remove_incomplete(const char *dir);
 
 /* Who holds the lock, as its file says ("" if unknown). */
 static void lock_holder(int fd, char *out, size_t cap)
@@ -270,6 +273,7 @@ ferry_status run_state_lock(const char *dir, int *fd)
         return err_set(FERRY_ERR_IO, "cannot write the lock '%s': %s", path, strerror(e));
     }
     remove_temporaries(dir);
+    remove_incomplete(dir);
     *fd = lfd;
     return FERRY_OK;
 }
@@ -330,6 +334,54 @@ static ferry_status list_steps(const char *dir, long long **steps, size_t *n)
     return FERRY_OK;
 }
 
+/* The files every step folder a save puts in place holds. */
+static const char *const step_files[] = {"config.json", "model.safetensors", "state.ferry"};
+
+/* Removes step folders that lack one of step_files (a retention killed
+ * midway, by a ferry from before retention renamed first), except the one
+ * latest names; only with the lock held. A save never makes one: it fills a
+ * temporary folder and renames it whole. */
+static void remove_incomplete(const char *dir)
+{
+    char link[PATH_MAX], target[PATH_MAX] = "", name[64], path[PATH_MAX], file[PATH_MAX];
+    long long *steps = NULL;
+    size_t n = 0;
+    if (run_state_join(link, sizeof link, dir, "latest") == FERRY_OK) {
+        ssize_t len = readlink(link, target, sizeof target - 1);
+        target[len > 0 ? len : 0] = '\0';
+    }
+    if (list_steps(dir, &steps, &n) != FERRY_OK)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        step_name(name, sizeof name, steps[i]);
+        if (strcmp(name, target) == 0 || run_state_join(path, sizeof path, dir, name) != FERRY_OK)
+            continue;
+        bool whole = true;
+        struct stat sb;
+        for (size_t k = 0; k < sizeof step_files / sizeof step_files[0]; k++)
+            whole &= run_state_join(file, sizeof file, path, step_files[k]) == FERRY_OK && lstat(file, &sb) == 0 &&
+                     S_ISREG(sb.st_mode);
+        if (!whole)
+            remove_tree(path);
+    }
+    free(steps);
+}
+
+/* Deletes a step folder so that a crash at any moment leaves either the
+ * whole folder or a ".step_N.del" the next lock removes. */
+static int delete_step(const char *dir, const char *name)
+{
+    char path[PATH_MAX], del[PATH_MAX], hidden[80];
+    snprintf(hidden, sizeof hidden, ".%s.del", name);
+    if (run_state_join(path, sizeof path, dir, name) != FERRY_OK ||
+        run_state_join(del, sizeof del, dir, hidden) != FERRY_OK)
+        return ENAMETOOLONG;
+    remove_tree(del);
+    if (rename(path, del) != 0)
+        return errno;
+    return remove_tree(del);
+}
+
 ferry_status run_state_prune(const char *dir, int keep)
 {
     char link[PATH_MAX], target[PATH_MAX] = "", name[64], path[PATH_MAX];
@@ -347,7 +399,7 @@ ferry_status run_state_prune(const char *dir, int keep)
         step_name(name, sizeof name, steps[i]);
         if (strcmp(name, target) == 0 || run_state_join(path, sizeof path, dir, name) != FERRY_OK)
             continue;
-        int e = remove_tree(path);
+        int e = delete_step(dir, name);
         if (e && failed == FERRY_OK)
             failed = err_set(FERRY_ERR_IO, "keeping the last %d checkpoints: could not remove '%s': %s", keep, path,
                              strerror(e));

@@ -57,7 +57,9 @@ ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, cons
  * (a regular file, never followed through a link) until run_state_unlock,
  * so two runs never write one folder. A folder another run holds is
  * FERRY_ERR_STATE naming its process; a dir/latest that is not a symbolic
- * link (a folder, a file) is FERRY_ERR_IO, before any work. Temporaries a killed save left there
+ * link (a folder, a file) is FERRY_ERR_IO, before any work. Step folders a
+ * killed retention left incomplete (lacking config.json, model.safetensors
+ * or state.ferry), other than the one latest names, are removed too. Temporaries a killed save left there
  * (.step_N.tmp, .step_N.old) are removed once the lock is held, except a
  * .step_N.old where step_N is missing (a save stopped between moving the
  * earlier step_N aside and renaming the new one in): that is put back as
@@ -69,8 +71,9 @@ void run_state_unlock(int fd);
 /* Retention: deletes the step folders of dir beyond the `keep` newest (by
  * step), never the one `latest` points at, and never anything that is not a
  * real folder (a link named like a step, and what it names, are left); keep
- * 0 keeps all. FERRY_ERR_IO
- * naming a folder that could not be removed (the others are still removed). */
+ * 0 keeps all. Each is renamed to .step_N.del first, so a kill midway leaves
+ * no step folder half deleted. FERRY_ERR_IO naming a folder that could not
+ * be removed (the others are still removed). */
 ferry_status run_state_prune(const char *dir, int keep);
 
 /* Resolves --resume PATH: a checkpoint folder itself, or a run folder whose

@@ -105,6 +105,26 @@ if [ "$(id -u)" -ne 0 ]; then
   before_work "--checkpoint-dir '.*locked' cannot be written" --checkpoint-dir "$work/locked"
 fi
 
+# Sizes are products of user numbers, computed in 64 bits: 1024 x 64 x 65536
+# is 2^32 tokens per step (once an int overflow: "0 tokens/step", and
+# undefined behaviour); a micro-batch beyond 2^31 - 1 tokens is refused.
+expect 2 "--batch 65536 x --seq 65536 is 4294967296 tokens per micro-batch" --data x --batch 65536 --seq 65536 \
+  --context 65536
+$python - "$work/big.bin" <<'PY'
+import struct, sys
+n = 70000
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack("<%dH" % n, *[(i * 7) % 50 for i in range(n)]))
+PY
+"$train" --data "$work/big.bin" --layers 1 --heads 1 --width 8 --vocab 50 --context 64 --batch 1024 --seq 64 \
+  --grad-accum 65536 --steps 1 --backend host --threads 1 >"$work/out" 2>"$work/err" &
+big=$!
+for _ in $(seq 600); do grep -q "tokens/step" "$work/out" && break; sleep 0.1; done
+kill -TERM $big 2>/dev/null; wait $big
+grep -q "batch 1024 x 64 x 65536 accum = 4294967296 tokens/step" "$work/out"
+ok $? "1024 x 64 x 65536 is said as 4294967296 tokens/step: $(grep -o 'batch.*tokens/step' "$work/out") $(head -c 200 "$work/err")"
+
 "$train" --help >"$work/help" 2>&1
 ok $? "--help exits 0"
 missing=0

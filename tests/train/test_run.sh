@@ -65,6 +65,15 @@ exec 9>&-
 "$train" "${common[@]}" --steps 2 --checkpoint-dir "$work/shared" >/dev/null 2>"$work/err"
 ok $? "once the lock is free the run goes ahead $(cat "$work/err")"
 
+# A latest that is a real folder would fail the first save, after the
+# training it was to keep: it is refused before any step.
+mkdir -p "$work/latestdir/latest"
+"$train" "${common[@]}" --steps 2 --checkpoint-dir "$work/latestdir" --log "$work/latestdir.jsonl" \
+  >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "latestdir/latest' is a folder, but it must be the symbolic link" "$work/err" \
+  && [ ! -s "$work/latestdir.jsonl" ] && [ -d "$work/latestdir/latest" ]
+ok $? "a latest that is a real folder is refused before any step, and left (exit $rc): $(cat "$work/err")"
+
 # ---- retention ----
 "$train" "${common[@]}" --steps 10 --checkpoint-every 2 --checkpoint-dir "$work/keep3" >/dev/null 2>&1
 got=$(steps_in "$work/keep3"); [ "$got" = "6 8 10 " ]

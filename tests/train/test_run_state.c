@@ -575,6 +575,42 @@ static void test_lock(void)
     run_state_unlock(b);
 }
 
+/* What killed retention leaves (a step folder holding only config.json, a
+ * .step_N.del) is removed at the next lock; a whole step folder, and an
+ * incomplete one that latest names, are kept. */
+static void test_half_deleted(void)
+{
+    char run_dir[400], path[500];
+    snprintf(run_dir, sizeof run_dir, "%s/halfdeleted", dir);
+    mkdir(run_dir, 0755);
+    const char *files[] = {"config.json", "model.safetensors", "state.ferry"};
+    const struct { const char *step; int nfiles; } folders[] = {
+        {"step_00000003", 1}, {"step_00000005", 3}, {"step_00000007", 2}, {".step_00000002.del", 1}};
+    for (size_t i = 0; i < sizeof folders / sizeof folders[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", run_dir, folders[i].step);
+        mkdir(path, 0755);
+        for (int k = 0; k < folders[i].nfiles; k++) {
+            snprintf(path, sizeof path, "%s/%s/%s", run_dir, folders[i].step, files[k]);
+            FILE *f = fopen(path, "w");
+            if (f)
+                fclose(f);
+        }
+    }
+    snprintf(path, sizeof path, "%s/latest", run_dir);
+    if (symlink("step_00000007", path) != 0)
+        tap_diag("symlink: %s", strerror(errno));
+    int fd = -1;
+    TAP_IS_STATUS(run_state_lock(run_dir, &fd), FERRY_OK, "a folder with half-deleted steps locks");
+    run_state_unlock(fd);
+    const struct { const char *name; bool kept; } want[] = {
+        {"step_00000003", false}, {".step_00000002.del", false}, {"step_00000005", true}, {"step_00000007", true}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", run_dir, want[i].name);
+        tap_ok((access(path, F_OK) == 0) == want[i].kept, "%s is %s", want[i].name,
+               want[i].kept ? "kept (whole, or what latest names)" : "removed (what a killed retention left)");
+    }
+}
+
 /* Writes `text` into path; reads it back into buf (NUL-terminated, "" if none). */
 static void put_text(const char *path, const char *text)
 {
@@ -702,6 +738,7 @@ int main(void)
     test_edited_config(e);
     test_lock();
     test_links_left_alone();
+    test_half_deleted();
     tap_diag("%.1f s in all", (clock_now_ms() - t0) / 1e3);
     ferry_engine_destroy(e);
     for (int g = 0; g < G; g++)

@@ -710,8 +710,8 @@ int main(int argc, char **argv)
         if (t.o.sample_only)
             printf(" | sampling with a window of %d tokens\n", t.o.seq);
         else
-            printf(" | batch %d x %d x %d accum = %d tokens/step%s\n", t.o.batch, t.o.seq, t.o.grad_accum,
-                   t.o.batch * t.o.seq * t.o.grad_accum, t.o.recompute ? " | recompute" : "");
+            printf(" | batch %d x %d x %d accum = %lld tokens/step%s\n", t.o.batch, t.o.seq, t.o.grad_accum,
+                   (long long)t.o.batch * t.o.seq * t.o.grad_accum, t.o.recompute ? " | recompute" : "");
         if (t.step > 0)
             printf("resumed at step %lld from %s\n", (long long)t.step, t.ckpt);
         fflush(stdout);
