@@ -575,3 +575,42 @@ ferry_status fileio_replace_symlink(const char *target, const char *link)
     free(dir);
     return st;
 }
+
+/* ---- stdout at exit ---- */
+
+static const char *stdout_program;
+static bool stdout_quiet; /* the program has said why stdout failed */
+
+static void check_stdout(void)
+{
+    bool bad = ferror(stdout) != 0;
+    int e = 0;
+    errno = 0;
+    if (fflush(stdout) != 0) {
+        bad = true;
+        e = errno;
+    }
+    /* EBADF with nothing written: stdout was closed by the caller (>&-). */
+    if (fclose(stdout) != 0 && (bad || errno != EBADF)) {
+        if (!e)
+            e = errno;
+        bad = true;
+    }
+    if (!bad)
+        return;
+    if (!stdout_quiet)
+        fprintf(stderr, "%s: writing to stdout failed: %s; the output is incomplete\n", stdout_program,
+                e ? strerror(e) : "a write error");
+    _exit(1);
+}
+
+void fileio_check_stdout_at_exit(const char *program)
+{
+    if (!program) {
+        stdout_quiet = true;
+        return;
+    }
+    if (!stdout_program)
+        atexit(check_stdout);
+    stdout_program = program;
+}

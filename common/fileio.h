@@ -94,4 +94,13 @@ ferry_status fileio_sync_dir(const char *dir);
  * naming it, and is left as it is. */
 ferry_status fileio_replace_symlink(const char *target, const char *link);
 
+/* Registers, once per process, a check at exit that everything written to
+ * stdout reached it: if stdout had a write error, or flushing or closing it
+ * fails (a full disk, /dev/full), says so on stderr ("PROGRAM: writing to
+ * stdout failed: REASON; the output is incomplete") and exits 1 instead of
+ * the status the program returned. `program` must outlive the process.
+ * Called again with NULL (the program has said why stdout failed), the
+ * check still exits 1 but prints nothing. */
+void fileio_check_stdout_at_exit(const char *program);
+
 #endif

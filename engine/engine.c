@@ -595,7 +595,9 @@ ferry_status ferry_engine_mark(ferry_engine *e, int64_t step, const char *phase)
     if (!e || !phase)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_mark: NULL argument");
     trace_phase(e->trace, step, phase);
-    return FERRY_OK;
+    /* The trace is written out at each marker, so a write that fails (a
+     * full disk) is said here, at the next phase, not only at the close. */
+    return trace_flush(e->trace);
 }
 
 ferry_status ferry_engine_memory_stats(ferry_engine *e, ferry_memory_stats *out)

@@ -424,7 +424,9 @@ FERRY_API ferry_status ferry_engine_get_weights(ferry_engine *e, int group, floa
 FERRY_API ferry_status ferry_engine_set_weights(ferry_engine *e, int group, const float *values);
 
 /* Marks a phase in the memory trace ("forward", "step 12", ...); free when
- * tracing is off. */
+ * tracing is off. The trace is written out up to the marker: once a write of
+ * it has failed (a full disk), this returns FERRY_ERR_IO naming the trace,
+ * so a caller can stop then rather than learn it at ferry_engine_close. */
 FERRY_API ferry_status ferry_engine_mark(ferry_engine *e, int64_t step, const char *phase);
 
 /* Device and host memory, by category, now and at peak. */

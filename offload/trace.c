@@ -218,10 +218,15 @@ ferry_status trace_flush(trace *t)
     return st;
 }
 
+static void put(trace *t, trace_kind kind, trace_pool pool, int category, const char *name,
+                uint64_t bytes, uint64_t addr, int64_t step, double value);
+
 ferry_status trace_close(trace *t)
 {
     if (!t)
         return FERRY_OK;
+    /* The END record says the trace is whole: its count is the records before it. */
+    put(t, TRACE_END, TRACE_POOL_DEVICE, 0, "end", 0, 0, -1, 0.0);
     pthread_mutex_lock(&t->mu);
     flush_locked(t);
     pthread_mutex_unlock(&t->mu);
@@ -250,7 +255,7 @@ static void put(trace *t, trace_kind kind, trace_pool pool, int category, const 
     r->kind = (uint8_t)kind;
     r->pool = (uint8_t)pool;
     r->category = (uint8_t)category;
-    r->bytes = bytes;
+    r->bytes = kind == TRACE_END ? t->records : bytes;
     r->addr = addr;
     r->step = step;
     r->value = value;

@@ -11,11 +11,15 @@
 #   the batch under way; during setup it trains and saves nothing.
 # Every run has a 60 s deadline (timeout's 124 means it blocked or went on);
 # no assertion is on time otherwise.
-# Usage: test_hangs.sh TRAIN_GPT2 MEMPROF TOKENIZE
+# - Full disks: the trace on a disk that fills (a file size limit, a 64 KiB
+#   tmpfs) stops the run at the next step, and memprof calls that trace, and
+#   a killed run's, cut; stdout on /dev/full fails every program with exit 1.
+# Usage: test_hangs.sh TRAIN_GPT2 MEMPROF TOKENIZE FERRY_INFO
 set -u
 train=$1
 memprof=$2
 tokenize=$3
+info=$4
 work=$(mktemp -d /tmp/ferry-hangs-XXXXXX)
 pids=()
 trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$work"' EXIT
@@ -143,5 +147,62 @@ kill -TERM $pid; stops $pid; rc=$?
 [ $rc -eq 143 ] && grep -qE "stopped by SIGTERM (during setup|before a step was complete); nothing was trained or saved" "$work/err" \
   && [ ! -e "$work/setup/latest" ] && [ -z "$(ls "$work/setup" | grep step_)" ] && [ ! -s "$work/setup.jsonl" ]
 ok $? "SIGTERM during setup trains and saves nothing (exit $rc): $(tr '\n' ' ' <"$work/err" | head -c 300); folder: $(ls "$work/setup" 2>&1 | tr '\n' ' ')"
+
+# ---- full disks ----
+complete() { $python -c 'import json,sys; j=json.load(sys.stdin); print(j["complete"], j["records"], j["error"])'; }
+# A file size limit of 8 KiB (EFBIG) cuts the trace within a few steps:
+# the run stops there, not 3000 steps later. The steps are counted on a
+# pipe, which the limit does not cover.
+loud=("${common[@]:0:${#common[@]}-1}") # without --quiet, which is last
+(ulimit -f 8; exec "$train" "${loud[@]}" --steps 3000 --trace "$work/fsz.trace") 2>"$work/err" | grep -c '^step' \
+  >"$work/count"
+rc=${PIPESTATUS[0]}; done_steps=$(cat "$work/count")
+[ $rc -eq 1 ] && [ "$done_steps" -lt 100 ] && grep -q "memory trace '$work/fsz.trace': write failed: File too large" "$work/err"
+ok $? "a trace cut by a file size limit stops the run after $done_steps of 3000 steps (exit $rc): $(tr '\n' ' ' <"$work/err" | head -c 300)"
+got=$("$memprof" --json "$work/fsz.trace" 2>/dev/null | complete)
+[[ $got == False* ]]; ok $? "memprof calls that trace cut: $got"
+# A 64 KiB file system that fills (ENOSPC), where unshare can mount one.
+mkdir -p "$work/small"
+if unshare -rm sh -c 'mount -t tmpfs -o size=64k none "$0"' "$work/small" 2>/dev/null; then
+  echo 9 >"$work/rc"
+  unshare -rm bash -c 'mount -t tmpfs -o size=64k none "$0" || exit 9
+    "$1" "${@:4}" --trace "$0/t.trace" >"$2/out" 2>"$2/err"; echo $? >"$2/rc"
+    "$3" --json "$0/t.trace" >"$2/json" 2>/dev/null' \
+    "$work/small" "$train" "$work" "$memprof" "${common[@]}" --steps 3000 --log "$work/full.jsonl"
+  rc=$(cat "$work/rc"); done_steps=$(grep -c '"kind":"step"' "$work/full.jsonl")
+  [ "$rc" = 1 ] && [ "$done_steps" -lt 1000 ] && grep -q "write failed: No space left on device" "$work/err"
+  ok $? "a trace on a full disk stops the run after $done_steps of 3000 steps (exit $rc): $(tr '\n' ' ' <"$work/err" | head -c 300)"
+  got=$(complete <"$work/json"); [[ $got == False* ]]; ok $? "memprof calls that trace cut: $got"
+else
+  echo "# unshare cannot mount a small tmpfs here: the ENOSPC case is not run (the file size limit above is)"
+fi
+# A run killed with SIGKILL never closed its trace: memprof says it is cut.
+"$train" "${common[@]}" --steps 100000 --trace "$work/killed.trace" --log "$work/killed.jsonl" >/dev/null 2>&1 &
+pid=$!; pids+=("$pid")
+wait_lines 5 "$work/killed.jsonl"
+kill -9 $pid; wait $pid 2>/dev/null
+got=$("$memprof" --json "$work/killed.trace" 2>/dev/null | complete)
+[[ $got == "False "* ]] && [[ $got == *"no end record"* ]]; ok $? "a SIGKILLed run's trace is cut, not complete: $got"
+"$train" "${common[@]}" --steps 2 --trace "$work/whole.trace" >/dev/null 2>&1
+got=$("$memprof" --json "$work/whole.trace" 2>/dev/null | complete)
+[[ $got == "True "* ]]; ok $? "a closed trace is complete: $got"
+
+# stdout on /dev/full: every program says so and exits 1.
+full_stdout() { # PATTERN CMD...
+  local pattern=$1; shift
+  timeout -k 5 60 "$@" >/dev/full 2>"$work/err"; local rc=$?
+  [ $rc -eq 1 ] && grep -q -- "$pattern" "$work/err"
+  ok $? "$(basename "$1") ${*:2:3} > /dev/full -> exit $rc: $(tr '\n' ' ' <"$work/err" | head -c 200)"
+}
+full_stdout "memprof: writing to stdout failed: No space left on device" "$memprof" "$work/whole.trace"
+full_stdout "memprof: writing to stdout failed: No space left on device" "$memprof" --json "$work/whole.trace"
+full_stdout "memprof: writing to stdout failed: No space left on device" "$memprof" dump "$work/whole.trace"
+full_stdout "memprof: writing to stdout failed: No space left on device" "$memprof" plan --model d2 --batch 2 --seq 64
+full_stdout "writing the progress to stdout: No space left on device" "$train" "${loud[@]}" --steps 2
+full_stdout "ferry-info: writing to stdout failed: No space left on device" "$info"
+if [ -f "$pkg/encoder.json" ]; then
+  full_stdout "tokenize: writing to stdout failed: No space left on device" "$tokenize" --encoder "$pkg/encoder.json" \
+    --vocab "$pkg/vocab.bpe" --out-dir "$work/shards" "$work/text.txt"
+fi
 
 finish

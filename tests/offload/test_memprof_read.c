@@ -60,13 +60,60 @@ static unsigned char *written_trace(size_t *len)
     return b;
 }
 
+/* A trace cut between two records, or with no END record (a killed run, a
+ * full disk): told from a whole one. */
+static void test_cut(void)
+{
+    size_t len = 0;
+    unsigned char *b = written_trace(&len);
+    mp_trace t;
+    size_t n = (len - 32) / 96 - 1;
+    read_bytes(b, len, &t);
+    tap_ok(t.status == FERRY_OK && t.ended && t.version == 2, "a whole trace: its end record read (version %u)",
+           t.version);
+    mp_trace_free(&t);
+    read_bytes(b, len - 96, &t);
+    tap_ok(t.status == FERRY_ERR_FORMAT && t.header_ok && t.n == n && !t.ended && strstr(t.error, "no end record"),
+           "without its end record: cut, with all %zu records kept (%s)", n, t.error);
+    mp_trace_free(&t);
+    read_bytes(b, 32 + 5 * 96, &t);
+    tap_ok(t.status == FERRY_ERR_FORMAT && t.n == 5 && strstr(t.error, "no end record"),
+           "cut after 5 records, at a record boundary: cut (%s)", t.error);
+    mp_trace_free(&t);
+    /* A record after the end: the file was appended to. */
+    unsigned char *more = malloc(len + 96);
+    memcpy(more, b, len);
+    memcpy(more + len, b + len - 96, 96);
+    read_bytes(more, len + 96, &t);
+    tap_ok(t.status == FERRY_ERR_FORMAT && strstr(t.error, "a record after the end record"),
+           "a record after the end record: refused (%s)", t.error);
+    mp_trace_free(&t);
+    free(more);
+    /* An end record that miscounts. */
+    b[len - 96 + 16] ^= 1;
+    uint32_t crc = trace_record_crc((const trace_record *)(b + len - 96), n);
+    memcpy(b + len - 96 + 12, &crc, 4);
+    read_bytes(b, len, &t);
+    tap_ok(t.status == FERRY_ERR_FORMAT && strstr(t.error, "counts"), "an end record that miscounts: refused (%s)",
+           t.error);
+    mp_trace_free(&t);
+    /* Version 1 had no end record: a whole file is read as complete. */
+    b[8] = 1;
+    uint32_t hcrc = trace_header_crc(b);
+    memcpy(b + 28, &hcrc, 4);
+    read_bytes(b, len - 96, &t);
+    tap_ok(t.status == FERRY_OK && t.version == 1 && t.n == n, "a version-1 trace without an end record: read whole");
+    mp_trace_free(&t);
+    free(b);
+}
+
 static void test_every_byte(void)
 {
     size_t len = 0;
     unsigned char *b = written_trace(&len);
     mp_trace t;
     read_bytes(b, len, &t);
-    size_t n = (len - 32) / 96;
+    size_t n = (len - 32) / 96 - 1; /* the END record closes the file; it is no event */
     if (!tap_is_status(t.status, FERRY_OK, "the written trace reads whole (%zu records)", n) || !t.checksummed) {
         tap_ok(0, "and carries checksums");
         free(b);
@@ -119,6 +166,7 @@ static void test_every_byte(void)
            "without checksums (the older layout) all %zu records read, said to be unchecked", n);
     mp_trace_free(&t);
     free(b);
+    test_cut();
 }
 
 static trace_record rec(uint64_t t_ns, int kind, int pool, uint64_t bytes, uint64_t addr)

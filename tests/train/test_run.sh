@@ -53,6 +53,20 @@ ok $? "a trace cut by a full disk fails the run and is not advertised (exit $rc)
 rc=$?; [ $rc -eq 0 ] && grep -q "memory trace: $work/whole.trace" "$work/out"
 ok $? "a whole trace is advertised (exit $rc)"
 
+# A log whose last record was cut (a full disk, a kill mid-write) is cut back
+# to its last whole record by the next run, which says so; a cut line that
+# is not a record of ours is refused and left.
+"$train" "${common[@]}" --steps 2 --log "$work/torn.jsonl" >/dev/null 2>"$work/err"
+printf '{"kind":"step","step":3,"lo' >>"$work/torn.jsonl"
+"$train" "${common[@]}" --steps 2 --log "$work/torn.jsonl" >/dev/null 2>"$work/err"
+rc=$?; [ $rc -eq 0 ] && grep -q "log '$work/torn.jsonl' ended with an incomplete record (27 bytes" "$work/err" \
+  && $python -c 'import json,sys; assert len([json.loads(l) for l in open(sys.argv[1])]) == 4' "$work/torn.jsonl"
+ok $? "a log's cut last record is removed, said, and the log goes on whole (exit $rc): $(cat "$work/err")"
+printf 'notes, no newline' >"$work/notes.txt"
+"$train" "${common[@]}" --steps 2 --log "$work/notes.txt" >/dev/null 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "not a train_gpt2 record" "$work/err" && [ "$(cat "$work/notes.txt")" = "notes, no newline" ]
+ok $? "a file whose last line is not a record is refused as the log and left (exit $rc): $(cat "$work/err")"
+
 # ---- one run per checkpoint folder ----
 mkdir -p "$work/shared"
 exec 9>"$work/shared/.lock"
@@ -120,8 +134,8 @@ for sig in INT TERM; do
   ok $? "SIG$sig: every line of the log is whole JSON"
   size=$(stat -c %s "$d/t.trace")
   records=$("$memprof" --json "$d/t.trace" | $python -c 'import json,sys; j=json.load(sys.stdin); print(j["records"] if j["complete"] else -1)')
-  [ "$records" -gt 0 ] && [ $((32 + 96 * records)) -eq "$size" ] && grep -aq checkpoint "$d/t.trace"
-  ok $? "SIG$sig: the trace is whole: $records records in $size bytes, up to the last checkpoint"
+  [ "$records" -gt 0 ] && [ $((32 + 96 * (records + 1))) -eq "$size" ] && grep -aq checkpoint "$d/t.trace"
+  ok $? "SIG$sig: the trace is whole: $records records and its end record in $size bytes, up to the last checkpoint"
   "$train" "${common[@]}" --steps $((logged + 2)) --resume "$d/ck" --checkpoint-dir "$d/ck" >/dev/null 2>"$d/err"
   ok $? "SIG$sig: the run resumes from it $(cat "$d/err")"
 done

@@ -63,12 +63,13 @@ static ferry_status check_header(mp_trace *t, const char *name, const unsigned c
     memcpy(&t->start_unix_ns, h + 16, 8);
     memcpy(&flags, h + 24, 4);
     memcpy(&hcrc, h + 28, 4);
-    if (version != TRACE_VERSION)
-        return fail(t, FERRY_ERR_FORMAT, "trace '%s' has format version %u; this memprof reads version %u",
+    if (version != 1 && version != TRACE_VERSION)
+        return fail(t, FERRY_ERR_FORMAT, "trace '%s' has format version %u; this memprof reads versions 1 and %u",
                     name, version, TRACE_VERSION);
+    t->version = version;
     if (*rsize < TRACE_RECORD_SIZE || *rsize > 4096)
         return fail(t, FERRY_ERR_FORMAT, "trace '%s' claims %u-byte records; version %u records are %u bytes",
-                    name, *rsize, TRACE_VERSION, TRACE_RECORD_SIZE);
+                    name, *rsize, version, TRACE_RECORD_SIZE);
     if (flags == 0 && hcrc == 0) /* written before records carried checksums */
         return FERRY_OK;
     uint32_t want = trace_header_crc(h);
@@ -86,8 +87,14 @@ static const char *record_problem(const mp_trace *t, const trace_record *r, uint
                                   size_t cap)
 {
     uint32_t crc = t->checksummed ? trace_record_crc(r, t->n) : 0;
-    if (r->kind < TRACE_ALLOC || r->kind > TRACE_RESERVE)
+    unsigned last_kind = t->version >= 2 ? TRACE_END : TRACE_RESERVE;
+    if (t->ended)
+        snprintf(buf, cap, "a record after the end record");
+    else if (r->kind < TRACE_ALLOC || r->kind > last_kind)
         snprintf(buf, cap, "unknown record kind %u", r->kind);
+    else if (r->kind == TRACE_END && r->bytes != t->n)
+        snprintf(buf, cap, "the end record counts %llu records before it, but %zu were read",
+                 (unsigned long long)r->bytes, t->n);
     else if (r->pool >= MP_POOLS)
         snprintf(buf, cap, "unknown pool %u", r->pool);
     else if (r->category >= FERRY_MEM_CATEGORY_COUNT)
@@ -157,10 +164,20 @@ static ferry_status read_records(FILE *f, const char *name, uint32_t rsize, mp_t
             break;
         }
         prev_t = r.t_ns;
+        if (r.kind == TRACE_END) {
+            t->ended = true; /* not kept: it is no event */
+            continue;
+        }
         if ((st = push(t, name, &r, &cap)) != FERRY_OK)
             break;
     }
     free(buf);
+    /* A whole file without its end record: the writer never closed it. */
+    if (st == FERRY_OK && t->version >= 2 && !t->ended)
+        st = fail(t, FERRY_ERR_FORMAT,
+                  "trace '%s' has no end record: the run that wrote it was killed, or its disk filled, before the "
+                  "trace was closed; the figures cover the %zu records it has",
+                  name, t->n);
     return st;
 }
 

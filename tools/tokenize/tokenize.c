@@ -170,6 +170,7 @@ static int fail(ferry_status st)
 
 int main(int argc, char **argv)
 {
+    fileio_check_stdout_at_exit("tokenize"); /* a full disk or /dev/full on stdout is exit 1 */
     tokenize_opts o;
     int rc = tokenize_parse_args(argc, argv, &o);
     if (rc) {

@@ -10,6 +10,7 @@
  * any training and save nothing; a second signal stops at once. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -347,6 +349,18 @@ static void progress_line(trainer *t, const step_figures *f)
     fflush(stdout);
 }
 
+/* What the run prints goes to stdout, flushed as it goes: a write that
+ * fails (a full disk, /dev/full) stops the run, as the log's does. */
+static ferry_status stdout_written(void)
+{
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return FERRY_OK;
+    fileio_check_stdout_at_exit(NULL); /* said here; the exit's check need not say it again */
+    return err_set(FERRY_ERR_IO, "writing the progress to stdout: %s; the run stops (is the disk full?)",
+                   errno ? strerror(errno) : "a write error");
+}
+
 /* One line of the JSON Lines log, flushed: a write that fails (a full disk)
  * is an error, so the log is never silently cut. */
 static ferry_status log_record(trainer *t, const char *kind, const step_figures *f, double val_loss)
@@ -396,8 +410,7 @@ static ferry_status train_step(trainer *t, step_figures *f)
     backend_stream *s = engine_embed_stream(t->engine);
     double t0 = clock_now_ms();
     float sum = 0;
-    ferry_status st = FERRY_OK;
-    ferry_engine_mark(t->engine, t->step + 1, "forward+backward");
+    ferry_status st = ferry_engine_mark(t->engine, t->step + 1, "forward+backward"); /* a failed trace stops the run */
     for (int k = 0; k < t->o.grad_accum && st == FERRY_OK; k++) {
         float loss = 0;
         /* A signal: the step stops between micro-batches, and what it has
@@ -422,7 +435,8 @@ static ferry_status train_step(trainer *t, step_figures *f)
     so.weight_decay = t->o.weight_decay;
     so.max_grad_norm = t->o.clip;
     ferry_step_report rep = FERRY_STEP_REPORT_INIT;
-    ferry_engine_mark(t->engine, t->step + 1, "optimizer");
+    if (st == FERRY_OK)
+        st = ferry_engine_mark(t->engine, t->step + 1, "optimizer");
     if (st == FERRY_OK)
         st = ferry_engine_step(t->engine, &so, &rep);
     if (st != FERRY_OK)
@@ -460,7 +474,10 @@ static ferry_status evaluate(trainer *t, float *val_loss, bool *cut)
     ferry_status st = ferry_engine_begin_inference(t->engine);
     if (st != FERRY_OK)
         return st;
-    ferry_engine_mark(t->engine, t->step, "eval");
+    if ((st = ferry_engine_mark(t->engine, t->step, "eval")) != FERRY_OK) {
+        ferry_engine_end_inference(t->engine);
+        return st;
+    }
     tok_loader_reset(t->val);
     double sum = 0;
     int n = 0;
@@ -491,7 +508,7 @@ static ferry_status print_sample(trainer *t)
     if (st == FERRY_OK) {
         printf("---- sample at step %lld (temperature %.2f, top-k %d) ----\n%s\n----\n", (long long)t->step,
                (double)t->o.temperature, t->o.top_k, text);
-        fflush(stdout);
+        st = stdout_written();
     }
     free(text);
     return st;
@@ -500,7 +517,7 @@ static ferry_status print_sample(trainer *t)
 static ferry_status save(trainer *t)
 {
     train_resume r = {t->step, 0, t->pos, t->smp.rng, t->cfg, t->o.batch, t->o.seq, t->o.grad_accum};
-    ferry_engine_mark(t->engine, t->step, "checkpoint");
+    ferry_engine_mark(t->engine, t->step, "checkpoint"); /* a failed trace is said at the next step, after the save */
     ferry_status st = run_state_save(t->o.checkpoint_dir, t->step, t->engine, t->model, &r);
     if (st != FERRY_OK)
         return st;
@@ -527,7 +544,7 @@ static ferry_status train(trainer *t)
             break;
         if (!t->o.quiet)
             progress_line(t, &f);
-        if ((st = log_record(t, "step", &f, 0)) != FERRY_OK)
+        if ((st = stdout_written()) != FERRY_OK || (st = log_record(t, "step", &f, 0)) != FERRY_OK)
             break;
         if (!stop_signal && (every(t->o.eval_every, t->step) || (t->o.eval_every && t->step == t->o.steps))) {
             float val = 0;
@@ -540,7 +557,7 @@ static ferry_status train(trainer *t)
                 break;
             }
             printf("step %lld | val loss %.4f\n", (long long)t->step, (double)val);
-            if ((st = log_record(t, "eval", NULL, val)) != FERRY_OK)
+            if ((st = stdout_written()) != FERRY_OK || (st = log_record(t, "eval", NULL, val)) != FERRY_OK)
                 break;
         }
         if (!stop_signal && every(t->o.sample_every, t->step) && (st = print_sample(t)) != FERRY_OK)
@@ -620,6 +637,57 @@ static int cleanup(trainer *t, int rc)
     return rc;
 }
 
+/* Bytes from `off` to the end of the file (at most 64 KiB) into buf. */
+static ssize_t read_tail(int fd, off_t off, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (ssize_t r; n < cap && (r = pread(fd, buf + n, cap - n, off + (off_t)n)) > 0;)
+        n += (size_t)r;
+    return (ssize_t)n;
+}
+
+/* A log whose last line was cut (its disk filled, or the run was killed
+ * mid-write) is cut back to its last whole record before anything is
+ * appended, and the run says so; a cut line that is not one of our records
+ * (another file given as --log) is refused and left as it is. */
+static ferry_status repair_log(const char *path, int fd)
+{
+    struct stat sb, rsb;
+    char tail[65536];
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0)
+        return FERRY_OK;
+    /* Read through a descriptor of its own (the log's is write-only), of the same file. */
+    int rfd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (rfd < 0 || fstat(rfd, &rsb) != 0 || rsb.st_ino != sb.st_ino || rsb.st_dev != sb.st_dev) {
+        int e = rfd < 0 ? errno : EAGAIN;
+        if (rfd >= 0)
+            close(rfd);
+        return err_set(FERRY_ERR_IO, "the log '%s': cannot read its last line: %s", path, strerror(e));
+    }
+    off_t from = sb.st_size > (off_t)sizeof tail ? sb.st_size - (off_t)sizeof tail : 0;
+    ssize_t n = read_tail(rfd, from, tail, sizeof tail);
+    close(rfd);
+    if (n <= 0 || tail[n - 1] == '\n')
+        return FERRY_OK;
+    ssize_t cut = n;
+    while (cut > 0 && tail[cut - 1] != '\n')
+        cut--;
+    static const char record[] = "{\"kind\":\"";
+    bool ours = (cut > 0 || from == 0) && (size_t)(n - cut) >= sizeof record - 1 &&
+                memcmp(tail + cut, record, sizeof record - 1) == 0;
+    if (!ours)
+        return err_set(FERRY_ERR_FORMAT, "the log '%s' ends with an incomplete line that is not a train_gpt2 record "
+                                         "(%lld bytes after its last newline); give another --log, or end that "
+                                         "file with a newline; it is left as it is",
+                       path, (long long)(n - cut));
+    if (ftruncate(fd, from + cut) != 0)
+        return err_set(FERRY_ERR_IO, "the log '%s': cannot cut its incomplete last record: %s", path, strerror(errno));
+    fprintf(stderr, "train_gpt2: the log '%s' ended with an incomplete record (%lld bytes: its disk filled, or the "
+                    "run was stopped mid-write); it was removed, and the log goes on from its last whole record\n",
+            path, (long long)(n - cut));
+    return FERRY_OK;
+}
+
 /* The log, appended to: a regular file (its folders made) or a character
  * device, opened without blocking (common/fileio.h). */
 static ferry_status open_log(trainer *t)
@@ -630,7 +698,9 @@ static ferry_status open_log(trainer *t)
     ferry_status st = fileio_make_parents(t->o.log);
     if (st == FERRY_OK)
         st = fileio_open_output(t->o.log, "the log", true, &fd);
-    if (st == FERRY_OK && !(t->log = fdopen(fd, "a"))) {
+    if (st == FERRY_OK && (st = repair_log(t->o.log, fd)) != FERRY_OK)
+        close(fd);
+    else if (st == FERRY_OK && !(t->log = fdopen(fd, "a"))) {
         st = err_set(FERRY_ERR_IO, "cannot write the log '%s': %s", t->o.log, strerror(errno));
         close(fd);
     }
@@ -687,6 +757,7 @@ static int prepare(trainer *t)
 
 int main(int argc, char **argv)
 {
+    fileio_check_stdout_at_exit("train_gpt2"); /* a full disk or /dev/full on stdout is exit 1 */
     trainer t = {0};
     t.lock_fd = -1;
     t.saved_step = -1;
@@ -714,7 +785,8 @@ int main(int argc, char **argv)
                    (long long)t.o.batch * t.o.seq * t.o.grad_accum, t.o.recompute ? " | recompute" : "");
         if (t.step > 0)
             printf("resumed at step %lld from %s\n", (long long)t.step, t.ckpt);
-        fflush(stdout);
+        if (stdout_written() != FERRY_OK)
+            return cleanup(&t, fail("setup"));
     }
     t.started_ms = clock_now_ms();
     t.start_step = t.step;

@@ -36,6 +36,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/fileio.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/units.h"
@@ -693,6 +694,7 @@ static void print_report(const bench_opts *o, const gpt2_model *m, const bench_r
 
 int main(int argc, char **argv)
 {
+    fileio_check_stdout_at_exit("bench_engine"); /* a full disk or /dev/full on stdout is exit 1 */
     bench_opts o = {NULL, 0, 0, 7, 1, 0, {FERRY_OFFLOAD_NONE, FERRY_OFFLOAD_OPTIMIZER, FERRY_OFFLOAD_PARAMS},
                     3, FERRY_BACKEND_AUTO, 0, 0, false, false, false, false};
     ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
