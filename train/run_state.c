@@ -5,13 +5,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/error.h"
@@ -29,8 +32,47 @@ ferry_status run_state_join(char *out, size_t cap, const char *dir, const char *
 /* ---- the run state, field by field ---- */
 
 #define RUN_STATE_MAGIC "FERRYRUN"
-enum { RUN_STATE_U64S = 6, RUN_STATE_I32S = 9 };
-_Static_assert(RUN_STATE_BYTES == 8 + 4 + 8 * RUN_STATE_U64S + 4 * RUN_STATE_I32S, "the documented layout");
+enum { RUN_STATE_U64S = 6, RUN_STATE_I32S = 9, RUN_STATE_SET_I32S = 5, RUN_STATE_SET_F32S = 7 };
+_Static_assert(RUN_STATE_V2_BYTES == 8 + 4 + 8 * RUN_STATE_U64S + 4 * RUN_STATE_I32S, "the documented layout");
+_Static_assert(RUN_STATE_BYTES == RUN_STATE_V2_BYTES + 16 + 8 + 4 * RUN_STATE_SET_I32S + 4 * RUN_STATE_SET_F32S,
+               "the documented layout");
+
+void run_state_new_run(char out[33])
+{
+    unsigned char b[16];
+    size_t got = 0;
+    while (got < sizeof b) {
+        ssize_t n = getrandom(b + got, sizeof b - got, 0);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    if (got < sizeof b) { /* no getrandom: the clock and the process, mixed */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t x = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+        for (size_t i = 0; i < sizeof b; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            b[i] = (unsigned char)x;
+        }
+    }
+    for (size_t i = 0; i < sizeof b; i++)
+        snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 static unsigned char *put_le(unsigned char *p, uint64_t v, int bytes)
 {
@@ -61,6 +103,44 @@ void run_state_encode(const train_resume *r, unsigned char out[RUN_STATE_BYTES])
         p = put_le(p, u64s[i], 8);
     for (int i = 0; i < RUN_STATE_I32S; i++)
         p = put_le(p, (uint32_t)i32s[i], 4);
+    for (int i = 0; i < 16; i++) {
+        unsigned v = 0;
+        sscanf(r->run + 2 * i, "%2x", &v);
+        *p++ = (unsigned char)v;
+    }
+    const train_settings *t = &r->settings;
+    p = put_le(p, t->seed, 8);
+    const int32_t set_i32s[RUN_STATE_SET_I32S] = {t->dtype, t->offload, t->delayed_update, t->warmup, t->steps};
+    const float set_f32s[RUN_STATE_SET_F32S] = {t->lr, t->lr_min_frac, t->weight_decay, t->beta1, t->beta2, t->eps,
+                                                t->clip};
+    for (int i = 0; i < RUN_STATE_SET_I32S; i++)
+        p = put_le(p, (uint32_t)set_i32s[i], 4);
+    for (int i = 0; i < RUN_STATE_SET_F32S; i++)
+        p = put_le(p, f32_bits(set_f32s[i]), 4);
+}
+
+/* A run's identity is 32 lowercase hex digits, not all zero. */
+static bool run_ok(const char *run)
+{
+    size_t n = strspn(run, "0123456789abcdef");
+    return n == 32 && !run[32] && strspn(run, "0") != 32;
+}
+
+/* The settings of a version-3 run state are ones a run can have. */
+static ferry_status check_settings(const train_settings *t, const char *where)
+{
+    bool floats_ok = isfinite(t->lr) && t->lr >= 0 && isfinite(t->lr_min_frac) && t->lr_min_frac >= 0 &&
+                     isfinite(t->weight_decay) && t->weight_decay >= 0 && t->beta1 >= 0 && t->beta1 < 1 &&
+                     t->beta2 >= 0 && t->beta2 < 1 && isfinite(t->eps) && t->eps >= 0 && isfinite(t->clip) &&
+                     t->clip >= 0;
+    bool ints_ok = (t->dtype == FERRY_DTYPE_F32 || t->dtype == FERRY_DTYPE_BF16 || t->dtype == FERRY_DTYPE_F16) &&
+                   t->offload >= FERRY_OFFLOAD_NONE && t->offload <= FERRY_OFFLOAD_PARAMS &&
+                   (t->delayed_update == 0 || t->delayed_update == 1) && t->warmup >= 0 && t->steps >= 1;
+    if (!floats_ok || !ints_ok)
+        return err_set(FERRY_ERR_FORMAT, "'%s': the run state's settings (dtype %d, offload %d, delayed update %d, "
+                                         "warmup %d, steps %d, lr %g, ...) are not ones a run can have: it is damaged",
+                       where, t->dtype, t->offload, t->delayed_update, t->warmup, t->steps, (double)t->lr);
+    return FERRY_OK;
 }
 
 /* Every field of a decoded run state is one a run can have. */
@@ -89,21 +169,47 @@ ferry_status run_state_decode(const unsigned char *in, size_t len, const char *w
                        where);
     const unsigned char *p = in + 8;
     uint32_t version = (uint32_t)get_le(&p, 4);
-    if (version != RUN_STATE_VERSION)
-        return err_set(FERRY_ERR_FORMAT, "'%s' holds run state version %u; this train_gpt2 reads version %u", where,
-                       version, RUN_STATE_VERSION);
-    if (len != RUN_STATE_BYTES)
-        return err_set(FERRY_ERR_FORMAT, "'%s' holds %zu bytes of run state; version %u has %u: it is damaged", where,
-                       len, RUN_STATE_VERSION, RUN_STATE_BYTES);
+    if (version != RUN_STATE_VERSION && version != 2)
+        return err_set(FERRY_ERR_FORMAT, "'%s' holds run state version %u; this train_gpt2 reads versions 2 and %u",
+                       where, version, RUN_STATE_VERSION);
+    size_t want = version == 2 ? RUN_STATE_V2_BYTES : RUN_STATE_BYTES;
+    if (len != want)
+        return err_set(FERRY_ERR_FORMAT, "'%s' holds %zu bytes of run state; version %u has %zu: it is damaged", where,
+                       len, version, want);
     uint64_t u64s[RUN_STATE_U64S];
     int32_t i32s[RUN_STATE_I32S];
     for (int i = 0; i < RUN_STATE_U64S; i++)
         u64s[i] = get_le(&p, 8);
     for (int i = 0; i < RUN_STATE_I32S; i++)
         i32s[i] = (int32_t)(uint32_t)get_le(&p, 4);
-    train_resume r = {(int64_t)u64s[0], (int64_t)u64s[1], {u64s[2], u64s[3], u64s[4]}, u64s[5],
-                      {i32s[0], i32s[1], i32s[2], i32s[3], i32s[4], i32s[5]}, i32s[6], i32s[7], i32s[8]};
+    train_resume r;
+    memset(&r, 0, sizeof r);
+    r.step = (int64_t)u64s[0];
+    r.engine_step = (int64_t)u64s[1];
+    r.data = (tok_loader_pos){u64s[2], u64s[3], u64s[4]};
+    r.sample_rng = u64s[5];
+    r.model = (gpt2_config){i32s[0], i32s[1], i32s[2], i32s[3], i32s[4], i32s[5]};
+    r.batch = i32s[6], r.seq = i32s[7], r.grad_accum = i32s[8];
     ferry_status st = check_resume(&r, where);
+    if (st == FERRY_OK && version >= 3) {
+        for (int i = 0; i < 16; i++)
+            snprintf(r.run + 2 * i, 3, "%02x", *p++);
+        train_settings *t = &r.settings;
+        t->known = 1;
+        t->seed = get_le(&p, 8);
+        int32_t *ints[RUN_STATE_SET_I32S] = {&t->dtype, &t->offload, &t->delayed_update, &t->warmup, &t->steps};
+        float *floats[RUN_STATE_SET_F32S] = {&t->lr, &t->lr_min_frac, &t->weight_decay, &t->beta1, &t->beta2, &t->eps,
+                                             &t->clip};
+        for (int i = 0; i < RUN_STATE_SET_I32S; i++)
+            *ints[i] = (int32_t)(uint32_t)get_le(&p, 4);
+        for (int i = 0; i < RUN_STATE_SET_F32S; i++)
+            *floats[i] = bits_f32((uint32_t)get_le(&p, 4));
+        if (!run_ok(r.run))
+            st = err_set(FERRY_ERR_FORMAT, "'%s': the run state's run identity %s is not one a run gets: it is "
+                                           "damaged", where, r.run);
+        else
+            st = check_settings(t, where);
+    }
     if (st == FERRY_OK)
         *out = r;
     return st;
@@ -408,7 +514,7 @@ ferry_status run_state_prune(const char *dir, int keep)
     return st != FERRY_OK ? st : failed;
 }
 
-static ferry_status save_weights(const char *tmp, ferry_engine *e, const gpt2_model *m)
+static ferry_status save_weights(const char *tmp, ferry_engine *e, const gpt2_model *m, const hf_ferry_info *ferry)
 {
     int G = gpt2_num_groups(m);
     float **groups = calloc((size_t)G, sizeof *groups);
@@ -419,7 +525,7 @@ static ferry_status save_weights(const char *tmp, ferry_engine *e, const gpt2_mo
                        : err_set(FERRY_ERR_OUT_OF_MEMORY, "saving: out of memory for group %d", g);
     }
     if (st == FERRY_OK)
-        st = hf_save(tmp, m, groups);
+        st = hf_save(tmp, m, groups, ferry);
     for (int g = 0; groups && g < G; g++)
         free(groups[g]);
     free(groups);
@@ -472,8 +578,18 @@ ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, cons
     r.engine_step = ferry_engine_steps(e);
     if (step < 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "checkpoint step %lld is negative", (long long)step);
-    if (check_resume(&r, "the run state to save") != FERRY_OK)
+    if (check_resume(&r, "the run state to save") != FERRY_OK ||
+        (!run_ok(r.run) && err_set(FERRY_ERR_INVALID_ARGUMENT, "the run state to save has no run identity ('%s'): "
+                                   "make one with run_state_new_run", r.run)) ||
+        (!r.settings.known && err_set(FERRY_ERR_INVALID_ARGUMENT, "the run state to save has no settings")) ||
+        check_settings(&r.settings, "the run state to save") != FERRY_OK)
         return err_wrap(FERRY_ERR_INVALID_ARGUMENT, "saving the checkpoint of step %lld", (long long)step);
+    if (r.step != step)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "saving the checkpoint of step %lld with a run state of step %lld",
+                       (long long)step, (long long)r.step);
+    hf_ferry_info ferry;
+    snprintf(ferry.run, sizeof ferry.run, "%s", r.run);
+    ferry.step = step;
     run_state_encode(&r, blob);
     step_name(name, sizeof name, (long long)step);
     snprintf(hidden, sizeof hidden, ".%s.tmp", name);
@@ -493,7 +609,7 @@ ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, cons
     remove_tree(tmp);
     if ((st = make_dir(tmp)) != FERRY_OK)
         return st;
-    st = save_weights(tmp, e, m);
+    st = save_weights(tmp, e, m, &ferry);
     if (st == FERRY_OK)
         st = ferry_engine_save(e, state, blob, sizeof blob);
     if (st == FERRY_OK)
@@ -540,15 +656,63 @@ static ferry_status peek(const char *state, train_resume *r)
     return st == FERRY_OK ? run_state_decode(blob, n, state, r) : st;
 }
 
-ferry_status run_state_config(const char *ckpt_dir, gpt2_config *out)
+/* The step a checkpoint folder's name says ("step_00000005": 5), or -1 for
+ * a folder named otherwise. */
+static long long named_step(const char *ckpt_dir)
 {
-    char path[PATH_MAX], state[PATH_MAX];
+    char *real = realpath(ckpt_dir, NULL);
+    const char *base = real ? strrchr(real, '/') : NULL;
+    long long step = base ? folder_step(base + 1) : -1;
+    free(real);
+    return step;
+}
+
+/* One file's run and step against the run state's. */
+static ferry_status check_binding(const char *file, const hf_ferry_info *f, const train_resume *r, const char *state)
+{
+    if (r->run[0] && strcmp(f->run, r->run) != 0)
+        return err_set(FERRY_ERR_FORMAT, "'%s' belongs to run %s, but the state.ferry beside it ('%s') to run %s: the "
+                                         "files of two runs were mixed; put back the ones saved together",
+                       file, f->run[0] ? f->run : "(none recorded)", state, r->run);
+    if (f->step >= 0 && f->step != r->step)
+        return err_set(FERRY_ERR_FORMAT, "'%s' is of step %lld, but the state.ferry beside it ('%s') of step %lld: the "
+                                         "files of two checkpoints were mixed; put back the ones saved together",
+                       file, (long long)f->step, state, (long long)r->step);
+    if (r->run[0] && f->step < 0)
+        return err_set(FERRY_ERR_FORMAT, "'%s' records no step, but the state.ferry beside it ('%s') is step %lld of "
+                                         "run %s: it is not the file saved with it",
+                       file, state, (long long)r->step, r->run);
+    return FERRY_OK;
+}
+
+ferry_status run_state_inspect(const char *ckpt_dir, gpt2_config *out, train_resume *resume)
+{
+    char path[PATH_MAX], state[PATH_MAX], weights[PATH_MAX];
     train_resume r;
+    hf_ferry_info conf, meta;
     ferry_status st = run_state_join(path, sizeof path, ckpt_dir, "config.json");
     if (st == FERRY_OK) st = run_state_join(state, sizeof state, ckpt_dir, "state.ferry");
-    if (st == FERRY_OK) st = hf_read_config(path, out);
+    if (st == FERRY_OK) st = run_state_join(weights, sizeof weights, ckpt_dir, "model.safetensors");
+    if (st == FERRY_OK) st = hf_read_config_ferry(path, out, &conf);
     if (st == FERRY_OK) st = peek(state, &r);
-    return st == FERRY_OK ? run_state_check_model(&r, out, path) : st;
+    if (st == FERRY_OK) st = run_state_check_model(&r, out, path);
+    if (st == FERRY_OK) st = check_binding(path, &conf, &r, state);
+    if (st == FERRY_OK) st = hf_read_ferry_meta(weights, &meta);
+    if (st == FERRY_OK) st = check_binding(weights, &meta, &r, state);
+    long long named = named_step(ckpt_dir);
+    if (st == FERRY_OK && named >= 0 && named != r.step)
+        st = err_set(FERRY_ERR_FORMAT, "'%s' holds the state of step %lld, but the folder is named for step %lld: a "
+                                       "checkpoint was moved or copied into another's place; resume from the folder "
+                                       "of its own step",
+                     state, (long long)r.step, named);
+    if (st == FERRY_OK && resume)
+        *resume = r;
+    return st;
+}
+
+ferry_status run_state_config(const char *ckpt_dir, gpt2_config *out)
+{
+    return run_state_inspect(ckpt_dir, out, NULL);
 }
 
 ferry_status run_state_load(const char *ckpt_dir, ferry_engine *e, train_resume *resume)

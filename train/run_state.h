@@ -14,6 +14,18 @@
 #include "models/gpt2.h"
 #include "train/dataloader.h"
 
+/* The settings a run was trained with, so that a resumed run takes them
+ * from its checkpoint and can say which the command line changes. */
+typedef struct train_settings {
+    int known;             /* 0 in a run state from before they were kept (version 2) */
+    uint64_t seed;
+    int32_t dtype;         /* the device storage (ferry_dtype, AUTO resolved) */
+    int32_t offload;       /* ferry_offload */
+    int32_t delayed_update;
+    int32_t warmup, steps;
+    float lr, lr_min_frac, weight_decay, beta1, beta2, eps, clip;
+} train_settings;
+
 /* What besides the engine state a resumed run needs to continue exactly. */
 typedef struct train_resume {
     int64_t step;          /* steps done (skipped ones included) */
@@ -22,17 +34,25 @@ typedef struct train_resume {
     uint64_t sample_rng;   /* the sampler's generator */
     gpt2_config model;     /* the model it was trained with */
     int32_t batch, seq, grad_accum;
+    char run[33];          /* the run's identity: 32 lowercase hex digits ("" in a version-2 run state) */
+    train_settings settings;
 } train_resume;
 
 /* The run state as state.ferry stores it (the engine checkpoint's user blob),
  * little-endian, field by field:
- *   magic "FERRYRUN", u32 version (2),
+ *   magic "FERRYRUN", u32 version (3),
  *   i64 step, i64 engine_step, u64 data.epoch, u64 data.index, u64 data.layout,
  *   u64 sample_rng, i32 n_layer, n_head, n_embd, vocab_size, padded_vocab_size,
- *   max_seq_len, i32 batch, seq, grad_accum
- * The engine checksums it. */
-#define RUN_STATE_VERSION 2u
-#define RUN_STATE_BYTES 96u
+ *   max_seq_len, i32 batch, seq, grad_accum,          (version 2 ends here: 96 bytes)
+ *   u8 run[16], u64 seed, i32 dtype, offload, delayed_update, warmup, steps,
+ *   f32 lr, lr_min_frac, weight_decay, beta1, beta2, eps, clip
+ * The engine checksums it. Version 2 is read too (no run, settings unknown). */
+#define RUN_STATE_VERSION 3u
+#define RUN_STATE_BYTES 168u
+#define RUN_STATE_V2_BYTES 96u
+
+/* A new run's identity: 128 random bits as 32 lowercase hex digits. */
+void run_state_new_run(char out[33]);
 
 void run_state_encode(const train_resume *r, unsigned char out[RUN_STATE_BYTES]);
 /* Decodes and checks every field (a step count that can be, a model GPT-2 can
@@ -84,6 +104,13 @@ ferry_status run_state_locate(const char *path, char *out, size_t cap);
  * it against the model its state.ferry was trained with (read without an
  * engine): an edited config.json is FERRY_ERR_FORMAT naming both values. */
 ferry_status run_state_config(const char *ckpt_dir, gpt2_config *out);
+/* run_state_config, and the checkpoint's files bound to one run and one
+ * step: the run and step in config.json's "ferry" fields, in
+ * model.safetensors' metadata and in state.ferry must agree, and a folder
+ * named step_N must hold step N; any mismatch is FERRY_ERR_FORMAT naming
+ * both values. *resume (may be NULL) gets the run state, read without an
+ * engine. */
+ferry_status run_state_inspect(const char *ckpt_dir, gpt2_config *out, train_resume *resume);
 
 /* Loads state.ferry into an engine set up for the same model; fills *resume.
  * The engine's restored step count must be the one the run state recorded. */

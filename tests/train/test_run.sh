@@ -40,6 +40,30 @@ rc=$?; [ $rc -eq 1 ] && grep -q "tensor 'transformer.h.1.mlp.c_fc.weight' holds 
   && ! grep -q "^step" "$work/out"
 ok $? "--init-from with a NaN and an Inf is refused naming the tensor (exit $rc): $(cat "$work/err")"
 
+# --init-from with a config.json that asks for what ferry does not compute
+# (eps 0.5, relu) is refused naming it, not trained as GPT-2's; and one
+# from another checkpoint than the weights is refused naming both.
+"$train" "${common[@]}" --steps 4 --checkpoint-every 2 --keep-last 0 --checkpoint-dir "$work/init2" >/dev/null 2>&1
+mkdir -p "$work/relu"
+cp "$work/init/latest/model.safetensors" "$work/relu/"
+$python - "$work/init/latest/config.json" "$work/relu/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["layer_norm_epsilon"] = 0.5
+c["activation_function"] = "relu"
+json.dump(c, open(sys.argv[2], "w"))
+PY
+"$train" "${common[@]}" --steps 2 --init-from "$work/relu/model.safetensors" >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q '"activation_function" is the string "relu"; ferry implements only "gelu_new"' "$work/err" \
+  && ! grep -q "^step" "$work/out"
+ok $? "--init-from with a relu config.json is refused, not trained as gelu_new (exit $rc): $(cat "$work/err")"
+mkdir -p "$work/pair"
+cp "$work/init2/step_00000002/model.safetensors" "$work/pair/"
+cp "$work/init2/step_00000004/config.json" "$work/pair/"
+"$train" "${common[@]}" --steps 2 --init-from "$work/pair/model.safetensors" >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "is step 2 of run .*, but the config.json beside it .* step 4 of run" "$work/err"
+ok $? "--init-from weights of step 2 beside the config.json of step 4 are refused (exit $rc): $(cat "$work/err")"
+
 # ---- write failures of the log and the trace ----
 "$train" "${common[@]}" --steps 3 --log /dev/full >"$work/out" 2>"$work/err"
 rc=$?; [ $rc -eq 1 ] && grep -q "writing the log '/dev/full': No space left on device" "$work/err"

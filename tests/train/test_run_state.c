@@ -81,6 +81,15 @@ static ferry_engine *make_engine(void)
     return e;
 }
 
+#define RUN_ID "0123456789abcdef0123456789abcdef"
+
+/* Settings a run can have (train_gpt2's defaults). */
+static train_settings some_settings(void)
+{
+    return (train_settings){1, 1337, FERRY_DTYPE_F32, FERRY_OFFLOAD_OPTIMIZER, 0, 10, 100, 6e-4f, 0.1f, 0.1f, 0.9f,
+                            0.95f, 1e-8f, 1.0f};
+}
+
 static train_resume resume_of(int64_t step, uint64_t version)
 {
     train_resume r;
@@ -89,6 +98,8 @@ static train_resume resume_of(int64_t step, uint64_t version)
     r.sample_rng = version;
     r.model = *gpt2_get_config(model);
     r.batch = 1, r.seq = 64, r.grad_accum = 1;
+    snprintf(r.run, sizeof r.run, "%s", RUN_ID);
+    r.settings = some_settings();
     return r;
 }
 
@@ -362,6 +373,7 @@ static void test_failed_saves(ferry_engine *e)
     if (f)
         fclose(f);
     snprintf(under, sizeof under, "%s/run", file);
+    r.step = 1;
     st = run_state_save(under, 1, e, model, &r);
     tap_is_status(st, FERRY_ERR_IO, "a run folder under a regular file: %s", ferry_last_error());
     tap_ok(strstr(ferry_last_error(), under) != NULL, "the message names the folder: %s", ferry_last_error());
@@ -369,6 +381,7 @@ static void test_failed_saves(ferry_engine *e)
     /* A read-only folder (root may write anywhere: then this case is moot). */
     if (geteuid() != 0) {
         chmod(run, 0555);
+        r.step = 99998;
         st = run_state_save(run, 99998, e, model, &r);
         chmod(run, 0755);
         tap_is_status(st, FERRY_ERR_IO, "a save into a read-only run folder fails: %s", ferry_last_error());
@@ -417,7 +430,8 @@ static int same_resume(const train_resume *a, const train_resume *b)
     return a->step == b->step && a->engine_step == b->engine_step && a->data.epoch == b->data.epoch &&
            a->data.index == b->data.index && a->data.layout == b->data.layout && a->sample_rng == b->sample_rng &&
            memcmp(&a->model, &b->model, sizeof a->model) == 0 && a->batch == b->batch && a->seq == b->seq &&
-           a->grad_accum == b->grad_accum;
+           a->grad_accum == b->grad_accum && strcmp(a->run, b->run) == 0 &&
+           memcmp(&a->settings, &b->settings, sizeof a->settings) == 0;
 }
 
 static uint64_t le_at(const unsigned char *p, int bytes)
@@ -431,7 +445,7 @@ static uint64_t le_at(const unsigned char *p, int bytes)
 static train_resume sample_resume(void)
 {
     train_resume r = {0x0000000102030405ll, 77, {3, 41, 0xA1B2C3D4E5F60718ull}, 0xFEDCBA9876543210ull,
-                      *gpt2_get_config(model), 4, 64, 2};
+                      *gpt2_get_config(model), 4, 64, 2, RUN_ID, some_settings()};
     return r;
 }
 
@@ -440,7 +454,7 @@ static void test_encoding(void)
     train_resume r = sample_resume(), back;
     unsigned char b[RUN_STATE_BYTES];
     run_state_encode(&r, b);
-    tap_ok(memcmp(b, "FERRYRUN", 8) == 0 && le_at(b + 8, 4) == 2, "the encoding starts with FERRYRUN, version 2");
+    tap_ok(memcmp(b, "FERRYRUN", 8) == 0 && le_at(b + 8, 4) == 3, "the encoding starts with FERRYRUN, version 3");
     tap_ok(le_at(b + 12, 8) == 0x0000000102030405ull && le_at(b + 20, 8) == 77,
            "step and engine_step follow, little-endian");
     tap_ok(le_at(b + 28, 8) == 3 && le_at(b + 36, 8) == 41 && le_at(b + 44, 8) == 0xA1B2C3D4E5F60718ull,
@@ -450,14 +464,24 @@ static void test_encoding(void)
                le_at(b + 76, 4) == 50304 && le_at(b + 80, 4) == 1024,
            "then the model: 2 layers, 2 heads, 64 wide, vocab 50257 padded to 50304, context 1024");
     tap_ok(le_at(b + 84, 4) == 4 && le_at(b + 88, 4) == 64 && le_at(b + 92, 4) == 2, "then batch, seq, grad_accum");
+    tap_ok(b[96] == 0x01 && b[97] == 0x23 && b[111] == 0xef, "then the run's identity, 16 bytes from its hex digits");
+    float lr;
+    uint32_t lr_bits = (uint32_t)le_at(b + 140, 4);
+    memcpy(&lr, &lr_bits, 4);
+    tap_ok(le_at(b + 112, 8) == 1337 && le_at(b + 120, 4) == FERRY_DTYPE_F32 && le_at(b + 124, 4) == 1 &&
+               le_at(b + 128, 4) == 0 && le_at(b + 132, 4) == 10 && le_at(b + 136, 4) == 100 && lr == 6e-4f,
+           "then the settings: seed 1337, dtype f32, offload optimizer, no delayed update, warmup 10, 100 steps, "
+           "lr 6e-4");
     TAP_IS_STATUS(run_state_decode(b, sizeof b, "test", &back), FERRY_OK, "it decodes");
     tap_ok(same_resume(&r, &back), "to every field it was made from");
 
     static const struct { int at, bytes; int64_t value; const char *says; } bad[] = {
-        {0, 1, 'X', "no train_gpt2 run state"}, {8, 4, 3, "version 3"},
+        {0, 1, 'X', "no train_gpt2 run state"}, {8, 4, 4, "version 4"},
         {12, 8, -1, "step -1"},                 {20, 8, 0x0000000102030406ll, "optimizer steps"},
         {64, 4, 3, "n_head"},                   {84, 4, 0, "batch 0"},
         {88, 4, 2048, "sequence 2048"},         {92, 4, -2, "accumulation -2"},
+        {120, 4, 99, "dtype 99"},
+        {124, 4, 7, "offload 7"},               {136, 4, 0, "steps 0"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         unsigned char c[RUN_STATE_BYTES];
@@ -469,8 +493,21 @@ static void test_encoding(void)
                "bytes %d..%d set to %lld are refused, saying '%s': %s", bad[i].at, bad[i].at + bad[i].bytes - 1,
                (long long)bad[i].value, bad[i].says, ferry_last_error());
     }
+    unsigned char z[RUN_STATE_BYTES];
+    memcpy(z, b, sizeof z);
+    memset(z + 96, 0, 16);
+    ferry_status zst = run_state_decode(z, sizeof z, "test", &back);
+    tap_ok(zst == FERRY_ERR_FORMAT && strstr(ferry_last_error(), "run identity"),
+           "a run identity of all zeros is refused: %s", ferry_last_error());
     TAP_IS_STATUS(run_state_decode(b, sizeof b - 1, "test", &back), FERRY_ERR_FORMAT, "a run state a byte short");
-    tap_ok(strstr(ferry_last_error(), "95 bytes") != NULL, "is refused with its size: %s", ferry_last_error());
+    tap_ok(strstr(ferry_last_error(), "167 bytes") != NULL, "is refused with its size: %s", ferry_last_error());
+    /* Version 2 (96 bytes, before runs had an identity) is still read. */
+    unsigned char v2[RUN_STATE_V2_BYTES];
+    memcpy(v2, b, sizeof v2);
+    v2[8] = 2;
+    TAP_IS_STATUS(run_state_decode(v2, sizeof v2, "test", &back), FERRY_OK, "a version-2 run state decodes");
+    tap_ok(back.step == r.step && back.batch == r.batch && back.run[0] == '\0' && !back.settings.known,
+           "with no run identity and its settings unknown");
 }
 
 /* A state.ferry whose engine step and run state disagree (written by hand:

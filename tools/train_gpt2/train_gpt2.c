@@ -56,6 +56,8 @@ typedef struct trainer {
     int64_t start_step;
     double tokens_done;
     char ckpt[PATH_MAX];  /* checkpoint folder to resume from, or "" */
+    train_resume from;    /* its run state (read before setup) */
+    char run[33];         /* this run's identity: the checkpoint's when resumed, else new */
 } trainer;
 
 static int fail(const char *what)
@@ -128,13 +130,115 @@ static ferry_status check_model_flags(const trainer *t)
     return FERRY_OK;
 }
 
+/* A setting the command line gave differently from the checkpoint, for
+ * the one line that says what changed. */
+static void note_change(char *buf, size_t cap, const char *flag, const char *now, const char *was)
+{
+    size_t n = strlen(buf);
+    snprintf(buf + n, cap - n, "%s%s %s (was %s)", n ? ", " : "", flag, now, was);
+}
+
+/* --resume continues the run as it was: batch, sequence, accumulation and
+ * every setting the command line does not give are the checkpoint's. One
+ * it gives differently is refused where the checkpoint could not be
+ * continued as saved (batch and sequence: the data position counts their
+ * windows; the seed: the data order; the device type: the saved device
+ * weights; the delayed update's pending weights without the optimizer
+ * mode); any other change is taken and said in one line. */
+static ferry_status take_checkpoint_settings(trainer *t)
+{
+    train_options *o = &t->o;
+    const train_resume *r = &t->from;
+    char changed[1024] = "", now[64], was[64];
+    const struct { const char *flag; int *field; int was; bool fixed; } ints[] = {
+        {"--batch", &o->batch, r->batch, true},
+        {"--seq", &o->seq, r->seq, true},
+        {"--grad-accum", &o->grad_accum, r->grad_accum, false},
+        {"--warmup", &o->warmup, r->settings.warmup, false},
+        {"--steps", &o->steps, r->settings.steps, false},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        if (i >= 3 && !r->settings.known)
+            break;
+        if (!train_options_given(o, ints[i].flag)) {
+            *ints[i].field = ints[i].was;
+        } else if (*ints[i].field != ints[i].was && ints[i].fixed) {
+            return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s %d differs from the checkpoint's %d: its data position "
+                           "counts batches of %d x %d tokens, so the run could not go on with the same data; leave "
+                           "out %s (a resumed run takes it from the checkpoint)",
+                           ints[i].flag, *ints[i].field, ints[i].was, r->batch, r->seq, ints[i].flag);
+        } else if (*ints[i].field != ints[i].was) {
+            snprintf(now, sizeof now, "%d", *ints[i].field);
+            snprintf(was, sizeof was, "%d", ints[i].was);
+            note_change(changed, sizeof changed, ints[i].flag, now, was);
+        }
+    }
+    if (!r->settings.known) {
+        printf("resuming a checkpoint that does not record its settings (saved by an earlier ferry): the flags given, "
+               "or their defaults, apply\n");
+        return FERRY_OK;
+    }
+    const train_settings *c = &r->settings;
+    if (!train_options_given(o, "--seed"))
+        o->seed = c->seed;
+    else if (o->seed != c->seed)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "--seed %llu differs from the checkpoint's %llu: the data order "
+                       "comes from it, so the run could not go on with the same data; leave out --seed",
+                       (unsigned long long)o->seed, (unsigned long long)c->seed);
+    if (!train_options_given(o, "--dtype") || o->dtype == FERRY_DTYPE_AUTO)
+        o->dtype = (ferry_dtype)c->dtype;
+    else if (o->dtype != (ferry_dtype)c->dtype)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "--dtype %s differs from the checkpoint's %s: its device weights "
+                       "were stored and rounded as %s, so the run could not go on exactly; leave out --dtype",
+                       ferry_dtype_name(o->dtype), ferry_dtype_name((ferry_dtype)c->dtype),
+                       ferry_dtype_name((ferry_dtype)c->dtype));
+    if (!train_options_given(o, "--offload"))
+        o->offload = (ferry_offload)c->offload;
+    else if (o->offload != (ferry_offload)c->offload)
+        note_change(changed, sizeof changed, "--offload", ferry_offload_name(o->offload),
+                    ferry_offload_name((ferry_offload)c->offload));
+    if (c->delayed_update && !o->delayed_update)
+        o->delayed_update = true; /* a flag can only turn it on: the checkpoint's stays */
+    else if (!c->delayed_update && o->delayed_update)
+        note_change(changed, sizeof changed, "--delayed-update", "on", "off");
+    if (o->delayed_update && o->offload != FERRY_OFFLOAD_OPTIMIZER)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "--offload %s: the checkpoint runs the delayed update, which needs "
+                       "--offload optimizer (its pending update is continued exactly only there)",
+                       ferry_offload_name(o->offload));
+    const struct { const char *flag; float *field; float was; } floats[] = {
+        {"--lr", &o->lr, c->lr},
+        {"--lr-min-frac", &o->lr_min_frac, c->lr_min_frac},
+        {"--weight-decay", &o->weight_decay, c->weight_decay},
+        {"--beta1", &o->beta1, c->beta1},
+        {"--beta2", &o->beta2, c->beta2},
+        {"--eps", &o->eps, c->eps},
+        {"--clip", &o->clip, c->clip},
+    };
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) {
+        if (!train_options_given(o, floats[i].flag)) {
+            *floats[i].field = floats[i].was;
+        } else if (*floats[i].field != floats[i].was) {
+            snprintf(now, sizeof now, "%g", (double)*floats[i].field);
+            snprintf(was, sizeof was, "%g", (double)floats[i].was);
+            note_change(changed, sizeof changed, floats[i].flag, now, was);
+        }
+    }
+    if (o->warmup > o->steps)
+        o->warmup = o->steps;
+    if (changed[0])
+        printf("resuming with changed settings: %s\n", changed);
+    return FERRY_OK;
+}
+
 static ferry_status choose_model(trainer *t)
 {
     const train_options *o = &t->o;
     if (o->resume) {
         ferry_status st = run_state_locate(o->resume, t->ckpt, sizeof t->ckpt);
-        if (st == FERRY_OK) st = run_state_config(t->ckpt, &t->cfg);
-        return st == FERRY_OK ? check_model_flags(t) : st;
+        if (st == FERRY_OK) st = run_state_inspect(t->ckpt, &t->cfg, &t->from);
+        if (st == FERRY_OK) st = check_model_flags(t);
+        if (st == FERRY_OK && !t->o.sample_only) st = take_checkpoint_settings(t);
+        return st;
     }
     if (o->init_from) {
         /* A config.json beside the weights says the model's shape. */
@@ -145,8 +249,21 @@ static ferry_status choose_model(trainer *t)
             *slash = '\0';
         else
             snprintf(dir, sizeof dir, ".");
-        if (run_state_join(cfg, sizeof cfg, dir, "config.json") == FERRY_OK && access(cfg, R_OK) == 0)
-            return hf_read_config(cfg, &t->cfg);
+        if (run_state_join(cfg, sizeof cfg, dir, "config.json") == FERRY_OK && access(cfg, F_OK) == 0) {
+            /* Saved together, they name the same run and step (when they name any). */
+            hf_ferry_info conf, meta;
+            ferry_status st = hf_read_config_ferry(cfg, &t->cfg, &conf);
+            if (st == FERRY_OK)
+                st = hf_read_ferry_meta(o->init_from, &meta);
+            if (st == FERRY_OK && ((conf.run[0] && meta.run[0] && strcmp(conf.run, meta.run) != 0) ||
+                                   (conf.step >= 0 && meta.step >= 0 && conf.step != meta.step)))
+                st = err_set(FERRY_ERR_FORMAT, "--init-from: '%s' is step %lld of run %s, but the config.json beside "
+                             "it ('%s') step %lld of run %s: they come from two checkpoints; put the config.json "
+                             "saved with the weights beside them", o->init_from, (long long)meta.step,
+                             meta.run[0] ? meta.run : "(none)", cfg, (long long)conf.step,
+                             conf.run[0] ? conf.run : "(none)");
+            return st;
+        }
     }
     if (o->model) {
         ferry_status st = gpt2_config_preset(o->model, &t->cfg);
@@ -268,15 +385,18 @@ static ferry_status restore(trainer *t)
     ferry_status st = run_state_load(t->ckpt, t->engine, &r);
     if (st != FERRY_OK)
         return st;
+    if (r.step != t->from.step || strcmp(r.run, t->from.run) != 0)
+        return err_set(FERRY_ERR_FORMAT, "--resume: '%s/state.ferry' changed while the run started (step %lld of run "
+                       "%s, then step %lld of run %s); resume again", t->ckpt, (long long)t->from.step,
+                       t->from.run, (long long)r.step, r.run);
     t->step = t->saved_step = r.step;
     t->smp.rng = r.sample_rng;
     if (t->o.sample_only)
         return FERRY_OK;
-    if (r.batch != t->o.batch || r.seq != t->o.seq || r.grad_accum != t->o.grad_accum)
+    if (r.batch != t->o.batch || r.seq != t->o.seq)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "--resume: the checkpoint was trained with --batch %d --seq %d --grad-accum %d; resume with "
-                       "the same values to see the same data",
-                       r.batch, r.seq, r.grad_accum);
+                       "--resume: the checkpoint was trained with --batch %d --seq %d; the run has %d and %d",
+                       r.batch, r.seq, t->o.batch, t->o.seq);
     st = tok_loader_seek(t->train, &r.data);
     if (st != FERRY_OK)
         return err_wrap(st, "--resume: the data position");
@@ -516,7 +636,18 @@ static ferry_status print_sample(trainer *t)
 
 static ferry_status save(trainer *t)
 {
-    train_resume r = {t->step, 0, t->pos, t->smp.rng, t->cfg, t->o.batch, t->o.seq, t->o.grad_accum};
+    const train_options *o = &t->o;
+    train_resume r;
+    memset(&r, 0, sizeof r);
+    r.step = t->step;
+    r.data = t->pos;
+    r.sample_rng = t->smp.rng;
+    r.model = t->cfg;
+    r.batch = o->batch, r.seq = o->seq, r.grad_accum = o->grad_accum;
+    snprintf(r.run, sizeof r.run, "%s", t->run);
+    r.settings = (train_settings){1, o->seed, (int32_t)ferry_engine_dtype(t->engine), (int32_t)o->offload,
+                                  o->delayed_update, o->warmup, o->steps, o->lr, o->lr_min_frac, o->weight_decay,
+                                  o->beta1, o->beta2, o->eps, o->clip};
     ferry_engine_mark(t->engine, t->step, "checkpoint"); /* a failed trace is said at the next step, after the save */
     ferry_status st = run_state_save(t->o.checkpoint_dir, t->step, t->engine, t->model, &r);
     if (st != FERRY_OK)
@@ -707,6 +838,38 @@ static ferry_status open_log(trainer *t)
     return st;
 }
 
+/* This run's identity (the checkpoint's when resumed), and a checkpoint
+ * folder that is this run's: a new run refuses one that already holds a
+ * run's checkpoints (its latest), a resumed run a folder of another run, so
+ * that two runs never prune each other's checkpoints or swap each other's
+ * latest. */
+static ferry_status claim_run_folder(trainer *t)
+{
+    const char *dir = t->o.checkpoint_dir;
+    char link[PATH_MAX], target[PATH_MAX] = "", ckpt[PATH_MAX];
+    struct stat sb;
+    if (t->o.resume && t->from.run[0])
+        snprintf(t->run, sizeof t->run, "%s", t->from.run);
+    else
+        run_state_new_run(t->run);
+    if (!dir || run_state_join(link, sizeof link, dir, "latest") != FERRY_OK || lstat(link, &sb) != 0)
+        return FERRY_OK;
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    target[n > 0 ? n : 0] = '\0';
+    if (!t->o.resume)
+        return err_set(FERRY_ERR_STATE, "'%s' already holds a run's checkpoints (latest: %s); continue that run with "
+                       "--resume %s, or give a new --checkpoint-dir", dir, target, dir);
+    train_resume other;
+    gpt2_config c;
+    if (run_state_locate(dir, ckpt, sizeof ckpt) == FERRY_OK && run_state_inspect(ckpt, &c, &other) == FERRY_OK &&
+        other.run[0] && t->from.run[0] && strcmp(other.run, t->from.run) != 0)
+        return err_set(FERRY_ERR_STATE, "--checkpoint-dir '%s' holds run %s, but --resume '%s' is run %s: two runs in "
+                       "one folder would prune each other's checkpoints; save the resumed run into its own folder",
+                       dir, other.run, t->o.resume, t->from.run);
+    err_clear();
+    return FERRY_OK;
+}
+
 /* Everything that can be checked before the engine allocates is checked
  * here, the outputs first. */
 static int prepare(trainer *t)
@@ -720,7 +883,9 @@ static int prepare(trainer *t)
     if (t->o.trace && fileio_make_parents(t->o.trace) != FERRY_OK)
         return fail("--trace");
     if (choose_model(t) != FERRY_OK)
-        return fail("model");
+        return fail(t->o.resume ? "--resume" : "model");
+    if (claim_run_folder(t) != FERRY_OK)
+        return fail("--checkpoint-dir");
     if (t->o.seq > t->cfg.max_seq_len) {
         fprintf(stderr, "train_gpt2: --seq %d is longer than the model's context %d\n", t->o.seq, t->cfg.max_seq_len);
         return 2;
