@@ -254,7 +254,7 @@ ferry_status tok_loader_open(const tok_loader_config *cfg, tok_loader **out)
         index_windows(l);
         if (l->windows == 0)
             st = err_set(FERRY_ERR_INVALID_ARGUMENT, "%zu shard(s) ('%s'%s) with %llu tokens hold no batch of "
-                         "B*T+1 = %llu tokens within one shard; use smaller --batch/--seq-len or more data", l->nshards,
+                         "B*T+1 = %llu tokens within one shard; use a smaller --batch or --seq, or more data", l->nshards,
                          l->shards[0].path, l->nshards > 1 ? ", ..." : "",
                          (unsigned long long)l->tokens, (unsigned long long)cfg->batch * cfg->seq_len + 1);
         else if (l->windows > UINT32_MAX)

@@ -64,6 +64,27 @@ cp "$work/init2/step_00000004/config.json" "$work/pair/"
 rc=$?; [ $rc -eq 1 ] && grep -q "is step 2 of run .*, but the config.json beside it .* step 4 of run" "$work/err"
 ok $? "--init-from weights of step 2 beside the config.json of step 4 are refused (exit $rc): $(cat "$work/err")"
 
+# A validation set shorter than one batch is evaluated on what it has; one
+# shorter than one sequence is refused naming flags that exist.
+short_shard() { # FILE TOKENS
+  $python - "$1" "$2" <<'PY'
+import struct, sys
+n = int(sys.argv[2])
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack("<%dH" % n, *[(i * 7) % 500 for i in range(n)]))
+PY
+}
+short_shard "$work/val50.bin" 50
+"$train" "${common[@]}" --steps 2 --val-data "$work/val50.bin" --eval-every 1 --log "$work/val50.jsonl" \
+  >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 0 ] && grep -q "evaluating on batches of 1 x 32" "$work/out" && [ "$(grep -c '"kind":"eval"' "$work/val50.jsonl")" -eq 2 ]
+ok $? "a validation set of 50 tokens (less than a batch of 2 x 32) is evaluated on 1 x 32 (exit $rc): $(head -c 300 "$work/out") $(cat "$work/err")"
+short_shard "$work/val20.bin" 20
+"$train" "${common[@]}" --steps 2 --val-data "$work/val20.bin" --eval-every 1 >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "use a smaller --batch or --seq, or more data" "$work/err" && ! grep -q "seq-len" "$work/err"
+ok $? "a validation set of 20 tokens (less than one sequence) is refused naming real flags (exit $rc): $(cat "$work/err")"
+
 # ---- write failures of the log and the trace ----
 "$train" "${common[@]}" --steps 3 --log /dev/full >"$work/out" 2>"$work/err"
 rc=$?; [ $rc -eq 1 ] && grep -q "writing the log '/dev/full': No space left on device" "$work/err"

@@ -42,6 +42,8 @@ typedef struct trainer {
     gpt2_model *model;
     ferry_engine *engine;
     gpt2_activations *acts;
+    gpt2_activations *eval_acts; /* the validation batch's, when it has fewer rows than --batch; else NULL */
+    int eval_batch;       /* rows of a validation batch: --batch, or fewer for a short validation set */
     tok_loader *train, *val;
     tok_bpe *tok;
     sampler smp;
@@ -295,11 +297,47 @@ static ferry_status open_tokenizer(trainer *t)
     return FERRY_OK;
 }
 
-static ferry_status open_loader(trainer *t, const char *pattern, int shuffle, tok_loader **out)
+static ferry_status open_loader_rows(trainer *t, const char *pattern, int rows, int shuffle, tok_loader **out)
 {
     const char *paths[1] = {pattern};
-    tok_loader_config c = {paths, 1, t->o.batch, t->o.seq, (uint32_t)t->cfg.vocab_size, shuffle, t->o.seed};
+    tok_loader_config c = {paths, 1, rows, t->o.seq, (uint32_t)t->cfg.vocab_size, shuffle, t->o.seed};
     return tok_loader_open(&c, out);
+}
+
+static ferry_status open_loader(trainer *t, const char *pattern, int shuffle, tok_loader **out)
+{
+    return open_loader_rows(t, pattern, t->o.batch, shuffle, out);
+}
+
+/* The validation set: in batches of --batch rows, or, when it is shorter
+ * than one such batch, of the most rows it holds (at least one sequence),
+ * said once: a short validation set is evaluated on what it has. */
+static ferry_status open_validation(trainer *t)
+{
+    t->eval_batch = t->o.batch;
+    ferry_status st = open_loader(t, t->o.val_data, 0, &t->val);
+    if (st != FERRY_ERR_INVALID_ARGUMENT || t->o.batch == 1)
+        return st;
+    char first[ERR_MESSAGE_MAX];
+    snprintf(first, sizeof first, "%s", ferry_last_error());
+    int lo = 0, hi = t->o.batch; /* rows that open: lo (0: none known); rows that do not: hi */
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        tok_loader *probe = NULL;
+        if (open_loader_rows(t, t->o.val_data, mid, 0, &probe) == FERRY_OK)
+            lo = mid;
+        else
+            hi = mid;
+        tok_loader_close(probe);
+    }
+    if (lo == 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s", first);
+    t->eval_batch = lo;
+    st = open_loader_rows(t, t->o.val_data, lo, 0, &t->val);
+    if (st == FERRY_OK)
+        printf("validation data '%s' holds fewer tokens than one batch of %d x %d: evaluating on batches of %d x %d\n",
+               t->o.val_data, t->o.batch, t->o.seq, lo, t->o.seq);
+    return st;
 }
 
 /* Every weight of --init-from is finite, or the first tensor holding one
@@ -371,6 +409,9 @@ static ferry_status setup_engine(trainer *t)
     int B = t->o.sample_only ? 1 : t->o.batch;
     st = gpt2_activations_create(t->model, engine_embed_backend(t->engine), B, t->o.seq, t->o.recompute, &alloc,
                                  &t->acts);
+    if (st == FERRY_OK && t->val && t->eval_batch < B)
+        st = gpt2_activations_create(t->model, engine_embed_backend(t->engine), t->eval_batch, t->o.seq,
+                                     t->o.recompute, &alloc, &t->eval_acts);
     if (st == FERRY_ERR_OUT_OF_MEMORY)
         return err_wrap(st, "activations for batch %d x %d tokens%s", B, t->o.seq,
                         t->o.recompute ? "" : " (try --recompute, a smaller --batch or --seq)");
@@ -608,9 +649,10 @@ static ferry_status evaluate(trainer *t, float *val_loss, bool *cut)
             *cut = true;
             break;
         }
+        gpt2_activations *acts = t->eval_acts ? t->eval_acts : t->acts;
         st = tok_loader_next(t->val, t->inputs, t->targets);
-        if (st == FERRY_OK) st = gpt2_forward(t->model, t->acts, &hooks, s, t->inputs, t->targets, false);
-        if (st == FERRY_OK) st = gpt2_loss(t->acts, s, &loss);
+        if (st == FERRY_OK) st = gpt2_forward(t->model, acts, &hooks, s, t->inputs, t->targets, false);
+        if (st == FERRY_OK) st = gpt2_loss(acts, s, &loss);
         sum += loss;
         n++;
     }
@@ -749,6 +791,7 @@ static int cleanup(trainer *t, int rc)
     if (t->engine)
         ferry_engine_synchronize(t->engine);
     gpt2_activations_destroy(t->acts);
+    gpt2_activations_destroy(t->eval_acts);
     bool traced = t->engine && t->o.trace;
     if (ferry_engine_close(t->engine) != FERRY_OK)
         rc = fail("the memory trace is incomplete");
@@ -907,7 +950,7 @@ static int prepare(trainer *t)
         return fail("training data");
     if (t->train)
         t->pos = tok_loader_tell(t->train);
-    if (t->o.val_data && open_loader(t, t->o.val_data, 0, &t->val) != FERRY_OK)
+    if (t->o.val_data && open_validation(t) != FERRY_OK)
         return fail("validation data");
     size_t n = (size_t)t->o.batch * (size_t)t->o.seq;
     t->inputs = malloc(n * sizeof *t->inputs);
