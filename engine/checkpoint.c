@@ -510,6 +510,7 @@ static ferry_status load_checked(ferry_engine *e, const ckpt_file *f, void *user
                             "earlier state; load a checkpoint again before training", f->path);
     e->step = f->h.step;
     e->micro_index = -1;
+    e->skips_in_a_row = e->skips_total = 0;
     e->dpu_pending = c.use_weights;
     return FERRY_OK;
 }

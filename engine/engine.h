@@ -135,6 +135,9 @@ struct ferry_engine {
     double last_step_ms;      /* clock_now_ms() of the last step; 0 before the first */
     ferry_step_timing timing, timing_acc;
     char last_error_context[128];
+
+    /* skipped steps (non-finite gradients): in a row now, and since creation or the last load */
+    int64_t skips_in_a_row, skips_total;
 };
 
 /* engine.c */

@@ -379,6 +379,10 @@ ferry_status engine_step(ferry_engine *e, const ferry_step_options *caller_opts,
     report.clip_coef = d.clip_coef;
     report.skipped = d.skipped;
     report.bad_group = d.bad_group;
+    e->skips_in_a_row = d.skipped ? e->skips_in_a_row + 1 : 0;
+    e->skips_total += d.skipped ? 1 : 0;
+    report.skips_in_a_row = e->skips_in_a_row;
+    report.skips_total = e->skips_total;
     if (r)
         sized_write(r, &report, sizeof report, "ferry_step_report"); /* its size was checked above */
     if (e->trace) {

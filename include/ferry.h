@@ -371,6 +371,8 @@ typedef struct ferry_step_report {
     float clip_coef;    /* 1 = not clipped */
     int skipped;        /* 1: a gradient held inf/NaN; weights and moments untouched */
     int bad_group;      /* the first group with a non-finite gradient, when skipped */
+    int64_t skips_in_a_row; /* steps skipped in a row, this one included; 0 when this one was applied */
+    int64_t skips_total;    /* steps skipped since the engine was created or loaded a checkpoint */
 } ferry_step_report;
 
 #define FERRY_STEP_REPORT_INIT                                                                \
@@ -381,6 +383,8 @@ typedef struct ferry_step_report {
         1.0f,                      /* clip_coef */                                            \
         0,                         /* skipped */                                              \
         -1,                        /* bad_group */                                            \
+        0,                         /* skips_in_a_row */                                       \
+        0,                         /* skips_total */                                          \
     }
 
 /* Ends the step: global-norm clipping, the inf/NaN check, and the AdamW update

@@ -46,6 +46,7 @@ typedef struct train_options {
     bool sample_only;        /* --sample: generate from --resume/--init-from and exit */
     bool quiet;
     uint64_t given;          /* bit i: the i-th flag of the table was on the command line */
+    int max_skips;           /* skipped steps in a row that stop the run; 0 = never */
 } train_options;
 
 /* Fills *o from argv. Returns 0 to go on, 1 after --help (printed), 2 on a

@@ -40,6 +40,27 @@ rc=$?; [ $rc -eq 1 ] && grep -q "tensor 'transformer.h.1.mlp.c_fc.weight' holds 
   && ! grep -q "^step" "$work/out"
 ok $? "--init-from with a NaN and an Inf is refused naming the tensor (exit $rc): $(cat "$work/err")"
 
+# Weights so large that every step's gradients overflow (finite, so taken):
+# each step is skipped and counted on the progress line and in the log, and
+# the run stops after --max-skips in a row with a clear error.
+$python - "$work/init/latest/model.safetensors" "$work/huge/model.safetensors" <<'PY'
+import json, os, struct, sys
+data = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+b, e = json.loads(data[8:8 + n])["transformer.ln_f.weight"]["data_offsets"]
+for i in range(8 + n + b, 8 + n + e, 4):
+    data[i:i + 4] = struct.pack("<f", 3e38)
+os.makedirs(os.path.dirname(sys.argv[2]), exist_ok=True)
+open(sys.argv[2], "wb").write(data)
+PY
+loud=("${common[@]:0:${#common[@]}-1}") # without --quiet, which is last
+"$train" "${loud[@]}" --steps 50 --init-from "$work/huge/model.safetensors" --max-skips 5 --log "$work/huge.jsonl" \
+  >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "5 steps in a row were skipped (steps 1 to 5): their gradients held inf or NaN" "$work/err" \
+  && grep -qE "step +5/50 .*skipped 5 in a row, 5 in all" "$work/out" && [ "$(grep -c '"kind":"step"' "$work/huge.jsonl")" -eq 5 ] \
+  && grep -q '"skips_in_a_row":5,"skips_total":5' "$work/huge.jsonl"
+ok $? "steps skipped for overflowing gradients are counted, shown, logged, and stop the run at --max-skips 5 (exit $rc): $(cat "$work/err")"
+
 # --init-from with a config.json that asks for what ferry does not compute
 # (eps 0.5, relu) is refused naming it, not trained as GPT-2's; and one
 # from another checkpoint than the weights is refused naming both.

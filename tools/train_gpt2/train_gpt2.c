@@ -33,6 +33,7 @@
 #include "train/options.h"
 #include "train/run_state.h"
 #include "train/sample.h"
+#include "train/skips.h"
 #include "train/bpe.h"
 #include "train/dataloader.h"
 
@@ -60,6 +61,7 @@ typedef struct trainer {
     char ckpt[PATH_MAX];  /* checkpoint folder to resume from, or "" */
     train_resume from;    /* its run state (read before setup) */
     char run[33];         /* this run's identity: the checkpoint's when resumed, else new */
+    train_skips skips;    /* steps skipped for non-finite gradients */
 } trainer;
 
 static int fail(const char *what)
@@ -486,6 +488,7 @@ typedef struct step_figures {
     float loss, lr;
     double grad_norm, step_ms, compute_ms, tokens_per_s, mfu;
     int skipped;
+    bool too_many_skips; /* the skip limit was reached: ferry_last_error() says so */
     ferry_step_timing timing;
     ferry_memory_stats mem;
 } step_figures;
@@ -502,11 +505,13 @@ static void progress_line(trainer *t, const step_figures *f)
     fmt_duration(eta, sizeof eta, per_step * (double)(t->o.steps - t->step) / 1e3);
     if (f->mfu > 0)
         snprintf(mfu, sizeof mfu, " | MFU %4.1f%%", f->mfu * 100);
-    printf("step %*lld/%d | loss %7.4f%s | %7.0f tok/s%s | gpu %s (peak %s) | host %s (peak %s) | "
+    char skips[64];
+    printf("step %*lld/%d | loss %7.4f%s%s | %7.0f tok/s%s | gpu %s (peak %s) | host %s (peak %s) | "
            "%.0f ms: compute %.0f, xfer wait %.0f, opt wait %.0f | ETA %s\n",
            (int)snprintf(NULL, 0, "%d", t->o.steps), (long long)t->step, t->o.steps, (double)f->loss,
-           f->skipped ? " (skipped: inf/nan)" : "", f->tokens_per_s, mfu, gpu, gpu_peak, host, host_peak, f->step_ms,
-           f->compute_ms, f->timing.compute_wait_transfer_ms, f->timing.compute_wait_optimizer_ms, eta);
+           f->skipped ? " (skipped: inf/nan)" : "", train_skips_describe(&t->skips, skips, sizeof skips),
+           f->tokens_per_s, mfu, gpu, gpu_peak, host, host_peak, f->step_ms, f->compute_ms,
+           f->timing.compute_wait_transfer_ms, f->timing.compute_wait_optimizer_ms, eta);
     fflush(stdout);
 }
 
@@ -536,6 +541,8 @@ static ferry_status log_record(trainer *t, const char *kind, const step_figures 
         cJSON_AddNumberToObject(j, "lr", f->lr);
         cJSON_AddNumberToObject(j, "grad_norm", isfinite(f->grad_norm) ? f->grad_norm : -1);
         cJSON_AddBoolToObject(j, "skipped", f->skipped);
+        cJSON_AddNumberToObject(j, "skips_in_a_row", (double)t->skips.in_a_row);
+        cJSON_AddNumberToObject(j, "skips_total", (double)t->skips.total);
         cJSON_AddNumberToObject(j, "step_ms", f->step_ms);
         cJSON_AddNumberToObject(j, "compute_ms", f->compute_ms);
         cJSON_AddNumberToObject(j, "transfer_wait_ms", f->timing.compute_wait_transfer_ms);
@@ -608,6 +615,15 @@ static ferry_status train_step(trainer *t, step_figures *f)
     f->loss = sum / (float)t->o.grad_accum;
     f->grad_norm = rep.grad_norm;
     f->skipped = rep.skipped;
+    char group[48] = "";
+    int last = gpt2_num_groups(t->model) - 1;
+    if (rep.skipped && rep.bad_group >= 0)
+        snprintf(group, sizeof group, "%s", rep.bad_group == 0 ? "embeddings" : rep.bad_group == last
+                                                                               ? "final layernorm" : "");
+    if (rep.skipped && rep.bad_group > 0 && rep.bad_group < last)
+        snprintf(group, sizeof group, "block %d", rep.bad_group - 1);
+    /* Said after the step's line and log record: the run stops there. */
+    f->too_many_skips = train_skips_count(&t->skips, t->step, &rep, group[0] ? group : NULL) != FERRY_OK;
     ferry_step_timing tm = FERRY_STEP_TIMING_INIT;
     ferry_engine_step_timing(t->engine, &tm);
     f->timing = tm;
@@ -719,6 +735,10 @@ static ferry_status train(trainer *t)
             progress_line(t, &f);
         if ((st = stdout_written()) != FERRY_OK || (st = log_record(t, "step", &f, 0)) != FERRY_OK)
             break;
+        if (f.too_many_skips) {
+            st = FERRY_ERR_STATE;
+            break;
+        }
         if (!stop_signal && (every(t->o.eval_every, t->step) || (t->o.eval_every && t->step == t->o.steps))) {
             float val = 0;
             bool cut = false;
@@ -960,6 +980,7 @@ static int prepare(trainer *t)
         return 1;
     }
     t->smp = (sampler){t->o.seed ^ 0x5A5A5A5Aull, t->o.temperature, t->o.top_k, &stop_signal};
+    train_skips_init(&t->skips, t->o.max_skips);
     return 0;
 }
 
