@@ -75,8 +75,10 @@ static const opt_spec specs[] = {
     {"--checkpoint-every", OPT_INT, F(checkpoint_every), "0", 0, 100000000, "save every N steps, and at the end (0 = only at the end)"},
     {"--keep-last", OPT_INT, F(keep_last), "3", 0, 100000000, "after each save keep the N newest step folders, delete older ones (0 = keep all)"},
     {"--resume", OPT_STR, F(resume), "", 0, 0, "continue from a checkpoint folder (or its parent: the latest in it)"},
-    {"--trace", OPT_STR, F(trace), "", 0, 0, "write a memory trace for memprof to this file"},
-    {"--log", OPT_STR, F(log), "", 0, 0, "write a JSON Lines record of every step to this file"},
+    {"--trace", OPT_STR, F(trace), "", 0, 0, "write a memory trace for memprof to this file (each run, a resumed "
+                                             "one too, writes it anew)"},
+    {"--log", OPT_STR, F(log), "", 0, 0, "append a JSON Lines record of every step to this file (a resumed run "
+                                         "goes on with it)"},
     {"--peak-tflops", OPT_FLOAT, F(peak_tflops), "0", 0, 100000, "the GPU's dense bf16 peak for MFU (0 = from its name)"},
     {"--sample", OPT_BOOL, F(sample_only), "off", 0, 0, "generate text from --resume or --init-from and exit"},
     {"--quiet", OPT_BOOL, F(quiet), "off", 0, 0, "no progress lines (errors and the summary only)"},
@@ -90,16 +92,38 @@ _Static_assert(NSPECS <= 64, "train_options.given has a bit per flag");
 /* Sizes below this are a unit mistake ("--gpu-mem 0.5" meant GiB). */
 #define MIN_BYTES ((uint64_t)1 << 20)
 
+/* What a flag's value is, as --help shows it. */
+static const char *placeholder(const opt_spec *s)
+{
+    switch (s->kind) {
+    case OPT_BOOL: return "";
+    case OPT_INT:
+    case OPT_U64: return " N";
+    case OPT_FLOAT: return " X";
+    case OPT_BYTES: return " SIZE";
+    case OPT_OFFLOAD: return " MODE";
+    case OPT_BACKEND: return " NAME";
+    case OPT_DTYPE: return " TYPE";
+    case OPT_STR: break;
+    }
+    if (s->field == F(model))
+        return " NAME";
+    return s->field == F(prompt) ? " TEXT" : " PATH";
+}
+
 static void print_help(void)
 {
     printf("usage: train_gpt2 [flags]\n"
            "Trains GPT-2 on one GPU (or the CPU host backend) with ferry's ZeRO-style offload.\n\n");
     for (size_t i = 0; i < NSPECS; i++) {
         const opt_spec *s = &specs[i];
-        const char *arg = s->kind == OPT_BOOL ? "" : s->kind == OPT_STR ? " TEXT" : s->kind == OPT_BYTES ? " SIZE" : " N";
         char left[48];
-        snprintf(left, sizeof left, "%s%s", s->flag, arg);
-        printf("  %-24s %s (default: %s)\n", left, s->help, *s->def ? s->def : "none");
+        snprintf(left, sizeof left, "%s%s", s->flag, placeholder(s));
+        /* A flag whose help says its default (one that depends on others) gets no second one. */
+        if (strstr(s->help, "(default:"))
+            printf("  %-24s %s\n", left, s->help);
+        else
+            printf("  %-24s %s (default: %s)\n", left, s->help, *s->def ? s->def : "none");
     }
     printf("\nExample: train_gpt2 --data 'data/train_*.bin' --val-data 'data/val_*.bin' --model gpt2 "
            "--batch 8 --seq 1024 --offload optimizer --gpu-mem 24GiB\n");

@@ -55,8 +55,10 @@ ferry_status tok_shard_set_begin(const char *dir, tok_shard_set **out);
 ferry_status tok_shard_set_add(tok_shard_set *s, const char *split, const uint16_t *tokens, size_t n,
                                const char **name);
 /* Puts the staged shards in place, removes the old set's other shards and
- * the staging folder, syncs DIR, and frees s whatever the outcome. */
-ferry_status tok_shard_set_commit(tok_shard_set *s);
+ * the staging folder, syncs DIR, and frees s whatever the outcome. *replaced
+ * and *removed (each may be NULL) count the earlier set's shards that a new
+ * one replaced and that were removed. */
+ferry_status tok_shard_set_commit(tok_shard_set *s, size_t *replaced, size_t *removed);
 /* Removes the staged shards and the staging folder, leaves DIR's shard set
  * as it was, and frees s. Accepts NULL. */
 void tok_shard_set_abort(tok_shard_set *s);

@@ -129,8 +129,12 @@ if [ -f "$pkg/encoder.json" ] && [ -f "$pkg/vocab.bpe" ]; then
   ok $? "tokenize --out-dir: a link with a shard's name, and its target, are left"
   rm "$work/shards/train_000000.bin"
   run 0 EMPTY "${tok[@]}" --out-dir "$work/shards" "$work/text.txt"
-  [ -f "$work/shards/train_000000.bin" ] && [ -f "$work/shards/val_000000.bin" ]
-  ok $? "tokenize --out-dir: a folder takes the shards"
+  [ -f "$work/shards/train_000000.bin" ] && [ -f "$work/shards/val_000000.bin" ] \
+    && grep -q "^put the new shards in place in '$work/shards'$" "$work/out"
+  ok $? "tokenize --out-dir: a folder takes the shards, and a first run removes nothing: $(tail -1 "$work/out")"
+  run 0 EMPTY "${tok[@]}" --out-dir "$work/shards" "$work/text.txt"
+  grep -q "of an earlier run's shards there, 2 were replaced and 0 removed" "$work/out"
+  ok $? "tokenize --out-dir: a second run says what it replaced: $(tail -1 "$work/out")"
 else
   echo "# no encoder.json / vocab.bpe in $pkg (tools/setup/fetch_tokenizer.sh): tokenize's cases are not run"
 fi

@@ -125,8 +125,20 @@ kill -TERM $big 2>/dev/null; wait $big
 grep -q "batch 1024 x 64 x 65536 accum = 4294967296 tokens/step" "$work/out"
 ok $? "1024 x 64 x 65536 is said as 4294967296 tokens/step: $(grep -o 'batch.*tokens/step' "$work/out") $(head -c 200 "$work/err")"
 
+# A glob that matches nothing, and text given where shards belong, are said
+# as such (not "cannot open", not "magic 538976288").
+expect 1 "no file matches the shard pattern '.*nothing_\*.bin'" --data "$work/nothing_*.bin"
+printf 'In the beginning God created the heaven and the earth.\n' >"$work/genesis.txt"
+expect 1 "genesis.txt' is text, not token shards: run tokenize on it first" --data "$work/genesis.txt"
+
 "$train" --help >"$work/help" 2>&1
 ok $? "--help exits 0"
+[ "$(grep -E '^  --tokenizer ' "$work/help" | grep -o '(default:' | wc -l)" -eq 1 ] \
+  && [ "$(grep -E '^  --prompt ' "$work/help" | grep -o '(default:' | wc -l)" -eq 1 ]
+ok $? "--help gives --tokenizer and --prompt one default each: $(grep -E '^  --(tokenizer|prompt) ' "$work/help")"
+grep -qE '^  --lr X ' "$work/help" && grep -qE '^  --offload MODE ' "$work/help" && grep -qE '^  --backend NAME ' "$work/help" \
+  && grep -qE '^  --dtype TYPE ' "$work/help" && grep -qE '^  --data PATH ' "$work/help" && grep -qE '^  --model NAME ' "$work/help"
+ok $? "--help names what each value is (N, X, SIZE, MODE, NAME, TYPE, PATH, TEXT), not N for words and decimals"
 missing=0
 for flag in --model --data --batch --seq --grad-accum --steps --lr --warmup --weight-decay --clip --offload \
             --gpu-mem --recompute --backend --eval-every --sample-every --checkpoint-every --resume --trace --log \
