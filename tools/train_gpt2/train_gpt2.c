@@ -27,6 +27,8 @@
 #include "common/fileio.h"
 #include "common/units.h"
 #include "engine/embed.h"
+#include "kernels/backend.h"
+#include "kernels/ops.h"
 #include "train/hf_checkpoint.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
@@ -62,6 +64,10 @@ typedef struct trainer {
     train_resume from;    /* its run state (read before setup) */
     char run[33];         /* this run's identity: the checkpoint's when resumed, else new */
     train_skips skips;    /* steps skipped for non-finite gradients */
+    /* --sample: the weights alone on a backend of their own, no engine */
+    backend *sample_be;
+    backend_stream *sample_stream;
+    gpt2_resident *resident;
 } trainer;
 
 static int fail(const char *what)
@@ -242,6 +248,8 @@ static ferry_status choose_model(trainer *t)
         if (st == FERRY_OK) st = run_state_inspect(t->ckpt, &t->cfg, &t->from);
         if (st == FERRY_OK) st = check_model_flags(t);
         if (st == FERRY_OK && !t->o.sample_only) st = take_checkpoint_settings(t);
+        if (st == FERRY_OK && t->o.sample_only && !train_options_given(o, "--seq"))
+            t->o.seq = t->from.seq; /* the window the model was trained with */
         return st;
     }
     if (o->init_from) {
@@ -385,6 +393,46 @@ static ferry_status add_weights(trainer *t)
     for (int g = 0; groups && g < G; g++)
         free(groups[g]);
     free(groups);
+    return st;
+}
+
+/* --sample needs the weights only: they go on a backend of their own
+ * (gpt2_resident), from the checkpoint's model.safetensors or --init-from,
+ * with activations for one sequence; no engine, so no optimizer state, no
+ * master copy, no pinned pool. */
+static ferry_status setup_sampling(trainer *t)
+{
+    char weights[PATH_MAX];
+    ferry_status st = FERRY_OK;
+    if (t->o.init_from)
+        snprintf(weights, sizeof weights, "%s", t->o.init_from);
+    else
+        st = run_state_join(weights, sizeof weights, t->ckpt, "model.safetensors");
+    if (st == FERRY_OK) st = backend_open(t->o.backend, &t->sample_be);
+    if (st == FERRY_OK) st = backend_set_act_dtype(t->sample_be, t->o.dtype);
+    if (st == FERRY_OK) st = ops_init(t->sample_be, NULL, 0);
+    if (st == FERRY_OK) st = backend_stream_create(t->sample_be, "sampling", &t->sample_stream);
+    if (st == FERRY_OK) st = gpt2_create(&t->cfg, &t->model);
+    if (st == FERRY_OK) st = gpt2_resident_create(t->model, t->sample_be, &t->resident);
+    int G = t->model ? gpt2_num_groups(t->model) : 0;
+    float **groups = st == FERRY_OK ? calloc((size_t)G, sizeof *groups) : NULL;
+    if (st == FERRY_OK && !groups)
+        st = err_set(FERRY_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int g = 0; g < G && st == FERRY_OK; g++)
+        if (!(groups[g] = malloc(gpt2_group_numel(t->model, g) * sizeof(float))))
+            st = err_set(FERRY_ERR_OUT_OF_MEMORY, "out of memory for group %d", g);
+    if (st == FERRY_OK) st = hf_load(weights, t->model, groups);
+    if (st == FERRY_OK) st = check_finite(t->model, groups, weights);
+    for (int g = 0; g < G && st == FERRY_OK; g++)
+        st = gpt2_resident_set_params(t->resident, t->sample_stream, g, groups[g]);
+    for (int g = 0; groups && g < G; g++)
+        free(groups[g]);
+    free(groups);
+    gpt2_allocator alloc = gpt2_backend_allocator(t->sample_be);
+    if (st == FERRY_OK)
+        st = gpt2_activations_create(t->model, t->sample_be, 1, t->o.seq, false, &alloc, &t->acts);
+    if (st == FERRY_OK && t->o.resume)
+        t->step = t->from.step, t->smp.rng = t->from.sample_rng;
     return st;
 }
 
@@ -680,9 +728,15 @@ static ferry_status evaluate(trainer *t, float *val_loss, bool *cut)
 static ferry_status print_sample(trainer *t)
 {
     char *text = NULL;
-    int B = t->o.sample_only ? 1 : t->o.batch;
-    ferry_status st = sample_text(t->engine, t->model, t->acts, B, t->o.seq, t->tok, t->o.prompt,
-                                  t->o.sample_tokens, &t->smp, &text);
+    ferry_status st;
+    if (t->resident) {
+        gpt2_hooks hooks = gpt2_resident_hooks(t->resident);
+        st = sample_text_hooks(t->model, t->acts, &hooks, t->sample_stream, 1, t->o.seq, t->tok, t->o.prompt,
+                               t->o.sample_tokens, &t->smp, &text);
+    } else {
+        st = sample_text(t->engine, t->model, t->acts, t->o.batch, t->o.seq, t->tok, t->o.prompt,
+                         t->o.sample_tokens, &t->smp, &text);
+    }
     if (st == FERRY_OK) {
         printf("---- sample at step %lld (temperature %.2f, top-k %d) ----\n%s\n----\n", (long long)t->step,
                (double)t->o.temperature, t->o.top_k, text);
@@ -812,6 +866,11 @@ static int cleanup(trainer *t, int rc)
         ferry_engine_synchronize(t->engine);
     gpt2_activations_destroy(t->acts);
     gpt2_activations_destroy(t->eval_acts);
+    gpt2_resident_destroy(t->resident);
+    backend_stream_destroy(t->sample_stream);
+    if (t->sample_be)
+        ops_shutdown(t->sample_be);
+    backend_close(t->sample_be);
     bool traced = t->engine && t->o.trace;
     if (ferry_engine_close(t->engine) != FERRY_OK)
         rc = fail("the memory trace is incomplete");
@@ -998,12 +1057,16 @@ int main(int argc, char **argv)
         return cleanup(&t, rc);
     if (stop_signal)
         return cleanup(&t, report_stop(&t, 0));
-    if (setup_engine(&t) != FERRY_OK || restore(&t) != FERRY_OK)
+    if (t.o.sample_only ? setup_sampling(&t) != FERRY_OK : setup_engine(&t) != FERRY_OK || restore(&t) != FERRY_OK)
         return cleanup(&t, stop_signal ? report_stop(&t, fail("setup")) : fail("setup"));
     if (stop_signal) /* during setup: nothing is trained, nothing saved */
         return cleanup(&t, report_stop(&t, 0));
     if (!t.o.quiet) {
-        printf("ferry %s | %s\n", ferry_version(), ferry_engine_describe(t.engine));
+        if (t.engine)
+            printf("ferry %s | %s\n", ferry_version(), ferry_engine_describe(t.engine));
+        else
+            printf("ferry %s | %s backend, the weights alone (no engine, no optimizer state)\n", ferry_version(),
+                   ferry_backend_name(backend_kind(t.sample_be)));
         printf("model: %d layers, %d heads, %d wide, vocab %d, context %d: %.1fM parameters", t.cfg.n_layer,
                t.cfg.n_head, t.cfg.n_embd, t.cfg.vocab_size, t.cfg.max_seq_len,
                (double)gpt2_num_params(t.model) / 1e6);
