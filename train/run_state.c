@@ -436,7 +436,8 @@ static ferry_status list_steps(const char *dir, long long **steps, size_t *n)
         (*steps)[(*n)++] = s;
     }
     closedir(d);
-    qsort(*steps, *n, sizeof **steps, step_desc);
+    if (*n > 1) /* qsort's array may not be NULL, even empty */
+        qsort(*steps, *n, sizeof **steps, step_desc);
     return FERRY_OK;
 }
 

@@ -425,13 +425,21 @@ static void test_locate(ferry_engine *e)
 
 /* ---- the run state's encoding ---- */
 
+/* Field by field: the struct has padding, which memcmp would read. */
+static int same_settings(const train_settings *a, const train_settings *b)
+{
+    return a->known == b->known && a->seed == b->seed && a->dtype == b->dtype && a->offload == b->offload &&
+           a->delayed_update == b->delayed_update && a->warmup == b->warmup && a->steps == b->steps &&
+           a->lr == b->lr && a->lr_min_frac == b->lr_min_frac && a->weight_decay == b->weight_decay &&
+           a->beta1 == b->beta1 && a->beta2 == b->beta2 && a->eps == b->eps && a->clip == b->clip;
+}
+
 static int same_resume(const train_resume *a, const train_resume *b)
 {
     return a->step == b->step && a->engine_step == b->engine_step && a->data.epoch == b->data.epoch &&
            a->data.index == b->data.index && a->data.layout == b->data.layout && a->sample_rng == b->sample_rng &&
            memcmp(&a->model, &b->model, sizeof a->model) == 0 && a->batch == b->batch && a->seq == b->seq &&
-           a->grad_accum == b->grad_accum && strcmp(a->run, b->run) == 0 &&
-           memcmp(&a->settings, &b->settings, sizeof a->settings) == 0;
+           a->grad_accum == b->grad_accum && strcmp(a->run, b->run) == 0 && same_settings(&a->settings, &b->settings);
 }
 
 static uint64_t le_at(const unsigned char *p, int bytes)
