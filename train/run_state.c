@@ -134,7 +134,7 @@ static ferry_status check_settings(const train_settings *t, const char *where)
                      t->beta2 >= 0 && t->beta2 < 1 && isfinite(t->eps) && t->eps >= 0 && isfinite(t->clip) &&
                      t->clip >= 0;
     bool ints_ok = (t->dtype == FERRY_DTYPE_F32 || t->dtype == FERRY_DTYPE_BF16 || t->dtype == FERRY_DTYPE_F16) &&
-                   t->offload >= FERRY_OFFLOAD_NONE && t->offload <= FERRY_OFFLOAD_PARAMS &&
+                   strcmp(ferry_offload_name((ferry_offload)t->offload), "unknown") != 0 && /* any mode ferry has */
                    (t->delayed_update == 0 || t->delayed_update == 1) && t->warmup >= 0 && t->steps >= 1;
     if (!floats_ok || !ints_ok)
         return err_set(FERRY_ERR_FORMAT, "'%s': the run state's settings (dtype %d, offload %d, delayed update %d, "
