@@ -62,3 +62,36 @@ engine_buffer engine_accumulator_buffer(ferry_offload mode)
 
 int engine_weight_window(int prefetch_groups) { return prefetch_groups + 2; }
 int engine_drain_window(int prefetch_groups) { return prefetch_groups + 1; }
+
+/* ---- data parallelism ----
+ *
+ *   mode       device (per parameter)                host pool (per parameter, 1/N of them)
+ *   none       as alone, plus the fp32 gradient sum  -
+ *   optimizer  weights (N x slot), grads (act)       master, m, v, grads (fp32, summed), weights (act)
+ *   params     a window of weights (N x slot), grads as optimizer
+ *
+ * A rank's slot is a whole number of NUMERICS_TILE: ceil(tiles / N) tiles. */
+size_t engine_shard_cap(size_t numel, int world)
+{
+    size_t tiles = (numel + NUMERICS_TILE - 1) / NUMERICS_TILE, n = world > 0 ? (size_t)world : 1;
+    return (tiles + n - 1) / n * NUMERICS_TILE;
+}
+
+int engine_group_buffers_sharded(ferry_offload mode, size_t act, bool sharded,
+                                 engine_buffer out[ENGINE_GROUP_BUFFERS_MAX])
+{
+    int n = engine_group_buffers(mode, act, out);
+    for (int i = 0; sharded && i < n; i++)
+        if (!out[i].device && out[i].slot == SLOT(host_grads))
+            out[i].elem_bytes = 4; /* the reduced shard arrives as fp32 */
+    return n;
+}
+
+size_t engine_buffer_elems(const engine_buffer *b, bool sharded, size_t numel, size_t shard_cap, size_t padded)
+{
+    if (!sharded)
+        return numel;
+    if (b->device)
+        return b->slot == SLOT(dev_weights) ? padded : numel;
+    return shard_cap;
+}
