@@ -221,18 +221,43 @@ ferry_status engine_write_device_weights(ferry_engine *e, engine_group *g)
     return backend_stream_synchronize(e->h2d);
 }
 
+/* This rank's bytes per parameter of the model: with data parallelism in
+ * the sharded modes its host slots hold about 1/N of them. */
+static void rank_bytes_per_param(const ferry_engine *e, double *dev_pp, double *host_pp)
+{
+    engine_bytes_per_param(e, dev_pp, host_pp);
+    if (!shard_sharded(e))
+        return;
+    engine_buffer b[ENGINE_GROUP_BUFFERS_MAX];
+    int n = engine_group_buffers_sharded(e->cfg.offload, e->act_size, true, b);
+    double dev = 0, host = 0;
+    for (int g = 0; g < e->ngroups; g++)
+        for (int i = 0; i < n; i++) {
+            const engine_group *gr = &e->groups[g];
+            double bytes = (double)engine_buffer_elems(&b[i], true, gr->numel, gr->shard_cap, gr->padded) *
+                           (double)b[i].elem_bytes;
+            *(b[i].device ? &dev : &host) += bytes;
+        }
+    *dev_pp = dev / (double)total_params(e);
+    *host_pp = host / (double)total_params(e);
+}
+
 static void describe(ferry_engine *e)
 {
     double dev_pp, host_pp;
-    engine_bytes_per_param(e, &dev_pp, &host_pp);
+    rank_bytes_per_param(e, &dev_pp, &host_pp);
     char budget[32], pin[256] = "";
     units_fmt_bytes(budget, sizeof budget, arena_budget(e->arena));
     pool_pinning_note(e->pool, pin, sizeof pin);
+    char rank[64] = "";
+    if (e->dp)
+        snprintf(rank, sizeof rank, "; rank %d of %d", ferry_engine_rank(e), ferry_engine_world_size(e));
     snprintf(e->describe, sizeof e->describe,
              "%s backend (%s), offload %s, %d groups, %zu parameters; device budget %s, %.0f B/param "
-             "on the device, %.0f B/param on the host; optimizer: %s%s%s",
+             "on the device, %.*f B/param on the host%s; optimizer: %s%s%s",
              ferry_backend_name(backend_kind(e->be)), backend_device_name(e->be),
-             ferry_offload_name(e->cfg.offload), e->ngroups, total_params(e), budget, dev_pp, host_pp,
+             ferry_offload_name(e->cfg.offload), e->ngroups, total_params(e), budget, dev_pp,
+             host_pp < 10 && host_pp > 0 && host_pp != (int)host_pp ? 1 : 0, host_pp, rank,
              tp_pool_binding(e->threads), pin[0] ? "; " : "", pin);
 }
 

@@ -5,7 +5,17 @@
  * any work starts; the checkpoint folder is locked for the run and pruned to
  * the last --keep-last saves; a failed write of the log or the trace fails the
  * run; SIGINT/SIGTERM end the step in progress, save and exit 130/143 (a
- * second signal stops at once). */
+ * second signal stops at once).
+ *
+ * Under mpirun -np N or srun every process is a rank training one model
+ * with the others (ZeRO data parallelism in the engine): a step's N x
+ * --grad-accum micro-batches are consecutive windows of the data, rank r
+ * taking the r-th --grad-accum of them; rank 0 alone prints, logs, saves
+ * and locks the checkpoint folder (every rank takes part in evaluation,
+ * sampling and saving, whose collectives need them all); each rank writes
+ * its own memory trace (FILE for rank 0, FILE.rankR for the others). A
+ * failure on any rank stops every rank with its message; a signal to any
+ * rank stops all of them after the same step. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
@@ -49,13 +59,29 @@ typedef struct trainer {
     int64_t start_step;
     double tokens_done;
     char ckpt[PATH_MAX];  /* checkpoint folder to resume from, or "" */
+    int rank, world;      /* this process's rank among `world` (0 of 1 alone) */
+    bool stop;            /* several ranks: a rank had a signal by the last step (agreed) */
+    char trace[PATH_MAX]; /* this rank's memory trace */
 } trainer;
 
+static trainer *the_trainer; /* for fail(): the rank that failed */
+
+/* Prints the failure; in a world of several ranks, says which and tells the
+ * others, who stop with this message (a failure that came from another rank
+ * is not sent back). */
 static int fail(const char *what)
 {
-    fprintf(stderr, "train_gpt2: %s: %s\n", what, ferry_last_error());
+    char line[1200];
+    snprintf(line, sizeof line, "%s: %s", what, ferry_last_error());
+    if (the_trainer && the_trainer->world > 1)
+        fprintf(stderr, "train_gpt2: rank %d: %s\n", the_trainer->rank, line);
+    else
+        fprintf(stderr, "train_gpt2: %s\n", line);
+    ferry_world_abort(line);
     return 1;
 }
+
+static bool leader(const trainer *t) { return t->rank == 0; }
 
 /* ---- signals ---- */
 
@@ -170,6 +196,17 @@ static ferry_status open_tokenizer(trainer *t)
     return FERRY_OK;
 }
 
+/* Rank 0 writes the trace it was asked for; rank R, FILE.rankR. */
+static void trace_path(trainer *t)
+{
+    if (!t->o.trace || t->world == 1)
+        return;
+    if (t->rank > 0) {
+        snprintf(t->trace, sizeof t->trace, "%s.rank%d", t->o.trace, t->rank);
+        t->o.trace = t->trace;
+    }
+}
+
 static ferry_status open_loader(trainer *t, const char *pattern, int shuffle, tok_loader **out)
 {
     const char *paths[1] = {pattern};
@@ -264,11 +301,20 @@ static ferry_status restore(trainer *t)
     t->smp.rng = r.sample_rng;
     if (t->o.sample_only)
         return FERRY_OK;
-    if (r.batch != t->o.batch || r.seq != t->o.seq || r.grad_accum != t->o.grad_accum)
+    /* The run state counts a step's micro-batches of all ranks together:
+     * any world size with as many per step sees the same data. */
+    if (r.batch != t->o.batch || r.seq != t->o.seq || r.grad_accum != t->o.grad_accum * t->world) {
+        if (t->world == 1)
+            return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                           "--resume: the checkpoint was trained with --batch %d --seq %d --grad-accum %d; resume "
+                           "with the same values to see the same data",
+                           r.batch, r.seq, r.grad_accum);
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "--resume: the checkpoint was trained with --batch %d --seq %d --grad-accum %d; resume with "
-                       "the same values to see the same data",
-                       r.batch, r.seq, r.grad_accum);
+                       "--resume: the checkpoint was trained with --batch %d --seq %d and %d micro-batches per step "
+                       "(ranks x --grad-accum); this run has --batch %d --seq %d and %d ranks x %d: resume with the "
+                       "same batch, sequence and micro-batches per step to see the same data",
+                       r.batch, r.seq, r.grad_accum, t->o.batch, t->o.seq, t->world, t->o.grad_accum);
+    }
     st = tok_loader_seek(t->train, &r.data);
     return st == FERRY_OK ? FERRY_OK : err_wrap(st, "--resume: the data position");
 }
@@ -330,11 +376,18 @@ static void progress_line(trainer *t, const step_figures *f)
     fmt_duration(eta, sizeof eta, per_step * (double)(t->o.steps - t->step) / 1e3);
     if (f->mfu > 0)
         snprintf(mfu, sizeof mfu, " | MFU %4.1f%%", f->mfu * 100);
-    printf("step %*lld/%d | loss %7.4f%s | %7.0f tok/s%s | gpu %s (peak %s) | host %s (peak %s) | "
-           "%.0f ms: compute %.0f, xfer wait %.0f, opt wait %.0f | ETA %s\n",
+    /* Several ranks: their world size, throughput per rank, and the wait on collectives. */
+    char ranks[64] = "", comm[48] = "";
+    if (t->world > 1) {
+        snprintf(ranks, sizeof ranks, " (%.0f/rank) | %d ranks", f->tokens_per_s / t->world, t->world);
+        snprintf(comm, sizeof comm, ", comm wait %.0f", f->timing.compute_wait_comm_ms);
+    }
+    printf("step %*lld/%d | loss %7.4f%s | %7.0f tok/s%s%s | gpu %s (peak %s) | host %s (peak %s) | "
+           "%.0f ms: compute %.0f, xfer wait %.0f, opt wait %.0f%s | ETA %s\n",
            (int)snprintf(NULL, 0, "%d", t->o.steps), (long long)t->step, t->o.steps, (double)f->loss,
-           f->skipped ? " (skipped: inf/nan)" : "", f->tokens_per_s, mfu, gpu, gpu_peak, host, host_peak, f->step_ms,
-           f->compute_ms, f->timing.compute_wait_transfer_ms, f->timing.compute_wait_optimizer_ms, eta);
+           f->skipped ? " (skipped: inf/nan)" : "", f->tokens_per_s, ranks, mfu, gpu, gpu_peak, host, host_peak,
+           f->step_ms, f->compute_ms, f->timing.compute_wait_transfer_ms, f->timing.compute_wait_optimizer_ms, comm,
+           eta);
     fflush(stdout);
 }
 
@@ -363,6 +416,9 @@ static ferry_status log_record(trainer *t, const char *kind, const step_figures 
         cJSON_AddNumberToObject(j, "gpu_peak_bytes", (double)f->mem.device_total_peak_bytes);
         cJSON_AddNumberToObject(j, "host_bytes", (double)f->mem.host_in_use_bytes);
         cJSON_AddNumberToObject(j, "host_peak_bytes", (double)f->mem.host_peak_bytes);
+        cJSON_AddNumberToObject(j, "world_size", t->world);
+        cJSON_AddNumberToObject(j, "comm_wait_ms", f->timing.compute_wait_comm_ms);
+        cJSON_AddNumberToObject(j, "comm_bytes", f->timing.comm_bytes);
     } else {
         cJSON_AddNumberToObject(j, "val_loss", val_loss);
     }
@@ -381,6 +437,24 @@ static ferry_status log_record(trainer *t, const char *kind, const step_figures 
 
 /* ---- the loop ---- */
 
+/* With several ranks: the step's loss over all of them, and whether any
+ * rank was asked to stop (then all stop after this step). */
+static ferry_status agree_on_step(trainer *t, float *sum)
+{
+    if (t->world == 1)
+        return FERRY_OK;
+    double v[2] = {*sum, (double)atomic_load(&stop_signal)};
+    ferry_status st = ferry_world_all_reduce(v, 2);
+    if (st != FERRY_OK)
+        return st;
+    *sum = (float)v[0];
+    t->stop = v[1] > 0;
+    int expected = 0;
+    if (v[1] > 0) /* a rank's signal stops every rank; SIGTERM's number when several differ */
+        atomic_compare_exchange_strong(&stop_signal, &expected, v[1] > SIGTERM ? SIGTERM : (int)v[1]);
+    return FERRY_OK;
+}
+
 static ferry_status train_step(trainer *t, step_figures *f)
 {
     gpt2_hooks hooks = gpt2_engine_hooks(t->engine);
@@ -389,12 +463,19 @@ static ferry_status train_step(trainer *t, step_figures *f)
     float sum = 0;
     ferry_status st = FERRY_OK;
     ferry_engine_mark(t->engine, t->step + 1, "forward+backward");
-    for (int k = 0; k < t->o.grad_accum && st == FERRY_OK; k++) {
+    /* The step's world x --grad-accum windows, rank r taking the r-th
+     * --grad-accum; every rank reads them all, so every loader stays where
+     * one process's would be. Gradients are summed over all of them. */
+    int K = t->o.grad_accum, M = K * t->world;
+    for (int j = 0; j < M && st == FERRY_OK; j++) {
         float loss = 0;
         st = tok_loader_next(t->train, t->inputs, t->targets);
-        if (st == FERRY_OK) st = ferry_engine_begin_micro_batch(t->engine, k, t->o.grad_accum);
+        if (st != FERRY_OK || j / K != t->rank)
+            continue;
+        int k = j % K;
+        if (st == FERRY_OK) st = ferry_engine_begin_micro_batch(t->engine, k, K);
         if (st == FERRY_OK) st = gpt2_forward(t->model, t->acts, &hooks, s, t->inputs, t->targets, true);
-        if (st == FERRY_OK) st = gpt2_backward(t->model, t->acts, &hooks, s, 1.0f / (float)t->o.grad_accum);
+        if (st == FERRY_OK) st = gpt2_backward(t->model, t->acts, &hooks, s, 1.0f / (float)M);
         if (st == FERRY_OK) st = gpt2_loss(t->acts, s, &loss);
         sum += loss;
     }
@@ -410,11 +491,13 @@ static ferry_status train_step(trainer *t, step_figures *f)
     ferry_engine_mark(t->engine, t->step + 1, "optimizer");
     if (st == FERRY_OK)
         st = ferry_engine_step(t->engine, &so, &rep);
+    if (st == FERRY_OK)
+        st = agree_on_step(t, &sum);
     if (st != FERRY_OK)
         return st;
     t->step++;
     double t2 = clock_now_ms();
-    f->loss = sum / (float)t->o.grad_accum;
+    f->loss = sum / (float)M;
     f->grad_norm = rep.grad_norm;
     f->skipped = rep.skipped;
     ferry_step_timing tm = FERRY_STEP_TIMING_INIT;
@@ -422,12 +505,12 @@ static ferry_status train_step(trainer *t, step_figures *f)
     f->timing = tm;
     f->step_ms = t2 - t0;
     f->compute_ms = (t1 - t0) - tm.compute_wait_transfer_ms - tm.compute_wait_optimizer_ms;
-    double tokens = (double)t->o.batch * t->o.seq * t->o.grad_accum;
+    double tokens = (double)t->o.batch * t->o.seq * M;
     t->tokens_done += tokens;
     f->tokens_per_s = tokens / (f->step_ms / 1e3);
     double peak = gpu_peak_tflops(&t->o);
     f->mfu = peak > 0 && ferry_engine_backend(t->engine) == FERRY_BACKEND_CUDA
-                 ? flops_per_token(t) * f->tokens_per_s / (peak * 1e12)
+                 ? flops_per_token(t) * f->tokens_per_s / t->world / (peak * 1e12)
                  : 0;
     ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
     ferry_engine_memory_stats(t->engine, &ms);
@@ -444,18 +527,28 @@ static ferry_status evaluate(trainer *t, float *val_loss)
         return st;
     ferry_engine_mark(t->engine, t->step, "eval");
     tok_loader_reset(t->val);
-    double sum = 0;
-    int n = 0;
-    for (int i = 0; i < t->o.eval_batches && st == FERRY_OK; i++) {
+    /* Rank r evaluates batches r, r + N, ...; every rank runs as many
+     * forwards (the last one again, uncounted), since a forward may need
+     * every rank (params mode gathers weights). */
+    int E = t->o.eval_batches, W = t->world, per = (E + W - 1) / W, mine = 0;
+    double v[2] = {0, 0}; /* loss sum, batches */
+    for (int i = 0; i < E && st == FERRY_OK; i++) {
         float loss = 0;
         st = tok_loader_next(t->val, t->inputs, t->targets);
+        if (st != FERRY_OK || i % W != t->rank)
+            continue;
         if (st == FERRY_OK) st = gpt2_forward(t->model, t->acts, &hooks, s, t->inputs, t->targets, false);
         if (st == FERRY_OK) st = gpt2_loss(t->acts, s, &loss);
-        sum += loss;
-        n++;
+        v[0] += loss;
+        v[1]++;
+        mine++;
     }
+    for (; mine < per && st == FERRY_OK; mine++)
+        st = gpt2_forward(t->model, t->acts, &hooks, s, t->inputs, t->targets, false);
     ferry_status end = ferry_engine_end_inference(t->engine);
-    *val_loss = n ? (float)(sum / n) : 0;
+    if (st == FERRY_OK && end == FERRY_OK && W > 1)
+        st = ferry_world_all_reduce(v, 2);
+    *val_loss = v[1] > 0 ? (float)(v[0] / v[1]) : 0;
     return st != FERRY_OK ? st : end;
 }
 
@@ -465,7 +558,7 @@ static ferry_status print_sample(trainer *t)
     int B = t->o.sample_only ? 1 : t->o.batch;
     ferry_status st = sample_text(t->engine, t->model, t->acts, B, t->o.seq, t->tok, t->o.prompt,
                                   t->o.sample_tokens, &t->smp, &text);
-    if (st == FERRY_OK) {
+    if (st == FERRY_OK && leader(t)) { /* every rank samples alike; one prints */
         printf("---- sample at step %lld (temperature %.2f, top-k %d) ----\n%s\n----\n", (long long)t->step,
                (double)t->o.temperature, t->o.top_k, text);
         fflush(stdout);
@@ -477,12 +570,14 @@ static ferry_status print_sample(trainer *t)
 static ferry_status save(trainer *t)
 {
     train_resume r = {t->step, 0, tok_loader_tell(t->train), t->smp.rng, t->cfg, t->o.batch, t->o.seq,
-                      t->o.grad_accum};
+                      t->o.grad_accum * t->world};
     ferry_engine_mark(t->engine, t->step, "checkpoint");
     ferry_status st = run_state_save(t->o.checkpoint_dir, t->step, t->engine, t->model, &r);
     if (st != FERRY_OK)
         return st;
     t->saved_step = t->step;
+    if (!leader(t))
+        return FERRY_OK; /* rank 0 wrote it */
     if (!t->o.quiet)
         printf("saved checkpoint %s/step_%08lld\n", t->o.checkpoint_dir, (long long)t->step);
     /* Retention failing is no reason to stop training: say so and go on. */
@@ -493,35 +588,40 @@ static ferry_status save(trainer *t)
 
 static bool every(int n, int64_t step) { return n > 0 && step % n == 0; }
 
+/* Stop after this step: a signal, or with several ranks, a signal any rank
+ * had by the last step (all ranks see the same). */
+static bool stopping(const trainer *t) { return t->world > 1 ? t->stop : stop_signal != 0; }
+
 static ferry_status train(trainer *t)
 {
     t->started_ms = clock_now_ms();
     t->start_step = t->step;
     ferry_status st = FERRY_OK;
-    while (t->step < t->o.steps && st == FERRY_OK && !stop_signal) {
+    while (t->step < t->o.steps && st == FERRY_OK && !stopping(t)) {
         step_figures f = {0};
         st = train_step(t, &f);
         if (st != FERRY_OK)
             break;
-        if (!t->o.quiet)
+        if (!t->o.quiet && leader(t))
             progress_line(t, &f);
-        if ((st = log_record(t, "step", &f, 0)) != FERRY_OK)
+        if (leader(t) && (st = log_record(t, "step", &f, 0)) != FERRY_OK)
             break;
-        if (!stop_signal && (every(t->o.eval_every, t->step) || (t->o.eval_every && t->step == t->o.steps))) {
+        if (!stopping(t) && (every(t->o.eval_every, t->step) || (t->o.eval_every && t->step == t->o.steps))) {
             float val = 0;
             if ((st = evaluate(t, &val)) != FERRY_OK)
                 break;
-            printf("step %lld | val loss %.4f\n", (long long)t->step, (double)val);
-            if ((st = log_record(t, "eval", NULL, val)) != FERRY_OK)
+            if (leader(t))
+                printf("step %lld | val loss %.4f\n", (long long)t->step, (double)val);
+            if (leader(t) && (st = log_record(t, "eval", NULL, val)) != FERRY_OK)
                 break;
         }
-        if (!stop_signal && every(t->o.sample_every, t->step) && (st = print_sample(t)) != FERRY_OK)
+        if (!stopping(t) && every(t->o.sample_every, t->step) && (st = print_sample(t)) != FERRY_OK)
             break;
         if (t->o.checkpoint_dir && (every(t->o.checkpoint_every, t->step) || t->step == t->o.steps))
             st = save(t);
     }
     /* Stopped by a signal: keep what was trained since the last save. */
-    if (st == FERRY_OK && stop_signal && t->o.checkpoint_dir && t->step > t->saved_step)
+    if (st == FERRY_OK && stopping(t) && t->o.checkpoint_dir && t->step > t->saved_step)
         st = save(t);
     return st;
 }
@@ -531,10 +631,16 @@ static void summary(trainer *t)
     ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
     ferry_engine_memory_stats(t->engine, &ms);
     char dp[32], hp[32];
-    double secs = (clock_now_ms() - t->started_ms) / 1e3;
-    printf("done: %lld steps, %.0f tokens in %.1f s (%.0f tok/s); peak memory: gpu %s, host %s\n",
-           (long long)(t->step - t->start_step), t->tokens_done, secs, secs > 0 ? t->tokens_done / secs : 0,
-           units_fmt_bytes(dp, sizeof dp, ms.device_total_peak_bytes), units_fmt_bytes(hp, sizeof hp, ms.host_peak_bytes));
+    double secs = (clock_now_ms() - t->started_ms) / 1e3, rate = secs > 0 ? t->tokens_done / secs : 0;
+    char ranks[64] = "";
+    if (t->world > 1)
+        snprintf(ranks, sizeof ranks, ", %.0f per rank of %d", rate / t->world, t->world);
+    if (!leader(t))
+        return;
+    printf("done: %lld steps, %.0f tokens in %.1f s (%.0f tok/s%s); peak memory: gpu %s, host %s%s\n",
+           (long long)(t->step - t->start_step), t->tokens_done, secs, rate, ranks,
+           units_fmt_bytes(dp, sizeof dp, ms.device_total_peak_bytes), units_fmt_bytes(hp, sizeof hp, ms.host_peak_bytes),
+           t->world > 1 ? " (rank 0's)" : "");
 }
 
 /* After a SIGINT/SIGTERM: says where the run stopped and what it kept;
@@ -542,7 +648,9 @@ static void summary(trainer *t)
 static int report_stop(const trainer *t, int rc)
 {
     const char *name = stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
-    if (!t->o.checkpoint_dir)
+    if (!leader(t))
+        ;
+    else if (!t->o.checkpoint_dir)
         fprintf(stderr, "train_gpt2: stopped by %s at step %lld; nothing was saved (no --checkpoint-dir)\n", name,
                 (long long)t->step);
     else if (t->saved_step == t->step)
@@ -567,7 +675,10 @@ static int cleanup(trainer *t, int rc)
     bool traced = t->engine && t->o.trace;
     if (ferry_engine_close(t->engine) != FERRY_OK)
         rc = fail("the memory trace is incomplete");
-    else if (traced)
+    else if (traced && t->world > 1 && leader(t))
+        printf("memory traces: %s for rank 0, %s.rankR for rank R (read them with: memprof %s)\n", t->o.trace,
+               t->o.trace, t->o.trace);
+    else if (traced && leader(t))
         printf("memory trace: %s (read it with: memprof %s)\n", t->o.trace, t->o.trace);
     gpt2_destroy(t->model);
     tok_loader_close(t->train);
@@ -583,15 +694,25 @@ static int cleanup(trainer *t, int rc)
     return rc;
 }
 
+/* cleanup(), then out of the world: MPI is finalized when every rank is
+ * well (after a failure the launcher ends the ranks). */
+static int finish(trainer *t, int rc)
+{
+    rc = cleanup(t, rc);
+    ferry_world_leave();
+    return rc;
+}
+
 /* Everything that can be checked before the engine allocates is checked
  * here, the outputs first. */
 static int prepare(trainer *t)
 {
     if (train_options_check_outputs(&t->o) != 0)
         return 2;
-    if (t->o.checkpoint_dir && run_state_lock(t->o.checkpoint_dir, &t->lock_fd) != FERRY_OK)
+    /* Rank 0 writes the checkpoints and the log. */
+    if (leader(t) && t->o.checkpoint_dir && run_state_lock(t->o.checkpoint_dir, &t->lock_fd) != FERRY_OK)
         return fail("--checkpoint-dir");
-    if (t->o.log && !(t->log = fopen(t->o.log, "a"))) {
+    if (leader(t) && t->o.log && !(t->log = fopen(t->o.log, "a"))) {
         fprintf(stderr, "train_gpt2: cannot write the log '%s': %s\n", t->o.log, strerror(errno));
         return 1;
     }
@@ -638,17 +759,35 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc == 1 ? 0 : 2;
     catch_signals();
-    if ((rc = prepare(&t)) != 0)
-        return cleanup(&t, rc);
+    /* First, so that a failure of any rank from here on reaches the others. */
+    ferry_world_info world = FERRY_WORLD_INFO_INIT;
+    if (ferry_world_join(&world) != FERRY_OK) {
+        fprintf(stderr, "train_gpt2: joining the ranks the launcher started: %s\n", ferry_last_error());
+        return 1;
+    }
+    t.rank = world.rank;
+    t.world = world.world_size;
+    the_trainer = &t;
+    trace_path(&t);
+    if ((rc = prepare(&t)) != 0) {
+        ferry_world_abort("its setup was refused (its own message says why)");
+        return finish(&t, rc);
+    }
     if (setup_engine(&t) != FERRY_OK || restore(&t) != FERRY_OK)
-        return cleanup(&t, fail("setup"));
-    if (!t.o.quiet) {
+        return finish(&t, fail("setup"));
+    if (!t.o.quiet && leader(&t)) {
         printf("ferry %s | %s\n", ferry_version(), ferry_engine_describe(t.engine));
+        if (t.world > 1)
+            printf("data parallel: %d ranks (%s), %d micro-batches of %d x %d per step, rank r taking the r-th %d\n",
+                   t.world, world.launcher, t.world * t.o.grad_accum, t.o.batch, t.o.seq, t.o.grad_accum);
         printf("model: %d layers, %d heads, %d wide, vocab %d, context %d: %.1fM parameters", t.cfg.n_layer,
                t.cfg.n_head, t.cfg.n_embd, t.cfg.vocab_size, t.cfg.max_seq_len,
                (double)gpt2_num_params(t.model) / 1e6);
         if (t.o.sample_only)
             printf(" | sampling with a window of %d tokens\n", t.o.seq);
+        else if (t.world > 1)
+            printf(" | batch %d x %d x %d accum x %d ranks = %d tokens/step%s\n", t.o.batch, t.o.seq, t.o.grad_accum,
+                   t.world, t.o.batch * t.o.seq * t.o.grad_accum * t.world, t.o.recompute ? " | recompute" : "");
         else
             printf(" | batch %d x %d x %d accum = %d tokens/step%s\n", t.o.batch, t.o.seq, t.o.grad_accum,
                    t.o.batch * t.o.seq * t.o.grad_accum, t.o.recompute ? " | recompute" : "");
@@ -666,5 +805,5 @@ int main(int argc, char **argv)
     }
     if (stop_signal)
         rc = report_stop(&t, rc);
-    return cleanup(&t, rc);
+    return finish(&t, rc);
 }
