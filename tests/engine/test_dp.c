@@ -25,6 +25,7 @@
 #include "kernels/comm.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
+#include "models/gpt2_plan.h"
 #include "offload/pool.h"
 #include "tap.h"
 #include "test_dtype.h"
@@ -42,6 +43,7 @@ typedef struct run_result {
     size_t nweights;
     uint64_t host_bytes;       /* this rank's pinned pool in use */
     uint64_t expected_host;    /* what its slots should take */
+    uint64_t device_peak;
     double comm_bytes;
 } run_result;
 
@@ -154,6 +156,7 @@ static ferry_status run(const run_opts *ro, run_result *out)
         ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
         ferry_engine_memory_stats(e, &ms);
         out->host_bytes = ms.host_in_use_bytes;
+        out->device_peak = ms.device_total_peak_bytes;
         out->expected_host = expected_host_bytes(m, ro->mode, ro->parallel == 1 ? world : 1);
         ferry_step_timing t = FERRY_STEP_TIMING_INIT;
         ferry_engine_step_timing(e, &t);
@@ -230,6 +233,20 @@ static void test_mode(ferry_offload mode, int delayed, int prefetch)
                    what, world, (unsigned long long)host_max, (unsigned long long)dp.expected_host,
                    (unsigned long long)ref.host_bytes);
         tap_ok(world == 1 || dp.comm_bytes > 0, "%s: the step sent %.0f bytes through collectives", what, dp.comm_bytes);
+        /* memprof plan --ranks N predicts rank 0's memory */
+        gpt2_plan p;
+        gpt2_plan_request rq = {&model, B, T, mode, false, prefetch, 1, FERRY_BACKEND_HOST, test_dtype(), world};
+        ferry_status planned = gpt2_plan_predict(&rq, &p);
+        if (tap_ok(planned == FERRY_OK, "%s: memory planned for %d ranks %s", what, world,
+                   planned == FERRY_OK ? "" : ferry_last_error())) {
+            tap_ok(p.host_total == dp.host_bytes, "%s: the plan for %d ranks predicts rank 0's host pool: %llu bytes "
+                   "(measured %llu)", what, world, (unsigned long long)p.host_total,
+                   (unsigned long long)dp.host_bytes);
+            double r = (double)dp.device_peak / (double)p.device_total;
+            tap_ok(mode == FERRY_OFFLOAD_PARAMS ? r <= 1.0 && r > 0.5 : r <= 1.0 && r > 0.95,
+                   "%s: ... and bounds its device peak: %llu measured, %llu planned (%.1f%%)", what,
+                   (unsigned long long)dp.device_peak, (unsigned long long)p.device_total, 100 * r);
+        }
     }
     free_result(&dp);
     free_result(&ref);
