@@ -55,6 +55,7 @@ typedef struct run_opts {
     const char *load;  /* continue from this checkpoint; NULL: from the seed */
     int first, last;   /* steps [first, last) */
     const char *save;  /* save after the last step, when not NULL */
+    int per_rank;      /* micro-batches per rank (0: 1); alone, world x that */
 } run_opts;
 
 /* Deterministic text-like tokens of micro-batch `micro` at `step`. */
@@ -110,7 +111,7 @@ static ferry_status run(const run_opts *ro, run_result *out)
     cfg.optimizer_threads = 1;
     cfg.dtype = test_dtype();
     cfg.data_parallel = ro->parallel;
-    int micro = ro->parallel == 1 ? 1 : world, scale = world;
+    int per = ro->per_rank > 0 ? ro->per_rank : 1, micro = ro->parallel == 1 ? per : world * per, scale = world * per;
     ferry_status st = gpt2_create(&model, &m);
     if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
     if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED, NULL);
@@ -125,7 +126,7 @@ static ferry_status run(const run_opts *ro, run_result *out)
     for (int step = ro->first; step < ro->last && st == FERRY_OK; step++) {
         double losses[MAXR] = {0};
         for (int k = 0; k < micro && st == FERRY_OK; k++) {
-            int which = ro->parallel == 1 ? rank : k; /* the global micro-batch */
+            int which = ro->parallel == 1 ? rank * per + k : k; /* the global micro-batch */
             batch_tokens(step, which, tokens, targets);
             float loss = 0;
             st = ferry_engine_begin_micro_batch(e, k, micro);
@@ -137,8 +138,8 @@ static ferry_status run(const run_opts *ro, run_result *out)
         ferry_step_report rep = FERRY_STEP_REPORT_INIT;
         if (st == FERRY_OK) st = ferry_engine_step(e, &o, &rep);
         /* every rank's losses, each at its micro-batch (x + 0 = x) */
-        if (st == FERRY_OK && ro->parallel == 1) st = ferry_world_all_reduce(losses, (size_t)world);
-        for (int k = 0; k < world; k++)
+        if (st == FERRY_OK && ro->parallel == 1) st = ferry_world_all_reduce(losses, (size_t)(world * per));
+        for (int k = 0; k < world * per; k++)
             out->loss[step][k] = (float)losses[k];
         out->norm[step] = rep.grad_norm;
     }
@@ -217,14 +218,14 @@ static void test_mode(ferry_offload mode, int delayed, int prefetch)
     snprintf(what, sizeof what, "%d ranks, offload %s%s%s", world, ferry_offload_name(mode),
              delayed ? ", delayed update" : "", mode == FERRY_OFFLOAD_PARAMS && prefetch ? ", prefetch 1" : "");
     run_result dp = {0}, ref = {0};
-    run_opts o = {mode, delayed, prefetch, 1, NULL, 0, STEPS, NULL};
+    run_opts o = {mode, delayed, prefetch, 1, NULL, 0, STEPS, NULL, 1};
     ferry_status st = run(&o, &dp);
     int ran = ranks_ok(st == FERRY_OK);
     int host_ok = ranks_ok(dp.host_bytes == dp.expected_host);
     uint64_t host_max = dp.host_bytes;
     if (rank == 0) {
         tap_ok(ran == world, "%s: all %d ranks trained (%d did)", what, world, ran);
-        run_opts r = {mode, delayed, prefetch, -1, NULL, 0, STEPS, NULL};
+        run_opts r = {mode, delayed, prefetch, -1, NULL, 0, STEPS, NULL, 1};
         tap_ok(run(&r, &ref) == FERRY_OK, "%s: the one-process reference with %d micro-batches ran", what, world);
         compare(&dp, &ref, 0, what);
         if (mode != FERRY_OFFLOAD_NONE)
@@ -252,6 +253,44 @@ static void test_mode(ferry_offload mode, int delayed, int prefetch)
     free_result(&ref);
 }
 
+/* Several micro-batches per rank: the ranks' sums are added to each other,
+ * not one micro-batch after another, so one process with all of them is
+ * matched up to fp32 reassociation, not bitwise. Each micro-batch's loss
+ * is still the same (same weights), so the first step is; after it the
+ * losses stay within 1e-5 and the weights within 1e-4 (one dropped or
+ * doubled micro-batch moves them by far more). */
+static void test_accumulation(ferry_offload mode)
+{
+    char what[96];
+    snprintf(what, sizeof what, "%d ranks x 2 micro-batches, offload %s", world, ferry_offload_name(mode));
+    run_result dp = {0}, ref = {0};
+    run_opts o = {mode, 0, 2, 1, NULL, 0, STEPS, NULL, 2};
+    int ran = ranks_ok(run(&o, &dp) == FERRY_OK);
+    if (rank == 0) {
+        run_opts r = {mode, 0, 2, -1, NULL, 0, STEPS, NULL, 2};
+        tap_ok(ran == world && run(&r, &ref) == FERRY_OK, "%s: ran, and one process with %d micro-batches", what,
+               2 * world);
+        double worst_loss = 0, worst_w = 0;
+        bool first_equal = true;
+        for (int k = 0; k < 2 * world; k++) {
+            first_equal &= memcmp(&dp.loss[0][k], &ref.loss[0][k], sizeof(float)) == 0;
+            for (int s = 0; s < STEPS; s++) {
+                double d = fabs((double)dp.loss[s][k] - ref.loss[s][k]) / fabs((double)ref.loss[s][k]);
+                worst_loss = d > worst_loss ? d : worst_loss;
+            }
+        }
+        for (size_t i = 0; dp.weights && ref.weights && i < dp.nweights; i++) {
+            double d = fabs((double)dp.weights[i] - ref.weights[i]);
+            worst_w = d > worst_w ? d : worst_w;
+        }
+        tap_ok(first_equal, "%s: the first step's micro-batch losses bitwise equal", what);
+        tap_ok(dp.weights && ref.weights && worst_loss < 1e-5 && worst_w < 1e-4,
+               "%s: losses within %.2g relative, weights within %.2g (bounds 1e-5, 1e-4)", what, worst_loss, worst_w);
+    }
+    free_result(&dp);
+    free_result(&ref);
+}
+
 /* The checkpoint's path, made by rank 0 and sent to the others. */
 static void shared_dir(char *path, size_t cap)
 {
@@ -272,12 +311,12 @@ static void test_checkpoint_across_worlds(ferry_offload mode)
     snprintf(file, sizeof file, "%s/state.ferry", dir);
     run_result whole = {0}, a = {0}, b = {0};
     /* N ranks, steps 0..HALF, save; then one process continues to STEPS. */
-    run_opts first = {mode, 0, 0, 1, NULL, 0, HALF, file};
+    run_opts first = {mode, 0, 0, 1, NULL, 0, HALF, file, 1};
     ferry_status st = run(&first, &a);
     int saved = ranks_ok(st == FERRY_OK);
     if (rank == 0) {
-        run_opts ref = {mode, 0, 0, -1, NULL, 0, STEPS, NULL};
-        run_opts rest = {mode, 0, 0, -1, file, HALF, STEPS, NULL};
+        run_opts ref = {mode, 0, 0, -1, NULL, 0, STEPS, NULL, 1};
+        run_opts rest = {mode, 0, 0, -1, file, HALF, STEPS, NULL, 1};
         char what[96];
         snprintf(what, sizeof what, "offload %s: saved by %d ranks at step %d, resumed alone", ferry_offload_name(mode),
                  world, HALF);
@@ -286,13 +325,13 @@ static void test_checkpoint_across_worlds(ferry_offload mode)
         memcpy(b.norm, whole.norm, sizeof b.norm[0] * HALF);
         compare(&b, &whole, HALF, what);
         /* and back: one process saves at HALF, the N ranks continue */
-        run_opts alone = {mode, 0, 0, -1, NULL, 0, HALF, file};
+        run_opts alone = {mode, 0, 0, -1, NULL, 0, HALF, file, 1};
         free_result(&b);
         tap_ok(run(&alone, &b) == FERRY_OK, "offload %s: one process saved step %d", ferry_offload_name(mode), HALF);
     }
     ferry_world_barrier();
     free_result(&a);
-    run_opts again = {mode, 0, 0, 1, file, HALF, STEPS, NULL};
+    run_opts again = {mode, 0, 0, 1, file, HALF, STEPS, NULL, 1};
     st = run(&again, &a);
     int resumed = ranks_ok(st == FERRY_OK);
     if (rank == 0) {
@@ -338,6 +377,10 @@ int main(void)
     test_mode(FERRY_OFFLOAD_OPTIMIZER, 0, 2);
     test_mode(FERRY_OFFLOAD_OPTIMIZER, 1, 2);
     test_mode(FERRY_OFFLOAD_PARAMS, 0, 1);
+    if (world > 1) {
+        test_accumulation(FERRY_OFFLOAD_NONE);
+        test_accumulation(FERRY_OFFLOAD_OPTIMIZER);
+    }
     test_checkpoint_across_worlds(FERRY_OFFLOAD_OPTIMIZER);
     test_checkpoint_across_worlds(FERRY_OFFLOAD_PARAMS);
     int rc = rank == 0 ? tap_done() : 0;
