@@ -36,8 +36,8 @@ extern "C" {
 
 /* The launcher's environment (or the world as joined); see ferry_world_probe. */
 ferry_status comm_world_probe(ferry_world_info *out);
-/* Joins the launcher's world (ferry_world_join). `force_mpi` is unused
- * for a world of one rank: one rank needs no MPI. */
+/* Joins the launcher's world (ferry_world_join): starts MPI for a world of
+ * several ranks; a world of one rank needs nothing. */
 ferry_status comm_world_join(ferry_world_info *out);
 bool comm_world_joined(void);
 /* 0 and 1 before joining or alone. */

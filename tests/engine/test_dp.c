@@ -291,6 +291,104 @@ static void test_accumulation(ferry_offload mode)
     free_result(&ref);
 }
 
+/* A non-finite gradient on one rank only: every rank skips the step (the
+ * flags are all-reduced), reports the same bad group, and keeps its
+ * weights; the next step trains again everywhere. The last rank writes a
+ * NaN into group 1's gradient just before its backward release. */
+typedef struct poison {
+    ferry_engine *e;
+    gpt2_hooks inner;
+    bool armed;
+} poison;
+
+static ferry_status poison_acquire_params(void *ctx, int g, ferry_phase ph, backend_stream *s, const act_t **p)
+{
+    poison *x = ctx;
+    return x->inner.acquire_params(x->inner.ctx, g, ph, s, p);
+}
+
+static ferry_status poison_acquire_grads(void *ctx, int g, backend_stream *s, act_t **grads)
+{
+    poison *x = ctx;
+    return x->inner.acquire_grads(x->inner.ctx, g, s, grads);
+}
+
+static ferry_status poison_release(void *ctx, int g, ferry_phase ph, backend_stream *s)
+{
+    poison *x = ctx;
+    if (x->armed && g == 1 && ph == FERRY_PHASE_BACKWARD) {
+        void *grads = NULL;
+        ferry_status st = ferry_engine_synchronize(x->e);
+        if (st == FERRY_OK) st = ferry_engine_grads(x->e, g, &grads);
+        if (st != FERRY_OK)
+            return st;
+        if (test_dtype() == FERRY_DTYPE_BF16)
+            ((uint16_t *)grads)[7] = 0x7fc0; /* a bf16 NaN */
+        else
+            ((float *)grads)[7] = NAN;
+    }
+    return x->inner.release(x->inner.ctx, g, ph, s);
+}
+
+static void test_skip_agreed(ferry_offload mode)
+{
+    gpt2_model *m = NULL;
+    ferry_engine *e = NULL;
+    gpt2_activations *act = NULL;
+    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
+    cfg.backend = FERRY_BACKEND_HOST;
+    cfg.offload = mode;
+    cfg.optimizer_threads = 1;
+    cfg.dtype = test_dtype();
+    cfg.data_parallel = 1;
+    ferry_status st = gpt2_create(&model, &m);
+    if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
+    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED, NULL);
+    if (st == FERRY_OK) st = ferry_engine_setup(e);
+    gpt2_allocator alloc = e ? gpt2_engine_allocator(e) : (gpt2_allocator){0};
+    if (st == FERRY_OK) st = gpt2_activations_create(m, engine_embed_backend(e), B, T, false, &alloc, &act);
+    poison px = {e, e ? gpt2_engine_hooks(e) : (gpt2_hooks){0}, false};
+    gpt2_hooks hooks = {&px, poison_acquire_params, poison_acquire_grads, poison_release};
+    backend_stream *s = e ? engine_embed_stream(e) : NULL;
+    ferry_step_options o = step_options();
+    int32_t tokens[B * T], targets[B * T];
+    size_t n = m ? gpt2_group_numel(m, 1) : 1;
+    float *before = malloc(n * sizeof(float)), *after = malloc(n * sizeof(float));
+    ferry_step_report rep[2] = {FERRY_STEP_REPORT_INIT, FERRY_STEP_REPORT_INIT};
+    if (st == FERRY_OK && (!before || !after))
+        st = FERRY_ERR_OUT_OF_MEMORY;
+    if (st == FERRY_OK) st = ferry_engine_get_weights(e, 1, before);
+    for (int step = 0; step < 2 && st == FERRY_OK; step++) {
+        px.armed = step == 0 && rank == world - 1;
+        batch_tokens(step, rank, tokens, targets);
+        st = ferry_engine_begin_micro_batch(e, 0, 1);
+        if (st == FERRY_OK) st = gpt2_forward(m, act, &hooks, s, tokens, targets, true);
+        if (st == FERRY_OK) st = gpt2_backward(m, act, &hooks, s, 1.0f / (float)world);
+        if (st == FERRY_OK) st = ferry_engine_step(e, &o, &rep[step]);
+        if (step == 0 && st == FERRY_OK) st = ferry_engine_get_weights(e, 1, after);
+    }
+    if (st != FERRY_OK)
+        fprintf(stderr, "rank %d: %s\n", rank, ferry_last_error());
+    bool kept = st == FERRY_OK && memcmp(before, after, n * sizeof(float)) == 0;
+    int ran = ranks_ok(st == FERRY_OK), skipped = ranks_ok(rep[0].skipped && rep[0].bad_group == 1),
+        untouched = ranks_ok(kept), trained = ranks_ok(!rep[1].skipped && rep[1].step == 1);
+    if (rank == 0) {
+        const char *name = ferry_offload_name(mode);
+        tap_ok(ran == world, "offload %s: a NaN in rank %d's gradient only: all %d ranks ran", name, world - 1, world);
+        tap_ok(skipped == world, "offload %s: ... every rank skipped the step and named group 1 (%d of %d did)", name,
+               skipped, world);
+        tap_ok(untouched == world, "offload %s: ... every rank's weights are untouched (%d of %d)", name, untouched,
+               world);
+        tap_ok(trained == world, "offload %s: ... and the next step trains on every rank (%d of %d)", name, trained,
+               world);
+    }
+    free(before);
+    free(after);
+    gpt2_activations_destroy(act);
+    ferry_engine_destroy(e);
+    gpt2_destroy(m);
+}
+
 /* The checkpoint's path, made by rank 0 and sent to the others. */
 static void shared_dir(char *path, size_t cap)
 {
@@ -377,6 +475,9 @@ int main(void)
     test_mode(FERRY_OFFLOAD_OPTIMIZER, 0, 2);
     test_mode(FERRY_OFFLOAD_OPTIMIZER, 1, 2);
     test_mode(FERRY_OFFLOAD_PARAMS, 0, 1);
+    test_skip_agreed(FERRY_OFFLOAD_NONE);
+    test_skip_agreed(FERRY_OFFLOAD_OPTIMIZER);
+    test_skip_agreed(FERRY_OFFLOAD_PARAMS);
     if (world > 1) {
         test_accumulation(FERRY_OFFLOAD_NONE);
         test_accumulation(FERRY_OFFLOAD_OPTIMIZER);

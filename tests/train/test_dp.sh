@@ -120,7 +120,7 @@ rank1_pid() {
   done
 }
 # Rank 1 hangs (stopped): rank 0's collective times out and says so; the launcher ends rank 1.
-FERRY_COMM_TIMEOUT=3 timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x FERRY_COMM_TIMEOUT \
+FERRY_COMM_TIMEOUT=10 timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x FERRY_COMM_TIMEOUT \
   -np 2 "$train" "${common[@]}" --steps 100000 --eval-every 0 --log "$work/hang.jsonl" --quiet >"$work/out" 2>&1 &
 mp=$!
 pid=$(rank1_pid $mp 3 "$work/hang.jsonl")

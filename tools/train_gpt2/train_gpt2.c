@@ -274,7 +274,10 @@ static ferry_status setup_engine(trainer *t)
     c.trace_path = t->o.trace;
     ferry_status st = gpt2_create(&t->cfg, &t->model);
     if (st == FERRY_OK) st = ferry_engine_create(&c, &t->engine);
-    if (st == FERRY_OK) st = ferry_engine_mark(t->engine, 0, "setup");
+    char setup[64] = "setup"; /* each rank's trace says whose it is */
+    if (t->world > 1)
+        snprintf(setup, sizeof setup, "setup (rank %d of %d)", t->rank, t->world);
+    if (st == FERRY_OK) st = ferry_engine_mark(t->engine, 0, setup);
     if (st == FERRY_OK) st = add_weights(t);
     if (st == FERRY_OK) st = ferry_engine_setup(t->engine);
     if (st != FERRY_OK)
