@@ -92,7 +92,7 @@ typedef struct engine_group {
      * r x shard_cap. Alone, and in offload none: 0, numel, numel, numel. */
     size_t shard_lo, shard_n, shard_cap, padded;
     backend_event *staged;   /* this rank's slot of the weights is on the device (h2d stream) */
-    backend_event *reduced;  /* the gradients are summed across the ranks (gradient comm stream) */
+    backend_event *reduced;  /* offload none: the gradients are summed across the ranks (gradient comm stream) */
     backend_event *wait_mid; /* compute stream: a timed weight wait is past the staged part */
 } engine_group;
 
@@ -231,5 +231,8 @@ int engine_group_buffers_sharded(ferry_offload mode, size_t act_size, bool shard
 size_t engine_buffer_elems(const engine_buffer *b, bool sharded, size_t numel, size_t shard_cap, size_t padded);
 /* A rank's slot of a group of numel elements among `world` ranks. */
 size_t engine_shard_cap(size_t numel, int world);
+/* Elements of every rank's slot reduced at once (a multiple of 256, at most
+ * the largest slot): the reduce buffers hold world x that, and that. */
+size_t engine_reduce_chunk(int world, size_t most_cap);
 
 #endif

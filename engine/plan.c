@@ -103,9 +103,14 @@ static void plan_setup(const engine_plan_request *rq, engine_memory_plan *p)
                 p->host_bytes[b[i].cat] += pool_charge(bytes);
         }
     }
-    /* two pairs of reduce buffers: a group's fp32 gradients, and the rank's slot of their sum */
-    if (sharded)
-        p->device_bytes[FERRY_MEM_STAGING] += 2 * (arena_charge(most_padded * 4) + arena_charge(most_cap * 4));
+    /* two pairs of reduce buffers: a chunk of every rank's slot of the fp32
+     * gradients, and this rank's chunk of their sum */
+    if (sharded) {
+        size_t chunk = engine_reduce_chunk(rq->ranks, most_cap);
+        p->device_bytes[FERRY_MEM_STAGING] +=
+            2 * (arena_charge(chunk * (size_t)rq->ranks * 4) + arena_charge(chunk * 4));
+    }
+    (void)most_padded;
 }
 
 /* Params mode: the window of weights and of draining gradients. */

@@ -419,24 +419,25 @@ static ferry_status after_cpu_sum(ferry_engine *e, engine_group *g)
 
 static ferry_status drain(ferry_engine *e, engine_group *g, int gi, bool last)
 {
-    /* Alone the device gradients come down; with data parallelism this
-     * rank's slot of their sum across ranks, once reduced. */
-    const void *src = g->dev_grads;
     size_t bytes = g->numel * e->act_size;
-    backend_event *ready = g->grads_done, *after = NULL;
     ferry_status st;
-    if (e->dp && (st = shard_reduce_grads(e, g, &src, &bytes, &ready, &after)) != FERRY_OK)
-        return st;
-    e->timing_acc.transfer_d2h_bytes += (double)bytes;
     /* With the delayed update, the last step's update may still read host_grads. */
     if (e->cfg.delayed_update && ((st = engine_update_barrier(e, g)) != FERRY_OK ||
                                   (st = backend_stream_wait_event(e->d2h, g->updated)) != FERRY_OK))
         return st;
-    if ((e->accumulating && (st = after_cpu_sum(e, g)) != FERRY_OK) ||
-        (st = backend_stream_wait_event(e->d2h, ready)) != FERRY_OK ||
-        (st = backend_memcpy_async(e->d2h, g->host_grads, src, bytes, BACKEND_COPY_D2H)) != FERRY_OK ||
-        (st = backend_event_record(g->drained, e->d2h)) != FERRY_OK ||
-        (after && (st = backend_event_record(after, e->d2h)) != FERRY_OK))
+    if (e->accumulating && (st = after_cpu_sum(e, g)) != FERRY_OK)
+        return st;
+    /* Alone the device gradients come down; with data parallelism this
+     * rank's slot of their sum across ranks, reduced chunk by chunk. */
+    if (e->dp) {
+        st = shard_reduce_and_drain(e, g);
+    } else {
+        e->timing_acc.transfer_d2h_bytes += (double)bytes;
+        if ((st = backend_stream_wait_event(e->d2h, g->grads_done)) == FERRY_OK &&
+            (st = backend_memcpy_async(e->d2h, g->host_grads, g->dev_grads, bytes, BACKEND_COPY_D2H)) == FERRY_OK)
+            st = backend_event_record(g->drained, e->d2h);
+    }
+    if (st != FERRY_OK)
         return st;
     return last || e->accumulating ? submit_drain_job(e, gi, last) : FERRY_OK;
 }

@@ -15,8 +15,9 @@
  * weights and gradients, and 1/N of the host state: master weights, Adam
  * moments, the summed gradients, the upload copy. Each micro-batch's
  * gradients of a group are widened to fp32 and reduce-scattered as the
- * group's backward is released (two reduce buffers take turns, so a group
- * reduces while the previous one drains); the rank drains only its slot,
+ * group's backward is released, a chunk of every slot at a time through two
+ * pairs of buffers that take turns (a chunk reduces while the last one
+ * drains; the buffers stay 64 MiB whatever the group); the rank drains only its slot,
  * sums micro-batches and takes the norm's tiles on the CPU, and updates
  * only its slot. Each updated slot goes up on the h2d stream and is
  * all-gathered into every rank's device weights on the weight stream,
@@ -48,7 +49,10 @@ typedef struct engine_shard {
     int rank, world;
     backend_stream *grads_stream, *weights_stream;
     backend_comm *grads_comm, *weights_comm;
-    float *send[2], *recv[2];         /* sharded modes: fp32 gradients to reduce, this rank's sum */
+    float *send[2], *recv[2];         /* sharded modes: a chunk of every rank's slot of the fp32
+                                         gradients, and this rank's chunk of their sum */
+    size_t chunk;                     /* elements of each slot per reduce (engine_reduce_chunk) */
+    backend_event *ring_ready[2];     /* recv[b] holds a reduced chunk (gradient comm stream) */
     backend_event *ring_free[2];      /* the drain has read recv[b] (d2h stream) */
     int next;
     backend_event *wait_begin, *wait_end; /* offload none: the compute stream's wait for the sums */
@@ -164,22 +168,22 @@ ferry_status shard_place(ferry_engine *e)
     ferry_status st = FERRY_OK;
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
         st = group_events(e, &e->groups[i]);
-    backend_event **ev[] = {&d->ring_free[0], &d->ring_free[1], &d->wait_begin, &d->wait_end};
+    backend_event **ev[] = {&d->ring_free[0], &d->ring_free[1], &d->ring_ready[0], &d->ring_ready[1],
+                            &d->wait_begin,   &d->wait_end};
     for (size_t i = 0; i < sizeof ev / sizeof ev[0] && st == FERRY_OK; i++)
         st = backend_event_create(e->be, ev[i]);
     if (st != FERRY_OK)
         return st;
     if (e->cfg.offload == FERRY_OFFLOAD_NONE) /* the sums the all-reduce works on, from setup on */
         return engine_ensure_accumulators(e);
-    size_t padded = 0, cap = 0;
-    for (int i = 0; i < e->ngroups; i++) {
-        padded = e->groups[i].padded > padded ? e->groups[i].padded : padded;
+    size_t cap = 0;
+    for (int i = 0; i < e->ngroups; i++)
         cap = e->groups[i].shard_cap > cap ? e->groups[i].shard_cap : cap;
-    }
+    d->chunk = engine_reduce_chunk(d->world, cap);
     for (int b = 0; b < 2 && st == FERRY_OK; b++) {
-        if ((st = arena_alloc(e->arena, padded * sizeof(float), FERRY_MEM_STAGING, "gradients to reduce (fp32)",
-                              (void **)&d->send[b])) == FERRY_OK)
-            st = arena_alloc(e->arena, cap * sizeof(float), FERRY_MEM_STAGING, "reduced gradients (fp32)",
+        if ((st = arena_alloc(e->arena, d->chunk * (size_t)d->world * sizeof(float), FERRY_MEM_STAGING,
+                              "gradients to reduce (fp32)", (void **)&d->send[b])) == FERRY_OK)
+            st = arena_alloc(e->arena, d->chunk * sizeof(float), FERRY_MEM_STAGING, "reduced gradients (fp32)",
                              (void **)&d->recv[b]);
     }
     return st != FERRY_OK ? err_wrap(st, "the buffers of the gradient reduce-scatter") : FERRY_OK;
@@ -197,10 +201,12 @@ void shard_unplace(ferry_engine *e)
     }
     if (!d)
         return;
-    backend_event *ev[] = {d->ring_free[0], d->ring_free[1], d->wait_begin, d->wait_end};
+    backend_event *ev[] = {d->ring_free[0], d->ring_free[1], d->ring_ready[0], d->ring_ready[1], d->wait_begin,
+                           d->wait_end};
     for (size_t i = 0; i < sizeof ev / sizeof ev[0]; i++)
         backend_event_destroy(ev[i]);
-    d->ring_free[0] = d->ring_free[1] = d->wait_begin = d->wait_end = NULL;
+    d->ring_free[0] = d->ring_free[1] = d->ring_ready[0] = d->ring_ready[1] = NULL;
+    d->wait_begin = d->wait_end = NULL;
     d->send[0] = d->send[1] = d->recv[0] = d->recv[1] = NULL; /* arena memory, freed with it */
 }
 
@@ -224,30 +230,44 @@ ferry_status shard_release_resident(ferry_engine *e, engine_group *g, backend_st
     return backend_event_record(g->reduced, d->grads_stream);
 }
 
-ferry_status shard_reduce_grads(ferry_engine *e, engine_group *g, const void **src, size_t *bytes,
-                                backend_event **ready, backend_event **after)
+/* One chunk: [c0, c0 + x) of every rank's slot, widened to fp32 side by
+ * side in send[b] (zero past the group's end), reduce-scattered into
+ * recv[b], and this rank's sum copied down to host_grads + c0. */
+static ferry_status reduce_chunk(ferry_engine *e, engine_group *g, size_t c0, size_t x)
 {
     engine_shard *d = e->dp;
+    backend_stream *cs = d->grads_stream;
     int b = d->next;
     d->next ^= 1;
-    backend_stream *cs = d->grads_stream;
-    size_t tail = g->padded - g->numel;
-    ferry_status st;
-    /* The buffer pair b is free once the drain two groups back has read it. */
-    if ((st = backend_stream_wait_event(cs, g->grads_done)) != FERRY_OK ||
-        (st = backend_stream_wait_event(cs, d->ring_free[b])) != FERRY_OK ||
-        (st = backend_memset_async(cs, d->send[b] + g->numel, 0, tail * sizeof(float))) != FERRY_OK ||
-        (st = ops_accumulate(cs, d->send[b], g->dev_grads, g->numel, true)) != FERRY_OK ||
-        (st = ops_reduce_scatter(cs, d->grads_comm, d->send[b], d->recv[b], g->shard_cap, FERRY_DTYPE_F32)) !=
-            FERRY_OK ||
-        (st = backend_event_record(g->reduced, cs)) != FERRY_OK)
+    ferry_status st = backend_stream_wait_event(cs, d->ring_free[b]); /* its last drain has read recv[b] */
+    for (int q = 0; q < d->world && st == FERRY_OK; q++) {
+        size_t from = (size_t)q * g->shard_cap + c0;
+        size_t valid = from >= g->numel ? 0 : (g->numel - from < x ? g->numel - from : x);
+        float *to = d->send[b] + (size_t)q * x;
+        if (valid)
+            st = ops_accumulate(cs, to, (const char *)g->dev_grads + act_bytes(e, from), valid, true);
+        if (st == FERRY_OK && valid < x)
+            st = backend_memset_async(cs, to + valid, 0, (x - valid) * sizeof(float));
+    }
+    if (st != FERRY_OK ||
+        (st = ops_reduce_scatter(cs, d->grads_comm, d->send[b], d->recv[b], x, FERRY_DTYPE_F32)) != FERRY_OK ||
+        (st = backend_event_record(d->ring_ready[b], cs)) != FERRY_OK ||
+        (st = backend_stream_wait_event(e->d2h, d->ring_ready[b])) != FERRY_OK ||
+        (st = backend_memcpy_async(e->d2h, (float *)g->host_grads + c0, d->recv[b], x * sizeof(float),
+                                   BACKEND_COPY_D2H)) != FERRY_OK)
         return st;
-    e->timing_acc.comm_bytes += (double)(d->world - 1) * (double)g->shard_cap * sizeof(float);
-    *src = d->recv[b];
-    *bytes = g->shard_cap * sizeof(float);
-    *ready = g->reduced;
-    *after = d->ring_free[b];
-    return FERRY_OK;
+    e->timing_acc.transfer_d2h_bytes += (double)x * sizeof(float);
+    e->timing_acc.comm_bytes += (double)(d->world - 1) * (double)x * sizeof(float);
+    return backend_event_record(d->ring_free[b], e->d2h);
+}
+
+ferry_status shard_reduce_and_drain(ferry_engine *e, engine_group *g)
+{
+    engine_shard *d = e->dp;
+    ferry_status st = backend_stream_wait_event(d->grads_stream, g->grads_done);
+    for (size_t c0 = 0; c0 < g->shard_cap && st == FERRY_OK; c0 += d->chunk)
+        st = reduce_chunk(e, g, c0, g->shard_cap - c0 < d->chunk ? g->shard_cap - c0 : d->chunk);
+    return st == FERRY_OK ? backend_event_record(g->drained, e->d2h) : st;
 }
 
 /* ---- weights ---- */
@@ -285,41 +305,75 @@ ferry_status shard_wait_reduced(ferry_engine *e)
     return st;
 }
 
+/* The tiles of group g that rank p owns: [*t0, *t0 + *nt). */
+static void owned_tiles(const engine_group *g, int p, size_t *t0, size_t *nt)
+{
+    size_t lo = (size_t)p * g->shard_cap, n = lo >= g->numel ? 0 : g->numel - lo;
+    n = n < g->shard_cap ? n : g->shard_cap;
+    *t0 = lo / NUMERICS_TILE;
+    *nt = (n + NUMERICS_TILE - 1) / NUMERICS_TILE;
+}
+
 ferry_status shard_sum_norms(ferry_engine *e)
 {
     engine_shard *d = e->dp;
+    int W = d->world;
     size_t total = 0;
     for (int i = 0; i < e->ngroups; i++)
         total += e->groups[i].norm->ntiles;
-    if (2 * total > d->norm_cap) {
-        double *grown = realloc(d->norm_buf, 2 * total * sizeof *grown);
+    /* Every rank sends the partials and flags of the tiles it owns (about
+     * 1/N of them), gathered rank after rank, group after group. */
+    size_t need = 2 * total + 3 * (size_t)W;
+    if (need > d->norm_cap) {
+        double *grown = realloc(d->norm_buf, need * sizeof *grown);
         if (!grown)
             return err_set(FERRY_ERR_OUT_OF_MEMORY, "the gradient norm of %zu tiles: out of host memory", total);
         d->norm_buf = grown;
-        d->norm_cap = 2 * total;
+        d->norm_cap = need;
     }
-    /* Every rank's partials sit at their tiles, zero elsewhere: the sum
-     * across ranks (x + 0 = x exactly) is the whole group's. */
-    double *part = d->norm_buf, *flag = d->norm_buf + total;
-    size_t at = 0;
+    double *all = d->norm_buf;
+    size_t *at = (size_t *)(all + 2 * total), *bytes = at + W, *cursor = bytes + W;
+    size_t off = 0;
+    for (int p = 0; p < W; p++) {
+        size_t count = 0;
+        for (int i = 0; i < e->ngroups; i++) {
+            size_t t0, nt;
+            owned_tiles(&e->groups[i], p, &t0, &nt);
+            count += nt;
+        }
+        at[p] = off * sizeof(double);
+        bytes[p] = 2 * count * sizeof(double);
+        off += 2 * count;
+    }
+    double *mine = all + at[d->rank] / sizeof(double);
+    size_t k = 0;
     for (int i = 0; i < e->ngroups; i++) {
-        const engine_norm_job *nj = e->groups[i].norm;
-        for (size_t t = 0; t < nj->ntiles; t++, at++) {
-            part[at] = nj->partial[t];
-            flag[at] = nj->bad[t] ? 1.0 : 0.0;
+        const engine_group *g = &e->groups[i];
+        size_t t0, nt;
+        owned_tiles(g, d->rank, &t0, &nt);
+        for (size_t t = t0; t < t0 + nt; t++) {
+            mine[k++] = g->norm->partial[t];
+            mine[k++] = g->norm->bad[t] ? 1.0 : 0.0;
         }
     }
-    ferry_status st = comm_world_all_reduce_f64(d->norm_buf, 2 * total);
+    ferry_status st = comm_world_all_gather_v(mine, all, at, bytes);
     if (st != FERRY_OK)
-        return err_wrap(st, "summing the gradient norm across the ranks");
-    at = 0;
+        return err_wrap(st, "gathering the gradient norm's tiles from the ranks");
+    /* Each group's tiles, in tile order (rank p's come after rank p-1's):
+     * the same additions as alone. */
+    for (int p = 0; p < W; p++)
+        cursor[p] = at[p] / sizeof(double);
     for (int i = 0; i < e->ngroups; i++) {
         engine_group *g = &e->groups[i];
         double sum = 0;
         bool bad = false;
-        for (size_t t = 0; t < g->norm->ntiles; t++, at++) {
-            sum += part[at];
-            bad |= flag[at] != 0;
+        for (int p = 0; p < W; p++) {
+            size_t t0, nt;
+            owned_tiles(g, p, &t0, &nt);
+            for (size_t t = 0; t < nt; t++, cursor[p] += 2) {
+                sum += all[cursor[p]];
+                bad |= all[cursor[p] + 1] != 0;
+            }
         }
         g->sumsq = sum;
         g->nonfinite = bad;

@@ -37,11 +37,12 @@ void shard_unplace(ferry_engine *e);
  * added into the fp32 sum and, at the step's last micro-batch, all-reduced.
  * Returns FERRY_OK having done it, with *handled true. */
 ferry_status shard_release_resident(ferry_engine *e, engine_group *g, backend_stream *s, bool last);
-/* Optimizer and params modes: reduce-scatters this micro-batch's gradients
- * on the gradient comm stream; the drain then copies *src (*bytes, ready
- * after *ready) to the host and records *after once it has read it. */
-ferry_status shard_reduce_grads(ferry_engine *e, engine_group *g, const void **src, size_t *bytes,
-                                backend_event **ready, backend_event **after);
+/* Optimizer and params modes, the drain of one micro-batch's gradients of
+ * g: chunk by chunk, every rank's slot widened to fp32 and reduce-scattered
+ * on the gradient comm stream, this rank's sum copied to host_grads on the
+ * d2h stream (two buffer pairs take turns, so one chunk reduces while the
+ * last drains); records g->drained after the last copy. */
+ferry_status shard_reduce_and_drain(ferry_engine *e, engine_group *g);
 /* Uploads this rank's slot of the group's weights (after its update; after
  * `also_wait` too when not NULL) and all-gathers the others'; records
  * g->uploaded. */

@@ -65,6 +65,9 @@ ferry_status comm_world_leave(void);
 ferry_status comm_world_all_reduce_f64(double *values, size_t count);
 ferry_status comm_world_broadcast(void *buf, size_t bytes, int root);
 ferry_status comm_world_barrier(void);
+/* Every rank's `mine` (bytes[rank] bytes) into out, rank p's at
+ * out + at[p] (bytes[p] bytes); every rank knows every size. */
+ferry_status comm_world_all_gather_v(const void *mine, void *out, const size_t *at, const size_t *bytes);
 /* Point to point, in the order posted. */
 ferry_status comm_world_send(int to, const void *buf, size_t bytes);
 ferry_status comm_world_recv(int from, void *buf, size_t bytes);

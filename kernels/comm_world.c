@@ -698,6 +698,30 @@ ferry_status comm_world_broadcast(void *buf, size_t bytes, int root)
     return st;
 }
 
+ferry_status comm_world_all_gather_v(const void *mine, void *out, const size_t *at, const size_t *bytes)
+{
+    ferry_status st = ctl_ready("an all-gather of the ranks' figures");
+    int n = comm_world_size(), me = comm_world_rank();
+    if (st != FERRY_OK)
+        return st;
+    memmove((char *)out + at[me], mine, bytes[me]);
+    if (n == 1)
+        return FERRY_OK;
+    comm_xfer *x = malloc((size_t)(2 * n) * sizeof *x);
+    if (!x)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "an all-gather of the ranks' figures: out of host memory");
+    int k = 0;
+    for (int p = 0; p < n; p++) {
+        if (p == me)
+            continue;
+        x[k++] = (comm_xfer){(char *)out + at[p], bytes[p], p, false};
+        x[k++] = (comm_xfer){(void *)((char *)out + at[me]), bytes[me], p, true};
+    }
+    st = comm_mpi_exchange(ctl_comm(), x, k, "an all-gather of the ranks' figures");
+    free(x);
+    return st;
+}
+
 ferry_status comm_world_barrier(void)
 {
     double one = 1;
