@@ -132,6 +132,19 @@ rc=$?; took=$((SECONDS - start))
   grep -Eq "rank 0: training: .* waited [0-9]+ s for rank 1 without an answer" "$work/out"
 ok $? "a rank that hangs fails the other at the timeout with a message naming it (exit $rc in ${took} s): $(grep -m1 'rank 0' "$work/out")"
 
+# SIGTERM to rank 1 alone: every rank stops after the same step, which rank 0 saves.
+timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 "$train" "${common[@]}" --steps 100000 \
+  --eval-every 0 --log "$work/sig.jsonl" --checkpoint-dir "$work/sig" --quiet >"$work/out" 2>&1 &
+mp=$!
+pid=$(rank1_pid $mp 3 "$work/sig.jsonl")
+[ -n "$pid" ] && kill -TERM "$pid"
+wait $mp
+rc=$?
+last=$(tail -n 1 "$work/sig.jsonl" | sed -n 's/.*"step":\([0-9]*\).*/\1/p')
+[ -n "$pid" ] && [ $rc -ne 124 ] && [ -n "$last" ] && [ -d "$work/sig/step_$(printf %08d "$last")" ] &&
+  grep -q "stopped by SIGTERM at step $last; the checkpoint of this step is in" "$work/out"
+ok $? "SIGTERM to one rank stops every rank after the same step ($last), saved: $(grep -m1 'stopped by' "$work/out")"
+
 # Rank 1 is killed: the run ends, the launcher naming the rank.
 timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 "$train" "${common[@]}" --steps 100000 \
   --eval-every 0 --log "$work/kill.jsonl" --quiet >"$work/out" 2>&1 &
