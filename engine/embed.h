@@ -43,6 +43,8 @@ typedef struct engine_plan_request {
     int micro_batches;          /* per step; more than one adds the fp32 sum of their gradients */
     const size_t *group_numel;  /* every group's size, in order */
     int ngroups;
+    int ranks;                  /* data parallel ranks; 0 or 1 = alone. Each rank's figures, rank 0's (the
+                                   largest) */
 } engine_plan_request;
 
 /* What the engine allocates, by category, charged as its allocators charge

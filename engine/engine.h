@@ -84,6 +84,17 @@ typedef struct engine_group {
     int update_count;
     double sumsq;
     bool nonfinite;
+
+    /* Data parallelism (engine/shard.c): this rank's part of the group in
+     * optimizer and params modes, [shard_lo, shard_lo + shard_n), inside a
+     * slot of shard_cap elements (a whole number of NUMERICS_TILE, so the
+     * norm's tiles are the same at every world size); the device weights
+     * hold `padded` = world x shard_cap elements, rank r's slot at
+     * r x shard_cap. Alone, and in offload none: 0, numel, numel, numel. */
+    size_t shard_lo, shard_n, shard_cap, padded;
+    backend_event *staged;   /* this rank's slot of the weights is on the device (h2d stream) */
+    backend_event *reduced;  /* offload none: the gradients are summed across the ranks (gradient comm stream) */
+    backend_event *wait_mid; /* compute stream: a timed weight wait is past the staged part */
 } engine_group;
 
 struct ferry_engine {
@@ -143,6 +154,8 @@ struct ferry_engine {
     loss_scaler scaler;
     int64_t skipped_steps;    /* steps skipped since the start of training */
     int skips_in_row;         /* consecutive skipped steps up to the last one */
+    /* data parallelism across ranks (engine/shard.c); NULL when alone */
+    struct engine_shard *dp;
 };
 
 /* engine.c */
@@ -218,5 +231,18 @@ ferry_status engine_step(ferry_engine *e, const ferry_step_options *o, ferry_ste
 /* The loss scale's first state and the skip counts' (engine.c, at create;
  * checkpoint.c restores them). */
 void engine_scaling_reset(ferry_engine *e);
+
+/* layout.c, data parallelism: the group buffers of `mode` when the state
+ * is sharded across ranks (the drained gradients arrive summed, in fp32),
+ * and how many elements each buffer holds for a group: the device weights
+ * `padded`, the other device buffers `numel`, the host buffers `shard_cap`. */
+int engine_group_buffers_sharded(ferry_offload mode, size_t act_size, bool sharded,
+                                 engine_buffer out[ENGINE_GROUP_BUFFERS_MAX]);
+size_t engine_buffer_elems(const engine_buffer *b, bool sharded, size_t numel, size_t shard_cap, size_t padded);
+/* A rank's slot of a group of numel elements among `world` ranks. */
+size_t engine_shard_cap(size_t numel, int world);
+/* Elements of every rank's slot reduced at once (a multiple of 256, at most
+ * the largest slot): the reduce buffers hold world x that, and that. */
+size_t engine_reduce_chunk(int world, size_t most_cap);
 
 #endif

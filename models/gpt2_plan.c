@@ -81,7 +81,8 @@ static ferry_status predict(const plan_model *pm, const gpt2_plan_request *r, in
     if (st != FERRY_OK)
         return st;
     ferry_dtype act = device_dtype(r->backend, r->dtype);
-    engine_plan_request rq = {r->backend, act, mode, r->prefetch_groups, r->micro_batches, pm->numel, pm->ngroups};
+    engine_plan_request rq = {r->backend, act,       mode,      r->prefetch_groups, r->micro_batches, pm->numel,
+                              pm->ngroups, r->ranks};
     engine_memory_plan ep;
     if ((st = engine_plan_memory(&rq, &ep)) != FERRY_OK)
         return err_wrap(st, "gpt2 plan");

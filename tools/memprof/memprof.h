@@ -122,6 +122,7 @@ typedef struct mp_plan_args {
     ferry_dtype dtype;
     bool recompute, json;
     uint64_t gpu_mem, host_mem; /* 0 = not given */
+    int ranks;                  /* data parallel ranks; 1 = alone */
 } mp_plan_args;
 
 void mp_usage(FILE *f);
