@@ -220,7 +220,8 @@ static int cmd_report(int argc, char **argv)
 /* ---- memprof plan ---- */
 
 static const char *const plan_cats[] = {"params", "grads", "optimizer", "activations", "staging", "workspace",
-                                        "other"};
+                                        "other", "nvme_window"};
+_Static_assert(sizeof plan_cats / sizeof plan_cats[0] == FERRY_MEM_CATEGORY_COUNT, "a JSON name per category");
 
 static void plan_print_text(const mp_plan_args *a, const gpt2_config *c, const gpt2_plan *p, int max_b)
 {
