@@ -298,7 +298,21 @@ ferry_status engine_nvme_update(ferry_engine *e, const ferry_step_options *o, fl
             (st = backend_memcpy_async(e->h2d, g->dev_weights, g->host_weights, bytes, BACKEND_COPY_H2D)) == FERRY_OK)
             st = backend_event_record(g->uploaded, e->h2d);
     }
-    return st;
+    if (st != FERRY_OK) {
+        /* The update runs on regardless, but the step will not be counted
+         * and some uploads are missing: the engine's state no longer adds
+         * up, so nothing may go on from it, a save included. */
+        pthread_mutex_lock(&n->mu);
+        if (n->failed == FERRY_OK) {
+            n->failed = st;
+            snprintf(n->failure, sizeof n->failure, "the step's update could not be queued whole, so the engine "
+                     "stops (the last checkpoint is whole): %s", ferry_last_error());
+            n->failed_gen = gen + 1;
+        }
+        pthread_mutex_unlock(&n->mu);
+        return failure_of(n);
+    }
+    return FERRY_OK;
 }
 
 /* ---- setup and teardown ---- */
