@@ -394,22 +394,21 @@ static ferry_status create_file(nvme_store *s)
     s->path = strdup(p);
     if (!s->path)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "nvme store: out of host memory");
-    int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC;
-    s->fd = open(p, flags | O_DIRECT, 0600);
-    s->direct = s->fd >= 0;
-    if (s->fd < 0 && errno == EINVAL) {
-        s->fd = open(p, flags, 0600);
-        if (s->fd >= 0 && !atomic_flag_test_and_set(&direct_warned))
-            fprintf(stderr, "ferry: the file system of '%s' does not take O_DIRECT; the NVMe store uses buffered "
-                            "I/O there (through the page cache, slower and using host memory)\n",
-                    s->dir);
-    }
+    s->fd = open(p, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (s->fd < 0) {
         int e = errno;
         free(s->path);
         s->path = NULL;
         return err_set(FERRY_ERR_IO, "cannot create the state file '%s': %s", p, strerror(e));
     }
+    /* O_DIRECT after creation: a file system without it (ramfs) refuses
+     * here, where an open with it would have left the file behind. */
+    int fl = fcntl(s->fd, F_GETFL);
+    s->direct = fl >= 0 && fcntl(s->fd, F_SETFL, fl | O_DIRECT) == 0;
+    if (!s->direct && !atomic_flag_test_and_set(&direct_warned))
+        fprintf(stderr, "ferry: the file system of '%s' does not take O_DIRECT (%s); the NVMe store uses buffered "
+                        "I/O there (through the page cache: slower, and it takes host memory)\n",
+                s->dir, strerror(errno));
     if (flock(s->fd, LOCK_EX | LOCK_NB) != 0)
         return err_set(FERRY_ERR_IO, "cannot lock the state file '%s': %s", p, strerror(errno));
     return FERRY_OK;
@@ -418,6 +417,11 @@ static ferry_status create_file(nvme_store *s)
 static ferry_status no_room(const nvme_store *s, uint64_t free_bytes, const char *why)
 {
     char need[32], have[32];
+    if (free_bytes == UINT64_MAX)
+        return err_set(FERRY_ERR_IO,
+                       "the NVMe folder '%s' is too small%s: the state needs %s (%llu bytes); free space there, name "
+                       "a larger disk with --nvme-path, or keep the master weights in host memory",
+                       s->dir, why, units_fmt_bytes(need, sizeof need, s->file_bytes), (unsigned long long)s->file_bytes);
     return err_set(FERRY_ERR_IO,
                    "the NVMe folder '%s' is too small%s: the state needs %s (%llu bytes) and the disk has %s "
                    "(%llu bytes) free; free space there, name a larger disk with --nvme-path, or keep the master "
@@ -431,7 +435,8 @@ static ferry_status reserve(nvme_store *s)
 {
     struct statvfs vs;
     uint64_t free_bytes = UINT64_MAX;
-    if (fstatvfs(s->fd, &vs) == 0)
+    /* A file system that counts no blocks (ramfs) has no limit to check. */
+    if (fstatvfs(s->fd, &vs) == 0 && vs.f_blocks > 0)
         free_bytes = (uint64_t)vs.f_bavail * (uint64_t)vs.f_frsize;
     if (free_bytes < s->file_bytes)
         return no_room(s, free_bytes, "");
