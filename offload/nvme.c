@@ -57,9 +57,14 @@ static uint64_t per_array_bytes(uint64_t window, size_t block, int arrays)
     return per;
 }
 
-static int slots_for(uint64_t window, uint64_t per, int arrays)
+/* Slots of `arrays` x `per` bytes: what the window holds, at most
+ * NVME_MAX_SLOTS, and no more than the state fills. */
+static int slots_for(uint64_t window, uint64_t per, int arrays, uint64_t state)
 {
-    uint64_t n = window_or_default(window) / ((uint64_t)arrays * per);
+    uint64_t slot = (uint64_t)arrays * per;
+    uint64_t n = window_or_default(window) / slot, fill = (state + slot - 1) / slot;
+    if (n > fill)
+        n = fill < NVME_MIN_SLOTS ? NVME_MIN_SLOTS : fill;
     return n > NVME_MAX_SLOTS ? NVME_MAX_SLOTS : (int)n;
 }
 
@@ -78,14 +83,15 @@ uint64_t nvme_region_bytes(size_t numel, int narrays, size_t tile_elems)
            (uint64_t)narrays * round_up(last * sizeof(float), NVME_ALIGN);
 }
 
-uint64_t nvme_window_charge(uint64_t window_bytes, size_t block_bytes, int max_arrays)
+uint64_t nvme_window_charge(uint64_t window_bytes, size_t block_bytes, int max_arrays, uint64_t state_bytes)
 {
     if (max_arrays < 1)
         max_arrays = 1;
     uint64_t per = per_array_bytes(window_bytes, block_bytes, max_arrays);
     if (!per)
         return 0;
-    return pool_charge((size_t)((uint64_t)slots_for(window_bytes, per, max_arrays) * (uint64_t)max_arrays * per));
+    int slots = slots_for(window_bytes, per, max_arrays, state_bytes);
+    return pool_charge((size_t)((uint64_t)slots * (uint64_t)max_arrays * per));
 }
 
 /* ---- the store ---- */
@@ -349,7 +355,7 @@ static ferry_status lay_out(nvme_store *s)
     s->file_bytes = at;
     s->blocks = blocks;
     uint64_t per = s->seg_bytes;
-    s->nslots = slots_for(s->window_asked, per, s->max_arrays);
+    s->nslots = slots_for(s->window_asked, per, s->max_arrays, s->file_bytes);
     s->window_bytes = (uint64_t)s->nslots * (uint64_t)s->max_arrays * per;
     return FERRY_OK;
 }

@@ -90,8 +90,9 @@ size_t nvme_tile_elems_for(uint64_t window_bytes, size_t block_bytes, int max_ar
 /* Bytes a region of `numel` elements and `narrays` arrays takes in the file
  * with tiles of `tile_elems`. */
 uint64_t nvme_region_bytes(size_t numel, int narrays, size_t tile_elems);
-/* The window as the pool charges it: the slots that tile size allows. */
-uint64_t nvme_window_charge(uint64_t window_bytes, size_t block_bytes, int max_arrays);
+/* The window as the pool charges it: the slots that tile size allows, but
+ * no more than a state of `state_bytes` fills (NVME_MIN_SLOTS at least). */
+uint64_t nvme_window_charge(uint64_t window_bytes, size_t block_bytes, int max_arrays, uint64_t state_bytes);
 
 /* ---- a store ---- */
 

@@ -185,7 +185,10 @@ static void test_arithmetic(void)
      * elements, 1808 bytes) padded to 4 KiB per array. */
     TAP_IS_INT(nvme_region_bytes(2500, 3, 1024), 2 * 3 * 4096 + 3 * 4096, "a region's bytes, its last tile padded");
     TAP_IS_INT(nvme_region_bytes(2048, 2, 1024), 2 * 2 * 4096, "a region of whole tiles");
-    TAP_IS_INT(nvme_window_charge(96 << 10, 4096, 3), 96 << 10, "the window charged: 8 slots of 12 KiB");
+    TAP_IS_INT(nvme_window_charge(96 << 10, 4096, 3, 1 << 20), 96 << 10, "the window charged: 8 slots of 12 KiB");
+    /* A state of 30000 bytes fills 3 slots of 12 KiB: the window shrinks to them. */
+    TAP_IS_INT(nvme_window_charge(96 << 10, 4096, 3, 30000), 3 * 12288, "no more slots than the state fills");
+    TAP_IS_INT(nvme_window_charge(96 << 10, 4096, 3, 100), 3 * 12288, "and never fewer than 3");
 }
 
 static void test_round_trips(void)

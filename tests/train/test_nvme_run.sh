@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# train_gpt2 with --offload nvme on the host backend: 20 steps give bitwise
+# the losses and saved weights of --offload optimizer, with the moments and
+# with the master weights on disk, and in params mode with the state on
+# disk; a run checkpointed at step 10 in nvme mode resumes in optimizer mode
+# (and the other way round) as the unbroken run; the flags are checked
+# before any work, and the state file is gone when the run ends.
+# Usage: test_nvme_run.sh TRAIN_GPT2
+set -u
+train=$1
+work=$(mktemp -d /tmp/ferry-nvme-run-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/tap.sh"
+
+make_shard "$work/train.bin"
+mkdir -p "$work/disk"
+common=(--data "$work/train.bin" --layers 2 --heads 2 --width 32 --vocab 500 --context 64 --batch 2 --seq 32
+        --steps 20 --warmup 3 --lr 3e-3 --backend host --threads 2 --quiet)
+disk=(--nvme-path "$work/disk" --nvme-window 96KiB --nvme-block 4KiB --nvme-queue-depth 4)
+losses() { $python -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1]) if "\"step\"" in l and "\"loss\"" in l))' "$1"; }
+
+"$train" "${common[@]}" --offload optimizer --checkpoint-dir "$work/opt" --log "$work/opt.jsonl" >/dev/null 2>"$work/err"
+ok $? "optimizer mode: 20 steps $(cat "$work/err")"
+ref=$(losses "$work/opt.jsonl")
+for run in "nvme:--offload nvme" "nvme-master:--offload nvme --nvme-master" "params-disk:--offload params --nvme-master"; do
+  name=${run%%:*}; read -r -a flags <<< "${run#*:}"
+  "$train" "${common[@]}" "${flags[@]}" "${disk[@]}" --checkpoint-dir "$work/$name" --log "$work/$name.jsonl" \
+    >/dev/null 2>"$work/err"
+  ok $? "$name: 20 steps $(cat "$work/err")"
+  got=$(losses "$work/$name.jsonl")
+  [ -n "$got" ] && [ "$got" = "$ref" ]; ok $? "$name: 20 losses bitwise those of optimizer mode (last ${got##* })"
+  cmp -s "$work/opt/step_00000020/model.safetensors" "$work/$name/step_00000020/model.safetensors"
+  ok $? "$name: the saved weights byte for byte"
+  cmp -s "$work/opt/step_00000020/state.ferry" "$work/$name/step_00000020/state.ferry"
+  ok $? "$name: state.ferry byte for byte: it holds the state itself"
+done
+[ -z "$(ls -A "$work/disk")" ]; ok $? "no state file is left in the folder: $(ls "$work/disk")"
+
+# Checkpointed at 10 in one mode, resumed in the other.
+for pair in "nvme:optimizer" "optimizer:nvme"; do
+  from=${pair%%:*}; to=${pair#*:}
+  d=$work/$from-$to; mkdir -p "$d"
+  f1=(--offload "$from"); [ "$from" = nvme ] && f1+=("${disk[@]}")
+  f2=(--offload "$to"); [ "$to" = nvme ] && f2+=("${disk[@]}" --nvme-master)
+  "$train" "${common[@]}" "${f1[@]}" --checkpoint-dir "$d/ck" --checkpoint-every 10 --log "$d/a.jsonl" >/dev/null 2>"$d/err"
+  rm -rf "$d/ck/step_00000020"; ln -sfn step_00000010 "$d/ck/latest"
+  head -n 10 "$d/a.jsonl" > "$d/b.jsonl"
+  "$train" "${common[@]}" "${f2[@]}" --checkpoint-dir "$d/ck" --resume "$d/ck" --log "$d/b.jsonl" >/dev/null 2>"$d/err"
+  ok $? "saved in $from at step 10, resumed in $to $(cat "$d/err")"
+  got=$(losses "$d/b.jsonl")
+  [ -n "$got" ] && [ "$got" = "$ref" ]; ok $? "$from -> $to: the 20 losses of the unbroken run"
+done
+
+# Flags checked before any work.
+"$train" "${common[@]}" --offload nvme >/dev/null 2>"$work/err"
+rc=$?; [ $rc -eq 2 ] && grep -q -- "--nvme-path" "$work/err"
+ok $? "--offload nvme without --nvme-path is refused (exit $rc): $(cat "$work/err")"
+"$train" "${common[@]}" --offload optimizer --nvme-path "$work/disk" >/dev/null 2>"$work/err"
+rc=$?; [ $rc -eq 2 ] && grep -q -- "--offload nvme" "$work/err"
+ok $? "--nvme-path with --offload optimizer is refused (exit $rc): $(cat "$work/err")"
+"$train" "${common[@]}" --offload nvme --nvme-path "$work/nowhere" >/dev/null 2>"$work/err"
+rc=$?; [ $rc -eq 2 ] && grep -q "nowhere" "$work/err"
+ok $? "a --nvme-path that does not exist is refused (exit $rc): $(cat "$work/err")"
+"$train" "${common[@]}" --offload nvme --nvme-path "$work/disk" --nvme-block 5000 >/dev/null 2>"$work/err"
+rc=$?; [ $rc -eq 2 ] && grep -q "5000" "$work/err"
+ok $? "--nvme-block 5000 is refused (exit $rc): $(cat "$work/err")"
+finish
