@@ -25,6 +25,7 @@
 #include "engine/embed.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
+#include "models/gpt2_plan.h"
 #include "offload/nvme.h"
 #include "tap.h"
 #include "test_dtype.h"
@@ -241,6 +242,25 @@ static void test_modes_agree(void)
                (unsigned long long)got.ms.disk_bytes, (unsigned long long)got.ms.disk_window_bytes);
         tap_ok(strstr(got.describe, "NVMe") && strstr(got.describe, dir), "%s: describe says so: %s", runs[i].name,
                got.describe);
+        /* The planner, from the same layout tables, predicts it exactly. */
+        gpt2_plan_request rq = {&tiny, B, T, runs[i].mode, false, runs[i].prefetch, runs[i].accum, FERRY_BACKEND_HOST,
+                                test_dtype()};
+        gpt2_plan_disk disk = {runs[i].master, 96 << 10, 4096};
+        gpt2_plan p;
+        ferry_status st = gpt2_plan_predict_disk(&rq, &disk, &p);
+        tap_ok(st == FERRY_OK && p.disk_bytes == got.ms.disk_bytes && p.host_bytes[FERRY_MEM_NVME] ==
+                   got.ms.disk_window_bytes && p.host_total == got.ms.host_peak_bytes,
+               "%s: memprof plan predicts the disk (%llu, measured %llu), the window (%llu, %llu) and the host pool "
+               "(%llu, %llu)", runs[i].name, (unsigned long long)p.disk_bytes, (unsigned long long)got.ms.disk_bytes,
+               (unsigned long long)p.host_bytes[FERRY_MEM_NVME], (unsigned long long)got.ms.disk_window_bytes,
+               (unsigned long long)p.host_total, (unsigned long long)got.ms.host_peak_bytes);
+        if (runs[i].mode == FERRY_OFFLOAD_NVME)
+            tap_ok(p.device_total - p.activations + got.ms.device_peak_bytes[FERRY_MEM_ACTIVATIONS] ==
+                       got.ms.device_total_peak_bytes,
+                   "%s: and the device's weights, gradients and workspace (%llu with the measured activations, %llu)",
+                   runs[i].name,
+                   (unsigned long long)(p.device_total - p.activations + got.ms.device_peak_bytes[FERRY_MEM_ACTIVATIONS]),
+                   (unsigned long long)got.ms.device_total_peak_bytes);
         free(got.weights);
     }
     char left[4200];

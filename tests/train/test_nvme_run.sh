@@ -5,9 +5,12 @@
 # disk; a run checkpointed at step 10 in nvme mode resumes in optimizer mode
 # (and the other way round) as the unbroken run; the flags are checked
 # before any work, and the state file is gone when the run ends.
-# Usage: test_nvme_run.sh TRAIN_GPT2
+# The memory trace has the disk as a pool of its own and the window in the
+# host pool, as memprof plan predicts them.
+# Usage: test_nvme_run.sh TRAIN_GPT2 MEMPROF
 set -u
 train=$1
+memprof=$2
 work=$(mktemp -d /tmp/ferry-nvme-run-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/tap.sh"
@@ -50,6 +53,26 @@ for pair in "nvme:optimizer" "optimizer:nvme"; do
   got=$(losses "$d/b.jsonl")
   [ -n "$got" ] && [ "$got" = "$ref" ]; ok $? "$from -> $to: the 20 losses of the unbroken run"
 done
+
+# memprof: the trace's disk pool and window against memprof plan.
+"$train" "${common[@]}" --steps 3 --offload nvme --nvme-master "${disk[@]}" --trace "$work/run.trace" >/dev/null 2>"$work/err"
+ok $? "a traced nvme run $(cat "$work/err")"
+"$memprof" --json "$work/run.trace" > "$work/trace.json" 2>"$work/err"; ok $? "memprof reads its trace $(cat "$work/err")"
+"$memprof" plan --json --layers 2 --heads 2 --width 32 --vocab 500 --context 64 --batch 2 --seq 32 --backend host \
+  --offload nvme --nvme-master --nvme-window 96KiB --nvme-block 4KiB > "$work/plan.json" 2>"$work/err"
+ok $? "memprof plan of the same run $(cat "$work/err")"
+$python - "$work/trace.json" "$work/plan.json" > "$work/cmp" 2>&1 <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1])); p = json.load(open(sys.argv[2]))
+got = (t["disk"]["peak_bytes"], t["host"]["category_peaks"]["nvme window"], t["host"]["peak_bytes"])
+want = (p["disk"]["total_bytes"], p["disk"]["window_bytes"], p["host"]["total_bytes"])
+print("trace disk %d, window %d, host %d; plan %d, %d, %d" % (got + want))
+sys.exit(0 if got == want and got[0] > 0 else 1)
+PY
+ok $? "the trace's disk, window and host pool are what memprof plan predicts: $(cat "$work/cmp")"
+"$memprof" "$work/run.trace" > "$work/trace.txt" 2>&1
+grep -q "^disk: peak" "$work/trace.txt" && grep -q "nvme window" "$work/trace.txt"
+ok $? "memprof's report has a disk pool and the window: $(grep -E '^disk|nvme window' "$work/trace.txt" | tr '\n' ' ')"
 
 # Flags checked before any work.
 "$train" "${common[@]}" --offload nvme >/dev/null 2>"$work/err"
