@@ -459,7 +459,15 @@ static ferry_status fill_tile(ferry_engine *e, engine_group *g, nvme_tile *t, vo
 
 ferry_status engine_nvme_fill(ferry_engine *e, engine_group *g)
 {
-    return sweep_group(e, g, NVME_WRITE, (1u << e->nvme->narrays) - 1, fill_tile, NULL);
+    ferry_status st = sweep_group(e, g, NVME_WRITE, (1u << e->nvme->narrays) - 1, fill_tile, NULL);
+    if (st == FERRY_OK && e->nvme->master_on_disk) {
+        /* The initial values are on disk now: give their copy back at once,
+         * not at the end of setup, so the host never holds the whole model
+         * twice (its copy and the pool growing group by group). */
+        free(g->init);
+        g->init = NULL;
+    }
+    return st;
 }
 
 static ferry_status convert_tile(ferry_engine *e, engine_group *g, nvme_tile *t, void *ctx)
