@@ -234,6 +234,10 @@ ferry_status engine_step(ferry_engine *e, const ferry_step_options *o, ferry_ste
 ferry_status engine_nvme_open(ferry_engine *e);
 /* Stops the thread, removes the file, gives the window back. */
 void engine_nvme_close(ferry_engine *e);
+/* Reserves, in one slab of the host pool, exactly what setup is about to
+ * allocate there (the planner's count), so --host-mem holds what memprof
+ * plan says. */
+ferry_status engine_nvme_reserve_host(ferry_engine *e);
 /* Writes a group's initial state to disk: zero moments, and the master
  * weights from g->init when they live there. */
 ferry_status engine_nvme_fill(ferry_engine *e, engine_group *g);

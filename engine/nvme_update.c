@@ -345,6 +345,34 @@ static ferry_status add_regions(ferry_engine *e)
     return FERRY_OK;
 }
 
+ferry_status engine_nvme_reserve_host(ferry_engine *e)
+{
+    size_t *numel = malloc((size_t)e->ngroups * sizeof *numel);
+    if (!numel)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "the NVMe tier: out of host memory");
+    for (int i = 0; i < e->ngroups; i++)
+        numel[i] = e->groups[i].numel;
+    engine_plan_request rq = {backend_kind(e->be), e->act, ferry_engine_offload(e), e->cfg.prefetch_groups, 1, numel,
+                              e->ngroups, true, e->cfg.nvme_master != 0, e->cfg.nvme_window_bytes,
+                              e->cfg.nvme_block_bytes};
+    engine_memory_plan p;
+    ferry_status st = engine_plan_memory(&rq, &p);
+    free(numel);
+    uint64_t total = 0;
+    for (int c = 0; st == FERRY_OK && c < FERRY_MEM_CATEGORY_COUNT; c++)
+        total += p.host_bytes[c];
+    if (st == FERRY_OK && (st = pool_reserve(e->pool, (size_t)total, "the host state of every group and the NVMe window")) !=
+                              FERRY_OK) {
+        char w[32];
+        return err_wrap(st, "offload nvme keeps the drained gradients, the upload copy%s and a %s window in host "
+                        "memory; raise --host-mem, %sor give --nvme-window less",
+                        e->cfg.nvme_master ? "" : ", the fp32 master weights",
+                        units_fmt_bytes(w, sizeof w, p.host_bytes[FERRY_MEM_NVME]),
+                        e->cfg.nvme_master ? "" : "put the master weights on disk too (--nvme-master), ");
+    }
+    return st;
+}
+
 ferry_status engine_nvme_open(ferry_engine *e)
 {
     struct engine_nvme *n = calloc(1, sizeof *n);

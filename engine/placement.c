@@ -252,7 +252,7 @@ ferry_status engine_place(ferry_engine *e)
     ferry_status st = check_device_fit(e);
     if (st == FERRY_OK)
         st = place_globals(e);
-    if (st == FERRY_OK && e->nvme_dir)
+    if (st == FERRY_OK && e->nvme_dir && (st = engine_nvme_reserve_host(e)) == FERRY_OK)
         st = engine_nvme_open(e);
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
         engine_group *g = &e->groups[i];

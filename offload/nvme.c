@@ -648,6 +648,8 @@ static void complete(nvme_store *s, nvme_io *io, int raw)
     }
     if (res < 0) {
         io_failed(s, io, -res);
+    } else if (res == 0 && io->write) {
+        io_failed(s, io, EIO); /* a write that made no progress will never finish */
     } else if (res == 0) {
         const nvme_region *r = &s->regions[io->region];
         struct stat sb;
@@ -656,7 +658,7 @@ static void complete(nvme_store *s, nvme_io *io, int raw)
              "%s the state file '%s' block %llu (bytes %llu..%llu, '%s' %s) stopped at byte %llu: the file is %lld "
              "bytes, it was %llu: it was truncated underneath; the run cannot go on, and the last checkpoint is "
              "whole",
-             io->write ? "writing" : "reading", s->path, (unsigned long long)io->block,
+             "reading", s->path, (unsigned long long)io->block,
              (unsigned long long)io->start, (unsigned long long)(io->start + io->full), r->name,
              r->array_names[io->array], (unsigned long long)io->off, size, (unsigned long long)s->file_bytes);
     } else {

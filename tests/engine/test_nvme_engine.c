@@ -269,18 +269,17 @@ static void test_modes_agree(void)
 }
 
 /* Host memory: the moments leave the pool; a budget optimizer mode cannot
- * meet, nvme mode can. */
+ * meet, nvme mode can, to the byte memprof plan predicts. */
 static void test_host_budget(void)
 {
-    size_t n = total_params();
-    run_opts ro = {FERRY_OFFLOAD_OPTIMIZER, false, false, 1, 2, 0, NULL, NULL, NULL};
-    /* Optimizer mode's pool: master, m, v (12 B) + grads and upload copy
-     * (2 x act) per parameter; nvme with master on disk: grads, the upload
-     * copy and the 96 KiB window. */
-    size_t act = test_dtype() == FERRY_DTYPE_BF16 ? 2 : 4;
-    uint64_t nvme_need = (uint64_t)n * 2 * act + (96 << 10);
-    uint64_t opt_need = (uint64_t)n * (12 + 2 * act);
-    ro.host_budget = (nvme_need + opt_need) / 2;
+    gpt2_plan_request rq = {&tiny, B, T, FERRY_OFFLOAD_NVME, false, 2, 1, FERRY_BACKEND_HOST, test_dtype()};
+    gpt2_plan_disk disk = {true, 96 << 10, 4096};
+    gpt2_plan p;
+    if (gpt2_plan_predict_disk(&rq, &disk, &p) != FERRY_OK) {
+        tap_ok(0, "plan: %s", ferry_last_error());
+        return;
+    }
+    run_opts ro = {FERRY_OFFLOAD_OPTIMIZER, false, false, 1, 2, p.host_total, NULL, NULL, NULL};
     run_result got;
     ferry_status st = run(&ro, &got);
     TAP_IS_STATUS(st, FERRY_ERR_OUT_OF_MEMORY, "optimizer mode does not fit a %llu-byte host budget",
@@ -288,11 +287,17 @@ static void test_host_budget(void)
     ro.mode = FERRY_OFFLOAD_NVME;
     ro.disk = ro.master = true;
     st = run(&ro, &got);
-    TAP_IS_STATUS(st, FERRY_OK, "nvme mode with the master weights on disk does (%s)", st ? got.message : "");
-    tap_ok(got.ms.host_peak_bytes <= ro.host_budget, "its host pool peaked at %llu bytes",
-           (unsigned long long)got.ms.host_peak_bytes);
+    TAP_IS_STATUS(st, FERRY_OK, "nvme mode with the master weights on disk fits it, exactly what memprof plan "
+                  "predicts (%s)", st ? got.message : "");
+    tap_ok(got.ms.host_reserved_bytes == p.host_total && got.ms.host_peak_bytes == p.host_total,
+           "its host pool reserved %llu bytes and used %llu: the plan's %llu", (unsigned long long)got.ms.host_reserved_bytes,
+           (unsigned long long)got.ms.host_peak_bytes, (unsigned long long)p.host_total);
     compare(&got, &opt1, 0, "nvme under that budget");
     free(got.weights);
+    ro.host_budget = p.host_total - 4096;
+    st = run(&ro, &got);
+    TAP_IS_STATUS(st, FERRY_ERR_OUT_OF_MEMORY, "4 KiB less and setup refuses");
+    tap_ok(strstr(got.message, "pinned host pool limit") != NULL, "naming the budget: %s", got.message);
 }
 
 static bool files_same(const char *a, const char *b)
