@@ -329,6 +329,10 @@ static void test_checkpoints(void)
         {FERRY_OFFLOAD_PARAMS, true, true, "params with a disk"},
         {FERRY_OFFLOAD_PARAMS, false, false, "params"},
     };
+    /* Each save is compared byte for byte with optimizer mode's, so every
+     * mode that loads optimizer mode's loads these; a sample of the pairs
+     * is resumed for real. */
+    static const int resumed_in[4][5] = {{0}, {1, 0, 0, 0, 0}, {1, 1, 1, 1, 1}, {1, 0, 0, 0, 1}};
     run_result r;
     run_opts save = {FERRY_OFFLOAD_OPTIMIZER, false, false, 1, 2, 0, NULL, ckpt2, NULL};
     tap_ok(run(&save, &r) == FERRY_OK, "optimizer mode saved at step %d", HALF);
@@ -341,7 +345,7 @@ static void test_checkpoints(void)
                "%s saved at step %d: byte for byte the checkpoint optimizer mode saves (%s)", modes[i].name, HALF,
                st ? r.message : "the state itself, no pointer to the file");
         for (size_t j = 0; j < sizeof modes / sizeof modes[0]; j++) {
-            if (j == i && j != 1)
+            if (!resumed_in[i][j])
                 continue;
             run_opts lo = {modes[j].mode, modes[j].disk, modes[j].master, 1, 1, 0, ckpt, NULL, NULL};
             run_result got;
