@@ -96,7 +96,7 @@ int mp_parse_dump_args(int argc, char **argv, const char **path)
 void mp_plan_usage(FILE *f)
 {
     fputs("usage: memprof plan [--model NAME | --layers L --heads H --width C] [--vocab V]\n"
-          "                    [--context T] [--batch B] [--seq T] [--offload none|optimizer|params]\n"
+          "                    [--context T] [--batch B] [--seq T] [--offload none|optimizer|params|nvme]\n"
           "                    [--recompute] [--prefetch K] [--grad-accum K] [--backend host|cuda]\n"
           "                    [--dtype auto|f32|bf16]\n"
           "                    [--gpu-mem SIZE] [--host-mem SIZE] [--json]\n"
