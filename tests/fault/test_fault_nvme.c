@@ -151,8 +151,8 @@ static int test_io(void)
     nvme_destroy(s);
     s = NULL;
 
-    /* fallocate refused: the disk is too small at setup. Counting only, to
-     * find the call, then failing it. */
+    /* fallocate refused with ENOSPC (every call of that kind, uncounted):
+     * the disk is too small at setup. */
     fault_refuse("fallocate", ENOSPC);
     st = io_open(p, &s);
     fault_refuse(NULL, 0);
