@@ -8,6 +8,7 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "engine/engine.h"
+#include "offload/nvme.h"
 
 static ferry_status check_request(const engine_plan_request *rq)
 {
@@ -25,15 +26,21 @@ static ferry_status check_request(const engine_plan_request *rq)
                        dtype_name(rq->dtype));
     if (rq->backend == FERRY_BACKEND_CUDA && rq->dtype == FERRY_DTYPE_F32)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: the cuda backend stores bf16 or f16, not f32");
-    if (rq->offload < FERRY_OFFLOAD_NONE || rq->offload > FERRY_OFFLOAD_PARAMS)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: offload %d is not none, optimizer or params",
+    if (rq->offload < FERRY_OFFLOAD_NONE || rq->offload > FERRY_OFFLOAD_NVME)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: offload %d is not none, optimizer, params or nvme",
                        (int)rq->offload);
+    if (rq->disk && rq->offload != FERRY_OFFLOAD_PARAMS && rq->offload != FERRY_OFFLOAD_NVME)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: the state on disk with offload %s; use nvme or params",
+                       ferry_offload_name(rq->offload));
     if (rq->micro_batches < 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: %d micro-batches per step", rq->micro_batches);
     if (rq->prefetch_groups < 0 || rq->prefetch_groups > 64)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: prefetch %d is outside 0..64", rq->prefetch_groups);
     if (rq->ranks < 0 || rq->ranks > 65536)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: %d ranks; plan for 1..65536", rq->ranks);
+    if (rq->ranks > 1 && (rq->disk || rq->offload == FERRY_OFFLOAD_NVME))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: the NVMe tier trains alone, not with %d ranks "
+                       "(each rank holds a shard of the state in host memory instead)", rq->ranks);
     for (int g = 0; g < rq->ngroups; g++)
         if (rq->group_numel[g] == 0 || rq->group_numel[g] > ((size_t)1 << 40))
             return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: group %d has %zu parameters, outside 1..2^40", g,
@@ -79,25 +86,51 @@ static uint64_t largest(const engine_plan_request *rq, int count, size_t elem)
     return largest_of(rq, count, elem, false);
 }
 
-static void plan_setup(const engine_plan_request *rq, engine_memory_plan *p)
+/* The device side of a mode: offload nvme places it as optimizer mode does. */
+static ferry_offload device_mode(const engine_plan_request *rq)
+{
+    return rq->offload == FERRY_OFFLOAD_NVME ? FERRY_OFFLOAD_OPTIMIZER : rq->offload;
+}
+
+static bool on_disk(const engine_plan_request *rq) { return rq->offload == FERRY_OFFLOAD_NVME || rq->disk; }
+
+/* The NVMe tier: the store's file (its regions as offload/nvme.c lays them
+ * out) and its window, charged as the pool charges it. */
+static ferry_status plan_disk(const engine_plan_request *rq, int arrays, engine_memory_plan *p)
+{
+    size_t tile = nvme_tile_elems_for(rq->disk_window_bytes, (size_t)rq->disk_block_bytes, arrays);
+    if (!tile)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: an NVMe window of %llu bytes cannot hold %d tiles of %d "
+                       "arrays of 4 KiB", (unsigned long long)rq->disk_window_bytes, NVME_MIN_SLOTS, arrays);
+    for (int g = 0; g < rq->ngroups; g++)
+        p->disk_bytes += nvme_region_bytes(rq->group_numel[g], arrays, tile);
+    p->host_bytes[FERRY_MEM_NVME] +=
+        nvme_window_charge(rq->disk_window_bytes, (size_t)rq->disk_block_bytes, arrays, p->disk_bytes);
+    return FERRY_OK;
+}
+
+static ferry_status plan_setup(const engine_plan_request *rq, engine_memory_plan *p)
 {
     engine_global_buffer gb[ENGINE_GLOBAL_BUFFERS_MAX];
-    int n = engine_global_buffers(rq->backend, rq->offload, rq->ngroups, gb);
+    ferry_offload mode = device_mode(rq);
+    int n = engine_global_buffers(rq->backend, mode, rq->ngroups, gb);
     for (int i = 0; i < n; i++)
         p->device_bytes[gb[i].cat] += arena_charge(gb[i].bytes);
     engine_buffer b[ENGINE_GROUP_BUFFERS_MAX + 1];
     bool sharded = plan_sharded(rq);
-    int nb = engine_group_buffers_sharded(rq->offload, p->act_size, sharded, b);
+    int nb = engine_group_buffers_sharded(mode, p->act_size, sharded, b);
+    unsigned disk = engine_disk_buffers(b, nb, on_disk(rq), rq->disk_master);
     /* the fp32 sum of micro-batches; offload none with ranks all-reduces in it from setup on */
-    if (rq->micro_batches > 1 || (rq->ranks > 1 && rq->offload == FERRY_OFFLOAD_NONE))
-        b[nb++] = engine_accumulator_buffer(rq->offload);
-    size_t most_padded = 0, most_cap = 0;
+    if (rq->micro_batches > 1 || (rq->ranks > 1 && mode == FERRY_OFFLOAD_NONE))
+        b[nb++] = engine_accumulator_buffer(mode);
+    size_t most_cap = 0;
     for (int g = 0; g < rq->ngroups; g++) {
         size_t cap = sharded ? plan_cap(rq, g) : rq->group_numel[g], padded = plan_padded(rq, g);
-        most_padded = padded > most_padded ? padded : most_padded;
         most_cap = cap > most_cap ? cap : most_cap;
         for (int i = 0; i < nb; i++) {
             size_t bytes = engine_buffer_elems(&b[i], sharded, rq->group_numel[g], cap, padded) * b[i].elem_bytes;
+            if (disk & (1u << i))
+                continue; /* the store's, below */
             if (b[i].device)
                 p->device_bytes[b[i].cat] += arena_charge(bytes);
             else
@@ -111,7 +144,7 @@ static void plan_setup(const engine_plan_request *rq, engine_memory_plan *p)
         p->device_bytes[FERRY_MEM_STAGING] +=
             2 * (arena_charge(chunk * (size_t)rq->ranks * 4) + arena_charge(chunk * 4));
     }
-    (void)most_padded;
+    return on_disk(rq) ? plan_disk(rq, rq->disk_master ? 3 : 2, p) : FERRY_OK;
 }
 
 /* Params mode: the window of weights and of draining gradients. */
@@ -144,7 +177,8 @@ ferry_status engine_plan_memory(const engine_plan_request *rq, engine_memory_pla
                       : rq->backend == FERRY_BACKEND_CUDA ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F32;
     p.act_size = dtype_size(act);
     p.device_weight_groups = p.device_grad_groups = rq->offload == FERRY_OFFLOAD_PARAMS ? 0 : rq->ngroups;
-    plan_setup(rq, &p);
+    if ((st = plan_setup(rq, &p)) != FERRY_OK)
+        return st;
     if (rq->offload == FERRY_OFFLOAD_PARAMS && (st = plan_window(rq, &p)) != FERRY_OK)
         return st;
     if (rq->offload != FERRY_OFFLOAD_PARAMS)

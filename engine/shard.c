@@ -79,6 +79,12 @@ ferry_status shard_join(ferry_engine *e)
         comm_world_set_timeout(e->cfg.comm_timeout_s);
     if (w.world_size == 1 && e->cfg.data_parallel != 1)
         return FERRY_OK;
+    if (e->nvme_dir || e->nvme_asked)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: the NVMe tier (offload nvme, or nvme_path) trains alone: with %d ranks "
+                       "each holds a shard of the state in host memory instead; leave nvme_path unset, or set "
+                       "data_parallel -1",
+                       w.world_size);
     e->dp = calloc(1, sizeof *e->dp);
     if (!e->dp)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "data parallelism: out of host memory");

@@ -7,6 +7,10 @@
 # hold the same engine state and run state, bit for bit, but for the run
 # identity (16 bytes at 96 of the run state, the last section) and the two
 # checksums that cover it (the blob's, and the header's CRC).
+# same_engine_state A B: the engine state alone, bit for bit
+# (engine/checkpoint.c's layout: the header's groups, step, state size,
+# state hash, dtype and flags, the group table and the state; the trainer's
+# blob after it, which holds the run's settings, may differ).
 python=/usr/bin/python3
 n=0; failed=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi; }
@@ -49,5 +53,19 @@ def state(path):
     return bytes(b)
 a, b = state(sys.argv[1]), state(sys.argv[2])
 sys.exit(0 if a is not None and a == b else 1)
+PY
+}
+same_engine_state() {
+  $python - "$1" "$2" <<'PY'
+import struct, sys
+def state(path):
+    b = open(path, "rb").read()
+    groups = struct.unpack("<I", b[12:16])[0]
+    user, payload = struct.unpack("<QQ", b[24:40])
+    end = 72 + 72 * groups + payload - user # the blob is the payload's last user bytes
+    if len(b) < end:
+        sys.exit("%s: %d bytes, shorter than its header says (%d)" % (path, len(b), end))
+    return b[0:24] + b[32:48] + b[56:64] + b[72:end]
+sys.exit(0 if state(sys.argv[1]) == state(sys.argv[2]) else 1)
 PY
 }

@@ -128,6 +128,16 @@ rc=$?
   ! grep -q "train_gpt2: rank" "$work/err"
 ok $? "every rank skips the overflowing steps and both stop at --max-skips 5, said once (exit $rc): $(grep -m1 'in a row' "$work/err")"
 
+# The NVMe tier trains alone: under a launcher it is refused before any
+# step, saying why and what to do.
+mkdir -p "$work/nvme"
+timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 "$train" "${common[@]}" \
+  --offload nvme --nvme-path "$work/nvme" --checkpoint-dir "$work/nvme-ck" >"$work/out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "the NVMe tier .* trains alone" "$work/out" &&
+  ! grep -q '^step 1/' "$work/out" && [ ! -e "$work/nvme-ck/latest" ]
+ok $? "--offload nvme with 2 ranks is refused before any step (exit $rc): $(grep -m1 -o 'the NVMe tier.*' "$work/out" | head -c 250)"
+
 # ---- failures end every rank within a bounded time ----
 # Rank 1's setup fails (its trace path is a folder): rank 0 stops with its word.
 mkdir -p "$work/bad.trace.rank1"
