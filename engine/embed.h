@@ -50,6 +50,10 @@ typedef struct engine_plan_request {
     uint64_t disk_block_bytes;  /* as nvme_block_bytes (0: the default) */
     int ranks;                  /* data parallel ranks; 0 or 1 = alone. Each rank's figures, rank 0's (the
                                    largest) */
+    /* Params mode's residency: released weights stay on the device while
+     * the budget less everything else (and the gradients' room) holds them. */
+    uint64_t device_budget;     /* the engine's device budget; 0: count only the window the schedule needs */
+    uint64_t embedder_bytes;    /* what the embedder takes from that budget (activations) */
 } engine_plan_request;
 
 /* What the engine allocates, by category, charged as its allocators charge
@@ -70,8 +74,10 @@ typedef struct engine_memory_plan {
 
 /* Params mode is planned for its worst schedule: at most
  * engine_weight_window groups' weights and engine_drain_window + 2 groups'
- * gradients at once, taken as the largest groups. FERRY_ERR_INVALID_ARGUMENT
- * naming a bad field. */
+ * gradients at once, taken as the largest groups; with a device_budget,
+ * residency's weights on top: every group's when they all fit the budget
+ * beside the rest (exact), else up to the budget (the peak is then the
+ * budget, a bound). FERRY_ERR_INVALID_ARGUMENT naming a bad field. */
 ferry_status engine_plan_memory(const engine_plan_request *rq, engine_memory_plan *out);
 
 #ifdef __cplusplus

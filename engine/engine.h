@@ -126,6 +126,15 @@ struct ferry_engine {
     bool inference;           /* between begin_inference and end_inference */
     uint64_t fetch_counter;
     int resident_now, resident_max;
+    /* Params mode's residency (schedule.c): where the schedule is (the last
+     * fetch's phase and group: eviction reads the order from it), the arena
+     * charge of the weights on the device, the room kept for the gradients
+     * in flight (the planner's count of them), the largest group's weights,
+     * and the groups fetched ahead now (prefetch_groups at least). */
+    ferry_phase cur_phase;
+    int cur_group;
+    uint64_t resident_bytes, grads_reserve, largest_weights;
+    int prefetch_depth;
 
     /* NONE mode: per-group device sum of squares and its scratch; the
      * backend's matmul workspace (ops_workspace_bytes: all matmuls run on the
@@ -216,10 +225,20 @@ ferry_status engine_place(ferry_engine *e);
 void engine_unplace(ferry_engine *e);
 /* Bytes per parameter the mode keeps on the device and the host. */
 void engine_bytes_per_param(const ferry_engine *e, double *device, double *host);
-/* Frees the device weights of RETIRING groups other than keep_group, oldest
- * first, until at most max_resident groups hold device weights or none is
- * left to evict; returns how many it evicted. */
+/* Frees the device weights of RETIRING groups other than keep_group, the
+ * one needed furthest in the future first, until at most max_resident
+ * groups hold device weights or none is left to evict; returns how many it
+ * evicted. */
 int engine_evict(ferry_engine *e, int keep_group, int max_resident);
+/* Frees the device weights of the RETIRING group (not keep_group) needed
+ * furthest in the future, if that is later than `after` fetches from now
+ * (-1: any); false when there is none. */
+bool engine_evict_after(ferry_engine *e, int keep_group, long after);
+/* Fetches from now until group h is next needed: forward ascends, backward
+ * descends, then the next step's forward. */
+long engine_next_use(const ferry_engine *e, int h);
+/* The arena charge of a group's device weights. */
+uint64_t engine_weight_charge(const ferry_engine *e, const engine_group *g);
 /* Allocates every group's grad_acc (engine_accumulator_buffer) that is not
  * there yet: the first step with several micro-batches does. */
 ferry_status engine_ensure_accumulators(ferry_engine *e);
@@ -243,6 +262,16 @@ ferry_status engine_update_barrier(ferry_engine *e, engine_group *g);
 ferry_status engine_wait_updates(ferry_engine *e);
 /* Drops every RETIRING device copy (weights changed). */
 ferry_status engine_retire_all(ferry_engine *e);
+/* Params mode between steps: every group's copy on the device becomes
+ * RETIRING (a prefetch lands first) and stays; none may be fetched. */
+ferry_status engine_settle_resident(ferry_engine *e);
+/* Params mode after the update is queued: each group kept on the device is
+ * rewritten in place from its upload copy, behind its own update and after
+ * the compute stream's last read, in forward order. */
+ferry_status engine_refresh_resident(ferry_engine *e);
+/* Params mode after a step: one group deeper fetch-ahead when the step's
+ * forward stalled on fetches, while the deeper window fits the room. */
+void engine_adapt_prefetch(ferry_engine *e, const ferry_step_timing *t);
 
 /* step.c */
 ferry_status engine_step(ferry_engine *e, const ferry_step_options *o, ferry_step_report *r);

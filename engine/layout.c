@@ -5,7 +5,9 @@
  *   mode       device (per parameter)            host pool (per parameter)
  *   none       weights, grads (act), master, m, v  -
  *   optimizer  weights, grads (act)              master, m, v (fp32), grads, weights (act)
- *   params     a bounded window of weights/grads master, m, v (fp32), grads, weights (act)
+ *   params     a window of weights/grads at      master, m, v (fp32), grads, weights (act)
+ *              least; released weights stay
+ *              while the budget holds them
  *
  * With bf16 on the device that is 16 bytes per parameter on the host in the
  * offload modes (12 fp32 + 2 drained gradient + 2 upload copy), and 4 on the

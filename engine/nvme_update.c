@@ -273,8 +273,6 @@ ferry_status engine_nvme_update(ferry_engine *e, const ferry_step_options *o, fl
     ferry_status st;
     if ((st = engine_nvme_check(e)) != FERRY_OK)
         return st;
-    if (e->cfg.offload == FERRY_OFFLOAD_PARAMS && (st = engine_retire_all(e)) != FERRY_OK)
-        return st;
     pthread_mutex_lock(&n->mu);
     while (n->job_ready) /* the last step's job not yet taken: never in practice */
         pthread_cond_wait(&n->cv, &n->mu);
@@ -354,7 +352,7 @@ ferry_status engine_nvme_reserve_host(ferry_engine *e)
         numel[i] = e->groups[i].numel;
     engine_plan_request rq = {backend_kind(e->be), e->act, ferry_engine_offload(e), e->cfg.prefetch_groups, 1, numel,
                               e->ngroups, true, e->cfg.nvme_master != 0, e->cfg.nvme_window_bytes,
-                              e->cfg.nvme_block_bytes, 1};
+                              e->cfg.nvme_block_bytes, 1, 0, 0};
     engine_memory_plan p;
     ferry_status st = engine_plan_memory(&rq, &p);
     free(numel);

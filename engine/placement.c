@@ -2,9 +2,9 @@
  * engine's own buffers, then every group's), fills it (master weights from
  * the initial values, zero moments and gradients, the device or upload copy
  * of the weights), and says in one sentence what it chose. Also evicts
- * retiring weights in params mode. The host-side setup (first touch, the
- * master copy, the bf16 conversion) runs on the engine's thread pool, every
- * core of its node. */
+ * retiring weights in params mode, the group needed furthest ahead first.
+ * The host-side setup (first touch, the master copy, the bf16 conversion)
+ * runs on the engine's thread pool, every core of its node. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -288,6 +288,40 @@ static ferry_status place_globals(ferry_engine *e)
     return st;
 }
 
+/* Params mode: what residency keeps free for gradients (the planner's
+ * count: engine_drain_window + 2 groups, the largest) and the largest
+ * group's weights, charged as the arena charges. */
+static ferry_status plan_residency(ferry_engine *e)
+{
+    e->prefetch_depth = e->cfg.prefetch_groups;
+    e->cur_phase = FERRY_PHASE_FORWARD;
+    e->cur_group = -1;
+    if (e->cfg.offload != FERRY_OFFLOAD_PARAMS)
+        return FERRY_OK;
+    int count = engine_drain_window(e->cfg.prefetch_groups) + 2;
+    uint64_t *c = malloc((size_t)e->ngroups * sizeof *c);
+    if (!c)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_setup: out of host memory");
+    for (int g = 0; g < e->ngroups; g++) {
+        c[g] = arena_charge(e->groups[g].numel * e->act_size);
+        uint64_t w = engine_weight_charge(e, &e->groups[g]);
+        e->largest_weights = w > e->largest_weights ? w : e->largest_weights;
+    }
+    e->grads_reserve = 0;
+    for (int k = 0; k < count && k < e->ngroups; k++) { /* count is small: selection, not a sort */
+        int best = k;
+        for (int i = k + 1; i < e->ngroups; i++)
+            if (c[i] > c[best])
+                best = i;
+        uint64_t t = c[k];
+        c[k] = c[best];
+        c[best] = t;
+        e->grads_reserve += c[k];
+    }
+    free(c);
+    return FERRY_OK;
+}
+
 ferry_status engine_place(ferry_engine *e)
 {
     ferry_status st = check_device_fit(e);
@@ -295,6 +329,8 @@ ferry_status engine_place(ferry_engine *e)
         st = place_globals(e);
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
         shard_layout(e, &e->groups[i]);
+    if (st == FERRY_OK)
+        st = plan_residency(e); /* after the layout: the weights' padded sizes */
     if (st == FERRY_OK)
         st = shard_place(e); /* its events come before the first upload */
     if (st == FERRY_OK && e->nvme_dir && (st = engine_nvme_reserve_host(e)) == FERRY_OK)
@@ -344,24 +380,46 @@ void engine_unplace(ferry_engine *e)
     engine_nvme_close(e);
 }
 
+long engine_next_use(const ferry_engine *e, int h)
+{
+    long G = e->ngroups, at = e->cur_group;
+    if (e->cur_phase == FERRY_PHASE_FORWARD) /* the rest of forward, then backward from the top */
+        return h > at ? h - at : (G - 1 - at) + (G - 1 - h) + 1;
+    return h < at ? at - h : at + 1 + h; /* the rest of backward, then the next forward */
+}
+
+uint64_t engine_weight_charge(const ferry_engine *e, const engine_group *g)
+{
+    return arena_charge(g->padded * e->act_size);
+}
+
+bool engine_evict_after(ferry_engine *e, int keep_group, long after)
+{
+    engine_group *victim = NULL;
+    long far = after;
+    for (int i = 0; i < e->ngroups; i++) {
+        engine_group *g = &e->groups[i];
+        long d = engine_next_use(e, i);
+        if (i != keep_group && g->residency == RES_RETIRING && d > far) {
+            victim = g;
+            far = d;
+        }
+    }
+    if (!victim)
+        return false;
+    backend_event_synchronize(victim->released);
+    arena_free(e->arena, victim->dev_weights);
+    victim->dev_weights = NULL;
+    victim->residency = RES_ABSENT;
+    e->resident_now--;
+    e->resident_bytes -= engine_weight_charge(e, victim);
+    return true;
+}
+
 int engine_evict(ferry_engine *e, int keep_group, int max_resident)
 {
     int evicted = 0;
-    while (e->resident_now > max_resident) {
-        engine_group *oldest = NULL;
-        for (int i = 0; i < e->ngroups; i++) {
-            engine_group *g = &e->groups[i];
-            if (i != keep_group && g->residency == RES_RETIRING && (!oldest || g->last_use < oldest->last_use))
-                oldest = g;
-        }
-        if (!oldest)
-            break;
-        backend_event_synchronize(oldest->released);
-        arena_free(e->arena, oldest->dev_weights);
-        oldest->dev_weights = NULL;
-        oldest->residency = RES_ABSENT;
-        e->resident_now--;
+    while (e->resident_now > max_resident && engine_evict_after(e, keep_group, -1))
         evicted++;
-    }
     return evicted;
 }

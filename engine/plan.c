@@ -147,6 +147,42 @@ static ferry_status plan_setup(const engine_plan_request *rq, engine_memory_plan
     return on_disk(rq) ? plan_disk(rq, rq->disk_master ? 3 : 2, p) : FERRY_OK;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Params mode's residency under a budget (schedule.c's rule): the weights
+ * may fill the budget less every other byte and the gradients' room. All of
+ * them when they fit (then exact); else the room itself, and as many groups
+ * as it can hold, the smallest first (bounds). */
+static ferry_status plan_residency(const engine_plan_request *rq, engine_memory_plan *p)
+{
+    uint64_t other = rq->embedder_bytes;
+    for (int c = 0; c < FERRY_MEM_CATEGORY_COUNT; c++)
+        if (c != FERRY_MEM_PARAMS)
+            other += p->device_bytes[c];
+    uint64_t cap = rq->device_budget > other ? rq->device_budget - other : 0;
+    if (cap <= p->device_bytes[FERRY_MEM_PARAMS])
+        return FERRY_OK; /* no room past the window */
+    uint64_t *c = malloc((size_t)rq->ngroups * sizeof *c);
+    if (!c)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "engine plan: out of host memory");
+    uint64_t all = 0;
+    for (int g = 0; g < rq->ngroups; g++)
+        all += c[g] = arena_charge(plan_padded(rq, g) * p->act_size);
+    qsort(c, (size_t)rq->ngroups, sizeof *c, cmp_u64);
+    int fit = 0;
+    for (uint64_t sum = 0; fit < rq->ngroups && sum + c[fit] <= cap; fit++)
+        sum += c[fit];
+    free(c);
+    p->device_bytes[FERRY_MEM_PARAMS] = all <= cap ? all : cap;
+    if (fit > p->device_weight_groups)
+        p->device_weight_groups = fit;
+    return FERRY_OK;
+}
+
 /* Params mode: the window of weights and of draining gradients. */
 static ferry_status plan_window(const engine_plan_request *rq, engine_memory_plan *p)
 {
@@ -163,7 +199,7 @@ static ferry_status plan_window(const engine_plan_request *rq, engine_memory_pla
      * for, every other group evicted) still need two groups at once (one
      * held for the whole pass, one computing), weights and gradients each. */
     p->device_min_bytes = two;
-    return FERRY_OK;
+    return rq->device_budget ? plan_residency(rq, p) : FERRY_OK;
 }
 
 ferry_status engine_plan_memory(const engine_plan_request *rq, engine_memory_plan *out)

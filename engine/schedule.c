@@ -71,54 +71,122 @@ ferry_status engine_wait_updates(ferry_engine *e)
     return st;
 }
 
-ferry_status engine_retire_all(ferry_engine *e)
+ferry_status engine_settle_resident(ferry_engine *e)
 {
     for (int i = 0; i < e->ngroups; i++) {
         engine_group *g = &e->groups[i];
         if (g->fetched[FERRY_PHASE_FORWARD] || g->fetched[FERRY_PHASE_BACKWARD])
             return err_set(FERRY_ERR_STATE, "group %d ('%s') is still fetched; release it first", i, g->name);
-        /* Prefetched but never asked for: let the copy land, then drop it. */
+        /* Prefetched but never asked for: let the copy land; it stays. */
         if (g->residency == RES_INFLIGHT || g->residency == RES_PRESENT) {
             ferry_status st = backend_event_synchronize(g->uploaded);
             if (st != FERRY_OK)
                 return st;
+            /* the compute stream never read it: its last read is long done */
+            if ((st = backend_event_record(g->released, e->compute)) != FERRY_OK)
+                return st;
             g->residency = RES_RETIRING;
         }
     }
+    return FERRY_OK;
+}
+
+ferry_status engine_retire_all(ferry_engine *e)
+{
+    ferry_status st = engine_settle_resident(e);
+    if (st != FERRY_OK)
+        return st;
     engine_evict(e, -1, 0);
     return FERRY_OK;
 }
 
+ferry_status engine_refresh_resident(ferry_engine *e)
+{
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
+        engine_group *g = &e->groups[i];
+        if (g->residency != RES_RETIRING)
+            continue;
+        if (e->dp) { /* this rank's slot up, the others' gathered, as a fetch does */
+            st = shard_upload(e, g, g->released);
+            continue;
+        }
+        size_t bytes = g->numel * e->act_size;
+        e->timing_acc.transfer_h2d_bytes += (double)bytes;
+        if ((st = engine_update_barrier(e, g)) == FERRY_OK &&
+            (st = backend_stream_wait_event(e->h2d, g->released)) == FERRY_OK &&
+            (st = backend_memcpy_async(e->h2d, g->dev_weights, g->host_weights, bytes, BACKEND_COPY_H2D)) == FERRY_OK)
+            st = backend_event_record(g->uploaded, e->h2d);
+    }
+    return st;
+}
+
 /* ---- params mode: fetching ---- */
 
-static int window(const ferry_engine *e) { return engine_weight_window(e->cfg.prefetch_groups); }
+static int window(const ferry_engine *e) { return engine_weight_window(e->prefetch_depth); }
 
-static ferry_status alloc_weights(ferry_engine *e, engine_group *g, int gi)
+/* The weights residency may keep on the device: the budget less every
+ * other device byte in use now (activations, workspace, staging) and the
+ * room kept for the gradients in flight. It depends only on what was
+ * allocated, never on timing, so ranks that allocate alike keep alike. */
+static uint64_t weight_cap(ferry_engine *e)
+{
+    ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
+    arena_stats(e->arena, &ms);
+    uint64_t other = e->grads_reserve;
+    for (int c = 0; c < FERRY_MEM_CATEGORY_COUNT; c++)
+        if (c != FERRY_MEM_PARAMS && c != FERRY_MEM_GRADS)
+            other += ms.device_current_bytes[c];
+    uint64_t budget = arena_budget(e->arena);
+    return budget > other ? budget - other : 0;
+}
+
+/* The residency rule before `bytes` more of weights go on the device for a
+ * group needed `dist` fetches from now: released groups stay while all the
+ * weights fit the cap, or while fewer than the window hold weights (the
+ * schedule's own need); otherwise the one needed furthest ahead goes, never
+ * one needed before this group. Returns whether the rule is met. */
+static bool make_room(ferry_engine *e, int gi, long dist, uint64_t bytes)
+{
+    uint64_t cap = weight_cap(e);
+    while (e->resident_bytes + bytes > cap && e->resident_now >= window(e))
+        if (!engine_evict_after(e, gi, dist))
+            return false;
+    return true;
+}
+
+/* A fetch (dist 0) evicts any released group the arena needs gone; a
+ * prefetch only those needed after the group it brings. */
+static ferry_status alloc_weights(ferry_engine *e, engine_group *g, int gi, long dist)
 {
     char name[ENGINE_NAME_MAX + 16];
     snprintf(name, sizeof name, "%s weights", g->name);
-    engine_evict(e, gi, window(e) - 1);
+    long after = dist > 0 ? dist : -1;
     ferry_status st = arena_alloc(e->arena, g->padded * e->act_size, FERRY_MEM_PARAMS, name, &g->dev_weights);
-    while (st == FERRY_ERR_OUT_OF_MEMORY && engine_evict(e, gi, e->resident_now - 1) > 0)
+    while (st == FERRY_ERR_OUT_OF_MEMORY && engine_evict_after(e, gi, after))
         st = arena_alloc(e->arena, g->padded * e->act_size, FERRY_MEM_PARAMS, name, &g->dev_weights);
     return st;
 }
 
-static ferry_status issue_fetch(ferry_engine *e, int gi)
+static ferry_status issue_fetch(ferry_engine *e, int gi, long dist)
 {
     engine_group *g = &e->groups[gi];
-    ferry_status st = alloc_weights(e, g, gi);
+    ferry_status st = alloc_weights(e, g, gi, dist);
     if (st != FERRY_OK)
         return st;
     e->resident_now++;
+    e->resident_bytes += engine_weight_charge(e, g);
     if (e->resident_now > e->resident_max)
         e->resident_max = e->resident_now;
     g->residency = RES_INFLIGHT;
     g->last_use = ++e->fetch_counter;
-    if (e->dp) /* this rank's slot up, the others' gathered */
+    if (e->dp) { /* this rank's slot up, the others' gathered */
+        e->timing_acc.fetch_h2d_bytes += (double)(g->shard_cap * e->act_size);
         return shard_upload(e, g, NULL);
+    }
     size_t bytes = g->numel * e->act_size;
     e->timing_acc.transfer_h2d_bytes += (double)bytes;
+    e->timing_acc.fetch_h2d_bytes += (double)bytes;
     if ((st = engine_update_barrier(e, g)) != FERRY_OK ||
         (st = backend_memcpy_async(e->h2d, g->dev_weights, g->host_weights, bytes, BACKEND_COPY_H2D)) != FERRY_OK)
         return st;
@@ -134,24 +202,35 @@ static void collect_grads(ferry_engine *e, bool block);
 static void prefetch_after(ferry_engine *e, int gi, ferry_phase phase)
 {
     int dir = phase == FERRY_PHASE_FORWARD ? 1 : -1;
-    for (int k = 1; k <= e->cfg.prefetch_groups; k++) {
+    for (int k = 1; k <= e->prefetch_depth; k++) {
         int h = gi + dir * k;
         if (h < 0 || h >= e->ngroups)
             break;
         if (e->groups[h].residency != RES_ABSENT)
             continue;
-        if (e->resident_now >= window(e) && engine_evict(e, gi, window(e) - 1) == 0)
+        if (!make_room(e, gi, k, engine_weight_charge(e, &e->groups[h])))
             break;
-        ferry_status st = issue_fetch(e, h);
+        ferry_status st = issue_fetch(e, h, k);
         if (st == FERRY_ERR_OUT_OF_MEMORY && e->dp && e->groups[h].residency == RES_ABSENT) {
             collect_grads(e, true);
-            st = issue_fetch(e, h);
+            st = issue_fetch(e, h, k);
         }
         if (st != FERRY_OK) {
             err_clear();
             break;
         }
     }
+}
+
+void engine_adapt_prefetch(ferry_engine *e, const ferry_step_timing *t)
+{
+    /* With several ranks every rank must fetch alike: the depth stays. */
+    if (e->cfg.offload != FERRY_OFFLOAD_PARAMS || e->dp || e->prefetch_depth >= 64 || t->fetch_h2d_bytes <= 0 ||
+        t->step_ms <= 0 || t->compute_wait_transfer_ms <= 0.02 * t->step_ms)
+        return;
+    uint64_t deeper = (uint64_t)engine_weight_window(e->prefetch_depth + 1) * e->largest_weights;
+    if (deeper <= weight_cap(e))
+        e->prefetch_depth++;
 }
 
 /* The compute stream waits for the weights; in the first forward after a
@@ -197,7 +276,13 @@ ferry_status engine_fetch(ferry_engine *e, int gi, ferry_phase phase, backend_st
                        "between; call ferry_engine_release() when done with it",
                        gi, g->name, engine_phase_name(phase));
     if (e->cfg.offload == FERRY_OFFLOAD_PARAMS) {
-        if (g->residency == RES_ABSENT && (st = issue_fetch(e, gi)) != FERRY_OK)
+        e->cur_phase = phase;
+        e->cur_group = gi;
+        if (g->residency == RES_ABSENT) {
+            make_room(e, gi, 0, engine_weight_charge(e, g));
+            st = issue_fetch(e, gi, 0);
+        }
+        if (st != FERRY_OK)
             return err_wrap(st, "fetching group %d ('%s') for %s", gi, g->name, engine_phase_name(phase));
         if (g->residency != RES_PRESENT)
             g->residency = RES_PRESENT;

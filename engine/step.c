@@ -281,12 +281,19 @@ static ferry_status update_offloaded(ferry_engine *e, const ferry_step_options *
     note_finished_update(e);
     e->update_start_ms = clock_now_ms();
     atomic_store(&e->update_end_us, 0);
-    if (e->nvme)
-        return engine_nvme_update(e, o, clip);
-    if (e->cfg.offload == FERRY_OFFLOAD_PARAMS && (st = engine_retire_all(e)) != FERRY_OK)
+    bool params = e->cfg.offload == FERRY_OFFLOAD_PARAMS;
+    /* Params mode: the groups on the device stay there and are rewritten in
+     * place once their update is done (the weights change every step). */
+    if (params && (st = engine_settle_resident(e)) != FERRY_OK)
         return st;
+    if (e->nvme) {
+        st = engine_nvme_update(e, o, clip);
+        return st == FERRY_OK && params ? engine_refresh_resident(e) : st;
+    }
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
         st = for_each_segment(e, &e->groups[i], o, clip, submit_segment);
+    if (st == FERRY_OK && params)
+        return engine_refresh_resident(e);
     if (e->cfg.offload != FERRY_OFFLOAD_OPTIMIZER || e->cfg.delayed_update)
         return st;
     /* Each group's upload follows its own update, in forward order. */
@@ -407,7 +414,9 @@ static void close_timing(ferry_engine *e)
     shard_close_timing(e, &t);
     err_clear();
     t.max_resident_groups = e->cfg.offload == FERRY_OFFLOAD_PARAMS ? e->resident_max : e->ngroups;
+    t.prefetch_depth = e->cfg.offload == FERRY_OFFLOAD_PARAMS ? e->prefetch_depth : 0;
     e->timing = t;
+    engine_adapt_prefetch(e, &t);
     memset(&e->timing_acc, 0, sizeof e->timing_acc);
 }
 
@@ -439,8 +448,8 @@ ferry_status engine_step(ferry_engine *e, const ferry_step_options *caller_opts,
             return st;
         e->step++;
         e->dpu_pending = e->cfg.delayed_update;
-    } else if (e->cfg.offload == FERRY_OFFLOAD_PARAMS && (st = engine_retire_all(e)) != FERRY_OK) {
-        return st;
+    } else if (e->cfg.offload == FERRY_OFFLOAD_PARAMS && (st = engine_settle_resident(e)) != FERRY_OK) {
+        return st; /* skipped: the weights did not change, the copies on the device stay current */
     }
     for (int i = 0; i < e->ngroups; i++)
         e->groups[i].released_backward = 0;

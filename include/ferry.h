@@ -525,6 +525,11 @@ typedef struct ferry_step_timing {
     double compute_wait_comm_ms; /* compute stream stalled on collectives (gathered weights,
                                     reduced gradients) */
     double comm_bytes;          /* bytes this rank sent through collectives in the step */
+    double fetch_h2d_bytes;     /* params mode: of transfer_h2d_bytes, what fetches and prefetches
+                                   uploaded (groups not on the device when needed); the rest
+                                   refreshed the groups kept on the device after the update */
+    int prefetch_depth;         /* params mode: groups fetched ahead in the step (adapts from
+                                   prefetch_groups up) */
 } ferry_step_timing;
 
 #define FERRY_STEP_TIMING_INIT                                                                \
@@ -541,6 +546,8 @@ typedef struct ferry_step_timing {
         1,                         /* world_size */                                           \
         0,                         /* compute_wait_comm_ms */                                 \
         0,                         /* comm_bytes */                                           \
+        0,                         /* fetch_h2d_bytes */                                      \
+        0,                         /* prefetch_depth */                                       \
     }
 
 FERRY_API ferry_status ferry_engine_step_timing(ferry_engine *e, ferry_step_timing *out);

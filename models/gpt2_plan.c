@@ -82,16 +82,16 @@ static ferry_status predict(const plan_model *pm, const gpt2_plan_request *r, co
     if (st != FERRY_OK)
         return st;
     ferry_dtype act = device_dtype(r->backend, r->dtype);
-    engine_plan_request rq = {r->backend, act, mode, r->prefetch_groups, r->micro_batches, pm->numel, pm->ngroups,
-                              disk != NULL, disk && disk->master, disk ? disk->window_bytes : 0,
-                              disk ? disk->block_bytes : 0, r->ranks};
-    engine_memory_plan ep;
-    if ((st = engine_plan_memory(&rq, &ep)) != FERRY_OK)
-        return err_wrap(st, "gpt2 plan");
     uint64_t acts = gpt2_activations_bytes(pm->m, act, B, T, recompute);
     if (acts == 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "gpt2 plan: the activations of batch %d x %d do not fit in 64 bits", B, T);
+    engine_plan_request rq = {r->backend, act, mode, r->prefetch_groups, r->micro_batches, pm->numel, pm->ngroups,
+                              disk != NULL, disk && disk->master, disk ? disk->window_bytes : 0,
+                              disk ? disk->block_bytes : 0, r->ranks, r->device_budget, acts};
+    engine_memory_plan ep;
+    if ((st = engine_plan_memory(&rq, &ep)) != FERRY_OK)
+        return err_wrap(st, "gpt2 plan");
     gpt2_plan p;
     memset(&p, 0, sizeof p);
     memcpy(p.device_bytes, ep.device_bytes, sizeof p.device_bytes);

@@ -61,6 +61,9 @@ typedef struct gpt2_plan_request {
     ferry_backend_kind backend;
     ferry_dtype dtype;
     int ranks;         /* data parallel ranks (0 or 1: alone): each rank's figures, rank 0's (the largest) */
+    uint64_t device_budget; /* params mode: the engine's budget, which weights kept on the device fill
+                               (every group's when they fit beside the rest; else the peak is the
+                               budget); 0: only the window the schedule needs */
 } gpt2_plan_request;
 
 /* The NVMe tier, as the engine config's nvme_ fields: with offload NVME (a

@@ -18,6 +18,7 @@
 #include "engine/embed.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
+#include "models/gpt2_plan.h"
 #include "optim/adamw.h"
 #include "optim/gradnorm.h"
 #include "optim/loss_scale.h"
@@ -32,6 +33,7 @@ typedef struct run_result {
     size_t nweights;
     uint64_t device_peak;
     int max_resident;
+    double h2d[STEPS], fetched[STEPS]; /* each step's bytes up, and of them what fetches uploaded */
 } run_result;
 
 typedef struct run_opts {
@@ -105,6 +107,10 @@ static ferry_status run_engine(const run_opts *ro, run_result *out)
         }
         out->loss[step] = sum / (float)ro->accum;
         if (st == FERRY_OK) st = ferry_engine_step(e, &o, NULL);
+        ferry_step_timing t = FERRY_STEP_TIMING_INIT;
+        if (st == FERRY_OK) st = ferry_engine_step_timing(e, &t);
+        out->h2d[step] = t.transfer_h2d_bytes;
+        out->fetched[step] = t.fetch_h2d_bytes;
     }
     if (st == FERRY_OK) {
         out->nweights = 0;
@@ -358,6 +364,99 @@ static void test_params_beyond_budget(void)
     gpt2_destroy(m);
 }
 
+/* Params mode keeps released groups on the device while the budget holds
+ * them: with room for the whole model no fetch uploads anything after the
+ * first step (each step's update is written once into the copies kept,
+ * one model's bytes), with room for half it moves between one and two
+ * models' bytes a step, under a tight budget about two; the device peak
+ * stays inside the budget and the bits are mode none's. */
+static void test_params_residency(void)
+{
+    gpt2_config deep;
+    gpt2_config_from_fields(24, 2, 32, 500, 512, 64, &deep);
+    gpt2_config saved = tiny;
+    tiny = deep;
+    gpt2_model *m;
+    gpt2_create(&tiny, &m);
+    size_t es = dtype_size(test_dtype());
+    double weights = 0;
+    int G = gpt2_num_groups(m);
+    for (int g = 0; g < G; g++)
+        weights += (double)(gpt2_group_numel(m, g) * es);
+    gpt2_destroy(m);
+    /* The planner's peak with every group kept, and with the window alone. */
+    gpt2_plan full, window;
+    gpt2_plan_request rq = {&tiny, B, T, FERRY_OFFLOAD_PARAMS, false, 1, 1, FERRY_BACKEND_HOST, test_dtype(), 1,
+                            (uint64_t)1 << 40};
+    ferry_status st = gpt2_plan_predict(&rq, &full);
+    rq.device_budget = 0;
+    if (st == FERRY_OK)
+        st = gpt2_plan_predict(&rq, &window);
+    if (!tap_ok(st == FERRY_OK, "residency: planned: %s", st == FERRY_OK ? "" : ferry_last_error())) {
+        tiny = saved;
+        return;
+    }
+    uint64_t all = full.device_bytes[FERRY_MEM_PARAMS];
+    run_result none = {0};
+    run_opts no = {FERRY_OFFLOAD_NONE, 1, 1, 0, 0};
+    if (run_engine(&no, &none) != FERRY_OK) {
+        tap_ok(0, "residency: mode none ran");
+        tiny = saved;
+        return;
+    }
+    static const struct { const char *name; int percent; } cases[] = {
+        {"a budget for the whole model", 100}, {"a budget for half the model", 50}, {"a tight budget", 0}};
+    double steady[3] = {0};
+    for (int c = 0; c < 3; c++) {
+        uint64_t budget = cases[c].percent == 100 ? full.device_total
+                          : cases[c].percent == 50 ? full.device_total - all / 2
+                                                   : window.device_total;
+        run_opts ro = {FERRY_OFFLOAD_PARAMS, 1, 1, 0, budget};
+        run_result got = {0};
+        char what[128];
+        snprintf(what, sizeof what, "params with %s (%.0f KiB)", cases[c].name, (double)budget / 1024);
+        if (!tap_ok(run_engine(&ro, &got) == FERRY_OK, "%s: trains", what))
+            continue;
+        compare(&got, &none, what);
+        tap_ok(got.device_peak <= budget, "%s: device peak %llu <= budget %llu", what,
+               (unsigned long long)got.device_peak, (unsigned long long)budget);
+        /* After the first step: a budget for the whole model moves the same
+         * bytes every step; under the others a gradient's drain finishing
+         * sooner or later can cost one fetch more or less: the mean. */
+        double up = 0, fetched = 0;
+        for (int k = 1; k < STEPS; k++) {
+            up += got.h2d[k] / (STEPS - 1);
+            fetched += got.fetched[k] / (STEPS - 1);
+        }
+        steady[c] = up;
+        if (cases[c].percent == 100) {
+            tap_ok(got.fetched[0] == weights && got.h2d[0] == 2 * weights,
+                   "%s: the first step fetches each group once (%.0f of %.0f bytes) and writes the update into "
+                   "the copies (%.0f up in all)", what, got.fetched[0], weights, got.h2d[0]);
+            int alike = 1;
+            for (int k = 1; k < STEPS; k++)
+                alike &= got.h2d[k] == weights && got.fetched[k] == 0;
+            tap_ok(alike, "%s: after it no fetch uploads anything (%.0f bytes a step); the update's refresh moves "
+                   "one model's bytes (%.0f of %.0f)", what, fetched, up, weights);
+            TAP_IS_INT(got.max_resident, G, "%s: every group stays on the device", what);
+        } else if (cases[c].percent == 50) {
+            tap_ok(fetched > 0 && up > weights && up < 2 * weights,
+                   "%s: between one and two models' bytes up a step (%.2f models, %.0f bytes fetched, means)", what,
+                   up / weights, fetched);
+        } else {
+            tap_ok(up > 1.5 * weights && got.max_resident <= 3,
+                   "%s: fetches nearly everything twice (%.2f models a step), at most 3 groups on the device (%d)",
+                   what, up / weights, got.max_resident);
+        }
+        free(got.weights);
+    }
+    tap_ok(steady[0] < steady[1] && steady[1] < steady[2],
+           "residency: the bytes moved a step fall as the budget grows (%.0f, %.0f, %.0f)", steady[2], steady[1],
+           steady[0]);
+    free(none.weights);
+    tiny = saved;
+}
+
 static void test_misuse(void)
 {
     ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
@@ -456,5 +555,6 @@ int main(void)
     test_modes_agree();
     test_delayed_update();
     test_params_beyond_budget();
+    test_params_residency();
     return tap_done();
 }

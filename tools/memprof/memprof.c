@@ -265,8 +265,9 @@ static void plan_print_text(const mp_plan_args *a, const gpt2_config *c, const g
             printf("    %-12s %12s %6.1f%%\n", plan_cats[k], units_fmt_bytes(x, sizeof x, p->device_bytes[k]),
                    100.0 * (double)p->device_bytes[k] / (double)p->device_total);
     if (a->offload == FERRY_OFFLOAD_PARAMS)
-        printf("  weights of %d of %d groups and gradients of %d at the peak (a bound); under a smaller\n"
-               "  budget the engine skips prefetches and waits for drains, down to a floor of %s\n",
+        printf("  weights of %d of %d groups and gradients of %d at the peak (a bound; with --gpu-mem the\n"
+               "  weights kept on the device fill the budget); under a smaller budget the engine skips\n"
+               "  prefetches and waits for drains, down to a floor of %s\n",
                p->device_weight_groups, p->groups, p->device_grad_groups,
                units_fmt_bytes(y, sizeof y, p->device_min_bytes));
     printf("host pinned pool (predicted): %s\n", units_fmt_bytes(x, sizeof x, p->host_total));
@@ -401,7 +402,7 @@ static int cmd_plan(int argc, char **argv)
     gpt2_plan p;
     int max_b = 0;
     gpt2_plan_request rq = {&c, a.batch, a.seq, a.offload, a.recompute, a.prefetch, a.grad_accum, a.backend, a.dtype,
-                            a.ranks};
+                            a.ranks, a.gpu_mem};
     gpt2_plan_disk tier = {a.nvme_master, a.nvme_window, a.nvme_block}, *disk = plan_disk(&a) ? &tier : NULL;
     plan_largest big;
     memset(&big, 0, sizeof big);
