@@ -43,9 +43,12 @@
 #include "engine/embed.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
+#include "models/gpt2_plan.h"
 
 #define MAX_STEPS 256
 #define MAX_BATCH 65536
+#define MAX_BUDGETS 4
+#define MAX_RUNS (3 + MAX_BUDGETS)
 
 typedef struct bench_opts {
     const char *model;
@@ -57,6 +60,15 @@ typedef struct bench_opts {
     double peak_tflops; /* for MFU; 0 = not given */
     bool recompute, find_max, delayed, confirm_max;
     double lr;          /* AdamW's learning rate; default 1e-4 */
+    /* --params-budgets: params mode again for each, with a device budget
+     * that leaves residency that percent of the model's weights */
+    int budget_pct[MAX_BUDGETS];
+    int nbudgets;
+    /* what runs: the modes, then the params budgets (main fills these) */
+    ferry_offload run_mode[MAX_RUNS];
+    uint64_t run_budget[MAX_RUNS];
+    int run_pct[MAX_RUNS]; /* 0: a plain mode */
+    int nruns;
 } bench_opts;
 
 /* One engine with the model on it, and activations for one batch shape. */
@@ -74,6 +86,7 @@ typedef struct bench_run {
     float first_loss, last_loss;
     double started_ms; /* before ferry_engine_create */
     int64_t skips;     /* steps the engine skipped (non-finite gradients) */
+    int pct;           /* --params-budgets: the percent of the weights the budget holds; 0 otherwise */
 } bench_run;
 
 /* What one mode measured (medians, milliseconds). */
@@ -84,7 +97,19 @@ typedef struct bench_result {
     double dev_peak, host_peak;
     float first_loss, last_loss;
     int64_t skips;
+    int pct;            /* as bench_run's */
+    double h2d, fetched; /* bytes up in a step, and of them what fetches uploaded (medians) */
 } bench_result;
+
+/* A run's name: the mode, and params mode's budget when one was set. */
+static const char *run_label(ferry_offload mode, int pct, char *buf, size_t cap)
+{
+    if (pct > 0)
+        snprintf(buf, cap, "%s@%d%%", ferry_offload_name(mode), pct);
+    else
+        snprintf(buf, cap, "%s", ferry_offload_name(mode));
+    return buf;
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -122,16 +147,18 @@ static void run_close(bench_run *r)
     r->tokens = r->targets = NULL;
 }
 
-static ferry_status run_open(const bench_opts *o, ferry_offload mode, gpt2_model *m, bench_run *r)
+static ferry_status run_open(const bench_opts *o, int run, gpt2_model *m, bench_run *r)
 {
+    ferry_offload mode = o->run_mode[run];
     memset(r, 0, sizeof *r);
     r->o = o;
     r->mode = mode;
     r->m = m;
+    r->pct = o->run_pct[run];
     ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
     cfg.backend = o->backend;
     cfg.offload = mode;
-    cfg.device_budget_bytes = o->gpu_mem;
+    cfg.device_budget_bytes = o->run_budget[run];
     cfg.optimizer_threads = o->threads;
     cfg.delayed_update = o->delayed && mode == FERRY_OFFLOAD_OPTIMIZER;
     r->started_ms = clock_now_ms();
@@ -195,6 +222,7 @@ static ferry_status run_fwd_bwd(bench_run *r, float *loss)
 /* One round's figures, milliseconds. */
 typedef struct bench_sample {
     double step, fwd, compute, update, eng_opt, wait_opt, wait_xfer;
+    double h2d, fetched; /* the timed step's bytes up, and what fetches uploaded */
 } bench_sample;
 
 /* The engine's step, counting the steps it skips. */
@@ -231,6 +259,8 @@ static ferry_status measure_round(bench_run *r, bench_sample *out)
     out->eng_opt = tm.optimizer_ms;
     out->wait_opt = tm.compute_wait_optimizer_ms;
     out->wait_xfer = tm.compute_wait_transfer_ms;
+    out->h2d = tm.transfer_h2d_bytes;
+    out->fetched = tm.fetch_h2d_bytes;
 
     if ((st = ferry_engine_synchronize(r->e)) != FERRY_OK)
         return st;
@@ -274,17 +304,18 @@ static ferry_status warm_up(bench_run *r, int steps)
 /* Medians of a mode's samples, and its memory peaks. */
 static void summarize(bench_run *r, const bench_sample *smp, int n, bench_result *out)
 {
-    static double v[7][MAX_STEPS];
+    static double v[9][MAX_STEPS];
     for (int i = 0; i < n; i++) {
         v[0][i] = smp[i].step; v[1][i] = smp[i].fwd; v[2][i] = smp[i].compute; v[3][i] = smp[i].update;
         v[4][i] = smp[i].eng_opt; v[5][i] = smp[i].wait_opt; v[6][i] = smp[i].wait_xfer;
+        v[7][i] = smp[i].h2d; v[8][i] = smp[i].fetched;
     }
     ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
     ferry_engine_memory_stats(r->e, &ms);
     bench_result res = {r->mode, r->B, median(v[0], n), median(v[1], n), median(v[2], n), median(v[3], n),
                         median(v[4], n), median(v[5], n), median(v[6], n), 0,
                         (double)ms.device_total_peak_bytes, (double)ms.host_peak_bytes, r->first_loss,
-                        r->last_loss, r->skips};
+                        r->last_loss, r->skips, r->pct, median(v[7], n), median(v[8], n)};
     res.tok_s = (double)r->B * r->o->T / (res.step * 1e-3);
     *out = res;
 }
@@ -305,14 +336,19 @@ static void print_result_line(const bench_opts *o, const gpt2_model *m, const be
     char mfu[64] = "MFU n/a: no --peak-tflops";
     if (o->peak_tflops > 0)
         snprintf(mfu, sizeof mfu, "MFU %.3f of %.1f TFLOP/s", tflops / o->peak_tflops, o->peak_tflops);
-    char budget[32] = "all free";
-    if (o->gpu_mem)
-        units_fmt_bytes(budget, sizeof budget, o->gpu_mem);
+    char budget[32] = "all free", name[32];
+    uint64_t cap = o->gpu_mem;
+    for (int i = 0; i < o->nruns; i++)
+        if (o->run_mode[i] == r->mode && o->run_pct[i] == r->pct)
+            cap = o->run_budget[i];
+    if (cap)
+        units_fmt_bytes(budget, sizeof budget, cap);
     printf("result offload %s, batch %d x %d: %.0f tokens/s, %.2f model TFLOP/s (%s); step %.1f ms = %.2f x "
-           "max(compute %.1f, update %.1f); device peak %.2f GiB (budget %s), host peak %.2f GiB\n",
-           ferry_offload_name(r->mode), r->B, o->T, r->tok_s, tflops, mfu, r->step,
+           "max(compute %.1f, update %.1f); device peak %.2f GiB (budget %s), host peak %.2f GiB; %.0f bytes "
+           "up a step, %.0f of them fetched\n",
+           run_label(r->mode, r->pct, name, sizeof name), r->B, o->T, r->tok_s, tflops, mfu, r->step,
            r->step / fmax(r->compute, r->update), r->compute, r->update, r->dev_peak / 1073741824.0, budget,
-           r->host_peak / 1073741824.0);
+           r->host_peak / 1073741824.0, r->h2d, r->fetched);
     fflush(stdout);
 }
 
@@ -413,7 +449,7 @@ static void usage(void)
             "usage: bench_engine [--model NAME] [--batch B] [--seq T] [--steps S] [--warmup W]\n"
             "                    [--modes none,optimizer,params | --offload MODE] [--backend host|cuda|auto]\n"
             "                    [--gpu-mem BYTES] [--threads N] [--recompute] [--delayed] [--find-max-batch]\n"
-            "                    [--confirm-max-batch] [--peak-tflops X] [--lr X]\n"
+            "                    [--confirm-max-batch] [--peak-tflops X] [--lr X] [--params-budgets P,...]\n"
             "  defaults: host: --model d4 --batch 4 --seq 64; cuda: --model gpt2 --batch 8 --seq 1024;\n"
             "            --steps 7 rounds, --warmup 1, --modes none,optimizer,params, budget all free\n"
             "  --model: gpt2, gpt2-medium, gpt2-large, gpt2-xl or dN (N layers, N heads, 64 N wide)\n"
@@ -424,7 +460,10 @@ static void usage(void)
             "  --peak-tflops: the bf16 matmul rate MFU is a fraction of (the kernel lab's ceiling)\n"
             "  --lr: AdamW's learning rate (default 1e-4). Every mode must learn: the loss of the same tokens\n"
             "        must fall, finite, with no step skipped, or the exit status is 1 whatever the speed\n"
-            "  --backend cuda: CUDA must start; without a GPU the exit status is 77, never a host run\n");
+            "  --backend cuda: CUDA must start; without a GPU the exit status is 77, never a host run\n"
+            "  --params-budgets: params mode once more for each percent (1..100, at most 4): a device budget\n"
+            "                    whose room for weights kept on the device is that share of the model's\n"
+            "                    (memprof's plan; never below the window params mode is planned for)\n");
 }
 
 static ferry_status parse_modes(const char *list, bench_opts *o)
@@ -463,7 +502,23 @@ static ferry_status parse_positive(const char *flag, const char *v, double *out)
 }
 
 #define VALUED_FLAGS                                                                                 \
-    " --model --batch --seq --steps --warmup --threads --modes --offload --backend --gpu-mem --peak-tflops --lr "
+    " --model --batch --seq --steps --warmup --threads --modes --offload --backend --gpu-mem --peak-tflops --lr " \
+    "--params-budgets "
+
+static ferry_status parse_budgets(const char *list, bench_opts *o)
+{
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", list);
+    o->nbudgets = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (o->nbudgets == MAX_BUDGETS)
+            return err_set(FERRY_ERR_INVALID_ARGUMENT, "--params-budgets '%s': at most %d", list, MAX_BUDGETS);
+        ferry_status st = parse_int("--params-budgets", tok, 1, 100, &o->budget_pct[o->nbudgets++]);
+        if (st != FERRY_OK)
+            return st;
+    }
+    return o->nbudgets ? FERRY_OK : err_set(FERRY_ERR_INVALID_ARGUMENT, "--params-budgets is empty");
+}
 
 static ferry_status parse_args(int argc, char **argv, bench_opts *o)
 {
@@ -490,6 +545,7 @@ static ferry_status parse_args(int argc, char **argv, bench_opts *o)
         else if (!strcmp(a, "--gpu-mem")) st = units_parse_bytes(v, &o->gpu_mem);
         else if (!strcmp(a, "--peak-tflops")) st = parse_positive(a, v, &o->peak_tflops);
         else if (!strcmp(a, "--lr")) st = parse_positive(a, v, &o->lr);
+        else if (!strcmp(a, "--params-budgets")) st = parse_budgets(v, o);
         else return err_set(FERRY_ERR_INVALID_ARGUMENT, "unknown flag '%s'; see --help", a);
         if (takes) i++;
     }
@@ -500,7 +556,7 @@ static ferry_status parse_args(int argc, char **argv, bench_opts *o)
 
 static void print_header(void)
 {
-    printf("%-9s %5s %9s %7s %8s %8s %8s %8s %8s %7s %9s %7s %8s %8s %13s\n", "mode", "batch", "tokens/s",
+    printf("%-11s %5s %9s %7s %8s %8s %8s %8s %8s %7s %9s %7s %8s %8s %13s\n", "mode", "batch", "tokens/s",
            "vs none", "step ms", "fwd", "bwd", "update", "eng.opt", "floor x", "exact fl.", "exact x", "wait upd",
            "wait xfr", "dev/host GiB");
 }
@@ -510,11 +566,11 @@ static void print_row(const bench_result *r, double none_tok_s)
     double bwd = r->compute - r->fwd;
     double floor = fmax(r->compute, r->update);
     double exact = bwd + fmax(r->fwd, r->update);
-    char vs[16] = "-";
+    char vs[16] = "-", name[32];
     if (none_tok_s > 0)
         snprintf(vs, sizeof vs, "%.2fx", r->tok_s / none_tok_s);
-    printf("%-9s %5d %9.0f %7s %8.1f %8.1f %8.1f %8.1f %8.1f %7.2f %9.1f %7.2f %8.1f %8.1f %6.2f/%-6.2f\n",
-           ferry_offload_name(r->mode), r->B, r->tok_s, vs, r->step, r->fwd, bwd, r->update, r->engine_opt,
+    printf("%-11s %5d %9.0f %7s %8.1f %8.1f %8.1f %8.1f %8.1f %7.2f %9.1f %7.2f %8.1f %8.1f %6.2f/%-6.2f\n",
+           run_label(r->mode, r->pct, name, sizeof name), r->B, r->tok_s, vs, r->step, r->fwd, bwd, r->update, r->engine_opt,
            floor > 0 ? r->step / floor : 0, exact, exact > 0 ? r->step / exact : 0, r->wait_opt, r->wait_xfer,
            r->dev_peak / 1073741824.0, r->host_peak / 1073741824.0);
 }
@@ -531,9 +587,10 @@ static void print_legend(void)
 
 /* ---- running the modes ---- */
 
-static ferry_status open_mode(const bench_opts *o, gpt2_model *m, ferry_offload mode, bench_run *r)
+static ferry_status open_mode(const bench_opts *o, gpt2_model *m, int run, bench_run *r)
 {
-    ferry_status st = run_open(o, mode, m, r);
+    ferry_offload mode = o->run_mode[run];
+    ferry_status st = run_open(o, run, m, r);
     if (st == FERRY_OK && o->find_max) {
         fprintf(stderr, "searching the largest batch for offload %s...\n", ferry_offload_name(mode));
         int best = 0;
@@ -576,7 +633,7 @@ static void measure_modes(const bench_opts *o, bench_run *runs, bench_sample (*s
                 print_round(&runs[i], k, o->steps, &smp[i][k]);
                 continue;
             }
-            report_failure(&runs[i], o->modes[i], st);
+            report_failure(&runs[i], o->run_mode[i], st);
             alive[i] = false;
             run_close(&runs[i]);
         }
@@ -590,18 +647,18 @@ static void measure_modes(const bench_opts *o, bench_run *runs, bench_sample (*s
  * (or failing otherwise than out of memory). */
 static int run_modes(const bench_opts *o, gpt2_model *m, bench_result *res, bool *confirmed)
 {
-    static bench_run runs[3];
-    static bench_sample smp[3][MAX_STEPS];
-    bool alive[3] = {false, false, false};
+    static bench_run runs[MAX_RUNS];
+    static bench_sample smp[MAX_RUNS][MAX_STEPS];
+    bool alive[MAX_RUNS] = {false};
     int ok = 0;
-    int batch = o->find_max ? 1 : o->nmodes;
-    for (int first = 0; first < o->nmodes; first += batch) {
-        int last = first + batch < o->nmodes ? first + batch : o->nmodes;
+    int batch = o->find_max ? 1 : o->nruns;
+    for (int first = 0; first < o->nruns; first += batch) {
+        int last = first + batch < o->nruns ? first + batch : o->nruns;
         for (int i = first; i < last; i++) {
-            ferry_status st = open_mode(o, m, o->modes[i], &runs[i]);
+            ferry_status st = open_mode(o, m, i, &runs[i]);
             alive[i] = st == FERRY_OK;
             if (!alive[i]) {
-                report_failure(&runs[i], o->modes[i], st);
+                report_failure(&runs[i], o->run_mode[i], st);
                 run_close(&runs[i]);
             }
         }
@@ -677,7 +734,8 @@ static void print_result_summary(const bench_opts *o, const gpt2_model *m, const
     printf("RESULT");
     for (int i = 0; i < ok; i++) {
         const bench_result *r = &res[i];
-        printf("%s %s %.0f tok/s", i ? ";" : "", ferry_offload_name(r->mode), r->tok_s);
+        char name[32];
+        printf("%s %s %.0f tok/s", i ? ";" : "", run_label(r->mode, r->pct, name, sizeof name), r->tok_s);
         if (o->find_max || o->confirm_max)
             printf(" at max batch %d", r->B);
         if (o->peak_tflops > 0)
@@ -715,8 +773,9 @@ static bool print_report(const bench_opts *o, const gpt2_model *m, const bench_r
     for (int i = 0; i < ok; i++) {
         bool good = learned(&res[i]);
         all &= good;
-        printf("loss %s: %.3f -> %.3f (the same tokens every step)%s", ferry_offload_name(res[i].mode),
-               (double)res[i].first_loss, (double)res[i].last_loss, good ? ": falls\n" : "");
+        char name[32];
+        printf("loss %s: %.3f -> %.3f (the same tokens every step)%s", run_label(res[i].mode, res[i].pct, name,
+               sizeof name), (double)res[i].first_loss, (double)res[i].last_loss, good ? ": falls\n" : "");
         if (!good)
             printf(": FAILED: %s; the speed above is of a run that learns nothing\n",
                    res[i].skips ? "steps were skipped for non-finite gradients"
@@ -727,11 +786,46 @@ static bool print_report(const bench_opts *o, const gpt2_model *m, const bench_r
     return all;
 }
 
+/* The runs: the modes asked for (with --gpu-mem), then params mode once
+ * per --params-budgets percent, its budget from the planner: the peak with
+ * every group kept, less the weights the percent leaves out, never below
+ * the window the schedule is planned for (GPT-2's tied embedding is one
+ * large group: in a small model the window holds most of the weights). */
+static ferry_status plan_runs(bench_opts *o, const gpt2_config *cfg, ferry_backend_kind kind)
+{
+    o->nruns = 0;
+    for (int i = 0; i < o->nmodes; i++) {
+        o->run_mode[o->nruns] = o->modes[i];
+        o->run_budget[o->nruns] = o->gpu_mem;
+        o->run_pct[o->nruns++] = 0;
+    }
+    if (o->nbudgets && o->find_max)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "--params-budgets sets the budget; --find-max-batch fills one");
+    ferry_engine_config ec = FERRY_ENGINE_CONFIG_INIT;
+    for (int i = 0; i < o->nbudgets; i++) {
+        gpt2_plan full, window;
+        gpt2_plan_request rq = {cfg, o->B, o->T, FERRY_OFFLOAD_PARAMS, o->recompute, ec.prefetch_groups, 1, kind,
+                                FERRY_DTYPE_AUTO, 1, (uint64_t)1 << 62};
+        ferry_status st = gpt2_plan_predict(&rq, &full);
+        rq.device_budget = 0;
+        if (st == FERRY_OK)
+            st = gpt2_plan_predict(&rq, &window);
+        if (st != FERRY_OK)
+            return err_wrap(st, "--params-budgets");
+        uint64_t all = full.device_bytes[FERRY_MEM_PARAMS];
+        uint64_t b = full.device_total - (uint64_t)((double)all * (100 - o->budget_pct[i]) / 100.0);
+        o->run_mode[o->nruns] = FERRY_OFFLOAD_PARAMS;
+        o->run_budget[o->nruns] = b > window.device_total ? b : window.device_total;
+        o->run_pct[o->nruns++] = o->budget_pct[i];
+    }
+    return FERRY_OK;
+}
+
 int main(int argc, char **argv)
 {
     fileio_check_stdout_at_exit("bench_engine"); /* a full disk or /dev/full on stdout is exit 1 */
     bench_opts o = {NULL, 0, 0, 7, 1, 0, {FERRY_OFFLOAD_NONE, FERRY_OFFLOAD_OPTIMIZER, FERRY_OFFLOAD_PARAMS},
-                    3, FERRY_BACKEND_AUTO, 0, 0, false, false, false, false, 1e-4};
+                    3, FERRY_BACKEND_AUTO, 0, 0, false, false, false, false, 1e-4, {0}, 0, {0}, {0}, {0}, 0};
     ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
     ferry_status st = parse_args(argc, argv, &o);
     if (st == FERRY_OK) st = ferry_system_probe(&info);
@@ -752,8 +846,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_engine: %s\n", ferry_last_error());
         return 2;
     }
+    if ((st = plan_runs(&o, &cfg, kind)) != FERRY_OK) {
+        fprintf(stderr, "bench_engine: %s\n", ferry_last_error());
+        gpt2_destroy(m);
+        return 2;
+    }
     print_banner(&o, m, &info, kind);
-    bench_result res[3];
+    bench_result res[MAX_RUNS];
     bool confirmed = true;
     int ok = run_modes(&o, m, res, &confirmed);
     bool learns = false;
@@ -762,5 +861,5 @@ int main(int argc, char **argv)
     else
         learns = print_report(&o, m, res, ok);
     gpt2_destroy(m);
-    return ok == o.nmodes && confirmed && learns ? 0 : 1;
+    return ok == o.nruns && confirmed && learns ? 0 : 1;
 }
