@@ -762,6 +762,7 @@ ferry_status ferry_engine_abandon_step(ferry_engine *e)
     }
     if (st == FERRY_OK && e->cfg.offload == FERRY_OFFLOAD_PARAMS)
         st = engine_retire_all(e);
+    engine_order_reset(e, false); /* a first step cut short recorded only part of the order */
     e->micro_index = -1;
     memset(&e->timing_acc, 0, sizeof e->timing_acc);
     return st;

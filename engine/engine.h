@@ -62,6 +62,8 @@ typedef struct engine_group {
     backend_event *drained;    /* D2H of the gradients done (d2h stream) */
     backend_event *updated;    /* the CPU update of this group done (h2d stream) */
     backend_event *wait_begin, *wait_end; /* around the compute stream's wait in forward */
+    backend_event *miss_begin, *miss_end; /* params mode: around the wait of a fetch off the learned order */
+    bool miss_recorded;     /* miss_begin/end hold this step's first such wait */
 
     engine_residency residency;
     uint64_t last_use;      /* for eviction: the engine's fetch counter */
@@ -135,6 +137,17 @@ struct ferry_engine {
     int cur_group;
     uint64_t resident_bytes, grads_reserve, largest_weights;
     int prefetch_depth;
+    /* Params mode's learned order (schedule.c): the groups the first step's
+     * first micro-batch fetched, per phase, in order; from the second step
+     * on the schedule prefetches and evicts by it. order_first/last: each
+     * group's first and last place in it (-1: never); order_pos: where the
+     * pass under way is (the pass: order_step, order_micro, order_infer). */
+    int *order[2], *order_first[2], *order_last[2];
+    int order_len[2], order_cap[2], order_pos[2];
+    bool order_learned, order_overflow, order_reported;
+    int64_t order_step;
+    int order_micro;
+    bool order_infer;
 
     /* NONE mode: per-group device sum of squares and its scratch; the
      * backend's matmul workspace (ops_workspace_bytes: all matmuls run on the
@@ -272,6 +285,11 @@ ferry_status engine_refresh_resident(ferry_engine *e);
 /* Params mode after a step: one group deeper fetch-ahead when the step's
  * forward stalled on fetches, while the deeper window fits the room. */
 void engine_adapt_prefetch(ferry_engine *e, const ferry_step_timing *t);
+/* Params mode at the first step: what was recorded becomes the order later
+ * steps prefetch by (out of host memory: the assumed order stays). */
+void engine_order_learn(ferry_engine *e);
+/* Forgets a record not yet learned (an abandoned step); frees it at teardown. */
+void engine_order_reset(ferry_engine *e, bool free_learned);
 
 /* step.c */
 ferry_status engine_step(ferry_engine *e, const ferry_step_options *o, ferry_step_report *r);

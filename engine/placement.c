@@ -80,8 +80,8 @@ static ferry_status check_device_fit(ferry_engine *e)
 
 static ferry_status create_events(ferry_engine *e, engine_group *g)
 {
-    backend_event **all[] = {&g->uploaded, &g->released, &g->grads_done, &g->drained,
-                             &g->updated, &g->wait_begin, &g->wait_end};
+    backend_event **all[] = {&g->uploaded,   &g->released, &g->grads_done, &g->drained, &g->updated,
+                             &g->wait_begin, &g->wait_end, &g->miss_begin, &g->miss_end};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         ferry_status st = backend_event_create(e->be, all[i]);
         if (st != FERRY_OK)
@@ -370,18 +370,41 @@ void engine_unplace(ferry_engine *e)
             g->norm = NULL;
         }
         /* Arena and pool memory goes with them; only the events are per group. */
-        backend_event *all[] = {g->uploaded, g->released, g->grads_done, g->drained,
-                                g->updated, g->wait_begin, g->wait_end};
+        backend_event *all[] = {g->uploaded, g->released, g->grads_done, g->drained, g->updated,
+                                g->wait_begin, g->wait_end, g->miss_begin, g->miss_end};
         for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
             backend_event_destroy(all[k]);
         g->uploaded = g->released = g->grads_done = g->drained = NULL;
-        g->updated = g->wait_begin = g->wait_end = NULL;
+        g->updated = g->wait_begin = g->wait_end = g->miss_begin = g->miss_end = NULL;
     }
+    engine_order_reset(e, true);
     engine_nvme_close(e);
+}
+
+/* By the learned order: the rest of this pass, then the other phase's
+ * pass (backward after forward, the next forward after backward), then
+ * this phase's again. */
+static long next_use_learned(const ferry_engine *e, int h)
+{
+    int ph = e->cur_phase, other = !ph;
+    long p = e->order_pos[ph], n = e->order_len[ph];
+    if (e->order_first[ph][h] >= p)
+        return e->order_first[ph][h] - p + 1;
+    if (e->order_last[ph][h] >= p) /* fetched more than once a pass: find the next */
+        for (long k = p; k < n; k++)
+            if (e->order[ph][k] == h)
+                return k - p + 1;
+    if (e->order_first[other][h] >= 0)
+        return n - p + 1 + e->order_first[other][h];
+    if (e->order_first[ph][h] >= 0)
+        return n - p + 1 + e->order_len[other] + e->order_first[ph][h];
+    return 2 * (n + e->order_len[other]) + 2; /* never fetched in the record */
 }
 
 long engine_next_use(const ferry_engine *e, int h)
 {
+    if (e->order_learned)
+        return next_use_learned(e, h);
     long G = e->ngroups, at = e->cur_group;
     if (e->cur_phase == FERRY_PHASE_FORWARD) /* the rest of forward, then backward from the top */
         return h > at ? h - at : (G - 1 - at) + (G - 1 - h) + 1;

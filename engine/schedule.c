@@ -199,12 +199,128 @@ static void collect_grads(ferry_engine *e, bool block);
  * data parallelism every rank must gather the same groups in the same
  * order, so whether one fits must not depend on how far the drains got:
  * a prefetch that finds no room waits for them and tries once more. */
+/* ---- params mode: the order of fetches, learned in the first step ---- */
+
+void engine_order_reset(ferry_engine *e, bool free_learned)
+{
+    if (e->order_learned && !free_learned)
+        return;
+    for (int ph = 0; ph < 2; ph++) {
+        free(e->order[ph]);
+        free(e->order_first[ph]);
+        free(e->order_last[ph]);
+        e->order[ph] = e->order_first[ph] = e->order_last[ph] = NULL;
+        e->order_len[ph] = e->order_cap[ph] = e->order_pos[ph] = 0;
+    }
+    e->order_learned = e->order_overflow = false;
+}
+
+/* The first step's first micro-batch: each fetch goes on the record (at
+ * most four fetches a group a phase; a longer record is given up and the
+ * assumed order stays). */
+static void order_record(ferry_engine *e, int gi, ferry_phase ph)
+{
+    if (e->order_learned || e->order_overflow || e->inference || e->micro_index != 0 || e->step != 0)
+        return;
+    if (e->order_len[ph] == e->order_cap[ph]) {
+        int cap = e->order_cap[ph] ? 2 * e->order_cap[ph] : e->ngroups;
+        int *grown = cap <= 4 * e->ngroups ? realloc(e->order[ph], (size_t)cap * sizeof *grown) : NULL;
+        if (!grown) {
+            e->order_overflow = true;
+            return;
+        }
+        e->order[ph] = grown;
+        e->order_cap[ph] = cap;
+    }
+    e->order[ph][e->order_len[ph]++] = gi;
+}
+
+void engine_order_learn(ferry_engine *e)
+{
+    if (e->order_learned || e->order_overflow || e->order_len[FERRY_PHASE_FORWARD] == 0)
+        return;
+    for (int ph = 0; ph < 2; ph++) {
+        e->order_first[ph] = malloc((size_t)e->ngroups * sizeof(int));
+        e->order_last[ph] = malloc((size_t)e->ngroups * sizeof(int));
+        if (!e->order_first[ph] || !e->order_last[ph]) {
+            engine_order_reset(e, true);
+            e->order_overflow = true; /* no host memory: the assumed order stays */
+            return;
+        }
+        for (int g = 0; g < e->ngroups; g++)
+            e->order_first[ph][g] = e->order_last[ph][g] = -1;
+        for (int k = 0; k < e->order_len[ph]; k++) {
+            int g = e->order[ph][k];
+            if (e->order_first[ph][g] < 0)
+                e->order_first[ph][g] = k;
+            e->order_last[ph][g] = k;
+        }
+    }
+    e->order_learned = true;
+}
+
+/* Follows the pass under way through the record: whether the fetch of gi
+ * is where the record puts it. Off the record, the pass goes on from the
+ * group's next place in it. */
+static bool order_follow(ferry_engine *e, int gi, ferry_phase ph)
+{
+    if (e->step != e->order_step || e->micro_index != e->order_micro || e->inference != e->order_infer) {
+        e->order_pos[0] = e->order_pos[1] = 0; /* a new pass */
+        e->order_step = e->step;
+        e->order_micro = e->micro_index;
+        e->order_infer = e->inference;
+    }
+    int *o = e->order[ph], n = e->order_len[ph], p = e->order_pos[ph];
+    if (p < n && o[p] == gi) {
+        e->order_pos[ph] = p + 1;
+        return true;
+    }
+    /* The record's first group (fetched once a pass) again: another pass
+     * in the same micro-batch or inference (sampling runs one a token). */
+    if (n > 0 && o[0] == gi && e->order_last[ph][gi] == 0) {
+        e->order_pos[ph] = 1;
+        return p >= n;
+    }
+    for (int k = 0; k < n; k++) {
+        int at = (p + 1 + k) % n;
+        if (o[at] == gi) {
+            e->order_pos[ph] = at + 1;
+            break;
+        }
+    }
+    return false;
+}
+
+/* Says once that a step left the learned order. */
+static void order_report(ferry_engine *e, int gi, ferry_phase ph)
+{
+    if (e->order_reported)
+        return;
+    e->order_reported = true;
+    fprintf(stderr,
+            "ferry: params mode: step %lld fetched group %d ('%s') in %s off the order the first step "
+            "recorded; such fetches wait for their transfer (exact, only slower), and are counted in "
+            "ferry_step_timing.order_misses and order_wait_ms (this is said once)\n",
+            (long long)e->step + 1, gi, e->groups[gi].name, engine_phase_name(ph));
+}
+
+/* The k-th group the pass needs after gi: by the record once learned, else
+ * the assumed order (forward ascending, backward descending); -1 past the end. */
+static int ahead_of(const ferry_engine *e, int gi, ferry_phase ph, int k)
+{
+    if (e->order_learned) {
+        int p = e->order_pos[ph] + k - 1;
+        return p < e->order_len[ph] ? e->order[ph][p] : -1;
+    }
+    int h = gi + (ph == FERRY_PHASE_FORWARD ? k : -k);
+    return h >= 0 && h < e->ngroups ? h : -1;
+}
+
 static void prefetch_after(ferry_engine *e, int gi, ferry_phase phase)
 {
-    int dir = phase == FERRY_PHASE_FORWARD ? 1 : -1;
     for (int k = 1; k <= e->prefetch_depth; k++) {
-        int h = gi + dir * k;
-        if (h < 0 || h >= e->ngroups)
+        int h = ahead_of(e, gi, phase, k);
+        if (h < 0)
             break;
         if (e->groups[h].residency != RES_ABSENT)
             continue;
@@ -234,11 +350,20 @@ void engine_adapt_prefetch(ferry_engine *e, const ferry_step_timing *t)
 }
 
 /* The compute stream waits for the weights; in the first forward after a
- * step the wait is timed (events around it), for the overlap figures. */
-static ferry_status wait_for_weights(ferry_engine *e, engine_group *g, ferry_phase phase, backend_stream *s)
+ * step the wait is timed (events around it), for the overlap figures, and
+ * so is the first wait of a fetch off the learned order (`miss`). */
+static ferry_status wait_for_weights(ferry_engine *e, engine_group *g, ferry_phase phase, backend_stream *s,
+                                     bool miss)
 {
     bool timed = phase == FERRY_PHASE_FORWARD && e->micro_index == 0 && !g->wait_recorded;
     ferry_status st;
+    if (miss && !timed && !g->miss_recorded) {
+        if ((st = backend_event_record(g->miss_begin, s)) != FERRY_OK ||
+            (st = backend_stream_wait_event(s, g->uploaded)) != FERRY_OK)
+            return st;
+        g->miss_recorded = true;
+        return backend_event_record(g->miss_end, s);
+    }
     if (timed && (st = backend_event_record(g->wait_begin, s)) != FERRY_OK)
         return st;
     /* Sharded: the weights came in two legs, this rank's slot up (the
@@ -275,10 +400,18 @@ ferry_status engine_fetch(ferry_engine *e, int gi, ferry_phase phase, backend_st
                        "ferry_engine_fetch: group %d ('%s') was asked for twice in %s without a release "
                        "between; call ferry_engine_release() when done with it",
                        gi, g->name, engine_phase_name(phase));
+    bool miss = false;
     if (e->cfg.offload == FERRY_OFFLOAD_PARAMS) {
         e->cur_phase = phase;
         e->cur_group = gi;
+        order_record(e, gi, phase);
+        if (e->order_learned && !order_follow(e, gi, phase)) {
+            miss = true;
+            e->timing_acc.order_misses++;
+            order_report(e, gi, phase);
+        }
         if (g->residency == RES_ABSENT) {
+            e->timing_acc.demand_fetches++;
             make_room(e, gi, 0, engine_weight_charge(e, g));
             st = issue_fetch(e, gi, 0);
         }
@@ -289,7 +422,7 @@ ferry_status engine_fetch(ferry_engine *e, int gi, ferry_phase phase, backend_st
         g->last_use = ++e->fetch_counter;
         prefetch_after(e, gi, phase);
     }
-    if ((st = wait_for_weights(e, g, phase, s)) != FERRY_OK)
+    if ((st = wait_for_weights(e, g, phase, s, miss)) != FERRY_OK)
         return st;
     g->fetched[phase] = true;
     *weights = g->dev_weights;

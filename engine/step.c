@@ -411,6 +411,14 @@ static void close_timing(ferry_engine *e)
         }
         g->wait_recorded = false;
     }
+    for (int i = 0; i < e->ngroups; i++) {
+        engine_group *g = &e->groups[i];
+        float ms = 0;
+        if (g->miss_recorded && backend_event_synchronize(g->miss_end) == FERRY_OK &&
+            backend_event_elapsed_ms(g->miss_begin, g->miss_end, &ms) == FERRY_OK && ms > 0)
+            t.order_wait_ms += ms;
+        g->miss_recorded = false;
+    }
     shard_close_timing(e, &t);
     err_clear();
     t.max_resident_groups = e->cfg.offload == FERRY_OFFLOAD_PARAMS ? e->resident_max : e->ngroups;
@@ -453,6 +461,8 @@ ferry_status engine_step(ferry_engine *e, const ferry_step_options *caller_opts,
     }
     for (int i = 0; i < e->ngroups; i++)
         e->groups[i].released_backward = 0;
+    if (e->cfg.offload == FERRY_OFFLOAD_PARAMS)
+        engine_order_learn(e); /* the first step's fetches become the order */
     e->micro_index = -1;
     e->timing_acc.optimizer_ms = e->last_update_ms;
     close_timing(e);

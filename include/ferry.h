@@ -530,6 +530,11 @@ typedef struct ferry_step_timing {
                                    refreshed the groups kept on the device after the update */
     int prefetch_depth;         /* params mode: groups fetched ahead in the step (adapts from
                                    prefetch_groups up) */
+    int demand_fetches;         /* params mode: fetches that found their group neither on the device
+                                   nor on its way (the compute stream waited for a whole transfer) */
+    int order_misses;           /* params mode: fetches off the order the first step recorded (the
+                                   schedule prefetches by it; a miss waits, and is still exact) */
+    double order_wait_ms;       /* compute stream stalled on those fetches */
 } ferry_step_timing;
 
 #define FERRY_STEP_TIMING_INIT                                                                \
@@ -548,6 +553,9 @@ typedef struct ferry_step_timing {
         0,                         /* comm_bytes */                                           \
         0,                         /* fetch_h2d_bytes */                                      \
         0,                         /* prefetch_depth */                                       \
+        0,                         /* demand_fetches */                                       \
+        0,                         /* order_misses */                                         \
+        0,                         /* order_wait_ms */                                        \
     }
 
 FERRY_API ferry_status ferry_engine_step_timing(ferry_engine *e, ferry_step_timing *out);
