@@ -2,7 +2,7 @@
  * engine.c (create, config, groups, stats), placement.c (where each byte
  * lives, per offload mode), schedule.c (fetch, release, prefetch, gradient
  * drain during backward), step.c (norm, clipping, the update and the
- * upload), checkpoint.c (save and load). Embedders include engine/embed.h. */
+ * upload), checkpoint.c (save and load). Embedders include engine/intree.h. */
 #ifndef FERRY_ENGINE_ENGINE_H
 #define FERRY_ENGINE_ENGINE_H
 
@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "engine/embed.h"
+#include "engine/intree.h"
 #include "ferry.h"
 #include "kernels/backend.h"
 #include "kernels/ops.h"

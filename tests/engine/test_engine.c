@@ -15,7 +15,7 @@
 
 #include "common/error.h"
 #include "common/numerics.h"
-#include "engine/embed.h"
+#include "engine/intree.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
 #include "optim/adamw.h"

@@ -139,7 +139,7 @@ def self_test():
     """Each fault planted in a tiny tree must be found; the clean tree must pass."""
     cases = {
         "clean": ({}, 0),
-        "upward": ({"kernels/x.c": '#include "engine/embed.h"\n'}, 1),
+        "upward": ({"kernels/x.c": '#include "engine/intree.h"\n'}, 1),
         "private": ({"models/y.c": '#include "engine/engine.h"\n'}, 1),
         "optim-backend": ({"optim/z.c": '#include "kernels/backend.h"\n'}, 1),
         "cuda-flag": ({"engine/w.c": "#ifdef FERRY_HAVE_CUDA\n#endif\n"}, 1),
@@ -153,9 +153,9 @@ def self_test():
         "common/error.h": '#include "ferry.h"\n',
         "kernels/backend.h": '#include "ferry.h"\n',
         "engine/engine.h": '#include "kernels/backend.h"\n',
-        "engine/embed.h": '#include "kernels/backend.h"\n',
+        "engine/intree.h": '#include "kernels/backend.h"\n',
         "engine/e.c": '#include "engine/engine.h"\n#include "common/error.h"\n',
-        "models/m.c": '#include "engine/embed.h"\n',
+        "models/m.c": '#include "engine/intree.h"\n',
     }
     failures = 0
     for i, (name, (extra, want)) in enumerate(cases.items(), 1):

@@ -39,7 +39,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/units.h"
-#include "engine/embed.h"
+#include "engine/intree.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
 
