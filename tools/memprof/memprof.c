@@ -15,6 +15,7 @@
 
 #include "common/units.h"
 #include "tools/memprof/memprof.h"
+#include "train/flag_words.h"
 #include "models/gpt2_plan.h"
 
 #define TIMELINE_COLUMNS 600
@@ -335,7 +336,7 @@ static int cmd_plan(int argc, char **argv)
     if (st == FERRY_OK && a.gpu_mem)
         st = gpt2_plan_max_batch(&rq, a.gpu_mem, &max_b);
     if (st != FERRY_OK) {
-        fprintf(stderr, "memprof plan: %s\n", ferry_last_error());
+        fprintf(stderr, "memprof plan: %s\n", train_last_error());
         return st == FERRY_ERR_INVALID_ARGUMENT ? 2 : 1;
     }
     if (a.json)

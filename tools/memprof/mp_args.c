@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/units.h"
+#include "train/flag_words.h"
 #include "train/options.h"
 #include "tools/memprof/memprof.h"
 
@@ -118,9 +119,11 @@ void mp_plan_usage(FILE *f)
           "  --backend KIND  cuda (bf16 or f16 on the device; default) or host (fp32)\n"
           "  --dtype TYPE    device storage: auto (the backend's), f32 (host), bf16, or f16\n"
           "                  (Volta and Turing cards; the same bytes as bf16)\n"
-          "  --gpu-mem SIZE  device budget to check, e.g. 24GiB\n"
-          "  --host-mem SIZE pinned host memory to check, e.g. 64GiB\n"
+          "  --gpu-mem SIZE  device budget to check, e.g. 24GiB (0: none)\n"
+          "  --host-mem SIZE pinned host memory to check, e.g. 64GiB (0: none)\n"
           "  --json          print the figures as JSON\n"
+          "\n"
+          UNITS_SIZE_HELP
           "\n"
           "Exit status: 0 when it fits the budgets given (or none is given); 1 when\n"
           "it does not; 2 on a usage error.\n",
@@ -150,13 +153,8 @@ static int plan_int(const char *flag, const char *text, long lo, long hi, int *o
 
 static int plan_bytes(const char *flag, const char *text, uint64_t *out)
 {
-    if (units_parse_bytes(text, out) != FERRY_OK) {
-        fprintf(stderr, "memprof plan: %s wants a size such as 24GiB: %s\n", flag, ferry_last_error());
-        return 2;
-    }
-    if (*out == 0) {
-        fprintf(stderr, "memprof plan: %s '%s' is zero bytes; give a budget such as 24GiB, or leave it out\n",
-                flag, text);
+    if (units_parse_size_flag(flag, text, "no budget to check", out) != FERRY_OK) {
+        fprintf(stderr, "memprof plan: %s\n", ferry_last_error());
         return 2;
     }
     return 0;
@@ -234,7 +232,7 @@ static int plan_model_config(const mp_plan_args *a, gpt2_config *c)
         st = gpt2_config_from_fields(c->n_layer, c->n_head, c->n_embd, V, 0, T, c);
     }
     if (st != FERRY_OK) {
-        fprintf(stderr, "memprof plan: %s\n", ferry_last_error());
+        fprintf(stderr, "memprof plan: %s\n", train_last_error());
         return 2;
     }
     if (a->seq > c->max_seq_len) {

@@ -30,6 +30,7 @@
 #include "train/sample.h"
 #include "train/bpe.h"
 #include "train/dataloader.h"
+#include "train/flag_words.h"
 
 typedef struct trainer {
     train_options o;
@@ -53,7 +54,7 @@ typedef struct trainer {
 
 static int fail(const char *what)
 {
-    fprintf(stderr, "train_gpt2: %s: %s\n", what, ferry_last_error());
+    fprintf(stderr, "train_gpt2: %s: %s\n", what, train_last_error());
     return 1;
 }
 
@@ -501,7 +502,7 @@ static ferry_status save(trainer *t)
         printf("saved checkpoint %s/step_%08lld\n", t->o.checkpoint_dir, (long long)t->step);
     /* Retention failing is no reason to stop training: say so and go on. */
     if (run_state_prune(t->o.checkpoint_dir, t->o.keep_last) != FERRY_OK)
-        fprintf(stderr, "train_gpt2: warning: %s\n", ferry_last_error());
+        fprintf(stderr, "train_gpt2: warning: %s\n", train_last_error());
     return FERRY_OK;
 }
 

@@ -42,6 +42,7 @@
 #include "engine/intree.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
+#include "train/flag_words.h"
 
 #define MAX_STEPS 256
 #define MAX_BATCH 65536
@@ -316,12 +317,12 @@ static bool confirm_above(bench_run *r)
     if (st == FERRY_OK) st = ferry_engine_step(r->e, &so, NULL);
     if (st == FERRY_OK) st = ferry_engine_synchronize(r->e);
     if (st == FERRY_ERR_OUT_OF_MEMORY)
-        printf("confirm: batch %d does not fit, as predicted (a clean out-of-memory): %s\n", B, ferry_last_error());
+        printf("confirm: batch %d does not fit, as predicted (a clean out-of-memory): %s\n", B, train_last_error());
     else if (st == FERRY_OK)
         printf("confirm: batch %d FITS: %d is not the largest batch; the prediction is off\n", B, B - 1);
     else
         printf("confirm: batch %d failed with %s, not out-of-memory: %s\n", B, ferry_status_string(st),
-               ferry_last_error());
+               train_last_error());
     fflush(stdout);
     return st == FERRY_ERR_OUT_OF_MEMORY;
 }
@@ -350,7 +351,7 @@ static int try_batch(bench_run *r, gpt2_model *m, int B)
         return 1;
     if (st != FERRY_ERR_OUT_OF_MEMORY)
         return -1;
-    fprintf(stderr, "  batch %5d: does not fit: %s\n", B, ferry_last_error());
+    fprintf(stderr, "  batch %5d: does not fit: %s\n", B, train_last_error());
     gpt2_activations_destroy(r->act);
     r->act = NULL;
     if (in_step) {
@@ -399,7 +400,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: bench_engine [--model NAME] [--batch B] [--seq T] [--steps S] [--warmup W]\n"
             "                    [--modes none,optimizer,params | --offload MODE] [--backend host|cuda|auto]\n"
-            "                    [--gpu-mem BYTES] [--threads N] [--recompute] [--delayed] [--find-max-batch]\n"
+            "                    [--gpu-mem SIZE] [--threads N] [--recompute] [--delayed] [--find-max-batch]\n"
             "                    [--confirm-max-batch] [--peak-tflops X]\n"
             "  defaults: host: --model d4 --batch 4 --seq 64; cuda: --model gpt2 --batch 8 --seq 1024;\n"
             "            --steps 7 rounds, --warmup 1, --modes none,optimizer,params, budget all free\n"
@@ -409,7 +410,9 @@ static void usage(void)
             "  --confirm-max-batch: --batch is the largest that fits (memprof plan says so): measure it, then one\n"
             "                    step at --batch + 1 must run out of device memory\n"
             "  --peak-tflops: the bf16 matmul rate MFU is a fraction of (the kernel lab's ceiling)\n"
-            "  --backend cuda: CUDA must start; without a GPU the exit status is 77, never a host run\n");
+            "  --backend cuda: CUDA must start; without a GPU the exit status is 77, never a host run\n"
+            "  --gpu-mem: the device budget (0: what the device has free)\n"
+            UNITS_SIZE_HELP);
 }
 
 static ferry_status parse_modes(const char *list, bench_opts *o)
@@ -472,7 +475,7 @@ static ferry_status parse_args(int argc, char **argv, bench_opts *o)
         else if (!strcmp(a, "--threads")) st = parse_int(a, v, 0, 1024, &o->threads);
         else if (!strcmp(a, "--modes") || !strcmp(a, "--offload")) st = parse_modes(v, o);
         else if (!strcmp(a, "--backend")) st = ferry_backend_parse(v, &o->backend);
-        else if (!strcmp(a, "--gpu-mem")) st = units_parse_bytes(v, &o->gpu_mem);
+        else if (!strcmp(a, "--gpu-mem")) st = units_parse_size_flag(a, v, "what the device has free", &o->gpu_mem);
         else if (!strcmp(a, "--peak-tflops")) st = parse_positive(a, v, &o->peak_tflops);
         else return err_set(FERRY_ERR_INVALID_ARGUMENT, "unknown flag '%s'; see --help", a);
         if (takes) i++;
@@ -535,7 +538,7 @@ static ferry_status open_mode(const bench_opts *o, gpt2_model *m, ferry_offload 
 static void report_failure(const bench_run *r, ferry_offload mode, ferry_status st)
 {
     fprintf(stderr, "bench_engine: offload %s, batch %d: %s: %s\n", ferry_offload_name(mode), r->B,
-            ferry_status_string(st), ferry_last_error());
+            ferry_status_string(st), train_last_error());
 }
 
 /* One measured round, printed as it lands. */
@@ -613,7 +616,7 @@ static int require_cuda(void)
     backend_close(be);
     if (st == FERRY_OK)
         return 0;
-    fprintf(stderr, "bench_engine: --backend cuda: %s\n", ferry_last_error());
+    fprintf(stderr, "bench_engine: --backend cuda: %s\n", train_last_error());
     return st == FERRY_ERR_UNSUPPORTED ? 77 : 1;
 }
 
@@ -699,7 +702,7 @@ int main(int argc, char **argv)
     ferry_status st = parse_args(argc, argv, &o);
     if (st == FERRY_OK) st = ferry_system_probe(&info);
     if (st != FERRY_OK) {
-        fprintf(stderr, "bench_engine: %s\n", ferry_last_error());
+        fprintf(stderr, "bench_engine: %s\n", train_last_error());
         usage();
         return 2;
     }
@@ -712,7 +715,7 @@ int main(int argc, char **argv)
     gpt2_config cfg;
     gpt2_model *m = NULL;
     if ((st = gpt2_config_preset(o.model, &cfg)) != FERRY_OK || (st = gpt2_create(&cfg, &m)) != FERRY_OK) {
-        fprintf(stderr, "bench_engine: %s\n", ferry_last_error());
+        fprintf(stderr, "bench_engine: %s\n", train_last_error());
         return 2;
     }
     print_banner(&o, m, &info, kind);
