@@ -36,7 +36,7 @@ ferry_status units_parse_size_flag(const char *flag, const char *text, const cha
 /* What --help says of a SIZE value, the same words in every program. */
 #define UNITS_SIZE_HELP                                                                                   \
     "SIZE is a number with a unit: KiB, MiB, GiB, TiB are powers of 1024 (24GiB = 24 x 2^30 bytes);\n"  \
-    "kB, MB, GB, TB are powers of 1000 (24GB = 24 x 10^9 bytes, a card's box size); no unit is bytes;\n" \
+    "kB, MB, GB, TB are powers of 1000 (24GB = 24 x 10^9 bytes, as disks are sold); no unit is bytes;\n" \
     "a bare K, M, G or T (24G) is refused as ambiguous.\n"
 
 #ifdef __cplusplus

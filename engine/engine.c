@@ -159,6 +159,7 @@ static ferry_status open_parts(ferry_engine *e)
     ferry_status st = backend_open(e->cfg.backend, &e->be);
     if (st != FERRY_OK)
         return st;
+    engine_device_share_open(e);
     if ((st = resolve_dtype(e)) != FERRY_OK)
         return st;
     if ((st = backend_stream_create(e->be, "compute", &e->compute)) != FERRY_OK ||
@@ -401,6 +402,8 @@ ferry_status ferry_engine_setup(ferry_engine *e)
     if (e->scaling && at < sizeof e->describe)
         snprintf(e->describe + at, sizeof e->describe - at, "; %s storage, dynamic loss scale from %g",
                  dtype_name(e->act), (double)e->scaler.scale);
+    at = strlen(e->describe);
+    engine_device_share_note(e, e->describe + at, sizeof e->describe - at);
     if (e->cfg.verbose)
         fprintf(stderr, "ferry: %s\n", e->describe);
     return FERRY_OK;
@@ -635,6 +638,7 @@ ferry_status ferry_engine_memory_stats(ferry_engine *e, ferry_memory_stats *out)
     ferry_memory_stats st = FERRY_MEMORY_STATS_INIT;
     arena_stats(e->arena, &st);
     pool_stats(e->pool, &st);
+    engine_device_share_stats(e, &st);
     return sized_write(out, &st, sizeof st, "ferry_memory_stats");
 }
 

@@ -143,6 +143,10 @@ struct ferry_engine {
     loss_scaler scaler;
     int64_t skipped_steps;    /* steps skipped since the start of training */
     int skips_in_row;         /* consecutive skipped steps up to the last one */
+
+    /* what the device's own software took before the engine's first byte
+     * (device_share.c; 0 on the host backend) */
+    uint64_t dev_total_bytes, dev_context_bytes, dev_library_bytes;
 };
 
 /* engine.c */
@@ -218,5 +222,21 @@ ferry_status engine_step(ferry_engine *e, const ferry_step_options *o, ferry_ste
 /* The loss scale's first state and the skip counts' (engine.c, at create;
  * checkpoint.c restores them). */
 void engine_scaling_reset(ferry_engine *e);
+
+/* device_share.c: what the CUDA context and libraries take of the card, so
+ * that a budget emulating a smaller card can be told from the card itself.
+ * Each is a no-op on the host backend, and best effort (a failed
+ * cudaMemGetInfo leaves 0). */
+/* At create, right after the backend opened: the card's total, and what is
+ * in use once the context exists. */
+void engine_device_share_open(ferry_engine *e);
+/* The device's free bytes now (0 on host); before ops_init... */
+uint64_t engine_device_free(ferry_engine *e);
+/* ...and after it: what starting the libraries took. */
+void engine_device_share_libraries(ferry_engine *e, uint64_t free_before);
+/* Fills the device_total/context/library/outside fields of st. */
+void engine_device_share_stats(ferry_engine *e, ferry_memory_stats *st);
+/* Appends "; on the card ..." to buf (a sentence of describe), cuda only. */
+void engine_device_share_note(const ferry_engine *e, char *buf, size_t cap);
 
 #endif

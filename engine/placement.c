@@ -232,8 +232,10 @@ static ferry_status place_globals(ferry_engine *e)
             return err_wrap(st, "ferry_engine_setup");
         memcpy((char *)e + b[i].slot, &ptr, sizeof ptr);
     }
+    uint64_t free_before = engine_device_free(e);
     ferry_status st = ops_init(e->be, e->dev_workspace, ops_workspace_bytes(backend_kind(e->be)));
     e->ops_ready = st == FERRY_OK;
+    engine_device_share_libraries(e, free_before);
     return st;
 }
 

@@ -153,6 +153,17 @@ typedef struct ferry_memory_stats {
     uint64_t host_pinned_bytes;                         /* reserved bytes that are page-locked */
     uint64_t host_unpinned_bytes;                       /* reserved bytes pinning was refused for */
     double host_fragmentation;                          /* 1 - largest free block / free bytes, in the slabs */
+    /* What a card of a given size leaves to the engine (cuda; all 0 on the
+     * host backend), measured with cudaMemGetInfo: */
+    uint64_t device_total_bytes;                        /* the device's memory */
+    uint64_t device_context_bytes;                      /* in use once the CUDA context existed, at
+                                                           ferry_engine_create: the context, and any
+                                                           other process's memory */
+    uint64_t device_library_bytes;                      /* taken by starting cuBLASLt, at setup */
+    uint64_t device_outside_bytes;                      /* now: in use on the device outside the
+                                                           engine's reserve (the context, library code
+                                                           loaded since, the caller's own allocations,
+                                                           other processes) */
 } ferry_memory_stats;
 
 #define FERRY_MEMORY_STATS_INIT                                                               \
@@ -172,6 +183,10 @@ typedef struct ferry_memory_stats {
         0,                          /* host_pinned_bytes */                                   \
         0,                          /* host_unpinned_bytes */                                 \
         0.0,                        /* host_fragmentation */                                  \
+        0,                          /* device_total_bytes */                                  \
+        0,                          /* device_context_bytes */                                \
+        0,                          /* device_library_bytes */                                \
+        0,                          /* device_outside_bytes */                                \
     }
 /* ---- end memory ---- */
 

@@ -253,6 +253,11 @@ static void plan_print_text(const mp_plan_args *a, const gpt2_config *c, const g
                    100.0 * (double)p->host_bytes[k] / (double)p->host_total);
     if (a->gpu_mem) {
         bool fits = p->device_total <= a->gpu_mem;
+        if (a->card) {
+            char r[32];
+            printf("--card %s less %s for the CUDA context and libraries (--card-reserve): ",
+                   units_fmt_bytes(y, sizeof y, a->card), units_fmt_bytes(r, sizeof r, a->card_reserve));
+        }
         printf("--gpu-mem %s: %s (%.1f%% of it)", units_fmt_bytes(x, sizeof x, a->gpu_mem),
                fits ? "fits" : "does not fit", 100.0 * (double)p->device_total / (double)a->gpu_mem);
         if (max_b > 0)
@@ -299,6 +304,13 @@ static void plan_print_json(const mp_plan_args *a, const gpt2_config *c, const g
     cJSON_AddNumberToObject(d, "grad_groups", p->device_grad_groups);
     cJSON_AddItemToObject(o, "device", d);
     cJSON_AddItemToObject(o, "host", plan_pool_json(p->host_bytes, p->host_total));
+    if (a->card) {
+        cJSON_AddNumberToObject(o, "card_bytes", (double)a->card);
+        cJSON_AddNumberToObject(o, "card_reserve_bytes", (double)a->card_reserve);
+    } else {
+        cJSON_AddNullToObject(o, "card_bytes");
+        cJSON_AddNullToObject(o, "card_reserve_bytes");
+    }
     if (a->gpu_mem) {
         cJSON_AddNumberToObject(o, "gpu_mem_bytes", (double)a->gpu_mem);
         cJSON_AddBoolToObject(o, "fits", p->device_total <= a->gpu_mem);

@@ -118,7 +118,17 @@ typedef struct mp_plan_args {
     ferry_dtype dtype;
     bool recompute, json;
     uint64_t gpu_mem, host_mem; /* 0 = not given */
+    uint64_t card;              /* --card: the card's memory; gpu_mem is then card - card_reserve */
+    uint64_t card_reserve;      /* --card-reserve, else MP_CARD_RESERVE_DEFAULT */
+    bool card_reserve_given;
 } mp_plan_args;
+
+/* What `memprof plan --card SIZE` leaves for the CUDA context and the
+ * libraries' code (cuBLAS, cuBLASLt) before the engine's first byte, unless
+ * --card-reserve says otherwise: 0.5 GiB, docs/memprof.md says why. The
+ * engine measures the real share on its card (ferry_memory_stats'
+ * device_context_bytes, device_library_bytes, device_outside_bytes). */
+#define MP_CARD_RESERVE_DEFAULT ((uint64_t)512 << 20)
 
 void mp_usage(FILE *f);
 void mp_plan_usage(FILE *f);

@@ -99,7 +99,8 @@ void mp_plan_usage(FILE *f)
           "                    [--context T] [--batch B] [--seq T] [--offload none|optimizer|params]\n"
           "                    [--recompute] [--prefetch K] [--grad-accum K] [--backend host|cuda]\n"
           "                    [--dtype auto|f32|bf16|f16]\n"
-          "                    [--gpu-mem SIZE] [--host-mem SIZE] [--json]\n"
+          "                    [--gpu-mem SIZE | --card SIZE [--card-reserve SIZE]] [--host-mem SIZE]\n"
+          "                    [--json]\n"
           "\n"
           "Predicts, without running anything, the peak device and host memory of\n"
           "training GPT-2 with train_gpt2's settings (same flags, same defaults), by\n"
@@ -119,7 +120,13 @@ void mp_plan_usage(FILE *f)
           "  --backend KIND  cuda (bf16 or f16 on the device; default) or host (fp32)\n"
           "  --dtype TYPE    device storage: auto (the backend's), f32 (host), bf16, or f16\n"
           "                  (Volta and Turing cards; the same bytes as bf16)\n"
-          "  --gpu-mem SIZE  device budget to check, e.g. 24GiB (0: none)\n"
+          "  --gpu-mem SIZE  device budget to check, e.g. 23.5GiB (0: none)\n"
+          "  --card SIZE     plan for a card of SIZE, as nvidia-smi prints it (an RTX 4090,\n"
+          "                  RTX 3090 or Titan RTX \"24 GB\": 24GiB; V100 32 GB: 32GiB; T4: 15GiB;\n"
+          "                  A100 or H100 80 GB: 80GiB): the budget is SIZE less --card-reserve\n"
+          "  --card-reserve SIZE  what the CUDA context and the libraries take of the card\n"
+          "                  before the engine (default 512MiB; the engine measures it on\n"
+          "                  its card: ferry_memory_stats, bench_engine --card)\n"
           "  --host-mem SIZE pinned host memory to check, e.g. 64GiB (0: none)\n"
           "  --json          print the figures as JSON\n"
           "\n"
@@ -181,7 +188,8 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
     if (!strcmp(f, "--json")) { a->json = true; return 0; }
     static const char *const valued[] = {"--model", "--layers", "--heads", "--width", "--vocab", "--context",
                                          "--batch", "--seq", "--offload", "--prefetch", "--backend",
-                                         "--gpu-mem", "--host-mem", "--grad-accum", "--dtype"};
+                                         "--gpu-mem", "--host-mem", "--grad-accum", "--dtype", "--card",
+                                         "--card-reserve"};
     bool known = false;
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
         known |= !strcmp(f, valued[k]);
@@ -207,11 +215,41 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
         return plan_fail("--dtype '%s': use auto, f32, bf16 or f16%s", v, "");
     if (!strcmp(f, "--gpu-mem")) return plan_bytes(f, v, &a->gpu_mem);
     if (!strcmp(f, "--host-mem")) return plan_bytes(f, v, &a->host_mem);
+    if (!strcmp(f, "--card")) return plan_bytes(f, v, &a->card);
+    if (!strcmp(f, "--card-reserve")) {
+        if (units_parse_size_flag(f, v, "nothing reserved", &a->card_reserve) != FERRY_OK)
+            return plan_fail("%s%s", train_last_error(), "");
+        a->card_reserve_given = true;
+        return 0;
+    }
     if (!strcmp(f, "--offload") && ferry_offload_parse(v, &a->offload) != FERRY_OK)
         return plan_fail("--offload '%s': use none, optimizer or params%s", v, "");
     if (!strcmp(f, "--backend") &&
         ((ferry_backend_parse(v, &a->backend) != FERRY_OK) || a->backend == FERRY_BACKEND_AUTO))
         return plan_fail("--backend '%s': plan for host (fp32 on the device) or cuda (bf16)%s", v, "");
+    return 0;
+}
+
+/* --card: the budget is what the card leaves; 0 or 2. */
+static int plan_card(mp_plan_args *a)
+{
+    if (a->card_reserve_given && !a->card)
+        return plan_fail("--card-reserve is what a card given with --card leaves out; give --card SIZE too%s%s",
+                         "", "");
+    if (!a->card)
+        return 0;
+    if (a->gpu_mem)
+        return plan_fail("give --card or --gpu-mem, not both: --card SIZE plans for what a card of SIZE leaves "
+                         "(SIZE less --card-reserve)%s, --gpu-mem for a budget as it is%s",
+                         "", "");
+    if (!a->card_reserve_given)
+        a->card_reserve = MP_CARD_RESERVE_DEFAULT;
+    if (a->card < a->card_reserve + UNITS_SIZE_FLAG_MIN) {
+        char c[32], r[32];
+        return plan_fail("--card %s leaves nothing after --card-reserve %s", units_fmt_bytes(c, sizeof c, a->card),
+                         units_fmt_bytes(r, sizeof r, a->card_reserve));
+    }
+    a->gpu_mem = a->card - a->card_reserve;
     return 0;
 }
 
@@ -246,8 +284,9 @@ static int plan_model_config(const mp_plan_args *a, gpt2_config *c)
 
 int mp_parse_plan_args(int argc, char **argv, mp_plan_args *a, gpt2_config *c)
 {
-    *a = (mp_plan_args){"d6", 0, 0, 0, 50257, 1024, 4, 256, 2, 1, FERRY_OFFLOAD_OPTIMIZER, FERRY_BACKEND_CUDA,
-                        FERRY_DTYPE_AUTO, false, false, 0, 0};
+    *a = (mp_plan_args){.model = "d6", .vocab = 50257, .context = 1024, .batch = 4, .seq = 256, .prefetch = 2,
+                        .grad_accum = 1, .offload = FERRY_OFFLOAD_OPTIMIZER, .backend = FERRY_BACKEND_CUDA,
+                        .dtype = FERRY_DTYPE_AUTO};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             mp_plan_usage(stdout);
@@ -256,5 +295,7 @@ int mp_parse_plan_args(int argc, char **argv, mp_plan_args *a, gpt2_config *c)
         if (plan_option(argc, argv, &i, a))
             return 2;
     }
+    if (plan_card(a))
+        return 2;
     return plan_model_config(a, c);
 }
