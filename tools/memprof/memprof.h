@@ -1,6 +1,8 @@
-/* memprof's internals: reading a memory trace (offload/trace.h format),
- * replaying it into peak figures and a timeline, and writing them as text,
- * JSON and SVG. Owns nothing of the library; reads files only. */
+/* memprof's library (memprof_lib, which the program, its tests and the fuzz
+ * harnesses link): reading a memory trace (offload/trace.h format),
+ * replaying it into peak figures and a timeline, writing them as text, JSON
+ * and SVG, and the command lines. Owns nothing of ferry's library; reads
+ * files only. */
 #ifndef FERRY_TOOLS_MEMPROF_H
 #define FERRY_TOOLS_MEMPROF_H
 
