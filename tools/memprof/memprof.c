@@ -65,11 +65,17 @@ static void print_text(FILE *f, const char *path, const mp_trace *t, const mp_re
     for (int p = 0; p < MP_POOLS; p++)
         print_pool(f, r, p);
     if (r->ntimings) {
-        fprintf(f, "timings (ms):            mean        max  records\n");
+        /* The key column is as wide as the widest key, so the figures line up. */
+        int width = 20;
+        for (size_t i = 0; i < r->ntimings; i++) {
+            int n = (int)strnlen(r->timings[i].key, TRACE_NAME_MAX);
+            width = n > width ? n : width;
+        }
+        fprintf(f, "timings (ms):%*s %10s %10s %8s\n", width - 11, "", "mean", "max", "records");
         for (size_t i = 0; i < r->ntimings; i++) {
             const mp_timing *t = &r->timings[i];
-            fprintf(f, "  %-20s %10.3f %10.3f %8llu\n", t->key, t->sum / (double)t->count, t->max,
-                    (unsigned long long)t->count);
+            fprintf(f, "  %-*.*s %10.3f %10.3f %8llu\n", width, (int)TRACE_NAME_MAX, t->key,
+                    t->sum / (double)t->count, t->max, (unsigned long long)t->count);
         }
     }
 }
@@ -208,10 +214,28 @@ static int cmd_report(int argc, char **argv)
         char title[600];
         snprintf(title, sizeof title, "memory over time: %s%s", a.path,
                  t.status == FERRY_OK ? "" : " (damaged: partial)");
-        if (mp_write_svg(&r, a.svg, title) != FERRY_OK) {
-            fprintf(stderr, "memprof: %s\n", ferry_last_error());
-            rc = 1;
+        mp_report zoom;
+        const mp_report *pic = &r;
+        ferry_status st = FERRY_OK;
+        if (a.step >= 0) { /* one step: its window of the timeline */
+            uint64_t t0 = 0, t1 = 0;
+            st = mp_step_window(&t, a.step, &t0, &t1);
+            if (st == FERRY_OK)
+                st = mp_analyze_window(&t, 0, TIMELINE_COLUMNS, t0, t1, &zoom);
+            if (st == FERRY_OK) {
+                pic = &zoom;
+                snprintf(title, sizeof title, "memory within step %lld (%.3f to %.3f s into the run): %s%s", a.step,
+                         (double)t0 / 1e9, (double)t1 / 1e9, a.path, t.status == FERRY_OK ? "" : " (damaged: partial)");
+            }
         }
+        if (st == FERRY_OK)
+            st = mp_write_svg(pic, a.svg, title);
+        if (st != FERRY_OK) {
+            fprintf(stderr, "memprof: %s\n", ferry_last_error());
+            rc = rc ? rc : st == FERRY_ERR_INVALID_ARGUMENT ? 2 : 1;
+        }
+        if (pic == &zoom)
+            mp_report_free(&zoom);
     }
     mp_report_free(&r);
     mp_trace_free(&t);

@@ -26,6 +26,7 @@ void mp_usage(FILE *f)
           "report options:\n"
           "  --json       print the figures as JSON instead of text\n"
           "  --svg FILE   draw a stacked-area timeline by category, phases marked\n"
+          "  --step N     draw step N alone (with --svg): what moves within one step\n"
           "  --top N      list the N largest live allocations at each peak (default 10, max 64)\n"
           "  -h, --help   this text\n"
           "\n"
@@ -40,7 +41,7 @@ void mp_usage(FILE *f)
 
 int mp_parse_report_args(int argc, char **argv, mp_report_args *a)
 {
-    *a = (mp_report_args){NULL, NULL, false, 10};
+    *a = (mp_report_args){.top = 10, .step = -1};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             mp_usage(stdout);
@@ -58,6 +59,15 @@ int mp_parse_report_args(int argc, char **argv, mp_report_args *a)
                 return 2;
             }
             a->top = (int)top;
+        } else if (!strcmp(argv[i], "--step") && i + 1 < argc) {
+            char *end;
+            errno = 0;
+            long long step = strtoll(argv[++i], &end, 10);
+            if (errno || end == argv[i] || *end || step < 0) {
+                fprintf(stderr, "memprof: --step wants a step number (0 or more), not '%s'\n", argv[i]);
+                return 2;
+            }
+            a->step = step;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "memprof: unknown option '%s' (or it lacks its value)\n\n", argv[i]);
             mp_usage(stderr);
@@ -71,6 +81,10 @@ int mp_parse_report_args(int argc, char **argv, mp_report_args *a)
     }
     if (!a->path) {
         mp_usage(stderr);
+        return 2;
+    }
+    if (a->step >= 0 && !a->svg) {
+        fprintf(stderr, "memprof: --step %lld picks the step the picture shows; give --svg FILE too\n", a->step);
         return 2;
     }
     return 0;
