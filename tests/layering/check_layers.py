@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The layering of ferry's tree, checked (DESIGN.md "Layout").
+"""The layering of ferry's tree, checked (docs/design.md, "The layers").
 
 One top folder is one library, and dependencies point one way:
 common <- kernels <- offload, optim <- engine <- models <- train <- tools.

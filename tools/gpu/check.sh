@@ -15,14 +15,14 @@
 # budget (confirmed by one step there and a clean out-of-memory one batch
 # above), with tokens/s, MFU and step / max(compute, update).
 #
-#   tools/gpu/check.sh PACK.tar.xz OUT_DIR        (on the device: OUT_DIR=$OUT)
+#   tools/gpu/check.sh PACK.tar.xz OUT_DIR        (on the GPU machine, in the tree's root)
 #
 # Time: every step runs under its own `timeout` (the limits below). They sum
 # to 480 s; with 1 s of grace after each of the 20 possible kills the check
 # ends within 500 s — under 8 1/2 minutes — even when every step hits its
 # limit. The script refuses to start if they sum above 480.
 #
-# OUT_DIR gets two files (the device tool returns at most 8):
+# OUT_DIR gets two files:
 #   results.txt  the key lines and one verdict per step, each printed here
 #                the moment it is known
 #   steps.log    every step's whole output, under a header naming the step

@@ -12,9 +12,10 @@
 #   share/  the files the tests read (hf_transformers.py);
 #   tests.txt  "name<TAB>seconds<TAB>needs-gpu<TAB>command", one test a line;
 #   MANIFEST   the commit, the date and what was built.
-# The archive is xz-compressed and must stay under 40 MiB (the device tool
-# carries 64 MiB with the source tree); the script fails above that and
-# always prints the true size. tools/gpu/README.md says how to carry it.
+# The archive is xz-compressed and must stay under 40 MiB, small enough to
+# copy to a GPU machine beside the source tree over any link; the script
+# fails above that and always prints the true size. tools/gpu/README.md says
+# how to use it there.
 #
 #   tools/gpu/pack.sh [--build-dir DIR] [--out FILE]
 #     defaults: build-gpu/ and build-pack/ferry-gpu.tar.xz in the repository
