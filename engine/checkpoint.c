@@ -8,7 +8,7 @@
  * format; what the blob means is the embedder's business.
  *
  * Layout (little-endian):
- *   header   72 bytes: magic "FERRYCKP", u32 version (2), u32 groups,
+ *   header   72 bytes: magic "FERRYCKP", u32 version (3), u32 groups,
  *            i64 step, u64 user_bytes, u64 payload_bytes, u64 checksum,
  *            u64 user_checksum, u32 dtype of the device copy, u32 flags,
  *            u32 head_crc, u32 reserved (0)
@@ -20,8 +20,11 @@
  *            loss scale section (32 bytes: f32 scale, 0 when scaling was
  *            off; i32 growth tracker; i64 skipped steps; i32 skips in a
  *            row; 12 bytes 0); then the blob
- * head_crc is the CRC-32 (zlib's) of header bytes 0..63 and the group table,
- * so no field (the step count included) changes unnoticed; checksum is a
+ * head_crc is the CRC-32 (zlib's) of header bytes 0..63, then 68..71 (the
+ * reserved word), then the group table, so no byte of the header (the step
+ * count included) changes unnoticed; version 2 files, whose CRC left out
+ * bytes 68..71, are still read, with the reserved word required to be 0;
+ * checksum is a
  * 64-bit multiply-xor hash of the payload before the blob, user_checksum the
  * same hash of the blob. All are checked before anything is applied, so a
  * damaged file changes nothing. */
@@ -40,7 +43,8 @@
 #include "engine/engine.h"
 
 #define CKPT_MAGIC "FERRYCKP"
-#define CKPT_VERSION 2u
+#define CKPT_VERSION 3u
+#define CKPT_VERSION_OLDEST 2u /* read too: the same layout, its CRC without bytes 68..71 */
 #define CKPT_FLAG_DELAYED 1u
 #define CKPT_FLAG_SCALING 2u
 #define CKPT_FLAGS_KNOWN (CKPT_FLAG_DELAYED | CKPT_FLAG_SCALING)
@@ -111,6 +115,8 @@ static uint32_t crc32_update(uint32_t crc, const void *data, size_t n)
 static uint32_t head_crc(const ckpt_header *h, const ckpt_group *table)
 {
     uint32_t crc = crc32_update(0, h, offsetof(ckpt_header, head_crc));
+    if (h->version >= 3)
+        crc = crc32_update(crc, &h->reserved, sizeof h->reserved);
     return crc32_update(crc, table, (size_t)h->groups * sizeof *table);
 }
 
@@ -347,6 +353,10 @@ static ferry_status check_fields(const ckpt_file *f)
         return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' records step %lld, the largest a step count can be: one "
                                          "more step would overflow it",
                        f->path, (long long)h->step);
+    if (h->reserved != 0)
+        return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' has 0x%08x in its reserved header word, which is always "
+                                         "0: it is damaged",
+                       f->path, h->reserved);
     if (h->flags & ~CKPT_FLAGS_KNOWN)
         return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' has flags 0x%x, of which this ferry knows only 0x%x: it "
                                          "is from a newer ferry",
@@ -368,15 +378,16 @@ static ferry_status ckpt_open(const char *path, ckpt_file *f)
 {
     memset(f, 0, sizeof *f);
     f->path = path;
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0)
-        return err_set(FERRY_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
-    ferry_status st = read_all(f->fd, &f->h, sizeof f->h, path);
+    /* Never blocks on a FIFO; anything but a regular file is refused. */
+    ferry_status st = fileio_open_input(path, "checkpoint", &f->fd, NULL);
+    if (st != FERRY_OK)
+        return st;
+    st = read_all(f->fd, &f->h, sizeof f->h, path);
     if (st == FERRY_OK && memcmp(f->h.magic, CKPT_MAGIC, 8) != 0)
         st = err_set(FERRY_ERR_FORMAT, "'%s' is not a ferry engine checkpoint (bad magic)", path);
-    if (st == FERRY_OK && f->h.version != CKPT_VERSION)
-        st = err_set(FERRY_ERR_FORMAT, "checkpoint '%s' has version %u; this ferry reads version %u", path,
-                     f->h.version, CKPT_VERSION);
+    if (st == FERRY_OK && (f->h.version < CKPT_VERSION_OLDEST || f->h.version > CKPT_VERSION))
+        st = err_set(FERRY_ERR_FORMAT, "checkpoint '%s' has version %u; this ferry reads versions %u to %u", path,
+                     f->h.version, CKPT_VERSION_OLDEST, CKPT_VERSION);
     if (st == FERRY_OK)
         st = read_table(f);
     if (st == FERRY_OK && head_crc(&f->h, f->table) != f->h.head_crc)

@@ -628,7 +628,9 @@ ferry_status ferry_engine_mark(ferry_engine *e, int64_t step, const char *phase)
     if (!e || !phase)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_mark: NULL argument");
     trace_phase(e->trace, step, phase);
-    return FERRY_OK;
+    /* The trace is written out at each marker, so a write that fails (a
+     * full disk) is said here, at the next phase, not only at the close. */
+    return trace_flush(e->trace);
 }
 
 ferry_status ferry_engine_memory_stats(ferry_engine *e, ferry_memory_stats *out)
@@ -650,3 +652,42 @@ ferry_status ferry_engine_step_timing(ferry_engine *e, ferry_step_timing *out)
 }
 
 const char *ferry_engine_describe(ferry_engine *e) { return e ? e->describe : ""; }
+
+/* ---- abandoning a step (a stop between micro-batches) ---- */
+
+ferry_status ferry_engine_abandon_step(ferry_engine *e)
+{
+    ferry_status st = engine_check_group(e, 0, "ferry_engine_abandon_step");
+    if (st != FERRY_OK)
+        return st;
+    if (e->inference)
+        return err_set(FERRY_ERR_STATE, "ferry_engine_abandon_step: inference is on, and no step is in progress; "
+                                        "call ferry_engine_end_inference() instead");
+    if (e->micro_index < 0)
+        return FERRY_OK;
+    for (int i = 0; i < e->ngroups; i++)
+        if (e->groups[i].fetched[0] || e->groups[i].fetched[1])
+            return err_set(FERRY_ERR_STATE, "ferry_engine_abandon_step: group %d ('%s') is still fetched; release "
+                                            "it first",
+                           i, e->groups[i].name);
+    /* Every drain and the CPU's sums of the drained gradients finish; their
+     * results are then dropped: the next micro-batch 0 starts each sum anew. */
+    st = ferry_engine_synchronize(e);
+    for (int i = 0; i < e->ngroups; i++) {
+        engine_group *g = &e->groups[i];
+        if (g->norm_ticket) {
+            ferry_status w = tp_wait(g->norm_ticket);
+            g->norm_ticket = NULL;
+            if (st == FERRY_OK)
+                st = w;
+        }
+        g->released_backward = 0;
+        g->grads_acquired = false;
+        g->wait_recorded = false;
+    }
+    if (st == FERRY_OK && e->cfg.offload == FERRY_OFFLOAD_PARAMS)
+        st = engine_retire_all(e);
+    e->micro_index = -1;
+    memset(&e->timing_acc, 0, sizeof e->timing_acc);
+    return st;
+}

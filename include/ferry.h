@@ -486,7 +486,9 @@ FERRY_API ferry_status ferry_engine_get_weights(ferry_engine *e, int group, floa
 FERRY_API ferry_status ferry_engine_set_weights(ferry_engine *e, int group, const float *values);
 
 /* Marks a phase in the memory trace ("forward", "step 12", ...); free when
- * tracing is off. */
+ * tracing is off. The trace is written out up to the marker: once a write of
+ * it has failed (a full disk), this returns FERRY_ERR_IO naming the trace,
+ * so a caller can stop then rather than learn it at ferry_engine_close. */
 FERRY_API ferry_status ferry_engine_mark(ferry_engine *e, int64_t step, const char *phase);
 
 /* Device and host memory, by category, now and at peak. */
@@ -531,7 +533,8 @@ FERRY_API const char *ferry_engine_describe(ferry_engine *e);
  * next forward reads) to `path` atomically: a temporary file, fsync, rename;
  * a failure leaves any earlier file intact. Every byte is checksummed.
  * `user`/`user_bytes`: an opaque blob stored alongside (the trainer's RNG and
- * data position). */
+ * data position). A character device (/dev/null) is written in place; a
+ * folder, a FIFO or a link to nothing at `path` is FERRY_ERR_IO, left as it is. */
 FERRY_API ferry_status ferry_engine_save(ferry_engine *e, const char *path, const void *user,
                                          size_t user_bytes);
 /* Restores what ferry_engine_save wrote, after setup with the same groups.
@@ -551,6 +554,17 @@ FERRY_API ferry_status ferry_engine_load(ferry_engine *e, const char *path, void
  * is not read. Copies and sizes as ferry_engine_load. Any thread. */
 FERRY_API ferry_status ferry_engine_load_user(const char *path, void *user, size_t user_cap,
                                               size_t *user_bytes);
+/* Drops the step in progress, for a stop between its micro-batches (a
+ * signal) that should not wait for the rest: the gradients of every
+ * micro-batch begun since the last ferry_engine_step() are discarded, once
+ * their transfers and the CPU's work on them have finished (it blocks until
+ * then). The engine is then between steps, as the last step left it: master
+ * weights, moments, the step count and a delayed update still to be
+ * uploaded are untouched, so ferry_engine_save() writes that step, and the
+ * next step starts at micro-batch 0. Every group must be released first
+ * (else FERRY_ERR_STATE, and nothing changes); during inference it is
+ * FERRY_ERR_STATE; between steps it does nothing. */
+FERRY_API ferry_status ferry_engine_abandon_step(ferry_engine *e);
 /* ---- end engine ---- */
 
 #ifdef __cplusplus

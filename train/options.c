@@ -4,7 +4,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fileio.h"
 #include "common/units.h"
 
 typedef enum opt_kind { OPT_INT, OPT_FLOAT, OPT_STR, OPT_BOOL, OPT_BYTES, OPT_U64, OPT_OFFLOAD, OPT_BACKEND, OPT_DTYPE } opt_kind;
@@ -78,15 +78,38 @@ static const opt_spec specs[] = {
     {"--checkpoint-every", OPT_INT, F(checkpoint_every), "0", 0, 100000000, "save every N steps, and at the end (0 = only at the end)"},
     {"--keep-last", OPT_INT, F(keep_last), "3", 0, 100000000, "after each save keep the N newest step folders, delete older ones (0 = keep all)"},
     {"--resume", OPT_STR, F(resume), "", 0, 0, "continue from a checkpoint folder (or its parent: the latest in it)"},
-    {"--trace", OPT_STR, F(trace), "", 0, 0, "write a memory trace for memprof to this file"},
-    {"--log", OPT_STR, F(log), "", 0, 0, "write a JSON Lines record of every step to this file"},
+    {"--trace", OPT_STR, F(trace), "", 0, 0, "write a memory trace for memprof to this file (each run, a resumed "
+                                             "one too, writes it anew)"},
+    {"--log", OPT_STR, F(log), "", 0, 0, "append a JSON Lines record of every step to this file (a resumed run "
+                                         "goes on with it)"},
     {"--peak-tflops", OPT_FLOAT, F(peak_tflops), "0", 0, 100000, "the GPU's dense bf16 peak for MFU (0 = from its name)"},
     {"--sample", OPT_BOOL, F(sample_only), "off", 0, 0, "generate text from --resume or --init-from and exit"},
     {"--quiet", OPT_BOOL, F(quiet), "off", 0, 0, "no progress lines (errors and the summary only)"},
+    {"--max-skips", OPT_INT, F(max_skips), "20", 0, 1000000000, "stop after this many steps in a row skipped for "
+                                                               "non-finite gradients (0 = never)"},
 };
 
 #define NSPECS (sizeof specs / sizeof specs[0])
 _Static_assert(NSPECS <= 64, "train_options.given has a bit per flag");
+
+/* What a flag's value is, as --help shows it. */
+static const char *placeholder(const opt_spec *s)
+{
+    switch (s->kind) {
+    case OPT_BOOL: return "";
+    case OPT_INT:
+    case OPT_U64: return " N";
+    case OPT_FLOAT: return " X";
+    case OPT_BYTES: return " SIZE";
+    case OPT_OFFLOAD: return " MODE";
+    case OPT_BACKEND: return " NAME";
+    case OPT_DTYPE: return " TYPE";
+    case OPT_STR: break;
+    }
+    if (s->field == F(model))
+        return " NAME";
+    return s->field == F(prompt) ? " TEXT" : " PATH";
+}
 
 static void print_help(void)
 {
@@ -94,10 +117,13 @@ static void print_help(void)
            "Trains GPT-2 on one GPU (or the CPU host backend) with ferry's ZeRO-style offload.\n\n");
     for (size_t i = 0; i < NSPECS; i++) {
         const opt_spec *s = &specs[i];
-        const char *arg = s->kind == OPT_BOOL ? "" : s->kind == OPT_STR ? " TEXT" : s->kind == OPT_BYTES ? " SIZE" : " N";
         char left[48];
-        snprintf(left, sizeof left, "%s%s", s->flag, arg);
-        printf("  %-24s %s (default: %s)\n", left, s->help, *s->def ? s->def : "none");
+        snprintf(left, sizeof left, "%s%s", s->flag, placeholder(s));
+        /* A flag whose help says its default (one that depends on others) gets no second one. */
+        if (strstr(s->help, "(default:"))
+            printf("  %-24s %s\n", left, s->help);
+        else
+            printf("  %-24s %s (default: %s)\n", left, s->help, *s->def ? s->def : "none");
     }
     printf("\n" UNITS_SIZE_HELP);
     printf("\nExample: train_gpt2 --data 'data/train_*.bin' --val-data 'data/val_*.bin' --model gpt2 "
@@ -234,6 +260,14 @@ static int check_together(train_options *o)
         fprintf(stderr, "train_gpt2: --seq %d is longer than the model's --context %d\n", o->seq, o->context);
         return 2;
     }
+    /* Sizes are products of these: computed in 64 bits, each range-checked. */
+    int64_t per_micro = (int64_t)o->batch * o->seq;
+    if (per_micro > INT32_MAX) {
+        fprintf(stderr, "train_gpt2: --batch %d x --seq %d is %lld tokens per micro-batch; at most %d fit (the "
+                        "kernels count rows in 32 bits): lower --batch and raise --grad-accum for the same step\n",
+                o->batch, o->seq, (long long)per_micro, INT32_MAX);
+        return 2;
+    }
     if (!o->sample_only && !o->data) {
         fprintf(stderr, "train_gpt2: --data is required (token shards; make them with the tokenize program)\n");
         return 2;
@@ -302,61 +336,22 @@ bool train_options_given(const train_options *o, const char *flag)
 
 /* ---- outputs ---- */
 
-/* The folder a new file or folder `path` would be made in must exist, be a
- * folder and be writable. */
-static int check_parent(const char *flag, const char *path)
-{
-    char copy[PATH_MAX];
-    snprintf(copy, sizeof copy, "%s", path);
-    const char *parent = dirname(copy);
-    struct stat sb;
-    if (stat(parent, &sb) != 0) {
-        fprintf(stderr, "train_gpt2: %s '%s': the folder '%s' it would go in does not exist (%s); create it first\n",
-                flag, path, parent, strerror(errno));
-        return 2;
-    }
-    if (!S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "train_gpt2: %s '%s': '%s' is a file, not a folder\n", flag, path, parent);
-        return 2;
-    }
-    if (access(parent, W_OK | X_OK) != 0) {
-        fprintf(stderr, "train_gpt2: %s '%s' cannot be created: the folder '%s' is not writable (%s)\n", flag, path,
-                parent, strerror(errno));
-        return 2;
-    }
-    return 0;
-}
-
-/* An output that may exist already: a folder (want_dir) or a file. */
-static int check_output(const char *flag, const char *path, bool want_dir)
-{
-    struct stat sb;
-    if (!path)
-        return 0;
-    if (stat(path, &sb) != 0 && (errno == ENOENT || errno == ENOTDIR))
-        return check_parent(flag, path);
-    if (stat(path, &sb) != 0) {
-        fprintf(stderr, "train_gpt2: %s '%s': %s\n", flag, path, strerror(errno));
-        return 2;
-    }
-    if (want_dir != S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "train_gpt2: %s '%s' is a %s; give %s\n", flag, path, want_dir ? "file" : "folder",
-                want_dir ? "a folder (it is created if missing)" : "a file name");
-        return 2;
-    }
-    if (access(path, want_dir ? W_OK | X_OK : W_OK) != 0) {
-        fprintf(stderr, "train_gpt2: %s '%s' cannot be written: %s\n", flag, path, strerror(errno));
-        return 2;
-    }
-    return 0;
-}
-
+/* Each output path is what it must be (common/fileio.h): a folder, or a file
+ * or device that can be written; or missing, under a writable folder (the
+ * folders missing between are made when the run starts). */
 int train_options_check_outputs(const train_options *o)
 {
-    if (check_output("--checkpoint-dir", o->checkpoint_dir, true) || check_output("--log", o->log, false) ||
-        check_output("--trace", o->trace, false))
-        return 2;
-    return 0;
+    ferry_status st = FERRY_OK;
+    if (o->checkpoint_dir)
+        st = fileio_check_output_dir(o->checkpoint_dir, "--checkpoint-dir");
+    if (st == FERRY_OK && o->log)
+        st = fileio_check_output(o->log, "--log");
+    if (st == FERRY_OK && o->trace)
+        st = fileio_check_output(o->trace, "--trace");
+    if (st == FERRY_OK)
+        return 0;
+    fprintf(stderr, "train_gpt2: %s\n", ferry_last_error());
+    return 2;
 }
 
 float train_lr_at(const train_options *o, int step)

@@ -47,6 +47,7 @@ typedef struct train_options {
     bool quiet;
     uint64_t given;          /* bit i: the i-th flag of the table was on the command line */
     float loss_scale;        /* first dynamic loss scale with f16 storage; 0 = off */
+    int max_skips;           /* skipped steps in a row that stop the run; 0 = never */
 } train_options;
 
 /* Fills *o from argv. Returns 0 to go on, 1 after --help (printed), 2 on a
@@ -62,9 +63,11 @@ bool train_option_range(const char *flag, double *min, double *max);
 bool train_options_given(const train_options *o, const char *flag);
 
 /* Checks the outputs (--checkpoint-dir, --log, --trace) before any work:
- * a folder must be a folder, a file not a folder, each writable, or, not
- * there yet, creatable in an existing writable folder. Creates nothing.
- * Returns 0, or 2 after printing what is wrong with which flag. */
+ * a folder must be a folder; a file a regular file or a character device
+ * (never a folder, FIFO, socket or link to nothing); each writable, or, not
+ * there yet, creatable under the nearest folder that exists (the missing
+ * folders between are made when the run starts). Creates nothing. Returns
+ * 0, or 2 after printing what is wrong with which flag. */
 int train_options_check_outputs(const train_options *o);
 
 /* The learning rate at step s (0-based): linear warmup over `warmup` steps,

@@ -16,6 +16,7 @@
  * Exit status: 0 when every check passed; 1 when one failed or the setup
  * did; 77 when there is no GPU (no driver, or no device: the cuda backend
  * reports FERRY_ERR_UNSUPPORTED); 2 on a bad command line. */
+#include "common/fileio.h"
 #include "dev/kernels/lab.h"
 
 #include <stdio.h>
@@ -308,6 +309,7 @@ static int open_lab(lab *L, bool quick, ferry_dtype act)
 
 int main(int argc, char **argv)
 {
+    fileio_check_stdout_at_exit("lab"); /* a full disk or /dev/full on stdout is exit 1 */
     bool quick = false, on[N_OPS] = {false};
     ferry_dtype act = FERRY_DTYPE_AUTO;
     if (!parse_args(argc, argv, &quick, &act, on))

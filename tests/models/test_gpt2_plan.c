@@ -358,6 +358,14 @@ static void check_cli_errors(void)
             tap_diag("  stderr: %s", r.err);
     }
     run r;
+    /* --backend auto chooses as train_gpt2 would: without a GPU, the host (fp32 on the device). */
+    ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
+    ferry_system_probe(&info);
+    run_memprof("plan --backend auto --model d2", &r);
+    const char *want_backend = info.gpu_count > 0 ? "cuda backend (bf16" : "host backend (fp32";
+    tap_ok(r.status == 0 && strstr(r.out, want_backend) != NULL,
+           "memprof plan --backend auto plans for the %s backend, as train_gpt2's auto would (exit %d)",
+           info.gpu_count > 0 ? "cuda" : "host", r.status);
     run_memprof("plan --help", &r);
     TAP_IS_INT(r.status, 0, "memprof plan --help: exit 0");
     tap_ok(strstr(r.out, "--gpu-mem") != NULL, "memprof plan --help lists --gpu-mem");

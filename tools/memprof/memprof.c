@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fileio.h"
 #include "common/units.h"
 #include "tools/memprof/memprof.h"
 #include "train/flag_words.h"
@@ -59,9 +60,11 @@ static void print_pool(FILE *f, const mp_report *r, int p)
 
 static void print_text(FILE *f, const char *path, const mp_trace *t, const mp_report *r)
 {
-    fprintf(f, "trace %s: %zu records over %.3f ms, %zu phase markers%s\n", path, r->records,
+    fprintf(f, "trace %s: %zu records over %.3f ms, %zu phase markers%s%s\n", path, r->records,
             (double)r->t_end / 1e6, r->nmarks,
-            t->checksummed ? "" : " (an older trace without checksums: damage inside a record may go unseen)");
+            t->checksummed ? "" : " (an older trace without checksums: damage inside a record may go unseen)",
+            t->version >= 2 ? ""
+                            : " (a version-1 trace, without an end record: a cut between two records goes unseen)");
     for (int p = 0; p < MP_POOLS; p++)
         print_pool(f, r, p);
     if (r->ntimings) {
@@ -119,6 +122,8 @@ static void print_json(FILE *f, const char *path, const mp_trace *t, const mp_re
     cJSON_AddStringToObject(o, "trace", path);
     cJSON_AddBoolToObject(o, "complete", t->status == FERRY_OK);
     cJSON_AddBoolToObject(o, "checksummed", t->checksummed);
+    cJSON_AddNumberToObject(o, "format_version", t->version);
+    cJSON_AddBoolToObject(o, "ended", t->ended);
     if (t->status == FERRY_OK)
         cJSON_AddNullToObject(o, "error");
     else
@@ -142,7 +147,7 @@ static void print_json(FILE *f, const char *path, const mp_trace *t, const mp_re
     cJSON_Delete(o);
 }
 
-static const char *const kind_name[] = {"?", "alloc", "free", "phase", "timing", "limit", "reserve"};
+static const char *const kind_name[] = {"?", "alloc", "free", "phase", "timing", "limit", "reserve", "end"};
 
 static int cmd_dump(int argc, char **argv)
 {
@@ -385,6 +390,7 @@ static int cmd_plan(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    fileio_check_stdout_at_exit("memprof"); /* a full disk or /dev/full on stdout is exit 1 */
     if (argc >= 2 && !strcmp(argv[1], "plan"))
         return cmd_plan(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "dump"))

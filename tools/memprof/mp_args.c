@@ -111,15 +111,17 @@ void mp_plan_usage(FILE *f)
 {
     fputs("usage: memprof plan [--model NAME | --layers L --heads H --width C] [--vocab V]\n"
           "                    [--context T] [--batch B] [--seq T] [--offload none|optimizer|params]\n"
-          "                    [--recompute] [--prefetch K] [--grad-accum K] [--backend host|cuda]\n"
+          "                    [--recompute] [--prefetch K] [--grad-accum K] [--backend cuda|host|auto]\n"
           "                    [--dtype auto|f32|bf16|f16]\n"
           "                    [--gpu-mem SIZE | --card SIZE [--card-reserve SIZE]] [--host-mem SIZE]\n"
           "                    [--json]\n"
           "\n"
           "Predicts, without running anything, the peak device and host memory of\n"
-          "training GPT-2 with train_gpt2's settings (same flags, same defaults), by\n"
-          "category, from the sizes the engine and the model allocate. With\n"
-          "--gpu-mem it says whether the run fits and the largest batch that does.\n"
+          "training GPT-2 with train_gpt2's settings (its flags and defaults, but for\n"
+          "--backend: a plan is for a GPU, so cuda, where train_gpt2's auto runs on the\n"
+          "host backend on a machine without one), by category, from the sizes the\n"
+          "engine and the model allocate. With --gpu-mem it says whether the run fits\n"
+          "and the largest batch that does.\n"
           "\n"
           "  --model NAME    gpt2, gpt2-medium, gpt2-large, gpt2-xl or dN (default d6)\n"
           "  --layers L --heads H --width C   a custom model instead (all three)\n"
@@ -131,7 +133,8 @@ void mp_plan_usage(FILE *f)
           "  --recompute     keep only block inputs; recompute the rest in backward\n"
           "  --prefetch K    params mode: groups fetched ahead (default 2, 0..64)\n"
           "  --grad-accum K  micro-batches per step (default 1; more adds their fp32 sum)\n"
-          "  --backend KIND  cuda (bf16 or f16 on the device; default) or host (fp32)\n"
+          "  --backend KIND  cuda (bf16 or f16 on the device; default), host (fp32), or auto (as\n"
+          "                  train_gpt2 would choose here: cuda where a GPU is present, else host)\n"
           "  --dtype TYPE    device storage: auto (the backend's), f32 (host), bf16, or f16\n"
           "                  (Volta and Turing cards; the same bytes as bf16)\n"
           "  --gpu-mem SIZE  device budget to check, e.g. 23.5GiB (0: none)\n"
@@ -238,9 +241,13 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
     }
     if (!strcmp(f, "--offload") && ferry_offload_parse(v, &a->offload) != FERRY_OK)
         return plan_fail("--offload '%s': use none, optimizer or params%s", v, "");
-    if (!strcmp(f, "--backend") &&
-        ((ferry_backend_parse(v, &a->backend) != FERRY_OK) || a->backend == FERRY_BACKEND_AUTO))
-        return plan_fail("--backend '%s': plan for host (fp32 on the device) or cuda (bf16)%s", v, "");
+    if (!strcmp(f, "--backend") && ferry_backend_parse(v, &a->backend) != FERRY_OK)
+        return plan_fail("--backend '%s': plan for cuda (bf16 on the device), host (fp32) or auto%s", v, "");
+    if (!strcmp(f, "--backend") && a->backend == FERRY_BACKEND_AUTO) { /* as train_gpt2 would choose here */
+        ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
+        a->backend = ferry_system_probe(&info) == FERRY_OK && info.gpu_count > 0 ? FERRY_BACKEND_CUDA
+                                                                                 : FERRY_BACKEND_HOST;
+    }
     return 0;
 }
 
