@@ -641,7 +641,7 @@ static ferry_status train_step(trainer *t, step_figures *f)
     float sum = 0;
     /* The loss scale (1 without loss scaling) rides on the backward's start. */
     float grad_scale = ferry_engine_loss_scale(t->engine) / (float)t->o.grad_accum;
-    ferry_status st = ferry_engine_mark(t->engine, t->step + 1, "forward+backward"); /* a failed trace stops the run */
+    ferry_status st = FERRY_OK;
     for (int k = 0; k < t->o.grad_accum && st == FERRY_OK; k++) {
         float loss = 0;
         /* A signal: the step stops between micro-batches, and what it has
@@ -652,7 +652,11 @@ static ferry_status train_step(trainer *t, step_figures *f)
         }
         st = tok_loader_next(t->train, t->inputs, t->targets);
         if (st == FERRY_OK) st = ferry_engine_begin_micro_batch(t->engine, k, t->o.grad_accum);
+        /* Each pass marked in the trace (memprof --step shows them); a
+         * failed trace stops the run. */
+        if (st == FERRY_OK) st = ferry_engine_mark(t->engine, t->step + 1, "forward");
         if (st == FERRY_OK) st = gpt2_forward(t->model, t->acts, &hooks, s, t->inputs, t->targets, true);
+        if (st == FERRY_OK) st = ferry_engine_mark(t->engine, t->step + 1, "backward");
         if (st == FERRY_OK) st = gpt2_backward(t->model, t->acts, &hooks, s, grad_scale);
         if (st == FERRY_OK) st = gpt2_loss(t->acts, s, &loss);
         sum += loss;
