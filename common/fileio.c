@@ -580,6 +580,13 @@ ferry_status fileio_replace_symlink(const char *target, const char *link)
 
 static const char *stdout_program;
 static bool stdout_quiet; /* the program has said why stdout failed */
+static int stdout_errno;  /* the first failed write's errno, when noted */
+
+void fileio_note_stdout_error(void)
+{
+    if (!stdout_errno)
+        stdout_errno = errno ? errno : EIO;
+}
 
 static void check_stdout(void)
 {
@@ -596,7 +603,9 @@ static void check_stdout(void)
             e = errno;
         bad = true;
     }
-    if (!bad)
+    if (!e)
+        e = stdout_errno;
+    if (!bad && !e)
         return;
     if (!stdout_quiet)
         fprintf(stderr, "%s: writing to stdout failed: %s; the output is incomplete\n", stdout_program,

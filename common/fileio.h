@@ -102,5 +102,10 @@ ferry_status fileio_replace_symlink(const char *target, const char *link);
  * Called again with NULL (the program has said why stdout failed), the
  * check still exits 1 but prints nothing. */
 void fileio_check_stdout_at_exit(const char *program);
+/* Keeps errno as the reason stdout failed, for that check: call it right
+ * after a write to stdout that failed. A write larger than stdio's buffer
+ * fails at once and leaves nothing for the check's flush to fail on, so the
+ * reason would otherwise be lost. */
+void fileio_note_stdout_error(void);
 
 #endif

@@ -176,15 +176,19 @@ static ferry_status for_each_chunk_of(void *base, size_t bytes, bool on_device, 
     return FERRY_OK;
 }
 
-/* Every group's master weights, then m, then v. */
-static ferry_status for_each_state_chunk(ferry_engine *e, void *buf, chunk_fn fn, void *ctx)
+/* Every group's master weights, then m, then v. Arrays the NVMe tier holds
+ * are read from disk (`disk` 1: saving), written to it (2: loading), or
+ * only walked (0: the file's bytes alone). */
+static ferry_status for_each_state_chunk(ferry_engine *e, void *buf, chunk_fn fn, void *ctx, int disk)
 {
     ferry_status st = FERRY_OK;
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
         engine_group *g = &e->groups[i];
         float *arrays[3] = {g->master, g->m, g->v};
         for (int k = 0; k < 3 && st == FERRY_OK; k++)
-            st = for_each_chunk_of(arrays[k], g->numel * sizeof(float), state_on_device(e), buf, fn, ctx);
+            st = !arrays[k] && e->nvme && disk
+                     ? engine_nvme_chunks(e, g, k, disk == 2, buf, CKPT_CHUNK, fn, ctx)
+                     : for_each_chunk_of(arrays[k], g->numel * sizeof(float), state_on_device(e), buf, fn, ctx);
     }
     return st;
 }
@@ -251,7 +255,7 @@ static ferry_status save_payload(ferry_engine *e, save_ctx *c, bool delayed)
     void *buf = malloc(CKPT_CHUNK);
     if (!buf)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "saving a checkpoint: out of host memory");
-    ferry_status st = for_each_state_chunk(e, buf, save_chunk, c);
+    ferry_status st = for_each_state_chunk(e, buf, save_chunk, c, 1);
     if (st == FERRY_OK && delayed)
         st = for_each_weight_chunk(e, e->act_size, true, buf, save_chunk, c);
     free(buf);
@@ -505,7 +509,7 @@ static ferry_status load_pass(load_ctx *c)
     void *buf = malloc(CKPT_CHUNK);
     if (!buf)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "loading a checkpoint: out of host memory");
-    ferry_status st = for_each_state_chunk(e, buf, load_chunk, c);
+    ferry_status st = for_each_state_chunk(e, buf, load_chunk, c, c->apply ? 2 : 0);
     for (int i = 0; c->apply && i < e->ngroups && st == FERRY_OK; i++)
         st = engine_write_device_weights(e, &e->groups[i]);
     if (st == FERRY_OK && c->weight_elem)

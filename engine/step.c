@@ -262,6 +262,8 @@ static ferry_status update_offloaded(ferry_engine *e, const ferry_step_options *
     note_finished_update(e);
     e->update_start_ms = clock_now_ms();
     atomic_store(&e->update_end_us, 0);
+    if (e->nvme)
+        return engine_nvme_update(e, o, clip);
     if (e->cfg.offload == FERRY_OFFLOAD_PARAMS && (st = engine_retire_all(e)) != FERRY_OK)
         return st;
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
@@ -380,6 +382,8 @@ ferry_status engine_step(ferry_engine *e, const ferry_step_options *caller_opts,
     ferry_step_report report = FERRY_STEP_REPORT_INIT;
     ferry_status st = engine_check_group(e, 0, "ferry_engine_step");
     if (st != FERRY_OK || (st = check_options(caller_opts, o)) != FERRY_OK || (st = check_ready(e)) != FERRY_OK)
+        return st;
+    if (e->nvme && (st = engine_nvme_check(e)) != FERRY_OK)
         return st;
     if (r && (st = sized_write(r, &report, sizeof report, "ferry_step_report")) != FERRY_OK)
         return err_wrap(st, "ferry_engine_step");

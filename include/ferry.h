@@ -122,11 +122,12 @@ typedef enum ferry_mem_category {
     FERRY_MEM_STAGING,      /* transfer buffers between host and device */
     FERRY_MEM_WORKSPACE,    /* scratch of the ops (cuBLAS workspace, reductions) */
     FERRY_MEM_OTHER,        /* anything else */
+    FERRY_MEM_NVME,         /* the pinned window the NVMe tier streams optimizer state through */
     FERRY_MEM_CATEGORY_COUNT
 } ferry_mem_category;
 
 /* "params", "grads", "optimizer", "activations", "staging", "workspace",
- * "other"; "unknown" for a value outside the enum. Never NULL. Any thread. */
+ * "other", "nvme window"; "unknown" for a value outside the enum. Never NULL. Any thread. */
 FERRY_API const char *ferry_mem_category_name(ferry_mem_category category);
 
 /* Slots of the per-category arrays below: room for categories added later
@@ -153,6 +154,8 @@ typedef struct ferry_memory_stats {
     uint64_t host_pinned_bytes;                         /* reserved bytes that are page-locked */
     uint64_t host_unpinned_bytes;                       /* reserved bytes pinning was refused for */
     double host_fragmentation;                          /* 1 - largest free block / free bytes, in the slabs */
+    uint64_t disk_bytes;                                /* the NVMe tier's state file (0 without one) */
+    uint64_t disk_window_bytes;                         /* its pinned window (also in the host figures) */
     /* What a card of a given size leaves to the engine (cuda; all 0 on the
      * host backend), measured with cudaMemGetInfo: */
     uint64_t device_total_bytes;                        /* the device's memory */
@@ -183,6 +186,8 @@ typedef struct ferry_memory_stats {
         0,                          /* host_pinned_bytes */                                   \
         0,                          /* host_unpinned_bytes */                                 \
         0.0,                        /* host_fragmentation */                                  \
+        0,                          /* disk_bytes */                                          \
+        0,                          /* disk_window_bytes */                                   \
         0,                          /* device_total_bytes */                                  \
         0,                          /* device_context_bytes */                                \
         0,                          /* device_library_bytes */                                \
@@ -230,9 +235,13 @@ typedef enum ferry_offload {
                                 moments and the update on the host */
     FERRY_OFFLOAD_PARAMS,    /* ZeRO-3 style: weights too live on the host and are
                                 fetched group by group */
+    FERRY_OFFLOAD_NVME,      /* ZeRO-Infinity's third tier: the device as in OPTIMIZER; the Adam
+                                moments (and with nvme_master the fp32 master weights) in a
+                                file in nvme_path, streamed through a pinned window; PARAMS
+                                with nvme_path puts the same state on disk */
 } ferry_offload;
 
-/* "none", "optimizer", "params"; never NULL. */
+/* "none", "optimizer", "params", "nvme"; never NULL. */
 FERRY_API const char *ferry_offload_name(ferry_offload mode);
 /* Parses those names; FERRY_ERR_INVALID_ARGUMENT on anything else. */
 FERRY_API ferry_status ferry_offload_parse(const char *name, ferry_offload *out);
@@ -293,6 +302,12 @@ typedef struct ferry_engine_config {
     int loss_scale_max_skips;      /* with loss scaling on: this many skipped steps in a row (a scale
                                       that collapsed) make ferry_engine_step fail with FERRY_ERR_STATE
                                       instead of training on nothing; default 20; 0 = never */
+    /* The NVMe tier (offload NVME, or PARAMS with a path): */
+    const char *nvme_path;         /* folder on a fast disk for the state file (copied); NULL = no disk */
+    uint64_t nvme_window_bytes;    /* pinned host window the state streams through; 0 = 256 MiB */
+    uint64_t nvme_block_bytes;     /* bytes per I/O and per CRC-32C; 0 = 1 MiB; a multiple of 4096 */
+    int nvme_queue_depth;          /* I/Os in flight; 0 = 16, 1..1024 */
+    int nvme_master;               /* 1: the fp32 master weights on disk too; 0: only the Adam moments */
 } ferry_engine_config;
 
 #define FERRY_ENGINE_CONFIG_INIT                                                              \
@@ -316,6 +331,11 @@ typedef struct ferry_engine_config {
         0.5,                         /* loss_scale_backoff */                                 \
         2000,                        /* loss_scale_interval */                                \
         20,                          /* loss_scale_max_skips */                               \
+        NULL,                        /* nvme_path: no disk */                                 \
+        0,                           /* nvme_window_bytes: 256 MiB */                         \
+        0,                           /* nvme_block_bytes: 1 MiB */                            \
+        0,                           /* nvme_queue_depth: 16 */                               \
+        0,                           /* nvme_master: moments only */                          \
     }
 
 /* Creates an engine: opens the backend, its streams and the optimizer thread

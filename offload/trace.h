@@ -57,6 +57,7 @@ typedef enum trace_kind {
 typedef enum trace_pool {
     TRACE_POOL_DEVICE = 0, /* the device arena */
     TRACE_POOL_HOST = 1,   /* the pinned host pool */
+    TRACE_POOL_DISK = 2,   /* the NVMe tier's state file (offload/nvme.h) */
 } trace_pool;
 
 typedef struct trace_record {

@@ -16,6 +16,7 @@ static const train_flag_word words[] = {
     {"offload FERRY_OFFLOAD_NONE", "--offload none", "--offload none"},
     {"offload FERRY_OFFLOAD_OPTIMIZER", "--offload optimizer", "--offload optimizer"},
     {"offload FERRY_OFFLOAD_PARAMS", "--offload params", "--offload params"},
+    {"offload FERRY_OFFLOAD_NVME", "--offload nvme", "--offload nvme --nvme-path /tmp"},
     {"backend FERRY_BACKEND_HOST", "--backend host", "--backend host"},
     {"backend FERRY_BACKEND_CUDA", "--backend cuda", "--backend cuda"},
     {"dtype FERRY_DTYPE_F32", "--dtype f32", "--dtype f32"},
@@ -30,6 +31,11 @@ static const train_flag_word words[] = {
     {"delayed_update", "--delayed-update", "--delayed-update"},
     {"loss_scale_init", "--loss-scale", "--loss-scale 1024"},
     {"trace_path", "--trace", "--trace memory.trace"},
+    {"nvme_path", "--nvme-path", "--offload nvme --nvme-path /tmp"},
+    {"nvme_window_bytes", "--nvme-window", "--offload nvme --nvme-path /tmp --nvme-window 64MiB"},
+    {"nvme_block_bytes", "--nvme-block", "--offload nvme --nvme-path /tmp --nvme-block 1MiB"},
+    {"nvme_queue_depth", "--nvme-queue-depth", "--offload nvme --nvme-path /tmp --nvme-queue-depth 8"},
+    {"nvme_master", "--nvme-master", "--offload nvme --nvme-path /tmp --nvme-master"},
 };
 
 const train_flag_word *train_flag_words(size_t *count)

@@ -54,7 +54,8 @@ static const opt_spec specs[] = {
     {"--eps", OPT_FLOAT, F(eps), "1e-8", 0, 1, "AdamW epsilon"},
     {"--clip", OPT_FLOAT, F(clip), "1.0", 0, 1e9, "clip the global gradient norm to this (0 = off)"},
     {"--backend", OPT_BACKEND, F(backend), "auto", 0, 0, "auto, host or cuda (auto: cuda if a GPU is present)"},
-    {"--offload", OPT_OFFLOAD, F(offload), "optimizer", 0, 0, "none, optimizer (ZeRO-Offload) or params (ZeRO-3 style)"},
+    {"--offload", OPT_OFFLOAD, F(offload), "optimizer", 0, 0, "none, optimizer (ZeRO-Offload), params (ZeRO-3 style) or nvme "
+                                                              "(as optimizer, with the Adam moments on disk: --nvme-path)"},
     {"--dtype", OPT_DTYPE, F(dtype), "auto", 0, 0, "device storage: auto (on cuda bf16 from sm_80, f16 on sm_70/75; f32 on "
                                                    "host), f32 (host only), bf16, or f16 (with dynamic loss scaling); on the "
                                                    "host backend 16-bit types round where the CUDA ops store them"},
@@ -87,6 +88,12 @@ static const opt_spec specs[] = {
     {"--quiet", OPT_BOOL, F(quiet), "off", 0, 0, "no progress lines (errors and the summary only)"},
     {"--max-skips", OPT_INT, F(max_skips), "20", 0, 1000000000, "stop after this many steps in a row skipped for "
                                                                "non-finite gradients (0 = never)"},
+    {"--nvme-path", OPT_STR, F(nvme_path), "", 0, 0, "folder on a fast disk for the optimizer state (--offload nvme, or params "
+                                                     "with the state on disk)"},
+    {"--nvme-master", OPT_BOOL, F(nvme_master), "off", 0, 0, "put the fp32 master weights on disk too (not only the Adam moments)"},
+    {"--nvme-window", OPT_BYTES, F(nvme_window), "256MiB", 12288, 0, "pinned host memory the on-disk state streams through"},
+    {"--nvme-block", OPT_BYTES, F(nvme_block), "1MiB", 4096, 67108864, "bytes per disk I/O and per checksum (a multiple of 4KiB, at most 64MiB)"},
+    {"--nvme-queue-depth", OPT_INT, F(nvme_queue_depth), "16", 1, 1024, "disk I/Os in flight"},
 };
 
 #define NSPECS (sizeof specs / sizeof specs[0])
@@ -134,6 +141,27 @@ static void print_help(void)
 static int apply_bytes(const opt_spec *s, const char *text, uint64_t *field)
 {
     uint64_t v = 0;
+    if (s->min > 0) { /* a size with a range of its own (the disk's block and window) */
+        if (units_parse_bytes(text, &v) != FERRY_OK) {
+            fprintf(stderr, "train_gpt2: %s: %s\n", s->flag, ferry_last_error());
+            return 2;
+        }
+        bool block = s->field == F(nvme_block);
+        if (v < (uint64_t)s->min || (s->max > 0 && v > (uint64_t)s->max) || (block && v % 4096)) {
+            char lo[32], hi[32], range[96];
+            units_fmt_bytes(lo, sizeof lo, (uint64_t)s->min);
+            if (s->max > 0)
+                snprintf(range, sizeof range, "from %s to %s", lo, units_fmt_bytes(hi, sizeof hi, (uint64_t)s->max));
+            else
+                snprintf(range, sizeof range, "at least %s", lo);
+            fprintf(stderr, "train_gpt2: %s '%s' is %llu bytes; give %s%s\n", s->flag, text, (unsigned long long)v,
+                    block ? "a multiple of 4KiB " : "", range);
+            return 2;
+        }
+        *field = v;
+        return 0;
+    }
+    /* The rule every program's size flags share (common/units.h). */
     if (units_parse_size_flag(s->flag, text, s->field == F(gpu_mem) ? "what the device has free" : "no cap", &v) !=
         FERRY_OK) {
         fprintf(stderr, "train_gpt2: %s\n", ferry_last_error());
@@ -288,6 +316,15 @@ static int check_together(train_options *o)
         fprintf(stderr, "train_gpt2: --delayed-update needs --offload optimizer\n");
         return 2;
     }
+    if (o->offload == FERRY_OFFLOAD_NVME && !o->nvme_path) {
+        fprintf(stderr, "train_gpt2: --offload nvme needs --nvme-path, a folder on a fast disk for the optimizer state\n");
+        return 2;
+    }
+    if (o->nvme_path && o->offload != FERRY_OFFLOAD_NVME && o->offload != FERRY_OFFLOAD_PARAMS) {
+        fprintf(stderr, "train_gpt2: --nvme-path puts the state on disk with --offload nvme (or params), not with "
+                        "--offload %s\n", ferry_offload_name(o->offload));
+        return 2;
+    }
     if (o->init_from && o->resume) {
         fprintf(stderr, "train_gpt2: --init-from and --resume exclude each other (a resumed run has its weights)\n");
         return 2;
@@ -348,6 +385,15 @@ int train_options_check_outputs(const train_options *o)
         st = fileio_check_output(o->log, "--log");
     if (st == FERRY_OK && o->trace)
         st = fileio_check_output(o->trace, "--trace");
+    /* The state's folder is not created: it names a disk. */
+    struct stat sb;
+    if (st == FERRY_OK && o->nvme_path && stat(o->nvme_path, &sb) != 0) {
+        fprintf(stderr, "train_gpt2: --nvme-path '%s': %s; create the folder on a fast disk first\n", o->nvme_path,
+                strerror(errno));
+        return 2;
+    }
+    if (st == FERRY_OK && o->nvme_path)
+        st = fileio_check_output_dir(o->nvme_path, "--nvme-path");
     if (st == FERRY_OK)
         return 0;
     fprintf(stderr, "train_gpt2: %s\n", ferry_last_error());

@@ -48,6 +48,11 @@ typedef struct train_options {
     uint64_t given;          /* bit i: the i-th flag of the table was on the command line */
     float loss_scale;        /* first dynamic loss scale with f16 storage; 0 = off */
     int max_skips;           /* skipped steps in a row that stop the run; 0 = never */
+    /* the NVMe tier */
+    const char *nvme_path;   /* folder for the state on disk; NULL = none */
+    bool nvme_master;        /* the master weights on disk too */
+    uint64_t nvme_window, nvme_block;
+    int nvme_queue_depth;
 } train_options;
 
 /* Fills *o from argv. Returns 0 to go on, 1 after --help (printed), 2 on a

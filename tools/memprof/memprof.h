@@ -15,7 +15,7 @@
 #include "models/gpt2.h"
 #include "offload/trace.h"
 
-#define MP_POOLS 2
+#define MP_POOLS 3 /* device, host, disk (trace_pool) */
 #define MP_TOP_MAX 64
 
 /* A trace as read: the records before the first problem, and the problem. */
@@ -136,6 +136,11 @@ typedef struct mp_plan_args {
     ferry_dtype dtype;
     bool recompute, json;
     uint64_t gpu_mem, host_mem; /* 0 = not given */
+    /* the NVMe tier: --offload nvme, or params with --nvme-path */
+    const char *nvme_path;      /* its folder: --disk defaults to the space free there */
+    bool nvme_master;
+    uint64_t nvme_window, nvme_block;
+    uint64_t disk;              /* --disk: the space to check the state file against; 0 = not given */
     uint64_t card;              /* --card: the card's memory; gpu_mem is then card - card_reserve */
     uint64_t card_reserve;      /* --card-reserve, else MP_CARD_RESERVE_DEFAULT */
     bool card_reserve_given;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 #include "common/units.h"
 #include "train/flag_words.h"
@@ -110,18 +111,21 @@ int mp_parse_dump_args(int argc, char **argv, const char **path)
 void mp_plan_usage(FILE *f)
 {
     fputs("usage: memprof plan [--model NAME | --layers L --heads H --width C] [--vocab V]\n"
-          "                    [--context T] [--batch B] [--seq T] [--offload none|optimizer|params]\n"
+          "                    [--context T] [--batch B] [--seq T] [--offload none|optimizer|params|nvme]\n"
           "                    [--recompute] [--prefetch K] [--grad-accum K] [--backend cuda|host|auto]\n"
           "                    [--dtype auto|f32|bf16|f16]\n"
           "                    [--gpu-mem SIZE | --card SIZE [--card-reserve SIZE]] [--host-mem SIZE]\n"
-          "                    [--json]\n"
+          "                    [--json] [--nvme-path DIR] [--nvme-master] [--nvme-window SIZE]\n"
+          "                    [--nvme-block SIZE] [--disk SIZE]\n"
           "\n"
           "Predicts, without running anything, the peak device and host memory of\n"
           "training GPT-2 with train_gpt2's settings (its flags and defaults, but for\n"
           "--backend: a plan is for a GPU, so cuda, where train_gpt2's auto runs on the\n"
           "host backend on a machine without one), by category, from the sizes the\n"
-          "engine and the model allocate. With --gpu-mem it says whether the run fits\n"
-          "and the largest batch that does.\n"
+          "engine and the model allocate, and with --offload nvme the bytes the state\n"
+          "takes on disk. With --gpu-mem it says whether the run fits and the largest\n"
+          "batch that does; with any budget, the largest GPT-2-shaped model (dN) that\n"
+          "fits them all.\n"
           "\n"
           "  --model NAME    gpt2, gpt2-medium, gpt2-large, gpt2-xl or dN (default d6)\n"
           "  --layers L --heads H --width C   a custom model instead (all three)\n"
@@ -129,7 +133,7 @@ void mp_plan_usage(FILE *f)
           "  --context T     longest sequence the model supports (default 1024)\n"
           "  --batch B       sequences per micro-batch (default 4)\n"
           "  --seq T         tokens per sequence (default 256, at most --context)\n"
-          "  --offload MODE  none, optimizer or params (default optimizer)\n"
+          "  --offload MODE  none, optimizer, params or nvme (default optimizer)\n"
           "  --recompute     keep only block inputs; recompute the rest in backward\n"
           "  --prefetch K    params mode: groups fetched ahead (default 2, 0..64)\n"
           "  --grad-accum K  micro-batches per step (default 1; more adds their fp32 sum)\n"
@@ -145,6 +149,11 @@ void mp_plan_usage(FILE *f)
           "                  before the engine (default 512MiB; the engine measures it on\n"
           "                  its card: ferry_memory_stats, bench_engine --card)\n"
           "  --host-mem SIZE pinned host memory to check, e.g. 64GiB (0: none)\n"
+          "  --nvme-path DIR the state's folder (nvme; with params, puts the state on\n"
+          "                  disk): --disk defaults to the space free there\n"
+          "  --nvme-master   the fp32 master weights on disk too\n"
+          "  --nvme-window SIZE, --nvme-block SIZE   as train_gpt2's (256MiB, 1MiB)\n"
+          "  --disk SIZE     disk space to check the state file against\n"
           "  --json          print the figures as JSON\n"
           "\n"
           UNITS_SIZE_HELP
@@ -184,6 +193,21 @@ static int plan_bytes(const char *flag, const char *text, uint64_t *out)
     return 0;
 }
 
+/* The disk tier's sizes (window, block) are not budgets: any count of bytes
+ * (units as everywhere), their ranges checked with the plan. */
+static int plan_io_bytes(const char *flag, const char *text, uint64_t *out)
+{
+    if (units_parse_bytes(text, out) != FERRY_OK) {
+        fprintf(stderr, "memprof plan: %s: %s\n", flag, ferry_last_error());
+        return 2;
+    }
+    if (*out == 0) {
+        fprintf(stderr, "memprof plan: %s '%s' is 0 bytes, which holds nothing\n", flag, text);
+        return 2;
+    }
+    return 0;
+}
+
 /* A flag train_gpt2 also takes, in train_gpt2's own range (train/options.c),
  * so plan accepts exactly the shapes the trainer does; a custom model's
  * fields start at 1 here (train_gpt2's 0 means "not given"). */
@@ -203,10 +227,11 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
     const char *f = argv[*i];
     if (!strcmp(f, "--recompute")) { a->recompute = true; return 0; }
     if (!strcmp(f, "--json")) { a->json = true; return 0; }
+    if (!strcmp(f, "--nvme-master")) { a->nvme_master = true; return 0; }
     static const char *const valued[] = {"--model", "--layers", "--heads", "--width", "--vocab", "--context",
                                          "--batch", "--seq", "--offload", "--prefetch", "--backend",
-                                         "--gpu-mem", "--host-mem", "--grad-accum", "--dtype", "--card",
-                                         "--card-reserve"};
+                                         "--gpu-mem", "--host-mem", "--grad-accum", "--dtype", "--nvme-path",
+                                         "--nvme-window", "--nvme-block", "--disk", "--card", "--card-reserve"};
     bool known = false;
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
         known |= !strcmp(f, valued[k]);
@@ -232,6 +257,10 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
         return plan_fail("--dtype '%s': use auto, f32, bf16 or f16%s", v, "");
     if (!strcmp(f, "--gpu-mem")) return plan_bytes(f, v, &a->gpu_mem);
     if (!strcmp(f, "--host-mem")) return plan_bytes(f, v, &a->host_mem);
+    if (!strcmp(f, "--disk")) return plan_bytes(f, v, &a->disk);
+    if (!strcmp(f, "--nvme-window")) return plan_io_bytes(f, v, &a->nvme_window);
+    if (!strcmp(f, "--nvme-block")) return plan_io_bytes(f, v, &a->nvme_block);
+    if (!strcmp(f, "--nvme-path")) { a->nvme_path = v; return 0; }
     if (!strcmp(f, "--card")) return plan_bytes(f, v, &a->card);
     if (!strcmp(f, "--card-reserve")) {
         if (units_parse_size_flag(f, v, "nothing reserved", &a->card_reserve) != FERRY_OK)
@@ -240,7 +269,7 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
         return 0;
     }
     if (!strcmp(f, "--offload") && ferry_offload_parse(v, &a->offload) != FERRY_OK)
-        return plan_fail("--offload '%s': use none, optimizer or params%s", v, "");
+        return plan_fail("--offload '%s': use none, optimizer, params or nvme%s", v, "");
     if (!strcmp(f, "--backend") && ferry_backend_parse(v, &a->backend) != FERRY_OK)
         return plan_fail("--backend '%s': plan for cuda (bf16 on the device), host (fp32) or auto%s", v, "");
     if (!strcmp(f, "--backend") && a->backend == FERRY_BACKEND_AUTO) { /* as train_gpt2 would choose here */
@@ -315,6 +344,23 @@ int mp_parse_plan_args(int argc, char **argv, mp_plan_args *a, gpt2_config *c)
         }
         if (plan_option(argc, argv, &i, a))
             return 2;
+    }
+    bool disk = a->offload == FERRY_OFFLOAD_NVME || (a->offload == FERRY_OFFLOAD_PARAMS && a->nvme_path);
+    if (!disk && (a->nvme_path || a->nvme_master || a->nvme_window || a->nvme_block || a->disk))
+        return plan_fail("the --nvme-* and --disk options plan the state on disk: with --offload nvme, or params "
+                         "with --nvme-path%s%s", "", "");
+    if (a->nvme_block && (a->nvme_block % 4096 || a->nvme_block > ((uint64_t)64 << 20))) {
+        fprintf(stderr, "memprof plan: --nvme-block %llu bytes: give a multiple of 4KiB up to 64MiB\n",
+                (unsigned long long)a->nvme_block);
+        return 2;
+    }
+    struct statvfs vs;
+    if (a->nvme_path && !a->disk) {
+        if (statvfs(a->nvme_path, &vs) != 0) {
+            fprintf(stderr, "memprof plan: --nvme-path '%s': %s\n", a->nvme_path, strerror(errno));
+            return 2;
+        }
+        a->disk = (uint64_t)vs.f_bavail * (uint64_t)vs.f_frsize;
     }
     if (plan_card(a))
         return 2;

@@ -454,6 +454,13 @@ static ferry_status setup_engine(trainer *t)
     c.optimizer_threads = t->o.threads;
     c.delayed_update = t->o.delayed_update;
     c.trace_path = t->o.trace;
+    if (t->o.nvme_path) {
+        c.nvme_path = t->o.nvme_path;
+        c.nvme_master = t->o.nvme_master;
+        c.nvme_window_bytes = t->o.nvme_window;
+        c.nvme_block_bytes = t->o.nvme_block;
+        c.nvme_queue_depth = t->o.nvme_queue_depth;
+    }
     ferry_status st = gpt2_create(&t->cfg, &t->model);
     if (st == FERRY_OK) st = ferry_engine_create(&c, &t->engine);
     if (st == FERRY_OK) st = ferry_engine_mark(t->engine, 0, "setup");
