@@ -182,11 +182,11 @@ static void panel(FILE *f, const mp_report *r, int p, double y0)
     if (r->window)
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"14\" font-weight=\"bold\">%s memory: up to %s here "
                    "(the run's peak %s)",
-                LEFT, y0 - 10, p == TRACE_POOL_HOST ? "host" : "device", units_fmt_bytes(w, sizeof w, top),
+                LEFT, y0 - 10, mp_pool_name(p), units_fmt_bytes(w, sizeof w, top),
                 units_fmt_bytes(b, sizeof b, pr->peak));
     else
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"14\" font-weight=\"bold\">%s memory: peak %s",
-                LEFT, y0 - 10, p == TRACE_POOL_HOST ? "host" : "device", units_fmt_bytes(b, sizeof b, pr->peak));
+                LEFT, y0 - 10, mp_pool_name(p), units_fmt_bytes(b, sizeof b, pr->peak));
     if (pr->limit)
         fprintf(f, " of %s budget", units_fmt_bytes(l, sizeof l, pr->limit));
     fputs("</text>\n", f);
