@@ -4,6 +4,7 @@
  * type: bf16 (the default from sm_80) or f16 (the default on sm_70 and
  * sm_75, where bf16 is refused). Built only with CUDA; owns no memory. */
 #include "kernels/backend_impl.h"
+#include "kernels/comm_impl.h"
 #include "kernels/ops_cuda.h"
 
 /* The ops of the common binding (kernels/op_list.h's OPC_ACT): the stream's
@@ -39,4 +40,9 @@ const backend_ops backend_cuda_ops = {
     .init = cudaop_init,
     .shutdown = cudaop_shutdown,
     FERRY_OPS(CUDA_ENTRY)
+    .comm_open = comm_nccl_open,
+    .comm_close = comm_nccl_close,
+    .reduce_scatter = comm_nccl_reduce_scatter,
+    .all_gather = comm_nccl_all_gather,
+    .all_reduce = comm_nccl_all_reduce,
 };

@@ -144,6 +144,7 @@ typedef struct mp_plan_args {
     uint64_t card;              /* --card: the card's memory; gpu_mem is then card - card_reserve */
     uint64_t card_reserve;      /* --card-reserve, else MP_CARD_RESERVE_DEFAULT */
     bool card_reserve_given;
+    int ranks;                  /* data parallel ranks; 1 = alone */
 } mp_plan_args;
 
 /* What `memprof plan --card SIZE` leaves for the CUDA context and the

@@ -637,7 +637,7 @@ static int card_budget(bench_opts *o, const gpt2_model *m)
            units_fmt_bytes(budget, sizeof budget, o->gpu_mem), (unsigned long long)share);
     if (o->confirm_max && !o->B) {
         gpt2_plan_request rq = {gpt2_get_config(m), 1, o->T, o->modes[0], o->recompute, 2, 1, FERRY_BACKEND_CUDA,
-                                FERRY_DTYPE_AUTO};
+                                FERRY_DTYPE_AUTO, 1};
         st = gpt2_plan_max_batch(&rq, o->gpu_mem, &o->B);
         if (st != FERRY_OK || o->B < 1) {
             fprintf(stderr, "bench_engine: --card %s: %s\n", card,
