@@ -2,7 +2,7 @@
  * engine.c (create, config, groups, stats), placement.c (where each byte
  * lives, per offload mode), schedule.c (fetch, release, prefetch, gradient
  * drain during backward), step.c (norm, clipping, the update and the
- * upload), checkpoint.c (save and load). Embedders include engine/embed.h. */
+ * upload), checkpoint.c (save and load). Embedders include engine/intree.h. */
 #ifndef FERRY_ENGINE_ENGINE_H
 #define FERRY_ENGINE_ENGINE_H
 
@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "engine/embed.h"
+#include "engine/intree.h"
 #include "ferry.h"
 #include "kernels/backend.h"
 #include "kernels/ops.h"
@@ -167,6 +167,10 @@ struct ferry_engine {
     char *nvme_dir;
     bool nvme_asked;
     struct engine_nvme *nvme;
+
+    /* what the device's own software took before the engine's first byte
+     * (device_share.c; 0 on the host backend) */
+    uint64_t dev_total_bytes, dev_context_bytes, dev_library_bytes;
 };
 
 /* engine.c */
@@ -299,5 +303,20 @@ ferry_status engine_nvme_chunks(ferry_engine *e, engine_group *g, int array, boo
 /* Adds the disk's figures to memory stats, and a sentence to describe. */
 void engine_nvme_stats(const ferry_engine *e, ferry_memory_stats *st);
 void engine_nvme_describe(const ferry_engine *e, char *buf, size_t cap);
+/* device_share.c: what the CUDA context and libraries take of the card, so
+ * that a budget emulating a smaller card can be told from the card itself.
+ * Each is a no-op on the host backend, and best effort (a failed
+ * cudaMemGetInfo leaves 0). */
+/* At create, right after the backend opened: the card's total, and what is
+ * in use once the context exists. */
+void engine_device_share_open(ferry_engine *e);
+/* The device's free bytes now (0 on host); before ops_init... */
+uint64_t engine_device_free(ferry_engine *e);
+/* ...and after it: what starting the libraries took. */
+void engine_device_share_libraries(ferry_engine *e, uint64_t free_before);
+/* Fills the device_total/context/library/outside fields of st. */
+void engine_device_share_stats(ferry_engine *e, ferry_memory_stats *st);
+/* Appends "; on the card ..." to buf (a sentence of describe), cuda only. */
+void engine_device_share_note(const ferry_engine *e, char *buf, size_t cap);
 
 #endif

@@ -62,19 +62,19 @@ static ferry_status check_device_fit(ferry_engine *e)
         return err_set(FERRY_ERR_OUT_OF_MEMORY,
                        "device budget %s is too small for offload 'none': %zu parameters need %s on the "
                        "device (%.0f bytes each: weights, gradients, fp32 master weights and Adam "
-                       "moments) before any activation; use --offload optimizer (%.0f bytes per "
-                       "parameter on the device) or --offload params (a few groups at a time), or a "
-                       "larger --gpu-mem",
+                       "moments) before any activation; use offload FERRY_OFFLOAD_OPTIMIZER (%.0f bytes "
+                       "per parameter on the device) or offload FERRY_OFFLOAD_PARAMS (a few groups at a "
+                       "time), or raise device_budget_bytes",
                        b, n, nb, dev_pp, 2.0 * (double)e->act_size);
     if (e->cfg.offload == FERRY_OFFLOAD_OPTIMIZER)
         return err_set(FERRY_ERR_OUT_OF_MEMORY,
                        "device budget %s is too small for offload 'optimizer': %zu parameters need %s "
-                       "for weights and gradients on the device; use --offload params, which keeps "
-                       "only a few groups there, or a larger --gpu-mem",
+                       "for weights and gradients on the device; use offload FERRY_OFFLOAD_PARAMS, which "
+                       "keeps only a few groups there, or raise device_budget_bytes",
                        b, n, nb);
     return err_set(FERRY_ERR_OUT_OF_MEMORY,
                    "device budget %s cannot hold even the largest parameter group (%zu parameters: %s "
-                   "for its weights and gradients); raise --gpu-mem or split the group",
+                   "for its weights and gradients); raise device_budget_bytes or split the group",
                    b, largest_group(e), nb);
 }
 
@@ -283,8 +283,10 @@ static ferry_status place_globals(ferry_engine *e)
             return err_wrap(st, "ferry_engine_setup");
         memcpy((char *)e + b[i].slot, &ptr, sizeof ptr);
     }
+    uint64_t free_before = engine_device_free(e);
     ferry_status st = ops_init(e->be, e->dev_workspace, ops_workspace_bytes(backend_kind(e->be)));
     e->ops_ready = st == FERRY_OK;
+    engine_device_share_libraries(e, free_before);
     return st;
 }
 

@@ -368,7 +368,7 @@ static ferry_status check_collapse(const ferry_engine *e, float used)
                    "the loss scale collapsed: %d steps in a row had inf or NaN gradients (the scale backed off to %g, "
                    "the last step used %g), so nothing has been trained since step %lld; the forward pass itself "
                    "overflows fp16, the run diverged, or the first scale (%g) was far too large: lower the learning "
-                   "rate or the first loss scale, resume from an earlier checkpoint, or train in bf16 or f32 where "
+                   "rate or loss_scale_init, resume from an earlier checkpoint, or train in bf16 or f32 where "
                    "the card allows",
                    e->skips_in_row, (double)e->scaler.scale, (double)used, (long long)e->step,
                    (double)e->cfg.loss_scale_init);

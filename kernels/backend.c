@@ -379,7 +379,7 @@ ferry_status backend_cuda_init(backend *be)
     (void)be;
     return err_set(FERRY_ERR_UNSUPPORTED,
                    "the cuda backend was asked for, but this ferry was built without CUDA; "
-                   "rebuild with -Dcuda=enabled, or use --backend host");
+                   "rebuild with -Dcuda=enabled, or use backend FERRY_BACKEND_HOST");
 }
 
 ferry_status backend_cuda_describe(char *name, size_t name_cap, uint64_t *memory_bytes,

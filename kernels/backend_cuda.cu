@@ -379,7 +379,7 @@ ferry_status explain_no_device(cudaError_t rc)
     cudaGetLastError();
     if (rc == cudaSuccess || rc == cudaErrorNoDevice || (rc == cudaErrorInsufficientDriver && driver == 0))
         return err_set(FERRY_ERR_UNSUPPORTED,
-                       "the cuda backend was asked for, but no GPU is visible (%s); use --backend host, "
+                       "the cuda backend was asked for, but no GPU is visible (%s); use backend FERRY_BACKEND_HOST, "
                        "or check nvidia-smi",
                        driver == 0 ? "no NVIDIA driver" : "the driver sees no device");
     if (rc == cudaErrorInsufficientDriver)

@@ -566,27 +566,12 @@ static ferry_status host_accumulate(backend_stream *s, float *acc, const act_t *
     return backend_launch_host(s, accumulate_run, &a, sizeof a);
 }
 
+#define HOST_ENTRY(NAME, CUDA, EXTRA) .NAME = host_##NAME,
 const backend_ops backend_host_ops = {
     .act_dtypes = 1u << FERRY_DTYPE_F32 | 1u << FERRY_DTYPE_BF16 | 1u << FERRY_DTYPE_F16,
     .init = host_init,
     .shutdown = host_shutdown,
-    .encoder_forward = host_encoder_forward,
-    .encoder_backward = host_encoder_backward,
-    .layernorm_forward = host_layernorm_forward,
-    .layernorm_backward = host_layernorm_backward,
-    .matmul_forward = host_matmul_forward,
-    .matmul_backward = host_matmul_backward,
-    .gelu_forward = host_gelu_forward,
-    .gelu_backward = host_gelu_backward,
-    .residual_forward = host_residual_forward,
-    .attention_forward = host_attention_forward,
-    .attention_backward = host_attention_backward,
-    .classifier = host_classifier,
-    .convert_from_f32 = host_convert_from_f32,
-    .convert_to_f32 = host_convert_to_f32,
-    .adamw = host_adamw,
-    .sumsq = host_sumsq,
-    .accumulate = host_accumulate,
+    FERRY_OPS(HOST_ENTRY)
     .comm_open = comm_host_open,
     .comm_close = comm_host_close,
     .reduce_scatter = comm_host_reduce_scatter,

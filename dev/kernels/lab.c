@@ -9,8 +9,9 @@
  *   kernel_lab [--quick] [--dtype bf16|f16] [--op NAME]...
  *     --quick  B*T = 2 x 256, C = 768, NH = 12 (a smoke run)
  *     --dtype  the storage type (default: the card's, bf16 from sm_80)
- *     --op     only this op family (encoder, layernorm, matmul, gelu,
- *              residual, attention, classifier, optimizer); repeatable
+ *     --op     only this op family (registry: every op of the registry
+ *              checked over kernels/op_shapes.h; encoder, layernorm, matmul,
+ *              gelu, residual, attention, classifier, optimizer); repeatable
  *   FERRY_TEST_SEED sets the seed (printed either way).
  *
  * Exit status: 0 when every check passed; 1 when one failed or the setup
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/opdrive.h"
 #include "kernels/ops.h"
 
 void lab_must(ferry_status st, const char *what)
@@ -232,13 +234,60 @@ static void measure_ceilings(lab *L)
     backend_free(L->be, k.c);
 }
 
+/* ---- every op of the registry ---- */
+
+typedef struct registry_ctx {
+    lab *L;
+    const op_shape *shape;
+} registry_ctx;
+
+static void registry_report(void *p, const opdrive_result *r)
+{
+    registry_ctx *c = p;
+    double f16 = c->L->act == FERRY_DTYPE_F16 ? 0.2 : 1.0;
+    double tol = op_shape_tol(c->shape, r->tensor, 1e-2 * f16, 2e-2 * f16);
+    bool ok = r->err.rel <= tol;
+    c->L->checks++;
+    c->L->failures += !ok;
+    printf("check  %-30s %-26s rel err %.2e (tol %.0e), max abs %.2e  %s\n", r->op, r->tensor, r->err.rel, tol,
+           r->err.max_abs, ok ? "PASS" : "FAIL");
+    fflush(stdout);
+}
+
+/* Every op of the registry (kernels/op_list.h) over the shape table
+ * (kernels/op_shapes.h): the production kernel, through its front, against
+ * the host backend storing the same type, from the same inputs. The op
+ * files below time them and their variants. */
+static void lab_registry(lab *L)
+{
+    static opinfo all[OPINFO_OPS];
+    opinfo_all(all);
+    backend *host = NULL;
+    backend_stream *hs = NULL;
+    lab_must(backend_open(FERRY_BACKEND_HOST, &host), "opening the host backend");
+    lab_must(backend_set_act_dtype(host, L->act), "the host backend's storage type");
+    lab_must(backend_stream_create(host, "host", &hs), "host stream");
+    lab_must(ops_init(host, NULL, 0), "host ops_init");
+    for (size_t k = 0; k < OP_SHAPES; k++) {
+        registry_ctx c = {L, &op_shapes[k]};
+        ferry_status st = opdrive_compare(all, &op_shapes[k], L->be, L->s, host, hs, L->rng + k, registry_report, &c);
+        if (st != FERRY_OK) {
+            L->checks++;
+            L->failures++;
+            printf("check  %-30s %-26s FAIL: %s\n", op_shapes[k].op, op_shapes[k].sizes, ferry_last_error());
+        }
+    }
+    backend_stream_destroy(hs);
+    backend_close(host);
+}
+
 /* ---- main ---- */
 
 static const struct {
     const char *name;
     void (*run)(lab *L);
 } ops[] = {
-    {"encoder", lab_encoder},     {"layernorm", lab_layernorm},   {"matmul", lab_matmul},
+    {"registry", lab_registry},   {"encoder", lab_encoder},     {"layernorm", lab_layernorm},   {"matmul", lab_matmul},
     {"gelu", lab_gelu},           {"residual", lab_residual},     {"attention", lab_attention},
     {"classifier", lab_classifier}, {"optimizer", lab_optimizer},
 };

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The layering of ferry's tree, checked (DESIGN.md "Layout").
+"""The layering of ferry's tree, checked (docs/design.md, "The layers").
 
 One top folder is one library, and dependencies point one way:
 common <- kernels <- offload, optim <- engine <- models <- train <- tools.
@@ -54,6 +54,13 @@ GENERATED = {
 }
 
 SOURCES = (".c", ".h", ".cu", ".cuh")
+# The library's folders: what an embedder links. Their messages name ferry.h's
+# config fields, never a program's flags (train_gpt2 translates them).
+LIBRARY = ("include", "common", "kernels", "offload", "optim", "engine")
+STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+")
+# Another program's flags, which a message may name: "srun --mpi=pmix".
+FOREIGN_FLAGS = re.compile(r"\b(?:srun|mpirun|mpiexec)(?:\s+--[a-z][a-z0-9-]*(?:=\S+)?)+")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 CUDA_FLAG = re.compile(r"\bFERRY_HAVE_CUDA\b")
 
@@ -119,6 +126,14 @@ def violations(root):
                 continue
             if tl not in MAY_USE[layer]:
                 found.append(f"{rel}: includes {target}: {layer}/ may not use {tl}/")
+        if layer in LIBRARY:
+            for line in text.splitlines():
+                if line.lstrip().startswith(("*", "/*", "//", "#")):
+                    continue
+                for lit in STRING.findall(line):
+                    for flag in FLAG.findall(FOREIGN_FLAGS.sub("", lit)):
+                        found.append(f"{rel}: a message names the flag {flag}; name the config field "
+                                     "(train/flag_words.c says it in the trainer's flags)")
         if CUDA_FLAG.search(text) and layer != "kernels":
             found.append(f"{rel}: tests FERRY_HAVE_CUDA outside kernels/ (ask the backend instead)")
     return found
@@ -128,7 +143,8 @@ def tap(root):
     bad = violations(root)
     n = sum(1 for _ in sources(root))
     print(f"ok 1 - {n} source files scanned" if n > 100 else f"not ok 1 - only {n} source files found under {root}")
-    print("ok 2 - every #include points down the layers" if not bad else "not ok 2 - includes against the layering:")
+    print("ok 2 - every #include points down the layers; library messages name no program flag" if not bad
+          else "not ok 2 - against the layering:")
     for v in bad:
         print(f"#   {v}")
     print("1..2")
@@ -139,7 +155,7 @@ def self_test():
     """Each fault planted in a tiny tree must be found; the clean tree must pass."""
     cases = {
         "clean": ({}, 0),
-        "upward": ({"kernels/x.c": '#include "engine/embed.h"\n'}, 1),
+        "upward": ({"kernels/x.c": '#include "engine/intree.h"\n'}, 1),
         "private": ({"models/y.c": '#include "engine/engine.h"\n'}, 1),
         "optim-backend": ({"optim/z.c": '#include "kernels/backend.h"\n'}, 1),
         "cuda-flag": ({"engine/w.c": "#ifdef FERRY_HAVE_CUDA\n#endif\n"}, 1),
@@ -147,15 +163,18 @@ def self_test():
         "test-private-ok": ({"tests/engine/t.c": '#include "engine/engine.h"\n'}, 0),
         "test-private-other": ({"tests/train/t.c": '#include "engine/engine.h"\n'}, 1),
         "missing": ({"train/m.c": '#include "train/nothere.h"\n'}, 1),
+        "flag-in-library": ({"offload/a.c": 'err_set(1, "lower --batch");\n'}, 1),
+        "flag-in-tools-ok": ({"tools/t.c": 'puts("lower --batch");\n'}, 0),
+        "decrement-ok": ({"engine/d.c": 'n = a[--i]; puts("rebuild with -Dcuda=enabled");\n'}, 0),
     }
     base = {
         "include/ferry.h": "",
         "common/error.h": '#include "ferry.h"\n',
         "kernels/backend.h": '#include "ferry.h"\n',
         "engine/engine.h": '#include "kernels/backend.h"\n',
-        "engine/embed.h": '#include "kernels/backend.h"\n',
+        "engine/intree.h": '#include "kernels/backend.h"\n',
         "engine/e.c": '#include "engine/engine.h"\n#include "common/error.h"\n',
-        "models/m.c": '#include "engine/embed.h"\n',
+        "models/m.c": '#include "engine/intree.h"\n',
     }
     failures = 0
     for i, (name, (extra, want)) in enumerate(cases.items(), 1):
