@@ -115,13 +115,17 @@ static void test_encoder(int B, int T, int C, int V)
     g = back(d_dwpe, (size_t)T * C);
     check("encoder_backward dwpe", g, dwpe, (size_t)T * C, TOL_ELEM);
     free(g);
-    /* Determinism: a second backward from the same start gives the same bits. */
+    /* Determinism: a second backward from the same start gives the same bits
+     * (and not the start's: the backward really ran). dwpe is required. */
     void *d_dwte2 = dev(dwte, (size_t)V * C), *d_dwte3 = dev(dwte, (size_t)V * C);
-    OK(ops_encoder_backward(st, d_dwte2, NULL, d_dout, d_tok, B, T, C));
-    OK(ops_encoder_backward(st, d_dwte3, NULL, d_dout, d_tok, B, T, C));
+    void *d_dwpe2 = dev(dwpe, (size_t)T * C);
+    OK(ops_encoder_backward(st, d_dwte2, d_dwpe2, d_dout, d_tok, B, T, C));
+    OK(ops_encoder_backward(st, d_dwte3, d_dwpe2, d_dout, d_tok, B, T, C));
     float *g2 = back(d_dwte2, (size_t)V * C), *g3 = back(d_dwte3, (size_t)V * C);
     TAP_IS_INT(memcmp(g2, g3, (size_t)V * C * 4), 0, "encoder_backward is deterministic");
+    tap_ok(memcmp(g2, dwte, (size_t)V * C * 4) != 0, "encoder_backward changed dwte");
     free(g2), free(g3);
+    release(d_dwpe2);
     release(d_tok), release(d_wte), release(d_wpe), release(d_dout), release(d_dwte);
     release(d_dwpe), release(d_out), release(d_dwte2), release(d_dwte3);
     free(tok), free(wte), free(wpe), free(dout), free(dwte), free(dwpe), free(out);
