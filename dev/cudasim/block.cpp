@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <map>
 #include <thread>
@@ -43,7 +45,9 @@ thread_local thread_ctx *tl_cur;
 
 namespace {
 
-enum thread_state { T_READY, T_RUNNING, T_WAIT_BAR, T_WAIT_WARP, T_EXITED, T_STOPPED };
+/* T_NEW: ready, never run (no fiber yet); T_READY: ready, parked on its
+ * fiber; the rest as named. */
+enum thread_state { T_NEW, T_READY, T_RUNNING, T_WAIT_BAR, T_WAIT_WARP, T_EXITED, T_STOPPED };
 enum coll_kind { C_SYNCWARP, C_SHFL, C_VOTE, C_MMA };
 
 const char *coll_name(int kind, int sub)
@@ -60,31 +64,47 @@ const char *coll_name(int kind, int sub)
 
 struct block_state;
 struct executor;
+struct sim_thread;
+
+/* A fiber: runs threads one after another until one of them blocks, which
+ * then keeps the fiber until it resumes and ends. */
+struct runner {
+    fiber_stack *stack;
+    void *sp;
+    void *fake;
+    sim_thread *start; /* the thread it runs next */
+    executor *ex;
+};
 
 struct sim_thread : thread_ctx {
     int tid, lane, warp;
     block_state *blk;
-    void *sp;
-    fiber_stack *stack;
-    void *fake;
+    runner *fiber;
     thread_state state;
     const char *wait_file;
     int wait_line;
     uint64_t result;
 };
 
-struct warp_coll {
+/* One pending collective of a warp: the lanes of `mask` meet in it. */
+struct coll_slot {
+    bool used;
     int kind, sub;
     unsigned mask, arrived;
     int width;
     const char *file;
     int line;
+};
+
+struct warp_state {
+    unsigned live, exist;
+    coll_slot slots[4]; /* disjoint masks may wait at once */
+    /* Each lane is in at most one collective: its inputs. */
     uint64_t val[32];
     int arg[32];
     int pred[32];
     const float *ma[32], *mb[32], *mc[32];
     float *md[32];
-    int operand_kind;
 };
 
 struct shared_site {
@@ -105,9 +125,7 @@ struct block_state {
     int bar_accum;
     const char *bar_file;
     int bar_line;
-    /* per warp */
-    std::vector<std::vector<warp_coll>> colls;
-    std::vector<unsigned> warp_live, warp_exist;
+    std::vector<warp_state> warps;
     /* shared memory */
     char *smem;
     size_t static_cap, static_used, dyn_off, arena_used;
@@ -123,6 +141,8 @@ constexpr unsigned char CANARY_BYTE = 0xa5;
 
 struct executor {
     std::vector<fiber_stack> stacks;
+    std::vector<runner> runners;
+    std::vector<int> free_runners;
     std::vector<char> arena_store;
     char *arena;
     size_t arena_bytes;
@@ -131,7 +151,18 @@ struct executor {
     fiber_stack sched_stack; /* the OS thread's own stack, for ASan's switch calls */
     block_state blk;
 
-    executor() : arena(nullptr), arena_bytes(0), sched_sp(nullptr), sched_fake(nullptr), sched_stack(), blk() {}
+    executor() : arena(nullptr), arena_bytes(0), sched_sp(nullptr), sched_fake(nullptr), sched_stack(), blk()
+    {
+        pthread_attr_t at;
+        void *lo = nullptr;
+        size_t size = 0;
+        if (pthread_getattr_np(pthread_self(), &at) == 0) {
+            pthread_attr_getstack(&at, &lo, &size);
+            pthread_attr_destroy(&at);
+        }
+        sched_stack.lo = static_cast<char *>(lo);
+        sched_stack.hi = sched_stack.lo + size;
+    }
     ~executor()
     {
         for (auto &s : stacks)
@@ -161,26 +192,34 @@ uint64_t next_rand(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* Makes the threads of `ids` (in thread order) ready, in the schedule's order. */
-void make_ready(block_state &b, const std::vector<int> &ids)
+/* Makes thread `id` ready (a waiting thread was started: T_READY). */
+inline void push_ready(block_state &b, int id)
+{
+    b.th[(size_t)id].state = T_READY;
+    b.ready.push_back(id);
+}
+
+/* Makes the threads of mask `m` in warp `w` ready, in the schedule's order. */
+void ready_lanes(block_state &b, int w, unsigned m)
 {
     if (settings().schedule == SCHED_DESCENDING) {
-        for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
-            b.th[*it].state = T_READY;
-            b.ready.push_back(*it);
-        }
+        for (int l = 31; l >= 0; l--)
+            if (m & (1u << l))
+                push_ready(b, w * 32 + l);
     } else {
-        for (int id : ids) {
-            b.th[id].state = T_READY;
-            b.ready.push_back(id);
-        }
+        for (int l = 0; l < 32; l++)
+            if (m & (1u << l))
+                push_ready(b, w * 32 + l);
     }
 }
 
 int pick(block_state &b)
 {
     if (settings().schedule == SCHED_RANDOM && b.ready.size() > 1) {
-        size_t k = next_rand(&b.rng) % b.ready.size();
+        b.rng ^= b.rng << 13; /* xorshift64: cheap, and seeded per block */
+        b.rng ^= b.rng >> 7;
+        b.rng ^= b.rng << 17;
+        size_t k = (size_t)(((b.rng >> 32) * (uint64_t)b.ready.size()) >> 32);
         std::swap(b.ready[0], b.ready[k]);
     }
     int id = b.ready.front();
@@ -213,12 +252,66 @@ void block_fail(block_state &b, cudaError_t e, const std::string &msg)
     b.msg = msg;
 }
 
-/* From a fiber: switch to the block's scheduler; returns when resumed. */
-void yield_to_scheduler(sim_thread *t)
+void runner_main(void *arg);
+
+runner *new_runner(executor &ex, sim_thread *start)
+{
+    int i = ex.free_runners.back();
+    ex.free_runners.pop_back();
+    runner *r = &ex.runners[(size_t)i];
+    r->start = start;
+    r->fake = nullptr;
+    r->sp = fiber_prepare(r->stack, runner_main, r);
+    return r;
+}
+
+void release_runner(executor &ex, runner *r) { ex.free_runners.push_back((int)(r - ex.runners.data())); }
+
+/* From a fiber whose thread just blocked (`self` keeps the thread) or ended
+ * (`exiting`): runs the next ready thread. A thread never run starts on a
+ * fresh fiber, or on this one when its thread ended (returns true: the
+ * caller runs r->start); a parked thread resumes on its fiber. With nothing
+ * ready, or the block failed, control goes back to the block's scheduler.
+ * A blocked thread's call returns when it is resumed. */
+bool switch_next(executor &ex, runner *self, bool exiting)
+{
+    block_state &b = ex.blk;
+    void *dead = nullptr;
+    void **save = exiting ? &dead : &self->sp;
+    void **fake = exiting ? nullptr : &self->fake;
+    if (b.failed || b.ready.empty()) {
+        if (exiting)
+            release_runner(ex, self);
+        fiber_switch(save, ex.sched_sp, &ex.sched_stack, fake, exiting);
+    } else {
+        sim_thread *n = &b.th[(size_t)pick(b)];
+        if (n->state == T_NEW) {
+            if (exiting) {
+                self->start = n;
+                return true;
+            }
+            runner *r = new_runner(ex, n);
+            fiber_switch(save, r->sp, r->stack, fake, false);
+        } else {
+            n->state = T_RUNNING;
+            tl_cur = n;
+            if (n->fiber == self) /* the blocked thread itself was picked: it goes on */
+                return false;
+            if (exiting)
+                release_runner(ex, self);
+            fiber_switch(save, n->fiber->sp, n->fiber->stack, fake, exiting);
+        }
+    }
+    /* Resumed (never when exiting). */
+    fiber_switched(self->fake, nullptr, nullptr);
+    return false;
+}
+
+/* From a blocking call: lets others run; returns when this thread resumes. */
+void block_here(sim_thread *t)
 {
     executor &ex = *t->blk->ex;
-    fiber_switch(&t->sp, ex.sched_sp, &ex.sched_stack, &t->fake, false);
-    fiber_switched(t->fake, nullptr, nullptr);
+    switch_next(ex, t->fiber, false);
     tl_cur = t;
 }
 
@@ -227,36 +320,40 @@ void yield_to_scheduler(sim_thread *t)
 {
     block_fail(*t->blk, e, msg);
     t->state = T_STOPPED;
-    yield_to_scheduler(t);
-    abort(); /* never resumed */
+    block_here(t);
+    abort(); /* never resumed: the block failed */
 }
 
 void release_barrier(block_state &b)
 {
-    std::vector<int> ids;
-    for (int i = 0; i < b.n; i++)
-        if (b.th[i].state == T_WAIT_BAR) {
-            b.th[i].result = (uint64_t)(unsigned)b.bar_accum;
-            ids.push_back(i);
-        }
+    if (settings().schedule == SCHED_DESCENDING) {
+        for (int i = b.n - 1; i >= 0; i--)
+            if (b.th[(size_t)i].state == T_WAIT_BAR) {
+                b.th[(size_t)i].result = (uint64_t)(unsigned)b.bar_accum;
+                push_ready(b, i);
+            }
+    } else {
+        for (int i = 0; i < b.n; i++)
+            if (b.th[(size_t)i].state == T_WAIT_BAR) {
+                b.th[(size_t)i].result = (uint64_t)(unsigned)b.bar_accum;
+                push_ready(b, i);
+            }
+    }
     b.bar_arrived = 0;
-    make_ready(b, ids);
 }
 
-void complete_coll(block_state &b, int warp, size_t ci)
+void complete_coll(block_state &b, int warp, coll_slot &c)
 {
-    warp_coll c = b.colls[warp][ci];
-    b.colls[warp].erase(b.colls[warp].begin() + (long)ci);
+    warp_state &w = b.warps[(size_t)warp];
     const int base_tid = warp * 32;
-    std::vector<int> ids;
     if (c.kind == C_MMA) {
         float A[16][16], Bm[16][16], C[16][16];
         for (int l = 0; l < 32; l++)
             for (int e = 0; e < 8; e++) {
                 int r = (l * 8 + e) / 16, col = (l * 8 + e) % 16;
-                A[r][col] = c.ma[l][e];
-                Bm[r][col] = c.mb[l][e];
-                C[r][col] = c.mc[l][e];
+                A[r][col] = w.ma[l][e];
+                Bm[r][col] = w.mb[l][e];
+                C[r][col] = w.mc[l][e];
             }
         for (int l = 0; l < 32; l++)
             for (int e = 0; e < 8; e++) {
@@ -264,117 +361,116 @@ void complete_coll(block_state &b, int warp, size_t ci)
                 float acc = C[r][col];
                 for (int k = 0; k < 16; k++)
                     acc += A[r][k] * Bm[k][col];
-                c.md[l][e] = acc;
+                w.md[l][e] = acc;
             }
-    }
-    for (int l = 0; l < 32; l++) {
-        if (!(c.mask & (1u << l)))
-            continue;
-        sim_thread &t = b.th[base_tid + l];
-        const int seg = l & ~(c.width - 1);
-        switch (c.kind) {
-        case C_SHFL: {
+    } else if (c.kind == C_SHFL || c.kind == C_VOTE) {
+        unsigned ballot = 0;
+        if (c.kind == C_VOTE)
+            for (int k = 0; k < 32; k++)
+                if ((c.mask & (1u << k)) && w.pred[k])
+                    ballot |= 1u << k;
+        for (int l = 0; l < 32; l++) {
+            if (!(c.mask & (1u << l)))
+                continue;
+            sim_thread &t = b.th[(size_t)(base_tid + l)];
+            if (c.kind == C_VOTE) {
+                t.result = c.sub == VOTE_BALLOT ? ballot : c.sub == VOTE_ALL ? (ballot == c.mask) : (ballot != 0);
+                continue;
+            }
+            const int seg = l & ~(c.width - 1);
             int src = l;
             switch (c.sub) {
-            case SHFL_IDX: src = seg + (c.arg[l] & (c.width - 1)); break;
-            case SHFL_UP: src = l - c.arg[l] >= seg ? l - c.arg[l] : l; break;
-            case SHFL_DOWN: src = l + c.arg[l] < seg + c.width ? l + c.arg[l] : l; break;
-            case SHFL_XOR: src = ((l ^ c.arg[l]) & ~(c.width - 1)) == seg ? (l ^ c.arg[l]) : l; break;
+            case SHFL_IDX: src = seg + (w.arg[l] & (c.width - 1)); break;
+            case SHFL_UP: src = l - w.arg[l] >= seg ? l - w.arg[l] : l; break;
+            case SHFL_DOWN: src = l + w.arg[l] < seg + c.width ? l + w.arg[l] : l; break;
+            case SHFL_XOR: src = ((l ^ w.arg[l]) & ~(c.width - 1)) == seg ? (l ^ w.arg[l]) : l; break;
             }
-            t.result = c.val[src];
-            break;
+            t.result = w.val[src];
         }
-        case C_VOTE: {
-            unsigned ballot = 0;
-            for (int k = 0; k < 32; k++)
-                if ((c.mask & (1u << k)) && c.pred[k])
-                    ballot |= 1u << k;
-            t.result = c.sub == VOTE_BALLOT ? ballot
-                       : c.sub == VOTE_ALL  ? (ballot == c.mask)
-                                            : (ballot != 0);
-            break;
-        }
-        default: t.result = 0; break;
-        }
-        ids.push_back(base_tid + l);
     }
-    make_ready(b, ids);
+    c.used = false;
+    ready_lanes(b, warp, c.mask);
 }
 
 /* A lane's arrival at a warp collective; returns its result when released. */
 uint64_t warp_arrive(int kind, int sub, unsigned mask, int width, const char *file, int line, uint64_t val,
-                     int arg, int pred, const float *ma, const float *mb, const float *mc, float *md,
-                     int operand_kind)
+                     int arg, int pred, const float *ma, const float *mb, const float *mc, float *md)
 {
     sim_thread *t = running(coll_name(kind, sub));
     block_state &b = *t->blk;
+    warp_state &w = b.warps[(size_t)t->warp];
     const unsigned me = 1u << t->lane;
     const char *name = coll_name(kind, sub);
     char buf[512];
-    if (!(mask & me)) {
+    if (__builtin_expect(!(mask & me), 0)) {
         snprintf(buf, sizeof buf, "%s at %s: mask 0x%08x does not name the calling %s", name,
                  where(file, line).c_str(), mask, thread_name(b, *t).c_str());
         stop_thread(t, cudaErrorIllegalInstruction, buf);
     }
-    if (width <= 0 || width > 32 || (width & (width - 1))) {
+    if (__builtin_expect(width <= 0 || width > 32 || (width & (width - 1)), 0)) {
         snprintf(buf, sizeof buf, "%s at %s: width %d is not a power of two up to 32", name,
                  where(file, line).c_str(), width);
         stop_thread(t, cudaErrorIllegalInstruction, buf);
     }
-    if (mask & ~b.warp_exist[t->warp]) {
+    if (__builtin_expect(mask & ~w.exist, 0)) {
         snprintf(buf, sizeof buf, "%s at %s: mask 0x%08x names lanes 0x%08x that warp %d of a %d-thread block "
-                 "does not have", name, where(file, line).c_str(), mask, mask & ~b.warp_exist[t->warp], t->warp, b.n);
+                 "does not have", name, where(file, line).c_str(), mask, mask & ~w.exist, t->warp, b.n);
         stop_thread(t, cudaErrorIllegalInstruction, buf);
     }
-    if (mask & ~b.warp_live[t->warp]) {
+    if (__builtin_expect(mask & ~w.live, 0)) {
         snprintf(buf, sizeof buf, "%s at %s (%s): mask 0x%08x names lanes 0x%08x that have exited", name,
-                 where(file, line).c_str(), thread_name(b, *t).c_str(), mask, mask & ~b.warp_live[t->warp]);
+                 where(file, line).c_str(), thread_name(b, *t).c_str(), mask, mask & ~w.live);
         stop_thread(t, cudaErrorIllegalInstruction, buf);
     }
-    std::vector<warp_coll> &list = b.colls[t->warp];
-    size_t ci = list.size();
-    for (size_t i = 0; i < list.size(); i++) {
-        if (!(list[i].mask & mask))
+    coll_slot *c = nullptr, *free_slot = nullptr;
+    for (coll_slot &x : w.slots) {
+        if (!x.used) {
+            if (!free_slot)
+                free_slot = &x;
             continue;
-        const warp_coll &c = list[i];
-        if (c.mask != mask || c.kind != kind || c.sub != sub || c.width != width) {
+        }
+        if (!(x.mask & mask))
+            continue;
+        if (x.mask != mask || x.kind != kind || x.sub != sub || x.width != width) {
             snprintf(buf, sizeof buf, "warp %d of block (%u,%u,%u): lane %d calls %s(mask 0x%08x) at %s while "
                      "lanes 0x%08x wait in %s(mask 0x%08x) at %s: the lanes of a mask must all call the same "
                      "intrinsic with the same mask", t->warp, b.idx.x, b.idx.y, b.idx.z, t->lane, name, mask,
-                     where(file, line).c_str(), c.arrived, coll_name(c.kind, c.sub), c.mask,
-                     where(c.file, c.line).c_str());
+                     where(file, line).c_str(), x.arrived, coll_name(x.kind, x.sub), x.mask,
+                     where(x.file, x.line).c_str());
             stop_thread(t, cudaErrorIllegalInstruction, buf);
         }
-        ci = i;
+        c = &x;
         break;
     }
-    if (ci == list.size()) {
-        warp_coll c;
-        memset(&c, 0, sizeof c);
-        c.kind = kind;
-        c.sub = sub;
-        c.mask = mask;
-        c.width = width;
-        c.file = file;
-        c.line = line;
-        c.operand_kind = operand_kind;
-        list.push_back(c);
+    if (!c) {
+        if (!free_slot)
+            stop_thread(t, cudaErrorIllegalInstruction, "more than four warp collectives with disjoint masks wait at "
+                        "once in one warp");
+        c = free_slot;
+        c->used = true;
+        c->kind = kind;
+        c->sub = sub;
+        c->mask = mask;
+        c->arrived = 0;
+        c->width = width;
+        c->file = file;
+        c->line = line;
     }
-    warp_coll &c = list[ci];
-    c.val[t->lane] = val;
-    c.arg[t->lane] = arg;
-    c.pred[t->lane] = pred;
-    c.ma[t->lane] = ma;
-    c.mb[t->lane] = mb;
-    c.mc[t->lane] = mc;
-    c.md[t->lane] = md;
-    c.arrived |= me;
+    const int l = t->lane;
+    w.val[l] = val;
+    w.arg[l] = arg;
+    w.pred[l] = pred;
+    w.ma[l] = ma;
+    w.mb[l] = mb;
+    w.mc[l] = mc;
+    w.md[l] = md;
+    c->arrived |= me;
     t->state = T_WAIT_WARP;
     t->wait_file = file;
     t->wait_line = line;
-    if (c.arrived == c.mask)
-        complete_coll(b, t->warp, ci);
-    yield_to_scheduler(t);
+    if (c->arrived == c->mask)
+        complete_coll(b, t->warp, *c);
+    block_here(t);
     return t->result;
 }
 
@@ -383,13 +479,13 @@ void describe_waits(block_state &b, std::string *out)
     /* Group threads by what they wait for. */
     std::map<std::string, std::vector<int>> groups;
     for (int i = 0; i < b.n; i++) {
-        const sim_thread &t = b.th[i];
+        const sim_thread &t = b.th[(size_t)i];
         std::string key;
         if (t.state == T_WAIT_BAR)
             key = "__syncthreads at " + where(t.wait_file, t.wait_line);
         else if (t.state == T_WAIT_WARP) {
-            for (const warp_coll &c : b.colls[t.warp])
-                if (c.mask & (1u << t.lane)) {
+            for (const coll_slot &c : b.warps[(size_t)t.warp].slots)
+                if (c.used && (c.mask & (1u << t.lane))) {
                     char m[64];
                     snprintf(m, sizeof m, "(mask 0x%08x, arrived 0x%08x)", c.mask, c.arrived);
                     key = std::string(coll_name(c.kind, c.sub)) + m + " at " + where(c.file, c.line);
@@ -413,11 +509,12 @@ void describe_waits(block_state &b, std::string *out)
 void thread_exit(sim_thread *t)
 {
     block_state &b = *t->blk;
+    warp_state &w = b.warps[(size_t)t->warp];
     t->state = T_EXITED;
     b.live--;
-    b.warp_live[t->warp] &= ~(1u << t->lane);
-    for (const warp_coll &c : b.colls[t->warp])
-        if (c.mask & (1u << t->lane)) {
+    w.live &= ~(1u << t->lane);
+    for (const coll_slot &c : w.slots)
+        if (c.used && (c.mask & (1u << t->lane))) {
             char buf[512];
             snprintf(buf, sizeof buf, "%s exited while lanes 0x%08x wait in %s(mask 0x%08x) at %s, which names it",
                      thread_name(b, *t).c_str(), c.arrived, coll_name(c.kind, c.sub), c.mask,
@@ -428,23 +525,22 @@ void thread_exit(sim_thread *t)
         release_barrier(b);
 }
 
-void thread_main(void *arg)
+void runner_main(void *arg)
 {
-    sim_thread *t = static_cast<sim_thread *>(arg);
-    executor &ex = *t->blk->ex;
-    const void *from_lo = nullptr;
-    size_t from_size = 0;
-    fiber_switched(nullptr, &from_lo, &from_size);
-    if (from_lo && !ex.sched_stack.lo) { /* the scheduler's stack, as ASan saw it */
-        ex.sched_stack.lo = const_cast<char *>(static_cast<const char *>(from_lo));
-        ex.sched_stack.hi = ex.sched_stack.lo + from_size;
+    runner *r = static_cast<runner *>(arg);
+    executor &ex = *r->ex;
+    fiber_switched(nullptr, nullptr, nullptr);
+    launch_rec *L = ex.blk.L;
+    for (;;) {
+        sim_thread *t = r->start;
+        t->fiber = r;
+        t->state = T_RUNNING;
+        tl_cur = t;
+        L->run(L->payload);
+        thread_exit(t);
+        if (!switch_next(ex, r, true))
+            abort(); /* an exiting switch never comes back */
     }
-    tl_cur = t;
-    t->blk->L->run(t->blk->L->payload);
-    thread_exit(t);
-    void *dead;
-    fiber_switch(&dead, ex.sched_sp, &ex.sched_stack, nullptr, true);
-    abort();
 }
 
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -463,6 +559,30 @@ bool ensure_arena(executor &ex, size_t bytes)
     return true;
 }
 
+/* Fibers for a block of n threads: at most one per thread plus the one that
+ * starts them. */
+bool ensure_runners(executor &ex, size_t n)
+{
+    if (ex.stacks.size() < n + 1) {
+        size_t have = ex.stacks.size();
+        ex.stacks.resize(n + 1);
+        for (size_t i = have; i < n + 1; i++)
+            if (!stack_create(&ex.stacks[i], settings().stack_bytes)) {
+                ex.stacks.resize(i);
+                return false;
+            }
+        ex.runners.resize(ex.stacks.size());
+        for (size_t i = 0; i < ex.runners.size(); i++) {
+            ex.runners[i].stack = &ex.stacks[i];
+            ex.runners[i].ex = &ex;
+        }
+    }
+    ex.free_runners.clear();
+    for (size_t i = ex.runners.size(); i-- > 0;)
+        ex.free_runners.push_back((int)i);
+    return true;
+}
+
 void run_block(executor &ex, launch_rec *L, uint64_t linear, cudaError_t *err, std::string *msg)
 {
     block_state &b = ex.blk;
@@ -475,13 +595,19 @@ void run_block(executor &ex, launch_rec *L, uint64_t linear, cudaError_t *err, s
     b.live = b.n;
     b.ready.clear();
     b.rng = settings().seed ^ (L->seq * 0x9E3779B97F4A7C15ull) ^ (linear * 0xD1B54A32D192ED03ull);
+    b.rng = next_rand(&b.rng) | 1; /* never 0: xorshift would stay there */
     b.bar_arrived = 0;
     b.bar_op = 0;
     b.bar_accum = 0;
     const int warps = (b.n + 31) / 32;
-    b.colls.assign((size_t)warps, std::vector<warp_coll>());
-    b.warp_live.assign((size_t)warps, 0);
-    b.warp_exist.assign((size_t)warps, 0);
+    b.warps.resize((size_t)warps);
+    for (int w = 0; w < warps; w++) {
+        warp_state &ws = b.warps[(size_t)w];
+        unsigned lanes = w == warps - 1 && b.n % 32 ? (1u << (b.n % 32)) - 1 : 0xffffffffu;
+        ws.live = ws.exist = lanes;
+        for (coll_slot &c : ws.slots)
+            c.used = false;
+    }
     b.failed = false;
     b.err = cudaSuccess;
     b.msg.clear();
@@ -491,9 +617,9 @@ void run_block(executor &ex, launch_rec *L, uint64_t linear, cudaError_t *err, s
     b.static_used = 0;
     b.dyn_off = round_up(b.static_cap, 16);
     const size_t need = b.dyn_off + 1024 + L->dyn_smem + CANARY;
-    if (!ensure_arena(ex, need)) {
+    if (!ensure_arena(ex, need) || !ensure_runners(ex, (size_t)b.n)) {
         *err = cudaErrorMemoryAllocation;
-        *msg = "the simulator has no host memory for a block's shared memory";
+        *msg = "the simulator has no host memory for a block's shared memory or fiber stacks";
         return;
     }
     b.smem = ex.arena;
@@ -504,19 +630,7 @@ void run_block(executor &ex, launch_rec *L, uint64_t linear, cudaError_t *err, s
     memset(b.smem, 0xff, b.arena_used); /* uninitialised shared memory reads as NaN */
     memset(b.smem + b.arena_used, CANARY_BYTE, CANARY);
     /* Threads. */
-    if (ex.stacks.size() < (size_t)b.n) {
-        size_t have = ex.stacks.size();
-        ex.stacks.resize((size_t)b.n);
-        for (size_t i = have; i < (size_t)b.n; i++)
-            if (!stack_create(&ex.stacks[i], settings().stack_bytes)) {
-                ex.stacks.resize(i);
-                *err = cudaErrorMemoryAllocation;
-                *msg = "the simulator could not map fiber stacks";
-                return;
-            }
-    }
     b.th.resize((size_t)b.n);
-    std::vector<int> all((size_t)b.n);
     for (int i = 0; i < b.n; i++) {
         sim_thread &t = b.th[(size_t)i];
         t.thread_idx.x = (unsigned)(i % L->block.x);
@@ -529,18 +643,18 @@ void run_block(executor &ex, launch_rec *L, uint64_t linear, cudaError_t *err, s
         t.lane = i % 32;
         t.warp = i / 32;
         t.blk = &b;
-        t.stack = &ex.stacks[(size_t)i];
-        t.sp = fiber_prepare(t.stack, thread_main, &t);
-        t.fake = nullptr;
-        t.state = T_READY;
+        t.fiber = nullptr;
+        t.state = T_NEW;
         t.wait_file = nullptr;
         t.wait_line = 0;
         t.result = 0;
-        b.warp_live[(size_t)t.warp] |= 1u << t.lane;
-        b.warp_exist[(size_t)t.warp] |= 1u << t.lane;
-        all[(size_t)i] = i;
     }
-    make_ready(b, all);
+    if (settings().schedule == SCHED_DESCENDING)
+        for (int i = b.n - 1; i >= 0; i--)
+            b.ready.push_back(i);
+    else
+        for (int i = 0; i < b.n; i++)
+            b.ready.push_back(i);
     while (b.live > 0 && !b.failed) {
         if (b.ready.empty()) {
             std::string m = "deadlock: no thread can go on";
@@ -549,9 +663,14 @@ void run_block(executor &ex, launch_rec *L, uint64_t linear, cudaError_t *err, s
             break;
         }
         sim_thread &t = b.th[(size_t)pick(b)];
-        t.state = T_RUNNING;
-        tl_cur = &t;
-        fiber_switch(&ex.sched_sp, t.sp, t.stack, &ex.sched_fake, false);
+        if (t.state == T_NEW) {
+            runner *r = new_runner(ex, &t);
+            fiber_switch(&ex.sched_sp, r->sp, r->stack, &ex.sched_fake, false);
+        } else {
+            t.state = T_RUNNING;
+            tl_cur = &t;
+            fiber_switch(&ex.sched_sp, t.fiber->sp, t.fiber->stack, &ex.sched_fake, false);
+        }
         fiber_switched(ex.sched_fake, nullptr, nullptr);
         tl_cur = nullptr;
     }
@@ -564,9 +683,6 @@ void run_block(executor &ex, launch_rec *L, uint64_t linear, cudaError_t *err, s
                 block_fail(b, cudaErrorIllegalAddress, buf);
                 break;
             }
-#ifdef CUDASIM_ASAN
-    /* Threads stopped mid-way leave poisoned frames: the next block unpoisons. */
-#endif
     if (b.failed) {
         char head[160];
         snprintf(head, sizeof head, "block (%u,%u,%u): ", b.idx.x, b.idx.y, b.idx.z);
@@ -772,30 +888,30 @@ int syncthreads_reduce(int op, int pred, const char *file, int line)
     t->wait_line = line;
     if (b.bar_arrived == b.live)
         release_barrier(b);
-    yield_to_scheduler(t);
+    block_here(t);
     return (int)t->result;
 }
 
 void syncwarp(unsigned mask, const char *file, int line)
 {
-    warp_arrive(C_SYNCWARP, 0, mask, 32, file, line, 0, 0, 0, nullptr, nullptr, nullptr, nullptr, 0);
+    warp_arrive(C_SYNCWARP, 0, mask, 32, file, line, 0, 0, 0, nullptr, nullptr, nullptr, nullptr);
 }
 
 uint64_t warp_shfl(int kind, unsigned mask, uint64_t value, int arg, int width, const char *file, int line)
 {
-    return warp_arrive(C_SHFL, kind, mask, width, file, line, value, arg, 0, nullptr, nullptr, nullptr, nullptr, 0);
+    return warp_arrive(C_SHFL, kind, mask, width, file, line, value, arg, 0, nullptr, nullptr, nullptr, nullptr);
 }
 
 unsigned warp_vote(int kind, unsigned mask, int pred, const char *file, int line)
 {
     return (unsigned)warp_arrive(C_VOTE, kind, mask, 32, file, line, 0, 0, pred, nullptr, nullptr, nullptr,
-                                 nullptr, 0);
+                                 nullptr);
 }
 
 unsigned active_mask()
 {
     sim_thread *t = running("__activemask");
-    return t->blk->warp_live[(size_t)t->warp];
+    return t->blk->warps[(size_t)t->warp].live;
 }
 
 int lane_id() { return running("a WMMA call")->lane; }
@@ -834,7 +950,7 @@ void wmma_mma(const float *a, const float *b, const float *c, float *d_out, int 
                  "compile for sm_%d", where(file, line).c_str(), arch().cc);
         stop_thread(t, cudaErrorNoKernelImageForDevice, buf);
     }
-    warp_arrive(C_MMA, 0, 0xffffffffu, 32, file, line, 0, 0, 0, a, b, c, d_out, operand_kind);
+    warp_arrive(C_MMA, 0, 0xffffffffu, 32, file, line, 0, 0, 0, a, b, c, d_out);
 }
 
 void *shared_alloc(unsigned key, size_t bytes, size_t align)

@@ -16,8 +16,11 @@
  * checked. Also the opt-in itself (cudaFuncSetAttribute). */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 
 #include "sim.h"
@@ -44,6 +47,54 @@ std::map<const void *, func_attrs> &attrs()
 }
 
 std::atomic<uint64_t> g_seq{0};
+
+/* FERRY_CUDASIM_PROFILE=1: time spent per kernel, printed at exit. */
+struct profile_row {
+    uint64_t launches = 0, blocks = 0, threads = 0;
+    double seconds = 0;
+};
+std::mutex *g_prof_mu = new std::mutex;
+std::map<std::string, profile_row> *g_prof = new std::map<std::string, profile_row>;
+bool profiling()
+{
+    static const bool on = [] {
+        const char *v = getenv("FERRY_CUDASIM_PROFILE");
+        return v && *v && strcmp(v, "0");
+    }();
+    return on;
+}
+
+void print_profile()
+{
+    std::lock_guard<std::mutex> g(*g_prof_mu);
+    std::vector<std::pair<double, std::string>> rows;
+    double total = 0;
+    for (auto &kv : *g_prof) {
+        rows.emplace_back(kv.second.seconds, kv.first);
+        total += kv.second.seconds;
+    }
+    std::sort(rows.rbegin(), rows.rend());
+    fprintf(stderr, "cudasim profile: %.3f s in kernels\n", total);
+    for (auto &r : rows) {
+        const profile_row &p = (*g_prof)[r.second];
+        fprintf(stderr, "  %8.3f s %5.1f%%  %7llu launches %10llu blocks %12llu threads  %s\n", r.first,
+                total > 0 ? 100 * r.first / total : 0.0, (unsigned long long)p.launches,
+                (unsigned long long)p.blocks, (unsigned long long)p.threads, r.second.c_str());
+    }
+}
+
+void note_profile(const launch_rec &L, double seconds)
+{
+    static std::once_flag once;
+    std::call_once(once, [] { atexit(print_profile); });
+    std::lock_guard<std::mutex> g(*g_prof_mu);
+    profile_row &p = (*g_prof)[L.k.name];
+    p.launches++;
+    uint64_t blocks = (uint64_t)L.grid.x * L.grid.y * L.grid.z;
+    p.blocks += blocks;
+    p.threads += blocks * L.block.x * L.block.y * L.block.z;
+    p.seconds += seconds;
+}
 
 cudaError_t refuse(const launch_site &site, const kernel_info &k, cudaError_t e, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -164,7 +215,11 @@ void submit_launch(const launch_site &site, const kernel_info &k, dim3 grid, dim
     op.run = [L] {
         if (sticky() == cudaSuccess) {
             stat_add(STAT_BLOCKS, (uint64_t)L->grid.x * L->grid.y * L->grid.z);
-            if (run_grid(L.get())) {
+            const auto t0 = std::chrono::steady_clock::now();
+            const bool ok = run_grid(L.get());
+            if (profiling())
+                note_profile(*L, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            if (ok) {
                 char after[512];
                 snprintf(after, sizeof after, "kernel %s (launched at %s:%d)", L->k.name, L->site.file, L->site.line);
                 check_guards(after);

@@ -6,8 +6,11 @@
  * bf16 matmul (8192^3) and a device-to-device copy. Owns the harness of
  * lab.h and main; the ops live in one file each beside it.
  *
- *   kernel_lab [--quick] [--op NAME]...
+ *   kernel_lab [--quick | --check] [--op NAME]...
  *     --quick  B*T = 2 x 256, C = 768, NH = 12 (a smoke run)
+ *     --check  the checks only, no ceilings: each timed op runs once,
+ *              untimed, at B*T = 64, C = 128 (what the simulated device,
+ *              dev/cudasim, runs in CI)
  *     --op     only this op family (encoder, layernorm, matmul, gelu,
  *              residual, attention, classifier, optimizer); repeatable
  *   FERRY_TEST_SEED sets the seed (printed either way).
@@ -188,6 +191,13 @@ static double median_ms(lab *L, lab_fn fn, void *ctx)
 double lab_time(lab *L, const char *op, const char *variant, lab_fn fn, void *ctx, double work,
                 lab_unit unit)
 {
+    if (L->check_only) {
+        fn(L, ctx);
+        lab_must(backend_stream_synchronize(L->s), op);
+        printf("ran    %-30s %-26s (not timed: --check)\n", op, variant);
+        fflush(stdout);
+        return 0;
+    }
     double ms = median_ms(L, fn, ctx);
     double rate = work / (ms * 1e-3) / (unit == LAB_FLOPS ? 1e12 : 1e9);
     double ceiling = unit == LAB_FLOPS ? L->tflops : L->gbs;
@@ -244,7 +254,7 @@ static const struct {
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: kernel_lab [--quick] [--op NAME]...\n  NAME:");
+    fprintf(stderr, "usage: kernel_lab [--quick | --check] [--op NAME]...\n  NAME:");
     for (size_t i = 0; i < N_OPS; i++)
         fprintf(stderr, " %s", ops[i].name);
     fprintf(stderr, "\n");
@@ -252,12 +262,13 @@ static int usage(void)
 }
 
 /* Marks the ops named by --op in `on` (all when none is named); false on a bad argument. */
-static bool parse_args(int argc, char **argv, bool *quick, bool on[N_OPS])
+/* mode: 0 full, 1 --quick, 2 --check. */
+static bool parse_args(int argc, char **argv, int *mode, bool on[N_OPS])
 {
     bool any = false;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0) {
-            *quick = true;
+        if (strcmp(argv[i], "--quick") == 0 || strcmp(argv[i], "--check") == 0) {
+            *mode = argv[i][2] == 'q' ? 1 : 2;
             continue;
         }
         if (strcmp(argv[i], "--op") != 0 || i + 1 >= argc)
@@ -275,7 +286,7 @@ static bool parse_args(int argc, char **argv, bool *quick, bool on[N_OPS])
     return true;
 }
 
-static int open_lab(lab *L, bool quick)
+static int open_lab(lab *L, int mode)
 {
     ferry_status st = backend_open(FERRY_BACKEND_CUDA, &L->be);
     if (st == FERRY_ERR_UNSUPPORTED) {
@@ -289,9 +300,11 @@ static int open_lab(lab *L, bool quick)
     lab_must(backend_event_create(L->be, &L->ev1), "event");
     lab_must(ops_init(L->be, lab_alloc(L, ws_bytes), ws_bytes), "ops_init");
     L->stream = backend_stream_native(L->s);
-    L->z = quick ? (lab_sizes){2, 256, 768, 12, 50257, 50304, 512}
-                 : (lab_sizes){8, 1024, 1600, 25, 50257, 50304, 2048};
-    L->reps = quick ? 5 : 9;
+    L->z = mode == 2   ? (lab_sizes){1, 64, 128, 2, 1000, 1024, 64}
+           : mode == 1 ? (lab_sizes){2, 256, 768, 12, 50257, 50304, 512}
+                       : (lab_sizes){8, 1024, 1600, 25, 50257, 50304, 2048};
+    L->reps = mode == 1 ? 5 : 9;
+    L->check_only = mode == 2;
     L->rng = 0x1ab5eedull;
     if (getenv("FERRY_TEST_SEED"))
         L->rng = strtoull(getenv("FERRY_TEST_SEED"), NULL, 0);
@@ -300,23 +313,29 @@ static int open_lab(lab *L, bool quick)
 
 int main(int argc, char **argv)
 {
-    bool quick = false, on[N_OPS] = {false};
-    if (!parse_args(argc, argv, &quick, on))
+    int mode = 0;
+    bool on[N_OPS] = {false};
+    if (!parse_args(argc, argv, &mode, on))
         return usage();
     lab L;
     memset(&L, 0, sizeof L);
-    int rc = open_lab(&L, quick);
+    int rc = open_lab(&L, mode);
     if (rc != 0)
         return rc;
     printf("kernel lab on %s; seed 0x%llx; timing at B=%d T=%d C=%d NH=%d V=%d (Vp %d), median of %d\n",
            backend_device_name(L.be), (unsigned long long)L.rng, L.z.B, L.z.T, L.z.C, L.z.NH, L.z.V,
            L.z.Vp, L.reps);
-    measure_ceilings(&L);
+    if (!L.check_only)
+        measure_ceilings(&L);
     for (size_t k = 0; k < N_OPS; k++)
         if (on[k])
             ops[k].run(&L);
-    printf("%s: %d of %d checks failed; ceilings matmul %.1f TFLOP/s, copy %.0f GB/s\n",
-           L.failures ? "FAIL" : "PASS", L.failures, L.checks, L.tflops, L.gbs);
+    if (L.check_only)
+        printf("%s: %d of %d checks failed (--check: nothing timed)\n", L.failures ? "FAIL" : "PASS", L.failures,
+               L.checks);
+    else
+        printf("%s: %d of %d checks failed; ceilings matmul %.1f TFLOP/s, copy %.0f GB/s\n",
+               L.failures ? "FAIL" : "PASS", L.failures, L.checks, L.tflops, L.gbs);
     ops_shutdown(L.be);
     backend_close(L.be); /* frees every buffer */
     return L.failures ? 1 : 0;

@@ -42,6 +42,7 @@ typedef struct lab {
     double tflops;            /* ceiling: cuBLASLt bf16 matmul, TFLOP/s */
     double gbs;               /* ceiling: device copy, GB/s counting read + write */
     int checks, failures;
+    bool check_only;          /* --check: checks only; each timed op runs once, untimed, at tiny sizes */
 } lab;
 
 typedef enum lab_unit {

@@ -3,7 +3,11 @@
  * squares against double-precision references. Skips (77) without a GPU.
  * Tolerances are norms of the error relative to the reference's norm, set
  * by bf16's 8-bit mantissa: 1e-2 for elementwise and normalising ops, 2e-2
- * where a bf16 intermediate (logits, P in attention) enters. */
+ * where a bf16 intermediate (logits, P in attention) enters.
+ *   test_ops_gpu        small shapes, every code path of every op
+ *   test_ops_gpu xl     GPT-2 XL's widths (C = 1600, 25 heads of 64, the
+ *                       50257-token vocabulary padded to 50304) with a small
+ *                       batch whose T is not a multiple of the 64-row tile */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -397,8 +401,27 @@ static void test_sumsq(void)
     free(g);
 }
 
-int main(void)
+/* Every op at GPT-2 XL's widths, B x T = 2 x 67 tokens (1 x 67 where a
+ * V x C matrix makes the reference slow). */
+static void test_xl(void)
 {
+    const int B = 2, T = 67, C = 1600, NH = 25, V = 50257, Vp = 50304;
+    test_encoder(B, T, C, 2048); /* the rows of 1600 matter, not the vocabulary's size */
+    test_layernorm(B * T, C);
+    test_matmul(B * T, C, 3 * C, true); /* qkv */
+    test_matmul(B * T, 4 * C, C, true); /* the MLP's projection */
+    test_elementwise((size_t)B * T * 4 * C, 0);
+    test_attention(B, T, C, NH);
+    test_classifier(T, C, V, Vp, 32, true); /* three chunks, the last partial */
+}
+
+int main(int argc, char **argv)
+{
+    const bool xl = argc > 1 && strcmp(argv[1], "xl") == 0;
+    if (argc > 1 && !xl) {
+        printf("Bail out! usage: %s [xl]\n", argv[0]);
+        return 2;
+    }
     ferry_status rc = backend_open(FERRY_BACKEND_CUDA, &be);
     if (rc == FERRY_ERR_UNSUPPORTED)
         tap_plan_skip("no GPU");
@@ -418,6 +441,10 @@ int main(void)
         printf("Bail out! setup: %s\n", ferry_last_error());
         return 1;
     }
+    if (xl) {
+        test_xl();
+        goto done;
+    }
     test_convert();
     test_encoder(2, 67, 96, 50);
     test_encoder(3, 33, 20, 3); /* C not a multiple of 8: scalar path; 3 ids, long runs */
@@ -435,6 +462,7 @@ int main(void)
     test_classifier(20, 32, 250, 256, 64, false);
     test_adamw();
     test_sumsq();
+done:
     ops_shutdown(be);
     backend_free(be, ws);
     backend_stream_destroy(st);
