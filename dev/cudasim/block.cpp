@@ -129,6 +129,7 @@ struct block_state {
     /* shared memory */
     char *smem;
     size_t static_cap, static_used, dyn_off, arena_used;
+    char *dyn_base; /* where the dynamic part starts, once a thread asked: its canary follows it */
     std::vector<shared_site> sites;
     /* a failure stops the block */
     bool failed;
@@ -627,8 +628,8 @@ void run_block(executor &ex, launch_rec *L, uint64_t linear, cudaError_t *err, s
     ASAN_UNPOISON_MEMORY_REGION(ex.arena, ex.arena_bytes);
 #endif
     b.arena_used = b.dyn_off + 1024 + L->dyn_smem;
-    memset(b.smem, 0xff, b.arena_used); /* uninitialised shared memory reads as NaN */
-    memset(b.smem + b.arena_used, CANARY_BYTE, CANARY);
+    b.dyn_base = nullptr;
+    memset(b.smem, 0xff, b.arena_used + CANARY); /* uninitialised shared memory reads as NaN */
     /* Threads. */
     b.th.resize((size_t)b.n);
     for (int i = 0; i < b.n; i++) {
@@ -674,9 +675,9 @@ void run_block(executor &ex, launch_rec *L, uint64_t linear, cudaError_t *err, s
         fiber_switched(ex.sched_fake, nullptr, nullptr);
         tl_cur = nullptr;
     }
-    if (!b.failed)
+    if (!b.failed && b.dyn_base)
         for (size_t i = 0; i < CANARY; i++)
-            if ((unsigned char)b.smem[b.arena_used + i] != CANARY_BYTE) {
+            if ((unsigned char)b.dyn_base[L->dyn_smem + i] != CANARY_BYTE) {
                 char buf[256];
                 snprintf(buf, sizeof buf, "a write past the end of shared memory (%zu bytes static, %zu dynamic) "
                          "in block (%u,%u,%u)", b.static_cap, L->dyn_smem, b.idx.x, b.idx.y, b.idx.z);
@@ -980,7 +981,12 @@ void *dynamic_shared_base(size_t align)
     size_t a = align < 16 ? 16 : align;
     if (a > 1024)
         stop_thread(t, cudaErrorMisalignedAddress, "extern __shared__ asks for more than 1024-byte alignment");
-    return b.smem + round_up(b.dyn_off, a);
+    char *base = b.smem + round_up(b.dyn_off, a);
+    if (!b.dyn_base) { /* the first thread to ask: the canary goes right after the dynamic part */
+        b.dyn_base = base;
+        memset(base + b.L->dyn_smem, CANARY_BYTE, CANARY);
+    }
+    return base;
 }
 
 /* ---- the probe ---- */

@@ -163,7 +163,7 @@ launcher<F> launch(launch_site site, F fn, dim3 grid, dim3 block, size_t smem = 
 template <class T> T from_bits(uint64_t b)
 {
     T v;
-    memcpy(&v, &b, sizeof v);
+    memcpy(static_cast<void *>(&v), &b, sizeof v); /* T is trivially copyable (to_bits checked) */
     return v;
 }
 
@@ -172,7 +172,7 @@ template <class T> uint64_t to_bits(const T &v)
     static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value,
                   "a warp shuffle moves at most 8 bytes of a trivially copyable type");
     uint64_t b = 0;
-    memcpy(&b, &v, sizeof v);
+    memcpy(&b, static_cast<const void *>(&v), sizeof v);
     return b;
 }
 
@@ -301,7 +301,10 @@ inline int __any_sync(unsigned mask, int pred, const char *file = __builtin_FILE
     return (int)::cudasim::warp_vote(::cudasim::VOTE_ANY, mask, pred, file, line);
 }
 inline unsigned __activemask() { return ::cudasim::active_mask(); }
-inline void __trap() { ::cudasim::trap(__builtin_FILE(), __builtin_LINE(), "__trap()"); }
+inline void __trap(const char *file = __builtin_FILE(), int line = __builtin_LINE())
+{
+    ::cudasim::trap(file, line, "__trap()");
+}
 
 /* Memory fences. The simulator runs a block's threads on one OS thread, one
  * at a time, so within a block every write is seen at once (a GPU is weaker:
