@@ -58,7 +58,7 @@ typedef struct backend_ops {
     ferry_status (*encoder_forward)(backend_stream *s, act_t *out, const int32_t *tokens,
                                     const act_t *wte, const act_t *wpe, int B, int T, int C, int V);
     ferry_status (*encoder_backward)(backend_stream *s, act_t *dwte, act_t *dwpe, const act_t *dout,
-                                     const int32_t *tokens, int B, int T, int C);
+                                     const int32_t *tokens, int B, int T, int C, int V);
     ferry_status (*layernorm_forward)(backend_stream *s, act_t *out, float *mean, float *rstd,
                                       const act_t *inp, const act_t *weight, const act_t *bias, int N,
                                       int C);
@@ -124,6 +124,7 @@ struct backend_stream {
 struct backend_event {
     backend *be;
     void *impl;
+    bool timed; /* from backend_event_create_timed: elapsed times can be read */
 };
 
 /* Implementations: fill be->vt, be->ops, be->act, be->impl and

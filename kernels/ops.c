@@ -146,20 +146,20 @@ ferry_status ops_encoder_forward(backend_stream *s, act_t *out, const int32_t *t
 }
 
 ferry_status ops_encoder_backward(backend_stream *s, act_t *dwte, act_t *dwpe, const act_t *dout,
-                                  const int32_t *tokens, int B, int T, int C)
+                                  const int32_t *tokens, int B, int T, int C, int V)
 {
     const char *op = "ops_encoder_backward";
     CHECK(check_stream(op, s));
     CHECK(check_positive(op, "B", B));
     CHECK(check_positive(op, "T", T));
     CHECK(check_positive(op, "C", C));
+    CHECK(check_positive(op, "V", V));
     size_t es = act_size(s);
-    CHECK(check_tensor(op, s, "dwte", dwte, (size_t)C, es));
+    CHECK(check_tensor(op, s, "dwte", dwte, mul2(V, C), es));
     CHECK(check_tensor(op, s, "dwpe", dwpe, mul2(T, C), es));
     CHECK(check_tensor(op, s, "dout", dout, mul3(B, T, C), es));
     CHECK(check_tensor(op, s, "tokens", tokens, mul2(B, T), sizeof(int32_t)));
-    return s->be->ops->encoder_backward(s, dwte, dwpe, dout, tokens, B, T,
-                                       C);
+    return s->be->ops->encoder_backward(s, dwte, dwpe, dout, tokens, B, T, C, V);
 }
 
 /* ---- layernorm ---- */

@@ -62,8 +62,11 @@ void ops_shutdown(backend *be);
  * cudaop_encoder_take_bad_tokens); callers check tokens before upload. */
 ferry_status ops_encoder_forward(backend_stream *s, act_t *out, const int32_t *tokens,
                                  const act_t *wte, const act_t *wpe, int B, int T, int C, int V);
+/* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum over b of dout[b,t,:].
+ * dwte has V rows; a token outside [0, V) adds into row 0, the row the
+ * forward read for it (never outside dwte). */
 ferry_status ops_encoder_backward(backend_stream *s, act_t *dwte, act_t *dwpe, const act_t *dout,
-                                  const int32_t *tokens, int B, int T, int C);
+                                  const int32_t *tokens, int B, int T, int C, int V);
 
 /* N rows of C; eps 1e-5 as GPT-2. mean and rstd are [N] fp32, saved for backward. */
 ferry_status ops_layernorm_forward(backend_stream *s, act_t *out, float *mean, float *rstd,

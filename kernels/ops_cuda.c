@@ -14,9 +14,9 @@ static ferry_status cuda_encoder_forward(backend_stream *s, act_t *out, const in
 
 static ferry_status cuda_encoder_backward(backend_stream *s, act_t *dwte, act_t *dwpe,
                                           const act_t *dout, const int32_t *tokens, int B, int T,
-                                          int C)
+                                          int C, int V)
 {
-    return cudaop_encoder_backward(backend_stream_native(s), dwte, dwpe, dout, tokens, B, T, C);
+    return cudaop_encoder_backward(backend_stream_native(s), dwte, dwpe, dout, tokens, B, T, C, V);
 }
 
 static ferry_status cuda_layernorm_forward(backend_stream *s, act_t *out, float *mean, float *rstd,

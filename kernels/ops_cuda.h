@@ -36,9 +36,10 @@ ferry_status cudaop_encoder_forward(void *stream, act_t *out, const int32_t *tok
                                     const act_t *wte, const act_t *wpe, int B, int T, int C, int V);
 /* Deterministic, without atomics or scratch: one block per token position;
  * the block of a token id's first position sums every position holding that
- * id, in position order, in fp32, and adds the sum to dwte once. */
+ * id, in position order, in fp32, and adds the sum to dwte once. A token
+ * outside [0, V) counts as token 0, as the forward reads it. */
 ferry_status cudaop_encoder_backward(void *stream, act_t *dwte, act_t *dwpe, const act_t *dout,
-                                     const int32_t *tokens, int B, int T, int C);
+                                     const int32_t *tokens, int B, int T, int C, int V);
 /* Token ids outside [0, V) met by cudaop_encoder_forward on this device since the
  * last call (they were read as token 0). Synchronizes `stream`; resets. */
 ferry_status cudaop_encoder_take_bad_tokens(void *stream, uint32_t *count);

@@ -4,7 +4,7 @@
  * A device buffer (cudaMalloc) is 256-byte aligned, as a card's are, and sits
  * between two guard zones of 512 bytes or more; its bytes start as 0xff (an
  * fp32, bf16 or fp16 NaN), so a kernel that reads what nobody wrote computes
- * NaN. The guards hold a pattern checked after every kernel and at cudaFree
+ * NaN. The guards hold a NaN pattern checked after every kernel and at cudaFree
  * (under AddressSanitizer they are poisoned instead, so the access itself is
  * caught). A freed buffer is filled with 0xff again and kept out of reuse
  * for a while, so a late read finds NaN and a late copy is refused as a use
@@ -42,7 +42,18 @@ namespace cudasim {
 namespace {
 
 constexpr size_t GUARD = 512;
-constexpr unsigned char GUARD_BYTE = 0xfd;
+/* The guards hold the bytes a5 ff a5 ff ...: a NaN read as fp32, bf16, fp16
+ * or fp64 at any even offset, so a stray read computes NaN, and a stray
+ * read-modify-write (x += ...) stores a canonical NaN, not this pattern. */
+constexpr unsigned char GUARD_BYTE_EVEN = 0xa5, GUARD_BYTE_ODD = 0xff;
+
+inline unsigned char guard_byte(uintptr_t addr) { return addr % 2 ? GUARD_BYTE_ODD : GUARD_BYTE_EVEN; }
+
+void fill_guard(unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = guard_byte((uintptr_t)(p + i));
+}
 constexpr size_t QUARANTINE_BYTES = (size_t)256 << 20;
 
 struct region {
@@ -118,14 +129,14 @@ bool guards_intact(const region &r, std::string *where)
     const unsigned char *tail = reinterpret_cast<const unsigned char *>(r.base) + r.bytes;
     const size_t tail_bytes = r.padded - r.bytes + GUARD;
     for (size_t i = 0; i < GUARD; i++)
-        if (lo[i] != GUARD_BYTE) {
+        if (lo[i] != guard_byte((uintptr_t)(lo + i))) {
             char b[160];
             snprintf(b, sizeof b, "%zu bytes before the start", GUARD - i);
             *where = b;
             return false;
         }
     for (size_t i = 0; i < tail_bytes; i++)
-        if (tail[i] != GUARD_BYTE) {
+        if (tail[i] != guard_byte((uintptr_t)(tail + i))) {
             char b[160];
             snprintf(b, sizeof b, "%zu bytes after the end", i);
             *where = b;
@@ -137,8 +148,8 @@ bool guards_intact(const region &r, std::string *where)
 
 void poison_guards(region &r)
 {
-    memset(reinterpret_cast<char *>(r.base) - GUARD, GUARD_BYTE, GUARD);
-    memset(reinterpret_cast<char *>(r.base) + r.bytes, GUARD_BYTE, r.padded - r.bytes + GUARD);
+    fill_guard(reinterpret_cast<unsigned char *>(r.base) - GUARD, GUARD);
+    fill_guard(reinterpret_cast<unsigned char *>(r.base) + r.bytes, r.padded - r.bytes + GUARD);
 #ifdef CUDASIM_ASAN
     ASAN_POISON_MEMORY_REGION(reinterpret_cast<char *>(r.base) - GUARD, GUARD);
     ASAN_POISON_MEMORY_REGION(reinterpret_cast<char *>(r.base) + r.bytes, r.padded - r.bytes + GUARD);

@@ -198,7 +198,7 @@ cudaError_t api_enter(const char *name)
             if (!f.repeat)
                 f.fn.clear();
             diag("%s fails as injected (code %d)", name, code);
-            return (cudaError_t)code;
+            return fail((cudaError_t)code); /* a failing call is the thread's last error, as on CUDA */
         }
     }
     return cudaSuccess;

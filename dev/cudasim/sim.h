@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "cudasim/device.h"
+#include "include/cudasim/device.h"
 
 namespace cudasim {
 

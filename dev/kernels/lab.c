@@ -296,8 +296,8 @@ static int open_lab(lab *L, int mode)
     lab_must(st, "opening the cuda backend");
     const size_t ws_bytes = (size_t)64 << 20;
     lab_must(backend_stream_create(L->be, "lab", &L->s), "stream");
-    lab_must(backend_event_create(L->be, &L->ev0), "event");
-    lab_must(backend_event_create(L->be, &L->ev1), "event");
+    lab_must(backend_event_create_timed(L->be, &L->ev0), "event");
+    lab_must(backend_event_create_timed(L->be, &L->ev1), "event");
     lab_must(ops_init(L->be, lab_alloc(L, ws_bytes), ws_bytes), "ops_init");
     L->stream = backend_stream_native(L->s);
     L->z = mode == 2   ? (lab_sizes){1, 64, 128, 2, 1000, 1024, 64}

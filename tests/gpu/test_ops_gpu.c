@@ -110,8 +110,8 @@ static void test_encoder(int B, int T, int C, int V)
     snprintf(what, sizeof what, "encoder_forward B=%d T=%d C=%d", B, T, C);
     check(what, g, out, BT * C, TOL_ELEM);
     free(g);
-    hostop_encoder_backward(dwte, dwpe, dout, tok, B, T, C);
-    OK(ops_encoder_backward(st, d_dwte, d_dwpe, d_dout, d_tok, B, T, C));
+    hostop_encoder_backward(dwte, dwpe, dout, tok, B, T, C, V);
+    OK(ops_encoder_backward(st, d_dwte, d_dwpe, d_dout, d_tok, B, T, C, V));
     g = back(d_dwte, (size_t)V * C);
     snprintf(what, sizeof what, "encoder_backward dwte (V=%d, repeated tokens)", V);
     check(what, g, dwte, (size_t)V * C, TOL_ELEM);
@@ -123,8 +123,8 @@ static void test_encoder(int B, int T, int C, int V)
      * (and not the start's: the backward really ran). dwpe is required. */
     void *d_dwte2 = dev(dwte, (size_t)V * C), *d_dwte3 = dev(dwte, (size_t)V * C);
     void *d_dwpe2 = dev(dwpe, (size_t)T * C);
-    OK(ops_encoder_backward(st, d_dwte2, d_dwpe2, d_dout, d_tok, B, T, C));
-    OK(ops_encoder_backward(st, d_dwte3, d_dwpe2, d_dout, d_tok, B, T, C));
+    OK(ops_encoder_backward(st, d_dwte2, d_dwpe2, d_dout, d_tok, B, T, C, V));
+    OK(ops_encoder_backward(st, d_dwte3, d_dwpe2, d_dout, d_tok, B, T, C, V));
     float *g2 = back(d_dwte2, (size_t)V * C), *g3 = back(d_dwte3, (size_t)V * C);
     TAP_IS_INT(memcmp(g2, g3, (size_t)V * C * 4), 0, "encoder_backward is deterministic");
     tap_ok(memcmp(g2, dwte, (size_t)V * C * 4) != 0, "encoder_backward changed dwte");
