@@ -104,6 +104,31 @@ void lab_optimizer(lab *L);
  * signature of the cudaop_* they stand beside. */
 ferry_status lab_gelu_forward1(void *stream, void *out, const void *inp, size_t n);
 
+/* dev/kernels/reduce_variants.cu. Variant 1 of the column reductions splits
+ * the rows over LAB_ROW_SLICES blocks per 32 columns; its scratch holds
+ * LAB_ROW_SLICES x cols floats (twice that for layernorm's two sums). */
+#define LAB_ROW_SLICES 16
+/* dst[c] += sum over rows of src (matmul's dbias): variant 0 production, 1 row slices. */
+ferry_status lab_colsum_add(void *stream, int variant, void *dst, const void *src, int rows, int cols,
+                            void *scratch);
+/* layernorm's backward with its dinp kernel (0 production, 1 in registers) and
+ * its dweight/dbias kernel (0 production, 1 row slices) chosen apart. */
+ferry_status lab_layernorm_backward_v(void *stream, int dinp_variant, int dparams_variant, void *dinp,
+                                      void *dweight, void *dbias, const void *dout, const void *inp,
+                                      const void *weight, const float *mean, const float *rstd, int N, int C,
+                                      void *scratch);
+/* dev/kernels/classifier_variants.cu: the classifier adding dwte once per
+ * `group` chunks. */
+size_t lab_classifier1_scratch_bytes(int chunk, int group, int Vp, int C);
+ferry_status lab_classifier1(void *stream, float *losses, void *dinp, void *dwte, const void *inp, const void *wte,
+                             const int32_t *targets, float grad_scale, int N, int C, int V, int Vp, void *scratch,
+                             int chunk, int group);
+/* dev/kernels/attention_variants.cu: the attention backward reading
+ * D = rowsum(dO * O) computed once. */
+size_t lab_attention_backward1_scratch_bytes(int B, int T, int NH);
+ferry_status lab_attention_backward1(void *stream, void *dqkv, const void *dout, const void *qkv, const void *out,
+                                     const float *lse, int B, int T, int C, int NH, void *scratch);
+
 #ifdef __cplusplus
 }
 #endif
