@@ -583,6 +583,63 @@ static void test_atomics(void)
     cudaFree(sum);
 }
 
+/* ---- fp16 and bf16 on the device ---- */
+
+__global__ void half_kernel(__half *h, __half2 *h2, __nv_bfloat16 *b, float *out)
+{
+    const int t = (int)threadIdx.x;
+    const __half x = __float2half_rn(0.25f * (float)t);
+    if (blockIdx.x == 0) {
+        out[t] = __half2float(__hfma(x, x, __float2half_rn(1.0f)));
+        out[32 + t] = __half2float(__shfl_xor_sync(0xffffffffu, x, 1));
+        out[64 + t] = __bfloat162float(hsqrt(__float2bfloat16_rn((float)(t * t))));
+    }
+    atomicAdd(&h[1], __float2half_rn(1.0f)); /* the upper half of a 32-bit word */
+    atomicAdd(h2, __floats2half2_rn(1.0f, 2.0f));
+    atomicAdd(b, __float2bfloat16_rn(1.0f));
+}
+
+static void test_half(void)
+{
+    __half *h = nullptr;
+    __half2 *h2 = nullptr;
+    __nv_bfloat16 *b = nullptr;
+    float *out = nullptr;
+    cudaMalloc(&h, 4);
+    cudaMalloc(&h2, 4);
+    cudaMalloc(&b, 2);
+    cudaMalloc(&out, 96 * sizeof(float));
+    cudaMemset(h, 0, 4);
+    cudaMemset(h2, 0, 4);
+    cudaMemset(b, 0, 2);
+    half_kernel<<<4, 32>>>(h, h2, b, out);
+    std::vector<float> o(96);
+    __half hh[2];
+    __half2 hh2;
+    __nv_bfloat16 hb;
+    cudaMemcpy(o.data(), out, 96 * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaMemcpy(hh, h, 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(&hh2, h2, 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(&hb, b, 2, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int t = 0; t < 32; t++) {
+        bad += o[(size_t)t] != 1.0f + 0.0625f * (float)(t * t);
+        bad += o[(size_t)(32 + t)] != 0.25f * (float)(t ^ 1);
+        bad += o[(size_t)(64 + t)] != (float)t;
+    }
+    tap_ok(bad == 0, "__hfma, a shuffle of __half and hsqrt of bf16 give the exact results (%d wrong)", bad);
+    const float2 v2 = __half22float2(hh2);
+    tap_ok(__half2float(hh[1]) == 128.0f && __half2float(hh[0]) == 0.0f && v2.x == 128.0f && v2.y == 256.0f &&
+               __bfloat162float(hb) == 128.0f,
+           "16-bit atomics over 4 blocks: __half %g (128; its neighbour %g), __half2 (%g, %g), bf16 %g",
+           (double)__half2float(hh[1]), (double)__half2float(hh[0]), (double)v2.x, (double)v2.y,
+           (double)__bfloat162float(hb));
+    cudaFree(h);
+    cudaFree(h2);
+    cudaFree(b);
+    cudaFree(out);
+}
+
 /* ---- the runtime ---- */
 
 static void test_copies(void)
@@ -772,6 +829,7 @@ int main(void)
     test_memory();
     test_wmma();
     test_atomics();
+    test_half();
     test_copies();
     test_streams();
     test_errors();

@@ -163,14 +163,13 @@ launcher<F> launch(launch_site site, F fn, dim3 grid, dim3 block, size_t smem = 
 template <class T> T from_bits(uint64_t b)
 {
     T v;
-    memcpy(static_cast<void *>(&v), &b, sizeof v); /* T is trivially copyable (to_bits checked) */
+    memcpy(static_cast<void *>(&v), &b, sizeof v); /* a shuffle moves bits, as on a GPU */
     return v;
 }
 
 template <class T> uint64_t to_bits(const T &v)
 {
-    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value,
-                  "a warp shuffle moves at most 8 bytes of a trivially copyable type");
+    static_assert(sizeof(T) <= 8, "a warp shuffle moves at most 8 bytes");
     uint64_t b = 0;
     memcpy(&b, static_cast<const void *>(&v), sizeof v);
     return b;
@@ -453,6 +452,100 @@ inline float __int_as_float(int x) { float r; memcpy(&r, &x, 4); return r; }
 inline float __uint_as_float(unsigned x) { float r; memcpy(&r, &x, 4); return r; }
 inline long long __double_as_longlong(double x) { long long r; memcpy(&r, &x, 8); return r; }
 inline double __longlong_as_double(long long x) { double r; memcpy(&r, &x, 8); return r; }
+
+/* ---- 16-bit float intrinsics the toolkit defines for the device only:
+ * computed in fp32 and rounded once to nearest even (a GPU's fused
+ * instructions round once from the exact result; the difference is at most
+ * a double rounding, below every tolerance of the tests) ---- */
+#define CUDASIM_HALF_FUNCS(T, TO, FROM, PFX)                                                              \
+    inline T __##PFX##fma(T a, T b, T c) { return TO(fmaf(FROM(a), FROM(b), FROM(c))); }                  \
+    inline T PFX##exp(T a) { return TO(expf(FROM(a))); }                                                  \
+    inline T PFX##exp2(T a) { return TO(exp2f(FROM(a))); }                                                \
+    inline T PFX##log(T a) { return TO(logf(FROM(a))); }                                                  \
+    inline T PFX##log2(T a) { return TO(log2f(FROM(a))); }                                                \
+    inline T PFX##sqrt(T a) { return TO(sqrtf(FROM(a))); }                                                \
+    inline T PFX##rsqrt(T a) { return TO(1.0f / sqrtf(FROM(a))); }                                        \
+    inline T PFX##rcp(T a) { return TO(1.0f / FROM(a)); }                                                 \
+    inline T PFX##tanh(T a) { return TO(tanhf(FROM(a))); }
+CUDASIM_HALF_FUNCS(__half, __float2half_rn, __half2float, h)
+#undef CUDASIM_HALF_FUNCS
+inline __nv_bfloat16 __hfma(__nv_bfloat16 a, __nv_bfloat16 b, __nv_bfloat16 c)
+{
+    return __float2bfloat16_rn(fmaf(__bfloat162float(a), __bfloat162float(b), __bfloat162float(c)));
+}
+inline __nv_bfloat16 hexp(__nv_bfloat16 a) { return __float2bfloat16_rn(expf(__bfloat162float(a))); }
+inline __nv_bfloat16 hlog(__nv_bfloat16 a) { return __float2bfloat16_rn(logf(__bfloat162float(a))); }
+inline __nv_bfloat16 hsqrt(__nv_bfloat16 a) { return __float2bfloat16_rn(sqrtf(__bfloat162float(a))); }
+inline __nv_bfloat16 hrsqrt(__nv_bfloat16 a) { return __float2bfloat16_rn(1.0f / sqrtf(__bfloat162float(a))); }
+inline __half2 __hfma2(__half2 a, __half2 b, __half2 c)
+{
+    float2 x = __half22float2(a), y = __half22float2(b), z = __half22float2(c);
+    return __floats2half2_rn(fmaf(x.x, y.x, z.x), fmaf(x.y, y.y, z.y));
+}
+inline __nv_bfloat162 __hfma2(__nv_bfloat162 a, __nv_bfloat162 b, __nv_bfloat162 c)
+{
+    float2 x = __bfloat1622float2(a), y = __bfloat1622float2(b), z = __bfloat1622float2(c);
+    return __floats2bfloat162_rn(fmaf(x.x, y.x, z.x), fmaf(x.y, y.y, z.y));
+}
+inline __half2 h2exp(__half2 a)
+{
+    float2 x = __half22float2(a);
+    return __floats2half2_rn(expf(x.x), expf(x.y));
+}
+
+/* 16-bit atomics: a compare-and-swap of the 32-bit word holding the value. */
+template <class T, class Op> inline T cudasim_atomic16(T *a, Op op)
+{
+    static_assert(sizeof(T) == 2, "16-bit");
+    uintptr_t addr = reinterpret_cast<uintptr_t>(a);
+    uint32_t *word = reinterpret_cast<uint32_t *>(addr & ~(uintptr_t)3);
+    const int shift = (addr & 2) ? 16 : 0;
+    uint32_t old = __atomic_load_n(word, __ATOMIC_RELAXED), next;
+    T was;
+    do {
+        uint16_t bits = (uint16_t)(old >> shift);
+        memcpy(static_cast<void *>(&was), &bits, 2);
+        T now = op(was);
+        memcpy(&bits, static_cast<const void *>(&now), 2);
+        next = (old & ~(0xffffu << shift)) | ((uint32_t)bits << shift);
+    } while (!__atomic_compare_exchange_n(word, &old, next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return was;
+}
+template <class T, class Op> inline T cudasim_atomic32(T *a, Op op)
+{
+    static_assert(sizeof(T) == 4, "32-bit");
+    uint32_t *word = reinterpret_cast<uint32_t *>(a);
+    uint32_t old = __atomic_load_n(word, __ATOMIC_RELAXED), next;
+    T was;
+    do {
+        memcpy(static_cast<void *>(&was), &old, 4);
+        T now = op(was);
+        memcpy(&next, static_cast<const void *>(&now), 4);
+    } while (!__atomic_compare_exchange_n(word, &old, next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return was;
+}
+inline __half atomicAdd(__half *a, __half v)
+{
+    return cudasim_atomic16(a, [v](__half x) { return __float2half_rn(__half2float(x) + __half2float(v)); });
+}
+inline __nv_bfloat16 atomicAdd(__nv_bfloat16 *a, __nv_bfloat16 v)
+{
+    return cudasim_atomic16(a, [v](__nv_bfloat16 x) { return __float2bfloat16_rn(__bfloat162float(x) + __bfloat162float(v)); });
+}
+inline __half2 atomicAdd(__half2 *a, __half2 v)
+{
+    return cudasim_atomic32(a, [v](__half2 x) {
+        float2 p = __half22float2(x), q = __half22float2(v);
+        return __floats2half2_rn(p.x + q.x, p.y + q.y);
+    });
+}
+inline __nv_bfloat162 atomicAdd(__nv_bfloat162 *a, __nv_bfloat162 v)
+{
+    return cudasim_atomic32(a, [v](__nv_bfloat162 x) {
+        float2 p = __bfloat1622float2(x), q = __bfloat1622float2(v);
+        return __floats2bfloat162_rn(p.x + q.x, p.y + q.y);
+    });
+}
 
 /* Loads through the read-only cache: plain loads here. */
 template <class T> inline T __ldg(const T *p) { return *p; }
