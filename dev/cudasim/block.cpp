@@ -41,7 +41,7 @@
 
 namespace cudasim {
 
-thread_local thread_ctx *tl_cur;
+thread_local CUDASIM_CONSTINIT thread_ctx *tl_cur = nullptr;
 
 namespace {
 
@@ -244,7 +244,7 @@ std::string thread_name(const block_state &b, const sim_thread &t)
 }
 
 /* Records the block's first failure. */
-void block_fail(block_state &b, cudaError_t e, const std::string &msg)
+void block_fail(block_state &b, cudaError_t e, const char *msg)
 {
     if (b.failed)
         return;
@@ -316,8 +316,10 @@ void block_here(sim_thread *t)
     tl_cur = t;
 }
 
-/* From a fiber: stop this thread for good with the block failed. */
-[[noreturn]] void stop_thread(sim_thread *t, cudaError_t e, const std::string &msg)
+/* From a fiber: stop this thread for good with the block failed. `msg` is a
+ * plain string: the fiber never resumes, so nothing on its stack is ever
+ * destroyed. */
+[[noreturn]] void stop_thread(sim_thread *t, cudaError_t e, const char *msg)
 {
     block_fail(*t->blk, e, msg);
     t->state = T_STOPPED;
@@ -660,7 +662,7 @@ void run_block(executor &ex, launch_rec *L, uint64_t linear, cudaError_t *err, s
         if (b.ready.empty()) {
             std::string m = "deadlock: no thread can go on";
             describe_waits(b, &m);
-            block_fail(b, cudaErrorLaunchFailure, m);
+            block_fail(b, cudaErrorLaunchFailure, m.c_str());
             break;
         }
         sim_thread &t = b.th[(size_t)pick(b)];

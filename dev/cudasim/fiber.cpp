@@ -119,6 +119,12 @@ bool stack_create(fiber_stack *s, size_t bytes)
 
 void stack_destroy(fiber_stack *s)
 {
+#ifdef CUDASIM_ASAN
+    /* The frames' redzones would outlive the mapping in ASan's shadow and
+     * poison whatever is mapped there next. */
+    if (s->lo)
+        ASAN_UNPOISON_MEMORY_REGION(s->lo, (size_t)(s->hi - s->lo));
+#endif
     if (s->map)
         munmap(s->map, s->map_bytes);
     memset(s, 0, sizeof *s);

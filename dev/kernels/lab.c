@@ -337,6 +337,9 @@ int main(int argc, char **argv)
         printf("%s: %d of %d checks failed; ceilings matmul %.1f TFLOP/s, copy %.0f GB/s\n",
                L.failures ? "FAIL" : "PASS", L.failures, L.checks, L.tflops, L.gbs);
     ops_shutdown(L.be);
+    backend_event_destroy(L.ev0);
+    backend_event_destroy(L.ev1);
+    backend_stream_destroy(L.s);
     backend_close(L.be); /* frees every buffer */
     return L.failures ? 1 : 0;
 }

@@ -3,7 +3,9 @@
  * where the CUDA ops store: a small GPT-2 (2 layers, 4 heads, 64 wide, 500
  * tokens, B x T = 4 x 40, T not a multiple of the attention tile) trained 5
  * steps on one fixed batch from one seed in each offload mode (none,
- * optimizer, params), and with the one-step delayed update.
+ * optimizer, params; params also with no prefetch, so that every fetch
+ * evicts a group whose weights the compute stream may still be reading),
+ * and with the one-step delayed update.
  *
  * Each step's loss must agree within 5e-3 relative (bf16 keeps 8 bits of
  * mantissa and the two backends sum in different orders; they agree to about
@@ -48,7 +50,7 @@ typedef struct run {
 
 /* efix_open with the dtype and the delayed update chosen. */
 static ferry_status open_engine(efix *f, const gpt2_config *cfg, ferry_backend_kind kind, ferry_offload mode,
-                                int delayed)
+                                int delayed, int prefetch)
 {
     memset(f, 0, sizeof *f);
     f->B = B_;
@@ -58,6 +60,7 @@ static ferry_status open_engine(efix *f, const gpt2_config *cfg, ferry_backend_k
     ec.offload = mode;
     ec.dtype = FERRY_DTYPE_BF16;
     ec.delayed_update = delayed;
+    ec.prefetch_groups = prefetch;
     ec.device_budget_bytes = 96u << 20;
     f->tokens = malloc((size_t)B_ * T_ * sizeof *f->tokens);
     f->targets = malloc((size_t)B_ * T_ * sizeof *f->targets);
@@ -74,14 +77,14 @@ static ferry_status open_engine(efix *f, const gpt2_config *cfg, ferry_backend_k
     return gpt2_activations_create(f->m, engine_embed_backend(f->e), B_, T_, false, &f->alloc, &f->act);
 }
 
-static bool train(ferry_backend_kind kind, ferry_offload mode, int delayed, const char *name, run *r)
+static bool train(ferry_backend_kind kind, ferry_offload mode, int delayed, int prefetch, const char *name, run *r)
 {
     gpt2_config c;
     gpt2_config_from_fields(2, 4, 64, 500, 0, 64, &c);
     cudasim_stats before, after;
     cudasim_get_stats(&before);
     efix f;
-    bool ok = tap_is_status(open_engine(&f, &c, kind, mode, delayed), FERRY_OK, "%s on %s: sets up", name,
+    bool ok = tap_is_status(open_engine(&f, &c, kind, mode, delayed, prefetch), FERRY_OK, "%s on %s: sets up", name,
                             ferry_backend_name(kind));
     if (ok)
         ok = tap_ok((r->w0 = efix_weights(&f, &r->n)) != NULL, "%s on %s: initial weights read", name,
@@ -157,20 +160,21 @@ int main(void)
              getenv("FERRY_CUDASIM_DELAY_US") ? getenv("FERRY_CUDASIM_DELAY_US") : "0");
     const struct {
         ferry_offload mode;
-        int delayed;
+        int delayed, prefetch;
         const char *name;
     } cases[] = {
-        {FERRY_OFFLOAD_NONE, 0, "offload none"},
-        {FERRY_OFFLOAD_OPTIMIZER, 0, "offload optimizer"},
-        {FERRY_OFFLOAD_PARAMS, 0, "offload params"},
-        {FERRY_OFFLOAD_OPTIMIZER, 1, "offload optimizer, delayed update"},
+        {FERRY_OFFLOAD_NONE, 0, 2, "offload none"},
+        {FERRY_OFFLOAD_OPTIMIZER, 0, 2, "offload optimizer"},
+        {FERRY_OFFLOAD_PARAMS, 0, 2, "offload params"},
+        {FERRY_OFFLOAD_PARAMS, 0, 0, "offload params, no prefetch (every fetch evicts)"},
+        {FERRY_OFFLOAD_OPTIMIZER, 1, 2, "offload optimizer, delayed update"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run dev, host;
         memset(&dev, 0, sizeof dev);
         memset(&host, 0, sizeof host);
-        if (train(FERRY_BACKEND_CUDA, cases[i].mode, cases[i].delayed, cases[i].name, &dev) &&
-            train(FERRY_BACKEND_HOST, cases[i].mode, cases[i].delayed, cases[i].name, &host))
+        if (train(FERRY_BACKEND_CUDA, cases[i].mode, cases[i].delayed, cases[i].prefetch, cases[i].name, &dev) &&
+            train(FERRY_BACKEND_HOST, cases[i].mode, cases[i].delayed, cases[i].prefetch, cases[i].name, &host))
             compare(cases[i].name, &dev, &host);
         free(dev.w0), free(dev.w), free(host.w0), free(host.w);
     }

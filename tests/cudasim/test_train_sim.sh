@@ -4,9 +4,12 @@
 # give the same losses and the same saved weights byte for byte (the cuda
 # ops are deterministic, so a resume is exact there too), the loss falls,
 # and the saved checkpoint is the cuda backend's (its log names the card).
-# Usage: test_train_sim.sh TRAIN_GPT2
+# Usage: test_train_sim.sh TRAIN_GPT2 [MODE...]   (modes: none optimizer
+# params delayed; all four when none is named)
 set -u
 train=$1
+shift
+modes=${*:-none optimizer params delayed}
 work=$(mktemp -d /tmp/ferry-train-sim-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/../train/tap.sh"
@@ -16,7 +19,7 @@ common=(--data "$work/train.bin" --layers 2 --heads 2 --width 64 --vocab 500 --c
         --grad-accum 2 --steps 6 --warmup 2 --lr 3e-3 --backend cuda --threads 2 --quiet)
 losses() { $python -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1]) if "\"step\"" in l and "\"loss\"" in l))' "$1"; }
 
-for mode in none optimizer params delayed; do
+for mode in $modes; do
   d=$work/$mode
   mkdir -p "$d"
   flags=(--offload $mode)

@@ -41,8 +41,14 @@ struct thread_ctx {
 };
 
 /* The current thread of this OS thread (a fiber of the block it runs), or
- * the probe context while a launch is being checked. */
-extern thread_local thread_ctx *tl_cur;
+ * the probe context while a launch is being checked. Constant-initialized:
+ * read straight from the thread's TLS, without C++'s wrapper call. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define CUDASIM_CONSTINIT __constinit
+#else
+#define CUDASIM_CONSTINIT
+#endif
+extern thread_local CUDASIM_CONSTINIT thread_ctx *tl_cur;
 [[noreturn]] void fatal_no_thread(const char *what);
 
 inline const thread_ctx &cur(const char *what)
@@ -493,21 +499,18 @@ inline __half2 h2exp(__half2 a)
     return __floats2half2_rn(expf(x.x), expf(x.y));
 }
 
-/* 16-bit atomics: a compare-and-swap of the 32-bit word holding the value. */
+/* 16- and 32-bit atomics on types without a native one: compare-and-swap
+ * loops of that width, as x86 has them. */
 template <class T, class Op> inline T cudasim_atomic16(T *a, Op op)
 {
     static_assert(sizeof(T) == 2, "16-bit");
-    uintptr_t addr = reinterpret_cast<uintptr_t>(a);
-    uint32_t *word = reinterpret_cast<uint32_t *>(addr & ~(uintptr_t)3);
-    const int shift = (addr & 2) ? 16 : 0;
-    uint32_t old = __atomic_load_n(word, __ATOMIC_RELAXED), next;
+    uint16_t *word = reinterpret_cast<uint16_t *>(a);
+    uint16_t old = __atomic_load_n(word, __ATOMIC_RELAXED), next;
     T was;
     do {
-        uint16_t bits = (uint16_t)(old >> shift);
-        memcpy(static_cast<void *>(&was), &bits, 2);
+        memcpy(static_cast<void *>(&was), &old, 2);
         T now = op(was);
-        memcpy(&bits, static_cast<const void *>(&now), 2);
-        next = (old & ~(0xffffu << shift)) | ((uint32_t)bits << shift);
+        memcpy(&next, static_cast<const void *>(&now), 2);
     } while (!__atomic_compare_exchange_n(word, &old, next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
     return was;
 }
