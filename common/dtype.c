@@ -45,5 +45,5 @@ FERRY_API ferry_status ferry_dtype_parse(const char *name, ferry_dtype *out)
             *out = (ferry_dtype)t;
             return FERRY_OK;
         }
-    return err_set(FERRY_ERR_INVALID_ARGUMENT, "unknown element type '%s': use auto, f32 or bf16", name);
+    return err_set(FERRY_ERR_INVALID_ARGUMENT, "unknown element type '%s': use auto, f32, bf16, f16, i32 or i64", name);
 }

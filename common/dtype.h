@@ -103,6 +103,15 @@ static inline float dtype_f16_to_f32(uint16_t h)
     return dtype_bits_f32(sign | (e << 23) | ((mant & 0x3ffu) << 13));
 }
 
+/* fp32 rounded to the nearest fp16 and back: what storing into fp16 keeps. */
+static inline float dtype_round_f16(float f) { return dtype_f16_to_f32(dtype_f32_to_f16(f)); }
+
+/* fp32 rounded to type t (f32: unchanged) and back. */
+static inline float dtype_round(float f, ferry_dtype t)
+{
+    return t == FERRY_DTYPE_BF16 ? dtype_round_bf16(f) : t == FERRY_DTYPE_F16 ? dtype_round_f16(f) : f;
+}
+
 /* Element i of a float buffer of type t (f32, bf16 or f16) as fp32. */
 static inline float dtype_load_f32(const void *src, ferry_dtype t, size_t i)
 {

@@ -27,6 +27,7 @@
 #undef mlock
 #undef syscall
 #undef pthread_create
+#undef fallocate
 
 #include <errno.h>
 #include <fcntl.h>
@@ -55,6 +56,7 @@ static void *fired_pc;
 static char log_path[4096];
 static const char *_Atomic refused_kind; /* a static string */
 static _Atomic int refused_errno;
+static _Atomic bool short_io;
 
 /* "KIND at FILE:LINE FUNCTION", or the address where no symbolizer is. */
 static void describe(const char *kind, void *pc, char *out, size_t cap)
@@ -329,4 +331,25 @@ int fault_pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*
     if (err)
         return err;
     return pthread_create(thread, attr, start, arg);
+}
+
+/* ---- reserving disk space: ENOSPC ---- */
+
+int fault_fallocate(int fd, int mode, off_t offset, off_t len)
+{
+    FAULT_CALL("fallocate", ENOSPC, -1, fallocate(fd, mode, offset, len));
+}
+
+/* ---- io_uring completions: -EIO (read), -ENOSPC (write), or short ---- */
+
+void fault_short_io(bool on) { atomic_store(&short_io, on); }
+
+int fault_io_result(int res, unsigned len, int is_write)
+{
+    int err = should_fail(is_write ? "io_uring write" : "io_uring read", PC, is_write ? ENOSPC : EIO);
+    if (err)
+        return -err;
+    if (atomic_load(&short_io) && res >= 0 && (unsigned)res == len && len >= 8192)
+        return (int)((len / 2) & ~4095u);
+    return res;
 }

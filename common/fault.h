@@ -1,7 +1,8 @@
 /* Fault injection for tests, SQLite style: counts every allocation, open,
- * read, write, sync, rename, mapping, page lock and thread start that ferry's
- * own code makes, and makes the Nth of them fail with the errno the system
- * would give (ENOMEM, EACCES, EIO, ENOSPC, EAGAIN). Built only with
+ * read, write, sync, rename, mapping, page lock, thread start, space
+ * reservation and io_uring completion that ferry's own code makes, and makes
+ * the Nth of them fail with the errno the system would give (ENOMEM, EACCES,
+ * EIO, ENOSPC, EAGAIN); it can also make io_uring transfers come back short. Built only with
  * -Dfault_injection=true, where every C file is compiled with
  * common/fault_inject.h forced in, which sends those calls here; no call
  * site in the product names this header.
@@ -81,6 +82,17 @@ FAULT_API long fault_syscall(long number, long a, long b, long c, long d, long e
 /* pthread_create: a refused thread returns EAGAIN, as under RLIMIT_NPROC. */
 FAULT_API int fault_pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *),
                                    void *arg);
+/* fallocate: a refused reservation is ENOSPC, the full disk. */
+FAULT_API int fault_fallocate(int fd, int mode, off_t offset, off_t len);
+/* An io_uring completion's result, as offload/nvme.c reads it (its
+ * io_completion_result): counted as "io_uring read" or "io_uring write"; a
+ * failing read completes with -EIO, a failing write with -ENOSPC. `len` is
+ * the transfer asked for, `res` what the kernel did. */
+FAULT_API int fault_io_result(int res, unsigned len, int is_write);
+/* While on, every io_uring transfer of 8 KiB or more that completed whole
+ * reports half of it (in 4 KiB units), as a short read or write does: the
+ * store must resume the rest. Uncounted; armed or not. */
+FAULT_API void fault_short_io(bool on);
 
 #ifdef __cplusplus
 }

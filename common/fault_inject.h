@@ -1,7 +1,7 @@
 /* Forced into every C file of a -Dfault_injection=true build (the root
  * meson.build passes `-include common/fault_inject.h`): sends ferry's own
- * allocations, opens, reads, writes, syncs, renames, mappings, page locks and
- * thread starts to the counting wrappers of common/fault.h, so a test can
+ * allocations, opens, reads, writes, syncs, renames, mappings, page locks,
+ * thread starts, space reservations and io_uring completions to the counting wrappers of common/fault.h, so a test can
  * make the Nth of them fail without one call site in the product changing.
  * Owns only the redirection; counting and failing are common/fault.c's.
  *
@@ -54,6 +54,11 @@
 #define mmap(...) fault_mmap(__VA_ARGS__)
 #define mlock(...) fault_mlock(__VA_ARGS__)
 #define pthread_create(...) fault_pthread_create(__VA_ARGS__)
+#define fallocate(...) fault_fallocate(__VA_ARGS__)
+/* Not a system call: the hook offload/nvme.c passes each io_uring
+ * completion's result through (it defines it as the result itself when this
+ * header is not forced in). */
+#define io_completion_result(...) fault_io_result(__VA_ARGS__)
 /* Pads syscall's arguments to six, each passed as a long as the kernel takes
  * them; the padding beyond what the call gave is never read by the kernel. */
 #define syscall(...) FAULT_SYSCALL7_(__VA_ARGS__, 0L, 0L, 0L, 0L, 0L, 0L)

@@ -1,13 +1,14 @@
 /* The engine's own checkpoint: every group's fp32 master weights and Adam
  * moments, the step count, the device weights a delayed update has yet to
- * replace, and an opaque blob of the embedder's (RNG, data position), in one
+ * replace, the loss scale and the count of skipped steps, and an opaque blob
+ * of the embedder's (RNG, data position), in one
  * file written atomically through common/fileio.h (temporary file, fsync,
  * rename, fsync of the directory), so a crash mid-save leaves the previous
  * file. It also reads the blob alone, without an engine. It owns the file
  * format; what the blob means is the embedder's business.
  *
  * Layout (little-endian):
- *   header   72 bytes: magic "FERRYCKP", u32 version (2), u32 groups,
+ *   header   72 bytes: magic "FERRYCKP", u32 version (3), u32 groups,
  *            i64 step, u64 user_bytes, u64 payload_bytes, u64 checksum,
  *            u64 user_checksum, u32 dtype of the device copy, u32 flags,
  *            u32 head_crc, u32 reserved (0)
@@ -15,13 +16,20 @@
  *   payload  for each group: master, m, v (numel fp32 each); then, with flag
  *            1 (a delayed update pending), each group's device weights
  *            (numel elements of the dtype): what the next forward reads,
- *            one update behind the master weights; then the blob
- * head_crc is the CRC-32 (zlib's) of header bytes 0..63 and the group table,
- * so no field (the step count included) changes unnoticed; checksum is a
+ *            one update behind the master weights; then, with flag 2, the
+ *            loss scale section (32 bytes: f32 scale, 0 when scaling was
+ *            off; i32 growth tracker; i64 skipped steps; i32 skips in a
+ *            row; 12 bytes 0); then the blob
+ * head_crc is the CRC-32 (zlib's) of header bytes 0..63, then 68..71 (the
+ * reserved word), then the group table, so no byte of the header (the step
+ * count included) changes unnoticed; version 2 files, whose CRC left out
+ * bytes 68..71, are still read, with the reserved word required to be 0;
+ * checksum is a
  * 64-bit multiply-xor hash of the payload before the blob, user_checksum the
  * same hash of the blob. All are checked before anything is applied, so a
  * damaged file changes nothing. */
 #include <errno.h>
+#include <float.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -35,8 +43,11 @@
 #include "engine/engine.h"
 
 #define CKPT_MAGIC "FERRYCKP"
-#define CKPT_VERSION 2u
+#define CKPT_VERSION 3u
+#define CKPT_VERSION_OLDEST 2u /* read too: the same layout, its CRC without bytes 68..71 */
 #define CKPT_FLAG_DELAYED 1u
+#define CKPT_FLAG_SCALING 2u
+#define CKPT_FLAGS_KNOWN (CKPT_FLAG_DELAYED | CKPT_FLAG_SCALING)
 #define CKPT_CHUNK ((size_t)8 << 20)
 #define CKPT_HASH_SEED 0x51ED2701A3F9C4B5ull
 
@@ -54,6 +65,16 @@ typedef struct ckpt_group {
     uint64_t numel;
 } ckpt_group;
 
+/* The loss scale section (flag 2). */
+typedef struct ckpt_scaling {
+    float scale;           /* 0: the run had loss scaling off */
+    int32_t tracker;       /* clean steps since the scale last changed */
+    int64_t skipped_steps;
+    int32_t skips_in_row;
+    uint32_t reserved[3];  /* 0 */
+} ckpt_scaling;
+
+_Static_assert(sizeof(ckpt_scaling) == 32, "the loss scale section is 32 bytes");
 _Static_assert(sizeof(ckpt_header) == 72, "checkpoint header is 72 bytes");
 _Static_assert(offsetof(ckpt_header, head_crc) == 64, "head_crc covers the 64 bytes before it");
 _Static_assert(sizeof(ckpt_group) == 72, "a group entry is 72 bytes");
@@ -94,6 +115,8 @@ static uint32_t crc32_update(uint32_t crc, const void *data, size_t n)
 static uint32_t head_crc(const ckpt_header *h, const ckpt_group *table)
 {
     uint32_t crc = crc32_update(0, h, offsetof(ckpt_header, head_crc));
+    if (h->version >= 3)
+        crc = crc32_update(crc, &h->reserved, sizeof h->reserved);
     return crc32_update(crc, table, (size_t)h->groups * sizeof *table);
 }
 
@@ -153,15 +176,19 @@ static ferry_status for_each_chunk_of(void *base, size_t bytes, bool on_device, 
     return FERRY_OK;
 }
 
-/* Every group's master weights, then m, then v. */
-static ferry_status for_each_state_chunk(ferry_engine *e, void *buf, chunk_fn fn, void *ctx)
+/* Every group's master weights, then m, then v. Arrays the NVMe tier holds
+ * are read from disk (`disk` 1: saving), written to it (2: loading), or
+ * only walked (0: the file's bytes alone). */
+static ferry_status for_each_state_chunk(ferry_engine *e, void *buf, chunk_fn fn, void *ctx, int disk)
 {
     ferry_status st = FERRY_OK;
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
         engine_group *g = &e->groups[i];
         float *arrays[3] = {g->master, g->m, g->v};
         for (int k = 0; k < 3 && st == FERRY_OK; k++)
-            st = for_each_chunk_of(arrays[k], g->numel * sizeof(float), state_on_device(e), buf, fn, ctx);
+            st = !arrays[k] && e->nvme && disk
+                     ? engine_nvme_chunks(e, g, k, disk == 2, buf, CKPT_CHUNK, fn, ctx)
+                     : for_each_chunk_of(arrays[k], g->numel * sizeof(float), state_on_device(e), buf, fn, ctx);
     }
     return st;
 }
@@ -228,11 +255,16 @@ static ferry_status save_payload(ferry_engine *e, save_ctx *c, bool delayed)
     void *buf = malloc(CKPT_CHUNK);
     if (!buf)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "saving a checkpoint: out of host memory");
-    ferry_status st = for_each_state_chunk(e, buf, save_chunk, c);
+    ferry_status st = for_each_state_chunk(e, buf, save_chunk, c, 1);
     if (st == FERRY_OK && delayed)
         st = for_each_weight_chunk(e, e->act_size, true, buf, save_chunk, c);
     free(buf);
-    return st;
+    if (st != FERRY_OK)
+        return st;
+    ckpt_scaling sc = {e->scaling ? e->scaler.scale : 0.0f, e->scaling ? e->scaler.tracker : 0, e->skipped_steps,
+                       e->skips_in_row, {0, 0, 0}};
+    c->hash = hash_update(c->hash, &sc, sizeof sc);
+    return fileio_atomic_write(c->file, &sc, sizeof sc);
 }
 
 /* Header first with zero checksums, then the real one once known. On
@@ -240,9 +272,10 @@ static ferry_status save_payload(ferry_engine *e, save_ctx *c, bool delayed)
 static ferry_status save_body(ferry_engine *e, fileio_atomic *file, const void *user, size_t user_bytes)
 {
     bool delayed = e->dpu_pending;
-    uint64_t payload = state_bytes(e) + (delayed ? weight_bytes(e, e->act_size) : 0) + user_bytes;
+    uint64_t payload =
+        state_bytes(e) + (delayed ? weight_bytes(e, e->act_size) : 0) + sizeof(ckpt_scaling) + user_bytes;
     ckpt_header h = {{0}, CKPT_VERSION, (uint32_t)e->ngroups, e->step, user_bytes, payload, 0, 0,
-                     (uint32_t)e->act, delayed ? CKPT_FLAG_DELAYED : 0, 0, 0};
+                     (uint32_t)e->act, (delayed ? CKPT_FLAG_DELAYED : 0) | CKPT_FLAG_SCALING, 0, 0};
     memcpy(h.magic, CKPT_MAGIC, 8);
     ckpt_group *table = group_table(e);
     if (!table)
@@ -324,10 +357,14 @@ static ferry_status check_fields(const ckpt_file *f)
         return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' records step %lld, the largest a step count can be: one "
                                          "more step would overflow it",
                        f->path, (long long)h->step);
-    if (h->flags & ~CKPT_FLAG_DELAYED)
+    if (h->reserved != 0)
+        return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' has 0x%08x in its reserved header word, which is always "
+                                         "0: it is damaged",
+                       f->path, h->reserved);
+    if (h->flags & ~CKPT_FLAGS_KNOWN)
         return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' has flags 0x%x, of which this ferry knows only 0x%x: it "
                                          "is from a newer ferry",
-                       f->path, h->flags, CKPT_FLAG_DELAYED);
+                       f->path, h->flags, CKPT_FLAGS_KNOWN);
     struct stat sb;
     uint64_t want = head_bytes(h->groups) + h->payload_bytes;
     if (fstat(f->fd, &sb) != 0)
@@ -345,15 +382,16 @@ static ferry_status ckpt_open(const char *path, ckpt_file *f)
 {
     memset(f, 0, sizeof *f);
     f->path = path;
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0)
-        return err_set(FERRY_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
-    ferry_status st = read_all(f->fd, &f->h, sizeof f->h, path);
+    /* Never blocks on a FIFO; anything but a regular file is refused. */
+    ferry_status st = fileio_open_input(path, "checkpoint", &f->fd, NULL);
+    if (st != FERRY_OK)
+        return st;
+    st = read_all(f->fd, &f->h, sizeof f->h, path);
     if (st == FERRY_OK && memcmp(f->h.magic, CKPT_MAGIC, 8) != 0)
         st = err_set(FERRY_ERR_FORMAT, "'%s' is not a ferry engine checkpoint (bad magic)", path);
-    if (st == FERRY_OK && f->h.version != CKPT_VERSION)
-        st = err_set(FERRY_ERR_FORMAT, "checkpoint '%s' has version %u; this ferry reads version %u", path,
-                     f->h.version, CKPT_VERSION);
+    if (st == FERRY_OK && (f->h.version < CKPT_VERSION_OLDEST || f->h.version > CKPT_VERSION))
+        st = err_set(FERRY_ERR_FORMAT, "checkpoint '%s' has version %u; this ferry reads versions %u to %u", path,
+                     f->h.version, CKPT_VERSION_OLDEST, CKPT_VERSION);
     if (st == FERRY_OK)
         st = read_table(f);
     if (st == FERRY_OK && head_crc(&f->h, f->table) != f->h.head_crc)
@@ -382,7 +420,8 @@ static ferry_status check_model(const ferry_engine *e, const ckpt_file *f, size_
                            "it is from another model",
                            f->path, i, ENGINE_NAME_MAX, f->table[i].name, (unsigned long long)f->table[i].numel,
                            e->groups[i].name, e->groups[i].numel);
-    uint64_t states = state_bytes(e), numel = weight_bytes(e, 1), fixed = states + f->h.user_bytes;
+    uint64_t scaling = f->h.flags & CKPT_FLAG_SCALING ? sizeof(ckpt_scaling) : 0;
+    uint64_t states = state_bytes(e), numel = weight_bytes(e, 1), fixed = states + scaling + f->h.user_bytes;
     uint64_t rest = f->h.payload_bytes >= fixed ? f->h.payload_bytes - fixed : UINT64_MAX;
     bool delayed = (f->h.flags & CKPT_FLAG_DELAYED) != 0;
     *weight_elem = delayed && rest % numel == 0 ? (size_t)(rest / numel) : 0;
@@ -440,6 +479,8 @@ typedef struct load_ctx {
     bool apply;      /* first pass: only hash; second: copy into the engine */
     size_t weight_elem; /* element size of the device weights in the file; 0: none */
     bool use_weights;   /* this engine takes them (delayed update on, same device type) */
+    bool has_scaling;   /* the file has the loss scale section (flag 2) */
+    ckpt_scaling scaling; /* read by the first pass */
 } load_ctx;
 
 static ferry_status load_chunk(void *p, void *state, bool on_device, void *buf, size_t bytes)
@@ -468,19 +509,53 @@ static ferry_status load_pass(load_ctx *c)
     void *buf = malloc(CKPT_CHUNK);
     if (!buf)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "loading a checkpoint: out of host memory");
-    ferry_status st = for_each_state_chunk(e, buf, load_chunk, c);
+    ferry_status st = for_each_state_chunk(e, buf, load_chunk, c, c->apply ? 2 : 0);
     for (int i = 0; c->apply && i < e->ngroups && st == FERRY_OK; i++)
         st = engine_write_device_weights(e, &e->groups[i]);
     if (st == FERRY_OK && c->weight_elem)
         st = for_each_weight_chunk(e, c->weight_elem, c->apply && c->use_weights, buf, load_chunk, c);
     free(buf);
+    if (st == FERRY_OK && c->has_scaling && !c->apply) {
+        st = read_all(c->f->fd, &c->scaling, sizeof c->scaling, c->f->path);
+        c->hash = hash_update(c->hash, &c->scaling, sizeof c->scaling);
+    }
     return st;
+}
+
+/* The loss scale section's values make sense (its checksum held). */
+static ferry_status check_scaling(const load_ctx *c)
+{
+    const ckpt_scaling *s = &c->scaling;
+    if (!c->has_scaling)
+        return FERRY_OK;
+    bool ok = s->skipped_steps >= 0 && s->skips_in_row >= 0 && s->skips_in_row <= s->skipped_steps &&
+              s->tracker >= 0 && (s->scale == 0.0f || (s->scale > 0 && s->scale <= FLT_MAX));
+    if (!ok)
+        return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' is damaged: its loss scale section holds scale %g, growth "
+                                         "count %d, %lld skipped steps, %d in a row; nothing was loaded",
+                       c->f->path, (double)s->scale, (int)s->tracker, (long long)s->skipped_steps,
+                       (int)s->skips_in_row);
+    return FERRY_OK;
+}
+
+/* The saved loss scale continues where this engine scales too; a run that
+ * had none (or a file from before the section) starts from the initial
+ * scale. The skip counts carry over either way. */
+static void apply_scaling(ferry_engine *e, const load_ctx *c)
+{
+    engine_scaling_reset(e);
+    if (!c->has_scaling)
+        return;
+    e->skipped_steps = c->scaling.skipped_steps;
+    e->skips_in_row = c->scaling.skips_in_row;
+    if (e->scaling && c->scaling.scale > 0)
+        loss_scale_restore(&e->scaler, c->scaling.scale, c->scaling.tracker); /* checked above */
 }
 
 /* Both passes, the hash check between them. */
 static ferry_status load_checked(ferry_engine *e, const ckpt_file *f, void *user, size_t user_cap)
 {
-    load_ctx c = {e, f, CKPT_HASH_SEED, false, 0, false};
+    load_ctx c = {e, f, CKPT_HASH_SEED, false, 0, false, (f->h.flags & CKPT_FLAG_SCALING) != 0, {0, 0, 0, 0, {0, 0, 0}}};
     ferry_status st = check_model(e, f, &c.weight_elem);
     if (st == FERRY_OK)
         st = load_pass(&c);
@@ -488,6 +563,8 @@ static ferry_status load_checked(ferry_engine *e, const ckpt_file *f, void *user
         st = err_set(FERRY_ERR_FORMAT, "checkpoint '%s' is damaged: its checksum does not match its contents; "
                                        "nothing was loaded",
                      f->path);
+    if (st == FERRY_OK)
+        st = check_scaling(&c);
     if (st == FERRY_OK)
         st = read_blob(f, NULL, 0);
     if (st != FERRY_OK)
@@ -500,6 +577,7 @@ static ferry_status load_checked(ferry_engine *e, const ckpt_file *f, void *user
     e->step = f->h.step;
     e->micro_index = -1;
     e->dpu_pending = c.use_weights;
+    apply_scaling(e, &c);
     return FERRY_OK;
 }
 

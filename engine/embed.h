@@ -43,6 +43,11 @@ typedef struct engine_plan_request {
     int micro_batches;          /* per step; more than one adds the fp32 sum of their gradients */
     const size_t *group_numel;  /* every group's size, in order */
     int ngroups;
+    /* The NVMe tier: offload NVME, or PARAMS with `disk`. */
+    bool disk;                  /* PARAMS: the state on disk (NVME implies it) */
+    bool disk_master;           /* the master weights on disk too */
+    uint64_t disk_window_bytes; /* as ferry_engine_config's nvme_window_bytes (0: the default) */
+    uint64_t disk_block_bytes;  /* as nvme_block_bytes (0: the default) */
 } engine_plan_request;
 
 /* What the engine allocates, by category, charged as its allocators charge
@@ -58,6 +63,7 @@ typedef struct engine_memory_plan {
     int device_weight_groups; /* groups whose weights are on the device at the peak */
     int device_grad_groups;   /* groups whose gradients are on the device at the peak */
     size_t act_size;          /* bytes of a device element */
+    uint64_t disk_bytes;      /* the NVMe tier's state file (its window is host_bytes[FERRY_MEM_NVME]) */
 } engine_memory_plan;
 
 /* Params mode is planned for its worst schedule: at most

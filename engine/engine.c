@@ -27,6 +27,7 @@ const char *ferry_offload_name(ferry_offload mode)
     case FERRY_OFFLOAD_NONE: return "none";
     case FERRY_OFFLOAD_OPTIMIZER: return "optimizer";
     case FERRY_OFFLOAD_PARAMS: return "params";
+    case FERRY_OFFLOAD_NVME: return "nvme";
     }
     return "unknown";
 }
@@ -35,14 +36,14 @@ ferry_status ferry_offload_parse(const char *name, ferry_offload *out)
 {
     if (!name || !out)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_offload_parse: NULL argument");
-    for (int m = FERRY_OFFLOAD_NONE; m <= FERRY_OFFLOAD_PARAMS; m++) {
+    for (int m = FERRY_OFFLOAD_NONE; m <= FERRY_OFFLOAD_NVME; m++) {
         if (strcmp(name, ferry_offload_name((ferry_offload)m)) == 0) {
             *out = (ferry_offload)m;
             return FERRY_OK;
         }
     }
     return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                   "unknown offload mode '%s': use none, optimizer or params", name);
+                   "unknown offload mode '%s': use none, optimizer, params or nvme", name);
 }
 
 ferry_status engine_check_group(const ferry_engine *e, int group, const char *what)
@@ -65,8 +66,14 @@ static const size_t config_fields[] = {
     SIZED_END(ferry_engine_config, numa_node),         SIZED_END(ferry_engine_config, dtype),
     SIZED_END(ferry_engine_config, delayed_update),    SIZED_END(ferry_engine_config, trace_path),
     SIZED_END(ferry_engine_config, verbose),           SIZED_END(ferry_engine_config, reserved),
+    SIZED_END(ferry_engine_config, loss_scaling),      SIZED_END(ferry_engine_config, loss_scale_init),
+    SIZED_END(ferry_engine_config, loss_scale_growth), SIZED_END(ferry_engine_config, loss_scale_backoff),
+    SIZED_END(ferry_engine_config, loss_scale_interval), SIZED_END(ferry_engine_config, loss_scale_max_skips),
+    SIZED_END(ferry_engine_config, nvme_path),         SIZED_END(ferry_engine_config, nvme_window_bytes),
+    SIZED_END(ferry_engine_config, nvme_block_bytes),  SIZED_END(ferry_engine_config, nvme_queue_depth),
+    SIZED_END(ferry_engine_config, nvme_master),
 };
-SIZED_NO_TAIL_PADDING(ferry_engine_config, reserved);
+SIZED_NO_TAIL_PADDING(ferry_engine_config, nvme_master);
 
 static const size_t group_option_fields[] = {
     SIZED_END(ferry_group_options, lr_scale), SIZED_END(ferry_group_options, weight_decay),
@@ -74,14 +81,47 @@ static const size_t group_option_fields[] = {
 };
 SIZED_NO_TAIL_PADDING(ferry_group_options, no_decay_count);
 
+/* The NVMe tier's fields: a folder for offload nvme (or params), nothing
+ * of it otherwise; the sizes in range (the store checks the folder). */
+static ferry_status check_nvme_config(const ferry_engine_config *c)
+{
+    bool disk = c->nvme_path != NULL;
+    if (c->offload == FERRY_OFFLOAD_NVME && (!disk || !c->nvme_path[0]))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: offload 'nvme' needs nvme_path (--nvme-path), a folder on a fast disk "
+                       "for the optimizer state");
+    if (disk && !c->nvme_path[0])
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: nvme_path is empty; name a folder, or leave it NULL");
+    if (disk && c->offload != FERRY_OFFLOAD_NVME && c->offload != FERRY_OFFLOAD_PARAMS)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: nvme_path '%s' with offload '%s': the state goes to disk with offload "
+                       "'nvme' (the device as in 'optimizer') or 'params'",
+                       c->nvme_path, ferry_offload_name(c->offload));
+    if (!disk && (c->nvme_window_bytes || c->nvme_block_bytes || c->nvme_queue_depth || c->nvme_master))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: NVMe window, block, queue depth or master set without nvme_path; name the "
+                       "folder (offload 'nvme'), or leave them 0");
+    if (c->nvme_block_bytes % 4096 || c->nvme_block_bytes > ((uint64_t)64 << 20))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: nvme_block_bytes %llu; give a multiple of 4096 up to 64 MiB (0 = 1 MiB)",
+                       (unsigned long long)c->nvme_block_bytes);
+    if (c->nvme_queue_depth < 0 || c->nvme_queue_depth > 1024)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: nvme_queue_depth %d is outside 0..1024 (0 = 16)",
+                       c->nvme_queue_depth);
+    if (c->nvme_master != 0 && c->nvme_master != 1)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: nvme_master %d; 1 puts the master weights on "
+                       "disk, 0 keeps them in host memory", c->nvme_master);
+    return FERRY_OK;
+}
+
 static ferry_status check_config(const ferry_engine_config *c)
 {
     if (c->backend < FERRY_BACKEND_AUTO || c->backend > FERRY_BACKEND_CUDA)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: backend %d is not a ferry_backend_kind",
                        (int)c->backend);
-    if (c->offload < FERRY_OFFLOAD_NONE || c->offload > FERRY_OFFLOAD_PARAMS)
+    if (c->offload < FERRY_OFFLOAD_NONE || c->offload > FERRY_OFFLOAD_NVME)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "engine config: offload %d is not none, optimizer or params", (int)c->offload);
+                       "engine config: offload %d is not none, optimizer, params or nvme", (int)c->offload);
     if (c->prefetch_groups < 0 || c->prefetch_groups > 64)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: prefetch_groups %d is outside 0..64", c->prefetch_groups);
@@ -92,12 +132,24 @@ static ferry_status check_config(const ferry_engine_config *c)
     if (c->numa_node < -1)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: numa_node %d is invalid (-1 = nearest the GPU)", c->numa_node);
-    if (c->dtype < FERRY_DTYPE_AUTO || c->dtype > FERRY_DTYPE_BF16)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: dtype %d is not auto, f32 or bf16",
+    if (c->dtype < FERRY_DTYPE_AUTO || c->dtype > FERRY_DTYPE_F16)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: dtype %d is not auto, f32, bf16 or f16",
                        (int)c->dtype);
     if (c->reserved != 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: reserved is %d; leave it 0 (FERRY_ENGINE_CONFIG_INIT)",
                        c->reserved);
+    if (c->loss_scaling < FERRY_LOSS_SCALING_AUTO || c->loss_scaling > FERRY_LOSS_SCALING_DYNAMIC)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: loss_scaling %d is not auto, off or dynamic",
+                       (int)c->loss_scaling);
+    ferry_status st = loss_scale_check(c->loss_scale_init, c->loss_scale_growth, c->loss_scale_backoff,
+                                       c->loss_scale_interval, "engine config");
+    if (st != FERRY_OK)
+        return st;
+    if (c->loss_scale_max_skips < 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: loss_scale_max_skips %d is negative (0 = never "
+                       "stop on skipped steps; 20 is the default)", c->loss_scale_max_skips);
+    if ((st = check_nvme_config(c)) != FERRY_OK)
+        return st;
     if (c->delayed_update && c->offload != FERRY_OFFLOAD_OPTIMIZER)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: the delayed update needs offload 'optimizer' (it overlaps the "
@@ -126,7 +178,19 @@ static ferry_status resolve_dtype(ferry_engine *e)
         return err_wrap(st, "engine config: dtype %s", dtype_name(e->cfg.dtype));
     e->act = backend_act_dtype(e->be);
     e->act_size = dtype_size(e->act);
+    e->scaling = e->cfg.loss_scaling == FERRY_LOSS_SCALING_DYNAMIC ||
+                 (e->cfg.loss_scaling == FERRY_LOSS_SCALING_AUTO && e->act == FERRY_DTYPE_F16);
+    engine_scaling_reset(e);
     return FERRY_OK;
+}
+
+void engine_scaling_reset(ferry_engine *e)
+{
+    /* the settings were checked with the config */
+    loss_scale_init(&e->scaler, e->cfg.loss_scale_init, e->cfg.loss_scale_growth, e->cfg.loss_scale_backoff,
+                    e->cfg.loss_scale_interval);
+    e->skipped_steps = 0;
+    e->skips_in_row = 0;
 }
 
 static ferry_status open_parts(ferry_engine *e)
@@ -175,7 +239,15 @@ ferry_status ferry_engine_create(const ferry_engine_config *cfg, ferry_engine **
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_create: out of host memory");
     e->cfg = c;
     e->micro_index = -1;
-    st = open_parts(e);
+    /* Offload 'nvme' places the device side as 'optimizer' does; what goes to
+     * disk is nvme_update.c's business. */
+    e->nvme_asked = c.offload == FERRY_OFFLOAD_NVME;
+    if (e->nvme_asked)
+        e->cfg.offload = FERRY_OFFLOAD_OPTIMIZER;
+    e->nvme_dir = c.nvme_path ? strdup(c.nvme_path) : NULL;
+    e->cfg.nvme_path = NULL; /* the copy is kept, not the caller's string */
+    st = c.nvme_path && !e->nvme_dir ? err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_create: out of host memory")
+                                     : open_parts(e);
     e->cfg.trace_path = NULL; /* the caller's string is used once, not kept */
     if (st != FERRY_OK) {
         ferry_engine_destroy(e);
@@ -208,6 +280,7 @@ ferry_status ferry_engine_close(ferry_engine *e)
     }
     free(e->groups);
     free(e->user_allocs);
+    free(e->nvme_dir);
     pool_destroy(e->pool);
     tp_pool_destroy(e->threads);
     arena_destroy(e->arena);
@@ -372,6 +445,10 @@ ferry_status ferry_engine_setup(ferry_engine *e)
         e->groups[g].init = NULL;
     }
     e->setup_done = true;
+    size_t at = strlen(e->describe);
+    if (e->scaling && at < sizeof e->describe)
+        snprintf(e->describe + at, sizeof e->describe - at, "; %s storage, dynamic loss scale from %g",
+                 dtype_name(e->act), (double)e->scaler.scale);
     if (e->cfg.verbose)
         fprintf(stderr, "ferry: %s\n", e->describe);
     return FERRY_OK;
@@ -394,6 +471,8 @@ ferry_status ferry_engine_begin_micro_batch(ferry_engine *e, int index, int coun
                        "ferry_engine_begin_micro_batch: got micro-batch %d of %d, expected %d of %d; "
                        "call ferry_engine_step() after the last micro-batch",
                        index, count, expected, index > 0 ? e->micro_count : count);
+    if (e->nvme && (st = engine_nvme_check(e)) != FERRY_OK)
+        return st;
     for (int g = 0; g < e->ngroups; g++) {
         engine_group *gr = &e->groups[g];
         if (gr->fetched[0] || gr->fetched[1])
@@ -484,10 +563,14 @@ ferry_status ferry_engine_synchronize(ferry_engine *e)
 
 void *ferry_engine_compute_stream(ferry_engine *e) { return e ? backend_stream_native(e->compute) : NULL; }
 ferry_backend_kind ferry_engine_backend(const ferry_engine *e) { return e ? backend_kind(e->be) : FERRY_BACKEND_AUTO; }
-ferry_offload ferry_engine_offload(const ferry_engine *e) { return e ? e->cfg.offload : (ferry_offload)-1; }
+ferry_offload ferry_engine_offload(const ferry_engine *e)
+{
+    return !e ? (ferry_offload)-1 : e->nvme_asked ? FERRY_OFFLOAD_NVME : e->cfg.offload;
+}
 ferry_dtype ferry_engine_dtype(const ferry_engine *e) { return e ? e->act : FERRY_DTYPE_AUTO; }
 int ferry_engine_group_count(const ferry_engine *e) { return e ? e->ngroups : 0; }
 int64_t ferry_engine_steps(const ferry_engine *e) { return e ? e->step : -1; }
+float ferry_engine_loss_scale(const ferry_engine *e) { return e && e->scaling ? e->scaler.scale : 1.0f; }
 backend *engine_embed_backend(ferry_engine *e) { return e ? e->be : NULL; }
 backend_stream *engine_embed_stream(ferry_engine *e) { return e ? e->compute : NULL; }
 
@@ -544,6 +627,8 @@ static ferry_status master_copy(ferry_engine *e, engine_group *g, float *host, b
 {
     size_t bytes = g->numel * sizeof(float);
     bool on_device = e->cfg.offload == FERRY_OFFLOAD_NONE;
+    if (!on_device && !g->master) /* on disk */
+        return engine_nvme_master_io(e, g, host, to_engine);
     if (!on_device) {
         if (to_engine)
             memcpy(g->master, host, bytes);
@@ -596,7 +681,9 @@ ferry_status ferry_engine_mark(ferry_engine *e, int64_t step, const char *phase)
     if (!e || !phase)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_mark: NULL argument");
     trace_phase(e->trace, step, phase);
-    return FERRY_OK;
+    /* The trace is written out at each marker, so a write that fails (a
+     * full disk) is said here, at the next phase, not only at the close. */
+    return trace_flush(e->trace);
 }
 
 ferry_status ferry_engine_memory_stats(ferry_engine *e, ferry_memory_stats *out)
@@ -606,6 +693,8 @@ ferry_status ferry_engine_memory_stats(ferry_engine *e, ferry_memory_stats *out)
     ferry_memory_stats st = FERRY_MEMORY_STATS_INIT;
     arena_stats(e->arena, &st);
     pool_stats(e->pool, &st);
+    if (e->nvme)
+        engine_nvme_stats(e, &st);
     return sized_write(out, &st, sizeof st, "ferry_memory_stats");
 }
 
@@ -617,3 +706,42 @@ ferry_status ferry_engine_step_timing(ferry_engine *e, ferry_step_timing *out)
 }
 
 const char *ferry_engine_describe(ferry_engine *e) { return e ? e->describe : ""; }
+
+/* ---- abandoning a step (a stop between micro-batches) ---- */
+
+ferry_status ferry_engine_abandon_step(ferry_engine *e)
+{
+    ferry_status st = engine_check_group(e, 0, "ferry_engine_abandon_step");
+    if (st != FERRY_OK)
+        return st;
+    if (e->inference)
+        return err_set(FERRY_ERR_STATE, "ferry_engine_abandon_step: inference is on, and no step is in progress; "
+                                        "call ferry_engine_end_inference() instead");
+    if (e->micro_index < 0)
+        return FERRY_OK;
+    for (int i = 0; i < e->ngroups; i++)
+        if (e->groups[i].fetched[0] || e->groups[i].fetched[1])
+            return err_set(FERRY_ERR_STATE, "ferry_engine_abandon_step: group %d ('%s') is still fetched; release "
+                                            "it first",
+                           i, e->groups[i].name);
+    /* Every drain and the CPU's sums of the drained gradients finish; their
+     * results are then dropped: the next micro-batch 0 starts each sum anew. */
+    st = ferry_engine_synchronize(e);
+    for (int i = 0; i < e->ngroups; i++) {
+        engine_group *g = &e->groups[i];
+        if (g->norm_ticket) {
+            ferry_status w = tp_wait(g->norm_ticket);
+            g->norm_ticket = NULL;
+            if (st == FERRY_OK)
+                st = w;
+        }
+        g->released_backward = 0;
+        g->grads_acquired = false;
+        g->wait_recorded = false;
+    }
+    if (st == FERRY_OK && e->cfg.offload == FERRY_OFFLOAD_PARAMS)
+        st = engine_retire_all(e);
+    e->micro_index = -1;
+    memset(&e->timing_acc, 0, sizeof e->timing_acc);
+    return st;
+}

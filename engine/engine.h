@@ -20,6 +20,7 @@
 #include "offload/pool.h"
 #include "offload/trace.h"
 #include "optim/adamw.h"
+#include "optim/loss_scale.h"
 #include "optim/threadpool.h"
 
 #define ENGINE_NAME_MAX 64
@@ -83,6 +84,11 @@ typedef struct engine_group {
     int update_count;
     double sumsq;
     bool nonfinite;
+
+    /* The NVMe tier (nvme_update.c): the group's region in the store, and
+     * the update whose end its next upload waits for (0: none pending). */
+    int nvme_region;
+    uint64_t nvme_wait;
 } engine_group;
 
 struct ferry_engine {
@@ -96,7 +102,7 @@ struct ferry_engine {
     tp_pool *threads;
     trace *trace;
     int numa_node;
-    char describe[768];
+    char describe[1536];
 
     engine_group *groups;
     int ngroups, cap_groups;
@@ -135,6 +141,20 @@ struct ferry_engine {
     double last_step_ms;      /* clock_now_ms() of the last step; 0 before the first */
     ferry_step_timing timing, timing_acc;
     char last_error_context[128];
+
+    /* dynamic loss scaling (on with f16 storage by default) and the count
+     * of skipped steps; a checkpoint keeps both */
+    bool scaling;
+    loss_scaler scaler;
+    int64_t skipped_steps;    /* steps skipped since the start of training */
+    int skips_in_row;         /* consecutive skipped steps up to the last one */
+    /* The NVMe tier: the folder (cfg.nvme_path, copied; NULL without a
+     * disk), whether offload 'nvme' was asked (the device side then runs as
+     * in optimizer mode, cfg.offload says OPTIMIZER), and the store and its
+     * update thread, from setup on. */
+    char *nvme_dir;
+    bool nvme_asked;
+    struct engine_nvme *nvme;
 };
 
 /* engine.c */
@@ -153,6 +173,13 @@ typedef struct engine_buffer {
 #define ENGINE_GROUP_BUFFERS_MAX 8
 /* The buffers every group holds from setup on in `mode`; returns the count. */
 int engine_group_buffers(ferry_offload mode, size_t act_size, engine_buffer out[ENGINE_GROUP_BUFFERS_MAX]);
+/* Which of those the NVMe tier holds on disk instead (bit i: b[i]; the
+ * group's pointer stays NULL): with `disk`, the Adam moments, and with
+ * `master_on_disk` the fp32 master weights too. */
+unsigned engine_disk_buffers(const engine_buffer *b, int n, bool disk, bool master_on_disk);
+/* The buffers of this engine's groups (its mode and device type), and in
+ * *on_disk which of them its NVMe tier holds. */
+int engine_layout_buffers(const ferry_engine *e, engine_buffer out[ENGINE_GROUP_BUFFERS_MAX], unsigned *on_disk);
 /* The engine's own device buffers (all of them workspace), in setup order. */
 typedef struct engine_global_buffer {
     ferry_mem_category cat;
@@ -209,5 +236,46 @@ ferry_status engine_retire_all(ferry_engine *e);
 
 /* step.c */
 ferry_status engine_step(ferry_engine *e, const ferry_step_options *o, ferry_step_report *r);
+/* The loss scale's first state and the skip counts' (engine.c, at create;
+ * checkpoint.c restores them). */
+void engine_scaling_reset(ferry_engine *e);
+
+/* nvme_update.c: the NVMe tier, when e->nvme_dir is set. */
+/* Creates the store with a region per group (the arrays layout.c puts on
+ * disk), opens it and starts the update thread. */
+ferry_status engine_nvme_open(ferry_engine *e);
+/* Stops the thread, removes the file, gives the window back. */
+void engine_nvme_close(ferry_engine *e);
+/* Reserves, in one slab of the host pool, exactly what setup is about to
+ * allocate there (the planner's count), so --host-mem holds what memprof
+ * plan says. */
+ferry_status engine_nvme_reserve_host(ferry_engine *e);
+/* Writes a group's initial state to disk: zero moments, and the master
+ * weights from g->init when they live there. */
+ferry_status engine_nvme_fill(ferry_engine *e, engine_group *g);
+/* Hands the step's update to the thread and, in optimizer mode, queues each
+ * group's upload behind its own update. */
+ferry_status engine_nvme_update(ferry_engine *e, const ferry_step_options *o, float clip);
+/* engine_update_barrier for a group whose update is on the thread. */
+ferry_status engine_nvme_barrier(ferry_engine *e, engine_group *g);
+/* Waits until the thread has finished the update (its writes included);
+ * returns the tier's failure, if any. */
+ferry_status engine_nvme_wait_idle(ferry_engine *e);
+/* The tier's failure (sticky), FERRY_OK while none. */
+ferry_status engine_nvme_check(ferry_engine *e);
+/* host_weights (the device type) from the master weights on disk. */
+ferry_status engine_nvme_convert_master(ferry_engine *e, engine_group *g);
+/* A group's master weights on disk to or from `host` (numel floats). */
+ferry_status engine_nvme_master_io(ferry_engine *e, engine_group *g, float *host, bool to_engine);
+/* The chunks of one of a group's fp32 arrays on disk (0 master, 1 m, 2 v),
+ * as checkpoint.c walks them: fn gets a pointer into the window for each
+ * piece of at most `chunk` bytes, in order; `to_engine`: the pieces are
+ * written back to disk after fn fills them. */
+typedef ferry_status (*engine_chunk_fn)(void *ctx, void *state, bool on_device, void *buf, size_t bytes);
+ferry_status engine_nvme_chunks(ferry_engine *e, engine_group *g, int array, bool to_engine, void *buf,
+                                size_t chunk, engine_chunk_fn fn, void *ctx);
+/* Adds the disk's figures to memory stats, and a sentence to describe. */
+void engine_nvme_stats(const ferry_engine *e, ferry_memory_stats *st);
+void engine_nvme_describe(const ferry_engine *e, char *buf, size_t cap);
 
 #endif

@@ -9,7 +9,12 @@
  *
  * With bf16 on the device that is 16 bytes per parameter on the host in the
  * offload modes (12 fp32 + 2 drained gradient + 2 upload copy), and 4 on the
- * device in optimizer mode. */
+ * device in optimizer mode.
+ *
+ * The NVMe tier (offload nvme, or params with a disk) moves Adam m and v
+ * (8 bytes per parameter), and with nvme_master the master weights too (12),
+ * from the host pool to the store's file; the host keeps the drained
+ * gradients, the upload copy and the store's window. */
 #include <stddef.h>
 
 #include "engine/engine.h"
@@ -36,6 +41,22 @@ int engine_group_buffers(ferry_offload mode, size_t act, engine_buffer out[ENGIN
         out[n++] = (engine_buffer){true, FERRY_MEM_PARAMS, act, "weights", SLOT(dev_weights)};
         out[n++] = (engine_buffer){true, FERRY_MEM_GRADS, act, "grads", SLOT(dev_grads)};
     }
+    return n;
+}
+
+unsigned engine_disk_buffers(const engine_buffer *b, int n, bool disk, bool master_on_disk)
+{
+    unsigned mask = 0;
+    for (int i = 0; disk && i < n; i++)
+        if (!b[i].device && (b[i].slot == SLOT(m) || b[i].slot == SLOT(v) || (master_on_disk && b[i].slot == SLOT(master))))
+            mask |= 1u << i;
+    return mask;
+}
+
+int engine_layout_buffers(const ferry_engine *e, engine_buffer out[ENGINE_GROUP_BUFFERS_MAX], unsigned *on_disk)
+{
+    int n = engine_group_buffers(e->cfg.offload, e->act_size, out);
+    *on_disk = engine_disk_buffers(out, n, e->nvme_dir != NULL, e->cfg.nvme_master != 0);
     return n;
 }
 

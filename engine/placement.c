@@ -17,10 +17,12 @@
 void engine_bytes_per_param(const ferry_engine *e, double *device, double *host)
 {
     engine_buffer b[ENGINE_GROUP_BUFFERS_MAX];
-    int n = engine_group_buffers(e->cfg.offload, e->act_size, b);
+    unsigned on_disk;
+    int n = engine_layout_buffers(e, b, &on_disk);
     *device = *host = 0;
     for (int i = 0; i < n; i++)
-        *(b[i].device ? device : host) += (double)b[i].elem_bytes;
+        if (!(on_disk & (1u << i)))
+            *(b[i].device ? device : host) += (double)b[i].elem_bytes;
 }
 
 static size_t total_params(const ferry_engine *e)
@@ -111,8 +113,11 @@ static ferry_status host_alloc(ferry_engine *e, engine_group *g, size_t bytes, f
 static ferry_status alloc_group(ferry_engine *e, engine_group *g)
 {
     engine_buffer b[ENGINE_GROUP_BUFFERS_MAX];
-    int n = engine_group_buffers(e->cfg.offload, e->act_size, b);
+    unsigned on_disk;
+    int n = engine_layout_buffers(e, b, &on_disk);
     for (int i = 0; i < n; i++) {
+        if (on_disk & (1u << i))
+            continue; /* in the store's file */
         void *ptr = NULL;
         size_t bytes = g->numel * b[i].elem_bytes;
         ferry_status st = b[i].device ? dev_alloc(e, g, bytes, b[i].cat, b[i].what, &ptr)
@@ -172,10 +177,12 @@ static ferry_status fill_offloaded(ferry_engine *e, engine_group *g)
     ferry_status st;
     /* First touch from the optimizer's threads puts the pages on its node;
      * the master weights are first touched by the copy, on the same threads. */
-    if ((st = tp_first_touch(e->threads, g->m, f32)) != FERRY_OK ||
-        (st = tp_first_touch(e->threads, g->v, f32)) != FERRY_OK ||
+    if ((g->m && (st = tp_first_touch(e->threads, g->m, f32)) != FERRY_OK) ||
+        (g->v && (st = tp_first_touch(e->threads, g->v, f32)) != FERRY_OK) ||
         (st = tp_first_touch(e->threads, g->host_grads, act)) != FERRY_OK ||
-        (st = half_convert_pool(e->threads, g->master, FERRY_DTYPE_F32, g->init, FERRY_DTYPE_F32, g->numel)) != FERRY_OK)
+        (g->master &&
+         (st = half_convert_pool(e->threads, g->master, FERRY_DTYPE_F32, g->init, FERRY_DTYPE_F32, g->numel)) != FERRY_OK) ||
+        (e->nvme && (st = engine_nvme_fill(e, g)) != FERRY_OK))
         return st;
     if (e->cfg.offload == FERRY_OFFLOAD_OPTIMIZER &&
         (st = backend_memset_async(e->compute, g->dev_grads, 0, act)) != FERRY_OK)
@@ -193,8 +200,9 @@ ferry_status engine_write_device_weights(ferry_engine *e, engine_group *g)
             return st;
         return backend_stream_synchronize(e->compute);
     }
-    if ((st = half_convert_pool(e->threads, g->host_weights, e->act, g->master, FERRY_DTYPE_F32, g->numel)) !=
-        FERRY_OK)
+    st = g->master ? half_convert_pool(e->threads, g->host_weights, e->act, g->master, FERRY_DTYPE_F32, g->numel)
+                   : engine_nvme_convert_master(e, g);
+    if (st != FERRY_OK)
         return st;
     if (e->cfg.offload == FERRY_OFFLOAD_PARAMS)
         return FERRY_OK;
@@ -216,8 +224,10 @@ static void describe(ferry_engine *e)
              "%s backend (%s), offload %s, %d groups, %zu parameters; device budget %s, %.0f B/param "
              "on the device, %.0f B/param on the host; optimizer: %s%s%s",
              ferry_backend_name(backend_kind(e->be)), backend_device_name(e->be),
-             ferry_offload_name(e->cfg.offload), e->ngroups, total_params(e), budget, dev_pp, host_pp,
+             ferry_offload_name(ferry_engine_offload(e)), e->ngroups, total_params(e), budget, dev_pp, host_pp,
              tp_pool_binding(e->threads), pin[0] ? "; " : "", pin);
+    if (e->nvme)
+        engine_nvme_describe(e, e->describe, sizeof e->describe);
 }
 
 /* The engine's own buffers (layout.c), then the op set, which may want one
@@ -243,6 +253,8 @@ ferry_status engine_place(ferry_engine *e)
     ferry_status st = check_device_fit(e);
     if (st == FERRY_OK)
         st = place_globals(e);
+    if (st == FERRY_OK && e->nvme_dir && (st = engine_nvme_reserve_host(e)) == FERRY_OK)
+        st = engine_nvme_open(e);
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
         engine_group *g = &e->groups[i];
         if ((st = create_events(e, g)) == FERRY_OK && (st = alloc_group(e, g)) == FERRY_OK)
@@ -284,6 +296,7 @@ void engine_unplace(ferry_engine *e)
         g->uploaded = g->released = g->grads_done = g->drained = NULL;
         g->updated = g->wait_begin = g->wait_end = NULL;
     }
+    engine_nvme_close(e);
 }
 
 ferry_status engine_evict(ferry_engine *e, int keep_group, int max_resident, int *evicted_out)

@@ -8,6 +8,7 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "engine/engine.h"
+#include "offload/nvme.h"
 
 static ferry_status check_request(const engine_plan_request *rq)
 {
@@ -19,14 +20,18 @@ static ferry_status check_request(const engine_plan_request *rq)
     if (rq->backend != FERRY_BACKEND_HOST && rq->backend != FERRY_BACKEND_CUDA)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: backend %d; plan for host or cuda",
                        (int)rq->backend);
-    if (rq->dtype != FERRY_DTYPE_AUTO && rq->dtype != FERRY_DTYPE_F32 && rq->dtype != FERRY_DTYPE_BF16)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: dtype %s; the device holds f32 or bf16",
+    if (rq->dtype != FERRY_DTYPE_AUTO && rq->dtype != FERRY_DTYPE_F32 && rq->dtype != FERRY_DTYPE_BF16 &&
+        rq->dtype != FERRY_DTYPE_F16)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: dtype %s; the device holds f32, bf16 or f16",
                        dtype_name(rq->dtype));
     if (rq->backend == FERRY_BACKEND_CUDA && rq->dtype == FERRY_DTYPE_F32)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: the cuda backend stores bf16, not f32");
-    if (rq->offload < FERRY_OFFLOAD_NONE || rq->offload > FERRY_OFFLOAD_PARAMS)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: offload %d is not none, optimizer or params",
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: the cuda backend stores bf16 or f16, not f32");
+    if (rq->offload < FERRY_OFFLOAD_NONE || rq->offload > FERRY_OFFLOAD_NVME)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: offload %d is not none, optimizer, params or nvme",
                        (int)rq->offload);
+    if (rq->disk && rq->offload != FERRY_OFFLOAD_PARAMS && rq->offload != FERRY_OFFLOAD_NVME)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: the state on disk with offload %s; use nvme or params",
+                       ferry_offload_name(rq->offload));
     if (rq->micro_batches < 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: %d micro-batches per step", rq->micro_batches);
     if (rq->prefetch_groups < 0 || rq->prefetch_groups > 64)
@@ -61,24 +66,52 @@ static uint64_t largest(const engine_plan_request *rq, int count, size_t elem)
     return sum;
 }
 
-static void plan_setup(const engine_plan_request *rq, engine_memory_plan *p)
+/* The device side of a mode: offload nvme places it as optimizer mode does. */
+static ferry_offload device_mode(const engine_plan_request *rq)
+{
+    return rq->offload == FERRY_OFFLOAD_NVME ? FERRY_OFFLOAD_OPTIMIZER : rq->offload;
+}
+
+static bool on_disk(const engine_plan_request *rq) { return rq->offload == FERRY_OFFLOAD_NVME || rq->disk; }
+
+/* The NVMe tier: the store's file (its regions as offload/nvme.c lays them
+ * out) and its window, charged as the pool charges it. */
+static ferry_status plan_disk(const engine_plan_request *rq, int arrays, engine_memory_plan *p)
+{
+    size_t tile = nvme_tile_elems_for(rq->disk_window_bytes, (size_t)rq->disk_block_bytes, arrays);
+    if (!tile)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: an NVMe window of %llu bytes cannot hold %d tiles of %d "
+                       "arrays of 4 KiB", (unsigned long long)rq->disk_window_bytes, NVME_MIN_SLOTS, arrays);
+    for (int g = 0; g < rq->ngroups; g++)
+        p->disk_bytes += nvme_region_bytes(rq->group_numel[g], arrays, tile);
+    p->host_bytes[FERRY_MEM_NVME] +=
+        nvme_window_charge(rq->disk_window_bytes, (size_t)rq->disk_block_bytes, arrays, p->disk_bytes);
+    return FERRY_OK;
+}
+
+static ferry_status plan_setup(const engine_plan_request *rq, engine_memory_plan *p)
 {
     engine_global_buffer gb[ENGINE_GLOBAL_BUFFERS_MAX];
-    int n = engine_global_buffers(rq->backend, rq->offload, rq->ngroups, gb);
+    ferry_offload mode = device_mode(rq);
+    int n = engine_global_buffers(rq->backend, mode, rq->ngroups, gb);
     for (int i = 0; i < n; i++)
         p->device_bytes[gb[i].cat] += arena_charge(gb[i].bytes);
     engine_buffer b[ENGINE_GROUP_BUFFERS_MAX + 1];
-    int nb = engine_group_buffers(rq->offload, p->act_size, b);
+    int nb = engine_group_buffers(mode, p->act_size, b);
+    unsigned disk = engine_disk_buffers(b, nb, on_disk(rq), rq->disk_master);
     if (rq->micro_batches > 1)
-        b[nb++] = engine_accumulator_buffer(rq->offload);
+        b[nb++] = engine_accumulator_buffer(mode);
     for (int g = 0; g < rq->ngroups; g++)
         for (int i = 0; i < nb; i++) {
             size_t bytes = rq->group_numel[g] * b[i].elem_bytes;
+            if (disk & (1u << i))
+                continue; /* the store's, below */
             if (b[i].device)
                 p->device_bytes[b[i].cat] += arena_charge(bytes);
             else
                 p->host_bytes[b[i].cat] += pool_charge(bytes);
         }
+    return on_disk(rq) ? plan_disk(rq, rq->disk_master ? 3 : 2, p) : FERRY_OK;
 }
 
 /* Params mode: the window of weights and of draining gradients. */
@@ -110,7 +143,8 @@ ferry_status engine_plan_memory(const engine_plan_request *rq, engine_memory_pla
                       : rq->backend == FERRY_BACKEND_CUDA ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F32;
     p.act_size = dtype_size(act);
     p.device_weight_groups = p.device_grad_groups = rq->offload == FERRY_OFFLOAD_PARAMS ? 0 : rq->ngroups;
-    plan_setup(rq, &p);
+    if ((st = plan_setup(rq, &p)) != FERRY_OK)
+        return st;
     if (rq->offload == FERRY_OFFLOAD_PARAMS && (st = plan_window(rq, &p)) != FERRY_OK)
         return st;
     if (rq->offload != FERRY_OFFLOAD_PARAMS)

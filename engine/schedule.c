@@ -45,6 +45,8 @@ static ferry_status wait_update(void *p)
 
 ferry_status engine_update_barrier(ferry_engine *e, engine_group *g)
 {
+    if (g->nvme_wait)
+        return engine_nvme_barrier(e, g);
     if (!g->update_tickets)
         return FERRY_OK;
     update_wait_args a = {g->update_tickets, g->update_count};
@@ -63,6 +65,8 @@ ferry_status engine_wait_updates(ferry_engine *e)
         st = engine_update_barrier(e, &e->groups[i]);
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
         st = backend_event_synchronize(e->groups[i].updated);
+    if (st == FERRY_OK && e->nvme)
+        st = engine_nvme_wait_idle(e); /* the update's last writes too */
     return st;
 }
 

@@ -1,7 +1,8 @@
 /* The end of a step, kept exact yet overlapped: the global gradient norm
  * (partial sums already computed as gradients landed during backward, added
- * in group order), the inf/NaN skip, clipping, then the AdamW update of each
- * group in forward order. In the offload modes the update runs on the CPU
+ * in group order; the same pass flags an inf or NaN), the loss scale divided
+ * out, the inf/NaN skip and the loss scale's update, clipping, then the
+ * AdamW update of each group in forward order. In the offload modes the update runs on the CPU
  * pool and each group's upload is queued behind its own update on the H2D
  * stream, so the next forward of group i waits for group i only. */
 #include <math.h>
@@ -125,7 +126,8 @@ static ferry_status norms_resident(ferry_engine *e)
     return st;
 }
 
-/* The recipe's decision (optim/gradnorm.h) from every group's sum. */
+/* The recipe's decision (optim/gradnorm.h) from every group's sum, the loss
+ * scale taken out. */
 static ferry_status decide(ferry_engine *e, const ferry_step_options *o, gradnorm_decision *d)
 {
     double *sums = malloc((size_t)e->ngroups * sizeof *sums);
@@ -139,7 +141,8 @@ static ferry_status decide(ferry_engine *e, const ferry_step_options *o, gradnor
         sums[i] = e->groups[i].sumsq;
         bad[i] = e->groups[i].nonfinite;
     }
-    *d = gradnorm_decide(sums, bad, e->ngroups, o->max_grad_norm);
+    float inv_scale = e->scaling ? loss_scale_inverse(&e->scaler) : 1.0f;
+    *d = gradnorm_decide_unscaled(sums, bad, e->ngroups, o->max_grad_norm, inv_scale);
     free(sums);
     free(bad);
     return FERRY_OK;
@@ -259,6 +262,8 @@ static ferry_status update_offloaded(ferry_engine *e, const ferry_step_options *
     note_finished_update(e);
     e->update_start_ms = clock_now_ms();
     atomic_store(&e->update_end_us, 0);
+    if (e->nvme)
+        return engine_nvme_update(e, o, clip);
     if (e->cfg.offload == FERRY_OFFLOAD_PARAMS && (st = engine_retire_all(e)) != FERRY_OK)
         return st;
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
@@ -314,6 +319,35 @@ static ferry_status update_resident(ferry_engine *e, const ferry_step_options *o
     return st;
 }
 
+/* ---- skipped steps and the loss scale ---- */
+
+/* Counts the step's outcome and feeds it to the loss scale: the same
+ * decision as the update's (so data parallel ranks, fed one flag, agree). */
+static void count_skip(ferry_engine *e, bool skipped)
+{
+    e->skipped_steps += skipped;
+    e->skips_in_row = skipped ? e->skips_in_row + 1 : 0;
+    if (e->scaling)
+        loss_scale_update(&e->scaler, skipped);
+}
+
+/* A loss scale that only ever backs off means the forward or the model
+ * overflows, not the gradients: training would go on updating nothing. */
+static ferry_status check_collapse(const ferry_engine *e, float used)
+{
+    int limit = e->cfg.loss_scale_max_skips;
+    if (!e->scaling || limit == 0 || e->skips_in_row < limit)
+        return FERRY_OK;
+    return err_set(FERRY_ERR_STATE,
+                   "the loss scale collapsed: %d steps in a row had inf or NaN gradients (the scale backed off to %g, "
+                   "the last step used %g), so nothing has been trained since step %lld; the forward pass itself "
+                   "overflows fp16, the run diverged, or the first scale (%g) was far too large: lower the learning "
+                   "rate or the first loss scale, resume from an earlier checkpoint, or train in bf16 or f32 where "
+                   "the card allows",
+                   e->skips_in_row, (double)e->scaler.scale, (double)used, (long long)e->step,
+                   (double)e->cfg.loss_scale_init);
+}
+
 /* ---- timing ---- */
 
 static void close_timing(ferry_engine *e)
@@ -350,19 +384,21 @@ ferry_status engine_step(ferry_engine *e, const ferry_step_options *caller_opts,
     ferry_status st = engine_check_group(e, 0, "ferry_engine_step");
     if (st != FERRY_OK || (st = check_options(caller_opts, o)) != FERRY_OK || (st = check_ready(e)) != FERRY_OK)
         return st;
+    if (e->nvme && (st = engine_nvme_check(e)) != FERRY_OK)
+        return st;
     if (r && (st = sized_write(r, &report, sizeof report, "ferry_step_report")) != FERRY_OK)
         return err_wrap(st, "ferry_engine_step");
     bool offloaded = e->cfg.offload != FERRY_OFFLOAD_NONE;
     st = offloaded ? norms_offloaded(e) : norms_resident(e);
     if (st != FERRY_OK)
         return st;
-    gradnorm_decision d = {0, 1.0f, false, -1};
+    gradnorm_decision d = {0, 1.0f, false, -1, 1.0f};
     if ((st = decide(e, o, &d)) != FERRY_OK)
         return st;
     if (e->cfg.delayed_update && (st = upload_delayed(e)) != FERRY_OK)
         return st;
     if (!d.skipped) {
-        st = offloaded ? update_offloaded(e, o, d.clip_coef) : update_resident(e, o, d.clip_coef);
+        st = offloaded ? update_offloaded(e, o, d.grad_scale) : update_resident(e, o, d.grad_scale);
         if (st != FERRY_OK)
             return st;
         e->step++;
@@ -380,6 +416,10 @@ ferry_status engine_step(ferry_engine *e, const ferry_step_options *caller_opts,
     report.clip_coef = d.clip_coef;
     report.skipped = d.skipped;
     report.bad_group = d.bad_group;
+    report.loss_scale = e->scaling ? e->scaler.scale : 0.0f;
+    count_skip(e, d.skipped);
+    report.skipped_steps = e->skipped_steps;
+    report.skips_in_row = e->skips_in_row;
     if (r)
         sized_write(r, &report, sizeof report, "ferry_step_report"); /* its size was checked above */
     if (e->trace) {
@@ -388,5 +428,5 @@ ferry_status engine_step(ferry_engine *e, const ferry_step_options *caller_opts,
         trace_step_timing(e->trace, e->step, "compute_wait_optimizer_ms", e->timing.compute_wait_optimizer_ms);
         trace_step_timing(e->trace, e->step, "optimizer_wait_grads_ms", e->timing.optimizer_wait_grads_ms);
     }
-    return FERRY_OK;
+    return check_collapse(e, report.loss_scale);
 }

@@ -122,11 +122,12 @@ typedef enum ferry_mem_category {
     FERRY_MEM_STAGING,      /* transfer buffers between host and device */
     FERRY_MEM_WORKSPACE,    /* scratch of the ops (cuBLAS workspace, reductions) */
     FERRY_MEM_OTHER,        /* anything else */
+    FERRY_MEM_NVME,         /* the pinned window the NVMe tier streams optimizer state through */
     FERRY_MEM_CATEGORY_COUNT
 } ferry_mem_category;
 
 /* "params", "grads", "optimizer", "activations", "staging", "workspace",
- * "other"; "unknown" for a value outside the enum. Never NULL. Any thread. */
+ * "other", "nvme window"; "unknown" for a value outside the enum. Never NULL. Any thread. */
 FERRY_API const char *ferry_mem_category_name(ferry_mem_category category);
 
 /* Slots of the per-category arrays below: room for categories added later
@@ -153,6 +154,8 @@ typedef struct ferry_memory_stats {
     uint64_t host_pinned_bytes;                         /* reserved bytes that are page-locked */
     uint64_t host_unpinned_bytes;                       /* reserved bytes pinning was refused for */
     double host_fragmentation;                          /* 1 - largest free block / free bytes, in the slabs */
+    uint64_t disk_bytes;                                /* the NVMe tier's state file (0 without one) */
+    uint64_t disk_window_bytes;                         /* its pinned window (also in the host figures) */
 } ferry_memory_stats;
 
 #define FERRY_MEMORY_STATS_INIT                                                               \
@@ -172,6 +175,8 @@ typedef struct ferry_memory_stats {
         0,                          /* host_pinned_bytes */                                   \
         0,                          /* host_unpinned_bytes */                                 \
         0.0,                        /* host_fragmentation */                                  \
+        0,                          /* disk_bytes */                                          \
+        0,                          /* disk_window_bytes */                                   \
     }
 /* ---- end memory ---- */
 
@@ -215,20 +220,25 @@ typedef enum ferry_offload {
                                 moments and the update on the host */
     FERRY_OFFLOAD_PARAMS,    /* ZeRO-3 style: weights too live on the host and are
                                 fetched group by group */
+    FERRY_OFFLOAD_NVME,      /* ZeRO-Infinity's third tier: the device as in OPTIMIZER; the Adam
+                                moments (and with nvme_master the fp32 master weights) in a
+                                file in nvme_path, streamed through a pinned window; PARAMS
+                                with nvme_path puts the same state on disk */
 } ferry_offload;
 
-/* "none", "optimizer", "params"; never NULL. */
+/* "none", "optimizer", "params", "nvme"; never NULL. */
 FERRY_API const char *ferry_offload_name(ferry_offload mode);
 /* Parses those names; FERRY_ERR_INVALID_ARGUMENT on anything else. */
 FERRY_API ferry_status ferry_offload_parse(const char *name, ferry_offload *out);
 
 /* Element types. The engine stores weights, gradients and activations on
- * the device in F32 or BF16; F16, I32 and I64 are for files and conversions. */
+ * the device in F32, BF16 or F16; I32 and I64 are for files and
+ * conversions. */
 typedef enum ferry_dtype {
-    FERRY_DTYPE_AUTO = 0, /* the backend's: fp32 on host, bf16 on cuda */
+    FERRY_DTYPE_AUTO = 0, /* the backend's: fp32 on host; on cuda bf16 from sm_80, f16 on sm_70/75 */
     FERRY_DTYPE_F32,
-    FERRY_DTYPE_BF16,
-    FERRY_DTYPE_F16,      /* IEEE half: safetensors files and conversions */
+    FERRY_DTYPE_BF16,     /* bfloat16: needs sm_80 or newer on cuda */
+    FERRY_DTYPE_F16,      /* IEEE half: with dynamic loss scaling (see ferry_loss_scaling) */
     FERRY_DTYPE_I32,      /* integers in files (token ids) */
     FERRY_DTYPE_I64,
 } ferry_dtype;
@@ -237,6 +247,19 @@ typedef enum ferry_dtype {
 FERRY_API const char *ferry_dtype_name(ferry_dtype dtype);
 /* Parses those names; FERRY_ERR_INVALID_ARGUMENT on anything else. */
 FERRY_API ferry_status ferry_dtype_parse(const char *name, ferry_dtype *out);
+
+/* Dynamic loss scaling, as torch's GradScaler: fp16 gradients underflow
+ * unless the loss is multiplied by a large scale before backward. The
+ * embedder multiplies its loss's gradient by ferry_engine_loss_scale(); the
+ * step divides it back out before the norm, the clipping and the update; a
+ * step whose gradients overflowed (inf/NaN) is skipped and the scale
+ * multiplied by the backoff factor; after growth_interval clean steps in a
+ * row it is multiplied by the growth factor. */
+typedef enum ferry_loss_scaling {
+    FERRY_LOSS_SCALING_AUTO = 0, /* dynamic with F16 storage, off otherwise */
+    FERRY_LOSS_SCALING_OFF,      /* never (ferry_engine_loss_scale() is 1) */
+    FERRY_LOSS_SCALING_DYNAMIC,  /* whatever the storage type */
+} ferry_loss_scaling;
 
 typedef struct ferry_engine_config {
     size_t size;                   /* sizeof(ferry_engine_config), stamped by the macro */
@@ -247,13 +270,29 @@ typedef struct ferry_engine_config {
     int prefetch_groups;           /* PARAMS mode: groups fetched ahead; default 2, 0..64 */
     int optimizer_threads;         /* CPU AdamW threads; 0 = every core of the chosen node */
     int numa_node;                 /* node for host state and optimizer threads; -1 = nearest the GPU */
-    ferry_dtype dtype;             /* device storage: AUTO (the backend's: f32 host, bf16 cuda), F32
-                                      (host only), or BF16 (the host backend then rounds where the
-                                      CUDA ops store bf16, so the bf16 paths run without a GPU) */
+    ferry_dtype dtype;             /* device storage: AUTO (the backend's: f32 host; bf16 on cuda
+                                      from sm_80, f16 on sm_70/75), F32 (host only), BF16 (sm_80+), or
+                                      F16 (with loss scaling); the host backend stores the 16-bit types
+                                      rounded where the CUDA ops store them, so those paths run
+                                      without a GPU */
     int delayed_update;            /* 1: one-step delayed update (DPU); changes the math */
     const char *trace_path;        /* memory trace (binary records, docs/memprof.md) for memprof; NULL = off */
     int verbose;                   /* 1: print the placement chosen at setup to stderr */
     int reserved;                  /* 0; keeps the struct free of tail padding (a size names one version) */
+    ferry_loss_scaling loss_scaling; /* default AUTO: dynamic with F16 storage */
+    float loss_scale_init;         /* the first scale; default 65536 (2^16) */
+    double loss_scale_growth;      /* x this after loss_scale_interval clean steps; default 2, > 1 */
+    double loss_scale_backoff;     /* x this on a step with inf/NaN gradients; default 0.5, in (0, 1) */
+    int loss_scale_interval;       /* clean steps in a row before growing; default 2000, >= 1 */
+    int loss_scale_max_skips;      /* with loss scaling on: this many skipped steps in a row (a scale
+                                      that collapsed) make ferry_engine_step fail with FERRY_ERR_STATE
+                                      instead of training on nothing; default 20; 0 = never */
+    /* The NVMe tier (offload NVME, or PARAMS with a path): */
+    const char *nvme_path;         /* folder on a fast disk for the state file (copied); NULL = no disk */
+    uint64_t nvme_window_bytes;    /* pinned host window the state streams through; 0 = 256 MiB */
+    uint64_t nvme_block_bytes;     /* bytes per I/O and per CRC-32C; 0 = 1 MiB; a multiple of 4096 */
+    int nvme_queue_depth;          /* I/Os in flight; 0 = 16, 1..1024 */
+    int nvme_master;               /* 1: the fp32 master weights on disk too; 0: only the Adam moments */
 } ferry_engine_config;
 
 #define FERRY_ENGINE_CONFIG_INIT                                                              \
@@ -271,6 +310,17 @@ typedef struct ferry_engine_config {
         NULL,                        /* trace_path: no trace */                               \
         0,                           /* verbose: quiet */                                     \
         0,                           /* reserved */                                           \
+        FERRY_LOSS_SCALING_AUTO,     /* loss_scaling: dynamic with f16 */                     \
+        65536.0f,                    /* loss_scale_init */                                    \
+        2.0,                         /* loss_scale_growth */                                  \
+        0.5,                         /* loss_scale_backoff */                                 \
+        2000,                        /* loss_scale_interval */                                \
+        20,                          /* loss_scale_max_skips */                               \
+        NULL,                        /* nvme_path: no disk */                                 \
+        0,                           /* nvme_window_bytes: 256 MiB */                         \
+        0,                           /* nvme_block_bytes: 1 MiB */                            \
+        0,                           /* nvme_queue_depth: 16 */                               \
+        0,                           /* nvme_master: moments only */                          \
     }
 
 /* Creates an engine: opens the backend, its streams and the optimizer thread
@@ -367,10 +417,15 @@ typedef struct ferry_step_options {
 typedef struct ferry_step_report {
     size_t size;
     int64_t step;       /* optimizer steps taken so far (skipped ones not counted) */
-    double grad_norm;   /* global L2 norm before clipping (inf/NaN when skipped) */
+    double grad_norm;   /* global L2 norm before clipping (inf/NaN when skipped); of the
+                           unscaled gradients when a loss scale is on */
     float clip_coef;    /* 1 = not clipped */
     int skipped;        /* 1: a gradient held inf/NaN; weights and moments untouched */
     int bad_group;      /* the first group with a non-finite gradient, when skipped */
+    float loss_scale;   /* the loss scale this step's gradients carried; 0: loss scaling off */
+    int64_t skipped_steps; /* steps skipped since the start of training (a checkpoint keeps it) */
+    int skips_in_row;   /* consecutive skipped steps up to this one (0 after a step taken) */
+    int reserved;       /* 0 */
 } ferry_step_report;
 
 #define FERRY_STEP_REPORT_INIT                                                                \
@@ -381,13 +436,21 @@ typedef struct ferry_step_report {
         1.0f,                      /* clip_coef */                                            \
         0,                         /* skipped */                                              \
         -1,                        /* bad_group */                                            \
+        0.0f,                      /* loss_scale */                                           \
+        0,                         /* skipped_steps */                                        \
+        0,                         /* skips_in_row */                                         \
+        0,                         /* reserved */                                             \
     }
 
-/* Ends the step: global-norm clipping, the inf/NaN check, and the AdamW update
- * of every group. Returns once the update is under way: the CPU update and the
- * upload overlap the next step's forward, whose fetch of each group waits for
- * exactly that group. Every group must have been released in backward since
- * the last step (else FERRY_ERR_STATE). report may be NULL. */
+/* Ends the step: the loss scale divided out, global-norm clipping, the
+ * inf/NaN check (and with loss scaling, the scale's update), and the AdamW
+ * update of every group. Returns once the update is under way: the CPU
+ * update and the upload overlap the next step's forward, whose fetch of each
+ * group waits for exactly that group. Every group must have been released in
+ * backward since the last step (else FERRY_ERR_STATE). report may be NULL.
+ * With loss scaling on, the step that makes loss_scale_max_skips skipped
+ * steps in a row fails with FERRY_ERR_STATE saying the scale collapsed (it
+ * is still skipped and counted, and the report is filled). */
 FERRY_API ferry_status ferry_engine_step(ferry_engine *e, const ferry_step_options *opts,
                                          ferry_step_report *report);
 
@@ -408,6 +471,10 @@ FERRY_API ferry_dtype ferry_engine_dtype(const ferry_engine *e);
 FERRY_API int ferry_engine_group_count(const ferry_engine *e);
 /* Optimizer steps taken (skipped ones not counted), as a checkpoint restores them. */
 FERRY_API int64_t ferry_engine_steps(const ferry_engine *e);
+/* The factor to multiply the loss (the gradient the backward starts from)
+ * by for the next step: the dynamic loss scale, or 1 when loss scaling is
+ * off (and for NULL). A checkpoint restores it. */
+FERRY_API float ferry_engine_loss_scale(const ferry_engine *e);
 
 /* Device memory for activations and scratch, from the same budget as the
  * weights. `category` is FERRY_MEM_ACTIVATIONS, _WORKSPACE or _OTHER. */
@@ -424,7 +491,9 @@ FERRY_API ferry_status ferry_engine_get_weights(ferry_engine *e, int group, floa
 FERRY_API ferry_status ferry_engine_set_weights(ferry_engine *e, int group, const float *values);
 
 /* Marks a phase in the memory trace ("forward", "step 12", ...); free when
- * tracing is off. */
+ * tracing is off. The trace is written out up to the marker: once a write of
+ * it has failed (a full disk), this returns FERRY_ERR_IO naming the trace,
+ * so a caller can stop then rather than learn it at ferry_engine_close. */
 FERRY_API ferry_status ferry_engine_mark(ferry_engine *e, int64_t step, const char *phase);
 
 /* Device and host memory, by category, now and at peak. */
@@ -469,7 +538,8 @@ FERRY_API const char *ferry_engine_describe(ferry_engine *e);
  * next forward reads) to `path` atomically: a temporary file, fsync, rename;
  * a failure leaves any earlier file intact. Every byte is checksummed.
  * `user`/`user_bytes`: an opaque blob stored alongside (the trainer's RNG and
- * data position). */
+ * data position). A character device (/dev/null) is written in place; a
+ * folder, a FIFO or a link to nothing at `path` is FERRY_ERR_IO, left as it is. */
 FERRY_API ferry_status ferry_engine_save(ferry_engine *e, const char *path, const void *user,
                                          size_t user_bytes);
 /* Restores what ferry_engine_save wrote, after setup with the same groups.
@@ -489,6 +559,17 @@ FERRY_API ferry_status ferry_engine_load(ferry_engine *e, const char *path, void
  * is not read. Copies and sizes as ferry_engine_load. Any thread. */
 FERRY_API ferry_status ferry_engine_load_user(const char *path, void *user, size_t user_cap,
                                               size_t *user_bytes);
+/* Drops the step in progress, for a stop between its micro-batches (a
+ * signal) that should not wait for the rest: the gradients of every
+ * micro-batch begun since the last ferry_engine_step() are discarded, once
+ * their transfers and the CPU's work on them have finished (it blocks until
+ * then). The engine is then between steps, as the last step left it: master
+ * weights, moments, the step count and a delayed update still to be
+ * uploaded are untouched, so ferry_engine_save() writes that step, and the
+ * next step starts at micro-batch 0. Every group must be released first
+ * (else FERRY_ERR_STATE, and nothing changes); during inference it is
+ * FERRY_ERR_STATE; between steps it does nothing. */
+FERRY_API ferry_status ferry_engine_abandon_step(ferry_engine *e);
 /* ---- end engine ---- */
 
 #ifdef __cplusplus

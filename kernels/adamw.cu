@@ -1,8 +1,9 @@
 /* The device optimizer for the engine's no-offload mode (ops_adamw,
  * ops_sumsq and ops_accumulate on cuda; the host reference is
  * kernels/adamw.c): torch.optim.AdamW on fp32 master weights and moments in
- * device memory, reading bf16 gradients (or their fp32 sum over
- * micro-batches) and writing the bf16 parameter copy; the deterministic sum
+ * device memory, reading gradients of the storage type (bf16 or f16; or
+ * their fp32 sum over micro-batches) and writing the parameter copy in the
+ * storage type; the deterministic sum
  * of squares behind global-norm clipping and the inf/NaN check; and the fp32
  * sum of a step's micro-batch gradients. The CPU AdamW (optim/) is the one
  * used when the state is offloaded. */
@@ -15,16 +16,13 @@ namespace {
 constexpr int SUMSQ_BLOCKS = OPS_SUMSQ_PARTIALS; /* fixed: the reduction tree must not depend on the GPU */
 constexpr int SUMSQ_THREADS = 256;
 
-__device__ __forceinline__ float widen(bf16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float widen(float x) { return x; }
-
-template <typename G>
-__global__ void adamw_kernel(float *master, float *m, float *v, const G *grad, bf16 *param_out,
+template <typename G, typename T>
+__global__ void adamw_kernel(float *master, float *m, float *v, const G *grad, T *param_out,
                              size_t n, float beta1, float beta2, float eps, float decay_factor, float step_size, float bc2_sqrt, float grad_scale)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const float g = widen(grad[i]) * grad_scale;
+        const float g = cu_f32(grad[i]) * grad_scale;
         /* torch 1.13: m.mul_(b1).add_(g, alpha=1-b1); v.mul_(b2).addcmul_(g, g, value=1-b2) */
         const float mi = m[i] * beta1 + (1.0f - beta1) * g;
         const float vi = v[i] * beta2 + (1.0f - beta2) * g * g;
@@ -35,7 +33,7 @@ __global__ void adamw_kernel(float *master, float *m, float *v, const G *grad, b
         v[i] = vi;
         master[i] = p;
         if (param_out)
-            param_out[i] = __float2bfloat16_rn(p);
+            param_out[i] = cu_round<T>(p);
     }
 }
 
@@ -48,7 +46,7 @@ __global__ void __launch_bounds__(SUMSQ_THREADS)
     const size_t stride = (size_t)SUMSQ_BLOCKS * SUMSQ_THREADS;
     double sum = 0.0;
     for (size_t i = (size_t)blockIdx.x * SUMSQ_THREADS + threadIdx.x; i < n; i += stride) {
-        const double g = widen(grad[i]);
+        const double g = cu_f32(grad[i]);
         sum += g * g;
     }
     sum = cu_warp_sum_d(sum);
@@ -78,17 +76,17 @@ __global__ void __launch_bounds__(SUMSQ_BLOCKS)
         *out += tree[0];
 }
 
-__global__ void accumulate_kernel(float *acc, const bf16 *g, size_t n, bool first)
+template <typename T> __global__ void accumulate_kernel(float *acc, const T *g, size_t n, bool first)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        acc[i] = first ? __bfloat162float(g[i]) : acc[i] + __bfloat162float(g[i]);
+        acc[i] = first ? cu_f32(g[i]) : acc[i] + cu_f32(g[i]);
 }
 
 } // namespace
 
-extern "C" ferry_status cudaop_adamw(void *stream, float *master, float *m, float *v, const void *grad,
-                                     ferry_dtype grad_dtype, void *param_bf16_out, size_t n, float lr,
+extern "C" ferry_status cudaop_adamw(void *stream, ferry_dtype act, float *master, float *m, float *v,
+                                     const void *grad, ferry_dtype grad_dtype, void *param_out, size_t n, float lr,
                                      float beta1, float beta2, float eps, float weight_decay, int64_t step,
                                      float grad_scale)
 {
@@ -102,8 +100,8 @@ extern "C" ferry_status cudaop_adamw(void *stream, float *master, float *m, floa
     if (n == 0)
         return FERRY_OK;
     CU_REQUIRE(master && m && v && grad, "adamw: master, m, v and grad must not be NULL");
-    CU_REQUIRE(grad_dtype == FERRY_DTYPE_BF16 || grad_dtype == FERRY_DTYPE_F32,
-               "adamw: gradients of type %d; bf16 or f32", (int)grad_dtype);
+    CU_REQUIRE(grad_dtype == act || grad_dtype == FERRY_DTYPE_F32,
+               "adamw: gradients of type %s; the storage type (%s) or f32", dtype_name(grad_dtype), dtype_name(act));
     /* As torch computes them: Python floats (double), used as fp32 scalars. */
     const double bc1 = 1.0 - pow((double)beta1, (double)step);
     const double bc2 = 1.0 - pow((double)beta2, (double)step);
@@ -111,17 +109,20 @@ extern "C" ferry_status cudaop_adamw(void *stream, float *master, float *m, floa
     const float bc2_sqrt = (float)sqrt(bc2);
     const float decay_factor = (float)(1.0 - (double)lr * (double)weight_decay);
     const unsigned blocks = cu_blocks(n, 256, 132 * 16);
-    bf16 *out = static_cast<bf16 *>(param_bf16_out);
-    if (grad_dtype == FERRY_DTYPE_F32)
-        adamw_kernel<<<blocks, 256, 0, cu_stream(stream)>>>(master, m, v, static_cast<const float *>(grad), out, n,
-                                                            beta1, beta2, eps, decay_factor, step_size, bc2_sqrt,
-                                                            grad_scale);
-    else
-        adamw_kernel<<<blocks, 256, 0, cu_stream(stream)>>>(master, m, v, static_cast<const bf16 *>(grad), out, n,
-                                                            beta1, beta2, eps, decay_factor, step_size, bc2_sqrt,
-                                                            grad_scale);
-    CUDA_CHECK_LAUNCH();
-    return FERRY_OK;
+    return cu_with_type(act, "adamw", [&](auto tag) {
+        using T = decltype(tag);
+        T *out = static_cast<T *>(param_out);
+        if (grad_dtype == FERRY_DTYPE_F32)
+            adamw_kernel<<<blocks, 256, 0, cu_stream(stream)>>>(master, m, v, static_cast<const float *>(grad), out,
+                                                                n, beta1, beta2, eps, decay_factor, step_size,
+                                                                bc2_sqrt, grad_scale);
+        else
+            adamw_kernel<<<blocks, 256, 0, cu_stream(stream)>>>(master, m, v, static_cast<const T *>(grad), out, n,
+                                                                beta1, beta2, eps, decay_factor, step_size,
+                                                                bc2_sqrt, grad_scale);
+        CUDA_CHECK_LAUNCH();
+        return FERRY_OK;
+    });
 }
 
 extern "C" size_t cudaop_sumsq_scratch_bytes(void) { return SUMSQ_BLOCKS * sizeof(double); }
@@ -135,12 +136,14 @@ extern "C" ferry_status cudaop_sumsq(void *stream, const void *grad, ferry_dtype
     if (n == 0)
         return FERRY_OK;
     CU_REQUIRE(grad, "sumsq: grad is NULL with n=%zu", n);
-    CU_REQUIRE(grad_dtype == FERRY_DTYPE_BF16 || grad_dtype == FERRY_DTYPE_F32,
-               "sumsq: gradients of type %d; bf16 or f32", (int)grad_dtype);
+    CU_REQUIRE(grad_dtype == FERRY_DTYPE_BF16 || grad_dtype == FERRY_DTYPE_F16 || grad_dtype == FERRY_DTYPE_F32,
+               "sumsq: gradients of type %s; bf16, f16 or f32", dtype_name(grad_dtype));
     cudaStream_t s = cu_stream(stream);
     double *partials = static_cast<double *>(scratch);
     if (grad_dtype == FERRY_DTYPE_F32)
         sumsq_partial_kernel<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, s>>>(static_cast<const float *>(grad), n, partials);
+    else if (grad_dtype == FERRY_DTYPE_F16)
+        sumsq_partial_kernel<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, s>>>(static_cast<const f16 *>(grad), n, partials);
     else
         sumsq_partial_kernel<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, s>>>(static_cast<const bf16 *>(grad), n, partials);
     CUDA_CHECK_LAUNCH();
@@ -149,13 +152,17 @@ extern "C" ferry_status cudaop_sumsq(void *stream, const void *grad, ferry_dtype
     return FERRY_OK;
 }
 
-extern "C" ferry_status cudaop_accumulate(void *stream, float *acc, const void *g_bf16, size_t n, bool first)
+extern "C" ferry_status cudaop_accumulate(void *stream, ferry_dtype act, float *acc, const void *g, size_t n,
+                                          bool first)
 {
     if (n == 0)
         return FERRY_OK;
-    CU_REQUIRE(acc && g_bf16, "accumulate: acc and g must be device pointers, one is NULL");
-    accumulate_kernel<<<cu_blocks(n, 256, 132 * 16), 256, 0, cu_stream(stream)>>>(
-        acc, static_cast<const bf16 *>(g_bf16), n, first);
-    CUDA_CHECK_LAUNCH();
-    return FERRY_OK;
+    CU_REQUIRE(acc && g, "accumulate: acc and g must be device pointers, one is NULL");
+    return cu_with_type(act, "accumulate", [&](auto tag) {
+        using T = decltype(tag);
+        accumulate_kernel<T><<<cu_blocks(n, 256, 132 * 16), 256, 0, cu_stream(stream)>>>(
+            acc, static_cast<const T *>(g), n, first);
+        CUDA_CHECK_LAUNCH();
+        return FERRY_OK;
+    });
 }

@@ -3,8 +3,9 @@
  * comes from cudaMalloc in a few large pieces (the engine's arena sub-divides
  * them), so the budget is the engine's, not the CUDA caching allocator's.
  * Opening it tells "no GPU here" (FERRY_ERR_UNSUPPORTED) from a GPU that
- * cannot start (FERRY_ERR_BACKEND), and refuses a card below sm_80 or one
- * this build carries no code for. */
+ * cannot start (FERRY_ERR_BACKEND), and refuses a card below sm_70 or one
+ * this build carries no code for. Tensors are bf16 from sm_80, fp16 on
+ * sm_70 and sm_75 (whose tensor cores have no bf16: bf16 is refused there). */
 #include <cuda_runtime.h>
 
 #include <stdio.h>
@@ -425,8 +426,9 @@ extern "C" ferry_status backend_cuda_check_card(const char *name, int major, int
     int cc = major * 10 + minor;
     if (cc < BACKEND_CUDA_MIN_CC)
         return err_set(FERRY_ERR_UNSUPPORTED,
-                       "the %s is compute capability %d.%d (sm_%d); ferry needs sm_%d or newer "
-                       "(bf16 tensor cores: A100, RTX 30xx, A10, RTX 40xx, L4, H100 and later)",
+                       "the %s is compute capability %d.%d (sm_%d); ferry needs sm_%d or newer (tensor "
+                       "cores: fp16 on V100, T4, RTX 20xx and Titan RTX; bf16 too on A100, RTX 30xx, A10, "
+                       "RTX 40xx, L4, H100 and later)",
                        name, major, minor, cc, BACKEND_CUDA_MIN_CC);
     if (!build_runs_on(cc)) {
         char archs[128];
@@ -434,9 +436,41 @@ extern "C" ferry_status backend_cuda_check_card(const char *name, int major, int
         return err_set(FERRY_ERR_UNSUPPORTED,
                        "this build of ferry carries machine code for %s and PTX for compute_%d only; the "
                        "%s is compute capability %d.%d (sm_%d): rebuild with -Dgpu_archs=%d (or add %d "
-                       "to the list)",
-                       archs, FERRY_CUDA_PTX_ARCH, name, major, minor, cc, cc, cc);
+                       "to the list)%s",
+                       archs, FERRY_CUDA_PTX_ARCH, name, major, minor, cc, cc, cc,
+                       cc < 75 ? ", with a CUDA 12 toolkit (CUDA 13 builds no code for Volta)" : "");
     }
+    return FERRY_OK;
+}
+
+extern "C" ferry_dtype backend_cuda_default_dtype(int major, int minor)
+{
+    return major * 10 + minor >= BACKEND_CUDA_BF16_CC ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F16;
+}
+
+namespace {
+
+/* The sentence of backend_cuda_check_dtype's refusal of bf16. */
+void bf16_refusal(char *out, size_t cap, const char *name, int major, int minor)
+{
+    snprintf(out, cap,
+             "the %.100s is compute capability %d.%d (sm_%d%d), whose tensor cores have no bf16 (it needs "
+             "sm_%d: A100, RTX 30xx and later); use dtype f16 (with dynamic loss scaling) or auto, which "
+             "picks f16 on this card",
+             name, major, minor, major, minor, BACKEND_CUDA_BF16_CC);
+}
+
+} // namespace
+
+extern "C" ferry_status backend_cuda_check_dtype(const char *name, int major, int minor, ferry_dtype act)
+{
+    if (act == FERRY_DTYPE_BF16 && major * 10 + minor < BACKEND_CUDA_BF16_CC) {
+        char why[384];
+        bf16_refusal(why, sizeof why, name, major, minor);
+        return err_set(FERRY_ERR_UNSUPPORTED, "%s", why);
+    }
+    if (act != FERRY_DTYPE_BF16 && act != FERRY_DTYPE_F16)
+        return err_set(FERRY_ERR_UNSUPPORTED, "the %s stores tensors as bf16 or f16, not %s", name, dtype_name(act));
     return FERRY_OK;
 }
 
@@ -458,7 +492,11 @@ extern "C" ferry_status backend_cuda_init(backend *be)
     be->impl = cb;
     be->vt = &cuda_vtable;
     be->ops = &backend_cuda_ops;
-    be->act = FERRY_DTYPE_BF16;
+    be->act = backend_cuda_default_dtype(prop.major, prop.minor);
+    if (prop.major * 10 + prop.minor < BACKEND_CUDA_BF16_CC) {
+        be->act_refused = 1u << FERRY_DTYPE_BF16;
+        bf16_refusal(be->act_refusal, sizeof be->act_refusal, prop.name, prop.major, prop.minor);
+    }
     snprintf(be->device_name, sizeof be->device_name, "%.255s (sm_%d%d, %.1f GiB)", prop.name, prop.major,
              prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
     return FERRY_OK;

@@ -107,12 +107,15 @@ struct backend {
     const backend_vtable *vt;
     const backend_ops *ops;
     ferry_backend_kind kind;
-    ferry_dtype act; /* storage type of tensors: F32 on host, BF16 on cuda */
+    ferry_dtype act; /* storage type of tensors: F32 on host; BF16 on cuda from sm_80, F16 below */
     char device_name[384];
     void *impl;
     pthread_mutex_t lock; /* guards the buffer registry */
     backend_buffer_entry *buffers;
     size_t buffer_count, buffer_cap;
+    uint32_t act_refused;  /* storage types the ops have that this device cannot compute in
+                              (bit 1 << ferry_dtype: bf16 below sm_80) */
+    char act_refusal[384]; /* why, for backend_set_act_dtype's message */
 };
 
 struct backend_stream {

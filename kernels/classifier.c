@@ -34,17 +34,17 @@ static float row_loss_and_grad(float *z, int V, int target, float grad_scale, in
     return loss;
 }
 
-/* Rounds n values to bf16 in place: what the CUDA classifier's bf16
+/* Rounds n values to the 16-bit type t in place: what the CUDA classifier's
  * scratch keeps of the logits and of their gradient. */
-static void round_bf16(float *z, size_t n)
+static void round_to(float *z, size_t n, ferry_dtype t)
 {
     for (size_t j = 0; j < n; j++)
-        z[j] = dtype_round_bf16(z[j]);
+        z[j] = dtype_round(z[j], t);
 }
 
 static ferry_status classify(float *losses, float *dinp, float *dwte, const float *inp, const float *wte,
                              const int32_t *targets, float grad_scale, int N, int C, int V, int Vp,
-                             float *scratch, int chunk, bool bf16)
+                             float *scratch, int chunk, ferry_dtype stored)
 {
     int want_grad = dinp != NULL;
     for (int r0 = 0; r0 < N; r0 += chunk) {
@@ -63,8 +63,8 @@ static ferry_status classify(float *losses, float *dinp, float *dwte, const floa
                     scratch, Vp);
         for (int r = 0; r < rows; r++) {
             float *z = scratch + (size_t)r * Vp;
-            if (bf16)
-                round_bf16(z, (size_t)V);
+            if (stored != FERRY_DTYPE_F32)
+                round_to(z, (size_t)V, stored);
             int32_t tgt = targets[r0 + r];
             if (tgt < 0) {
                 losses[r0 + r] = 0.0f;
@@ -73,8 +73,8 @@ static ferry_status classify(float *losses, float *dinp, float *dwte, const floa
                 continue;
             }
             losses[r0 + r] = row_loss_and_grad(z, V, tgt, grad_scale, want_grad);
-            if (bf16 && want_grad)
-                round_bf16(z, (size_t)V);
+            if (stored != FERRY_DTYPE_F32 && want_grad)
+                round_to(z, (size_t)V, stored);
         }
         if (!want_grad)
             continue;
@@ -92,12 +92,13 @@ ferry_status hostop_classifier(float *losses, float *dinp, float *dwte, const fl
                                const float *wte, const int32_t *targets, float grad_scale, int N,
                                int C, int V, int Vp, float *scratch, int chunk)
 {
-    return classify(losses, dinp, dwte, inp, wte, targets, grad_scale, N, C, V, Vp, scratch, chunk, false);
+    return classify(losses, dinp, dwte, inp, wte, targets, grad_scale, N, C, V, Vp, scratch, chunk,
+                    FERRY_DTYPE_F32);
 }
 
-ferry_status hostop_classifier_bf16_scratch(float *losses, float *dinp, float *dwte, const float *inp,
-                                            const float *wte, const int32_t *targets, float grad_scale,
-                                            int N, int C, int V, int Vp, float *scratch, int chunk)
+ferry_status hostop_classifier_stored(float *losses, float *dinp, float *dwte, const float *inp,
+                                      const float *wte, const int32_t *targets, float grad_scale, int N,
+                                      int C, int V, int Vp, float *scratch, int chunk, ferry_dtype stored)
 {
-    return classify(losses, dinp, dwte, inp, wte, targets, grad_scale, N, C, V, Vp, scratch, chunk, true);
+    return classify(losses, dinp, dwte, inp, wte, targets, grad_scale, N, C, V, Vp, scratch, chunk, stored);
 }

@@ -1,11 +1,16 @@
-/* Device helpers shared by the CUDA ops (the kernels/ .cu files): bf16 loads and
- * stores, warp and block reductions, argument checks, and the one cuBLASLt
- * entry point (cuda_gemm, defined in matmul.cu) the matmul and the
- * classifier share. Owns no state; included only by .cu files. */
+/* Device helpers shared by the CUDA ops (the kernels/ .cu files): the two
+ * 16-bit storage types (bf16, fp16) and their loads, stores and roundings,
+ * the dispatch from a storage type to a kernel template, warp and block
+ * reductions, argument checks, and the one cuBLASLt entry point (cuda_gemm,
+ * defined in matmul.cu) the matmul and the classifier share. Every op is
+ * one kernel source templated on its storage type T (bf16 or f16); math and
+ * statistics are fp32 whichever it is. Owns no state; included only by .cu
+ * files. */
 #ifndef FERRY_KERNELS_CUDA_UTIL_CUH
 #define FERRY_KERNELS_CUDA_UTIL_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <stddef.h>
@@ -15,6 +20,50 @@
 #include "kernels/ops_cuda.h"
 
 typedef __nv_bfloat16 bf16;
+typedef __half f16;
+
+/* What each storage type is to the device and to cuBLASLt. */
+template <typename T> struct cu_type;
+template <> struct cu_type<bf16> {
+    typedef __nv_bfloat162 pair;
+    static constexpr ferry_dtype dtype = FERRY_DTYPE_BF16;
+    static constexpr cudaDataType_t cuda = CUDA_R_16BF;
+    static __device__ __forceinline__ float widen(bf16 x) { return __bfloat162float(x); }
+    static __device__ __forceinline__ bf16 round(float x) { return __float2bfloat16_rn(x); }
+    static __device__ __forceinline__ float2 widen2(pair p) { return __bfloat1622float2(p); }
+    static __device__ __forceinline__ pair round2(float a, float b) { return __floats2bfloat162_rn(a, b); }
+};
+template <> struct cu_type<f16> {
+    typedef __half2 pair;
+    static constexpr ferry_dtype dtype = FERRY_DTYPE_F16;
+    static constexpr cudaDataType_t cuda = CUDA_R_16F;
+    static __device__ __forceinline__ float widen(f16 x) { return __half2float(x); }
+    static __device__ __forceinline__ f16 round(float x) { return __float2half_rn(x); }
+    static __device__ __forceinline__ float2 widen2(pair p) { return __half22float2(p); }
+    static __device__ __forceinline__ pair round2(float a, float b) { return __floats2half2_rn(a, b); }
+};
+
+/* A storage element as fp32 (exact), and fp32 rounded to nearest even into
+ * one (past the type's range: inf, which is how fp16 overflow reaches the
+ * step's inf/NaN check; NaN stays NaN). */
+static __device__ __forceinline__ float cu_f32(bf16 x) { return __bfloat162float(x); }
+static __device__ __forceinline__ float cu_f32(f16 x) { return __half2float(x); }
+static __device__ __forceinline__ float cu_f32(float x) { return x; }
+template <typename T> static __device__ __forceinline__ T cu_round(float x) { return cu_type<T>::round(x); }
+
+/* Calls f(T()) with T the storage type `act` names (bf16 or f16), so one
+ * entry point launches the kernel template of either; another type is
+ * FERRY_ERR_INVALID_ARGUMENT naming the op. */
+template <typename F> static ferry_status cu_with_type(ferry_dtype act, const char *op, F &&f)
+{
+    switch (act) {
+    case FERRY_DTYPE_BF16: return f(bf16());
+    case FERRY_DTYPE_F16: return f(f16());
+    default: break;
+    }
+    return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: storage type %s; the cuda ops store bf16 or f16", op,
+                   dtype_name(act));
+}
 
 static inline cudaStream_t cu_stream(void *s) { return static_cast<cudaStream_t>(s); }
 
@@ -40,7 +89,7 @@ static inline unsigned cu_blocks(size_t work, unsigned per_block, unsigned cap)
     return b > cap ? cap : (unsigned)b;
 }
 
-/* True when every pointer is 16-byte aligned, so 8 bf16 move as one uint4. */
+/* True when every pointer is 16-byte aligned, so 8 16-bit values move as one uint4. */
 static inline bool cu_aligned16(const void *a, const void *b = nullptr, const void *c = nullptr)
 {
     return ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16 == 0;
@@ -101,45 +150,46 @@ static __device__ __forceinline__ float cu_block_max(float v, float *shared)
     return cu_warp_max(v);
 }
 
-/* 8 bf16 <-> 8 floats through one 16-byte access. */
-static __device__ __forceinline__ void cu_load8(float out[8], const bf16 *p)
+/* 8 storage elements <-> 8 floats through one 16-byte access. */
+template <typename T> static __device__ __forceinline__ void cu_load8(float out[8], const T *p)
 {
     uint4 raw = *reinterpret_cast<const uint4 *>(p);
-    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&raw);
+    const typename cu_type<T>::pair *h = reinterpret_cast<const typename cu_type<T>::pair *>(&raw);
     for (int i = 0; i < 4; i++) {
-        float2 f = __bfloat1622float2(h[i]);
+        float2 f = cu_type<T>::widen2(h[i]);
         out[2 * i] = f.x;
         out[2 * i + 1] = f.y;
     }
 }
 
-static __device__ __forceinline__ void cu_store8(bf16 *p, const float in[8])
+template <typename T> static __device__ __forceinline__ void cu_store8(T *p, const float in[8])
 {
     uint4 raw;
-    __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&raw);
+    typename cu_type<T>::pair *h = reinterpret_cast<typename cu_type<T>::pair *>(&raw);
     for (int i = 0; i < 4; i++)
-        h[i] = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
+        h[i] = cu_type<T>::round2(in[2 * i], in[2 * i + 1]);
     *reinterpret_cast<uint4 *>(p) = raw;
 }
 
 /* D (m x n, column-major, ld ldd) = op(A) op(B) [+ bias per row of D] + beta D,
- * with op(X) = X^T when trans. bf16 in and out, fp32 compute. Row-major
- * callers pass their matrices as the transposed column-major ones. The
- * descriptors and the algorithm for a shape are made once per device and
- * cached. Defined in matmul.cu. */
-ferry_status cuda_gemm(cudaStream_t stream, bool transa, bool transb, int m, int n, int k,
-                       const bf16 *A, int lda, const bf16 *B, int ldb, bf16 *D, int ldd, float beta,
-                       const bf16 *bias);
-/* The same with an fp32 D: products of bf16 accumulated in fp32 across calls
- * (beta = 1) without a bf16 rounding each time. No bias. */
-ferry_status cuda_gemm_f32(cudaStream_t stream, bool transa, bool transb, int m, int n, int k,
-                           const bf16 *A, int lda, const bf16 *B, int ldb, float *D, int ldd, float beta);
-/* dst[i] = bf16(dst[i] + acc[i]) for n elements: one rounding for what was
- * accumulated in fp32. Defined in matmul.cu. */
-ferry_status cuda_add_f32_to_bf16(cudaStream_t stream, bf16 *dst, const float *acc, size_t n);
+ * with op(X) = X^T when trans. A, B, D and the bias of the storage type
+ * `act` (bf16 or f16), fp32 compute. Row-major callers pass their matrices
+ * as the transposed column-major ones. The descriptors and the algorithm
+ * for a shape are made once per device and cached. Defined in matmul.cu. */
+ferry_status cuda_gemm(cudaStream_t stream, ferry_dtype act, bool transa, bool transb, int m, int n, int k,
+                       const void *A, int lda, const void *B, int ldb, void *D, int ldd, float beta,
+                       const void *bias);
+/* The same with an fp32 D: products of 16-bit values accumulated in fp32
+ * across calls (beta = 1) without a 16-bit rounding each time. No bias. */
+ferry_status cuda_gemm_f32(cudaStream_t stream, ferry_dtype act, bool transa, bool transb, int m, int n, int k,
+                           const void *A, int lda, const void *B, int ldb, float *D, int ldd, float beta);
+/* dst[i] = T(dst[i] + acc[i]) for n elements of the storage type: one
+ * rounding for what was accumulated in fp32. Defined in matmul.cu. */
+ferry_status cuda_add_f32_to(cudaStream_t stream, ferry_dtype act, void *dst, const float *acc, size_t n);
 
-/* dst[c] += sum over r of src[r * cols + c] (src row-major rows x cols); fp32
- * sums in a fixed order (deterministic, no atomics). Defined in matmul.cu. */
-ferry_status cuda_colsum_add(cudaStream_t stream, bf16 *dst, const bf16 *src, int rows, int cols);
+/* dst[c] += sum over r of src[r * cols + c] (src row-major rows x cols, of
+ * the storage type); fp32 sums in a fixed order (deterministic, no
+ * atomics). Defined in matmul.cu. */
+ferry_status cuda_colsum_add(cudaStream_t stream, ferry_dtype act, void *dst, const void *src, int rows, int cols);
 
 #endif

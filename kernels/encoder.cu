@@ -1,4 +1,5 @@
-/* Token + position embedding on cuda: forward gathers rows of wte and wpe;
+/* Token + position embedding on cuda, in either storage type (bf16 or f16):
+ * forward gathers rows of wte and wpe;
  * backward adds dout into dwpe (a sum over the batch) and into the dwte rows
  * of the tokens seen, deterministically and without atomics or scratch.
  * Host version: encoder.c.
@@ -16,8 +17,9 @@ namespace {
 /* Negative token ids met by the forward, read as id 0 (see ops_cuda.h). */
 __device__ unsigned int g_bad_tokens;
 
-__global__ void encoder_forward_kernel(bf16 *out, const int32_t *tokens, const bf16 *wte,
-                                       const bf16 *wpe, int N, int T, int C, int V, bool vec)
+template <typename E>
+__global__ void encoder_forward_kernel(E *out, const int32_t *tokens, const E *wte, const E *wpe, int N, int T,
+                                       int C, int V, bool vec)
 {
     const int per = vec ? 8 : 1;
     const int groups = C / per;
@@ -31,8 +33,8 @@ __global__ void encoder_forward_kernel(bf16 *out, const int32_t *tokens, const b
                 atomicAdd(&g_bad_tokens, 1u);
             tok = 0;
         }
-        const bf16 *w = wte + (size_t)tok * C + c, *p = wpe + (size_t)t * C + c;
-        bf16 *o = out + (size_t)row * C + c;
+        const E *w = wte + (size_t)tok * C + c, *p = wpe + (size_t)t * C + c;
+        E *o = out + (size_t)row * C + c;
         if (vec) {
             float a[8], b[8];
             cu_load8(a, w);
@@ -41,21 +43,21 @@ __global__ void encoder_forward_kernel(bf16 *out, const int32_t *tokens, const b
                 a[j] += b[j];
             cu_store8(o, a);
         } else {
-            *o = __float2bfloat16_rn(__bfloat162float(*w) + __bfloat162float(*p));
+            *o = cu_round<E>(cu_f32(*w) + cu_f32(*p));
         }
     }
 }
 
 /* dwpe[t, c] += sum_b dout[b, t, c], b in order. */
-__global__ void wpe_backward_kernel(bf16 *dwpe, const bf16 *dout, int B, int T, int C)
+template <typename E> __global__ void wpe_backward_kernel(E *dwpe, const E *dout, int B, int T, int C)
 {
     const size_t tc = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (tc >= (size_t)T * C)
         return;
     float sum = 0.0f;
     for (int b = 0; b < B; b++)
-        sum += __bfloat162float(dout[(size_t)b * T * C + tc]);
-    dwpe[tc] = __float2bfloat16_rn(__bfloat162float(dwpe[tc]) + sum);
+        sum += cu_f32(dout[(size_t)b * T * C + tc]);
+    dwpe[tc] = cu_round<E>(cu_f32(dwpe[tc]) + sum);
 }
 
 constexpr int WTE_THREADS = 256;
@@ -69,8 +71,9 @@ constexpr int WTE_MAX_C = (int)((48 * 1024 - WTE_STATIC_SMEM) / sizeof(float));
 __device__ __forceinline__ int clamp_token(int32_t t, int V) { return t < 0 || t >= V ? 0 : t; }
 
 /* Dynamic shared memory: C floats of accumulator. */
+template <typename E>
 __global__ void __launch_bounds__(WTE_THREADS)
-    wte_backward_kernel(bf16 *dwte, const bf16 *dout, const int32_t *tokens, int N, int C, int V)
+    wte_backward_kernel(E *dwte, const E *dout, const int32_t *tokens, int N, int C, int V)
 {
     extern __shared__ float acc[];
     __shared__ int list[WTE_THREADS];
@@ -101,14 +104,14 @@ __global__ void __launch_bounds__(WTE_THREADS)
         for (int c = tid; c < C; c += WTE_THREADS) {
             float sum = acc[c];
             for (int m = 0; m < count; m++)
-                sum += __bfloat162float(dout[(size_t)list[m] * C + c]);
+                sum += cu_f32(dout[(size_t)list[m] * C + c]);
             acc[c] = sum;
         }
         __syncthreads(); /* list and warp_count are rewritten next chunk */
     }
-    bf16 *row = dwte + (size_t)tok * C;
+    E *row = dwte + (size_t)tok * C;
     for (int c = tid; c < C; c += WTE_THREADS)
-        row[c] = __float2bfloat16_rn(__bfloat162float(row[c]) + acc[c]);
+        row[c] = cu_round<E>(cu_f32(row[c]) + acc[c]);
 }
 
 ferry_status check_shape(const char *op, int B, int T, int C)
@@ -124,25 +127,27 @@ ferry_status check_shape(const char *op, int B, int T, int C)
 
 } // namespace
 
-extern "C" ferry_status cudaop_encoder_forward(void *stream, act_t *out, const int32_t *tokens,
-                                               const act_t *wte, const act_t *wpe, int B, int T,
-                                               int C, int V)
+extern "C" ferry_status cudaop_encoder_forward(void *stream, ferry_dtype act, act_t *out, const int32_t *tokens,
+                                               const act_t *wte, const act_t *wpe, int B, int T, int C, int V)
 {
     ferry_status st = check_shape("encoder_forward", B, T, C);
     if (st != FERRY_OK)
         return st;
     const bool vec = C % 8 == 0 && cu_aligned16(out, wte, wpe);
     const size_t work = (size_t)B * T * (vec ? C / 8 : C);
-    encoder_forward_kernel<<<cu_blocks(work, 256, 132 * 16), 256, 0, cu_stream(stream)>>>(
-        static_cast<bf16 *>(out), tokens, static_cast<const bf16 *>(wte),
-        static_cast<const bf16 *>(wpe), B * T, T, C, V, vec);
-    CUDA_CHECK_LAUNCH();
-    return FERRY_OK;
+    return cu_with_type(act, "encoder_forward", [&](auto tag) {
+        using E = decltype(tag);
+        encoder_forward_kernel<E><<<cu_blocks(work, 256, 132 * 16), 256, 0, cu_stream(stream)>>>(
+            static_cast<E *>(out), tokens, static_cast<const E *>(wte), static_cast<const E *>(wpe), B * T, T, C,
+            V, vec);
+        CUDA_CHECK_LAUNCH();
+        return FERRY_OK;
+    });
 }
 
-extern "C" ferry_status cudaop_encoder_backward(void *stream, act_t *dwte, act_t *dwpe,
-                                                const act_t *dout, const int32_t *tokens, int B,
-                                                int T, int C, int V)
+extern "C" ferry_status cudaop_encoder_backward(void *stream, ferry_dtype act, act_t *dwte, act_t *dwpe,
+                                                const act_t *dout, const int32_t *tokens, int B, int T, int C,
+                                                int V)
 {
     ferry_status st = check_shape("encoder_backward", B, T, C);
     if (st == FERRY_OK && V <= 0)
@@ -150,19 +155,22 @@ extern "C" ferry_status cudaop_encoder_backward(void *stream, act_t *dwte, act_t
     if (st != FERRY_OK)
         return st;
     cudaStream_t s = cu_stream(stream);
-    const bf16 *dy = static_cast<const bf16 *>(dout);
-    if (dwpe) {
-        const size_t tc = (size_t)T * C;
-        wpe_backward_kernel<<<(unsigned)((tc + 255) / 256), 256, 0, s>>>(static_cast<bf16 *>(dwpe),
-                                                                          dy, B, T, C);
-        CUDA_CHECK_LAUNCH();
-    }
-    if (dwte) {
-        wte_backward_kernel<<<B * T, WTE_THREADS, C * sizeof(float), s>>>(
-            static_cast<bf16 *>(dwte), dy, tokens, B * T, C, V);
-        CUDA_CHECK_LAUNCH();
-    }
-    return FERRY_OK;
+    return cu_with_type(act, "encoder_backward", [&](auto tag) {
+        using E = decltype(tag);
+        const E *dy = static_cast<const E *>(dout);
+        if (dwpe) {
+            const size_t tc = (size_t)T * C;
+            wpe_backward_kernel<E><<<(unsigned)((tc + 255) / 256), 256, 0, s>>>(static_cast<E *>(dwpe), dy, B, T,
+                                                                                C);
+            CUDA_CHECK_LAUNCH();
+        }
+        if (dwte) {
+            wte_backward_kernel<E><<<B * T, WTE_THREADS, C * sizeof(float), s>>>(static_cast<E *>(dwte), dy,
+                                                                                 tokens, B * T, C, V);
+            CUDA_CHECK_LAUNCH();
+        }
+        return FERRY_OK;
+    });
 }
 
 extern "C" ferry_status cudaop_encoder_take_bad_tokens(void *stream, uint32_t *count)

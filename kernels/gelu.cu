@@ -1,6 +1,7 @@
-/* GELU (tanh form) on cuda, forward and accumulating backward, bf16 in and
- * out with fp32 math. 8 elements per 16-byte access where the pointers allow,
- * one at a time otherwise. Host version: gelu.c. */
+/* GELU (tanh form) on cuda, forward and accumulating backward, the storage
+ * type (bf16 or f16) in and out with fp32 math. 8 elements per 16-byte
+ * access where the pointers allow, one at a time otherwise. Host version:
+ * gelu.c. */
 #include "kernels/cuda_util.cuh"
 
 namespace {
@@ -22,7 +23,7 @@ __device__ __forceinline__ float gelu_grad(float x)
 }
 
 /* Elements [0, vec8 * 8) go 8 at a time, the rest one by one. */
-__global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, size_t n, size_t vec8)
+template <typename T> __global__ void gelu_forward_kernel(T *out, const T *inp, size_t n, size_t vec8)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -34,11 +35,11 @@ __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, size_t n, size_t
         cu_store8(out + g * 8, x);
     }
     for (size_t i = vec8 * 8 + tid; i < n; i += stride)
-        out[i] = __float2bfloat16_rn(gelu(__bfloat162float(inp[i])));
+        out[i] = cu_round<T>(gelu(cu_f32(inp[i])));
 }
 
-__global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *inp, const bf16 *dout, size_t n,
-                                     size_t vec8)
+template <typename T>
+__global__ void gelu_backward_kernel(T *dinp, const T *inp, const T *dout, size_t n, size_t vec8)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -52,34 +53,39 @@ __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *inp, const bf16 *do
         cu_store8(dinp + g * 8, dx);
     }
     for (size_t i = vec8 * 8 + tid; i < n; i += stride) {
-        float x = __bfloat162float(inp[i]);
-        float d = __bfloat162float(dinp[i]) + gelu_grad(x) * __bfloat162float(dout[i]);
-        dinp[i] = __float2bfloat16_rn(d);
+        float x = cu_f32(inp[i]);
+        float d = cu_f32(dinp[i]) + gelu_grad(x) * cu_f32(dout[i]);
+        dinp[i] = cu_round<T>(d);
     }
 }
 
 } // namespace
 
-extern "C" ferry_status cudaop_gelu_forward(void *stream, act_t *out, const act_t *inp, size_t n)
+extern "C" ferry_status cudaop_gelu_forward(void *stream, ferry_dtype act, act_t *out, const act_t *inp, size_t n)
 {
     if (n == 0)
         return FERRY_OK;
     size_t vec8 = cu_aligned16(out, inp) ? n / 8 : 0;
-    gelu_forward_kernel<<<cu_blocks(n / 8 + 1, 256, 132 * 16), 256, 0, cu_stream(stream)>>>(
-        static_cast<bf16 *>(out), static_cast<const bf16 *>(inp), n, vec8);
-    CUDA_CHECK_LAUNCH();
-    return FERRY_OK;
+    return cu_with_type(act, "gelu_forward", [&](auto tag) {
+        using T = decltype(tag);
+        gelu_forward_kernel<T><<<cu_blocks(n / 8 + 1, 256, 132 * 16), 256, 0, cu_stream(stream)>>>(
+            static_cast<T *>(out), static_cast<const T *>(inp), n, vec8);
+        CUDA_CHECK_LAUNCH();
+        return FERRY_OK;
+    });
 }
 
-extern "C" ferry_status cudaop_gelu_backward(void *stream, act_t *dinp, const act_t *inp,
+extern "C" ferry_status cudaop_gelu_backward(void *stream, ferry_dtype act, act_t *dinp, const act_t *inp,
                                              const act_t *dout, size_t n)
 {
     if (n == 0)
         return FERRY_OK;
     size_t vec8 = cu_aligned16(dinp, inp, dout) ? n / 8 : 0;
-    gelu_backward_kernel<<<cu_blocks(n / 8 + 1, 256, 132 * 16), 256, 0, cu_stream(stream)>>>(
-        static_cast<bf16 *>(dinp), static_cast<const bf16 *>(inp), static_cast<const bf16 *>(dout),
-        n, vec8);
-    CUDA_CHECK_LAUNCH();
-    return FERRY_OK;
+    return cu_with_type(act, "gelu_backward", [&](auto tag) {
+        using T = decltype(tag);
+        gelu_backward_kernel<T><<<cu_blocks(n / 8 + 1, 256, 132 * 16), 256, 0, cu_stream(stream)>>>(
+            static_cast<T *>(dinp), static_cast<const T *>(inp), static_cast<const T *>(dout), n, vec8);
+        CUDA_CHECK_LAUNCH();
+        return FERRY_OK;
+    });
 }

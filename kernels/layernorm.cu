@@ -1,4 +1,5 @@
-/* LayerNorm on cuda: one warp per row with fp32 statistics (forward saves
+/* LayerNorm on cuda, in either storage type (bf16 or f16): one warp per row
+ * with fp32 statistics (forward saves
  * mean and rstd); the backward in two kernels, one warp per row for dinp and
  * a column reduction for dweight/dbias whose per-column sums run in fp32 in a
  * fixed order (deterministic; no atomics, no scratch). Host version:
@@ -12,34 +13,34 @@ constexpr int ROWS_PER_BLOCK = 8; /* warps per block, one row each */
 
 /* Row loops visit c = lane*per, lane*per + 32*per, ... with per = 8 (one
  * 16-byte access) when the row allows, 1 otherwise. */
-__device__ __forceinline__ void load_n(float *v, const bf16 *p, int per)
+template <typename T> __device__ __forceinline__ void load_n(float *v, const T *p, int per)
 {
     if (per == 8) {
         cu_load8(v, p);
     } else {
-        v[0] = __bfloat162float(*p);
+        v[0] = cu_f32(*p);
     }
 }
 
-__device__ __forceinline__ void store_n(bf16 *p, const float *v, int per)
+template <typename T> __device__ __forceinline__ void store_n(T *p, const float *v, int per)
 {
     if (per == 8) {
         cu_store8(p, v);
     } else {
-        *p = __float2bfloat16_rn(v[0]);
+        *p = cu_round<T>(v[0]);
     }
 }
 
-__global__ void layernorm_forward_kernel(bf16 *out, float *mean_out, float *rstd_out,
-                                         const bf16 *inp, const bf16 *weight, const bf16 *bias,
-                                         int N, int C, bool vec)
+template <typename T>
+__global__ void layernorm_forward_kernel(T *out, float *mean_out, float *rstd_out, const T *inp, const T *weight,
+                                         const T *bias, int N, int C, bool vec)
 {
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (row >= N)
         return;
     const int per = vec ? 8 : 1;
-    const bf16 *x = inp + (size_t)row * C;
+    const T *x = inp + (size_t)row * C;
     float v[8];
     float sum = 0.0f;
     for (int c = lane * per; c < C; c += 32 * per) {
@@ -73,9 +74,9 @@ __global__ void layernorm_forward_kernel(bf16 *out, float *mean_out, float *rstd
 }
 
 /* dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * w. */
-__global__ void layernorm_dinp_kernel(bf16 *dinp, const bf16 *dout, const bf16 *inp,
-                                      const bf16 *weight, const float *mean, const float *rstd,
-                                      int N, int C, bool vec)
+template <typename T>
+__global__ void layernorm_dinp_kernel(T *dinp, const T *dout, const T *inp, const T *weight, const float *mean,
+                                      const float *rstd, int N, int C, bool vec)
 {
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
@@ -83,8 +84,8 @@ __global__ void layernorm_dinp_kernel(bf16 *dinp, const bf16 *dout, const bf16 *
         return;
     const int per = vec ? 8 : 1;
     const float mu = mean[row], rs = rstd[row];
-    const bf16 *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
-    bf16 *dx = dinp + (size_t)row * C;
+    const T *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    T *dx = dinp + (size_t)row * C;
     float a[8], g[8], w[8];
     float sum_dn = 0.0f, sum_dnx = 0.0f;
     for (int c = lane * per; c < C; c += 32 * per) {
@@ -115,9 +116,9 @@ __global__ void layernorm_dinp_kernel(bf16 *dinp, const bf16 *dout, const bf16 *
 
 /* dweight[c] += sum_r dout[r,c] xhat[r,c]; dbias[c] += sum_r dout[r,c].
  * A block owns 32 columns; 32 x 32 threads stride over rows; fixed tree. */
-__global__ void layernorm_dparams_kernel(bf16 *dweight, bf16 *dbias, const bf16 *dout,
-                                         const bf16 *inp, const float *mean, const float *rstd,
-                                         int N, int C)
+template <typename T>
+__global__ void layernorm_dparams_kernel(T *dweight, T *dbias, const T *dout, const T *inp, const float *mean,
+                                         const float *rstd, int N, int C)
 {
     __shared__ float pw[32][33], pb[32][33];
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -126,8 +127,8 @@ __global__ void layernorm_dparams_kernel(bf16 *dweight, bf16 *dbias, const bf16 
     if (c < C)
         for (int r = ty; r < N; r += 32) {
             const size_t at = (size_t)r * C + c;
-            const float g = __bfloat162float(dout[at]);
-            sw += g * (__bfloat162float(inp[at]) - mean[r]) * rstd[r];
+            const float g = cu_f32(dout[at]);
+            sw += g * (cu_f32(inp[at]) - mean[r]) * rstd[r];
             sb += g;
         }
     pw[ty][tx] = sw;
@@ -142,9 +143,9 @@ __global__ void layernorm_dparams_kernel(bf16 *dweight, bf16 *dbias, const bf16 
     }
     if (ty == 0 && c < C) {
         if (dweight)
-            dweight[c] = __float2bfloat16_rn(__bfloat162float(dweight[c]) + pw[0][tx]);
+            dweight[c] = cu_round<T>(cu_f32(dweight[c]) + pw[0][tx]);
         if (dbias)
-            dbias[c] = __float2bfloat16_rn(__bfloat162float(dbias[c]) + pb[0][tx]);
+            dbias[c] = cu_round<T>(cu_f32(dbias[c]) + pb[0][tx]);
     }
 }
 
@@ -156,8 +157,8 @@ ferry_status check_shape(const char *op, int N, int C)
 
 } // namespace
 
-extern "C" ferry_status cudaop_layernorm_forward(void *stream, act_t *out, float *mean, float *rstd,
-                                                 const act_t *inp, const act_t *weight,
+extern "C" ferry_status cudaop_layernorm_forward(void *stream, ferry_dtype act, act_t *out, float *mean,
+                                                 float *rstd, const act_t *inp, const act_t *weight,
                                                  const act_t *bias, int N, int C)
 {
     ferry_status st = check_shape("layernorm_forward", N, C);
@@ -165,36 +166,40 @@ extern "C" ferry_status cudaop_layernorm_forward(void *stream, act_t *out, float
         return st;
     const bool vec = C % 8 == 0 && cu_aligned16(out, inp) && cu_aligned16(weight, bias);
     const unsigned blocks = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
-    layernorm_forward_kernel<<<blocks, 32 * ROWS_PER_BLOCK, 0, cu_stream(stream)>>>(
-        static_cast<bf16 *>(out), mean, rstd, static_cast<const bf16 *>(inp),
-        static_cast<const bf16 *>(weight), static_cast<const bf16 *>(bias), N, C, vec);
-    CUDA_CHECK_LAUNCH();
-    return FERRY_OK;
+    return cu_with_type(act, "layernorm_forward", [&](auto tag) {
+        using T = decltype(tag);
+        layernorm_forward_kernel<T><<<blocks, 32 * ROWS_PER_BLOCK, 0, cu_stream(stream)>>>(
+            static_cast<T *>(out), mean, rstd, static_cast<const T *>(inp), static_cast<const T *>(weight),
+            static_cast<const T *>(bias), N, C, vec);
+        CUDA_CHECK_LAUNCH();
+        return FERRY_OK;
+    });
 }
 
-extern "C" ferry_status cudaop_layernorm_backward(void *stream, act_t *dinp, act_t *dweight,
-                                                  act_t *dbias, const act_t *dout,
-                                                  const act_t *inp, const act_t *weight,
-                                                  const float *mean, const float *rstd, int N,
-                                                  int C)
+extern "C" ferry_status cudaop_layernorm_backward(void *stream, ferry_dtype act, act_t *dinp, act_t *dweight,
+                                                  act_t *dbias, const act_t *dout, const act_t *inp,
+                                                  const act_t *weight, const float *mean, const float *rstd,
+                                                  int N, int C)
 {
     ferry_status st = check_shape("layernorm_backward", N, C);
     if (st != FERRY_OK)
         return st;
     cudaStream_t s = cu_stream(stream);
-    const bf16 *dy = static_cast<const bf16 *>(dout), *x = static_cast<const bf16 *>(inp);
-    if (dinp) {
-        const bool vec = C % 8 == 0 && cu_aligned16(dinp, dout, inp) && cu_aligned16(weight);
-        const unsigned blocks = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
-        layernorm_dinp_kernel<<<blocks, 32 * ROWS_PER_BLOCK, 0, s>>>(
-            static_cast<bf16 *>(dinp), dy, x, static_cast<const bf16 *>(weight), mean, rstd, N, C,
-            vec);
-        CUDA_CHECK_LAUNCH();
-    }
-    if (dweight || dbias) {
-        layernorm_dparams_kernel<<<(C + 31) / 32, dim3(32, 32), 0, s>>>(
-            static_cast<bf16 *>(dweight), static_cast<bf16 *>(dbias), dy, x, mean, rstd, N, C);
-        CUDA_CHECK_LAUNCH();
-    }
-    return FERRY_OK;
+    return cu_with_type(act, "layernorm_backward", [&](auto tag) {
+        using T = decltype(tag);
+        const T *dy = static_cast<const T *>(dout), *x = static_cast<const T *>(inp);
+        if (dinp) {
+            const bool vec = C % 8 == 0 && cu_aligned16(dinp, dout, inp) && cu_aligned16(weight);
+            const unsigned blocks = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+            layernorm_dinp_kernel<T><<<blocks, 32 * ROWS_PER_BLOCK, 0, s>>>(
+                static_cast<T *>(dinp), dy, x, static_cast<const T *>(weight), mean, rstd, N, C, vec);
+            CUDA_CHECK_LAUNCH();
+        }
+        if (dweight || dbias) {
+            layernorm_dparams_kernel<T><<<(C + 31) / 32, dim3(32, 32), 0, s>>>(
+                static_cast<T *>(dweight), static_cast<T *>(dbias), dy, x, mean, rstd, N, C);
+            CUDA_CHECK_LAUNCH();
+        }
+        return FERRY_OK;
+    });
 }

@@ -1,5 +1,6 @@
 /* The linear layer on cuda: out = inp @ weight^T + bias through cuBLASLt
- * (bf16 in and out, fp32 compute, bias in the epilogue), its backward as two
+ * (the storage type, bf16 or f16, in and out; fp32 compute; bias in the
+ * epilogue), its backward as two
  * accumulating cuBLASLt products plus a column-sum kernel for dbias, and the
  * per-device cuBLASLt state every matmul here and in classifier.cu uses: one
  * handle, the caller's workspace, and a cache of descriptors and chosen
@@ -15,6 +16,7 @@ namespace {
 
 struct gemm_key {
     int transa, transb, m, n, k, lda, ldb, ldd, has_bias, d_f32;
+    int cuda_type; /* cudaDataType_t of A, B, the bias and (unless d_f32) D */
     unsigned align_a, align_b, align_d, align_bias;
 };
 
@@ -103,18 +105,17 @@ ferry_status plan_fill(lt_context *c, gemm_plan *p)
     CUDA_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     if (k.has_bias) {
         cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        cudaDataType_t bias_type = CUDA_R_16BF;
+        cudaDataType_t bias_type = (cudaDataType_t)k.cuda_type;
         CUDA_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                                   sizeof epi));
         CUDA_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                   &bias_type, sizeof bias_type));
     }
     /* Stored shapes: A is k x m when transposed, m x k otherwise; likewise B. */
-    CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, k.transa ? k.k : k.m,
-                                          k.transa ? k.m : k.k, k.lda));
-    CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, k.transb ? k.n : k.k,
-                                          k.transb ? k.k : k.n, k.ldb));
-    CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->d, k.d_f32 ? CUDA_R_32F : CUDA_R_16BF, k.m, k.n, k.ldd));
+    const cudaDataType_t t = (cudaDataType_t)k.cuda_type;
+    CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->a, t, k.transa ? k.k : k.m, k.transa ? k.m : k.k, k.lda));
+    CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->b, t, k.transb ? k.n : k.k, k.transb ? k.k : k.n, k.ldb));
+    CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->d, k.d_f32 ? CUDA_R_32F : t, k.m, k.n, k.ldd));
 
     cublasLtMatmulPreference_t pref;
     CUDA_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -144,11 +145,11 @@ ferry_status plan_fill(lt_context *c, gemm_plan *p)
     CUDA_CHECK(rc);
     if (found == 0)
         return err_set(FERRY_ERR_BACKEND,
-                       "cuBLASLt has no algorithm for a bf16 matmul m=%d n=%d k=%d (trans %d%d, "
+                       "cuBLASLt has no algorithm for a %s matmul m=%d n=%d k=%d (trans %d%d, "
                        "ld %d/%d/%d, bias %d, workspace %zu bytes); try a larger cuBLASLt "
                        "workspace or dimensions that are multiples of 8",
-                       k.m, k.n, k.k, k.transa, k.transb, k.lda, k.ldb, k.ldd, k.has_bias,
-                       c->workspace_bytes);
+                       k.cuda_type == CUDA_R_16F ? "f16" : "bf16", k.m, k.n, k.k, k.transa, k.transb, k.lda,
+                       k.ldb, k.ldd, k.has_bias, c->workspace_bytes);
     p->algo = result.algo;
     return FERRY_OK;
 }
@@ -182,8 +183,8 @@ ferry_status plan_get(lt_context *c, const gemm_key &key, gemm_plan **out)
     return FERRY_OK;
 }
 
-ferry_status gemm_locked(cudaStream_t stream, const gemm_key &key, const bf16 *A, const bf16 *B,
-                         void *D, float beta, const bf16 *bias)
+ferry_status gemm_locked(cudaStream_t stream, const gemm_key &key, const void *A, const void *B,
+                         void *D, float beta, const void *bias)
 {
     int device = 0;
     ferry_status st = stream_device(stream, &device);
@@ -210,14 +211,14 @@ ferry_status gemm_locked(cudaStream_t stream, const gemm_key &key, const bf16 *A
 
 /* dst[c] += sum_r src[r, c]: a block owns 32 columns, its 32 x 32 threads
  * stride over the rows, and a fixed tree adds the 32 partial sums. */
-__global__ void colsum_add_kernel(bf16 *dst, const bf16 *src, int rows, int cols)
+template <typename T> __global__ void colsum_add_kernel(T *dst, const T *src, int rows, int cols)
 {
     __shared__ float part[32][33];
     const int c = blockIdx.x * 32 + threadIdx.x;
     float sum = 0.0f;
     if (c < cols)
         for (int r = threadIdx.y; r < rows; r += 32)
-            sum += __bfloat162float(src[(size_t)r * cols + c]);
+            sum += cu_f32(src[(size_t)r * cols + c]);
     part[threadIdx.y][threadIdx.x] = sum;
     __syncthreads();
     for (int s = 16; s > 0; s >>= 1) {
@@ -226,7 +227,7 @@ __global__ void colsum_add_kernel(bf16 *dst, const bf16 *src, int rows, int cols
         __syncthreads();
     }
     if (threadIdx.y == 0 && c < cols)
-        dst[c] = __float2bfloat16_rn(__bfloat162float(dst[c]) + part[0][threadIdx.x]);
+        dst[c] = cu_round<T>(cu_f32(dst[c]) + part[0][threadIdx.x]);
 }
 
 ferry_status check_shape(const char *op, int N, int C, int OC)
@@ -236,11 +237,13 @@ ferry_status check_shape(const char *op, int N, int C, int OC)
     return FERRY_OK;
 }
 
-/* The key and the call of either output type. */
-ferry_status gemm_any(cudaStream_t stream, bool transa, bool transb, int m, int n, int k, const bf16 *A,
-                      int lda, const bf16 *B, int ldb, void *D, bool d_f32, int ldd, float beta,
-                      const bf16 *bias)
+/* The key and the call of either storage type and either output type. */
+ferry_status gemm_any(cudaStream_t stream, ferry_dtype act, bool transa, bool transb, int m, int n, int k,
+                      const void *A, int lda, const void *B, int ldb, void *D, bool d_f32, int ldd, float beta,
+                      const void *bias)
 {
+    CU_REQUIRE(act == FERRY_DTYPE_BF16 || act == FERRY_DTYPE_F16,
+               "cuda matmul: storage type %s; the cuda ops store bf16 or f16", dtype_name(act));
     gemm_key key;
     memset(&key, 0, sizeof key); /* the key is compared with memcmp */
     key.transa = transa;
@@ -253,6 +256,7 @@ ferry_status gemm_any(cudaStream_t stream, bool transa, bool transb, int m, int 
     key.ldd = ldd;
     key.has_bias = bias != nullptr;
     key.d_f32 = d_f32;
+    key.cuda_type = act == FERRY_DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
     key.align_a = pointer_alignment(A);
     key.align_b = pointer_alignment(B);
     key.align_d = pointer_alignment(D);
@@ -265,46 +269,53 @@ ferry_status gemm_any(cudaStream_t stream, bool transa, bool transb, int m, int 
 
 } // namespace
 
-ferry_status cuda_gemm(cudaStream_t stream, bool transa, bool transb, int m, int n, int k,
-                       const bf16 *A, int lda, const bf16 *B, int ldb, bf16 *D, int ldd, float beta,
-                       const bf16 *bias)
+ferry_status cuda_gemm(cudaStream_t stream, ferry_dtype act, bool transa, bool transb, int m, int n, int k,
+                       const void *A, int lda, const void *B, int ldb, void *D, int ldd, float beta,
+                       const void *bias)
 {
-    return gemm_any(stream, transa, transb, m, n, k, A, lda, B, ldb, D, false, ldd, beta, bias);
+    return gemm_any(stream, act, transa, transb, m, n, k, A, lda, B, ldb, D, false, ldd, beta, bias);
 }
 
-ferry_status cuda_gemm_f32(cudaStream_t stream, bool transa, bool transb, int m, int n, int k,
-                           const bf16 *A, int lda, const bf16 *B, int ldb, float *D, int ldd, float beta)
+ferry_status cuda_gemm_f32(cudaStream_t stream, ferry_dtype act, bool transa, bool transb, int m, int n, int k,
+                           const void *A, int lda, const void *B, int ldb, float *D, int ldd, float beta)
 {
-    return gemm_any(stream, transa, transb, m, n, k, A, lda, B, ldb, D, true, ldd, beta, nullptr);
+    return gemm_any(stream, act, transa, transb, m, n, k, A, lda, B, ldb, D, true, ldd, beta, nullptr);
 }
 
 namespace {
 
-__global__ void add_f32_to_bf16_kernel(bf16 *dst, const float *acc, size_t n)
+template <typename T> __global__ void add_f32_to_kernel(T *dst, const float *acc, size_t n)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        dst[i] = __float2bfloat16_rn(__bfloat162float(dst[i]) + acc[i]);
+        dst[i] = cu_round<T>(cu_f32(dst[i]) + acc[i]);
 }
 
 } // namespace
 
-ferry_status cuda_add_f32_to_bf16(cudaStream_t stream, bf16 *dst, const float *acc, size_t n)
+ferry_status cuda_add_f32_to(cudaStream_t stream, ferry_dtype act, void *dst, const float *acc, size_t n)
 {
     if (n == 0)
         return FERRY_OK;
-    add_f32_to_bf16_kernel<<<cu_blocks(n, 256, 132 * 16), 256, 0, stream>>>(dst, acc, n);
-    CUDA_CHECK_LAUNCH();
-    return FERRY_OK;
+    return cu_with_type(act, "add_f32_to", [&](auto tag) {
+        using T = decltype(tag);
+        add_f32_to_kernel<T><<<cu_blocks(n, 256, 132 * 16), 256, 0, stream>>>(static_cast<T *>(dst), acc, n);
+        CUDA_CHECK_LAUNCH();
+        return FERRY_OK;
+    });
 }
 
-ferry_status cuda_colsum_add(cudaStream_t stream, bf16 *dst, const bf16 *src, int rows, int cols)
+ferry_status cuda_colsum_add(cudaStream_t stream, ferry_dtype act, void *dst, const void *src, int rows, int cols)
 {
     if (rows <= 0 || cols <= 0)
         return FERRY_OK;
-    colsum_add_kernel<<<(cols + 31) / 32, dim3(32, 32), 0, stream>>>(dst, src, rows, cols);
-    CUDA_CHECK_LAUNCH();
-    return FERRY_OK;
+    return cu_with_type(act, "colsum_add", [&](auto tag) {
+        using T = decltype(tag);
+        colsum_add_kernel<T><<<(cols + 31) / 32, dim3(32, 32), 0, stream>>>(static_cast<T *>(dst),
+                                                                           static_cast<const T *>(src), rows, cols);
+        CUDA_CHECK_LAUNCH();
+        return FERRY_OK;
+    });
 }
 
 extern "C" ferry_status cudaop_init(backend *be, void *workspace, size_t workspace_bytes)
@@ -369,19 +380,17 @@ extern "C" void cudaop_shutdown(backend *be)
 /* cuBLASLt is column-major, so a row-major [r, c] matrix is read as its c x r
  * transpose: out^T (OC x N) = (weight, stored C x OC, transposed) @ (inp,
  * stored C x N) + bias per row of out^T. */
-extern "C" ferry_status cudaop_matmul_forward(void *stream, act_t *out, const act_t *inp,
+extern "C" ferry_status cudaop_matmul_forward(void *stream, ferry_dtype act, act_t *out, const act_t *inp,
                                               const act_t *weight, const act_t *bias, int N, int C,
                                               int OC)
 {
     ferry_status st = check_shape("matmul_forward", N, C, OC);
     if (st != FERRY_OK)
         return st;
-    return cuda_gemm(cu_stream(stream), true, false, OC, N, C, static_cast<const bf16 *>(weight), C,
-                     static_cast<const bf16 *>(inp), C, static_cast<bf16 *>(out), OC, 0.0f,
-                     static_cast<const bf16 *>(bias));
+    return cuda_gemm(cu_stream(stream), act, true, false, OC, N, C, weight, C, inp, C, out, OC, 0.0f, bias);
 }
 
-extern "C" ferry_status cudaop_matmul_backward(void *stream, act_t *dinp, act_t *dweight,
+extern "C" ferry_status cudaop_matmul_backward(void *stream, ferry_dtype act, act_t *dinp, act_t *dweight,
                                                act_t *dbias, const act_t *dout, const act_t *inp,
                                                const act_t *weight, int N, int C, int OC)
 {
@@ -389,24 +398,19 @@ extern "C" ferry_status cudaop_matmul_backward(void *stream, act_t *dinp, act_t 
     if (st != FERRY_OK)
         return st;
     cudaStream_t s = cu_stream(stream);
-    const bf16 *w = static_cast<const bf16 *>(weight);
-    const bf16 *x = static_cast<const bf16 *>(inp);
-    const bf16 *dy = static_cast<const bf16 *>(dout);
     /* dinp^T (C x N) += W^T (C x OC, as stored) @ dout^T (OC x N, as stored). */
     if (dinp) {
-        st = cuda_gemm(s, false, false, C, N, OC, w, C, dy, OC, static_cast<bf16 *>(dinp), C, 1.0f,
-                       nullptr);
+        st = cuda_gemm(s, act, false, false, C, N, OC, weight, C, dout, OC, dinp, C, 1.0f, nullptr);
         if (st != FERRY_OK)
             return st;
     }
     /* dweight^T (C x OC) += inp^T (C x N, as stored) @ dout (N x OC: dout^T transposed). */
     if (dweight) {
-        st = cuda_gemm(s, false, true, C, OC, N, x, C, dy, OC, static_cast<bf16 *>(dweight), C,
-                       1.0f, nullptr);
+        st = cuda_gemm(s, act, false, true, C, OC, N, inp, C, dout, OC, dweight, C, 1.0f, nullptr);
         if (st != FERRY_OK)
             return st;
     }
     if (dbias)
-        return cuda_colsum_add(s, static_cast<bf16 *>(dbias), dy, N, OC);
+        return cuda_colsum_add(s, act, dbias, dout, N, OC);
     return FERRY_OK;
 }

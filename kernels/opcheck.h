@@ -2,7 +2,8 @@
  * programs that do it — the gpu tests (tests/gpu/) and the kernel lab
  * (dev/kernels/) — and not used by the library itself: bf16 rounding on the
  * host (round to nearest even, the reference for the device's conversion),
- * a seeded generator, device buffers filled from host arrays and read back,
+ * a seeded generator, device buffers of bf16 or f16 (common/dtype.h's
+ * conversions) filled from host arrays and read back,
  * the relative error norm, and torch's AdamW in double. Header-only. The
  * functions that touch the backend return its status; whether a failure
  * ends the program is the caller's decision. */
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/dtype.h"
 #include "common/error.h"
 #include "kernels/backend.h"
 
@@ -44,13 +46,14 @@ static inline uint64_t opcheck_rand_next(uint64_t *state)
     return z ^ (z >> 31);
 }
 
-/* x[i] uniform in [lo, hi), rounded to bf16 so that the host reference and
- * the device op start from the same values. */
+/* x[i] uniform in [lo, hi), rounded to bf16 and then to fp16, so that each
+ * value is exact in both storage types and the host reference and the
+ * device op start from the same values in either. */
 static inline void opcheck_rand_fill(uint64_t *state, float *x, size_t n, float lo, float hi)
 {
     for (size_t i = 0; i < n; i++) {
         float v = lo + (hi - lo) * (float)((double)(opcheck_rand_next(state) >> 11) * 0x1.0p-53);
-        x[i] = opcheck_bf16_value(opcheck_bf16_bits(v));
+        x[i] = dtype_round_f16(opcheck_bf16_value(opcheck_bf16_bits(v)));
     }
 }
 
@@ -89,6 +92,35 @@ static inline ferry_status opcheck_download_bf16(backend_stream *s, const void *
         st = backend_stream_synchronize(s);
     for (size_t i = 0; st == FERRY_OK && i < n; i++)
         out[i] = opcheck_bf16_value(h[i]);
+    free(h);
+    return st;
+}
+
+/* n floats stored as `t` (bf16 or f16, rounded to nearest even) in a new
+ * device buffer, and n device values of type t read back as floats. */
+static inline ferry_status opcheck_upload_as(backend *be, backend_stream *s, const float *x, size_t n, ferry_dtype t,
+                                             void **out)
+{
+    uint16_t *h = (uint16_t *)malloc((n ? n : 1) * 2);
+    if (!h)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "opcheck: no host memory for %zu %s values", n, dtype_name(t));
+    for (size_t i = 0; i < n; i++)
+        dtype_store_f32(h, t, i, x[i]);
+    ferry_status st = opcheck_upload(be, s, h, n * 2, out);
+    free(h);
+    return st;
+}
+
+static inline ferry_status opcheck_download_as(backend_stream *s, const void *d, size_t n, ferry_dtype t, float *out)
+{
+    uint16_t *h = (uint16_t *)malloc((n ? n : 1) * 2);
+    if (!h)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "opcheck: no host memory for %zu %s values", n, dtype_name(t));
+    ferry_status st = backend_memcpy_async(s, h, d, n * 2, BACKEND_COPY_D2H);
+    if (st == FERRY_OK)
+        st = backend_stream_synchronize(s);
+    for (size_t i = 0; st == FERRY_OK && i < n; i++)
+        out[i] = dtype_load_f32(h, t, i);
     free(h);
     return st;
 }

@@ -22,6 +22,8 @@ ferry_status backend_set_act_dtype(backend *be, ferry_dtype act)
         return err_set(FERRY_ERR_UNSUPPORTED,
                        "the %s backend cannot store tensors as %s (its ops store %s); use dtype auto",
                        ferry_backend_name(be->kind), dtype_name(act), dtype_name(be->act));
+    if (be->act_refused & (1u << act))
+        return err_set(FERRY_ERR_UNSUPPORTED, "%s", be->act_refusal);
     pthread_mutex_lock(&be->lock);
     size_t live = be->buffer_count;
     if (live == 0)

@@ -3,13 +3,14 @@
  *
  * Each op has a host version (kernels/<op>.c: plain C, OpenBLAS for matmuls,
  * fp32, run as a host function on the stream's worker thread) and a CUDA
- * version (kernels/<op>.cu: bf16 storage, fp32 accumulation) with the same
- * shape. ops_* checks the arguments and forwards to the op table of the
+ * version (kernels/<op>.cu: bf16 or fp16 storage, fp32 accumulation) with
+ * the same shape. ops_* checks the arguments and forwards to the op table of the
  * stream's backend (kernels/backend_impl.h); no caller branches on the
  * backend.
  *
  * Element types: tensors typed `act_t *` (void) hold the backend's storage
- * type, backend_act_dtype(): fp32 on host, bf16 on cuda. That covers
+ * type, backend_act_dtype(): fp32 on host, bf16 on cuda from sm_80 and fp16
+ * below (either may be chosen on host, fp16 on any card). That covers
  * parameters, their gradients and activations. Statistics (layernorm mean and
  * rstd, attention log-sum-exp, losses) are always fp32; token ids int32.
  *
@@ -38,14 +39,17 @@
 extern "C" {
 #endif
 
-typedef void act_t; /* backend_act_dtype() elements: float on host, bf16 on cuda */
+typedef void act_t; /* backend_act_dtype() elements: float on host, bf16 or fp16 on cuda */
 
-/* The storage type of the backend's tensors: FERRY_DTYPE_F32 or _BF16. The
- * default is the backend's own (host f32, cuda bf16); the host backend can
- * also store bf16 (its ops then round where the CUDA ops store bf16), so the
- * engine's bf16 paths run without a GPU. Set it once, before the backend
- * holds any device buffer; AUTO keeps the default. FERRY_ERR_UNSUPPORTED for
- * a type the backend's ops cannot store, FERRY_ERR_STATE after allocations. */
+/* The storage type of the backend's tensors: FERRY_DTYPE_F32, _BF16 or
+ * _F16. The default is the backend's own (host f32; cuda bf16 from sm_80,
+ * f16 on sm_70 and sm_75); the host backend can also store bf16 or f16 (its
+ * ops then round where the CUDA ops store them), so the engine's 16-bit
+ * paths run without a GPU. Set it once, before the backend holds any device
+ * buffer; AUTO keeps the default. FERRY_ERR_UNSUPPORTED for a type the
+ * backend's ops cannot store or its device cannot compute in (bf16 below
+ * sm_80, with a sentence naming the card), FERRY_ERR_STATE after
+ * allocations. */
 ferry_dtype backend_act_dtype(const backend *be);
 ferry_status backend_set_act_dtype(backend *be, ferry_dtype act);
 
@@ -112,8 +116,8 @@ ferry_status ops_attention_backward(backend_stream *s, act_t *dqkv, const act_t 
  * dlogits = grad_scale * (softmax - onehot). Rows are processed `chunk` at a
  * time through `scratch` (ops_classifier_scratch_bytes): chunk x Vp logits
  * in the storage type, so the full N x Vp logits never exist at once; and,
- * when the storage is bf16, a Vp x C fp32 accumulator in which dwte's
- * contributions of every chunk are summed, so dwte is rounded to bf16 once
+ * when the storage is 16-bit, a Vp x C fp32 accumulator in which dwte's
+ * contributions of every chunk are summed, so dwte is rounded once
  * per call, not once per chunk (at GPT-2 XL's batch 76 x 1024 that was 234
  * roundings of the embedding's gradient per micro-batch). Targets < 0 are
  * ignored (loss 0, no gradient). */
@@ -125,7 +129,7 @@ size_t ops_classifier_scratch_bytes(const backend *be, int chunk, int Vp, int C)
 /* The same for a storage type rather than an open backend (planners): the
  * same bytes on every backend. 0 on bad arguments. */
 size_t ops_classifier_scratch_bytes_for(ferry_dtype act, int chunk, int Vp, int C);
-/* Where the fp32 accumulator starts inside the scratch (bf16 storage). */
+/* Where the fp32 accumulator starts inside the scratch (16-bit storage). */
 size_t ops_classifier_accumulator_offset(ferry_dtype act, int chunk, int Vp);
 
 /* Conversions between fp32 host-side values and the backend's storage type,

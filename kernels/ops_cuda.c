@@ -1,7 +1,8 @@
 /* The cuda backend's op table (backend_cuda_ops): each op hands its
  * (already checked) arguments to the kernel of kernels/<op>.cu on the
- * stream's cudaStream_t (kernels/ops_cuda.h). Storage is bf16. Built only
- * with CUDA; owns no memory. */
+ * stream's cudaStream_t (kernels/ops_cuda.h), with the backend's storage
+ * type: bf16 (the default from sm_80) or f16 (the default on sm_70 and
+ * sm_75, where bf16 is refused). Built only with CUDA; owns no memory. */
 #include "kernels/backend_impl.h"
 #include "kernels/ops_cuda.h"
 
@@ -9,21 +10,21 @@ static ferry_status cuda_encoder_forward(backend_stream *s, act_t *out, const in
                                          const act_t *wte, const act_t *wpe, int B, int T, int C,
                                          int V)
 {
-    return cudaop_encoder_forward(backend_stream_native(s), out, tokens, wte, wpe, B, T, C, V);
+    return cudaop_encoder_forward(backend_stream_native(s), s->be->act, out, tokens, wte, wpe, B, T, C, V);
 }
 
 static ferry_status cuda_encoder_backward(backend_stream *s, act_t *dwte, act_t *dwpe,
                                           const act_t *dout, const int32_t *tokens, int B, int T,
                                           int C, int V)
 {
-    return cudaop_encoder_backward(backend_stream_native(s), dwte, dwpe, dout, tokens, B, T, C, V);
+    return cudaop_encoder_backward(backend_stream_native(s), s->be->act, dwte, dwpe, dout, tokens, B, T, C, V);
 }
 
 static ferry_status cuda_layernorm_forward(backend_stream *s, act_t *out, float *mean, float *rstd,
                                            const act_t *inp, const act_t *weight, const act_t *bias,
                                            int N, int C)
 {
-    return cudaop_layernorm_forward(backend_stream_native(s), out, mean, rstd, inp, weight, bias, N, C);
+    return cudaop_layernorm_forward(backend_stream_native(s), s->be->act, out, mean, rstd, inp, weight, bias, N, C);
 }
 
 static ferry_status cuda_layernorm_backward(backend_stream *s, act_t *dinp, act_t *dweight,
@@ -31,52 +32,52 @@ static ferry_status cuda_layernorm_backward(backend_stream *s, act_t *dinp, act_
                                             const act_t *weight, const float *mean,
                                             const float *rstd, int N, int C)
 {
-    return cudaop_layernorm_backward(backend_stream_native(s), dinp, dweight, dbias, dout, inp, weight,
+    return cudaop_layernorm_backward(backend_stream_native(s), s->be->act, dinp, dweight, dbias, dout, inp, weight,
                                      mean, rstd, N, C);
 }
 
 static ferry_status cuda_matmul_forward(backend_stream *s, act_t *out, const act_t *inp,
                                         const act_t *weight, const act_t *bias, int N, int C, int OC)
 {
-    return cudaop_matmul_forward(backend_stream_native(s), out, inp, weight, bias, N, C, OC);
+    return cudaop_matmul_forward(backend_stream_native(s), s->be->act, out, inp, weight, bias, N, C, OC);
 }
 
 static ferry_status cuda_matmul_backward(backend_stream *s, act_t *dinp, act_t *dweight,
                                          act_t *dbias, const act_t *dout, const act_t *inp,
                                          const act_t *weight, int N, int C, int OC)
 {
-    return cudaop_matmul_backward(backend_stream_native(s), dinp, dweight, dbias, dout, inp, weight, N,
+    return cudaop_matmul_backward(backend_stream_native(s), s->be->act, dinp, dweight, dbias, dout, inp, weight, N,
                                   C, OC);
 }
 
 static ferry_status cuda_gelu_forward(backend_stream *s, act_t *out, const act_t *inp, size_t n)
 {
-    return cudaop_gelu_forward(backend_stream_native(s), out, inp, n);
+    return cudaop_gelu_forward(backend_stream_native(s), s->be->act, out, inp, n);
 }
 
 static ferry_status cuda_gelu_backward(backend_stream *s, act_t *dinp, const act_t *inp,
                                        const act_t *dout, size_t n)
 {
-    return cudaop_gelu_backward(backend_stream_native(s), dinp, inp, dout, n);
+    return cudaop_gelu_backward(backend_stream_native(s), s->be->act, dinp, inp, dout, n);
 }
 
 static ferry_status cuda_residual_forward(backend_stream *s, act_t *out, const act_t *a,
                                           const act_t *b, size_t n)
 {
-    return cudaop_residual_forward(backend_stream_native(s), out, a, b, n);
+    return cudaop_residual_forward(backend_stream_native(s), s->be->act, out, a, b, n);
 }
 
 static ferry_status cuda_attention_forward(backend_stream *s, act_t *out, float *lse,
                                            const act_t *qkv, int B, int T, int C, int NH)
 {
-    return cudaop_attention_forward(backend_stream_native(s), out, lse, qkv, B, T, C, NH);
+    return cudaop_attention_forward(backend_stream_native(s), s->be->act, out, lse, qkv, B, T, C, NH);
 }
 
 static ferry_status cuda_attention_backward(backend_stream *s, act_t *dqkv, const act_t *dout,
                                             const act_t *qkv, const act_t *out, const float *lse,
                                             int B, int T, int C, int NH)
 {
-    return cudaop_attention_backward(backend_stream_native(s), dqkv, dout, qkv, out, lse, B, T, C, NH);
+    return cudaop_attention_backward(backend_stream_native(s), s->be->act, dqkv, dout, qkv, out, lse, B, T, C, NH);
 }
 
 static ferry_status cuda_classifier(backend_stream *s, float *losses, act_t *dinp, act_t *dwte,
@@ -84,25 +85,25 @@ static ferry_status cuda_classifier(backend_stream *s, float *losses, act_t *din
                                     float grad_scale, int N, int C, int V, int Vp, void *scratch,
                                     int chunk)
 {
-    return cudaop_classifier(backend_stream_native(s), losses, dinp, dwte, inp, wte, targets, grad_scale,
+    return cudaop_classifier(backend_stream_native(s), s->be->act, losses, dinp, dwte, inp, wte, targets, grad_scale,
                              N, C, V, Vp, scratch, chunk);
 }
 
 static ferry_status cuda_convert_from_f32(backend_stream *s, act_t *dst, const float *src, size_t n)
 {
-    return cudaop_convert_from_f32(backend_stream_native(s), dst, src, n);
+    return cudaop_convert_from_f32(backend_stream_native(s), s->be->act, dst, src, n);
 }
 
 static ferry_status cuda_convert_to_f32(backend_stream *s, float *dst, const act_t *src, size_t n)
 {
-    return cudaop_convert_to_f32(backend_stream_native(s), dst, src, n);
+    return cudaop_convert_to_f32(backend_stream_native(s), s->be->act, dst, src, n);
 }
 
 static ferry_status cuda_adamw(backend_stream *s, float *master, float *m, float *v, const void *grad,
                                ferry_dtype grad_dtype, act_t *param_out, size_t n, const adamw_hparams *hp,
                                int64_t step, float grad_scale)
 {
-    return cudaop_adamw(backend_stream_native(s), master, m, v, grad, grad_dtype, param_out, n, (float)hp->lr,
+    return cudaop_adamw(backend_stream_native(s), s->be->act, master, m, v, grad, grad_dtype, param_out, n, (float)hp->lr,
                         (float)hp->beta1, (float)hp->beta2, (float)hp->eps, (float)hp->weight_decay, step,
                         grad_scale);
 }
@@ -115,11 +116,11 @@ static ferry_status cuda_sumsq(backend_stream *s, const void *grad, ferry_dtype 
 
 static ferry_status cuda_accumulate(backend_stream *s, float *acc, const act_t *g, size_t n, bool first)
 {
-    return cudaop_accumulate(backend_stream_native(s), acc, g, n, first);
+    return cudaop_accumulate(backend_stream_native(s), s->be->act, acc, g, n, first);
 }
 
 const backend_ops backend_cuda_ops = {
-    .act_dtypes = 1u << FERRY_DTYPE_BF16,
+    .act_dtypes = 1u << FERRY_DTYPE_BF16 | 1u << FERRY_DTYPE_F16, /* bf16 only from sm_80: backend_cuda_init */
     .init = cudaop_init,
     .shutdown = cudaop_shutdown,
     .encoder_forward = cuda_encoder_forward,

@@ -1,8 +1,10 @@
 /* The CUDA versions of the op set (kernels/<op>.cu), as kernels/ops.c calls
  * them: for each ops_X(backend_stream *s, ARGS...) of kernels/ops.h there is
  * cudaop_X(void *stream, ARGS...) with the same ARGS, `stream` being the
- * stream's cudaStream_t (backend_stream_native()). Storage is bf16, math and
- * statistics fp32, tokens int32. Also the device AdamW and the gradient
+ * stream's cudaStream_t (backend_stream_native()), and `act`, the storage
+ * type of the backend's tensors (backend_act_dtype(): bf16, or f16 on cards
+ * without bf16 tensor cores and by choice), just after it. Math and
+ * statistics are fp32, tokens int32. Also the device AdamW and the gradient
  * sum of squares the engine uses when nothing is offloaded.
  *
  * No function here allocates device memory: what an op needs beyond its
@@ -32,69 +34,80 @@ extern "C" {
 ferry_status cudaop_init(backend *be, void *workspace, size_t workspace_bytes);
 void cudaop_shutdown(backend *be);
 
-ferry_status cudaop_encoder_forward(void *stream, act_t *out, const int32_t *tokens,
+ferry_status cudaop_encoder_forward(void *stream, ferry_dtype act, act_t *out, const int32_t *tokens,
                                     const act_t *wte, const act_t *wpe, int B, int T, int C, int V);
 /* Deterministic, without atomics or scratch: one block per token position;
  * the block of a token id's first position sums every position holding that
  * id, in position order, in fp32, and adds the sum to dwte once. A token
  * outside [0, V) counts as token 0, as the forward reads it. */
-ferry_status cudaop_encoder_backward(void *stream, act_t *dwte, act_t *dwpe, const act_t *dout,
+ferry_status cudaop_encoder_backward(void *stream, ferry_dtype act, act_t *dwte, act_t *dwpe, const act_t *dout,
                                      const int32_t *tokens, int B, int T, int C, int V);
 /* Token ids outside [0, V) met by cudaop_encoder_forward on this device since the
  * last call (they were read as token 0). Synchronizes `stream`; resets. */
 ferry_status cudaop_encoder_take_bad_tokens(void *stream, uint32_t *count);
 
-ferry_status cudaop_layernorm_forward(void *stream, act_t *out, float *mean, float *rstd,
+ferry_status cudaop_layernorm_forward(void *stream, ferry_dtype act, act_t *out, float *mean, float *rstd,
                                       const act_t *inp, const act_t *weight, const act_t *bias,
                                       int N, int C);
-ferry_status cudaop_layernorm_backward(void *stream, act_t *dinp, act_t *dweight, act_t *dbias,
+ferry_status cudaop_layernorm_backward(void *stream, ferry_dtype act, act_t *dinp, act_t *dweight, act_t *dbias,
                                        const act_t *dout, const act_t *inp, const act_t *weight,
                                        const float *mean, const float *rstd, int N, int C);
 
-ferry_status cudaop_matmul_forward(void *stream, act_t *out, const act_t *inp, const act_t *weight,
+ferry_status cudaop_matmul_forward(void *stream, ferry_dtype act, act_t *out, const act_t *inp, const act_t *weight,
                                    const act_t *bias, int N, int C, int OC);
-ferry_status cudaop_matmul_backward(void *stream, act_t *dinp, act_t *dweight, act_t *dbias,
+ferry_status cudaop_matmul_backward(void *stream, ferry_dtype act, act_t *dinp, act_t *dweight, act_t *dbias,
                                     const act_t *dout, const act_t *inp, const act_t *weight, int N,
                                     int C, int OC);
 
-ferry_status cudaop_gelu_forward(void *stream, act_t *out, const act_t *inp, size_t n);
-ferry_status cudaop_gelu_backward(void *stream, act_t *dinp, const act_t *inp, const act_t *dout,
+ferry_status cudaop_gelu_forward(void *stream, ferry_dtype act, act_t *out, const act_t *inp, size_t n);
+ferry_status cudaop_gelu_backward(void *stream, ferry_dtype act, act_t *dinp, const act_t *inp, const act_t *dout,
                                   size_t n);
 
-ferry_status cudaop_residual_forward(void *stream, act_t *out, const act_t *a, const act_t *b,
+ferry_status cudaop_residual_forward(void *stream, ferry_dtype act, act_t *out, const act_t *a, const act_t *b,
                                      size_t n);
 
 /* FlashAttention-2 style: nothing of size T x T is stored. Head size
- * C / NH up to 128; larger is FERRY_ERR_UNSUPPORTED. */
-ferry_status cudaop_attention_forward(void *stream, act_t *out, float *lse, const act_t *qkv,
+ * C / NH up to 128; larger is FERRY_ERR_UNSUPPORTED. Tiles of 64 queries
+ * where the card's shared memory per block allows, else of 32 (Turing's
+ * 64 KiB): the _tiled entry points take the size (0: that choice; 64 or
+ * 32: that size, FERRY_ERR_UNSUPPORTED where it does not fit), for the
+ * kernel lab and the tests to run both on one card. */
+ferry_status cudaop_attention_forward(void *stream, ferry_dtype act, act_t *out, float *lse, const act_t *qkv,
                                       int B, int T, int C, int NH);
-ferry_status cudaop_attention_backward(void *stream, act_t *dqkv, const act_t *dout,
+ferry_status cudaop_attention_backward(void *stream, ferry_dtype act, act_t *dqkv, const act_t *dout,
                                        const act_t *qkv, const act_t *out, const float *lse, int B,
                                        int T, int C, int NH);
+ferry_status cudaop_attention_forward_tiled(void *stream, ferry_dtype act, int tile, act_t *out, float *lse,
+                                            const act_t *qkv, int B, int T, int C, int NH);
+ferry_status cudaop_attention_backward_tiled(void *stream, ferry_dtype act, int tile, act_t *dqkv,
+                                             const act_t *dout, const act_t *qkv, const act_t *out,
+                                             const float *lse, int B, int T, int C, int NH);
 
-/* `scratch`: ops_classifier_scratch_bytes_for(bf16, chunk, Vp, C) bytes of
- * device memory (chunk x Vp bf16 logits, then their gradients in place; then
- * the Vp x C fp32 accumulator of dwte across chunks).
+/* `scratch`: ops_classifier_scratch_bytes_for(act, chunk, Vp, C) bytes of
+ * device memory (chunk x Vp logits of the storage type, then their
+ * gradients in place; then the Vp x C fp32 accumulator of dwte across
+ * chunks).
  * Targets >= V are counted (cudaop_classifier_take_bad_targets) and treated
  * like negative ones: loss 0, no gradient. */
-ferry_status cudaop_classifier(void *stream, float *losses, act_t *dinp, act_t *dwte,
+ferry_status cudaop_classifier(void *stream, ferry_dtype act, float *losses, act_t *dinp, act_t *dwte,
                                const act_t *inp, const act_t *wte, const int32_t *targets,
                                float grad_scale, int N, int C, int V, int Vp, void *scratch,
                                int chunk);
 ferry_status cudaop_classifier_take_bad_targets(void *stream, uint32_t *count);
 
-/* Round to nearest even (f32 -> bf16) and exact widening (bf16 -> f32). */
-ferry_status cudaop_convert_from_f32(void *stream, act_t *dst, const float *src, size_t n);
-ferry_status cudaop_convert_to_f32(void *stream, float *dst, const act_t *src, size_t n);
+/* Round to nearest even (f32 -> bf16 or f16; past fp16's range: inf) and
+ * exact widening (-> f32). */
+ferry_status cudaop_convert_from_f32(void *stream, ferry_dtype act, act_t *dst, const float *src, size_t n);
+ferry_status cudaop_convert_to_f32(void *stream, ferry_dtype act, float *dst, const act_t *src, size_t n);
 
 /* torch.optim.AdamW on device, for n elements of one tensor:
  *   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  *   p *= 1 - lr wd; p -= (lr / (1-b1^step)) m / (sqrt(v) / sqrt(1-b2^step) + eps)
- * master, m, v are fp32 and updated in place; grad is bf16, or fp32 (a sum
- * of micro-batches) when grad_dtype is FERRY_DTYPE_F32; param_bf16_out (may
- * be NULL) receives bf16(p). step >= 1. */
-ferry_status cudaop_adamw(void *stream, float *master, float *m, float *v, const void *grad,
-                          ferry_dtype grad_dtype, void *param_bf16_out, size_t n, float lr, float beta1,
+ * master, m, v are fp32 and updated in place; grad is of the storage type
+ * act, or fp32 (a sum of micro-batches) when grad_dtype is FERRY_DTYPE_F32;
+ * param_out (may be NULL) receives p rounded to act. step >= 1. */
+ferry_status cudaop_adamw(void *stream, ferry_dtype act, float *master, float *m, float *v, const void *grad,
+                          ferry_dtype grad_dtype, void *param_out, size_t n, float lr, float beta1,
                           float beta2, float eps, float weight_decay, int64_t step, float grad_scale);
 
 /* *out_device_sumsq_accumulate += sum of grad^2 (fp64, in device memory),
@@ -105,8 +118,8 @@ ferry_status cudaop_adamw(void *stream, float *master, float *m, float *v, const
  * calls sharing a scratch must be on one stream. */
 ferry_status cudaop_sumsq(void *stream, const void *grad, ferry_dtype grad_dtype, size_t n,
                           double *out_device_sumsq_accumulate, void *scratch);
-/* acc[i] = float(g[i]) (first) or acc[i] + float(g[i]) for n bf16 g. */
-ferry_status cudaop_accumulate(void *stream, float *acc, const void *g_bf16, size_t n, bool first);
+/* acc[i] = float(g[i]) (first) or acc[i] + float(g[i]) for n g of the storage type act. */
+ferry_status cudaop_accumulate(void *stream, ferry_dtype act, float *acc, const void *g, size_t n, bool first);
 size_t cudaop_sumsq_scratch_bytes(void);
 
 #ifdef __cplusplus

@@ -2,13 +2,14 @@
  * (already checked) arguments and runs the reference of kernels/<op>.c as a
  * host function on the stream's worker thread, in stream order.
  *
- * Storage is fp32, or bf16 when the backend was asked to store bf16
- * (backend_set_act_dtype): then each op widens its bf16 tensors into fp32
- * temporaries, runs the same fp32 reference, and rounds back to bf16 exactly
- * the tensors it writes — where the CUDA op stores bf16 — so the engine's
- * bf16 paths run without a GPU. The temporaries are the emulation's own
- * (malloc'd on the worker, freed before the op returns), not device memory:
- * the arena's figures stay those of the bf16 tensors. */
+ * Storage is fp32, or bf16 or fp16 when the backend was asked to store one
+ * of them (backend_set_act_dtype): then each op widens its 16-bit tensors
+ * into fp32 temporaries, runs the same fp32 reference, and rounds back to
+ * the storage type exactly the tensors it writes (where the CUDA ops store
+ * bf16 or fp16), so the engine's 16-bit paths run without a GPU. The
+ * temporaries are the emulation's own (malloc'd on the worker, freed before
+ * the op returns), not device memory: the arena's figures stay those of the
+ * 16-bit tensors. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +18,7 @@
 #include "kernels/blas.h"
 #include "kernels/ops_host.h"
 
-/* ---- bf16 storage: fp32 views of an op's tensors ---- */
+/* ---- 16-bit storage: fp32 views of an op's tensors ---- */
 
 typedef enum view_role {
     VIEW_IN,   /* read: widened */
@@ -45,9 +46,10 @@ static void *slot_get(const view *v)
 
 static void slot_set(const view *v, void *p) { memcpy(v->slot, &p, sizeof p); }
 
-/* Swaps every bf16 tensor of `args` for an fp32 copy, runs the fp32 op,
- * rounds back what it wrote, and puts the pointers back. */
-static ferry_status run_widened(void *args, backend_host_fn fp32_run, const view *views, int count)
+/* Swaps every tensor of `args` stored as `act` (bf16 or f16) for an fp32
+ * copy, runs the fp32 op, rounds back what it wrote, and puts the pointers
+ * back. */
+static ferry_status run_widened(void *args, backend_host_fn fp32_run, const view *views, int count, ferry_dtype act)
 {
     void *orig[MAX_VIEWS] = {0};
     float *wide[MAX_VIEWS] = {0};
@@ -58,13 +60,13 @@ static ferry_status run_widened(void *args, backend_host_fn fp32_run, const view
             continue;
         wide[i] = malloc(views[i].n * sizeof(float));
         if (!wide[i]) {
-            st = err_set(FERRY_ERR_OUT_OF_MEMORY, "host backend (bf16 storage): no memory for an fp32 copy of "
-                         "%zu elements", views[i].n);
+            st = err_set(FERRY_ERR_OUT_OF_MEMORY, "host backend (%s storage): no memory for an fp32 copy of "
+                         "%zu elements", dtype_name(act), views[i].n);
             break;
         }
         if (views[i].role == VIEW_IN || views[i].role == VIEW_ADD)
             for (size_t k = 0; k < views[i].n; k++)
-                wide[i][k] = dtype_bf16_to_f32(((const uint16_t *)orig[i])[k]);
+                wide[i][k] = dtype_load_f32(orig[i], act, k);
         slot_set(&views[i], wide[i]);
     }
     if (st == FERRY_OK)
@@ -74,20 +76,21 @@ static ferry_status run_widened(void *args, backend_host_fn fp32_run, const view
             continue;
         if (st == FERRY_OK && (views[i].role == VIEW_OUT || views[i].role == VIEW_ADD))
             for (size_t k = 0; k < views[i].n; k++)
-                ((uint16_t *)orig[i])[k] = dtype_f32_to_bf16(wide[i][k]);
+                dtype_store_f32(orig[i], act, k, wide[i][k]);
         slot_set(&views[i], orig[i]);
         free(wide[i]);
     }
     return st;
 }
 
-static bool stores_bf16(const backend_stream *s) { return s->be->act == FERRY_DTYPE_BF16; }
+static bool stores_16bit(const backend_stream *s) { return s->be->act != FERRY_DTYPE_F32; }
 
-/* Launches the fp32 run, or its bf16 twin when the backend stores bf16. */
-static ferry_status launch(backend_stream *s, backend_host_fn fp32_run, backend_host_fn bf16_run,
+/* Launches the fp32 run, or its 16-bit twin when the backend stores bf16 or
+ * f16 (the twin finds the type in the arguments' `act`). */
+static ferry_status launch(backend_stream *s, backend_host_fn fp32_run, backend_host_fn narrow_run,
                            const void *args, size_t bytes)
 {
-    return backend_launch_host(s, stores_bf16(s) ? bf16_run : fp32_run, args, bytes);
+    return backend_launch_host(s, stores_16bit(s) ? narrow_run : fp32_run, args, bytes);
 }
 
 /* OpenBLAS gets its address space now, or setup says what is missing. */
@@ -108,6 +111,7 @@ typedef struct encoder_args {
     const float *wte, *wpe, *dout;
     const int32_t *tokens;
     int B, T, C, V;
+    ferry_dtype act;
 } encoder_args;
 
 static ferry_status encoder_fwd_run(void *p)
@@ -116,20 +120,21 @@ static ferry_status encoder_fwd_run(void *p)
     return hostop_encoder_forward(a->out, a->tokens, a->wte, a->wpe, a->B, a->T, a->C, a->V);
 }
 
-static ferry_status encoder_fwd_run_bf16(void *p)
+static ferry_status encoder_fwd_run_narrow(void *p)
 {
     encoder_args *a = p;
     size_t BT = (size_t)a->B * a->T, C = (size_t)a->C;
     view v[] = {{&a->out, BT * C, VIEW_OUT}, {&a->wte, (size_t)a->V * C, VIEW_IN}, {&a->wpe, (size_t)a->T * C, VIEW_IN}};
-    return run_widened(a, encoder_fwd_run, v, 3);
+    return run_widened(a, encoder_fwd_run, v, 3, a->act);
 }
 
 static ferry_status host_encoder_forward(backend_stream *s, act_t *out, const int32_t *tokens,
                                          const act_t *wte, const act_t *wpe, int B, int T, int C,
                                          int V)
 {
-    encoder_args a = {.out = out, .wte = wte, .wpe = wpe, .tokens = tokens, .B = B, .T = T, .C = C, .V = V};
-    return launch(s, encoder_fwd_run, encoder_fwd_run_bf16, &a, sizeof a);
+    encoder_args a = {.out = out, .wte = wte, .wpe = wpe, .tokens = tokens, .B = B, .T = T, .C = C, .V = V,
+                      .act = s->be->act};
+    return launch(s, encoder_fwd_run, encoder_fwd_run_narrow, &a, sizeof a);
 }
 
 static ferry_status encoder_bwd_run(void *p)
@@ -140,7 +145,7 @@ static ferry_status encoder_bwd_run(void *p)
 }
 
 /* The rows of dwte the tokens reach: those below V (any other adds into row 0). */
-static ferry_status encoder_bwd_run_bf16(void *p)
+static ferry_status encoder_bwd_run_narrow(void *p)
 {
     encoder_args *a = p;
     size_t BT = (size_t)a->B * a->T, C = (size_t)a->C, rows = 1;
@@ -148,15 +153,16 @@ static ferry_status encoder_bwd_run_bf16(void *p)
         if (a->tokens[i] >= 0 && a->tokens[i] < a->V && (size_t)a->tokens[i] + 1 > rows)
             rows = (size_t)a->tokens[i] + 1;
     view v[] = {{&a->dwte, rows * C, VIEW_ADD}, {&a->dwpe, (size_t)a->T * C, VIEW_ADD}, {&a->dout, BT * C, VIEW_IN}};
-    return run_widened(a, encoder_bwd_run, v, 3);
+    return run_widened(a, encoder_bwd_run, v, 3, a->act);
 }
 
 static ferry_status host_encoder_backward(backend_stream *s, act_t *dwte, act_t *dwpe,
                                           const act_t *dout, const int32_t *tokens, int B, int T,
                                           int C, int V)
 {
-    encoder_args a = {.dwte = dwte, .dwpe = dwpe, .dout = dout, .tokens = tokens, .B = B, .T = T, .C = C, .V = V};
-    return launch(s, encoder_bwd_run, encoder_bwd_run_bf16, &a, sizeof a);
+    encoder_args a = {.dwte = dwte, .dwpe = dwpe, .dout = dout, .tokens = tokens, .B = B, .T = T, .C = C, .V = V,
+                      .act = s->be->act};
+    return launch(s, encoder_bwd_run, encoder_bwd_run_narrow, &a, sizeof a);
 }
 
 /* ---- layernorm ---- */
@@ -165,6 +171,7 @@ typedef struct layernorm_args {
     float *out, *mean, *rstd, *dinp, *dweight, *dbias;
     const float *inp, *weight, *bias, *dout, *fmean, *frstd;
     int N, C;
+    ferry_dtype act;
 } layernorm_args;
 
 static ferry_status layernorm_fwd_run(void *p)
@@ -174,12 +181,12 @@ static ferry_status layernorm_fwd_run(void *p)
     return FERRY_OK;
 }
 
-static ferry_status layernorm_fwd_run_bf16(void *p)
+static ferry_status layernorm_fwd_run_narrow(void *p)
 {
     layernorm_args *a = p;
     size_t NC = (size_t)a->N * a->C, C = (size_t)a->C;
     view v[] = {{&a->out, NC, VIEW_OUT}, {&a->inp, NC, VIEW_IN}, {&a->weight, C, VIEW_IN}, {&a->bias, C, VIEW_IN}};
-    return run_widened(a, layernorm_fwd_run, v, 4);
+    return run_widened(a, layernorm_fwd_run, v, 4, a->act);
 }
 
 static ferry_status host_layernorm_forward(backend_stream *s, act_t *out, float *mean, float *rstd,
@@ -187,8 +194,8 @@ static ferry_status host_layernorm_forward(backend_stream *s, act_t *out, float 
                                            int N, int C)
 {
     layernorm_args a = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .weight = weight,
-                        .bias = bias, .N = N, .C = C};
-    return launch(s, layernorm_fwd_run, layernorm_fwd_run_bf16, &a, sizeof a);
+                        .bias = bias, .N = N, .C = C, .act = s->be->act};
+    return launch(s, layernorm_fwd_run, layernorm_fwd_run_narrow, &a, sizeof a);
 }
 
 static ferry_status layernorm_bwd_run(void *p)
@@ -199,13 +206,13 @@ static ferry_status layernorm_bwd_run(void *p)
     return FERRY_OK;
 }
 
-static ferry_status layernorm_bwd_run_bf16(void *p)
+static ferry_status layernorm_bwd_run_narrow(void *p)
 {
     layernorm_args *a = p;
     size_t NC = (size_t)a->N * a->C, C = (size_t)a->C;
     view v[] = {{&a->dinp, NC, VIEW_ADD},  {&a->dweight, C, VIEW_ADD}, {&a->dbias, C, VIEW_ADD},
                 {&a->dout, NC, VIEW_IN},   {&a->inp, NC, VIEW_IN},     {&a->weight, C, VIEW_IN}};
-    return run_widened(a, layernorm_bwd_run, v, 6);
+    return run_widened(a, layernorm_bwd_run, v, 6, a->act);
 }
 
 static ferry_status host_layernorm_backward(backend_stream *s, act_t *dinp, act_t *dweight,
@@ -214,8 +221,8 @@ static ferry_status host_layernorm_backward(backend_stream *s, act_t *dinp, act_
                                             const float *rstd, int N, int C)
 {
     layernorm_args a = {.dinp = dinp, .dweight = dweight, .dbias = dbias, .dout = dout, .inp = inp,
-                        .weight = weight, .fmean = mean, .frstd = rstd, .N = N, .C = C};
-    return launch(s, layernorm_bwd_run, layernorm_bwd_run_bf16, &a, sizeof a);
+                        .weight = weight, .fmean = mean, .frstd = rstd, .N = N, .C = C, .act = s->be->act};
+    return launch(s, layernorm_bwd_run, layernorm_bwd_run_narrow, &a, sizeof a);
 }
 
 /* ---- matmul ---- */
@@ -224,6 +231,7 @@ typedef struct matmul_args {
     float *out, *dinp, *dweight, *dbias;
     const float *inp, *weight, *bias, *dout;
     int N, C, OC;
+    ferry_dtype act;
 } matmul_args;
 
 static ferry_status matmul_fwd_run(void *p)
@@ -233,20 +241,21 @@ static ferry_status matmul_fwd_run(void *p)
     return FERRY_OK;
 }
 
-static ferry_status matmul_fwd_run_bf16(void *p)
+static ferry_status matmul_fwd_run_narrow(void *p)
 {
     matmul_args *a = p;
     size_t N = (size_t)a->N, C = (size_t)a->C, OC = (size_t)a->OC;
     view v[] = {{&a->out, N * OC, VIEW_OUT}, {&a->inp, N * C, VIEW_IN}, {&a->weight, OC * C, VIEW_IN},
                 {&a->bias, OC, VIEW_IN}};
-    return run_widened(a, matmul_fwd_run, v, 4);
+    return run_widened(a, matmul_fwd_run, v, 4, a->act);
 }
 
 static ferry_status host_matmul_forward(backend_stream *s, act_t *out, const act_t *inp,
                                         const act_t *weight, const act_t *bias, int N, int C, int OC)
 {
-    matmul_args a = {.out = out, .inp = inp, .weight = weight, .bias = bias, .N = N, .C = C, .OC = OC};
-    return launch(s, matmul_fwd_run, matmul_fwd_run_bf16, &a, sizeof a);
+    matmul_args a = {.out = out, .inp = inp, .weight = weight, .bias = bias, .N = N, .C = C, .OC = OC,
+                     .act = s->be->act};
+    return launch(s, matmul_fwd_run, matmul_fwd_run_narrow, &a, sizeof a);
 }
 
 static ferry_status matmul_bwd_run(void *p)
@@ -257,13 +266,13 @@ static ferry_status matmul_bwd_run(void *p)
     return FERRY_OK;
 }
 
-static ferry_status matmul_bwd_run_bf16(void *p)
+static ferry_status matmul_bwd_run_narrow(void *p)
 {
     matmul_args *a = p;
     size_t N = (size_t)a->N, C = (size_t)a->C, OC = (size_t)a->OC;
     view v[] = {{&a->dinp, N * C, VIEW_ADD}, {&a->dweight, OC * C, VIEW_ADD}, {&a->dbias, OC, VIEW_ADD},
                 {&a->dout, N * OC, VIEW_IN}, {&a->inp, N * C, VIEW_IN},       {&a->weight, OC * C, VIEW_IN}};
-    return run_widened(a, matmul_bwd_run, v, 6);
+    return run_widened(a, matmul_bwd_run, v, 6, a->act);
 }
 
 static ferry_status host_matmul_backward(backend_stream *s, act_t *dinp, act_t *dweight,
@@ -271,8 +280,8 @@ static ferry_status host_matmul_backward(backend_stream *s, act_t *dinp, act_t *
                                          const act_t *weight, int N, int C, int OC)
 {
     matmul_args a = {.dinp = dinp, .dweight = dweight, .dbias = dbias, .dout = dout, .inp = inp,
-                     .weight = weight, .N = N, .C = C, .OC = OC};
-    return launch(s, matmul_bwd_run, matmul_bwd_run_bf16, &a, sizeof a);
+                     .weight = weight, .N = N, .C = C, .OC = OC, .act = s->be->act};
+    return launch(s, matmul_bwd_run, matmul_bwd_run_narrow, &a, sizeof a);
 }
 
 /* ---- element-wise: gelu, residual ---- */
@@ -281,6 +290,7 @@ typedef struct eltwise_args {
     float *out;
     const float *a, *b;
     size_t n;
+    ferry_dtype act;
 } eltwise_args;
 
 static ferry_status gelu_fwd_run(void *p)
@@ -305,34 +315,34 @@ static ferry_status residual_fwd_run(void *p)
 }
 
 /* out written (gelu forward, residual) or added into (gelu backward). */
-static ferry_status eltwise_bf16(eltwise_args *a, backend_host_fn fp32_run, view_role out_role)
+static ferry_status eltwise_narrow(eltwise_args *a, backend_host_fn fp32_run, view_role out_role)
 {
     view v[] = {{&a->out, a->n, out_role}, {&a->a, a->n, VIEW_IN}, {&a->b, a->n, VIEW_IN}};
-    return run_widened(a, fp32_run, v, 3);
+    return run_widened(a, fp32_run, v, 3, a->act);
 }
 
-static ferry_status gelu_fwd_run_bf16(void *p) { return eltwise_bf16(p, gelu_fwd_run, VIEW_OUT); }
-static ferry_status gelu_bwd_run_bf16(void *p) { return eltwise_bf16(p, gelu_bwd_run, VIEW_ADD); }
-static ferry_status residual_fwd_run_bf16(void *p) { return eltwise_bf16(p, residual_fwd_run, VIEW_OUT); }
+static ferry_status gelu_fwd_run_narrow(void *p) { return eltwise_narrow(p, gelu_fwd_run, VIEW_OUT); }
+static ferry_status gelu_bwd_run_narrow(void *p) { return eltwise_narrow(p, gelu_bwd_run, VIEW_ADD); }
+static ferry_status residual_fwd_run_narrow(void *p) { return eltwise_narrow(p, residual_fwd_run, VIEW_OUT); }
 
 static ferry_status host_gelu_forward(backend_stream *s, act_t *out, const act_t *inp, size_t n)
 {
-    eltwise_args a = {out, inp, NULL, n};
-    return launch(s, gelu_fwd_run, gelu_fwd_run_bf16, &a, sizeof a);
+    eltwise_args a = {out, inp, NULL, n, s->be->act};
+    return launch(s, gelu_fwd_run, gelu_fwd_run_narrow, &a, sizeof a);
 }
 
 static ferry_status host_gelu_backward(backend_stream *s, act_t *dinp, const act_t *inp,
                                        const act_t *dout, size_t n)
 {
-    eltwise_args a = {dinp, inp, dout, n};
-    return launch(s, gelu_bwd_run, gelu_bwd_run_bf16, &a, sizeof a);
+    eltwise_args a = {dinp, inp, dout, n, s->be->act};
+    return launch(s, gelu_bwd_run, gelu_bwd_run_narrow, &a, sizeof a);
 }
 
 static ferry_status host_residual_forward(backend_stream *s, act_t *out, const act_t *x,
                                           const act_t *y, size_t n)
 {
-    eltwise_args a = {out, x, y, n};
-    return launch(s, residual_fwd_run, residual_fwd_run_bf16, &a, sizeof a);
+    eltwise_args a = {out, x, y, n, s->be->act};
+    return launch(s, residual_fwd_run, residual_fwd_run_narrow, &a, sizeof a);
 }
 
 /* ---- attention ---- */
@@ -341,6 +351,7 @@ typedef struct attention_args {
     float *out, *lse, *dqkv;
     const float *qkv, *dout, *fwd_out, *fwd_lse;
     int B, T, C, NH;
+    ferry_dtype act;
 } attention_args;
 
 static ferry_status attention_fwd_run(void *p)
@@ -356,28 +367,29 @@ static ferry_status attention_bwd_run(void *p)
                                      a->C, a->NH);
 }
 
-static ferry_status attention_fwd_run_bf16(void *p)
+static ferry_status attention_fwd_run_narrow(void *p)
 {
     attention_args *a = p;
     size_t BTC = (size_t)a->B * a->T * a->C;
     view v[] = {{&a->out, BTC, VIEW_OUT}, {&a->qkv, 3 * BTC, VIEW_IN}};
-    return run_widened(a, attention_fwd_run, v, 2);
+    return run_widened(a, attention_fwd_run, v, 2, a->act);
 }
 
-static ferry_status attention_bwd_run_bf16(void *p)
+static ferry_status attention_bwd_run_narrow(void *p)
 {
     attention_args *a = p;
     size_t BTC = (size_t)a->B * a->T * a->C;
     view v[] = {{&a->dqkv, 3 * BTC, VIEW_ADD}, {&a->dout, BTC, VIEW_IN}, {&a->qkv, 3 * BTC, VIEW_IN},
                 {&a->fwd_out, BTC, VIEW_IN}};
-    return run_widened(a, attention_bwd_run, v, 4);
+    return run_widened(a, attention_bwd_run, v, 4, a->act);
 }
 
 static ferry_status host_attention_forward(backend_stream *s, act_t *out, float *lse,
                                            const act_t *qkv, int B, int T, int C, int NH)
 {
-    attention_args a = {.out = out, .lse = lse, .qkv = qkv, .B = B, .T = T, .C = C, .NH = NH};
-    return launch(s, attention_fwd_run, attention_fwd_run_bf16, &a, sizeof a);
+    attention_args a = {.out = out, .lse = lse, .qkv = qkv, .B = B, .T = T, .C = C, .NH = NH,
+                        .act = s->be->act};
+    return launch(s, attention_fwd_run, attention_fwd_run_narrow, &a, sizeof a);
 }
 
 static ferry_status host_attention_backward(backend_stream *s, act_t *dqkv, const act_t *dout,
@@ -385,8 +397,8 @@ static ferry_status host_attention_backward(backend_stream *s, act_t *dqkv, cons
                                             int B, int T, int C, int NH)
 {
     attention_args a = {.dqkv = dqkv, .dout = dout, .qkv = qkv, .fwd_out = out, .fwd_lse = lse,
-                        .B = B, .T = T, .C = C, .NH = NH};
-    return launch(s, attention_bwd_run, attention_bwd_run_bf16, &a, sizeof a);
+                        .B = B, .T = T, .C = C, .NH = NH, .act = s->be->act};
+    return launch(s, attention_bwd_run, attention_bwd_run_narrow, &a, sizeof a);
 }
 
 /* ---- classifier ---- */
@@ -399,6 +411,7 @@ typedef struct classifier_args {
     int N, C, V, Vp;
     float *scratch;
     int chunk;
+    ferry_dtype act;
 } classifier_args;
 
 static ferry_status classifier_run(void *p)
@@ -411,19 +424,20 @@ static ferry_status classifier_run(void *p)
 static ferry_status classifier_rounding_run(void *p)
 {
     classifier_args *a = p;
-    return hostop_classifier_bf16_scratch(a->losses, a->dinp, a->dwte, a->inp, a->wte, a->targets,
-                                          a->grad_scale, a->N, a->C, a->V, a->Vp, a->scratch, a->chunk);
+    return hostop_classifier_stored(a->losses, a->dinp, a->dwte, a->inp, a->wte, a->targets, a->grad_scale,
+                                    a->N, a->C, a->V, a->Vp, a->scratch, a->chunk, a->act);
 }
 
-/* As the CUDA classifier: logits and their gradient kept in bf16, the
- * products in fp32; the whole op's dwte is widened once and rounded once. */
-static ferry_status classifier_run_bf16(void *p)
+/* As the CUDA classifier: logits and their gradient kept in the storage
+ * type, the products in fp32; the whole op's dwte is widened once and
+ * rounded once. */
+static ferry_status classifier_run_narrow(void *p)
 {
     classifier_args *a = p;
     size_t NC = (size_t)a->N * a->C, VC = (size_t)a->V * a->C;
     view v[] = {{&a->dinp, NC, VIEW_ADD}, {&a->dwte, VC, VIEW_ADD}, {&a->inp, NC, VIEW_IN},
                 {&a->wte, VC, VIEW_IN},   {&a->scratch, (size_t)a->chunk * a->Vp, VIEW_TEMP}};
-    return run_widened(a, classifier_rounding_run, v, 5);
+    return run_widened(a, classifier_rounding_run, v, 5, a->act);
 }
 
 static ferry_status host_classifier(backend_stream *s, float *losses, act_t *dinp, act_t *dwte,
@@ -432,8 +446,8 @@ static ferry_status host_classifier(backend_stream *s, float *losses, act_t *din
                                     int chunk)
 {
     classifier_args a = {losses, dinp, dinp ? dwte : NULL, inp, wte, targets, grad_scale,
-                         N, C, V, Vp, scratch, chunk};
-    return launch(s, classifier_run, classifier_run_bf16, &a, sizeof a);
+                         N, C, V, Vp, scratch, chunk, s->be->act};
+    return launch(s, classifier_run, classifier_run_narrow, &a, sizeof a);
 }
 
 /* ---- conversions ---- */
@@ -442,6 +456,7 @@ typedef struct convert_args {
     float *dst;
     const float *src;
     size_t n;
+    ferry_dtype act;
 } convert_args;
 
 static ferry_status convert_run(void *p)
@@ -451,30 +466,30 @@ static ferry_status convert_run(void *p)
     return FERRY_OK;
 }
 
-static ferry_status from_f32_run_bf16(void *p)
+static ferry_status from_f32_run_narrow(void *p)
 {
     convert_args *a = p;
     view v[] = {{&a->dst, a->n, VIEW_OUT}};
-    return run_widened(a, convert_run, v, 1);
+    return run_widened(a, convert_run, v, 1, a->act);
 }
 
-static ferry_status to_f32_run_bf16(void *p)
+static ferry_status to_f32_run_narrow(void *p)
 {
     convert_args *a = p;
     view v[] = {{&a->src, a->n, VIEW_IN}};
-    return run_widened(a, convert_run, v, 1);
+    return run_widened(a, convert_run, v, 1, a->act);
 }
 
 static ferry_status host_convert_from_f32(backend_stream *s, act_t *dst, const float *src, size_t n)
 {
-    convert_args a = {dst, src, n};
-    return launch(s, convert_run, from_f32_run_bf16, &a, sizeof a);
+    convert_args a = {dst, src, n, s->be->act};
+    return launch(s, convert_run, from_f32_run_narrow, &a, sizeof a);
 }
 
 static ferry_status host_convert_to_f32(backend_stream *s, float *dst, const act_t *src, size_t n)
 {
-    convert_args a = {dst, src, n};
-    return launch(s, convert_run, to_f32_run_bf16, &a, sizeof a);
+    convert_args a = {dst, src, n, s->be->act};
+    return launch(s, convert_run, to_f32_run_narrow, &a, sizeof a);
 }
 
 /* ---- the optimizer of offload none ---- */
@@ -551,7 +566,7 @@ static ferry_status host_accumulate(backend_stream *s, float *acc, const act_t *
 }
 
 const backend_ops backend_host_ops = {
-    .act_dtypes = 1u << FERRY_DTYPE_F32 | 1u << FERRY_DTYPE_BF16,
+    .act_dtypes = 1u << FERRY_DTYPE_F32 | 1u << FERRY_DTYPE_BF16 | 1u << FERRY_DTYPE_F16,
     .init = host_init,
     .shutdown = host_shutdown,
     .encoder_forward = host_encoder_forward,

@@ -63,17 +63,17 @@ ferry_status hostop_attention_backward(float *dqkv, const float *dout, const flo
 ferry_status hostop_classifier(float *losses, float *dinp, float *dwte, const float *inp,
                                const float *wte, const int32_t *targets, float grad_scale, int N,
                                int C, int V, int Vp, float *scratch, int chunk);
-/* The same with the logits and their gradient rounded to bf16 where the
- * CUDA classifier stores them in its bf16 scratch (the host backend's bf16
- * storage mode). */
-ferry_status hostop_classifier_bf16_scratch(float *losses, float *dinp, float *dwte, const float *inp,
-                                            const float *wte, const int32_t *targets, float grad_scale,
-                                            int N, int C, int V, int Vp, float *scratch, int chunk);
+/* The same with the logits and their gradient rounded to `stored` (bf16 or
+ * f16; f32: not rounded) where the CUDA classifier keeps them in its scratch
+ * of the storage type (the host backend's 16-bit storage modes). */
+ferry_status hostop_classifier_stored(float *losses, float *dinp, float *dwte, const float *inp,
+                                      const float *wte, const int32_t *targets, float grad_scale, int N,
+                                      int C, int V, int Vp, float *scratch, int chunk, ferry_dtype stored);
 
 void hostop_convert_copy(float *dst, const float *src, size_t n);
 
 /* AdamW over n elements (common/numerics.h's arithmetic): grad holds
- * grad_dtype elements, param_out (may be NULL) `act` ones (f32 or bf16);
+ * grad_dtype elements, param_out (may be NULL) `act` ones (f32, bf16 or f16);
  * step >= 1. */
 void hostop_adamw(float *master, float *m, float *v, const void *grad, ferry_dtype grad_dtype,
                   void *param_out, ferry_dtype act, size_t n, const adamw_hparams *hp, int64_t step,

@@ -71,7 +71,8 @@ static ferry_status add_up(uint64_t *total, const uint64_t *parts)
     return FERRY_OK;
 }
 
-static ferry_status predict(const plan_model *pm, const gpt2_plan_request *r, int B, gpt2_plan *out)
+static ferry_status predict(const plan_model *pm, const gpt2_plan_request *r, const gpt2_plan_disk *disk, int B,
+                            gpt2_plan *out)
 {
     const gpt2_config *c = gpt2_get_config(pm->m);
     int T = r->seq;
@@ -81,7 +82,9 @@ static ferry_status predict(const plan_model *pm, const gpt2_plan_request *r, in
     if (st != FERRY_OK)
         return st;
     ferry_dtype act = device_dtype(r->backend, r->dtype);
-    engine_plan_request rq = {r->backend, act, mode, r->prefetch_groups, r->micro_batches, pm->numel, pm->ngroups};
+    engine_plan_request rq = {r->backend, act, mode, r->prefetch_groups, r->micro_batches, pm->numel, pm->ngroups,
+                              disk != NULL, disk && disk->master, disk ? disk->window_bytes : 0,
+                              disk ? disk->block_bytes : 0};
     engine_memory_plan ep;
     if ((st = engine_plan_memory(&rq, &ep)) != FERRY_OK)
         return err_wrap(st, "gpt2 plan");
@@ -106,6 +109,7 @@ static ferry_status predict(const plan_model *pm, const gpt2_plan_request *r, in
     p.device_weight_groups = ep.device_weight_groups;
     p.device_grad_groups = ep.device_grad_groups;
     p.act_size = (int)ep.act_size;
+    p.disk_bytes = ep.disk_bytes;
     *out = p;
     return FERRY_OK;
 }
@@ -122,6 +126,11 @@ static ferry_status check_request(const gpt2_plan_request *rq, const char *who)
 
 ferry_status gpt2_plan_predict(const gpt2_plan_request *rq, gpt2_plan *out)
 {
+    return gpt2_plan_predict_disk(rq, NULL, out);
+}
+
+ferry_status gpt2_plan_predict_disk(const gpt2_plan_request *rq, const gpt2_plan_disk *disk, gpt2_plan *out)
+{
     if (!out)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "gpt2_plan_predict: out is NULL");
     ferry_status st = check_request(rq, "gpt2_plan_predict");
@@ -129,7 +138,7 @@ ferry_status gpt2_plan_predict(const gpt2_plan_request *rq, gpt2_plan *out)
     if (st == FERRY_OK)
         st = model_open(rq->cfg, &pm);
     if (st == FERRY_OK)
-        st = predict(&pm, rq, rq->batch, out);
+        st = predict(&pm, rq, disk, rq->batch, out);
     model_close(&pm);
     return st;
 }
@@ -145,7 +154,7 @@ ferry_status gpt2_plan_max_batch(const gpt2_plan_request *rq, uint64_t device_bu
         st = model_open(rq->cfg, &pm);
     gpt2_plan r;
     if (st == FERRY_OK)
-        st = predict(&pm, rq, 1, &r);
+        st = predict(&pm, rq, NULL, 1, &r);
     /* The peak grows with B (every activation is B x T x something), so bisect
      * on the largest B that fits; B beyond 2^31 / T is not a micro-batch. */
     int T = rq ? rq->seq : 0, lo = 0, hi = PLAN_MAX_BATCH;
@@ -155,7 +164,7 @@ ferry_status gpt2_plan_max_batch(const gpt2_plan_request *rq, uint64_t device_bu
         lo = 1;
         while (lo < hi) {
             int mid = lo + (hi - lo + 1) / 2;
-            ferry_status one = predict(&pm, rq, mid, &r);
+            ferry_status one = predict(&pm, rq, NULL, mid, &r);
             if (one == FERRY_OK && r.device_total <= device_budget) {
                 lo = mid;
             } else {
@@ -168,4 +177,59 @@ ferry_status gpt2_plan_max_batch(const gpt2_plan_request *rq, uint64_t device_bu
     if (st == FERRY_OK)
         *max_B = lo;
     return st;
+}
+
+/* dN with rq's vocabulary and context: fits the budgets given? *fits false
+ * also when it is too large to count. */
+static ferry_status fits_dn(const gpt2_plan_request *rq, const gpt2_plan_disk *tier, int n, uint64_t dev,
+                            uint64_t host, uint64_t disk, bool *fits, gpt2_plan *out)
+{
+    gpt2_config c;
+    *fits = false;
+    ferry_status st = gpt2_config_from_fields(n, n, 64 * n, rq->cfg->vocab_size, 0, rq->cfg->max_seq_len, &c);
+    if (st != FERRY_OK)
+        return st;
+    gpt2_plan_request r = *rq;
+    r.cfg = &c;
+    gpt2_plan p;
+    st = gpt2_plan_predict_disk(&r, tier, &p);
+    if (st == FERRY_ERR_INVALID_ARGUMENT) { /* past 64 bits: too large for any budget */
+        err_clear();
+        return FERRY_OK;
+    }
+    if (st != FERRY_OK)
+        return st;
+    *fits = (!dev || p.device_total <= dev) && (!host || p.host_total <= host) && (!disk || p.disk_bytes <= disk);
+    if (*fits && out)
+        *out = p;
+    return FERRY_OK;
+}
+
+ferry_status gpt2_plan_largest_model(const gpt2_plan_request *rq, const gpt2_plan_disk *tier, uint64_t device_budget,
+                                     uint64_t host_budget, uint64_t disk_budget, int *layers, gpt2_plan *plan)
+{
+    if (!layers || !rq || !rq->cfg)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "gpt2_plan_largest_model: NULL argument");
+    *layers = 0;
+    ferry_status st = check_request(rq, "gpt2_plan_largest_model");
+    if (st != FERRY_OK)
+        return st;
+    if (!device_budget && !host_budget && !disk_budget)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "gpt2_plan_largest_model: no budget to fit");
+    bool fits = false;
+    int lo = 0, hi = 256; /* the largest dN train_gpt2 takes (824B parameters) */
+    if ((st = fits_dn(rq, tier, 1, device_budget, host_budget, disk_budget, &fits, plan)) != FERRY_OK || !fits)
+        return st;
+    lo = 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if ((st = fits_dn(rq, tier, mid, device_budget, host_budget, disk_budget, &fits, NULL)) != FERRY_OK)
+            return st;
+        if (fits)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    *layers = lo;
+    return fits_dn(rq, tier, lo, device_budget, host_budget, disk_budget, &fits, plan);
 }

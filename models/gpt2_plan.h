@@ -41,6 +41,7 @@ typedef struct gpt2_plan {
     int device_grad_groups;   /* groups whose gradients are on the device at the peak */
     int act_size;             /* bytes of a device element: 4 (f32) or 2 (bf16) */
     uint64_t activations;     /* = device_bytes[FERRY_MEM_ACTIVATIONS] */
+    uint64_t disk_bytes;      /* the NVMe tier's state file; its window is host_bytes[FERRY_MEM_NVME] */
 } gpt2_plan;
 
 /* What to plan: training `cfg` with micro-batch batch x seq in `offload`
@@ -59,15 +60,36 @@ typedef struct gpt2_plan_request {
     ferry_dtype dtype;
 } gpt2_plan_request;
 
+/* The NVMe tier, as the engine config's nvme_ fields: with offload NVME (a
+ * NULL one there means the defaults, moments only), or PARAMS with the
+ * state on disk. */
+typedef struct gpt2_plan_disk {
+    bool master;                 /* the master weights on disk too */
+    uint64_t window_bytes;       /* 0: the default */
+    uint64_t block_bytes;        /* 0: the default */
+} gpt2_plan_disk;
+
 /* Predicts the peaks. Bad values (an invalid config, batch < 1, seq outside
  * 1..max_seq_len, batch x seq > 2^31 - 1, a mode or backend out of range,
  * micro_batches < 1, a model too large to count in 64 bits) are
  * FERRY_ERR_INVALID_ARGUMENT. */
 ferry_status gpt2_plan_predict(const gpt2_plan_request *rq, gpt2_plan *out);
+/* The same with the NVMe tier's settings (NULL: no disk, or with offload
+ * NVME its defaults). */
+ferry_status gpt2_plan_predict_disk(const gpt2_plan_request *rq, const gpt2_plan_disk *disk, gpt2_plan *out);
 
 /* The largest batch (1..65536) whose predicted device peak fits
  * device_budget, rq->batch aside; *max_B = 0 when not even 1 fits. */
 ferry_status gpt2_plan_max_batch(const gpt2_plan_request *rq, uint64_t device_budget, int *max_B);
+
+/* The largest GPT-2-shaped model of the dN family (N layers, 64N wide, N
+ * heads of 64; rq->cfg's vocabulary and context) whose training as `rq`
+ * says fits every budget that is not 0: the device peak, the host pool, the
+ * NVMe tier's file. *layers = N (0 when not even d1 fits); *plan (may be
+ * NULL) its prediction; `disk` as gpt2_plan_predict_disk's. Found by
+ * bisection: every figure grows with N. */
+ferry_status gpt2_plan_largest_model(const gpt2_plan_request *rq, const gpt2_plan_disk *disk, uint64_t device_budget,
+                                     uint64_t host_budget, uint64_t disk_budget, int *layers, gpt2_plan *plan);
 
 #ifdef __cplusplus
 }

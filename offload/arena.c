@@ -23,6 +23,7 @@ const char *ferry_mem_category_name(ferry_mem_category category)
     case FERRY_MEM_STAGING: return "staging";
     case FERRY_MEM_WORKSPACE: return "workspace";
     case FERRY_MEM_OTHER: return "other";
+    case FERRY_MEM_NVME: return "nvme window";
     case FERRY_MEM_CATEGORY_COUNT: break;
     }
     return "unknown";

@@ -338,6 +338,18 @@ ferry_status pool_alloc(pool *p, size_t bytes, size_t align, ferry_mem_category 
     return st;
 }
 
+ferry_status pool_reserve(pool *p, size_t bytes, const char *what)
+{
+    if (!p)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "pool_reserve: NULL pool");
+    if (!bytes)
+        return FERRY_OK;
+    pthread_mutex_lock(&p->mu);
+    ferry_status st = grow(p, bytes, bytes, FERRY_MEM_OTHER, what ? what : "");
+    pthread_mutex_unlock(&p->mu);
+    return st;
+}
+
 ferry_status pool_free(pool *p, void *ptr)
 {
     if (!p)

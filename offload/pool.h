@@ -60,6 +60,11 @@ void pool_destroy(pool *p);
  * copied. 0 bytes gets one granule. */
 ferry_status pool_alloc(pool *p, size_t bytes, size_t align, ferry_mem_category category,
                         const char *name, void **out);
+/* Makes room in one slab for `bytes` of allocations (as pool_charge counts
+ * them) about to be made, so that they pack without the slack a fixed slab
+ * size leaves at the end of each slab: a budget then holds exactly what a
+ * planner counted. FERRY_ERR_OUT_OF_MEMORY past the limit, naming `what`. */
+ferry_status pool_reserve(pool *p, size_t bytes, const char *what);
 /* FERRY_ERR_INVALID_ARGUMENT for a pointer this pool did not hand out (or
  * already freed); NULL is a no-op. */
 ferry_status pool_free(pool *p, void *ptr);

@@ -18,6 +18,7 @@
 #endif
 
 #include "common/error.h"
+#include "common/fileio.h"
 
 _Static_assert(sizeof(trace_record) == TRACE_RECORD_SIZE, "trace_record is the documented 96 bytes");
 _Static_assert(offsetof(trace_record, name) == 48, "trace_record layout is documented");
@@ -161,9 +162,11 @@ ferry_status trace_open(const char *path, trace **out)
         free(t);
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "memory trace: cannot allocate its buffer");
     }
-    t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (t->fd < 0) {
-        ferry_status st = err_set(FERRY_ERR_IO, "cannot create memory trace '%s': %s", path, strerror(errno));
+    /* A regular file (truncated) or a character device; never a FIFO, which
+     * would block the open, nor a folder. */
+    ferry_status opened = fileio_open_output(path, "memory trace", false, &t->fd);
+    if (opened != FERRY_OK) {
+        ferry_status st = err_wrap(opened, "cannot create the memory trace");
         free(t->buf);
         free(t->path);
         free(t);
@@ -215,10 +218,15 @@ ferry_status trace_flush(trace *t)
     return st;
 }
 
+static void put(trace *t, trace_kind kind, trace_pool pool, int category, const char *name,
+                uint64_t bytes, uint64_t addr, int64_t step, double value);
+
 ferry_status trace_close(trace *t)
 {
     if (!t)
         return FERRY_OK;
+    /* The END record says the trace is whole: its count is the records before it. */
+    put(t, TRACE_END, TRACE_POOL_DEVICE, 0, "end", 0, 0, -1, 0.0);
     pthread_mutex_lock(&t->mu);
     flush_locked(t);
     pthread_mutex_unlock(&t->mu);
@@ -247,7 +255,7 @@ static void put(trace *t, trace_kind kind, trace_pool pool, int category, const 
     r->kind = (uint8_t)kind;
     r->pool = (uint8_t)pool;
     r->category = (uint8_t)category;
-    r->bytes = bytes;
+    r->bytes = kind == TRACE_END ? t->records : bytes;
     r->addr = addr;
     r->step = step;
     r->value = value;

@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-/* ---- file format, version 1 (little-endian) ----
+/* ---- file format, version 2 (little-endian) ----
  * header, 32 bytes: magic "FERRYMEM", u32 version, u32 record size (96),
  *                   u64 wall-clock start (ns since the Unix epoch),
  *                   u32 flags, u32 CRC-32C of header bytes 0..27.
@@ -33,9 +33,12 @@ extern "C" {
  * is the CRC-32C of its index (u64, 0 for the first record) followed by its
  * 96 bytes with `crc` zeroed, so a changed byte, a lost record or two records
  * swapped are all detected. Traces from before the flag existed have
- * flags and header CRC 0 and carry no record checksums. */
+ * flags and header CRC 0 and carry no record checksums.
+ * Version 2 ends with an END record, written by trace_close: a trace without
+ * one was cut (a killed run, a full disk) even when it ends on a record
+ * boundary. Version 1 (no END record) is version 2 otherwise. */
 #define TRACE_MAGIC "FERRYMEM"
-#define TRACE_VERSION 1u
+#define TRACE_VERSION 2u
 #define TRACE_HEADER_SIZE 32u
 #define TRACE_RECORD_SIZE 96u
 #define TRACE_NAME_MAX 48u /* bytes of name, NUL included; longer names are cut */
@@ -48,11 +51,13 @@ typedef enum trace_kind {
     TRACE_TIMING = 4,  /* step, name = key, value = milliseconds */
     TRACE_LIMIT = 5,   /* pool, bytes = its budget (0 = none) */
     TRACE_RESERVE = 6, /* pool, bytes = bytes reserved from the OS/device now */
+    TRACE_END = 7,     /* the last record: bytes = the records before it; name "end" */
 } trace_kind;
 
 typedef enum trace_pool {
     TRACE_POOL_DEVICE = 0, /* the device arena */
     TRACE_POOL_HOST = 1,   /* the pinned host pool */
+    TRACE_POOL_DISK = 2,   /* the NVMe tier's state file (offload/nvme.h) */
 } trace_pool;
 
 typedef struct trace_record {
@@ -71,12 +76,16 @@ typedef struct trace_record {
 
 typedef struct trace trace;
 
-/* Creates (truncates) `path` and writes the header. FERRY_ERR_IO with the
- * path and the reason when it cannot. Release with trace_close(). */
+/* Creates (truncates) `path` and writes the header; a character device
+ * (/dev/null) is written in place. A folder, a FIFO, a socket or a link to
+ * nothing is refused without blocking (common/fileio.h). FERRY_ERR_IO with
+ * the path and the reason when it cannot. Release with trace_close(). */
 ferry_status trace_open(const char *path, trace **out);
-/* Writes what is buffered, closes, frees. Returns the first write failure of
- * the trace's life, if any (FERRY_ERR_IO). NULL is fine. Call it after the
- * allocators that record into the trace are destroyed, or detached. */
+/* Adds the END record, writes what is buffered, closes, frees. Returns the
+ * first write failure of the trace's life, if any (FERRY_ERR_IO); the END
+ * record is written only when every record before it was. NULL is fine.
+ * Call it after the allocators that record into the trace are destroyed, or
+ * detached. */
 ferry_status trace_close(trace *t);
 /* Writes what is buffered now; returns the first write failure, if any. */
 ferry_status trace_flush(trace *t);

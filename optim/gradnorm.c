@@ -82,16 +82,24 @@ float gradnorm_clip_coef(double global_norm, float max_norm)
 gradnorm_decision gradnorm_decide(const double *group_sumsq, const bool *group_nonfinite, int ngroups,
                                   float max_norm)
 {
-    gradnorm_decision d = {0, 1.0f, false, -1};
+    return gradnorm_decide_unscaled(group_sumsq, group_nonfinite, ngroups, max_norm, 1.0f);
+}
+
+gradnorm_decision gradnorm_decide_unscaled(const double *group_sumsq, const bool *group_nonfinite, int ngroups,
+                                           float max_norm, float inv_scale)
+{
+    gradnorm_decision d = {0, 1.0f, false, -1, 1.0f};
     double sum = 0;
     for (int i = 0; i < ngroups; i++) {
         sum += group_sumsq[i];
         if (group_nonfinite[i] && d.bad_group < 0)
             d.bad_group = i;
     }
-    d.skipped = d.bad_group >= 0;
-    d.grad_norm = d.skipped ? (double)NAN : sqrt(sum);
+    /* A loss scale that backed off to nothing unscales by inf: nothing to apply. */
+    d.skipped = d.bad_group >= 0 || !(inv_scale > 0 && isfinite(inv_scale));
+    d.grad_norm = d.skipped ? (double)NAN : sqrt(sum) * (double)inv_scale;
     if (!d.skipped)
         d.clip_coef = gradnorm_clip_coef(d.grad_norm, max_norm);
+    d.grad_scale = d.clip_coef * inv_scale;
     return d;
 }

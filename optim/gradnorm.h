@@ -46,13 +46,28 @@ float gradnorm_clip_coef(double global_norm, float max_norm);
  * grad_scale (adamw_job.grad_scale, ops_adamw's grad_scale). */
 typedef struct gradnorm_decision {
     double grad_norm; /* global L2 norm; NaN when skipped */
-    float clip_coef;  /* the updates' grad_scale; 1 = not clipped */
+    float clip_coef;  /* 1 = not clipped */
     bool skipped;
     int bad_group;    /* the first group with a non-finite gradient; -1 if none */
+    float grad_scale; /* the updates' grad_scale: clip_coef, times the loss scale's inverse */
 } gradnorm_decision;
 
 gradnorm_decision gradnorm_decide(const double *group_sumsq, const bool *group_nonfinite, int ngroups,
                                   float max_norm);
+
+/* The same for gradients that carry a loss scale (optim/loss_scale.h):
+ * inv_scale = loss_scale_inverse(). The norm is that of the unscaled
+ * gradients (sqrt of the sums, times inv_scale: exact for a power-of-two
+ * scale), clipping is decided on it, and clip_coef becomes the updates'
+ * grad_scale is clip_coef x inv_scale, so the gradients are unscaled and
+ * clipped by one multiplication (for a power-of-two scale, bitwise
+ * torch's unscale_ followed by clip_grad_norm_'s multiplication). A skip
+ * is decided as gradnorm_decide decides it, and also when inv_scale is not
+ * finite (a scale that collapsed to nothing; bad_group is then -1); data parallel ranks feed
+ * group_nonfinite with flags reduced over every rank, so each rank skips,
+ * and updates its scale, alike. gradnorm_decide is inv_scale = 1. */
+gradnorm_decision gradnorm_decide_unscaled(const double *group_sumsq, const bool *group_nonfinite, int ngroups,
+                                           float max_norm, float inv_scale);
 
 #ifdef __cplusplus
 }

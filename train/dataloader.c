@@ -182,6 +182,13 @@ static ferry_status add_pattern(tok_loader *l, const char *pattern)
         return err_set(FERRY_ERR_IO, "cannot expand the shard pattern '%s'", pattern);
     }
     ferry_status st = FERRY_OK;
+    /* GLOB_NOCHECK gives the pattern back when nothing matches: a pattern with
+     * wildcards that is not itself a file matched nothing. */
+    struct stat sb;
+    if (g.gl_pathc == 1 && strcmp(g.gl_pathv[0], pattern) == 0 && strpbrk(pattern, "*?[") &&
+        stat(pattern, &sb) != 0)
+        st = err_set(FERRY_ERR_IO, "no file matches the shard pattern '%s': check the folder and the names (tokenize "
+                     "writes train_NNNNNN.bin and val_NNNNNN.bin)", pattern);
     for (size_t i = 0; st == FERRY_OK && i < g.gl_pathc; i++)
         st = open_shard(l, g.gl_pathv[i]);
     globfree(&g);
@@ -254,7 +261,7 @@ ferry_status tok_loader_open(const tok_loader_config *cfg, tok_loader **out)
         index_windows(l);
         if (l->windows == 0)
             st = err_set(FERRY_ERR_INVALID_ARGUMENT, "%zu shard(s) ('%s'%s) with %llu tokens hold no batch of "
-                         "B*T+1 = %llu tokens within one shard; use smaller --batch/--seq-len or more data", l->nshards,
+                         "B*T+1 = %llu tokens within one shard; use a smaller --batch or --seq, or more data", l->nshards,
                          l->shards[0].path, l->nshards > 1 ? ", ..." : "",
                          (unsigned long long)l->tokens, (unsigned long long)cfg->batch * cfg->seq_len + 1);
         else if (l->windows > UINT32_MAX)

@@ -3,6 +3,8 @@
 #include "train/hf_checkpoint.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +56,7 @@ static int count_tensors(const gpt2_model *m)
     return n;
 }
 
-static ferry_status write_config(const char *dir, const gpt2_model *m)
+static ferry_status write_config(const char *dir, const gpt2_model *m, const hf_ferry_info *ferry)
 {
     const gpt2_config *c = gpt2_get_config(m);
     cJSON *j = cJSON_CreateObject();
@@ -73,6 +75,13 @@ static ferry_status write_config(const char *dir, const gpt2_model *m)
     cJSON_AddNumberToObject(j, "eos_token_id", TOK_GPT2_EOT);
     cJSON_AddBoolToObject(j, "tie_word_embeddings", 1);
     cJSON_AddStringToObject(j, "torch_dtype", "float32");
+    if (ferry && (ferry->run[0] || ferry->step >= 0)) {
+        cJSON *f = cJSON_AddObjectToObject(j, "ferry");
+        if (ferry->run[0])
+            cJSON_AddStringToObject(f, "run", ferry->run);
+        if (ferry->step >= 0)
+            cJSON_AddNumberToObject(f, "step", (double)ferry->step);
+    }
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text)
@@ -94,7 +103,7 @@ static ferry_status write_config(const char *dir, const gpt2_model *m)
     return st;
 }
 
-ferry_status hf_save(const char *dir, const gpt2_model *m, float *const *groups)
+ferry_status hf_save(const char *dir, const gpt2_model *m, float *const *groups, const hf_ferry_info *ferry)
 {
     int n = count_tensors(m);
     st_tensor *ts = calloc((size_t)n, sizeof *ts);
@@ -116,11 +125,22 @@ ferry_status hf_save(const char *dir, const gpt2_model *m, float *const *groups)
             ts[k].shape[1] = info[k].ndim == 2 ? info[k].hf_shape[1] : 0;
         }
     char path[4096];
-    static const char *const meta[] = {"format", "pt", "producer", "ferry train_gpt2"};
+    char step[24];
+    snprintf(step, sizeof step, "%lld", ferry ? (long long)ferry->step : -1LL);
+    const char *meta[8] = {"format", "pt", "producer", "ferry train_gpt2"};
+    size_t n_meta = 2;
+    if (ferry && ferry->run[0]) {
+        meta[2 * n_meta] = "ferry_run";
+        meta[2 * n_meta++ + 1] = ferry->run;
+    }
+    if (ferry && ferry->step >= 0) {
+        meta[2 * n_meta] = "ferry_step";
+        meta[2 * n_meta++ + 1] = step;
+    }
     st_writer *w = NULL;
     int len = snprintf(path, sizeof path, "%s/model.safetensors", dir);
     ferry_status st = len > 0 && (size_t)len < sizeof path
-                          ? st_writer_begin(path, ts, (size_t)n, meta, 2, &w)
+                          ? st_writer_begin(path, ts, (size_t)n, meta, n_meta, &w)
                           : err_set(FERRY_ERR_INVALID_ARGUMENT, "the folder name '%s' is too long", dir);
     for (k = 0; k < n && st == FERRY_OK; k++) {
         size_t count = hf_numel(&info[k]);
@@ -138,7 +158,7 @@ ferry_status hf_save(const char *dir, const gpt2_model *m, float *const *groups)
     else
         st_writer_abort(w);
     free(ts); free(info); free(group_of);
-    return st == FERRY_OK ? write_config(dir, m) : st;
+    return st == FERRY_OK ? write_config(dir, m, ferry) : st;
 }
 
 /* "transformer.h.0.ln_1.weight" may be stored as "h.0.ln_1.weight". */
@@ -260,20 +280,191 @@ static ferry_status json_int(const char *path, const cJSON *j, const char *key, 
     return FERRY_OK;
 }
 
-ferry_status hf_read_config(const char *config_json, gpt2_config *out)
+/* The first key that appears twice in an object, at any depth, or NULL:
+ * cJSON keeps both, and which one a reader takes is anyone's guess. */
+static const char *duplicate_key(const cJSON *j)
+{
+    for (const cJSON *a = j ? j->child : NULL; a; a = a->next) {
+        if (cJSON_IsObject(j))
+            for (const cJSON *b = a->next; b; b = b->next)
+                if (a->string && b->string && strcmp(a->string, b->string) == 0)
+                    return a->string;
+        const char *inner = cJSON_IsObject(a) || cJSON_IsArray(a) ? duplicate_key(a) : NULL;
+        if (inner)
+            return inner;
+    }
+    return NULL;
+}
+
+/* Parses text as one JSON object, with nothing but blanks after it and no
+ * key twice. `what` names the file in messages. */
+static ferry_status parse_object(const char *path, const char *text, size_t len, cJSON **out)
+{
+    const char *end = NULL;
+    *out = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!j) {
+        size_t at = end && end >= text ? (size_t)(end - text) : 0;
+        return err_set(FERRY_ERR_FORMAT, "model config '%s' is not valid JSON (at byte %zu of %zu): cut short, or "
+                       "edited by hand? A config.json is {\"n_layer\": 12, ...}", path, at, len);
+    }
+    size_t at = end ? (size_t)(end - text) : len;
+    while (at < len && (text[at] == ' ' || text[at] == '\t' || text[at] == '\n' || text[at] == '\r'))
+        at++;
+    const char *dup = duplicate_key(j);
+    ferry_status st = FERRY_OK;
+    if (!cJSON_IsObject(j))
+        st = err_set(FERRY_ERR_FORMAT, "'%s' is not a JSON object: cut short, not JSON, or not {...} "
+                     "(a config.json is {\"n_layer\": 12, ...})", path);
+    else if (at < len)
+        st = err_set(FERRY_ERR_FORMAT, "model config '%s' has %zu bytes after its JSON object (from byte %zu): two "
+                     "files run together, or a bad edit; a config.json is one object", path, len - at, at);
+    else if (dup)
+        st = err_set(FERRY_ERR_FORMAT, "model config '%s' gives \"%s\" twice; which one is meant cannot be told: "
+                     "keep one", path, dup);
+    if (st != FERRY_OK) {
+        cJSON_Delete(j);
+        return st;
+    }
+    *out = j;
+    return FERRY_OK;
+}
+
+/* A key ferry reads that must hold one value (what its GPT-2 computes), or
+ * be absent. */
+static ferry_status expect_string(const char *path, const cJSON *j, const char *key, const char *const *allowed,
+                                  const char *says)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!v)
+        return FERRY_OK;
+    for (int i = 0; cJSON_IsString(v) && allowed[i]; i++)
+        if (strcmp(v->valuestring, allowed[i]) == 0)
+            return FERRY_OK;
+    char what[64];
+    describe(v, what, sizeof what);
+    return err_set(FERRY_ERR_FORMAT, "model config '%s': \"%s\" is %s; ferry implements only \"%s\" (%s)", path, key,
+                   what, allowed[0], says);
+}
+
+static ferry_status expect_bool(const char *path, const cJSON *j, const char *key, bool want, const char *says)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!v || (cJSON_IsBool(v) && (bool)cJSON_IsTrue(v) == want))
+        return FERRY_OK;
+    char what[64];
+    describe(v, what, sizeof what);
+    return err_set(FERRY_ERR_FORMAT, "model config '%s': \"%s\" is %s; ferry implements only %s (%s)", path, key,
+                   what, want ? "true" : "false", says);
+}
+
+/* Keys that change what GPT-2 computes, each to the one value ferry
+ * implements; dropout rates are read as numbers and not applied (ferry
+ * trains without dropout). */
+static ferry_status check_semantics(const char *path, const cJSON *j, int n_embd, int n_positions)
+{
+    static const char *const gelu[] = {"gelu_new", "gelu_pytorch_tanh", NULL};
+    static const char *const gpt2[] = {"gpt2", NULL};
+    ferry_status st = expect_string(path, j, "activation_function", gelu, "GPT-2's tanh GELU");
+    if (st == FERRY_OK) st = expect_string(path, j, "model_type", gpt2, "GPT-2");
+    if (st == FERRY_OK) st = expect_bool(path, j, "tie_word_embeddings", true, "the output layer is wte");
+    if (st == FERRY_OK) st = expect_bool(path, j, "scale_attn_weights", true, "attention scaled by 1/sqrt(head size)");
+    if (st == FERRY_OK) st = expect_bool(path, j, "scale_attn_by_inverse_layer_idx", false, "no per-layer scaling");
+    if (st == FERRY_OK) st = expect_bool(path, j, "add_cross_attention", false, "a decoder without cross-attention");
+    if (st != FERRY_OK)
+        return st;
+    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(j, "layer_norm_epsilon");
+    if (eps && !(cJSON_IsNumber(eps) && fabs(eps->valuedouble - 1e-5) <= 1e-12)) {
+        char what[64];
+        describe(eps, what, sizeof what);
+        return err_set(FERRY_ERR_FORMAT, "model config '%s': \"layer_norm_epsilon\" is %s; ferry's layer norm uses "
+                       "1e-05 (GPT-2's), and a model trained with another would compute differently here", path, what);
+    }
+    const cJSON *inner = cJSON_GetObjectItemCaseSensitive(j, "n_inner");
+    if (inner && !cJSON_IsNull(inner) && !(cJSON_IsNumber(inner) && inner->valuedouble == 4.0 * n_embd)) {
+        char what[64];
+        describe(inner, what, sizeof what);
+        return err_set(FERRY_ERR_FORMAT, "model config '%s': \"n_inner\" is %s; ferry's MLP is 4 x n_embd = %d wide "
+                       "(null means that too)", path, what, 4 * n_embd);
+    }
+    int ctx = 0;
+    if (cJSON_GetObjectItemCaseSensitive(j, "n_ctx")) {
+        if ((st = json_int(path, j, "n_ctx", -1, &ctx)) != FERRY_OK)
+            return st;
+        if (ctx != n_positions)
+            return err_set(FERRY_ERR_FORMAT, "model config '%s': \"n_ctx\" %d differs from \"n_positions\" %d; "
+                           "GPT-2 has one context length: make them equal", path, ctx, n_positions);
+    }
+    static const char *const rates[] = {"attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout"};
+    for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, rates[i]);
+        if (v && !(cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 1)) {
+            char what[64];
+            describe(v, what, sizeof what);
+            return err_set(FERRY_ERR_FORMAT, "model config '%s': \"%s\" is %s, not a rate in [0, 1)", path, rates[i],
+                           what);
+        }
+    }
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(j, "architectures");
+    if (arch) {
+        bool lm = false;
+        for (const cJSON *a = cJSON_IsArray(arch) ? arch->child : NULL; a; a = a->next)
+            lm |= cJSON_IsString(a) && (strcmp(a->valuestring, "GPT2LMHeadModel") == 0 ||
+                                         strcmp(a->valuestring, "GPT2Model") == 0);
+        if (!lm)
+            return err_set(FERRY_ERR_FORMAT, "model config '%s': \"architectures\" does not name GPT2LMHeadModel "
+                           "(or GPT2Model); ferry trains GPT-2's language model", path);
+    }
+    return FERRY_OK;
+}
+
+/* run: 32 hex digits. */
+static bool is_run_id(const char *s)
+{
+    size_t n = 0;
+    while (s[n] && strchr("0123456789abcdef", s[n]))
+        n++;
+    return n == 32 && !s[n];
+}
+
+/* The "ferry" object, if any: {"run": "<32 hex digits>", "step": N}. */
+static ferry_status read_ferry(const char *path, const cJSON *j, hf_ferry_info *out)
+{
+    out->run[0] = '\0';
+    out->step = -1;
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(j, "ferry");
+    if (!f)
+        return FERRY_OK;
+    const cJSON *run = cJSON_GetObjectItemCaseSensitive(f, "run");
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(f, "step");
+    if (!cJSON_IsObject(f) || (run && !(cJSON_IsString(run) && is_run_id(run->valuestring))) ||
+        (step && !(cJSON_IsNumber(step) && step->valuedouble >= 0 && step->valuedouble < 9.0e15 &&
+                   step->valuedouble == (double)(int64_t)step->valuedouble)))
+        return err_set(FERRY_ERR_FORMAT, "model config '%s': its \"ferry\" fields are damaged (a run is 32 hex "
+                       "digits, a step a whole number >= 0): put back the config.json saved with the checkpoint",
+                       path);
+    if (run)
+        snprintf(out->run, sizeof out->run, "%s", run->valuestring);
+    if (step)
+        out->step = (int64_t)step->valuedouble;
+    return FERRY_OK;
+}
+
+ferry_status hf_read_config_ferry(const char *config_json, gpt2_config *out, hf_ferry_info *ferry)
 {
     char *text = NULL;
     size_t len = 0;
+    hf_ferry_info none;
+    if (!ferry)
+        ferry = &none;
     ferry_status st = fileio_read(config_json, "model config", &text, &len);
     if (st != FERRY_OK)
         return st;
-    cJSON *j = cJSON_ParseWithLength(text, len);
+    cJSON *j = NULL;
+    st = parse_object(config_json, text, len, &j);
     free(text);
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        return err_set(FERRY_ERR_FORMAT, "'%s' is not a JSON object: cut short, not JSON, or not {...} "
-                       "(a config.json is {\"n_layer\": 12, ...})", config_json);
-    }
+    if (st != FERRY_OK)
+        return st;
     int L = 0, H = 0, C = 0, V = 0, T = 0;
     st = json_int(config_json, j, "n_layer", -1, &L);
     if (st == FERRY_OK)
@@ -284,9 +475,41 @@ ferry_status hf_read_config(const char *config_json, gpt2_config *out)
         st = json_int(config_json, j, "vocab_size", 50257, &V);
     if (st == FERRY_OK)
         st = json_int(config_json, j, "n_positions", 1024, &T);
+    if (st == FERRY_OK)
+        st = check_semantics(config_json, j, C, T);
+    if (st == FERRY_OK)
+        st = read_ferry(config_json, j, ferry);
     cJSON_Delete(j);
     if (st != FERRY_OK)
         return st;
     st = gpt2_config_from_fields(L, H, C, V, 0, T, out);
     return st == FERRY_OK ? FERRY_OK : err_wrap(st, "model config '%s'", config_json);
+}
+
+ferry_status hf_read_config(const char *config_json, gpt2_config *out)
+{
+    return hf_read_config_ferry(config_json, out, NULL);
+}
+
+ferry_status hf_read_ferry_meta(const char *safetensors, hf_ferry_info *out)
+{
+    st_file *f = NULL;
+    out->run[0] = '\0';
+    out->step = -1;
+    ferry_status st = st_open(safetensors, &f);
+    if (st != FERRY_OK)
+        return st;
+    const char *run = st_metadata(f, "ferry_run"), *step = st_metadata(f, "ferry_step");
+    char *end = NULL;
+    long long v = step ? strtoll(step, &end, 10) : -1;
+    if ((run && !is_run_id(run)) || (step && (!*step || *end || v < 0)))
+        st = err_set(FERRY_ERR_FORMAT, "'%s': its ferry_run / ferry_step metadata are damaged (\"%s\", \"%s\")",
+                     safetensors, run ? run : "", step ? step : "");
+    else {
+        if (run)
+            snprintf(out->run, sizeof out->run, "%s", run);
+        out->step = step ? v : -1;
+    }
+    st_close(f);
+    return st;
 }

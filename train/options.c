@@ -4,7 +4,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fileio.h"
 #include "common/units.h"
 
 typedef enum opt_kind { OPT_INT, OPT_FLOAT, OPT_STR, OPT_BOOL, OPT_BYTES, OPT_U64, OPT_OFFLOAD, OPT_BACKEND, OPT_DTYPE } opt_kind;
@@ -54,9 +54,13 @@ static const opt_spec specs[] = {
     {"--eps", OPT_FLOAT, F(eps), "1e-8", 0, 1, "AdamW epsilon"},
     {"--clip", OPT_FLOAT, F(clip), "1.0", 0, 1e9, "clip the global gradient norm to this (0 = off)"},
     {"--backend", OPT_BACKEND, F(backend), "auto", 0, 0, "auto, host or cuda (auto: cuda if a GPU is present)"},
-    {"--offload", OPT_OFFLOAD, F(offload), "optimizer", 0, 0, "none, optimizer (ZeRO-Offload) or params (ZeRO-3 style)"},
-    {"--dtype", OPT_DTYPE, F(dtype), "auto", 0, 0, "device storage: auto (bf16 on cuda, f32 on host), f32 (host only), or bf16 "
-                                                   "(on the host backend: rounded where the CUDA ops store bf16)"},
+    {"--offload", OPT_OFFLOAD, F(offload), "optimizer", 0, 0, "none, optimizer (ZeRO-Offload), params (ZeRO-3 style) or nvme "
+                                                              "(as optimizer, with the Adam moments on disk: --nvme-path)"},
+    {"--dtype", OPT_DTYPE, F(dtype), "auto", 0, 0, "device storage: auto (on cuda bf16 from sm_80, f16 on sm_70/75; f32 on "
+                                                   "host), f32 (host only), bf16, or f16 (with dynamic loss scaling); on the "
+                                                   "host backend 16-bit types round where the CUDA ops store them"},
+    {"--loss-scale", OPT_FLOAT, F(loss_scale), "65536", 0, 1e38, "first dynamic loss scale with f16 storage (torch "
+                                                               "GradScaler's rule); 0 = no loss scaling"},
     {"--gpu-mem", OPT_BYTES, F(gpu_mem), "0", 0, 0, "hard device memory budget, e.g. 24GiB (0 = what is free)"},
     {"--host-mem", OPT_BYTES, F(host_mem), "0", 0, 0, "cap on the engine's pinned host memory (0 = none)"},
     {"--prefetch", OPT_INT, F(prefetch), "2", 0, 64, "params mode: groups fetched ahead"},
@@ -75,11 +79,21 @@ static const opt_spec specs[] = {
     {"--checkpoint-every", OPT_INT, F(checkpoint_every), "0", 0, 100000000, "save every N steps, and at the end (0 = only at the end)"},
     {"--keep-last", OPT_INT, F(keep_last), "3", 0, 100000000, "after each save keep the N newest step folders, delete older ones (0 = keep all)"},
     {"--resume", OPT_STR, F(resume), "", 0, 0, "continue from a checkpoint folder (or its parent: the latest in it)"},
-    {"--trace", OPT_STR, F(trace), "", 0, 0, "write a memory trace for memprof to this file"},
-    {"--log", OPT_STR, F(log), "", 0, 0, "write a JSON Lines record of every step to this file"},
+    {"--trace", OPT_STR, F(trace), "", 0, 0, "write a memory trace for memprof to this file (each run, a resumed "
+                                             "one too, writes it anew)"},
+    {"--log", OPT_STR, F(log), "", 0, 0, "append a JSON Lines record of every step to this file (a resumed run "
+                                         "goes on with it)"},
     {"--peak-tflops", OPT_FLOAT, F(peak_tflops), "0", 0, 100000, "the GPU's dense bf16 peak for MFU (0 = from its name)"},
     {"--sample", OPT_BOOL, F(sample_only), "off", 0, 0, "generate text from --resume or --init-from and exit"},
     {"--quiet", OPT_BOOL, F(quiet), "off", 0, 0, "no progress lines (errors and the summary only)"},
+    {"--max-skips", OPT_INT, F(max_skips), "20", 0, 1000000000, "stop after this many steps in a row skipped for "
+                                                               "non-finite gradients (0 = never)"},
+    {"--nvme-path", OPT_STR, F(nvme_path), "", 0, 0, "folder on a fast disk for the optimizer state (--offload nvme, or params "
+                                                     "with the state on disk)"},
+    {"--nvme-master", OPT_BOOL, F(nvme_master), "off", 0, 0, "put the fp32 master weights on disk too (not only the Adam moments)"},
+    {"--nvme-window", OPT_BYTES, F(nvme_window), "256MiB", 12288, 0, "pinned host memory the on-disk state streams through"},
+    {"--nvme-block", OPT_BYTES, F(nvme_block), "1MiB", 4096, 67108864, "bytes per disk I/O and per checksum (a multiple of 4KiB, at most 64MiB)"},
+    {"--nvme-queue-depth", OPT_INT, F(nvme_queue_depth), "16", 1, 1024, "disk I/Os in flight"},
 };
 
 #define NSPECS (sizeof specs / sizeof specs[0])
@@ -88,16 +102,38 @@ _Static_assert(NSPECS <= 64, "train_options.given has a bit per flag");
 /* Sizes below this are a unit mistake ("--gpu-mem 0.5" meant GiB). */
 #define MIN_BYTES ((uint64_t)1 << 20)
 
+/* What a flag's value is, as --help shows it. */
+static const char *placeholder(const opt_spec *s)
+{
+    switch (s->kind) {
+    case OPT_BOOL: return "";
+    case OPT_INT:
+    case OPT_U64: return " N";
+    case OPT_FLOAT: return " X";
+    case OPT_BYTES: return " SIZE";
+    case OPT_OFFLOAD: return " MODE";
+    case OPT_BACKEND: return " NAME";
+    case OPT_DTYPE: return " TYPE";
+    case OPT_STR: break;
+    }
+    if (s->field == F(model))
+        return " NAME";
+    return s->field == F(prompt) ? " TEXT" : " PATH";
+}
+
 static void print_help(void)
 {
     printf("usage: train_gpt2 [flags]\n"
            "Trains GPT-2 on one GPU (or the CPU host backend) with ferry's ZeRO-style offload.\n\n");
     for (size_t i = 0; i < NSPECS; i++) {
         const opt_spec *s = &specs[i];
-        const char *arg = s->kind == OPT_BOOL ? "" : s->kind == OPT_STR ? " TEXT" : s->kind == OPT_BYTES ? " SIZE" : " N";
         char left[48];
-        snprintf(left, sizeof left, "%s%s", s->flag, arg);
-        printf("  %-24s %s (default: %s)\n", left, s->help, *s->def ? s->def : "none");
+        snprintf(left, sizeof left, "%s%s", s->flag, placeholder(s));
+        /* A flag whose help says its default (one that depends on others) gets no second one. */
+        if (strstr(s->help, "(default:"))
+            printf("  %-24s %s\n", left, s->help);
+        else
+            printf("  %-24s %s (default: %s)\n", left, s->help, *s->def ? s->def : "none");
     }
     printf("\nExample: train_gpt2 --data 'data/train_*.bin' --val-data 'data/val_*.bin' --model gpt2 "
            "--batch 8 --seq 1024 --offload optimizer --gpu-mem 24GiB\n");
@@ -111,6 +147,22 @@ static int apply_bytes(const opt_spec *s, const char *text, uint64_t *field)
     if (units_parse_bytes(text, &v) != FERRY_OK) {
         fprintf(stderr, "train_gpt2: %s: %s\n", s->flag, ferry_last_error());
         return 2;
+    }
+    if (s->min > 0) { /* a size with a range of its own (the disk's block and window) */
+        bool block = s->field == F(nvme_block);
+        if (v < (uint64_t)s->min || (s->max > 0 && v > (uint64_t)s->max) || (block && v % 4096)) {
+            char lo[32], hi[32], range[96];
+            units_fmt_bytes(lo, sizeof lo, (uint64_t)s->min);
+            if (s->max > 0)
+                snprintf(range, sizeof range, "from %s to %s", lo, units_fmt_bytes(hi, sizeof hi, (uint64_t)s->max));
+            else
+                snprintf(range, sizeof range, "at least %s", lo);
+            fprintf(stderr, "train_gpt2: %s '%s' is %llu bytes; give %s%s\n", s->flag, text, (unsigned long long)v,
+                    block ? "a multiple of 4KiB " : "", range);
+            return 2;
+        }
+        *field = v;
+        return 0;
     }
     if (v < MIN_BYTES && strtod(text, NULL) != 0.0) {
         fprintf(stderr, "train_gpt2: %s '%s' is %llu bytes: a number without a unit is bytes, and K, M, G, T "
@@ -185,8 +237,8 @@ static int apply(const opt_spec *s, const char *text, train_options *o)
     case OPT_DTYPE: {
         ferry_dtype t;
         if (ferry_dtype_parse(text, &t) != FERRY_OK || (t != FERRY_DTYPE_AUTO && t != FERRY_DTYPE_F32 &&
-                                                         t != FERRY_DTYPE_BF16)) {
-            fprintf(stderr, "train_gpt2: %s '%s': use auto, f32 or bf16\n", s->flag, text);
+                                                         t != FERRY_DTYPE_BF16 && t != FERRY_DTYPE_F16)) {
+            fprintf(stderr, "train_gpt2: %s '%s': use auto, f32, bf16 or f16\n", s->flag, text);
             return 2;
         }
         *(ferry_dtype *)field = t;
@@ -240,6 +292,14 @@ static int check_together(train_options *o)
         fprintf(stderr, "train_gpt2: --seq %d is longer than the model's --context %d\n", o->seq, o->context);
         return 2;
     }
+    /* Sizes are products of these: computed in 64 bits, each range-checked. */
+    int64_t per_micro = (int64_t)o->batch * o->seq;
+    if (per_micro > INT32_MAX) {
+        fprintf(stderr, "train_gpt2: --batch %d x --seq %d is %lld tokens per micro-batch; at most %d fit (the "
+                        "kernels count rows in 32 bits): lower --batch and raise --grad-accum for the same step\n",
+                o->batch, o->seq, (long long)per_micro, INT32_MAX);
+        return 2;
+    }
     if (!o->sample_only && !o->data) {
         fprintf(stderr, "train_gpt2: --data is required (token shards; make them with the tokenize program)\n");
         return 2;
@@ -258,6 +318,15 @@ static int check_together(train_options *o)
     }
     if (o->delayed_update && o->offload != FERRY_OFFLOAD_OPTIMIZER) {
         fprintf(stderr, "train_gpt2: --delayed-update needs --offload optimizer\n");
+        return 2;
+    }
+    if (o->offload == FERRY_OFFLOAD_NVME && !o->nvme_path) {
+        fprintf(stderr, "train_gpt2: --offload nvme needs --nvme-path, a folder on a fast disk for the optimizer state\n");
+        return 2;
+    }
+    if (o->nvme_path && o->offload != FERRY_OFFLOAD_NVME && o->offload != FERRY_OFFLOAD_PARAMS) {
+        fprintf(stderr, "train_gpt2: --nvme-path puts the state on disk with --offload nvme (or params), not with "
+                        "--offload %s\n", ferry_offload_name(o->offload));
         return 2;
     }
     if (o->init_from && o->resume) {
@@ -308,61 +377,31 @@ bool train_options_given(const train_options *o, const char *flag)
 
 /* ---- outputs ---- */
 
-/* The folder a new file or folder `path` would be made in must exist, be a
- * folder and be writable. */
-static int check_parent(const char *flag, const char *path)
-{
-    char copy[PATH_MAX];
-    snprintf(copy, sizeof copy, "%s", path);
-    const char *parent = dirname(copy);
-    struct stat sb;
-    if (stat(parent, &sb) != 0) {
-        fprintf(stderr, "train_gpt2: %s '%s': the folder '%s' it would go in does not exist (%s); create it first\n",
-                flag, path, parent, strerror(errno));
-        return 2;
-    }
-    if (!S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "train_gpt2: %s '%s': '%s' is a file, not a folder\n", flag, path, parent);
-        return 2;
-    }
-    if (access(parent, W_OK | X_OK) != 0) {
-        fprintf(stderr, "train_gpt2: %s '%s' cannot be created: the folder '%s' is not writable (%s)\n", flag, path,
-                parent, strerror(errno));
-        return 2;
-    }
-    return 0;
-}
-
-/* An output that may exist already: a folder (want_dir) or a file. */
-static int check_output(const char *flag, const char *path, bool want_dir)
-{
-    struct stat sb;
-    if (!path)
-        return 0;
-    if (stat(path, &sb) != 0 && (errno == ENOENT || errno == ENOTDIR))
-        return check_parent(flag, path);
-    if (stat(path, &sb) != 0) {
-        fprintf(stderr, "train_gpt2: %s '%s': %s\n", flag, path, strerror(errno));
-        return 2;
-    }
-    if (want_dir != S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "train_gpt2: %s '%s' is a %s; give %s\n", flag, path, want_dir ? "file" : "folder",
-                want_dir ? "a folder (it is created if missing)" : "a file name");
-        return 2;
-    }
-    if (access(path, want_dir ? W_OK | X_OK : W_OK) != 0) {
-        fprintf(stderr, "train_gpt2: %s '%s' cannot be written: %s\n", flag, path, strerror(errno));
-        return 2;
-    }
-    return 0;
-}
-
+/* Each output path is what it must be (common/fileio.h): a folder, or a file
+ * or device that can be written; or missing, under a writable folder (the
+ * folders missing between are made when the run starts). */
 int train_options_check_outputs(const train_options *o)
 {
-    if (check_output("--checkpoint-dir", o->checkpoint_dir, true) || check_output("--log", o->log, false) ||
-        check_output("--trace", o->trace, false))
+    ferry_status st = FERRY_OK;
+    if (o->checkpoint_dir)
+        st = fileio_check_output_dir(o->checkpoint_dir, "--checkpoint-dir");
+    if (st == FERRY_OK && o->log)
+        st = fileio_check_output(o->log, "--log");
+    if (st == FERRY_OK && o->trace)
+        st = fileio_check_output(o->trace, "--trace");
+    /* The state's folder is not created: it names a disk. */
+    struct stat sb;
+    if (st == FERRY_OK && o->nvme_path && stat(o->nvme_path, &sb) != 0) {
+        fprintf(stderr, "train_gpt2: --nvme-path '%s': %s; create the folder on a fast disk first\n", o->nvme_path,
+                strerror(errno));
         return 2;
-    return 0;
+    }
+    if (st == FERRY_OK && o->nvme_path)
+        st = fileio_check_output_dir(o->nvme_path, "--nvme-path");
+    if (st == FERRY_OK)
+        return 0;
+    fprintf(stderr, "train_gpt2: %s\n", ferry_last_error());
+    return 2;
 }
 
 float train_lr_at(const train_options *o, int step)

@@ -27,7 +27,7 @@ typedef struct train_options {
     /* engine */
     ferry_backend_kind backend;
     ferry_offload offload;
-    ferry_dtype dtype;       /* device storage: AUTO, F32 or BF16 */
+    ferry_dtype dtype;       /* device storage: AUTO, F32, BF16 or F16 */
     uint64_t gpu_mem, host_mem;
     int prefetch, threads;
     bool recompute, delayed_update;
@@ -46,6 +46,13 @@ typedef struct train_options {
     bool sample_only;        /* --sample: generate from --resume/--init-from and exit */
     bool quiet;
     uint64_t given;          /* bit i: the i-th flag of the table was on the command line */
+    float loss_scale;        /* first dynamic loss scale with f16 storage; 0 = off */
+    int max_skips;           /* skipped steps in a row that stop the run; 0 = never */
+    /* the NVMe tier */
+    const char *nvme_path;   /* folder for the state on disk; NULL = none */
+    bool nvme_master;        /* the master weights on disk too */
+    uint64_t nvme_window, nvme_block;
+    int nvme_queue_depth;
 } train_options;
 
 /* Fills *o from argv. Returns 0 to go on, 1 after --help (printed), 2 on a
@@ -61,9 +68,11 @@ bool train_option_range(const char *flag, double *min, double *max);
 bool train_options_given(const train_options *o, const char *flag);
 
 /* Checks the outputs (--checkpoint-dir, --log, --trace) before any work:
- * a folder must be a folder, a file not a folder, each writable, or, not
- * there yet, creatable in an existing writable folder. Creates nothing.
- * Returns 0, or 2 after printing what is wrong with which flag. */
+ * a folder must be a folder; a file a regular file or a character device
+ * (never a folder, FIFO, socket or link to nothing); each writable, or, not
+ * there yet, creatable under the nearest folder that exists (the missing
+ * folders between are made when the run starts). Creates nothing. Returns
+ * 0, or 2 after printing what is wrong with which flag. */
 int train_options_check_outputs(const train_options *o);
 
 /* The learning rate at step s (0-based): linear warmup over `warmup` steps,

@@ -5,13 +5,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/error.h"
@@ -29,8 +32,47 @@ ferry_status run_state_join(char *out, size_t cap, const char *dir, const char *
 /* ---- the run state, field by field ---- */
 
 #define RUN_STATE_MAGIC "FERRYRUN"
-enum { RUN_STATE_U64S = 6, RUN_STATE_I32S = 9 };
-_Static_assert(RUN_STATE_BYTES == 8 + 4 + 8 * RUN_STATE_U64S + 4 * RUN_STATE_I32S, "the documented layout");
+enum { RUN_STATE_U64S = 6, RUN_STATE_I32S = 9, RUN_STATE_SET_I32S = 5, RUN_STATE_SET_F32S = 7 };
+_Static_assert(RUN_STATE_V2_BYTES == 8 + 4 + 8 * RUN_STATE_U64S + 4 * RUN_STATE_I32S, "the documented layout");
+_Static_assert(RUN_STATE_BYTES == RUN_STATE_V2_BYTES + 16 + 8 + 4 * RUN_STATE_SET_I32S + 4 * RUN_STATE_SET_F32S,
+               "the documented layout");
+
+void run_state_new_run(char out[33])
+{
+    unsigned char b[16];
+    size_t got = 0;
+    while (got < sizeof b) {
+        ssize_t n = getrandom(b + got, sizeof b - got, 0);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    if (got < sizeof b) { /* no getrandom: the clock and the process, mixed */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t x = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+        for (size_t i = 0; i < sizeof b; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            b[i] = (unsigned char)x;
+        }
+    }
+    for (size_t i = 0; i < sizeof b; i++)
+        snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 static unsigned char *put_le(unsigned char *p, uint64_t v, int bytes)
 {
@@ -61,6 +103,44 @@ void run_state_encode(const train_resume *r, unsigned char out[RUN_STATE_BYTES])
         p = put_le(p, u64s[i], 8);
     for (int i = 0; i < RUN_STATE_I32S; i++)
         p = put_le(p, (uint32_t)i32s[i], 4);
+    for (int i = 0; i < 16; i++) {
+        unsigned v = 0;
+        sscanf(r->run + 2 * i, "%2x", &v);
+        *p++ = (unsigned char)v;
+    }
+    const train_settings *t = &r->settings;
+    p = put_le(p, t->seed, 8);
+    const int32_t set_i32s[RUN_STATE_SET_I32S] = {t->dtype, t->offload, t->delayed_update, t->warmup, t->steps};
+    const float set_f32s[RUN_STATE_SET_F32S] = {t->lr, t->lr_min_frac, t->weight_decay, t->beta1, t->beta2, t->eps,
+                                                t->clip};
+    for (int i = 0; i < RUN_STATE_SET_I32S; i++)
+        p = put_le(p, (uint32_t)set_i32s[i], 4);
+    for (int i = 0; i < RUN_STATE_SET_F32S; i++)
+        p = put_le(p, f32_bits(set_f32s[i]), 4);
+}
+
+/* A run's identity is 32 lowercase hex digits, not all zero. */
+static bool run_ok(const char *run)
+{
+    size_t n = strspn(run, "0123456789abcdef");
+    return n == 32 && !run[32] && strspn(run, "0") != 32;
+}
+
+/* The settings of a version-3 run state are ones a run can have. */
+static ferry_status check_settings(const train_settings *t, const char *where)
+{
+    bool floats_ok = isfinite(t->lr) && t->lr >= 0 && isfinite(t->lr_min_frac) && t->lr_min_frac >= 0 &&
+                     isfinite(t->weight_decay) && t->weight_decay >= 0 && t->beta1 >= 0 && t->beta1 < 1 &&
+                     t->beta2 >= 0 && t->beta2 < 1 && isfinite(t->eps) && t->eps >= 0 && isfinite(t->clip) &&
+                     t->clip >= 0;
+    bool ints_ok = (t->dtype == FERRY_DTYPE_F32 || t->dtype == FERRY_DTYPE_BF16 || t->dtype == FERRY_DTYPE_F16) &&
+                   strcmp(ferry_offload_name((ferry_offload)t->offload), "unknown") != 0 && /* any mode ferry has */
+                   (t->delayed_update == 0 || t->delayed_update == 1) && t->warmup >= 0 && t->steps >= 1;
+    if (!floats_ok || !ints_ok)
+        return err_set(FERRY_ERR_FORMAT, "'%s': the run state's settings (dtype %d, offload %d, delayed update %d, "
+                                         "warmup %d, steps %d, lr %g, ...) are not ones a run can have: it is damaged",
+                       where, t->dtype, t->offload, t->delayed_update, t->warmup, t->steps, (double)t->lr);
+    return FERRY_OK;
 }
 
 /* Every field of a decoded run state is one a run can have. */
@@ -89,21 +169,47 @@ ferry_status run_state_decode(const unsigned char *in, size_t len, const char *w
                        where);
     const unsigned char *p = in + 8;
     uint32_t version = (uint32_t)get_le(&p, 4);
-    if (version != RUN_STATE_VERSION)
-        return err_set(FERRY_ERR_FORMAT, "'%s' holds run state version %u; this train_gpt2 reads version %u", where,
-                       version, RUN_STATE_VERSION);
-    if (len != RUN_STATE_BYTES)
-        return err_set(FERRY_ERR_FORMAT, "'%s' holds %zu bytes of run state; version %u has %u: it is damaged", where,
-                       len, RUN_STATE_VERSION, RUN_STATE_BYTES);
+    if (version != RUN_STATE_VERSION && version != 2)
+        return err_set(FERRY_ERR_FORMAT, "'%s' holds run state version %u; this train_gpt2 reads versions 2 and %u",
+                       where, version, RUN_STATE_VERSION);
+    size_t want = version == 2 ? RUN_STATE_V2_BYTES : RUN_STATE_BYTES;
+    if (len != want)
+        return err_set(FERRY_ERR_FORMAT, "'%s' holds %zu bytes of run state; version %u has %zu: it is damaged", where,
+                       len, version, want);
     uint64_t u64s[RUN_STATE_U64S];
     int32_t i32s[RUN_STATE_I32S];
     for (int i = 0; i < RUN_STATE_U64S; i++)
         u64s[i] = get_le(&p, 8);
     for (int i = 0; i < RUN_STATE_I32S; i++)
         i32s[i] = (int32_t)(uint32_t)get_le(&p, 4);
-    train_resume r = {(int64_t)u64s[0], (int64_t)u64s[1], {u64s[2], u64s[3], u64s[4]}, u64s[5],
-                      {i32s[0], i32s[1], i32s[2], i32s[3], i32s[4], i32s[5]}, i32s[6], i32s[7], i32s[8]};
+    train_resume r;
+    memset(&r, 0, sizeof r);
+    r.step = (int64_t)u64s[0];
+    r.engine_step = (int64_t)u64s[1];
+    r.data = (tok_loader_pos){u64s[2], u64s[3], u64s[4]};
+    r.sample_rng = u64s[5];
+    r.model = (gpt2_config){i32s[0], i32s[1], i32s[2], i32s[3], i32s[4], i32s[5]};
+    r.batch = i32s[6], r.seq = i32s[7], r.grad_accum = i32s[8];
     ferry_status st = check_resume(&r, where);
+    if (st == FERRY_OK && version >= 3) {
+        for (int i = 0; i < 16; i++)
+            snprintf(r.run + 2 * i, 3, "%02x", *p++);
+        train_settings *t = &r.settings;
+        t->known = 1;
+        t->seed = get_le(&p, 8);
+        int32_t *ints[RUN_STATE_SET_I32S] = {&t->dtype, &t->offload, &t->delayed_update, &t->warmup, &t->steps};
+        float *floats[RUN_STATE_SET_F32S] = {&t->lr, &t->lr_min_frac, &t->weight_decay, &t->beta1, &t->beta2, &t->eps,
+                                             &t->clip};
+        for (int i = 0; i < RUN_STATE_SET_I32S; i++)
+            *ints[i] = (int32_t)(uint32_t)get_le(&p, 4);
+        for (int i = 0; i < RUN_STATE_SET_F32S; i++)
+            *floats[i] = bits_f32((uint32_t)get_le(&p, 4));
+        if (!run_ok(r.run))
+            st = err_set(FERRY_ERR_FORMAT, "'%s': the run state's run identity %s is not one a run gets: it is "
+                                           "damaged", where, r.run);
+        else
+            st = check_settings(t, where);
+    }
     if (st == FERRY_OK)
         *out = r;
     return st;
@@ -129,6 +235,8 @@ ferry_status run_state_check_model(const train_resume *r, const gpt2_config *cfg
     return FERRY_OK;
 }
 
+/* A folder of the run's own (a step folder being filled): one that is there
+ * already is fine. */
 static ferry_status make_dir(const char *path)
 {
     if (mkdir(path, 0755) == 0 || errno == EEXIST)
@@ -138,18 +246,32 @@ static ferry_status make_dir(const char *path)
 
 /* Removes a checkpoint folder and every file in it, also the temporaries a
  * killed save left behind (".model.safetensors.tmp", ...), so that the name
- * can be used again. Returns 0, or the errno of the folder's removal. */
+ * can be used again. Never follows a symbolic link: a link with the name is
+ * left as it is, and so is what it points at. Returns 0, or the errno of the
+ * folder's removal. */
 static int remove_tree(const char *dir)
 {
-    DIR *d = opendir(dir);
-    char path[PATH_MAX];
-    for (struct dirent *ent; d && (ent = readdir(d)) != NULL;)
-        if (strcmp(ent->d_name, ".") != 0 && strcmp(ent->d_name, "..") != 0 &&
-            run_state_join(path, sizeof path, dir, ent->d_name) == FERRY_OK)
-            unlink(path);
-    if (d)
-        closedir(d);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : errno;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        int e = errno;
+        close(fd);
+        return e;
+    }
+    for (struct dirent *ent; (ent = readdir(d)) != NULL;)
+        if (strcmp(ent->d_name, ".") != 0 && strcmp(ent->d_name, "..") != 0)
+            unlinkat(dirfd(d), ent->d_name, 0);
+    closedir(d);
     return rmdir(dir) == 0 || errno == ENOENT ? 0 : errno;
+}
+
+/* Whether `path` is a real folder (not a link to one). */
+static bool is_real_dir(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
 /* ---- the run folder: lock, temporaries, retention ---- */
@@ -165,13 +287,13 @@ static bool restore_aside(const char *dir, const char *name, const char *aside)
     if (strcmp(name + n - 4, ".old") != 0 || n - 5 >= sizeof step)
         return false;
     snprintf(step, sizeof step, "%.*s", (int)(n - 5), name + 1);
-    return run_state_join(final, sizeof final, dir, step) == FERRY_OK && lstat(final, &sb) != 0 && errno == ENOENT &&
+    return is_real_dir(aside) && run_state_join(final, sizeof final, dir, step) == FERRY_OK && lstat(final, &sb) != 0 && errno == ENOENT &&
            rename(aside, final) == 0;
 }
 
-/* Removes what killed saves left (".step_N.tmp", ".step_N.old", unless it
- * is the only copy of step_N); only called with the folder's lock held,
- * when no save can be under way. */
+/* Removes what killed saves and killed retention left (".step_N.tmp",
+ * ".step_N.old" unless it is the only copy of step_N, ".step_N.del"); only
+ * called with the folder's lock held, when no save can be under way. */
 static void remove_temporaries(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -179,7 +301,8 @@ static void remove_temporaries(const char *dir)
     for (struct dirent *ent; d && (ent = readdir(d)) != NULL;) {
         size_t n = strlen(ent->d_name);
         bool temp = strncmp(ent->d_name, ".step_", 6) == 0 && n > 4 &&
-                    (strcmp(ent->d_name + n - 4, ".tmp") == 0 || strcmp(ent->d_name + n - 4, ".old") == 0);
+                    (strcmp(ent->d_name + n - 4, ".tmp") == 0 || strcmp(ent->d_name + n - 4, ".old") == 0 ||
+                     strcmp(ent->d_name + n - 4, ".del") == 0);
         if (temp && run_state_join(path, sizeof path, dir, ent->d_name) == FERRY_OK &&
             !restore_aside(dir, ent->d_name, path))
             remove_tree(path);
@@ -187,6 +310,8 @@ static void remove_temporaries(const char *dir)
     if (d)
         closedir(d);
 }
+
+static void remove_incomplete(const char *dir);
 
 /* Who holds the lock, as its file says ("" if unknown). */
 static void lock_holder(int fd, char *out, size_t cap)
@@ -200,18 +325,43 @@ static void lock_holder(int fd, char *out, size_t cap)
         out[0] = '\0';
 }
 
+/* DIR/latest is the link ferry swaps at each save: anything else with that
+ * name (a folder, a file) would make the first save fail after the training
+ * it was to keep, so it is refused before any work. */
+static ferry_status check_latest(const char *dir)
+{
+    char link[PATH_MAX];
+    struct stat sb;
+    ferry_status st = run_state_join(link, sizeof link, dir, "latest");
+    if (st == FERRY_OK && lstat(link, &sb) == 0 && !S_ISLNK(sb.st_mode))
+        return err_set(FERRY_ERR_IO, "'%s' is %s, but it must be the symbolic link to the newest checkpoint that "
+                                     "ferry keeps there; move it away, or give another --checkpoint-dir",
+                       link, fileio_type_name(sb.st_mode));
+    return st;
+}
+
 ferry_status run_state_lock(const char *dir, int *fd)
 {
     char path[PATH_MAX], holder[48], pid[32];
     *fd = -1;
-    ferry_status st = make_dir(dir);
+    ferry_status st = fileio_make_dirs(dir);
     if (st == FERRY_OK)
         st = run_state_join(path, sizeof path, dir, ".lock");
+    if (st == FERRY_OK)
+        st = check_latest(dir);
     if (st != FERRY_OK)
         return st;
-    int lfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    /* The lock is truncated and written: never through a link, never a FIFO. */
+    int lfd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
     if (lfd < 0)
-        return err_set(FERRY_ERR_IO, "cannot create the lock '%s' of the checkpoint folder: %s", path, strerror(errno));
+        return err_set(FERRY_ERR_IO, "cannot create the lock '%s' of the checkpoint folder: %s%s", path,
+                       strerror(errno), errno == ELOOP ? " (it is a symbolic link; remove it)" : "");
+    struct stat sb;
+    if (fstat(lfd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(lfd);
+        return err_set(FERRY_ERR_IO, "the lock '%s' of the checkpoint folder is %s, not a regular file; remove it",
+                       path, fileio_type_name(sb.st_mode));
+    }
     if (flock(lfd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         lock_holder(lfd, holder, sizeof holder);
@@ -229,6 +379,7 @@ ferry_status run_state_lock(const char *dir, int *fd)
         return err_set(FERRY_ERR_IO, "cannot write the lock '%s': %s", path, strerror(e));
     }
     remove_temporaries(dir);
+    remove_incomplete(dir);
     *fd = lfd;
     return FERRY_OK;
 }
@@ -271,8 +422,9 @@ static ferry_status list_steps(const char *dir, long long **steps, size_t *n)
     *n = 0;
     for (struct dirent *ent; (ent = readdir(d)) != NULL;) {
         long long s = folder_step(ent->d_name);
-        if (s < 0)
-            continue;
+        char path[PATH_MAX];
+        if (s < 0 || run_state_join(path, sizeof path, dir, ent->d_name) != FERRY_OK || !is_real_dir(path))
+            continue; /* a link or a file named like a step is not ours to prune */
         if (*n == cap) {
             long long *grown = realloc(*steps, (cap = cap ? 2 * cap : 64) * sizeof *grown);
             if (!grown) {
@@ -284,8 +436,57 @@ static ferry_status list_steps(const char *dir, long long **steps, size_t *n)
         (*steps)[(*n)++] = s;
     }
     closedir(d);
-    qsort(*steps, *n, sizeof **steps, step_desc);
+    if (*n > 1) /* qsort's array may not be NULL, even empty */
+        qsort(*steps, *n, sizeof **steps, step_desc);
     return FERRY_OK;
+}
+
+/* The files every step folder a save puts in place holds. */
+static const char *const step_files[] = {"config.json", "model.safetensors", "state.ferry"};
+
+/* Removes step folders that lack one of step_files (a retention killed
+ * midway, by a ferry from before retention renamed first), except the one
+ * latest names; only with the lock held. A save never makes one: it fills a
+ * temporary folder and renames it whole. */
+static void remove_incomplete(const char *dir)
+{
+    char link[PATH_MAX], target[PATH_MAX] = "", name[64], path[PATH_MAX], file[PATH_MAX];
+    long long *steps = NULL;
+    size_t n = 0;
+    if (run_state_join(link, sizeof link, dir, "latest") == FERRY_OK) {
+        ssize_t len = readlink(link, target, sizeof target - 1);
+        target[len > 0 ? len : 0] = '\0';
+    }
+    if (list_steps(dir, &steps, &n) != FERRY_OK)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        step_name(name, sizeof name, steps[i]);
+        if (strcmp(name, target) == 0 || run_state_join(path, sizeof path, dir, name) != FERRY_OK)
+            continue;
+        bool whole = true;
+        struct stat sb;
+        for (size_t k = 0; k < sizeof step_files / sizeof step_files[0]; k++)
+            whole &= run_state_join(file, sizeof file, path, step_files[k]) == FERRY_OK && lstat(file, &sb) == 0 &&
+                     S_ISREG(sb.st_mode);
+        if (!whole)
+            remove_tree(path);
+    }
+    free(steps);
+}
+
+/* Deletes a step folder so that a crash at any moment leaves either the
+ * whole folder or a ".step_N.del" the next lock removes. */
+static int delete_step(const char *dir, const char *name)
+{
+    char path[PATH_MAX], del[PATH_MAX], hidden[80];
+    snprintf(hidden, sizeof hidden, ".%s.del", name);
+    if (run_state_join(path, sizeof path, dir, name) != FERRY_OK ||
+        run_state_join(del, sizeof del, dir, hidden) != FERRY_OK)
+        return ENAMETOOLONG;
+    remove_tree(del);
+    if (rename(path, del) != 0)
+        return errno;
+    return remove_tree(del);
 }
 
 ferry_status run_state_prune(const char *dir, int keep)
@@ -305,7 +506,7 @@ ferry_status run_state_prune(const char *dir, int keep)
         step_name(name, sizeof name, steps[i]);
         if (strcmp(name, target) == 0 || run_state_join(path, sizeof path, dir, name) != FERRY_OK)
             continue;
-        int e = remove_tree(path);
+        int e = delete_step(dir, name);
         if (e && failed == FERRY_OK)
             failed = err_set(FERRY_ERR_IO, "keeping the last %d checkpoints: could not remove '%s': %s", keep, path,
                              strerror(e));
@@ -314,7 +515,7 @@ ferry_status run_state_prune(const char *dir, int keep)
     return st != FERRY_OK ? st : failed;
 }
 
-static ferry_status save_weights(const char *tmp, ferry_engine *e, const gpt2_model *m)
+static ferry_status save_weights(const char *tmp, ferry_engine *e, const gpt2_model *m, const hf_ferry_info *ferry)
 {
     int G = gpt2_num_groups(m);
     float **groups = calloc((size_t)G, sizeof *groups);
@@ -325,7 +526,7 @@ static ferry_status save_weights(const char *tmp, ferry_engine *e, const gpt2_mo
                        : err_set(FERRY_ERR_OUT_OF_MEMORY, "saving: out of memory for group %d", g);
     }
     if (st == FERRY_OK)
-        st = hf_save(tmp, m, groups);
+        st = hf_save(tmp, m, groups, ferry);
     for (int g = 0; groups && g < G; g++)
         free(groups[g]);
     free(groups);
@@ -378,8 +579,18 @@ ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, cons
     r.engine_step = ferry_engine_steps(e);
     if (step < 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "checkpoint step %lld is negative", (long long)step);
-    if (check_resume(&r, "the run state to save") != FERRY_OK)
+    if (check_resume(&r, "the run state to save") != FERRY_OK ||
+        (!run_ok(r.run) && err_set(FERRY_ERR_INVALID_ARGUMENT, "the run state to save has no run identity ('%s'): "
+                                   "make one with run_state_new_run", r.run)) ||
+        (!r.settings.known && err_set(FERRY_ERR_INVALID_ARGUMENT, "the run state to save has no settings")) ||
+        check_settings(&r.settings, "the run state to save") != FERRY_OK)
         return err_wrap(FERRY_ERR_INVALID_ARGUMENT, "saving the checkpoint of step %lld", (long long)step);
+    if (r.step != step)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "saving the checkpoint of step %lld with a run state of step %lld",
+                       (long long)step, (long long)r.step);
+    hf_ferry_info ferry;
+    snprintf(ferry.run, sizeof ferry.run, "%s", r.run);
+    ferry.step = step;
     run_state_encode(&r, blob);
     step_name(name, sizeof name, (long long)step);
     snprintf(hidden, sizeof hidden, ".%s.tmp", name);
@@ -388,13 +599,18 @@ ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, cons
     if (st == FERRY_OK) st = run_state_join(final, sizeof final, dir, name);
     if (st == FERRY_OK) st = run_state_join(aside, sizeof aside, dir, old);
     if (st == FERRY_OK) st = run_state_join(state, sizeof state, tmp, "state.ferry");
-    if (st == FERRY_OK) st = make_dir(dir);
+    if (st == FERRY_OK) st = fileio_make_dirs(dir);
     if (st != FERRY_OK)
         return st;
+    struct stat sb;
+    if (lstat(final, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return err_set(FERRY_ERR_IO, "saving the checkpoint of step %lld: '%s' is %s, not a step folder ferry "
+                                     "saved; move it away (it is left as it is)",
+                       (long long)step, final, fileio_type_name(sb.st_mode));
     remove_tree(tmp);
     if ((st = make_dir(tmp)) != FERRY_OK)
         return st;
-    st = save_weights(tmp, e, m);
+    st = save_weights(tmp, e, m, &ferry);
     if (st == FERRY_OK)
         st = ferry_engine_save(e, state, blob, sizeof blob);
     if (st == FERRY_OK)
@@ -441,15 +657,63 @@ static ferry_status peek(const char *state, train_resume *r)
     return st == FERRY_OK ? run_state_decode(blob, n, state, r) : st;
 }
 
-ferry_status run_state_config(const char *ckpt_dir, gpt2_config *out)
+/* The step a checkpoint folder's name says ("step_00000005": 5), or -1 for
+ * a folder named otherwise. */
+static long long named_step(const char *ckpt_dir)
 {
-    char path[PATH_MAX], state[PATH_MAX];
+    char *real = realpath(ckpt_dir, NULL);
+    const char *base = real ? strrchr(real, '/') : NULL;
+    long long step = base ? folder_step(base + 1) : -1;
+    free(real);
+    return step;
+}
+
+/* One file's run and step against the run state's. */
+static ferry_status check_binding(const char *file, const hf_ferry_info *f, const train_resume *r, const char *state)
+{
+    if (r->run[0] && strcmp(f->run, r->run) != 0)
+        return err_set(FERRY_ERR_FORMAT, "'%s' belongs to run %s, but the state.ferry beside it ('%s') to run %s: the "
+                                         "files of two runs were mixed; put back the ones saved together",
+                       file, f->run[0] ? f->run : "(none recorded)", state, r->run);
+    if (f->step >= 0 && f->step != r->step)
+        return err_set(FERRY_ERR_FORMAT, "'%s' is of step %lld, but the state.ferry beside it ('%s') of step %lld: the "
+                                         "files of two checkpoints were mixed; put back the ones saved together",
+                       file, (long long)f->step, state, (long long)r->step);
+    if (r->run[0] && f->step < 0)
+        return err_set(FERRY_ERR_FORMAT, "'%s' records no step, but the state.ferry beside it ('%s') is step %lld of "
+                                         "run %s: it is not the file saved with it",
+                       file, state, (long long)r->step, r->run);
+    return FERRY_OK;
+}
+
+ferry_status run_state_inspect(const char *ckpt_dir, gpt2_config *out, train_resume *resume)
+{
+    char path[PATH_MAX], state[PATH_MAX], weights[PATH_MAX];
     train_resume r;
+    hf_ferry_info conf, meta;
     ferry_status st = run_state_join(path, sizeof path, ckpt_dir, "config.json");
     if (st == FERRY_OK) st = run_state_join(state, sizeof state, ckpt_dir, "state.ferry");
-    if (st == FERRY_OK) st = hf_read_config(path, out);
+    if (st == FERRY_OK) st = run_state_join(weights, sizeof weights, ckpt_dir, "model.safetensors");
+    if (st == FERRY_OK) st = hf_read_config_ferry(path, out, &conf);
     if (st == FERRY_OK) st = peek(state, &r);
-    return st == FERRY_OK ? run_state_check_model(&r, out, path) : st;
+    if (st == FERRY_OK) st = run_state_check_model(&r, out, path);
+    if (st == FERRY_OK) st = check_binding(path, &conf, &r, state);
+    if (st == FERRY_OK) st = hf_read_ferry_meta(weights, &meta);
+    if (st == FERRY_OK) st = check_binding(weights, &meta, &r, state);
+    long long named = named_step(ckpt_dir);
+    if (st == FERRY_OK && named >= 0 && named != r.step)
+        st = err_set(FERRY_ERR_FORMAT, "'%s' holds the state of step %lld, but the folder is named for step %lld: a "
+                                       "checkpoint was moved or copied into another's place; resume from the folder "
+                                       "of its own step",
+                     state, (long long)r.step, named);
+    if (st == FERRY_OK && resume)
+        *resume = r;
+    return st;
+}
+
+ferry_status run_state_config(const char *ckpt_dir, gpt2_config *out)
+{
+    return run_state_inspect(ckpt_dir, out, NULL);
 }
 
 ferry_status run_state_load(const char *ckpt_dir, ferry_engine *e, train_resume *resume)

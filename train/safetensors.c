@@ -445,14 +445,11 @@ static ferry_status parse_header(st_file *f, const char *json, size_t len, const
 
 static ferry_status map_file(st_file *f, uint64_t *size)
 {
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return err_set(FERRY_ERR_IO, "cannot open safetensors '%s': %s", f->path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return err_set(FERRY_ERR_IO, "safetensors '%s' is not a readable regular file", f->path);
-    }
+    ferry_status st = fileio_open_input(f->path, "safetensors", &fd, &sb); /* a FIFO would block an open */
+    if (st != FERRY_OK)
+        return st;
     *size = (uint64_t)sb.st_size;
     if (*size < 8) {
         close(fd);

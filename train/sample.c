@@ -102,16 +102,15 @@ int sampler_pick(sampler *s, const float *logits, int V)
     return pick;
 }
 
-static ferry_status generate(ferry_engine *e, const gpt2_model *m, gpt2_activations *a, int B, int T,
-                             tok_ids *ids, int n, sampler *s)
+static ferry_status generate(const gpt2_model *m, gpt2_activations *a, const gpt2_hooks *h, backend_stream *stream,
+                             int B, int T, tok_ids *ids, int n, sampler *s)
 {
     int V = gpt2_get_config(m)->vocab_size;
-    gpt2_hooks hooks = gpt2_engine_hooks(e);
-    backend_stream *stream = engine_embed_stream(e);
+    gpt2_hooks hooks = *h;
     int32_t *tokens = malloc((size_t)B * (size_t)T * sizeof *tokens);
     float *logits = malloc((size_t)V * sizeof *logits);
     ferry_status st = tokens && logits ? FERRY_OK : err_set(FERRY_ERR_OUT_OF_MEMORY, "sampling: out of memory");
-    for (int i = 0; i < n && st == FERRY_OK; i++) {
+    for (int i = 0; i < n && st == FERRY_OK && !(s->stop && atomic_load(s->stop)); i++) {
         size_t len = ids->len, start = len > (size_t)T ? len - (size_t)T : 0, used = len - start;
         for (size_t j = 0; j < (size_t)B * (size_t)T; j++)
             tokens[j] = (int32_t)TOK_GPT2_EOT;
@@ -139,8 +138,11 @@ static ferry_status generate(ferry_engine *e, const gpt2_model *m, gpt2_activati
     return st;
 }
 
-ferry_status sample_text(ferry_engine *e, const gpt2_model *m, gpt2_activations *a, int B, int T, tok_bpe *tok,
-                         const char *prompt, int n, sampler *s, char **text)
+/* The prompt's tokens, the generation (between begin and end when e is
+ * not NULL), and the text. */
+static ferry_status sample_on(ferry_engine *e, const gpt2_model *m, gpt2_activations *a, const gpt2_hooks *h,
+                              backend_stream *stream, int B, int T, tok_bpe *tok, const char *prompt, int n,
+                              sampler *s, char **text)
 {
     tok_ids ids = {0};
     ferry_status st = FERRY_OK;
@@ -155,9 +157,9 @@ ferry_status sample_text(ferry_engine *e, const gpt2_model *m, gpt2_activations 
     size_t prompt_len = ids.len;
     if (st == FERRY_OK && ids.len == 0)
         st = err_set(FERRY_ERR_OUT_OF_MEMORY, "sampling: out of memory");
-    if (st == FERRY_OK && (st = ferry_engine_begin_inference(e)) == FERRY_OK) {
-        st = generate(e, m, a, B, T, &ids, n, s);
-        ferry_status end = ferry_engine_end_inference(e);
+    if (st == FERRY_OK && (!e || (st = ferry_engine_begin_inference(e)) == FERRY_OK)) {
+        st = generate(m, a, h, stream, B, T, &ids, n, s);
+        ferry_status end = e ? ferry_engine_end_inference(e) : FERRY_OK;
         if (st == FERRY_OK)
             st = end;
     }
@@ -168,4 +170,18 @@ ferry_status sample_text(ferry_engine *e, const gpt2_model *m, gpt2_activations 
         st = tok_bpe_decode(tok, ids.ids + skip, ids.len - skip, text, &out_len);
     tok_ids_free(&ids);
     return st;
+}
+
+ferry_status sample_text(ferry_engine *e, const gpt2_model *m, gpt2_activations *a, int B, int T, tok_bpe *tok,
+                         const char *prompt, int n, sampler *s, char **text)
+{
+    gpt2_hooks hooks = gpt2_engine_hooks(e);
+    return sample_on(e, m, a, &hooks, engine_embed_stream(e), B, T, tok, prompt, n, s, text);
+}
+
+ferry_status sample_text_hooks(const gpt2_model *m, gpt2_activations *a, const gpt2_hooks *hooks,
+                               backend_stream *stream, int B, int T, tok_bpe *tok, const char *prompt, int n,
+                               sampler *s, char **text)
+{
+    return sample_on(NULL, m, a, hooks, stream, B, T, tok, prompt, n, s, text);
 }

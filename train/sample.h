@@ -5,6 +5,7 @@
 #ifndef FERRY_TRAIN_SAMPLE_H
 #define FERRY_TRAIN_SAMPLE_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "ferry.h"
@@ -15,6 +16,7 @@ typedef struct sampler {
     uint64_t rng;
     float temperature; /* 0 = greedy */
     int top_k;         /* 0 = every token */
+    const atomic_int *stop; /* NULL, or a flag (a signal's) that ends generation after the token under way */
 } sampler;
 
 /* Picks the next token from logits[V]. */
@@ -28,8 +30,15 @@ int sampler_top_k(const float *logits, int V, int k, int *idx);
 /* Generates n tokens after `prompt` (NULL or "" = <|endoftext|>) with the
  * model on engine e (activations a of batch B >= 1 and sequence T), and
  * returns the decoded text (prompt included) in *text (malloc'd). Runs
- * between steps: it brackets itself with ferry_engine_begin/end_inference. */
+ * between steps: it brackets itself with ferry_engine_begin/end_inference.
+ * When s->stop is set, it ends after the token under way, with the text so
+ * far. */
 ferry_status sample_text(ferry_engine *e, const gpt2_model *m, gpt2_activations *a, int B, int T, tok_bpe *tok,
                          const char *prompt, int n, sampler *s, char **text);
+/* The same with weights of the caller's (gpt2_resident's hooks, say), on
+ * `stream`, without an engine: what sampling alone needs. */
+ferry_status sample_text_hooks(const gpt2_model *m, gpt2_activations *a, const gpt2_hooks *hooks,
+                               backend_stream *stream, int B, int T, tok_bpe *tok, const char *prompt, int n,
+                               sampler *s, char **text);
 
 #endif

@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,12 +36,27 @@ ferry_status tok_shard_write(const char *path, const uint16_t *tokens, size_t n)
     return st;
 }
 
+/* The head of a file is text: printable ASCII, blanks, or bytes of UTF-8
+ * above 0x7F, and no NUL (a shard's header is mostly zeros). */
+static bool looks_like_text(const void *head, size_t have)
+{
+    const unsigned char *p = head;
+    size_t n = have < 512 ? have : 512;
+    for (size_t i = 0; i < n; i++)
+        if (!(p[i] >= 0x20 || p[i] == '\n' || p[i] == '\r' || p[i] == '\t'))
+            return false;
+    return n > 0;
+}
+
 ferry_status tok_shard_check_header(const char *path, const void *head, size_t have, uint64_t file_size,
                                     uint64_t *count)
 {
     *count = 0;
     if (file_size == 0)
         return err_set(FERRY_ERR_FORMAT, "token shard '%s' is empty; expected a 1024-byte header and uint16 tokens", path);
+    if ((have < 4 || memcmp(head, &(int32_t){TOK_SHARD_MAGIC}, 4) != 0) && looks_like_text(head, have))
+        return err_set(FERRY_ERR_FORMAT, "'%s' is text, not token shards: run tokenize on it first (build/tools/"
+                       "tokenize/tokenize --out-dir DIR %s) and give the shards it writes", path, path);
     if (file_size < TOK_SHARD_HEADER_BYTES || have < TOK_SHARD_HEADER_BYTES)
         return err_set(FERRY_ERR_FORMAT, "token shard '%s' has %llu bytes, shorter than the 1024-byte header; "
                        "the file is truncated or not a shard", path, (unsigned long long)file_size);
@@ -125,16 +141,49 @@ static int empty_folder(const char *dir, const char **what)
     return e;
 }
 
-static ferry_status make_folder(const char *dir, const char *what)
+/* The output folder, made with the folders above it (mkdir -p); a link to
+ * a folder is fine. */
+static ferry_status make_out_dir(const char *dir)
+{
+    ferry_status st = fileio_check_output_dir(dir, "the output folder");
+    if (st == FERRY_OK)
+        st = fileio_make_dirs(dir);
+    return st;
+}
+
+/* The staging folder is emptied: it must be a real folder, never a link,
+ * whose target's files the emptying would remove. */
+static ferry_status make_staging(const char *dir)
 {
     struct stat sb;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return err_set(FERRY_ERR_IO, "cannot create %s '%s': %s", what, dir, strerror(errno));
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return err_set(FERRY_ERR_IO, "%s '%s' exists and is not a folder", what, dir);
+        return err_set(FERRY_ERR_IO, "cannot create the staging folder '%s': %s", dir, strerror(errno));
+    if (lstat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return err_set(FERRY_ERR_IO, "the staging folder '%s' exists and is %s, not a folder; it is left as it is: "
+                       "move it away", dir, fileio_type_name(sb.st_mode));
     if (access(dir, W_OK | X_OK) != 0)
-        return err_set(FERRY_ERR_IO, "cannot write into %s '%s': %s", what, dir, strerror(errno));
+        return err_set(FERRY_ERR_IO, "cannot write into the staging folder '%s': %s", dir, strerror(errno));
     return FERRY_OK;
+}
+
+/* The folder's present shards are replaced by rename and removed by unlink:
+ * each must be a regular file. A link, a device or a folder with a shard's
+ * name is refused before any work, and left as it is. */
+static ferry_status check_present(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return err_set(FERRY_ERR_IO, "cannot list the output folder '%s': %s", dir, strerror(errno));
+    ferry_status st = FERRY_OK;
+    struct stat sb;
+    for (struct dirent *e; st == FERRY_OK && (e = readdir(d)) != NULL;)
+        if (is_set_name(e->d_name) && fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+            !S_ISREG(sb.st_mode))
+            st = err_set(FERRY_ERR_IO, "'%s/%s' is %s, not a shard file; a new shard set would replace it: move it "
+                         "away (it is left as it is), or give another --out-dir", dir, e->d_name,
+                         fileio_type_name(sb.st_mode));
+    closedir(d);
+    return st;
 }
 
 static void set_free(tok_shard_set *s)
@@ -156,9 +205,11 @@ ferry_status tok_shard_set_begin(const char *dir, tok_shard_set **out)
             set_free(s);
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot allocate a shard set for '%s'", dir);
     }
-    ferry_status st = make_folder(dir, "the output folder");
+    ferry_status st = make_out_dir(dir);
     if (st == FERRY_OK)
-        st = make_folder(s->staging, "the staging folder");
+        st = check_present(dir);
+    if (st == FERRY_OK)
+        st = make_staging(s->staging);
     const char *what = NULL;
     int e = st == FERRY_OK ? empty_folder(s->staging, &what) : 0;
     if (e)
@@ -220,8 +271,9 @@ static int in_new_set(const tok_shard_set *s, const char *name)
     return 0;
 }
 
-/* Removes the shards of DIR that belong to no split of the new set. */
-static ferry_status remove_stale(const tok_shard_set *s)
+/* Removes the shards of DIR that belong to no split of the new set;
+ * *removed counts them. */
+static ferry_status remove_stale(const tok_shard_set *s, size_t *removed)
 {
     DIR *d = opendir(s->dir);
     if (!d)
@@ -230,7 +282,9 @@ static ferry_status remove_stale(const tok_shard_set *s)
                        "reads them too", s->dir, strerror(errno));
     ferry_status st = FERRY_OK;
     for (struct dirent *e; st == FERRY_OK && (e = readdir(d)) != NULL;)
-        if (is_set_name(e->d_name) && !in_new_set(s, e->d_name) && unlinkat(dirfd(d), e->d_name, 0) != 0)
+        if (is_set_name(e->d_name) && !in_new_set(s, e->d_name) && unlinkat(dirfd(d), e->d_name, 0) == 0)
+            (*removed)++;
+        else if (is_set_name(e->d_name) && !in_new_set(s, e->d_name))
             st = err_set(FERRY_ERR_IO, "cannot remove '%s/%s', a shard of an earlier run that the new set does "
                          "not have: %s; remove it by hand, or a train_*.bin glob reads it too",
                          s->dir, e->d_name, strerror(errno));
@@ -238,10 +292,13 @@ static ferry_status remove_stale(const tok_shard_set *s)
     return st;
 }
 
-/* Renames the staged shards into DIR, in order. */
-static ferry_status put_in_place(const tok_shard_set *s)
+/* Renames the staged shards into DIR, in order; *replaced counts the
+ * earlier run's shards of the same names. */
+static ferry_status put_in_place(const tok_shard_set *s, size_t *replaced)
 {
     for (size_t i = 0; i < s->n; i++) {
+        struct stat sb;
+        *replaced += lstat(s->names[i], &sb) == 0;
         char *staged = join(s->staging, base_of(s->names[i]));
         int rc = staged ? rename(staged, s->names[i]) : -1;
         int e = staged ? errno : ENOMEM;
@@ -254,13 +311,19 @@ static ferry_status put_in_place(const tok_shard_set *s)
     return FERRY_OK;
 }
 
-ferry_status tok_shard_set_commit(tok_shard_set *s)
+ferry_status tok_shard_set_commit(tok_shard_set *s, size_t *replaced, size_t *removed)
 {
+    size_t none;
+    if (!replaced)
+        replaced = &none;
+    if (!removed)
+        removed = &none;
+    *replaced = *removed = 0;
     if (!s)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "tok_shard_set_commit: no shard set");
-    ferry_status st = put_in_place(s);
+    ferry_status st = put_in_place(s, replaced);
     if (st == FERRY_OK)
-        st = remove_stale(s);
+        st = remove_stale(s, removed);
     if (st == FERRY_OK && rmdir(s->staging) != 0)
         st = err_set(FERRY_ERR_IO, "cannot remove the staging folder '%s': %s", s->staging, strerror(errno));
     if (st == FERRY_OK)

@@ -42,9 +42,11 @@ ferry_status tok_shard_check_header(const char *path, const void *head, size_t h
 
 typedef struct tok_shard_set tok_shard_set;
 
-/* Creates DIR if it does not exist (its parent must), and the staging folder
- * in it, emptying one that a crashed run left: so an unwritable DIR is
- * found before any work. FERRY_ERR_IO naming the folder. */
+/* Creates DIR if it does not exist (with the folders above it, as mkdir -p),
+ * and the staging folder in it, emptying one that a crashed run left: so an
+ * unwritable DIR is found before any work. A shard name in DIR that is not a
+ * regular file (a link, a device, a folder), or a staging folder that is not
+ * a real folder, is refused and left as it is. FERRY_ERR_IO naming it. */
 ferry_status tok_shard_set_begin(const char *dir, tok_shard_set **out);
 /* Writes the next shard of `split` ("val" or "train"; numbered from 0 in the
  * order added) to the staging folder, synced. FERRY_ERR_INVALID_ARGUMENT for
@@ -53,8 +55,10 @@ ferry_status tok_shard_set_begin(const char *dir, tok_shard_set **out);
 ferry_status tok_shard_set_add(tok_shard_set *s, const char *split, const uint16_t *tokens, size_t n,
                                const char **name);
 /* Puts the staged shards in place, removes the old set's other shards and
- * the staging folder, syncs DIR, and frees s whatever the outcome. */
-ferry_status tok_shard_set_commit(tok_shard_set *s);
+ * the staging folder, syncs DIR, and frees s whatever the outcome. *replaced
+ * and *removed (each may be NULL) count the earlier set's shards that a new
+ * one replaced and that were removed. */
+ferry_status tok_shard_set_commit(tok_shard_set *s, size_t *replaced, size_t *removed);
 /* Removes the staged shards and the staging folder, leaves DIR's shard set
  * as it was, and frees s. Accepts NULL. */
 void tok_shard_set_abort(tok_shard_set *s);

@@ -153,6 +153,7 @@ class Kernel:
         self.body_close = body_close
         self.shared_types = []          # type texts of the static __shared__ variables
         self.local_decls = []           # using/typedef/constexpr statements the types may need
+        self.device_smem = []           # helper calls: static shared memory of device functions called
 
 
 def find_kernels(text, m, path):
@@ -237,8 +238,74 @@ def file_key(path):
     return zlib.crc32(path.encode()) & 0xffff
 
 
-def rewrite_shared(text, m, path, kernels, edits):
-    """Edits (start, end, replacement) for every __shared__ declaration."""
+def enclosing_function(m, at):
+    """(body_open, body_close, paren_open) of the outermost function body
+    around `at` (a brace block whose opening follows a parameter list), or
+    None."""
+    depth, opens = 0, []
+    for i in range(at, -1, -1):
+        if m[i] == '}':
+            depth += 1
+        elif m[i] == '{':
+            if depth == 0:
+                opens.append(i)
+            else:
+                depth -= 1
+    for o in reversed(opens):  # outermost first
+        j = skip_ws_back(m, o - 1)
+        w = re.search(r'(const|noexcept|override)\s*$', m[:j + 1])
+        while w:
+            j = skip_ws_back(m, w.start() - 1)
+            w = re.search(r'(const|noexcept|override)\s*$', m[:j + 1])
+        if j >= 0 and m[j] == ')':
+            return o, match_close(m, o, '{', '}'), match_open_back(m, j, '(', ')')
+    return None
+
+
+def device_fn_of(text, m, path, at, device_fns):
+    """The device function around `at` (a Kernel record of its own: its
+    static shared variables count for every kernel that calls it)."""
+    enc = enclosing_function(m, at)
+    if enc is None:
+        return None
+    body_open, body_close, paren = enc
+    for f in device_fns:
+        if f.body_open == body_open:
+            return f
+    j = skip_ws_back(m, paren - 1)
+    w = re.search(r'([A-Za-z_]\w*)$', m[:j + 1])
+    if not w:
+        raise GenError('%s:%d: cannot find the name of the function holding this __shared__ '
+                       'variable' % (path, line_of(text, at)))
+    name = w.group(1)
+    # Its template header: the statement before the name, from the previous ; { or }.
+    b = w.start() - 1
+    while b >= 0 and m[b] not in ';{}':
+        b -= 1
+    head = m[b + 1:w.start()]
+    tparams, tparam_text = [], ''
+    t = re.search(r'\btemplate\s*<', head)
+    if t:
+        o = b + 1 + t.end() - 1
+        c = match_close(m, o, '<', '>')
+        tparam_text = 'template <' + text[o + 1:c] + '>'
+        for p in split_top(m[o + 1:c]):
+            names = IDENT.findall(p.split('=')[0])
+            if not names or '...' in p:
+                raise GenError('%s:%d: cannot read the template parameter "%s"'
+                               % (path, line_of(text, at), p.strip()))
+            tparams.append(names[-1])
+    if '__device__' not in head:
+        raise GenError('%s:%d: a __shared__ variable in %s, which is not a __device__ function'
+                       % (path, line_of(text, at), name))
+    f = Kernel(name, tparams, '0', body_open, body_close, tparam_text)
+    device_fns.append(f)
+    return f
+
+
+def rewrite_shared(text, m, path, kernels, edits, device_fns):
+    """Edits (start, end, replacement) for every __shared__ declaration; the
+    device functions holding static ones are added to device_fns."""
     idx = 0
     for s in re.finditer(r'\b__shared__\b', m):
         at = s.start()
@@ -254,10 +321,12 @@ def rewrite_shared(text, m, path, kernels, edits):
         newlines = original.count('\n')
         ln = line_of(text, at)
         is_extern = re.match(r'extern\s+__shared__\b', stmt) is not None
-        if k is None:
-            raise GenError('%s:%d: a __shared__ variable outside a kernel body: the simulator '
-                           'sizes shared memory per kernel, so declare it in the kernel and pass '
-                           'a pointer to device functions' % (path, ln))
+        if k is None and not is_extern:
+            k = device_fn_of(text, m, path, at, device_fns)
+            if k is None:
+                raise GenError('%s:%d: a __shared__ variable outside a function body: the '
+                               'simulator sizes shared memory per kernel, so declare it in the '
+                               'kernel or a device function it calls' % (path, ln))
         rest = stmt[stmt.index('__shared__') + len('__shared__'):]
         align = '0'
         a = re.search(r'__align__\s*\(([^)]*)\)', rest)
@@ -348,6 +417,46 @@ def needed_decls(k):
     return [d for d, n in zip(k.local_decls, need) if n]
 
 
+def smem_helper_name(f):
+    return 'cudasim_static_smem_%s_' % f.name
+
+
+def smem_helper(f):
+    """A constexpr function beside device function f: the bytes of its static
+    shared variables, for the prologues of the kernels that call it."""
+    body = ' '.join(needed_decls(f)) + ' return ::cudasim::smem_bytes<%s>();' % ', '.join(f.shared_types)
+    head = f.tparam_text + ' ' if f.tparam_text else ''
+    return ' %s[[maybe_unused]] constexpr unsigned long %s() { %s }' % (head, smem_helper_name(f), body)
+
+
+def device_calls(text, m, path, kernels, device_fns):
+    """For each kernel, the helper calls of the device functions with static
+    shared memory it calls (their template arguments as written at the call).
+    Such a function called from anywhere but a kernel body is refused."""
+    for f in device_fns:
+        for c in re.finditer(r'\b%s\b' % re.escape(f.name), m):
+            at = c.start()
+            k = next((k for k in kernels if k.body_open < at < k.body_close), None)
+            i = skip_ws(m, c.end())
+            targs = ''
+            if i < len(m) and m[i] == '<':
+                e = match_close(m, i, '<', '>')
+                targs = text[i:e + 1]
+                i = skip_ws(m, e + 1)
+            if i >= len(m) or m[i] != '(':
+                continue  # not a call (a declaration's name, an address)
+            if k is None:
+                enc = enclosing_function(m, at)
+                if enc is None:
+                    continue  # the definition's own name
+                raise GenError('%s:%d: %s, which has __shared__ variables, is called from a '
+                               'function that is not a kernel: the simulator counts them only '
+                               'for kernels that call it directly' % (path, line_of(text, at), f.name))
+            call = '%s%s()' % (smem_helper_name(f), ' '.join(targs.split()))
+            if call not in k.device_smem:
+                k.device_smem.append(call)
+
+
 def prologue(k):
     fn = '&%s<%s>' % (k.name, ', '.join(k.tparams)) if k.tparams else '&%s' % k.name
     label = '%s<%s>' % (k.name, ', '.join(k.tparams)) if k.tparams else k.name
@@ -356,6 +465,8 @@ def prologue(k):
         size = '[]() constexpr -> unsigned long { %s }()' % body
     else:
         size = '0ul'
+    for call in k.device_smem:
+        size += ' + ' + call
     return (' if (::cudasim::kernel_entry(reinterpret_cast<const void *>(%s), "%s", %s, (%s))) '
             'return;' % (fn, label, size, k.bounds))
 
@@ -394,8 +505,12 @@ def generate(text, path):
     kernels = find_kernels(text, m, path)
     for k in kernels:
         collect_local_decls(text, m, k)
-    edits = []
-    rewrite_shared(text, m, path, kernels, edits)
+    edits, device_fns = [], []
+    rewrite_shared(text, m, path, kernels, edits, device_fns)
+    for f in device_fns:
+        collect_local_decls(text, m, f)
+        edits.append((f.body_close + 1, f.body_close + 1, smem_helper(f)))
+    device_calls(text, m, path, kernels, device_fns)
     find_launches(text, m, path, edits)
     for k in kernels:
         edits.append((k.body_open + 1, k.body_open + 1, prologue(k)))

@@ -79,20 +79,21 @@ extern "C" ferry_status lab_classifier1(void *stream, float *losses, void *dinp,
             const int rows = g0 + grows - r0 < chunk ? g0 + grows - r0 : chunk;
             bf16 *lc = logits + (size_t)(r0 - g0) * Vp;
             const bf16 *xc = x + (size_t)r0 * C;
-            ferry_status st = cuda_gemm(s, true, false, Vp, rows, C, w, C, xc, C, lc, Vp, 0.0f, nullptr);
+            ferry_status st = cuda_gemm(s, FERRY_DTYPE_BF16, true, false, Vp, rows, C, w, C, xc, C, lc, Vp, 0.0f, nullptr);
             if (st != FERRY_OK)
                 return st;
             xent1_kernel<<<rows, CLS_THREADS, 0, s>>>(lc, losses + r0, targets + r0, grad_scale, V, Vp);
             CUDA_CHECK_LAUNCH();
-            st = cuda_gemm(s, false, false, C, rows, Vp, w, C, lc, Vp, static_cast<bf16 *>(dinp) + (size_t)r0 * C, C,
+            st = cuda_gemm(s, FERRY_DTYPE_BF16, false, false, C, rows, Vp, w, C, lc, Vp, static_cast<bf16 *>(dinp) + (size_t)r0 * C, C,
                            1.0f, nullptr);
             if (st != FERRY_OK)
                 return st;
         }
         /* acc^T (C x Vp) += (inp rows of the group, C x grows) @ (their dlogits, Vp x grows)^T */
-        ferry_status st = cuda_gemm_f32(s, false, true, C, Vp, grows, x + (size_t)g0 * C, C, logits, Vp, acc, C, 1.0f);
+        ferry_status st = cuda_gemm_f32(s, FERRY_DTYPE_BF16, false, true, C, Vp, grows, x + (size_t)g0 * C, C, logits,
+                                        Vp, acc, C, 1.0f);
         if (st != FERRY_OK)
             return st;
     }
-    return cuda_add_f32_to_bf16(s, static_cast<bf16 *>(dwte), acc, (size_t)Vp * C);
+    return cuda_add_f32_to(s, FERRY_DTYPE_BF16, dwte, acc, (size_t)Vp * C);
 }

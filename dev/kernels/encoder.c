@@ -35,16 +35,16 @@ static void check(lab *L)
     float *wte = lab_rand(L, (size_t)V * C, -1, 1), *wpe = lab_rand(L, (size_t)T * C, -1, 1);
     float *dout = lab_rand(L, n, -1, 1), *dwte = lab_rand(L, (size_t)V * C, -1, 1);
     float *dwpe = lab_rand(L, (size_t)T * C, -1, 1), *out = malloc(n * sizeof *out);
-    enc k = {B, T, C, V, lab_up(L, tok, (size_t)B * T * 4), lab_alloc(L, n * 2), lab_up_bf16(L, wte, (size_t)V * C),
-             lab_up_bf16(L, wpe, (size_t)T * C), lab_up_bf16(L, dout, n), lab_up_bf16(L, dwte, (size_t)V * C),
-             lab_up_bf16(L, dwpe, (size_t)T * C)};
+    enc k = {B, T, C, V, lab_up(L, tok, (size_t)B * T * 4), lab_alloc(L, n * 2), lab_up_16(L, wte, (size_t)V * C),
+             lab_up_16(L, wpe, (size_t)T * C), lab_up_16(L, dout, n), lab_up_16(L, dwte, (size_t)V * C),
+             lab_up_16(L, dwpe, (size_t)T * C)};
     lab_must(hostop_encoder_forward(out, tok, wte, wpe, B, T, C, V), "host encoder");
     forward(L, &k);
-    lab_check_bf16(L, "encoder_forward", "0 production", k.out, out, n, 1e-2);
+    lab_check_16(L, "encoder_forward", "0 production", k.out, out, n, 1e-2);
     hostop_encoder_backward(dwte, dwpe, dout, tok, B, T, C, V);
     backward(L, &k);
-    lab_check_bf16(L, "encoder_backward dwte", "0 production", k.dwte, dwte, (size_t)V * C, 1e-2);
-    lab_check_bf16(L, "encoder_backward dwpe", "0 production", k.dwpe, dwpe, (size_t)T * C, 1e-2);
+    lab_check_16(L, "encoder_backward dwte", "0 production", k.dwte, dwte, (size_t)V * C, 1e-2);
+    lab_check_16(L, "encoder_backward dwpe", "0 production", k.dwpe, dwpe, (size_t)T * C, 1e-2);
     LAB_FREE(L, k.tok, k.out, k.wte, k.wpe, k.dout, k.dwte, k.dwpe);
     free(tok), free(wte), free(wpe), free(dout), free(dwte), free(dwpe), free(out);
 }
@@ -56,8 +56,8 @@ void lab_encoder(lab *L)
     const size_t N = (size_t)z.B * z.T, nc = N * z.C;
     int32_t *tok = lab_tokens(L, N, z.V);
     enc k = {z.B, z.T, z.C, z.V, lab_up(L, tok, N * 4), lab_zeros(L, nc * 2),
-             lab_random_bf16(L, (size_t)z.Vp * z.C, 0.02f), lab_random_bf16(L, (size_t)z.T * z.C, 0.02f),
-             lab_random_bf16(L, nc, 1), lab_zeros(L, (size_t)z.Vp * z.C * 2), lab_zeros(L, (size_t)z.T * z.C * 2)};
+             lab_random_16(L, (size_t)z.Vp * z.C, 0.02f), lab_random_16(L, (size_t)z.T * z.C, 0.02f),
+             lab_random_16(L, nc, 1), lab_zeros(L, (size_t)z.Vp * z.C * 2), lab_zeros(L, (size_t)z.T * z.C * 2)};
     /* bytes: read a wte row and a wpe row and write an output row per token */
     lab_time(L, "encoder_forward", "0 production", forward, &k, 3.0 * nc * 2, LAB_BYTES);
     lab_time(L, "encoder_backward", "0 production", backward, &k,

@@ -3,14 +3,15 @@
  * events (median of several runs after warm-up) at GPT-2 XL sizes (B*T = 8 x
  * 1024 tokens, C = 1600, NH = 25, V = 50257 padded to 50304) and printed as
  * TFLOP/s or GB/s beside the ceiling measured in the same run: a cuBLASLt
- * bf16 matmul (8192^3) and a device-to-device copy. Owns the harness of
- * lab.h and main; the ops live in one file each beside it.
+ * matmul (8192^3) of the storage type and a device-to-device copy. Owns the
+ * harness of lab.h and main; the ops live in one file each beside it.
  *
- *   kernel_lab [--quick | --check] [--op NAME]...
+ *   kernel_lab [--quick | --check] [--dtype bf16|f16] [--op NAME]...
  *     --quick  B*T = 2 x 256, C = 768, NH = 12 (a smoke run)
  *     --check  the checks only, no ceilings: each timed op runs once,
  *              untimed, at B*T = 64, C = 128 (what the simulated device,
  *              dev/cudasim, runs in CI)
+ *     --dtype  the storage type (default: the card's, bf16 from sm_80)
  *     --op     only this op family (encoder, layernorm, matmul, gelu,
  *              residual, attention, classifier, optimizer); repeatable
  *   FERRY_TEST_SEED sets the seed (printed either way).
@@ -18,6 +19,7 @@
  * Exit status: 0 when every check passed; 1 when one failed or the setup
  * did; 77 when there is no GPU (no driver, or no device: the cuda backend
  * reports FERRY_ERR_UNSUPPORTED); 2 on a bad command line. */
+#include "common/fileio.h"
 #include "dev/kernels/lab.h"
 
 #include <stdio.h>
@@ -58,7 +60,7 @@ float *lab_rand(lab *L, size_t n, float lo, float hi)
 }
 
 /* Written in 32M-element pieces so the host copy stays small. */
-void *lab_random_bf16(lab *L, size_t n, float scale)
+void *lab_random_16(lab *L, size_t n, float scale)
 {
     uint16_t *d = lab_alloc(L, n * 2);
     const size_t piece = (size_t)32 << 20;
@@ -69,7 +71,7 @@ void *lab_random_bf16(lab *L, size_t n, float scale)
         size_t m = n - at < piece ? n - at : piece;
         for (size_t i = 0; i < m; i++) {
             float u = (float)(opcheck_rand_next(&L->rng) >> 40) * 0x1p-23f - 1.0f; /* [-1, 1) */
-            h[i] = opcheck_bf16_bits(scale * u);
+            h[i] = L->act == FERRY_DTYPE_F16 ? dtype_f32_to_f16(scale * u) : opcheck_bf16_bits(scale * u);
         }
         lab_must(backend_memcpy_async(L->s, d + at, h, m * 2, BACKEND_COPY_H2D), "upload");
         lab_must(backend_stream_synchronize(L->s), "upload");
@@ -85,10 +87,10 @@ void *lab_up(lab *L, const void *src, size_t bytes)
     return d;
 }
 
-void *lab_up_bf16(lab *L, const float *x, size_t n)
+void *lab_up_16(lab *L, const float *x, size_t n)
 {
     void *d = NULL;
-    lab_must(opcheck_upload_bf16(L->be, L->s, x, n, &d), "bf16 upload");
+    lab_must(opcheck_upload_as(L->be, L->s, x, n, L->act, &d), "16-bit upload");
     return d;
 }
 
@@ -100,10 +102,10 @@ static float *host_floats(size_t n)
     return x;
 }
 
-float *lab_down_bf16(lab *L, const void *d, size_t n)
+float *lab_down_16(lab *L, const void *d, size_t n)
 {
     float *x = host_floats(n);
-    lab_must(opcheck_download_bf16(L->s, d, n, x), "bf16 download");
+    lab_must(opcheck_download_as(L->s, d, n, L->act, x), "16-bit download");
     return x;
 }
 
@@ -143,25 +145,34 @@ bool lab_check(lab *L, const char *op, const char *variant, const float *got, co
     return ok;
 }
 
-static bool check_device(lab *L, const char *op, const char *variant, const void *dev, bool bf16,
+static bool check_device(lab *L, const char *op, const char *variant, const void *dev, bool half,
                          const float *want, size_t n, double tol)
 {
-    float *got = bf16 ? lab_down_bf16(L, dev, n) : lab_down_f32(L, dev, n);
+    float *got = half ? lab_down_16(L, dev, n) : lab_down_f32(L, dev, n);
     bool ok = lab_check(L, op, variant, got, want, n, tol);
     free(got);
     return ok;
 }
 
-bool lab_check_bf16(lab *L, const char *op, const char *variant, const void *dev, const float *want, size_t n,
+bool lab_check_16(lab *L, const char *op, const char *variant, const void *dev, const float *want, size_t n,
                     double tol)
 {
-    return check_device(L, op, variant, dev, true, want, n, tol);
+    return check_device(L, op, variant, dev, true, want, n, L->act == FERRY_DTYPE_F16 ? tol / 5 : tol);
 }
 
 bool lab_check_f32(lab *L, const char *op, const char *variant, const void *dev, const float *want, size_t n,
                    double tol)
 {
     return check_device(L, op, variant, dev, false, want, n, tol);
+}
+
+bool lab_bf16_variant(lab *L, const char *op, const char *variant)
+{
+    if (L->act == FERRY_DTYPE_BF16)
+        return true;
+    printf("skip   %-30s %-26s written for bf16 storage only, this run stores %s\n", op, variant, dtype_name(L->act));
+    fflush(stdout);
+    return false;
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -229,12 +240,12 @@ static void ceiling_copy(lab *L, void *p)
 
 static void measure_ceilings(lab *L)
 {
-    ceiling_bufs k = {lab_random_bf16(L, (size_t)8192 * 8192, 0.1f), NULL, (size_t)8192 * 8192 * 2};
+    ceiling_bufs k = {lab_random_16(L, (size_t)8192 * 8192, 0.1f), NULL, (size_t)8192 * 8192 * 2};
     k.c = lab_zeros(L, k.bytes);
     L->tflops = 2.0 * 8192.0 * 8192.0 * 8192.0 / (median_ms(L, ceiling_matmul, &k) * 1e-3) / 1e12;
     L->gbs = 2.0 * (double)k.bytes / (median_ms(L, ceiling_copy, &k) * 1e-3) / 1e9;
-    printf("ceilings: cuBLASLt bf16 matmul 8192^3 %.1f TFLOP/s; device copy %.0f GB/s (read + write)\n",
-           L->tflops, L->gbs);
+    printf("ceilings: cuBLASLt %s matmul 8192^3 %.1f TFLOP/s; device copy %.0f GB/s (read + write)\n",
+           dtype_name(L->act), L->tflops, L->gbs);
     fflush(stdout);
     backend_free(L->be, k.a);
     backend_free(L->be, k.c);
@@ -254,7 +265,7 @@ static const struct {
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: kernel_lab [--quick | --check] [--op NAME]...\n  NAME:");
+    fprintf(stderr, "usage: kernel_lab [--quick | --check] [--dtype bf16|f16] [--op NAME]...\n  NAME:");
     for (size_t i = 0; i < N_OPS; i++)
         fprintf(stderr, " %s", ops[i].name);
     fprintf(stderr, "\n");
@@ -263,12 +274,17 @@ static int usage(void)
 
 /* Marks the ops named by --op in `on` (all when none is named); false on a bad argument. */
 /* mode: 0 full, 1 --quick, 2 --check. */
-static bool parse_args(int argc, char **argv, int *mode, bool on[N_OPS])
+static bool parse_args(int argc, char **argv, int *mode, ferry_dtype *act, bool on[N_OPS])
 {
     bool any = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0 || strcmp(argv[i], "--check") == 0) {
             *mode = argv[i][2] == 'q' ? 1 : 2;
+            continue;
+        }
+        if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
+            if (ferry_dtype_parse(argv[++i], act) != FERRY_OK || (*act != FERRY_DTYPE_BF16 && *act != FERRY_DTYPE_F16))
+                return false;
             continue;
         }
         if (strcmp(argv[i], "--op") != 0 || i + 1 >= argc)
@@ -286,7 +302,7 @@ static bool parse_args(int argc, char **argv, int *mode, bool on[N_OPS])
     return true;
 }
 
-static int open_lab(lab *L, int mode)
+static int open_lab(lab *L, int mode, ferry_dtype act)
 {
     ferry_status st = backend_open(FERRY_BACKEND_CUDA, &L->be);
     if (st == FERRY_ERR_UNSUPPORTED) {
@@ -294,6 +310,8 @@ static int open_lab(lab *L, int mode)
         return 77;
     }
     lab_must(st, "opening the cuda backend");
+    lab_must(backend_set_act_dtype(L->be, act), "the storage type");
+    L->act = backend_act_dtype(L->be);
     const size_t ws_bytes = (size_t)64 << 20;
     lab_must(backend_stream_create(L->be, "lab", &L->s), "stream");
     lab_must(backend_event_create_timed(L->be, &L->ev0), "event");
@@ -313,18 +331,20 @@ static int open_lab(lab *L, int mode)
 
 int main(int argc, char **argv)
 {
+    fileio_check_stdout_at_exit("lab"); /* a full disk or /dev/full on stdout is exit 1 */
     int mode = 0;
     bool on[N_OPS] = {false};
-    if (!parse_args(argc, argv, &mode, on))
+    ferry_dtype act = FERRY_DTYPE_AUTO;
+    if (!parse_args(argc, argv, &mode, &act, on))
         return usage();
     lab L;
     memset(&L, 0, sizeof L);
-    int rc = open_lab(&L, mode);
+    int rc = open_lab(&L, mode, act);
     if (rc != 0)
         return rc;
-    printf("kernel lab on %s; seed 0x%llx; timing at B=%d T=%d C=%d NH=%d V=%d (Vp %d), median of %d\n",
-           backend_device_name(L.be), (unsigned long long)L.rng, L.z.B, L.z.T, L.z.C, L.z.NH, L.z.V,
-           L.z.Vp, L.reps);
+    printf("kernel lab on %s; %s storage; seed 0x%llx; timing at B=%d T=%d C=%d NH=%d V=%d (Vp %d), median of %d\n",
+           backend_device_name(L.be), dtype_name(L.act), (unsigned long long)L.rng, L.z.B, L.z.T, L.z.C, L.z.NH,
+           L.z.V, L.z.Vp, L.reps);
     if (!L.check_only)
         measure_ceilings(&L);
     for (size_t k = 0; k < N_OPS; k++)

@@ -1,10 +1,12 @@
 /* The kernel lab's harness (dev/kernels/lab.c), in the manner of llm.c's
  * dev/cuda: the cuda backend and one stream, the two ceilings measured at the
- * start of the run (a cuBLASLt bf16 8192^3 matmul and a device-to-device
- * copy), and the two steps each op file takes for every way it computes an
- * op — check it against the host reference (kernels/ops_host.h) on small
- * random inputs, then time it at the lab's sizes and print its rate as a
- * fraction of its ceiling. Each result is printed the moment it is known.
+ * start of the run (a cuBLASLt 8192^3 matmul in the lab's storage type and a
+ * device-to-device copy), and the two steps each op file takes for every way
+ * it computes an op — check it against the host reference
+ * (kernels/ops_host.h) on small random inputs, then time it at the lab's
+ * sizes and print its rate as a fraction of its ceiling. Each result is
+ * printed the moment it is known. The lab runs in one storage type, bf16 or
+ * f16 (--dtype; by default the card's own, f16 on sm_70 and sm_75).
  *
  * An op file (dev/kernels/<op>.c) owns one op family: the call of its host
  * reference, its production kernel (variant 0: the ops_* entry point the
@@ -39,10 +41,11 @@ typedef struct lab {
     uint64_t rng;             /* seeded; printed at the start */
     lab_sizes z;
     int reps;                 /* timed runs per figure (median) */
-    double tflops;            /* ceiling: cuBLASLt bf16 matmul, TFLOP/s */
+    double tflops;            /* ceiling: cuBLASLt matmul of the storage type, TFLOP/s */
     double gbs;               /* ceiling: device copy, GB/s counting read + write */
     int checks, failures;
     bool check_only;          /* --check: checks only; each timed op runs once, untimed, at tiny sizes */
+    ferry_dtype act;          /* the storage type: bf16 or f16 */
 } lab;
 
 typedef enum lab_unit {
@@ -53,16 +56,17 @@ typedef enum lab_unit {
 /* Ends the program (exit 1) when st is not FERRY_OK, naming what failed. */
 void lab_must(ferry_status st, const char *what);
 
-/* Device memory: uninitialised, zeroed, or uniform bf16 in [-scale, scale). */
+/* Device memory: uninitialised, zeroed, or uniform in [-scale, scale) in
+ * the storage type. */
 void *lab_alloc(lab *L, size_t bytes);
 void *lab_zeros(lab *L, size_t bytes);
-void *lab_random_bf16(lab *L, size_t n, float scale);
-/* Host arrays (malloc'd): uniform in [lo, hi), rounded to bf16. */
+void *lab_random_16(lab *L, size_t n, float scale);
+/* Host arrays (malloc'd): uniform in [lo, hi), exact in bf16 and f16. */
 float *lab_rand(lab *L, size_t n, float lo, float hi);
 /* Device copies of host data, and host copies (malloc'd) of device data. */
 void *lab_up(lab *L, const void *src, size_t bytes);
-void *lab_up_bf16(lab *L, const float *x, size_t n);
-float *lab_down_bf16(lab *L, const void *d, size_t n);
+void *lab_up_16(lab *L, const float *x, size_t n);
+float *lab_down_16(lab *L, const void *d, size_t n);
 float *lab_down_f32(lab *L, const void *d, size_t n);
 /* Frees device buffers: LAB_FREE(L, a, b, c). */
 void lab_free_list(lab *L, void *const *bufs, size_t n);
@@ -76,11 +80,17 @@ int32_t *lab_tokens(lab *L, size_t n, int V);
 bool lab_check(lab *L, const char *op, const char *variant, const float *got, const float *want,
                size_t n, double tol);
 
-/* lab_check of n device values (bf16 or fp32) against the host reference. */
-bool lab_check_bf16(lab *L, const char *op, const char *variant, const void *dev, const float *want, size_t n,
+/* lab_check of n device values (the storage type, or fp32) against the host
+ * reference. Tolerances are written for bf16 (8-bit mantissa); under f16
+ * (11 bits) the 16-bit checks hold to a fifth of them. */
+bool lab_check_16(lab *L, const char *op, const char *variant, const void *dev, const float *want, size_t n,
                     double tol);
 bool lab_check_f32(lab *L, const char *op, const char *variant, const void *dev, const float *want, size_t n,
                    double tol);
+
+/* Whether a variant written for bf16 storage only runs in this lab's storage
+ * type; prints a "skip" line when it does not. */
+bool lab_bf16_variant(lab *L, const char *op, const char *variant);
 
 /* One launch of the op being timed, on L->s. */
 typedef void (*lab_fn)(lab *L, void *ctx);
@@ -101,7 +111,7 @@ void lab_classifier(lab *L);
 void lab_optimizer(lab *L);
 
 /* Numbered variants written in CUDA (dev/kernels/<op>_variants.cu), with the
- * signature of the cudaop_* they stand beside. */
+ * signature of the cudaop_* they stand beside (bf16 only). */
 ferry_status lab_gelu_forward1(void *stream, void *out, const void *inp, size_t n);
 
 /* dev/kernels/reduce_variants.cu. Variant 1 of the column reductions splits

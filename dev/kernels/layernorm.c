@@ -1,7 +1,7 @@
 /* Kernel lab: layernorm, forward (with the saved mean and rstd) and the
  * accumulating backward. Reference: hostop_layernorm_*; production:
  * ops_layernorm_* (kernels/layernorm.cu). Backward variants
- * (dev/kernels/reduce_variants.cu), each changing one kernel of the
+ * (dev/kernels/reduce_variants.cu, bf16 storage only), each changing one kernel of the
  * production pair: 1 dinp with its per-thread arrays in registers (the
  * production kernel's, of run-time length, live in local memory), 2
  * dweight/dbias with the rows split over LAB_ROW_SLICES blocks per 32
@@ -42,16 +42,16 @@ static void check(lab *L)
     float *dout = lab_rand(L, n, -1, 1), *dinp = lab_rand(L, n, -1, 1);
     float *dw = lab_rand(L, C, -1, 1), *db = lab_rand(L, C, -1, 1);
     float *out = malloc(n * 4), *stat = malloc((size_t)N * 8);
-    ln k = {N, C, lab_alloc(L, n * 2), lab_up_bf16(L, inp, n), lab_up_bf16(L, w, C), lab_up_bf16(L, b, C),
-            lab_up_bf16(L, dout, n), lab_up_bf16(L, dinp, n), lab_up_bf16(L, dw, C), lab_up_bf16(L, db, C),
+    ln k = {N, C, lab_alloc(L, n * 2), lab_up_16(L, inp, n), lab_up_16(L, w, C), lab_up_16(L, b, C),
+            lab_up_16(L, dout, n), lab_up_16(L, dinp, n), lab_up_16(L, dw, C), lab_up_16(L, db, C),
             lab_alloc(L, (size_t)N * 4), lab_alloc(L, (size_t)N * 4)};
     hostop_layernorm_forward(out, stat, stat + N, inp, w, b, N, C);
     forward(L, &k);
-    lab_check_bf16(L, "layernorm_forward", "0 production", k.out, out, n, 1e-2);
+    lab_check_16(L, "layernorm_forward", "0 production", k.out, out, n, 1e-2);
     hostop_layernorm_backward(dinp, dw, db, dout, inp, w, stat, stat + N, N, C);
     backward(L, &k);
-    lab_check_bf16(L, "layernorm_backward dinp", "0 production", k.dinp, dinp, n, 1e-2);
-    lab_check_bf16(L, "layernorm_backward dweight", "0 production", k.dw, dw, C, 1e-2);
+    lab_check_16(L, "layernorm_backward dinp", "0 production", k.dinp, dinp, n, 1e-2);
+    lab_check_16(L, "layernorm_backward dweight", "0 production", k.dw, dw, C, 1e-2);
     LAB_FREE(L, k.out, k.inp, k.w, k.b, k.dout, k.dinp, k.dw, k.db, k.mean, k.rstd);
     free(inp), free(w), free(b), free(dout), free(dinp), free(dw), free(db), free(out), free(stat);
 }
@@ -90,15 +90,17 @@ static void check_variants(lab *L)
     hostop_layernorm_backward(rdinp, rdw, rdb, dout, inp, w, stat, stat + N, N, C);
     void *scratch = lab_alloc(L, (size_t)LAB_ROW_SLICES * C * 8);
     for (int v = 0; v < (int)(sizeof variants / sizeof variants[0]); v++) {
-        ln k = {N, C, lab_alloc(L, n * 2), lab_up_bf16(L, inp, n), lab_up_bf16(L, w, C), lab_up_bf16(L, b, C),
-                lab_up_bf16(L, dout, n), lab_up_bf16(L, dinp, n), lab_up_bf16(L, dw, C), lab_up_bf16(L, db, C),
+        if (!lab_bf16_variant(L, "layernorm_backward", variants[v].name))
+            continue;
+        ln k = {N, C, lab_alloc(L, n * 2), lab_up_16(L, inp, n), lab_up_16(L, w, C), lab_up_16(L, b, C),
+                lab_up_16(L, dout, n), lab_up_16(L, dinp, n), lab_up_16(L, dw, C), lab_up_16(L, db, C),
                 lab_alloc(L, (size_t)N * 4), lab_alloc(L, (size_t)N * 4)};
         forward(L, &k); /* the device's own mean and rstd */
         ln_variant a = {&k, v, scratch};
         backward_variant(L, &a);
-        lab_check_bf16(L, "layernorm_backward dinp", variants[v].name, k.dinp, rdinp, n, 1e-2);
-        lab_check_bf16(L, "layernorm_backward dweight", variants[v].name, k.dw, rdw, C, 1e-2);
-        lab_check_bf16(L, "layernorm_backward dbias", variants[v].name, k.db, rdb, C, 1e-2);
+        lab_check_16(L, "layernorm_backward dinp", variants[v].name, k.dinp, rdinp, n, 1e-2);
+        lab_check_16(L, "layernorm_backward dweight", variants[v].name, k.dw, rdw, C, 1e-2);
+        lab_check_16(L, "layernorm_backward dbias", variants[v].name, k.db, rdb, C, 1e-2);
         LAB_FREE(L, k.out, k.inp, k.w, k.b, k.dout, k.dinp, k.dw, k.db, k.mean, k.rstd);
     }
     LAB_FREE(L, scratch);
@@ -112,8 +114,8 @@ void lab_layernorm(lab *L)
     check_variants(L);
     const int N = L->z.B * L->z.T, C = L->z.C;
     const size_t nc = (size_t)N * C;
-    ln k = {N, C, lab_zeros(L, nc * 2), lab_random_bf16(L, nc, 1), lab_random_bf16(L, C, 1),
-            lab_random_bf16(L, C, 1), lab_random_bf16(L, nc, 1), lab_zeros(L, nc * 2), lab_zeros(L, (size_t)C * 2),
+    ln k = {N, C, lab_zeros(L, nc * 2), lab_random_16(L, nc, 1), lab_random_16(L, C, 1),
+            lab_random_16(L, C, 1), lab_random_16(L, nc, 1), lab_zeros(L, nc * 2), lab_zeros(L, (size_t)C * 2),
             lab_zeros(L, (size_t)C * 2), lab_zeros(L, (size_t)N * 4), lab_zeros(L, (size_t)N * 4)};
     forward(L, &k); /* the statistics the backward reads */
     lab_time(L, "layernorm_forward", "0 production", forward, &k, 2.0 * nc * 2, LAB_BYTES);
@@ -121,6 +123,8 @@ void lab_layernorm(lab *L)
     lab_time(L, "layernorm_backward", "0 production", backward, &k, 4.0 * nc * 2, LAB_BYTES);
     void *scratch = lab_alloc(L, (size_t)LAB_ROW_SLICES * C * 8);
     for (int v = 0; v < (int)(sizeof variants / sizeof variants[0]); v++) {
+        if (!lab_bf16_variant(L, "layernorm_backward", variants[v].name))
+            continue;
         ln_variant a = {&k, v, scratch};
         lab_time(L, "layernorm_backward", variants[v].name, backward_variant, &a, 4.0 * nc * 2, LAB_BYTES);
     }

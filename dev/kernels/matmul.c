@@ -2,7 +2,7 @@
  * accumulating backward, at the MLP's C -> 4C shape. Reference:
  * hostop_matmul_* (OpenBLAS); production: ops_matmul_* (cuBLASLt,
  * kernels/matmul.cu). Variants of dbias, the column sum of dout
- * (dev/kernels/reduce_variants.cu): 0 production (one block per 32 columns:
+ * (dev/kernels/reduce_variants.cu; 1 for bf16 storage only): 0 production (one block per 32 columns:
  * 50 blocks at C = 1600), 1 the rows split over LAB_ROW_SLICES blocks too. */
 #include "dev/kernels/lab.h"
 
@@ -36,16 +36,16 @@ static void check(lab *L)
     float *b = lab_rand(L, OC, -1, 1), *dout = lab_rand(L, (size_t)N * OC, -1, 1);
     float *dinp = lab_rand(L, (size_t)N * C, -1, 1), *dw = lab_rand(L, (size_t)OC * C, -1, 1);
     float *db = lab_rand(L, OC, -1, 1), *out = malloc((size_t)N * OC * 4);
-    mm k = {N, C, OC, lab_alloc(L, (size_t)N * OC * 2), lab_up_bf16(L, inp, (size_t)N * C),
-            lab_up_bf16(L, w, (size_t)OC * C), lab_up_bf16(L, b, OC), lab_up_bf16(L, dout, (size_t)N * OC),
-            lab_up_bf16(L, dinp, (size_t)N * C), lab_up_bf16(L, dw, (size_t)OC * C), lab_up_bf16(L, db, OC)};
+    mm k = {N, C, OC, lab_alloc(L, (size_t)N * OC * 2), lab_up_16(L, inp, (size_t)N * C),
+            lab_up_16(L, w, (size_t)OC * C), lab_up_16(L, b, OC), lab_up_16(L, dout, (size_t)N * OC),
+            lab_up_16(L, dinp, (size_t)N * C), lab_up_16(L, dw, (size_t)OC * C), lab_up_16(L, db, OC)};
     hostop_matmul_forward(out, inp, w, b, N, C, OC);
     forward(L, &k);
-    lab_check_bf16(L, "matmul_forward (bias)", "0 production", k.out, out, (size_t)N * OC, 1e-2);
+    lab_check_16(L, "matmul_forward (bias)", "0 production", k.out, out, (size_t)N * OC, 1e-2);
     hostop_matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
     backward(L, &k);
-    lab_check_bf16(L, "matmul_backward dinp", "0 production", k.dinp, dinp, (size_t)N * C, 1e-2);
-    lab_check_bf16(L, "matmul_backward dweight", "0 production", k.dw, dw, (size_t)OC * C, 1e-2);
+    lab_check_16(L, "matmul_backward dinp", "0 production", k.dinp, dinp, (size_t)N * C, 1e-2);
+    lab_check_16(L, "matmul_backward dweight", "0 production", k.dw, dw, (size_t)OC * C, 1e-2);
     LAB_FREE(L, k.out, k.inp, k.w, k.b, k.dout, k.dinp, k.dw, k.db);
     free(inp), free(w), free(b), free(dout), free(dinp), free(dw), free(db), free(out);
 }
@@ -74,11 +74,13 @@ static void check_colsum(lab *L)
             s += src[(size_t)r * cols + c];
         want[c] = (float)s;
     }
-    void *d_src = lab_up_bf16(L, src, (size_t)rows * cols), *scratch = lab_alloc(L, (size_t)LAB_ROW_SLICES * cols * 4);
+    void *d_src = lab_up_16(L, src, (size_t)rows * cols), *scratch = lab_alloc(L, (size_t)LAB_ROW_SLICES * cols * 4);
     for (int v = 0; v < 2; v++) {
-        colsum_args k = {rows, cols, v, lab_up_bf16(L, db, cols), d_src, scratch};
+        if (!lab_bf16_variant(L, "matmul_backward dbias", colsum_names[v]))
+            continue;
+        colsum_args k = {rows, cols, v, lab_up_16(L, db, cols), d_src, scratch};
         colsum(L, &k);
-        lab_check_bf16(L, "matmul_backward dbias", colsum_names[v], k.dst, want, cols, 1e-2);
+        lab_check_16(L, "matmul_backward dbias", colsum_names[v], k.dst, want, cols, 1e-2);
         LAB_FREE(L, k.dst);
     }
     LAB_FREE(L, d_src, scratch);
@@ -91,14 +93,16 @@ void lab_matmul(lab *L)
     check_colsum(L);
     const int N = L->z.B * L->z.T, C = L->z.C, OC = 4 * C;
     const size_t nc = (size_t)N * C, no = (size_t)N * OC, w = (size_t)OC * C;
-    mm k = {N, C, OC, lab_zeros(L, no * 2), lab_random_bf16(L, nc, 1), lab_random_bf16(L, w, 0.02f),
-            lab_random_bf16(L, OC, 1), lab_random_bf16(L, no, 1), lab_zeros(L, nc * 2), lab_zeros(L, w * 2),
+    mm k = {N, C, OC, lab_zeros(L, no * 2), lab_random_16(L, nc, 1), lab_random_16(L, w, 0.02f),
+            lab_random_16(L, OC, 1), lab_random_16(L, no, 1), lab_zeros(L, nc * 2), lab_zeros(L, w * 2),
             lab_zeros(L, (size_t)OC * 2)};
     lab_time(L, "matmul_forward C->4C", "0 production", forward, &k, 2.0 * N * C * OC, LAB_FLOPS);
     lab_time(L, "matmul_backward C->4C", "0 production", backward, &k, 4.0 * N * C * OC, LAB_FLOPS);
     /* dbias of the MLP's projection back to C: N x C read, C written */
     void *scratch = lab_alloc(L, (size_t)LAB_ROW_SLICES * C * 4);
     for (int v = 0; v < 2; v++) {
+        if (!lab_bf16_variant(L, "matmul dbias (N x C column sum)", colsum_names[v]))
+            continue;
         colsum_args c = {N, C, v, k.db, k.dout, scratch};
         lab_time(L, "matmul dbias (N x C column sum)", colsum_names[v], colsum, &c, (double)nc * 2, LAB_BYTES);
     }

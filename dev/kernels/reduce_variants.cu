@@ -269,8 +269,7 @@ extern "C" ferry_status lab_colsum_add(void *stream, int variant, void *dst, con
     if (rows <= 0 || cols <= 0)
         return FERRY_OK;
     if (variant == 0)
-        return cuda_colsum_add(static_cast<cudaStream_t>(stream), static_cast<bf16 *>(dst),
-                               static_cast<const bf16 *>(src), rows, cols);
+        return cuda_colsum_add(static_cast<cudaStream_t>(stream), FERRY_DTYPE_BF16, dst, src, rows, cols);
     return slices(stream, static_cast<bf16 *>(dst), nullptr, static_cast<const bf16 *>(src), nullptr, nullptr,
                   nullptr, rows, cols, scratch);
 }

@@ -197,21 +197,75 @@ static uint32_t crc32_bitwise(uint32_t crc, const unsigned char *p, size_t n)
     return ~crc;
 }
 
-/* A copy of `from` with 8 bytes at `at` replaced by `value` and, if `fix`,
- * the header's CRC (bytes 64..67, over bytes 0..63 and the group table of
- * GROUPS x 72 bytes) made right again, as a forger would. */
-static void forge_copy(const char *from, const char *to, long at, int64_t value, int fix)
+/* The header's CRC as version 3 computes it (bytes 64..67: over bytes 0..63,
+ * then 68..71, then the group table of GROUPS x 72 bytes), or version 2
+ * (without bytes 68..71). */
+static uint32_t header_crc(const unsigned char *bytes, int version)
+{
+    uint32_t crc = crc32_bitwise(0, bytes, 64);
+    if (version >= 3)
+        crc = crc32_bitwise(crc, bytes + 68, 4);
+    return crc32_bitwise(crc, bytes + 72, GROUPS * 72);
+}
+
+/* A copy of `from` with `n` bytes at `at` replaced by `value` and, if `fix`,
+ * the header's CRC made right again, as a forger would. */
+static void forge_bytes(const char *from, const char *to, long at, const void *value, size_t n, int fix)
 {
     long size;
     unsigned char *bytes = slurp(from, &size);
-    memcpy(bytes + at, &value, 8);
+    memcpy(bytes + at, value, n);
     if (fix) {
-        uint32_t crc = crc32_bitwise(0, bytes, 64);
-        crc = crc32_bitwise(crc, bytes + 72, GROUPS * 72);
+        uint32_t version, crc;
+        memcpy(&version, bytes + 8, 4);
+        crc = header_crc(bytes, (int)version);
         memcpy(bytes + 64, &crc, 4);
     }
     spit(to, bytes, size);
     free(bytes);
+}
+
+static void forge_copy(const char *from, const char *to, long at, int64_t value, int fix)
+{
+    forge_bytes(from, to, at, &value, 8, fix);
+}
+
+/* Header bytes 68..71 (the reserved word) are under the CRC since version 3;
+ * version 2 files still load. */
+static void test_reserved_word(void)
+{
+    char good[300], bad[300];
+    snprintf(good, sizeof good, "%s/reserved.ckpt", dir);
+    snprintf(bad, sizeof bad, "%s/reserved-bad.ckpt", dir);
+    ferry_engine *e = make(FERRY_OFFLOAD_OPTIMIZER, numel), *f = make(FERRY_OFFLOAD_OPTIMIZER, numel);
+    train_step(e);
+    TAP_IS_STATUS(ferry_engine_save(e, good, NULL, 0), FERRY_OK, "save");
+    long size;
+    unsigned char *b = slurp(good, &size);
+    uint32_t version, crc;
+    memcpy(&version, b + 8, 4);
+    memcpy(&crc, b + 64, 4);
+    TAP_IS_INT(version, 3, "the file is version 3");
+    TAP_IS_INT(crc, header_crc(b, 3), "its header CRC covers bytes 0..63, 68..71 and the group table");
+    free(b);
+    for (long at = 68; at < 72; at++) {
+        unsigned char v = 0x40;
+        forge_bytes(good, bad, at, &v, 1, 0);
+        ferry_status st = ferry_engine_load(f, bad, NULL, 0, NULL);
+        tap_ok(st == FERRY_ERR_FORMAT && strstr(ferry_last_error(), "damaged"), "header byte %ld changed: refused (%s)",
+               at, ferry_last_error());
+    }
+    uint32_t nonzero = 7;
+    forge_bytes(good, bad, 68, &nonzero, 4, 1);
+    ferry_status st = ferry_engine_load(f, bad, NULL, 0, NULL);
+    tap_ok(st == FERRY_ERR_FORMAT && strstr(ferry_last_error(), "reserved"),
+           "a reserved word of 7 with a CRC made to match: refused (%s)", ferry_last_error());
+    uint32_t two = 2;
+    forge_bytes(good, bad, 8, &two, 4, 1);
+    TAP_IS_STATUS(ferry_engine_load(f, bad, NULL, 0, NULL), FERRY_OK, "a version 2 file (its CRC without 68..71) loads");
+    TAP_IS_INT(ferry_engine_steps(f), 1, "at its step");
+    ferry_engine_destroy(e);
+    ferry_engine_destroy(f);
 }
 
 /* The step count (header bytes 16..23) is covered by the header's checksum;
@@ -287,6 +341,7 @@ int main(void)
     test_round_trip(FERRY_OFFLOAD_OPTIMIZER, 1);
     test_bad_files();
     test_header_fields();
+    test_reserved_word();
     test_load_user();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

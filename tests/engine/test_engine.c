@@ -3,9 +3,12 @@
  * accumulation, several prefetch depths), equal to a plain synchronous loop
  * written here; the delayed update matches its own definition; params mode
  * trains a model several times its device budget without exceeding it; and
- * misuse returns a status with a message. Runs in f32, and in bf16 storage
- * with FERRY_TEST_DTYPE=bf16 (the same assertions: the engine's bf16 paths
- * round at the same points as the synchronous loop's bf16 buffers). */
+ * misuse returns a status with a message. Runs in f32, and in bf16 or f16
+ * storage with FERRY_TEST_DTYPE=bf16 or f16 (the same assertions: the
+ * engine's 16-bit paths round at the same points as the synchronous loop's
+ * 16-bit buffers; under f16 both scale the loss as the engine's dynamic
+ * loss scale says, the loop with optim/loss_scale's rule, which
+ * tests/engine/test_loss_scale.c holds to torch's GradScaler). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +20,7 @@
 #include "models/gpt2_engine.h"
 #include "optim/adamw.h"
 #include "optim/gradnorm.h"
+#include "optim/loss_scale.h"
 #include "tap.h"
 #include "test_dtype.h"
 
@@ -89,13 +93,13 @@ static ferry_status run_engine(const run_opts *ro, run_result *out)
     ferry_step_options o = step_options();
     int32_t tokens[B * T], targets[B * T];
     for (int step = 0; step < STEPS && st == FERRY_OK; step++) {
-        float sum = 0;
+        float sum = 0, scale = ferry_engine_loss_scale(e); /* 1 unless f16 */
         for (int k = 0; k < ro->accum && st == FERRY_OK; k++) {
             batch_tokens(step, k, tokens, targets);
             float loss = 0;
             st = ferry_engine_begin_micro_batch(e, k, ro->accum);
             if (st == FERRY_OK) st = gpt2_forward(m, act, &hooks, s, tokens, targets, true);
-            if (st == FERRY_OK) st = gpt2_backward(m, act, &hooks, s, 1.0f / (float)ro->accum);
+            if (st == FERRY_OK) st = gpt2_backward(m, act, &hooks, s, scale / (float)ro->accum);
             if (st == FERRY_OK) st = gpt2_loss(act, s, &loss);
             sum += loss;
         }
@@ -163,15 +167,21 @@ static ferry_status run_reference(int accum, bool delay, run_result *out)
     ferry_step_options o = step_options();
     gpt2_hooks hooks = gpt2_resident_hooks(r);
     int32_t tokens[B * T], targets[B * T];
+    /* f16 scales the loss (torch GradScaler's rule and defaults) */
+    bool scaling = test_dtype() == FERRY_DTYPE_F16;
+    loss_scaler ls;
+    loss_scale_init(&ls, LOSS_SCALE_INIT_DEFAULT, LOSS_SCALE_GROWTH_DEFAULT, LOSS_SCALE_BACKOFF_DEFAULT,
+                    LOSS_SCALE_INTERVAL_DEFAULT);
+    int taken = 0;
     for (int step = 0; step < STEPS && st == FERRY_OK; step++) {
-        float sum = 0;
+        float sum = 0, scale = scaling ? ls.scale : 1.0f, inv = scaling ? loss_scale_inverse(&ls) : 1.0f;
         /* Each micro-batch's gradients from zero, summed over the step in fp32. */
         for (int k = 0; k < accum; k++) {
             float loss = 0;
             batch_tokens(step, k, tokens, targets);
             gpt2_resident_zero_grads(r, s);
             gpt2_forward(m, act, &hooks, s, tokens, targets, true);
-            gpt2_backward(m, act, &hooks, s, 1.0f / (float)accum);
+            gpt2_backward(m, act, &hooks, s, scale / (float)accum);
             gpt2_loss(act, s, &loss);
             sum += loss;
             for (int g = 0; g < G; g++) {
@@ -191,18 +201,21 @@ static ferry_status run_reference(int accum, bool delay, run_result *out)
             sumsq += one;
             bad |= nf;
         }
-        float clip = gradnorm_clip_coef(sqrt(sumsq), o.max_grad_norm);
+        /* The norm of the unscaled gradients; the update unscales and clips in one factor. */
+        float clip = gradnorm_clip_coef(sqrt(sumsq) * (double)inv, o.max_grad_norm) * inv;
         for (int g = 0; g < G && !bad && st == FERRY_OK; g++) {
             for (int t = 0; t < gpt2_group_tensor_count(m, g) && st == FERRY_OK; t++) {
                 gpt2_tensor_info ti;
                 gpt2_group_tensor(m, g, t, &ti);
                 adamw_job j = {master[g] + ti.offset, mom[g] + ti.offset, vel[g] + ti.offset, grad[g] + ti.offset,
-                               FERRY_DTYPE_F32, ti.numel, step + 1,
+                               FERRY_DTYPE_F32, ti.numel, taken + 1,
                                {o.lr, o.beta1, o.beta2, o.eps, ti.decay ? o.weight_decay : 0.0f}, clip, NULL,
                                FERRY_DTYPE_F32};
                 st = adamw_run(NULL, &j);
             }
         }
+        taken += !bad;
+        loss_scale_update(&ls, bad);
         /* The next step computes at the newest weights, or (delayed) at the
          * weights from before this update. */
         for (int g = 0; g < G; g++) {

@@ -94,7 +94,8 @@ static inline void walk_expect(const char *kind, const char **words, const char 
         *status = FERRY_OK;
     } else if (strncmp(kind, "open", 4) == 0 || strncmp(kind, "fopen ", 6) == 0) {
         *words = strerror(EACCES);
-    } else if (strncmp(kind, "write ", 6) == 0 || strncmp(kind, "pwrite ", 7) == 0) {
+    } else if (strncmp(kind, "write ", 6) == 0 || strncmp(kind, "pwrite ", 7) == 0 ||
+               strncmp(kind, "fallocate ", 10) == 0 || strncmp(kind, "io_uring write ", 15) == 0) {
         *words = strerror(ENOSPC);
         *alt = "disk full";
     } else {

@@ -1,11 +1,43 @@
 /* libFuzzer harness: memprof's trace reader and analyzer
  * (tools/memprof/mp_read.c, mp_analyze.c, mp_svg.c). The input is a trace
  * file read from memory; what is read is replayed, and the timeline drawn
- * to /dev/null. */
+ * into a file of the harness's own (in a fresh folder on /dev/shm, a memory
+ * file system where the writer's fsync costs nothing, else in $TMPDIR or
+ * /tmp), removed when the harness exits. Never a device: the writer must
+ * not be pointed at /dev/null by a test. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "tests/fuzz/fuzz_util.h"
 #include "tools/memprof/memprof.h"
+
+static char svg_dir[256], svg_path[300];
+
+static void remove_svg(void)
+{
+    unlink(svg_path);
+    rmdir(svg_dir);
+}
+
+/* DIR/timeline.svg in a folder made for this process. */
+static const char *svg_file(void)
+{
+    if (svg_path[0])
+        return svg_path;
+    const char *tmp = getenv("TMPDIR");
+    const char *bases[] = {"/dev/shm", tmp && *tmp ? tmp : "/tmp", "/tmp"};
+    for (size_t i = 0; i < sizeof bases / sizeof bases[0]; i++) {
+        snprintf(svg_dir, sizeof svg_dir, "%s/ferry-fuzz-memprof-XXXXXX", bases[i]);
+        if (mkdtemp(svg_dir)) {
+            snprintf(svg_path, sizeof svg_path, "%s/timeline.svg", svg_dir);
+            atexit(remove_svg);
+            return svg_path;
+        }
+    }
+    perror("fuzz_memprof: cannot make a folder for the picture");
+    abort();
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -19,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort(); /* records without a whole header */
     mp_report r;
     if (mp_analyze(&t, 10, 50, &r) == FERRY_OK) {
-        mp_write_svg(&r, "/dev/null", "fuzz");
+        mp_write_svg(&r, svg_file(), "fuzz");
         mp_report_free(&r);
     }
     mp_trace_free(&t);

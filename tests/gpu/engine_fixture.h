@@ -6,8 +6,10 @@
 #ifndef FERRY_TESTS_GPU_ENGINE_FIXTURE_H
 #define FERRY_TESTS_GPU_ENGINE_FIXTURE_H
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "engine/embed.h"
@@ -82,9 +84,21 @@ static inline void efix_batch(efix *f, uint64_t seed)
     }
 }
 
+/* The folder of the NVMe tier for offload nvme: a temporary one, made once
+ * per process and left empty (each engine removes its file). */
+static inline const char *efix_nvme_dir(void)
+{
+    static char dir[] = "/tmp/ferry-gpu-nvme-XXXXXX";
+    static bool made;
+    if (!made)
+        made = mkdtemp(dir) != NULL;
+    return dir;
+}
+
 /* The model from cfg on an engine of `kind` in `mode` with `budget` bytes of
  * device memory (0: all free), initialised from seed, set up, with
- * activations for B x T and a batch drawn from batch_seed. */
+ * activations for B x T and a batch drawn from batch_seed. Offload nvme
+ * keeps the moments in a temporary folder through a 1 MiB window. */
 static inline ferry_status efix_open(efix *f, const gpt2_config *cfg, ferry_backend_kind kind,
                                      ferry_offload mode, uint64_t budget, int B, int T, uint64_t seed,
                                      uint64_t batch_seed)
@@ -96,6 +110,10 @@ static inline ferry_status efix_open(efix *f, const gpt2_config *cfg, ferry_back
     ec.backend = kind;
     ec.offload = mode;
     ec.device_budget_bytes = budget;
+    if (mode == FERRY_OFFLOAD_NVME) {
+        ec.nvme_path = efix_nvme_dir();
+        ec.nvme_window_bytes = 1 << 20;
+    }
     f->tokens = malloc((size_t)B * T * sizeof *f->tokens);
     f->targets = malloc((size_t)B * T * sizeof *f->targets);
     ferry_status st = f->tokens && f->targets ? gpt2_create(cfg, &f->m)
@@ -111,13 +129,14 @@ static inline ferry_status efix_open(efix *f, const gpt2_config *cfg, ferry_back
     return gpt2_activations_create(f->m, engine_embed_backend(f->e), B, T, false, &f->alloc, &f->act);
 }
 
-/* One training step on the fixed batch; *loss is its mean loss. */
+/* One training step on the fixed batch (the backward under the engine's
+ * loss scale: f16 on sm_70/75 turns it on); *loss is its mean loss. */
 static inline ferry_status efix_step(efix *f, const ferry_step_options *so, float *loss)
 {
     backend_stream *s = engine_embed_stream(f->e);
     ferry_status st = ferry_engine_begin_micro_batch(f->e, 0, 1);
     if (st == FERRY_OK) st = gpt2_forward(f->m, f->act, &f->hooks, s, f->tokens, f->targets, true);
-    if (st == FERRY_OK) st = gpt2_backward(f->m, f->act, &f->hooks, s, 1.0f);
+    if (st == FERRY_OK) st = gpt2_backward(f->m, f->act, &f->hooks, s, ferry_engine_loss_scale(f->e));
     if (st == FERRY_OK) st = gpt2_loss(f->act, s, loss);
     if (st == FERRY_OK) st = ferry_engine_step(f->e, so, NULL);
     return st;

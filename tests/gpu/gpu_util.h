@@ -24,7 +24,7 @@ static inline float *gpu_floats(size_t n)
     return x;
 }
 
-/* n values uniform in [lo, hi), rounded to bf16, from the test's seeded stream. */
+/* n values uniform in [lo, hi), exact in bf16 and fp16, from the test's seeded stream. */
 static inline float *gpu_rand_array(uint64_t *state, size_t n, float lo, float hi)
 {
     float *x = gpu_floats(n);
@@ -50,6 +50,21 @@ static inline float *gpu_download_bf16(backend_stream *s, const void *d, size_t 
 {
     float *x = gpu_floats(n);
     gpu_bail_unless(opcheck_download_bf16(s, d, n, x), "download of bf16", n);
+    return x;
+}
+
+/* The same for the 16-bit storage type t (bf16 or f16). */
+static inline void *gpu_upload_as(backend *be, backend_stream *s, const float *x, size_t n, ferry_dtype t)
+{
+    void *d = NULL;
+    gpu_bail_unless(opcheck_upload_as(be, s, x, n, t, &d), "16-bit device buffer", n);
+    return d;
+}
+
+static inline float *gpu_download_as(backend_stream *s, const void *d, size_t n, ferry_dtype t)
+{
+    float *x = gpu_floats(n);
+    gpu_bail_unless(opcheck_download_as(s, d, n, t, x), "download of 16-bit values", n);
     return x;
 }
 

@@ -1,18 +1,23 @@
-/* Which cards the cuda backend accepts (backend_cuda_check_card), asked
- * about real cards by their name and compute capability, so it runs with or
- * without a GPU: below sm_80 (no bf16 tensor cores) is refused with a
+/* Which cards the cuda backend accepts (backend_cuda_check_card) and in
+ * which storage type (backend_cuda_default_dtype, backend_cuda_check_dtype),
+ * asked about real cards by their name and compute capability, so it runs
+ * with or without a GPU: below sm_70 (no tensor cores) is refused with a
  * sentence naming the card, its capability and the minimum; a card this
- * build carries no code for is refused with the flag to rebuild with. The
- * expectations are written per build: the default gpu_archs (80, 86, 89, 90)
- * and the GPU pack's (90). Then opening the backend here: on a machine
- * without a driver it must say "no GPU" (FERRY_ERR_UNSUPPORTED); with a GPU
- * it must open it. */
+ * build carries no code for is refused with the flag to rebuild with (and,
+ * for Volta, the toolkit to build with); sm_70 and sm_75 store f16 by
+ * default and refuse bf16 with a sentence naming the card and f16. The
+ * expectations are written per build: the default gpu_archs (auto: 75, 80,
+ * 86, 89, 90, and 70 with a CUDA 12 toolkit) and the GPU pack's (90). Then
+ * opening the backend here: on a machine without a driver it must say "no
+ * GPU" (FERRY_ERR_UNSUPPORTED); with a GPU it must open it, in the type its
+ * capability says. */
 #include <stdbool.h>
 #include <string.h>
 
 #include "ferry_cuda_build.h"
 #include "kernels/backend.h"
 #include "kernels/backend_cuda.h"
+#include "kernels/ops.h"
 #include "tests/tap.h"
 
 static const int built[] = {FERRY_CUDA_ARCHS};
@@ -50,13 +55,53 @@ static void refused(const char *name, int major, int minor, const char *const *w
 
 static void below_minimum(void)
 {
-    refused("Tesla T4", 7, 5, (const char *const[]){"Tesla T4", "7.5", "sm_80", NULL});
-    refused("Tesla V100-SXM2-16GB", 7, 0, (const char *const[]){"Tesla V100-SXM2-16GB", "7.0", "sm_80", NULL});
-    refused("Quadro RTX 6000", 7, 5, (const char *const[]){"Quadro RTX 6000", "7.5", "sm_80", NULL});
+    refused("Tesla P100-PCIE-16GB", 6, 0, (const char *const[]){"Tesla P100-PCIE-16GB", "6.0", "sm_70", NULL});
+    refused("NVIDIA GeForce GTX 1080 Ti", 6, 1,
+            (const char *const[]){"NVIDIA GeForce GTX 1080 Ti", "6.1", "sm_70", NULL});
+    refused("NVIDIA Jetson TX2", 6, 2, (const char *const[]){"NVIDIA Jetson TX2", "6.2", "sm_70", NULL});
 }
 
+/* The type each card computes in: f16 below sm_80, bf16 refused there by
+ * name, both from sm_80. Independent of the build. */
+static void storage_types(void)
+{
+    static const struct { const char *name; int major, minor; ferry_dtype want; } cards[] = {
+        {"Tesla V100-SXM2-32GB", 7, 0, FERRY_DTYPE_F16}, {"Tesla T4", 7, 5, FERRY_DTYPE_F16},
+        {"NVIDIA TITAN RTX", 7, 5, FERRY_DTYPE_F16},      {"NVIDIA GeForce RTX 2080 Ti", 7, 5, FERRY_DTYPE_F16},
+        {"NVIDIA A100-SXM4-80GB", 8, 0, FERRY_DTYPE_BF16}, {"NVIDIA GeForce RTX 3090", 8, 6, FERRY_DTYPE_BF16},
+        {"NVIDIA H200", 9, 0, FERRY_DTYPE_BF16},
+    };
+    for (size_t i = 0; i < sizeof cards / sizeof cards[0]; i++) {
+        TAP_IS_INT(backend_cuda_default_dtype(cards[i].major, cards[i].minor), cards[i].want,
+                   "%s (%d.%d) stores %s by default", cards[i].name, cards[i].major, cards[i].minor,
+                   ferry_dtype_name(cards[i].want));
+        tap_is_status(backend_cuda_check_dtype(cards[i].name, cards[i].major, cards[i].minor, FERRY_DTYPE_F16),
+                      FERRY_OK, "%s computes in f16", cards[i].name);
+        ferry_status bf = backend_cuda_check_dtype(cards[i].name, cards[i].major, cards[i].minor, FERRY_DTYPE_BF16);
+        if (cards[i].want == FERRY_DTYPE_BF16) {
+            tap_is_status(bf, FERRY_OK, "%s computes in bf16", cards[i].name);
+            continue;
+        }
+        if (!tap_is_status(bf, FERRY_ERR_UNSUPPORTED, "%s refuses bf16", cards[i].name))
+            continue;
+        const char *msg = ferry_last_error();
+        char cc[8];
+        snprintf(cc, sizeof cc, "%d.%d", cards[i].major, cards[i].minor);
+        if (!tap_ok(strstr(msg, cards[i].name) && strstr(msg, cc) && strstr(msg, "f16") && strstr(msg, "sm_80"),
+                    "the refusal names the card, its capability, sm_80 and f16"))
+            tap_diag("  message: %s", msg);
+    }
+    tap_is_status(backend_cuda_check_dtype("NVIDIA H200", 9, 0, FERRY_DTYPE_F32), FERRY_ERR_UNSUPPORTED,
+                  "f32 storage is refused on cuda");
+}
+
+/* The cards of the families every default build carries. */
 static void default_build(void)
 {
+    accepted("Tesla T4", 7, 5);
+    accepted("NVIDIA TITAN RTX", 7, 5);
+    accepted("NVIDIA GeForce RTX 2080 Ti", 7, 5);
+    accepted("Quadro RTX 6000", 7, 5);
     accepted("NVIDIA A100-SXM4-80GB", 8, 0);
     accepted("NVIDIA GeForce RTX 3090", 8, 6);
     accepted("NVIDIA A10", 8, 6);
@@ -89,8 +134,13 @@ static void open_here(void)
             tap_ok(strstr(ferry_last_error(), "no GPU is visible") != NULL, "and says so: %s", ferry_last_error());
     } else {
         tap_is_status(st, FERRY_OK, "a GPU here (%d device(s)): the cuda backend opens", backend_cuda_device_count());
-        if (be)
+        if (be) {
             tap_ok(strstr(backend_device_name(be), "sm_") != NULL, "device: %s", backend_device_name(be));
+            bool old = strstr(backend_device_name(be), "(sm_7") != NULL;
+            TAP_IS_INT(backend_act_dtype(be), old ? FERRY_DTYPE_F16 : FERRY_DTYPE_BF16, "it stores %s by default",
+                       old ? "f16 (sm_7x)" : "bf16");
+            tap_is_status(backend_set_act_dtype(be, FERRY_DTYPE_F16), FERRY_OK, "f16 can be chosen on it");
+        }
     }
     backend_close(be);
 }
@@ -99,10 +149,18 @@ int main(void)
 {
     tap_diag("built for FERRY_CUDA_ARCHS (%d of them), PTX compute_%d", N_BUILT, FERRY_CUDA_PTX_ARCH);
     below_minimum();
-    if (built_is((const int[]){80, 86, 89, 90}, 4))
+    storage_types();
+    if (built_is((const int[]){75, 80, 86, 89, 90}, 5)) { /* auto with CUDA 13: no Volta */
         default_build();
-    else if (built_is((const int[]){90}, 1))
+        refused("Tesla V100-SXM2-16GB", 7, 0,
+                (const char *const[]){"Tesla V100-SXM2-16GB", "7.0", "-Dgpu_archs=70", "CUDA 12", NULL});
+    } else if (built_is((const int[]){70, 75, 80, 86, 89, 90}, 6)) { /* auto with CUDA 12 */
+        default_build();
+        accepted("Tesla V100-SXM2-16GB", 7, 0);
+        accepted("NVIDIA TITAN V", 7, 0);
+    } else if (built_is((const int[]){90}, 1)) {
         pack_build();
+    }
     for (int i = 0; i < N_BUILT; i++)
         tap_is_status(backend_cuda_check_card("a card of a built architecture", built[i] / 10, built[i] % 10),
                       FERRY_OK, "sm_%d, in gpu_archs, is accepted", built[i]);

@@ -1,13 +1,20 @@
 /* The cuda ops (kernels/<op>.cu) against the host ops (kernels/ops_host.h) on
- * the same bf16-rounded random inputs, plus the device AdamW and sum of
- * squares against double-precision references. Skips (77) without a GPU.
- * Tolerances are norms of the error relative to the reference's norm, set
- * by bf16's 8-bit mantissa: 1e-2 for elementwise and normalising ops, 2e-2
- * where a bf16 intermediate (logits, P in attention) enters.
- *   test_ops_gpu        small shapes, every code path of every op
- *   test_ops_gpu xl     GPT-2 XL's widths (C = 1600, 25 heads of 64, the
- *                       50257-token vocabulary padded to 50304) with a small
- *                       batch whose T is not a multiple of the 64-row tile */
+ * the same random inputs (exact in both 16-bit types), in one storage type
+ * (an argument: bf16, the default, or f16), plus the device AdamW and sum
+ * of squares against double-precision references; attention with both of
+ * its tile sizes. Skips (77) without a GPU, and for bf16 on a card without
+ * bf16 (sm_70, sm_75). Tolerances are norms of the error relative to the
+ * reference's norm, set by the type's mantissa: for bf16 (8 bits) 1e-2 for
+ * elementwise and normalising ops, 2e-2 where a 16-bit intermediate
+ * (logits, P in attention) enters; for f16 (11 bits) 2e-3 and 4e-3. Under
+ * f16 the classifier also runs with a loss scale's grad_scale, and with one
+ * so large that its gradient overflows fp16: the sum of squares the step
+ * makes must then say so.
+ *   test_ops_gpu [bf16|f16]      small shapes, every code path of every op
+ *   test_ops_gpu [bf16|f16] xl   GPT-2 XL's widths (C = 1600, 25 heads of 64,
+ *                                the 50257-token vocabulary padded to 50304)
+ *                                with a small batch whose T is not a multiple
+ *                                of the 64-row tile */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -25,9 +32,8 @@
 static backend *be;
 static backend_stream *st;
 static uint64_t rng;
-
-#define TOL_ELEM 1e-2
-#define TOL_MIXED 2e-2
+static ferry_dtype act = FERRY_DTYPE_BF16; /* the storage type under test */
+static double TOL_ELEM = 1e-2, TOL_MIXED = 2e-2;
 
 static void check(const char *what, const float *got, const float *want, size_t n, double tol)
 {
@@ -38,9 +44,12 @@ static void check(const char *what, const float *got, const float *want, size_t 
             tap_diag("  [%zu] got %.6g want %.6g", i, got[i], want[i]);
 }
 
-static void *dev(const float *x, size_t n) { return gpu_upload_bf16(be, st, x, n); }
+static void *dev(const float *x, size_t n) { return gpu_upload_as(be, st, x, n, act); }
 static void *dev_raw(const void *x, size_t bytes) { return gpu_upload(be, st, x, bytes); }
-static float *back(const void *d, size_t n) { return gpu_download_bf16(st, d, n); }
+static float *back(const void *d, size_t n) { return gpu_download_as(st, d, n, act); }
+/* The 16-bit bits of x in the type under test, and whether bits h are a NaN. */
+static uint16_t bits16(float x) { return act == FERRY_DTYPE_F16 ? dtype_f32_to_f16(x) : opcheck_bf16_bits(x); }
+static bool nan16(uint16_t h) { return (h & 0x7fffu) > (act == FERRY_DTYPE_F16 ? 0x7c00u : 0x7f80u); }
 static void release(void *d) { backend_free(be, d); }
 
 #define OK(call) TAP_IS_STATUS((call), FERRY_OK, "%s", #call)
@@ -53,7 +62,9 @@ static void test_convert(void)
         uint32_t u = (uint32_t)opcheck_rand_next(&rng);
         memcpy(&x[i], &u, 4); /* every bit pattern: ties, subnormals, inf, NaN */
     }
-    float specials[] = {1.0f + 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-9f, -0.0f, INFINITY, NAN, 0x1p-130f};
+    /* ties and their neighbours in both types, overflow past fp16's 65504, fp16 subnormals */
+    float specials[] = {1.0f + 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-9f, -0.0f, INFINITY, NAN, 0x1p-130f,
+                        1.0f + 0x1p-11f, 1.0f + 0x1p-11f + 0x1p-12f, 65519.0f, 65520.0f, 0x1p-25f, 0x1.8p-24f};
     memcpy(x, specials, sizeof specials);
     float *d32 = dev_raw(x, n * 4);
     void *d16 = NULL;
@@ -64,21 +75,21 @@ static void test_convert(void)
     backend_stream_synchronize(st);
     size_t bad = 0, first = n;
     for (size_t i = 0; i < n; i++) {
-        uint16_t want = opcheck_bf16_bits(x[i]);
-        bool both_nan = isnan(x[i]) && (h[i] & 0x7fffu) > 0x7f80u;
+        uint16_t want = bits16(x[i]);
+        bool both_nan = isnan(x[i]) && nan16(h[i]);
         if (h[i] != want && !both_nan && bad++ == 0)
             first = i;
     }
-    if (!tap_ok(bad == 0, "convert_from_f32: all %zu values round to nearest even", n))
+    if (!tap_ok(bad == 0, "convert_from_f32 (%s): all %zu values round to nearest even", dtype_name(act), n))
         tap_diag("  %zu differ; first [%zu] %a -> 0x%04x, want 0x%04x", bad, first, x[first],
-                 h[first], opcheck_bf16_bits(x[first]));
+                 h[first], bits16(x[first]));
     float *back32 = NULL;
     backend_alloc(be, n * 4, (void **)&back32);
     OK(ops_convert_to_f32(st, back32, d16, n));
     float *y = gpu_download_f32(st, back32, n);
     bad = 0;
     for (size_t i = 0; i < n; i++) {
-        float want = opcheck_bf16_value(h[i]);
+        float want = dtype_load_f32(h, act, i);
         if (memcmp(&want, &y[i], 4) != 0 && !(isnan(want) && isnan(y[i])))
             bad++;
     }
@@ -256,7 +267,9 @@ static void test_elementwise(size_t n, size_t offset)
     free(x), free(y), free(dinp), free(out), free(pad);
 }
 
-static void test_attention(int B, int T, int C, int NH)
+/* One tile size (0: the card's choice; 64 or 32), or a skip line when the
+ * card cannot hold it. */
+static void test_attention_tile(int B, int T, int C, int NH, int tile)
 {
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C,
                  nlse = (size_t)B * NH * T;
@@ -269,9 +282,15 @@ static void test_attention(int B, int T, int C, int NH)
     backend_alloc(be, nout * 2, &d_out);
     backend_alloc(be, nlse * 4, (void **)&d_lse);
     char what[128];
-    snprintf(what, sizeof what, "B=%d T=%d C=%d NH=%d (HS %d)", B, T, C, NH, C / NH);
+    snprintf(what, sizeof what, "B=%d T=%d C=%d NH=%d (HS %d), tiles %d", B, T, C, NH, C / NH, tile);
+    void *cs = backend_stream_native(st);
+    ferry_status fs = cudaop_attention_forward_tiled(cs, act, tile, d_out, d_lse, d_qkv, B, T, C, NH);
+    if (fs == FERRY_ERR_UNSUPPORTED && tile) {
+        tap_skip("attention %s: this card cannot hold the tile: %s", what, ferry_last_error());
+        goto done;
+    }
     TAP_IS_STATUS(hostop_attention_forward(out, lse, qkv, B, T, C, NH), FERRY_OK, "host attention");
-    OK(ops_attention_forward(st, d_out, d_lse, d_qkv, B, T, C, NH));
+    TAP_IS_STATUS(fs, FERRY_OK, "attention_forward %s", what);
     float *g = back(d_out, nout);
     char name[192];
     snprintf(name, sizeof name, "attention_forward out %s", what);
@@ -282,20 +301,50 @@ static void test_attention(int B, int T, int C, int NH)
     check(name, g, lse, nlse, TOL_ELEM);
     free(g);
     /* The backward from the device's own forward output, as training does:
-     * the host gets the same (bf16) out and lse. */
+     * the host gets the same (16-bit) out and lse. */
     float *out_dev = back(d_out, nout), *lse_dev = gpu_download_f32(st, d_lse, nlse);
     TAP_IS_STATUS(hostop_attention_backward(dqkv, dout, qkv, out_dev, lse_dev, B, T, C, NH),
                   FERRY_OK, "host attention backward");
-    OK(ops_attention_backward(st, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH));
+    fs = cudaop_attention_backward_tiled(cs, act, tile, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    if (fs == FERRY_ERR_UNSUPPORTED && tile) { /* the backward's tiles are larger than the forward's */
+        tap_skip("attention backward %s: this card cannot hold the tile: %s", what, ferry_last_error());
+        free(out_dev), free(lse_dev);
+        goto done;
+    }
+    TAP_IS_STATUS(fs, FERRY_OK, "attention_backward %s", what);
     g = back(d_dqkv, nqkv);
     snprintf(name, sizeof name, "attention_backward dqkv (+=) %s", what);
     check(name, g, dqkv, nqkv, TOL_MIXED);
     free(g);
+    free(out_dev), free(lse_dev);
+done:
     release(d_qkv), release(d_dout), release(d_dqkv), release(d_out), release(d_lse);
-    free(qkv), free(dout), free(dqkv), free(out), free(lse), free(out_dev), free(lse_dev);
+    free(qkv), free(dout), free(dqkv), free(out), free(lse);
 }
 
-static void test_classifier(int N, int C, int V, int Vp, int chunk, bool grad)
+/* Through the op front (the card's tile), then each tile size. */
+static void test_attention(int B, int T, int C, int NH)
+{
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    float *qkv = gpu_rand_array(&rng, nqkv, -2, 2), *out = malloc(nout * 4), *lse = malloc(nlse * 4);
+    void *d_qkv = dev(qkv, nqkv), *d_out = NULL;
+    float *d_lse = NULL;
+    backend_alloc(be, nout * 2, &d_out);
+    backend_alloc(be, nlse * 4, (void **)&d_lse);
+    hostop_attention_forward(out, lse, qkv, B, T, C, NH);
+    OK(ops_attention_forward(st, d_out, d_lse, d_qkv, B, T, C, NH));
+    float *g = back(d_out, nout);
+    char name[128];
+    snprintf(name, sizeof name, "ops_attention_forward out B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    check(name, g, out, nout, TOL_MIXED);
+    free(g);
+    release(d_qkv), release(d_out), release(d_lse);
+    free(qkv), free(out), free(lse);
+    test_attention_tile(B, T, C, NH, 64);
+    test_attention_tile(B, T, C, NH, 32);
+}
+
+static void test_classifier(int N, int C, int V, int Vp, int chunk, bool grad, float loss_scale)
 {
     float *inp = gpu_rand_array(&rng, (size_t)N * C, -1, 1);
     float *wte = gpu_rand_array(&rng, (size_t)Vp * C, -0.3f, 0.3f);
@@ -311,7 +360,7 @@ static void test_classifier(int N, int C, int V, int Vp, int chunk, bool grad)
     float *d_losses = NULL;
     backend_alloc(be, N * 4, (void **)&d_losses);
     backend_alloc(be, ops_classifier_scratch_bytes(be, chunk, Vp, C), &d_scratch);
-    const float scale = 1.0f / N;
+    const float scale = loss_scale / N;
     TAP_IS_STATUS(hostop_classifier(losses, grad ? dinp : NULL, grad ? dwte : NULL, inp, wte, tgt,
                                     scale, N, C, V, Vp, scratch, chunk),
                   FERRY_OK, "host classifier");
@@ -319,8 +368,8 @@ static void test_classifier(int N, int C, int V, int Vp, int chunk, bool grad)
                       d_tgt, scale, N, C, V, Vp, d_scratch, chunk));
     char what[160];
     float *g = gpu_download_f32(st, d_losses, N);
-    snprintf(what, sizeof what, "classifier losses N=%d C=%d V=%d Vp=%d chunk=%d grad=%d", N, C, V,
-             Vp, chunk, grad);
+    snprintf(what, sizeof what, "classifier losses N=%d C=%d V=%d Vp=%d chunk=%d grad=%d scale=%g", N, C, V,
+             Vp, chunk, grad, (double)loss_scale);
     check(what, g, losses, N, TOL_ELEM);
     free(g);
     if (grad) {
@@ -334,6 +383,42 @@ static void test_classifier(int N, int C, int V, int Vp, int chunk, bool grad)
     release(d_inp), release(d_wte), release(d_dinp), release(d_dwte), release(d_tgt);
     release(d_scratch), release(d_losses);
     free(inp), free(wte), free(dinp), free(dwte), free(tgt), free(losses), free(scratch);
+}
+
+/* fp16 overflow reaches the step's check: a loss scale so large that the
+ * classifier's gradient rows pass 65504 stores inf, and the sum of squares
+ * of dinp (what the step's norm pass reads) is not finite. */
+static void test_classifier_overflow(void)
+{
+    const int N = 16, C = 32, V = 100, Vp = 128, chunk = 8;
+    float *inp = gpu_rand_array(&rng, (size_t)N * C, -1, 1), *wte = gpu_rand_array(&rng, (size_t)Vp * C, -1, 1);
+    float *zeros = calloc((size_t)Vp * C, 4);
+    int32_t tgt[16];
+    for (int i = 0; i < N; i++)
+        tgt[i] = i * 5;
+    void *d_inp = dev(inp, (size_t)N * C), *d_wte = dev(wte, (size_t)Vp * C), *d_dinp = dev(zeros, (size_t)N * C),
+         *d_dwte = dev(zeros, (size_t)Vp * C), *d_tgt = dev_raw(tgt, sizeof tgt), *d_scratch = NULL, *d_ws = NULL;
+    float *d_losses = NULL;
+    double zero = 0, got = 0;
+    double *d_sum = dev_raw(&zero, 8);
+    backend_alloc(be, N * 4, (void **)&d_losses);
+    backend_alloc(be, ops_classifier_scratch_bytes(be, chunk, Vp, C), &d_scratch);
+    backend_alloc(be, ops_sumsq_scratch_bytes(), &d_ws);
+    OK(ops_classifier(st, d_losses, d_dinp, d_dwte, d_inp, d_wte, d_tgt, 1e6f * 65536.0f / N, N, C, V, Vp,
+                      d_scratch, chunk));
+    OK(ops_sumsq(st, d_dinp, act, (size_t)N * C, d_sum, d_ws));
+    backend_memcpy_async(st, &got, d_sum, 8, BACKEND_COPY_D2H);
+    backend_stream_synchronize(st);
+    tap_ok(!isfinite(got), "f16: a gradient past 65504 is inf, and the step's sum of squares flags it (%g)", got);
+    float *loss = gpu_download_f32(st, d_losses, N);
+    bool finite = true;
+    for (int i = 0; i < N; i++)
+        finite &= isfinite(loss[i]) != 0;
+    tap_ok(finite, "f16: the losses themselves stay finite (the scale rides on the gradient only)");
+    free(loss);
+    release(d_inp), release(d_wte), release(d_dinp), release(d_dwte), release(d_tgt), release(d_scratch);
+    release(d_ws), release(d_losses), release(d_sum);
+    free(inp), free(wte), free(zeros);
 }
 
 static void test_adamw(void)
@@ -350,8 +435,8 @@ static void test_adamw(void)
         float *g = gpu_rand_array(&rng, n, -0.5f, 0.5f);
         void *d_g = dev(g, n);
         opcheck_adamw_ref(rp, rm, rv, g, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, step, 0.5);
-        OK(cudaop_adamw(backend_stream_native(st), d_p, d_m, d_v, d_g, FERRY_DTYPE_BF16, d_out, n, 1e-3f, 0.9f,
-                        0.95f, 1e-8f, 0.1f, step, 0.5f));
+        OK(cudaop_adamw(backend_stream_native(st), act, d_p, d_m, d_v, d_g, act, d_out, n, 1e-3f, 0.9f, 0.95f,
+                        1e-8f, 0.1f, step, 0.5f));
         release(d_g);
         free(g);
     }
@@ -359,13 +444,16 @@ static void test_adamw(void)
     double max_err = 0, max16 = 0;
     for (size_t i = 0; i < n; i++) {
         max_err = fmax(max_err, fabs(got[i] - rp[i]));
-        max16 = fmax(max16, fabs(got16[i] - got[i]) / fmax(fabs(got[i]), 1e-30));
+        /* relative to the value, or below fp16's normal range (2^-14) to
+         * its smallest normal: a subnormal's ulp is fixed, 2^-24 */
+        max16 = fmax(max16, fabs(got16[i] - got[i]) / fmax(fabs(got[i]), act == FERRY_DTYPE_F16 ? 0x1p-14 : 1e-30));
     }
     /* fp32 state: a few ulps of |p| <= 1 after 3 steps of size 1e-3 */
     tap_ok(max_err <= 1e-6, "adamw: 3 steps match torch AdamW in double, max abs err %.3g <= 1e-6",
            max_err);
-    tap_ok(max16 <= 0x1p-8, "adamw: bf16 param copy within half a bf16 ulp, max rel %.3g", max16);
-    TAP_IS_STATUS(cudaop_adamw(backend_stream_native(st), d_p, d_m, d_v, d_out, FERRY_DTYPE_BF16, d_out, n, 1e-3f,
+    const double half_ulp = act == FERRY_DTYPE_F16 ? 0x1p-11 : 0x1p-8;
+    tap_ok(max16 <= half_ulp, "adamw: %s param copy within half an ulp, max rel %.3g", dtype_name(act), max16);
+    TAP_IS_STATUS(cudaop_adamw(backend_stream_native(st), act, d_p, d_m, d_v, d_out, act, d_out, n, 1e-3f,
                                0.9f, 0.95f, 1e-8f, 0.1f, 0, 1.0f),
                   FERRY_ERR_INVALID_ARGUMENT, "adamw: step 0 is rejected");
     release(d_p), release(d_m), release(d_v), release(d_out);
@@ -383,17 +471,17 @@ static void test_sumsq(void)
     void *d_g = dev(g, n), *d_scratch = NULL;
     double *d_sum = dev_raw(&zero, 8), *d_sum2 = dev_raw(&zero, 8);
     backend_alloc(be, cudaop_sumsq_scratch_bytes(), &d_scratch);
-    OK(cudaop_sumsq(backend_stream_native(st), d_g, FERRY_DTYPE_BF16, n, d_sum, d_scratch));
-    OK(cudaop_sumsq(backend_stream_native(st), d_g, FERRY_DTYPE_BF16, n, d_sum2, d_scratch));
+    OK(cudaop_sumsq(backend_stream_native(st), d_g, act, n, d_sum, d_scratch));
+    OK(cudaop_sumsq(backend_stream_native(st), d_g, act, n, d_sum2, d_scratch));
     double got = 0, got2 = 0;
     backend_memcpy_async(st, &got, d_sum, 8, BACKEND_COPY_D2H);
     backend_memcpy_async(st, &got2, d_sum2, 8, BACKEND_COPY_D2H);
     backend_stream_synchronize(st);
-    TAP_IS_CLOSE(got, want, 0, 1e-10, "sumsq of %zu bf16 values accumulates onto *out", n);
+    TAP_IS_CLOSE(got, want, 0, 1e-10, "sumsq of %zu %s values accumulates onto *out", n, dtype_name(act));
     tap_ok(memcmp(&got, &got2, 8) == 0, "sumsq is bitwise deterministic (%.17g, %.17g)", got, got2);
     g[n / 2] = NAN;
     void *d_bad = dev(g, n);
-    OK(cudaop_sumsq(backend_stream_native(st), d_bad, FERRY_DTYPE_BF16, n, d_sum, d_scratch));
+    OK(cudaop_sumsq(backend_stream_native(st), d_bad, act, n, d_sum, d_scratch));
     backend_memcpy_async(st, &got, d_sum, 8, BACKEND_COPY_D2H);
     backend_stream_synchronize(st);
     tap_ok(!isfinite(got), "sumsq flags a NaN gradient with a non-finite sum (%g)", got);
@@ -412,15 +500,25 @@ static void test_xl(void)
     test_matmul(B * T, 4 * C, C, true); /* the MLP's projection */
     test_elementwise((size_t)B * T * 4 * C, 0);
     test_attention(B, T, C, NH);
-    test_classifier(T, C, V, Vp, 32, true); /* three chunks, the last partial */
+    test_classifier(T, C, V, Vp, 32, true, 1.0f); /* three chunks, the last partial */
 }
 
 int main(int argc, char **argv)
 {
-    const bool xl = argc > 1 && strcmp(argv[1], "xl") == 0;
-    if (argc > 1 && !xl) {
-        printf("Bail out! usage: %s [xl]\n", argv[0]);
-        return 2;
+    bool xl = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "xl") == 0) {
+            xl = true;
+            continue;
+        }
+        if (ferry_dtype_parse(argv[i], &act) != FERRY_OK || (act != FERRY_DTYPE_BF16 && act != FERRY_DTYPE_F16)) {
+            printf("Bail out! usage: test_ops_gpu [bf16|f16] [xl]\n");
+            return 1;
+        }
+    }
+    if (act == FERRY_DTYPE_F16) {
+        TOL_ELEM = 2e-3;
+        TOL_MIXED = 4e-3;
     }
     ferry_status rc = backend_open(FERRY_BACKEND_CUDA, &be);
     if (rc == FERRY_ERR_UNSUPPORTED)
@@ -429,11 +527,21 @@ int main(int argc, char **argv)
         printf("Bail out! backend_open(cuda): %s\n", ferry_last_error());
         return 1;
     }
+    rc = backend_set_act_dtype(be, act);
+    if (rc == FERRY_ERR_UNSUPPORTED) { /* bf16 on a card without it */
+        tap_diag("%s", ferry_last_error());
+        tap_plan_skip("this card does not compute in the type under test");
+    }
+    if (rc != FERRY_OK) {
+        printf("Bail out! storage type %s: %s\n", dtype_name(act), ferry_last_error());
+        return 1;
+    }
     rng = 0x5eed2024ull;
     const char *seed = getenv("FERRY_TEST_SEED");
     if (seed)
         rng = strtoull(seed, NULL, 0);
-    tap_diag("device %s, seed 0x%llx", backend_device_name(be), (unsigned long long)rng);
+    tap_diag("device %s, storage %s, seed 0x%llx", backend_device_name(be), dtype_name(act),
+             (unsigned long long)rng);
     const size_t ws_bytes = 32u << 20;
     void *ws = NULL;
     if (backend_stream_create(be, "test", &st) != FERRY_OK || backend_alloc(be, ws_bytes, &ws) ||
@@ -458,8 +566,12 @@ int main(int argc, char **argv)
     test_attention(1, 130, 128, 2); /* HS 64, as GPT-2 */
     test_attention(2, 40, 36, 3);   /* HS 12: scalar loads */
     test_attention(1, 70, 256, 2);  /* HS 128 */
-    test_classifier(37, 64, 1000, 1024, 16, true);
-    test_classifier(20, 32, 250, 256, 64, false);
+    test_classifier(37, 64, 1000, 1024, 16, true, 1.0f);
+    test_classifier(20, 32, 250, 256, 64, false, 1.0f);
+    if (act == FERRY_DTYPE_F16) {
+        test_classifier(37, 64, 1000, 1024, 16, true, 1024.0f); /* a loss scale's grad_scale */
+        test_classifier_overflow();
+    }
     test_adamw();
     test_sumsq();
 done:

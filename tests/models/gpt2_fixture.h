@@ -77,6 +77,19 @@ static inline ferry_status fixture_open(fixture *f, const gpt2_config *cfg, int 
     return fixture_open_on(f, FERRY_BACKEND_HOST, cfg, B, T, recompute, seed);
 }
 
+/* One micro-batch: forward, backward (its gradient times grad_scale, as a
+ * loss scale makes it), loss. */
+static inline ferry_status fixture_step_scaled(fixture *f, const int32_t *tokens, const int32_t *targets,
+                                               float *loss, float grad_scale)
+{
+    ferry_status st = gpt2_forward(f->m, f->a, &f->h, f->s, tokens, targets, true);
+    if (st == FERRY_OK)
+        st = gpt2_backward(f->m, f->a, &f->h, f->s, grad_scale);
+    if (st == FERRY_OK)
+        st = gpt2_loss(f->a, f->s, loss);
+    return st;
+}
+
 /* One micro-batch: forward, backward (grad_scale 1), loss. */
 static inline ferry_status fixture_step(fixture *f, const int32_t *tokens, const int32_t *targets,
                                  float *loss)

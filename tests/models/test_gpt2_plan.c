@@ -340,7 +340,7 @@ static void check_cli_errors(void)
         {"plan --layers 4 --heads 4 --width 128 --vocab 70000", "--vocab"}, /* train_gpt2's limit: uint16 tokens */
         {"plan --layers 4 --heads 5000 --width 10000", "--heads"},          /* train_gpt2 takes at most 4096 */
         {"plan --grad-accum 0", "--grad-accum"},
-        {"plan --dtype f16", "f16"},
+        {"plan --dtype i32", "i32"},
         {"plan --frobnicate", "--frobnicate"},
         {"plan --batch", "--batch"},
         {"plan extra", "extra"},
@@ -354,6 +354,14 @@ static void check_cli_errors(void)
             tap_diag("  stderr: %s", r.err);
     }
     run r;
+    /* --backend auto chooses as train_gpt2 would: without a GPU, the host (fp32 on the device). */
+    ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
+    ferry_system_probe(&info);
+    run_memprof("plan --backend auto --model d2", &r);
+    const char *want_backend = info.gpu_count > 0 ? "cuda backend (bf16" : "host backend (fp32";
+    tap_ok(r.status == 0 && strstr(r.out, want_backend) != NULL,
+           "memprof plan --backend auto plans for the %s backend, as train_gpt2's auto would (exit %d)",
+           info.gpu_count > 0 ? "cuda" : "host", r.status);
     run_memprof("plan --help", &r);
     TAP_IS_INT(r.status, 0, "memprof plan --help: exit 0");
     tap_ok(strstr(r.out, "--gpu-mem") != NULL, "memprof plan --help lists --gpu-mem");
@@ -399,7 +407,21 @@ static void check_cli_fit(void)
     TAP_IS_INT(r.status, 0, "the largest batch fits: exit 0");
     tap_ok(strstr(r.out, "fits") && !strstr(r.out, "does not fit"), "the text says it fits");
 
+    /* f16, the type of Volta and Turing: bf16's bytes, said as f16. */
+    run_memprof("plan --model gpt2 --batch 8 --seq 1024 --dtype f16 --json", &r);
+    j = cJSON_Parse(r.out);
+    gpt2_plan_predict(&(gpt2_plan_request){&c, 8, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA,
+                                           FERRY_DTYPE_BF16}, &p);
+    TAP_IS_INT(r.status, 0, "memprof plan --dtype f16: exit 0");
+    TAP_IS_INT(num(j, "device.total_bytes"), p.device_total, "f16's device bytes are bf16's");
+    TAP_IS_INT(num(j, "host.total_bytes"), p.host_total, "and so are its host bytes");
+    cJSON_Delete(j);
+    run_memprof("plan --model gpt2 --batch 8 --seq 1024 --dtype f16", &r);
+    if (!tap_ok(strstr(r.out, "(f16 on the device, dynamic loss scaling)") != NULL, "the text says f16"))
+        tap_diag("  stdout: %s", r.out);
+
     /* 124M parameters, host pool: 12 + 2 + 2 bytes each (4 KiB rounding aside). */
+    gpt2_plan_predict(&(gpt2_plan_request){&c, 64, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO}, &p);
     double per_param = (double)p.host_total / (double)p.group_elems;
     TAP_IS_CLOSE(per_param, 16.0, 0.001, 0, "gpt2 optimizer offload, cuda: 16 host bytes per parameter");
 }

@@ -277,7 +277,7 @@ static void check_damaged(const char *path, uint64_t n1)
     tap_ok(strstr(r.err, "shorter than its magic") != NULL, "empty: says the file is too short (%s)", r.err);
     run_memprof("/nonexistent/trace.fmt", &r);
     TAP_IS_INT(r.status, 1, "missing: exit status 1");
-    tap_ok(strstr(r.err, "cannot read trace '/nonexistent/trace.fmt'") != NULL, "missing: names the path");
+    tap_ok(strstr(r.err, "cannot open trace '/nonexistent/trace.fmt'") != NULL, "missing: names the path");
     tap_ok(r.out[0] == '\0', "missing: and prints no report (stdout '%.40s')", r.out);
 }
 

@@ -5,10 +5,12 @@
  * records before it kept; a trace without checksums (the older layout) still
  * reads; hostile traces get figures or a refusal, never a crash, a hang or
  * an infinite coordinate: allocations at the top of the 64-bit address
- * space, a record at 2^64 - 1 ns, /dev/zero, a folder, a cut header. */
+ * space, a record at 2^64 - 1 ns, /dev/zero, a folder, a FIFO, a cut header. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/error.h"
@@ -58,13 +60,60 @@ static unsigned char *written_trace(size_t *len)
     return b;
 }
 
+/* A trace cut between two records, or with no END record (a killed run, a
+ * full disk): told from a whole one. */
+static void test_cut(void)
+{
+    size_t len = 0;
+    unsigned char *b = written_trace(&len);
+    mp_trace t;
+    size_t n = (len - 32) / 96 - 1;
+    read_bytes(b, len, &t);
+    tap_ok(t.status == FERRY_OK && t.ended && t.version == 2, "a whole trace: its end record read (version %u)",
+           t.version);
+    mp_trace_free(&t);
+    read_bytes(b, len - 96, &t);
+    tap_ok(t.status == FERRY_ERR_FORMAT && t.header_ok && t.n == n && !t.ended && strstr(t.error, "no end record"),
+           "without its end record: cut, with all %zu records kept (%s)", n, t.error);
+    mp_trace_free(&t);
+    read_bytes(b, 32 + 5 * 96, &t);
+    tap_ok(t.status == FERRY_ERR_FORMAT && t.n == 5 && strstr(t.error, "no end record"),
+           "cut after 5 records, at a record boundary: cut (%s)", t.error);
+    mp_trace_free(&t);
+    /* A record after the end: the file was appended to. */
+    unsigned char *more = malloc(len + 96);
+    memcpy(more, b, len);
+    memcpy(more + len, b + len - 96, 96);
+    read_bytes(more, len + 96, &t);
+    tap_ok(t.status == FERRY_ERR_FORMAT && strstr(t.error, "a record after the end record"),
+           "a record after the end record: refused (%s)", t.error);
+    mp_trace_free(&t);
+    free(more);
+    /* An end record that miscounts. */
+    b[len - 96 + 16] ^= 1;
+    uint32_t crc = trace_record_crc((const trace_record *)(b + len - 96), n);
+    memcpy(b + len - 96 + 12, &crc, 4);
+    read_bytes(b, len, &t);
+    tap_ok(t.status == FERRY_ERR_FORMAT && strstr(t.error, "counts"), "an end record that miscounts: refused (%s)",
+           t.error);
+    mp_trace_free(&t);
+    /* Version 1 had no end record: a whole file is read as complete. */
+    b[8] = 1;
+    uint32_t hcrc = trace_header_crc(b);
+    memcpy(b + 28, &hcrc, 4);
+    read_bytes(b, len - 96, &t);
+    tap_ok(t.status == FERRY_OK && t.version == 1 && t.n == n, "a version-1 trace without an end record: read whole");
+    mp_trace_free(&t);
+    free(b);
+}
+
 static void test_every_byte(void)
 {
     size_t len = 0;
     unsigned char *b = written_trace(&len);
     mp_trace t;
     read_bytes(b, len, &t);
-    size_t n = (len - 32) / 96;
+    size_t n = (len - 32) / 96 - 1; /* the END record closes the file; it is no event */
     if (!tap_is_status(t.status, FERRY_OK, "the written trace reads whole (%zu records)", n) || !t.checksummed) {
         tap_ok(0, "and carries checksums");
         free(b);
@@ -117,6 +166,7 @@ static void test_every_byte(void)
            "without checksums (the older layout) all %zu records read, said to be unchecked", n);
     mp_trace_free(&t);
     free(b);
+    test_cut();
 }
 
 static trace_record rec(uint64_t t_ns, int kind, int pool, uint64_t bytes, uint64_t addr)
@@ -195,13 +245,29 @@ static void test_hostile(void)
 static void test_not_traces(void)
 {
     mp_trace t;
-    /* Read whole, /dev/zero never ended; the header comes first now. */
-    TAP_IS_STATUS(mp_read("/dev/zero", &t), FERRY_ERR_FORMAT, "/dev/zero: refused at its magic");
-    tap_ok(!t.header_ok && strstr(t.error, "wrong magic"), "/dev/zero: wrong magic (%s)", t.error);
+    /* A device never ends, a FIFO would block the open: neither is read. */
+    TAP_IS_STATUS(mp_read("/dev/zero", &t), FERRY_ERR_IO, "/dev/zero: refused");
+    tap_ok(!t.header_ok && strstr(t.error, "character device"), "/dev/zero: a device, said so (%s)", t.error);
     mp_trace_free(&t);
     TAP_IS_STATUS(mp_read(dir, &t), FERRY_ERR_IO, "a folder: an I/O error");
-    tap_ok(strstr(t.error, "Is a directory") != NULL, "a folder: said so (%s)", t.error);
+    tap_ok(strstr(t.error, "is a folder") != NULL, "a folder: said so (%s)", t.error);
     mp_trace_free(&t);
+    char fifo[300];
+    snprintf(fifo, sizeof fifo, "%s/fifo.trace", dir);
+    if (mkfifo(fifo, 0600) == 0) {
+        pid_t pid = fork();
+        if (pid == 0) { /* a blocking open would hang: the alarm ends it */
+            alarm(10);
+            mp_trace c;
+            ferry_status st = mp_read(fifo, &c);
+            _exit(st == FERRY_ERR_IO && strstr(c.error, "FIFO") ? 0 : 1);
+        }
+        int ws = 0;
+        waitpid(pid, &ws, 0);
+        tap_ok(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "a FIFO: refused at once, said so (%s)",
+               WIFSIGNALED(ws) ? "blocked until the alarm" : "exited");
+        unlink(fifo);
+    }
     TAP_IS_STATUS(mp_read("/nonexistent/x.fmt", &t), FERRY_ERR_IO, "missing: an I/O error");
     mp_trace_free(&t);
     const unsigned char cut[16] = "FERRYMEM\1\0\0\0`\0\0\0";

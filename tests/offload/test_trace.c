@@ -113,13 +113,13 @@ static void test_layout(const char *dir)
     TAP_IS_STATUS(trace_close(t), FERRY_OK, "layout: close");
     size_t len = 0;
     unsigned char *b = read_file(path, &len);
-    TAP_IS_INT(len, 32 + 6 * 96, "layout: 32-byte header + 6 records of 96 bytes");
-    if (!b || len != 32 + 6 * 96) {
+    TAP_IS_INT(len, 32 + 7 * 96, "layout: 32-byte header + 6 records of 96 bytes + the end record");
+    if (!b || len != 32 + 7 * 96) {
         free(b);
         return;
     }
     tap_ok(memcmp(b, "FERRYMEM", 8) == 0, "layout: magic");
-    TAP_IS_INT(u32_at(b + 8), 1, "layout: version 1");
+    TAP_IS_INT(u32_at(b + 8), 2, "layout: version 2");
     TAP_IS_INT(u32_at(b + 12), 96, "layout: record size 96");
     tap_ok(u64_at(b + 16) > 1600000000ull * 1000000000ull, "layout: wall-clock start after 2020");
     const unsigned char *r = b + 32;
@@ -151,6 +151,10 @@ static void test_layout(const char *dir)
     r += 96;
     TAP_IS_INT(r[8], 6, "reserve: kind 6");
     TAP_IS_INT(u64_at(r + 16), 256u << 20, "reserve: bytes");
+    r += 96;
+    TAP_IS_INT(r[8], 7, "end: kind 7, the last record");
+    TAP_IS_INT(u64_at(r + 16), 6, "end: counts the 6 records before it");
+    tap_ok(strcmp((const char *)r + 48, "end") == 0, "end: name 'end'");
     free(b);
     test_checksums(path);
 }
@@ -185,9 +189,9 @@ static void test_threads(const char *dir)
     TAP_IS_STATUS(trace_close(t), FERRY_OK, "threads: close");
     size_t len = 0;
     unsigned char *b = read_file(path, &len);
-    TAP_IS_INT(len, 32 + 80000 * 96, "threads: all 80000 records written");
+    TAP_IS_INT(len, 32 + 80001 * 96, "threads: all 80000 records written, and the end record");
     int backwards = 0, per[4] = {0};
-    for (size_t i = 0; b && i < (len - 32) / 96; i++) {
+    for (size_t i = 0; b && i + 1 < (len - 32) / 96; i++) {
         const unsigned char *r = b + 32 + i * 96;
         if (i && u64_at(r) < u64_at(r - 96))
             backwards++;

@@ -61,7 +61,7 @@ FERRY_CHECK_EXPECT=no-gpu FERRY_CHECK_DIR=$tmp/check bash "$src/tools/gpu/check.
 rc=$?
 ok "$rc" "tools/gpu/check.sh runs the whole check on the archive and expects no GPU (exit $rc)"
 [ "$rc" -eq 0 ] || diag <"$tmp/check.log"
-for name in ferry-info transfer kernel-lab engine-gpt2 engine-xl $(cut -f1 "$pack/tests.txt"); do
+for name in ferry-info transfer kernel-lab kernel-lab-f16 engine-gpt2 engine-xl $(cut -f1 "$pack/tests.txt"); do
   gpu=$(awk -F'\t' -v n="$name" '$1 == n {print $3}' "$pack/tests.txt")
   if [ "${gpu:-1}" = 1 ]; then
     grep -qF "[$name]" "$tmp/out/results.txt" && grep -F "[$name]" "$tmp/out/results.txt" | grep -q 'PASS (exit 77'

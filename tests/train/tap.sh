@@ -1,7 +1,12 @@
 # What the train_gpt2 shell tests share, sourced by each: TAP counting
 # (ok STATUS TEXT; finish prints the plan and returns the exit status) and
 # a token shard in llm.c's format (make_shard FILE: header magic 20240520,
-# version 1, count; then 40000 uint16 tokens below 500).
+# version 1, count; then 40000 uint16 tokens below 500); same_weights A B:
+# two model.safetensors hold the same tensors, bit for bit (their metadata,
+# which names the run, may differ); same_state A B: two state.ferry hold the
+# same engine state, bit for bit (engine/checkpoint.c's layout: the header's
+# groups, step, state size, state hash, dtype and flags, the group table and
+# the state; the trainer's blob after it, which names the run, may differ).
 python=/usr/bin/python3
 n=0; failed=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi; }
@@ -14,5 +19,31 @@ tokens = [(i * 7 + (i // 13) * 3) % 500 for i in range(n)]
 with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
     f.write(struct.pack("<%dH" % n, *tokens))
+PY
+}
+same_weights() {
+  $python - "$1" "$2" <<'PY'
+import json, struct, sys
+def tensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+sys.exit(0 if tensors(sys.argv[1]) == tensors(sys.argv[2]) else 1)
+PY
+}
+same_state() {
+  $python - "$1" "$2" <<'PY'
+import struct, sys
+def state(path):
+    b = open(path, "rb").read()
+    groups = struct.unpack("<I", b[12:16])[0]
+    user, payload = struct.unpack("<QQ", b[24:40])
+    end = 72 + 72 * groups + payload - user # the blob is the payload's last user bytes
+    if len(b) < end:
+        sys.exit("%s: %d bytes, shorter than its header says (%d)" % (path, len(b), end))
+    return b[0:24] + b[32:48] + b[56:64] + b[72:end]
+sys.exit(0 if state(sys.argv[1]) == state(sys.argv[2]) else 1)
 PY
 }

@@ -75,14 +75,16 @@ before_work() { # PATTERN ARGS...: exit 2, stderr matches, stdout empty
   [ $rc -eq 2 ] && grep -qE -- "$pattern" "$work/err" && [ ! -s "$work/out" ]
   ok $? "$* -> refused before any work (exit $rc): $(head -c 200 "$work/err" | tr '\n' ' ')"
 }
-before_work "--checkpoint-dir '.*plain' is a file; give a folder" --checkpoint-dir "$work/plain"
-before_work "--checkpoint-dir '.*missing/ck': the folder '.*missing' it would go in does not exist" \
-  --checkpoint-dir "$work/missing/ck"
-before_work "--checkpoint-dir '.*plain/ck': '.*plain' is a file, not a folder" --checkpoint-dir "$work/plain/ck"
+before_work "--checkpoint-dir '.*plain' is a regular file; give a folder" --checkpoint-dir "$work/plain"
+before_work "--checkpoint-dir '.*plain/ck': '.*plain' is a regular file, not a folder" --checkpoint-dir "$work/plain/ck"
 before_work "--log '.*adir' is a folder; give a file name" --log "$work/adir"
-before_work "--log '.*missing/log.jsonl': the folder '.*missing' it would go in does not exist" \
-  --log "$work/missing/log.jsonl"
-before_work "--trace '.*plain/t.trace': '.*plain' is a file" --trace "$work/plain/t.trace"
+before_work "--trace '.*plain/t.trace': '.*plain' is a regular file, not a folder" --trace "$work/plain/t.trace"
+# Missing folders above an output are made, as mkdir -p would.
+"$train" "${good[@]}" --checkpoint-dir "$work/runs/deep/ck" --log "$work/logs/a/b/log.jsonl" \
+  --trace "$work/traces/t.trace" >"$work/out" 2>"$work/err"; rc=$?
+[ $rc -eq 0 ] && [ -f "$work/runs/deep/ck/latest/state.ferry" ] && [ -s "$work/logs/a/b/log.jsonl" ] \
+  && [ -s "$work/traces/t.trace" ]
+ok $? "outputs under missing folders: the folders are made (exit $rc): $(head -c 300 "$work/err")"
 # A read-only file system: a tmpfs mounted read-only in a private mount
 # namespace, where unshare may make one.
 ro=$work/ro
@@ -103,8 +105,40 @@ if [ "$(id -u)" -ne 0 ]; then
   before_work "--checkpoint-dir '.*locked' cannot be written" --checkpoint-dir "$work/locked"
 fi
 
+# Sizes are products of user numbers, computed in 64 bits: 1024 x 64 x 65536
+# is 2^32 tokens per step (once an int overflow: "0 tokens/step", and
+# undefined behaviour); a micro-batch beyond 2^31 - 1 tokens is refused.
+expect 2 "--batch 65536 x --seq 65536 is 4294967296 tokens per micro-batch" --data x --batch 65536 --seq 65536 \
+  --context 65536
+$python - "$work/big.bin" <<'PY'
+import struct, sys
+n = 70000
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack("<%dH" % n, *[(i * 7) % 50 for i in range(n)]))
+PY
+"$train" --data "$work/big.bin" --layers 1 --heads 1 --width 8 --vocab 50 --context 64 --batch 1024 --seq 64 \
+  --grad-accum 65536 --steps 1 --backend host --threads 1 >"$work/out" 2>"$work/err" &
+big=$!
+for _ in $(seq 600); do grep -q "tokens/step" "$work/out" && break; sleep 0.1; done
+kill -TERM $big 2>/dev/null; wait $big
+grep -q "batch 1024 x 64 x 65536 accum = 4294967296 tokens/step" "$work/out"
+ok $? "1024 x 64 x 65536 is said as 4294967296 tokens/step: $(grep -o 'batch.*tokens/step' "$work/out") $(head -c 200 "$work/err")"
+
+# A glob that matches nothing, and text given where shards belong, are said
+# as such (not "cannot open", not "magic 538976288").
+expect 1 "no file matches the shard pattern '.*nothing_\*.bin'" --data "$work/nothing_*.bin"
+printf 'In the beginning God created the heaven and the earth.\n' >"$work/genesis.txt"
+expect 1 "genesis.txt' is text, not token shards: run tokenize on it first" --data "$work/genesis.txt"
+
 "$train" --help >"$work/help" 2>&1
 ok $? "--help exits 0"
+[ "$(grep -E '^  --tokenizer ' "$work/help" | grep -o '(default:' | wc -l)" -eq 1 ] \
+  && [ "$(grep -E '^  --prompt ' "$work/help" | grep -o '(default:' | wc -l)" -eq 1 ]
+ok $? "--help gives --tokenizer and --prompt one default each: $(grep -E '^  --(tokenizer|prompt) ' "$work/help")"
+grep -qE '^  --lr X ' "$work/help" && grep -qE '^  --offload MODE ' "$work/help" && grep -qE '^  --backend NAME ' "$work/help" \
+  && grep -qE '^  --dtype TYPE ' "$work/help" && grep -qE '^  --data PATH ' "$work/help" && grep -qE '^  --model NAME ' "$work/help"
+ok $? "--help names what each value is (N, X, SIZE, MODE, NAME, TYPE, PATH, TEXT), not N for words and decimals"
 missing=0
 for flag in --model --data --batch --seq --grad-accum --steps --lr --warmup --weight-decay --clip --offload \
             --gpu-mem --recompute --backend --eval-every --sample-every --checkpoint-every --resume --trace --log \

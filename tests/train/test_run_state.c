@@ -81,6 +81,15 @@ static ferry_engine *make_engine(void)
     return e;
 }
 
+#define RUN_ID "0123456789abcdef0123456789abcdef"
+
+/* Settings a run can have (train_gpt2's defaults). */
+static train_settings some_settings(void)
+{
+    return (train_settings){1, 1337, FERRY_DTYPE_F32, FERRY_OFFLOAD_OPTIMIZER, 0, 10, 100, 6e-4f, 0.1f, 0.1f, 0.9f,
+                            0.95f, 1e-8f, 1.0f};
+}
+
 static train_resume resume_of(int64_t step, uint64_t version)
 {
     train_resume r;
@@ -89,6 +98,8 @@ static train_resume resume_of(int64_t step, uint64_t version)
     r.sample_rng = version;
     r.model = *gpt2_get_config(model);
     r.batch = 1, r.seq = 64, r.grad_accum = 1;
+    snprintf(r.run, sizeof r.run, "%s", RUN_ID);
+    r.settings = some_settings();
     return r;
 }
 
@@ -362,13 +373,15 @@ static void test_failed_saves(ferry_engine *e)
     if (f)
         fclose(f);
     snprintf(under, sizeof under, "%s/run", file);
+    r.step = 1;
     st = run_state_save(under, 1, e, model, &r);
     tap_is_status(st, FERRY_ERR_IO, "a run folder under a regular file: %s", ferry_last_error());
-    tap_ok(strstr(ferry_last_error(), under) != NULL, "the message names the folder");
+    tap_ok(strstr(ferry_last_error(), under) != NULL, "the message names the folder: %s", ferry_last_error());
 
     /* A read-only folder (root may write anywhere: then this case is moot). */
     if (geteuid() != 0) {
         chmod(run, 0555);
+        r.step = 99998;
         st = run_state_save(run, 99998, e, model, &r);
         chmod(run, 0755);
         tap_is_status(st, FERRY_ERR_IO, "a save into a read-only run folder fails: %s", ferry_last_error());
@@ -412,12 +425,21 @@ static void test_locate(ferry_engine *e)
 
 /* ---- the run state's encoding ---- */
 
+/* Field by field: the struct has padding, which memcmp would read. */
+static int same_settings(const train_settings *a, const train_settings *b)
+{
+    return a->known == b->known && a->seed == b->seed && a->dtype == b->dtype && a->offload == b->offload &&
+           a->delayed_update == b->delayed_update && a->warmup == b->warmup && a->steps == b->steps &&
+           a->lr == b->lr && a->lr_min_frac == b->lr_min_frac && a->weight_decay == b->weight_decay &&
+           a->beta1 == b->beta1 && a->beta2 == b->beta2 && a->eps == b->eps && a->clip == b->clip;
+}
+
 static int same_resume(const train_resume *a, const train_resume *b)
 {
     return a->step == b->step && a->engine_step == b->engine_step && a->data.epoch == b->data.epoch &&
            a->data.index == b->data.index && a->data.layout == b->data.layout && a->sample_rng == b->sample_rng &&
            memcmp(&a->model, &b->model, sizeof a->model) == 0 && a->batch == b->batch && a->seq == b->seq &&
-           a->grad_accum == b->grad_accum;
+           a->grad_accum == b->grad_accum && strcmp(a->run, b->run) == 0 && same_settings(&a->settings, &b->settings);
 }
 
 static uint64_t le_at(const unsigned char *p, int bytes)
@@ -431,7 +453,7 @@ static uint64_t le_at(const unsigned char *p, int bytes)
 static train_resume sample_resume(void)
 {
     train_resume r = {0x0000000102030405ll, 77, {3, 41, 0xA1B2C3D4E5F60718ull}, 0xFEDCBA9876543210ull,
-                      *gpt2_get_config(model), 4, 64, 2};
+                      *gpt2_get_config(model), 4, 64, 2, RUN_ID, some_settings()};
     return r;
 }
 
@@ -440,7 +462,7 @@ static void test_encoding(void)
     train_resume r = sample_resume(), back;
     unsigned char b[RUN_STATE_BYTES];
     run_state_encode(&r, b);
-    tap_ok(memcmp(b, "FERRYRUN", 8) == 0 && le_at(b + 8, 4) == 2, "the encoding starts with FERRYRUN, version 2");
+    tap_ok(memcmp(b, "FERRYRUN", 8) == 0 && le_at(b + 8, 4) == 3, "the encoding starts with FERRYRUN, version 3");
     tap_ok(le_at(b + 12, 8) == 0x0000000102030405ull && le_at(b + 20, 8) == 77,
            "step and engine_step follow, little-endian");
     tap_ok(le_at(b + 28, 8) == 3 && le_at(b + 36, 8) == 41 && le_at(b + 44, 8) == 0xA1B2C3D4E5F60718ull,
@@ -450,14 +472,24 @@ static void test_encoding(void)
                le_at(b + 76, 4) == 50304 && le_at(b + 80, 4) == 1024,
            "then the model: 2 layers, 2 heads, 64 wide, vocab 50257 padded to 50304, context 1024");
     tap_ok(le_at(b + 84, 4) == 4 && le_at(b + 88, 4) == 64 && le_at(b + 92, 4) == 2, "then batch, seq, grad_accum");
+    tap_ok(b[96] == 0x01 && b[97] == 0x23 && b[111] == 0xef, "then the run's identity, 16 bytes from its hex digits");
+    float lr;
+    uint32_t lr_bits = (uint32_t)le_at(b + 140, 4);
+    memcpy(&lr, &lr_bits, 4);
+    tap_ok(le_at(b + 112, 8) == 1337 && le_at(b + 120, 4) == FERRY_DTYPE_F32 && le_at(b + 124, 4) == 1 &&
+               le_at(b + 128, 4) == 0 && le_at(b + 132, 4) == 10 && le_at(b + 136, 4) == 100 && lr == 6e-4f,
+           "then the settings: seed 1337, dtype f32, offload optimizer, no delayed update, warmup 10, 100 steps, "
+           "lr 6e-4");
     TAP_IS_STATUS(run_state_decode(b, sizeof b, "test", &back), FERRY_OK, "it decodes");
     tap_ok(same_resume(&r, &back), "to every field it was made from");
 
     static const struct { int at, bytes; int64_t value; const char *says; } bad[] = {
-        {0, 1, 'X', "no train_gpt2 run state"}, {8, 4, 3, "version 3"},
+        {0, 1, 'X', "no train_gpt2 run state"}, {8, 4, 4, "version 4"},
         {12, 8, -1, "step -1"},                 {20, 8, 0x0000000102030406ll, "optimizer steps"},
         {64, 4, 3, "n_head"},                   {84, 4, 0, "batch 0"},
         {88, 4, 2048, "sequence 2048"},         {92, 4, -2, "accumulation -2"},
+        {120, 4, 99, "dtype 99"},
+        {124, 4, 7, "offload 7"},               {136, 4, 0, "steps 0"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         unsigned char c[RUN_STATE_BYTES];
@@ -469,8 +501,21 @@ static void test_encoding(void)
                "bytes %d..%d set to %lld are refused, saying '%s': %s", bad[i].at, bad[i].at + bad[i].bytes - 1,
                (long long)bad[i].value, bad[i].says, ferry_last_error());
     }
+    unsigned char z[RUN_STATE_BYTES];
+    memcpy(z, b, sizeof z);
+    memset(z + 96, 0, 16);
+    ferry_status zst = run_state_decode(z, sizeof z, "test", &back);
+    tap_ok(zst == FERRY_ERR_FORMAT && strstr(ferry_last_error(), "run identity"),
+           "a run identity of all zeros is refused: %s", ferry_last_error());
     TAP_IS_STATUS(run_state_decode(b, sizeof b - 1, "test", &back), FERRY_ERR_FORMAT, "a run state a byte short");
-    tap_ok(strstr(ferry_last_error(), "95 bytes") != NULL, "is refused with its size: %s", ferry_last_error());
+    tap_ok(strstr(ferry_last_error(), "167 bytes") != NULL, "is refused with its size: %s", ferry_last_error());
+    /* Version 2 (96 bytes, before runs had an identity) is still read. */
+    unsigned char v2[RUN_STATE_V2_BYTES];
+    memcpy(v2, b, sizeof v2);
+    v2[8] = 2;
+    TAP_IS_STATUS(run_state_decode(v2, sizeof v2, "test", &back), FERRY_OK, "a version-2 run state decodes");
+    tap_ok(back.step == r.step && back.batch == r.batch && back.run[0] == '\0' && !back.settings.known,
+           "with no run identity and its settings unknown");
 }
 
 /* A state.ferry whose engine step and run state disagree (written by hand:
@@ -567,9 +612,138 @@ static void test_lock(void)
     TAP_IS_STATUS(run_state_lock(folder, &b), FERRY_OK, "once released, the folder can be locked again");
     run_state_unlock(b);
     snprintf(file, sizeof file, "%s/new/run", dir);
+    struct stat sb;
     st = run_state_lock(file, &b);
-    tap_ok(st == FERRY_ERR_IO && strstr(ferry_last_error(), file), "a folder whose parent is missing: %s",
+    tap_ok(st == FERRY_OK && stat(file, &sb) == 0 && S_ISDIR(sb.st_mode),
+           "a folder whose parent is missing is made with its parent, as mkdir -p would (%s)",
+           st == FERRY_OK ? "made" : ferry_last_error());
+    run_state_unlock(b);
+}
+
+/* What killed retention leaves (a step folder holding only config.json, a
+ * .step_N.del) is removed at the next lock; a whole step folder, and an
+ * incomplete one that latest names, are kept. */
+static void test_half_deleted(void)
+{
+    char run_dir[400], path[500];
+    snprintf(run_dir, sizeof run_dir, "%s/halfdeleted", dir);
+    mkdir(run_dir, 0755);
+    const char *files[] = {"config.json", "model.safetensors", "state.ferry"};
+    const struct { const char *step; int nfiles; } folders[] = {
+        {"step_00000003", 1}, {"step_00000005", 3}, {"step_00000007", 2}, {".step_00000002.del", 1}};
+    for (size_t i = 0; i < sizeof folders / sizeof folders[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", run_dir, folders[i].step);
+        mkdir(path, 0755);
+        for (int k = 0; k < folders[i].nfiles; k++) {
+            snprintf(path, sizeof path, "%s/%s/%s", run_dir, folders[i].step, files[k]);
+            FILE *f = fopen(path, "w");
+            if (f)
+                fclose(f);
+        }
+    }
+    snprintf(path, sizeof path, "%s/latest", run_dir);
+    if (symlink("step_00000007", path) != 0)
+        tap_diag("symlink: %s", strerror(errno));
+    int fd = -1;
+    TAP_IS_STATUS(run_state_lock(run_dir, &fd), FERRY_OK, "a folder with half-deleted steps locks");
+    run_state_unlock(fd);
+    const struct { const char *name; bool kept; } want[] = {
+        {"step_00000003", false}, {".step_00000002.del", false}, {"step_00000005", true}, {"step_00000007", true}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", run_dir, want[i].name);
+        tap_ok((access(path, F_OK) == 0) == want[i].kept, "%s is %s", want[i].name,
+               want[i].kept ? "kept (whole, or what latest names)" : "removed (what a killed retention left)");
+    }
+}
+
+/* Writes `text` into path; reads it back into buf (NUL-terminated, "" if none). */
+static void put_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static const char *get_text(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+/* Nothing the run folder's upkeep removes, truncates or renames is reached
+ * through a link, and a `latest` that is not a link is refused before any
+ * work: the folder's lock, its temporaries, its retention. */
+static void test_links_left_alone(void)
+{
+    char run_dir[400], outside[400], keep[450], link[450], path[450], got[64];
+    snprintf(run_dir, sizeof run_dir, "%s/links", dir);
+    snprintf(outside, sizeof outside, "%s/outside", dir);
+    snprintf(keep, sizeof keep, "%s/keep.txt", outside);
+    mkdir(run_dir, 0755);
+    mkdir(outside, 0755);
+    put_text(keep, "precious");
+    int fd = -1;
+
+    /* .lock a link to a file elsewhere: refused, the file not truncated. */
+    snprintf(link, sizeof link, "%s/.lock", run_dir);
+    if (symlink(keep, link) != 0)
+        tap_diag("symlink: %s", strerror(errno));
+    ferry_status st = run_state_lock(run_dir, &fd);
+    tap_ok(st == FERRY_ERR_IO && strstr(ferry_last_error(), ".lock"), "a .lock that is a link is refused: %s",
            ferry_last_error());
+    tap_ok(strcmp(get_text(keep, got, sizeof got), "precious") == 0,
+           "and the file it names is not truncated ('%s')", got);
+    run_state_unlock(fd);
+    unlink(link);
+
+    /* latest a real folder: refused at the lock, before any work. */
+    snprintf(path, sizeof path, "%s/latest", run_dir);
+    mkdir(path, 0755);
+    st = run_state_lock(run_dir, &fd);
+    tap_ok(st == FERRY_ERR_IO && strstr(ferry_last_error(), "is a folder") && strstr(ferry_last_error(), "latest"),
+           "a latest that is a real folder is refused at the lock: %s", ferry_last_error());
+    tap_ok(fd < 0, "and no lock is held");
+    run_state_unlock(fd);
+    rmdir(path);
+
+    /* A killed save's temporary name that is a link to a folder: the lock
+     * clears temporaries, but not through the link. */
+    snprintf(link, sizeof link, "%s/.step_00000002.tmp", run_dir);
+    if (symlink(outside, link) != 0)
+        tap_diag("symlink: %s", strerror(errno));
+    fd = -1;
+    TAP_IS_STATUS(run_state_lock(run_dir, &fd), FERRY_OK, "the folder locks with a link among its temporaries");
+    tap_ok(access(keep, F_OK) == 0, "the files of the folder a temporary's name links to are left");
+    run_state_unlock(fd);
+    unlink(link);
+
+    /* Retention: a link named like an old step, to a folder elsewhere, is
+     * neither pruned nor followed. */
+    const char *steps[] = {"step_00000004", "step_00000005"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", run_dir, steps[i]);
+        mkdir(path, 0755);
+        snprintf(path, sizeof path, "%s/%s/config.json", run_dir, steps[i]);
+        put_text(path, "{}");
+    }
+    snprintf(link, sizeof link, "%s/step_00000001", run_dir);
+    if (symlink(outside, link) != 0)
+        tap_diag("symlink: %s", strerror(errno));
+    snprintf(path, sizeof path, "%s/latest", run_dir);
+    if (symlink("step_00000005", path) != 0)
+        tap_diag("symlink: %s", strerror(errno));
+    TAP_IS_STATUS(run_state_prune(run_dir, 1), FERRY_OK, "retention with a link named like a step");
+    snprintf(path, sizeof path, "%s/step_00000004", run_dir);
+    struct stat sb;
+    tap_ok(access(path, F_OK) != 0, "the older real step folder is pruned");
+    tap_ok(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode) && access(keep, F_OK) == 0,
+           "the link named like a step, and the folder it names, are left");
 }
 
 int main(void)
@@ -608,6 +782,8 @@ int main(void)
     test_engine_step_mismatch(e);
     test_edited_config(e);
     test_lock();
+    test_links_left_alone();
+    test_half_deleted();
     tap_diag("%.1f s in all", (clock_now_ms() - t0) / 1e3);
     ferry_engine_destroy(e);
     for (int g = 0; g < G; g++)

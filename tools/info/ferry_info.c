@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fileio.h"
 #include "common/units.h"
 #include "ferry.h"
 #include "kernels/backend.h"
@@ -53,6 +54,7 @@ static int smoke_test(ferry_backend_kind kind)
 
 int main(int argc, char **argv)
 {
+    fileio_check_stdout_at_exit("ferry-info"); /* a full disk or /dev/full on stdout is exit 1 */
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         printf("usage: ferry-info\n  Prints the backend, GPU and topology ferry finds here.\n"
                "  FERRY_BACKEND=host|cuda overrides the backend choice; with cuda and no GPU the exit\n"

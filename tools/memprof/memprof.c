@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fileio.h"
 #include "common/units.h"
 #include "tools/memprof/memprof.h"
 #include "models/gpt2_plan.h"
@@ -58,11 +59,14 @@ static void print_pool(FILE *f, const mp_report *r, int p)
 
 static void print_text(FILE *f, const char *path, const mp_trace *t, const mp_report *r)
 {
-    fprintf(f, "trace %s: %zu records over %.3f ms, %zu phase markers%s\n", path, r->records,
+    fprintf(f, "trace %s: %zu records over %.3f ms, %zu phase markers%s%s\n", path, r->records,
             (double)r->t_end / 1e6, r->nmarks,
-            t->checksummed ? "" : " (an older trace without checksums: damage inside a record may go unseen)");
+            t->checksummed ? "" : " (an older trace without checksums: damage inside a record may go unseen)",
+            t->version >= 2 ? ""
+                            : " (a version-1 trace, without an end record: a cut between two records goes unseen)");
     for (int p = 0; p < MP_POOLS; p++)
-        print_pool(f, r, p);
+        if (p != TRACE_POOL_DISK || r->pool[p].seen) /* the disk only in runs with the NVMe tier */
+            print_pool(f, r, p);
     if (r->ntimings) {
         fprintf(f, "timings (ms):            mean        max  records\n");
         for (size_t i = 0; i < r->ntimings; i++) {
@@ -112,6 +116,8 @@ static void print_json(FILE *f, const char *path, const mp_trace *t, const mp_re
     cJSON_AddStringToObject(o, "trace", path);
     cJSON_AddBoolToObject(o, "complete", t->status == FERRY_OK);
     cJSON_AddBoolToObject(o, "checksummed", t->checksummed);
+    cJSON_AddNumberToObject(o, "format_version", t->version);
+    cJSON_AddBoolToObject(o, "ended", t->ended);
     if (t->status == FERRY_OK)
         cJSON_AddNullToObject(o, "error");
     else
@@ -129,13 +135,13 @@ static void print_json(FILE *f, const char *path, const mp_trace *t, const mp_re
         cJSON_AddItemToObject(tm, r->timings[i].key, e);
     }
     char *s = cJSON_Print(o);
-    if (s)
-        fprintf(f, "%s\n", s);
+    if (s && fprintf(f, "%s\n", s) < 0)
+        fileio_note_stdout_error();
     cJSON_free(s);
     cJSON_Delete(o);
 }
 
-static const char *const kind_name[] = {"?", "alloc", "free", "phase", "timing", "limit", "reserve"};
+static const char *const kind_name[] = {"?", "alloc", "free", "phase", "timing", "limit", "reserve", "end"};
 
 static int cmd_dump(int argc, char **argv)
 {
@@ -167,8 +173,8 @@ static int cmd_dump(int argc, char **argv)
             cJSON_AddStringToObject(o, "addr", addr);
         }
         char *s = cJSON_PrintUnformatted(o);
-        if (s)
-            printf("%s\n", s);
+        if (s && printf("%s\n", s) < 0)
+            fileio_note_stdout_error();
         cJSON_free(s);
         cJSON_Delete(o);
     }
@@ -220,16 +226,32 @@ static int cmd_report(int argc, char **argv)
 /* ---- memprof plan ---- */
 
 static const char *const plan_cats[] = {"params", "grads", "optimizer", "activations", "staging", "workspace",
-                                        "other"};
+                                        "other", "nvme_window"};
+_Static_assert(sizeof plan_cats / sizeof plan_cats[0] == FERRY_MEM_CATEGORY_COUNT, "a JSON name per category");
 
-static void plan_print_text(const mp_plan_args *a, const gpt2_config *c, const gpt2_plan *p, int max_b)
+/* The largest dN that fits the budgets given (layers 0: none given, or none fits). */
+typedef struct plan_largest {
+    bool asked;
+    int layers;
+    gpt2_plan plan;
+} plan_largest;
+
+static bool plan_disk(const mp_plan_args *a)
 {
-    char x[32], y[32];
+    return a->offload == FERRY_OFFLOAD_NVME || (a->offload == FERRY_OFFLOAD_PARAMS && a->nvme_path);
+}
+
+static void plan_print_text(const mp_plan_args *a, const gpt2_config *c, const gpt2_plan *p, int max_b,
+                            const plan_largest *big)
+{
+    char x[32], y[32], z[32];
     printf("model: %d layers, %d heads, %d wide, vocab %d (padded %d), context %d: %.1fM parameters\n",
            c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->padded_vocab_size, c->max_seq_len,
            (double)p->num_params / 1e6);
-    printf("run: batch %d x seq %d, offload %s, %s backend (%s on the device), recompute %s", a->batch, a->seq,
-           ferry_offload_name(a->offload), ferry_backend_name(a->backend), p->act_size == 2 ? "bf16" : "fp32",
+    bool f16 = p->act_size == 2 && a->dtype == FERRY_DTYPE_F16;
+    printf("run: batch %d x seq %d, offload %s, %s backend (%s on the device%s), recompute %s", a->batch, a->seq,
+           ferry_offload_name(a->offload), ferry_backend_name(a->backend),
+           p->act_size == 4 ? "fp32" : f16 ? "f16" : "bf16", f16 ? ", dynamic loss scaling" : "",
            a->recompute ? "on" : "off");
     if (a->offload == FERRY_OFFLOAD_PARAMS)
         printf(", prefetch %d", a->prefetch);
@@ -248,6 +270,11 @@ static void plan_print_text(const mp_plan_args *a, const gpt2_config *c, const g
         if (p->host_bytes[k])
             printf("    %-12s %12s %6.1f%%\n", plan_cats[k], units_fmt_bytes(x, sizeof x, p->host_bytes[k]),
                    100.0 * (double)p->host_bytes[k] / (double)p->host_total);
+    if (plan_disk(a))
+        printf("disk (predicted): %s, the NVMe tier's file: Adam moments%s, streamed through the %s nvme window "
+               "above\n",
+               units_fmt_bytes(x, sizeof x, p->disk_bytes), a->nvme_master ? " and fp32 master weights" : "",
+               units_fmt_bytes(y, sizeof y, p->host_bytes[FERRY_MEM_NVME]));
     if (a->gpu_mem) {
         bool fits = p->device_total <= a->gpu_mem;
         printf("--gpu-mem %s: %s (%.1f%% of it)", units_fmt_bytes(x, sizeof x, a->gpu_mem),
@@ -261,6 +288,17 @@ static void plan_print_text(const mp_plan_args *a, const gpt2_config *c, const g
         printf("--host-mem %s: %s (%.1f%% of it)\n", units_fmt_bytes(x, sizeof x, a->host_mem),
                p->host_total <= a->host_mem ? "fits" : "does not fit",
                100.0 * (double)p->host_total / (double)a->host_mem);
+    if (a->disk)
+        printf("--disk %s: %s (%.1f%% of it)\n", units_fmt_bytes(x, sizeof x, a->disk),
+               p->disk_bytes <= a->disk ? "fits" : "does not fit", 100.0 * (double)p->disk_bytes / (double)a->disk);
+    if (big->asked && big->layers > 0)
+        printf("largest GPT-2-shaped model that fits: d%d (%d layers, %d heads, %d wide): %.2fB parameters "
+               "(device %s, host %s%s%s)\n",
+               big->layers, big->layers, big->layers, 64 * big->layers, (double)big->plan.num_params / 1e9,
+               units_fmt_bytes(x, sizeof x, big->plan.device_total), units_fmt_bytes(y, sizeof y, big->plan.host_total),
+               plan_disk(a) ? ", disk " : "", plan_disk(a) ? units_fmt_bytes(z, sizeof z, big->plan.disk_bytes) : "");
+    else if (big->asked)
+        printf("largest GPT-2-shaped model that fits: none (not even d1)\n");
 }
 
 static cJSON *plan_pool_json(const uint64_t *by, uint64_t total)
@@ -273,7 +311,8 @@ static cJSON *plan_pool_json(const uint64_t *by, uint64_t total)
     return o;
 }
 
-static void plan_print_json(const mp_plan_args *a, const gpt2_config *c, const gpt2_plan *p, int max_b)
+static void plan_print_json(const mp_plan_args *a, const gpt2_config *c, const gpt2_plan *p, int max_b,
+                            const plan_largest *big)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *m = cJSON_AddObjectToObject(o, "model");
@@ -312,9 +351,37 @@ static void plan_print_json(const mp_plan_args *a, const gpt2_config *c, const g
         cJSON_AddNullToObject(o, "host_mem_bytes");
         cJSON_AddNullToObject(o, "host_fits");
     }
+    if (plan_disk(a)) {
+        cJSON *k = cJSON_AddObjectToObject(o, "disk");
+        cJSON_AddNumberToObject(k, "total_bytes", (double)p->disk_bytes);
+        cJSON_AddNumberToObject(k, "window_bytes", (double)p->host_bytes[FERRY_MEM_NVME]);
+        cJSON_AddBoolToObject(k, "master_weights", a->nvme_master);
+    } else {
+        cJSON_AddNullToObject(o, "disk");
+    }
+    if (a->disk) {
+        cJSON_AddNumberToObject(o, "disk_bytes", (double)a->disk);
+        cJSON_AddBoolToObject(o, "disk_fits", p->disk_bytes <= a->disk);
+    } else {
+        cJSON_AddNullToObject(o, "disk_bytes");
+        cJSON_AddNullToObject(o, "disk_fits");
+    }
+    if (big->asked && big->layers > 0) {
+        cJSON *l = cJSON_AddObjectToObject(o, "largest_model");
+        cJSON_AddStringToObject(l, "family", "dN: N layers, N heads, 64N wide");
+        cJSON_AddNumberToObject(l, "layers", big->layers);
+        cJSON_AddNumberToObject(l, "heads", big->layers);
+        cJSON_AddNumberToObject(l, "width", 64 * big->layers);
+        cJSON_AddNumberToObject(l, "parameters", (double)big->plan.num_params);
+        cJSON_AddNumberToObject(l, "device_bytes", (double)big->plan.device_total);
+        cJSON_AddNumberToObject(l, "host_bytes", (double)big->plan.host_total);
+        cJSON_AddNumberToObject(l, "disk_bytes", (double)big->plan.disk_bytes);
+    } else {
+        cJSON_AddNullToObject(o, "largest_model");
+    }
     char *s = cJSON_Print(o);
-    if (s)
-        printf("%s\n", s);
+    if (s && printf("%s\n", s) < 0)
+        fileio_note_stdout_error();
     cJSON_free(s);
     cJSON_Delete(o);
 }
@@ -329,23 +396,31 @@ static int cmd_plan(int argc, char **argv)
     gpt2_plan p;
     int max_b = 0;
     gpt2_plan_request rq = {&c, a.batch, a.seq, a.offload, a.recompute, a.prefetch, a.grad_accum, a.backend, a.dtype};
-    ferry_status st = gpt2_plan_predict(&rq, &p);
+    gpt2_plan_disk tier = {a.nvme_master, a.nvme_window, a.nvme_block}, *disk = plan_disk(&a) ? &tier : NULL;
+    plan_largest big;
+    memset(&big, 0, sizeof big);
+    big.asked = a.gpu_mem || a.host_mem || a.disk;
+    ferry_status st = gpt2_plan_predict_disk(&rq, disk, &p);
     if (st == FERRY_OK && a.gpu_mem)
         st = gpt2_plan_max_batch(&rq, a.gpu_mem, &max_b);
+    if (st == FERRY_OK && big.asked)
+        st = gpt2_plan_largest_model(&rq, disk, a.gpu_mem, a.host_mem, a.disk, &big.layers, &big.plan);
     if (st != FERRY_OK) {
         fprintf(stderr, "memprof plan: %s\n", ferry_last_error());
         return st == FERRY_ERR_INVALID_ARGUMENT ? 2 : 1;
     }
     if (a.json)
-        plan_print_json(&a, &c, &p, max_b);
+        plan_print_json(&a, &c, &p, max_b, &big);
     else
-        plan_print_text(&a, &c, &p, max_b);
-    bool fits = (!a.gpu_mem || p.device_total <= a.gpu_mem) && (!a.host_mem || p.host_total <= a.host_mem);
+        plan_print_text(&a, &c, &p, max_b, &big);
+    bool fits = (!a.gpu_mem || p.device_total <= a.gpu_mem) && (!a.host_mem || p.host_total <= a.host_mem) &&
+                (!a.disk || p.disk_bytes <= a.disk);
     return fits ? 0 : 1;
 }
 
 int main(int argc, char **argv)
 {
+    fileio_check_stdout_at_exit("memprof"); /* a full disk or /dev/full on stdout is exit 1 */
     if (argc >= 2 && !strcmp(argv[1], "plan"))
         return cmd_plan(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "dump"))

@@ -13,7 +13,7 @@
 #include "models/gpt2.h"
 #include "offload/trace.h"
 
-#define MP_POOLS 2
+#define MP_POOLS 3 /* device, host, disk (trace_pool) */
 #define MP_TOP_MAX 64
 
 /* A trace as read: the records before the first problem, and the problem. */
@@ -23,14 +23,18 @@ typedef struct mp_trace {
     uint64_t start_unix_ns;
     bool header_ok;      /* the file is a trace: its header was read and is whole */
     bool checksummed;    /* its records carry checksums (TRACE_FLAG_CRC), all checked */
+    uint32_t version;    /* the header's format version (1 or 2) */
+    bool ended;          /* the END record was read (version 2: the trace is whole) */
     ferry_status status; /* FERRY_OK, or why reading stopped early */
     char error[512];
 } mp_trace;
 
 /* Reads `path`. Always fills *t (n may be 0); returns t->status. A missing
  * or unreadable file is FERRY_ERR_IO; a file that is not a whole trace
- * header FERRY_ERR_FORMAT with header_ok false; damage after the header
- * FERRY_ERR_FORMAT with header_ok true and the records before it kept. */
+ * header FERRY_ERR_FORMAT with header_ok false; damage after the header, or
+ * a version-2 trace without its END record (cut), FERRY_ERR_FORMAT with
+ * header_ok true and the records before it kept. The END record itself is
+ * not among t->rec. */
 ferry_status mp_read(const char *path, mp_trace *t);
 /* The same from an open stream; `name` is used in messages. */
 ferry_status mp_read_file(FILE *f, const char *name, mp_trace *t);
@@ -118,6 +122,11 @@ typedef struct mp_plan_args {
     ferry_dtype dtype;
     bool recompute, json;
     uint64_t gpu_mem, host_mem; /* 0 = not given */
+    /* the NVMe tier: --offload nvme, or params with --nvme-path */
+    const char *nvme_path;      /* its folder: --disk defaults to the space free there */
+    bool nvme_master;
+    uint64_t nvme_window, nvme_block;
+    uint64_t disk;              /* --disk: the space to check the state file against; 0 = not given */
 } mp_plan_args;
 
 void mp_usage(FILE *f);

@@ -7,7 +7,10 @@
 #include "common/error.h"
 #include "tools/memprof/memprof.h"
 
-const char *mp_pool_name(int pool) { return pool == TRACE_POOL_HOST ? "host" : "device"; }
+const char *mp_pool_name(int pool)
+{
+    return pool == TRACE_POOL_HOST ? "host" : pool == TRACE_POOL_DISK ? "disk" : "device";
+}
 
 /* An open-addressing map from address (any 64-bit value) to the index of
  * its alloc record; a slot's state says whether it is empty, used or a

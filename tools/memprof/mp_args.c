@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 #include "common/units.h"
 #include "train/options.h"
@@ -95,15 +96,21 @@ int mp_parse_dump_args(int argc, char **argv, const char **path)
 void mp_plan_usage(FILE *f)
 {
     fputs("usage: memprof plan [--model NAME | --layers L --heads H --width C] [--vocab V]\n"
-          "                    [--context T] [--batch B] [--seq T] [--offload none|optimizer|params]\n"
-          "                    [--recompute] [--prefetch K] [--grad-accum K] [--backend host|cuda]\n"
-          "                    [--dtype auto|f32|bf16]\n"
+          "                    [--context T] [--batch B] [--seq T] [--offload none|optimizer|params|nvme]\n"
+          "                    [--recompute] [--prefetch K] [--grad-accum K] [--backend cuda|host|auto]\n"
+          "                    [--dtype auto|f32|bf16|f16]\n"
           "                    [--gpu-mem SIZE] [--host-mem SIZE] [--json]\n"
+          "                    [--nvme-path DIR] [--nvme-master] [--nvme-window SIZE]\n"
+          "                    [--nvme-block SIZE] [--disk SIZE]\n"
           "\n"
           "Predicts, without running anything, the peak device and host memory of\n"
-          "training GPT-2 with train_gpt2's settings (same flags, same defaults), by\n"
-          "category, from the sizes the engine and the model allocate. With\n"
-          "--gpu-mem it says whether the run fits and the largest batch that does.\n"
+          "training GPT-2 with train_gpt2's settings (its flags and defaults, but for\n"
+          "--backend: a plan is for a GPU, so cuda, where train_gpt2's auto runs on the\n"
+          "host backend on a machine without one), by category, from the sizes the\n"
+          "engine and the model allocate, and with --offload nvme the bytes the state\n"
+          "takes on disk. With --gpu-mem it says whether the run fits and the largest\n"
+          "batch that does; with any budget, the largest GPT-2-shaped model (dN) that\n"
+          "fits them all.\n"
           "\n"
           "  --model NAME    gpt2, gpt2-medium, gpt2-large, gpt2-xl or dN (default d6)\n"
           "  --layers L --heads H --width C   a custom model instead (all three)\n"
@@ -111,14 +118,21 @@ void mp_plan_usage(FILE *f)
           "  --context T     longest sequence the model supports (default 1024)\n"
           "  --batch B       sequences per micro-batch (default 4)\n"
           "  --seq T         tokens per sequence (default 256, at most --context)\n"
-          "  --offload MODE  none, optimizer or params (default optimizer)\n"
+          "  --offload MODE  none, optimizer, params or nvme (default optimizer)\n"
           "  --recompute     keep only block inputs; recompute the rest in backward\n"
           "  --prefetch K    params mode: groups fetched ahead (default 2, 0..64)\n"
           "  --grad-accum K  micro-batches per step (default 1; more adds their fp32 sum)\n"
-          "  --backend KIND  cuda (bf16 on the device; default) or host (fp32)\n"
-          "  --dtype TYPE    device storage: auto (the backend's), f32 (host) or bf16\n"
+          "  --backend KIND  cuda (bf16 or f16 on the device; default), host (fp32), or auto (as\n"
+          "                  train_gpt2 would choose here: cuda where a GPU is present, else host)\n"
+          "  --dtype TYPE    device storage: auto (the backend's), f32 (host), bf16, or f16\n"
+          "                  (Volta and Turing cards; the same bytes as bf16)\n"
           "  --gpu-mem SIZE  device budget to check, e.g. 24GiB\n"
           "  --host-mem SIZE pinned host memory to check, e.g. 64GiB\n"
+          "  --nvme-path DIR the state's folder (nvme; with params, puts the state on\n"
+          "                  disk): --disk defaults to the space free there\n"
+          "  --nvme-master   the fp32 master weights on disk too\n"
+          "  --nvme-window SIZE, --nvme-block SIZE   as train_gpt2's (256MiB, 1MiB)\n"
+          "  --disk SIZE     disk space to check the state file against\n"
           "  --json          print the figures as JSON\n"
           "\n"
           "Exit status: 0 when it fits the budgets given (or none is given); 1 when\n"
@@ -180,9 +194,11 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
     const char *f = argv[*i];
     if (!strcmp(f, "--recompute")) { a->recompute = true; return 0; }
     if (!strcmp(f, "--json")) { a->json = true; return 0; }
+    if (!strcmp(f, "--nvme-master")) { a->nvme_master = true; return 0; }
     static const char *const valued[] = {"--model", "--layers", "--heads", "--width", "--vocab", "--context",
                                          "--batch", "--seq", "--offload", "--prefetch", "--backend",
-                                         "--gpu-mem", "--host-mem", "--grad-accum", "--dtype"};
+                                         "--gpu-mem", "--host-mem", "--grad-accum", "--dtype", "--nvme-path",
+                                         "--nvme-window", "--nvme-block", "--disk"};
     bool known = false;
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
         known |= !strcmp(f, valued[k]);
@@ -204,15 +220,23 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
     if (!strcmp(f, "--grad-accum")) return trainer_int(f, v, &a->grad_accum);
     if (!strcmp(f, "--dtype") && (ferry_dtype_parse(v, &a->dtype) != FERRY_OK ||
                                   (a->dtype != FERRY_DTYPE_AUTO && a->dtype != FERRY_DTYPE_F32 &&
-                                   a->dtype != FERRY_DTYPE_BF16)))
-        return plan_fail("--dtype '%s': use auto, f32 or bf16%s", v, "");
+                                   a->dtype != FERRY_DTYPE_BF16 && a->dtype != FERRY_DTYPE_F16)))
+        return plan_fail("--dtype '%s': use auto, f32, bf16 or f16%s", v, "");
     if (!strcmp(f, "--gpu-mem")) return plan_bytes(f, v, &a->gpu_mem);
     if (!strcmp(f, "--host-mem")) return plan_bytes(f, v, &a->host_mem);
+    if (!strcmp(f, "--disk")) return plan_bytes(f, v, &a->disk);
+    if (!strcmp(f, "--nvme-window")) return plan_bytes(f, v, &a->nvme_window);
+    if (!strcmp(f, "--nvme-block")) return plan_bytes(f, v, &a->nvme_block);
+    if (!strcmp(f, "--nvme-path")) { a->nvme_path = v; return 0; }
     if (!strcmp(f, "--offload") && ferry_offload_parse(v, &a->offload) != FERRY_OK)
-        return plan_fail("--offload '%s': use none, optimizer or params%s", v, "");
-    if (!strcmp(f, "--backend") &&
-        ((ferry_backend_parse(v, &a->backend) != FERRY_OK) || a->backend == FERRY_BACKEND_AUTO))
-        return plan_fail("--backend '%s': plan for host (fp32 on the device) or cuda (bf16)%s", v, "");
+        return plan_fail("--offload '%s': use none, optimizer, params or nvme%s", v, "");
+    if (!strcmp(f, "--backend") && ferry_backend_parse(v, &a->backend) != FERRY_OK)
+        return plan_fail("--backend '%s': plan for cuda (bf16 on the device), host (fp32) or auto%s", v, "");
+    if (!strcmp(f, "--backend") && a->backend == FERRY_BACKEND_AUTO) { /* as train_gpt2 would choose here */
+        ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
+        a->backend = ferry_system_probe(&info) == FERRY_OK && info.gpu_count > 0 ? FERRY_BACKEND_CUDA
+                                                                                 : FERRY_BACKEND_HOST;
+    }
     return 0;
 }
 
@@ -248,7 +272,7 @@ static int plan_model_config(const mp_plan_args *a, gpt2_config *c)
 int mp_parse_plan_args(int argc, char **argv, mp_plan_args *a, gpt2_config *c)
 {
     *a = (mp_plan_args){"d6", 0, 0, 0, 50257, 1024, 4, 256, 2, 1, FERRY_OFFLOAD_OPTIMIZER, FERRY_BACKEND_CUDA,
-                        FERRY_DTYPE_AUTO, false, false, 0, 0};
+                        FERRY_DTYPE_AUTO, false, false, 0, 0, NULL, false, 0, 0, 0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             mp_plan_usage(stdout);
@@ -256,6 +280,23 @@ int mp_parse_plan_args(int argc, char **argv, mp_plan_args *a, gpt2_config *c)
         }
         if (plan_option(argc, argv, &i, a))
             return 2;
+    }
+    bool disk = a->offload == FERRY_OFFLOAD_NVME || (a->offload == FERRY_OFFLOAD_PARAMS && a->nvme_path);
+    if (!disk && (a->nvme_path || a->nvme_master || a->nvme_window || a->nvme_block || a->disk))
+        return plan_fail("the --nvme-* and --disk options plan the state on disk: with --offload nvme, or params "
+                         "with --nvme-path%s%s", "", "");
+    if (a->nvme_block && (a->nvme_block % 4096 || a->nvme_block > ((uint64_t)64 << 20))) {
+        fprintf(stderr, "memprof plan: --nvme-block %llu bytes: give a multiple of 4KiB up to 64MiB\n",
+                (unsigned long long)a->nvme_block);
+        return 2;
+    }
+    struct statvfs vs;
+    if (a->nvme_path && !a->disk) {
+        if (statvfs(a->nvme_path, &vs) != 0) {
+            fprintf(stderr, "memprof plan: --nvme-path '%s': %s\n", a->nvme_path, strerror(errno));
+            return 2;
+        }
+        a->disk = (uint64_t)vs.f_bavail * (uint64_t)vs.f_frsize;
     }
     return plan_model_config(a, c);
 }

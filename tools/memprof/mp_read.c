@@ -3,15 +3,18 @@
  * produces, or its checksum does not match; what was read before a problem
  * is kept, and the problem is described with its record number and byte
  * offset. The file is read as a stream, header first, so a file that is not
- * a trace (/dev/zero, a folder) is refused before anything else is read. */
+ * a trace is refused before anything else is read; a path that is not a
+ * regular file (a FIFO, a device such as /dev/zero, a folder) is refused
+ * without being opened for reading in a way that could block. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/error.h"
+#include "common/fileio.h"
 #include "tools/memprof/memprof.h"
 
 static ferry_status fail(mp_trace *t, ferry_status st, const char *fmt, ...)
@@ -60,12 +63,13 @@ static ferry_status check_header(mp_trace *t, const char *name, const unsigned c
     memcpy(&t->start_unix_ns, h + 16, 8);
     memcpy(&flags, h + 24, 4);
     memcpy(&hcrc, h + 28, 4);
-    if (version != TRACE_VERSION)
-        return fail(t, FERRY_ERR_FORMAT, "trace '%s' has format version %u; this memprof reads version %u",
+    if (version != 1 && version != TRACE_VERSION)
+        return fail(t, FERRY_ERR_FORMAT, "trace '%s' has format version %u; this memprof reads versions 1 and %u",
                     name, version, TRACE_VERSION);
+    t->version = version;
     if (*rsize < TRACE_RECORD_SIZE || *rsize > 4096)
         return fail(t, FERRY_ERR_FORMAT, "trace '%s' claims %u-byte records; version %u records are %u bytes",
-                    name, *rsize, TRACE_VERSION, TRACE_RECORD_SIZE);
+                    name, *rsize, version, TRACE_RECORD_SIZE);
     if (flags == 0 && hcrc == 0) /* written before records carried checksums */
         return FERRY_OK;
     uint32_t want = trace_header_crc(h);
@@ -83,8 +87,14 @@ static const char *record_problem(const mp_trace *t, const trace_record *r, uint
                                   size_t cap)
 {
     uint32_t crc = t->checksummed ? trace_record_crc(r, t->n) : 0;
-    if (r->kind < TRACE_ALLOC || r->kind > TRACE_RESERVE)
+    unsigned last_kind = t->version >= 2 ? TRACE_END : TRACE_RESERVE;
+    if (t->ended)
+        snprintf(buf, cap, "a record after the end record");
+    else if (r->kind < TRACE_ALLOC || r->kind > last_kind)
         snprintf(buf, cap, "unknown record kind %u", r->kind);
+    else if (r->kind == TRACE_END && r->bytes != t->n)
+        snprintf(buf, cap, "the end record counts %llu records before it, but %zu were read",
+                 (unsigned long long)r->bytes, t->n);
     else if (r->pool >= MP_POOLS)
         snprintf(buf, cap, "unknown pool %u", r->pool);
     else if (r->category >= FERRY_MEM_CATEGORY_COUNT)
@@ -154,10 +164,20 @@ static ferry_status read_records(FILE *f, const char *name, uint32_t rsize, mp_t
             break;
         }
         prev_t = r.t_ns;
+        if (r.kind == TRACE_END) {
+            t->ended = true; /* not kept: it is no event */
+            continue;
+        }
         if ((st = push(t, name, &r, &cap)) != FERRY_OK)
             break;
     }
     free(buf);
+    /* A whole file without its end record: the writer never closed it. */
+    if (st == FERRY_OK && t->version >= 2 && !t->ended)
+        st = fail(t, FERRY_ERR_FORMAT,
+                  "trace '%s' has no end record: the run that wrote it was killed, or its disk filled, before the "
+                  "trace was closed; the figures cover the %zu records it has",
+                  name, t->n);
     return st;
 }
 
@@ -180,15 +200,19 @@ ferry_status mp_read_file(FILE *f, const char *name, mp_trace *t)
 ferry_status mp_read(const char *path, mp_trace *t)
 {
     memset(t, 0, sizeof *t);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return read_error(t, path, errno);
-    struct stat sb;
-    ferry_status st;
-    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode))
-        st = read_error(t, path, EISDIR);
-    else
-        st = mp_read_file(f, path, t);
+    /* A regular file only, opened without blocking: a FIFO would wait for a
+     * writer forever, a device never ends. */
+    int fd;
+    ferry_status st = fileio_open_input(path, "trace", &fd, NULL);
+    FILE *f = st == FERRY_OK ? fdopen(fd, "rb") : NULL;
+    if (st == FERRY_OK && !f) {
+        int e = errno;
+        close(fd);
+        return read_error(t, path, e);
+    }
+    if (st != FERRY_OK)
+        return fail(t, st, "%s", ferry_last_error());
+    st = mp_read_file(f, path, t);
     fclose(f);
     return st;
 }

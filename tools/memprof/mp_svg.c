@@ -20,7 +20,7 @@
 #define GAP 70.0
 
 static const char *const colour[FERRY_MEM_CATEGORY_COUNT] = {
-    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
+    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f",
 };
 
 static void put_escaped(FILE *f, const char *s)

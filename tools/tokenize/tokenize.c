@@ -170,6 +170,7 @@ static int fail(ferry_status st)
 
 int main(int argc, char **argv)
 {
+    fileio_check_stdout_at_exit("tokenize"); /* a full disk or /dev/full on stdout is exit 1 */
     tokenize_opts o;
     int rc = tokenize_parse_args(argc, argv, &o);
     if (rc) {
@@ -192,10 +193,14 @@ int main(int argc, char **argv)
     if (st == FERRY_OK && !o.bench)
         st = write_shards(&o, set, &ids);
     if (st == FERRY_OK && !o.bench) {
-        st = tok_shard_set_commit(set);
+        size_t replaced = 0, removed = 0;
+        st = tok_shard_set_commit(set, &replaced, &removed);
         set = NULL;
-        if (st == FERRY_OK)
-            printf("put the new shards in place in '%s' (shards of an earlier run removed)\n", o.out_dir);
+        if (st == FERRY_OK && replaced + removed == 0)
+            printf("put the new shards in place in '%s'\n", o.out_dir);
+        else if (st == FERRY_OK)
+            printf("put the new shards in place in '%s' (of an earlier run's shards there, %zu were replaced and "
+                   "%zu removed)\n", o.out_dir, replaced, removed);
     }
     tok_shard_set_abort(set);
     tok_ids_free(&ids);

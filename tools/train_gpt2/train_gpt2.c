@@ -4,10 +4,13 @@
  * layout, exact resume. Every flag and every output path is checked before
  * any work starts; the checkpoint folder is locked for the run and pruned to
  * the last --keep-last saves; a failed write of the log or the trace fails the
- * run; SIGINT/SIGTERM end the step in progress, save and exit 130/143 (a
- * second signal stops at once). */
+ * run; SIGINT/SIGTERM stop after the micro-batch, evaluation batch or
+ * sampled token under way, save the last complete step (the cut step's
+ * gradients are dropped) and exit 130/143; during setup they stop before
+ * any training and save nothing; a second signal stops at once. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -16,18 +19,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/fileio.h"
 #include "common/units.h"
 #include "engine/embed.h"
+#include "kernels/backend.h"
+#include "kernels/ops.h"
 #include "train/hf_checkpoint.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
 #include "train/options.h"
 #include "train/run_state.h"
 #include "train/sample.h"
+#include "train/skips.h"
 #include "train/bpe.h"
 #include "train/dataloader.h"
 
@@ -37,18 +45,29 @@ typedef struct trainer {
     gpt2_model *model;
     ferry_engine *engine;
     gpt2_activations *acts;
+    gpt2_activations *eval_acts; /* the validation batch's, when it has fewer rows than --batch; else NULL */
+    int eval_batch;       /* rows of a validation batch: --batch, or fewer for a short validation set */
     tok_loader *train, *val;
     tok_bpe *tok;
     sampler smp;
     FILE *log;
     int32_t *inputs, *targets;
     int64_t step;         /* steps done */
+    tok_loader_pos pos;   /* the data position after the last complete step */
+    int cut_micro;        /* a step cut short by a signal: the micro-batches it had done; 0: none */
     int64_t saved_step;   /* the step of the last checkpoint (saved or resumed from); -1: none */
     int lock_fd;          /* the checkpoint folder's lock; -1: none */
     double started_ms;
     int64_t start_step;
     double tokens_done;
     char ckpt[PATH_MAX];  /* checkpoint folder to resume from, or "" */
+    train_resume from;    /* its run state (read before setup) */
+    char run[33];         /* this run's identity: the checkpoint's when resumed, else new */
+    train_skips skips;    /* steps skipped for non-finite gradients */
+    /* --sample: the weights alone on a backend of their own, no engine */
+    backend *sample_be;
+    backend_stream *sample_stream;
+    gpt2_resident *resident;
 } trainer;
 
 static int fail(const char *what)
@@ -59,15 +78,16 @@ static int fail(const char *what)
 
 /* ---- signals ---- */
 
-/* The first SIGINT or SIGTERM asks the loop to stop after the step in
- * progress; a second one (of either) ends the process at once. Any thread
- * may take a signal: the exchange makes exactly one of two the first. */
+/* The first SIGINT or SIGTERM asks the run to stop after the micro-batch,
+ * evaluation batch or sampled token under way; a second one (of either) ends
+ * the process at once. Any thread may take a signal: the exchange makes
+ * exactly one of two the first. */
 static atomic_int stop_signal;
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler may use only lock-free atomics");
 
 static void on_stop_signal(int sig)
 {
-    static const char msg[] = "\ntrain_gpt2: stopping after this step (a second signal stops at once)\n";
+    static const char msg[] = "\ntrain_gpt2: stopping after the batch under way (a second signal stops at once)\n";
     if (atomic_exchange(&stop_signal, sig) != 0) {
         signal(sig, SIG_DFL);
         raise(sig);
@@ -120,13 +140,117 @@ static ferry_status check_model_flags(const trainer *t)
     return FERRY_OK;
 }
 
+/* A setting the command line gave differently from the checkpoint, for
+ * the one line that says what changed. */
+static void note_change(char *buf, size_t cap, const char *flag, const char *now, const char *was)
+{
+    size_t n = strlen(buf);
+    snprintf(buf + n, cap - n, "%s%s %s (was %s)", n ? ", " : "", flag, now, was);
+}
+
+/* --resume continues the run as it was: batch, sequence, accumulation and
+ * every setting the command line does not give are the checkpoint's. One
+ * it gives differently is refused where the checkpoint could not be
+ * continued as saved (batch and sequence: the data position counts their
+ * windows; the seed: the data order; the device type: the saved device
+ * weights; the delayed update's pending weights without the optimizer
+ * mode); any other change is taken and said in one line. */
+static ferry_status take_checkpoint_settings(trainer *t)
+{
+    train_options *o = &t->o;
+    const train_resume *r = &t->from;
+    char changed[1024] = "", now[64], was[64];
+    const struct { const char *flag; int *field; int was; bool fixed; } ints[] = {
+        {"--batch", &o->batch, r->batch, true},
+        {"--seq", &o->seq, r->seq, true},
+        {"--grad-accum", &o->grad_accum, r->grad_accum, false},
+        {"--warmup", &o->warmup, r->settings.warmup, false},
+        {"--steps", &o->steps, r->settings.steps, false},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        if (i >= 3 && !r->settings.known)
+            break;
+        if (!train_options_given(o, ints[i].flag)) {
+            *ints[i].field = ints[i].was;
+        } else if (*ints[i].field != ints[i].was && ints[i].fixed) {
+            return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s %d differs from the checkpoint's %d: its data position "
+                           "counts batches of %d x %d tokens, so the run could not go on with the same data; leave "
+                           "out %s (a resumed run takes it from the checkpoint)",
+                           ints[i].flag, *ints[i].field, ints[i].was, r->batch, r->seq, ints[i].flag);
+        } else if (*ints[i].field != ints[i].was) {
+            snprintf(now, sizeof now, "%d", *ints[i].field);
+            snprintf(was, sizeof was, "%d", ints[i].was);
+            note_change(changed, sizeof changed, ints[i].flag, now, was);
+        }
+    }
+    if (!r->settings.known) {
+        printf("resuming a checkpoint that does not record its settings (saved by an earlier ferry): the flags given, "
+               "or their defaults, apply\n");
+        return FERRY_OK;
+    }
+    const train_settings *c = &r->settings;
+    if (!train_options_given(o, "--seed"))
+        o->seed = c->seed;
+    else if (o->seed != c->seed)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "--seed %llu differs from the checkpoint's %llu: the data order "
+                       "comes from it, so the run could not go on with the same data; leave out --seed",
+                       (unsigned long long)o->seed, (unsigned long long)c->seed);
+    if (!train_options_given(o, "--dtype") || o->dtype == FERRY_DTYPE_AUTO)
+        o->dtype = (ferry_dtype)c->dtype;
+    else if (o->dtype != (ferry_dtype)c->dtype)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "--dtype %s differs from the checkpoint's %s: its device weights "
+                       "were stored and rounded as %s, so the run could not go on exactly; leave out --dtype",
+                       ferry_dtype_name(o->dtype), ferry_dtype_name((ferry_dtype)c->dtype),
+                       ferry_dtype_name((ferry_dtype)c->dtype));
+    if (!train_options_given(o, "--offload"))
+        o->offload = (ferry_offload)c->offload;
+    else if (o->offload != (ferry_offload)c->offload)
+        note_change(changed, sizeof changed, "--offload", ferry_offload_name(o->offload),
+                    ferry_offload_name((ferry_offload)c->offload));
+    if (c->delayed_update && !o->delayed_update)
+        o->delayed_update = true; /* a flag can only turn it on: the checkpoint's stays */
+    else if (!c->delayed_update && o->delayed_update)
+        note_change(changed, sizeof changed, "--delayed-update", "on", "off");
+    if (o->delayed_update && o->offload != FERRY_OFFLOAD_OPTIMIZER)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "--offload %s: the checkpoint runs the delayed update, which needs "
+                       "--offload optimizer (its pending update is continued exactly only there)",
+                       ferry_offload_name(o->offload));
+    const struct { const char *flag; float *field; float was; } floats[] = {
+        {"--lr", &o->lr, c->lr},
+        {"--lr-min-frac", &o->lr_min_frac, c->lr_min_frac},
+        {"--weight-decay", &o->weight_decay, c->weight_decay},
+        {"--beta1", &o->beta1, c->beta1},
+        {"--beta2", &o->beta2, c->beta2},
+        {"--eps", &o->eps, c->eps},
+        {"--clip", &o->clip, c->clip},
+    };
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) {
+        if (!train_options_given(o, floats[i].flag)) {
+            *floats[i].field = floats[i].was;
+        } else if (*floats[i].field != floats[i].was) {
+            snprintf(now, sizeof now, "%g", (double)*floats[i].field);
+            snprintf(was, sizeof was, "%g", (double)floats[i].was);
+            note_change(changed, sizeof changed, floats[i].flag, now, was);
+        }
+    }
+    if (o->warmup > o->steps)
+        o->warmup = o->steps;
+    if (changed[0])
+        printf("resuming with changed settings: %s\n", changed);
+    return FERRY_OK;
+}
+
 static ferry_status choose_model(trainer *t)
 {
     const train_options *o = &t->o;
     if (o->resume) {
         ferry_status st = run_state_locate(o->resume, t->ckpt, sizeof t->ckpt);
-        if (st == FERRY_OK) st = run_state_config(t->ckpt, &t->cfg);
-        return st == FERRY_OK ? check_model_flags(t) : st;
+        if (st == FERRY_OK) st = run_state_inspect(t->ckpt, &t->cfg, &t->from);
+        if (st == FERRY_OK) st = check_model_flags(t);
+        if (st == FERRY_OK && !t->o.sample_only) st = take_checkpoint_settings(t);
+        if (st == FERRY_OK && t->o.sample_only && !train_options_given(o, "--seq"))
+            t->o.seq = t->from.seq; /* the window the model was trained with */
+        return st;
     }
     if (o->init_from) {
         /* A config.json beside the weights says the model's shape. */
@@ -137,8 +261,21 @@ static ferry_status choose_model(trainer *t)
             *slash = '\0';
         else
             snprintf(dir, sizeof dir, ".");
-        if (run_state_join(cfg, sizeof cfg, dir, "config.json") == FERRY_OK && access(cfg, R_OK) == 0)
-            return hf_read_config(cfg, &t->cfg);
+        if (run_state_join(cfg, sizeof cfg, dir, "config.json") == FERRY_OK && access(cfg, F_OK) == 0) {
+            /* Saved together, they name the same run and step (when they name any). */
+            hf_ferry_info conf, meta;
+            ferry_status st = hf_read_config_ferry(cfg, &t->cfg, &conf);
+            if (st == FERRY_OK)
+                st = hf_read_ferry_meta(o->init_from, &meta);
+            if (st == FERRY_OK && ((conf.run[0] && meta.run[0] && strcmp(conf.run, meta.run) != 0) ||
+                                   (conf.step >= 0 && meta.step >= 0 && conf.step != meta.step)))
+                st = err_set(FERRY_ERR_FORMAT, "--init-from: '%s' is step %lld of run %s, but the config.json beside "
+                             "it ('%s') step %lld of run %s: they come from two checkpoints; put the config.json "
+                             "saved with the weights beside them", o->init_from, (long long)meta.step,
+                             meta.run[0] ? meta.run : "(none)", cfg, (long long)conf.step,
+                             conf.run[0] ? conf.run : "(none)");
+            return st;
+        }
     }
     if (o->model) {
         ferry_status st = gpt2_config_preset(o->model, &t->cfg);
@@ -170,11 +307,47 @@ static ferry_status open_tokenizer(trainer *t)
     return FERRY_OK;
 }
 
-static ferry_status open_loader(trainer *t, const char *pattern, int shuffle, tok_loader **out)
+static ferry_status open_loader_rows(trainer *t, const char *pattern, int rows, int shuffle, tok_loader **out)
 {
     const char *paths[1] = {pattern};
-    tok_loader_config c = {paths, 1, t->o.batch, t->o.seq, (uint32_t)t->cfg.vocab_size, shuffle, t->o.seed};
+    tok_loader_config c = {paths, 1, rows, t->o.seq, (uint32_t)t->cfg.vocab_size, shuffle, t->o.seed};
     return tok_loader_open(&c, out);
+}
+
+static ferry_status open_loader(trainer *t, const char *pattern, int shuffle, tok_loader **out)
+{
+    return open_loader_rows(t, pattern, t->o.batch, shuffle, out);
+}
+
+/* The validation set: in batches of --batch rows, or, when it is shorter
+ * than one such batch, of the most rows it holds (at least one sequence),
+ * said once: a short validation set is evaluated on what it has. */
+static ferry_status open_validation(trainer *t)
+{
+    t->eval_batch = t->o.batch;
+    ferry_status st = open_loader(t, t->o.val_data, 0, &t->val);
+    if (st != FERRY_ERR_INVALID_ARGUMENT || t->o.batch == 1)
+        return st;
+    char first[ERR_MESSAGE_MAX];
+    snprintf(first, sizeof first, "%s", ferry_last_error());
+    int lo = 0, hi = t->o.batch; /* rows that open: lo (0: none known); rows that do not: hi */
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        tok_loader *probe = NULL;
+        if (open_loader_rows(t, t->o.val_data, mid, 0, &probe) == FERRY_OK)
+            lo = mid;
+        else
+            hi = mid;
+        tok_loader_close(probe);
+    }
+    if (lo == 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s", first);
+    t->eval_batch = lo;
+    st = open_loader_rows(t, t->o.val_data, lo, 0, &t->val);
+    if (st == FERRY_OK)
+        printf("validation data '%s' holds fewer tokens than one batch of %d x %d: evaluating on batches of %d x %d\n",
+               t->o.val_data, t->o.batch, t->o.seq, lo, t->o.seq);
+    return st;
 }
 
 /* Every weight of --init-from is finite, or the first tensor holding one
@@ -223,18 +396,70 @@ static ferry_status add_weights(trainer *t)
     return st;
 }
 
+/* --sample needs the weights only: they go on a backend of their own
+ * (gpt2_resident), from the checkpoint's model.safetensors or --init-from,
+ * with activations for one sequence; no engine, so no optimizer state, no
+ * master copy, no pinned pool. */
+static ferry_status setup_sampling(trainer *t)
+{
+    char weights[PATH_MAX];
+    ferry_status st = FERRY_OK;
+    if (t->o.init_from)
+        snprintf(weights, sizeof weights, "%s", t->o.init_from);
+    else
+        st = run_state_join(weights, sizeof weights, t->ckpt, "model.safetensors");
+    if (st == FERRY_OK) st = backend_open(t->o.backend, &t->sample_be);
+    if (st == FERRY_OK) st = backend_set_act_dtype(t->sample_be, t->o.dtype);
+    if (st == FERRY_OK) st = ops_init(t->sample_be, NULL, 0);
+    if (st == FERRY_OK) st = backend_stream_create(t->sample_be, "sampling", &t->sample_stream);
+    if (st == FERRY_OK) st = gpt2_create(&t->cfg, &t->model);
+    if (st == FERRY_OK) st = gpt2_resident_create(t->model, t->sample_be, &t->resident);
+    int G = t->model ? gpt2_num_groups(t->model) : 0;
+    float **groups = st == FERRY_OK ? calloc((size_t)G, sizeof *groups) : NULL;
+    if (st == FERRY_OK && !groups)
+        st = err_set(FERRY_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int g = 0; g < G && st == FERRY_OK; g++)
+        if (!(groups[g] = malloc(gpt2_group_numel(t->model, g) * sizeof(float))))
+            st = err_set(FERRY_ERR_OUT_OF_MEMORY, "out of memory for group %d", g);
+    if (st == FERRY_OK) st = hf_load(weights, t->model, groups);
+    if (st == FERRY_OK) st = check_finite(t->model, groups, weights);
+    for (int g = 0; g < G && st == FERRY_OK; g++)
+        st = gpt2_resident_set_params(t->resident, t->sample_stream, g, groups[g]);
+    for (int g = 0; groups && g < G; g++)
+        free(groups[g]);
+    free(groups);
+    gpt2_allocator alloc = gpt2_backend_allocator(t->sample_be);
+    if (st == FERRY_OK)
+        st = gpt2_activations_create(t->model, t->sample_be, 1, t->o.seq, false, &alloc, &t->acts);
+    if (st == FERRY_OK && t->o.resume)
+        t->step = t->from.step, t->smp.rng = t->from.sample_rng;
+    return st;
+}
+
 static ferry_status setup_engine(trainer *t)
 {
     ferry_engine_config c = FERRY_ENGINE_CONFIG_INIT;
     c.backend = t->o.backend;
     c.offload = t->o.offload;
     c.dtype = t->o.dtype;
+    c.loss_scaling = t->o.loss_scale > 0 ? FERRY_LOSS_SCALING_AUTO : FERRY_LOSS_SCALING_OFF;
+    if (t->o.loss_scale > 0)
+        c.loss_scale_init = t->o.loss_scale;
+    /* The engine's collapse stop and the trainer's --max-skips are one limit. */
+    c.loss_scale_max_skips = t->o.max_skips;
     c.device_budget_bytes = t->o.gpu_mem;
     c.host_budget_bytes = t->o.host_mem;
     c.prefetch_groups = t->o.prefetch;
     c.optimizer_threads = t->o.threads;
     c.delayed_update = t->o.delayed_update;
     c.trace_path = t->o.trace;
+    if (t->o.nvme_path) {
+        c.nvme_path = t->o.nvme_path;
+        c.nvme_master = t->o.nvme_master;
+        c.nvme_window_bytes = t->o.nvme_window;
+        c.nvme_block_bytes = t->o.nvme_block;
+        c.nvme_queue_depth = t->o.nvme_queue_depth;
+    }
     ferry_status st = gpt2_create(&t->cfg, &t->model);
     if (st == FERRY_OK) st = ferry_engine_create(&c, &t->engine);
     if (st == FERRY_OK) st = ferry_engine_mark(t->engine, 0, "setup");
@@ -246,6 +471,9 @@ static ferry_status setup_engine(trainer *t)
     int B = t->o.sample_only ? 1 : t->o.batch;
     st = gpt2_activations_create(t->model, engine_embed_backend(t->engine), B, t->o.seq, t->o.recompute, &alloc,
                                  &t->acts);
+    if (st == FERRY_OK && t->val && t->eval_batch < B)
+        st = gpt2_activations_create(t->model, engine_embed_backend(t->engine), t->eval_batch, t->o.seq,
+                                     t->o.recompute, &alloc, &t->eval_acts);
     if (st == FERRY_ERR_OUT_OF_MEMORY)
         return err_wrap(st, "activations for batch %d x %d tokens%s", B, t->o.seq,
                         t->o.recompute ? "" : " (try --recompute, a smaller --batch or --seq)");
@@ -260,17 +488,23 @@ static ferry_status restore(trainer *t)
     ferry_status st = run_state_load(t->ckpt, t->engine, &r);
     if (st != FERRY_OK)
         return st;
+    if (r.step != t->from.step || strcmp(r.run, t->from.run) != 0)
+        return err_set(FERRY_ERR_FORMAT, "--resume: '%s/state.ferry' changed while the run started (step %lld of run "
+                       "%s, then step %lld of run %s); resume again", t->ckpt, (long long)t->from.step,
+                       t->from.run, (long long)r.step, r.run);
     t->step = t->saved_step = r.step;
     t->smp.rng = r.sample_rng;
     if (t->o.sample_only)
         return FERRY_OK;
-    if (r.batch != t->o.batch || r.seq != t->o.seq || r.grad_accum != t->o.grad_accum)
+    if (r.batch != t->o.batch || r.seq != t->o.seq)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "--resume: the checkpoint was trained with --batch %d --seq %d --grad-accum %d; resume with "
-                       "the same values to see the same data",
-                       r.batch, r.seq, r.grad_accum);
+                       "--resume: the checkpoint was trained with --batch %d --seq %d; the run has %d and %d",
+                       r.batch, r.seq, t->o.batch, t->o.seq);
     st = tok_loader_seek(t->train, &r.data);
-    return st == FERRY_OK ? FERRY_OK : err_wrap(st, "--resume: the data position");
+    if (st != FERRY_OK)
+        return err_wrap(st, "--resume: the data position");
+    t->pos = tok_loader_tell(t->train);
+    return FERRY_OK;
 }
 
 /* ---- reporting ---- */
@@ -314,13 +548,16 @@ typedef struct step_figures {
     float loss, lr;
     double grad_norm, step_ms, compute_ms, tokens_per_s, mfu;
     int skipped;
+    bool too_many_skips; /* the skip limit was reached: ferry_last_error() says so */
     ferry_step_timing timing;
     ferry_memory_stats mem;
+    float loss_scale;         /* the step's loss scale; 0: loss scaling off */
+    int64_t skipped_steps;    /* steps skipped since the start of training */
 } step_figures;
 
 static void progress_line(trainer *t, const step_figures *f)
 {
-    char gpu[32], gpu_peak[32], host[32], host_peak[32], eta[32], mfu[32] = "";
+    char gpu[32], gpu_peak[32], host[32], host_peak[32], eta[32], mfu[32] = "", scale[64] = "";
     units_fmt_bytes(gpu, sizeof gpu, f->mem.device_total_current_bytes);
     units_fmt_bytes(gpu_peak, sizeof gpu_peak, f->mem.device_total_peak_bytes);
     units_fmt_bytes(host, sizeof host, f->mem.host_in_use_bytes);
@@ -330,12 +567,28 @@ static void progress_line(trainer *t, const step_figures *f)
     fmt_duration(eta, sizeof eta, per_step * (double)(t->o.steps - t->step) / 1e3);
     if (f->mfu > 0)
         snprintf(mfu, sizeof mfu, " | MFU %4.1f%%", f->mfu * 100);
-    printf("step %*lld/%d | loss %7.4f%s | %7.0f tok/s%s | gpu %s (peak %s) | host %s (peak %s) | "
+    if (f->loss_scale > 0)
+        snprintf(scale, sizeof scale, " | scale %g", (double)f->loss_scale);
+    char skips[64];
+    printf("step %*lld/%d | loss %7.4f%s%s%s | %7.0f tok/s%s | gpu %s (peak %s) | host %s (peak %s) | "
            "%.0f ms: compute %.0f, xfer wait %.0f, opt wait %.0f | ETA %s\n",
            (int)snprintf(NULL, 0, "%d", t->o.steps), (long long)t->step, t->o.steps, (double)f->loss,
-           f->skipped ? " (skipped: inf/nan)" : "", f->tokens_per_s, mfu, gpu, gpu_peak, host, host_peak, f->step_ms,
-           f->compute_ms, f->timing.compute_wait_transfer_ms, f->timing.compute_wait_optimizer_ms, eta);
+           f->skipped ? " (skipped: inf/nan)" : "", scale, train_skips_describe(&t->skips, skips, sizeof skips),
+           f->tokens_per_s, mfu, gpu, gpu_peak, host, host_peak, f->step_ms, f->compute_ms,
+           f->timing.compute_wait_transfer_ms, f->timing.compute_wait_optimizer_ms, eta);
     fflush(stdout);
+}
+
+/* What the run prints goes to stdout, flushed as it goes: a write that
+ * fails (a full disk, /dev/full) stops the run, as the log's does. */
+static ferry_status stdout_written(void)
+{
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return FERRY_OK;
+    fileio_check_stdout_at_exit(NULL); /* said here; the exit's check need not say it again */
+    return err_set(FERRY_ERR_IO, "writing the progress to stdout: %s; the run stops (is the disk full?)",
+                   errno ? strerror(errno) : "a write error");
 }
 
 /* One line of the JSON Lines log, flushed: a write that fails (a full disk)
@@ -352,6 +605,11 @@ static ferry_status log_record(trainer *t, const char *kind, const step_figures 
         cJSON_AddNumberToObject(j, "lr", f->lr);
         cJSON_AddNumberToObject(j, "grad_norm", isfinite(f->grad_norm) ? f->grad_norm : -1);
         cJSON_AddBoolToObject(j, "skipped", f->skipped);
+        cJSON_AddNumberToObject(j, "skips_in_a_row", (double)t->skips.in_a_row);
+        cJSON_AddNumberToObject(j, "skips_total", (double)t->skips.total); /* in this run */
+        cJSON_AddNumberToObject(j, "skipped_steps", (double)f->skipped_steps); /* since training began */
+        if (f->loss_scale > 0)
+            cJSON_AddNumberToObject(j, "loss_scale", f->loss_scale);
         cJSON_AddNumberToObject(j, "step_ms", f->step_ms);
         cJSON_AddNumberToObject(j, "compute_ms", f->compute_ms);
         cJSON_AddNumberToObject(j, "transfer_wait_ms", f->timing.compute_wait_transfer_ms);
@@ -387,14 +645,21 @@ static ferry_status train_step(trainer *t, step_figures *f)
     backend_stream *s = engine_embed_stream(t->engine);
     double t0 = clock_now_ms();
     float sum = 0;
-    ferry_status st = FERRY_OK;
-    ferry_engine_mark(t->engine, t->step + 1, "forward+backward");
+    /* The loss scale (1 without loss scaling) rides on the backward's start. */
+    float grad_scale = ferry_engine_loss_scale(t->engine) / (float)t->o.grad_accum;
+    ferry_status st = ferry_engine_mark(t->engine, t->step + 1, "forward+backward"); /* a failed trace stops the run */
     for (int k = 0; k < t->o.grad_accum && st == FERRY_OK; k++) {
         float loss = 0;
+        /* A signal: the step stops between micro-batches, and what it has
+         * done is dropped; the last complete step is what a save keeps. */
+        if (k > 0 && stop_signal) {
+            t->cut_micro = k;
+            return ferry_engine_abandon_step(t->engine);
+        }
         st = tok_loader_next(t->train, t->inputs, t->targets);
         if (st == FERRY_OK) st = ferry_engine_begin_micro_batch(t->engine, k, t->o.grad_accum);
         if (st == FERRY_OK) st = gpt2_forward(t->model, t->acts, &hooks, s, t->inputs, t->targets, true);
-        if (st == FERRY_OK) st = gpt2_backward(t->model, t->acts, &hooks, s, 1.0f / (float)t->o.grad_accum);
+        if (st == FERRY_OK) st = gpt2_backward(t->model, t->acts, &hooks, s, grad_scale);
         if (st == FERRY_OK) st = gpt2_loss(t->acts, s, &loss);
         sum += loss;
     }
@@ -407,16 +672,29 @@ static ferry_status train_step(trainer *t, step_figures *f)
     so.weight_decay = t->o.weight_decay;
     so.max_grad_norm = t->o.clip;
     ferry_step_report rep = FERRY_STEP_REPORT_INIT;
-    ferry_engine_mark(t->engine, t->step + 1, "optimizer");
+    if (st == FERRY_OK)
+        st = ferry_engine_mark(t->engine, t->step + 1, "optimizer");
     if (st == FERRY_OK)
         st = ferry_engine_step(t->engine, &so, &rep);
     if (st != FERRY_OK)
         return st;
     t->step++;
+    f->loss_scale = rep.loss_scale;
+    f->skipped_steps = rep.skipped_steps;
+    t->pos = tok_loader_tell(t->train);
     double t2 = clock_now_ms();
     f->loss = sum / (float)t->o.grad_accum;
     f->grad_norm = rep.grad_norm;
     f->skipped = rep.skipped;
+    char group[48] = "";
+    int last = gpt2_num_groups(t->model) - 1;
+    if (rep.skipped && rep.bad_group >= 0)
+        snprintf(group, sizeof group, "%s", rep.bad_group == 0 ? "embeddings" : rep.bad_group == last
+                                                                               ? "final layernorm" : "");
+    if (rep.skipped && rep.bad_group > 0 && rep.bad_group < last)
+        snprintf(group, sizeof group, "block %d", rep.bad_group - 1);
+    /* Said after the step's line and log record: the run stops there. */
+    f->too_many_skips = train_skips_count(&t->skips, t->step, &rep, group[0] ? group : NULL) != FERRY_OK;
     ferry_step_timing tm = FERRY_STEP_TIMING_INIT;
     ferry_engine_step_timing(t->engine, &tm);
     f->timing = tm;
@@ -435,22 +713,33 @@ static ferry_status train_step(trainer *t, step_figures *f)
     return FERRY_OK;
 }
 
-static ferry_status evaluate(trainer *t, float *val_loss)
+/* The validation loss over --eval-batches batches; *cut when a signal ended
+ * it early (the loss is then of the batches done, and not reported). */
+static ferry_status evaluate(trainer *t, float *val_loss, bool *cut)
 {
     gpt2_hooks hooks = gpt2_engine_hooks(t->engine);
     backend_stream *s = engine_embed_stream(t->engine);
     ferry_status st = ferry_engine_begin_inference(t->engine);
     if (st != FERRY_OK)
         return st;
-    ferry_engine_mark(t->engine, t->step, "eval");
+    if ((st = ferry_engine_mark(t->engine, t->step, "eval")) != FERRY_OK) {
+        ferry_engine_end_inference(t->engine);
+        return st;
+    }
     tok_loader_reset(t->val);
     double sum = 0;
     int n = 0;
+    *cut = false;
     for (int i = 0; i < t->o.eval_batches && st == FERRY_OK; i++) {
         float loss = 0;
+        if (stop_signal) {
+            *cut = true;
+            break;
+        }
+        gpt2_activations *acts = t->eval_acts ? t->eval_acts : t->acts;
         st = tok_loader_next(t->val, t->inputs, t->targets);
-        if (st == FERRY_OK) st = gpt2_forward(t->model, t->acts, &hooks, s, t->inputs, t->targets, false);
-        if (st == FERRY_OK) st = gpt2_loss(t->acts, s, &loss);
+        if (st == FERRY_OK) st = gpt2_forward(t->model, acts, &hooks, s, t->inputs, t->targets, false);
+        if (st == FERRY_OK) st = gpt2_loss(acts, s, &loss);
         sum += loss;
         n++;
     }
@@ -462,13 +751,19 @@ static ferry_status evaluate(trainer *t, float *val_loss)
 static ferry_status print_sample(trainer *t)
 {
     char *text = NULL;
-    int B = t->o.sample_only ? 1 : t->o.batch;
-    ferry_status st = sample_text(t->engine, t->model, t->acts, B, t->o.seq, t->tok, t->o.prompt,
-                                  t->o.sample_tokens, &t->smp, &text);
+    ferry_status st;
+    if (t->resident) {
+        gpt2_hooks hooks = gpt2_resident_hooks(t->resident);
+        st = sample_text_hooks(t->model, t->acts, &hooks, t->sample_stream, 1, t->o.seq, t->tok, t->o.prompt,
+                               t->o.sample_tokens, &t->smp, &text);
+    } else {
+        st = sample_text(t->engine, t->model, t->acts, t->o.batch, t->o.seq, t->tok, t->o.prompt,
+                         t->o.sample_tokens, &t->smp, &text);
+    }
     if (st == FERRY_OK) {
         printf("---- sample at step %lld (temperature %.2f, top-k %d) ----\n%s\n----\n", (long long)t->step,
                (double)t->o.temperature, t->o.top_k, text);
-        fflush(stdout);
+        st = stdout_written();
     }
     free(text);
     return st;
@@ -476,9 +771,19 @@ static ferry_status print_sample(trainer *t)
 
 static ferry_status save(trainer *t)
 {
-    train_resume r = {t->step, 0, tok_loader_tell(t->train), t->smp.rng, t->cfg, t->o.batch, t->o.seq,
-                      t->o.grad_accum};
-    ferry_engine_mark(t->engine, t->step, "checkpoint");
+    const train_options *o = &t->o;
+    train_resume r;
+    memset(&r, 0, sizeof r);
+    r.step = t->step;
+    r.data = t->pos;
+    r.sample_rng = t->smp.rng;
+    r.model = t->cfg;
+    r.batch = o->batch, r.seq = o->seq, r.grad_accum = o->grad_accum;
+    snprintf(r.run, sizeof r.run, "%s", t->run);
+    r.settings = (train_settings){1, o->seed, (int32_t)ferry_engine_dtype(t->engine), (int32_t)o->offload,
+                                  o->delayed_update, o->warmup, o->steps, o->lr, o->lr_min_frac, o->weight_decay,
+                                  o->beta1, o->beta2, o->eps, o->clip};
+    ferry_engine_mark(t->engine, t->step, "checkpoint"); /* a failed trace is said at the next step, after the save */
     ferry_status st = run_state_save(t->o.checkpoint_dir, t->step, t->engine, t->model, &r);
     if (st != FERRY_OK)
         return st;
@@ -501,18 +806,28 @@ static ferry_status train(trainer *t)
     while (t->step < t->o.steps && st == FERRY_OK && !stop_signal) {
         step_figures f = {0};
         st = train_step(t, &f);
-        if (st != FERRY_OK)
+        if (st != FERRY_OK || t->cut_micro)
             break;
         if (!t->o.quiet)
             progress_line(t, &f);
-        if ((st = log_record(t, "step", &f, 0)) != FERRY_OK)
+        if ((st = stdout_written()) != FERRY_OK || (st = log_record(t, "step", &f, 0)) != FERRY_OK)
             break;
+        if (f.too_many_skips) {
+            st = FERRY_ERR_STATE;
+            break;
+        }
         if (!stop_signal && (every(t->o.eval_every, t->step) || (t->o.eval_every && t->step == t->o.steps))) {
             float val = 0;
-            if ((st = evaluate(t, &val)) != FERRY_OK)
+            bool cut = false;
+            if ((st = evaluate(t, &val, &cut)) != FERRY_OK)
                 break;
+            if (cut) {
+                fprintf(stderr, "train_gpt2: the evaluation at step %lld was cut short by the signal; it is not "
+                                "reported\n", (long long)t->step);
+                break;
+            }
             printf("step %lld | val loss %.4f\n", (long long)t->step, (double)val);
-            if ((st = log_record(t, "eval", NULL, val)) != FERRY_OK)
+            if ((st = stdout_written()) != FERRY_OK || (st = log_record(t, "eval", NULL, val)) != FERRY_OK)
                 break;
         }
         if (!stop_signal && every(t->o.sample_every, t->step) && (st = print_sample(t)) != FERRY_OK)
@@ -520,8 +835,9 @@ static ferry_status train(trainer *t)
         if (t->o.checkpoint_dir && (every(t->o.checkpoint_every, t->step) || t->step == t->o.steps))
             st = save(t);
     }
-    /* Stopped by a signal: keep what was trained since the last save. */
-    if (st == FERRY_OK && stop_signal && t->o.checkpoint_dir && t->step > t->saved_step)
+    /* Stopped by a signal: keep what this run trained since the last save
+     * (nothing when it stopped before its first step). */
+    if (st == FERRY_OK && stop_signal && t->o.checkpoint_dir && t->step > t->start_step && t->step > t->saved_step)
         st = save(t);
     return st;
 }
@@ -542,14 +858,22 @@ static void summary(trainer *t)
 static int report_stop(const trainer *t, int rc)
 {
     const char *name = stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
-    if (!t->o.checkpoint_dir)
+    if (t->cut_micro)
+        fprintf(stderr, "train_gpt2: %s came in step %lld, after %d of its %d micro-batches: that step was cut "
+                        "short and its gradients dropped\n",
+                name, (long long)t->step + 1, t->cut_micro, t->o.grad_accum);
+    if (!t->started_ms)
+        fprintf(stderr, "train_gpt2: stopped by %s during setup; nothing was trained or saved\n", name);
+    else if (t->o.sample_only)
+        fprintf(stderr, "train_gpt2: stopped by %s while sampling; the text so far is above\n", name);
+    else if (t->step == t->start_step)
+        fprintf(stderr, "train_gpt2: stopped by %s before a step was complete; nothing was trained or saved\n", name);
+    else if (!t->o.checkpoint_dir)
         fprintf(stderr, "train_gpt2: stopped by %s at step %lld; nothing was saved (no --checkpoint-dir)\n", name,
                 (long long)t->step);
     else if (t->saved_step == t->step)
         fprintf(stderr, "train_gpt2: stopped by %s at step %lld; the checkpoint of this step is in %s\n", name,
                 (long long)t->step, t->o.checkpoint_dir);
-    else if (t->step == 0)
-        fprintf(stderr, "train_gpt2: stopped by %s before the first step; nothing to save\n", name);
     else
         fprintf(stderr, "train_gpt2: stopped by %s at step %lld; the checkpoint could not be saved\n", name,
                 (long long)t->step);
@@ -564,6 +888,12 @@ static int cleanup(trainer *t, int rc)
     if (t->engine)
         ferry_engine_synchronize(t->engine);
     gpt2_activations_destroy(t->acts);
+    gpt2_activations_destroy(t->eval_acts);
+    gpt2_resident_destroy(t->resident);
+    backend_stream_destroy(t->sample_stream);
+    if (t->sample_be)
+        ops_shutdown(t->sample_be);
+    backend_close(t->sample_be);
     bool traced = t->engine && t->o.trace;
     if (ferry_engine_close(t->engine) != FERRY_OK)
         rc = fail("the memory trace is incomplete");
@@ -583,6 +913,108 @@ static int cleanup(trainer *t, int rc)
     return rc;
 }
 
+/* Bytes from `off` to the end of the file (at most 64 KiB) into buf. */
+static ssize_t read_tail(int fd, off_t off, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (ssize_t r; n < cap && (r = pread(fd, buf + n, cap - n, off + (off_t)n)) > 0;)
+        n += (size_t)r;
+    return (ssize_t)n;
+}
+
+/* A log whose last line was cut (its disk filled, or the run was killed
+ * mid-write) is cut back to its last whole record before anything is
+ * appended, and the run says so; a cut line that is not one of our records
+ * (another file given as --log) is refused and left as it is. */
+static ferry_status repair_log(const char *path, int fd)
+{
+    struct stat sb, rsb;
+    char tail[65536];
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0)
+        return FERRY_OK;
+    /* Read through a descriptor of its own (the log's is write-only), of the same file. */
+    int rfd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (rfd < 0 || fstat(rfd, &rsb) != 0 || rsb.st_ino != sb.st_ino || rsb.st_dev != sb.st_dev) {
+        int e = rfd < 0 ? errno : EAGAIN;
+        if (rfd >= 0)
+            close(rfd);
+        return err_set(FERRY_ERR_IO, "the log '%s': cannot read its last line: %s", path, strerror(e));
+    }
+    off_t from = sb.st_size > (off_t)sizeof tail ? sb.st_size - (off_t)sizeof tail : 0;
+    ssize_t n = read_tail(rfd, from, tail, sizeof tail);
+    close(rfd);
+    if (n <= 0 || tail[n - 1] == '\n')
+        return FERRY_OK;
+    ssize_t cut = n;
+    while (cut > 0 && tail[cut - 1] != '\n')
+        cut--;
+    static const char record[] = "{\"kind\":\"";
+    bool ours = (cut > 0 || from == 0) && (size_t)(n - cut) >= sizeof record - 1 &&
+                memcmp(tail + cut, record, sizeof record - 1) == 0;
+    if (!ours)
+        return err_set(FERRY_ERR_FORMAT, "the log '%s' ends with an incomplete line that is not a train_gpt2 record "
+                                         "(%lld bytes after its last newline); give another --log, or end that "
+                                         "file with a newline; it is left as it is",
+                       path, (long long)(n - cut));
+    if (ftruncate(fd, from + cut) != 0)
+        return err_set(FERRY_ERR_IO, "the log '%s': cannot cut its incomplete last record: %s", path, strerror(errno));
+    fprintf(stderr, "train_gpt2: the log '%s' ended with an incomplete record (%lld bytes: its disk filled, or the "
+                    "run was stopped mid-write); it was removed, and the log goes on from its last whole record\n",
+            path, (long long)(n - cut));
+    return FERRY_OK;
+}
+
+/* The log, appended to: a regular file (its folders made) or a character
+ * device, opened without blocking (common/fileio.h). */
+static ferry_status open_log(trainer *t)
+{
+    int fd = -1;
+    if (!t->o.log)
+        return FERRY_OK;
+    ferry_status st = fileio_make_parents(t->o.log);
+    if (st == FERRY_OK)
+        st = fileio_open_output(t->o.log, "the log", true, &fd);
+    if (st == FERRY_OK && (st = repair_log(t->o.log, fd)) != FERRY_OK)
+        close(fd);
+    else if (st == FERRY_OK && !(t->log = fdopen(fd, "a"))) {
+        st = err_set(FERRY_ERR_IO, "cannot write the log '%s': %s", t->o.log, strerror(errno));
+        close(fd);
+    }
+    return st;
+}
+
+/* This run's identity (the checkpoint's when resumed), and a checkpoint
+ * folder that is this run's: a new run refuses one that already holds a
+ * run's checkpoints (its latest), a resumed run a folder of another run, so
+ * that two runs never prune each other's checkpoints or swap each other's
+ * latest. */
+static ferry_status claim_run_folder(trainer *t)
+{
+    const char *dir = t->o.checkpoint_dir;
+    char link[PATH_MAX], target[PATH_MAX] = "", ckpt[PATH_MAX];
+    struct stat sb;
+    if (t->o.resume && t->from.run[0])
+        snprintf(t->run, sizeof t->run, "%s", t->from.run);
+    else
+        run_state_new_run(t->run);
+    if (!dir || run_state_join(link, sizeof link, dir, "latest") != FERRY_OK || lstat(link, &sb) != 0)
+        return FERRY_OK;
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    target[n > 0 ? n : 0] = '\0';
+    if (!t->o.resume)
+        return err_set(FERRY_ERR_STATE, "'%s' already holds a run's checkpoints (latest: %s); continue that run with "
+                       "--resume %s, or give a new --checkpoint-dir", dir, target, dir);
+    train_resume other;
+    gpt2_config c;
+    if (run_state_locate(dir, ckpt, sizeof ckpt) == FERRY_OK && run_state_inspect(ckpt, &c, &other) == FERRY_OK &&
+        other.run[0] && t->from.run[0] && strcmp(other.run, t->from.run) != 0)
+        return err_set(FERRY_ERR_STATE, "--checkpoint-dir '%s' holds run %s, but --resume '%s' is run %s: two runs in "
+                       "one folder would prune each other's checkpoints; save the resumed run into its own folder",
+                       dir, other.run, t->o.resume, t->from.run);
+    err_clear();
+    return FERRY_OK;
+}
+
 /* Everything that can be checked before the engine allocates is checked
  * here, the outputs first. */
 static int prepare(trainer *t)
@@ -591,12 +1023,14 @@ static int prepare(trainer *t)
         return 2;
     if (t->o.checkpoint_dir && run_state_lock(t->o.checkpoint_dir, &t->lock_fd) != FERRY_OK)
         return fail("--checkpoint-dir");
-    if (t->o.log && !(t->log = fopen(t->o.log, "a"))) {
-        fprintf(stderr, "train_gpt2: cannot write the log '%s': %s\n", t->o.log, strerror(errno));
-        return 1;
-    }
+    if (open_log(t) != FERRY_OK)
+        return fail("--log");
+    if (t->o.trace && fileio_make_parents(t->o.trace) != FERRY_OK)
+        return fail("--trace");
     if (choose_model(t) != FERRY_OK)
-        return fail("model");
+        return fail(t->o.resume ? "--resume" : "model");
+    if (claim_run_folder(t) != FERRY_OK)
+        return fail("--checkpoint-dir");
     if (t->o.seq > t->cfg.max_seq_len) {
         fprintf(stderr, "train_gpt2: --seq %d is longer than the model's context %d\n", t->o.seq, t->cfg.max_seq_len);
         return 2;
@@ -616,7 +1050,9 @@ static int prepare(trainer *t)
     }
     if (!t->o.sample_only && open_loader(t, t->o.data, 1, &t->train) != FERRY_OK)
         return fail("training data");
-    if (t->o.val_data && open_loader(t, t->o.val_data, 0, &t->val) != FERRY_OK)
+    if (t->train)
+        t->pos = tok_loader_tell(t->train);
+    if (t->o.val_data && open_validation(t) != FERRY_OK)
         return fail("validation data");
     size_t n = (size_t)t->o.batch * (size_t)t->o.seq;
     t->inputs = malloc(n * sizeof *t->inputs);
@@ -625,12 +1061,14 @@ static int prepare(trainer *t)
         fprintf(stderr, "train_gpt2: out of memory for a batch of %zu tokens\n", n);
         return 1;
     }
-    t->smp = (sampler){t->o.seed ^ 0x5A5A5A5Aull, t->o.temperature, t->o.top_k};
+    t->smp = (sampler){t->o.seed ^ 0x5A5A5A5Aull, t->o.temperature, t->o.top_k, &stop_signal};
+    train_skips_init(&t->skips, t->o.max_skips);
     return 0;
 }
 
 int main(int argc, char **argv)
 {
+    fileio_check_stdout_at_exit("train_gpt2"); /* a full disk or /dev/full on stdout is exit 1 */
     trainer t = {0};
     t.lock_fd = -1;
     t.saved_step = -1;
@@ -640,22 +1078,33 @@ int main(int argc, char **argv)
     catch_signals();
     if ((rc = prepare(&t)) != 0)
         return cleanup(&t, rc);
-    if (setup_engine(&t) != FERRY_OK || restore(&t) != FERRY_OK)
-        return cleanup(&t, fail("setup"));
+    if (stop_signal)
+        return cleanup(&t, report_stop(&t, 0));
+    if (t.o.sample_only ? setup_sampling(&t) != FERRY_OK : setup_engine(&t) != FERRY_OK || restore(&t) != FERRY_OK)
+        return cleanup(&t, stop_signal ? report_stop(&t, fail("setup")) : fail("setup"));
+    if (stop_signal) /* during setup: nothing is trained, nothing saved */
+        return cleanup(&t, report_stop(&t, 0));
     if (!t.o.quiet) {
-        printf("ferry %s | %s\n", ferry_version(), ferry_engine_describe(t.engine));
+        if (t.engine)
+            printf("ferry %s | %s\n", ferry_version(), ferry_engine_describe(t.engine));
+        else
+            printf("ferry %s | %s backend, the weights alone (no engine, no optimizer state)\n", ferry_version(),
+                   ferry_backend_name(backend_kind(t.sample_be)));
         printf("model: %d layers, %d heads, %d wide, vocab %d, context %d: %.1fM parameters", t.cfg.n_layer,
                t.cfg.n_head, t.cfg.n_embd, t.cfg.vocab_size, t.cfg.max_seq_len,
                (double)gpt2_num_params(t.model) / 1e6);
         if (t.o.sample_only)
             printf(" | sampling with a window of %d tokens\n", t.o.seq);
         else
-            printf(" | batch %d x %d x %d accum = %d tokens/step%s\n", t.o.batch, t.o.seq, t.o.grad_accum,
-                   t.o.batch * t.o.seq * t.o.grad_accum, t.o.recompute ? " | recompute" : "");
+            printf(" | batch %d x %d x %d accum = %lld tokens/step%s\n", t.o.batch, t.o.seq, t.o.grad_accum,
+                   (long long)t.o.batch * t.o.seq * t.o.grad_accum, t.o.recompute ? " | recompute" : "");
         if (t.step > 0)
             printf("resumed at step %lld from %s\n", (long long)t.step, t.ckpt);
-        fflush(stdout);
+        if (stdout_written() != FERRY_OK)
+            return cleanup(&t, fail("setup"));
     }
+    t.started_ms = clock_now_ms();
+    t.start_step = t.step;
     ferry_status st = t.o.sample_only ? print_sample(&t) : train(&t);
     if (st != FERRY_OK) {
         rc = fail(t.o.sample_only ? "sampling" : "training");

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fileio.h"
 #include "common/clock.h"
 #include "optim/adamw.h"
 
@@ -202,6 +203,7 @@ static int parse_count(const char *s, size_t *out)
 
 int main(int argc, char **argv)
 {
+    fileio_check_stdout_at_exit("bench_adam"); /* a full disk or /dev/full on stdout is exit 1 */
     size_t n = (size_t)256 << 20;
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN), steps = 5;
     ferry_dtype gt = FERRY_DTYPE_F32;

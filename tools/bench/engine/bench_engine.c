@@ -36,6 +36,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/fileio.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/units.h"
@@ -55,6 +56,7 @@ typedef struct bench_opts {
     uint64_t gpu_mem;
     double peak_tflops; /* for MFU; 0 = not given */
     bool recompute, find_max, delayed, confirm_max;
+    double lr;          /* AdamW's learning rate; default 1e-4 */
 } bench_opts;
 
 /* One engine with the model on it, and activations for one batch shape. */
@@ -71,6 +73,7 @@ typedef struct bench_run {
     int B;
     float first_loss, last_loss;
     double started_ms; /* before ferry_engine_create */
+    int64_t skips;     /* steps the engine skipped (non-finite gradients) */
 } bench_run;
 
 /* What one mode measured (medians, milliseconds). */
@@ -80,6 +83,7 @@ typedef struct bench_result {
     double step, fwd, compute, update, engine_opt, wait_opt, wait_xfer, tok_s;
     double dev_peak, host_peak;
     float first_loss, last_loss;
+    int64_t skips;
 } bench_result;
 
 static int cmp_double(const void *a, const void *b)
@@ -94,10 +98,10 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static ferry_step_options step_options(void)
+static ferry_step_options step_options(const bench_opts *o)
 {
     ferry_step_options so = FERRY_STEP_OPTIONS_INIT;
-    so.lr = 1e-4f;
+    so.lr = (float)o->lr;
     so.weight_decay = 0.1f;
     so.max_grad_norm = 1.0f;
     return so;
@@ -181,7 +185,7 @@ static ferry_status run_fwd_bwd(bench_run *r, float *loss)
 {
     ferry_status st = ferry_engine_begin_micro_batch(r->e, 0, 1);
     if (st == FERRY_OK) st = gpt2_forward(r->m, r->act, &r->hooks, r->s, r->tokens, r->targets, true);
-    if (st == FERRY_OK) st = gpt2_backward(r->m, r->act, &r->hooks, r->s, 1.0f);
+    if (st == FERRY_OK) st = gpt2_backward(r->m, r->act, &r->hooks, r->s, ferry_engine_loss_scale(r->e));
     if (st == FERRY_OK) st = gpt2_loss(r->act, r->s, loss);
     return st;
 }
@@ -193,11 +197,21 @@ typedef struct bench_sample {
     double step, fwd, compute, update, eng_opt, wait_opt, wait_xfer;
 } bench_sample;
 
+/* The engine's step, counting the steps it skips. */
+static ferry_status engine_step(bench_run *r)
+{
+    ferry_step_options so = step_options(r->o);
+    ferry_step_report rep = FERRY_STEP_REPORT_INIT;
+    ferry_status st = ferry_engine_step(r->e, &so, &rep);
+    if (st == FERRY_OK)
+        r->skips += rep.skipped ? 1 : 0;
+    return st;
+}
+
 static ferry_status pipelined_step(bench_run *r, float *loss)
 {
-    ferry_step_options so = step_options();
     ferry_status st = run_fwd_bwd(r, loss);
-    return st == FERRY_OK ? ferry_engine_step(r->e, &so, NULL) : st;
+    return st == FERRY_OK ? engine_step(r) : st;
 }
 
 /* A round: two ordinary steps, the second timed from the end of the first
@@ -218,7 +232,6 @@ static ferry_status measure_round(bench_run *r, bench_sample *out)
     out->wait_opt = tm.compute_wait_optimizer_ms;
     out->wait_xfer = tm.compute_wait_transfer_ms;
 
-    ferry_step_options so = step_options();
     if ((st = ferry_engine_synchronize(r->e)) != FERRY_OK)
         return st;
     double a = clock_now_ms();
@@ -226,11 +239,11 @@ static ferry_status measure_round(bench_run *r, bench_sample *out)
     if (st == FERRY_OK) st = gpt2_forward(r->m, r->act, &r->hooks, r->s, r->tokens, r->targets, true);
     if (st == FERRY_OK) st = backend_stream_synchronize(r->s);
     double b = clock_now_ms();
-    if (st == FERRY_OK) st = gpt2_backward(r->m, r->act, &r->hooks, r->s, 1.0f);
+    if (st == FERRY_OK) st = gpt2_backward(r->m, r->act, &r->hooks, r->s, ferry_engine_loss_scale(r->e));
     if (st == FERRY_OK) st = gpt2_loss(r->act, r->s, &loss);
     if (st == FERRY_OK) st = ferry_engine_synchronize(r->e);
     double c = clock_now_ms();
-    if (st == FERRY_OK) st = ferry_engine_step(r->e, &so, NULL);
+    if (st == FERRY_OK) st = engine_step(r);
     if (st == FERRY_OK) st = ferry_engine_synchronize(r->e);
     if (st != FERRY_OK)
         return st;
@@ -271,7 +284,7 @@ static void summarize(bench_run *r, const bench_sample *smp, int n, bench_result
     bench_result res = {r->mode, r->B, median(v[0], n), median(v[1], n), median(v[2], n), median(v[3], n),
                         median(v[4], n), median(v[5], n), median(v[6], n), 0,
                         (double)ms.device_total_peak_bytes, (double)ms.host_peak_bytes, r->first_loss,
-                        r->last_loss};
+                        r->last_loss, r->skips};
     res.tok_s = (double)r->B * r->o->T / (res.step * 1e-3);
     *out = res;
 }
@@ -310,7 +323,7 @@ static bool confirm_above(bench_run *r)
 {
     int B = r->B + 1;
     float loss = 0;
-    ferry_step_options so = step_options();
+    ferry_step_options so = step_options(r->o);
     ferry_status st = run_set_batch(r, B);
     if (st == FERRY_OK) st = run_fwd_bwd(r, &loss);
     if (st == FERRY_OK) st = ferry_engine_step(r->e, &so, NULL);
@@ -338,7 +351,7 @@ static int try_batch(bench_run *r, gpt2_model *m, int B)
     bool in_step = false;
     if (st == FERRY_OK) {
         in_step = true;
-        ferry_step_options so = step_options();
+        ferry_step_options so = step_options(r->o);
         /* Two steps: the second allocates after the first's frees. */
         for (int i = 0; i < 2 && st == FERRY_OK; i++) {
             st = run_fwd_bwd(r, &loss);
@@ -400,7 +413,7 @@ static void usage(void)
             "usage: bench_engine [--model NAME] [--batch B] [--seq T] [--steps S] [--warmup W]\n"
             "                    [--modes none,optimizer,params | --offload MODE] [--backend host|cuda|auto]\n"
             "                    [--gpu-mem BYTES] [--threads N] [--recompute] [--delayed] [--find-max-batch]\n"
-            "                    [--confirm-max-batch] [--peak-tflops X]\n"
+            "                    [--confirm-max-batch] [--peak-tflops X] [--lr X]\n"
             "  defaults: host: --model d4 --batch 4 --seq 64; cuda: --model gpt2 --batch 8 --seq 1024;\n"
             "            --steps 7 rounds, --warmup 1, --modes none,optimizer,params, budget all free\n"
             "  --model: gpt2, gpt2-medium, gpt2-large, gpt2-xl or dN (N layers, N heads, 64 N wide)\n"
@@ -409,6 +422,8 @@ static void usage(void)
             "  --confirm-max-batch: --batch is the largest that fits (memprof plan says so): measure it, then one\n"
             "                    step at --batch + 1 must run out of device memory\n"
             "  --peak-tflops: the bf16 matmul rate MFU is a fraction of (the kernel lab's ceiling)\n"
+            "  --lr: AdamW's learning rate (default 1e-4). Every mode must learn: the loss of the same tokens\n"
+            "        must fall, finite, with no step skipped, or the exit status is 1 whatever the speed\n"
             "  --backend cuda: CUDA must start; without a GPU the exit status is 77, never a host run\n");
 }
 
@@ -448,7 +463,7 @@ static ferry_status parse_positive(const char *flag, const char *v, double *out)
 }
 
 #define VALUED_FLAGS                                                                                 \
-    " --model --batch --seq --steps --warmup --threads --modes --offload --backend --gpu-mem --peak-tflops "
+    " --model --batch --seq --steps --warmup --threads --modes --offload --backend --gpu-mem --peak-tflops --lr "
 
 static ferry_status parse_args(int argc, char **argv, bench_opts *o)
 {
@@ -474,6 +489,7 @@ static ferry_status parse_args(int argc, char **argv, bench_opts *o)
         else if (!strcmp(a, "--backend")) st = ferry_backend_parse(v, &o->backend);
         else if (!strcmp(a, "--gpu-mem")) st = units_parse_bytes(v, &o->gpu_mem);
         else if (!strcmp(a, "--peak-tflops")) st = parse_positive(a, v, &o->peak_tflops);
+        else if (!strcmp(a, "--lr")) st = parse_positive(a, v, &o->lr);
         else return err_set(FERRY_ERR_INVALID_ARGUMENT, "unknown flag '%s'; see --help", a);
         if (takes) i++;
     }
@@ -674,8 +690,18 @@ static void print_result_summary(const bench_opts *o, const gpt2_model *m, const
     printf("\n");
 }
 
-/* The table of every mode that ran, the losses, and the RESULT line. */
-static void print_report(const bench_opts *o, const gpt2_model *m, const bench_result *res, int ok)
+/* Whether a mode's run learned: every step applied (none skipped for a
+ * non-finite gradient), the loss finite and lower at the end than at the
+ * first step (the same tokens every step). A speed of a run that learns
+ * nothing is no result. */
+static bool learned(const bench_result *r)
+{
+    return r->skips == 0 && isfinite(r->first_loss) && isfinite(r->last_loss) && r->last_loss < r->first_loss;
+}
+
+/* The table of every mode that ran, the losses, and the RESULT line.
+ * Returns whether every mode learned. */
+static bool print_report(const bench_opts *o, const gpt2_model *m, const bench_result *res, int ok)
 {
     double none_tok_s = 0;
     for (int i = 0; i < ok; i++)
@@ -685,16 +711,27 @@ static void print_report(const bench_opts *o, const gpt2_model *m, const bench_r
     for (int i = 0; i < ok; i++)
         print_row(&res[i], none_tok_s);
     print_legend();
-    for (int i = 0; i < ok; i++)
-        printf("loss %s: %.3f -> %.3f (the same tokens every step)\n", ferry_offload_name(res[i].mode),
-               (double)res[i].first_loss, (double)res[i].last_loss);
+    bool all = true;
+    for (int i = 0; i < ok; i++) {
+        bool good = learned(&res[i]);
+        all &= good;
+        printf("loss %s: %.3f -> %.3f (the same tokens every step)%s", ferry_offload_name(res[i].mode),
+               (double)res[i].first_loss, (double)res[i].last_loss, good ? ": falls\n" : "");
+        if (!good)
+            printf(": FAILED: %s; the speed above is of a run that learns nothing\n",
+                   res[i].skips ? "steps were skipped for non-finite gradients"
+                   : !isfinite(res[i].first_loss) || !isfinite(res[i].last_loss) ? "the loss is not finite"
+                                                                                  : "the loss did not fall");
+    }
     print_result_summary(o, m, res, ok, none_tok_s);
+    return all;
 }
 
 int main(int argc, char **argv)
 {
+    fileio_check_stdout_at_exit("bench_engine"); /* a full disk or /dev/full on stdout is exit 1 */
     bench_opts o = {NULL, 0, 0, 7, 1, 0, {FERRY_OFFLOAD_NONE, FERRY_OFFLOAD_OPTIMIZER, FERRY_OFFLOAD_PARAMS},
-                    3, FERRY_BACKEND_AUTO, 0, 0, false, false, false, false};
+                    3, FERRY_BACKEND_AUTO, 0, 0, false, false, false, false, 1e-4};
     ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
     ferry_status st = parse_args(argc, argv, &o);
     if (st == FERRY_OK) st = ferry_system_probe(&info);
@@ -719,10 +756,11 @@ int main(int argc, char **argv)
     bench_result res[3];
     bool confirmed = true;
     int ok = run_modes(&o, m, res, &confirmed);
+    bool learns = false;
     if (ok == 0)
         printf("RESULT: no mode ran (see the messages above)\n");
     else
-        print_report(&o, m, res, ok);
+        learns = print_report(&o, m, res, ok);
     gpt2_destroy(m);
-    return ok == o.nmodes && confirmed ? 0 : 1;
+    return ok == o.nmodes && confirmed && learns ? 0 : 1;
 }

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fileio.h"
 #include "common/error.h"
 #include "offload/arena.h"
 #include "offload/pool.h"
@@ -100,6 +101,7 @@ static double median_rate(ctx *c)
 
 int main(int argc, char **argv)
 {
+    fileio_check_stdout_at_exit("bench_memory"); /* a full disk or /dev/full on stdout is exit 1 */
     size_t n = argc > 1 ? (size_t)strtoull(argv[1], NULL, 10) : 200000;
     const char *dir = argc > 2 ? argv[2] : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (n == 0) {

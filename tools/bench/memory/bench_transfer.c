@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "common/fileio.h"
 #include "common/error.h"
 #include "kernels/backend.h"
 
@@ -169,6 +170,7 @@ static bool parse(int argc, char **argv, ferry_backend_kind *kind, size_t *mib)
 
 int main(int argc, char **argv)
 {
+    fileio_check_stdout_at_exit("bench_transfer"); /* a full disk or /dev/full on stdout is exit 1 */
     ferry_backend_kind kind = FERRY_BACKEND_CUDA;
     size_t mib = 256;
     if (!parse(argc, argv, &kind, &mib)) {

@@ -1,0 +1,576 @@
+/* The NVMe tier, the engine's side: which of a group's fp32 arrays live on
+ * disk is layout.c's table (Adam m and v; the master weights with
+ * nvme_master); this file puts them in the store (offload/nvme.h, one
+ * region a group: array 0 m, 1 v, 2 master), fills them at setup, and runs
+ * the update through the store's window.
+ *
+ * The update runs on a thread of its own, one step at a time: it sweeps the
+ * groups in forward order, tile by tile. While a pool of its own runs AdamW
+ * on tile k (the same element update as optimizer mode's, so the same
+ * bits), the store reads the tiles after it and writes back the ones before
+ * it; the thread waits for the disk only when the disk is the slower. When a
+ * group's last tile is updated its upload copy is whole, and the group's
+ * barrier opens: a host function on the h2d stream waits for exactly that
+ * group, so each upload (optimizer mode) or fetch (params mode) waits for
+ * its own group only, as in optimizer mode.
+ *
+ * A failure of the disk (EIO, ENOSPC, a file removed or truncated, a
+ * checksum mismatch) is kept: every later barrier, step, micro-batch,
+ * synchronize and save returns it, so training never goes on from damaged
+ * state and no checkpoint is written from it. Owns the thread and its
+ * hand-over; what a group's buffers are is placement.c's. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/units.h"
+#include "engine/engine.h"
+#include "offload/nvme.h"
+#include "optim/half.h"
+
+enum { ARRAY_M = 0, ARRAY_V = 1, ARRAY_MASTER = 2 };
+
+/* One step's update, as the thread gets it. */
+typedef struct nvme_job {
+    ferry_step_options o;
+    float clip;
+    int64_t step;        /* the step being taken, 1-based */
+    uint64_t generation; /* 1, 2, ...: which barrier waits for it */
+} nvme_job;
+
+struct engine_nvme {
+    nvme_store *store;
+    /* The update's own CPU threads: the engine's pool may hold the next
+     * step's drain jobs, whose tiles wait for gradients that wait (through
+     * the forward) for this update, so AdamW here must not queue behind them. */
+    tp_pool *threads;
+    bool master_on_disk;
+    int narrays;
+    nvme_span *spans;       /* every group, all of its arrays, in forward order */
+    const void **grads;     /* per group: the gradients the job reads (taken at hand-over) */
+    ferry_dtype grad_dtype;
+
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop, job_ready;
+    nvme_job job;
+    uint64_t generation;    /* of the last job handed over */
+    uint64_t current;       /* of the job the thread runs (or ran last) */
+    int groups_done;        /* of `current`: groups whose update is whole */
+    uint64_t finished;      /* of the last job that ended, writes included */
+    uint64_t failed_gen;    /* the job that failed (0: none) ... */
+    int failed_done;        /* ... and how many of its groups were whole */
+    ferry_status failed;
+    char failure[ERR_MESSAGE_MAX];
+};
+
+static ferry_status failure_of(struct engine_nvme *n)
+{
+    return err_set(n->failed, "%s", n->failure);
+}
+
+/* ---- the update of one tile ---- */
+
+/* The same per-group hyperparameters and decay split as step.c's. */
+static adamw_hparams hparams(const engine_group *g, const ferry_step_options *o, bool decay)
+{
+    adamw_hparams hp = {o->lr * g->opts.lr_scale, o->beta1, o->beta2, o->eps,
+                        g->opts.weight_decay && decay ? o->weight_decay : 0.0f};
+    return hp;
+}
+
+typedef struct tile_ctx {
+    ferry_engine *e;
+    engine_group *g;
+    const nvme_tile *t;
+    const nvme_job *job;
+    const void *grads;
+    ferry_dtype gt;
+    float *master; /* the tile's first master weight */
+} tile_ctx;
+
+/* AdamW on elements [a, b) of the group, clipped to the tile. */
+static ferry_status run_range(const tile_ctx *c, size_t a, size_t b, adamw_hparams hp)
+{
+    size_t t0 = c->t->first, t1 = c->t->first + c->t->n;
+    if (a < t0)
+        a = t0;
+    if (b > t1)
+        b = t1;
+    if (a >= b)
+        return FERRY_OK;
+    size_t k = a - t0;
+    ferry_engine *e = c->e;
+    adamw_job j = {c->master + k, c->t->array[ARRAY_M] + k, c->t->array[ARRAY_V] + k,
+                   (const char *)c->grads + a * dtype_size(c->gt), c->gt, b - a, c->job->step, hp, c->job->clip,
+                   (char *)c->g->host_weights + a * e->act_size, e->act};
+    return adamw_run(e->nvme->threads, &j);
+}
+
+/* The decayed parts and the ranges exempt from weight decay, as step.c's
+ * for_each_segment splits them; element-wise, so the split changes no bit. */
+static ferry_status update_tile(const tile_ctx *c)
+{
+    const engine_group *g = c->g;
+    adamw_hparams hp = hparams(g, &c->job->o, true), plain = hparams(g, &c->job->o, false);
+    bool split = hp.weight_decay > 0.0f;
+    size_t at = 0;
+    ferry_status st = FERRY_OK;
+    for (size_t r = 0; split && r < g->no_decay_count && st == FERRY_OK; r++) {
+        size_t off = g->no_decay[r][0], n = g->no_decay[r][1];
+        if (off > at)
+            st = run_range(c, at, off, hp);
+        if (st == FERRY_OK && n > 0)
+            st = run_range(c, off, off + n, plain);
+        at = off + n;
+    }
+    if (st == FERRY_OK && at < g->numel)
+        st = run_range(c, at, g->numel, hp);
+    return st;
+}
+
+/* ---- the thread ---- */
+
+static void group_done(struct engine_nvme *n, int i)
+{
+    pthread_mutex_lock(&n->mu);
+    n->groups_done = i + 1;
+    pthread_cond_broadcast(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+}
+
+static ferry_status run_job(ferry_engine *e, const nvme_job *job)
+{
+    struct engine_nvme *n = e->nvme;
+    ferry_status st = nvme_sweep_begin(n->store, NVME_UPDATE, n->spans, e->ngroups);
+    if (st != FERRY_OK)
+        return st;
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
+        engine_group *g = &e->groups[i];
+        size_t tiles = nvme_region_tiles(n->store, g->nvme_region);
+        for (size_t k = 0; k < tiles && st == FERRY_OK; k++) {
+            nvme_tile t;
+            bool done = false;
+            if ((st = nvme_sweep_next(n->store, &t, &done)) != FERRY_OK)
+                break;
+            tile_ctx c = {e, g, &t, job, n->grads[i], n->grad_dtype,
+                          n->master_on_disk ? t.array[ARRAY_MASTER] : g->master + t.first};
+            st = update_tile(&c);
+            ferry_status put = nvme_sweep_put(n->store, &t);
+            if (st == FERRY_OK)
+                st = put;
+        }
+        if (st == FERRY_OK)
+            group_done(n, i);
+    }
+    ferry_status end = nvme_sweep_end(n->store);
+    atomic_store(&e->update_end_us, (uint64_t)(clock_now_ms() * 1e3));
+    return st != FERRY_OK ? st : end;
+}
+
+static void *update_thread(void *p)
+{
+    ferry_engine *e = p;
+    struct engine_nvme *n = e->nvme;
+    pthread_mutex_lock(&n->mu);
+    for (;;) {
+        while (!n->stop && !n->job_ready)
+            pthread_cond_wait(&n->cv, &n->mu);
+        if (n->stop)
+            break;
+        nvme_job job = n->job;
+        n->job_ready = false;
+        n->current = job.generation;
+        n->groups_done = 0;
+        bool failed = n->failed != FERRY_OK;
+        pthread_mutex_unlock(&n->mu);
+        /* After a failure the state on disk is not to be trusted: no more updates. */
+        ferry_status st = failed ? FERRY_OK : run_job(e, &job);
+        pthread_mutex_lock(&n->mu);
+        if (st != FERRY_OK && n->failed == FERRY_OK) {
+            n->failed = st;
+            snprintf(n->failure, sizeof n->failure, "%s", ferry_last_error());
+            n->failed_gen = job.generation;
+            n->failed_done = n->groups_done;
+        }
+        n->finished = job.generation;
+        pthread_cond_broadcast(&n->cv);
+    }
+    pthread_mutex_unlock(&n->mu);
+    return NULL;
+}
+
+/* Whether group i's update of generation gen is whole; *bad when it never
+ * will be. Under n->mu. */
+static bool group_ready(const struct engine_nvme *n, int i, uint64_t gen, bool *bad)
+{
+    *bad = n->failed != FERRY_OK && n->failed_gen <= gen && !(n->failed_gen == gen && n->failed_done > i);
+    return *bad || n->finished >= gen || (n->current == gen && n->groups_done > i);
+}
+
+/* ---- the engine's calls ---- */
+
+ferry_status engine_nvme_check(ferry_engine *e)
+{
+    struct engine_nvme *n = e->nvme;
+    if (!n)
+        return FERRY_OK;
+    pthread_mutex_lock(&n->mu);
+    ferry_status st = n->failed != FERRY_OK ? failure_of(n) : FERRY_OK;
+    pthread_mutex_unlock(&n->mu);
+    return st;
+}
+
+typedef struct barrier_args {
+    struct engine_nvme *n;
+    int group;
+    uint64_t generation;
+} barrier_args;
+
+static ferry_status wait_group(void *p)
+{
+    barrier_args *a = p;
+    struct engine_nvme *n = a->n;
+    bool bad = false;
+    pthread_mutex_lock(&n->mu);
+    while (!group_ready(n, a->group, a->generation, &bad))
+        pthread_cond_wait(&n->cv, &n->mu);
+    ferry_status st = bad ? failure_of(n) : FERRY_OK;
+    pthread_mutex_unlock(&n->mu);
+    return st;
+}
+
+ferry_status engine_nvme_barrier(ferry_engine *e, engine_group *g)
+{
+    barrier_args a = {e->nvme, (int)(g - e->groups), g->nvme_wait};
+    ferry_status st = backend_launch_host(e->h2d, wait_group, &a, sizeof a);
+    if (st != FERRY_OK)
+        return st;
+    g->nvme_wait = 0; /* the stream waits for it now */
+    return backend_event_record(g->updated, e->h2d);
+}
+
+ferry_status engine_nvme_wait_idle(ferry_engine *e)
+{
+    struct engine_nvme *n = e->nvme;
+    pthread_mutex_lock(&n->mu);
+    while (n->started && (n->job_ready || n->finished < n->generation))
+        pthread_cond_wait(&n->cv, &n->mu);
+    ferry_status st = n->failed != FERRY_OK ? failure_of(n) : FERRY_OK;
+    pthread_mutex_unlock(&n->mu);
+    return st;
+}
+
+ferry_status engine_nvme_update(ferry_engine *e, const ferry_step_options *o, float clip)
+{
+    struct engine_nvme *n = e->nvme;
+    ferry_status st;
+    if ((st = engine_nvme_check(e)) != FERRY_OK)
+        return st;
+    if (e->cfg.offload == FERRY_OFFLOAD_PARAMS && (st = engine_retire_all(e)) != FERRY_OK)
+        return st;
+    pthread_mutex_lock(&n->mu);
+    while (n->job_ready) /* the last step's job not yet taken: never in practice */
+        pthread_cond_wait(&n->cv, &n->mu);
+    for (int i = 0; i < e->ngroups; i++)
+        n->grads[i] = engine_step_grads(e, &e->groups[i], &n->grad_dtype);
+    uint64_t gen = ++n->generation;
+    n->job = (nvme_job){*o, clip, e->step + 1, gen};
+    n->job_ready = true;
+    pthread_cond_broadcast(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+    for (int i = 0; i < e->ngroups; i++)
+        e->groups[i].nvme_wait = gen;
+    if (e->cfg.offload != FERRY_OFFLOAD_OPTIMIZER)
+        return FERRY_OK; /* params mode: each fetch waits for its group */
+    /* Each group's upload follows its own update, in forward order. */
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
+        engine_group *g = &e->groups[i];
+        size_t bytes = g->numel * e->act_size;
+        e->timing_acc.transfer_h2d_bytes += (double)bytes;
+        if ((st = engine_update_barrier(e, g)) == FERRY_OK &&
+            (st = backend_memcpy_async(e->h2d, g->dev_weights, g->host_weights, bytes, BACKEND_COPY_H2D)) == FERRY_OK)
+            st = backend_event_record(g->uploaded, e->h2d);
+    }
+    if (st != FERRY_OK) {
+        /* The update runs on regardless, but the step will not be counted
+         * and some uploads are missing: the engine's state no longer adds
+         * up, so nothing may go on from it, a save included. */
+        pthread_mutex_lock(&n->mu);
+        if (n->failed == FERRY_OK) {
+            n->failed = st;
+            snprintf(n->failure, sizeof n->failure, "the step's update could not be queued whole, so the engine "
+                     "stops (the last checkpoint is whole): %s", ferry_last_error());
+            n->failed_gen = gen + 1;
+        }
+        pthread_mutex_unlock(&n->mu);
+        return failure_of(n);
+    }
+    return FERRY_OK;
+}
+
+/* ---- setup and teardown ---- */
+
+static ferry_status start_thread(ferry_engine *e)
+{
+    struct engine_nvme *n = e->nvme;
+    int rc = pthread_create(&n->thread, NULL, update_thread, e);
+    if (rc != 0) {
+        char why[256];
+        err_thread_refusal(rc, why, sizeof why);
+        return err_set(FERRY_ERR_BACKEND, "starting the NVMe update thread: %s", why);
+    }
+    n->started = true;
+    return FERRY_OK;
+}
+
+static ferry_status add_regions(ferry_engine *e)
+{
+    struct engine_nvme *n = e->nvme;
+    static const char *const names[3] = {"adam m", "adam v", "master"};
+    static const ferry_mem_category cats[3] = {FERRY_MEM_OPTIMIZER, FERRY_MEM_OPTIMIZER, FERRY_MEM_PARAMS};
+    for (int i = 0; i < e->ngroups; i++) {
+        engine_group *g = &e->groups[i];
+        ferry_status st = nvme_add_region(n->store, g->name, g->numel, n->narrays, names, cats, &g->nvme_region);
+        if (st != FERRY_OK)
+            return st;
+        n->spans[i] = (nvme_span){g->nvme_region, (1u << n->narrays) - 1};
+    }
+    return FERRY_OK;
+}
+
+ferry_status engine_nvme_reserve_host(ferry_engine *e)
+{
+    size_t *numel = malloc((size_t)e->ngroups * sizeof *numel);
+    if (!numel)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "the NVMe tier: out of host memory");
+    for (int i = 0; i < e->ngroups; i++)
+        numel[i] = e->groups[i].numel;
+    engine_plan_request rq = {backend_kind(e->be), e->act, ferry_engine_offload(e), e->cfg.prefetch_groups, 1, numel,
+                              e->ngroups, true, e->cfg.nvme_master != 0, e->cfg.nvme_window_bytes,
+                              e->cfg.nvme_block_bytes};
+    engine_memory_plan p;
+    ferry_status st = engine_plan_memory(&rq, &p);
+    free(numel);
+    uint64_t total = 0;
+    for (int c = 0; st == FERRY_OK && c < FERRY_MEM_CATEGORY_COUNT; c++)
+        total += p.host_bytes[c];
+    if (st == FERRY_OK && (st = pool_reserve(e->pool, (size_t)total, "the host state of every group and the NVMe window")) !=
+                              FERRY_OK) {
+        char w[32];
+        return err_wrap(st, "offload nvme keeps the drained gradients, the upload copy%s and a %s window in host "
+                        "memory; raise --host-mem, %sor give --nvme-window less",
+                        e->cfg.nvme_master ? "" : ", the fp32 master weights",
+                        units_fmt_bytes(w, sizeof w, p.host_bytes[FERRY_MEM_NVME]),
+                        e->cfg.nvme_master ? "" : "put the master weights on disk too (--nvme-master), ");
+    }
+    return st;
+}
+
+ferry_status engine_nvme_open(ferry_engine *e)
+{
+    struct engine_nvme *n = calloc(1, sizeof *n);
+    if (!n)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "the NVMe tier: out of host memory");
+    pthread_mutex_init(&n->mu, NULL);
+    pthread_cond_init(&n->cv, NULL);
+    e->nvme = n;
+    n->master_on_disk = e->cfg.nvme_master != 0;
+    n->narrays = n->master_on_disk ? 3 : 2;
+    n->spans = calloc((size_t)e->ngroups, sizeof *n->spans);
+    n->grads = calloc((size_t)e->ngroups, sizeof *n->grads);
+    if (!n->spans || !n->grads)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "the NVMe tier: out of host memory");
+    nvme_config c = NVME_CONFIG_INIT;
+    c.dir = e->nvme_dir;
+    c.window_bytes = e->cfg.nvme_window_bytes;
+    c.block_bytes = (size_t)e->cfg.nvme_block_bytes;
+    c.queue_depth = e->cfg.nvme_queue_depth;
+    c.pool = e->pool;
+    c.trace = e->trace;
+    ferry_status st = nvme_create(&c, &n->store);
+    if (st == FERRY_OK)
+        st = add_regions(e);
+    if (st == FERRY_OK)
+        st = nvme_open(n->store);
+    if (st == FERRY_OK)
+        st = tp_pool_create(e->cfg.optimizer_threads, e->numa_node, &n->threads);
+    if (st == FERRY_OK)
+        st = start_thread(e);
+    if (st != FERRY_OK)
+        return err_wrap(st, "setting up the NVMe tier in '%s'", e->nvme_dir);
+    return FERRY_OK;
+}
+
+void engine_nvme_close(ferry_engine *e)
+{
+    struct engine_nvme *n = e->nvme;
+    if (!n)
+        return;
+    if (n->started) {
+        pthread_mutex_lock(&n->mu);
+        while (n->job_ready || n->finished < n->generation)
+            pthread_cond_wait(&n->cv, &n->mu);
+        n->stop = true;
+        pthread_cond_broadcast(&n->cv);
+        pthread_mutex_unlock(&n->mu);
+        pthread_join(n->thread, NULL);
+    }
+    tp_pool_destroy(n->threads);
+    nvme_destroy(n->store);
+    pthread_cond_destroy(&n->cv);
+    pthread_mutex_destroy(&n->mu);
+    free(n->spans);
+    free(n->grads);
+    free(n);
+    e->nvme = NULL;
+}
+
+/* ---- whole sweeps from the caller's thread (the update thread is idle) ---- */
+
+typedef ferry_status (*tile_fn)(ferry_engine *e, engine_group *g, nvme_tile *t, void *ctx);
+
+static ferry_status sweep_group(ferry_engine *e, engine_group *g, nvme_mode mode, unsigned arrays, tile_fn fn,
+                                void *ctx)
+{
+    struct engine_nvme *n = e->nvme;
+    ferry_status st = engine_nvme_wait_idle(e);
+    nvme_span span = {g->nvme_region, arrays};
+    if (st == FERRY_OK)
+        st = nvme_sweep_begin(n->store, mode, &span, 1);
+    if (st != FERRY_OK)
+        return st;
+    for (;;) {
+        nvme_tile t;
+        bool done = false;
+        if ((st = nvme_sweep_next(n->store, &t, &done)) != FERRY_OK || done)
+            break;
+        st = fn(e, g, &t, ctx);
+        ferry_status put = nvme_sweep_put(n->store, &t);
+        if (st == FERRY_OK)
+            st = put;
+        if (st != FERRY_OK)
+            break;
+    }
+    ferry_status end = nvme_sweep_end(n->store);
+    st = st != FERRY_OK ? st : end;
+    if (st != FERRY_OK && nvme_failure(n->store) != FERRY_OK) {
+        /* The disk failed under this call: keep it, as the thread does, so
+         * that no step goes on from the state it left. */
+        pthread_mutex_lock(&n->mu);
+        if (n->failed == FERRY_OK) {
+            n->failed = st;
+            snprintf(n->failure, sizeof n->failure, "%s", ferry_last_error());
+            n->failed_gen = n->generation + 1; /* every update so far was whole */
+        }
+        pthread_mutex_unlock(&n->mu);
+        err_set(st, "%s", n->failure);
+    }
+    return st;
+}
+
+static ferry_status fill_tile(ferry_engine *e, engine_group *g, nvme_tile *t, void *ctx)
+{
+    (void)ctx;
+    memset(t->array[ARRAY_M], 0, t->n * sizeof(float));
+    memset(t->array[ARRAY_V], 0, t->n * sizeof(float));
+    if (e->nvme->master_on_disk)
+        memcpy(t->array[ARRAY_MASTER], g->init + t->first, t->n * sizeof(float));
+    return FERRY_OK;
+}
+
+ferry_status engine_nvme_fill(ferry_engine *e, engine_group *g)
+{
+    ferry_status st = sweep_group(e, g, NVME_WRITE, (1u << e->nvme->narrays) - 1, fill_tile, NULL);
+    if (st == FERRY_OK && e->nvme->master_on_disk) {
+        /* The initial values are on disk now: give their copy back at once,
+         * not at the end of setup, so the host never holds the whole model
+         * twice (its copy and the pool growing group by group). */
+        free(g->init);
+        g->init = NULL;
+    }
+    return st;
+}
+
+static ferry_status convert_tile(ferry_engine *e, engine_group *g, nvme_tile *t, void *ctx)
+{
+    (void)ctx;
+    return half_convert_pool(e->threads, (char *)g->host_weights + t->first * e->act_size, e->act,
+                             t->array[ARRAY_MASTER], FERRY_DTYPE_F32, t->n);
+}
+
+ferry_status engine_nvme_convert_master(ferry_engine *e, engine_group *g)
+{
+    return sweep_group(e, g, NVME_READ, 1u << ARRAY_MASTER, convert_tile, NULL);
+}
+
+static ferry_status master_out_tile(ferry_engine *e, engine_group *g, nvme_tile *t, void *ctx)
+{
+    (void)e, (void)g;
+    memcpy((float *)ctx + t->first, t->array[ARRAY_MASTER], t->n * sizeof(float));
+    return FERRY_OK;
+}
+
+static ferry_status master_in_tile(ferry_engine *e, engine_group *g, nvme_tile *t, void *ctx)
+{
+    (void)e, (void)g;
+    memcpy(t->array[ARRAY_MASTER], (const float *)ctx + t->first, t->n * sizeof(float));
+    return FERRY_OK;
+}
+
+ferry_status engine_nvme_master_io(ferry_engine *e, engine_group *g, float *host, bool to_engine)
+{
+    return sweep_group(e, g, to_engine ? NVME_WRITE : NVME_READ, 1u << ARRAY_MASTER,
+                       to_engine ? master_in_tile : master_out_tile, host);
+}
+
+typedef struct chunk_ctx {
+    int array;
+    void *buf;
+    size_t chunk;
+    engine_chunk_fn fn;
+    void *ctx;
+} chunk_ctx;
+
+static ferry_status chunk_tile(ferry_engine *e, engine_group *g, nvme_tile *t, void *p)
+{
+    (void)e, (void)g;
+    chunk_ctx *c = p;
+    size_t bytes = t->n * sizeof(float);
+    char *base = (char *)t->array[c->array];
+    for (size_t at = 0; at < bytes; at += c->chunk) {
+        size_t len = bytes - at < c->chunk ? bytes - at : c->chunk;
+        ferry_status st = c->fn(c->ctx, base + at, false, c->buf, len);
+        if (st != FERRY_OK)
+            return st;
+    }
+    return FERRY_OK;
+}
+
+ferry_status engine_nvme_chunks(ferry_engine *e, engine_group *g, int array, bool to_engine, void *buf,
+                                size_t chunk, engine_chunk_fn fn, void *ctx)
+{
+    /* The checkpoint's order (master, m, v) to the store's arrays. */
+    int a = array == 0 ? ARRAY_MASTER : array == 1 ? ARRAY_M : ARRAY_V;
+    chunk_ctx c = {a, buf, chunk & ~(size_t)7, fn, ctx}; /* whole 8-byte words: the file's hash is chunk-blind */
+    return sweep_group(e, g, to_engine ? NVME_WRITE : NVME_READ, 1u << a, chunk_tile, &c);
+}
+
+void engine_nvme_stats(const ferry_engine *e, ferry_memory_stats *st)
+{
+    st->disk_bytes = nvme_file_bytes(e->nvme->store);
+    st->disk_window_bytes = nvme_window_bytes(e->nvme->store);
+}
+
+void engine_nvme_describe(const ferry_engine *e, char *buf, size_t cap)
+{
+    size_t len = strlen(buf);
+    snprintf(buf + len, cap - len, "; NVMe: Adam moments%s on disk, %s",
+             e->nvme->master_on_disk ? " and master weights" : "", nvme_describe(e->nvme->store));
+}
