@@ -9,7 +9,8 @@
 # ops store fp16) within 5e-3 relative a step, with the same steps skipped
 # and the same scales; and on a card without bf16 (FERRY_CUDASIM_ARCH 70 or
 # 75) --dtype bf16 is refused naming the card and f16, and --dtype auto
-# picks f16.
+# picks f16. SIGTERM stops a cuda run at a step with its checkpoint, and
+# the run resumes from it.
 # Usage: test_train_sim.sh TRAIN_GPT2 [--dtype bf16|f16] [MODE...]
 #   modes: none optimizer params delayed nvme (default: none optimizer params
 #   delayed)
@@ -93,4 +94,25 @@ PY
   fi
 done
 [ -z "$(ls -A "$work/disk")" ]; ok $? "no optimizer state is left on disk: $(ls "$work/disk")"
+
+# SIGTERM mid-run on cuda: the run stops cleanly at a step with its
+# checkpoint (streams drained, nothing half written) and resumes from it.
+d=$work/sigterm
+mkdir -p "$d"
+"$train" "${common[@]}" --backend cuda --steps 100000 --checkpoint-dir "$d/ck" --log "$d/log.jsonl" \
+  >/dev/null 2>"$d/err" &
+pid=$!
+for _ in $(seq 1200); do
+  [ -f "$d/log.jsonl" ] && [ "$(wc -l <"$d/log.jsonl")" -ge 2 ] && break
+  sleep 0.1
+done
+kill -TERM $pid
+wait $pid; rc=$?
+logged=$(grep -c '"kind":"step"' "$d/log.jsonl")
+[ $rc -eq 143 ] && grep -q "stopped by SIGTERM at step $logged; the checkpoint of this step is in" "$d/err" &&
+  [ "$(readlink "$d/ck/latest")" = "$(printf 'step_%08d' "$logged")" ] && [ -f "$d/ck/latest/state.ferry" ]
+ok $? "SIGTERM on cuda: stops at step $logged with exit 143 (got $rc) and its checkpoint: $(tail -c 300 "$d/err" | tr '\n' ' ')"
+"$train" "${common[@]}" --backend cuda --steps $((logged + 1)) --resume "$d/ck" --checkpoint-dir "$d/ck" \
+  >/dev/null 2>"$d/err"
+ok $? "SIGTERM on cuda: the run resumes from that checkpoint $(cat "$d/err")"
 finish
