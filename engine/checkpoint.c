@@ -41,6 +41,7 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "engine/engine.h"
+#include "engine/shard.h"
 
 #define CKPT_MAGIC "FERRYCKP"
 #define CKPT_VERSION 3u
@@ -176,11 +177,15 @@ static ferry_status for_each_chunk_of(void *base, size_t bytes, bool on_device, 
     return FERRY_OK;
 }
 
+static ferry_status for_each_state_chunk_sharded(ferry_engine *e, void *buf, chunk_fn fn, void *ctx);
+
 /* Every group's master weights, then m, then v. Arrays the NVMe tier holds
  * are read from disk (`disk` 1: saving), written to it (2: loading), or
  * only walked (0: the file's bytes alone). */
 static ferry_status for_each_state_chunk(ferry_engine *e, void *buf, chunk_fn fn, void *ctx, int disk)
 {
+    if (shard_sharded(e)) /* each rank holds part of every array */
+        return for_each_state_chunk_sharded(e, buf, fn, ctx);
     ferry_status st = FERRY_OK;
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
         engine_group *g = &e->groups[i];
@@ -297,7 +302,8 @@ static ferry_status save_body(ferry_engine *e, fileio_atomic *file, const void *
     return st;
 }
 
-ferry_status ferry_engine_save(ferry_engine *e, const char *path, const void *user, size_t user_bytes)
+/* The file of one engine holding the whole state, or of rank 0 gathering it. */
+static ferry_status save_file(ferry_engine *e, const char *path, const void *user, size_t user_bytes)
 {
     ferry_status st = engine_check_group(e, 0, "ferry_engine_save");
     if (st != FERRY_OK)
@@ -551,6 +557,7 @@ static void apply_scaling(ferry_engine *e, const load_ctx *c)
     if (e->scaling && c->scaling.scale > 0)
         loss_scale_restore(&e->scaler, c->scaling.scale, c->scaling.tracker); /* checked above */
 }
+static ferry_status load_agree(ferry_engine *e, ferry_status st, const char *path);
 
 /* Both passes, the hash check between them. */
 static ferry_status load_checked(ferry_engine *e, const ckpt_file *f, void *user, size_t user_cap)
@@ -567,6 +574,8 @@ static ferry_status load_checked(ferry_engine *e, const ckpt_file *f, void *user
         st = check_scaling(&c);
     if (st == FERRY_OK)
         st = read_blob(f, NULL, 0);
+    if (e->dp) /* every rank checked the file before any applies it */
+        st = load_agree(e, st, f->path);
     if (st != FERRY_OK)
         return st;
     c.apply = true;
@@ -581,7 +590,7 @@ static ferry_status load_checked(ferry_engine *e, const ckpt_file *f, void *user
     return FERRY_OK;
 }
 
-ferry_status ferry_engine_load(ferry_engine *e, const char *path, void *user, size_t user_cap, size_t *user_bytes)
+static ferry_status load_file(ferry_engine *e, const char *path, void *user, size_t user_cap, size_t *user_bytes)
 {
     ferry_status st = engine_check_group(e, 0, "ferry_engine_load");
     if (st != FERRY_OK)
@@ -598,4 +607,113 @@ ferry_status ferry_engine_load(ferry_engine *e, const char *path, void *user, si
         *user_bytes = f.h.user_bytes;
     ckpt_close(&f);
     return st;
+}
+
+/* ---- data parallelism: one whole file at any world size ----
+ *
+ * Rank 0 writes the file a single process would write, byte for byte: in
+ * the sharded modes each chunk of each array is gathered from the ranks
+ * that own it (shard_gather_state) in the order the file holds it, the
+ * other ranks sending their parts; in offload none every rank holds the
+ * whole state and rank 0 writes its own. Every rank loads the whole file,
+ * checks it whole, and keeps its part. So a checkpoint saved by N ranks
+ * loads at M, and the format is the one-process format. Every rank returns
+ * rank 0's status of a save, and a load fails everywhere if it failed
+ * anywhere. */
+
+/* The gathers of a sharded save all ran (rank 0 keeps receiving after a
+ * failed write, so the other ranks are never left sending). */
+static _Thread_local bool gathered_whole;
+
+/* The same chunks as for_each_state_chunk, in the same order: saving (fn
+ * is save_chunk), each is first gathered from the ranks into a scratch;
+ * loading (load_chunk), each is read whole and this rank keeps its part. A
+ * failure of fn stops calling it but not the gathers. */
+static ferry_status for_each_state_chunk_sharded(ferry_engine *e, void *buf, chunk_fn fn, void *ctx)
+{
+    bool saving = fn == save_chunk || fn == NULL;
+    bool taking = fn == load_chunk && ((load_ctx *)ctx)->apply;
+    float *scratch = malloc(CKPT_CHUNK);
+    if (!scratch)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "a checkpoint: out of host memory");
+    ferry_status st = FERRY_OK, sent = FERRY_OK;
+    size_t per = CKPT_CHUNK / sizeof(float);
+    for (int i = 0; i < e->ngroups && sent == FERRY_OK; i++) {
+        engine_group *g = &e->groups[i];
+        for (int k = 0; k < 3 && sent == FERRY_OK; k++)
+            for (size_t at = 0; at < g->numel && sent == FERRY_OK; at += per) {
+                size_t n = g->numel - at < per ? g->numel - at : per;
+                if (saving)
+                    sent = shard_gather_state(e, g, k, at, n, scratch);
+                if (sent == FERRY_OK && st == FERRY_OK && fn)
+                    st = fn(ctx, scratch, false, buf, n * sizeof(float));
+                if (st == FERRY_OK && taking)
+                    shard_take_state(e, g, k, at, n, scratch);
+                if (!saving && st != FERRY_OK)
+                    sent = st;
+            }
+    }
+    free(scratch);
+    if (saving && sent == FERRY_OK)
+        gathered_whole = true;
+    return sent != FERRY_OK ? sent : st;
+}
+
+ferry_status ferry_engine_save(ferry_engine *e, const char *path, const void *user, size_t user_bytes)
+{
+    if (!e || !e->dp)
+        return save_file(e, path, user, user_bytes);
+    ferry_status st = FERRY_OK;
+    gathered_whole = false;
+    if (shard_writes_files(e)) {
+        st = save_file(e, path, user, user_bytes);
+    } else if (shard_sharded(e)) {
+        /* this rank sends its parts, in the order rank 0 writes them */
+        ferry_status ready = ferry_engine_synchronize(e);
+        st = ready != FERRY_OK ? ready : for_each_state_chunk_sharded(e, NULL, NULL, NULL);
+    }
+    /* rank 0 stopped before its gathers (a file it could not open): still take them */
+    if (shard_writes_files(e) && shard_sharded(e) && !gathered_whole) {
+        char keep[ERR_MESSAGE_MAX];
+        snprintf(keep, sizeof keep, "%s", ferry_last_error());
+        ferry_status drained = for_each_state_chunk_sharded(e, NULL, NULL, NULL);
+        if (st == FERRY_OK)
+            st = drained;
+        else
+            err_set(st, "%s", keep);
+    }
+    return shard_agree_status(e, st, "saving the checkpoint");
+}
+
+/* Whether this rank took part in its load's agreement yet. */
+static _Thread_local bool load_agreed;
+
+/* Once per load on every rank, before any rank applies the file: if one
+ * could not read or check it, none goes on. */
+static ferry_status load_agree(ferry_engine *e, ferry_status st, const char *path)
+{
+    (void)e;
+    load_agreed = true;
+    char mine[ERR_MESSAGE_MAX];
+    snprintf(mine, sizeof mine, "%s", ferry_last_error());
+    double failed = st != FERRY_OK ? 1 : 0;
+    ferry_status agreed = ferry_world_all_reduce(&failed, 1);
+    if (agreed != FERRY_OK)
+        return err_wrap(agreed, "loading '%s'", path ? path : "");
+    if (st != FERRY_OK)
+        return err_set(st, "%s", mine);
+    if (failed > 0)
+        return err_set(FERRY_ERR_IO, "loading '%s': %.0f other rank%s could not read or check it (see their "
+                                     "messages); every rank must reach the same checkpoint",
+                       path ? path : "", failed, failed > 1 ? "s" : "");
+    return FERRY_OK;
+}
+
+ferry_status ferry_engine_load(ferry_engine *e, const char *path, void *user, size_t user_cap, size_t *user_bytes)
+{
+    load_agreed = false;
+    ferry_status st = load_file(e, path, user, user_cap, user_bytes);
+    if (!e || !e->dp || load_agreed)
+        return st;
+    return load_agree(e, st, path); /* failed before checking the file */
 }

@@ -48,6 +48,8 @@ typedef struct engine_plan_request {
     bool disk_master;           /* the master weights on disk too */
     uint64_t disk_window_bytes; /* as ferry_engine_config's nvme_window_bytes (0: the default) */
     uint64_t disk_block_bytes;  /* as nvme_block_bytes (0: the default) */
+    int ranks;                  /* data parallel ranks; 0 or 1 = alone. Each rank's figures, rank 0's (the
+                                   largest) */
 } engine_plan_request;
 
 /* What the engine allocates, by category, charged as its allocators charge

@@ -4,6 +4,7 @@
  * memory, weights in and out, statistics. Where bytes live is placement.c's
  * business; moving them is schedule.c's and step.c's. */
 #include "engine/engine.h"
+#include "engine/shard.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -72,8 +73,9 @@ static const size_t config_fields[] = {
     SIZED_END(ferry_engine_config, nvme_path),         SIZED_END(ferry_engine_config, nvme_window_bytes),
     SIZED_END(ferry_engine_config, nvme_block_bytes),  SIZED_END(ferry_engine_config, nvme_queue_depth),
     SIZED_END(ferry_engine_config, nvme_master),
+    SIZED_END(ferry_engine_config, data_parallel),     SIZED_END(ferry_engine_config, comm_timeout_s),
 };
-SIZED_NO_TAIL_PADDING(ferry_engine_config, nvme_master);
+SIZED_NO_TAIL_PADDING(ferry_engine_config, comm_timeout_s);
 
 static const size_t group_option_fields[] = {
     SIZED_END(ferry_group_options, lr_scale), SIZED_END(ferry_group_options, weight_decay),
@@ -150,6 +152,15 @@ static ferry_status check_config(const ferry_engine_config *c)
                        "stop on skipped steps; 20 is the default)", c->loss_scale_max_skips);
     if ((st = check_nvme_config(c)) != FERRY_OK)
         return st;
+    if (c->data_parallel < -1 || c->data_parallel > 1)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: data_parallel %d is not -1 (each rank alone), 0 (join a launcher's world) "
+                       "or 1 (always through the collectives)",
+                       c->data_parallel);
+    if (c->comm_timeout_s < 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: comm_timeout_s %d is negative (0 = $FERRY_COMM_TIMEOUT, else 600 s)",
+                       c->comm_timeout_s);
     if (c->delayed_update && c->offload != FERRY_OFFLOAD_OPTIMIZER)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: the delayed update needs offload 'optimizer' (it overlaps the "
@@ -195,14 +206,17 @@ void engine_scaling_reset(ferry_engine *e)
 
 static ferry_status open_parts(ferry_engine *e)
 {
-    ferry_status st = backend_open(e->cfg.backend, &e->be);
+    ferry_status st = shard_join(e); /* first: the rank picks the GPU */
+    if (st == FERRY_OK)
+        st = backend_open(e->cfg.backend, &e->be);
     if (st != FERRY_OK)
         return st;
     if ((st = resolve_dtype(e)) != FERRY_OK)
         return st;
     if ((st = backend_stream_create(e->be, "compute", &e->compute)) != FERRY_OK ||
         (st = backend_stream_create(e->be, "h2d", &e->h2d)) != FERRY_OK ||
-        (st = backend_stream_create(e->be, "d2h", &e->d2h)) != FERRY_OK)
+        (st = backend_stream_create(e->be, "d2h", &e->d2h)) != FERRY_OK ||
+        (st = shard_open(e)) != FERRY_OK)
         return st;
     if (e->cfg.trace_path && (st = trace_open(e->cfg.trace_path, &e->trace)) != FERRY_OK)
         return err_wrap(st, "opening the memory trace");
@@ -212,7 +226,7 @@ static ferry_status open_parts(ferry_engine *e)
     if ((st = arena_create(e->be, &ac, &e->arena)) != FERRY_OK)
         return st;
     e->numa_node = choose_numa_node(&e->cfg, backend_kind(e->be));
-    if ((st = tp_pool_create(e->cfg.optimizer_threads, e->numa_node, &e->threads)) != FERRY_OK)
+    if ((st = tp_pool_create(shard_optimizer_threads(e), e->numa_node, &e->threads)) != FERRY_OK)
         return st;
     pool_config pc = POOL_CONFIG_INIT;
     pc.limit_bytes = e->cfg.host_budget_bytes;
@@ -239,6 +253,7 @@ ferry_status ferry_engine_create(const ferry_engine_config *cfg, ferry_engine **
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_create: out of host memory");
     e->cfg = c;
     e->micro_index = -1;
+    e->timing.world_size = 1;
     /* Offload 'nvme' places the device side as 'optimizer' does; what goes to
      * disk is nvme_update.c's business. */
     e->nvme_asked = c.offload == FERRY_OFFLOAD_NVME;
@@ -272,6 +287,7 @@ ferry_status ferry_engine_close(ferry_engine *e)
         if (e->compute) backend_stream_synchronize(e->compute);
         if (e->h2d) backend_stream_synchronize(e->h2d);
         if (e->d2h) backend_stream_synchronize(e->d2h);
+        shard_synchronize(e);
     }
     engine_unplace(e);
     for (int g = 0; g < e->ngroups; g++) {
@@ -287,6 +303,7 @@ ferry_status ferry_engine_close(ferry_engine *e)
     backend_stream_destroy(e->compute);
     backend_stream_destroy(e->h2d);
     backend_stream_destroy(e->d2h);
+    shard_close(e);
     backend_close(e->be);
     free(e);
     return trace_close(t);
@@ -558,6 +575,7 @@ ferry_status ferry_engine_synchronize(ferry_engine *e)
     if (st == FERRY_OK) st = backend_stream_synchronize(e->compute);
     if (st == FERRY_OK) st = backend_stream_synchronize(e->h2d);
     if (st == FERRY_OK) st = backend_stream_synchronize(e->d2h);
+    if (st == FERRY_OK) st = shard_synchronize(e);
     return st;
 }
 
@@ -571,6 +589,8 @@ ferry_dtype ferry_engine_dtype(const ferry_engine *e) { return e ? e->act : FERR
 int ferry_engine_group_count(const ferry_engine *e) { return e ? e->ngroups : 0; }
 int64_t ferry_engine_steps(const ferry_engine *e) { return e ? e->step : -1; }
 float ferry_engine_loss_scale(const ferry_engine *e) { return e && e->scaling ? e->scaler.scale : 1.0f; }
+int ferry_engine_rank(const ferry_engine *e) { return !e ? -1 : e->dp ? comm_world_rank() : 0; }
+int ferry_engine_world_size(const ferry_engine *e) { return !e ? -1 : e->dp ? comm_world_size() : 1; }
 backend *engine_embed_backend(ferry_engine *e) { return e ? e->be : NULL; }
 backend_stream *engine_embed_stream(ferry_engine *e) { return e ? e->compute : NULL; }
 
@@ -627,6 +647,8 @@ static ferry_status master_copy(ferry_engine *e, engine_group *g, float *host, b
 {
     size_t bytes = g->numel * sizeof(float);
     bool on_device = e->cfg.offload == FERRY_OFFLOAD_NONE;
+    if (shard_sharded(e))
+        return to_engine ? shard_set_master(e, g, host) : shard_get_master(e, g, host);
     if (!on_device && !g->master) /* on disk */
         return engine_nvme_master_io(e, g, host, to_engine);
     if (!on_device) {

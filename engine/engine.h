@@ -85,6 +85,16 @@ typedef struct engine_group {
     double sumsq;
     bool nonfinite;
 
+    /* Data parallelism (engine/shard.c): this rank's part of the group in
+     * optimizer and params modes, [shard_lo, shard_lo + shard_n), inside a
+     * slot of shard_cap elements (a whole number of NUMERICS_TILE, so the
+     * norm's tiles are the same at every world size); the device weights
+     * hold `padded` = world x shard_cap elements, rank r's slot at
+     * r x shard_cap. Alone, and in offload none: 0, numel, numel, numel. */
+    size_t shard_lo, shard_n, shard_cap, padded;
+    backend_event *staged;   /* this rank's slot of the weights is on the device (h2d stream) */
+    backend_event *reduced;  /* offload none: the gradients are summed across the ranks (gradient comm stream) */
+    backend_event *wait_mid; /* compute stream: a timed weight wait is past the staged part */
     /* The NVMe tier (nvme_update.c): the group's region in the store, and
      * the update whose end its next upload waits for (0: none pending). */
     int nvme_region;
@@ -148,6 +158,8 @@ struct ferry_engine {
     loss_scaler scaler;
     int64_t skipped_steps;    /* steps skipped since the start of training */
     int skips_in_row;         /* consecutive skipped steps up to the last one */
+    /* data parallelism across ranks (engine/shard.c); NULL when alone */
+    struct engine_shard *dp;
     /* The NVMe tier: the folder (cfg.nvme_path, copied; NULL without a
      * disk), whether offload 'nvme' was asked (the device side then runs as
      * in optimizer mode, cfg.offload says OPTIMIZER), and the store and its
@@ -240,6 +252,18 @@ ferry_status engine_step(ferry_engine *e, const ferry_step_options *o, ferry_ste
  * checkpoint.c restores them). */
 void engine_scaling_reset(ferry_engine *e);
 
+/* layout.c, data parallelism: the group buffers of `mode` when the state
+ * is sharded across ranks (the drained gradients arrive summed, in fp32),
+ * and how many elements each buffer holds for a group: the device weights
+ * `padded`, the other device buffers `numel`, the host buffers `shard_cap`. */
+int engine_group_buffers_sharded(ferry_offload mode, size_t act_size, bool sharded,
+                                 engine_buffer out[ENGINE_GROUP_BUFFERS_MAX]);
+size_t engine_buffer_elems(const engine_buffer *b, bool sharded, size_t numel, size_t shard_cap, size_t padded);
+/* A rank's slot of a group of numel elements among `world` ranks. */
+size_t engine_shard_cap(size_t numel, int world);
+/* Elements of every rank's slot reduced at once (a multiple of 256, at most
+ * the largest slot): the reduce buffers hold world x that, and that. */
+size_t engine_reduce_chunk(int world, size_t most_cap);
 /* nvme_update.c: the NVMe tier, when e->nvme_dir is set. */
 /* Creates the store with a region per group (the arrays layout.c puts on
  * disk), opens it and starts the update thread. */

@@ -16,8 +16,10 @@
  * from the host pool to the store's file; the host keeps the drained
  * gradients, the upload copy and the store's window. */
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "engine/engine.h"
+#include "engine/shard.h"
 
 #define SLOT(field) offsetof(engine_group, field)
 
@@ -55,7 +57,7 @@ unsigned engine_disk_buffers(const engine_buffer *b, int n, bool disk, bool mast
 
 int engine_layout_buffers(const ferry_engine *e, engine_buffer out[ENGINE_GROUP_BUFFERS_MAX], unsigned *on_disk)
 {
-    int n = engine_group_buffers(e->cfg.offload, e->act_size, out);
+    int n = engine_group_buffers_sharded(e->cfg.offload, e->act_size, shard_sharded(e), out);
     *on_disk = engine_disk_buffers(out, n, e->nvme_dir != NULL, e->cfg.nvme_master != 0);
     return n;
 }
@@ -83,3 +85,52 @@ engine_buffer engine_accumulator_buffer(ferry_offload mode)
 
 int engine_weight_window(int prefetch_groups) { return prefetch_groups + 2; }
 int engine_drain_window(int prefetch_groups) { return prefetch_groups + 1; }
+
+/* ---- data parallelism ----
+ *
+ *   mode       device (per parameter)                host pool (per parameter, 1/N of them)
+ *   none       as alone, plus the fp32 gradient sum  -
+ *   optimizer  weights (N x slot), grads (act)       master, m, v, grads (fp32, summed), weights (act)
+ *   params     a window of weights (N x slot), grads as optimizer
+ *
+ * A rank's slot is a whole number of NUMERICS_TILE: ceil(tiles / N) tiles.
+ * The gradients are reduced a chunk of every rank's slot at a time through
+ * two pairs of device buffers (N x chunk fp32 to send, chunk fp32 received),
+ * the chunk sized so the send buffer holds 64 MiB ($FERRY_REDUCE_KIB). */
+size_t engine_shard_cap(size_t numel, int world)
+{
+    size_t tiles = (numel + NUMERICS_TILE - 1) / NUMERICS_TILE, n = world > 0 ? (size_t)world : 1;
+    return (tiles + n - 1) / n * NUMERICS_TILE;
+}
+
+int engine_group_buffers_sharded(ferry_offload mode, size_t act, bool sharded,
+                                 engine_buffer out[ENGINE_GROUP_BUFFERS_MAX])
+{
+    int n = engine_group_buffers(mode, act, out);
+    for (int i = 0; sharded && i < n; i++)
+        if (!out[i].device && out[i].slot == SLOT(host_grads))
+            out[i].elem_bytes = 4; /* the reduced shard arrives as fp32 */
+    return n;
+}
+
+size_t engine_reduce_chunk(int world, size_t most_cap)
+{
+    size_t bytes = (size_t)64 << 20;
+    const char *v = getenv("FERRY_REDUCE_KIB");
+    char *end = NULL;
+    unsigned long long kib = v ? strtoull(v, &end, 10) : 0;
+    if (v && end != v && !*end && kib > 0 && kib < (1ull << 30))
+        bytes = (size_t)kib << 10;
+    size_t per = bytes / sizeof(float) / (size_t)(world > 0 ? world : 1) / 256 * 256;
+    per = per < 256 ? 256 : per;
+    return per < most_cap ? per : most_cap;
+}
+
+size_t engine_buffer_elems(const engine_buffer *b, bool sharded, size_t numel, size_t shard_cap, size_t padded)
+{
+    if (!sharded)
+        return numel;
+    if (b->device)
+        return b->slot == SLOT(dev_weights) ? padded : numel;
+    return shard_cap;
+}

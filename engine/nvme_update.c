@@ -354,7 +354,7 @@ ferry_status engine_nvme_reserve_host(ferry_engine *e)
         numel[i] = e->groups[i].numel;
     engine_plan_request rq = {backend_kind(e->be), e->act, ferry_engine_offload(e), e->cfg.prefetch_groups, 1, numel,
                               e->ngroups, true, e->cfg.nvme_master != 0, e->cfg.nvme_window_bytes,
-                              e->cfg.nvme_block_bytes};
+                              e->cfg.nvme_block_bytes, 1};
     engine_memory_plan p;
     ferry_status st = engine_plan_memory(&rq, &p);
     free(numel);

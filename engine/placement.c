@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/units.h"
 #include "engine/engine.h"
+#include "engine/shard.h"
 #include "optim/half.h"
 
 void engine_bytes_per_param(const ferry_engine *e, double *device, double *host)
@@ -113,13 +114,14 @@ static ferry_status host_alloc(ferry_engine *e, engine_group *g, size_t bytes, f
 static ferry_status alloc_group(ferry_engine *e, engine_group *g)
 {
     engine_buffer b[ENGINE_GROUP_BUFFERS_MAX];
+    bool sharded = shard_sharded(e);
     unsigned on_disk;
     int n = engine_layout_buffers(e, b, &on_disk);
     for (int i = 0; i < n; i++) {
         if (on_disk & (1u << i))
             continue; /* in the store's file */
         void *ptr = NULL;
-        size_t bytes = g->numel * b[i].elem_bytes;
+        size_t bytes = engine_buffer_elems(&b[i], sharded, g->numel, g->shard_cap, g->padded) * b[i].elem_bytes;
         ferry_status st = b[i].device ? dev_alloc(e, g, bytes, b[i].cat, b[i].what, &ptr)
                                       : host_alloc(e, g, bytes, b[i].cat, b[i].what, &ptr);
         if (st != FERRY_OK)
@@ -137,7 +139,7 @@ ferry_status engine_ensure_accumulators(ferry_engine *e)
         if (g->grad_acc)
             continue;
         void *ptr = NULL;
-        size_t bytes = g->numel * b.elem_bytes;
+        size_t bytes = engine_buffer_elems(&b, shard_sharded(e), g->numel, g->shard_cap, g->padded) * b.elem_bytes;
         ferry_status st = b.device ? dev_alloc(e, g, bytes, b.cat, b.what, &ptr) : host_alloc(e, g, bytes, b.cat, b.what, &ptr);
         if (st == FERRY_OK && !b.device)
             st = tp_first_touch(e->threads, ptr, bytes);
@@ -150,8 +152,11 @@ ferry_status engine_ensure_accumulators(ferry_engine *e)
 
 const void *engine_step_grads(const ferry_engine *e, const engine_group *g, ferry_dtype *dtype)
 {
-    *dtype = e->accumulating ? FERRY_DTYPE_F32 : e->act;
-    if (e->accumulating)
+    /* With data parallelism the gradients are summed across ranks in fp32:
+     * in the fp32 sum (offload none), or drained as fp32 (sharded modes). */
+    bool acc = e->accumulating || (e->dp && e->cfg.offload == FERRY_OFFLOAD_NONE);
+    *dtype = acc || e->dp ? FERRY_DTYPE_F32 : e->act;
+    if (acc)
         return g->grad_acc;
     return e->cfg.offload == FERRY_OFFLOAD_NONE ? g->dev_grads : g->host_grads;
 }
@@ -173,15 +178,21 @@ static ferry_status fill_none(ferry_engine *e, engine_group *g)
 
 static ferry_status fill_offloaded(ferry_engine *e, engine_group *g)
 {
-    size_t f32 = g->numel * sizeof(float), act = g->numel * e->act_size;
+    /* This rank's part: the whole group alone; with data parallelism a slot
+     * of shard_cap elements holding shard_n of the group from shard_lo,
+     * zero past them, with the gradients drained as fp32. */
+    size_t f32 = g->shard_cap * sizeof(float), act = g->numel * e->act_size;
+    size_t grads = g->shard_cap * (e->dp ? sizeof(float) : e->act_size);
     ferry_status st;
     /* First touch from the optimizer's threads puts the pages on its node;
      * the master weights are first touched by the copy, on the same threads. */
     if ((g->m && (st = tp_first_touch(e->threads, g->m, f32)) != FERRY_OK) ||
         (g->v && (st = tp_first_touch(e->threads, g->v, f32)) != FERRY_OK) ||
-        (st = tp_first_touch(e->threads, g->host_grads, act)) != FERRY_OK ||
-        (g->master &&
-         (st = half_convert_pool(e->threads, g->master, FERRY_DTYPE_F32, g->init, FERRY_DTYPE_F32, g->numel)) != FERRY_OK) ||
+        (st = tp_first_touch(e->threads, g->host_grads, grads)) != FERRY_OK ||
+        (e->dp && (st = tp_first_touch(e->threads, g->master, f32)) != FERRY_OK) ||
+        (e->dp && (st = tp_first_touch(e->threads, g->host_weights, g->shard_cap * e->act_size)) != FERRY_OK) ||
+        (g->master && (st = half_convert_pool(e->threads, g->master, FERRY_DTYPE_F32, g->init + g->shard_lo,
+                                              FERRY_DTYPE_F32, g->shard_n)) != FERRY_OK) ||
         (e->nvme && (st = engine_nvme_fill(e, g)) != FERRY_OK))
         return st;
     if (e->cfg.offload == FERRY_OFFLOAD_OPTIMIZER &&
@@ -200,12 +211,17 @@ ferry_status engine_write_device_weights(ferry_engine *e, engine_group *g)
             return st;
         return backend_stream_synchronize(e->compute);
     }
-    st = g->master ? half_convert_pool(e->threads, g->host_weights, e->act, g->master, FERRY_DTYPE_F32, g->numel)
+    st = g->master ? half_convert_pool(e->threads, g->host_weights, e->act, g->master, FERRY_DTYPE_F32, g->shard_n)
                    : engine_nvme_convert_master(e, g);
     if (st != FERRY_OK)
         return st;
     if (e->cfg.offload == FERRY_OFFLOAD_PARAMS)
         return FERRY_OK;
+    if (e->dp) { /* this rank's slot up, the others' gathered */
+        if ((st = shard_upload(e, g, NULL)) != FERRY_OK)
+            return st;
+        return shard_check(e); /* the gather's failure, if any, is the caller's */
+    }
     if ((st = backend_memcpy_async(e->h2d, g->dev_weights, g->host_weights, g->numel * e->act_size,
                                    BACKEND_COPY_H2D)) != FERRY_OK ||
         (st = backend_event_record(g->uploaded, e->h2d)) != FERRY_OK)
@@ -213,18 +229,43 @@ ferry_status engine_write_device_weights(ferry_engine *e, engine_group *g)
     return backend_stream_synchronize(e->h2d);
 }
 
+/* This rank's bytes per parameter of the model: with data parallelism in
+ * the sharded modes its host slots hold about 1/N of them. */
+static void rank_bytes_per_param(const ferry_engine *e, double *dev_pp, double *host_pp)
+{
+    engine_bytes_per_param(e, dev_pp, host_pp);
+    if (!shard_sharded(e))
+        return;
+    engine_buffer b[ENGINE_GROUP_BUFFERS_MAX];
+    int n = engine_group_buffers_sharded(e->cfg.offload, e->act_size, true, b);
+    double dev = 0, host = 0;
+    for (int g = 0; g < e->ngroups; g++)
+        for (int i = 0; i < n; i++) {
+            const engine_group *gr = &e->groups[g];
+            double bytes = (double)engine_buffer_elems(&b[i], true, gr->numel, gr->shard_cap, gr->padded) *
+                           (double)b[i].elem_bytes;
+            *(b[i].device ? &dev : &host) += bytes;
+        }
+    *dev_pp = dev / (double)total_params(e);
+    *host_pp = host / (double)total_params(e);
+}
+
 static void describe(ferry_engine *e)
 {
     double dev_pp, host_pp;
-    engine_bytes_per_param(e, &dev_pp, &host_pp);
+    rank_bytes_per_param(e, &dev_pp, &host_pp);
     char budget[32], pin[256] = "";
     units_fmt_bytes(budget, sizeof budget, arena_budget(e->arena));
     pool_pinning_note(e->pool, pin, sizeof pin);
+    char rank[64] = "";
+    if (e->dp)
+        snprintf(rank, sizeof rank, "; rank %d of %d", ferry_engine_rank(e), ferry_engine_world_size(e));
     snprintf(e->describe, sizeof e->describe,
              "%s backend (%s), offload %s, %d groups, %zu parameters; device budget %s, %.0f B/param "
-             "on the device, %.0f B/param on the host; optimizer: %s%s%s",
+             "on the device, %.*f B/param on the host%s; optimizer: %s%s%s",
              ferry_backend_name(backend_kind(e->be)), backend_device_name(e->be),
-             ferry_offload_name(ferry_engine_offload(e)), e->ngroups, total_params(e), budget, dev_pp, host_pp,
+             ferry_offload_name(ferry_engine_offload(e)), e->ngroups, total_params(e), budget, dev_pp,
+             host_pp < 10 && host_pp > 0 && host_pp != (int)host_pp ? 1 : 0, host_pp, rank,
              tp_pool_binding(e->threads), pin[0] ? "; " : "", pin);
     if (e->nvme)
         engine_nvme_describe(e, e->describe, sizeof e->describe);
@@ -253,6 +294,10 @@ ferry_status engine_place(ferry_engine *e)
     ferry_status st = check_device_fit(e);
     if (st == FERRY_OK)
         st = place_globals(e);
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
+        shard_layout(e, &e->groups[i]);
+    if (st == FERRY_OK)
+        st = shard_place(e); /* its events come before the first upload */
     if (st == FERRY_OK && e->nvme_dir && (st = engine_nvme_reserve_host(e)) == FERRY_OK)
         st = engine_nvme_open(e);
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
@@ -270,6 +315,7 @@ void engine_unplace(ferry_engine *e)
     if (e->ops_ready)
         ops_shutdown(e->be);
     e->ops_ready = false;
+    shard_unplace(e);
     for (int i = 0; i < e->ngroups; i++) {
         engine_group *g = &e->groups[i];
         if (g->norm_ticket) {

@@ -36,6 +36,11 @@ static ferry_status check_request(const engine_plan_request *rq)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: %d micro-batches per step", rq->micro_batches);
     if (rq->prefetch_groups < 0 || rq->prefetch_groups > 64)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: prefetch %d is outside 0..64", rq->prefetch_groups);
+    if (rq->ranks < 0 || rq->ranks > 65536)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: %d ranks; plan for 1..65536", rq->ranks);
+    if (rq->ranks > 1 && (rq->disk || rq->offload == FERRY_OFFLOAD_NVME))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: the NVMe tier trains alone, not with %d ranks "
+                       "(each rank holds a shard of the state in host memory instead)", rq->ranks);
     for (int g = 0; g < rq->ngroups; g++)
         if (rq->group_numel[g] == 0 || rq->group_numel[g] > ((size_t)1 << 40))
             return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: group %d has %zu parameters, outside 1..2^40", g,
@@ -43,14 +48,24 @@ static ferry_status check_request(const engine_plan_request *rq)
     return FERRY_OK;
 }
 
-/* Sum of the `count` largest charges of `numel * elem` over the groups. */
-static uint64_t largest(const engine_plan_request *rq, int count, size_t elem)
+/* Data parallelism in the sharded modes (engine/shard.c): a rank's slot of
+ * a group, and the device weights of a group (every rank's slot). */
+static bool plan_sharded(const engine_plan_request *rq) { return rq->ranks > 1 && rq->offload != FERRY_OFFLOAD_NONE; }
+static size_t plan_cap(const engine_plan_request *rq, int g) { return engine_shard_cap(rq->group_numel[g], rq->ranks); }
+static size_t plan_padded(const engine_plan_request *rq, int g)
+{
+    return plan_sharded(rq) ? plan_cap(rq, g) * (size_t)rq->ranks : rq->group_numel[g];
+}
+
+/* Sum of the `count` largest charges of `numel * elem` over the groups
+ * (`padded`: the device weights' numel). */
+static uint64_t largest_of(const engine_plan_request *rq, int count, size_t elem, bool padded)
 {
     uint64_t *c = malloc((size_t)rq->ngroups * sizeof *c);
     if (!c)
         return UINT64_MAX;
     for (int g = 0; g < rq->ngroups; g++)
-        c[g] = arena_charge(rq->group_numel[g] * elem);
+        c[g] = arena_charge((padded ? plan_padded(rq, g) : rq->group_numel[g]) * elem);
     uint64_t sum = 0;
     for (int k = 0; k < count && k < rq->ngroups; k++) { /* count is small: selection, not a sort */
         int best = k;
@@ -64,6 +79,11 @@ static uint64_t largest(const engine_plan_request *rq, int count, size_t elem)
     }
     free(c);
     return sum;
+}
+
+static uint64_t largest(const engine_plan_request *rq, int count, size_t elem)
+{
+    return largest_of(rq, count, elem, false);
 }
 
 /* The device side of a mode: offload nvme places it as optimizer mode does. */
@@ -97,13 +117,18 @@ static ferry_status plan_setup(const engine_plan_request *rq, engine_memory_plan
     for (int i = 0; i < n; i++)
         p->device_bytes[gb[i].cat] += arena_charge(gb[i].bytes);
     engine_buffer b[ENGINE_GROUP_BUFFERS_MAX + 1];
-    int nb = engine_group_buffers(mode, p->act_size, b);
+    bool sharded = plan_sharded(rq);
+    int nb = engine_group_buffers_sharded(mode, p->act_size, sharded, b);
     unsigned disk = engine_disk_buffers(b, nb, on_disk(rq), rq->disk_master);
-    if (rq->micro_batches > 1)
+    /* the fp32 sum of micro-batches; offload none with ranks all-reduces in it from setup on */
+    if (rq->micro_batches > 1 || (rq->ranks > 1 && mode == FERRY_OFFLOAD_NONE))
         b[nb++] = engine_accumulator_buffer(mode);
-    for (int g = 0; g < rq->ngroups; g++)
+    size_t most_cap = 0;
+    for (int g = 0; g < rq->ngroups; g++) {
+        size_t cap = sharded ? plan_cap(rq, g) : rq->group_numel[g], padded = plan_padded(rq, g);
+        most_cap = cap > most_cap ? cap : most_cap;
         for (int i = 0; i < nb; i++) {
-            size_t bytes = rq->group_numel[g] * b[i].elem_bytes;
+            size_t bytes = engine_buffer_elems(&b[i], sharded, rq->group_numel[g], cap, padded) * b[i].elem_bytes;
             if (disk & (1u << i))
                 continue; /* the store's, below */
             if (b[i].device)
@@ -111,6 +136,14 @@ static ferry_status plan_setup(const engine_plan_request *rq, engine_memory_plan
             else
                 p->host_bytes[b[i].cat] += pool_charge(bytes);
         }
+    }
+    /* two pairs of reduce buffers: a chunk of every rank's slot of the fp32
+     * gradients, and this rank's chunk of their sum */
+    if (sharded) {
+        size_t chunk = engine_reduce_chunk(rq->ranks, most_cap);
+        p->device_bytes[FERRY_MEM_STAGING] +=
+            2 * (arena_charge(chunk * (size_t)rq->ranks * 4) + arena_charge(chunk * 4));
+    }
     return on_disk(rq) ? plan_disk(rq, rq->disk_master ? 3 : 2, p) : FERRY_OK;
 }
 
@@ -120,7 +153,8 @@ static ferry_status plan_window(const engine_plan_request *rq, engine_memory_pla
     int wg = engine_weight_window(rq->prefetch_groups), gg = engine_drain_window(rq->prefetch_groups) + 2;
     p->device_weight_groups = wg < rq->ngroups ? wg : rq->ngroups;
     p->device_grad_groups = gg < rq->ngroups ? gg : rq->ngroups;
-    uint64_t w = largest(rq, wg, p->act_size), g = largest(rq, gg, p->act_size), two = largest(rq, 2, p->act_size);
+    uint64_t w = largest_of(rq, wg, p->act_size, true), g = largest(rq, gg, p->act_size),
+             two = largest_of(rq, 2, p->act_size, true) + largest(rq, 2, p->act_size);
     if (w == UINT64_MAX || g == UINT64_MAX || two == UINT64_MAX)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "engine plan: out of host memory");
     p->device_bytes[FERRY_MEM_PARAMS] += w;
@@ -128,7 +162,7 @@ static ferry_status plan_window(const engine_plan_request *rq, engine_memory_pla
     /* The schedule's out-of-memory paths (no prefetch, every drain waited
      * for, every other group evicted) still need two groups at once (one
      * held for the whole pass, one computing), weights and gradients each. */
-    p->device_min_bytes = 2 * two;
+    p->device_min_bytes = two;
     return FERRY_OK;
 }
 

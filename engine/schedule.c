@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "engine/engine.h"
+#include "engine/shard.h"
 #include "common/numerics.h"
 #include "optim/gradnorm.h"
 
@@ -98,7 +99,7 @@ static ferry_status alloc_weights(ferry_engine *e, engine_group *g, int gi)
     ferry_status st = engine_evict(e, gi, window(e) - 1, NULL);
     if (st != FERRY_OK)
         return st;
-    st = arena_alloc(e->arena, g->numel * e->act_size, FERRY_MEM_PARAMS, name, &g->dev_weights);
+    st = arena_alloc(e->arena, g->padded * e->act_size, FERRY_MEM_PARAMS, name, &g->dev_weights);
     while (st == FERRY_ERR_OUT_OF_MEMORY) {
         int evicted = 0;
         ferry_status ev = engine_evict(e, gi, e->resident_now - 1, &evicted);
@@ -106,7 +107,7 @@ static ferry_status alloc_weights(ferry_engine *e, engine_group *g, int gi)
             return ev;
         if (evicted == 0)
             break; /* arena_alloc's message says what did not fit */
-        st = arena_alloc(e->arena, g->numel * e->act_size, FERRY_MEM_PARAMS, name, &g->dev_weights);
+        st = arena_alloc(e->arena, g->padded * e->act_size, FERRY_MEM_PARAMS, name, &g->dev_weights);
     }
     return st;
 }
@@ -122,6 +123,8 @@ static ferry_status issue_fetch(ferry_engine *e, int gi)
         e->resident_max = e->resident_now;
     g->residency = RES_INFLIGHT;
     g->last_use = ++e->fetch_counter;
+    if (e->dp) /* this rank's slot up, the others' gathered */
+        return shard_upload(e, g, NULL);
     size_t bytes = g->numel * e->act_size;
     e->timing_acc.transfer_h2d_bytes += (double)bytes;
     if ((st = engine_update_barrier(e, g)) != FERRY_OK ||
@@ -130,7 +133,12 @@ static ferry_status issue_fetch(ferry_engine *e, int gi)
     return backend_event_record(g->uploaded, e->h2d);
 }
 
-/* Best effort: a prefetch that does not fit is simply not issued. */
+static void collect_grads(ferry_engine *e, bool block);
+
+/* Best effort: a prefetch that does not fit is simply not issued. With
+ * data parallelism every rank must gather the same groups in the same
+ * order, so whether one fits must not depend on how far the drains got:
+ * a prefetch that finds no room waits for them and tries once more. */
 static void prefetch_after(ferry_engine *e, int gi, ferry_phase phase)
 {
     int dir = phase == FERRY_PHASE_FORWARD ? 1 : -1;
@@ -146,7 +154,12 @@ static void prefetch_after(ferry_engine *e, int gi, ferry_phase phase)
             err_clear(); /* the fetch that needs the room will meet it again and say so */
             break;
         }
-        if (issue_fetch(e, h) != FERRY_OK) {
+        ferry_status st = issue_fetch(e, h);
+        if (st == FERRY_ERR_OUT_OF_MEMORY && e->dp && e->groups[h].residency == RES_ABSENT) {
+            collect_grads(e, true);
+            st = issue_fetch(e, h);
+        }
+        if (st != FERRY_OK) {
             err_clear();
             break;
         }
@@ -160,6 +173,13 @@ static ferry_status wait_for_weights(ferry_engine *e, engine_group *g, ferry_pha
     bool timed = phase == FERRY_PHASE_FORWARD && e->micro_index == 0 && !g->wait_recorded;
     ferry_status st;
     if (timed && (st = backend_event_record(g->wait_begin, s)) != FERRY_OK)
+        return st;
+    /* Sharded: the weights came in two legs, this rank's slot up (the
+     * update, the transfer) and the others' gathered; the mark between them
+     * tells the two waits apart. */
+    if (timed && shard_sharded(e) &&
+        ((st = backend_stream_wait_event(s, g->staged)) != FERRY_OK ||
+         (st = backend_event_record(g->wait_mid, s)) != FERRY_OK))
         return st;
     if ((st = backend_stream_wait_event(s, g->uploaded)) != FERRY_OK)
         return st;
@@ -285,6 +305,8 @@ typedef struct drain_job {
     ferry_engine *e;
     int group;
     bool accumulate, first, last;
+    ferry_dtype t;  /* of the drained gradients: the device type, or fp32 when summed across ranks */
+    size_t tile0;   /* the group's tile where this rank's part begins (0 alone) */
     pthread_mutex_t lock;
     pthread_cond_t landed_cond;
     bool landed, abandoned;
@@ -313,19 +335,20 @@ static void drain_tile(void *ctx, size_t tile, int worker)
         return;
     ferry_engine *e = job->e;
     engine_group *g = &e->groups[job->group];
-    size_t first = tile * OPTIM_TILE;
-    size_t n = g->numel - first < OPTIM_TILE ? g->numel - first : OPTIM_TILE;
-    const char *src = (const char *)g->host_grads + first * e->act_size;
+    size_t first = tile * OPTIM_TILE; /* in this rank's part of the group */
+    size_t n = g->shard_n - first < OPTIM_TILE ? g->shard_n - first : OPTIM_TILE;
+    const char *src = (const char *)g->host_grads + first * dtype_size(job->t);
     if (job->accumulate)
-        numerics_accumulate(g->grad_acc + first, src, e->act, n, job->first);
+        numerics_accumulate(g->grad_acc + first, src, job->t, n, job->first);
     if (!job->last)
         return;
     bool bad = false;
+    size_t at = job->tile0 + tile;
     if (job->accumulate)
-        gradnorm_sumsq(NULL, g->grad_acc + first, FERRY_DTYPE_F32, n, &g->norm->partial[tile], &bad);
+        gradnorm_sumsq(NULL, g->grad_acc + first, FERRY_DTYPE_F32, n, &g->norm->partial[at], &bad);
     else
-        gradnorm_sumsq(NULL, src, e->act, n, &g->norm->partial[tile], &bad);
-    g->norm->bad[tile] = bad;
+        gradnorm_sumsq(NULL, src, job->t, n, &g->norm->partial[at], &bad);
+    g->norm->bad[at] = bad;
 }
 
 static void drain_job_free(void *ctx)
@@ -368,12 +391,17 @@ static ferry_status submit_drain_job(ferry_engine *e, int gi, bool last)
     j->accumulate = e->accumulating;
     j->first = e->micro_index == 0;
     j->last = last;
+    j->t = e->dp ? FERRY_DTYPE_F32 : e->act;
+    j->tile0 = g->shard_lo / OPTIM_TILE;
     pthread_mutex_init(&j->lock, NULL);
     pthread_cond_init(&j->landed_cond, NULL);
-    if ((st = tp_submit(e->threads, g->norm->ntiles, drain_tile, j, drain_job_free, &g->norm_ticket)) != FERRY_OK) {
+    size_t ntiles = (g->shard_n + OPTIM_TILE - 1) / OPTIM_TILE;
+    if ((st = tp_submit(e->threads, ntiles, drain_tile, j, drain_job_free, &g->norm_ticket)) != FERRY_OK) {
         drain_job_free(j);
         return st;
     }
+    if (ntiles == 0) /* this rank owns none of the group: nothing waits for the copy */
+        return FERRY_OK;
     st = backend_launch_host(e->d2h, drain_landed, &j, sizeof j);
     if (st != FERRY_OK) { /* the tiles must not wait for a copy that will not come */
         pthread_mutex_lock(&j->lock);
@@ -410,15 +438,23 @@ static ferry_status drain(ferry_engine *e, engine_group *g, int gi, bool last)
 {
     size_t bytes = g->numel * e->act_size;
     ferry_status st;
-    e->timing_acc.transfer_d2h_bytes += (double)bytes;
     /* With the delayed update, the last step's update may still read host_grads. */
     if (e->cfg.delayed_update && ((st = engine_update_barrier(e, g)) != FERRY_OK ||
                                   (st = backend_stream_wait_event(e->d2h, g->updated)) != FERRY_OK))
         return st;
-    if ((e->accumulating && (st = after_cpu_sum(e, g)) != FERRY_OK) ||
-        (st = backend_stream_wait_event(e->d2h, g->grads_done)) != FERRY_OK ||
-        (st = backend_memcpy_async(e->d2h, g->host_grads, g->dev_grads, bytes, BACKEND_COPY_D2H)) != FERRY_OK ||
-        (st = backend_event_record(g->drained, e->d2h)) != FERRY_OK)
+    if (e->accumulating && (st = after_cpu_sum(e, g)) != FERRY_OK)
+        return st;
+    /* Alone the device gradients come down; with data parallelism this
+     * rank's slot of their sum across ranks, reduced chunk by chunk. */
+    if (e->dp) {
+        st = shard_reduce_and_drain(e, g);
+    } else {
+        e->timing_acc.transfer_d2h_bytes += (double)bytes;
+        if ((st = backend_stream_wait_event(e->d2h, g->grads_done)) == FERRY_OK &&
+            (st = backend_memcpy_async(e->d2h, g->host_grads, g->dev_grads, bytes, BACKEND_COPY_D2H)) == FERRY_OK)
+            st = backend_event_record(g->drained, e->d2h);
+    }
+    if (st != FERRY_OK)
         return st;
     return last || e->accumulating ? submit_drain_job(e, gi, last) : FERRY_OK;
 }
@@ -466,9 +502,11 @@ ferry_status engine_release(ferry_engine *e, int gi, ferry_phase phase, backend_
     if ((st = backend_event_record(g->grads_done, s)) != FERRY_OK)
         return st;
     bool last = e->micro_index == e->micro_count - 1;
+    if (e->cfg.offload == FERRY_OFFLOAD_NONE && e->dp)
+        return shard_release_resident(e, g, s, last);
     if (e->cfg.offload == FERRY_OFFLOAD_NONE)
         return e->accumulating ? ops_accumulate(s, g->grad_acc, g->dev_grads, g->numel, e->micro_index == 0) : FERRY_OK;
-    if (!params && !last && !e->accumulating)
+    if (!params && !last && !e->accumulating && !e->dp)
         return FERRY_OK;
     return drain(e, g, gi, last);
 }

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/sized.h"
 #include "engine/engine.h"
+#include "engine/shard.h"
 #include "optim/gradnorm.h"
 
 static const size_t option_fields[] = {
@@ -82,6 +83,8 @@ static ferry_status norms_offloaded(ferry_engine *e)
         g->norm_ticket = NULL;
         if (st != FERRY_OK)
             return st;
+        if (e->dp)
+            continue; /* the ranks' tiles are added below */
         double sum = 0;
         bool bad = false;
         for (size_t t = 0; t < g->norm->ntiles; t++) {
@@ -91,10 +94,11 @@ static ferry_status norms_offloaded(ferry_engine *e)
         g->sumsq = sum;
         g->nonfinite = bad;
     }
+    ferry_status st = e->dp ? shard_sum_norms(e) : FERRY_OK;
     /* How long the update started after backward ended: gradients still
-     * draining, or their norm still being summed. */
+     * draining (or being reduced across ranks), or their norm still being summed. */
     e->timing_acc.optimizer_wait_grads_ms = clock_now_ms() - t0;
-    return FERRY_OK;
+    return st;
 }
 
 /* Offload none: each group's sum of squares by the backend's op, on the
@@ -103,6 +107,8 @@ static ferry_status norms_resident(ferry_engine *e)
 {
     ferry_status st;
     size_t bytes = (size_t)e->ngroups * sizeof(double);
+    if (e->dp && (st = shard_wait_reduced(e)) != FERRY_OK)
+        return st;
     if ((st = backend_memset_async(e->compute, e->dev_sumsq, 0, bytes)) != FERRY_OK)
         return st;
     for (int i = 0; i < e->ngroups; i++) {
@@ -141,11 +147,14 @@ static ferry_status decide(ferry_engine *e, const ferry_step_options *o, gradnor
         sums[i] = e->groups[i].sumsq;
         bad[i] = e->groups[i].nonfinite;
     }
+    /* Every rank decides from the same flags: all skip, or none. */
+    ferry_status st = shard_agree_nonfinite(e, bad, e->ngroups);
     float inv_scale = e->scaling ? loss_scale_inverse(&e->scaler) : 1.0f;
-    *d = gradnorm_decide_unscaled(sums, bad, e->ngroups, o->max_grad_norm, inv_scale);
+    if (st == FERRY_OK)
+        *d = gradnorm_decide_unscaled(sums, bad, e->ngroups, o->max_grad_norm, inv_scale);
     free(sums);
     free(bad);
-    return FERRY_OK;
+    return st;
 }
 
 /* ---- the update ---- */
@@ -158,10 +167,19 @@ static adamw_hparams group_hparams(const engine_group *g, const ferry_step_optio
 }
 
 /* A group's update as jobs over its segments: the decayed parts and the
- * ranges exempt from weight decay alternate. Element-wise, so the split
- * changes no bit. */
+ * ranges exempt from weight decay alternate, each cut to this rank's part
+ * of the group (all of it alone). Element-wise, so the split changes no
+ * bit. */
 typedef ferry_status (*segment_fn)(ferry_engine *e, engine_group *g, size_t first, size_t n,
                                    adamw_hparams hp, float clip);
+
+static ferry_status own_part(ferry_engine *e, engine_group *g, size_t first, size_t n, adamw_hparams hp, float clip,
+                             segment_fn fn)
+{
+    size_t lo = g->shard_lo, hi = g->shard_lo + g->shard_n;
+    size_t a = first > lo ? first : lo, b = first + n < hi ? first + n : hi;
+    return a < b ? fn(e, g, a, b - a, hp, clip) : FERRY_OK;
+}
 
 static ferry_status for_each_segment(ferry_engine *e, engine_group *g, const ferry_step_options *o,
                                      float clip, segment_fn fn)
@@ -174,13 +192,13 @@ static ferry_status for_each_segment(ferry_engine *e, engine_group *g, const fer
     for (size_t r = 0; split && r < g->no_decay_count && st == FERRY_OK; r++) {
         size_t off = g->no_decay[r][0], n = g->no_decay[r][1];
         if (off > at)
-            st = fn(e, g, at, off - at, hp, clip);
+            st = own_part(e, g, at, off - at, hp, clip, fn);
         if (st == FERRY_OK && n > 0)
-            st = fn(e, g, off, n, plain, clip);
+            st = own_part(e, g, off, n, plain, clip, fn);
         at = off + n;
     }
     if (st == FERRY_OK && at < g->numel)
-        st = fn(e, g, at, g->numel - at, hp, clip);
+        st = own_part(e, g, at, g->numel - at, hp, clip, fn);
     return st;
 }
 
@@ -213,8 +231,9 @@ static ferry_status submit_segment(ferry_engine *e, engine_group *g, size_t firs
 {
     ferry_dtype gt;
     const char *grads = engine_step_grads(e, g, &gt);
-    adamw_job job = {g->master + first, g->m + first, g->v + first, grads + first * dtype_size(gt), gt, n,
-                     e->step + 1, hp, clip, (char *)g->host_weights + first * e->act_size, e->act};
+    size_t at = first - g->shard_lo; /* the host state holds this rank's part */
+    adamw_job job = {g->master + at, g->m + at, g->v + at, grads + at * dtype_size(gt), gt, n,
+                     e->step + 1, hp, clip, (char *)g->host_weights + at * e->act_size, e->act};
     ferry_status st = adamw_check(&job);
     if (st != FERRY_OK)
         return st;
@@ -273,6 +292,10 @@ static ferry_status update_offloaded(ferry_engine *e, const ferry_step_options *
     /* Each group's upload follows its own update, in forward order. */
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
         engine_group *g = &e->groups[i];
+        if (e->dp) {
+            st = shard_upload(e, g, NULL);
+            continue;
+        }
         size_t bytes = g->numel * e->act_size;
         e->timing_acc.transfer_h2d_bytes += (double)bytes;
         if ((st = engine_update_barrier(e, g)) == FERRY_OK &&
@@ -294,6 +317,10 @@ static ferry_status upload_delayed(ferry_engine *e)
     ferry_status st = FERRY_OK;
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
         engine_group *g = &e->groups[i];
+        if (e->dp) {
+            st = shard_upload(e, g, g->grads_done);
+            continue;
+        }
         size_t bytes = g->numel * e->act_size;
         e->timing_acc.transfer_h2d_bytes += (double)bytes;
         if ((st = engine_update_barrier(e, g)) == FERRY_OK &&
@@ -362,8 +389,15 @@ static void close_timing(ferry_engine *e)
         float ms = 0;
         if (!g->wait_recorded)
             continue;
+        float gathered = 0;
         if (backend_event_synchronize(g->wait_end) == FERRY_OK &&
             backend_event_elapsed_ms(g->wait_begin, g->wait_end, &ms) == FERRY_OK && ms > 0) {
+            /* Sharded: the wait after this rank's slot arrived was for the others'. */
+            if (shard_sharded(e) && backend_event_elapsed_ms(g->wait_mid, g->wait_end, &gathered) == FERRY_OK) {
+                gathered = gathered < 0 ? 0 : gathered > ms ? ms : gathered;
+                ms -= gathered;
+                t.compute_wait_comm_ms += gathered;
+            }
             if (e->cfg.offload == FERRY_OFFLOAD_PARAMS)
                 t.compute_wait_transfer_ms += ms;
             else
@@ -371,6 +405,7 @@ static void close_timing(ferry_engine *e)
         }
         g->wait_recorded = false;
     }
+    shard_close_timing(e, &t);
     err_clear();
     t.max_resident_groups = e->cfg.offload == FERRY_OFFLOAD_PARAMS ? e->resident_max : e->ngroups;
     e->timing = t;
@@ -390,6 +425,8 @@ ferry_status engine_step(ferry_engine *e, const ferry_step_options *caller_opts,
         return err_wrap(st, "ferry_engine_step");
     bool offloaded = e->cfg.offload != FERRY_OFFLOAD_NONE;
     st = offloaded ? norms_offloaded(e) : norms_resident(e);
+    if (st == FERRY_OK) /* every collective of the step so far went through */
+        st = shard_check(e);
     if (st != FERRY_OK)
         return st;
     gradnorm_decision d = {0, 1.0f, false, -1, 1.0f};

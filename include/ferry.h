@@ -293,6 +293,13 @@ typedef struct ferry_engine_config {
     uint64_t nvme_block_bytes;     /* bytes per I/O and per CRC-32C; 0 = 1 MiB; a multiple of 4096 */
     int nvme_queue_depth;          /* I/Os in flight; 0 = 16, 1..1024 */
     int nvme_master;               /* 1: the fp32 master weights on disk too; 0: only the Adam moments */
+    /* Data parallelism (see "data parallelism" below): 0 = join the world a
+     * launcher (mpirun, srun) started when it has more than one rank, else
+     * train alone; 1 = always go through the collectives, even at world size
+     * 1 (the sharded paths on one GPU); -1 = never (every rank trains alone). */
+    int data_parallel;
+    int comm_timeout_s;            /* a collective waiting longer fails the run; 0 = $FERRY_COMM_TIMEOUT,
+                                      else 600 */
 } ferry_engine_config;
 
 #define FERRY_ENGINE_CONFIG_INIT                                                              \
@@ -321,6 +328,8 @@ typedef struct ferry_engine_config {
         0,                           /* nvme_block_bytes: 1 MiB */                            \
         0,                           /* nvme_queue_depth: 16 */                               \
         0,                           /* nvme_master: moments only */                          \
+        0,                           /* data_parallel: join a launcher's world */             \
+        0,                           /* comm_timeout_s: $FERRY_COMM_TIMEOUT, else 600 */      \
     }
 
 /* Creates an engine: opens the backend, its streams and the optimizer thread
@@ -512,6 +521,10 @@ typedef struct ferry_step_timing {
     double optimizer_wait_grads_ms;   /* the CPU update waited for gradients to land */
     double transfer_h2d_bytes, transfer_d2h_bytes;
     int max_resident_groups;    /* most groups' weights on the device at once */
+    int world_size;             /* ranks training together (1: alone) */
+    double compute_wait_comm_ms; /* compute stream stalled on collectives (gathered weights,
+                                    reduced gradients) */
+    double comm_bytes;          /* bytes this rank sent through collectives in the step */
 } ferry_step_timing;
 
 #define FERRY_STEP_TIMING_INIT                                                                \
@@ -525,6 +538,9 @@ typedef struct ferry_step_timing {
         0,                         /* transfer_h2d_bytes */                                   \
         0,                         /* transfer_d2h_bytes */                                   \
         0,                         /* max_resident_groups */                                  \
+        1,                         /* world_size */                                           \
+        0,                         /* compute_wait_comm_ms */                                 \
+        0,                         /* comm_bytes */                                           \
     }
 
 FERRY_API ferry_status ferry_engine_step_timing(ferry_engine *e, ferry_step_timing *out);
@@ -568,8 +584,107 @@ FERRY_API ferry_status ferry_engine_load_user(const char *path, void *user, size
  * uploaded are untouched, so ferry_engine_save() writes that step, and the
  * next step starts at micro-batch 0. Every group must be released first
  * (else FERRY_ERR_STATE, and nothing changes); during inference it is
- * FERRY_ERR_STATE; between steps it does nothing. */
+ * FERRY_ERR_STATE; between steps it does nothing. With several ranks it
+ * starts no collective, but waits for those the dropped micro-batches began
+ * (their reduce-scatters or all-reduces): every rank must drop the step
+ * after the same micro-batch, so agree on the stop first (as train_gpt2
+ * does with ferry_world_all_reduce before each micro-batch). */
 FERRY_API ferry_status ferry_engine_abandon_step(ferry_engine *e);
+/* ---- data parallelism ---- */
+/* ======================================================================
+ * Several processes training one model together (ZeRO data parallelism).
+ *
+ * Start the same program once per GPU with a launcher: `mpirun -np 8 prog`
+ * or Slurm's `srun --ntasks 8 prog`. Each process (a rank) finds its rank,
+ * the world size and its local rank (its GPU on this machine) in the
+ * launcher's environment, takes GPU local_rank, and joins the others
+ * through MPI, which also bootstraps NCCL. Without a launcher the world has
+ * one rank and neither MPI nor NCCL is touched.
+ *
+ * Every rank creates its engine with the same groups and calls the same
+ * engine functions in the same order with its own part of the data;
+ * ferry_engine_setup, _fetch (params mode), _release (backward), _step,
+ * _get_weights, _set_weights, _save and _load are then collective. The
+ * engine reduces the gradients across ranks and keeps the ranks' weights
+ * identical: offload none all-reduces them; optimizer and params modes
+ * reduce-scatter them, each rank owning 1/N of the master weights, moments
+ * and CPU update (and in params mode of the weights, gathered on fetch).
+ * Gradients are summed across ranks, so an embedder scales its loss by
+ * 1 / (micro-batches per step x world size) to train as one process with
+ * all the micro-batches would. Checkpoints hold the whole state and load
+ * at any world size.
+ *
+ * Failures: a collective that waits longer than the timeout fails with a
+ * message naming the ranks it waited for; a rank that fails calls
+ * ferry_world_abort() so that every other rank's next collective fails
+ * with its message instead of waiting. After a failure, end the process
+ * (the world cannot be joined again).
+ * ====================================================================== */
+
+typedef struct ferry_world_info {
+    size_t size;          /* sizeof(ferry_world_info), stamped by the macro */
+    int rank;             /* 0 .. world_size - 1 */
+    int world_size;       /* 1 without a launcher */
+    int local_rank;       /* rank among the ranks on this machine: picks the GPU */
+    int local_size;       /* ranks on this machine (-1 if the launcher does not say before joining) */
+    int joined;           /* 1 once ferry_world_join has joined (a world of 1 is joined at once) */
+    int mpi_compiled;     /* 1 if this library was built with MPI */
+    int nccl_compiled;    /* 1 if this library was built with NCCL */
+    int reserved;         /* 0 */
+    char launcher[16];    /* "mpirun", "srun", "mpi" (another MPI launcher) or "none" */
+} ferry_world_info;
+
+#define FERRY_WORLD_INFO_INIT                                                                 \
+    {                                                                                         \
+        sizeof(ferry_world_info), /* size */                                                  \
+        0,                        /* rank */                                                  \
+        1,                        /* world_size */                                            \
+        0,                        /* local_rank */                                            \
+        1,                        /* local_size */                                            \
+        0,                        /* joined */                                                \
+        0,                        /* mpi_compiled */                                          \
+        0,                        /* nccl_compiled */                                         \
+        0,                        /* reserved */                                              \
+        "none",                   /* launcher */                                              \
+    }
+
+/* What the launcher's environment says (Open MPI's OMPI_COMM_WORLD_*,
+ * Slurm's SLURM_PROCID / SLURM_STEP_NUM_TASKS / SLURM_LOCALID, MPICH's
+ * PMI_*), without starting anything; after ferry_world_join, the world as
+ * joined. Any thread. */
+FERRY_API ferry_status ferry_world_probe(ferry_world_info *info);
+
+/* Joins the world the launcher started: starts MPI once per process (with
+ * MPI_THREAD_MULTIPLE) and checks that it sees the ranks the launcher
+ * announced. A world of one rank needs nothing and is joined at once.
+ * Idempotent; ferry_engine_create joins by itself unless data_parallel is
+ * -1. info may be NULL. FERRY_ERR_UNSUPPORTED for a launched world in a
+ * build without MPI; FERRY_ERR_BACKEND when MPI cannot join it. Call from
+ * the thread that will call the other ferry_world_ functions. */
+FERRY_API ferry_status ferry_world_join(ferry_world_info *info);
+
+/* Sums `count` doubles across the ranks, in rank order (every rank gets the
+ * same bits). Collective; blocking on the calling thread. */
+FERRY_API ferry_status ferry_world_all_reduce(double *values, size_t count);
+/* Returns once every rank has called it. Collective. */
+FERRY_API ferry_status ferry_world_barrier(void);
+
+/* This rank has failed with `message`: tells every other rank, whose
+ * current or next collective then fails with "rank R failed: message".
+ * Returns once the message is sent (at most a few seconds); the world is
+ * unusable afterwards. A no-op in a world of one rank, or when the failure
+ * came from another rank. Any thread. */
+FERRY_API void ferry_world_abort(const char *message);
+
+/* Leaves the world at the end of the process: finalizes MPI when every
+ * rank is healthy. After a failure it returns the failure (MPI is left to
+ * the launcher, which ends the other ranks). Idempotent. */
+FERRY_API ferry_status ferry_world_leave(void);
+
+/* The engine's place in the world: its rank (0 alone) and the number of
+ * ranks it trains with (1 alone); -1 for NULL. */
+FERRY_API int ferry_engine_rank(const ferry_engine *e);
+FERRY_API int ferry_engine_world_size(const ferry_engine *e);
 /* ---- end engine ---- */
 
 #ifdef __cplusplus

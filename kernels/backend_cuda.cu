@@ -11,10 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ferry_cuda_build.h" /* FERRY_CUDA_ARCHS, FERRY_CUDA_PTX_ARCH: meson's gpu_archs */
 #include "kernels/backend_cuda.h"
 #include "kernels/backend_impl.h"
+#include "kernels/comm_impl.h"
 #include "kernels/cuda_check.h"
 
 namespace {
@@ -173,9 +175,42 @@ cudaError_t wait_stream(cuda_stream *cs)
     return rc == cudaSuccess ? cudaEventSynchronize(cs->drained) : rc;
 }
 
+/* A wait while collectives are open: the GPU may be waiting for a rank
+ * that died, so poll, and let the collectives' check end the wait
+ * (backend.comm_poll aborts the communicators, which ends their kernels). */
+ferry_status poll_until_done(backend *be, cudaError_t (*query)(void *), void *handle)
+{
+    double t0 = comm_now_s();
+    long nap_ns = 10000;
+    for (;;) {
+        cudaError_t rc = query(handle);
+        if (rc != cudaErrorNotReady) {
+            CUDA_CHECK(rc);
+            return FERRY_OK;
+        }
+        cudaGetLastError(); /* "not yet" is no error */
+        ferry_status (*poll)(backend *, double) = be->comm_poll;
+        ferry_status st = poll ? poll(be, comm_now_s() - t0) : FERRY_OK;
+        if (st != FERRY_OK)
+            return st;
+        struct timespec nap = {0, nap_ns};
+        nanosleep(&nap, NULL);
+        if (nap_ns < 1000000)
+            nap_ns *= 2;
+    }
+}
+
+cudaError_t query_stream(void *h) { return cudaStreamQuery(static_cast<cudaStream_t>(h)); }
+cudaError_t query_event(void *h) { return cudaEventQuery(static_cast<cudaEvent_t>(h)); }
+
 ferry_status cuda_stream_synchronize(backend_stream *s)
 {
     cuda_stream *cs = static_cast<cuda_stream *>(s->impl);
+    if (s->be->comm_poll) {
+        ferry_status st = poll_until_done(s->be, query_stream, cs->stream);
+        if (st != FERRY_OK)
+            return st;
+    }
     CUDA_CHECK(wait_stream(cs));
     return take_host_error(s);
 }
@@ -238,6 +273,11 @@ ferry_status cuda_stream_wait_event(backend_stream *s, backend_event *e)
 
 ferry_status cuda_event_synchronize(backend_event *e)
 {
+    if (e->be->comm_poll) {
+        ferry_status st = poll_until_done(e->be, query_event, ev(e));
+        if (st != FERRY_OK)
+            return st;
+    }
     CUDA_CHECK(cudaEventSynchronize(ev(e)));
     return FERRY_OK;
 }
@@ -408,16 +448,21 @@ extern "C" int backend_cuda_device_count(void)
     return n;
 }
 
+/* The GPU of this process: its local rank's among those it sees (one per
+ * rank, or all of the machine's, which the local ranks then share out). */
+static int rank_device(int count) { return count > 0 ? comm_world_local_rank() % count : 0; }
+
 extern "C" ferry_status backend_cuda_describe(char *name, size_t name_cap, uint64_t *memory_bytes,
                                               char *pci_bus_id, size_t pci_cap)
 {
-    if (backend_cuda_device_count() == 0)
+    int count = backend_cuda_device_count();
+    if (count == 0)
         return err_set(FERRY_ERR_UNSUPPORTED, "no CUDA device is present (or no driver)");
     cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, rank_device(count)));
     snprintf(name, name_cap, "%.255s", prop.name);
     *memory_bytes = prop.totalGlobalMem;
-    CUDA_CHECK(cudaDeviceGetPCIBusId(pci_bus_id, (int)pci_cap, 0));
+    CUDA_CHECK(cudaDeviceGetPCIBusId(pci_bus_id, (int)pci_cap, rank_device(count)));
     return FERRY_OK;
 }
 
@@ -480,15 +525,17 @@ extern "C" ferry_status backend_cuda_init(backend *be)
     cudaError_t rc = cudaGetDeviceCount(&count);
     if (rc != cudaSuccess || count == 0)
         return explain_no_device(rc);
+    int device = rank_device(count);
     cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     ferry_status st = backend_cuda_check_card(prop.name, prop.major, prop.minor);
     if (st != FERRY_OK)
         return st;
+    CUDA_CHECK(cudaSetDevice(device));
     cuda_backend *cb = static_cast<cuda_backend *>(calloc(1, sizeof *cb));
     if (!cb)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "backend_open: out of host memory");
-    cb->device = 0;
+    cb->device = device;
     be->impl = cb;
     be->vt = &cuda_vtable;
     be->ops = &backend_cuda_ops;

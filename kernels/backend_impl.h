@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "kernels/backend.h"
+#include "kernels/comm.h"
 #include "kernels/ops.h"
 
 #ifdef __cplusplus
@@ -92,6 +93,16 @@ typedef struct backend_ops {
     ferry_status (*sumsq)(backend_stream *s, const void *grad, ferry_dtype grad_dtype, size_t n,
                           double *sumsq, void *scratch);
     ferry_status (*accumulate)(backend_stream *s, float *acc, const act_t *g, size_t n, bool first);
+    /* Collectives (kernels/comm.h): a communicator of the world's ranks for
+     * this backend, and the three sums on a stream. */
+    ferry_status (*comm_open)(backend_comm *c);
+    void (*comm_close)(backend_comm *c);
+    ferry_status (*reduce_scatter)(backend_stream *s, backend_comm *c, const void *send, void *recv, size_t count,
+                                   ferry_dtype t);
+    ferry_status (*all_gather)(backend_stream *s, backend_comm *c, const void *send, void *recv, size_t count,
+                               ferry_dtype t);
+    ferry_status (*all_reduce)(backend_stream *s, backend_comm *c, const void *send, void *recv, size_t count,
+                               ferry_dtype t);
 } backend_ops;
 
 /* The tables of the two backends (the cuda one only in a CUDA build). */
@@ -116,6 +127,10 @@ struct backend {
     uint32_t act_refused;  /* storage types the ops have that this device cannot compute in
                               (bit 1 << ferry_dtype: bf16 below sm_80) */
     char act_refusal[384]; /* why, for backend_set_act_dtype's message */
+    /* Set while collectives that wait on the device are open (NCCL): the
+     * backend's waits call it as they poll, with the seconds waited so far;
+     * a failure it returns ends the wait. NULL: plain waits. */
+    ferry_status (*comm_poll)(backend *be, double waited_s);
 };
 
 struct backend_stream {

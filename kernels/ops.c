@@ -5,10 +5,12 @@
  * same way and no caller branches on the backend. Owns no memory. */
 #include "kernels/ops.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "common/error.h"
 #include "kernels/backend_impl.h"
+#include "kernels/comm_impl.h"
 
 ferry_dtype backend_act_dtype(const backend *be) { return be->act; }
 
@@ -466,4 +468,89 @@ ferry_status ops_accumulate(backend_stream *s, float *acc, const act_t *g, size_
     CHECK(check_tensor(op, s, "acc", acc, n, sizeof(float)));
     CHECK(check_tensor(op, s, "g", g, n, act_size(s)));
     return s->be->ops->accumulate(s, acc, g, n, first);
+}
+
+/* ---- collectives ---- */
+
+ferry_status backend_comm_open(backend *be, const char *name, backend_comm **out)
+{
+    if (!be || !out)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "backend_comm_open: NULL argument");
+    *out = NULL;
+    ferry_status st = comm_world_check();
+    if (st != FERRY_OK)
+        return st;
+    backend_comm *c = calloc(1, sizeof *c);
+    if (!c)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "backend_comm_open: out of host memory");
+    c->be = be;
+    snprintf(c->name, sizeof c->name, "%s", name ? name : "collectives");
+    c->rank = comm_world_rank();
+    c->size = comm_world_size();
+    if ((st = be->ops->comm_open(c)) != FERRY_OK) {
+        free(c);
+        return err_wrap(st, "opening the communicator '%s' (rank %d of %d)", name ? name : "collectives",
+                        comm_world_rank(), comm_world_size());
+    }
+    *out = c;
+    return FERRY_OK;
+}
+
+void backend_comm_close(backend_comm *c)
+{
+    if (!c)
+        return;
+    c->be->ops->comm_close(c);
+    free(c);
+}
+
+int backend_comm_rank(const backend_comm *c) { return c ? c->rank : -1; }
+int backend_comm_size(const backend_comm *c) { return c ? c->size : -1; }
+const char *backend_comm_transport(const backend_comm *c) { return c ? c->transport : ""; }
+
+/* The communicator, the type and the buffers of a collective: send holds
+ * send_n elements, recv recv_n, both inside live buffers of the comm's backend. */
+static ferry_status check_collective(const char *op, backend_stream *s, backend_comm *c, const void *send,
+                                     size_t send_n, void *recv, size_t recv_n, ferry_dtype t)
+{
+    CHECK(check_stream(op, s));
+    if (!c)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: the communicator is NULL", op);
+    if (c->be != s->be)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: the communicator '%s' belongs to another backend than the "
+                                                   "stream '%s'",
+                       op, c->name, s->name);
+    if (!dtype_is_float(t))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: element type %s; collectives sum f32, bf16 or f16", op,
+                       dtype_name(t));
+    if (send_n == 0 && recv_n == 0)
+        return FERRY_OK;
+    CHECK(check_tensor(op, s, "send", send, send_n, dtype_size(t)));
+    return check_tensor(op, s, "recv", recv, recv_n, dtype_size(t));
+}
+
+ferry_status ops_reduce_scatter(backend_stream *s, backend_comm *c, const void *send, void *recv, size_t count,
+                                ferry_dtype t)
+{
+    const char *op = "ops_reduce_scatter";
+    size_t n = c ? (size_t)c->size : 0;
+    CHECK(check_collective(op, s, c, send, n * count, recv, count, t));
+    return count ? s->be->ops->reduce_scatter(s, c, send, recv, count, t) : FERRY_OK;
+}
+
+ferry_status ops_all_gather(backend_stream *s, backend_comm *c, const void *send, void *recv, size_t count,
+                            ferry_dtype t)
+{
+    const char *op = "ops_all_gather";
+    size_t n = c ? (size_t)c->size : 0;
+    CHECK(check_collective(op, s, c, send, count, recv, n * count, t));
+    return count ? s->be->ops->all_gather(s, c, send, recv, count, t) : FERRY_OK;
+}
+
+ferry_status ops_all_reduce(backend_stream *s, backend_comm *c, const void *send, void *recv, size_t count,
+                            ferry_dtype t)
+{
+    const char *op = "ops_all_reduce";
+    CHECK(check_collective(op, s, c, send, count, recv, count, t));
+    return count ? s->be->ops->all_reduce(s, c, send, recv, count, t) : FERRY_OK;
 }

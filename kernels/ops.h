@@ -34,6 +34,7 @@
 #include "common/dtype.h"
 #include "common/numerics.h"
 #include "kernels/backend.h"
+#include "kernels/comm.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -165,6 +166,31 @@ ferry_status ops_sumsq(backend_stream *s, const void *grad, ferry_dtype grad_dty
  * CPU's acc += widen(g). */
 ferry_status ops_accumulate(backend_stream *s, float *acc, const act_t *g, size_t n, bool first);
 #define OPS_SUMSQ_PARTIALS 512 /* partial sums in the scratch, on every backend */
+
+/* ---- collectives: sums across the ranks of a communicator (kernels/comm.h) ----
+ *
+ * Launched on a stream like a copy, in stream order, on device buffers of
+ * the comm's backend, of type t (f32, bf16 or f16). Every rank issues the
+ * same collectives of a communicator in the same order, each from the one
+ * stream that uses the communicator. N = backend_comm_size(c), r its rank.
+ * Sums: on the host backend in rank order in fp32 (rank 0's value, plus
+ * rank 1's, ...; 16-bit types widened and the sum rounded once), the same
+ * bits on every rank and as one process adding its N micro-batches; on the
+ * cuda backend NCCL's order (every rank the same bits, the order NCCL's).
+ * A collective that fails (a rank died, the timeout, another rank's
+ * failure) makes the stream fail, reported by its next synchronize. */
+
+/* recv[0..count) = the sum over ranks of their send[r * count ..
+ * (r + 1) * count): send holds N * count elements. */
+ferry_status ops_reduce_scatter(backend_stream *s, backend_comm *c, const void *send, void *recv, size_t count,
+                                ferry_dtype t);
+/* recv[p * count .. (p + 1) * count) = rank p's send[0..count): recv holds
+ * N * count elements; send may be recv + r * count (in place). */
+ferry_status ops_all_gather(backend_stream *s, backend_comm *c, const void *send, void *recv, size_t count,
+                            ferry_dtype t);
+/* recv[0..count) = the sum over ranks of send[0..count); send may be recv. */
+ferry_status ops_all_reduce(backend_stream *s, backend_comm *c, const void *send, void *recv, size_t count,
+                            ferry_dtype t);
 size_t ops_sumsq_scratch_bytes(void);
 
 /* Device memory the backend's matmuls want as workspace (cuBLASLt's, so its

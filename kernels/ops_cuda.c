@@ -4,6 +4,7 @@
  * type: bf16 (the default from sm_80) or f16 (the default on sm_70 and
  * sm_75, where bf16 is refused). Built only with CUDA; owns no memory. */
 #include "kernels/backend_impl.h"
+#include "kernels/comm_impl.h"
 #include "kernels/ops_cuda.h"
 
 static ferry_status cuda_encoder_forward(backend_stream *s, act_t *out, const int32_t *tokens,
@@ -140,4 +141,9 @@ const backend_ops backend_cuda_ops = {
     .adamw = cuda_adamw,
     .sumsq = cuda_sumsq,
     .accumulate = cuda_accumulate,
+    .comm_open = comm_nccl_open,
+    .comm_close = comm_nccl_close,
+    .reduce_scatter = comm_nccl_reduce_scatter,
+    .all_gather = comm_nccl_all_gather,
+    .all_reduce = comm_nccl_all_reduce,
 };

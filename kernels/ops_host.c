@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "kernels/backend_impl.h"
 #include "kernels/blas.h"
+#include "kernels/comm_impl.h"
 #include "kernels/ops_host.h"
 
 /* ---- 16-bit storage: fp32 views of an op's tensors ---- */
@@ -586,4 +587,9 @@ const backend_ops backend_host_ops = {
     .adamw = host_adamw,
     .sumsq = host_sumsq,
     .accumulate = host_accumulate,
+    .comm_open = comm_host_open,
+    .comm_close = comm_host_close,
+    .reduce_scatter = comm_host_reduce_scatter,
+    .all_gather = comm_host_all_gather,
+    .all_reduce = comm_host_all_reduce,
 };

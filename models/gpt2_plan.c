@@ -84,7 +84,7 @@ static ferry_status predict(const plan_model *pm, const gpt2_plan_request *r, co
     ferry_dtype act = device_dtype(r->backend, r->dtype);
     engine_plan_request rq = {r->backend, act, mode, r->prefetch_groups, r->micro_batches, pm->numel, pm->ngroups,
                               disk != NULL, disk && disk->master, disk ? disk->window_bytes : 0,
-                              disk ? disk->block_bytes : 0};
+                              disk ? disk->block_bytes : 0, r->ranks};
     engine_memory_plan ep;
     if ((st = engine_plan_memory(&rq, &ep)) != FERRY_OK)
         return err_wrap(st, "gpt2 plan");

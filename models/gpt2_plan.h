@@ -48,7 +48,9 @@ typedef struct gpt2_plan {
  * mode on `backend` (HOST or CUDA) storing `dtype` on the device (AUTO: the
  * backend's, f32 on host and bf16 on cuda); prefetch_groups as
  * ferry_engine_config's (0..64); micro_batches per step (more than one adds
- * the fp32 sum of their gradients, 4 bytes per parameter). */
+ * the fp32 sum of their gradients, 4 bytes per parameter); ranks sharing
+ * the state (data parallelism: each rank's host holds 1/ranks of it in the
+ * optimizer and params modes, and the device the reduce buffers). */
 typedef struct gpt2_plan_request {
     const gpt2_config *cfg;
     int batch, seq;
@@ -58,6 +60,7 @@ typedef struct gpt2_plan_request {
     int micro_batches;
     ferry_backend_kind backend;
     ferry_dtype dtype;
+    int ranks;         /* data parallel ranks (0 or 1: alone): each rank's figures, rank 0's (the largest) */
 } gpt2_plan_request;
 
 /* The NVMe tier, as the engine config's nvme_ fields: with offload NVME (a

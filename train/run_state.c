@@ -570,9 +570,29 @@ static ferry_status install(const char *tmp, const char *final, const char *asid
     return FERRY_OK;
 }
 
+/* Data parallelism: rank 0 writes the checkpoint; every other rank takes
+ * part in the collectives that gather the state to it, in its order (the
+ * weights of each group, then the engine's state), and writes nothing. */
+static ferry_status save_as_follower(const char *dir, ferry_engine *e, const gpt2_model *m)
+{
+    size_t most = 0;
+    for (int g = 0; g < gpt2_num_groups(m); g++)
+        most = gpt2_group_numel(m, g) > most ? gpt2_group_numel(m, g) : most;
+    float *buf = malloc(most * sizeof(float));
+    ferry_status st = buf ? FERRY_OK : err_set(FERRY_ERR_OUT_OF_MEMORY, "saving: out of memory");
+    for (int g = 0; g < gpt2_num_groups(m) && st == FERRY_OK; g++)
+        st = ferry_engine_get_weights(e, g, buf);
+    free(buf);
+    if (st == FERRY_OK)
+        st = ferry_engine_save(e, dir, NULL, 0);
+    return st;
+}
+
 ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, const gpt2_model *m,
                             const train_resume *resume)
 {
+    if (ferry_engine_rank(e) > 0)
+        return save_as_follower(dir, e, m);
     char name[64], hidden[80], old[80], tmp[PATH_MAX], final[PATH_MAX], aside[PATH_MAX], state[PATH_MAX];
     unsigned char blob[RUN_STATE_BYTES];
     train_resume r = *resume;

@@ -111,6 +111,9 @@ static ferry_status generate(const gpt2_model *m, gpt2_activations *a, const gpt
     float *logits = malloc((size_t)V * sizeof *logits);
     ferry_status st = tokens && logits ? FERRY_OK : err_set(FERRY_ERR_OUT_OF_MEMORY, "sampling: out of memory");
     for (int i = 0; i < n && st == FERRY_OK && !(s->stop && atomic_load(s->stop)); i++) {
+        bool end = false;
+        if (s->before_token && ((st = s->before_token(s->before_token_ctx, &end)) != FERRY_OK || end))
+            break;
         size_t len = ids->len, start = len > (size_t)T ? len - (size_t)T : 0, used = len - start;
         for (size_t j = 0; j < (size_t)B * (size_t)T; j++)
             tokens[j] = (int32_t)TOK_GPT2_EOT;

@@ -6,6 +6,7 @@
 #define FERRY_TRAIN_SAMPLE_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ferry.h"
@@ -17,6 +18,12 @@ typedef struct sampler {
     float temperature; /* 0 = greedy */
     int top_k;         /* 0 = every token */
     const atomic_int *stop; /* NULL, or a flag (a signal's) that ends generation after the token under way */
+    /* NULL, or asked before each token (the first too) whether to end
+     * generation there: processes that sample alike, whose forwards are
+     * collectives (data parallel ranks), decide together. An error it
+     * returns ends generation with that error. */
+    ferry_status (*before_token)(void *ctx, bool *stop);
+    void *before_token_ctx;
 } sampler;
 
 /* Picks the next token from logits[V]. */
@@ -31,8 +38,8 @@ int sampler_top_k(const float *logits, int V, int k, int *idx);
  * model on engine e (activations a of batch B >= 1 and sequence T), and
  * returns the decoded text (prompt included) in *text (malloc'd). Runs
  * between steps: it brackets itself with ferry_engine_begin/end_inference.
- * When s->stop is set, it ends after the token under way, with the text so
- * far. */
+ * When s->stop is set, or s->before_token says to stop, it ends after the
+ * token under way, with the text so far. */
 ferry_status sample_text(ferry_engine *e, const gpt2_model *m, gpt2_activations *a, int B, int T, tok_bpe *tok,
                          const char *prompt, int n, sampler *s, char **text);
 /* The same with weights of the caller's (gpt2_resident's hooks, say), on

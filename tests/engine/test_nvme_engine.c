@@ -244,7 +244,7 @@ static void test_modes_agree(void)
                got.describe);
         /* The planner, from the same layout tables, predicts it exactly. */
         gpt2_plan_request rq = {&tiny, B, T, runs[i].mode, false, runs[i].prefetch, runs[i].accum, FERRY_BACKEND_HOST,
-                                test_dtype()};
+                                test_dtype(), 1};
         gpt2_plan_disk disk = {runs[i].master, 96 << 10, 4096};
         gpt2_plan p;
         ferry_status st = gpt2_plan_predict_disk(&rq, &disk, &p);
@@ -272,7 +272,7 @@ static void test_modes_agree(void)
  * meet, nvme mode can, to the byte memprof plan predicts. */
 static void test_host_budget(void)
 {
-    gpt2_plan_request rq = {&tiny, B, T, FERRY_OFFLOAD_NVME, false, 2, 1, FERRY_BACKEND_HOST, test_dtype()};
+    gpt2_plan_request rq = {&tiny, B, T, FERRY_OFFLOAD_NVME, false, 2, 1, FERRY_BACKEND_HOST, test_dtype(), 1};
     gpt2_plan_disk disk = {true, 96 << 10, 4096};
     gpt2_plan p;
     if (gpt2_plan_predict_disk(&rq, &disk, &p) != FERRY_OK) {

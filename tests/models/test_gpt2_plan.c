@@ -130,7 +130,7 @@ static void check_activations(void)
             gpt2_activations_destroy(a);
             gpt2_plan p;
             if (st == FERRY_OK)
-                st = gpt2_plan_predict(&(gpt2_plan_request){&c, shapes[i].B, shapes[i].T, FERRY_OFFLOAD_OPTIMIZER, rc, 2, 1, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO}, &p);
+                st = gpt2_plan_predict(&(gpt2_plan_request){&c, shapes[i].B, shapes[i].T, FERRY_OFFLOAD_OPTIMIZER, rc, 2, 1, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO, 1}, &p);
             if (st != FERRY_OK) {
                 tap_ok(0, "shape %zu: %s", i, ferry_last_error());
                 continue;
@@ -249,7 +249,7 @@ static void check_training(ferry_offload mode, bool recompute, int prefetch, int
     train_opts o = {mode, recompute, prefetch, 0, trace, accum};
     measured ms = {0};
     gpt2_plan p;
-    gpt2_plan_request rq = {&model_cfg, TB, TT, mode, recompute, prefetch, accum, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO};
+    gpt2_plan_request rq = {&model_cfg, TB, TT, mode, recompute, prefetch, accum, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO, 1};
     ferry_status pst = gpt2_plan_predict(&rq, &p);
     if (accum > 1)
         tap_diag("%s recompute %d prefetch %d, %d micro-batches a step:", mode_name(mode), recompute, prefetch, accum);
@@ -306,7 +306,7 @@ static void check_training(ferry_offload mode, bool recompute, int prefetch, int
 static void check_params_budget(void)
 {
     gpt2_plan p;
-    if (gpt2_plan_predict(&(gpt2_plan_request){&model_cfg, TB, TT, FERRY_OFFLOAD_PARAMS, true, 2, 1, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO}, &p) != FERRY_OK) {
+    if (gpt2_plan_predict(&(gpt2_plan_request){&model_cfg, TB, TT, FERRY_OFFLOAD_PARAMS, true, 2, 1, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO, 1}, &p) != FERRY_OK) {
         tap_ok(0, "params budget: predicted: %s", ferry_last_error());
         return;
     }
@@ -373,10 +373,10 @@ static void check_cli_fit(void)
     gpt2_config_preset("gpt2", &c);
     int maxB = 0;
     uint64_t budget = (uint64_t)6 << 30;
-    gpt2_plan_max_batch(&(gpt2_plan_request){&c, 1, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO}, budget, &maxB);
+    gpt2_plan_max_batch(&(gpt2_plan_request){&c, 1, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, 1}, budget, &maxB);
     gpt2_plan at, above;
-    gpt2_plan_predict(&(gpt2_plan_request){&c, maxB, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO}, &at);
-    gpt2_plan_predict(&(gpt2_plan_request){&c, maxB + 1, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO}, &above);
+    gpt2_plan_predict(&(gpt2_plan_request){&c, maxB, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, 1}, &at);
+    gpt2_plan_predict(&(gpt2_plan_request){&c, maxB + 1, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, 1}, &above);
     tap_ok(maxB >= 1 && at.device_total <= budget && above.device_total > budget,
            "max batch %d: B=%d predicts %llu <= 6 GiB, B=%d predicts %llu > 6 GiB", maxB, maxB,
            (unsigned long long)at.device_total, maxB + 1, (unsigned long long)above.device_total);
@@ -394,7 +394,7 @@ static void check_cli_fit(void)
     cJSON *j = cJSON_Parse(r.out);
     tap_ok(j != NULL, "--json output parses with cJSON");
     gpt2_plan p;
-    gpt2_plan_predict(&(gpt2_plan_request){&c, 64, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO}, &p);
+    gpt2_plan_predict(&(gpt2_plan_request){&c, 64, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, 1}, &p);
     TAP_IS_INT(num(j, "device.total_bytes"), p.device_total, "json device.total_bytes = gpt2_plan_predict's");
     TAP_IS_INT(num(j, "device.by_category.activations"), p.activations, "json device activations");
     TAP_IS_INT(num(j, "host.total_bytes"), p.host_total, "json host.total_bytes");
@@ -411,7 +411,7 @@ static void check_cli_fit(void)
     run_memprof("plan --model gpt2 --batch 8 --seq 1024 --dtype f16 --json", &r);
     j = cJSON_Parse(r.out);
     gpt2_plan_predict(&(gpt2_plan_request){&c, 8, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA,
-                                           FERRY_DTYPE_BF16}, &p);
+                                           FERRY_DTYPE_BF16, 1}, &p);
     TAP_IS_INT(r.status, 0, "memprof plan --dtype f16: exit 0");
     TAP_IS_INT(num(j, "device.total_bytes"), p.device_total, "f16's device bytes are bf16's");
     TAP_IS_INT(num(j, "host.total_bytes"), p.host_total, "and so are its host bytes");
@@ -421,7 +421,7 @@ static void check_cli_fit(void)
         tap_diag("  stdout: %s", r.out);
 
     /* 124M parameters, host pool: 12 + 2 + 2 bytes each (4 KiB rounding aside). */
-    gpt2_plan_predict(&(gpt2_plan_request){&c, 64, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO}, &p);
+    gpt2_plan_predict(&(gpt2_plan_request){&c, 64, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, 1}, &p);
     double per_param = (double)p.host_total / (double)p.group_elems;
     TAP_IS_CLOSE(per_param, 16.0, 0.001, 0, "gpt2 optimizer offload, cuda: 16 host bytes per parameter");
 }

@@ -10,6 +10,8 @@ says so where it is written:
     ```sh gpu             needs a GPU: run only where ferry-info finds one
     ```sh mpirun          starts several processes with mpirun: run only where
                           mpirun is on PATH
+    ```sh srun            starts ranks with Slurm's srun: run only where srun is
+                          on PATH
     ```sh long            takes minutes or more (a full build, the demo, a
                           fuzzing campaign): run only with FERRY_DOC_LONG=1
 
@@ -39,7 +41,7 @@ import sys
 import tempfile
 
 LANGS = ("sh", "bash", "shell")
-MARKERS = ("gpu", "mpirun", "long")
+MARKERS = ("gpu", "mpirun", "srun", "long")
 FENCE = re.compile(r"^(`{3,})([^`]*)$")  # a backtick fence has no backtick in its info string
 TIMEOUT_S = 600
 
@@ -164,6 +166,7 @@ def main():
     long_ok = os.environ.get("FERRY_DOC_LONG", "0") == "1"
     gpu = has_gpu(build)
     mpirun = shutil.which("mpirun") is not None
+    srun = shutil.which("srun") is not None
     n = failed = 0
     env = dict(os.environ, FERRY_DOC_SHRINK=os.environ.get("FERRY_DOC_SHRINK", "1"), OPENBLAS_NUM_THREADS="1")
     for md in files:
@@ -185,6 +188,8 @@ def main():
                     why = "gpu: no GPU here"
                 elif "mpirun" in marks and not mpirun:
                     why = "mpirun: not on PATH"
+                elif "srun" in marks and not srun:
+                    why = "srun: not on PATH (no Slurm here)"
                 if why:
                     print("ok %d - %s # SKIP %s" % (n, what, why))
                     continue

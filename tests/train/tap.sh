@@ -3,10 +3,14 @@
 # a token shard in llm.c's format (make_shard FILE: header magic 20240520,
 # version 1, count; then 40000 uint16 tokens below 500); same_weights A B:
 # two model.safetensors hold the same tensors, bit for bit (their metadata,
-# which names the run, may differ); same_state A B: two state.ferry hold the
-# same engine state, bit for bit (engine/checkpoint.c's layout: the header's
-# groups, step, state size, state hash, dtype and flags, the group table and
-# the state; the trainer's blob after it, which names the run, may differ).
+# which names the run, may differ); same_state A B: two state.ferry files
+# hold the same engine state and run state, bit for bit, but for the run
+# identity (16 bytes at 96 of the run state, the last section) and the two
+# checksums that cover it (the blob's, and the header's CRC).
+# same_engine_state A B: the engine state alone, bit for bit
+# (engine/checkpoint.c's layout: the header's groups, step, state size,
+# state hash, dtype and flags, the group table and the state; the trainer's
+# blob after it, which holds the run's settings, may differ).
 python=/usr/bin/python3
 n=0; failed=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi; }
@@ -34,6 +38,24 @@ sys.exit(0 if tensors(sys.argv[1]) == tensors(sys.argv[2]) else 1)
 PY
 }
 same_state() {
+  $python - "$1" "$2" <<'PY'
+import struct, sys
+def state(path):
+    b = bytearray(open(path, "rb").read())
+    groups, = struct.unpack_from("<I", b, 12)
+    user, = struct.unpack_from("<Q", b, 24)
+    blob = len(b) - user             # the blob ends the file
+    if user < 112 or blob < 72 + groups * 72:
+        return None
+    b[48:56] = bytes(8)              # user_checksum: of the blob
+    b[64:68] = bytes(4)              # head_crc: of the header, user_checksum included
+    b[blob + 96:blob + 112] = bytes(16)  # the run identity
+    return bytes(b)
+a, b = state(sys.argv[1]), state(sys.argv[2])
+sys.exit(0 if a is not None and a == b else 1)
+PY
+}
+same_engine_state() {
   $python - "$1" "$2" <<'PY'
 import struct, sys
 def state(path):

@@ -75,7 +75,7 @@ int main(void)
     tap_ok(idx[0] == 2 && idx[1] == 3 && idx[2] == 0 && idx[3] == 1, "NaN ranks last (%d %d %d %d)", idx[0], idx[1],
            idx[2], idx[3]);
     float peaks[6] = {0, 7, 1, 7, -3, 2};
-    sampler greedy = {SEED, 0.0f, 40, NULL};
+    sampler greedy = {SEED, 0.0f, 40, NULL, NULL, NULL};
     TAP_IS_INT(sampler_pick(&greedy, peaks, 6), 1, "temperature 0 picks the first of the largest logits");
     free(logits);
     return tap_done();

@@ -77,6 +77,12 @@ int main(int argc, char **argv)
     printf("  host         : %d NUMA node(s), %d cores, %d hardware threads, %s, SIMD %s\n",
            info.numa_nodes, info.cores, info.pus,
            units_fmt_bytes(mem, sizeof mem, info.host_memory_bytes), info.simd);
+    ferry_world_info world = FERRY_WORLD_INFO_INIT;
+    if (ferry_world_probe(&world) == FERRY_OK)
+        printf("  ranks        : %s; rank %d of %d, local rank %d (launcher: %s)\n",
+               world.mpi_compiled ? (world.nccl_compiled ? "MPI and NCCL built in" : "MPI built in, no NCCL")
+                                  : "no MPI: one rank only",
+               world.rank, world.world_size, world.local_rank, world.launcher);
     ferry_backend_kind kind = FERRY_BACKEND_AUTO;
     const char *env = getenv("FERRY_BACKEND");
     if (env && *env && ferry_backend_parse(env, &kind) != FERRY_OK) {

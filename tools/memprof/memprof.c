@@ -255,6 +255,10 @@ static void plan_print_text(const mp_plan_args *a, const gpt2_config *c, const g
            a->recompute ? "on" : "off");
     if (a->offload == FERRY_OFFLOAD_PARAMS)
         printf(", prefetch %d", a->prefetch);
+    if (a->ranks > 1)
+        printf("\nranks: %d (data parallel); the figures below are each rank's (rank 0's, the largest), the\n"
+               "  batch is per rank: %d x %d sequences per step across the ranks",
+               a->ranks, a->batch * a->grad_accum * a->ranks, a->seq);
     printf("\ndevice peak (predicted): %s\n", units_fmt_bytes(x, sizeof x, p->device_total));
     for (int k = 0; k < FERRY_MEM_CATEGORY_COUNT; k++)
         if (p->device_bytes[k])
@@ -329,6 +333,7 @@ static void plan_print_json(const mp_plan_args *a, const gpt2_config *c, const g
     cJSON_AddStringToObject(o, "backend", ferry_backend_name(a->backend));
     cJSON_AddBoolToObject(o, "recompute", a->recompute);
     cJSON_AddNumberToObject(o, "prefetch", a->prefetch);
+    cJSON_AddNumberToObject(o, "ranks", a->ranks);
     cJSON *d = plan_pool_json(p->device_bytes, p->device_total);
     cJSON_AddNumberToObject(d, "min_bytes", (double)p->device_min_bytes);
     cJSON_AddNumberToObject(d, "weight_groups", p->device_weight_groups);
@@ -395,7 +400,8 @@ static int cmd_plan(int argc, char **argv)
         return rc == 1 ? 0 : 2;
     gpt2_plan p;
     int max_b = 0;
-    gpt2_plan_request rq = {&c, a.batch, a.seq, a.offload, a.recompute, a.prefetch, a.grad_accum, a.backend, a.dtype};
+    gpt2_plan_request rq = {&c, a.batch, a.seq, a.offload, a.recompute, a.prefetch, a.grad_accum, a.backend, a.dtype,
+                            a.ranks};
     gpt2_plan_disk tier = {a.nvme_master, a.nvme_window, a.nvme_block}, *disk = plan_disk(&a) ? &tier : NULL;
     plan_largest big;
     memset(&big, 0, sizeof big);

@@ -127,6 +127,7 @@ typedef struct mp_plan_args {
     bool nvme_master;
     uint64_t nvme_window, nvme_block;
     uint64_t disk;              /* --disk: the space to check the state file against; 0 = not given */
+    int ranks;                  /* data parallel ranks; 1 = alone */
 } mp_plan_args;
 
 void mp_usage(FILE *f);

@@ -98,7 +98,7 @@ void mp_plan_usage(FILE *f)
     fputs("usage: memprof plan [--model NAME | --layers L --heads H --width C] [--vocab V]\n"
           "                    [--context T] [--batch B] [--seq T] [--offload none|optimizer|params|nvme]\n"
           "                    [--recompute] [--prefetch K] [--grad-accum K] [--backend cuda|host|auto]\n"
-          "                    [--dtype auto|f32|bf16|f16]\n"
+          "                    [--dtype auto|f32|bf16|f16] [--ranks N]\n"
           "                    [--gpu-mem SIZE] [--host-mem SIZE] [--json]\n"
           "                    [--nvme-path DIR] [--nvme-master] [--nvme-window SIZE]\n"
           "                    [--nvme-block SIZE] [--disk SIZE]\n"
@@ -126,6 +126,9 @@ void mp_plan_usage(FILE *f)
           "                  train_gpt2 would choose here: cuda where a GPU is present, else host)\n"
           "  --dtype TYPE    device storage: auto (the backend's), f32 (host), bf16, or f16\n"
           "                  (Volta and Turing cards; the same bytes as bf16)\n"
+          "  --ranks N       data parallel ranks (mpirun -np N): each rank's memory, its\n"
+          "                  1/N of the host state in optimizer and params modes; --batch\n"
+          "                  and --gpu-mem are per rank (default 1)\n"
           "  --gpu-mem SIZE  device budget to check, e.g. 24GiB\n"
           "  --host-mem SIZE pinned host memory to check, e.g. 64GiB\n"
           "  --nvme-path DIR the state's folder (nvme; with params, puts the state on\n"
@@ -198,7 +201,7 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
     static const char *const valued[] = {"--model", "--layers", "--heads", "--width", "--vocab", "--context",
                                          "--batch", "--seq", "--offload", "--prefetch", "--backend",
                                          "--gpu-mem", "--host-mem", "--grad-accum", "--dtype", "--nvme-path",
-                                         "--nvme-window", "--nvme-block", "--disk"};
+                                         "--nvme-window", "--nvme-block", "--disk", "--ranks"};
     bool known = false;
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
         known |= !strcmp(f, valued[k]);
@@ -218,6 +221,7 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
     if (!strcmp(f, "--seq")) return trainer_int(f, v, &a->seq);
     if (!strcmp(f, "--prefetch")) return trainer_int(f, v, &a->prefetch);
     if (!strcmp(f, "--grad-accum")) return trainer_int(f, v, &a->grad_accum);
+    if (!strcmp(f, "--ranks")) return plan_int(f, v, 1, 65536, &a->ranks);
     if (!strcmp(f, "--dtype") && (ferry_dtype_parse(v, &a->dtype) != FERRY_OK ||
                                   (a->dtype != FERRY_DTYPE_AUTO && a->dtype != FERRY_DTYPE_F32 &&
                                    a->dtype != FERRY_DTYPE_BF16 && a->dtype != FERRY_DTYPE_F16)))
@@ -272,7 +276,7 @@ static int plan_model_config(const mp_plan_args *a, gpt2_config *c)
 int mp_parse_plan_args(int argc, char **argv, mp_plan_args *a, gpt2_config *c)
 {
     *a = (mp_plan_args){"d6", 0, 0, 0, 50257, 1024, 4, 256, 2, 1, FERRY_OFFLOAD_OPTIMIZER, FERRY_BACKEND_CUDA,
-                        FERRY_DTYPE_AUTO, false, false, 0, 0, NULL, false, 0, 0, 0};
+                        FERRY_DTYPE_AUTO, false, false, 0, 0, NULL, false, 0, 0, 0, 1};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             mp_plan_usage(stdout);

@@ -7,7 +7,21 @@
  * run; SIGINT/SIGTERM stop after the micro-batch, evaluation batch or
  * sampled token under way, save the last complete step (the cut step's
  * gradients are dropped) and exit 130/143; during setup they stop before
- * any training and save nothing; a second signal stops at once. */
+ * any training and save nothing; a second signal stops at once.
+ *
+ * Under mpirun -np N or srun every process is a rank training one model
+ * with the others (ZeRO data parallelism in the engine): a step's N x
+ * --grad-accum micro-batches are consecutive windows of the data, rank r
+ * taking the r-th --grad-accum of them; rank 0 alone prints, logs, saves
+ * and locks the checkpoint folder (every rank takes part in evaluation,
+ * sampling and saving, whose collectives need them all); each rank writes
+ * its own memory trace (FILE for rank 0, FILE.rankR for the others). A
+ * failure on any rank stops every rank with its message. Every decision a
+ * signal changes is agreed by all ranks at the same point (before each
+ * micro-batch, evaluation round and sampled token, after setup and after
+ * each step), so a signal to any rank stops all of them at the same place
+ * and the collectives never mismatch. --sample, which needs the weights
+ * alone and no collective, runs on rank 0; the other ranks end at once. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -68,13 +82,38 @@ typedef struct trainer {
     backend *sample_be;
     backend_stream *sample_stream;
     gpt2_resident *resident;
+    int rank, world;      /* this process's rank among the `world` that train together (0 of 1 alone) */
+    bool stop;            /* several ranks: a rank had a signal by the last agreement (the same on every rank) */
+    bool agreed_failure;  /* the failure under way is one every rank reached alike: rank 0 says it, none aborts */
+    char trace[PATH_MAX]; /* this rank's memory trace */
 } trainer;
 
+static trainer *the_trainer; /* for fail(): the rank that failed */
+
+/* Prints the failure; in a world of several ranks, says which and tells the
+ * others, who stop with this message (a failure that came from another rank
+ * is not sent back). A failure every rank reached alike (agreed_failure) is
+ * said once, by rank 0, and needs no telling. */
 static int fail(const char *what)
 {
-    fprintf(stderr, "train_gpt2: %s: %s\n", what, ferry_last_error());
+    char line[1200];
+    snprintf(line, sizeof line, "%s: %s", what, ferry_last_error());
+    const trainer *t = the_trainer;
+    if (t && t->world > 1 && t->agreed_failure) {
+        if (t->rank == 0)
+            fprintf(stderr, "train_gpt2: %s\n", line);
+        return 1;
+    }
+    if (t && t->world > 1) {
+        fprintf(stderr, "train_gpt2: rank %d: %s\n", t->rank, line);
+        ferry_world_abort(line);
+    } else {
+        fprintf(stderr, "train_gpt2: %s\n", line);
+    }
     return 1;
 }
+
+static bool leader(const trainer *t) { return t->rank == 0; }
 
 /* ---- signals ---- */
 
@@ -109,6 +148,53 @@ static void catch_signals(void)
     /* A file size limit makes writes fail with EFBIG, reported like a full
      * disk, instead of killing the run. */
     signal(SIGXFSZ, SIG_IGN);
+}
+
+/* ---- agreeing across ranks ---- */
+
+/* Whether the run stops: alone, whether this process had a signal (read
+ * anywhere, at once); with several ranks, whether any rank had one by the
+ * last agreement, which every rank reached at the same point, so every
+ * rank takes the same path and the collectives never mismatch. */
+static bool stopping(const trainer *t) { return t->world > 1 ? t->stop : atomic_load(&stop_signal) != 0; }
+
+/* The signal the run stops for: this process's, or, when only another
+ * rank had one, SIGTERM if any rank had it, else SIGINT. It is kept apart
+ * from stop_signal: a signal that then reaches this rank too (a launcher
+ * passes it on to every rank, a moment apart) is a first one, not the
+ * second that would end the process at once. */
+static int peer_signal;
+static int stop_sig(void)
+{
+    int s = atomic_load(&stop_signal);
+    return s ? s : peer_signal;
+}
+
+/* With several ranks: every rank calls this at the same point (a
+ * collective); afterwards t->stop says whether any rank has had a signal,
+ * the same on every rank. `extra` (n <= 5 doubles, may be NULL) is summed
+ * across the ranks in the same collective. Alone it does nothing. */
+enum { AGREE_EXTRA = 5 };
+static ferry_status agree(trainer *t, double *extra, size_t n)
+{
+    if (t->world == 1)
+        return FERRY_OK;
+    double v[2 + AGREE_EXTRA] = {0};
+    n = n < AGREE_EXTRA ? n : AGREE_EXTRA;
+    int s = atomic_load(&stop_signal);
+    v[0] = s == SIGINT;
+    v[1] = s != 0 && s != SIGINT;
+    for (size_t i = 0; i < n; i++)
+        v[2 + i] = extra[i];
+    ferry_status st = ferry_world_all_reduce(v, 2 + n);
+    if (st != FERRY_OK)
+        return st; /* its message names the rank that failed or did not answer */
+    t->stop = v[0] > 0 || v[1] > 0;
+    if (t->stop && !peer_signal)
+        peer_signal = v[1] > 0 ? SIGTERM : SIGINT;
+    for (size_t i = 0; i < n; i++)
+        extra[i] = v[2 + i];
+    return FERRY_OK;
 }
 
 /* ---- setup ---- */
@@ -154,21 +240,41 @@ static void note_change(char *buf, size_t cap, const char *flag, const char *now
  * continued as saved (batch and sequence: the data position counts their
  * windows; the seed: the data order; the device type: the saved device
  * weights; the delayed update's pending weights without the optimizer
- * mode); any other change is taken and said in one line. */
+ * mode); any other change is taken and said in one line. The run state
+ * counts a step's micro-batches of all ranks together: any number of ranks
+ * that divides them goes on with the same steps, each taking its share as
+ * its --grad-accum; a --grad-accum given that makes another count per step
+ * is a change like any other. */
 static ferry_status take_checkpoint_settings(trainer *t)
 {
     train_options *o = &t->o;
     const train_resume *r = &t->from;
     char changed[1024] = "", now[64], was[64];
+    int W = t->world, M = r->grad_accum;
+    if (!train_options_given(o, "--grad-accum")) {
+        if (M % W != 0)
+            return err_set(FERRY_ERR_INVALID_ARGUMENT, "the checkpoint's steps have %d micro-batches (ranks x "
+                           "--grad-accum), which %d ranks cannot share evenly: start a number of ranks that divides "
+                           "%d, or give --grad-accum K for %d x K micro-batches per step",
+                           M, W, M, W);
+        o->grad_accum = M / W;
+    } else if (o->grad_accum * W != M && W == 1) {
+        snprintf(now, sizeof now, "%d", o->grad_accum);
+        snprintf(was, sizeof was, "%d", M);
+        note_change(changed, sizeof changed, "--grad-accum", now, was);
+    } else if (o->grad_accum * W != M) {
+        snprintf(now, sizeof now, "%d (%d ranks x --grad-accum %d)", o->grad_accum * W, W, o->grad_accum);
+        snprintf(was, sizeof was, "%d", M);
+        note_change(changed, sizeof changed, "micro-batches per step", now, was);
+    }
     const struct { const char *flag; int *field; int was; bool fixed; } ints[] = {
         {"--batch", &o->batch, r->batch, true},
         {"--seq", &o->seq, r->seq, true},
-        {"--grad-accum", &o->grad_accum, r->grad_accum, false},
         {"--warmup", &o->warmup, r->settings.warmup, false},
         {"--steps", &o->steps, r->settings.steps, false},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        if (i >= 3 && !r->settings.known)
+        if (i >= 2 && !r->settings.known)
             break;
         if (!train_options_given(o, ints[i].flag)) {
             *ints[i].field = ints[i].was;
@@ -184,8 +290,9 @@ static ferry_status take_checkpoint_settings(trainer *t)
         }
     }
     if (!r->settings.known) {
-        printf("resuming a checkpoint that does not record its settings (saved by an earlier ferry): the flags given, "
-               "or their defaults, apply\n");
+        if (leader(t))
+            printf("resuming a checkpoint that does not record its settings (saved by an earlier ferry): the flags "
+                   "given, or their defaults, apply\n");
         return FERRY_OK;
     }
     const train_settings *c = &r->settings;
@@ -235,7 +342,7 @@ static ferry_status take_checkpoint_settings(trainer *t)
     }
     if (o->warmup > o->steps)
         o->warmup = o->steps;
-    if (changed[0])
+    if (changed[0] && leader(t))
         printf("resuming with changed settings: %s\n", changed);
     return FERRY_OK;
 }
@@ -344,7 +451,7 @@ static ferry_status open_validation(trainer *t)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s", first);
     t->eval_batch = lo;
     st = open_loader_rows(t, t->o.val_data, lo, 0, &t->val);
-    if (st == FERRY_OK)
+    if (st == FERRY_OK && leader(t))
         printf("validation data '%s' holds fewer tokens than one batch of %d x %d: evaluating on batches of %d x %d\n",
                t->o.val_data, t->o.batch, t->o.seq, lo, t->o.seq);
     return st;
@@ -462,7 +569,10 @@ static ferry_status setup_engine(trainer *t)
     }
     ferry_status st = gpt2_create(&t->cfg, &t->model);
     if (st == FERRY_OK) st = ferry_engine_create(&c, &t->engine);
-    if (st == FERRY_OK) st = ferry_engine_mark(t->engine, 0, "setup");
+    char setup[64] = "setup"; /* each rank's trace says whose it is */
+    if (t->world > 1)
+        snprintf(setup, sizeof setup, "setup (rank %d of %d)", t->rank, t->world);
+    if (st == FERRY_OK) st = ferry_engine_mark(t->engine, 0, setup);
     if (st == FERRY_OK) st = add_weights(t);
     if (st == FERRY_OK) st = ferry_engine_setup(t->engine);
     if (st != FERRY_OK)
@@ -569,20 +679,29 @@ static void progress_line(trainer *t, const step_figures *f)
         snprintf(mfu, sizeof mfu, " | MFU %4.1f%%", f->mfu * 100);
     if (f->loss_scale > 0)
         snprintf(scale, sizeof scale, " | scale %g", (double)f->loss_scale);
+    /* Several ranks: their world size, throughput per rank, and the wait on collectives. */
+    char ranks[64] = "", comm[48] = "";
+    if (t->world > 1) {
+        snprintf(ranks, sizeof ranks, " (%.0f/rank) | %d ranks", f->tokens_per_s / t->world, t->world);
+        snprintf(comm, sizeof comm, ", comm wait %.0f", f->timing.compute_wait_comm_ms);
+    }
     char skips[64];
-    printf("step %*lld/%d | loss %7.4f%s%s%s | %7.0f tok/s%s | gpu %s (peak %s) | host %s (peak %s) | "
-           "%.0f ms: compute %.0f, xfer wait %.0f, opt wait %.0f | ETA %s\n",
+    printf("step %*lld/%d | loss %7.4f%s%s%s | %7.0f tok/s%s%s | gpu %s (peak %s) | host %s (peak %s) | "
+           "%.0f ms: compute %.0f, xfer wait %.0f, opt wait %.0f%s | ETA %s\n",
            (int)snprintf(NULL, 0, "%d", t->o.steps), (long long)t->step, t->o.steps, (double)f->loss,
            f->skipped ? " (skipped: inf/nan)" : "", scale, train_skips_describe(&t->skips, skips, sizeof skips),
-           f->tokens_per_s, mfu, gpu, gpu_peak, host, host_peak, f->step_ms, f->compute_ms,
-           f->timing.compute_wait_transfer_ms, f->timing.compute_wait_optimizer_ms, eta);
+           f->tokens_per_s, ranks, mfu, gpu, gpu_peak, host, host_peak, f->step_ms, f->compute_ms,
+           f->timing.compute_wait_transfer_ms, f->timing.compute_wait_optimizer_ms, comm, eta);
     fflush(stdout);
 }
 
 /* What the run prints goes to stdout, flushed as it goes: a write that
- * fails (a full disk, /dev/full) stops the run, as the log's does. */
-static ferry_status stdout_written(void)
+ * fails (a full disk, /dev/full) stops the run, as the log's does. Rank 0
+ * alone prints, so it alone checks. */
+static ferry_status stdout_written(const trainer *t)
 {
+    if (!leader(t))
+        return FERRY_OK;
     errno = 0;
     if (fflush(stdout) == 0 && !ferror(stdout))
         return FERRY_OK;
@@ -621,6 +740,9 @@ static ferry_status log_record(trainer *t, const char *kind, const step_figures 
         cJSON_AddNumberToObject(j, "gpu_peak_bytes", (double)f->mem.device_total_peak_bytes);
         cJSON_AddNumberToObject(j, "host_bytes", (double)f->mem.host_in_use_bytes);
         cJSON_AddNumberToObject(j, "host_peak_bytes", (double)f->mem.host_peak_bytes);
+        cJSON_AddNumberToObject(j, "world_size", t->world);
+        cJSON_AddNumberToObject(j, "comm_wait_ms", f->timing.compute_wait_comm_ms);
+        cJSON_AddNumberToObject(j, "comm_bytes", f->timing.comm_bytes);
     } else {
         cJSON_AddNumberToObject(j, "val_loss", val_loss);
     }
@@ -639,30 +761,53 @@ static ferry_status log_record(trainer *t, const char *kind, const step_figures 
 
 /* ---- the loop ---- */
 
+/* With several ranks: the step's loss over all of them, and whether any
+ * rank has had a signal (then no evaluation or sample follows the step). */
+static ferry_status agree_on_step(trainer *t, float *sum)
+{
+    double v = *sum;
+    ferry_status st = agree(t, &v, 1);
+    *sum = (float)v;
+    return st;
+}
+
 static ferry_status train_step(trainer *t, step_figures *f)
 {
     gpt2_hooks hooks = gpt2_engine_hooks(t->engine);
     backend_stream *s = engine_embed_stream(t->engine);
     double t0 = clock_now_ms();
     float sum = 0;
-    /* The loss scale (1 without loss scaling) rides on the backward's start. */
-    float grad_scale = ferry_engine_loss_scale(t->engine) / (float)t->o.grad_accum;
+    /* The step's world x --grad-accum windows, rank r taking the r-th
+     * --grad-accum; every rank reads them all, so every loader stays where
+     * one process's would be. Gradients are summed over all of them: the
+     * loss scale (1 without loss scaling), over the step's micro-batches of
+     * every rank, rides on the backward's start. */
+    int K = t->o.grad_accum, M = K * t->world, read = 0;
+    float grad_scale = ferry_engine_loss_scale(t->engine) / (float)M;
     ferry_status st = ferry_engine_mark(t->engine, t->step + 1, "forward+backward"); /* a failed trace stops the run */
-    for (int k = 0; k < t->o.grad_accum && st == FERRY_OK; k++) {
+    for (int k = 0; k < K && st == FERRY_OK; k++) {
         float loss = 0;
         /* A signal: the step stops between micro-batches, and what it has
-         * done is dropped; the last complete step is what a save keeps. */
-        if (k > 0 && stop_signal) {
+         * done is dropped; the last complete step is what a save keeps.
+         * With several ranks they agree on it before each micro-batch, so
+         * every rank drops the step after the same micro-batch, with the
+         * same collectives issued. */
+        if (k > 0 && (st = agree(t, NULL, 0)) != FERRY_OK)
+            break;
+        if (k > 0 && stopping(t)) {
             t->cut_micro = k;
             return ferry_engine_abandon_step(t->engine);
         }
-        st = tok_loader_next(t->train, t->inputs, t->targets);
-        if (st == FERRY_OK) st = ferry_engine_begin_micro_batch(t->engine, k, t->o.grad_accum);
+        for (; read <= t->rank * K + k && st == FERRY_OK; read++) /* up to this rank's k-th window */
+            st = tok_loader_next(t->train, t->inputs, t->targets);
+        if (st == FERRY_OK) st = ferry_engine_begin_micro_batch(t->engine, k, K);
         if (st == FERRY_OK) st = gpt2_forward(t->model, t->acts, &hooks, s, t->inputs, t->targets, true);
         if (st == FERRY_OK) st = gpt2_backward(t->model, t->acts, &hooks, s, grad_scale);
         if (st == FERRY_OK) st = gpt2_loss(t->acts, s, &loss);
         sum += loss;
     }
+    for (; read < M && st == FERRY_OK; read++) /* the later ranks' windows */
+        st = tok_loader_next(t->train, t->inputs, t->targets);
     double t1 = clock_now_ms();
     ferry_step_options so = FERRY_STEP_OPTIONS_INIT;
     so.lr = f->lr = train_lr_at(&t->o, (int)t->step);
@@ -676,6 +821,8 @@ static ferry_status train_step(trainer *t, step_figures *f)
         st = ferry_engine_mark(t->engine, t->step + 1, "optimizer");
     if (st == FERRY_OK)
         st = ferry_engine_step(t->engine, &so, &rep);
+    if (st == FERRY_OK)
+        st = agree_on_step(t, &sum);
     if (st != FERRY_OK)
         return st;
     t->step++;
@@ -683,7 +830,7 @@ static ferry_status train_step(trainer *t, step_figures *f)
     f->skipped_steps = rep.skipped_steps;
     t->pos = tok_loader_tell(t->train);
     double t2 = clock_now_ms();
-    f->loss = sum / (float)t->o.grad_accum;
+    f->loss = sum / (float)M;
     f->grad_norm = rep.grad_norm;
     f->skipped = rep.skipped;
     char group[48] = "";
@@ -700,12 +847,12 @@ static ferry_status train_step(trainer *t, step_figures *f)
     f->timing = tm;
     f->step_ms = t2 - t0;
     f->compute_ms = (t1 - t0) - tm.compute_wait_transfer_ms - tm.compute_wait_optimizer_ms;
-    double tokens = (double)t->o.batch * t->o.seq * t->o.grad_accum;
+    double tokens = (double)t->o.batch * t->o.seq * M;
     t->tokens_done += tokens;
     f->tokens_per_s = tokens / (f->step_ms / 1e3);
     double peak = gpu_peak_tflops(&t->o);
     f->mfu = peak > 0 && ferry_engine_backend(t->engine) == FERRY_BACKEND_CUDA
-                 ? flops_per_token(t) * f->tokens_per_s / (peak * 1e12)
+                 ? flops_per_token(t) * f->tokens_per_s / t->world / (peak * 1e12)
                  : 0;
     ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
     ferry_engine_memory_stats(t->engine, &ms);
@@ -714,7 +861,11 @@ static ferry_status train_step(trainer *t, step_figures *f)
 }
 
 /* The validation loss over --eval-batches batches; *cut when a signal ended
- * it early (the loss is then of the batches done, and not reported). */
+ * it early (the loss is then of the batches done, and not reported).
+ * Rank r evaluates batches r, r + N, ...: in rounds of N batches, every
+ * rank runs one forward a round (the last batch again, uncounted, when it
+ * has none left), since a forward may need every rank (params mode gathers
+ * weights); the ranks agree on a signal before each round. */
 static ferry_status evaluate(trainer *t, float *val_loss, bool *cut)
 {
     gpt2_hooks hooks = gpt2_engine_hooks(t->engine);
@@ -727,24 +878,33 @@ static ferry_status evaluate(trainer *t, float *val_loss, bool *cut)
         return st;
     }
     tok_loader_reset(t->val);
-    double sum = 0;
-    int n = 0;
+    gpt2_activations *acts = t->eval_acts ? t->eval_acts : t->acts;
+    int E = t->o.eval_batches, W = t->world, rounds = (E + W - 1) / W, mine = 0;
+    double v[2] = {0, 0}; /* loss sum, batches */
     *cut = false;
-    for (int i = 0; i < t->o.eval_batches && st == FERRY_OK; i++) {
+    for (int i = 0; i < E && st == FERRY_OK; i++) {
         float loss = 0;
-        if (stop_signal) {
+        if (i % W == 0 && (st = agree(t, NULL, 0)) != FERRY_OK)
+            break;
+        if (i % W == 0 && stopping(t)) {
             *cut = true;
             break;
         }
-        gpt2_activations *acts = t->eval_acts ? t->eval_acts : t->acts;
         st = tok_loader_next(t->val, t->inputs, t->targets);
+        if (st != FERRY_OK || i % W != t->rank)
+            continue;
         if (st == FERRY_OK) st = gpt2_forward(t->model, acts, &hooks, s, t->inputs, t->targets, false);
         if (st == FERRY_OK) st = gpt2_loss(acts, s, &loss);
-        sum += loss;
-        n++;
+        v[0] += loss;
+        v[1]++;
+        mine++;
     }
+    for (; !*cut && mine < rounds && st == FERRY_OK; mine++)
+        st = gpt2_forward(t->model, acts, &hooks, s, t->inputs, t->targets, false);
     ferry_status end = ferry_engine_end_inference(t->engine);
-    *val_loss = n ? (float)(sum / n) : 0;
+    if (st == FERRY_OK && end == FERRY_OK && W > 1 && !*cut)
+        st = ferry_world_all_reduce(v, 2);
+    *val_loss = v[1] > 0 ? (float)(v[0] / v[1]) : 0;
     return st != FERRY_OK ? st : end;
 }
 
@@ -760,10 +920,10 @@ static ferry_status print_sample(trainer *t)
         st = sample_text(t->engine, t->model, t->acts, t->o.batch, t->o.seq, t->tok, t->o.prompt,
                          t->o.sample_tokens, &t->smp, &text);
     }
-    if (st == FERRY_OK) {
+    if (st == FERRY_OK && leader(t)) { /* every rank samples alike; one prints */
         printf("---- sample at step %lld (temperature %.2f, top-k %d) ----\n%s\n----\n", (long long)t->step,
                (double)t->o.temperature, t->o.top_k, text);
-        st = stdout_written();
+        st = stdout_written(t);
     }
     free(text);
     return st;
@@ -778,7 +938,8 @@ static ferry_status save(trainer *t)
     r.data = t->pos;
     r.sample_rng = t->smp.rng;
     r.model = t->cfg;
-    r.batch = o->batch, r.seq = o->seq, r.grad_accum = o->grad_accum;
+    r.batch = o->batch, r.seq = o->seq;
+    r.grad_accum = o->grad_accum * t->world; /* the step's micro-batches of every rank */
     snprintf(r.run, sizeof r.run, "%s", t->run);
     r.settings = (train_settings){1, o->seed, (int32_t)ferry_engine_dtype(t->engine), (int32_t)o->offload,
                                   o->delayed_update, o->warmup, o->steps, o->lr, o->lr_min_frac, o->weight_decay,
@@ -788,6 +949,8 @@ static ferry_status save(trainer *t)
     if (st != FERRY_OK)
         return st;
     t->saved_step = t->step;
+    if (!leader(t))
+        return FERRY_OK; /* rank 0 wrote it */
     if (!t->o.quiet)
         printf("saved checkpoint %s/step_%08lld\n", t->o.checkpoint_dir, (long long)t->step);
     /* Retention failing is no reason to stop training: say so and go on. */
@@ -803,41 +966,48 @@ static ferry_status train(trainer *t)
     t->started_ms = clock_now_ms();
     t->start_step = t->step;
     ferry_status st = FERRY_OK;
-    while (t->step < t->o.steps && st == FERRY_OK && !stop_signal) {
+    while (t->step < t->o.steps && st == FERRY_OK) {
+        /* Before each step, and before each micro-batch in it (train_step),
+         * the ranks agree on a signal: a stop is then the same on every rank. */
+        if ((st = agree(t, NULL, 0)) != FERRY_OK || stopping(t))
+            break;
         step_figures f = {0};
         st = train_step(t, &f);
         if (st != FERRY_OK || t->cut_micro)
             break;
-        if (!t->o.quiet)
+        if (!t->o.quiet && leader(t))
             progress_line(t, &f);
-        if ((st = stdout_written()) != FERRY_OK || (st = log_record(t, "step", &f, 0)) != FERRY_OK)
+        if ((st = stdout_written(t)) != FERRY_OK || (st = log_record(t, "step", &f, 0)) != FERRY_OK)
             break;
         if (f.too_many_skips) {
+            t->agreed_failure = true; /* every rank had the same step reports */
             st = FERRY_ERR_STATE;
             break;
         }
-        if (!stop_signal && (every(t->o.eval_every, t->step) || (t->o.eval_every && t->step == t->o.steps))) {
+        if (!stopping(t) && (every(t->o.eval_every, t->step) || (t->o.eval_every && t->step == t->o.steps))) {
             float val = 0;
             bool cut = false;
             if ((st = evaluate(t, &val, &cut)) != FERRY_OK)
                 break;
             if (cut) {
-                fprintf(stderr, "train_gpt2: the evaluation at step %lld was cut short by the signal; it is not "
-                                "reported\n", (long long)t->step);
+                if (leader(t))
+                    fprintf(stderr, "train_gpt2: the evaluation at step %lld was cut short by the signal; it is not "
+                                    "reported\n", (long long)t->step);
                 break;
             }
-            printf("step %lld | val loss %.4f\n", (long long)t->step, (double)val);
-            if ((st = stdout_written()) != FERRY_OK || (st = log_record(t, "eval", NULL, val)) != FERRY_OK)
+            if (leader(t))
+                printf("step %lld | val loss %.4f\n", (long long)t->step, (double)val);
+            if ((st = stdout_written(t)) != FERRY_OK || (st = log_record(t, "eval", NULL, val)) != FERRY_OK)
                 break;
         }
-        if (!stop_signal && every(t->o.sample_every, t->step) && (st = print_sample(t)) != FERRY_OK)
+        if (!stopping(t) && every(t->o.sample_every, t->step) && (st = print_sample(t)) != FERRY_OK)
             break;
         if (t->o.checkpoint_dir && (every(t->o.checkpoint_every, t->step) || t->step == t->o.steps))
             st = save(t);
     }
     /* Stopped by a signal: keep what this run trained since the last save
      * (nothing when it stopped before its first step). */
-    if (st == FERRY_OK && stop_signal && t->o.checkpoint_dir && t->step > t->start_step && t->step > t->saved_step)
+    if (st == FERRY_OK && stopping(t) && t->o.checkpoint_dir && t->step > t->start_step && t->step > t->saved_step)
         st = save(t);
     return st;
 }
@@ -847,22 +1017,39 @@ static void summary(trainer *t)
     ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
     ferry_engine_memory_stats(t->engine, &ms);
     char dp[32], hp[32];
-    double secs = (clock_now_ms() - t->started_ms) / 1e3;
-    printf("done: %lld steps, %.0f tokens in %.1f s (%.0f tok/s); peak memory: gpu %s, host %s\n",
-           (long long)(t->step - t->start_step), t->tokens_done, secs, secs > 0 ? t->tokens_done / secs : 0,
-           units_fmt_bytes(dp, sizeof dp, ms.device_total_peak_bytes), units_fmt_bytes(hp, sizeof hp, ms.host_peak_bytes));
+    double secs = (clock_now_ms() - t->started_ms) / 1e3, rate = secs > 0 ? t->tokens_done / secs : 0;
+    char ranks[64] = "";
+    if (t->world > 1)
+        snprintf(ranks, sizeof ranks, ", %.0f per rank of %d", rate / t->world, t->world);
+    if (!leader(t))
+        return;
+    printf("done: %lld steps, %.0f tokens in %.1f s (%.0f tok/s%s); peak memory: gpu %s, host %s%s\n",
+           (long long)(t->step - t->start_step), t->tokens_done, secs, rate, ranks,
+           units_fmt_bytes(dp, sizeof dp, ms.device_total_peak_bytes), units_fmt_bytes(hp, sizeof hp, ms.host_peak_bytes),
+           t->world > 1 ? " (rank 0's)" : "");
 }
 
-/* After a SIGINT/SIGTERM: says where the run stopped and what it kept;
- * returns rc, or 128 + the signal if nothing else failed. */
+/* After a SIGINT/SIGTERM (to this rank or, agreed, to another): says where
+ * the run stopped and what it kept (rank 0 alone, for every rank: they
+ * stopped at the same point); returns rc, or 128 + the signal if nothing
+ * else failed. */
 static int report_stop(const trainer *t, int rc)
 {
-    const char *name = stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
-    if (t->cut_micro)
+    int sig = stop_sig();
+    const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    if (!leader(t))
+        ;
+    else if (t->cut_micro && t->world > 1)
+        fprintf(stderr, "train_gpt2: %s came in step %lld, after %d of each rank's %d micro-batches: that step was "
+                        "cut short on every rank and its gradients dropped\n",
+                name, (long long)t->step + 1, t->cut_micro, t->o.grad_accum);
+    else if (t->cut_micro)
         fprintf(stderr, "train_gpt2: %s came in step %lld, after %d of its %d micro-batches: that step was cut "
                         "short and its gradients dropped\n",
                 name, (long long)t->step + 1, t->cut_micro, t->o.grad_accum);
-    if (!t->started_ms)
+    if (!leader(t))
+        ;
+    else if (!t->started_ms)
         fprintf(stderr, "train_gpt2: stopped by %s during setup; nothing was trained or saved\n", name);
     else if (t->o.sample_only)
         fprintf(stderr, "train_gpt2: stopped by %s while sampling; the text so far is above\n", name);
@@ -877,7 +1064,7 @@ static int report_stop(const trainer *t, int rc)
     else
         fprintf(stderr, "train_gpt2: stopped by %s at step %lld; the checkpoint could not be saved\n", name,
                 (long long)t->step);
-    return rc ? rc : 128 + stop_signal;
+    return rc ? rc : 128 + sig;
 }
 
 /* Frees everything and closes the outputs; returns rc, or 1 when the trace
@@ -897,7 +1084,10 @@ static int cleanup(trainer *t, int rc)
     bool traced = t->engine && t->o.trace;
     if (ferry_engine_close(t->engine) != FERRY_OK)
         rc = fail("the memory trace is incomplete");
-    else if (traced)
+    else if (traced && t->world > 1 && leader(t))
+        printf("memory traces: %s for rank 0, %s.rankR for rank R (read them with: memprof %s)\n", t->o.trace,
+               t->o.trace, t->o.trace);
+    else if (traced && leader(t))
         printf("memory trace: %s (read it with: memprof %s)\n", t->o.trace, t->o.trace);
     gpt2_destroy(t->model);
     tok_loader_close(t->train);
@@ -910,6 +1100,15 @@ static int cleanup(trainer *t, int rc)
     run_state_unlock(t->lock_fd);
     free(t->inputs);
     free(t->targets);
+    return rc;
+}
+
+/* cleanup(), then out of the world: MPI is finalized when every rank is
+ * well (after a failure the launcher ends the ranks). */
+static int finish(trainer *t, int rc)
+{
+    rc = cleanup(t, rc);
+    ferry_world_leave();
     return rc;
 }
 
@@ -987,7 +1186,8 @@ static ferry_status open_log(trainer *t)
  * folder that is this run's: a new run refuses one that already holds a
  * run's checkpoints (its latest), a resumed run a folder of another run, so
  * that two runs never prune each other's checkpoints or swap each other's
- * latest. */
+ * latest. With several ranks, rank 0 (which writes the folder) makes the
+ * identity and checks the folder; the others receive it (agree_after_prepare). */
 static ferry_status claim_run_folder(trainer *t)
 {
     const char *dir = t->o.checkpoint_dir;
@@ -995,9 +1195,9 @@ static ferry_status claim_run_folder(trainer *t)
     struct stat sb;
     if (t->o.resume && t->from.run[0])
         snprintf(t->run, sizeof t->run, "%s", t->from.run);
-    else
+    else if (leader(t))
         run_state_new_run(t->run);
-    if (!dir || run_state_join(link, sizeof link, dir, "latest") != FERRY_OK || lstat(link, &sb) != 0)
+    if (!leader(t) || !dir || run_state_join(link, sizeof link, dir, "latest") != FERRY_OK || lstat(link, &sb) != 0)
         return FERRY_OK;
     ssize_t n = readlink(link, target, sizeof target - 1);
     target[n > 0 ? n : 0] = '\0';
@@ -1015,15 +1215,66 @@ static ferry_status claim_run_folder(trainer *t)
     return FERRY_OK;
 }
 
+/* With several ranks, after every rank's prepare(), in the collective
+ * that agrees on a signal during setup: rank 0's run identity to every
+ * rank (its 32 hex digits as 4 doubles of 32 bits, summed with the others'
+ * zeros), and the tokenizer: the final sample, which every rank takes part
+ * in, is taken only where every rank has found one. Alone it does
+ * nothing. */
+static ferry_status agree_after_prepare(trainer *t)
+{
+    double v[5] = {0, 0, 0, 0, t->tok ? 1 : 0};
+    for (int i = 0; i < 4 && leader(t); i++) {
+        char part[9];
+        memcpy(part, t->run + 8 * i, 8);
+        part[8] = '\0';
+        v[i] = (double)strtoul(part, NULL, 16);
+    }
+    ferry_status st = agree(t, v, 5);
+    if (st != FERRY_OK || t->world == 1)
+        return st;
+    for (int i = 0; i < 4; i++)
+        snprintf(t->run + 8 * i, 9, "%08x", (unsigned)(uint32_t)v[i]);
+    if (v[4] < t->world) {
+        tok_bpe_destroy(t->tok);
+        t->tok = NULL;
+    }
+    return FERRY_OK;
+}
+
+/* Rank 0 writes the trace it was asked for; rank R, FILE.rankR. */
+static void trace_path(trainer *t)
+{
+    if (!t->o.trace || t->world == 1)
+        return;
+    if (t->rank > 0) {
+        snprintf(t->trace, sizeof t->trace, "%s.rank%d", t->o.trace, t->rank);
+        t->o.trace = t->trace;
+    }
+}
+
+/* With several ranks: the sampler's question before each token. */
+static ferry_status agree_before_token(void *ctx, bool *stop)
+{
+    trainer *t = ctx;
+    ferry_status st = agree(t, NULL, 0);
+    *stop = stopping(t);
+    return st;
+}
+
 /* Everything that can be checked before the engine allocates is checked
- * here, the outputs first. */
+ * here, the outputs first. Rank 0 alone locks the checkpoint folder and
+ * opens the log (it writes both); every rank checks its own trace. */
 static int prepare(trainer *t)
 {
-    if (train_options_check_outputs(&t->o) != 0)
+    train_options outputs = t->o;
+    if (!leader(t))
+        outputs.checkpoint_dir = NULL, outputs.log = NULL; /* rank 0's to check */
+    if (train_options_check_outputs(&outputs) != 0)
         return 2;
-    if (t->o.checkpoint_dir && run_state_lock(t->o.checkpoint_dir, &t->lock_fd) != FERRY_OK)
+    if (leader(t) && t->o.checkpoint_dir && run_state_lock(t->o.checkpoint_dir, &t->lock_fd) != FERRY_OK)
         return fail("--checkpoint-dir");
-    if (open_log(t) != FERRY_OK)
+    if (leader(t) && open_log(t) != FERRY_OK)
         return fail("--log");
     if (t->o.trace && fileio_make_parents(t->o.trace) != FERRY_OK)
         return fail("--trace");
@@ -1061,7 +1312,11 @@ static int prepare(trainer *t)
         fprintf(stderr, "train_gpt2: out of memory for a batch of %zu tokens\n", n);
         return 1;
     }
-    t->smp = (sampler){t->o.seed ^ 0x5A5A5A5Aull, t->o.temperature, t->o.top_k, &stop_signal};
+    /* Alone, a signal ends sampling after the token under way; with
+     * several ranks, which sample alike through collectives, they agree on
+     * it before each token. */
+    t->smp = (sampler){t->o.seed ^ 0x5A5A5A5Aull, t->o.temperature, t->o.top_k, t->world > 1 ? NULL : &stop_signal,
+                       t->world > 1 ? agree_before_token : NULL, t};
     train_skips_init(&t->skips, t->o.max_skips);
     return 0;
 }
@@ -1072,36 +1327,71 @@ int main(int argc, char **argv)
     trainer t = {0};
     t.lock_fd = -1;
     t.saved_step = -1;
+    t.world = 1;
     int rc = train_options_parse(argc, argv, &t.o);
     if (rc != 0)
         return rc == 1 ? 0 : 2;
     catch_signals();
-    if ((rc = prepare(&t)) != 0)
-        return cleanup(&t, rc);
-    if (stop_signal)
-        return cleanup(&t, report_stop(&t, 0));
+    the_trainer = &t;
+    ferry_world_info world = FERRY_WORLD_INFO_INIT;
+    if (t.o.sample_only) {
+        /* The weights alone, no collective: rank 0 samples as one process
+         * would, and the other ranks a launcher started have nothing to do. */
+        if (ferry_world_probe(&world) != FERRY_OK)
+            return fail("the launcher's environment");
+        if (world.rank > 0)
+            return 0;
+    } else {
+        /* First, so that a failure of any rank from here on reaches the others. */
+        if (ferry_world_join(&world) != FERRY_OK) {
+            fprintf(stderr, "train_gpt2: joining the ranks the launcher started: %s\n", ferry_last_error());
+            return 1;
+        }
+        t.rank = world.rank;
+        t.world = world.world_size;
+    }
+    trace_path(&t);
+    if ((rc = prepare(&t)) != 0) {
+        if (t.world > 1)
+            ferry_world_abort("its setup was refused (its own message says why)");
+        return finish(&t, rc);
+    }
+    /* Several ranks: rank 0's run identity, and a signal any rank had by now. */
+    if (agree_after_prepare(&t) != FERRY_OK)
+        return finish(&t, fail("setup"));
+    if (stopping(&t))
+        return finish(&t, report_stop(&t, 0));
     if (t.o.sample_only ? setup_sampling(&t) != FERRY_OK : setup_engine(&t) != FERRY_OK || restore(&t) != FERRY_OK)
-        return cleanup(&t, stop_signal ? report_stop(&t, fail("setup")) : fail("setup"));
-    if (stop_signal) /* during setup: nothing is trained, nothing saved */
-        return cleanup(&t, report_stop(&t, 0));
-    if (!t.o.quiet) {
+        return finish(&t, stop_sig() ? report_stop(&t, fail("setup")) : fail("setup"));
+    if (agree(&t, NULL, 0) != FERRY_OK)
+        return finish(&t, fail("setup"));
+    if (stopping(&t)) /* during setup: nothing is trained, nothing saved (on any rank) */
+        return finish(&t, report_stop(&t, 0));
+    if (!t.o.quiet && leader(&t)) {
         if (t.engine)
             printf("ferry %s | %s\n", ferry_version(), ferry_engine_describe(t.engine));
         else
             printf("ferry %s | %s backend, the weights alone (no engine, no optimizer state)\n", ferry_version(),
                    ferry_backend_name(backend_kind(t.sample_be)));
+        if (t.world > 1)
+            printf("data parallel: %d ranks (%s), %d micro-batches of %d x %d per step, rank r taking the r-th %d\n",
+                   t.world, world.launcher, t.world * t.o.grad_accum, t.o.batch, t.o.seq, t.o.grad_accum);
         printf("model: %d layers, %d heads, %d wide, vocab %d, context %d: %.1fM parameters", t.cfg.n_layer,
                t.cfg.n_head, t.cfg.n_embd, t.cfg.vocab_size, t.cfg.max_seq_len,
                (double)gpt2_num_params(t.model) / 1e6);
         if (t.o.sample_only)
             printf(" | sampling with a window of %d tokens\n", t.o.seq);
+        else if (t.world > 1)
+            printf(" | batch %d x %d x %d accum x %d ranks = %lld tokens/step%s\n", t.o.batch, t.o.seq,
+                   t.o.grad_accum, t.world, (long long)t.o.batch * t.o.seq * t.o.grad_accum * t.world,
+                   t.o.recompute ? " | recompute" : "");
         else
             printf(" | batch %d x %d x %d accum = %lld tokens/step%s\n", t.o.batch, t.o.seq, t.o.grad_accum,
                    (long long)t.o.batch * t.o.seq * t.o.grad_accum, t.o.recompute ? " | recompute" : "");
         if (t.step > 0)
             printf("resumed at step %lld from %s\n", (long long)t.step, t.ckpt);
-        if (stdout_written() != FERRY_OK)
-            return cleanup(&t, fail("setup"));
+        if (stdout_written(&t) != FERRY_OK)
+            return finish(&t, fail("setup"));
     }
     t.started_ms = clock_now_ms();
     t.start_step = t.step;
@@ -1109,11 +1399,15 @@ int main(int argc, char **argv)
     if (st != FERRY_OK) {
         rc = fail(t.o.sample_only ? "sampling" : "training");
     } else if (!t.o.sample_only) {
-        if (!stop_signal && t.o.sample_every == 0 && t.tok && (st = print_sample(&t)) != FERRY_OK)
+        if (!stopping(&t) && t.o.sample_every == 0 && t.tok && (st = print_sample(&t)) != FERRY_OK)
             rc = fail("sampling");
         summary(&t);
     }
-    if (stop_signal)
+    /* Several ranks: a signal that came after the last agreement is agreed
+     * too, so that every rank ends with the same status. */
+    if (rc == 0 && agree(&t, NULL, 0) != FERRY_OK)
+        rc = fail("finishing");
+    if (stopping(&t))
         rc = report_stop(&t, rc);
-    return cleanup(&t, rc);
+    return finish(&t, rc);
 }

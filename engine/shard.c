@@ -1,0 +1,522 @@
+/* ZeRO data parallelism: what each rank owns and the collectives that keep
+ * the ranks one model. Owns the communicators and their two streams (one
+ * for gradients, one for weights: each communicator is used by one stream,
+ * in program order, so every rank issues its collectives in the same
+ * order), the reduce buffers, and the rules below. Where the bytes of a
+ * group live stays placement.c's; the schedule and the step call in here.
+ *
+ * Offload none (plain data parallel): each rank keeps everything; at the
+ * step's last micro-batch each group's gradient, summed over the rank's
+ * micro-batches in fp32, is all-reduced in fp32 on the gradient stream as
+ * its backward is released; the compute stream waits for those sums before
+ * the norm and the device AdamW, which then run identically on every rank.
+ *
+ * Optimizer mode (ZeRO-2 with offload): every rank holds the whole device
+ * weights and gradients, and 1/N of the host state: master weights, Adam
+ * moments, the summed gradients, the upload copy. Each micro-batch's
+ * gradients of a group are widened to fp32 and reduce-scattered as the
+ * group's backward is released, a chunk of every slot at a time through two
+ * pairs of buffers that take turns (a chunk reduces while the last one
+ * drains; the buffers stay 64 MiB whatever the group); the rank drains only its slot,
+ * sums micro-batches and takes the norm's tiles on the CPU, and updates
+ * only its slot. Each updated slot goes up on the h2d stream and is
+ * all-gathered into every rank's device weights on the weight stream,
+ * group by group: the next forward of group i waits for group i only.
+ *
+ * Params mode (ZeRO-3 with offload): as optimizer mode, and the device
+ * weights of a group exist only while fetched: a fetch uploads the rank's
+ * slot and all-gathers the others'. Every rank must fetch the same groups
+ * in the same order, so a prefetch that finds no memory waits for the
+ * drains (a choice every rank makes alike) instead of giving up by timing.
+ *
+ * Exactness: slots are whole tiles of the norm (NUMERICS_TILE), so each
+ * tile's partial sum is the one a single process takes, and the step adds
+ * every rank's partials in tile order. The host backend sums across ranks
+ * in rank order (kernels/comm_host.c), the order in which one process adds
+ * its micro-batches: N ranks with one micro-batch each train bitwise as one
+ * process with N micro-batches. The skip decision is taken from flags
+ * all-reduced across the ranks, so every rank skips or none does. */
+#include "engine/shard.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/error.h"
+
+typedef struct engine_shard {
+    int rank, world;
+    backend_stream *grads_stream, *weights_stream;
+    backend_comm *grads_comm, *weights_comm;
+    float *send[2], *recv[2];         /* sharded modes: a chunk of every rank's slot of the fp32
+                                         gradients, and this rank's chunk of their sum */
+    size_t chunk;                     /* elements of each slot per reduce (engine_reduce_chunk) */
+    backend_event *ring_ready[2];     /* recv[b] holds a reduced chunk (gradient comm stream) */
+    backend_event *ring_free[2];      /* the drain has read recv[b] (d2h stream) */
+    int next;
+    backend_event *wait_begin, *wait_end; /* offload none: the compute stream's wait for the sums */
+    bool wait_recorded;
+    double *norm_buf;
+    size_t norm_cap;
+} engine_shard;
+
+bool shard_sharded(const ferry_engine *e) { return e->dp && e->cfg.offload != FERRY_OFFLOAD_NONE; }
+
+static size_t act_bytes(const ferry_engine *e, size_t n) { return n * e->act_size; }
+
+/* ---- joining, streams and communicators ---- */
+
+ferry_status shard_join(ferry_engine *e)
+{
+    if (e->cfg.data_parallel < 0)
+        return FERRY_OK;
+    ferry_world_info w;
+    ferry_status st = comm_world_join(&w);
+    if (st != FERRY_OK)
+        return err_wrap(st, "joining the ranks the launcher started (data_parallel -1 trains each rank alone)");
+    if (e->cfg.comm_timeout_s > 0)
+        comm_world_set_timeout(e->cfg.comm_timeout_s);
+    if (w.world_size == 1 && e->cfg.data_parallel != 1)
+        return FERRY_OK;
+    if (e->nvme_dir || e->nvme_asked)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: the NVMe tier (offload nvme, or nvme_path) trains alone: with %d ranks "
+                       "each holds a shard of the state in host memory instead; leave nvme_path unset, or set "
+                       "data_parallel -1",
+                       w.world_size);
+    e->dp = calloc(1, sizeof *e->dp);
+    if (!e->dp)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "data parallelism: out of host memory");
+    e->dp->rank = w.rank;
+    e->dp->world = w.world_size;
+    e->timing.world_size = w.world_size;
+    return FERRY_OK;
+}
+
+int shard_optimizer_threads(const ferry_engine *e)
+{
+    int local = comm_world_local_size();
+    if (!e->dp || e->cfg.optimizer_threads > 0 || local <= 1)
+        return e->cfg.optimizer_threads;
+    ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
+    int cores = ferry_system_probe(&info) == FERRY_OK && info.cores > 0 ? info.cores : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (e->cfg.numa_node >= 0 && info.numa_nodes > 1)
+        cores /= info.numa_nodes;
+    return cores / local > 1 ? cores / local : 1;
+}
+
+ferry_status shard_open(ferry_engine *e)
+{
+    engine_shard *d = e->dp;
+    if (!d)
+        return FERRY_OK;
+    ferry_status st;
+    if ((st = backend_stream_create(e->be, "gradient collectives", &d->grads_stream)) != FERRY_OK ||
+        (st = backend_comm_open(e->be, "gradients", &d->grads_comm)) != FERRY_OK)
+        return st;
+    if (e->cfg.offload == FERRY_OFFLOAD_NONE)
+        return FERRY_OK;
+    if ((st = backend_stream_create(e->be, "weight collectives", &d->weights_stream)) != FERRY_OK)
+        return st;
+    return backend_comm_open(e->be, "weights", &d->weights_comm);
+}
+
+void shard_close(ferry_engine *e)
+{
+    engine_shard *d = e->dp;
+    if (!d)
+        return;
+    if (d->grads_stream)
+        backend_stream_synchronize(d->grads_stream);
+    if (d->weights_stream)
+        backend_stream_synchronize(d->weights_stream);
+    backend_comm_close(d->grads_comm);
+    backend_comm_close(d->weights_comm);
+    backend_stream_destroy(d->grads_stream);
+    backend_stream_destroy(d->weights_stream);
+    free(d->norm_buf);
+    free(d);
+    e->dp = NULL;
+}
+
+/* ---- placement ---- */
+
+void shard_layout(ferry_engine *e, engine_group *g)
+{
+    g->shard_lo = 0;
+    g->shard_n = g->shard_cap = g->padded = g->numel;
+    if (!shard_sharded(e))
+        return;
+    size_t cap = engine_shard_cap(g->numel, e->dp->world), lo = (size_t)e->dp->rank * cap;
+    g->shard_cap = cap;
+    g->padded = cap * (size_t)e->dp->world;
+    g->shard_lo = lo;
+    g->shard_n = lo >= g->numel ? 0 : (g->numel - lo < cap ? g->numel - lo : cap);
+}
+
+static ferry_status group_events(ferry_engine *e, engine_group *g)
+{
+    backend_event **all[] = {&g->staged, &g->reduced, &g->wait_mid};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        ferry_status st = backend_event_create(e->be, all[i]);
+        if (st != FERRY_OK)
+            return st;
+    }
+    return FERRY_OK;
+}
+
+ferry_status shard_place(ferry_engine *e)
+{
+    engine_shard *d = e->dp;
+    if (!d)
+        return FERRY_OK;
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
+        st = group_events(e, &e->groups[i]);
+    backend_event **ev[] = {&d->ring_free[0], &d->ring_free[1], &d->ring_ready[0], &d->ring_ready[1],
+                            &d->wait_begin,   &d->wait_end};
+    for (size_t i = 0; i < sizeof ev / sizeof ev[0] && st == FERRY_OK; i++)
+        st = backend_event_create(e->be, ev[i]);
+    if (st != FERRY_OK)
+        return st;
+    if (e->cfg.offload == FERRY_OFFLOAD_NONE) /* the sums the all-reduce works on, from setup on */
+        return engine_ensure_accumulators(e);
+    size_t cap = 0;
+    for (int i = 0; i < e->ngroups; i++)
+        cap = e->groups[i].shard_cap > cap ? e->groups[i].shard_cap : cap;
+    d->chunk = engine_reduce_chunk(d->world, cap);
+    for (int b = 0; b < 2 && st == FERRY_OK; b++) {
+        if ((st = arena_alloc(e->arena, d->chunk * (size_t)d->world * sizeof(float), FERRY_MEM_STAGING,
+                              "gradients to reduce (fp32)", (void **)&d->send[b])) == FERRY_OK)
+            st = arena_alloc(e->arena, d->chunk * sizeof(float), FERRY_MEM_STAGING, "reduced gradients (fp32)",
+                             (void **)&d->recv[b]);
+    }
+    return st != FERRY_OK ? err_wrap(st, "the buffers of the gradient reduce-scatter") : FERRY_OK;
+}
+
+void shard_unplace(ferry_engine *e)
+{
+    engine_shard *d = e->dp;
+    for (int i = 0; i < e->ngroups; i++) {
+        engine_group *g = &e->groups[i];
+        backend_event_destroy(g->staged);
+        backend_event_destroy(g->reduced);
+        backend_event_destroy(g->wait_mid);
+        g->staged = g->reduced = g->wait_mid = NULL;
+    }
+    if (!d)
+        return;
+    backend_event *ev[] = {d->ring_free[0], d->ring_free[1], d->ring_ready[0], d->ring_ready[1], d->wait_begin,
+                           d->wait_end};
+    for (size_t i = 0; i < sizeof ev / sizeof ev[0]; i++)
+        backend_event_destroy(ev[i]);
+    d->ring_free[0] = d->ring_free[1] = d->ring_ready[0] = d->ring_ready[1] = NULL;
+    d->wait_begin = d->wait_end = NULL;
+    d->send[0] = d->send[1] = d->recv[0] = d->recv[1] = NULL; /* arena memory, freed with it */
+}
+
+/* ---- gradients ---- */
+
+ferry_status shard_release_resident(ferry_engine *e, engine_group *g, backend_stream *s, bool last)
+{
+    engine_shard *d = e->dp;
+    ferry_status st;
+    if (!last)
+        return e->accumulating ? ops_accumulate(s, g->grad_acc, g->dev_grads, g->numel, e->micro_index == 0)
+                               : FERRY_OK;
+    /* The rank's fp32 sum of its micro-batches, then the sum over ranks. */
+    if ((st = ops_accumulate(s, g->grad_acc, g->dev_grads, g->numel, e->micro_index == 0)) != FERRY_OK ||
+        (st = backend_event_record(g->grads_done, s)) != FERRY_OK ||
+        (st = backend_stream_wait_event(d->grads_stream, g->grads_done)) != FERRY_OK ||
+        (st = ops_all_reduce(d->grads_stream, d->grads_comm, g->grad_acc, g->grad_acc, g->numel, FERRY_DTYPE_F32)) !=
+            FERRY_OK)
+        return st;
+    e->timing_acc.comm_bytes += 2.0 * (double)(d->world - 1) / d->world * (double)g->numel * sizeof(float);
+    return backend_event_record(g->reduced, d->grads_stream);
+}
+
+/* One chunk: [c0, c0 + x) of every rank's slot, widened to fp32 side by
+ * side in send[b] (zero past the group's end), reduce-scattered into
+ * recv[b], and this rank's sum copied down to host_grads + c0. */
+static ferry_status reduce_chunk(ferry_engine *e, engine_group *g, size_t c0, size_t x)
+{
+    engine_shard *d = e->dp;
+    backend_stream *cs = d->grads_stream;
+    int b = d->next;
+    d->next ^= 1;
+    ferry_status st = backend_stream_wait_event(cs, d->ring_free[b]); /* its last drain has read recv[b] */
+    for (int q = 0; q < d->world && st == FERRY_OK; q++) {
+        size_t from = (size_t)q * g->shard_cap + c0;
+        size_t valid = from >= g->numel ? 0 : (g->numel - from < x ? g->numel - from : x);
+        float *to = d->send[b] + (size_t)q * x;
+        if (valid)
+            st = ops_accumulate(cs, to, (const char *)g->dev_grads + act_bytes(e, from), valid, true);
+        if (st == FERRY_OK && valid < x)
+            st = backend_memset_async(cs, to + valid, 0, (x - valid) * sizeof(float));
+    }
+    if (st != FERRY_OK ||
+        (st = ops_reduce_scatter(cs, d->grads_comm, d->send[b], d->recv[b], x, FERRY_DTYPE_F32)) != FERRY_OK ||
+        (st = backend_event_record(d->ring_ready[b], cs)) != FERRY_OK ||
+        (st = backend_stream_wait_event(e->d2h, d->ring_ready[b])) != FERRY_OK ||
+        (st = backend_memcpy_async(e->d2h, (float *)g->host_grads + c0, d->recv[b], x * sizeof(float),
+                                   BACKEND_COPY_D2H)) != FERRY_OK)
+        return st;
+    e->timing_acc.transfer_d2h_bytes += (double)x * sizeof(float);
+    e->timing_acc.comm_bytes += (double)(d->world - 1) * (double)x * sizeof(float);
+    return backend_event_record(d->ring_free[b], e->d2h);
+}
+
+ferry_status shard_reduce_and_drain(ferry_engine *e, engine_group *g)
+{
+    engine_shard *d = e->dp;
+    ferry_status st = backend_stream_wait_event(d->grads_stream, g->grads_done);
+    for (size_t c0 = 0; c0 < g->shard_cap && st == FERRY_OK; c0 += d->chunk)
+        st = reduce_chunk(e, g, c0, g->shard_cap - c0 < d->chunk ? g->shard_cap - c0 : d->chunk);
+    return st == FERRY_OK ? backend_event_record(g->drained, e->d2h) : st;
+}
+
+/* ---- weights ---- */
+
+ferry_status shard_upload(ferry_engine *e, engine_group *g, backend_event *also_wait)
+{
+    engine_shard *d = e->dp;
+    size_t bytes = act_bytes(e, g->shard_cap);
+    char *slot = (char *)g->dev_weights + act_bytes(e, g->shard_lo);
+    ferry_status st;
+    e->timing_acc.transfer_h2d_bytes += (double)bytes;
+    e->timing_acc.comm_bytes += (double)(d->world - 1) * (double)bytes;
+    if ((st = engine_update_barrier(e, g)) != FERRY_OK ||
+        (also_wait && (st = backend_stream_wait_event(e->h2d, also_wait)) != FERRY_OK) ||
+        (st = backend_memcpy_async(e->h2d, slot, g->host_weights, bytes, BACKEND_COPY_H2D)) != FERRY_OK ||
+        (st = backend_event_record(g->staged, e->h2d)) != FERRY_OK ||
+        (st = backend_stream_wait_event(d->weights_stream, g->staged)) != FERRY_OK ||
+        (st = ops_all_gather(d->weights_stream, d->weights_comm, slot, g->dev_weights, g->shard_cap, e->act)) !=
+            FERRY_OK)
+        return st;
+    return backend_event_record(g->uploaded, d->weights_stream);
+}
+
+/* ---- the step ---- */
+
+ferry_status shard_wait_reduced(ferry_engine *e)
+{
+    engine_shard *d = e->dp;
+    ferry_status st = backend_event_record(d->wait_begin, e->compute);
+    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
+        st = backend_stream_wait_event(e->compute, e->groups[i].reduced);
+    if (st == FERRY_OK)
+        st = backend_event_record(d->wait_end, e->compute);
+    d->wait_recorded = st == FERRY_OK;
+    return st;
+}
+
+/* The tiles of group g that rank p owns: [*t0, *t0 + *nt). */
+static void owned_tiles(const engine_group *g, int p, size_t *t0, size_t *nt)
+{
+    size_t lo = (size_t)p * g->shard_cap, n = lo >= g->numel ? 0 : g->numel - lo;
+    n = n < g->shard_cap ? n : g->shard_cap;
+    *t0 = lo / NUMERICS_TILE;
+    *nt = (n + NUMERICS_TILE - 1) / NUMERICS_TILE;
+}
+
+ferry_status shard_sum_norms(ferry_engine *e)
+{
+    engine_shard *d = e->dp;
+    int W = d->world;
+    size_t total = 0;
+    for (int i = 0; i < e->ngroups; i++)
+        total += e->groups[i].norm->ntiles;
+    /* Every rank sends the partials and flags of the tiles it owns (about
+     * 1/N of them), gathered rank after rank, group after group. */
+    size_t need = 2 * total + 3 * (size_t)W;
+    if (need > d->norm_cap) {
+        double *grown = realloc(d->norm_buf, need * sizeof *grown);
+        if (!grown)
+            return err_set(FERRY_ERR_OUT_OF_MEMORY, "the gradient norm of %zu tiles: out of host memory", total);
+        d->norm_buf = grown;
+        d->norm_cap = need;
+    }
+    double *all = d->norm_buf;
+    size_t *at = (size_t *)(all + 2 * total), *bytes = at + W, *cursor = bytes + W;
+    size_t off = 0;
+    for (int p = 0; p < W; p++) {
+        size_t count = 0;
+        for (int i = 0; i < e->ngroups; i++) {
+            size_t t0, nt;
+            owned_tiles(&e->groups[i], p, &t0, &nt);
+            count += nt;
+        }
+        at[p] = off * sizeof(double);
+        bytes[p] = 2 * count * sizeof(double);
+        off += 2 * count;
+    }
+    double *mine = all + at[d->rank] / sizeof(double);
+    size_t k = 0;
+    for (int i = 0; i < e->ngroups; i++) {
+        const engine_group *g = &e->groups[i];
+        size_t t0, nt;
+        owned_tiles(g, d->rank, &t0, &nt);
+        for (size_t t = t0; t < t0 + nt; t++) {
+            mine[k++] = g->norm->partial[t];
+            mine[k++] = g->norm->bad[t] ? 1.0 : 0.0;
+        }
+    }
+    ferry_status st = comm_world_all_gather_v(mine, all, at, bytes);
+    if (st != FERRY_OK)
+        return err_wrap(st, "gathering the gradient norm's tiles from the ranks");
+    /* Each group's tiles, in tile order (rank p's come after rank p-1's):
+     * the same additions as alone. */
+    for (int p = 0; p < W; p++)
+        cursor[p] = at[p] / sizeof(double);
+    for (int i = 0; i < e->ngroups; i++) {
+        engine_group *g = &e->groups[i];
+        double sum = 0;
+        bool bad = false;
+        for (int p = 0; p < W; p++) {
+            size_t t0, nt;
+            owned_tiles(g, p, &t0, &nt);
+            for (size_t t = 0; t < nt; t++, cursor[p] += 2) {
+                sum += all[cursor[p]];
+                bad |= all[cursor[p] + 1] != 0;
+            }
+        }
+        g->sumsq = sum;
+        g->nonfinite = bad;
+    }
+    return FERRY_OK;
+}
+
+ferry_status shard_agree_nonfinite(ferry_engine *e, bool *bad, int ngroups)
+{
+    if (!e->dp)
+        return FERRY_OK;
+    double *flags = malloc((size_t)(ngroups > 0 ? ngroups : 1) * sizeof *flags);
+    if (!flags)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "the step's decision: out of host memory");
+    for (int i = 0; i < ngroups; i++)
+        flags[i] = bad[i] ? 1.0 : 0.0;
+    ferry_status st = comm_world_all_reduce_f64(flags, (size_t)ngroups);
+    for (int i = 0; i < ngroups && st == FERRY_OK; i++)
+        bad[i] = flags[i] != 0;
+    free(flags);
+    return st != FERRY_OK ? err_wrap(st, "agreeing on the step's inf/NaN check across the ranks") : FERRY_OK;
+}
+
+ferry_status shard_synchronize(ferry_engine *e)
+{
+    engine_shard *d = e->dp;
+    if (!d)
+        return FERRY_OK;
+    ferry_status st = d->grads_stream ? backend_stream_synchronize(d->grads_stream) : FERRY_OK;
+    if (st == FERRY_OK && d->weights_stream)
+        st = backend_stream_synchronize(d->weights_stream);
+    return st;
+}
+
+ferry_status shard_check(ferry_engine *e)
+{
+    if (!e->dp)
+        return FERRY_OK;
+    ferry_status st = shard_synchronize(e);
+    if (st == FERRY_OK)
+        st = comm_world_check();
+    return st;
+}
+
+void shard_close_timing(ferry_engine *e, ferry_step_timing *t)
+{
+    engine_shard *d = e->dp;
+    t->world_size = d ? d->world : 1;
+    if (!d || !d->wait_recorded)
+        return;
+    float ms = 0;
+    if (backend_event_synchronize(d->wait_end) == FERRY_OK &&
+        backend_event_elapsed_ms(d->wait_begin, d->wait_end, &ms) == FERRY_OK && ms > 0)
+        t->compute_wait_comm_ms += ms;
+    d->wait_recorded = false;
+}
+
+/* ---- master weights in and out ---- */
+
+/* Rank p's part of a group: [lo, lo + n). */
+static void part_of(const ferry_engine *e, const engine_group *g, int p, size_t *lo, size_t *n)
+{
+    *lo = (size_t)p * g->shard_cap;
+    *n = *lo >= g->numel ? 0 : (g->numel - *lo < g->shard_cap ? g->numel - *lo : g->shard_cap);
+    (void)e;
+}
+
+ferry_status shard_get_master(ferry_engine *e, engine_group *g, float *out)
+{
+    ferry_status st = FERRY_OK;
+    for (int p = 0; p < e->dp->world && st == FERRY_OK; p++) {
+        size_t lo, n;
+        part_of(e, g, p, &lo, &n);
+        if (p == e->dp->rank)
+            memcpy(out + lo, g->master, n * sizeof(float));
+        if (n)
+            st = comm_world_broadcast(out + lo, n * sizeof(float), p);
+    }
+    return st != FERRY_OK ? err_wrap(st, "gathering the weights of '%s' from the ranks", g->name) : FERRY_OK;
+}
+
+ferry_status shard_set_master(ferry_engine *e, engine_group *g, const float *values)
+{
+    (void)e;
+    memcpy(g->master, values + g->shard_lo, g->shard_n * sizeof(float));
+    return FERRY_OK;
+}
+
+/* ---- checkpoints ---- */
+
+bool shard_writes_files(const ferry_engine *e) { return !e->dp || e->dp->rank == 0; }
+
+static float *state_array(engine_group *g, int k) { return k == 0 ? g->master : k == 1 ? g->m : g->v; }
+
+ferry_status shard_gather_state(ferry_engine *e, engine_group *g, int k, size_t at, size_t n, float *buf)
+{
+    engine_shard *d = e->dp;
+    ferry_status st = FERRY_OK;
+    for (int p = 0; p < d->world && st == FERRY_OK; p++) {
+        size_t lo, pn;
+        part_of(e, g, p, &lo, &pn);
+        size_t a = at > lo ? at : lo, b = at + n < lo + pn ? at + n : lo + pn;
+        if (a >= b)
+            continue;
+        if (p == d->rank && d->rank == 0)
+            memcpy(buf + (a - at), state_array(g, k) + (a - lo), (b - a) * sizeof(float));
+        else if (p == d->rank)
+            st = comm_world_send(0, state_array(g, k) + (a - lo), (b - a) * sizeof(float));
+        else if (d->rank == 0)
+            st = comm_world_recv(p, buf + (a - at), (b - a) * sizeof(float));
+    }
+    return st;
+}
+
+void shard_take_state(ferry_engine *e, engine_group *g, int k, size_t at, size_t n, const float *buf)
+{
+    (void)e;
+    size_t lo = g->shard_lo, a = at > lo ? at : lo, b = at + n < lo + g->shard_n ? at + n : lo + g->shard_n;
+    if (a < b)
+        memcpy(state_array(g, k) + (a - lo), buf + (a - at), (b - a) * sizeof(float));
+}
+
+ferry_status shard_agree_status(ferry_engine *e, ferry_status st, const char *what)
+{
+    if (!e->dp)
+        return st;
+    /* {status, message} from rank 0 */
+    struct {
+        int32_t status;
+        char message[ERR_MESSAGE_MAX];
+    } word = {(int32_t)st, ""};
+    if (e->dp->rank == 0 && st != FERRY_OK)
+        snprintf(word.message, sizeof word.message, "%s", ferry_last_error());
+    ferry_status sent = comm_world_broadcast(&word, sizeof word, 0);
+    if (sent != FERRY_OK)
+        return err_wrap(sent, "%s", what);
+    if (e->dp->rank == 0 || word.status == FERRY_OK)
+        return st;
+    return err_set((ferry_status)word.status, "%s on rank 0: %s", what, word.message);
+}

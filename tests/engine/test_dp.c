@@ -1,0 +1,536 @@
+/* Data parallelism on the host backend, run by mpirun -np N. In every
+ * offload mode (and with the delayed update), N ranks each taking one
+ * micro-batch of B sequences must train bitwise as one process taking the
+ * same N micro-batches as gradient accumulation: the same loss for every
+ * micro-batch, the same final weights, the same gradient norms. The host
+ * backend sums across ranks in rank order, the order in which one process
+ * adds its micro-batches, so this holds at every N (2, 3 and 4 in CI), not
+ * only at 2 where a sum of two values has one order. A checkpoint saved by
+ * the N ranks continues exactly in one process, and one saved by one
+ * process continues exactly in the N ranks. Each rank holds 1/N of the host
+ * state: its pool bytes are those of its slots, counted here from the
+ * layout rule. The reference runs on rank 0, data parallelism off.
+ *
+ * A step dropped between its micro-batches (ferry_engine_abandon_step, a
+ * signal's stop) by every rank after the same micro-batch leaves the
+ * collectives paired and the run bitwise as if the step had never begun.
+ *
+ * Runs in f32, and in bf16 storage with FERRY_TEST_DTYPE=bf16. Only rank 0
+ * writes TAP; every rank's own checks are summed across ranks and reported
+ * there. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/numerics.h"
+#include "engine/embed.h"
+#include "kernels/comm.h"
+#include "models/gpt2.h"
+#include "models/gpt2_engine.h"
+#include "models/gpt2_plan.h"
+#include "offload/pool.h"
+#include "tap.h"
+#include "test_dtype.h"
+
+enum { STEPS = 6, HALF = 3, B = 2, T = 32, MAXR = 8 };
+
+static gpt2_config model;
+static const uint64_t SEED = 4321;
+static int rank, world;
+/* run(), with several ranks: in this step every rank first takes its first
+ * micro-batch and drops the step (ferry_engine_abandon_step), then takes
+ * the step whole; -1: never. */
+static int abandon_in_step = -1;
+
+typedef struct run_result {
+    float loss[STEPS][MAXR];   /* every micro-batch's loss */
+    double norm[STEPS];        /* the step's global gradient norm */
+    float *weights;            /* every group's master weights, concatenated */
+    size_t nweights;
+    uint64_t host_bytes;       /* this rank's pinned pool in use */
+    uint64_t expected_host;    /* what its slots should take */
+    uint64_t device_peak;
+    double comm_bytes;
+} run_result;
+
+typedef struct run_opts {
+    ferry_offload mode;
+    int delayed;
+    int prefetch;
+    int parallel;      /* 1: this rank trains micro-batch `rank` with the others; -1: alone, all micro-batches */
+    const char *load;  /* continue from this checkpoint; NULL: from the seed */
+    int first, last;   /* steps [first, last) */
+    const char *save;  /* save after the last step, when not NULL */
+    int per_rank;      /* micro-batches per rank (0: 1); alone, world x that */
+} run_opts;
+
+/* Deterministic text-like tokens of micro-batch `micro` at `step`. */
+static void batch_tokens(int step, int micro, int32_t *tokens, int32_t *targets)
+{
+    uint64_t rng = 991 + (uint64_t)step * 7919 + (uint64_t)micro * 104729;
+    for (int i = 0; i < B * T + 1; i++) {
+        int32_t tok = (int32_t)((i * 11 + step * 3 + micro) % 113);
+        if (tap_rand_u64(&rng) % 4 == 0)
+            tok = (int32_t)(tap_rand_u64(&rng) % (uint64_t)model.vocab_size);
+        if (i < B * T)
+            tokens[i] = tok;
+        if (i > 0)
+            targets[i - 1] = tok;
+    }
+}
+
+static ferry_step_options step_options(void)
+{
+    ferry_step_options o = FERRY_STEP_OPTIONS_INIT;
+    o.lr = 2e-3f;
+    o.weight_decay = 0.05f;
+    o.max_grad_norm = 0.5f; /* clips: the global norm must be the same everywhere */
+    return o;
+}
+
+/* Host pool bytes of one rank's slots: the layout rule, not the engine's code. */
+static uint64_t expected_host_bytes(const gpt2_model *m, ferry_offload mode, int n)
+{
+    if (mode == FERRY_OFFLOAD_NONE)
+        return 0;
+    size_t act = test_dtype() == FERRY_DTYPE_BF16 ? 2 : 4;
+    uint64_t sum = 0;
+    for (int g = 0; g < gpt2_num_groups(m); g++) {
+        size_t tiles = (gpt2_group_numel(m, g) + NUMERICS_TILE - 1) / NUMERICS_TILE;
+        size_t slot = (tiles + (size_t)n - 1) / (size_t)n * NUMERICS_TILE;
+        /* master, m, v, the summed gradients (fp32), the upload copy (storage type) */
+        sum += 4 * pool_charge(slot * 4) + pool_charge(slot * act);
+    }
+    return sum;
+}
+
+static ferry_status run(const run_opts *ro, run_result *out)
+{
+    gpt2_model *m = NULL;
+    ferry_engine *e = NULL;
+    gpt2_activations *act = NULL;
+    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
+    cfg.backend = FERRY_BACKEND_HOST;
+    cfg.offload = ro->mode;
+    cfg.delayed_update = ro->delayed;
+    cfg.prefetch_groups = ro->prefetch;
+    cfg.optimizer_threads = 1;
+    cfg.dtype = test_dtype();
+    cfg.data_parallel = ro->parallel;
+    int per = ro->per_rank > 0 ? ro->per_rank : 1, micro = ro->parallel == 1 ? per : world * per, scale = world * per;
+    ferry_status st = gpt2_create(&model, &m);
+    if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
+    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED, NULL);
+    if (st == FERRY_OK) st = ferry_engine_setup(e);
+    if (st == FERRY_OK && ro->load) st = ferry_engine_load(e, ro->load, NULL, 0, NULL);
+    gpt2_allocator alloc = e ? gpt2_engine_allocator(e) : (gpt2_allocator){0};
+    if (st == FERRY_OK) st = gpt2_activations_create(m, engine_embed_backend(e), B, T, false, &alloc, &act);
+    gpt2_hooks hooks = e ? gpt2_engine_hooks(e) : (gpt2_hooks){0};
+    backend_stream *s = e ? engine_embed_stream(e) : NULL;
+    ferry_step_options o = step_options();
+    int32_t tokens[B * T], targets[B * T];
+    for (int step = ro->first; step < ro->last && st == FERRY_OK; step++) {
+        double losses[MAXR] = {0};
+        if (step == abandon_in_step && ro->parallel == 1) {
+            float dropped = 0;
+            batch_tokens(step, rank * per, tokens, targets);
+            st = ferry_engine_begin_micro_batch(e, 0, micro);
+            if (st == FERRY_OK) st = gpt2_forward(m, act, &hooks, s, tokens, targets, true);
+            if (st == FERRY_OK) st = gpt2_backward(m, act, &hooks, s, 1.0f / (float)scale);
+            if (st == FERRY_OK) st = gpt2_loss(act, s, &dropped);
+            if (st == FERRY_OK) st = ferry_engine_abandon_step(e);
+        }
+        for (int k = 0; k < micro && st == FERRY_OK; k++) {
+            int which = ro->parallel == 1 ? rank * per + k : k; /* the global micro-batch */
+            batch_tokens(step, which, tokens, targets);
+            float loss = 0;
+            st = ferry_engine_begin_micro_batch(e, k, micro);
+            if (st == FERRY_OK) st = gpt2_forward(m, act, &hooks, s, tokens, targets, true);
+            if (st == FERRY_OK) st = gpt2_backward(m, act, &hooks, s, 1.0f / (float)scale);
+            if (st == FERRY_OK) st = gpt2_loss(act, s, &loss);
+            losses[which] = loss;
+        }
+        ferry_step_report rep = FERRY_STEP_REPORT_INIT;
+        if (st == FERRY_OK) st = ferry_engine_step(e, &o, &rep);
+        /* every rank's losses, each at its micro-batch (x + 0 = x) */
+        if (st == FERRY_OK && ro->parallel == 1) st = ferry_world_all_reduce(losses, (size_t)(world * per));
+        for (int k = 0; k < world * per; k++)
+            out->loss[step][k] = (float)losses[k];
+        out->norm[step] = rep.grad_norm;
+    }
+    if (st == FERRY_OK && ro->save) st = ferry_engine_save(e, ro->save, NULL, 0);
+    if (st == FERRY_OK) {
+        out->nweights = 0;
+        for (int g = 0; g < gpt2_num_groups(m); g++)
+            out->nweights += gpt2_group_numel(m, g);
+        out->weights = malloc(out->nweights * sizeof(float));
+        size_t at = 0;
+        for (int g = 0; g < gpt2_num_groups(m) && st == FERRY_OK; g++) {
+            st = ferry_engine_get_weights(e, g, out->weights + at);
+            at += gpt2_group_numel(m, g);
+        }
+        ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
+        ferry_engine_memory_stats(e, &ms);
+        out->host_bytes = ms.host_in_use_bytes;
+        out->device_peak = ms.device_total_peak_bytes;
+        out->expected_host = expected_host_bytes(m, ro->mode, ro->parallel == 1 ? world : 1);
+        ferry_step_timing t = FERRY_STEP_TIMING_INIT;
+        ferry_engine_step_timing(e, &t);
+        out->comm_bytes = t.comm_bytes;
+    }
+    if (st != FERRY_OK)
+        fprintf(stderr, "rank %d: run failed: %s\n", rank, ferry_last_error());
+    if (e)
+        ferry_engine_synchronize(e);
+    gpt2_activations_destroy(act);
+    ferry_engine_destroy(e);
+    gpt2_destroy(m);
+    return st;
+}
+
+/* Every rank's 0/1 summed on rank 0: how many ranks saw `ok`. */
+static int ranks_ok(int ok)
+{
+    double v = ok ? 1 : 0;
+    if (ferry_world_all_reduce(&v, 1) != FERRY_OK)
+        return 0;
+    return (int)v;
+}
+
+static void compare(const run_result *got, const run_result *ref, int from, const char *what)
+{
+    int bad = -1, badk = 0;
+    for (int s = from; s < STEPS && bad < 0; s++)
+        for (int k = 0; k < world && bad < 0; k++)
+            if (memcmp(&got->loss[s][k], &ref->loss[s][k], sizeof(float)) != 0 ||
+                memcmp(&got->norm[s], &ref->norm[s], sizeof(double)) != 0) {
+                bad = s;
+                badk = k;
+            }
+    if (!tap_ok(bad < 0, "%s: every micro-batch's loss and every step's gradient norm bitwise equal (last loss %.7f)",
+                what, (double)got->loss[STEPS - 1][0]))
+        tap_diag("  step %d micro-batch %d: loss %.9g vs %.9g, norm %.17g vs %.17g", bad, badk,
+                 (double)got->loss[bad][badk], (double)ref->loss[bad][badk], got->norm[bad], ref->norm[bad]);
+    size_t diff = 0, first = 0;
+    for (size_t i = 0; got->weights && ref->weights && i < got->nweights; i++)
+        if (memcmp(&got->weights[i], &ref->weights[i], sizeof(float)) != 0 && diff++ == 0)
+            first = i;
+    if (!tap_ok(got->weights && ref->weights && got->nweights == ref->nweights && diff == 0,
+                "%s: final weights bitwise equal (%zu of %zu differ)", what, diff, got->nweights))
+        tap_diag("  first at %zu: %.9g vs %.9g", first, (double)got->weights[first], (double)ref->weights[first]);
+}
+
+static void free_result(run_result *r)
+{
+    free(r->weights);
+    memset(r, 0, sizeof *r);
+}
+
+/* One mode: N ranks against one process with N micro-batches. */
+static void test_mode(ferry_offload mode, int delayed, int prefetch)
+{
+    char what[96];
+    snprintf(what, sizeof what, "%d ranks, offload %s%s%s", world, ferry_offload_name(mode),
+             delayed ? ", delayed update" : "", mode == FERRY_OFFLOAD_PARAMS && prefetch ? ", prefetch 1" : "");
+    run_result dp = {0}, ref = {0};
+    run_opts o = {mode, delayed, prefetch, 1, NULL, 0, STEPS, NULL, 1};
+    ferry_status st = run(&o, &dp);
+    int ran = ranks_ok(st == FERRY_OK);
+    int host_ok = ranks_ok(dp.host_bytes == dp.expected_host);
+    uint64_t host_max = dp.host_bytes;
+    if (rank == 0) {
+        tap_ok(ran == world, "%s: all %d ranks trained (%d did)", what, world, ran);
+        run_opts r = {mode, delayed, prefetch, -1, NULL, 0, STEPS, NULL, 1};
+        tap_ok(run(&r, &ref) == FERRY_OK, "%s: the one-process reference with %d micro-batches ran", what, world);
+        compare(&dp, &ref, 0, what);
+        if (mode != FERRY_OFFLOAD_NONE)
+            tap_ok(host_ok == world, "%s: each rank's host pool holds its 1/%d slots: %llu bytes on rank 0 (the "
+                   "layout rule says %llu; one process holds %llu)",
+                   what, world, (unsigned long long)host_max, (unsigned long long)dp.expected_host,
+                   (unsigned long long)ref.host_bytes);
+        tap_ok(world == 1 || dp.comm_bytes > 0, "%s: the step sent %.0f bytes through collectives", what, dp.comm_bytes);
+        /* memprof plan --ranks N predicts rank 0's memory (a world of one
+         * through the collectives is a test of the paths, not a plan) */
+        gpt2_plan p;
+        gpt2_plan_request rq = {&model, B, T, mode, false, prefetch, 1, FERRY_BACKEND_HOST, test_dtype(), world};
+        ferry_status planned = world > 1 ? gpt2_plan_predict(&rq, &p) : FERRY_ERR_STATE;
+        if (world > 1 && tap_ok(planned == FERRY_OK, "%s: memory planned for %d ranks %s", what, world,
+                                planned == FERRY_OK ? "" : ferry_last_error())) {
+            tap_ok(p.host_total == dp.host_bytes, "%s: the plan for %d ranks predicts rank 0's host pool: %llu bytes "
+                   "(measured %llu)", what, world, (unsigned long long)p.host_total,
+                   (unsigned long long)dp.host_bytes);
+            double r = (double)dp.device_peak / (double)p.device_total;
+            tap_ok(mode == FERRY_OFFLOAD_PARAMS ? r <= 1.0 && r > 0.5 : r <= 1.0 && r > 0.95,
+                   "%s: ... and bounds its device peak: %llu measured, %llu planned (%.1f%%)", what,
+                   (unsigned long long)dp.device_peak, (unsigned long long)p.device_total, 100 * r);
+        }
+    }
+    free_result(&dp);
+    free_result(&ref);
+}
+
+/* Several micro-batches per rank: the ranks' sums are added to each other,
+ * not one micro-batch after another, so one process with all of them is
+ * matched up to fp32 reassociation, not bitwise. Each micro-batch's loss
+ * is still the same (same weights), so the first step is; after it the
+ * losses stay within 1e-5 and the weights within 1e-4 (one dropped or
+ * doubled micro-batch moves them by far more). */
+static void test_accumulation(ferry_offload mode)
+{
+    char what[96];
+    snprintf(what, sizeof what, "%d ranks x 2 micro-batches, offload %s", world, ferry_offload_name(mode));
+    run_result dp = {0}, ref = {0};
+    run_opts o = {mode, 0, 2, 1, NULL, 0, STEPS, NULL, 2};
+    int ran = ranks_ok(run(&o, &dp) == FERRY_OK);
+    if (rank == 0) {
+        run_opts r = {mode, 0, 2, -1, NULL, 0, STEPS, NULL, 2};
+        tap_ok(ran == world && run(&r, &ref) == FERRY_OK, "%s: ran, and one process with %d micro-batches", what,
+               2 * world);
+        double worst_loss = 0, worst_w = 0;
+        bool first_equal = true;
+        for (int k = 0; k < 2 * world; k++) {
+            first_equal &= memcmp(&dp.loss[0][k], &ref.loss[0][k], sizeof(float)) == 0;
+            for (int s = 0; s < STEPS; s++) {
+                double d = fabs((double)dp.loss[s][k] - ref.loss[s][k]) / fabs((double)ref.loss[s][k]);
+                worst_loss = d > worst_loss ? d : worst_loss;
+            }
+        }
+        for (size_t i = 0; dp.weights && ref.weights && i < dp.nweights; i++) {
+            double d = fabs((double)dp.weights[i] - ref.weights[i]);
+            worst_w = d > worst_w ? d : worst_w;
+        }
+        tap_ok(first_equal, "%s: the first step's micro-batch losses bitwise equal", what);
+        tap_ok(dp.weights && ref.weights && worst_loss < 1e-5 && worst_w < 1e-4,
+               "%s: losses within %.2g relative, weights within %.2g (bounds 1e-5, 1e-4)", what, worst_loss, worst_w);
+    }
+    free_result(&dp);
+    free_result(&ref);
+}
+
+/* Every rank drops step 2 after the first of its 2 micro-batches, then
+ * takes it whole: the same losses, norms and weights, bit for bit, as the
+ * ranks that never dropped it. What the dropped micro-batch put in flight
+ * (its reduce-scatters or all-reduce sums, the drains, the CPU's sums) is
+ * finished and discarded on every rank alike. */
+static void test_abandon(ferry_offload mode, int delayed)
+{
+    char what[112];
+    snprintf(what, sizeof what, "%d ranks x 2 micro-batches, offload %s%s, step 2 dropped after 1 and taken again",
+             world, ferry_offload_name(mode), delayed ? ", delayed update" : "");
+    run_result cut = {0}, whole = {0};
+    run_opts o = {mode, delayed, 2, 1, NULL, 0, STEPS, NULL, 2};
+    int ran = ranks_ok(run(&o, &whole) == FERRY_OK);
+    abandon_in_step = 2;
+    ran += ranks_ok(run(&o, &cut) == FERRY_OK);
+    abandon_in_step = -1;
+    if (rank == 0) {
+        tap_ok(ran == 2 * world, "%s: ran on every rank, with and without the drop", what);
+        compare(&cut, &whole, 0, what);
+    }
+    free_result(&cut);
+    free_result(&whole);
+}
+
+/* A non-finite gradient on one rank only: every rank skips the step (the
+ * flags are all-reduced), reports the same bad group, and keeps its
+ * weights; the next step trains again everywhere. The last rank writes a
+ * NaN into group 1's gradient just before its backward release. */
+typedef struct poison {
+    ferry_engine *e;
+    gpt2_hooks inner;
+    bool armed;
+} poison;
+
+static ferry_status poison_acquire_params(void *ctx, int g, ferry_phase ph, backend_stream *s, const act_t **p)
+{
+    poison *x = ctx;
+    return x->inner.acquire_params(x->inner.ctx, g, ph, s, p);
+}
+
+static ferry_status poison_acquire_grads(void *ctx, int g, backend_stream *s, act_t **grads)
+{
+    poison *x = ctx;
+    return x->inner.acquire_grads(x->inner.ctx, g, s, grads);
+}
+
+static ferry_status poison_release(void *ctx, int g, ferry_phase ph, backend_stream *s)
+{
+    poison *x = ctx;
+    if (x->armed && g == 1 && ph == FERRY_PHASE_BACKWARD) {
+        void *grads = NULL;
+        ferry_status st = ferry_engine_synchronize(x->e);
+        if (st == FERRY_OK) st = ferry_engine_grads(x->e, g, &grads);
+        if (st != FERRY_OK)
+            return st;
+        if (test_dtype() == FERRY_DTYPE_BF16)
+            ((uint16_t *)grads)[7] = 0x7fc0; /* a bf16 NaN */
+        else
+            ((float *)grads)[7] = NAN;
+    }
+    return x->inner.release(x->inner.ctx, g, ph, s);
+}
+
+static void test_skip_agreed(ferry_offload mode)
+{
+    gpt2_model *m = NULL;
+    ferry_engine *e = NULL;
+    gpt2_activations *act = NULL;
+    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
+    cfg.backend = FERRY_BACKEND_HOST;
+    cfg.offload = mode;
+    cfg.optimizer_threads = 1;
+    cfg.dtype = test_dtype();
+    cfg.data_parallel = 1;
+    ferry_status st = gpt2_create(&model, &m);
+    if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
+    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED, NULL);
+    if (st == FERRY_OK) st = ferry_engine_setup(e);
+    gpt2_allocator alloc = e ? gpt2_engine_allocator(e) : (gpt2_allocator){0};
+    if (st == FERRY_OK) st = gpt2_activations_create(m, engine_embed_backend(e), B, T, false, &alloc, &act);
+    poison px = {e, e ? gpt2_engine_hooks(e) : (gpt2_hooks){0}, false};
+    gpt2_hooks hooks = {&px, poison_acquire_params, poison_acquire_grads, poison_release};
+    backend_stream *s = e ? engine_embed_stream(e) : NULL;
+    ferry_step_options o = step_options();
+    int32_t tokens[B * T], targets[B * T];
+    size_t n = m ? gpt2_group_numel(m, 1) : 1;
+    float *before = malloc(n * sizeof(float)), *after = malloc(n * sizeof(float));
+    ferry_step_report rep[2] = {FERRY_STEP_REPORT_INIT, FERRY_STEP_REPORT_INIT};
+    if (st == FERRY_OK && (!before || !after))
+        st = FERRY_ERR_OUT_OF_MEMORY;
+    if (st == FERRY_OK) st = ferry_engine_get_weights(e, 1, before);
+    for (int step = 0; step < 2 && st == FERRY_OK; step++) {
+        px.armed = step == 0 && rank == world - 1;
+        batch_tokens(step, rank, tokens, targets);
+        st = ferry_engine_begin_micro_batch(e, 0, 1);
+        if (st == FERRY_OK) st = gpt2_forward(m, act, &hooks, s, tokens, targets, true);
+        if (st == FERRY_OK) st = gpt2_backward(m, act, &hooks, s, 1.0f / (float)world);
+        if (st == FERRY_OK) st = ferry_engine_step(e, &o, &rep[step]);
+        if (step == 0 && st == FERRY_OK) st = ferry_engine_get_weights(e, 1, after);
+    }
+    if (st != FERRY_OK)
+        fprintf(stderr, "rank %d: %s\n", rank, ferry_last_error());
+    bool kept = st == FERRY_OK && memcmp(before, after, n * sizeof(float)) == 0;
+    int ran = ranks_ok(st == FERRY_OK), skipped = ranks_ok(rep[0].skipped && rep[0].bad_group == 1),
+        untouched = ranks_ok(kept), trained = ranks_ok(!rep[1].skipped && rep[1].step == 1);
+    if (rank == 0) {
+        const char *name = ferry_offload_name(mode);
+        tap_ok(ran == world, "offload %s: a NaN in rank %d's gradient only: all %d ranks ran", name, world - 1, world);
+        tap_ok(skipped == world, "offload %s: ... every rank skipped the step and named group 1 (%d of %d did)", name,
+               skipped, world);
+        tap_ok(untouched == world, "offload %s: ... every rank's weights are untouched (%d of %d)", name, untouched,
+               world);
+        tap_ok(trained == world, "offload %s: ... and the next step trains on every rank (%d of %d)", name, trained,
+               world);
+    }
+    free(before);
+    free(after);
+    gpt2_activations_destroy(act);
+    ferry_engine_destroy(e);
+    gpt2_destroy(m);
+}
+
+/* The checkpoint's path, made by rank 0 and sent to the others. */
+static void shared_dir(char *path, size_t cap)
+{
+    memset(path, 0, cap);
+    if (rank == 0) {
+        snprintf(path, cap, "/tmp/ferry-test-dp-XXXXXX");
+        if (!mkdtemp(path))
+            path[0] = '\0';
+    }
+    comm_world_broadcast(path, cap, 0);
+}
+
+/* Saved by N ranks, continued alone; saved alone, continued by N ranks. */
+static void test_checkpoint_across_worlds(ferry_offload mode)
+{
+    char dir[128], file[160];
+    shared_dir(dir, sizeof dir);
+    snprintf(file, sizeof file, "%s/state.ferry", dir);
+    run_result whole = {0}, a = {0}, b = {0};
+    /* N ranks, steps 0..HALF, save; then one process continues to STEPS. */
+    run_opts first = {mode, 0, 0, 1, NULL, 0, HALF, file, 1};
+    ferry_status st = run(&first, &a);
+    int saved = ranks_ok(st == FERRY_OK);
+    if (rank == 0) {
+        run_opts ref = {mode, 0, 0, -1, NULL, 0, STEPS, NULL, 1};
+        run_opts rest = {mode, 0, 0, -1, file, HALF, STEPS, NULL, 1};
+        char what[96];
+        snprintf(what, sizeof what, "offload %s: saved by %d ranks at step %d, resumed alone", ferry_offload_name(mode),
+                 world, HALF);
+        tap_ok(saved == world && run(&ref, &whole) == FERRY_OK && run(&rest, &b) == FERRY_OK, "%s: ran", what);
+        memcpy(b.loss, whole.loss, sizeof b.loss[0] * HALF);
+        memcpy(b.norm, whole.norm, sizeof b.norm[0] * HALF);
+        compare(&b, &whole, HALF, what);
+        /* and back: one process saves at HALF, the N ranks continue */
+        run_opts alone = {mode, 0, 0, -1, NULL, 0, HALF, file, 1};
+        free_result(&b);
+        tap_ok(run(&alone, &b) == FERRY_OK, "offload %s: one process saved step %d", ferry_offload_name(mode), HALF);
+    }
+    ferry_world_barrier();
+    free_result(&a);
+    run_opts again = {mode, 0, 0, 1, file, HALF, STEPS, NULL, 1};
+    st = run(&again, &a);
+    int resumed = ranks_ok(st == FERRY_OK);
+    if (rank == 0) {
+        char what[96];
+        snprintf(what, sizeof what, "offload %s: saved alone at step %d, resumed by %d ranks", ferry_offload_name(mode),
+                 HALF, world);
+        tap_ok(resumed == world, "%s: ran on every rank", what);
+        memcpy(a.loss, whole.loss, sizeof a.loss[0] * HALF);
+        memcpy(a.norm, whole.norm, sizeof a.norm[0] * HALF);
+        compare(&a, &whole, HALF, what);
+        unlink(file);
+        rmdir(dir);
+    }
+    free_result(&whole);
+    free_result(&a);
+    free_result(&b);
+}
+
+int main(void)
+{
+    ferry_world_info w = FERRY_WORLD_INFO_INIT;
+    if (ferry_world_join(&w) != FERRY_OK) {
+        printf("Bail out! joining the world: %s\n", ferry_last_error());
+        return 1;
+    }
+    rank = w.rank;
+    world = w.world_size;
+    if (world > MAXR) {
+        if (rank == 0)
+            printf("Bail out! %d ranks; this test runs 1 to %d\n", world, MAXR);
+        return 1;
+    }
+    if (rank != 0 && !freopen("/dev/null", "w", stdout)) /* TAP comes from rank 0 alone */
+        return 1;
+    if (gpt2_config_from_fields(2, 4, 128, 500, 512, 64, &model) != FERRY_OK) {
+        printf("Bail out! %s\n", ferry_last_error());
+        return 1;
+    }
+    tap_diag("GPT-2 of 2 layers, 4 heads, 128 wide, vocab 500; micro-batch %d x %d; %d steps; %d ranks (%s); %s "
+             "storage",
+             B, T, STEPS, world, w.launcher, test_dtype_name());
+    test_mode(FERRY_OFFLOAD_NONE, 0, 2);
+    test_mode(FERRY_OFFLOAD_OPTIMIZER, 0, 2);
+    test_mode(FERRY_OFFLOAD_OPTIMIZER, 1, 2);
+    test_mode(FERRY_OFFLOAD_PARAMS, 0, 1);
+    test_skip_agreed(FERRY_OFFLOAD_NONE);
+    test_skip_agreed(FERRY_OFFLOAD_OPTIMIZER);
+    test_skip_agreed(FERRY_OFFLOAD_PARAMS);
+    if (world > 1) {
+        test_accumulation(FERRY_OFFLOAD_NONE);
+        test_accumulation(FERRY_OFFLOAD_OPTIMIZER);
+    }
+    test_abandon(FERRY_OFFLOAD_NONE, 0);
+    test_abandon(FERRY_OFFLOAD_OPTIMIZER, 0);
+    test_abandon(FERRY_OFFLOAD_OPTIMIZER, 1);
+    test_abandon(FERRY_OFFLOAD_PARAMS, 0);
+    test_checkpoint_across_worlds(FERRY_OFFLOAD_OPTIMIZER);
+    test_checkpoint_across_worlds(FERRY_OFFLOAD_PARAMS);
+    int rc = rank == 0 ? tap_done() : 0;
+    ferry_world_leave();
+    return rc;
+}
