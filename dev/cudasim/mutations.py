@@ -127,7 +127,10 @@ def copy_tree(root, dst):
         src, to = os.path.join(root, rel), os.path.join(dst, rel)
         os.makedirs(os.path.dirname(to), exist_ok=True)
         if not os.path.exists(to) or open(src, "rb").read() != open(to, "rb").read():
-            shutil.copy2(src, to)
+            # A new time stamp, not the source's: a file changed since the
+            # copy's last build must look newer than that build's objects.
+            shutil.copyfile(src, to)
+            shutil.copymode(src, to)
 
 
 def test_targets(build, tests):
