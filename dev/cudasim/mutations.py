@@ -80,7 +80,8 @@ MUTATIONS = [
     ("d2h-before-kernel", "a D2H recorded before the kernel that writes the buffer: the drain of a group's "
      "gradients no longer waits for its backward",
      "engine/schedule.c",
-     "        (st = backend_stream_wait_event(e->d2h, g->grads_done)) != FERRY_OK ||\n", "", ENGINE, True),
+     "        if ((st = backend_stream_wait_event(e->d2h, g->grads_done)) == FERRY_OK &&\n",
+     "        if ((st = FERRY_OK) == FERRY_OK &&\n", ENGINE, True),
     ("upload-while-read", "an upload into a buffer still being read: params mode frees a group's weights "
      "(for the next group's upload) without waiting for its last use",
      "engine/placement.c",
