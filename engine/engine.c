@@ -617,8 +617,9 @@ ferry_status ferry_engine_alloc(ferry_engine *e, ferry_mem_category category, co
     }
     ferry_status st = arena_alloc(e->arena, bytes, category, name ? name : "user", ptr);
     if (st == FERRY_ERR_OUT_OF_MEMORY && e->cfg.offload == FERRY_OFFLOAD_PARAMS) {
-        engine_evict(e, -1, 0);
-        st = arena_alloc(e->arena, bytes, category, name ? name : "user", ptr);
+        st = engine_evict(e, -1, 0, NULL);
+        if (st == FERRY_OK)
+            st = arena_alloc(e->arena, bytes, category, name ? name : "user", ptr);
     }
     if (st == FERRY_OK)
         e->user_allocs[e->user_count++] = *ptr;

@@ -222,8 +222,10 @@ void engine_unplace(ferry_engine *e);
 void engine_bytes_per_param(const ferry_engine *e, double *device, double *host);
 /* Frees the device weights of RETIRING groups other than keep_group, oldest
  * first, until at most max_resident groups hold device weights or none is
- * left to evict; returns how many it evicted. */
-int engine_evict(ferry_engine *e, int keep_group, int max_resident);
+ * left to evict; *evicted (may be NULL) says how many. A group's weights are
+ * freed only after the wait for its last use succeeds: when that wait fails,
+ * they stay, and so does the error. */
+ferry_status engine_evict(ferry_engine *e, int keep_group, int max_resident, int *evicted);
 /* Allocates every group's grad_acc (engine_accumulator_buffer) that is not
  * there yet: the first step with several micro-batches does. */
 ferry_status engine_ensure_accumulators(ferry_engine *e);

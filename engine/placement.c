@@ -80,14 +80,15 @@ static ferry_status check_device_fit(ferry_engine *e)
 
 static ferry_status create_events(ferry_engine *e, engine_group *g)
 {
-    backend_event **all[] = {&g->uploaded, &g->released, &g->grads_done, &g->drained,
-                             &g->updated, &g->wait_begin, &g->wait_end};
+    backend_event **all[] = {&g->uploaded, &g->released, &g->grads_done, &g->drained, &g->updated};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         ferry_status st = backend_event_create(e->be, all[i]);
         if (st != FERRY_OK)
             return st;
     }
-    return FERRY_OK;
+    /* The step's timing reads the time of these two. */
+    ferry_status st = backend_event_create_timed(e->be, &g->wait_begin);
+    return st == FERRY_OK ? backend_event_create_timed(e->be, &g->wait_end) : st;
 }
 
 static ferry_status dev_alloc(ferry_engine *e, engine_group *g, size_t bytes, ferry_mem_category cat,
@@ -346,9 +347,10 @@ void engine_unplace(ferry_engine *e)
     engine_nvme_close(e);
 }
 
-int engine_evict(ferry_engine *e, int keep_group, int max_resident)
+ferry_status engine_evict(ferry_engine *e, int keep_group, int max_resident, int *evicted_out)
 {
     int evicted = 0;
+    ferry_status st = FERRY_OK;
     while (e->resident_now > max_resident) {
         engine_group *oldest = NULL;
         for (int i = 0; i < e->ngroups; i++) {
@@ -358,12 +360,16 @@ int engine_evict(ferry_engine *e, int keep_group, int max_resident)
         }
         if (!oldest)
             break;
-        backend_event_synchronize(oldest->released);
+        /* Freed memory is reused at once: the kernels reading it must be done. */
+        if ((st = backend_event_synchronize(oldest->released)) != FERRY_OK)
+            break;
         arena_free(e->arena, oldest->dev_weights);
         oldest->dev_weights = NULL;
         oldest->residency = RES_ABSENT;
         e->resident_now--;
         evicted++;
     }
-    return evicted;
+    if (evicted_out)
+        *evicted_out = evicted;
+    return st;
 }

@@ -85,8 +85,7 @@ ferry_status engine_retire_all(ferry_engine *e)
             g->residency = RES_RETIRING;
         }
     }
-    engine_evict(e, -1, 0);
-    return FERRY_OK;
+    return engine_evict(e, -1, 0, NULL);
 }
 
 /* ---- params mode: fetching ---- */
@@ -97,10 +96,19 @@ static ferry_status alloc_weights(ferry_engine *e, engine_group *g, int gi)
 {
     char name[ENGINE_NAME_MAX + 16];
     snprintf(name, sizeof name, "%s weights", g->name);
-    engine_evict(e, gi, window(e) - 1);
-    ferry_status st = arena_alloc(e->arena, g->padded * e->act_size, FERRY_MEM_PARAMS, name, &g->dev_weights);
-    while (st == FERRY_ERR_OUT_OF_MEMORY && engine_evict(e, gi, e->resident_now - 1) > 0)
+    ferry_status st = engine_evict(e, gi, window(e) - 1, NULL);
+    if (st != FERRY_OK)
+        return st;
+    st = arena_alloc(e->arena, g->padded * e->act_size, FERRY_MEM_PARAMS, name, &g->dev_weights);
+    while (st == FERRY_ERR_OUT_OF_MEMORY) {
+        int evicted = 0;
+        ferry_status ev = engine_evict(e, gi, e->resident_now - 1, &evicted);
+        if (ev != FERRY_OK)
+            return ev;
+        if (evicted == 0)
+            break; /* arena_alloc's message says what did not fit */
         st = arena_alloc(e->arena, g->padded * e->act_size, FERRY_MEM_PARAMS, name, &g->dev_weights);
+    }
     return st;
 }
 
@@ -140,8 +148,12 @@ static void prefetch_after(ferry_engine *e, int gi, ferry_phase phase)
             break;
         if (e->groups[h].residency != RES_ABSENT)
             continue;
-        if (e->resident_now >= window(e) && engine_evict(e, gi, window(e) - 1) == 0)
+        int evicted = 0;
+        if (e->resident_now >= window(e) &&
+            (engine_evict(e, gi, window(e) - 1, &evicted) != FERRY_OK || evicted == 0)) {
+            err_clear(); /* the fetch that needs the room will meet it again and say so */
             break;
+        }
         ferry_status st = issue_fetch(e, h);
         if (st == FERRY_ERR_OUT_OF_MEMORY && e->dp && e->groups[h].residency == RES_ABSENT) {
             collect_grads(e, true);
@@ -248,8 +260,9 @@ static ferry_status acquire_param_grads(ferry_engine *e, engine_group *g, backen
     ferry_status st = g->dev_grads ? FERRY_OK : arena_alloc(e->arena, bytes, FERRY_MEM_GRADS, name, &g->dev_grads);
     if (st == FERRY_ERR_OUT_OF_MEMORY) {
         collect_grads(e, true);
-        engine_evict(e, (int)(g - e->groups), 1);
-        st = arena_alloc(e->arena, bytes, FERRY_MEM_GRADS, name, &g->dev_grads);
+        st = engine_evict(e, (int)(g - e->groups), 1, NULL);
+        if (st == FERRY_OK)
+            st = arena_alloc(e->arena, bytes, FERRY_MEM_GRADS, name, &g->dev_grads);
     }
     if (st != FERRY_OK)
         return st;

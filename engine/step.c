@@ -306,24 +306,25 @@ static ferry_status update_offloaded(ferry_engine *e, const ferry_step_options *
 }
 
 /* Delayed update (DPU): the update of step t runs while step t+1 computes
- * with the weights of step t-1; its upload waits for step t+1's backward to
- * finish (the compute stream must not read weights while they change). */
+ * with the weights of step t-1; each group's upload waits for that group's
+ * backward in step t+1 to finish (the compute stream must not read weights
+ * while they change). Its own release, not group 0's: an embedder may
+ * release groups in any order. */
 static ferry_status upload_delayed(ferry_engine *e)
 {
     if (!e->dpu_pending)
         return FERRY_OK;
-    backend_event *done_computing = e->groups[0].grads_done;
     ferry_status st = FERRY_OK;
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
         engine_group *g = &e->groups[i];
         if (e->dp) {
-            st = shard_upload(e, g, done_computing);
+            st = shard_upload(e, g, g->grads_done);
             continue;
         }
         size_t bytes = g->numel * e->act_size;
         e->timing_acc.transfer_h2d_bytes += (double)bytes;
         if ((st = engine_update_barrier(e, g)) == FERRY_OK &&
-            (st = backend_stream_wait_event(e->h2d, done_computing)) == FERRY_OK &&
+            (st = backend_stream_wait_event(e->h2d, g->grads_done)) == FERRY_OK &&
             (st = backend_memcpy_async(e->h2d, g->dev_weights, g->host_weights, bytes, BACKEND_COPY_H2D)) == FERRY_OK)
             st = backend_event_record(g->uploaded, e->h2d);
     }

@@ -108,6 +108,7 @@ struct backend_stream {
 struct backend_event {
     backend *be;
     void *impl;
+    bool timed; /* from backend_event_create_timed: elapsed times can be read */
 };
 
 /* Implementations: fill be->vt, be->ops, be->act, be->impl and

@@ -69,12 +69,13 @@
     A(ACT_OUT, out, (size_t)B * T * C, 0) A(I32_IN, tokens, (size_t)B * T, V)                           \
     A(ACT_IN, wte, (size_t)V * C, 0) A(ACT_IN, wpe, (size_t)T * C, 0)                                   \
     A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, C, 0, 0) A(DIM, V, 0, 0)
-/* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum over b of dout[b,t,:]
- * (dwte: the rows the tokens name; at least one). */
+/* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum over b of dout[b,t,:].
+ * dwte has V rows; a token outside [0, V) adds into row 0, the row the
+ * forward read for it (never outside dwte). */
 #define FERRY_OP_ARGS_encoder_backward(A)                                                               \
-    A(ACT_ADD, dwte, (size_t)C, 0) A(ACT_ADD, dwpe, (size_t)T * C, 0)                                   \
-    A(ACT_IN, dout, (size_t)B * T * C, 0) A(I32_IN, tokens, (size_t)B * T, 1)                           \
-    A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, C, 0, 0)
+    A(ACT_ADD, dwte, (size_t)V * C, 0) A(ACT_ADD, dwpe, (size_t)T * C, 0)                               \
+    A(ACT_IN, dout, (size_t)B * T * C, 0) A(I32_IN, tokens, (size_t)B * T, V)                           \
+    A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, C, 0, 0) A(DIM, V, 0, 0)
 
 /* N rows of C; eps 1e-5 as GPT-2. mean and rstd are [N] fp32, saved for backward. */
 #define FERRY_OP_ARGS_layernorm_forward(A)                                                              \

@@ -30,8 +30,8 @@ typedef struct op_shape {
 static const op_shape op_shapes[] = {
     {"encoder_forward", "B=2 T=67 C=96 V=50", OPTOL_ELEM, NULL},
     {"encoder_forward", "B=3 T=33 C=20 V=3", OPTOL_ELEM, NULL}, /* C not a multiple of 8; 3 ids, long runs */
-    {"encoder_backward", "B=2 T=67 C=96", OPTOL_ELEM, NULL},
-    {"encoder_backward", "B=3 T=33 C=20", OPTOL_ELEM, NULL},
+    {"encoder_backward", "B=2 T=67 C=96 V=50", OPTOL_ELEM, NULL},
+    {"encoder_backward", "B=3 T=33 C=20 V=3", OPTOL_ELEM, NULL}, /* 3 ids, long runs */
     {"layernorm_forward", "N=131 C=96", OPTOL_ELEM, "mean=1e-5 rstd=1e-4"},
     {"layernorm_forward", "N=37 C=50", OPTOL_ELEM, "mean=1e-5 rstd=1e-4"},
     {"layernorm_backward", "N=131 C=96", OPTOL_ELEM, NULL},

@@ -141,17 +141,17 @@ static ferry_status host_encoder_forward(backend_stream *s, act_t *out, const in
 static ferry_status encoder_bwd_run(void *p)
 {
     encoder_args *a = p;
-    hostop_encoder_backward(a->dwte, a->dwpe, a->dout, a->tokens, a->B, a->T, a->C);
+    hostop_encoder_backward(a->dwte, a->dwpe, a->dout, a->tokens, a->B, a->T, a->C, a->V);
     return FERRY_OK;
 }
 
-/* The rows of dwte the tokens reach (the forward checked them). */
+/* The rows of dwte the tokens reach: those below V (any other adds into row 0). */
 static ferry_status encoder_bwd_run_narrow(void *p)
 {
     encoder_args *a = p;
-    size_t BT = (size_t)a->B * a->T, C = (size_t)a->C, rows = 0;
+    size_t BT = (size_t)a->B * a->T, C = (size_t)a->C, rows = 1;
     for (size_t i = 0; i < BT; i++)
-        if (a->tokens[i] >= 0 && (size_t)a->tokens[i] + 1 > rows)
+        if (a->tokens[i] >= 0 && a->tokens[i] < a->V && (size_t)a->tokens[i] + 1 > rows)
             rows = (size_t)a->tokens[i] + 1;
     view v[] = {{&a->dwte, rows * C, VIEW_ADD}, {&a->dwpe, (size_t)a->T * C, VIEW_ADD}, {&a->dout, BT * C, VIEW_IN}};
     return run_widened(a, encoder_bwd_run, v, 3, a->act);
@@ -159,9 +159,9 @@ static ferry_status encoder_bwd_run_narrow(void *p)
 
 static ferry_status host_encoder_backward(backend_stream *s, act_t *dwte, act_t *dwpe,
                                           const act_t *dout, const int32_t *tokens, int B, int T,
-                                          int C)
+                                          int C, int V)
 {
-    encoder_args a = {.dwte = dwte, .dwpe = dwpe, .dout = dout, .tokens = tokens, .B = B, .T = T, .C = C,
+    encoder_args a = {.dwte = dwte, .dwpe = dwpe, .dout = dout, .tokens = tokens, .B = B, .T = T, .C = C, .V = V,
                       .act = s->be->act};
     return launch(s, encoder_bwd_run, encoder_bwd_run_narrow, &a, sizeof a);
 }

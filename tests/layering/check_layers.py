@@ -7,7 +7,10 @@ A file may include ferry.h, the headers of its own folder, and the public
 headers of the folders below it; a folder's private headers (PRIVATE below)
 belong to it alone, to its tests (tests/<folder>...) and to its lab
 (dev/<folder>). FERRY_HAVE_CUDA is tested only inside kernels/ (the backend
-decides; nobody above branches on CUDA). Examples see only ferry.h.
+decides; nobody above branches on CUDA). Examples see only ferry.h. The
+simulated CUDA device (dev/cudasim) is test infrastructure: its tests
+(tests/cudasim) test the cuda backend, and they alone may include its
+control header.
 
 usage: check_layers.py ROOT          prints TAP; exit 1 on any violation
        check_layers.py --self-test   builds trees with known faults and
@@ -47,6 +50,11 @@ PRIVATE = {
     "models/gpt2_internal.h",
 }
 
+# Headers outside the layers' rules, with the test folders that may include them.
+TEST_ONLY = {
+    "dev/cudasim/cudasim.h": {"tests/cudasim"},
+}
+
 # Headers meson generates into the build tree, with the folder that owns them
 # (they count as private to it).
 GENERATED = {
@@ -74,8 +82,8 @@ def owner_folders(rel):
     parts = rel.split("/")
     if parts[0] in ("tests", "dev") and len(parts) > 2:
         sub = parts[1]
-        # tests/kernels_gpu, tests/gpu and dev/kernels test the backend
-        if sub.startswith("kernels") or sub == "gpu":
+        # tests/kernels_gpu, tests/gpu, tests/cudasim and dev/kernels test the backend
+        if sub.startswith("kernels") or sub in ("gpu", "cudasim"):
             return {"kernels"}
         return {sub}
     return {parts[0]}
@@ -116,6 +124,11 @@ def violations(root):
                 found.append(f"{rel}: includes \"{inc}\", which is no file of the tree")
                 continue
             tl = top(target)
+            if target in TEST_ONLY:
+                if not any(rel.startswith(t + "/") for t in TEST_ONLY[target]) and not rel.startswith(
+                        os.path.dirname(target) + "/"):
+                    found.append(f"{rel}: includes {target}, for {', '.join(sorted(TEST_ONLY[target]))} alone")
+                continue
             if tl == layer and target not in PRIVATE:
                 continue
             if target in PRIVATE:
@@ -166,6 +179,8 @@ def self_test():
         "flag-in-library": ({"offload/a.c": 'err_set(1, "lower --batch");\n'}, 1),
         "flag-in-tools-ok": ({"tools/t.c": 'puts("lower --batch");\n'}, 0),
         "decrement-ok": ({"engine/d.c": 'n = a[--i]; puts("rebuild with -Dcuda=enabled");\n'}, 0),
+        "cudasim-test-ok": ({"tests/cudasim/t.c": '#include "dev/cudasim/cudasim.h"\n'}, 0),
+        "cudasim-elsewhere": ({"tests/engine/t.c": '#include "dev/cudasim/cudasim.h"\n'}, 1),
     }
     base = {
         "include/ferry.h": "",
@@ -175,6 +190,7 @@ def self_test():
         "engine/intree.h": '#include "kernels/backend.h"\n',
         "engine/e.c": '#include "engine/engine.h"\n#include "common/error.h"\n',
         "models/m.c": '#include "engine/intree.h"\n',
+        "dev/cudasim/cudasim.h": "",
     }
     failures = 0
     for i, (name, (extra, want)) in enumerate(cases.items(), 1):
