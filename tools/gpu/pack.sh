@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
     *) echo "usage: tools/gpu/pack.sh [--build-dir DIR] [--out FILE]" >&2; exit 2 ;;
   esac
 done
-options=(-Dcuda=enabled -Dnccl=disabled -Dgpu_archs=90 -Dbuildtype=release -Dwerror=true
+options=(-Dcuda=enabled -Dnccl=disabled -Dmpi=disabled -Dcudasim=disabled -Dgpu_archs=90 -Dbuildtype=release -Dwerror=true
          -Ddefault_library=static)
 if [ -f "$build/build.ninja" ]; then
   meson configure "$build" "${options[@]}" >/dev/null
