@@ -90,7 +90,7 @@ static ferry_status check_nvme_config(const ferry_engine_config *c)
     bool disk = c->nvme_path != NULL;
     if (c->offload == FERRY_OFFLOAD_NVME && (!disk || !c->nvme_path[0]))
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "engine config: offload 'nvme' needs nvme_path (--nvme-path), a folder on a fast disk "
+                       "engine config: offload 'nvme' needs nvme_path, a folder on a fast disk "
                        "for the optimizer state");
     if (disk && !c->nvme_path[0])
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: nvme_path is empty; name a folder, or leave it NULL");
@@ -211,6 +211,7 @@ static ferry_status open_parts(ferry_engine *e)
         st = backend_open(e->cfg.backend, &e->be);
     if (st != FERRY_OK)
         return st;
+    engine_device_share_open(e);
     if ((st = resolve_dtype(e)) != FERRY_OK)
         return st;
     if ((st = backend_stream_create(e->be, "compute", &e->compute)) != FERRY_OK ||
@@ -466,6 +467,8 @@ ferry_status ferry_engine_setup(ferry_engine *e)
     if (e->scaling && at < sizeof e->describe)
         snprintf(e->describe + at, sizeof e->describe - at, "; %s storage, dynamic loss scale from %g",
                  dtype_name(e->act), (double)e->scaler.scale);
+    at = strlen(e->describe);
+    engine_device_share_note(e, e->describe + at, sizeof e->describe - at);
     if (e->cfg.verbose)
         fprintf(stderr, "ferry: %s\n", e->describe);
     return FERRY_OK;
@@ -614,8 +617,9 @@ ferry_status ferry_engine_alloc(ferry_engine *e, ferry_mem_category category, co
     }
     ferry_status st = arena_alloc(e->arena, bytes, category, name ? name : "user", ptr);
     if (st == FERRY_ERR_OUT_OF_MEMORY && e->cfg.offload == FERRY_OFFLOAD_PARAMS) {
-        engine_evict(e, -1, 0);
-        st = arena_alloc(e->arena, bytes, category, name ? name : "user", ptr);
+        st = engine_evict(e, -1, 0, NULL);
+        if (st == FERRY_OK)
+            st = arena_alloc(e->arena, bytes, category, name ? name : "user", ptr);
     }
     if (st == FERRY_OK)
         e->user_allocs[e->user_count++] = *ptr;
@@ -716,6 +720,7 @@ ferry_status ferry_engine_memory_stats(ferry_engine *e, ferry_memory_stats *out)
     pool_stats(e->pool, &st);
     if (e->nvme)
         engine_nvme_stats(e, &st);
+    engine_device_share_stats(e, &st);
     return sized_write(out, &st, sizeof st, "ferry_memory_stats");
 }
 

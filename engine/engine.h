@@ -2,7 +2,7 @@
  * engine.c (create, config, groups, stats), placement.c (where each byte
  * lives, per offload mode), schedule.c (fetch, release, prefetch, gradient
  * drain during backward), step.c (norm, clipping, the update and the
- * upload), checkpoint.c (save and load). Embedders include engine/embed.h. */
+ * upload), checkpoint.c (save and load). Embedders include engine/intree.h. */
 #ifndef FERRY_ENGINE_ENGINE_H
 #define FERRY_ENGINE_ENGINE_H
 
@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "engine/embed.h"
+#include "engine/intree.h"
 #include "ferry.h"
 #include "kernels/backend.h"
 #include "kernels/ops.h"
@@ -189,6 +189,10 @@ struct ferry_engine {
     char *nvme_dir;
     bool nvme_asked;
     struct engine_nvme *nvme;
+
+    /* what the device's own software took before the engine's first byte
+     * (device_share.c; 0 on the host backend) */
+    uint64_t dev_total_bytes, dev_context_bytes, dev_library_bytes;
 };
 
 /* engine.c */
@@ -238,17 +242,19 @@ ferry_status engine_place(ferry_engine *e);
 void engine_unplace(ferry_engine *e);
 /* Bytes per parameter the mode keeps on the device and the host. */
 void engine_bytes_per_param(const ferry_engine *e, double *device, double *host);
-/* Frees the device weights of RETIRING groups other than keep_group, the
- * one needed furthest in the future first, until at most max_resident
- * groups hold device weights or none is left to evict; returns how many it
- * evicted. */
-int engine_evict(ferry_engine *e, int keep_group, int max_resident);
 /* Frees the device weights of the RETIRING group (not keep_group) needed
  * furthest in the future, if that is later than `after` fetches from now
- * (-1: any); false when there is none. */
-bool engine_evict_after(ferry_engine *e, int keep_group, long after);
-/* Fetches from now until group h is next needed: forward ascends, backward
- * descends, then the next step's forward. */
+ * (-1: any); *evicted says whether one went. The weights are freed only
+ * after the wait for their last use succeeds: when that wait fails, they
+ * stay, and so does the error. */
+ferry_status engine_evict_after(ferry_engine *e, int keep_group, long after, bool *evicted);
+/* Evicts as engine_evict_after does, the one needed furthest in the future
+ * first, until at most max_resident groups hold device weights or none is
+ * left to evict; *evicted (may be NULL) says how many. */
+ferry_status engine_evict(ferry_engine *e, int keep_group, int max_resident, int *evicted);
+/* Fetches from now until group h is next needed: by the learned order once
+ * there is one; before, forward ascends, backward descends, then the next
+ * step's forward. */
 long engine_next_use(const ferry_engine *e, int h);
 /* The arena charge of a group's device weights. */
 uint64_t engine_weight_charge(const ferry_engine *e, const engine_group *g);
@@ -346,5 +352,20 @@ ferry_status engine_nvme_chunks(ferry_engine *e, engine_group *g, int array, boo
 /* Adds the disk's figures to memory stats, and a sentence to describe. */
 void engine_nvme_stats(const ferry_engine *e, ferry_memory_stats *st);
 void engine_nvme_describe(const ferry_engine *e, char *buf, size_t cap);
+/* device_share.c: what the CUDA context and libraries take of the card, so
+ * that a budget emulating a smaller card can be told from the card itself.
+ * Each is a no-op on the host backend, and best effort (a failed
+ * cudaMemGetInfo leaves 0). */
+/* At create, right after the backend opened: the card's total, and what is
+ * in use once the context exists. */
+void engine_device_share_open(ferry_engine *e);
+/* The device's free bytes now (0 on host); before ops_init... */
+uint64_t engine_device_free(ferry_engine *e);
+/* ...and after it: what starting the libraries took. */
+void engine_device_share_libraries(ferry_engine *e, uint64_t free_before);
+/* Fills the device_total/context/library/outside fields of st. */
+void engine_device_share_stats(ferry_engine *e, ferry_memory_stats *st);
+/* Appends "; on the card ..." to buf (a sentence of describe), cuda only. */
+void engine_device_share_note(const ferry_engine *e, char *buf, size_t cap);
 
 #endif

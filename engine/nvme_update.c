@@ -363,10 +363,10 @@ ferry_status engine_nvme_reserve_host(ferry_engine *e)
                               FERRY_OK) {
         char w[32];
         return err_wrap(st, "offload nvme keeps the drained gradients, the upload copy%s and a %s window in host "
-                        "memory; raise --host-mem, %sor give --nvme-window less",
+                        "memory; raise host_budget_bytes, %sor give nvme_window_bytes less",
                         e->cfg.nvme_master ? "" : ", the fp32 master weights",
                         units_fmt_bytes(w, sizeof w, p.host_bytes[FERRY_MEM_NVME]),
-                        e->cfg.nvme_master ? "" : "put the master weights on disk too (--nvme-master), ");
+                        e->cfg.nvme_master ? "" : "put the master weights on disk too (nvme_master), ");
     }
     return st;
 }

@@ -62,19 +62,19 @@ static ferry_status check_device_fit(ferry_engine *e)
         return err_set(FERRY_ERR_OUT_OF_MEMORY,
                        "device budget %s is too small for offload 'none': %zu parameters need %s on the "
                        "device (%.0f bytes each: weights, gradients, fp32 master weights and Adam "
-                       "moments) before any activation; use --offload optimizer (%.0f bytes per "
-                       "parameter on the device) or --offload params (a few groups at a time), or a "
-                       "larger --gpu-mem",
+                       "moments) before any activation; use offload FERRY_OFFLOAD_OPTIMIZER (%.0f bytes "
+                       "per parameter on the device) or offload FERRY_OFFLOAD_PARAMS (a few groups at a "
+                       "time), or raise device_budget_bytes",
                        b, n, nb, dev_pp, 2.0 * (double)e->act_size);
     if (e->cfg.offload == FERRY_OFFLOAD_OPTIMIZER)
         return err_set(FERRY_ERR_OUT_OF_MEMORY,
                        "device budget %s is too small for offload 'optimizer': %zu parameters need %s "
-                       "for weights and gradients on the device; use --offload params, which keeps "
-                       "only a few groups there, or a larger --gpu-mem",
+                       "for weights and gradients on the device; use offload FERRY_OFFLOAD_PARAMS, which "
+                       "keeps only a few groups there, or raise device_budget_bytes",
                        b, n, nb);
     return err_set(FERRY_ERR_OUT_OF_MEMORY,
                    "device budget %s cannot hold even the largest parameter group (%zu parameters: %s "
-                   "for its weights and gradients); raise --gpu-mem or split the group",
+                   "for its weights and gradients); raise device_budget_bytes or split the group",
                    b, largest_group(e), nb);
 }
 
@@ -87,7 +87,9 @@ static ferry_status create_events(ferry_engine *e, engine_group *g)
         if (st != FERRY_OK)
             return st;
     }
-    return FERRY_OK;
+    /* The step's timing reads the time of these two. */
+    ferry_status st = backend_event_create_timed(e->be, &g->wait_begin);
+    return st == FERRY_OK ? backend_event_create_timed(e->be, &g->wait_end) : st;
 }
 
 static ferry_status dev_alloc(ferry_engine *e, engine_group *g, size_t bytes, ferry_mem_category cat,
@@ -283,8 +285,10 @@ static ferry_status place_globals(ferry_engine *e)
             return err_wrap(st, "ferry_engine_setup");
         memcpy((char *)e + b[i].slot, &ptr, sizeof ptr);
     }
+    uint64_t free_before = engine_device_free(e);
     ferry_status st = ops_init(e->be, e->dev_workspace, ops_workspace_bytes(backend_kind(e->be)));
     e->ops_ready = st == FERRY_OK;
+    engine_device_share_libraries(e, free_before);
     return st;
 }
 
@@ -416,10 +420,11 @@ uint64_t engine_weight_charge(const ferry_engine *e, const engine_group *g)
     return arena_charge(g->padded * e->act_size);
 }
 
-bool engine_evict_after(ferry_engine *e, int keep_group, long after)
+ferry_status engine_evict_after(ferry_engine *e, int keep_group, long after, bool *evicted)
 {
     engine_group *victim = NULL;
     long far = after;
+    *evicted = false;
     for (int i = 0; i < e->ngroups; i++) {
         engine_group *g = &e->groups[i];
         long d = engine_next_use(e, i);
@@ -429,20 +434,28 @@ bool engine_evict_after(ferry_engine *e, int keep_group, long after)
         }
     }
     if (!victim)
-        return false;
-    backend_event_synchronize(victim->released);
+        return FERRY_OK;
+    /* Freed memory is reused at once: the kernels reading it must be done. */
+    ferry_status st = backend_event_synchronize(victim->released);
+    if (st != FERRY_OK)
+        return st;
     arena_free(e->arena, victim->dev_weights);
     victim->dev_weights = NULL;
     victim->residency = RES_ABSENT;
     e->resident_now--;
     e->resident_bytes -= engine_weight_charge(e, victim);
-    return true;
+    *evicted = true;
+    return FERRY_OK;
 }
 
-int engine_evict(ferry_engine *e, int keep_group, int max_resident)
+ferry_status engine_evict(ferry_engine *e, int keep_group, int max_resident, int *evicted_out)
 {
     int evicted = 0;
-    while (e->resident_now > max_resident && engine_evict_after(e, keep_group, -1))
-        evicted++;
-    return evicted;
+    ferry_status st = FERRY_OK;
+    bool one = true;
+    while (e->resident_now > max_resident && one && (st = engine_evict_after(e, keep_group, -1, &one)) == FERRY_OK)
+        evicted += one;
+    if (evicted_out)
+        *evicted_out = evicted;
+    return st;
 }

@@ -96,8 +96,7 @@ ferry_status engine_retire_all(ferry_engine *e)
     ferry_status st = engine_settle_resident(e);
     if (st != FERRY_OK)
         return st;
-    engine_evict(e, -1, 0);
-    return FERRY_OK;
+    return engine_evict(e, -1, 0, NULL);
 }
 
 ferry_status engine_refresh_resident(ferry_engine *e)
@@ -145,14 +144,17 @@ static uint64_t weight_cap(ferry_engine *e)
  * group needed `dist` fetches from now: released groups stay while all the
  * weights fit the cap, or while fewer than the window hold weights (the
  * schedule's own need); otherwise the one needed furthest ahead goes, never
- * one needed before this group. Returns whether the rule is met. */
-static bool make_room(ferry_engine *e, int gi, long dist, uint64_t bytes)
+ * one needed before this group. *met says whether the rule is met. */
+static ferry_status make_room(ferry_engine *e, int gi, long dist, uint64_t bytes, bool *met)
 {
     uint64_t cap = weight_cap(e);
-    while (e->resident_bytes + bytes > cap && e->resident_now >= window(e))
-        if (!engine_evict_after(e, gi, dist))
-            return false;
-    return true;
+    *met = true;
+    while (*met && e->resident_bytes + bytes > cap && e->resident_now >= window(e)) {
+        ferry_status st = engine_evict_after(e, gi, dist, met);
+        if (st != FERRY_OK)
+            return st;
+    }
+    return FERRY_OK;
 }
 
 /* A fetch (dist 0) evicts any released group the arena needs gone; a
@@ -163,8 +165,15 @@ static ferry_status alloc_weights(ferry_engine *e, engine_group *g, int gi, long
     snprintf(name, sizeof name, "%s weights", g->name);
     long after = dist > 0 ? dist : -1;
     ferry_status st = arena_alloc(e->arena, g->padded * e->act_size, FERRY_MEM_PARAMS, name, &g->dev_weights);
-    while (st == FERRY_ERR_OUT_OF_MEMORY && engine_evict_after(e, gi, after))
+    bool evicted = true;
+    while (st == FERRY_ERR_OUT_OF_MEMORY && evicted) {
+        ferry_status ev = engine_evict_after(e, gi, after, &evicted);
+        if (ev != FERRY_OK)
+            return ev;
+        if (!evicted)
+            break; /* arena_alloc's message says what did not fit */
         st = arena_alloc(e->arena, g->padded * e->act_size, FERRY_MEM_PARAMS, name, &g->dev_weights);
+    }
     return st;
 }
 
@@ -324,8 +333,11 @@ static void prefetch_after(ferry_engine *e, int gi, ferry_phase phase)
             break;
         if (e->groups[h].residency != RES_ABSENT)
             continue;
-        if (!make_room(e, gi, k, engine_weight_charge(e, &e->groups[h])))
+        bool room = false;
+        if (make_room(e, gi, k, engine_weight_charge(e, &e->groups[h]), &room) != FERRY_OK || !room) {
+            err_clear(); /* the fetch that needs the room will meet it again and say so */
             break;
+        }
         ferry_status st = issue_fetch(e, h, k);
         if (st == FERRY_ERR_OUT_OF_MEMORY && e->dp && e->groups[h].residency == RES_ABSENT) {
             collect_grads(e, true);
@@ -412,8 +424,10 @@ ferry_status engine_fetch(ferry_engine *e, int gi, ferry_phase phase, backend_st
         }
         if (g->residency == RES_ABSENT) {
             e->timing_acc.demand_fetches++;
-            make_room(e, gi, 0, engine_weight_charge(e, g));
-            st = issue_fetch(e, gi, 0);
+            bool room; /* unmet: the fetch evicts what the arena needs gone */
+            st = make_room(e, gi, 0, engine_weight_charge(e, g), &room);
+            if (st == FERRY_OK)
+                st = issue_fetch(e, gi, 0);
         }
         if (st != FERRY_OK)
             return err_wrap(st, "fetching group %d ('%s') for %s", gi, g->name, engine_phase_name(phase));
@@ -466,8 +480,9 @@ static ferry_status acquire_param_grads(ferry_engine *e, engine_group *g, backen
     ferry_status st = g->dev_grads ? FERRY_OK : arena_alloc(e->arena, bytes, FERRY_MEM_GRADS, name, &g->dev_grads);
     if (st == FERRY_ERR_OUT_OF_MEMORY) {
         collect_grads(e, true);
-        engine_evict(e, (int)(g - e->groups), 1);
-        st = arena_alloc(e->arena, bytes, FERRY_MEM_GRADS, name, &g->dev_grads);
+        st = engine_evict(e, (int)(g - e->groups), 1, NULL);
+        if (st == FERRY_OK)
+            st = arena_alloc(e->arena, bytes, FERRY_MEM_GRADS, name, &g->dev_grads);
     }
     if (st != FERRY_OK)
         return st;

@@ -313,24 +313,25 @@ static ferry_status update_offloaded(ferry_engine *e, const ferry_step_options *
 }
 
 /* Delayed update (DPU): the update of step t runs while step t+1 computes
- * with the weights of step t-1; its upload waits for step t+1's backward to
- * finish (the compute stream must not read weights while they change). */
+ * with the weights of step t-1; each group's upload waits for that group's
+ * backward in step t+1 to finish (the compute stream must not read weights
+ * while they change). Its own release, not group 0's: an embedder may
+ * release groups in any order. */
 static ferry_status upload_delayed(ferry_engine *e)
 {
     if (!e->dpu_pending)
         return FERRY_OK;
-    backend_event *done_computing = e->groups[0].grads_done;
     ferry_status st = FERRY_OK;
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
         engine_group *g = &e->groups[i];
         if (e->dp) {
-            st = shard_upload(e, g, done_computing);
+            st = shard_upload(e, g, g->grads_done);
             continue;
         }
         size_t bytes = g->numel * e->act_size;
         e->timing_acc.transfer_h2d_bytes += (double)bytes;
         if ((st = engine_update_barrier(e, g)) == FERRY_OK &&
-            (st = backend_stream_wait_event(e->h2d, done_computing)) == FERRY_OK &&
+            (st = backend_stream_wait_event(e->h2d, g->grads_done)) == FERRY_OK &&
             (st = backend_memcpy_async(e->h2d, g->dev_weights, g->host_weights, bytes, BACKEND_COPY_H2D)) == FERRY_OK)
             st = backend_event_record(g->uploaded, e->h2d);
     }
@@ -375,7 +376,7 @@ static ferry_status check_collapse(const ferry_engine *e, float used)
                    "the loss scale collapsed: %d steps in a row had inf or NaN gradients (the scale backed off to %g, "
                    "the last step used %g), so nothing has been trained since step %lld; the forward pass itself "
                    "overflows fp16, the run diverged, or the first scale (%g) was far too large: lower the learning "
-                   "rate or the first loss scale, resume from an earlier checkpoint, or train in bf16 or f32 where "
+                   "rate or loss_scale_init, resume from an earlier checkpoint, or train in bf16 or f32 where "
                    "the card allows",
                    e->skips_in_row, (double)e->scaler.scale, (double)used, (long long)e->step,
                    (double)e->cfg.loss_scale_init);

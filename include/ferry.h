@@ -156,6 +156,17 @@ typedef struct ferry_memory_stats {
     double host_fragmentation;                          /* 1 - largest free block / free bytes, in the slabs */
     uint64_t disk_bytes;                                /* the NVMe tier's state file (0 without one) */
     uint64_t disk_window_bytes;                         /* its pinned window (also in the host figures) */
+    /* What a card of a given size leaves to the engine (cuda; all 0 on the
+     * host backend), measured with cudaMemGetInfo: */
+    uint64_t device_total_bytes;                        /* the device's memory */
+    uint64_t device_context_bytes;                      /* in use once the CUDA context existed, at
+                                                           ferry_engine_create: the context, and any
+                                                           other process's memory */
+    uint64_t device_library_bytes;                      /* taken by starting cuBLASLt, at setup */
+    uint64_t device_outside_bytes;                      /* now: in use on the device outside the
+                                                           engine's reserve (the context, library code
+                                                           loaded since, the caller's own allocations,
+                                                           other processes) */
 } ferry_memory_stats;
 
 #define FERRY_MEMORY_STATS_INIT                                                               \
@@ -177,6 +188,10 @@ typedef struct ferry_memory_stats {
         0.0,                        /* host_fragmentation */                                  \
         0,                          /* disk_bytes */                                          \
         0,                          /* disk_window_bytes */                                   \
+        0,                          /* device_total_bytes */                                  \
+        0,                          /* device_context_bytes */                                \
+        0,                          /* device_library_bytes */                                \
+        0,                          /* device_outside_bytes */                                \
     }
 /* ---- end memory ---- */
 

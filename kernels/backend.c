@@ -244,7 +244,7 @@ ferry_status backend_stream_synchronize(backend_stream *s)
     return s->be->vt->stream_synchronize(s);
 }
 
-ferry_status backend_event_create(backend *be, backend_event **out)
+static ferry_status event_create(backend *be, backend_event **out, bool timed)
 {
     if (!be || !out)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "backend_event_create: NULL argument");
@@ -252,6 +252,7 @@ ferry_status backend_event_create(backend *be, backend_event **out)
     if (!e)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "backend_event_create: out of host memory");
     e->be = be;
+    e->timed = timed;
     ferry_status st = be->vt->event_create(e);
     if (st != FERRY_OK) {
         free(e);
@@ -260,6 +261,10 @@ ferry_status backend_event_create(backend *be, backend_event **out)
     *out = e;
     return FERRY_OK;
 }
+
+ferry_status backend_event_create(backend *be, backend_event **out) { return event_create(be, out, false); }
+
+ferry_status backend_event_create_timed(backend *be, backend_event **out) { return event_create(be, out, true); }
 
 void backend_event_destroy(backend_event *e)
 {
@@ -310,6 +315,10 @@ ferry_status backend_event_elapsed_ms(backend_event *start, backend_event *end, 
     if (!start || !end || !ms || start->be != end->be)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "backend_event_elapsed_ms: NULL argument or events of different backends");
+    if (!start->timed || !end->timed)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "backend_event_elapsed_ms: the %s event keeps no time; make events whose time is read "
+                       "with backend_event_create_timed", !start->timed ? "start" : "end");
     return start->be->vt->event_elapsed_ms(start, end, ms);
 }
 
@@ -379,7 +388,7 @@ ferry_status backend_cuda_init(backend *be)
     (void)be;
     return err_set(FERRY_ERR_UNSUPPORTED,
                    "the cuda backend was asked for, but this ferry was built without CUDA; "
-                   "rebuild with -Dcuda=enabled, or use --backend host");
+                   "rebuild with -Dcuda=enabled, or use backend FERRY_BACKEND_HOST");
 }
 
 ferry_status backend_cuda_describe(char *name, size_t name_cap, uint64_t *memory_bytes,

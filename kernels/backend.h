@@ -88,20 +88,26 @@ ferry_status backend_stream_create(backend *be, const char *name, backend_stream
 /* Waits for the stream's work, then destroys it. NULL is fine. */
 void backend_stream_destroy(backend_stream *s);
 backend *backend_stream_backend(const backend_stream *s);
-/* Blocks until all work submitted so far has run. Returns the stream's first
- * failure since the last synchronize, if any. */
+/* Blocks (sleeping, not spinning) until all work submitted so far has run.
+ * Returns the stream's first failure since the last synchronize, if any. */
 ferry_status backend_stream_synchronize(backend_stream *s);
 /* The native handle: cudaStream_t on cuda, NULL on host. */
 void *backend_stream_native(const backend_stream *s);
 
+/* A thread waiting for an event sleeps; it does not spin a CPU core, which
+ * the CPU optimizer wants while the device computes (on cuda the event is
+ * made with cudaEventBlockingSync, and cudaEventDisableTiming unless timed).
+ * backend_event_elapsed_ms reads only events from backend_event_create_timed. */
 ferry_status backend_event_create(backend *be, backend_event **out);
+ferry_status backend_event_create_timed(backend *be, backend_event **out);
 void backend_event_destroy(backend_event *e);
 ferry_status backend_event_record(backend_event *e, backend_stream *s);
 ferry_status backend_stream_wait_event(backend_stream *s, backend_event *e);
 ferry_status backend_event_synchronize(backend_event *e);
 /* *done = true when the work captured by the last record has run. */
 ferry_status backend_event_query(backend_event *e, bool *done);
-/* Milliseconds between two completed events (both recorded and synchronized). */
+/* Milliseconds between two completed events (both recorded and synchronized),
+ * both from backend_event_create_timed. */
 ferry_status backend_event_elapsed_ms(backend_event *start, backend_event *end, float *ms);
 
 /* Copies `bytes` asynchronously on `s`. Zero bytes is a valid no-op. The

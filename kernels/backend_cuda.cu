@@ -27,6 +27,7 @@ struct cuda_backend {
 
 struct cuda_stream {
     cudaStream_t stream;
+    cudaEvent_t drained; /* blocking-sync: what a host wait for the stream waits on */
     pthread_mutex_t lock; /* guards the error a host function may set */
     ferry_status error;
     char error_message[ERR_MESSAGE_MAX];
@@ -139,6 +140,12 @@ ferry_status cuda_stream_create(backend_stream *s)
         free(cs);
         CUDA_CHECK(rc);
     }
+    rc = cudaEventCreateWithFlags(&cs->drained, cudaEventBlockingSync | cudaEventDisableTiming);
+    if (rc != cudaSuccess) {
+        cudaStreamDestroy(cs->stream);
+        free(cs);
+        CUDA_CHECK(rc);
+    }
     pthread_mutex_init(&cs->lock, NULL);
     s->impl = cs;
     return FERRY_OK;
@@ -157,6 +164,15 @@ ferry_status take_host_error(backend_stream *s)
     if (st != FERRY_OK)
         return err_set(st, "on stream '%s': %s", s->name, message);
     return FERRY_OK;
+}
+
+/* cudaStreamSynchronize spins a core unless the whole device was set to
+ * blocking sync (a process-wide flag ferry must not impose on an embedder):
+ * the wait is on a blocking-sync event recorded at the stream's end. */
+cudaError_t wait_stream(cuda_stream *cs)
+{
+    cudaError_t rc = cudaEventRecord(cs->drained, cs->stream);
+    return rc == cudaSuccess ? cudaEventSynchronize(cs->drained) : rc;
 }
 
 /* A wait while collectives are open: the GPU may be waiting for a rank
@@ -195,14 +211,15 @@ ferry_status cuda_stream_synchronize(backend_stream *s)
         if (st != FERRY_OK)
             return st;
     }
-    CUDA_CHECK(cudaStreamSynchronize(cs->stream));
+    CUDA_CHECK(wait_stream(cs));
     return take_host_error(s);
 }
 
 void cuda_stream_destroy(backend_stream *s)
 {
     cuda_stream *cs = static_cast<cuda_stream *>(s->impl);
-    cudaStreamSynchronize(cs->stream);
+    wait_stream(cs);
+    cudaEventDestroy(cs->drained);
     cudaStreamDestroy(cs->stream);
     pthread_mutex_destroy(&cs->lock);
     free(cs);
@@ -221,7 +238,9 @@ ferry_status cuda_event_create(backend_event *e)
     cuda_event *ce = static_cast<cuda_event *>(calloc(1, sizeof *ce));
     if (!ce)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "backend_event_create: out of host memory");
-    cudaError_t rc = cudaEventCreate(&ce->event);
+    /* Host waits block; only events whose time is read keep one. */
+    unsigned flags = cudaEventBlockingSync | (e->timed ? 0u : (unsigned)cudaEventDisableTiming);
+    cudaError_t rc = cudaEventCreateWithFlags(&ce->event, flags);
     if (rc != cudaSuccess) {
         free(ce);
         CUDA_CHECK(rc);
@@ -379,7 +398,7 @@ ferry_status explain_no_device(cudaError_t rc)
     cudaGetLastError();
     if (rc == cudaSuccess || rc == cudaErrorNoDevice || (rc == cudaErrorInsufficientDriver && driver == 0))
         return err_set(FERRY_ERR_UNSUPPORTED,
-                       "the cuda backend was asked for, but no GPU is visible (%s); use --backend host, "
+                       "the cuda backend was asked for, but no GPU is visible (%s); use backend FERRY_BACKEND_HOST, "
                        "or check nvidia-smi",
                        driver == 0 ? "no NVIDIA driver" : "the driver sees no device");
     if (rc == cudaErrorInsufficientDriver)

@@ -44,55 +44,21 @@ typedef struct backend_vtable {
                                 size_t args_size);
 } backend_vtable;
 
-/* The op set as one backend runs it. kernels/ops.c checks every argument
- * (streams, sizes, tensors inside live buffers) and then forwards to these,
- * argument for argument; kernels/ops.h says what each computes. The host
- * table (ops_host.c) launches the reference ops of kernels/<op>.c on the
- * stream's worker thread; the cuda table (ops_cuda.c) the kernels of
- * kernels/<op>.cu on the CUDA stream. A new op adds a slot here and an entry
- * in each table; a new backend fills a table. Nothing outside kernels/ ever
- * branches on the backend to run an op. */
+/* The op set as one backend runs it: a slot per op of the registry
+ * (kernels/op_list.h), each taking the stream and the op's arguments.
+ * kernels/ops.c checks every argument (streams, sizes, tensors inside live
+ * buffers) and then forwards to these, argument for argument; op_list.h
+ * says what each computes. The host table (ops_host.c) launches the
+ * reference ops of kernels/<op>.c on the stream's worker thread; the cuda
+ * table (ops_cuda.c) the kernels of kernels/<op>.cu on the CUDA stream. A new
+ * backend fills a table. Nothing outside kernels/ ever branches on the
+ * backend to run an op. */
+#define OPS_SLOT(NAME, CUDA, EXTRA) ferry_status (*NAME)(OPS_PARAMS(NAME));
 typedef struct backend_ops {
     uint32_t act_dtypes; /* storage types the ops can keep tensors in: bit 1 << ferry_dtype */
     ferry_status (*init)(backend *be, void *workspace, size_t workspace_bytes);
     void (*shutdown)(backend *be);
-    ferry_status (*encoder_forward)(backend_stream *s, act_t *out, const int32_t *tokens,
-                                    const act_t *wte, const act_t *wpe, int B, int T, int C, int V);
-    ferry_status (*encoder_backward)(backend_stream *s, act_t *dwte, act_t *dwpe, const act_t *dout,
-                                     const int32_t *tokens, int B, int T, int C);
-    ferry_status (*layernorm_forward)(backend_stream *s, act_t *out, float *mean, float *rstd,
-                                      const act_t *inp, const act_t *weight, const act_t *bias, int N,
-                                      int C);
-    ferry_status (*layernorm_backward)(backend_stream *s, act_t *dinp, act_t *dweight, act_t *dbias,
-                                       const act_t *dout, const act_t *inp, const act_t *weight,
-                                       const float *mean, const float *rstd, int N, int C);
-    ferry_status (*matmul_forward)(backend_stream *s, act_t *out, const act_t *inp, const act_t *weight,
-                                   const act_t *bias, int N, int C, int OC);
-    ferry_status (*matmul_backward)(backend_stream *s, act_t *dinp, act_t *dweight, act_t *dbias,
-                                    const act_t *dout, const act_t *inp, const act_t *weight, int N,
-                                    int C, int OC);
-    ferry_status (*gelu_forward)(backend_stream *s, act_t *out, const act_t *inp, size_t n);
-    ferry_status (*gelu_backward)(backend_stream *s, act_t *dinp, const act_t *inp, const act_t *dout,
-                                  size_t n);
-    ferry_status (*residual_forward)(backend_stream *s, act_t *out, const act_t *a, const act_t *b,
-                                     size_t n);
-    ferry_status (*attention_forward)(backend_stream *s, act_t *out, float *lse, const act_t *qkv,
-                                      int B, int T, int C, int NH);
-    ferry_status (*attention_backward)(backend_stream *s, act_t *dqkv, const act_t *dout,
-                                       const act_t *qkv, const act_t *out, const float *lse, int B,
-                                       int T, int C, int NH);
-    ferry_status (*classifier)(backend_stream *s, float *losses, act_t *dinp, act_t *dwte,
-                               const act_t *inp, const act_t *wte, const int32_t *targets,
-                               float grad_scale, int N, int C, int V, int Vp, void *scratch,
-                               int chunk);
-    ferry_status (*convert_from_f32)(backend_stream *s, act_t *dst, const float *src, size_t n);
-    ferry_status (*convert_to_f32)(backend_stream *s, float *dst, const act_t *src, size_t n);
-    ferry_status (*adamw)(backend_stream *s, float *master, float *m, float *v, const void *grad,
-                          ferry_dtype grad_dtype, act_t *param_out, size_t n, const adamw_hparams *hp,
-                          int64_t step, float grad_scale);
-    ferry_status (*sumsq)(backend_stream *s, const void *grad, ferry_dtype grad_dtype, size_t n,
-                          double *sumsq, void *scratch);
-    ferry_status (*accumulate)(backend_stream *s, float *acc, const act_t *g, size_t n, bool first);
+    FERRY_OPS(OPS_SLOT)
     /* Collectives (kernels/comm.h): a communicator of the world's ranks for
      * this backend, and the three sums on a stream. */
     ferry_status (*comm_open)(backend_comm *c);
@@ -142,6 +108,7 @@ struct backend_stream {
 struct backend_event {
     backend *be;
     void *impl;
+    bool timed; /* from backend_event_create_timed: elapsed times can be read */
 };
 
 /* Implementations: fill be->vt, be->ops, be->act, be->impl and

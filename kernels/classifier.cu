@@ -131,7 +131,9 @@ extern "C" ferry_status cudaop_classifier_take_bad_targets(void *stream, uint32_
                                          cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaMemcpyToSymbolAsync(g_bad_targets, &zero, sizeof zero, 0,
                                        cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));
+    ferry_status st = cu_wait_stream(s);
+    if (st != FERRY_OK)
+        return st;
     *count = value;
     return FERRY_OK;
 }

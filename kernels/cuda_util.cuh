@@ -67,6 +67,20 @@ template <typename F> static ferry_status cu_with_type(ferry_dtype act, const ch
 
 static inline cudaStream_t cu_stream(void *s) { return static_cast<cudaStream_t>(s); }
 
+/* Waits for the stream's work so far, sleeping on a blocking-sync event
+ * (cudaStreamSynchronize would spin a core). */
+static inline ferry_status cu_wait_stream(cudaStream_t s)
+{
+    cudaEvent_t ev;
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventBlockingSync | cudaEventDisableTiming));
+    cudaError_t rc = cudaEventRecord(ev, s);
+    if (rc == cudaSuccess)
+        rc = cudaEventSynchronize(ev);
+    cudaEventDestroy(ev);
+    CUDA_CHECK(rc);
+    return FERRY_OK;
+}
+
 static inline unsigned cu_blocks(size_t work, unsigned per_block, unsigned cap)
 {
     size_t b = (work + per_block - 1) / per_block;

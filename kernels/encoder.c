@@ -27,14 +27,16 @@ ferry_status hostop_encoder_forward(float *out, const int32_t *tokens, const flo
 }
 
 /* Rows are visited in (b, t) order, so two positions holding the same token
- * add into its row in a fixed order: the result is deterministic. */
+ * add into its row in a fixed order: the result is deterministic. A token
+ * outside [0, V) adds into row 0, never outside dwte. */
 void hostop_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                             int B, int T, int C)
+                             int B, int T, int C, int V)
 {
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             const float *d = dout + ((size_t)b * T + t) * C;
-            float *w = dwte + (size_t)tokens[(size_t)b * T + t] * C;
+            int32_t tok = tokens[(size_t)b * T + t];
+            float *w = dwte + (size_t)(tok < 0 || tok >= V ? 0 : tok) * C; /* as the forward reads it */
             float *p = dwpe + (size_t)t * C;
             for (int i = 0; i < C; i++) {
                 w[i] += d[i];

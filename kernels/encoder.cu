@@ -61,24 +61,30 @@ template <typename E> __global__ void wpe_backward_kernel(E *dwpe, const E *dout
 }
 
 constexpr int WTE_THREADS = 256;
+/* wte_backward_kernel's static shared memory: `list` and `warp_count`. */
+constexpr size_t WTE_STATIC_SMEM = (WTE_THREADS + WTE_THREADS / 32) * sizeof(int);
+/* A block may have 48 KiB of shared memory without the opt-in, static and
+ * dynamic together: the accumulator of C floats gets the rest. */
+constexpr int WTE_MAX_C = (int)((48 * 1024 - WTE_STATIC_SMEM) / sizeof(float));
 
-__device__ __forceinline__ int clamp_token(int32_t t) { return t < 0 ? 0 : t; }
+/* A token outside [0, V) is read as token 0 by the forward: its gradient goes there. */
+__device__ __forceinline__ int clamp_token(int32_t t, int V) { return t < 0 || t >= V ? 0 : t; }
 
 /* Dynamic shared memory: C floats of accumulator. */
 template <typename E>
 __global__ void __launch_bounds__(WTE_THREADS)
-    wte_backward_kernel(E *dwte, const E *dout, const int32_t *tokens, int N, int C)
+    wte_backward_kernel(E *dwte, const E *dout, const int32_t *tokens, int N, int C, int V)
 {
     extern __shared__ float acc[];
     __shared__ int list[WTE_THREADS];
     __shared__ int warp_count[WTE_THREADS / 32];
     const int i = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int tok = clamp_token(tokens[i]);
+    const int tok = clamp_token(tokens[i], V);
     for (int c = tid; c < C; c += WTE_THREADS)
         acc[c] = 0.0f;
     for (int base = 0; base < N; base += WTE_THREADS) {
         const int j = base + tid;
-        const bool match = j < N && clamp_token(tokens[j]) == tok;
+        const bool match = j < N && clamp_token(tokens[j], V) == tok;
         /* An earlier position holds the id: its block owns it. Uniform exit. */
         if (__syncthreads_or(match && j < i))
             return;
@@ -112,10 +118,10 @@ ferry_status check_shape(const char *op, int B, int T, int C)
 {
     CU_REQUIRE(B > 0 && T > 0 && C > 0, "%s: sizes must be positive, got B=%d T=%d C=%d", op, B,
                T, C);
-    CU_REQUIRE((size_t)C * sizeof(float) <= 48 * 1024,
-               "%s: C=%d channels exceed the 12288 the cuda encoder backward holds in shared "
-               "memory",
-               op, C);
+    CU_REQUIRE(C <= WTE_MAX_C,
+               "%s: C=%d channels exceed the %d the cuda encoder backward holds in shared memory "
+               "(48 KiB a block, %zu bytes of it static)",
+               op, C, WTE_MAX_C, WTE_STATIC_SMEM);
     return FERRY_OK;
 }
 
@@ -140,9 +146,12 @@ extern "C" ferry_status cudaop_encoder_forward(void *stream, ferry_dtype act, ac
 }
 
 extern "C" ferry_status cudaop_encoder_backward(void *stream, ferry_dtype act, act_t *dwte, act_t *dwpe,
-                                                const act_t *dout, const int32_t *tokens, int B, int T, int C)
+                                                const act_t *dout, const int32_t *tokens, int B, int T, int C,
+                                                int V)
 {
     ferry_status st = check_shape("encoder_backward", B, T, C);
+    if (st == FERRY_OK && V <= 0)
+        st = err_set(FERRY_ERR_INVALID_ARGUMENT, "encoder_backward: V must be positive, got %d", V);
     if (st != FERRY_OK)
         return st;
     cudaStream_t s = cu_stream(stream);
@@ -157,7 +166,7 @@ extern "C" ferry_status cudaop_encoder_backward(void *stream, ferry_dtype act, a
         }
         if (dwte) {
             wte_backward_kernel<E><<<B * T, WTE_THREADS, C * sizeof(float), s>>>(static_cast<E *>(dwte), dy,
-                                                                                 tokens, B * T, C);
+                                                                                 tokens, B * T, C, V);
             CUDA_CHECK_LAUNCH();
         }
         return FERRY_OK;
@@ -173,7 +182,9 @@ extern "C" ferry_status cudaop_encoder_take_bad_tokens(void *stream, uint32_t *c
                                          cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaMemcpyToSymbolAsync(g_bad_tokens, &zero, sizeof zero, 0, cudaMemcpyHostToDevice,
                                        s));
-    CUDA_CHECK(cudaStreamSynchronize(s));
+    ferry_status st = cu_wait_stream(s);
+    if (st != FERRY_OK)
+        return st;
     *count = value;
     return FERRY_OK;
 }

@@ -2,7 +2,9 @@
  * stream, non-positive sizes, tensors that do not lie inside live device
  * buffers), then forwards to the op table of the stream's backend
  * (backend_ops, kernels/backend_impl.h), so both backends report misuse the
- * same way and no caller branches on the backend. Owns no memory. */
+ * same way and no caller branches on the backend. The fronts are made from
+ * the registry (kernels/op_list.h): what each checks is what its argument
+ * list says. Owns no memory. */
 #include "kernels/ops.h"
 
 #include <stdio.h>
@@ -100,6 +102,13 @@ static ferry_status check_positive(const char *op, const char *what, long long v
     return FERRY_OK;
 }
 
+static ferry_status check_count(const char *op, const char *what, size_t n)
+{
+    if (n == 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: %s is 0; it must be positive", op, what);
+    return FERRY_OK;
+}
+
 /* `count` elements of `elem` bytes at ptr must lie inside one live buffer. */
 static ferry_status check_tensor(const char *op, backend_stream *s, const char *name,
                                  const void *ptr, size_t count, size_t elem)
@@ -127,270 +136,6 @@ static size_t act_size(backend_stream *s) { return dtype_size(s->be->act); }
             return st_;                                                                         \
     } while (0)
 
-static size_t mul2(int a, int b) { return (size_t)a * (size_t)b; }
-static size_t mul3(int a, int b, int c) { return (size_t)a * (size_t)b * (size_t)c; }
-
-/* ---- encoder ---- */
-
-ferry_status ops_encoder_forward(backend_stream *s, act_t *out, const int32_t *tokens,
-                                 const act_t *wte, const act_t *wpe, int B, int T, int C, int V)
-{
-    const char *op = "ops_encoder_forward";
-    CHECK(check_stream(op, s));
-    CHECK(check_positive(op, "B", B));
-    CHECK(check_positive(op, "T", T));
-    CHECK(check_positive(op, "C", C));
-    CHECK(check_positive(op, "V", V));
-    size_t es = act_size(s);
-    CHECK(check_tensor(op, s, "out", out, mul3(B, T, C), es));
-    CHECK(check_tensor(op, s, "tokens", tokens, mul2(B, T), sizeof(int32_t)));
-    CHECK(check_tensor(op, s, "wte", wte, mul2(V, C), es));
-    CHECK(check_tensor(op, s, "wpe", wpe, mul2(T, C), es));
-    return s->be->ops->encoder_forward(s, out, tokens, wte, wpe, B, T, C, V);
-}
-
-ferry_status ops_encoder_backward(backend_stream *s, act_t *dwte, act_t *dwpe, const act_t *dout,
-                                  const int32_t *tokens, int B, int T, int C)
-{
-    const char *op = "ops_encoder_backward";
-    CHECK(check_stream(op, s));
-    CHECK(check_positive(op, "B", B));
-    CHECK(check_positive(op, "T", T));
-    CHECK(check_positive(op, "C", C));
-    size_t es = act_size(s);
-    CHECK(check_tensor(op, s, "dwte", dwte, (size_t)C, es));
-    CHECK(check_tensor(op, s, "dwpe", dwpe, mul2(T, C), es));
-    CHECK(check_tensor(op, s, "dout", dout, mul3(B, T, C), es));
-    CHECK(check_tensor(op, s, "tokens", tokens, mul2(B, T), sizeof(int32_t)));
-    return s->be->ops->encoder_backward(s, dwte, dwpe, dout, tokens, B, T,
-                                       C);
-}
-
-/* ---- layernorm ---- */
-
-ferry_status ops_layernorm_forward(backend_stream *s, act_t *out, float *mean, float *rstd,
-                                   const act_t *inp, const act_t *weight, const act_t *bias,
-                                   int N, int C)
-{
-    const char *op = "ops_layernorm_forward";
-    CHECK(check_stream(op, s));
-    CHECK(check_positive(op, "N", N));
-    CHECK(check_positive(op, "C", C));
-    size_t es = act_size(s);
-    CHECK(check_tensor(op, s, "out", out, mul2(N, C), es));
-    CHECK(check_tensor(op, s, "mean", mean, (size_t)N, sizeof(float)));
-    CHECK(check_tensor(op, s, "rstd", rstd, (size_t)N, sizeof(float)));
-    CHECK(check_tensor(op, s, "inp", inp, mul2(N, C), es));
-    CHECK(check_tensor(op, s, "weight", weight, (size_t)C, es));
-    CHECK(check_tensor(op, s, "bias", bias, (size_t)C, es));
-    return s->be->ops->layernorm_forward(s, out, mean, rstd, inp, weight,
-                                        bias, N, C);
-}
-
-ferry_status ops_layernorm_backward(backend_stream *s, act_t *dinp, act_t *dweight, act_t *dbias,
-                                    const act_t *dout, const act_t *inp, const act_t *weight,
-                                    const float *mean, const float *rstd, int N, int C)
-{
-    const char *op = "ops_layernorm_backward";
-    CHECK(check_stream(op, s));
-    CHECK(check_positive(op, "N", N));
-    CHECK(check_positive(op, "C", C));
-    size_t es = act_size(s);
-    CHECK(check_tensor(op, s, "dinp", dinp, mul2(N, C), es));
-    CHECK(check_tensor(op, s, "dweight", dweight, (size_t)C, es));
-    CHECK(check_tensor(op, s, "dbias", dbias, (size_t)C, es));
-    CHECK(check_tensor(op, s, "dout", dout, mul2(N, C), es));
-    CHECK(check_tensor(op, s, "inp", inp, mul2(N, C), es));
-    CHECK(check_tensor(op, s, "weight", weight, (size_t)C, es));
-    CHECK(check_tensor(op, s, "mean", mean, (size_t)N, sizeof(float)));
-    CHECK(check_tensor(op, s, "rstd", rstd, (size_t)N, sizeof(float)));
-    return s->be->ops->layernorm_backward(s, dinp, dweight, dbias, dout, inp,
-                                         weight, mean, rstd, N, C);
-}
-
-/* ---- matmul ---- */
-
-ferry_status ops_matmul_forward(backend_stream *s, act_t *out, const act_t *inp,
-                                const act_t *weight, const act_t *bias, int N, int C, int OC)
-{
-    const char *op = "ops_matmul_forward";
-    CHECK(check_stream(op, s));
-    CHECK(check_positive(op, "N", N));
-    CHECK(check_positive(op, "C", C));
-    CHECK(check_positive(op, "OC", OC));
-    size_t es = act_size(s);
-    CHECK(check_tensor(op, s, "out", out, mul2(N, OC), es));
-    CHECK(check_tensor(op, s, "inp", inp, mul2(N, C), es));
-    CHECK(check_tensor(op, s, "weight", weight, mul2(OC, C), es));
-    if (bias)
-        CHECK(check_tensor(op, s, "bias", bias, (size_t)OC, es));
-    return s->be->ops->matmul_forward(s, out, inp, weight, bias, N, C, OC);
-}
-
-ferry_status ops_matmul_backward(backend_stream *s, act_t *dinp, act_t *dweight, act_t *dbias,
-                                 const act_t *dout, const act_t *inp, const act_t *weight, int N,
-                                 int C, int OC)
-{
-    const char *op = "ops_matmul_backward";
-    CHECK(check_stream(op, s));
-    CHECK(check_positive(op, "N", N));
-    CHECK(check_positive(op, "C", C));
-    CHECK(check_positive(op, "OC", OC));
-    size_t es = act_size(s);
-    CHECK(check_tensor(op, s, "dinp", dinp, mul2(N, C), es));
-    CHECK(check_tensor(op, s, "dweight", dweight, mul2(OC, C), es));
-    if (dbias)
-        CHECK(check_tensor(op, s, "dbias", dbias, (size_t)OC, es));
-    CHECK(check_tensor(op, s, "dout", dout, mul2(N, OC), es));
-    CHECK(check_tensor(op, s, "inp", inp, mul2(N, C), es));
-    CHECK(check_tensor(op, s, "weight", weight, mul2(OC, C), es));
-    return s->be->ops->matmul_backward(s, dinp, dweight, dbias, dout, inp,
-                                      weight, N, C, OC);
-}
-
-/* ---- gelu, residual ---- */
-
-static ferry_status check_eltwise(const char *op, backend_stream *s, const char *n0,
-                                  const void *p0, const char *n1, const void *p1, const char *n2,
-                                  const void *p2, size_t n)
-{
-    CHECK(check_stream(op, s));
-    if (n == 0)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: n is 0; it must be positive", op);
-    size_t es = act_size(s);
-    CHECK(check_tensor(op, s, n0, p0, n, es));
-    CHECK(check_tensor(op, s, n1, p1, n, es));
-    if (n2)
-        CHECK(check_tensor(op, s, n2, p2, n, es));
-    return FERRY_OK;
-}
-
-ferry_status ops_gelu_forward(backend_stream *s, act_t *out, const act_t *inp, size_t n)
-{
-    CHECK(check_eltwise("ops_gelu_forward", s, "out", out, "inp", inp, NULL, NULL, n));
-    return s->be->ops->gelu_forward(s, out, inp, n);
-}
-
-ferry_status ops_gelu_backward(backend_stream *s, act_t *dinp, const act_t *inp,
-                               const act_t *dout, size_t n)
-{
-    CHECK(check_eltwise("ops_gelu_backward", s, "dinp", dinp, "inp", inp, "dout", dout, n));
-    return s->be->ops->gelu_backward(s, dinp, inp, dout, n);
-}
-
-ferry_status ops_residual_forward(backend_stream *s, act_t *out, const act_t *a, const act_t *b,
-                                  size_t n)
-{
-    CHECK(check_eltwise("ops_residual_forward", s, "out", out, "a", a, "b", b, n));
-    return s->be->ops->residual_forward(s, out, a, b, n);
-}
-
-/* ---- attention ---- */
-
-static ferry_status check_attention_shape(const char *op, backend_stream *s, int B, int T, int C,
-                                          int NH)
-{
-    CHECK(check_stream(op, s));
-    CHECK(check_positive(op, "B", B));
-    CHECK(check_positive(op, "T", T));
-    CHECK(check_positive(op, "C", C));
-    CHECK(check_positive(op, "NH", NH));
-    if (C % NH != 0)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "%s: C = %d is not divisible by NH = %d heads", op, C, NH);
-    return FERRY_OK;
-}
-
-ferry_status ops_attention_forward(backend_stream *s, act_t *out, float *lse, const act_t *qkv,
-                                   int B, int T, int C, int NH)
-{
-    const char *op = "ops_attention_forward";
-    CHECK(check_attention_shape(op, s, B, T, C, NH));
-    size_t es = act_size(s);
-    CHECK(check_tensor(op, s, "out", out, mul3(B, T, C), es));
-    CHECK(check_tensor(op, s, "lse", lse, mul3(B, NH, T), sizeof(float)));
-    CHECK(check_tensor(op, s, "qkv", qkv, mul3(B, T, 3 * C), es));
-    return s->be->ops->attention_forward(s, out, lse, qkv, B, T, C, NH);
-}
-
-ferry_status ops_attention_backward(backend_stream *s, act_t *dqkv, const act_t *dout,
-                                    const act_t *qkv, const act_t *out, const float *lse, int B,
-                                    int T, int C, int NH)
-{
-    const char *op = "ops_attention_backward";
-    CHECK(check_attention_shape(op, s, B, T, C, NH));
-    size_t es = act_size(s);
-    CHECK(check_tensor(op, s, "dqkv", dqkv, mul3(B, T, 3 * C), es));
-    CHECK(check_tensor(op, s, "dout", dout, mul3(B, T, C), es));
-    CHECK(check_tensor(op, s, "qkv", qkv, mul3(B, T, 3 * C), es));
-    CHECK(check_tensor(op, s, "out", out, mul3(B, T, C), es));
-    CHECK(check_tensor(op, s, "lse", lse, mul3(B, NH, T), sizeof(float)));
-    return s->be->ops->attention_backward(s, dqkv, dout, qkv, out, lse, B,
-                                         T, C, NH);
-}
-
-/* ---- classifier ---- */
-
-ferry_status ops_classifier(backend_stream *s, float *losses, act_t *dinp, act_t *dwte,
-                            const act_t *inp, const act_t *wte, const int32_t *targets,
-                            float grad_scale, int N, int C, int V, int Vp, void *scratch,
-                            int chunk)
-{
-    const char *op = "ops_classifier";
-    CHECK(check_stream(op, s));
-    CHECK(check_positive(op, "N", N));
-    CHECK(check_positive(op, "C", C));
-    CHECK(check_positive(op, "V", V));
-    CHECK(check_positive(op, "chunk", chunk));
-    if (Vp < V)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "%s: padded vocab Vp = %d is smaller than the vocab V = %d", op, Vp, V);
-    size_t es = act_size(s);
-    CHECK(check_tensor(op, s, "losses", losses, (size_t)N, sizeof(float)));
-    CHECK(check_tensor(op, s, "inp", inp, mul2(N, C), es));
-    CHECK(check_tensor(op, s, "wte", wte, mul2(Vp, C), es));
-    CHECK(check_tensor(op, s, "targets", targets, (size_t)N, sizeof(int32_t)));
-    CHECK(check_tensor(op, s, "scratch", scratch,
-                       ops_classifier_scratch_bytes(backend_stream_backend(s), chunk, Vp, C), 1));
-    if (dinp) {
-        if (!dwte)
-            return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                           "%s: dinp is given but dwte is NULL; the gradient needs both", op);
-        CHECK(check_tensor(op, s, "dinp", dinp, mul2(N, C), es));
-        CHECK(check_tensor(op, s, "dwte", dwte, mul2(Vp, C), es));
-    }
-    return s->be->ops->classifier(s, losses, dinp, dwte, inp, wte, targets,
-                                 grad_scale, N, C, V, Vp, scratch, chunk);
-}
-
-/* ---- conversions ---- */
-
-static ferry_status check_convert(const char *op, backend_stream *s, const void *dst,
-                                  size_t dst_elem, const void *src, size_t src_elem, size_t n)
-{
-    CHECK(check_stream(op, s));
-    if (n == 0)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: n is 0; it must be positive", op);
-    CHECK(check_tensor(op, s, "dst", dst, n, dst_elem));
-    CHECK(check_tensor(op, s, "src", src, n, src_elem));
-    return FERRY_OK;
-}
-
-ferry_status ops_convert_from_f32(backend_stream *s, act_t *dst, const float *src, size_t n)
-{
-    const char *op = "ops_convert_from_f32";
-    CHECK(check_stream(op, s));
-    CHECK(check_convert(op, s, dst, act_size(s), src, sizeof(float), n));
-    return s->be->ops->convert_from_f32(s, dst, src, n);
-}
-
-ferry_status ops_convert_to_f32(backend_stream *s, float *dst, const act_t *src, size_t n)
-{
-    const char *op = "ops_convert_to_f32";
-    CHECK(check_stream(op, s));
-    CHECK(check_convert(op, s, dst, sizeof(float), src, act_size(s), n));
-    return s->be->ops->convert_to_f32(s, dst, src, n);
-}
 
 /* ---- the optimizer of offload none ---- */
 
@@ -425,50 +170,136 @@ static ferry_status check_grad_dtype(const char *op, backend_stream *s, ferry_dt
     return FERRY_OK;
 }
 
-ferry_status ops_adamw(backend_stream *s, float *master, float *m, float *v, const void *grad,
-                       ferry_dtype grad_dtype, act_t *param_out, size_t n, const adamw_hparams *hp,
-                       int64_t step, float grad_scale)
+/* The checks of kernels/op_list.h's `extra` column. */
+static ferry_status opx_heads(const char *op, int C, int NH)
 {
-    const char *op = "ops_adamw";
-    CHECK(check_stream(op, s));
-    CHECK(check_grad_dtype(op, s, grad_dtype));
-    CHECK(check_adamw_hparams(op, hp, step, grad_scale));
-    if (n == 0)
-        return FERRY_OK;
-    size_t es = act_size(s);
-    CHECK(check_tensor(op, s, "master", master, n, sizeof(float)));
-    CHECK(check_tensor(op, s, "m", m, n, sizeof(float)));
-    CHECK(check_tensor(op, s, "v", v, n, sizeof(float)));
-    CHECK(check_tensor(op, s, "grad", grad, n, dtype_size(grad_dtype)));
-    if (param_out)
-        CHECK(check_tensor(op, s, "param_out", param_out, n, es));
-    return s->be->ops->adamw(s, master, m, v, grad, grad_dtype, param_out, n, hp, step, grad_scale);
+    if (C % NH != 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: C = %d is not divisible by NH = %d heads", op, C, NH);
+    return FERRY_OK;
 }
 
-ferry_status ops_sumsq(backend_stream *s, const void *grad, ferry_dtype grad_dtype, size_t n, double *sumsq,
-                       void *scratch)
+static ferry_status opx_classifier(const char *op, int V, int Vp, const act_t *dinp, const act_t *dwte)
 {
-    const char *op = "ops_sumsq";
-    CHECK(check_stream(op, s));
-    CHECK(check_grad_dtype(op, s, grad_dtype));
-    CHECK(check_tensor(op, s, "sumsq", sumsq, 1, sizeof(double)));
-    CHECK(check_tensor(op, s, "scratch", scratch, ops_sumsq_scratch_bytes(), 1));
-    if (n == 0)
-        return FERRY_OK;
-    CHECK(check_tensor(op, s, "grad", grad, n, dtype_size(grad_dtype)));
-    return s->be->ops->sumsq(s, grad, grad_dtype, n, sumsq, scratch);
+    if (Vp < V)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "%s: padded vocab Vp = %d is smaller than the vocab V = %d", op, Vp, V);
+    if (dinp && !dwte)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: dinp is given but dwte is NULL; the gradient needs both",
+                       op);
+    return FERRY_OK;
 }
 
-ferry_status ops_accumulate(backend_stream *s, float *acc, const act_t *g, size_t n, bool first)
+static ferry_status opx_grad_dtype(const char *op, backend_stream *s, ferry_dtype t)
 {
-    const char *op = "ops_accumulate";
-    CHECK(check_stream(op, s));
-    if (n == 0)
-        return FERRY_OK;
-    CHECK(check_tensor(op, s, "acc", acc, n, sizeof(float)));
-    CHECK(check_tensor(op, s, "g", g, n, act_size(s)));
-    return s->be->ops->accumulate(s, acc, g, n, first);
+    return check_grad_dtype(op, s, t);
 }
+
+static ferry_status opx_adamw(const char *op, backend_stream *s, ferry_dtype grad_dtype, const adamw_hparams *hp,
+                              int64_t step, float grad_scale)
+{
+    CHECK(check_grad_dtype(op, s, grad_dtype));
+    return check_adamw_hparams(op, hp, step, grad_scale);
+}
+
+/* ---- the fronts, one per op of the registry ----
+ * The stream; the sizes (DIM and COUNT: positive); the op's extra check;
+ * a COUNT0 of 0, which makes the op do nothing; then every tensor, in
+ * order, inside one live buffer of the stream's backend (an _OPT one only
+ * when given). Then the stream's backend runs it. */
+
+/* Sizes. */
+#define OPC_SIZE_DIM(name) CHECK(check_positive(op, #name, name));
+#define OPC_SIZE_COUNT(name) CHECK(check_count(op, #name, name));
+#define OPC_SIZE_COUNT0(name)
+#define OPC_SIZE_INT(name)
+#define OPC_SIZE_F32V(name)
+#define OPC_SIZE_I64V(name)
+#define OPC_SIZE_BOOLV(name)
+#define OPC_SIZE_DTYPE(name)
+#define OPC_SIZE_HPARAMS(name)
+#define OPC_SIZE_ACT_IN(name)
+#define OPC_SIZE_ACT_OUT(name)
+#define OPC_SIZE_ACT_ADD(name)
+#define OPC_SIZE_ACT_IN_OPT(name)
+#define OPC_SIZE_ACT_OUT_OPT(name)
+#define OPC_SIZE_ACT_ADD_OPT(name)
+#define OPC_SIZE_F32_IN(name)
+#define OPC_SIZE_F32_OUT(name)
+#define OPC_SIZE_F32_ADD(name)
+#define OPC_SIZE_F64_ADD(name)
+#define OPC_SIZE_I32_IN(name)
+#define OPC_SIZE_RAW(name)
+#define OPC_SIZE_TYPED_IN(name)
+#define OPA_CHECK_SIZE(kind, name, extent, aux) OPC_SIZE_##kind(name)
+
+/* A count of 0 that makes the op do nothing. */
+#define OPA_CHECK_NOOP(kind, name, extent, aux) OPC_NOOP_##kind(name)
+#define OPC_NOOP_COUNT0(name)                                                                   \
+    if (name == 0)                                                                              \
+        return FERRY_OK;
+#define OPC_NOOP_DIM(name)
+#define OPC_NOOP_COUNT(name)
+#define OPC_NOOP_INT(name)
+#define OPC_NOOP_F32V(name)
+#define OPC_NOOP_I64V(name)
+#define OPC_NOOP_BOOLV(name)
+#define OPC_NOOP_DTYPE(name)
+#define OPC_NOOP_HPARAMS(name)
+#define OPC_NOOP_ACT_IN(name)
+#define OPC_NOOP_ACT_OUT(name)
+#define OPC_NOOP_ACT_ADD(name)
+#define OPC_NOOP_ACT_IN_OPT(name)
+#define OPC_NOOP_ACT_OUT_OPT(name)
+#define OPC_NOOP_ACT_ADD_OPT(name)
+#define OPC_NOOP_F32_IN(name)
+#define OPC_NOOP_F32_OUT(name)
+#define OPC_NOOP_F32_ADD(name)
+#define OPC_NOOP_F64_ADD(name)
+#define OPC_NOOP_I32_IN(name)
+#define OPC_NOOP_RAW(name)
+#define OPC_NOOP_TYPED_IN(name)
+
+/* Tensors: `extent` elements of the kind's element size. */
+#define OPC_TENSOR(name, extent, elem) CHECK(check_tensor(op, s, #name, name, extent, elem));
+#define OPC_TENSOR_OPT(name, extent, elem)                                                      \
+    if (name)                                                                                   \
+        OPC_TENSOR(name, extent, elem)
+#define OPC_TEN_ACT_IN(name, extent, aux) OPC_TENSOR(name, extent, act_size(s))
+#define OPC_TEN_ACT_OUT(name, extent, aux) OPC_TENSOR(name, extent, act_size(s))
+#define OPC_TEN_ACT_ADD(name, extent, aux) OPC_TENSOR(name, extent, act_size(s))
+#define OPC_TEN_ACT_IN_OPT(name, extent, aux) OPC_TENSOR_OPT(name, extent, act_size(s))
+#define OPC_TEN_ACT_OUT_OPT(name, extent, aux) OPC_TENSOR_OPT(name, extent, act_size(s))
+#define OPC_TEN_ACT_ADD_OPT(name, extent, aux) OPC_TENSOR_OPT(name, extent, act_size(s))
+#define OPC_TEN_F32_IN(name, extent, aux) OPC_TENSOR(name, extent, sizeof(float))
+#define OPC_TEN_F32_OUT(name, extent, aux) OPC_TENSOR(name, extent, sizeof(float))
+#define OPC_TEN_F32_ADD(name, extent, aux) OPC_TENSOR(name, extent, sizeof(float))
+#define OPC_TEN_F64_ADD(name, extent, aux) OPC_TENSOR(name, extent, sizeof(double))
+#define OPC_TEN_I32_IN(name, extent, aux) OPC_TENSOR(name, extent, sizeof(int32_t))
+#define OPC_TEN_RAW(name, extent, aux) OPC_TENSOR(name, extent, 1)
+#define OPC_TEN_TYPED_IN(name, extent, aux) OPC_TENSOR(name, extent, dtype_size(aux))
+#define OPC_TEN_DIM(name, extent, aux)
+#define OPC_TEN_COUNT(name, extent, aux)
+#define OPC_TEN_COUNT0(name, extent, aux)
+#define OPC_TEN_INT(name, extent, aux)
+#define OPC_TEN_F32V(name, extent, aux)
+#define OPC_TEN_I64V(name, extent, aux)
+#define OPC_TEN_BOOLV(name, extent, aux)
+#define OPC_TEN_DTYPE(name, extent, aux)
+#define OPC_TEN_HPARAMS(name, extent, aux)
+#define OPA_CHECK_TENSOR(kind, name, extent, aux) OPC_TEN_##kind(name, extent, aux)
+
+#define OPS_FRONT(NAME, CUDA, EXTRA)                                                            \
+    ferry_status ops_##NAME(OPS_PARAMS(NAME))                                                   \
+    {                                                                                           \
+        const char *op = "ops_" #NAME;                                                          \
+        CHECK(check_stream(op, s));                                                             \
+        FERRY_OP_ARGS_##NAME(OPA_CHECK_SIZE)                                                    \
+        CHECK(EXTRA);                                                                           \
+        FERRY_OP_ARGS_##NAME(OPA_CHECK_NOOP)                                                    \
+        FERRY_OP_ARGS_##NAME(OPA_CHECK_TENSOR)                                                  \
+        return s->be->ops->NAME(s FERRY_OP_ARGS_##NAME(OPA_PASS));                              \
+    }
+FERRY_OPS(OPS_FRONT)
 
 /* ---- collectives ---- */
 

@@ -4,9 +4,9 @@
  * Each op has a host version (kernels/<op>.c: plain C, OpenBLAS for matmuls,
  * fp32, run as a host function on the stream's worker thread) and a CUDA
  * version (kernels/<op>.cu: bf16 or fp16 storage, fp32 accumulation) with
- * the same shape. ops_* checks the arguments and forwards to the op table of the
- * stream's backend (kernels/backend_impl.h); no caller branches on the
- * backend.
+ * the same shape. The ops are those of the registry (kernels/op_list.h);
+ * ops_* checks the arguments and forwards to the op table of the stream's
+ * backend (kernels/backend_impl.h); no caller branches on the backend.
  *
  * Element types: tensors typed `act_t *` (void) hold the backend's storage
  * type, backend_act_dtype(): fp32 on host, bf16 on cuda from sm_80 and fp16
@@ -35,6 +35,7 @@
 #include "common/numerics.h"
 #include "kernels/backend.h"
 #include "kernels/comm.h"
+#include "kernels/op_list.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -61,68 +62,14 @@ ferry_status backend_set_act_dtype(backend *be, ferry_dtype act);
 ferry_status ops_init(backend *be, void *workspace, size_t workspace_bytes);
 void ops_shutdown(backend *be);
 
-/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; wte has at least V rows. A
- * token outside [0, V) makes the stream fail with FERRY_ERR_INVALID_ARGUMENT
- * (host) or is read as token 0 and counted (cuda: see
- * cudaop_encoder_take_bad_tokens); callers check tokens before upload. */
-ferry_status ops_encoder_forward(backend_stream *s, act_t *out, const int32_t *tokens,
-                                 const act_t *wte, const act_t *wpe, int B, int T, int C, int V);
-ferry_status ops_encoder_backward(backend_stream *s, act_t *dwte, act_t *dwpe, const act_t *dout,
-                                  const int32_t *tokens, int B, int T, int C);
+/* The ops, one per entry of the registry (kernels/op_list.h, which says what
+ * each computes and what its arguments must hold): ops_<name>(stream, the
+ * op's arguments). */
+#define OPS_DECLARE(NAME, CUDA, EXTRA) ferry_status ops_##NAME(OPS_PARAMS(NAME));
+FERRY_OPS(OPS_DECLARE)
 
-/* N rows of C; eps 1e-5 as GPT-2. mean and rstd are [N] fp32, saved for backward. */
-ferry_status ops_layernorm_forward(backend_stream *s, act_t *out, float *mean, float *rstd,
-                                   const act_t *inp, const act_t *weight, const act_t *bias,
-                                   int N, int C);
-ferry_status ops_layernorm_backward(backend_stream *s, act_t *dinp, act_t *dweight, act_t *dbias,
-                                    const act_t *dout, const act_t *inp, const act_t *weight,
-                                    const float *mean, const float *rstd, int N, int C);
-
-/* out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] (bias may be NULL). */
-ferry_status ops_matmul_forward(backend_stream *s, act_t *out, const act_t *inp,
-                                const act_t *weight, const act_t *bias, int N, int C, int OC);
-/* dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum over rows of
- * dout (dbias may be NULL). */
-ferry_status ops_matmul_backward(backend_stream *s, act_t *dinp, act_t *dweight, act_t *dbias,
-                                 const act_t *dout, const act_t *inp, const act_t *weight, int N,
-                                 int C, int OC);
-
-/* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-ferry_status ops_gelu_forward(backend_stream *s, act_t *out, const act_t *inp, size_t n);
-ferry_status ops_gelu_backward(backend_stream *s, act_t *dinp, const act_t *inp,
-                               const act_t *dout, size_t n);
-
-/* out = a + b, n elements. */
-ferry_status ops_residual_forward(backend_stream *s, act_t *out, const act_t *a, const act_t *b,
-                                  size_t n);
-
-/* Causal multi-head self-attention. qkv is [B, T, 3C] (q, k, v each C = NH x
- * HS, heads contiguous inside each); out is [B, T, C]; lse is [B, NH, T] fp32:
- * the log-sum-exp of each query's scaled scores, kept for backward so no T x T
- * matrix is ever stored. scale = 1/sqrt(HS). */
-ferry_status ops_attention_forward(backend_stream *s, act_t *out, float *lse, const act_t *qkv,
-                                   int B, int T, int C, int NH);
-ferry_status ops_attention_backward(backend_stream *s, act_t *dqkv, const act_t *dout,
-                                    const act_t *qkv, const act_t *out, const float *lse, int B,
-                                    int T, int C, int NH);
-
-/* The fused classifier. For N rows of inp [N, C] against wte [Vp, C] (only
- * the first V rows are real tokens; padded rows never enter the softmax):
- * losses[i] = -log softmax(inp[i] @ wte^T)[targets[i]]. When dinp is not
- * NULL, also accumulates the gradient of grad_scale * sum(losses):
- * dinp += dlogits @ wte and dwte += dlogits^T @ inp, where
- * dlogits = grad_scale * (softmax - onehot). Rows are processed `chunk` at a
- * time through `scratch` (ops_classifier_scratch_bytes): chunk x Vp logits
- * in the storage type, so the full N x Vp logits never exist at once; and,
- * when the storage is 16-bit, a Vp x C fp32 accumulator in which dwte's
- * contributions of every chunk are summed, so dwte is rounded once
- * per call, not once per chunk (at GPT-2 XL's batch 76 x 1024 that was 234
- * roundings of the embedding's gradient per micro-batch). Targets < 0 are
- * ignored (loss 0, no gradient). */
-ferry_status ops_classifier(backend_stream *s, float *losses, act_t *dinp, act_t *dwte,
-                            const act_t *inp, const act_t *wte, const int32_t *targets,
-                            float grad_scale, int N, int C, int V, int Vp, void *scratch,
-                            int chunk);
+/* The classifier's scratch (ops_classifier): chunk x Vp logits of the
+ * storage type, then, when that is 16-bit, the Vp x C fp32 accumulator. */
 size_t ops_classifier_scratch_bytes(const backend *be, int chunk, int Vp, int C);
 /* The same for a storage type rather than an open backend (planners): the
  * same bytes on every backend. 0 on bad arguments. */
@@ -130,39 +77,7 @@ size_t ops_classifier_scratch_bytes_for(ferry_dtype act, int chunk, int Vp, int 
 /* Where the fp32 accumulator starts inside the scratch (16-bit storage). */
 size_t ops_classifier_accumulator_offset(ferry_dtype act, int chunk, int Vp);
 
-/* Conversions between fp32 host-side values and the backend's storage type,
- * on device memory: dst[i] = (act)src[i] and back. */
-ferry_status ops_convert_from_f32(backend_stream *s, act_t *dst, const float *src, size_t n);
-ferry_status ops_convert_to_f32(backend_stream *s, float *dst, const act_t *src, size_t n);
-
-/* ---- the optimizer of offload none, on the device ---- */
-
-/* torch.optim.AdamW on n elements of one tensor, in stream order (the
- * element arithmetic of common/numerics.h): master, m, v are fp32 device
- * buffers updated in place; grad is of grad_dtype — the storage type, or
- * F32 for gradients summed over micro-batches (ops_accumulate) —,
- * multiplied by grad_scale (the clip coefficient) first; param_out (may be
- * NULL) receives the updated weights in the storage type. step >= 1. */
-ferry_status ops_adamw(backend_stream *s, float *master, float *m, float *v, const void *grad,
-                       ferry_dtype grad_dtype, act_t *param_out, size_t n, const adamw_hparams *hp,
-                       int64_t step, float grad_scale);
-
-/* *sumsq (one fp64 in device memory) += the sum of grad[i]^2 over n elements
- * in the storage type, deterministically: the bits depend only on the data
- * (host: common/numerics.h's tiled order; cuda: a fixed reduction tree). An
- * inf or NaN gradient makes the sum inf or NaN, which is the flag callers
- * check. `scratch` holds ops_sumsq_scratch_bytes() of device memory; calls
- * sharing a scratch must be on one stream. */
-ferry_status ops_sumsq(backend_stream *s, const void *grad, ferry_dtype grad_dtype, size_t n, double *sumsq,
-                       void *scratch);
-
-/* acc[i] = g[i] (first) or acc[i] + g[i] over n elements, in fp32: one
- * micro-batch's gradient (the storage type) added into the fp32 sum of the
- * step's micro-batches, so accumulating k micro-batches rounds to fp32, not
- * to bf16, k times. Exact fp32 adds in element order: the same bits as the
- * CPU's acc += widen(g). */
-ferry_status ops_accumulate(backend_stream *s, float *acc, const act_t *g, size_t n, bool first);
-#define OPS_SUMSQ_PARTIALS 512 /* partial sums in the scratch, on every backend */
+#define OPS_SUMSQ_PARTIALS 512 /* partial sums in ops_sumsq's scratch, on every backend */
 
 /* ---- collectives: sums across the ranks of a communicator (kernels/comm.h) ----
  *

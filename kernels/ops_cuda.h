@@ -34,70 +34,42 @@ extern "C" {
 ferry_status cudaop_init(backend *be, void *workspace, size_t workspace_bytes);
 void cudaop_shutdown(backend *be);
 
-ferry_status cudaop_encoder_forward(void *stream, ferry_dtype act, act_t *out, const int32_t *tokens,
-                                    const act_t *wte, const act_t *wpe, int B, int T, int C, int V);
-/* Deterministic, without atomics or scratch: one block per token position;
- * the block of a token id's first position sums every position holding that
- * id, in position order, in fp32, and adds the sum to dwte once. */
-ferry_status cudaop_encoder_backward(void *stream, ferry_dtype act, act_t *dwte, act_t *dwpe, const act_t *dout,
-                                     const int32_t *tokens, int B, int T, int C);
+/* The ops of the common binding (kernels/op_list.h's OPC_ACT):
+ * cudaop_<name>(cudaStream_t, the storage type, the op's arguments). */
+#define CUDAOP_PROTO_OPC_ACT(NAME) ferry_status cudaop_##NAME(void *stream, ferry_dtype act FERRY_OP_ARGS_##NAME(OPA_DECL));
+#define CUDAOP_PROTO_OPC_OWN(NAME)
+#define CUDAOP_PROTO(NAME, CUDA, EXTRA) CUDAOP_PROTO_##CUDA(NAME)
+FERRY_OPS(CUDAOP_PROTO)
+
+/* What is particular to some of them:
+ * - encoder_backward is deterministic, without atomics or scratch: one
+ *   block per token position; the block of a token id's first position
+ *   sums every position holding that id, in position order, in fp32, and
+ *   adds the sum to dwte once.
+ * - attention is FlashAttention-2 style: nothing of size T x T is stored.
+ *   Head size C / NH up to 128; larger is FERRY_ERR_UNSUPPORTED. Tiles of 64
+ *   queries where the card's shared memory per block allows, else of 32
+ *   (Turing's 64 KiB): the _tiled entry points take the size (0: that
+ *   choice; 64 or 32: that size, FERRY_ERR_UNSUPPORTED where it does not
+ *   fit), for the kernel lab and the tests to run both on one card.
+ * - the classifier's `scratch` is ops_classifier_scratch_bytes_for(act,
+ *   chunk, Vp, C) bytes of device memory (chunk x Vp logits of the storage
+ *   type, then their gradients in place; then the Vp x C fp32 accumulator
+ *   of dwte across chunks). Targets >= V are counted
+ *   (cudaop_classifier_take_bad_targets) and treated like negative ones:
+ *   loss 0, no gradient.
+ * - conversions round to nearest even (f32 -> bf16 or f16; past fp16's
+ *   range: inf) and widen exactly (-> f32). */
+
 /* Token ids outside [0, V) met by cudaop_encoder_forward on this device since the
  * last call (they were read as token 0). Synchronizes `stream`; resets. */
 ferry_status cudaop_encoder_take_bad_tokens(void *stream, uint32_t *count);
-
-ferry_status cudaop_layernorm_forward(void *stream, ferry_dtype act, act_t *out, float *mean, float *rstd,
-                                      const act_t *inp, const act_t *weight, const act_t *bias,
-                                      int N, int C);
-ferry_status cudaop_layernorm_backward(void *stream, ferry_dtype act, act_t *dinp, act_t *dweight, act_t *dbias,
-                                       const act_t *dout, const act_t *inp, const act_t *weight,
-                                       const float *mean, const float *rstd, int N, int C);
-
-ferry_status cudaop_matmul_forward(void *stream, ferry_dtype act, act_t *out, const act_t *inp, const act_t *weight,
-                                   const act_t *bias, int N, int C, int OC);
-ferry_status cudaop_matmul_backward(void *stream, ferry_dtype act, act_t *dinp, act_t *dweight, act_t *dbias,
-                                    const act_t *dout, const act_t *inp, const act_t *weight, int N,
-                                    int C, int OC);
-
-ferry_status cudaop_gelu_forward(void *stream, ferry_dtype act, act_t *out, const act_t *inp, size_t n);
-ferry_status cudaop_gelu_backward(void *stream, ferry_dtype act, act_t *dinp, const act_t *inp, const act_t *dout,
-                                  size_t n);
-
-ferry_status cudaop_residual_forward(void *stream, ferry_dtype act, act_t *out, const act_t *a, const act_t *b,
-                                     size_t n);
-
-/* FlashAttention-2 style: nothing of size T x T is stored. Head size
- * C / NH up to 128; larger is FERRY_ERR_UNSUPPORTED. Tiles of 64 queries
- * where the card's shared memory per block allows, else of 32 (Turing's
- * 64 KiB): the _tiled entry points take the size (0: that choice; 64 or
- * 32: that size, FERRY_ERR_UNSUPPORTED where it does not fit), for the
- * kernel lab and the tests to run both on one card. */
-ferry_status cudaop_attention_forward(void *stream, ferry_dtype act, act_t *out, float *lse, const act_t *qkv,
-                                      int B, int T, int C, int NH);
-ferry_status cudaop_attention_backward(void *stream, ferry_dtype act, act_t *dqkv, const act_t *dout,
-                                       const act_t *qkv, const act_t *out, const float *lse, int B,
-                                       int T, int C, int NH);
 ferry_status cudaop_attention_forward_tiled(void *stream, ferry_dtype act, int tile, act_t *out, float *lse,
                                             const act_t *qkv, int B, int T, int C, int NH);
 ferry_status cudaop_attention_backward_tiled(void *stream, ferry_dtype act, int tile, act_t *dqkv,
                                              const act_t *dout, const act_t *qkv, const act_t *out,
                                              const float *lse, int B, int T, int C, int NH);
-
-/* `scratch`: ops_classifier_scratch_bytes_for(act, chunk, Vp, C) bytes of
- * device memory (chunk x Vp logits of the storage type, then their
- * gradients in place; then the Vp x C fp32 accumulator of dwte across
- * chunks).
- * Targets >= V are counted (cudaop_classifier_take_bad_targets) and treated
- * like negative ones: loss 0, no gradient. */
-ferry_status cudaop_classifier(void *stream, ferry_dtype act, float *losses, act_t *dinp, act_t *dwte,
-                               const act_t *inp, const act_t *wte, const int32_t *targets,
-                               float grad_scale, int N, int C, int V, int Vp, void *scratch,
-                               int chunk);
 ferry_status cudaop_classifier_take_bad_targets(void *stream, uint32_t *count);
-
-/* Round to nearest even (f32 -> bf16 or f16; past fp16's range: inf) and
- * exact widening (-> f32). */
-ferry_status cudaop_convert_from_f32(void *stream, ferry_dtype act, act_t *dst, const float *src, size_t n);
-ferry_status cudaop_convert_to_f32(void *stream, ferry_dtype act, float *dst, const act_t *src, size_t n);
 
 /* torch.optim.AdamW on device, for n elements of one tensor:
  *   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
@@ -117,8 +89,6 @@ ferry_status cudaop_adamw(void *stream, ferry_dtype act, float *master, float *m
  * calls sharing a scratch must be on one stream. */
 ferry_status cudaop_sumsq(void *stream, const void *grad, ferry_dtype grad_dtype, size_t n,
                           double *out_device_sumsq_accumulate, void *scratch);
-/* acc[i] = float(g[i]) (first) or acc[i] + float(g[i]) for n g of the storage type act. */
-ferry_status cudaop_accumulate(void *stream, ferry_dtype act, float *acc, const void *g, size_t n, bool first);
 size_t cudaop_sumsq_scratch_bytes(void);
 
 #ifdef __cplusplus

@@ -141,17 +141,17 @@ static ferry_status host_encoder_forward(backend_stream *s, act_t *out, const in
 static ferry_status encoder_bwd_run(void *p)
 {
     encoder_args *a = p;
-    hostop_encoder_backward(a->dwte, a->dwpe, a->dout, a->tokens, a->B, a->T, a->C);
+    hostop_encoder_backward(a->dwte, a->dwpe, a->dout, a->tokens, a->B, a->T, a->C, a->V);
     return FERRY_OK;
 }
 
-/* The rows of dwte the tokens reach (the forward checked them). */
+/* The rows of dwte the tokens reach: those below V (any other adds into row 0). */
 static ferry_status encoder_bwd_run_narrow(void *p)
 {
     encoder_args *a = p;
-    size_t BT = (size_t)a->B * a->T, C = (size_t)a->C, rows = 0;
+    size_t BT = (size_t)a->B * a->T, C = (size_t)a->C, rows = 1;
     for (size_t i = 0; i < BT; i++)
-        if (a->tokens[i] >= 0 && (size_t)a->tokens[i] + 1 > rows)
+        if (a->tokens[i] >= 0 && a->tokens[i] < a->V && (size_t)a->tokens[i] + 1 > rows)
             rows = (size_t)a->tokens[i] + 1;
     view v[] = {{&a->dwte, rows * C, VIEW_ADD}, {&a->dwpe, (size_t)a->T * C, VIEW_ADD}, {&a->dout, BT * C, VIEW_IN}};
     return run_widened(a, encoder_bwd_run, v, 3, a->act);
@@ -159,9 +159,9 @@ static ferry_status encoder_bwd_run_narrow(void *p)
 
 static ferry_status host_encoder_backward(backend_stream *s, act_t *dwte, act_t *dwpe,
                                           const act_t *dout, const int32_t *tokens, int B, int T,
-                                          int C)
+                                          int C, int V)
 {
-    encoder_args a = {.dwte = dwte, .dwpe = dwpe, .dout = dout, .tokens = tokens, .B = B, .T = T, .C = C,
+    encoder_args a = {.dwte = dwte, .dwpe = dwpe, .dout = dout, .tokens = tokens, .B = B, .T = T, .C = C, .V = V,
                       .act = s->be->act};
     return launch(s, encoder_bwd_run, encoder_bwd_run_narrow, &a, sizeof a);
 }
@@ -566,27 +566,12 @@ static ferry_status host_accumulate(backend_stream *s, float *acc, const act_t *
     return backend_launch_host(s, accumulate_run, &a, sizeof a);
 }
 
+#define HOST_ENTRY(NAME, CUDA, EXTRA) .NAME = host_##NAME,
 const backend_ops backend_host_ops = {
     .act_dtypes = 1u << FERRY_DTYPE_F32 | 1u << FERRY_DTYPE_BF16 | 1u << FERRY_DTYPE_F16,
     .init = host_init,
     .shutdown = host_shutdown,
-    .encoder_forward = host_encoder_forward,
-    .encoder_backward = host_encoder_backward,
-    .layernorm_forward = host_layernorm_forward,
-    .layernorm_backward = host_layernorm_backward,
-    .matmul_forward = host_matmul_forward,
-    .matmul_backward = host_matmul_backward,
-    .gelu_forward = host_gelu_forward,
-    .gelu_backward = host_gelu_backward,
-    .residual_forward = host_residual_forward,
-    .attention_forward = host_attention_forward,
-    .attention_backward = host_attention_backward,
-    .classifier = host_classifier,
-    .convert_from_f32 = host_convert_from_f32,
-    .convert_to_f32 = host_convert_to_f32,
-    .adamw = host_adamw,
-    .sumsq = host_sumsq,
-    .accumulate = host_accumulate,
+    FERRY_OPS(HOST_ENTRY)
     .comm_open = comm_host_open,
     .comm_close = comm_host_close,
     .reduce_scatter = comm_host_reduce_scatter,

@@ -33,7 +33,7 @@ ferry_status hostop_encoder_forward(float *out, const int32_t *tokens, const flo
 /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. Tokens are
  * those of the forward (already checked). */
 void hostop_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                             int B, int T, int C);
+                             int B, int T, int C, int V);
 
 void hostop_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C);

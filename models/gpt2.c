@@ -557,7 +557,7 @@ ferry_status gpt2_backward(const gpt2_model *m, gpt2_activations *a, const gpt2_
     }
     CHECK(ops_encoder_backward(s, tensor_at(m, a, demb, 0, EMB_WTE),
                                tensor_at(m, a, demb, 0, EMB_WPE), a->dres, a->tokens, a->B, a->T,
-                               C));
+                               C, m->cfg.vocab_size));
     return release(h, 0, FERRY_PHASE_BACKWARD, s);
 }
 

@@ -7,7 +7,7 @@
 #include "common/error.h"
 
 /* The model launches on the stream it is given; the engine's buffers may
- * only be used on the engine's compute stream (engine/embed.h). */
+ * only be used on the engine's compute stream (engine/intree.h). */
 static ferry_status check_stream(ferry_engine *e, backend_stream *s)
 {
     if (s == engine_embed_stream(e))

@@ -5,7 +5,7 @@
 #ifndef FERRY_MODELS_GPT2_ENGINE_H
 #define FERRY_MODELS_GPT2_ENGINE_H
 
-#include "engine/embed.h"
+#include "engine/intree.h"
 #include "models/gpt2.h"
 
 #ifdef __cplusplus

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "engine/embed.h"
+#include "engine/intree.h"
 
 #define PLAN_MAX_BATCH 65536
 

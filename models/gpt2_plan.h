@@ -6,7 +6,7 @@
  * (plan a 24 GB card on a laptop). What memprof plan prints and the GPU
  * check sizes its batch with. Owns no memory beyond a call; reads no files.
  *
- * Params mode is planned for its worst schedule (engine/embed.h): the
+ * Params mode is planned for its worst schedule (engine/intree.h): the
  * prediction is an upper bound reached when every gradient drain ends before
  * the next group's backward does; device_min_bytes is the floor below which
  * no schedule fits, and near it fragmentation decides. */

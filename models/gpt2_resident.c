@@ -1,7 +1,8 @@
 /* The simplest placement of GPT-2's parameters: every group's params and
  * grads in plain device buffers for the whole run (no offload), with hooks
  * that just hand them out, and fp32 transfers through a small staging buffer
- * converted by ops_convert_*. What issue-5 runs and the tests use; the engine
+ * converted by ops_convert_*. The baseline the tests compare the engine's
+ * modes with (GPT-2 with nothing offloaded, no engine between); the engine
  * has its own placement. */
 #include "models/gpt2_internal.h"
 

@@ -55,8 +55,8 @@ ferry_status arena_create(backend *be, const arena_config *cfg, arena **out)
     budget &= ~(uint64_t)(ARENA_ALIGN - 1);
     if (budget == 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "device arena: a budget of %llu bytes holds nothing; give at least 256 bytes "
-                       "(e.g. --gpu-mem 24GiB)",
+                       "device arena: a budget of %llu bytes holds nothing; set device_budget_bytes to at "
+                       "least 256 bytes, or to 0 for what the device has free",
                        (unsigned long long)cfg->budget_bytes);
     arena *a = calloc(1, sizeof *a);
     if (!a)
@@ -125,8 +125,9 @@ static ferry_status refuse(arena *a, size_t bytes, ferry_mem_category cat, const
     heap_usage u;
     heap_usage_get(a->heap, &u);
     return err_set(FERRY_ERR_OUT_OF_MEMORY,
-                   "device budget %s exhausted%s: %s '%s' asked %s with %s in use (%s)%s; lower "
-                   "--batch, add --recompute, or use --offload params",
+                   "device budget %s exhausted%s: %s '%s' asked %s with %s in use (%s)%s; make the "
+                   "activations smaller (a smaller batch, or activations recomputed in backward), use offload "
+                   "FERRY_OFFLOAD_PARAMS, or raise device_budget_bytes",
                    units_fmt_bytes(bud, sizeof bud, a->budget), why, ferry_mem_category_name(cat), name,
                    units_fmt_bytes(ask, sizeof ask, bytes), units_fmt_bytes(use, sizeof use, u.in_use),
                    len ? parts : "nothing", big);

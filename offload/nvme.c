@@ -427,11 +427,11 @@ static ferry_status no_room(const nvme_store *s, uint64_t free_bytes, const char
     if (free_bytes == UINT64_MAX)
         return err_set(FERRY_ERR_IO,
                        "the NVMe folder '%s' is too small%s: the state needs %s (%llu bytes); free space there, name "
-                       "a larger disk with --nvme-path, or keep the master weights in host memory",
+                       "a larger disk with nvme_path, or keep the master weights in host memory",
                        s->dir, why, units_fmt_bytes(need, sizeof need, s->file_bytes), (unsigned long long)s->file_bytes);
     return err_set(FERRY_ERR_IO,
                    "the NVMe folder '%s' is too small%s: the state needs %s (%llu bytes) and the disk has %s "
-                   "(%llu bytes) free; free space there, name a larger disk with --nvme-path, or keep the master "
+                   "(%llu bytes) free; free space there, name a larger disk with nvme_path, or keep the master "
                    "weights in host memory",
                    s->dir, why, units_fmt_bytes(need, sizeof need, s->file_bytes), (unsigned long long)s->file_bytes,
                    units_fmt_bytes(have, sizeof have, free_bytes), (unsigned long long)free_bytes);

@@ -263,7 +263,7 @@ static ferry_status refuse(pool *p, size_t bytes, ferry_mem_category cat, const 
     }
     return err_set(FERRY_ERR_OUT_OF_MEMORY,
                    "pinned host pool limit %s exhausted: %s '%s' asked %s with %s in use (%s; %s "
-                   "reserved); raise the pinned memory budget, or offload optimizer state to NVMe",
+                   "reserved); raise host_budget_bytes, or offload optimizer state to NVMe",
                    units_fmt_bytes(lim, sizeof lim, p->cfg.limit_bytes), ferry_mem_category_name(cat), name,
                    units_fmt_bytes(ask, sizeof ask, bytes), units_fmt_bytes(use, sizeof use, heap_in_use(p->heap)),
                    len ? parts : "nothing else", units_fmt_bytes(res, sizeof res, heap_reserved(p->heap)));

@@ -43,13 +43,20 @@ ferry_status gradnorm_sumsq_level(tp_pool *pool, const void *grad, ferry_dtype t
     if (n == 0)
         return FERRY_OK;
     size_t ntiles = (n + OPTIM_TILE - 1) / OPTIM_TILE;
-    gradnorm_ctx c = {grad, t, n, optim_sumsq_scalar, malloc(ntiles * sizeof(double))};
+    double (*kernel)(const void *, ferry_dtype, size_t) = level == CPU_SIMD_AVX512 ? optim_sumsq_avx512
+                                                          : level == CPU_SIMD_AVX2 ? optim_sumsq_avx2
+                                                                                   : optim_sumsq_scalar;
+    if (ntiles == 1) {
+        /* One tile (the engine's drain asks tile by tile): its sum as is, the
+         * same value as 0 + the one partial, with nothing allocated. */
+        double s = kernel(grad, t, n);
+        *sumsq = s;
+        *nonfinite = !isfinite(s);
+        return FERRY_OK;
+    }
+    gradnorm_ctx c = {grad, t, n, kernel, malloc(ntiles * sizeof(double))};
     if (!c.partial)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "gradnorm: out of memory for %zu partial sums", ntiles);
-    if (level == CPU_SIMD_AVX512)
-        c.kernel = optim_sumsq_avx512;
-    else if (level == CPU_SIMD_AVX2)
-        c.kernel = optim_sumsq_avx2;
     st = tp_parallel_for(pool, ntiles, gradnorm_tile, &c);
     if (st == FERRY_OK) {
         double s = 0;

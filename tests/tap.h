@@ -29,7 +29,7 @@ static inline void tap_vprint_lines(const char *newline, const char *fmt, va_lis
     va_copy(again, ap);
     int n = vsnprintf(NULL, 0, fmt, again);
     va_end(again);
-    char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    char *text = n >= 0 ? (char *)malloc((size_t)n + 1) : NULL; /* the cast: C++ tests include this too */
     if (!text) {
         vprintf(fmt, ap);
         return;

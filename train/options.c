@@ -99,9 +99,6 @@ static const opt_spec specs[] = {
 #define NSPECS (sizeof specs / sizeof specs[0])
 _Static_assert(NSPECS <= 64, "train_options.given has a bit per flag");
 
-/* Sizes below this are a unit mistake ("--gpu-mem 0.5" meant GiB). */
-#define MIN_BYTES ((uint64_t)1 << 20)
-
 /* What a flag's value is, as --help shows it. */
 static const char *placeholder(const opt_spec *s)
 {
@@ -135,20 +132,20 @@ static void print_help(void)
         else
             printf("  %-24s %s (default: %s)\n", left, s->help, *s->def ? s->def : "none");
     }
+    printf("\n" UNITS_SIZE_HELP);
     printf("\nExample: train_gpt2 --data 'data/train_*.bin' --val-data 'data/val_*.bin' --model gpt2 "
            "--batch 8 --seq 1024 --offload optimizer --gpu-mem 24GiB\n");
 }
 
-/* A size: 0 (none), or at least MIN_BYTES. A small value is a unit
- * mistake, and one that rounds to 0 would silently mean "no cap". */
+/* A size, by the rule every program's size flags share (common/units.h). */
 static int apply_bytes(const opt_spec *s, const char *text, uint64_t *field)
 {
     uint64_t v = 0;
-    if (units_parse_bytes(text, &v) != FERRY_OK) {
-        fprintf(stderr, "train_gpt2: %s: %s\n", s->flag, ferry_last_error());
-        return 2;
-    }
     if (s->min > 0) { /* a size with a range of its own (the disk's block and window) */
+        if (units_parse_bytes(text, &v) != FERRY_OK) {
+            fprintf(stderr, "train_gpt2: %s: %s\n", s->flag, ferry_last_error());
+            return 2;
+        }
         bool block = s->field == F(nvme_block);
         if (v < (uint64_t)s->min || (s->max > 0 && v > (uint64_t)s->max) || (block && v % 4096)) {
             char lo[32], hi[32], range[96];
@@ -164,11 +161,10 @@ static int apply_bytes(const opt_spec *s, const char *text, uint64_t *field)
         *field = v;
         return 0;
     }
-    if (v < MIN_BYTES && strtod(text, NULL) != 0.0) {
-        fprintf(stderr, "train_gpt2: %s '%s' is %llu bytes: a number without a unit is bytes, and K, M, G, T "
-                        "(with or without iB) are powers of 1024; give at least 1MiB, such as 512MiB or 24GiB, or "
-                        "0 for %s\n",
-                s->flag, text, (unsigned long long)v, s->field == F(gpu_mem) ? "what the device has free" : "no cap");
+    /* The rule every program's size flags share (common/units.h). */
+    if (units_parse_size_flag(s->flag, text, s->field == F(gpu_mem) ? "what the device has free" : "no cap", &v) !=
+        FERRY_OK) {
+        fprintf(stderr, "train_gpt2: %s\n", ferry_last_error());
         return 2;
     }
     *field = v;

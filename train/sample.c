@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "engine/embed.h"
+#include "engine/intree.h"
 #include "models/gpt2_engine.h"
 
 

@@ -23,7 +23,7 @@ static void forward(lab *L, void *p)
 static void backward(lab *L, void *p)
 {
     enc *k = p;
-    lab_must(ops_encoder_backward(L->s, k->dwte, k->dwpe, k->dout, k->tok, k->B, k->T, k->C), "encoder bwd");
+    lab_must(ops_encoder_backward(L->s, k->dwte, k->dwpe, k->dout, k->tok, k->B, k->T, k->C, k->V), "encoder bwd");
 }
 
 /* Small sizes with a small vocabulary, so token ids repeat (the backward's hard case). */
@@ -41,7 +41,7 @@ static void check(lab *L)
     lab_must(hostop_encoder_forward(out, tok, wte, wpe, B, T, C, V), "host encoder");
     forward(L, &k);
     lab_check_16(L, "encoder_forward", "0 production", k.out, out, n, 1e-2);
-    hostop_encoder_backward(dwte, dwpe, dout, tok, B, T, C);
+    hostop_encoder_backward(dwte, dwpe, dout, tok, B, T, C, V);
     backward(L, &k);
     lab_check_16(L, "encoder_backward dwte", "0 production", k.dwte, dwte, (size_t)V * C, 1e-2);
     lab_check_16(L, "encoder_backward dwpe", "0 production", k.dwpe, dwpe, (size_t)T * C, 1e-2);

@@ -6,11 +6,15 @@
  * matmul (8192^3) of the storage type and a device-to-device copy. Owns the
  * harness of lab.h and main; the ops live in one file each beside it.
  *
- *   kernel_lab [--quick] [--dtype bf16|f16] [--op NAME]...
+ *   kernel_lab [--quick | --check] [--dtype bf16|f16] [--op NAME]...
  *     --quick  B*T = 2 x 256, C = 768, NH = 12 (a smoke run)
+ *     --check  the checks only, no ceilings: each timed op runs once,
+ *              untimed, at B*T = 64, C = 128 (what the simulated device,
+ *              dev/cudasim, runs in CI)
  *     --dtype  the storage type (default: the card's, bf16 from sm_80)
- *     --op     only this op family (encoder, layernorm, matmul, gelu,
- *              residual, attention, classifier, optimizer); repeatable
+ *     --op     only this op family (registry: every op of the registry
+ *              checked over kernels/op_shapes.h; encoder, layernorm, matmul,
+ *              gelu, residual, attention, classifier, optimizer); repeatable
  *   FERRY_TEST_SEED sets the seed (printed either way).
  *
  * Exit status: 0 when every check passed; 1 when one failed or the setup
@@ -23,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/opdrive.h"
 #include "kernels/ops.h"
 
 void lab_must(ferry_status st, const char *what)
@@ -163,6 +168,15 @@ bool lab_check_f32(lab *L, const char *op, const char *variant, const void *dev,
     return check_device(L, op, variant, dev, false, want, n, tol);
 }
 
+bool lab_bf16_variant(lab *L, const char *op, const char *variant)
+{
+    if (L->act == FERRY_DTYPE_BF16)
+        return true;
+    printf("skip   %-30s %-26s written for bf16 storage only, this run stores %s\n", op, variant, dtype_name(L->act));
+    fflush(stdout);
+    return false;
+}
+
 static int cmp_float(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
@@ -190,6 +204,13 @@ static double median_ms(lab *L, lab_fn fn, void *ctx)
 double lab_time(lab *L, const char *op, const char *variant, lab_fn fn, void *ctx, double work,
                 lab_unit unit)
 {
+    if (L->check_only) {
+        fn(L, ctx);
+        lab_must(backend_stream_synchronize(L->s), op);
+        printf("ran    %-30s %-26s (not timed: --check)\n", op, variant);
+        fflush(stdout);
+        return 0;
+    }
     double ms = median_ms(L, fn, ctx);
     double rate = work / (ms * 1e-3) / (unit == LAB_FLOPS ? 1e12 : 1e9);
     double ceiling = unit == LAB_FLOPS ? L->tflops : L->gbs;
@@ -232,13 +253,60 @@ static void measure_ceilings(lab *L)
     backend_free(L->be, k.c);
 }
 
+/* ---- every op of the registry ---- */
+
+typedef struct registry_ctx {
+    lab *L;
+    const op_shape *shape;
+} registry_ctx;
+
+static void registry_report(void *p, const opdrive_result *r)
+{
+    registry_ctx *c = p;
+    double f16 = c->L->act == FERRY_DTYPE_F16 ? 0.2 : 1.0;
+    double tol = op_shape_tol(c->shape, r->tensor, 1e-2 * f16, 2e-2 * f16);
+    bool ok = r->err.rel <= tol;
+    c->L->checks++;
+    c->L->failures += !ok;
+    printf("check  %-30s %-26s rel err %.2e (tol %.0e), max abs %.2e  %s\n", r->op, r->tensor, r->err.rel, tol,
+           r->err.max_abs, ok ? "PASS" : "FAIL");
+    fflush(stdout);
+}
+
+/* Every op of the registry (kernels/op_list.h) over the shape table
+ * (kernels/op_shapes.h): the production kernel, through its front, against
+ * the host backend storing the same type, from the same inputs. The op
+ * files below time them and their variants. */
+static void lab_registry(lab *L)
+{
+    static opinfo all[OPINFO_OPS];
+    opinfo_all(all);
+    backend *host = NULL;
+    backend_stream *hs = NULL;
+    lab_must(backend_open(FERRY_BACKEND_HOST, &host), "opening the host backend");
+    lab_must(backend_set_act_dtype(host, L->act), "the host backend's storage type");
+    lab_must(backend_stream_create(host, "host", &hs), "host stream");
+    lab_must(ops_init(host, NULL, 0), "host ops_init");
+    for (size_t k = 0; k < OP_SHAPES; k++) {
+        registry_ctx c = {L, &op_shapes[k]};
+        ferry_status st = opdrive_compare(all, &op_shapes[k], L->be, L->s, host, hs, L->rng + k, registry_report, &c);
+        if (st != FERRY_OK) {
+            L->checks++;
+            L->failures++;
+            printf("check  %-30s %-26s FAIL: %s\n", op_shapes[k].op, op_shapes[k].sizes, ferry_last_error());
+        }
+    }
+    backend_stream_destroy(hs);
+    backend_close(host);
+}
+
 /* ---- main ---- */
 
 static const struct {
     const char *name;
     void (*run)(lab *L);
 } ops[] = {
-    {"encoder", lab_encoder},     {"layernorm", lab_layernorm},   {"matmul", lab_matmul},
+    {"registry", lab_registry},   {"encoder", lab_encoder},     {"layernorm", lab_layernorm},   {"matmul", lab_matmul},
     {"gelu", lab_gelu},           {"residual", lab_residual},     {"attention", lab_attention},
     {"classifier", lab_classifier}, {"optimizer", lab_optimizer},
 };
@@ -246,7 +314,7 @@ static const struct {
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: kernel_lab [--quick] [--dtype bf16|f16] [--op NAME]...\n  NAME:");
+    fprintf(stderr, "usage: kernel_lab [--quick | --check] [--dtype bf16|f16] [--op NAME]...\n  NAME:");
     for (size_t i = 0; i < N_OPS; i++)
         fprintf(stderr, " %s", ops[i].name);
     fprintf(stderr, "\n");
@@ -254,12 +322,13 @@ static int usage(void)
 }
 
 /* Marks the ops named by --op in `on` (all when none is named); false on a bad argument. */
-static bool parse_args(int argc, char **argv, bool *quick, ferry_dtype *act, bool on[N_OPS])
+/* mode: 0 full, 1 --quick, 2 --check. */
+static bool parse_args(int argc, char **argv, int *mode, ferry_dtype *act, bool on[N_OPS])
 {
     bool any = false;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0) {
-            *quick = true;
+        if (strcmp(argv[i], "--quick") == 0 || strcmp(argv[i], "--check") == 0) {
+            *mode = argv[i][2] == 'q' ? 1 : 2;
             continue;
         }
         if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
@@ -282,7 +351,7 @@ static bool parse_args(int argc, char **argv, bool *quick, ferry_dtype *act, boo
     return true;
 }
 
-static int open_lab(lab *L, bool quick, ferry_dtype act)
+static int open_lab(lab *L, int mode, ferry_dtype act)
 {
     ferry_status st = backend_open(FERRY_BACKEND_CUDA, &L->be);
     if (st == FERRY_ERR_UNSUPPORTED) {
@@ -294,13 +363,15 @@ static int open_lab(lab *L, bool quick, ferry_dtype act)
     L->act = backend_act_dtype(L->be);
     const size_t ws_bytes = (size_t)64 << 20;
     lab_must(backend_stream_create(L->be, "lab", &L->s), "stream");
-    lab_must(backend_event_create(L->be, &L->ev0), "event");
-    lab_must(backend_event_create(L->be, &L->ev1), "event");
+    lab_must(backend_event_create_timed(L->be, &L->ev0), "event");
+    lab_must(backend_event_create_timed(L->be, &L->ev1), "event");
     lab_must(ops_init(L->be, lab_alloc(L, ws_bytes), ws_bytes), "ops_init");
     L->stream = backend_stream_native(L->s);
-    L->z = quick ? (lab_sizes){2, 256, 768, 12, 50257, 50304, 512}
-                 : (lab_sizes){8, 1024, 1600, 25, 50257, 50304, 2048};
-    L->reps = quick ? 5 : 9;
+    L->z = mode == 2   ? (lab_sizes){1, 64, 128, 2, 1000, 1024, 64}
+           : mode == 1 ? (lab_sizes){2, 256, 768, 12, 50257, 50304, 512}
+                       : (lab_sizes){8, 1024, 1600, 25, 50257, 50304, 2048};
+    L->reps = mode == 1 ? 5 : 9;
+    L->check_only = mode == 2;
     L->rng = 0x1ab5eedull;
     if (getenv("FERRY_TEST_SEED"))
         L->rng = strtoull(getenv("FERRY_TEST_SEED"), NULL, 0);
@@ -310,25 +381,34 @@ static int open_lab(lab *L, bool quick, ferry_dtype act)
 int main(int argc, char **argv)
 {
     fileio_check_stdout_at_exit("lab"); /* a full disk or /dev/full on stdout is exit 1 */
-    bool quick = false, on[N_OPS] = {false};
+    int mode = 0;
+    bool on[N_OPS] = {false};
     ferry_dtype act = FERRY_DTYPE_AUTO;
-    if (!parse_args(argc, argv, &quick, &act, on))
+    if (!parse_args(argc, argv, &mode, &act, on))
         return usage();
     lab L;
     memset(&L, 0, sizeof L);
-    int rc = open_lab(&L, quick, act);
+    int rc = open_lab(&L, mode, act);
     if (rc != 0)
         return rc;
     printf("kernel lab on %s; %s storage; seed 0x%llx; timing at B=%d T=%d C=%d NH=%d V=%d (Vp %d), median of %d\n",
            backend_device_name(L.be), dtype_name(L.act), (unsigned long long)L.rng, L.z.B, L.z.T, L.z.C, L.z.NH,
            L.z.V, L.z.Vp, L.reps);
-    measure_ceilings(&L);
+    if (!L.check_only)
+        measure_ceilings(&L);
     for (size_t k = 0; k < N_OPS; k++)
         if (on[k])
             ops[k].run(&L);
-    printf("%s: %d of %d checks failed; ceilings matmul %.1f TFLOP/s, copy %.0f GB/s\n",
-           L.failures ? "FAIL" : "PASS", L.failures, L.checks, L.tflops, L.gbs);
+    if (L.check_only)
+        printf("%s: %d of %d checks failed (--check: nothing timed)\n", L.failures ? "FAIL" : "PASS", L.failures,
+               L.checks);
+    else
+        printf("%s: %d of %d checks failed; ceilings matmul %.1f TFLOP/s, copy %.0f GB/s\n",
+               L.failures ? "FAIL" : "PASS", L.failures, L.checks, L.tflops, L.gbs);
     ops_shutdown(L.be);
+    backend_event_destroy(L.ev0);
+    backend_event_destroy(L.ev1);
+    backend_stream_destroy(L.s);
     backend_close(L.be); /* frees every buffer */
     return L.failures ? 1 : 0;
 }

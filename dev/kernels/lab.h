@@ -44,6 +44,7 @@ typedef struct lab {
     double tflops;            /* ceiling: cuBLASLt matmul of the storage type, TFLOP/s */
     double gbs;               /* ceiling: device copy, GB/s counting read + write */
     int checks, failures;
+    bool check_only;          /* --check: checks only; each timed op runs once, untimed, at tiny sizes */
     ferry_dtype act;          /* the storage type: bf16 or f16 */
 } lab;
 
@@ -87,6 +88,10 @@ bool lab_check_16(lab *L, const char *op, const char *variant, const void *dev, 
 bool lab_check_f32(lab *L, const char *op, const char *variant, const void *dev, const float *want, size_t n,
                    double tol);
 
+/* Whether a variant written for bf16 storage only runs in this lab's storage
+ * type; prints a "skip" line when it does not. */
+bool lab_bf16_variant(lab *L, const char *op, const char *variant);
+
 /* One launch of the op being timed, on L->s. */
 typedef void (*lab_fn)(lab *L, void *ctx);
 /* Median milliseconds of L->reps runs after two warm-ups, timed with events;
@@ -108,6 +113,31 @@ void lab_optimizer(lab *L);
 /* Numbered variants written in CUDA (dev/kernels/<op>_variants.cu), with the
  * signature of the cudaop_* they stand beside (bf16 only). */
 ferry_status lab_gelu_forward1(void *stream, void *out, const void *inp, size_t n);
+
+/* dev/kernels/reduce_variants.cu. Variant 1 of the column reductions splits
+ * the rows over LAB_ROW_SLICES blocks per 32 columns; its scratch holds
+ * LAB_ROW_SLICES x cols floats (twice that for layernorm's two sums). */
+#define LAB_ROW_SLICES 16
+/* dst[c] += sum over rows of src (matmul's dbias): variant 0 production, 1 row slices. */
+ferry_status lab_colsum_add(void *stream, int variant, void *dst, const void *src, int rows, int cols,
+                            void *scratch);
+/* layernorm's backward with its dinp kernel (0 production, 1 in registers) and
+ * its dweight/dbias kernel (0 production, 1 row slices) chosen apart. */
+ferry_status lab_layernorm_backward_v(void *stream, int dinp_variant, int dparams_variant, void *dinp,
+                                      void *dweight, void *dbias, const void *dout, const void *inp,
+                                      const void *weight, const float *mean, const float *rstd, int N, int C,
+                                      void *scratch);
+/* dev/kernels/classifier_variants.cu: the classifier adding dwte once per
+ * `group` chunks. */
+size_t lab_classifier1_scratch_bytes(int chunk, int group, int Vp, int C);
+ferry_status lab_classifier1(void *stream, float *losses, void *dinp, void *dwte, const void *inp, const void *wte,
+                             const int32_t *targets, float grad_scale, int N, int C, int V, int Vp, void *scratch,
+                             int chunk, int group);
+/* dev/kernels/attention_variants.cu: the attention backward reading
+ * D = rowsum(dO * O) computed once. */
+size_t lab_attention_backward1_scratch_bytes(int B, int T, int NH);
+ferry_status lab_attention_backward1(void *stream, void *dqkv, const void *dout, const void *qkv, const void *out,
+                                     const float *lse, int B, int T, int C, int NH, void *scratch);
 
 #ifdef __cplusplus
 }

@@ -129,8 +129,8 @@ static void test_cross_stream_wait(void)
 
     /* Elapsed time between two events around a 20 ms host call. */
     backend_event *t0, *t1;
-    backend_event_create(be, &t0);
-    backend_event_create(be, &t1);
+    backend_event_create_timed(be, &t0);
+    backend_event_create_timed(be, &t1);
     backend_event_record(t0, producer);
     slow_fill_args fill = {staging, BYTES, 9};
     backend_launch_host(producer, slow_fill, &fill, sizeof fill);
@@ -139,6 +139,8 @@ static void test_cross_stream_wait(void)
     float ms = 0;
     TAP_IS_STATUS(backend_event_elapsed_ms(t0, t1, &ms), FERRY_OK, "elapsed time between events");
     tap_ok(ms >= 15.0f && ms < 2000.0f, "elapsed %.2f ms around a 20 ms sleep", ms);
+    TAP_IS_STATUS(backend_event_elapsed_ms(ready, t1, &ms), FERRY_ERR_INVALID_ARGUMENT,
+                  "an event from backend_event_create keeps no time to read");
     backend_event_destroy(t0);
     backend_event_destroy(t1);
 

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "engine/embed.h"
+#include "engine/intree.h"
 #include "common/dtype.h"
 #include "tap.h"
 #include "test_dtype.h"

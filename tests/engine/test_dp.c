@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "common/numerics.h"
-#include "engine/embed.h"
+#include "engine/intree.h"
 #include "kernels/comm.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"

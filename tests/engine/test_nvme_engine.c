@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "engine/embed.h"
+#include "engine/intree.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
 #include "models/gpt2_plan.h"

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/embed.h"
+#include "engine/intree.h"
 #include "tap.h"
 
 enum { G = 10, N = 16384, STEPS = 8, ODD_STEP = 5, INFER_STEP = 3 };

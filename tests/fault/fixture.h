@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/embed.h"
+#include "engine/intree.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
 

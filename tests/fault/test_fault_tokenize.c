@@ -7,7 +7,8 @@
  * included: LeakSanitizer runs at its exit); and leave every shard whole:
  * each shard in the folder is the earlier run's file of that name or the new
  * run's, byte for byte; anything else left there must go with the next run.
- * Then the set as a whole (issue 12 item 6): a run that succeeds leaves
+ * Then the set as a whole (a folder must never hold a mix of two runs'
+ * shards, which a loader would read as one corpus): a run that succeeds leaves
  * exactly its own set (the earlier set's extra shards removed); one that
  * fails leaves one whole set, the earlier (or the new, when only the last
  * sync failed), or a message saying what the folder now holds.

@@ -1,5 +1,5 @@
 /* A GPT-2 trained through the engine, as an embedder does it (ferry.h and
- * engine/embed.h, like tools/train_gpt2): the model, an engine in one
+ * engine/intree.h, like tools/train_gpt2): the model, an engine in one
  * offload mode on one backend, activations from the engine's budget, and
  * one fixed batch; plus the one rule for skipping a GPU test. Header-only,
  * for the tests in tests/gpu. */
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "engine/embed.h"
+#include "engine/intree.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
 #include "tests/tap.h"

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/embed.h"
+#include "engine/intree.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
 #include "tests/gpu/engine_fixture.h"

@@ -84,6 +84,17 @@ static void check_memory(efix *f, ferry_offload mode, uint64_t budget)
            "(b) %s: device peak %.2f MiB and reserved %.2f MiB within the %.2f MiB budget",
            ferry_offload_name(mode), ms.device_total_peak_bytes / 1048576.0, ms.device_reserved_bytes / 1048576.0,
            budget / 1048576.0);
+    /* The card's share before the engine: measured on cuda, 0 on host. */
+    if (ferry_engine_backend(f->e) == FERRY_BACKEND_CUDA)
+        tap_ok(ms.device_total_bytes > budget && ms.device_context_bytes > 0 &&
+                   ms.device_context_bytes + ms.device_library_bytes < ms.device_total_bytes &&
+                   ms.device_outside_bytes > 0 && ms.device_outside_bytes < ms.device_total_bytes,
+               "%s: the card's %.1f MiB: context %.1f MiB, cuBLASLt %.1f MiB at setup, outside the arena now %.1f MiB",
+               ferry_offload_name(mode), ms.device_total_bytes / 1048576.0, ms.device_context_bytes / 1048576.0,
+               ms.device_library_bytes / 1048576.0, ms.device_outside_bytes / 1048576.0);
+    else
+        tap_ok(!ms.device_total_bytes && !ms.device_context_bytes && !ms.device_library_bytes &&
+                   !ms.device_outside_bytes, "%s: no card share on the host backend", ferry_offload_name(mode));
     if (mode == FERRY_OFFLOAD_PARAMS)
         return;
     size_t elems = 0;

@@ -127,7 +127,7 @@ static void test_encoder(void)
                 ewte[tokens[b * T + t] * C + i] += dout[(b * T + t) * C + i];
                 ewpe[t * C + i] += dout[(b * T + t) * C + i];
             }
-    hostop_encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+    hostop_encoder_backward(dwte, dwpe, dout, tokens, B, T, C, V);
     check_forward("encoder backward dwte (scatter-add)", dwte, ewte, 20);
     check_forward("encoder backward dwpe (sum over batch)", dwpe, ewpe, 15);
     int32_t bad[6] = {1, 3, 4, 0, 1, 2};

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The layering of ferry's tree, checked (DESIGN.md "Layout").
+"""The layering of ferry's tree, checked (docs/design.md, "The layers").
 
 One top folder is one library, and dependencies point one way:
 common <- kernels <- offload, optim <- engine <- models <- train <- tools.
@@ -7,7 +7,10 @@ A file may include ferry.h, the headers of its own folder, and the public
 headers of the folders below it; a folder's private headers (PRIVATE below)
 belong to it alone, to its tests (tests/<folder>...) and to its lab
 (dev/<folder>). FERRY_HAVE_CUDA is tested only inside kernels/ (the backend
-decides; nobody above branches on CUDA). Examples see only ferry.h.
+decides; nobody above branches on CUDA). Examples see only ferry.h. The
+simulated CUDA device (dev/cudasim) is test infrastructure: its tests
+(tests/cudasim) test the cuda backend, and they alone may include its
+control header.
 
 usage: check_layers.py ROOT          prints TAP; exit 1 on any violation
        check_layers.py --self-test   builds trees with known faults and
@@ -47,6 +50,11 @@ PRIVATE = {
     "models/gpt2_internal.h",
 }
 
+# Headers outside the layers' rules, with the test folders that may include them.
+TEST_ONLY = {
+    "dev/cudasim/cudasim.h": {"tests/cudasim"},
+}
+
 # Headers meson generates into the build tree, with the folder that owns them
 # (they count as private to it).
 GENERATED = {
@@ -54,6 +62,13 @@ GENERATED = {
 }
 
 SOURCES = (".c", ".h", ".cu", ".cuh")
+# The library's folders: what an embedder links. Their messages name ferry.h's
+# config fields, never a program's flags (train_gpt2 translates them).
+LIBRARY = ("include", "common", "kernels", "offload", "optim", "engine")
+STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+")
+# Another program's flags, which a message may name: "srun --mpi=pmix".
+FOREIGN_FLAGS = re.compile(r"\b(?:srun|mpirun|mpiexec)(?:\s+--[a-z][a-z0-9-]*(?:=\S+)?)+")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 CUDA_FLAG = re.compile(r"\bFERRY_HAVE_CUDA\b")
 
@@ -67,8 +82,8 @@ def owner_folders(rel):
     parts = rel.split("/")
     if parts[0] in ("tests", "dev") and len(parts) > 2:
         sub = parts[1]
-        # tests/kernels_gpu, tests/gpu and dev/kernels test the backend
-        if sub.startswith("kernels") or sub == "gpu":
+        # tests/kernels_gpu, tests/gpu, tests/cudasim and dev/kernels test the backend
+        if sub.startswith("kernels") or sub in ("gpu", "cudasim"):
             return {"kernels"}
         return {sub}
     return {parts[0]}
@@ -109,6 +124,11 @@ def violations(root):
                 found.append(f"{rel}: includes \"{inc}\", which is no file of the tree")
                 continue
             tl = top(target)
+            if target in TEST_ONLY:
+                if not any(rel.startswith(t + "/") for t in TEST_ONLY[target]) and not rel.startswith(
+                        os.path.dirname(target) + "/"):
+                    found.append(f"{rel}: includes {target}, for {', '.join(sorted(TEST_ONLY[target]))} alone")
+                continue
             if tl == layer and target not in PRIVATE:
                 continue
             if target in PRIVATE:
@@ -119,6 +139,14 @@ def violations(root):
                 continue
             if tl not in MAY_USE[layer]:
                 found.append(f"{rel}: includes {target}: {layer}/ may not use {tl}/")
+        if layer in LIBRARY:
+            for line in text.splitlines():
+                if line.lstrip().startswith(("*", "/*", "//", "#")):
+                    continue
+                for lit in STRING.findall(line):
+                    for flag in FLAG.findall(FOREIGN_FLAGS.sub("", lit)):
+                        found.append(f"{rel}: a message names the flag {flag}; name the config field "
+                                     "(train/flag_words.c says it in the trainer's flags)")
         if CUDA_FLAG.search(text) and layer != "kernels":
             found.append(f"{rel}: tests FERRY_HAVE_CUDA outside kernels/ (ask the backend instead)")
     return found
@@ -128,7 +156,8 @@ def tap(root):
     bad = violations(root)
     n = sum(1 for _ in sources(root))
     print(f"ok 1 - {n} source files scanned" if n > 100 else f"not ok 1 - only {n} source files found under {root}")
-    print("ok 2 - every #include points down the layers" if not bad else "not ok 2 - includes against the layering:")
+    print("ok 2 - every #include points down the layers; library messages name no program flag" if not bad
+          else "not ok 2 - against the layering:")
     for v in bad:
         print(f"#   {v}")
     print("1..2")
@@ -139,7 +168,7 @@ def self_test():
     """Each fault planted in a tiny tree must be found; the clean tree must pass."""
     cases = {
         "clean": ({}, 0),
-        "upward": ({"kernels/x.c": '#include "engine/embed.h"\n'}, 1),
+        "upward": ({"kernels/x.c": '#include "engine/intree.h"\n'}, 1),
         "private": ({"models/y.c": '#include "engine/engine.h"\n'}, 1),
         "optim-backend": ({"optim/z.c": '#include "kernels/backend.h"\n'}, 1),
         "cuda-flag": ({"engine/w.c": "#ifdef FERRY_HAVE_CUDA\n#endif\n"}, 1),
@@ -147,15 +176,21 @@ def self_test():
         "test-private-ok": ({"tests/engine/t.c": '#include "engine/engine.h"\n'}, 0),
         "test-private-other": ({"tests/train/t.c": '#include "engine/engine.h"\n'}, 1),
         "missing": ({"train/m.c": '#include "train/nothere.h"\n'}, 1),
+        "flag-in-library": ({"offload/a.c": 'err_set(1, "lower --batch");\n'}, 1),
+        "flag-in-tools-ok": ({"tools/t.c": 'puts("lower --batch");\n'}, 0),
+        "decrement-ok": ({"engine/d.c": 'n = a[--i]; puts("rebuild with -Dcuda=enabled");\n'}, 0),
+        "cudasim-test-ok": ({"tests/cudasim/t.c": '#include "dev/cudasim/cudasim.h"\n'}, 0),
+        "cudasim-elsewhere": ({"tests/engine/t.c": '#include "dev/cudasim/cudasim.h"\n'}, 1),
     }
     base = {
         "include/ferry.h": "",
         "common/error.h": '#include "ferry.h"\n',
         "kernels/backend.h": '#include "ferry.h"\n',
         "engine/engine.h": '#include "kernels/backend.h"\n',
-        "engine/embed.h": '#include "kernels/backend.h"\n',
+        "engine/intree.h": '#include "kernels/backend.h"\n',
         "engine/e.c": '#include "engine/engine.h"\n#include "common/error.h"\n',
-        "models/m.c": '#include "engine/embed.h"\n',
+        "models/m.c": '#include "engine/intree.h"\n',
+        "dev/cudasim/cudasim.h": "",
     }
     failures = 0
     for i, (name, (extra, want)) in enumerate(cases.items(), 1):

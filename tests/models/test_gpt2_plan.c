@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "engine/embed.h"
+#include "engine/intree.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
 #include "tap.h"
@@ -345,6 +345,10 @@ static void check_cli_errors(void)
         {"plan --frobnicate", "--frobnicate"},
         {"plan --batch", "--batch"},
         {"plan extra", "extra"},
+        {"plan --card 24GiB --gpu-mem 23GiB", "not both"},
+        {"plan --card-reserve 1GiB", "--card SIZE too"},
+        {"plan --card 1GiB --card-reserve 1GiB", "leaves nothing"},
+        {"plan --card 24G", "ambiguous"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         run r;
@@ -366,6 +370,41 @@ static void check_cli_errors(void)
     run_memprof("plan --help", &r);
     TAP_IS_INT(r.status, 0, "memprof plan --help: exit 0");
     tap_ok(strstr(r.out, "--gpu-mem") != NULL, "memprof plan --help lists --gpu-mem");
+}
+
+/* --card SIZE: the budget is SIZE less the reserve (0.5 GiB unless
+ * --card-reserve says otherwise), the same plan as --gpu-mem of that. */
+static void check_cli_card(void)
+{
+    gpt2_config c;
+    gpt2_config_preset("gpt2-xl", &c);
+    const struct { const char *flags; uint64_t budget; } cases[] = {
+        {"--card 24GiB", ((uint64_t)24 << 30) - ((uint64_t)512 << 20)},
+        {"--card 24GiB --card-reserve 1GiB", (uint64_t)23 << 30},
+        {"--card 16GB --card-reserve 0", 16000000000ull},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int maxB = 0;
+        gpt2_plan_max_batch(&(gpt2_plan_request){&c, 1, 1024, FERRY_OFFLOAD_OPTIMIZER, true, 2, 1, FERRY_BACKEND_CUDA,
+                                                 FERRY_DTYPE_AUTO, 1, 0}, cases[i].budget, &maxB);
+        char args[256];
+        snprintf(args, sizeof args, "plan --model gpt2-xl --seq 1024 --recompute %s --json", cases[i].flags);
+        run r;
+        run_memprof(args, &r);
+        cJSON *j = cJSON_Parse(r.out);
+        TAP_IS_INT(r.status, 0, "memprof %s: exit 0", args);
+        TAP_IS_INT(num(j, "gpu_mem_bytes"), cases[i].budget, "%s: the budget is the card less the reserve",
+                   cases[i].flags);
+        TAP_IS_INT(num(j, "max_batch"), maxB, "%s: the largest batch is the planner's at that budget (%d)",
+                   cases[i].flags, maxB);
+        cJSON_Delete(j);
+    }
+    run r;
+    run_memprof("plan --model gpt2-xl --seq 1024 --recompute --card 24GiB", &r);
+    if (!tap_ok(strstr(r.out, "--card 24.0 GiB less 512.0 MiB for the CUDA context and libraries") &&
+                    strstr(r.out, "--gpu-mem 23.5 GiB: fits"),
+                "the text says the card, the reserve and the budget"))
+        tap_diag("  stdout: %s", r.out);
 }
 
 static void check_cli_fit(void)
@@ -449,6 +488,7 @@ int main(int argc, char **argv)
     check_params_budget();
     check_cli_errors();
     check_cli_fit();
+    check_cli_card();
 
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

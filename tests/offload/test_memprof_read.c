@@ -183,7 +183,8 @@ static trace_record rec(uint64_t t_ns, int kind, int pool, uint64_t bytes, uint6
     return r;
 }
 
-/* Records after a header of the older layout (as the files were). */
+/* Records after a header of the older layout (traces written before the
+ * checksums existed). */
 static void read_records(const trace_record *recs, size_t n, mp_trace *t)
 {
     unsigned char b[32 + 8 * 96] = "FERRYMEM";
@@ -195,7 +196,7 @@ static void read_records(const trace_record *recs, size_t n, mp_trace *t)
 
 static void test_hostile(void)
 {
-    /* The issue's 128 bytes: a host free of 2^64 - 2 alone (it crashed). On
+    /* 128 bytes that once crashed memprof: a host free of 2^64 - 2 alone. On
      * the device, allocations at the very top and at 0, allocated and freed. */
     const uint64_t top = 0xFFFFFFFFFFFFFFFFull;
     trace_record recs[6] = {rec(1, TRACE_ALLOC, TRACE_POOL_DEVICE, 7, top - 1),

@@ -39,7 +39,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/fileio.h"
-#include "engine/embed.h"
+#include "engine/intree.h"
 #include "models/gpt2_engine.h"
 #include "tests/tap.h"
 #include "train/hf_checkpoint.h"

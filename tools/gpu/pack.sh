@@ -12,9 +12,10 @@
 #   share/  the files the tests read (hf_transformers.py);
 #   tests.txt  "name<TAB>seconds<TAB>needs-gpu<TAB>command", one test a line;
 #   MANIFEST   the commit, the date and what was built.
-# The archive is xz-compressed and must stay under 40 MiB (the device tool
-# carries 64 MiB with the source tree); the script fails above that and
-# always prints the true size. tools/gpu/README.md says how to carry it.
+# The archive is xz-compressed and must stay under 40 MiB, small enough to
+# copy to a GPU machine beside the source tree over any link; the script
+# fails above that and always prints the true size. tools/gpu/README.md says
+# how to use it there.
 #
 #   tools/gpu/pack.sh [--build-dir DIR] [--out FILE]
 #     defaults: build-gpu/ and build-pack/ferry-gpu.tar.xz in the repository
@@ -30,7 +31,7 @@ while [ $# -gt 0 ]; do
     *) echo "usage: tools/gpu/pack.sh [--build-dir DIR] [--out FILE]" >&2; exit 2 ;;
   esac
 done
-options=(-Dcuda=enabled -Dnccl=disabled -Dgpu_archs=90 -Dbuildtype=release -Dwerror=true
+options=(-Dcuda=enabled -Dnccl=disabled -Dmpi=disabled -Dcudasim=disabled -Dgpu_archs=90 -Dbuildtype=release -Dwerror=true
          -Ddefault_library=static)
 if [ -f "$build/build.ninja" ]; then
   meson configure "$build" "${options[@]}" >/dev/null
@@ -79,7 +80,8 @@ strip --strip-unneeded "$pack"/bin/*
 base='/(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt)\.so'
 cuda_libdir=$(bash "$root/tools/gpu/cuda_libdir.sh" "$build")
 for p in "$pack"/bin/*; do
-  LD_LIBRARY_PATH=$cuda_libdir ldd "$p" >"$stage/ldd.txt"
+  # The build folder too: the embedding example loads libferry.so itself.
+  LD_LIBRARY_PATH=$cuda_libdir:$build ldd "$p" >"$stage/ldd.txt"
   if grep -q 'not found' "$stage/ldd.txt"; then
     echo "pack: FAILED: $(basename "$p") loads a library that is not found here:" >&2
     grep 'not found' "$stage/ldd.txt" >&2
@@ -89,6 +91,11 @@ for p in "$pack"/bin/*; do
 done | sort -u | grep -vE "$base" | while read -r lib; do
   install -m 644 "$(readlink -f "$lib")" "$pack/lib/$(basename "$lib")"
 done
+# libferry.so (the embedding example's) searches its own folder for what it
+# loads, not the build machine's paths its RUNPATH names.
+if [ -e "$pack/lib/libferry.so.0" ]; then
+  /usr/bin/python3 "$root/tools/gpu/elf_rpath.py" '$ORIGIN' "$pack/lib/libferry.so.0" >/dev/null
+fi
 
 # tests.txt: commands relative to the pack root, the program from bin/ and
 # any file the test reads copied to share/.

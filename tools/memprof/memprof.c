@@ -16,6 +16,7 @@
 #include "common/fileio.h"
 #include "common/units.h"
 #include "tools/memprof/memprof.h"
+#include "train/flag_words.h"
 #include "models/gpt2_plan.h"
 
 #define TIMELINE_COLUMNS 600
@@ -68,11 +69,17 @@ static void print_text(FILE *f, const char *path, const mp_trace *t, const mp_re
         if (p != TRACE_POOL_DISK || r->pool[p].seen) /* the disk only in runs with the NVMe tier */
             print_pool(f, r, p);
     if (r->ntimings) {
-        fprintf(f, "timings (ms):            mean        max  records\n");
+        /* The key column is as wide as the widest key, so the figures line up. */
+        int width = 20;
+        for (size_t i = 0; i < r->ntimings; i++) {
+            int n = (int)strnlen(r->timings[i].key, TRACE_NAME_MAX);
+            width = n > width ? n : width;
+        }
+        fprintf(f, "timings (ms):%*s %10s %10s %8s\n", width - 11, "", "mean", "max", "records");
         for (size_t i = 0; i < r->ntimings; i++) {
             const mp_timing *t = &r->timings[i];
-            fprintf(f, "  %-20s %10.3f %10.3f %8llu\n", t->key, t->sum / (double)t->count, t->max,
-                    (unsigned long long)t->count);
+            fprintf(f, "  %-*.*s %10.3f %10.3f %8llu\n", width, (int)TRACE_NAME_MAX, t->key,
+                    t->sum / (double)t->count, t->max, (unsigned long long)t->count);
         }
     }
 }
@@ -213,10 +220,28 @@ static int cmd_report(int argc, char **argv)
         char title[600];
         snprintf(title, sizeof title, "memory over time: %s%s", a.path,
                  t.status == FERRY_OK ? "" : " (damaged: partial)");
-        if (mp_write_svg(&r, a.svg, title) != FERRY_OK) {
-            fprintf(stderr, "memprof: %s\n", ferry_last_error());
-            rc = 1;
+        mp_report zoom;
+        const mp_report *pic = &r;
+        ferry_status st = FERRY_OK;
+        if (a.step >= 0) { /* one step: its window of the timeline */
+            uint64_t t0 = 0, t1 = 0;
+            st = mp_step_window(&t, a.step, &t0, &t1);
+            if (st == FERRY_OK)
+                st = mp_analyze_window(&t, 0, TIMELINE_COLUMNS, t0, t1, &zoom);
+            if (st == FERRY_OK) {
+                pic = &zoom;
+                snprintf(title, sizeof title, "memory within step %lld (%.3f to %.3f s into the run): %s%s", a.step,
+                         (double)t0 / 1e9, (double)t1 / 1e9, a.path, t.status == FERRY_OK ? "" : " (damaged: partial)");
+            }
         }
+        if (st == FERRY_OK)
+            st = mp_write_svg(pic, a.svg, title);
+        if (st != FERRY_OK) {
+            fprintf(stderr, "memprof: %s\n", ferry_last_error());
+            rc = rc ? rc : st == FERRY_ERR_INVALID_ARGUMENT ? 2 : 1;
+        }
+        if (pic == &zoom)
+            mp_report_free(&zoom);
     }
     mp_report_free(&r);
     mp_trace_free(&t);
@@ -282,6 +307,11 @@ static void plan_print_text(const mp_plan_args *a, const gpt2_config *c, const g
                units_fmt_bytes(y, sizeof y, p->host_bytes[FERRY_MEM_NVME]));
     if (a->gpu_mem) {
         bool fits = p->device_total <= a->gpu_mem;
+        if (a->card) {
+            char r[32];
+            printf("--card %s less %s for the CUDA context and libraries (--card-reserve): ",
+                   units_fmt_bytes(y, sizeof y, a->card), units_fmt_bytes(r, sizeof r, a->card_reserve));
+        }
         printf("--gpu-mem %s: %s (%.1f%% of it)", units_fmt_bytes(x, sizeof x, a->gpu_mem),
                fits ? "fits" : "does not fit", 100.0 * (double)p->device_total / (double)a->gpu_mem);
         if (max_b > 0)
@@ -341,6 +371,13 @@ static void plan_print_json(const mp_plan_args *a, const gpt2_config *c, const g
     cJSON_AddNumberToObject(d, "grad_groups", p->device_grad_groups);
     cJSON_AddItemToObject(o, "device", d);
     cJSON_AddItemToObject(o, "host", plan_pool_json(p->host_bytes, p->host_total));
+    if (a->card) {
+        cJSON_AddNumberToObject(o, "card_bytes", (double)a->card);
+        cJSON_AddNumberToObject(o, "card_reserve_bytes", (double)a->card_reserve);
+    } else {
+        cJSON_AddNullToObject(o, "card_bytes");
+        cJSON_AddNullToObject(o, "card_reserve_bytes");
+    }
     if (a->gpu_mem) {
         cJSON_AddNumberToObject(o, "gpu_mem_bytes", (double)a->gpu_mem);
         cJSON_AddBoolToObject(o, "fits", p->device_total <= a->gpu_mem);
@@ -413,7 +450,7 @@ static int cmd_plan(int argc, char **argv)
     if (st == FERRY_OK && big.asked)
         st = gpt2_plan_largest_model(&rq, disk, a.gpu_mem, a.host_mem, a.disk, &big.layers, &big.plan);
     if (st != FERRY_OK) {
-        fprintf(stderr, "memprof plan: %s\n", ferry_last_error());
+        fprintf(stderr, "memprof plan: %s\n", train_last_error());
         return st == FERRY_ERR_INVALID_ARGUMENT ? 2 : 1;
     }
     if (a.json)

@@ -1,6 +1,8 @@
-/* memprof's internals: reading a memory trace (offload/trace.h format),
- * replaying it into peak figures and a timeline, and writing them as text,
- * JSON and SVG. Owns nothing of the library; reads files only. */
+/* memprof's library (memprof_lib, which the program, its tests and the fuzz
+ * harnesses link): reading a memory trace (offload/trace.h format),
+ * replaying it into peak figures and a timeline, writing them as text, JSON
+ * and SVG, and the command lines. Owns nothing of ferry's library; reads
+ * files only. */
 #ifndef FERRY_TOOLS_MEMPROF_H
 #define FERRY_TOOLS_MEMPROF_H
 
@@ -90,12 +92,23 @@ typedef struct mp_report {
     size_t nbuckets;
     uint64_t t_end;
     size_t records;
+    uint64_t t_start; /* the timeline's window is [t_start, t_end]: 0 and the last record, or a step */
+    bool window;      /* the timeline is a window of the run (mp_analyze_window), not all of it */
 } mp_report;
 
 /* Replays the records of t into *r: peaks, breakdowns, the `top` largest
  * live allocations at each peak, and a timeline of `buckets` columns. On
  * failure (out of memory) nothing is left to free. */
 ferry_status mp_analyze(const mp_trace *t, size_t top, size_t buckets, mp_report *r);
+/* The same with the timeline drawn over [t0, t1] only (the state at t0
+ * carried in from the records before it); peaks and breakdowns are still
+ * those of the whole trace. */
+ferry_status mp_analyze_window(const mp_trace *t, size_t top, size_t buckets, uint64_t t0, uint64_t t1,
+                               mp_report *r);
+/* The window of step `step`: from its first phase marker to just before the
+ * first marker of a later step (or to the last record). FERRY_ERR_INVALID_ARGUMENT
+ * naming the steps the trace has when it has no such step. */
+ferry_status mp_step_window(const mp_trace *t, int64_t step, uint64_t *t0, uint64_t *t1);
 void mp_report_free(mp_report *r);
 
 const char *mp_pool_name(int pool); /* "device", "host" */
@@ -112,6 +125,7 @@ typedef struct mp_report_args {
     const char *path, *svg; /* the trace; --svg FILE or NULL */
     bool json;
     int top;                /* --top N, 0..MP_TOP_MAX */
+    long long step;         /* --step N: the picture shows step N alone; -1 = the whole run */
 } mp_report_args;
 
 typedef struct mp_plan_args {
@@ -127,8 +141,18 @@ typedef struct mp_plan_args {
     bool nvme_master;
     uint64_t nvme_window, nvme_block;
     uint64_t disk;              /* --disk: the space to check the state file against; 0 = not given */
+    uint64_t card;              /* --card: the card's memory; gpu_mem is then card - card_reserve */
+    uint64_t card_reserve;      /* --card-reserve, else MP_CARD_RESERVE_DEFAULT */
+    bool card_reserve_given;
     int ranks;                  /* data parallel ranks; 1 = alone */
 } mp_plan_args;
+
+/* What `memprof plan --card SIZE` leaves for the CUDA context and the
+ * libraries' code (cuBLAS, cuBLASLt) before the engine's first byte, unless
+ * --card-reserve says otherwise: 0.5 GiB, docs/memprof.md says why. The
+ * engine measures the real share on its card (ferry_memory_stats'
+ * device_context_bytes, device_library_bytes, device_outside_bytes). */
+#define MP_CARD_RESERVE_DEFAULT ((uint64_t)512 << 20)
 
 void mp_usage(FILE *f);
 void mp_plan_usage(FILE *f);

@@ -235,11 +235,12 @@ static ferry_status add_mark(mp_report *r, const trace_record *rec)
     return FERRY_OK;
 }
 
-/* The timeline column of time t (0 <= t <= t_end) among n columns over
- * [0, t_end + 1). Exact integer arithmetic, so any 64-bit time is fine. */
-static size_t bucket_of(uint64_t t, uint64_t t_end, size_t n)
+/* The timeline column of time t (t_start <= t <= t_end) among n columns
+ * over [t_start, t_end + 1). Exact integer arithmetic, so any 64-bit time
+ * is fine. */
+static size_t bucket_of(uint64_t t, uint64_t t_start, uint64_t t_end, size_t n)
 {
-    size_t b = (size_t)((unsigned __int128)t * n / ((unsigned __int128)t_end + 1));
+    size_t b = (size_t)((unsigned __int128)(t - t_start) * n / ((unsigned __int128)(t_end - t_start) + 1));
     return b < n ? b : n - 1;
 }
 
@@ -261,8 +262,14 @@ static ferry_status scan_pool(const mp_trace *t, int p, mp_report *r)
     int64_t step = -1;
     const char *phase = "";
     pr->peak_step = -1;
+    uint64_t at_start[FERRY_MEM_CATEGORY_COUNT] = {0}; /* the state the window opens with */
+    bool started = false;
     for (size_t i = 0; i < t->n; i++) {
         const trace_record *rec = &t->rec[i];
+        if (!started && rec->t_ns >= r->t_start) {
+            memcpy(at_start, s.cur, sizeof s.cur);
+            started = true;
+        }
         if (rec->kind == TRACE_PHASE) {
             step = rec->step;
             phase = rec->name;
@@ -293,7 +300,9 @@ static ferry_status scan_pool(const mp_trace *t, int p, mp_report *r)
             snprintf(pr->peak_phase, sizeof pr->peak_phase, "%s", phase);
             memcpy(pr->peak_by_cat, s.cur, sizeof s.cur);
         }
-        size_t b = bucket_of(rec->t_ns, r->t_end, r->nbuckets);
+        if (rec->t_ns < r->t_start || rec->t_ns > r->t_end)
+            continue;
+        size_t b = bucket_of(rec->t_ns, r->t_start, r->t_end, r->nbuckets);
         if (!have[b] || s.total > best[b]) {
             best[b] = s.total;
             memcpy(pr->bucket[b], s.cur, sizeof s.cur);
@@ -302,7 +311,14 @@ static ferry_status scan_pool(const mp_trace *t, int p, mp_report *r)
         memcpy(end[b], s.cur, sizeof s.cur);
     }
     pr->final_bytes = s.total;
-    /* A column with no event shows the state the previous column ended in. */
+    if (!started)
+        memcpy(at_start, s.cur, sizeof s.cur);
+    /* A column with no event shows the state the previous column ended in
+     * (the first, the state the window opened with). */
+    if (!have[0]) {
+        memcpy(pr->bucket[0], at_start, sizeof at_start);
+        memcpy(end[0], at_start, sizeof at_start);
+    }
     for (size_t b = 1; b < r->nbuckets; b++)
         if (!have[b]) {
             memcpy(pr->bucket[b], end[b - 1], sizeof end[b]);
@@ -316,12 +332,59 @@ out:
     return st;
 }
 
+static ferry_status analyze(const mp_trace *t, size_t top, size_t buckets, uint64_t t0, uint64_t t1,
+                            mp_report *r);
+
 ferry_status mp_analyze(const mp_trace *t, size_t top, size_t buckets, mp_report *r)
+{
+    return analyze(t, top, buckets, 0, t->n ? t->rec[t->n - 1].t_ns : 0, r);
+}
+
+ferry_status mp_analyze_window(const mp_trace *t, size_t top, size_t buckets, uint64_t t0, uint64_t t1,
+                               mp_report *r)
+{
+    ferry_status st = analyze(t, top, buckets, t0, t1, r);
+    r->window = st == FERRY_OK;
+    return st;
+}
+
+ferry_status mp_step_window(const mp_trace *t, int64_t step, uint64_t *t0, uint64_t *t1)
+{
+    int64_t lo = INT64_MAX, hi = -1;
+    bool in = false;
+    for (size_t i = 0; i < t->n; i++) {
+        const trace_record *rec = &t->rec[i];
+        if (rec->kind != TRACE_PHASE)
+            continue;
+        lo = rec->step < lo ? rec->step : lo;
+        hi = rec->step > hi ? rec->step : hi;
+        if (!in && rec->step == step) {
+            *t0 = rec->t_ns;
+            in = true;
+        } else if (in && rec->step > step) {
+            *t1 = rec->t_ns > *t0 ? rec->t_ns - 1 : *t0; /* up to the next step's first marker, not it */
+            return FERRY_OK;
+        }
+    }
+    if (in) {
+        *t1 = t->rec[t->n - 1].t_ns;
+        return FERRY_OK;
+    }
+    if (hi < 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "step %lld: the trace has no phase markers, so no steps to show",
+                       (long long)step);
+    return err_set(FERRY_ERR_INVALID_ARGUMENT, "step %lld: the trace's phase markers name steps %lld to %lld",
+                   (long long)step, (long long)lo, (long long)hi);
+}
+
+static ferry_status analyze(const mp_trace *t, size_t top, size_t buckets, uint64_t t0, uint64_t t1,
+                            mp_report *r)
 {
     memset(r, 0, sizeof *r);
     r->records = t->n;
     r->nbuckets = buckets ? buckets : 1;
-    r->t_end = t->n ? t->rec[t->n - 1].t_ns : 0;
+    r->t_start = t0;
+    r->t_end = t1 > t0 ? t1 : t0;
     if (top > MP_TOP_MAX)
         top = MP_TOP_MAX;
     ferry_status st = FERRY_OK;

@@ -9,6 +9,7 @@
 #include <sys/statvfs.h>
 
 #include "common/units.h"
+#include "train/flag_words.h"
 #include "train/options.h"
 #include "tools/memprof/memprof.h"
 
@@ -26,6 +27,7 @@ void mp_usage(FILE *f)
           "report options:\n"
           "  --json       print the figures as JSON instead of text\n"
           "  --svg FILE   draw a stacked-area timeline by category, phases marked\n"
+          "  --step N     draw step N alone (with --svg): what moves within one step\n"
           "  --top N      list the N largest live allocations at each peak (default 10, max 64)\n"
           "  -h, --help   this text\n"
           "\n"
@@ -40,7 +42,7 @@ void mp_usage(FILE *f)
 
 int mp_parse_report_args(int argc, char **argv, mp_report_args *a)
 {
-    *a = (mp_report_args){NULL, NULL, false, 10};
+    *a = (mp_report_args){.top = 10, .step = -1};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             mp_usage(stdout);
@@ -58,6 +60,15 @@ int mp_parse_report_args(int argc, char **argv, mp_report_args *a)
                 return 2;
             }
             a->top = (int)top;
+        } else if (!strcmp(argv[i], "--step") && i + 1 < argc) {
+            char *end;
+            errno = 0;
+            long long step = strtoll(argv[++i], &end, 10);
+            if (errno || end == argv[i] || *end || step < 0) {
+                fprintf(stderr, "memprof: --step wants a step number (0 or more), not '%s'\n", argv[i]);
+                return 2;
+            }
+            a->step = step;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "memprof: unknown option '%s' (or it lacks its value)\n\n", argv[i]);
             mp_usage(stderr);
@@ -71,6 +82,10 @@ int mp_parse_report_args(int argc, char **argv, mp_report_args *a)
     }
     if (!a->path) {
         mp_usage(stderr);
+        return 2;
+    }
+    if (a->step >= 0 && !a->svg) {
+        fprintf(stderr, "memprof: --step %lld picks the step the picture shows; give --svg FILE too\n", a->step);
         return 2;
     }
     return 0;
@@ -99,8 +114,8 @@ void mp_plan_usage(FILE *f)
           "                    [--context T] [--batch B] [--seq T] [--offload none|optimizer|params|nvme]\n"
           "                    [--recompute] [--prefetch K] [--grad-accum K] [--backend cuda|host|auto]\n"
           "                    [--dtype auto|f32|bf16|f16] [--ranks N]\n"
-          "                    [--gpu-mem SIZE] [--host-mem SIZE] [--json]\n"
-          "                    [--nvme-path DIR] [--nvme-master] [--nvme-window SIZE]\n"
+          "                    [--gpu-mem SIZE | --card SIZE [--card-reserve SIZE]] [--host-mem SIZE]\n"
+          "                    [--json] [--nvme-path DIR] [--nvme-master] [--nvme-window SIZE]\n"
           "                    [--nvme-block SIZE] [--disk SIZE]\n"
           "\n"
           "Predicts, without running anything, the peak device and host memory of\n"
@@ -129,14 +144,22 @@ void mp_plan_usage(FILE *f)
           "  --ranks N       data parallel ranks (mpirun -np N): each rank's memory, its\n"
           "                  1/N of the host state in optimizer and params modes; --batch\n"
           "                  and --gpu-mem are per rank (default 1)\n"
-          "  --gpu-mem SIZE  device budget to check, e.g. 24GiB\n"
-          "  --host-mem SIZE pinned host memory to check, e.g. 64GiB\n"
+          "  --gpu-mem SIZE  device budget to check, e.g. 23.5GiB (0: none)\n"
+          "  --card SIZE     plan for a card of SIZE, as nvidia-smi prints it (an RTX 4090,\n"
+          "                  RTX 3090 or Titan RTX \"24 GB\": 24GiB; V100 32 GB: 32GiB; T4: 15GiB;\n"
+          "                  A100 or H100 80 GB: 80GiB): the budget is SIZE less --card-reserve\n"
+          "  --card-reserve SIZE  what the CUDA context and the libraries take of the card\n"
+          "                  before the engine (default 512MiB; the engine measures it on\n"
+          "                  its card: ferry_memory_stats, bench_engine --card)\n"
+          "  --host-mem SIZE pinned host memory to check, e.g. 64GiB (0: none)\n"
           "  --nvme-path DIR the state's folder (nvme; with params, puts the state on\n"
           "                  disk): --disk defaults to the space free there\n"
           "  --nvme-master   the fp32 master weights on disk too\n"
           "  --nvme-window SIZE, --nvme-block SIZE   as train_gpt2's (256MiB, 1MiB)\n"
           "  --disk SIZE     disk space to check the state file against\n"
           "  --json          print the figures as JSON\n"
+          "\n"
+          UNITS_SIZE_HELP
           "\n"
           "Exit status: 0 when it fits the budgets given (or none is given); 1 when\n"
           "it does not; 2 on a usage error.\n",
@@ -166,13 +189,23 @@ static int plan_int(const char *flag, const char *text, long lo, long hi, int *o
 
 static int plan_bytes(const char *flag, const char *text, uint64_t *out)
 {
+    if (units_parse_size_flag(flag, text, "no budget to check", out) != FERRY_OK) {
+        fprintf(stderr, "memprof plan: %s\n", ferry_last_error());
+        return 2;
+    }
+    return 0;
+}
+
+/* The disk tier's sizes (window, block) are not budgets: any count of bytes
+ * (units as everywhere), their ranges checked with the plan. */
+static int plan_io_bytes(const char *flag, const char *text, uint64_t *out)
+{
     if (units_parse_bytes(text, out) != FERRY_OK) {
-        fprintf(stderr, "memprof plan: %s wants a size such as 24GiB: %s\n", flag, ferry_last_error());
+        fprintf(stderr, "memprof plan: %s: %s\n", flag, ferry_last_error());
         return 2;
     }
     if (*out == 0) {
-        fprintf(stderr, "memprof plan: %s '%s' is zero bytes; give a budget such as 24GiB, or leave it out\n",
-                flag, text);
+        fprintf(stderr, "memprof plan: %s '%s' is 0 bytes, which holds nothing\n", flag, text);
         return 2;
     }
     return 0;
@@ -201,7 +234,8 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
     static const char *const valued[] = {"--model", "--layers", "--heads", "--width", "--vocab", "--context",
                                          "--batch", "--seq", "--offload", "--prefetch", "--backend",
                                          "--gpu-mem", "--host-mem", "--grad-accum", "--dtype", "--nvme-path",
-                                         "--nvme-window", "--nvme-block", "--disk", "--ranks"};
+                                         "--nvme-window", "--nvme-block", "--disk", "--card", "--card-reserve",
+                                         "--ranks"};
     bool known = false;
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
         known |= !strcmp(f, valued[k]);
@@ -229,9 +263,16 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
     if (!strcmp(f, "--gpu-mem")) return plan_bytes(f, v, &a->gpu_mem);
     if (!strcmp(f, "--host-mem")) return plan_bytes(f, v, &a->host_mem);
     if (!strcmp(f, "--disk")) return plan_bytes(f, v, &a->disk);
-    if (!strcmp(f, "--nvme-window")) return plan_bytes(f, v, &a->nvme_window);
-    if (!strcmp(f, "--nvme-block")) return plan_bytes(f, v, &a->nvme_block);
+    if (!strcmp(f, "--nvme-window")) return plan_io_bytes(f, v, &a->nvme_window);
+    if (!strcmp(f, "--nvme-block")) return plan_io_bytes(f, v, &a->nvme_block);
     if (!strcmp(f, "--nvme-path")) { a->nvme_path = v; return 0; }
+    if (!strcmp(f, "--card")) return plan_bytes(f, v, &a->card);
+    if (!strcmp(f, "--card-reserve")) {
+        if (units_parse_size_flag(f, v, "nothing reserved", &a->card_reserve) != FERRY_OK)
+            return plan_fail("%s%s", train_last_error(), "");
+        a->card_reserve_given = true;
+        return 0;
+    }
     if (!strcmp(f, "--offload") && ferry_offload_parse(v, &a->offload) != FERRY_OK)
         return plan_fail("--offload '%s': use none, optimizer, params or nvme%s", v, "");
     if (!strcmp(f, "--backend") && ferry_backend_parse(v, &a->backend) != FERRY_OK)
@@ -241,6 +282,29 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
         a->backend = ferry_system_probe(&info) == FERRY_OK && info.gpu_count > 0 ? FERRY_BACKEND_CUDA
                                                                                  : FERRY_BACKEND_HOST;
     }
+    return 0;
+}
+
+/* --card: the budget is what the card leaves; 0 or 2. */
+static int plan_card(mp_plan_args *a)
+{
+    if (a->card_reserve_given && !a->card)
+        return plan_fail("--card-reserve is what a card given with --card leaves out; give --card SIZE too%s%s",
+                         "", "");
+    if (!a->card)
+        return 0;
+    if (a->gpu_mem)
+        return plan_fail("give --card or --gpu-mem, not both: --card SIZE plans for what a card of SIZE leaves "
+                         "(SIZE less --card-reserve)%s, --gpu-mem for a budget as it is%s",
+                         "", "");
+    if (!a->card_reserve_given)
+        a->card_reserve = MP_CARD_RESERVE_DEFAULT;
+    if (a->card < a->card_reserve + UNITS_SIZE_FLAG_MIN) {
+        char c[32], r[32];
+        return plan_fail("--card %s leaves nothing after --card-reserve %s", units_fmt_bytes(c, sizeof c, a->card),
+                         units_fmt_bytes(r, sizeof r, a->card_reserve));
+    }
+    a->gpu_mem = a->card - a->card_reserve;
     return 0;
 }
 
@@ -261,7 +325,7 @@ static int plan_model_config(const mp_plan_args *a, gpt2_config *c)
         st = gpt2_config_from_fields(c->n_layer, c->n_head, c->n_embd, V, 0, T, c);
     }
     if (st != FERRY_OK) {
-        fprintf(stderr, "memprof plan: %s\n", ferry_last_error());
+        fprintf(stderr, "memprof plan: %s\n", train_last_error());
         return 2;
     }
     if (a->seq > c->max_seq_len) {
@@ -275,8 +339,9 @@ static int plan_model_config(const mp_plan_args *a, gpt2_config *c)
 
 int mp_parse_plan_args(int argc, char **argv, mp_plan_args *a, gpt2_config *c)
 {
-    *a = (mp_plan_args){"d6", 0, 0, 0, 50257, 1024, 4, 256, 2, 1, FERRY_OFFLOAD_OPTIMIZER, FERRY_BACKEND_CUDA,
-                        FERRY_DTYPE_AUTO, false, false, 0, 0, NULL, false, 0, 0, 0, 1};
+    *a = (mp_plan_args){.model = "d6", .vocab = 50257, .context = 1024, .batch = 4, .seq = 256, .prefetch = 2,
+                        .grad_accum = 1, .offload = FERRY_OFFLOAD_OPTIMIZER, .backend = FERRY_BACKEND_CUDA,
+                        .dtype = FERRY_DTYPE_AUTO, .ranks = 1};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             mp_plan_usage(stdout);
@@ -302,5 +367,7 @@ int mp_parse_plan_args(int argc, char **argv, mp_plan_args *a, gpt2_config *c)
         }
         a->disk = (uint64_t)vs.f_bavail * (uint64_t)vs.f_frsize;
     }
+    if (plan_card(a))
+        return 2;
     return plan_model_config(a, c);
 }

@@ -1,7 +1,9 @@
 /* The timeline picture: for each pool, bytes in use stacked by category
- * over time, the budget as a dashed line, the peak marked, and the phase
- * markers as vertical lines labelled where there is room. Plain SVG 1.1,
- * readable in any browser. */
+ * over time (the whole run, or one step: mp_analyze_window), the budget as
+ * a dashed line, the peak marked, and the phase markers as vertical lines,
+ * thinned to where there is room and labelled only where the label fits
+ * inside the frame and clear of the last one. Plain SVG 1.1, readable in
+ * any browser. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,10 @@
 #define RIGHT 170.0
 #define TOP 40.0
 #define GAP 70.0
+#define MARK_GAP 6.0   /* px between two phase lines drawn */
+#define STEP_GAP 40.0  /* px between step lines when there is no room for every marker */
+#define LABEL_PX 6.5   /* px per character of a 10 px label: DejaVu Sans and Helvetica digits and most
+                          lowercase letters are at most 0.65 em */
 
 static const char *const colour[FERRY_MEM_CATEGORY_COUNT] = {
     "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f",
@@ -68,6 +74,14 @@ static void axis_y(FILE *f, double y0, double ymax)
     }
 }
 
+/* The x of time t in the window. */
+static double x_of(const mp_report *r, uint64_t t)
+{
+    double span = (double)(r->t_end - r->t_start) + 1.0;
+    return LEFT + (double)(t - r->t_start) / span * (W - LEFT - RIGHT);
+}
+
+/* Times from the start of the window. */
 static void axis_x(FILE *f, double y0, uint64_t t_end)
 {
     double end_ms = (double)t_end / 1e6;
@@ -83,21 +97,65 @@ static void axis_x(FILE *f, double y0, uint64_t t_end)
     }
 }
 
+/* Whether marker i starts a step (its step differs from the marker before). */
+static bool starts_step(const mp_report *r, size_t i)
+{
+    return i == 0 || r->marks[i].step != r->marks[i - 1].step;
+}
+
+/* Every k-th step's first marker, k of 1, 2, 5 x 10^n: the smallest k that
+ * keeps the lines STEP_GAP apart. */
+static int64_t step_stride(const mp_report *r)
+{
+    size_t steps = 0;
+    for (size_t i = 0; i < r->nmarks; i++)
+        if (r->marks[i].t_ns >= r->t_start && r->marks[i].t_ns <= r->t_end && starts_step(r, i))
+            steps++;
+    double room = (W - LEFT - RIGHT) / STEP_GAP;
+    for (int64_t k = 1;; k *= 10)
+        for (int m = 1; m <= 5; m += m == 1 ? 1 : 3)
+            if ((double)steps / (double)(k * m) <= room || k > ((int64_t)1 << 50))
+                return k * m;
+}
+
+/* The phase markers in the window: every one where each can be told apart
+ * (MARK_GAP), else the starts of every k-th step. A line is drawn only
+ * MARK_GAP clear of the last; a label only where it ends inside the frame
+ * and starts clear of the last label. */
 static void marks(FILE *f, const mp_report *r, double y0)
 {
-    double last_label = -1e9;
+    size_t in = 0;
+    for (size_t i = 0; i < r->nmarks; i++)
+        in += r->marks[i].t_ns >= r->t_start && r->marks[i].t_ns <= r->t_end;
+    bool all = (double)in * MARK_GAP <= W - LEFT - RIGHT;
+    int64_t k = all ? 1 : step_stride(r);
+    double last_line = -1e9, label_end = -1e9;
     for (size_t i = 0; i < r->nmarks; i++) {
-        double x = LEFT + (double)r->marks[i].t_ns / ((double)r->t_end + 1.0) * (W - LEFT - RIGHT);
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\" "
-                   "stroke-width=\"0.6\" stroke-dasharray=\"2,2\"/>\n",
-                x, y0, x, y0 + PANEL_H);
-        if (x - last_label < 70.0)
+        const mp_mark *m = &r->marks[i];
+        if (m->t_ns < r->t_start || m->t_ns > r->t_end)
             continue;
-        last_label = x;
+        if (!all && (!starts_step(r, i) || m->step < 0 || m->step % k != 0))
+            continue;
+        double x = x_of(r, m->t_ns);
+        if (x - last_line < MARK_GAP)
+            continue;
+        last_line = x;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\" "
+                   "stroke-width=\"0.5\" stroke-dasharray=\"2,3\"/>\n",
+                x, y0, x, y0 + PANEL_H);
+        char label[TRACE_NAME_MAX + 32];
+        if (!all)
+            snprintf(label, sizeof label, "step %lld", (long long)m->step);
+        else if (m->step >= 0)
+            snprintf(label, sizeof label, "%lld %s", (long long)m->step, m->name);
+        else
+            snprintf(label, sizeof label, "%s", m->name);
+        double w = LABEL_PX * (double)strlen(label);
+        if (x + 2 < label_end + 6 || x + 2 + w > W - RIGHT)
+            continue;
+        label_end = x + 2 + w;
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" fill=\"#555\">", x + 2, y0 + 10);
-        if (r->marks[i].step >= 0)
-            fprintf(f, "%lld ", (long long)r->marks[i].step);
-        put_escaped(f, r->marks[i].name);
+        put_escaped(f, label);
         fputs("</text>\n", f);
     }
 }
@@ -105,14 +163,30 @@ static void marks(FILE *f, const mp_report *r, double y0)
 static void panel(FILE *f, const mp_report *r, int p, double y0)
 {
     const mp_pool_report *pr = &r->pool[p];
-    char b[32], l[32] = "";
-    double ymax = (double)pr->peak * 1.1;
-    if (pr->limit && (double)pr->limit < (double)pr->peak * 3.0 && (double)pr->limit * 1.05 > ymax)
+    char b[32], l[32] = "", w[32];
+    /* The highest column: the window's own peak (the whole run's when the
+     * window is the run). */
+    uint64_t top = 0;
+    for (size_t k = 0; k < r->nbuckets; k++) {
+        uint64_t sum = 0;
+        for (int c = 0; c < FERRY_MEM_CATEGORY_COUNT; c++)
+            sum += pr->bucket[k][c];
+        top = sum > top ? sum : top;
+    }
+    uint64_t shown = r->window ? top : pr->peak;
+    double ymax = (double)shown * 1.1;
+    if (pr->limit && (double)pr->limit < (double)shown * 3.0 && (double)pr->limit * 1.05 > ymax)
         ymax = (double)pr->limit * 1.05;
     if (ymax <= 0)
         ymax = 1;
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"14\" font-weight=\"bold\">%s memory: peak %s",
-            LEFT, y0 - 10, p == TRACE_POOL_HOST ? "host" : "device", units_fmt_bytes(b, sizeof b, pr->peak));
+    if (r->window)
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"14\" font-weight=\"bold\">%s memory: up to %s here "
+                   "(the run's peak %s)",
+                LEFT, y0 - 10, mp_pool_name(p), units_fmt_bytes(w, sizeof w, top),
+                units_fmt_bytes(b, sizeof b, pr->peak));
+    else
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"14\" font-weight=\"bold\">%s memory: peak %s",
+                LEFT, y0 - 10, mp_pool_name(p), units_fmt_bytes(b, sizeof b, pr->peak));
     if (pr->limit)
         fprintf(f, " of %s budget", units_fmt_bytes(l, sizeof l, pr->limit));
     fputs("</text>\n", f);
@@ -143,14 +217,17 @@ static void panel(FILE *f, const mp_report *r, int p, double y0)
                    "text-anchor=\"end\" fill=\"#c00\">budget %s</text>\n",
                 LEFT, y, W - RIGHT, y, W - RIGHT - 4, y + 13, l);
     }
-    double px = LEFT + (double)pr->peak_t_ns / ((double)r->t_end + 1.0) * pw;
-    double py = y0 + PANEL_H - (double)pr->peak / ymax * PANEL_H;
-    fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"none\" stroke=\"#000\" stroke-width=\"1.5\"/>\n",
-            px, py);
+    if (pr->peak_t_ns >= r->t_start && pr->peak_t_ns <= r->t_end) {
+        double px = x_of(r, pr->peak_t_ns);
+        double py = y0 + PANEL_H - (double)pr->peak / ymax * PANEL_H;
+        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"none\" stroke=\"#000\" "
+                   "stroke-width=\"1.5\"/>\n",
+                px, py);
+    }
     marks(f, r, y0);
     fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#333\"/>\n",
             LEFT, y0, pw, PANEL_H);
-    axis_x(f, y0, r->t_end);
+    axis_x(f, y0, r->t_end - r->t_start);
     for (int c = 0, row = 0; c < FERRY_MEM_CATEGORY_COUNT; c++) {
         if (!pr->cat_peak[c])
             continue;

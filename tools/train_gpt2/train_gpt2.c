@@ -40,7 +40,7 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/units.h"
-#include "engine/embed.h"
+#include "engine/intree.h"
 #include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "train/hf_checkpoint.h"
@@ -52,6 +52,7 @@
 #include "train/skips.h"
 #include "train/bpe.h"
 #include "train/dataloader.h"
+#include "train/flag_words.h"
 
 typedef struct trainer {
     train_options o;
@@ -97,7 +98,7 @@ static trainer *the_trainer; /* for fail(): the rank that failed */
 static int fail(const char *what)
 {
     char line[1200];
-    snprintf(line, sizeof line, "%s: %s", what, ferry_last_error());
+    snprintf(line, sizeof line, "%s: %s", what, train_last_error());
     const trainer *t = the_trainer;
     if (t && t->world > 1 && t->agreed_failure) {
         if (t->rank == 0)
@@ -784,7 +785,7 @@ static ferry_status train_step(trainer *t, step_figures *f)
      * every rank, rides on the backward's start. */
     int K = t->o.grad_accum, M = K * t->world, read = 0;
     float grad_scale = ferry_engine_loss_scale(t->engine) / (float)M;
-    ferry_status st = ferry_engine_mark(t->engine, t->step + 1, "forward+backward"); /* a failed trace stops the run */
+    ferry_status st = FERRY_OK;
     for (int k = 0; k < K && st == FERRY_OK; k++) {
         float loss = 0;
         /* A signal: the step stops between micro-batches, and what it has
@@ -801,7 +802,11 @@ static ferry_status train_step(trainer *t, step_figures *f)
         for (; read <= t->rank * K + k && st == FERRY_OK; read++) /* up to this rank's k-th window */
             st = tok_loader_next(t->train, t->inputs, t->targets);
         if (st == FERRY_OK) st = ferry_engine_begin_micro_batch(t->engine, k, K);
+        /* Each pass marked in the trace (memprof --step shows them); a
+         * failed trace stops the run. */
+        if (st == FERRY_OK) st = ferry_engine_mark(t->engine, t->step + 1, "forward");
         if (st == FERRY_OK) st = gpt2_forward(t->model, t->acts, &hooks, s, t->inputs, t->targets, true);
+        if (st == FERRY_OK) st = ferry_engine_mark(t->engine, t->step + 1, "backward");
         if (st == FERRY_OK) st = gpt2_backward(t->model, t->acts, &hooks, s, grad_scale);
         if (st == FERRY_OK) st = gpt2_loss(t->acts, s, &loss);
         sum += loss;
@@ -955,7 +960,7 @@ static ferry_status save(trainer *t)
         printf("saved checkpoint %s/step_%08lld\n", t->o.checkpoint_dir, (long long)t->step);
     /* Retention failing is no reason to stop training: say so and go on. */
     if (run_state_prune(t->o.checkpoint_dir, t->o.keep_last) != FERRY_OK)
-        fprintf(stderr, "train_gpt2: warning: %s\n", ferry_last_error());
+        fprintf(stderr, "train_gpt2: warning: %s\n", train_last_error());
     return FERRY_OK;
 }
 

@@ -16,6 +16,12 @@
  * FERRY_ERR_OUT_OF_MEMORY) and measures that batch; --confirm-max-batch
  * takes --batch as the largest (from memprof plan, say), measures it, then
  * requires one step at --batch + 1 to run out of device memory cleanly.
+ * --card SIZE emulates a card of SIZE on a larger one: the device budget is
+ * SIZE less what the CUDA context and cuBLASLt take of this card (measured
+ * by an engine opened for the purpose); with --confirm-max-batch and no
+ * --batch, the batch confirmed is the planner's largest at that budget
+ * (models/gpt2_plan.h). After each mode it prints what a card of SIZE would
+ * have held: the arena's reserve plus everything else on the device.
  *
  * It prints as it goes: the time each engine took to set up and to finish
  * its first step, each measured round, each mode's result, then the table.
@@ -40,10 +46,11 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/units.h"
-#include "engine/embed.h"
+#include "engine/intree.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
 #include "models/gpt2_plan.h"
+#include "train/flag_words.h"
 
 #define MAX_STEPS 256
 #define MAX_BATCH 65536
@@ -60,6 +67,7 @@ typedef struct bench_opts {
     double peak_tflops; /* for MFU; 0 = not given */
     bool recompute, find_max, delayed, confirm_max;
     double lr;          /* AdamW's learning rate; default 1e-4 */
+    uint64_t card; /* --card: the card emulated; 0 = none */
     /* --params-budgets: params mode again for each, with a device budget
      * that leaves residency that percent of the model's weights */
     int budget_pct[MAX_BUDGETS];
@@ -365,12 +373,12 @@ static bool confirm_above(bench_run *r)
     if (st == FERRY_OK) st = ferry_engine_step(r->e, &so, NULL);
     if (st == FERRY_OK) st = ferry_engine_synchronize(r->e);
     if (st == FERRY_ERR_OUT_OF_MEMORY)
-        printf("confirm: batch %d does not fit, as predicted (a clean out-of-memory): %s\n", B, ferry_last_error());
+        printf("confirm: batch %d does not fit, as predicted (a clean out-of-memory): %s\n", B, train_last_error());
     else if (st == FERRY_OK)
         printf("confirm: batch %d FITS: %d is not the largest batch; the prediction is off\n", B, B - 1);
     else
         printf("confirm: batch %d failed with %s, not out-of-memory: %s\n", B, ferry_status_string(st),
-               ferry_last_error());
+               train_last_error());
     fflush(stdout);
     return st == FERRY_ERR_OUT_OF_MEMORY;
 }
@@ -399,7 +407,7 @@ static int try_batch(bench_run *r, gpt2_model *m, int B)
         return 1;
     if (st != FERRY_ERR_OUT_OF_MEMORY)
         return -1;
-    fprintf(stderr, "  batch %5d: does not fit: %s\n", B, ferry_last_error());
+    fprintf(stderr, "  batch %5d: does not fit: %s\n", B, train_last_error());
     gpt2_activations_destroy(r->act);
     r->act = NULL;
     if (in_step) {
@@ -448,8 +456,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: bench_engine [--model NAME] [--batch B] [--seq T] [--steps S] [--warmup W]\n"
             "                    [--modes none,optimizer,params | --offload MODE] [--backend host|cuda|auto]\n"
-            "                    [--gpu-mem BYTES] [--threads N] [--recompute] [--delayed] [--find-max-batch]\n"
-            "                    [--confirm-max-batch] [--peak-tflops X] [--lr X] [--params-budgets P,...]\n"
+            "                    [--gpu-mem SIZE] [--threads N] [--recompute] [--delayed] [--find-max-batch]\n"
+            "                    [--confirm-max-batch] [--peak-tflops X] [--lr X] [--card SIZE] [--params-budgets P,...]\n"
             "  defaults: host: --model d4 --batch 4 --seq 64; cuda: --model gpt2 --batch 8 --seq 1024;\n"
             "            --steps 7 rounds, --warmup 1, --modes none,optimizer,params, budget all free\n"
             "  --model: gpt2, gpt2-medium, gpt2-large, gpt2-xl or dN (N layers, N heads, 64 N wide)\n"
@@ -463,7 +471,12 @@ static void usage(void)
             "  --backend cuda: CUDA must start; without a GPU the exit status is 77, never a host run\n"
             "  --params-budgets: params mode once more for each percent (1..100, at most 4): a device budget\n"
             "                    whose room for weights kept on the device is that share of the model's\n"
-            "                    (memprof's plan; never below the window params mode is planned for)\n");
+            "                    (memprof's plan; never below the window params mode is planned for)\n"
+            "  --gpu-mem: the device budget (0: what the device has free)\n"
+            "  --card: emulate a card of SIZE (as nvidia-smi prints it: 24GiB for an RTX 4090): the budget is SIZE\n"
+            "          less what the CUDA context and cuBLASLt take here; with --confirm-max-batch and no\n"
+            "          --batch, the batch is the planner's largest at that budget\n"
+            UNITS_SIZE_HELP);
 }
 
 static ferry_status parse_modes(const char *list, bench_opts *o)
@@ -503,7 +516,7 @@ static ferry_status parse_positive(const char *flag, const char *v, double *out)
 
 #define VALUED_FLAGS                                                                                 \
     " --model --batch --seq --steps --warmup --threads --modes --offload --backend --gpu-mem --peak-tflops --lr " \
-    "--params-budgets "
+    "--card --params-budgets "
 
 static ferry_status parse_budgets(const char *list, bench_opts *o)
 {
@@ -542,9 +555,10 @@ static ferry_status parse_args(int argc, char **argv, bench_opts *o)
         else if (!strcmp(a, "--threads")) st = parse_int(a, v, 0, 1024, &o->threads);
         else if (!strcmp(a, "--modes") || !strcmp(a, "--offload")) st = parse_modes(v, o);
         else if (!strcmp(a, "--backend")) st = ferry_backend_parse(v, &o->backend);
-        else if (!strcmp(a, "--gpu-mem")) st = units_parse_bytes(v, &o->gpu_mem);
+        else if (!strcmp(a, "--gpu-mem")) st = units_parse_size_flag(a, v, "what the device has free", &o->gpu_mem);
         else if (!strcmp(a, "--peak-tflops")) st = parse_positive(a, v, &o->peak_tflops);
         else if (!strcmp(a, "--lr")) st = parse_positive(a, v, &o->lr);
+        else if (!strcmp(a, "--card")) st = units_parse_size_flag(a, v, "no card to emulate", &o->card);
         else if (!strcmp(a, "--params-budgets")) st = parse_budgets(v, o);
         else return err_set(FERRY_ERR_INVALID_ARGUMENT, "unknown flag '%s'; see --help", a);
         if (takes) i++;
@@ -608,7 +622,7 @@ static ferry_status open_mode(const bench_opts *o, gpt2_model *m, int run, bench
 static void report_failure(const bench_run *r, ferry_offload mode, ferry_status st)
 {
     fprintf(stderr, "bench_engine: offload %s, batch %d: %s: %s\n", ferry_offload_name(mode), r->B,
-            ferry_status_string(st), ferry_last_error());
+            ferry_status_string(st), train_last_error());
 }
 
 /* One measured round, printed as it lands. */
@@ -637,6 +651,75 @@ static void measure_modes(const bench_opts *o, bench_run *runs, bench_sample (*s
             alive[i] = false;
             run_close(&runs[i]);
         }
+}
+
+/* --card: what the CUDA context and cuBLASLt take of this card, from an
+ * engine opened (and set up, which starts cuBLASLt) for the purpose; the
+ * budget is the card less that. With --confirm-max-batch and no --batch,
+ * the batch is the planner's largest at that budget. 0, or 1 with a
+ * message. */
+static int card_budget(bench_opts *o, const gpt2_model *m)
+{
+    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
+    cfg.backend = FERRY_BACKEND_CUDA;
+    cfg.device_budget_bytes = 256u << 20;
+    ferry_engine *e = NULL;
+    static const float probe[1024];
+    int g = 0;
+    ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
+    ferry_status st = ferry_engine_create(&cfg, &e);
+    if (st == FERRY_OK) st = ferry_engine_add_group(e, "probe", 1024, probe, NULL, &g);
+    if (st == FERRY_OK) st = ferry_engine_setup(e);
+    if (st == FERRY_OK) st = ferry_engine_memory_stats(e, &ms);
+    ferry_engine_destroy(e);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "bench_engine: --card: measuring the CUDA context's share: %s\n", train_last_error());
+        return 1;
+    }
+    uint64_t share = ms.device_context_bytes + ms.device_library_bytes;
+    char card[32], ctx[32], lib[32], total[32], budget[32];
+    units_fmt_bytes(card, sizeof card, o->card);
+    if (o->card <= share + UNITS_SIZE_FLAG_MIN) {
+        fprintf(stderr, "bench_engine: --card %s leaves nothing once the CUDA context and cuBLASLt take %s\n", card,
+                units_fmt_bytes(ctx, sizeof ctx, share));
+        return 1;
+    }
+    o->gpu_mem = o->card - share;
+    printf("card %s emulated on this one (%s): the CUDA context (and any other process) takes %s and cuBLASLt %s "
+           "here, so the budget is %s (card_reserve_bytes=%llu)\n",
+           card, units_fmt_bytes(total, sizeof total, ms.device_total_bytes),
+           units_fmt_bytes(ctx, sizeof ctx, ms.device_context_bytes),
+           units_fmt_bytes(lib, sizeof lib, ms.device_library_bytes),
+           units_fmt_bytes(budget, sizeof budget, o->gpu_mem), (unsigned long long)share);
+    if (o->confirm_max && !o->B) {
+        gpt2_plan_request rq = {gpt2_get_config(m), 1, o->T, o->modes[0], o->recompute, 2, 1, FERRY_BACKEND_CUDA,
+                                FERRY_DTYPE_AUTO, 1, 0}; /* the largest batch: the window only */
+        st = gpt2_plan_max_batch(&rq, o->gpu_mem, &o->B);
+        if (st != FERRY_OK || o->B < 1) {
+            fprintf(stderr, "bench_engine: --card %s: %s\n", card,
+                    st != FERRY_OK ? train_last_error() : "the planner fits not even batch 1 in that budget");
+            return 1;
+        }
+        printf("the planner's largest batch at that budget: %d (confirmed below)\n", o->B);
+    }
+    fflush(stdout);
+    return 0;
+}
+
+/* --card: what a card of that size would have had to hold at the end of
+ * this mode's run: the arena's reserve plus everything else on the device
+ * (the context, library code loaded since, other processes). */
+static void print_card_fit(const bench_opts *o, bench_run *r)
+{
+    ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
+    if (!r->e || ferry_engine_memory_stats(r->e, &ms) != FERRY_OK)
+        return;
+    uint64_t need = ms.device_reserved_bytes + ms.device_outside_bytes;
+    char card[32], res[32], out[32], n[32];
+    printf("card %s: the arena reserved %s, everything else on the device %s: %s in all, %s\n",
+           units_fmt_bytes(card, sizeof card, o->card), units_fmt_bytes(res, sizeof res, ms.device_reserved_bytes),
+           units_fmt_bytes(out, sizeof out, ms.device_outside_bytes), units_fmt_bytes(n, sizeof n, need),
+           need <= o->card ? "within the card" : "MORE than the card holds (library code loaded after setup)");
 }
 
 /* Without --find-max-batch every mode's engine stays open and the rounds
@@ -668,6 +751,8 @@ static int run_modes(const bench_opts *o, gpt2_model *m, bench_result *res, bool
                 continue;
             summarize(&runs[i], smp[i], o->steps, &res[ok]);
             print_result_line(o, m, &res[ok++]);
+            if (o->card)
+                print_card_fit(o, &runs[i]);
             if (o->confirm_max && !confirm_above(&runs[i]))
                 *confirmed = false;
             run_close(&runs[i]);
@@ -686,7 +771,7 @@ static int require_cuda(void)
     backend_close(be);
     if (st == FERRY_OK)
         return 0;
-    fprintf(stderr, "bench_engine: --backend cuda: %s\n", ferry_last_error());
+    fprintf(stderr, "bench_engine: --backend cuda: %s\n", train_last_error());
     return st == FERRY_ERR_UNSUPPORTED ? 77 : 1;
 }
 
@@ -697,10 +782,19 @@ static int settle_options(bench_opts *o, ferry_backend_kind kind)
 {
     bool gpu = kind == FERRY_BACKEND_CUDA;
     if (!o->model) o->model = gpu ? "gpt2" : "d4";
-    if (!o->B) o->B = o->find_max ? 1 : gpu ? 8 : 4;
+    if (!o->B && !(o->card && o->confirm_max)) o->B = o->find_max ? 1 : gpu ? 8 : 4;
     if (!o->T) o->T = gpu ? 1024 : 64;
     if (o->find_max && kind == FERRY_BACKEND_HOST && o->gpu_mem == 0) {
         fprintf(stderr, "bench_engine: --find-max-batch on the host backend needs --gpu-mem (the budget to fill)\n");
+        return 2;
+    }
+    if (o->card && o->gpu_mem) {
+        fprintf(stderr, "bench_engine: --card SIZE sets the budget (SIZE less the CUDA context's share); leave out "
+                        "--gpu-mem\n");
+        return 2;
+    }
+    if (o->card && !gpu) {
+        fprintf(stderr, "bench_engine: --card emulates a GPU's memory: it needs the cuda backend\n");
         return 2;
     }
     if (o->find_max && o->confirm_max) {
@@ -825,12 +919,12 @@ int main(int argc, char **argv)
 {
     fileio_check_stdout_at_exit("bench_engine"); /* a full disk or /dev/full on stdout is exit 1 */
     bench_opts o = {NULL, 0, 0, 7, 1, 0, {FERRY_OFFLOAD_NONE, FERRY_OFFLOAD_OPTIMIZER, FERRY_OFFLOAD_PARAMS},
-                    3, FERRY_BACKEND_AUTO, 0, 0, false, false, false, false, 1e-4, {0}, 0, {0}, {0}, {0}, 0};
+                    3, FERRY_BACKEND_AUTO, 0, 0, false, false, false, false, 1e-4, 0, {0}, 0, {0}, {0}, {0}, 0};
     ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
     ferry_status st = parse_args(argc, argv, &o);
     if (st == FERRY_OK) st = ferry_system_probe(&info);
     if (st != FERRY_OK) {
-        fprintf(stderr, "bench_engine: %s\n", ferry_last_error());
+        fprintf(stderr, "bench_engine: %s\n", train_last_error());
         usage();
         return 2;
     }
@@ -843,11 +937,15 @@ int main(int argc, char **argv)
     gpt2_config cfg;
     gpt2_model *m = NULL;
     if ((st = gpt2_config_preset(o.model, &cfg)) != FERRY_OK || (st = gpt2_create(&cfg, &m)) != FERRY_OK) {
-        fprintf(stderr, "bench_engine: %s\n", ferry_last_error());
+        fprintf(stderr, "bench_engine: %s\n", train_last_error());
         return 2;
     }
+    if (o.card && (rc = card_budget(&o, m)) != 0) {
+        gpt2_destroy(m);
+        return rc;
+    }
     if ((st = plan_runs(&o, &cfg, kind)) != FERRY_OK) {
-        fprintf(stderr, "bench_engine: %s\n", ferry_last_error());
+        fprintf(stderr, "bench_engine: %s\n", train_last_error());
         gpt2_destroy(m);
         return 2;
     }

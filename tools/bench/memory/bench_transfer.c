@@ -187,8 +187,8 @@ int main(int argc, char **argv)
     must(st, "opening the backend");
     must(backend_stream_create(b.be, "up", &b.up), "stream");
     must(backend_stream_create(b.be, "down", &b.down), "stream");
-    must(backend_event_create(b.be, &b.t0), "event");
-    must(backend_event_create(b.be, &b.t1), "event");
+    must(backend_event_create_timed(b.be, &b.t0), "event");
+    must(backend_event_create_timed(b.be, &b.t1), "event");
     must(backend_event_create(b.be, &b.landed), "event");
     must(backend_alloc(b.be, b.bytes, &b.dev_a), "device memory");
     must(backend_alloc(b.be, b.bytes, &b.dev_b), "device memory");

@@ -14,8 +14,8 @@
  * ferry_engine_grads() goes on engine_embed_stream(e) and nowhere else, after
  * the call that returned the pointer and before the matching release. The
  * handles live as long as the engine. */
-#ifndef FERRY_ENGINE_EMBED_H
-#define FERRY_ENGINE_EMBED_H
+#ifndef FERRY_ENGINE_INTREE_H
+#define FERRY_ENGINE_INTREE_H
 
 #include "ferry.h"
 #include "kernels/backend.h"

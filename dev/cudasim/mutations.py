@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""Bugs planted one at a time into ferry's CUDA and engine code, each of which
+the suite 'cudasim' must catch: the proof that the simulated device sees what
+it claims to see (docs/cudasim.md has the last run's table).
+
+For each mutation the script takes a copy of the tree (the files git tracks,
+copied once into WORK/src), replaces one exact piece of source, rebuilds, and
+runs the tests named for it on the simulator; a mutation is caught when a
+test fails (a build that fails is reported, not counted). The copy is
+restored after each. Nothing in the working tree is touched.
+
+usage: dev/cudasim/mutations.py [--work DIR] [--only NAME]... [--list]
+  --work DIR   where the copy and its build live (default /tmp/ferry-mutations;
+               kept between runs, so a second run rebuilds only what changed)
+  --only NAME  run only this mutation (repeatable)
+  --list       print the mutations and exit
+Prints one line per mutation as it lands, then the table (markdown), also
+written to WORK/mutations.md. Exit status 0 when every mutation expected to
+be caught was caught.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+OPS = ["ops-sim-ascending", "ops-sim-descending", "ops-sim-random", "kernel-lab-sim"]
+ENGINE = ["engine-sim", "review-sim"]
+
+# name, what it plants, file, the exact text, its replacement, the tests, expected caught
+MUTATIONS = [
+    ("syncthreads-colsum", "removed __syncthreads: the column sum's tree reads partial sums before they are written",
+     "kernels/matmul.cu",
+     "    part[threadIdx.y][threadIdx.x] = sum;\n    __syncthreads();\n",
+     "    part[threadIdx.y][threadIdx.x] = sum;\n", OPS, True),
+    ("syncthreads-layernorm", "removed __syncthreads: layernorm's dweight/dbias tree, likewise",
+     "kernels/layernorm.cu",
+     "    pb[ty][tx] = sb;\n    __syncthreads();\n",
+     "    pb[ty][tx] = sb;\n", OPS, True),
+    ("syncwarp-attention", "removed __syncwarp: attention forward reads the P V product another lane stored",
+     "kernels/attention.cu",
+     "            wmma::store_matrix_sync(Uf + n * 16, acc[n], D::LDO, wmma::mem_row_major);\n        __syncwarp();\n",
+     "            wmma::store_matrix_sync(Uf + n * 16, acc[n], D::LDO, wmma::mem_row_major);\n", OPS, True),
+    ("syncwarp-before-shuffle", "removed __syncwarp that a shuffle right after it makes redundant here "
+     "(a GPU's shuffle does not order memory; the simulator's does)",
+     "kernels/attention.cu",
+     "        __syncwarp(); /* Pb complete, Uf's scores consumed */\n", "", OPS, False),
+    ("shuffle-lane-attention", "wrong shuffle lane: attention's row maximum taken with lane ^ 2 instead of lane ^ 1",
+     "kernels/attention.cu",
+     "tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));",
+     "tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));", OPS, True),
+    ("shuffle-warp-sum", "wrong shuffle lanes: the warp sum stops one step short (lane ^ 1 never added)",
+     "kernels/cuda_util.cuh",
+     "static __device__ __forceinline__ float cu_warp_sum(float v)\n{\n    for (int o = 16; o > 0; o >>= 1)",
+     "static __device__ __forceinline__ float cu_warp_sum(float v)\n{\n    for (int o = 16; o > 1; o >>= 1)",
+     OPS, True),
+    ("grid-layernorm", "off-by-one grid: layernorm forward launches N / 8 blocks, the last rows unwritten",
+     "kernels/layernorm.cu",
+     "    const unsigned blocks = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);\n"
+     "    return cu_with_type(act, \"layernorm_forward\"",
+     "    const unsigned blocks = (unsigned)(N / ROWS_PER_BLOCK);\n"
+     "    return cu_with_type(act, \"layernorm_forward\"", OPS, True),
+    ("grid-colsum", "off-by-one grid: the column sum launches cols / 32 blocks",
+     "kernels/matmul.cu",
+     "colsum_add_kernel<T><<<(cols + 31) / 32, dim3(32, 32), 0, stream>>>",
+     "colsum_add_kernel<T><<<cols / 32, dim3(32, 32), 0, stream>>>", OPS, True),
+    ("transpose-matmul", "swapped cuBLASLt transpose: the forward's weight not transposed",
+     "kernels/matmul.cu",
+     "return cuda_gemm(cu_stream(stream), act, true, false, OC, N, C,",
+     "return cuda_gemm(cu_stream(stream), act, false, false, OC, N, C,", OPS, True),
+    ("ld-matmul", "wrong leading dimension: dinp's gemm reads dout with ld OC + 8",
+     "kernels/matmul.cu",
+     "st = cuda_gemm(s, act, false, false, C, N, OC, weight, C, dout, OC, dinp, C, 1.0f, nullptr);",
+     "st = cuda_gemm(s, act, false, false, C, N, OC, weight, C, dout, OC + 8, dinp, C, 1.0f, nullptr);", OPS, True),
+    ("smem-optin", "missing shared-memory opt-in: attention launched with 87 KiB and no cudaFuncSetAttribute",
+     "kernels/attention.cu",
+     "    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));\n",
+     "", OPS, True),
+    ("d2h-before-kernel", "a D2H recorded before the kernel that writes the buffer: the drain of a group's "
+     "gradients no longer waits for its backward",
+     "engine/schedule.c",
+     "        if ((st = backend_stream_wait_event(e->d2h, g->grads_done)) == FERRY_OK &&\n",
+     "        if ((st = FERRY_OK) == FERRY_OK &&\n", ENGINE, True),
+    ("upload-while-read", "an upload into a buffer still being read: params mode frees a group's weights "
+     "(for the next group's upload) without waiting for its last use",
+     "engine/placement.c",
+     "        if ((st = backend_event_synchronize(oldest->released)) != FERRY_OK)\n            break;\n", "",
+     ENGINE, True),
+    ("compute-before-upload", "the compute stream no longer waits for a group's upload before reading it",
+     "engine/schedule.c",
+     "    if ((st = backend_stream_wait_event(s, g->uploaded)) != FERRY_OK)\n        return st;\n", "", ENGINE, True),
+    ("dpu-group0", "the delayed update's upload waits for group 0's backward only (the review's finding, put back: "
+     "covered by engine_step's wait for every drain, so nothing can fail)",
+     "engine/step.c",
+     "(st = backend_stream_wait_event(e->h2d, g->grads_done)) == FERRY_OK &&",
+     "(st = backend_stream_wait_event(e->h2d, e->groups[0].grads_done)) == FERRY_OK &&", ENGINE, False),
+    ("encoder-static-smem", "the encoder's shared-memory check without the static part (the review's finding, "
+     "put back)",
+     "kernels/encoder.cu",
+     "constexpr int WTE_MAX_C = (int)((48 * 1024 - WTE_STATIC_SMEM) / sizeof(float));",
+     "constexpr int WTE_MAX_C = (int)((48 * 1024) / sizeof(float));", ["review-sim"], True),
+    ("encoder-token-v", "the encoder backward without its V bound: a token >= V passed to the op adds into a row "
+     "past dwte (the review's finding, put back)",
+     "kernels/encoder.cu",
+     "__device__ __forceinline__ int clamp_token(int32_t t, int V) { return t < 0 || t >= V ? 0 : t; }",
+     "__device__ __forceinline__ int clamp_token(int32_t t, int V) { return t < 0 && V > 0 ? 0 : t; }",
+     ["review-sim"], True),
+    ("f16-wmma-tile32", "attention's 32-query tiles (Turing's) with the row maximum taken over half the lanes "
+     "of a row pair",
+     "kernels/attention.cu",
+     "tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));",
+     "tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, BQ == 32 ? 0 : 1));",
+     ["ops-sim-f16-sm75"], True),
+]
+
+
+def run(cmd, cwd=None, timeout=None):
+    p = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    return p.returncode, p.stdout
+
+
+def copy_tree(root, dst):
+    rc, out = run(["git", "ls-files", "-z"], cwd=root)
+    if rc:
+        sys.exit("mutations: git ls-files failed in %s:\n%s" % (root, out))
+    for rel in filter(None, out.split("\0")):
+        src, to = os.path.join(root, rel), os.path.join(dst, rel)
+        os.makedirs(os.path.dirname(to), exist_ok=True)
+        if not os.path.exists(to) or open(src, "rb").read() != open(to, "rb").read():
+            # A new time stamp, not the source's: a file changed since the
+            # copy's last build must look newer than that build's objects.
+            shutil.copyfile(src, to)
+            shutil.copymode(src, to)
+
+
+def test_targets(build, tests):
+    """The files in the build folder the named tests run (their programs, and
+    the programs a script test is given), for ninja to bring up to date."""
+    import json
+    rc, out = run(["meson", "introspect", build, "--tests"])
+    if rc:
+        sys.exit("mutations: meson introspect failed:\n" + out[-3000:])
+    build = os.path.abspath(build)
+    files = set()
+    for t in json.loads(out):
+        if t["name"] in tests:
+            for c in t["cmd"]:
+                if isinstance(c, str) and c.startswith(build + os.sep):
+                    files.add(os.path.relpath(c, build))
+    return sorted(files)
+
+
+def meson_test(build, tests):
+    rc, out = run(["meson", "test", "-C", build, "--num-processes", "2", "--no-rebuild"] + tests, timeout=3600)
+    failed = [t for t in tests if any(any(w in l for w in (" FAIL ", " ERROR ", " TIMEOUT "))
+                                      for l in out.splitlines() if (" %s " % t) in l)]
+    return rc == 0, failed, out
+
+
+def main():
+    ap = argparse.ArgumentParser(usage=__doc__)
+    ap.add_argument("--work", default="/tmp/ferry-mutations")
+    ap.add_argument("--only", action="append", default=[])
+    ap.add_argument("--list", action="store_true")
+    a = ap.parse_args()
+    if a.list:
+        for m in MUTATIONS:
+            print("%-24s %s (%s)" % (m[0], m[1], m[2]))
+        return 0
+    chosen = [m for m in MUTATIONS if not a.only or m[0] in a.only]
+    unknown = set(a.only) - {m[0] for m in MUTATIONS}
+    if unknown:
+        sys.exit("mutations: no mutation named %s (--list shows them)" % ", ".join(sorted(unknown)))
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    src, build = os.path.join(a.work, "src"), os.path.join(a.work, "build")
+    os.makedirs(src, exist_ok=True)
+    copy_tree(root, src)
+    if not os.path.exists(os.path.join(build, "build.ninja")):
+        rc, out = run(["meson", "setup", build, src, "-Dcuda=disabled", "-Dcudasim=enabled"])
+        if rc:
+            sys.exit("mutations: meson setup failed:\n" + out[-3000:])
+    # A copy's build kept from an earlier run keeps its options: the cards
+    # the simulated backend accepts are gpu_archs's (auto: every one).
+    run(["meson", "configure", build, "-Dgpu_archs=auto"])
+    tests = sorted({t for m in chosen for t in m[5]})
+    targets = test_targets(build, tests)
+    rc, out = run(["ninja", "-C", build] + targets)
+    if rc:
+        sys.exit("mutations: the unmutated tree does not build:\n" + out[-3000:])
+    ok, failed, out = meson_test(build, tests)
+    if not ok:
+        sys.exit("mutations: the unmutated tree fails %s; fix that first:\n%s" % (failed, out[-3000:]))
+    print("baseline: %s pass" % ", ".join(tests), flush=True)
+    rows, bad = [], 0
+    for name, what, rel, old, new, mtests, expect in chosen:
+        path = os.path.join(src, rel)
+        text = open(path, encoding="utf-8").read()
+        if text.count(old) != 1:
+            rows.append((name, what, rel, "the text to replace is not found once (the source moved on)", expect))
+            bad += 1
+            print("%-24s NOT APPLIED: the text is not there once" % name, flush=True)
+            continue
+        t0 = time.time()
+        try:
+            open(path, "w", encoding="utf-8").write(text.replace(old, new))
+            rc, out = run(["ninja", "-C", build] + test_targets(build, mtests))
+            if rc:
+                result, caught = "does not build", None
+            else:
+                ok, failed, out = meson_test(build, mtests)
+                caught = not ok
+                result = ("caught by " + ", ".join(failed or ["a test"])) if caught else "not caught"
+        finally:
+            open(path, "w", encoding="utf-8").write(text)
+        bad += caught is not expect
+        rows.append((name, what, rel, result, expect))
+        print("%-24s %s (%.0f s)%s" % (name, result, time.time() - t0,
+                                      "" if caught is expect else "  <-- UNEXPECTED"), flush=True)
+    run(["ninja", "-C", build] + targets)  # leave the copy's build unmutated
+    table = ["| mutation | file | result |", "| --- | --- | --- |"]
+    for name, what, rel, result, expect in rows:
+        table.append("| %s: %s | `%s` | %s%s |" % (name, what, rel, result,
+                                                  "" if expect else " (expected: a known limit)"))
+    text = "\n".join(table) + "\n"
+    print("\n" + text)
+    open(os.path.join(a.work, "mutations.md"), "w").write(text)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+/* The engine on the cuda backend (the product's kernels and cuda backend, on
+ * the simulated device) against the host backend storing bf16, which rounds
+ * where the CUDA ops store: a small GPT-2 (2 layers, 4 heads, 64 wide, 500
+ * tokens, B x T = 4 x 40, T not a multiple of the attention tile) trained 5
+ * steps on one fixed batch from one seed in each offload mode (none,
+ * optimizer, params; params also with no prefetch, so that every fetch
+ * evicts a group whose weights the compute stream may still be reading),
+ * and with the one-step delayed update.
+ *
+ * Each step's loss must agree within 5e-3 relative (bf16 keeps 8 bits of
+ * mantissa and the two backends sum in different orders; they agree to about
+ * 1e-4 here), the loss must fall, and each parameter group's change of its
+ * fp32 master weights over the 5 steps must agree within 1e-1 relative norm:
+ * AdamW divides each gradient by its own running magnitude, so a weight
+ * whose gradient is near zero moves by about lr in a direction its rounding
+ * picks, which makes a few percent of the update's norm differ between any
+ * two bf16 runs (4e-2 to 5e-2 here); a group whose weights were overwritten
+ * or updated from the wrong gradients differs by far more.
+ *
+ * Run with random stream delays (FERRY_CUDASIM_DELAY_US): the compute,
+ * upload and drain streams then interleave differently on every seed, so an
+ * event wait the engine forgot becomes a wrong result here.
+ *
+ * And no host wait of the engine on cuda spins a CPU core (the CPU AdamW
+ * wants every core while the GPU computes): each is a wait on an event made
+ * with cudaEventBlockingSync, as the simulator's counters show. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "dev/cudasim/cudasim.h"
+#include "tests/gpu/engine_fixture.h"
+
+#define STEPS 5
+#define B_ 4
+#define T_ 40
+#define SEED 4242u
+#define BATCH_SEED 99u
+#define TOL_LOSS 5e-3
+#define TOL_UPDATE 1e-1
+#define MAX_GROUPS 16
+
+typedef struct run {
+    float loss[STEPS];
+    float *w0, *w;
+    size_t n;
+    int groups;
+    size_t group_numel[MAX_GROUPS];
+} run;
+
+/* efix_open with the dtype and the delayed update chosen. */
+static ferry_status open_engine(efix *f, const gpt2_config *cfg, ferry_backend_kind kind, ferry_offload mode,
+                                int delayed, int prefetch)
+{
+    memset(f, 0, sizeof *f);
+    f->B = B_;
+    f->T = T_;
+    ferry_engine_config ec = FERRY_ENGINE_CONFIG_INIT;
+    ec.backend = kind;
+    ec.offload = mode;
+    ec.dtype = FERRY_DTYPE_BF16;
+    ec.delayed_update = delayed;
+    ec.prefetch_groups = prefetch;
+    ec.device_budget_bytes = 96u << 20;
+    f->tokens = malloc((size_t)B_ * T_ * sizeof *f->tokens);
+    f->targets = malloc((size_t)B_ * T_ * sizeof *f->targets);
+    ferry_status st = f->tokens && f->targets ? gpt2_create(cfg, &f->m)
+                                              : err_set(FERRY_ERR_OUT_OF_MEMORY, "no host memory for tokens");
+    if (st == FERRY_OK) st = ferry_engine_create(&ec, &f->e);
+    if (st == FERRY_OK) st = gpt2_engine_add_groups(f->m, f->e, SEED, NULL);
+    if (st == FERRY_OK) st = ferry_engine_setup(f->e);
+    if (st != FERRY_OK)
+        return st;
+    f->alloc = gpt2_engine_allocator(f->e);
+    f->hooks = gpt2_engine_hooks(f->e);
+    efix_batch(f, BATCH_SEED);
+    return gpt2_activations_create(f->m, engine_embed_backend(f->e), B_, T_, false, &f->alloc, &f->act);
+}
+
+static bool train(ferry_backend_kind kind, ferry_offload mode, int delayed, int prefetch, const char *name, run *r)
+{
+    gpt2_config c;
+    gpt2_config_from_fields(2, 4, 64, 500, 0, 64, &c);
+    cudasim_stats before, after;
+    cudasim_get_stats(&before);
+    efix f;
+    bool ok = tap_is_status(open_engine(&f, &c, kind, mode, delayed, prefetch), FERRY_OK, "%s on %s: sets up", name,
+                            ferry_backend_name(kind));
+    if (ok)
+        ok = tap_ok((r->w0 = efix_weights(&f, &r->n)) != NULL, "%s on %s: initial weights read", name,
+                    ferry_backend_name(kind));
+    if (ok) {
+        r->groups = gpt2_num_groups(f.m);
+        ok = tap_ok(r->groups <= MAX_GROUPS, "%s: %d parameter groups", name, r->groups);
+        for (int g = 0; ok && g < r->groups; g++)
+            r->group_numel[g] = gpt2_group_numel(f.m, g);
+    }
+    ferry_step_options so = FERRY_STEP_OPTIONS_INIT;
+    so.lr = 3e-3f;
+    so.weight_decay = 0.1f;
+    so.max_grad_norm = 1.0f;
+    for (int s = 0; ok && s < STEPS; s++)
+        ok = tap_is_status(efix_step(&f, &so, &r->loss[s]), FERRY_OK, "%s on %s: step %d", name,
+                           ferry_backend_name(kind), s);
+    if (ok)
+        ok = tap_is_status(ferry_engine_synchronize(f.e), FERRY_OK, "%s on %s: the update lands", name,
+                           ferry_backend_name(kind));
+    if (ok)
+        ok = tap_ok((r->w = efix_weights(&f, &r->n)) != NULL, "%s on %s: trained weights read", name,
+                    ferry_backend_name(kind));
+    efix_close(&f);
+    cudasim_get_stats(&after);
+    if (ok && kind == FERRY_BACKEND_CUDA)
+        tap_ok(after.host_waits > before.host_waits && after.spin_waits == before.spin_waits,
+               "%s on cuda: none of its %llu host waits spins a core (%llu would)", name,
+               (unsigned long long)(after.host_waits - before.host_waits),
+               (unsigned long long)(after.spin_waits - before.spin_waits));
+    return ok;
+}
+
+static void compare(const char *name, const run *dev, const run *host)
+{
+    double worst = 0;
+    int at = 0;
+    for (int s = 0; s < STEPS; s++) {
+        double d = fabs((double)dev->loss[s] - host->loss[s]) / fabs((double)host->loss[s]);
+        if (!(d <= worst))
+            worst = d, at = s;
+    }
+    tap_ok(worst <= TOL_LOSS, "%s: every step's loss on cuda within %.0e of the host's (worst %.2e at step %d: %.5f vs %.5f)",
+           name, TOL_LOSS, worst, at, dev->loss[at], host->loss[at]);
+    tap_ok(dev->loss[STEPS - 1] < dev->loss[0], "%s: the loss falls on cuda, %.4f -> %.4f", name, dev->loss[0],
+           dev->loss[STEPS - 1]);
+    if (!tap_ok(dev->n == host->n && memcmp(dev->w0, host->w0, dev->n * sizeof *dev->w0) == 0,
+                "%s: both start from the same master weights", name))
+        return;
+    double worst_e = 0;
+    int worst_g = 0;
+    size_t base = 0;
+    for (int g = 0; g < host->groups; g++) {
+        double num = 0, den = 0;
+        for (size_t i = base; i < base + host->group_numel[g]; i++) {
+            double u = (double)dev->w[i] - dev->w0[i], v = (double)host->w[i] - host->w0[i];
+            num += (u - v) * (u - v);
+            den += v * v;
+        }
+        double e = den > 0 ? sqrt(num / den) : INFINITY;
+        if (!(e <= worst_e))
+            worst_e = e, worst_g = g;
+        base += host->group_numel[g];
+    }
+    tap_ok(worst_e <= TOL_UPDATE, "%s: each group's weight change over %d steps on cuda within %.0e relative norm "
+           "of the host's (worst %.2e, group %d)", name, STEPS, TOL_UPDATE, worst_e, worst_g);
+}
+
+int main(void)
+{
+    efix_require_gpu(FERRY_BACKEND_CUDA);
+    tap_diag("seed %u, batch seed %u; stream delays: FERRY_CUDASIM_DELAY_US=%s", SEED, BATCH_SEED,
+             getenv("FERRY_CUDASIM_DELAY_US") ? getenv("FERRY_CUDASIM_DELAY_US") : "0");
+    const struct {
+        ferry_offload mode;
+        int delayed, prefetch;
+        const char *name;
+    } cases[] = {
+        {FERRY_OFFLOAD_NONE, 0, 2, "offload none"},
+        {FERRY_OFFLOAD_OPTIMIZER, 0, 2, "offload optimizer"},
+        {FERRY_OFFLOAD_PARAMS, 0, 2, "offload params"},
+        {FERRY_OFFLOAD_PARAMS, 0, 0, "offload params, no prefetch (every fetch evicts)"},
+        {FERRY_OFFLOAD_OPTIMIZER, 1, 2, "offload optimizer, delayed update"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run dev, host;
+        memset(&dev, 0, sizeof dev);
+        memset(&host, 0, sizeof host);
+        if (train(FERRY_BACKEND_CUDA, cases[i].mode, cases[i].delayed, cases[i].prefetch, cases[i].name, &dev) &&
+            train(FERRY_BACKEND_HOST, cases[i].mode, cases[i].delayed, cases[i].prefetch, cases[i].name, &host))
+            compare(cases[i].name, &dev, &host);
+        free(dev.w0), free(dev.w), free(host.w0), free(host.w);
+    }
+    return tap_done();
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# ferry as an embedder outside this tree meets it: `meson install` (staged in
+# a temporary folder), then pkg-config. ferry.pc's Cflags name ferry.h's
+# folder alone (no other package's private headers); the shared library
+# exports exactly ferry.h's functions, and so does the static one, whose
+# internal symbols are local (an embedder's own err_set or pool_create links
+# and is called; the layer archives as they were would not link); mlp.c
+# builds with cc and runs; cuda_mlp.cu builds with nvcc where the toolkit
+# is; the post-install step says how the loader finds the library.
+# Usage: test_install.sh SOURCE BUILD MESON CC PREFIX LIBDIR [NVCC]
+set -u
+src=$1 build=$2 meson=$3 cc=$4 prefix=$5 libdir=$6 nvcc=${7:-}
+work=$(mktemp -d /tmp/ferry-install-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+source "$src/tests/train/tap.sh"
+stage=$work/stage
+root=$stage$prefix
+lib=$root/$libdir
+[ "${libdir#/}" != "$libdir" ] && lib=$stage$libdir
+
+"$meson" install -C "$build" --no-rebuild --destdir "$stage" --quiet >"$work/install.log" 2>&1
+rc=$?
+ok $rc "meson install --destdir: exit $rc $(tail -3 "$work/install.log" | tr '\n' ' ')"
+for f in "$root/include/ferry.h" "$lib/libferry.so.0" "$lib/libferry.a" "$lib/pkgconfig/ferry.pc" \
+         "$lib/pkgconfig/ferry-static.pc"; do
+  [ -e "$f" ]
+  ok $? "installed: ${f#"$stage"}"
+done
+! grep -q "the loader does not find" "$work/install.log"
+ok $? "a staged install (DESTDIR) leaves the loader to the package's scripts: says nothing of it"
+
+pc() { PKG_CONFIG_PATH=$lib/pkgconfig pkg-config --define-variable=prefix="$root" "$@"; }
+cflags=$(pc --cflags ferry)
+[ "$(echo $cflags)" = "-I$root/include" ]
+ok $? "ferry.pc Cflags are ferry.h's folder alone: '$cflags'"
+libs=$(pc --libs ferry)
+[ "$(echo $libs)" = "-L$lib -lferry" ]
+ok $? "ferry.pc Libs: '$libs'"
+static=$(pc --libs ferry-static)
+grep -q -- "^$lib/libferry.a " <<<"$static" && grep -q -- "-lopenblas" <<<"$static" && grep -q -- "-lhwloc" <<<"$static" &&
+  grep -q -- "-pthread" <<<"$static" && [ "$(echo $(pc --cflags ferry-static))" = "-I$root/include" ]
+ok $? "ferry-static.pc links libferry.a and what it needs: '$static'"
+
+# The API, from the header: every FERRY_API function's name.
+python3 - "$root/include/ferry.h" >"$work/api.txt" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+for m in re.finditer(r"^FERRY_API\b[^;]*?\b(ferry_\w+)\s*\(", text, re.M):
+    print(m.group(1))
+PY
+sort -u -o "$work/api.txt" "$work/api.txt"
+n_api=$(wc -l <"$work/api.txt")
+[ "$n_api" -ge 30 ]
+ok $? "ferry.h declares $n_api functions"
+nm -D --defined-only "$lib/libferry.so.0" | awk '$2 ~ /^[TDBRVWiu]$/ {print $3}' | sed 's/@.*//' | sort -u >"$work/so.txt"
+diff "$work/api.txt" "$work/so.txt" >"$work/so.diff"
+ok $? "libferry.so exports exactly ferry.h's functions (nm -D): $(tr '\n' ' ' <"$work/so.diff")"
+nm -g --defined-only "$lib/libferry.a" | awk 'NF == 3 {print $3}' | sort -u >"$work/a.txt"
+diff "$work/api.txt" "$work/a.txt" >"$work/a.diff"
+ok $? "libferry.a's global symbols are exactly ferry.h's functions: $(head -c 400 "$work/a.diff" | tr '\n' ' ')"
+
+# An embedder with functions named as ours, against the static library.
+$cc -o "$work/collide" "$src/tests/install/collide.c" $(pc --cflags --libs ferry-static) >"$work/collide.log" 2>&1
+rc=$?
+ok $rc "an embedder defining err_set, pool_create, arena_create, heap_create links with libferry.a $(head -c 300 "$work/collide.log" | tr '\n' ' ')"
+if [ $rc -eq 0 ]; then
+  OPENBLAS_NUM_THREADS=1 "$work/collide" >"$work/collide.out" 2>&1
+  ok $? "it calls its own functions and ferry its own: $(cat "$work/collide.out")"
+fi
+# The same program against the layers' archive as it was installed before
+# (every internal symbol global): the collision this guards against.
+$cc -o "$work/collide-old" "$src/tests/install/collide.c" $cflags "$build/libferry_internal.a" \
+  $(pc --libs ferry-static | sed 's|^[^ ]*libferry.a ||') >"$work/old.log" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q "multiple definition of .err_set" "$work/old.log"
+ok $? "against an archive of the layers' objects it does not link (exit $rc): $(grep -m1 -o "multiple definition of [^;]*" "$work/old.log")"
+
+# mlp.c, built as the README says and run.
+$cc -o "$work/mlp" "$src/examples/mlp.c" $cflags $libs -lm >"$work/mlp.log" 2>&1
+ok $? "cc mlp.c \$(pkg-config --cflags --libs ferry) -lm $(head -c 300 "$work/mlp.log" | tr '\n' ' ')"
+LD_LIBRARY_PATH=$lib OPENBLAS_NUM_THREADS=1 FERRY_BACKEND=host "$work/mlp" optimizer >"$work/mlp.out" 2>&1
+ok $? "and it learns with the installed library: $(tail -1 "$work/mlp.out")"
+if [ -n "$nvcc" ]; then
+  "$nvcc" -O2 -o "$work/cuda_mlp" "$src/examples/cuda_mlp.cu" $cflags $libs >"$work/nvcc.log" 2>&1
+  ok $? "nvcc cuda_mlp.cu \$(pkg-config --cflags --libs ferry) $(head -c 300 "$work/nvcc.log" | tr '\n' ' ')"
+  LD_LIBRARY_PATH=$lib OPENBLAS_NUM_THREADS=1 "$work/cuda_mlp" optimizer >"$work/cuda_mlp.out" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || [ $rc -eq 77 ]
+  ok $? "and it runs: exit $rc (77: no GPU here) $(tail -1 "$work/cuda_mlp.out")"
+fi
+
+# After a real install the loader must find the library: post_install.sh
+# runs ldconfig as root, or says what to do. Here with a loader cache that
+# does not know the folder (an ldconfig that lists nothing).
+mkdir -p "$work/bin"
+printf '#!/bin/sh\nexit 0\n' >"$work/bin/ldconfig"
+chmod +x "$work/bin/ldconfig"
+PATH=$work/bin:$PATH DESTDIR= sh "$src/tools/build/post_install.sh" "$lib" >"$work/post.out" 2>&1
+grep -q "the loader does not find libferry.so.0 in $lib" "$work/post.out" && grep -q -- "-Wl,-rpath,$lib" "$work/post.out" &&
+  grep -q "LD_LIBRARY_PATH=$lib" "$work/post.out"
+ok $? "a folder the loader does not know: post-install says what to do: $(head -1 "$work/post.out")"
+printf '#!/bin/sh\n[ "$1" = -p ] && echo "\tlibferry.so.0 (libc6,x86-64) => %s/libferry.so.0"\nexit 0\n' "$lib" >"$work/bin/ldconfig"
+PATH=$work/bin:$PATH DESTDIR= sh "$src/tools/build/post_install.sh" "$lib" >"$work/post.out" 2>&1
+grep -q "is known to the loader" "$work/post.out"
+ok $? "a folder the loader knows: $(head -1 "$work/post.out")"
+grep -q "ldconfig" "$src/README.md"
+ok $? "the README says how the loader finds the installed library"
+finish
