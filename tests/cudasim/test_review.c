@@ -272,29 +272,51 @@ static void test_release_order(void)
     free(w[0]), free(w[1]);
 }
 
-/* Params mode, two groups' weights on the device at most: fetching group 2
- * evicts group 0, after waiting for group 0's last use. */
+/* A step, then groups 0 and 1 fetched and released for the next forward. */
+static ferry_status step_then_two(net *n)
+{
+    float loss;
+    void *w;
+    ferry_status s = net_step(n, false, &loss);
+    if (s == FERRY_OK) s = ferry_engine_begin_micro_batch(n->e, 0, 1);
+    if (s == FERRY_OK) s = ferry_engine_fetch(n->e, 0, FERRY_PHASE_FORWARD, &w);
+    if (s == FERRY_OK) s = ferry_engine_release(n->e, 0, FERRY_PHASE_FORWARD);
+    if (s == FERRY_OK) s = ferry_engine_fetch(n->e, 1, FERRY_PHASE_FORWARD, &w);
+    if (s == FERRY_OK) s = ferry_engine_release(n->e, 1, FERRY_PHASE_FORWARD);
+    return s;
+}
+
+/* Params mode, every group's weights kept on the device after release (the
+ * budget holds them): an allocation that needs their room evicts them, each
+ * only after waiting for its last use. */
 static void test_eviction(void)
 {
     net n;
     if (!tap_is_status(net_open(&n, FERRY_OFFLOAD_PARAMS, 0, 0, 0), FERRY_OK, "the embedder in params mode sets up"))
         return;
-    float loss;
-    TAP_IS_STATUS(net_step(&n, false, &loss), FERRY_OK, "a step in params mode");
-    void *w;
-    ferry_status s = ferry_engine_begin_micro_batch(n.e, 0, 1);
-    if (s == FERRY_OK) s = ferry_engine_fetch(n.e, 0, FERRY_PHASE_FORWARD, &w);
-    if (s == FERRY_OK) s = ferry_engine_release(n.e, 0, FERRY_PHASE_FORWARD);
-    if (s == FERRY_OK) s = ferry_engine_fetch(n.e, 1, FERRY_PHASE_FORWARD, &w);
-    if (s == FERRY_OK) s = ferry_engine_release(n.e, 1, FERRY_PHASE_FORWARD);
-    TAP_IS_STATUS(s, FERRY_OK, "groups 0 and 1 fetched and released");
-    /* The next event wait is the eviction's wait for group 0's last use. */
+    TAP_IS_STATUS(step_then_two(&n), FERRY_OK, "a step in params mode, then groups 0 and 1 fetched and released");
+    ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
+    TAP_IS_STATUS(ferry_engine_memory_stats(n.e, &ms), FERRY_OK, "the memory stats");
+    tap_ok(ms.device_current_bytes[FERRY_MEM_PARAMS] >= (group_numel[0] + group_numel[1] + group_numel[2]) * 2,
+           "residency kept every group's weights (%llu bytes)",
+           (unsigned long long)ms.device_current_bytes[FERRY_MEM_PARAMS]);
+    /* Room for this only once a released group's weights are gone. */
+    size_t want = ms.device_budget_bytes - ms.device_total_current_bytes + group_numel[0];
+    /* The next event wait is an eviction's wait for a group's last use. */
     cudasim_fail("cudaEventSynchronize", 1, 0, cudaErrorUnknown);
-    s = ferry_engine_fetch(n.e, 2, FERRY_PHASE_FORWARD, &w);
-    if (tap_ok(s != FERRY_OK, "fetching group 2 when the wait for group 0's last use failed is an error (%s)",
+    void *p = NULL;
+    ferry_status s = ferry_engine_alloc(n.e, FERRY_MEM_ACTIVATIONS, "big", want, &p);
+    if (tap_ok(s != FERRY_OK, "an allocation that needs released weights evicted, when the wait for their last use "
+                              "failed, is an error (%s)",
                ferry_status_string(s)))
         tap_diag("  %s", ferry_last_error());
     cudasim_fail(NULL, 0, 0, 0);
+    ferry_memory_stats after = FERRY_MEMORY_STATS_INIT;
+    TAP_IS_STATUS(ferry_engine_memory_stats(n.e, &after), FERRY_OK, "the memory stats after");
+    tap_ok(after.device_current_bytes[FERRY_MEM_PARAMS] == ms.device_current_bytes[FERRY_MEM_PARAMS],
+           "the weights whose wait failed stay (%llu bytes before, %llu after)",
+           (unsigned long long)ms.device_current_bytes[FERRY_MEM_PARAMS],
+           (unsigned long long)after.device_current_bytes[FERRY_MEM_PARAMS]);
     net_close(&n);
 }
 
