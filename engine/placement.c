@@ -80,16 +80,21 @@ static ferry_status check_device_fit(ferry_engine *e)
 
 static ferry_status create_events(ferry_engine *e, engine_group *g)
 {
-    backend_event **all[] = {&g->uploaded,   &g->released, &g->grads_done, &g->drained, &g->updated,
-                             &g->wait_begin, &g->wait_end, &g->miss_begin, &g->miss_end};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        ferry_status st = backend_event_create(e->be, all[i]);
+    backend_event **plain[] = {&g->uploaded, &g->released, &g->grads_done, &g->drained, &g->updated};
+    /* The step's timing reads the time between these: its weight waits and
+     * the first wait off the learned order. */
+    backend_event **timed[] = {&g->wait_begin, &g->wait_end, &g->miss_begin, &g->miss_end};
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+        ferry_status st = backend_event_create(e->be, plain[i]);
         if (st != FERRY_OK)
             return st;
     }
-    /* The step's timing reads the time of these two. */
-    ferry_status st = backend_event_create_timed(e->be, &g->wait_begin);
-    return st == FERRY_OK ? backend_event_create_timed(e->be, &g->wait_end) : st;
+    for (size_t i = 0; i < sizeof timed / sizeof timed[0]; i++) {
+        ferry_status st = backend_event_create_timed(e->be, timed[i]);
+        if (st != FERRY_OK)
+            return st;
+    }
+    return FERRY_OK;
 }
 
 static ferry_status dev_alloc(ferry_engine *e, engine_group *g, size_t bytes, ferry_mem_category cat,
