@@ -9,6 +9,7 @@
  * used when the state is offloaded. */
 #include <math.h>
 
+#include "common/numerics.h"
 #include "kernels/cuda_util.cuh"
 
 namespace {
@@ -16,19 +17,31 @@ namespace {
 constexpr int SUMSQ_BLOCKS = OPS_SUMSQ_PARTIALS; /* fixed: the reduction tree must not depend on the GPU */
 constexpr int SUMSQ_THREADS = 256;
 
+/* One element of common/numerics.h's adamw_element, each operation rounded
+ * as written: the moments' two fused multiply-adds as the CPU's, every
+ * other product, sum and quotient alone, so nvcc cannot contract them and
+ * the bits are the CPU optimizer's (optim/) and the host reference's. */
+__device__ __forceinline__ float adamw_element_dev(const adamw_consts &c, float &p, float &m, float &v, float g)
+{
+    g = __fmul_rn(g, c.grad_scale);
+    const float mm = __fmaf_rn(c.one_minus_beta1, g, __fmul_rn(c.beta1, m));
+    const float vv = __fmaf_rn(__fmul_rn(c.one_minus_beta2, g), g, __fmul_rn(c.beta2, v));
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vv), c.bc2_sqrt), c.eps);
+    /* torch: param.mul_(decay), then addcdiv: param + (value * m) / denom */
+    p = __fadd_rn(__fmul_rn(p, c.decay), __fdiv_rn(__fmul_rn(c.neg_step, mm), denom));
+    m = mm;
+    v = vv;
+    return p;
+}
+
 template <typename G, typename T>
-__global__ void adamw_kernel(float *master, float *m, float *v, const G *grad, T *param_out,
-                             size_t n, float beta1, float beta2, float eps, float decay_factor, float step_size, float bc2_sqrt, float grad_scale)
+__global__ void adamw_kernel(float *master, float *m, float *v, const G *grad, T *param_out, size_t n,
+                             const adamw_consts c)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const float g = cu_f32(grad[i]) * grad_scale;
-        /* torch 1.13: m.mul_(b1).add_(g, alpha=1-b1); v.mul_(b2).addcmul_(g, g, value=1-b2) */
-        const float mi = m[i] * beta1 + (1.0f - beta1) * g;
-        const float vi = v[i] * beta2 + (1.0f - beta2) * g * g;
-        float p = master[i] * decay_factor;
-        const float denom = sqrtf(vi) / bc2_sqrt + eps;
-        p = p - step_size * (mi / denom);
+        float p = master[i], mi = m[i], vi = v[i];
+        adamw_element_dev(c, p, mi, vi, cu_f32(grad[i]));
         m[i] = mi;
         v[i] = vi;
         master[i] = p;
@@ -86,40 +99,33 @@ template <typename T> __global__ void accumulate_kernel(float *acc, const T *g, 
 } // namespace
 
 extern "C" ferry_status cudaop_adamw(void *stream, ferry_dtype act, float *master, float *m, float *v,
-                                     const void *grad, ferry_dtype grad_dtype, void *param_out, size_t n, float lr,
-                                     float beta1, float beta2, float eps, float weight_decay, int64_t step,
-                                     float grad_scale)
+                                     const void *grad, ferry_dtype grad_dtype, void *param_out, size_t n,
+                                     const adamw_hparams *hp, int64_t step, float grad_scale)
 {
+    CU_REQUIRE(hp, "adamw: the hyperparameters are NULL");
     CU_REQUIRE(step >= 1, "adamw: step must be >= 1 (the first update is step 1), got %lld",
                (long long)step);
-    CU_REQUIRE(beta1 >= 0.0f && beta1 < 1.0f && beta2 >= 0.0f && beta2 < 1.0f,
-               "adamw: betas must lie in [0, 1), got %g and %g", (double)beta1, (double)beta2);
-    CU_REQUIRE(lr >= 0.0f && eps > 0.0f && weight_decay >= 0.0f,
-               "adamw: need lr >= 0, eps > 0, weight_decay >= 0; got %g, %g, %g", (double)lr,
-               (double)eps, (double)weight_decay);
+    CU_REQUIRE(hp->beta1 >= 0.0 && hp->beta1 < 1.0 && hp->beta2 >= 0.0 && hp->beta2 < 1.0,
+               "adamw: betas must lie in [0, 1), got %g and %g", hp->beta1, hp->beta2);
+    CU_REQUIRE(hp->lr >= 0.0 && hp->eps > 0.0 && hp->weight_decay >= 0.0,
+               "adamw: need lr >= 0, eps > 0, weight_decay >= 0; got %g, %g, %g", hp->lr, hp->eps,
+               hp->weight_decay);
     if (n == 0)
         return FERRY_OK;
     CU_REQUIRE(master && m && v && grad, "adamw: master, m, v and grad must not be NULL");
     CU_REQUIRE(grad_dtype == act || grad_dtype == FERRY_DTYPE_F32,
                "adamw: gradients of type %s; the storage type (%s) or f32", dtype_name(grad_dtype), dtype_name(act));
-    /* As torch computes them: Python floats (double), used as fp32 scalars. */
-    const double bc1 = 1.0 - pow((double)beta1, (double)step);
-    const double bc2 = 1.0 - pow((double)beta2, (double)step);
-    const float step_size = (float)((double)lr / bc1);
-    const float bc2_sqrt = (float)sqrt(bc2);
-    const float decay_factor = (float)(1.0 - (double)lr * (double)weight_decay);
+    /* The factors from the one definition the CPU uses (common/numerics.h). */
+    const adamw_consts c = adamw_consts_make(hp, step, grad_scale);
     const unsigned blocks = cu_blocks(n, 256, 132 * 16);
     return cu_with_type(act, "adamw", [&](auto tag) {
         using T = decltype(tag);
         T *out = static_cast<T *>(param_out);
         if (grad_dtype == FERRY_DTYPE_F32)
             adamw_kernel<<<blocks, 256, 0, cu_stream(stream)>>>(master, m, v, static_cast<const float *>(grad), out,
-                                                                n, beta1, beta2, eps, decay_factor, step_size,
-                                                                bc2_sqrt, grad_scale);
+                                                                n, c);
         else
-            adamw_kernel<<<blocks, 256, 0, cu_stream(stream)>>>(master, m, v, static_cast<const T *>(grad), out, n,
-                                                                beta1, beta2, eps, decay_factor, step_size,
-                                                                bc2_sqrt, grad_scale);
+            adamw_kernel<<<blocks, 256, 0, cu_stream(stream)>>>(master, m, v, static_cast<const T *>(grad), out, n, c);
         CUDA_CHECK_LAUNCH();
         return FERRY_OK;
     });

@@ -23,8 +23,7 @@ static ferry_status cuda_adamw(backend_stream *s, float *master, float *m, float
                                ferry_dtype grad_dtype, act_t *param_out, size_t n, const adamw_hparams *hp,
                                int64_t step, float grad_scale)
 {
-    return cudaop_adamw(backend_stream_native(s), s->be->act, master, m, v, grad, grad_dtype, param_out, n, (float)hp->lr,
-                        (float)hp->beta1, (float)hp->beta2, (float)hp->eps, (float)hp->weight_decay, step,
+    return cudaop_adamw(backend_stream_native(s), s->be->act, master, m, v, grad, grad_dtype, param_out, n, hp, step,
                         grad_scale);
 }
 

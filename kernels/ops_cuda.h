@@ -71,15 +71,18 @@ ferry_status cudaop_attention_backward_tiled(void *stream, ferry_dtype act, int 
                                              const float *lse, int B, int T, int C, int NH);
 ferry_status cudaop_classifier_take_bad_targets(void *stream, uint32_t *count);
 
-/* torch.optim.AdamW on device, for n elements of one tensor:
+/* torch.optim.AdamW on device, for n elements of one tensor, exactly
+ * common/numerics.h's adamw_element (its factors from adamw_consts_make,
+ * its operations rounded one by one, the moments' fused multiply-adds as
+ * the CPU's), so the bits are the CPU optimizer's:
  *   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
- *   p *= 1 - lr wd; p -= (lr / (1-b1^step)) m / (sqrt(v) / sqrt(1-b2^step) + eps)
+ *   p = p (1 - lr wd) + (-lr / (1-b1^step)) m / (sqrt(v) / sqrt(1-b2^step) + eps)
  * master, m, v are fp32 and updated in place; grad is of the storage type
  * act, or fp32 (a sum of micro-batches) when grad_dtype is FERRY_DTYPE_F32;
  * param_out (may be NULL) receives p rounded to act. step >= 1. */
 ferry_status cudaop_adamw(void *stream, ferry_dtype act, float *master, float *m, float *v, const void *grad,
-                          ferry_dtype grad_dtype, void *param_out, size_t n, float lr, float beta1,
-                          float beta2, float eps, float weight_decay, int64_t step, float grad_scale);
+                          ferry_dtype grad_dtype, void *param_out, size_t n, const adamw_hparams *hp,
+                          int64_t step, float grad_scale);
 
 /* *out_device_sumsq_accumulate += sum of grad^2 (fp64, in device memory),
  * deterministic: a fixed number of blocks and a fixed reduction order, no

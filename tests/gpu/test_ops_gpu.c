@@ -490,6 +490,7 @@ static void test_classifier_overflow(void)
 static void test_adamw(void)
 {
     const size_t n = 10007;
+    const adamw_hparams hp = {1e-3, 0.9, 0.95, 1e-8, 0.1};
     float *p = gpu_rand_array(&rng, n, -1, 1), *zeros = calloc(n, 4);
     double *rp = malloc(n * 8), *rm = calloc(n, 8), *rv = calloc(n, 8);
     for (size_t i = 0; i < n; i++)
@@ -501,8 +502,7 @@ static void test_adamw(void)
         float *g = gpu_rand_array(&rng, n, -0.5f, 0.5f);
         void *d_g = dev(g, n);
         opcheck_adamw_ref(rp, rm, rv, g, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, step, 0.5);
-        OK(cudaop_adamw(backend_stream_native(st), act, d_p, d_m, d_v, d_g, act, d_out, n, 1e-3f, 0.9f, 0.95f,
-                        1e-8f, 0.1f, step, 0.5f));
+        OK(cudaop_adamw(backend_stream_native(st), act, d_p, d_m, d_v, d_g, act, d_out, n, &hp, step, 0.5f));
         release(d_g);
         free(g);
     }
@@ -519,8 +519,7 @@ static void test_adamw(void)
            max_err);
     const double half_ulp = act == FERRY_DTYPE_F16 ? 0x1p-11 : 0x1p-8;
     tap_ok(max16 <= half_ulp, "adamw: %s param copy within half an ulp, max rel %.3g", dtype_name(act), max16);
-    TAP_IS_STATUS(cudaop_adamw(backend_stream_native(st), act, d_p, d_m, d_v, d_out, act, d_out, n, 1e-3f,
-                               0.9f, 0.95f, 1e-8f, 0.1f, 0, 1.0f),
+    TAP_IS_STATUS(cudaop_adamw(backend_stream_native(st), act, d_p, d_m, d_v, d_out, act, d_out, n, &hp, 0, 1.0f),
                   FERRY_ERR_INVALID_ARGUMENT, "adamw: step 0 is rejected");
     release(d_p), release(d_m), release(d_v), release(d_out);
     free(p), free(zeros), free(rp), free(rm), free(rv), free(got), free(got16);
