@@ -310,7 +310,8 @@ static ferry_status save_file(ferry_engine *e, const char *path, const void *use
         return st;
     if (!path || (user_bytes && !user))
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_save: NULL path or user blob");
-    if ((st = ferry_engine_synchronize(e)) != FERRY_OK)
+    /* The split update's groups: their state from the device first. */
+    if ((st = ferry_engine_synchronize(e)) != FERRY_OK || (st = engine_split_pull(e)) != FERRY_OK)
         return st;
     fileio_atomic file;
     if ((st = fileio_atomic_open(&file, path)) != FERRY_OK)
@@ -580,7 +581,8 @@ static ferry_status load_checked(ferry_engine *e, const ckpt_file *f, void *user
         return st;
     c.apply = true;
     c.use_weights = e->cfg.delayed_update && f->h.dtype == (uint32_t)e->act && c.weight_elem == e->act_size;
-    if ((st = load_pass(&c)) != FERRY_OK || (st = read_blob(f, user, user_cap)) != FERRY_OK)
+    if ((st = load_pass(&c)) != FERRY_OK || (st = engine_split_push(e)) != FERRY_OK ||
+        (st = read_blob(f, user, user_cap)) != FERRY_OK)
         return err_wrap(st, "loading '%s' failed midway, so the engine now holds part of it and part of its "
                             "earlier state; load a checkpoint again before training", f->path);
     e->step = f->h.step;

@@ -74,8 +74,9 @@ static const size_t config_fields[] = {
     SIZED_END(ferry_engine_config, nvme_block_bytes),  SIZED_END(ferry_engine_config, nvme_queue_depth),
     SIZED_END(ferry_engine_config, nvme_master),
     SIZED_END(ferry_engine_config, data_parallel),     SIZED_END(ferry_engine_config, comm_timeout_s),
+    SIZED_END(ferry_engine_config, device_update_groups), SIZED_END(ferry_engine_config, device_update_warmup),
 };
-SIZED_NO_TAIL_PADDING(ferry_engine_config, comm_timeout_s);
+SIZED_NO_TAIL_PADDING(ferry_engine_config, device_update_warmup);
 
 static const size_t group_option_fields[] = {
     SIZED_END(ferry_group_options, lr_scale), SIZED_END(ferry_group_options, weight_decay),
@@ -161,6 +162,8 @@ static ferry_status check_config(const ferry_engine_config *c)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: comm_timeout_s %d is negative (0 = $FERRY_COMM_TIMEOUT, else 600 s)",
                        c->comm_timeout_s);
+    if ((st = engine_split_check_config(c)) != FERRY_OK)
+        return st;
     if (c->delayed_update && c->offload != FERRY_OFFLOAD_OPTIMIZER)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: the delayed update needs offload 'optimizer' (it overlaps the "
@@ -453,7 +456,11 @@ ferry_status ferry_engine_setup(ferry_engine *e)
         return err_set(FERRY_ERR_STATE, "ferry_engine_setup: already set up");
     if (e->ngroups == 0)
         return err_set(FERRY_ERR_STATE, "ferry_engine_setup: add parameter groups first");
-    ferry_status st = engine_place(e);
+    ferry_status st = engine_split_setup(e);
+    if (st == FERRY_OK)
+        st = engine_place(e);
+    if (st == FERRY_OK)
+        st = engine_split_place_forced(e);
     if (st != FERRY_OK) {
         engine_unplace(e); /* what was allocated goes with the engine */
         return st;
@@ -644,6 +651,19 @@ ferry_status ferry_engine_free(ferry_engine *e, void *ptr)
                    ptr);
 }
 
+/* A group updated on the device: its master weights there, and the host
+ * array (what a checkpoint reads) kept alike when they are written. */
+static ferry_status split_master_copy(ferry_engine *e, engine_group *g, float *host, bool to_engine)
+{
+    size_t bytes = g->numel * sizeof(float);
+    if (to_engine)
+        memcpy(g->master, host, bytes);
+    ferry_status st = backend_memcpy_async(e->compute, to_engine ? (void *)g->dev_master : (void *)host,
+                                           to_engine ? (void *)host : (void *)g->dev_master, bytes,
+                                           to_engine ? BACKEND_COPY_H2D : BACKEND_COPY_D2H);
+    return st != FERRY_OK ? st : backend_stream_synchronize(e->compute);
+}
+
 /* Master weights are read and written on the host; on NONE/cuda they sit on
  * the device and travel through a temporary buffer. */
 static ferry_status master_copy(ferry_engine *e, engine_group *g, float *host, bool to_engine)
@@ -654,6 +674,8 @@ static ferry_status master_copy(ferry_engine *e, engine_group *g, float *host, b
         return to_engine ? shard_set_master(e, g, host) : shard_get_master(e, g, host);
     if (!on_device && !g->master) /* on disk */
         return engine_nvme_master_io(e, g, host, to_engine);
+    if (!on_device && g->dev_master) /* the split update: the device holds the master weights */
+        return split_master_copy(e, g, host, to_engine);
     if (!on_device) {
         if (to_engine)
             memcpy(g->master, host, bytes);

@@ -101,6 +101,11 @@ typedef struct engine_group {
      * the update whose end its next upload waits for (0: none pending). */
     int nvme_region;
     uint64_t nvme_wait;
+    /* The split update (split.c): the device's fp32 master weights and
+     * moments of a group updated there, and the fp32 sum of its step's
+     * gradients when steps accumulate micro-batches; NULL for a group the
+     * CPU updates. The host arrays stay, current only after a pull. */
+    float *dev_master, *dev_m, *dev_v, *dev_grad_acc;
 } engine_group;
 
 struct ferry_engine {
@@ -193,6 +198,15 @@ struct ferry_engine {
     /* what the device's own software took before the engine's first byte
      * (device_share.c; 0 on the host backend) */
     uint64_t dev_total_bytes, dev_context_bytes, dev_library_bytes;
+
+    /* The split update (split.c): groups 0..split_groups-1 are updated on
+     * the device; whether the choice is made (forced, or auto after the
+     * warm-up), the warm-up steps timed so far, and how many fitted the
+     * spare budget when auto chose. */
+    int split_groups;
+    bool split_decided;
+    int split_steps_timed;
+    int split_auto_fit;
 };
 
 /* engine.c */
@@ -352,6 +366,31 @@ ferry_status engine_nvme_chunks(ferry_engine *e, engine_group *g, int array, boo
 /* Adds the disk's figures to memory stats, and a sentence to describe. */
 void engine_nvme_stats(const ferry_engine *e, ferry_memory_stats *st);
 void engine_nvme_describe(const ferry_engine *e, char *buf, size_t cap);
+/* split.c: the split update of optimizer mode. */
+/* The config's split fields in range (at create). */
+ferry_status engine_split_check_config(const ferry_engine_config *c);
+/* Before placement: a forced split where the mode allows it, and no more
+ * groups than the engine has. */
+ferry_status engine_split_setup(ferry_engine *e);
+/* After placement: the forced groups' state on the device, or an error
+ * saying what they need and what the budget has left. */
+ferry_status engine_split_place_forced(ferry_engine *e);
+/* At the end of a step: auto's choice once the warm-up steps are timed
+ * (moves state to the device once, with nothing in flight). */
+ferry_status engine_split_after_step(ferry_engine *e);
+/* The smallest number of leading groups whose device update lets the CPU
+ * update every later group before the forward reaches it (cpu_share: each
+ * group's share of the parameters), at most `fit`. Pure: tested alone. */
+int engine_split_auto_choice(const double *cpu_share, int ngroups, double update_ms, double forward_ms, int fit);
+/* The device groups' state, host arrays to device (after a load or
+ * set_weights) and back (before a save or get_weights). Synchronous. */
+ferry_status engine_split_push(ferry_engine *e);
+ferry_status engine_split_pull(ferry_engine *e);
+/* The device groups' fp32 gradient sums, at the first accumulating step. */
+ferry_status engine_split_ensure_accumulators(ferry_engine *e);
+/* Frees every device group's arrays: all updates go back to the CPU. */
+void engine_split_release(ferry_engine *e);
+
 /* device_share.c: what the CUDA context and libraries take of the card, so
  * that a budget emulating a smaller card can be told from the card itself.
  * Each is a no-op on the host backend, and best effort (a failed

@@ -153,7 +153,7 @@ ferry_status engine_ensure_accumulators(ferry_engine *e)
             return err_wrap(st, "summing several micro-batches in fp32");
         memcpy((char *)g + b.slot, &ptr, sizeof ptr);
     }
-    return FERRY_OK;
+    return engine_split_ensure_accumulators(e);
 }
 
 const void *engine_step_grads(const ferry_engine *e, const engine_group *g, ferry_dtype *dtype)

@@ -267,6 +267,38 @@ static ferry_status run_segment_resident(ferry_engine *e, engine_group *g, size_
                      (char *)g->dev_weights + off, n, &hp, e->step + 1, clip);
 }
 
+/* The split update: a group whose state is on the device is updated there
+ * by the backend's AdamW (the CPU's element math, bit for bit), on the
+ * compute stream, which the next forward runs on after it. Its gradients:
+ * the device copy the drain read, or, when the step accumulated
+ * micro-batches, their fp32 sum the CPU made, sent up. */
+static ferry_status run_segment_split(ferry_engine *e, engine_group *g, size_t first, size_t n, adamw_hparams hp,
+                                      float clip)
+{
+    ferry_dtype gt = e->accumulating ? FERRY_DTYPE_F32 : e->act;
+    const char *grads = e->accumulating ? (const char *)g->dev_grad_acc : (const char *)g->dev_grads;
+    return ops_adamw(e->compute, g->dev_master + first, g->dev_m + first, g->dev_v + first,
+                     grads + first * dtype_size(gt), gt, (char *)g->dev_weights + first * e->act_size, n, &hp,
+                     e->step + 1, clip);
+}
+
+static ferry_status update_split(ferry_engine *e, const ferry_step_options *o, float clip)
+{
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < e->split_groups && st == FERRY_OK; i++) {
+        engine_group *g = &e->groups[i];
+        if (e->accumulating)
+            st = backend_memcpy_async(e->compute, g->dev_grad_acc, g->grad_acc, g->numel * sizeof(float),
+                                      BACKEND_COPY_H2D);
+        if (st == FERRY_OK)
+            st = for_each_segment(e, g, o, clip, run_segment_split);
+        /* The forward's wait for the weights is on this event. */
+        if (st == FERRY_OK)
+            st = backend_event_record(g->uploaded, e->compute);
+    }
+    return st;
+}
+
 /* The last update's wall time, once all of it has run. */
 static void note_finished_update(ferry_engine *e)
 {
@@ -290,14 +322,18 @@ static ferry_status update_offloaded(ferry_engine *e, const ferry_step_options *
         st = engine_nvme_update(e, o, clip);
         return st == FERRY_OK && params ? engine_refresh_resident(e) : st;
     }
-    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
+    /* The split update's groups (the first ones) on the device, the rest
+     * on the CPU's pool. */
+    for (int i = e->split_groups; i < e->ngroups && st == FERRY_OK; i++)
         st = for_each_segment(e, &e->groups[i], o, clip, submit_segment);
+    if (st == FERRY_OK)
+        st = update_split(e, o, clip);
     if (st == FERRY_OK && params)
         return engine_refresh_resident(e);
     if (e->cfg.offload != FERRY_OFFLOAD_OPTIMIZER || e->cfg.delayed_update)
         return st;
     /* Each group's upload follows its own update, in forward order. */
-    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
+    for (int i = e->split_groups; i < e->ngroups && st == FERRY_OK; i++) {
         engine_group *g = &e->groups[i];
         if (e->dp) {
             st = shard_upload(e, g, NULL);
@@ -467,6 +503,8 @@ ferry_status engine_step(ferry_engine *e, const ferry_step_options *caller_opts,
     e->micro_index = -1;
     e->timing_acc.optimizer_ms = e->last_update_ms;
     close_timing(e);
+    if ((st = engine_split_after_step(e)) != FERRY_OK)
+        return st;
     report.step = e->step;
     report.grad_norm = d.grad_norm;
     report.clip_coef = d.clip_coef;

@@ -315,6 +315,17 @@ typedef struct ferry_engine_config {
     int data_parallel;
     int comm_timeout_s;            /* a collective waiting longer fails the run; 0 = $FERRY_COMM_TIMEOUT,
                                       else 600 */
+    /* The split update (offload OPTIMIZER alone, without the NVMe tier or
+     * the delayed update): the first groups in forward order keep their
+     * fp32 master weights and Adam moments on the device and are updated
+     * there, bitwise as the CPU would. -1 = auto: after the first two steps,
+     * as many as make the CPU update of the rest fit in the forward that
+     * overlaps it, within the device budget left after weights, gradients
+     * and activations (0 where the split is not available); 0 = every
+     * update on the CPU; N > 0 = the first N groups (setup fails when they
+     * do not fit the budget, or where the split is not available). */
+    int device_update_groups;
+    int device_update_warmup;      /* auto: the steps timed before the split is chosen; 0 = 2, 1..1000 */
 } ferry_engine_config;
 
 #define FERRY_ENGINE_CONFIG_INIT                                                              \
@@ -345,6 +356,8 @@ typedef struct ferry_engine_config {
         0,                           /* nvme_master: moments only */                          \
         0,                           /* data_parallel: join a launcher's world */             \
         0,                           /* comm_timeout_s: $FERRY_COMM_TIMEOUT, else 600 */      \
+        -1,                          /* device_update_groups: auto */                         \
+        0,                           /* device_update_warmup: 2 steps */                      \
     }
 
 /* Creates an engine: opens the backend, its streams and the optimizer thread
@@ -495,6 +508,10 @@ FERRY_API ferry_dtype ferry_engine_dtype(const ferry_engine *e);
 FERRY_API int ferry_engine_group_count(const ferry_engine *e);
 /* Optimizer steps taken (skipped ones not counted), as a checkpoint restores them. */
 FERRY_API int64_t ferry_engine_steps(const ferry_engine *e);
+/* Groups whose update runs on the device now (the split update: groups 0
+ * to this minus 1); 0 before auto has chosen, or where nothing is split. -1
+ * for NULL. */
+FERRY_API int ferry_engine_device_update_groups(const ferry_engine *e);
 /* The factor to multiply the loss (the gradient the backward starts from)
  * by for the next step: the dynamic loss scale, or 1 when loss scaling is
  * off (and for NULL). A checkpoint restores it. */

@@ -161,6 +161,39 @@ static void test_system_info(void)
     tap_ok(canary_whole, "nothing is written past the caller's struct");
 }
 
+/* A config from the header before the split update (it ended at
+ * comm_timeout_s): what lies past its size is never read, so a forced split
+ * of 5 groups there (one group: setup would refuse it) is not seen, and the
+ * engine takes the default (auto) and steps as today's config with 0. */
+static void test_split_fields(void)
+{
+    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
+    cfg.backend = FERRY_BACKEND_HOST;
+    cfg.device_update_groups = 5;
+    cfg.device_update_warmup = 7;
+    ferry_engine *e_full = NULL;
+    ferry_status st = ferry_engine_create(&cfg, &e_full);
+    if (st == FERRY_OK) st = ferry_engine_add_group(e_full, "w", N, init, NULL, NULL);
+    if (st == FERRY_OK) st = ferry_engine_setup(e_full);
+    TAP_IS_STATUS(st, FERRY_ERR_INVALID_ARGUMENT, "today's config: a forced split of 5 of 1 group is refused");
+    ferry_engine_destroy(e_full);
+    cfg.size = offsetof(ferry_engine_config, comm_timeout_s) + sizeof(int);
+    ferry_engine *e_old = make(&cfg);
+    tap_ok(e_old != NULL, "a config ending at comm_timeout_s is accepted, its tail unread (%s)",
+           e_old ? "" : ferry_last_error());
+    ferry_engine_config now = FERRY_ENGINE_CONFIG_INIT;
+    now.backend = FERRY_BACKEND_HOST;
+    now.device_update_groups = 0;
+    ferry_engine *e_now = make(&now);
+    ferry_step_options so = FERRY_STEP_OPTIONS_INIT;
+    static float w_old[N], w_now[N];
+    tap_ok(e_old && e_now && one_step(e_old, &so, w_old) == FERRY_OK && one_step(e_now, &so, w_now) == FERRY_OK &&
+               memcmp(w_old, w_now, sizeof w_old) == 0,
+           "and its step is today's all-CPU step, bitwise");
+    ferry_engine_destroy(e_old);
+    ferry_engine_destroy(e_now);
+}
+
 int main(void)
 {
     uint64_t rng = 2026;
@@ -170,5 +203,6 @@ int main(void)
     }
     test_engine_config_and_step();
     test_system_info();
+    test_split_fields();
     return tap_done();
 }

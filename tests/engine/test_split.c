@@ -1,0 +1,307 @@
+/* The split update of optimizer mode (engine/split.c): the first groups'
+ * master weights and Adam moments on the device, updated there by the
+ * backend's AdamW. On the host backend every split — forced 1, 2, all, and
+ * auto — gives bitwise the all-CPU run's master weights, moments and device
+ * weights over steps with clipping active, weight decay on (one group
+ * exempt, one with an exempt range) and micro-batches accumulated; a resume
+ * in the middle is exact; a forced split the budget cannot hold, or one
+ * where the split is not available (data parallel, the NVMe tier, the
+ * delayed update, params mode), fails at setup with a sentence. The dtype
+ * comes from FERRY_TEST_DTYPE (f32, bf16; f16 with its loss scale). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/dtype.h"
+#include "common/error.h"
+#include "engine/engine.h"
+#include "tap.h"
+#include "test_dtype.h"
+
+enum { GROUPS = 4, STEPS = 6 };
+/* The largest last: a forced split of the first three fits a budget that
+ * holds every weight and gradient, all four do not. */
+static const size_t numel[GROUPS] = {1000, 4097, 333, 200001};
+static const int micro_of_step[STEPS] = {1, 2, 1, 3, 2, 1};
+static const size_t exempt[1][2] = {{100, 900}};
+static char dir[256];
+
+static ferry_engine_config config(int split)
+{
+    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
+    cfg.backend = FERRY_BACKEND_HOST;
+    cfg.offload = FERRY_OFFLOAD_OPTIMIZER;
+    cfg.optimizer_threads = 2;
+    cfg.dtype = test_dtype();
+    cfg.device_update_groups = split;
+    return cfg;
+}
+
+static ferry_status add_groups(ferry_engine *e)
+{
+    uint64_t rng = 7;
+    ferry_status st = FERRY_OK;
+    for (int g = 0; g < GROUPS && st == FERRY_OK; g++) {
+        float *w = malloc(numel[g] * sizeof(float));
+        for (size_t i = 0; i < numel[g]; i++)
+            w[i] = (float)(tap_rand_unit(&rng) - 0.5);
+        ferry_group_options o = FERRY_GROUP_OPTIONS_INIT;
+        o.weight_decay = g != 2; /* group 2: no decay at all */
+        if (g == 0) {            /* group 0: a range exempt */
+            o.no_decay = exempt;
+            o.no_decay_count = 1;
+        }
+        char name[16];
+        snprintf(name, sizeof name, "g%d", g);
+        st = ferry_engine_add_group(e, name, numel[g], w, &o, NULL);
+        free(w);
+    }
+    return st;
+}
+
+static ferry_engine *make_cfg(const ferry_engine_config *cfg)
+{
+    ferry_engine *e = NULL;
+    if (ferry_engine_create(cfg, &e) != FERRY_OK)
+        return NULL;
+    if (add_groups(e) != FERRY_OK || ferry_engine_setup(e) != FERRY_OK) {
+        tap_diag("setup: %s", ferry_last_error());
+        ferry_engine_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
+static ferry_engine *make(int split)
+{
+    ferry_engine_config cfg = config(split);
+    return make_cfg(&cfg);
+}
+
+/* Micro-batch k of step s: a forward over every group, then a backward in
+ * reverse adding grad = loss_scale x ((w - sin(i)) x (1 + k) + s / 7) to the
+ * gradients; the weights read are the device copy the update wrote. */
+static ferry_status micro_batch(ferry_engine *e, int s, int k, int count)
+{
+    ferry_status st = ferry_engine_begin_micro_batch(e, k, count);
+    void *w, *dw;
+    for (int g = 0; g < GROUPS && st == FERRY_OK; g++)
+        if ((st = ferry_engine_fetch(e, g, FERRY_PHASE_FORWARD, &w)) == FERRY_OK)
+            st = ferry_engine_release(e, g, FERRY_PHASE_FORWARD);
+    ferry_dtype t = ferry_engine_dtype(e);
+    float scale = ferry_engine_loss_scale(e);
+    for (int g = GROUPS - 1; g >= 0 && st == FERRY_OK; g--) {
+        st = ferry_engine_fetch(e, g, FERRY_PHASE_BACKWARD, &w);
+        if (st == FERRY_OK) st = ferry_engine_grads(e, g, &dw);
+        if (st == FERRY_OK) st = ferry_engine_synchronize(e);
+        for (size_t i = 0; i < numel[g] && st == FERRY_OK; i++) {
+            float grad = (dtype_load_f32(w, t, i) - sinf((float)i)) * (float)(1 + k) + (float)s / 7.0f;
+            dtype_store_f32(dw, t, i, dtype_load_f32(dw, t, i) + grad * scale);
+        }
+        if (st == FERRY_OK) st = ferry_engine_release(e, g, FERRY_PHASE_BACKWARD);
+    }
+    return st;
+}
+
+static ferry_status train(ferry_engine *e, int from, int to)
+{
+    ferry_step_options o = FERRY_STEP_OPTIONS_INIT;
+    o.lr = 0.01f;
+    o.weight_decay = 0.1f;
+    o.max_grad_norm = 1.0f; /* the gradients' norm is in the hundreds: clipped every step */
+    ferry_status st = FERRY_OK;
+    for (int s = from; s < to && st == FERRY_OK; s++) {
+        for (int k = 0; k < micro_of_step[s] && st == FERRY_OK; k++)
+            st = micro_batch(e, s, k, micro_of_step[s]);
+        ferry_step_report r = FERRY_STEP_REPORT_INIT;
+        if (st == FERRY_OK) st = ferry_engine_step(e, &o, &r);
+        if (st == FERRY_OK && !r.skipped && !(r.clip_coef < 1.0f)) {
+            tap_diag("step %d: clip coefficient %g, expected clipping", s, (double)r.clip_coef);
+            st = FERRY_ERR_STATE;
+        }
+    }
+    if (st != FERRY_OK)
+        tap_diag("training: %s", ferry_last_error());
+    return st;
+}
+
+/* Master weights, moments and device weights of two engines, bitwise; the
+ * device groups' state read from the device. */
+static bool same_state(ferry_engine *a, ferry_engine *b, char *why, size_t cap)
+{
+    if (ferry_engine_synchronize(a) != FERRY_OK || ferry_engine_synchronize(b) != FERRY_OK ||
+        engine_split_pull(a) != FERRY_OK || engine_split_pull(b) != FERRY_OK) {
+        snprintf(why, cap, "synchronize: %s", ferry_last_error());
+        return false;
+    }
+    for (int g = 0; g < GROUPS; g++) {
+        engine_group *x = &a->groups[g], *y = &b->groups[g];
+        const void *xs[4] = {x->master, x->m, x->v, x->dev_weights}, *ys[4] = {y->master, y->m, y->v, y->dev_weights};
+        const char *names[4] = {"master weights", "adam m", "adam v", "device weights"};
+        for (int k = 0; k < 4; k++) {
+            size_t bytes = numel[g] * (k == 3 ? a->act_size : sizeof(float));
+            if (memcmp(xs[k], ys[k], bytes) != 0) {
+                size_t i = 0;
+                while (i < numel[g] && ((const float *)xs[k])[i] == ((const float *)ys[k])[i])
+                    i++;
+                snprintf(why, cap, "group %d %s differ (first near element %zu: %.9g vs %.9g)", g, names[k], i,
+                         k < 3 ? (double)((const float *)xs[k])[i] : 0.0, k < 3 ? (double)((const float *)ys[k])[i] : 0.0);
+                return false;
+            }
+        }
+    }
+    snprintf(why, cap, "identical");
+    return true;
+}
+
+static void test_splits_match(ferry_engine *ref)
+{
+    const int splits[] = {1, 2, GROUPS, -1};
+    for (size_t c = 0; c < sizeof splits / sizeof splits[0]; c++) {
+        ferry_engine *e = make(splits[c]);
+        tap_ok(e != NULL, "split %d: setup", splits[c]);
+        if (!e)
+            continue;
+        ferry_status st = train(e, 0, STEPS);
+        char why[200];
+        bool same = st == FERRY_OK && same_state(ref, e, why, sizeof why);
+        int chose = ferry_engine_device_update_groups(e);
+        tap_ok(same, "split %d (%d groups on the device): %d steps bitwise the all-CPU run's master weights, "
+                     "moments and device weights (%s)",
+               splits[c], chose, STEPS, st == FERRY_OK ? why : ferry_last_error());
+        if (splits[c] > 0)
+            tap_ok(chose == splits[c], "forced split %d: %d groups updated on the device", splits[c], chose);
+        else
+            tap_ok(chose >= 0 && chose <= GROUPS, "auto chose %d groups after its warm-up (0..%d)", chose, GROUPS);
+        float *w = malloc(numel[0] * sizeof(float)), *r = malloc(numel[0] * sizeof(float));
+        tap_ok(ferry_engine_get_weights(e, 0, w) == FERRY_OK && ferry_engine_get_weights(ref, 0, r) == FERRY_OK &&
+                   memcmp(w, r, numel[0] * sizeof(float)) == 0,
+               "split %d: ferry_engine_get_weights reads the device's master weights", splits[c]);
+        free(w);
+        free(r);
+        ferry_engine_destroy(e);
+    }
+}
+
+/* 3 steps split, save, load into a fresh split engine (and into an all-CPU
+ * one), 3 more: the 6-step all-CPU run. */
+static void test_resume(ferry_engine *ref)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/split.ckpt", dir);
+    ferry_engine *a = make(2), *b = make(2), *c = make(0);
+    if (!a || !b || !c) {
+        tap_ok(false, "resume: setup (%s)", ferry_last_error());
+        ferry_engine_destroy(a), ferry_engine_destroy(b), ferry_engine_destroy(c);
+        return;
+    }
+    ferry_status st = train(a, 0, 3);
+    TAP_IS_STATUS(st == FERRY_OK ? ferry_engine_save(a, path, NULL, 0) : st, FERRY_OK, "resume: save after 3 split steps");
+    TAP_IS_STATUS(ferry_engine_load(b, path, NULL, 0, NULL), FERRY_OK, "resume: load into a split engine");
+    TAP_IS_STATUS(ferry_engine_load(c, path, NULL, 0, NULL), FERRY_OK, "resume: load into an all-CPU engine");
+    char why[200];
+    bool sb = train(b, 3, STEPS) == FERRY_OK && same_state(ref, b, why, sizeof why);
+    tap_ok(sb, "resume: split, 3 steps + save + load + 3 steps == 6 all-CPU steps, bitwise (%s)", why);
+    bool sc = train(c, 3, STEPS) == FERRY_OK && same_state(ref, c, why, sizeof why);
+    tap_ok(sc, "resume: the split's checkpoint continued on the CPU == 6 all-CPU steps, bitwise (%s)", why);
+    ferry_engine_destroy(a), ferry_engine_destroy(b), ferry_engine_destroy(c);
+    unlink(path);
+}
+
+static void expect_setup_error(ferry_engine_config *cfg, ferry_status want, const char *words, const char *what)
+{
+    ferry_engine *e = NULL;
+    ferry_status st = ferry_engine_create(cfg, &e);
+    if (st == FERRY_OK && (st = add_groups(e)) == FERRY_OK)
+        st = ferry_engine_setup(e);
+    const char *msg = ferry_last_error();
+    tap_ok(st == want && strstr(msg, words) != NULL, "%s: %s (got status %d: %s)", what, words, (int)st, msg);
+    ferry_engine_destroy(e);
+}
+
+static void test_refusals(void)
+{
+    size_t total = 0;
+    for (int g = 0; g < GROUPS; g++)
+        total += numel[g];
+    ferry_engine_config cfg = config(GROUPS);
+    /* Room for every weight and gradient and the state of the first three
+     * groups, not for the last one's 2.4 MB. */
+    cfg.device_budget_bytes = total * 2 * dtype_size(test_dtype()) + (1 << 20);
+    expect_setup_error(&cfg, FERRY_ERR_OUT_OF_MEMORY, "groups fit", "a forced split beyond the budget fails");
+    cfg.device_update_groups = 3;
+    ferry_engine *e = make_cfg(&cfg);
+    tap_ok(e && ferry_engine_device_update_groups(e) == 3, "the same budget holds a forced split of 3");
+    ferry_engine_destroy(e);
+
+    cfg = config(GROUPS + 1);
+    expect_setup_error(&cfg, FERRY_ERR_INVALID_ARGUMENT, "parameter groups", "a split of more groups than there are");
+    cfg = config(1);
+    cfg.delayed_update = 1;
+    expect_setup_error(&cfg, FERRY_ERR_INVALID_ARGUMENT, "delayed update", "the split with the delayed update");
+    cfg = config(1);
+    cfg.offload = FERRY_OFFLOAD_PARAMS;
+    expect_setup_error(&cfg, FERRY_ERR_INVALID_ARGUMENT, "offload 'optimizer' only", "the split in params mode");
+    cfg = config(1);
+    cfg.offload = FERRY_OFFLOAD_NVME;
+    cfg.nvme_path = dir;
+    expect_setup_error(&cfg, FERRY_ERR_INVALID_ARGUMENT, "NVMe tier", "the split with the NVMe tier");
+    cfg = config(1);
+    cfg.data_parallel = 1; /* the sharded paths at world size 1 */
+    expect_setup_error(&cfg, FERRY_ERR_INVALID_ARGUMENT, "data parallelism", "the split with data parallelism");
+    cfg = config(-2);
+    ferry_engine *bad = NULL;
+    TAP_IS_STATUS(ferry_engine_create(&cfg, &bad), FERRY_ERR_INVALID_ARGUMENT, "device_update_groups -2 is refused");
+
+    /* Auto where the split is not available: every update stays on the CPU. */
+    cfg = config(-1);
+    cfg.delayed_update = 1;
+    e = make_cfg(&cfg);
+    ferry_status st = e ? train(e, 0, 3) : FERRY_ERR_STATE;
+    tap_ok(st == FERRY_OK && ferry_engine_device_update_groups(e) == 0,
+           "auto with the delayed update keeps every update on the CPU (%d on the device)",
+           ferry_engine_device_update_groups(e));
+    ferry_engine_destroy(e);
+}
+
+/* Auto's rule on its own: hand-computed cases. */
+static void test_auto_rule(void)
+{
+    const double even[4] = {0.25, 0.25, 0.25, 0.25};
+    /* CPU 40 ms for all, forward 100 ms: with 1 on the device the CPU needs
+     * 10, 20, 30 ms by 25, 50, 75 ms of forward: 1 is enough. */
+    tap_ok(engine_split_auto_choice(even, 4, 40, 100, 4) == 1, "auto: a fast CPU needs only group 0 on the device");
+    /* CPU 400 ms, forward 100: k=2 leaves 100, 200 ms by 50, 75: no; k=3
+     * leaves 100 ms by 75: no; k=4 leaves nothing. */
+    tap_ok(engine_split_auto_choice(even, 4, 400, 100, 4) == 4, "auto: a slow CPU puts every group on the device");
+    tap_ok(engine_split_auto_choice(even, 4, 400, 100, 2) == 2, "auto: never more than fit the budget");
+    /* CPU 150, forward 100: k=2 leaves 37.5 by 50, 75 by 75: yes; k=1: 37.5 by 25: no. */
+    tap_ok(engine_split_auto_choice(even, 4, 150, 100, 4) == 2, "auto: the smallest split that hides the CPU");
+    tap_ok(engine_split_auto_choice(even, 4, 0, 100, 4) == 0, "auto: an update that costs nothing stays on the CPU");
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/ferry-split-XXXXXX");
+    if (!mkdtemp(dir)) {
+        printf("Bail out! cannot make a temporary directory\n");
+        return 1;
+    }
+    tap_diag("storage %s", test_dtype_name());
+    ferry_engine *ref = make(0);
+    if (!ref || train(ref, 0, STEPS) != FERRY_OK) {
+        printf("Bail out! the all-CPU reference run failed: %s\n", ferry_last_error());
+        return 1;
+    }
+    tap_ok(ferry_engine_device_update_groups(ref) == 0, "device_update_groups 0: every update on the CPU");
+    test_auto_rule();
+    test_splits_match(ref);
+    test_resume(ref);
+    test_refusals();
+    ferry_engine_destroy(ref);
+    rmdir(dir);
+    return tap_done();
+}
