@@ -2,8 +2,9 @@
  * read, write, sync, rename and page lock of
  * - setup MODE: ferry_engine_create + the groups of a tiny GPT-2 +
  *   ferry_engine_setup on the host backend (MODE none, optimizer, params;
- *   optimizer also writes a memory trace), then destroy. A success must hold
- *   the initial values.
+ *   optimizer also writes a memory trace; split is optimizer with the first
+ *   two groups' state on the device, the split update), then destroy. A
+ *   success must hold the initial values (the split's read from the device).
  * - save: ferry_engine_save over an earlier checkpoint file. A failure must
  *   leave the earlier file byte-identical and no temporary; a success must be
  *   byte-identical to a fault-free save of the same state.
@@ -14,7 +15,7 @@
  * made to fail in turn, one-shot and then persistent (that call and every
  * later one fail).
  *
- *   usage: test_fault_engine setup-none|setup-optimizer|setup-params|save|load */
+ *   usage: test_fault_engine setup-none|setup-optimizer|setup-params|setup-split|save|load */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +60,11 @@ static int walk_setup(const char *mode_name)
 {
     char trace[300];
     setup_ctx c = {fixture_config(FERRY_OFFLOAD_NONE), NULL};
-    if (ferry_offload_parse(mode_name, &c.cfg.offload) != FERRY_OK) {
+    bool split = strcmp(mode_name, "split") == 0; /* optimizer mode, 2 groups updated on the device */
+    if (split) {
+        c.cfg.offload = FERRY_OFFLOAD_OPTIMIZER;
+        c.cfg.device_update_groups = 2;
+    } else if (ferry_offload_parse(mode_name, &c.cfg.offload) != FERRY_OK) {
         fprintf(stderr, "%s\n", ferry_last_error());
         return 2;
     }
@@ -281,7 +286,7 @@ int main(int argc, char **argv)
     else if (strcmp(what, "load") == 0)
         rc = walk_load();
     else
-        fprintf(stderr, "usage: test_fault_engine setup-none|setup-optimizer|setup-params|save|load\n");
+        fprintf(stderr, "usage: test_fault_engine setup-none|setup-optimizer|setup-params|setup-split|save|load\n");
     fixture_close(&fx);
     rm_rf(dir);
     return rc == 0 ? tap_done() : rc;

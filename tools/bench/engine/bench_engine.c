@@ -55,7 +55,10 @@
 #define MAX_STEPS 256
 #define MAX_BATCH 65536
 #define MAX_BUDGETS 4
-#define MAX_RUNS (3 + MAX_BUDGETS)
+#define MAX_SPLITS 4
+#define MAX_RUNS (3 + MAX_BUDGETS + 1 + MAX_SPLITS)
+/* A run's device_update_groups left to the engine (its default, auto). */
+#define SPLIT_DEFAULT (-1000)
 
 typedef struct bench_opts {
     const char *model;
@@ -77,6 +80,12 @@ typedef struct bench_opts {
     uint64_t run_budget[MAX_RUNS];
     int run_pct[MAX_RUNS]; /* 0: a plain mode */
     int nruns;
+    /* --split-groups: optimizer mode again with each device_update_groups,
+     * and once with 0 (every update on the CPU), the peer they are put
+     * against; run_split: each run's (SPLIT_DEFAULT: the engine's default) */
+    int splits[MAX_SPLITS];
+    int nsplits;
+    int run_split[MAX_RUNS];
 } bench_opts;
 
 /* One engine with the model on it, and activations for one batch shape. */
@@ -95,6 +104,7 @@ typedef struct bench_run {
     double started_ms; /* before ferry_engine_create */
     int64_t skips;     /* steps the engine skipped (non-finite gradients) */
     int pct;           /* --params-budgets: the percent of the weights the budget holds; 0 otherwise */
+    int split;         /* --split-groups: the run's device_update_groups; SPLIT_DEFAULT otherwise */
 } bench_run;
 
 /* What one mode measured (medians, milliseconds). */
@@ -107,13 +117,22 @@ typedef struct bench_result {
     int64_t skips;
     int pct;            /* as bench_run's */
     double h2d, fetched; /* bytes up in a step, and of them what fetches uploaded (medians) */
+    int split;           /* as bench_run's */
+    int split_chosen;    /* groups updated on the device at the end */
 } bench_result;
 
-/* A run's name: the mode, and params mode's budget when one was set. */
-static const char *run_label(ferry_offload mode, int pct, char *buf, size_t cap)
+/* A run's name: the mode, params mode's budget when one was set, and the
+ * split update's groups when --split-groups set them. */
+static const char *run_label(ferry_offload mode, int pct, int split, char *buf, size_t cap)
 {
     if (pct > 0)
         snprintf(buf, cap, "%s@%d%%", ferry_offload_name(mode), pct);
+    else if (split == 0)
+        snprintf(buf, cap, "%s/cpu", ferry_offload_name(mode));
+    else if (split == -1)
+        snprintf(buf, cap, "%s/split=auto", ferry_offload_name(mode));
+    else if (split != SPLIT_DEFAULT)
+        snprintf(buf, cap, "%s/split=%d", ferry_offload_name(mode), split);
     else
         snprintf(buf, cap, "%s", ferry_offload_name(mode));
     return buf;
@@ -163,7 +182,10 @@ static ferry_status run_open(const bench_opts *o, int run, gpt2_model *m, bench_
     r->mode = mode;
     r->m = m;
     r->pct = o->run_pct[run];
+    r->split = o->run_split[run];
     ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
+    if (r->split != SPLIT_DEFAULT)
+        cfg.device_update_groups = r->split;
     cfg.backend = o->backend;
     cfg.offload = mode;
     cfg.device_budget_bytes = o->run_budget[run];
@@ -323,7 +345,8 @@ static void summarize(bench_run *r, const bench_sample *smp, int n, bench_result
     bench_result res = {r->mode, r->B, median(v[0], n), median(v[1], n), median(v[2], n), median(v[3], n),
                         median(v[4], n), median(v[5], n), median(v[6], n), 0,
                         (double)ms.device_total_peak_bytes, (double)ms.host_peak_bytes, r->first_loss,
-                        r->last_loss, r->skips, r->pct, median(v[7], n), median(v[8], n)};
+                        r->last_loss, r->skips, r->pct, median(v[7], n), median(v[8], n), r->split,
+                        ferry_engine_device_update_groups(r->e)};
     res.tok_s = (double)r->B * r->o->T / (res.step * 1e-3);
     *out = res;
 }
@@ -347,14 +370,14 @@ static void print_result_line(const bench_opts *o, const gpt2_model *m, const be
     char budget[32] = "all free", name[32];
     uint64_t cap = o->gpu_mem;
     for (int i = 0; i < o->nruns; i++)
-        if (o->run_mode[i] == r->mode && o->run_pct[i] == r->pct)
+        if (o->run_mode[i] == r->mode && o->run_pct[i] == r->pct && o->run_split[i] == r->split)
             cap = o->run_budget[i];
     if (cap)
         units_fmt_bytes(budget, sizeof budget, cap);
     printf("result offload %s, batch %d x %d: %.0f tokens/s, %.2f model TFLOP/s (%s); step %.1f ms = %.2f x "
            "max(compute %.1f, update %.1f); device peak %.2f GiB (budget %s), host peak %.2f GiB; %.0f bytes "
            "up a step, %.0f of them fetched\n",
-           run_label(r->mode, r->pct, name, sizeof name), r->B, o->T, r->tok_s, tflops, mfu, r->step,
+           run_label(r->mode, r->pct, r->split, name, sizeof name), r->B, o->T, r->tok_s, tflops, mfu, r->step,
            r->step / fmax(r->compute, r->update), r->compute, r->update, r->dev_peak / 1073741824.0, budget,
            r->host_peak / 1073741824.0, r->h2d, r->fetched);
     fflush(stdout);
@@ -458,6 +481,7 @@ static void usage(void)
             "                    [--modes none,optimizer,params | --offload MODE] [--backend host|cuda|auto]\n"
             "                    [--gpu-mem SIZE] [--threads N] [--recompute] [--delayed] [--find-max-batch]\n"
             "                    [--confirm-max-batch] [--peak-tflops X] [--lr X] [--card SIZE] [--params-budgets P,...]\n"
+            "                    [--split-groups N,...]\n"
             "  defaults: host: --model d4 --batch 4 --seq 64; cuda: --model gpt2 --batch 8 --seq 1024;\n"
             "            --steps 7 rounds, --warmup 1, --modes none,optimizer,params, budget all free\n"
             "  --model: gpt2, gpt2-medium, gpt2-large, gpt2-xl or dN (N layers, N heads, 64 N wide)\n"
@@ -473,6 +497,9 @@ static void usage(void)
             "                    whose room for weights kept on the device is that share of the model's\n"
             "                    (memprof's plan; never below the window params mode is planned for)\n"
             "  --gpu-mem: the device budget (0: what the device has free)\n"
+            "  --split-groups: optimizer mode once more for each N (at most 4; -1 = auto): the first N groups\n"
+            "                  updated on the device (the split update), each against optimizer mode with every\n"
+            "                  update on the CPU, measured in the same run\n"
             "  --card: emulate a card of SIZE (as nvidia-smi prints it: 24GiB for an RTX 4090): the budget is SIZE\n"
             "          less what the CUDA context and cuBLASLt take here; with --confirm-max-batch and no\n"
             "          --batch, the batch is the planner's largest at that budget\n"
@@ -516,7 +543,7 @@ static ferry_status parse_positive(const char *flag, const char *v, double *out)
 
 #define VALUED_FLAGS                                                                                 \
     " --model --batch --seq --steps --warmup --threads --modes --offload --backend --gpu-mem --peak-tflops --lr " \
-    "--card --params-budgets "
+    "--card --params-budgets --split-groups "
 
 static ferry_status parse_budgets(const char *list, bench_opts *o)
 {
@@ -531,6 +558,21 @@ static ferry_status parse_budgets(const char *list, bench_opts *o)
             return st;
     }
     return o->nbudgets ? FERRY_OK : err_set(FERRY_ERR_INVALID_ARGUMENT, "--params-budgets is empty");
+}
+
+static ferry_status parse_splits(const char *list, bench_opts *o)
+{
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", list);
+    o->nsplits = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (o->nsplits == MAX_SPLITS)
+            return err_set(FERRY_ERR_INVALID_ARGUMENT, "--split-groups '%s': at most %d", list, MAX_SPLITS);
+        ferry_status st = parse_int("--split-groups", tok, -1, 65536, &o->splits[o->nsplits++]);
+        if (st != FERRY_OK)
+            return st;
+    }
+    return o->nsplits ? FERRY_OK : err_set(FERRY_ERR_INVALID_ARGUMENT, "--split-groups is empty");
 }
 
 static ferry_status parse_args(int argc, char **argv, bench_opts *o)
@@ -560,6 +602,7 @@ static ferry_status parse_args(int argc, char **argv, bench_opts *o)
         else if (!strcmp(a, "--lr")) st = parse_positive(a, v, &o->lr);
         else if (!strcmp(a, "--card")) st = units_parse_size_flag(a, v, "no card to emulate", &o->card);
         else if (!strcmp(a, "--params-budgets")) st = parse_budgets(v, o);
+        else if (!strcmp(a, "--split-groups")) st = parse_splits(v, o);
         else return err_set(FERRY_ERR_INVALID_ARGUMENT, "unknown flag '%s'; see --help", a);
         if (takes) i++;
     }
@@ -584,7 +627,7 @@ static void print_row(const bench_result *r, double none_tok_s)
     if (none_tok_s > 0)
         snprintf(vs, sizeof vs, "%.2fx", r->tok_s / none_tok_s);
     printf("%-11s %5d %9.0f %7s %8.1f %8.1f %8.1f %8.1f %8.1f %7.2f %9.1f %7.2f %8.1f %8.1f %6.2f/%-6.2f\n",
-           run_label(r->mode, r->pct, name, sizeof name), r->B, r->tok_s, vs, r->step, r->fwd, bwd, r->update, r->engine_opt,
+           run_label(r->mode, r->pct, r->split, name, sizeof name), r->B, r->tok_s, vs, r->step, r->fwd, bwd, r->update, r->engine_opt,
            floor > 0 ? r->step / floor : 0, exact, exact > 0 ? r->step / exact : 0, r->wait_opt, r->wait_xfer,
            r->dev_peak / 1073741824.0, r->host_peak / 1073741824.0);
 }
@@ -829,7 +872,7 @@ static void print_result_summary(const bench_opts *o, const gpt2_model *m, const
     for (int i = 0; i < ok; i++) {
         const bench_result *r = &res[i];
         char name[32];
-        printf("%s %s %.0f tok/s", i ? ";" : "", run_label(r->mode, r->pct, name, sizeof name), r->tok_s);
+        printf("%s %s %.0f tok/s", i ? ";" : "", run_label(r->mode, r->pct, r->split, name, sizeof name), r->tok_s);
         if (o->find_max || o->confirm_max)
             printf(" at max batch %d", r->B);
         if (o->peak_tflops > 0)
@@ -840,6 +883,24 @@ static void print_result_summary(const bench_opts *o, const gpt2_model *m, const
             printf(", step %.2fx overlap floor", r->step / fmax(r->compute, r->update));
     }
     printf("\n");
+}
+
+/* --split-groups: each split's speed against the all-CPU update's run. */
+static void print_split_summary(const bench_result *res, int ok)
+{
+    const bench_result *cpu = NULL;
+    for (int i = 0; i < ok; i++)
+        if (res[i].split == 0)
+            cpu = &res[i];
+    for (int i = 0; i < ok && cpu; i++) {
+        if (res[i].split == SPLIT_DEFAULT || res[i].split == 0)
+            continue;
+        char name[32];
+        printf("SPLIT %s (%d groups updated on the device): %.0f tok/s = %.2fx the all-CPU update's %.0f tok/s; "
+               "the step waited %.1f ms for the CPU update (all-CPU: %.1f ms)\n",
+               run_label(res[i].mode, res[i].pct, res[i].split, name, sizeof name), res[i].split_chosen,
+               res[i].tok_s, res[i].tok_s / cpu->tok_s, cpu->tok_s, res[i].wait_opt, cpu->wait_opt);
+    }
 }
 
 /* Whether a mode's run learned: every step applied (none skipped for a
@@ -868,7 +929,7 @@ static bool print_report(const bench_opts *o, const gpt2_model *m, const bench_r
         bool good = learned(&res[i]);
         all &= good;
         char name[32];
-        printf("loss %s: %.3f -> %.3f (the same tokens every step)%s", run_label(res[i].mode, res[i].pct, name,
+        printf("loss %s: %.3f -> %.3f (the same tokens every step)%s", run_label(res[i].mode, res[i].pct, res[i].split, name,
                sizeof name), (double)res[i].first_loss, (double)res[i].last_loss, good ? ": falls\n" : "");
         if (!good)
             printf(": FAILED: %s; the speed above is of a run that learns nothing\n",
@@ -877,6 +938,7 @@ static bool print_report(const bench_opts *o, const gpt2_model *m, const bench_r
                                                                                   : "the loss did not fall");
     }
     print_result_summary(o, m, res, ok, none_tok_s);
+    print_split_summary(res, ok);
     return all;
 }
 
@@ -891,6 +953,14 @@ static ferry_status plan_runs(bench_opts *o, const gpt2_config *cfg, ferry_backe
     for (int i = 0; i < o->nmodes; i++) {
         o->run_mode[o->nruns] = o->modes[i];
         o->run_budget[o->nruns] = o->gpu_mem;
+        o->run_split[o->nruns] = SPLIT_DEFAULT;
+        o->run_pct[o->nruns++] = 0;
+    }
+    /* The split update's runs: every update on the CPU first, the peer. */
+    for (int i = -1; o->nsplits && i < o->nsplits; i++) {
+        o->run_mode[o->nruns] = FERRY_OFFLOAD_OPTIMIZER;
+        o->run_budget[o->nruns] = o->gpu_mem;
+        o->run_split[o->nruns] = i < 0 ? 0 : o->splits[i];
         o->run_pct[o->nruns++] = 0;
     }
     if (o->nbudgets && o->find_max)
@@ -910,6 +980,7 @@ static ferry_status plan_runs(bench_opts *o, const gpt2_config *cfg, ferry_backe
         uint64_t b = full.device_total - (uint64_t)((double)all * (100 - o->budget_pct[i]) / 100.0);
         o->run_mode[o->nruns] = FERRY_OFFLOAD_PARAMS;
         o->run_budget[o->nruns] = b > window.device_total ? b : window.device_total;
+        o->run_split[o->nruns] = SPLIT_DEFAULT;
         o->run_pct[o->nruns++] = o->budget_pct[i];
     }
     return FERRY_OK;
@@ -919,7 +990,7 @@ int main(int argc, char **argv)
 {
     fileio_check_stdout_at_exit("bench_engine"); /* a full disk or /dev/full on stdout is exit 1 */
     bench_opts o = {NULL, 0, 0, 7, 1, 0, {FERRY_OFFLOAD_NONE, FERRY_OFFLOAD_OPTIMIZER, FERRY_OFFLOAD_PARAMS},
-                    3, FERRY_BACKEND_AUTO, 0, 0, false, false, false, false, 1e-4, 0, {0}, 0, {0}, {0}, {0}, 0};
+                    3, FERRY_BACKEND_AUTO, 0, 0, false, false, false, false, 1e-4, 0, {0}, 0, {0}, {0}, {0}, 0, {0}, 0, {0}};
     ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
     ferry_status st = parse_args(argc, argv, &o);
     if (st == FERRY_OK) st = ferry_system_probe(&info);
