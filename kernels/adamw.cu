@@ -107,9 +107,9 @@ extern "C" ferry_status cudaop_adamw(void *stream, ferry_dtype act, float *maste
                (long long)step);
     CU_REQUIRE(hp->beta1 >= 0.0 && hp->beta1 < 1.0 && hp->beta2 >= 0.0 && hp->beta2 < 1.0,
                "adamw: betas must lie in [0, 1), got %g and %g", hp->beta1, hp->beta2);
-    CU_REQUIRE(hp->lr >= 0.0 && hp->eps > 0.0 && hp->weight_decay >= 0.0,
-               "adamw: need lr >= 0, eps > 0, weight_decay >= 0; got %g, %g, %g", hp->lr, hp->eps,
-               hp->weight_decay);
+    CU_REQUIRE(hp->lr >= 0.0 && hp->eps >= 0.0 && hp->weight_decay >= 0.0,
+               "adamw: need lr >= 0, eps >= 0 (as the CPU optimizer), weight_decay >= 0; got %g, %g, %g", hp->lr,
+               hp->eps, hp->weight_decay);
     if (n == 0)
         return FERRY_OK;
     CU_REQUIRE(master && m && v && grad, "adamw: master, m, v and grad must not be NULL");

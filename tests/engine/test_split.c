@@ -171,6 +171,25 @@ static void test_refusals(void)
     ferry_engine_destroy(e);
 }
 
+/* The device groups' state is the arena's, as optimizer state: what the
+ * memory stats (and the trace memprof reads) count. */
+static void test_memory(void)
+{
+    ferry_engine *cpu = make(0), *split = make(2);
+    ferry_memory_stats a = FERRY_MEMORY_STATS_INIT, b = FERRY_MEMORY_STATS_INIT;
+    ferry_status st = cpu && split ? ferry_engine_memory_stats(cpu, &a) : FERRY_ERR_STATE;
+    if (st == FERRY_OK)
+        st = ferry_engine_memory_stats(split, &b);
+    /* master, m, v of groups 0 and 1, each rounded up to the arena's 256 B */
+    uint64_t want = 3 * (((numel[0] * 4 + 255) / 256 * 256) + ((numel[1] * 4 + 255) / 256 * 256));
+    uint64_t got = b.device_current_bytes[FERRY_MEM_OPTIMIZER] - a.device_current_bytes[FERRY_MEM_OPTIMIZER];
+    tap_ok(st == FERRY_OK && got == want,
+           "split 2: the device holds %llu more bytes of optimizer state (want %llu: master, m, v of 2 groups)",
+           (unsigned long long)got, (unsigned long long)want);
+    ferry_engine_destroy(cpu);
+    ferry_engine_destroy(split);
+}
+
 /* Auto's rule on its own: hand-computed cases. */
 static void test_auto_rule(void)
 {
@@ -202,6 +221,7 @@ int main(void)
     }
     tap_ok(ferry_engine_device_update_groups(ref) == 0, "device_update_groups 0: every update on the CPU");
     test_auto_rule();
+    test_memory();
     test_splits_match(ref);
     test_resume(ref);
     test_refusals();
