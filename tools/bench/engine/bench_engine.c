@@ -545,34 +545,20 @@ static ferry_status parse_positive(const char *flag, const char *v, double *out)
     " --model --batch --seq --steps --warmup --threads --modes --offload --backend --gpu-mem --peak-tflops --lr " \
     "--card --params-budgets --split-groups "
 
-static ferry_status parse_budgets(const char *list, bench_opts *o)
+/* A comma-separated list of at most `max` integers in lo..hi. */
+static ferry_status parse_int_list(const char *flag, const char *list, int lo, int hi, int max, int *out, int *n)
 {
     char buf[128];
     snprintf(buf, sizeof buf, "%s", list);
-    o->nbudgets = 0;
+    *n = 0;
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (o->nbudgets == MAX_BUDGETS)
-            return err_set(FERRY_ERR_INVALID_ARGUMENT, "--params-budgets '%s': at most %d", list, MAX_BUDGETS);
-        ferry_status st = parse_int("--params-budgets", tok, 1, 100, &o->budget_pct[o->nbudgets++]);
+        if (*n == max)
+            return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s '%s': at most %d", flag, list, max);
+        ferry_status st = parse_int(flag, tok, lo, hi, &out[(*n)++]);
         if (st != FERRY_OK)
             return st;
     }
-    return o->nbudgets ? FERRY_OK : err_set(FERRY_ERR_INVALID_ARGUMENT, "--params-budgets is empty");
-}
-
-static ferry_status parse_splits(const char *list, bench_opts *o)
-{
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s", list);
-    o->nsplits = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (o->nsplits == MAX_SPLITS)
-            return err_set(FERRY_ERR_INVALID_ARGUMENT, "--split-groups '%s': at most %d", list, MAX_SPLITS);
-        ferry_status st = parse_int("--split-groups", tok, -1, 65536, &o->splits[o->nsplits++]);
-        if (st != FERRY_OK)
-            return st;
-    }
-    return o->nsplits ? FERRY_OK : err_set(FERRY_ERR_INVALID_ARGUMENT, "--split-groups is empty");
+    return *n ? FERRY_OK : err_set(FERRY_ERR_INVALID_ARGUMENT, "%s is empty", flag);
 }
 
 static ferry_status parse_args(int argc, char **argv, bench_opts *o)
@@ -601,8 +587,10 @@ static ferry_status parse_args(int argc, char **argv, bench_opts *o)
         else if (!strcmp(a, "--peak-tflops")) st = parse_positive(a, v, &o->peak_tflops);
         else if (!strcmp(a, "--lr")) st = parse_positive(a, v, &o->lr);
         else if (!strcmp(a, "--card")) st = units_parse_size_flag(a, v, "no card to emulate", &o->card);
-        else if (!strcmp(a, "--params-budgets")) st = parse_budgets(v, o);
-        else if (!strcmp(a, "--split-groups")) st = parse_splits(v, o);
+        else if (!strcmp(a, "--params-budgets"))
+            st = parse_int_list(a, v, 1, 100, MAX_BUDGETS, o->budget_pct, &o->nbudgets);
+        else if (!strcmp(a, "--split-groups"))
+            st = parse_int_list(a, v, -1, 65536, MAX_SPLITS, o->splits, &o->nsplits);
         else return err_set(FERRY_ERR_INVALID_ARGUMENT, "unknown flag '%s'; see --help", a);
         if (takes) i++;
     }
