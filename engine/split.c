@@ -139,6 +139,17 @@ ferry_status engine_split_ensure_accumulators(ferry_engine *e)
     return FERRY_OK;
 }
 
+/* Appends the split to the engine's description. */
+static void describe_split(ferry_engine *e, const char *how)
+{
+    size_t at = strlen(e->describe);
+    if (at < sizeof e->describe)
+        snprintf(e->describe + at, sizeof e->describe - at,
+                 "; split update (%s): groups 0..%d keep master weights and moments on the device and are "
+                 "updated there",
+                 how, e->split_groups - 1);
+}
+
 /* Puts the first n groups' state on the device, from the host arrays. All
  * or nothing: a failure frees what it took. No step may be in flight. */
 static ferry_status place(ferry_engine *e, int n)
@@ -218,7 +229,10 @@ ferry_status engine_split_place_forced(ferry_engine *e)
                        n, n, nb, bb, sb, groups_fitting(e, spare, false));
     }
     ferry_status st = place(e, n);
-    return st == FERRY_OK ? FERRY_OK : err_wrap(st, "device_update_groups %d", n);
+    if (st != FERRY_OK)
+        return err_wrap(st, "device_update_groups %d", n);
+    describe_split(e, "forced");
+    return FERRY_OK;
 }
 
 int engine_split_auto_choice(const double *cpu_share, int ngroups, double update_ms, double forward_ms, int fit)
@@ -289,6 +303,8 @@ ferry_status engine_split_after_step(ferry_engine *e)
         err_clear(); /* the arena's pieces did not fit after all: all on the CPU, as before */
         return FERRY_OK;
     }
+    if (st == FERRY_OK)
+        describe_split(e, "auto");
     if (st == FERRY_OK && e->cfg.verbose)
         fprintf(stderr, "ferry: split update: groups 0..%d updated on the device (%d fit the spare budget; CPU "
                         "update %.1f ms against a forward of %.1f ms)\n",

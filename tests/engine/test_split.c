@@ -77,7 +77,9 @@ static void test_splits_match(ferry_engine *ref)
                      "moments and device weights (%s)",
                splits[c], chose, STEPS, st == FERRY_OK ? why : ferry_last_error());
         if (splits[c] > 0)
-            tap_ok(chose == splits[c], "forced split %d: %d groups updated on the device", splits[c], chose);
+            tap_ok(chose == splits[c] && strstr(ferry_engine_describe(e), "split update (forced)"),
+                   "forced split %d: %d groups updated on the device, and described: %s", splits[c], chose,
+                   ferry_engine_describe(e));
         else
             tap_ok(chose >= 0 && chose <= GROUPS, "auto chose %d groups after its warm-up (0..%d)", chose, GROUPS);
         float *w = malloc(numel[0] * sizeof(float)), *r = malloc(numel[0] * sizeof(float));
