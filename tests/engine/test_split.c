@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "engine/engine.h"
 #include "engine/split_fixture.h"
+#include "offload/trace.h"
 #include "tap.h"
 #include "test_dtype.h"
 
@@ -175,9 +176,36 @@ static void test_refusals(void)
 
 /* The device groups' state is the arena's, as optimizer state: what the
  * memory stats (and the trace memprof reads) count. */
+/* Bytes the trace at `path` says the device arena gave the optimizer
+ * state, by its allocation records (what memprof adds up). */
+static uint64_t traced_device_optimizer(const char *path, int *records)
+{
+    FILE *f = fopen(path, "rb");
+    uint64_t sum = 0;
+    trace_record r;
+    *records = 0;
+    if (!f || fseek(f, TRACE_HEADER_SIZE, SEEK_SET) != 0) {
+        if (f)
+            fclose(f);
+        return 0;
+    }
+    while (fread(&r, sizeof r, 1, f) == 1)
+        if (r.kind == TRACE_ALLOC && r.pool == TRACE_POOL_DEVICE && r.category == FERRY_MEM_OPTIMIZER &&
+            strstr(r.name, " device ")) {
+            sum += r.bytes;
+            (*records)++;
+        }
+    fclose(f);
+    return sum;
+}
+
 static void test_memory(void)
 {
-    ferry_engine *cpu = make(0), *split = make(2);
+    char trace[300];
+    snprintf(trace, sizeof trace, "%s/split.trace", dir);
+    ferry_engine_config tc = config(2);
+    tc.trace_path = trace;
+    ferry_engine *cpu = make(0), *split = make_cfg(&tc);
     ferry_memory_stats a = FERRY_MEMORY_STATS_INIT, b = FERRY_MEMORY_STATS_INIT;
     ferry_status st = cpu && split ? ferry_engine_memory_stats(cpu, &a) : FERRY_ERR_STATE;
     if (st == FERRY_OK)
@@ -190,6 +218,12 @@ static void test_memory(void)
            (unsigned long long)got, (unsigned long long)want);
     ferry_engine_destroy(cpu);
     ferry_engine_destroy(split);
+    int records = 0;
+    uint64_t traced = traced_device_optimizer(trace, &records);
+    tap_ok(traced == want && records == 6,
+           "and its memory trace records them: %d device optimizer-state allocations, %llu bytes", records,
+           (unsigned long long)traced);
+    unlink(trace);
 }
 
 /* Auto's rule on its own: hand-computed cases. */
