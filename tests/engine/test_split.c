@@ -93,6 +93,27 @@ static void test_splits_match(ferry_engine *ref)
     }
 }
 
+/* In f32 on the host backend offload none is the optimizer mode's bits
+ * (docs/engine.md): so is every split, through the all-CPU run. */
+static void test_none(ferry_engine *ref)
+{
+    if (test_dtype() != FERRY_DTYPE_F32)
+        return;
+    ferry_engine_config cfg = config(-1);
+    cfg.offload = FERRY_OFFLOAD_NONE;
+    ferry_engine *e = make_cfg(&cfg);
+    bool same = e && train(e, 0, STEPS) == FERRY_OK;
+    for (int g = 0; g < GROUPS && same; g++) {
+        float *a = malloc(numel[g] * sizeof(float)), *b = malloc(numel[g] * sizeof(float));
+        same = a && b && ferry_engine_get_weights(e, g, a) == FERRY_OK && ferry_engine_get_weights(ref, g, b) == FERRY_OK &&
+               memcmp(a, b, numel[g] * sizeof(float)) == 0;
+        free(a);
+        free(b);
+    }
+    tap_ok(same, "offload none: the same %d steps give the all-CPU (and so every split's) weights, bitwise", STEPS);
+    ferry_engine_destroy(e);
+}
+
 /* 3 steps split, save, load into a fresh split engine (and into an all-CPU
  * one), 3 more: the 6-step all-CPU run. */
 static void test_resume(ferry_engine *ref)
@@ -262,6 +283,7 @@ int main(void)
     test_auto_rule();
     test_memory();
     test_splits_match(ref);
+    test_none(ref);
     test_resume(ref);
     test_refusals();
     ferry_engine_destroy(ref);
