@@ -95,23 +95,25 @@ static void list_counts(const engine_auto_request *rq, const engine_auto_choice 
 
 static void write_reason(const engine_auto_request *rq, engine_auto_candidate first, engine_auto_choice *c)
 {
-    char budget[32], host[32] = "unknown", acts[32], d[32], h[32], rest[400];
+    char budget[32], host[48] = "host memory not checked", acts[32], d[32], h[32], rest[400];
     units_fmt_bytes(budget, sizeof budget, rq->device_budget);
-    if (rq->host_available)
-        units_fmt_bytes(host, sizeof host, rq->host_available);
+    if (rq->host_available) {
+        char avail[32];
+        snprintf(host, sizeof host, "of %s available", units_fmt_bytes(avail, sizeof avail, rq->host_available));
+    }
     units_fmt_bytes(acts, sizeof acts, rq->plan.embedder_bytes);
     units_fmt_bytes(d, sizeof d, c->device_bytes[c->pick]);
     units_fmt_bytes(h, sizeof h, c->host_bytes[c->pick]);
     list_counts(rq, c, first, c->pick, rest, sizeof rest);
     snprintf(c->reason, sizeof c->reason,
-             "offload auto chose %s: it needs %s of the %s device budget (activations %s included) and %s of "
-             "the %s host memory available%s%s",
+             "offload auto chose %s: it needs %s of the %s device budget (activations %s included) and %s on "
+             "the host (%s)%s%s",
              engine_auto_candidate_name(c->pick), d, budget, acts, h, host, rest[0] ? "; does not fit: " : "", rest);
 }
 
 static ferry_status nothing_fits(const engine_auto_request *rq, engine_auto_candidate first, engine_auto_choice *c)
 {
-    char budget[32], host[32] = "unknown", acts[32], all[400];
+    char budget[32], host[32] = "unchecked", acts[32], all[400];
     units_fmt_bytes(budget, sizeof budget, rq->device_budget);
     units_fmt_bytes(acts, sizeof acts, rq->plan.embedder_bytes);
     if (rq->host_available)
