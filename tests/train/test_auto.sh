@@ -4,11 +4,13 @@
 # predicts for the same model, batch and budget (budgets set between the
 # planner's own figures for none and optimizer, and below optimizer's);
 # --find-max-batch trains with the planner's largest batch; a resumed run
-# keeps its checkpoint's mode.
-# Usage: test_auto.sh TRAIN_GPT2 MEMPROF
+# keeps its checkpoint's mode; under mpirun (when given) two ranks agree on
+# the mode and the batch, and the planner with --ranks 2 predicts them.
+# Usage: test_auto.sh TRAIN_GPT2 MEMPROF [MPIRUN]
 set -u
 train=$1
 memprof=$2
+mpirun=${3:-}
 work=$(mktemp -d /tmp/ferry-auto-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/tap.sh"
@@ -60,4 +62,26 @@ ok $? "a resumed run keeps the checkpoint's optimizer mode (exits $rc1, $rc): $(
 "$train" "${common[@]}" --batch 2 --steps 5 --resume "$work/ck" --offload auto >"$work/out" 2>"$work/err"
 rc=$?; [ $rc -eq 0 ] && grep -q "^offload auto chose none" "$work/out"
 ok $? "--offload auto given with --resume chooses again (exit $rc) $(cat "$work/err")"
+
+# ---- two ranks ----
+if [ -n "$mpirun" ]; then
+  export OMPI_MCA_btl_vader_single_copy_mechanism=none
+  export FERRY_COMM_TIMEOUT=${FERRY_COMM_TIMEOUT:-120}
+  run2() { "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x FERRY_COMM_TIMEOUT -np 2 "$@"; }
+  dp=(--data "$work/train.bin" "${model[@]}" --warmup 1 --lr 3e-3 --backend host --threads 1 --prefetch 0)
+  want=$(plan --batch 2 --offload auto --ranks 2 --gpu-mem "$between" | field '["auto"]["chose"]')
+  run2 "$train" "${dp[@]}" --batch 2 --steps 2 --gpu-mem "$between" >"$work/out" 2>"$work/err"
+  rc=$?
+  got=$(sed -n 's/^offload auto chose \([a-z]*\).*/\1/p' "$work/out")
+  [ $rc -eq 0 ] && [ "$got" = "$want" ] && grep -q "every rank takes the same" "$work/out"
+  ok $? "2 ranks: the run chose '$got' on every rank, memprof plan --ranks 2 predicts '$want' (exit $rc) $(head -c 300 "$work/err")"
+  want=$(plan --batch 1 --offload auto --ranks 2 --gpu-mem "$budget" | field '["max_batch"]')
+  run2 "$train" "${dp[@]}" --steps 1 --gpu-mem "$budget" --find-max-batch >"$work/out" 2>"$work/err"
+  rc=$?
+  got=$(sed -n 's/^find-max-batch: batch \([0-9]*\) x 32 fits.*/\1/p' "$work/out")
+  [ $rc -eq 0 ] && [ -n "$want" ] && [ "$got" = "$want" ]
+  ok $? "2 ranks: --find-max-batch trains with batch '$got', the planner's '$want' (exit $rc) $(head -c 300 "$work/err")"
+else
+  echo "# no mpirun: the two-rank checks are left out"
+fi
 finish
