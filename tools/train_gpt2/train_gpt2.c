@@ -629,8 +629,6 @@ static ferry_status create_engine(trainer *t)
     if (st == FERRY_OK) st = ferry_engine_setup(t->engine);
     if (st != FERRY_OK)
         return st;
-    if (t->o.offload == FERRY_OFFLOAD_AUTO && leader(t) && !t->o.quiet)
-        printf("%s\n", ferry_engine_auto_reason(t->engine));
     gpt2_allocator alloc = gpt2_engine_allocator(t->engine);
     int B = t->o.sample_only ? 1 : t->o.batch;
     st = gpt2_activations_create(t->model, engine_embed_backend(t->engine), B, t->o.seq, t->o.recompute, &alloc,
@@ -1506,6 +1504,8 @@ int main(int argc, char **argv)
         else
             printf("ferry %s | %s backend, the weights alone (no engine, no optimizer state)\n", ferry_version(),
                    ferry_backend_name(backend_kind(t.sample_be)));
+        if (t.engine && ferry_engine_auto_reason(t.engine)[0]) /* offload auto: what it chose and why */
+            printf("%s\n", ferry_engine_auto_reason(t.engine));
         if (t.world > 1)
             printf("data parallel: %d ranks (%s), %d micro-batches of %d x %d per step, rank r taking the r-th %d\n",
                    t.world, world.launcher, t.world * t.o.grad_accum, t.o.batch, t.o.seq, t.o.grad_accum);
