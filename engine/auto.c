@@ -113,15 +113,17 @@ static void write_reason(const engine_auto_request *rq, engine_auto_candidate fi
 
 static ferry_status nothing_fits(const engine_auto_request *rq, engine_auto_candidate first, engine_auto_choice *c)
 {
-    char budget[32], host[32] = "unchecked", acts[32], all[400];
+    char budget[32], host[48] = "not checked", acts[32], all[400];
     units_fmt_bytes(budget, sizeof budget, rq->device_budget);
     units_fmt_bytes(acts, sizeof acts, rq->plan.embedder_bytes);
-    if (rq->host_available)
-        units_fmt_bytes(host, sizeof host, rq->host_available);
+    if (rq->host_available) {
+        char avail[32];
+        snprintf(host, sizeof host, "%s available", units_fmt_bytes(avail, sizeof avail, rq->host_available));
+    }
     list_counts(rq, c, first, ENGINE_AUTO_CANDIDATES, all, sizeof all);
     snprintf(c->reason, sizeof c->reason, "offload auto: nothing fits");
     return err_set(FERRY_ERR_OUT_OF_MEMORY,
-                   "offload auto: no mode fits a device budget of %s and %s of host memory (activations %s): %s; "
+                   "offload auto: no mode fits a device budget of %s (host memory %s; activations %s): %s; "
                    "raise the device budget, take fewer activations (a smaller batch or sequence, recompute)%s",
                    budget, host, acts, all,
                    rq->nvme || rq->plan.ranks > 1 ? ", or free host memory"

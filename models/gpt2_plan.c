@@ -119,6 +119,9 @@ static ferry_status check_request(const gpt2_plan_request *rq, const char *who)
 {
     if (!rq)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: the request is NULL", who);
+    if (rq->offload == FERRY_OFFLOAD_AUTO && strncmp(who, "gpt2_plan_auto", 14) != 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: offload auto is a choice, not a mode to plan; ask "
+                       "gpt2_plan_auto which mode it takes", who);
     if (rq->micro_batches < 1)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: %d micro-batches per step; at least 1", who,
                        rq->micro_batches);
@@ -290,6 +293,8 @@ static ferry_status auto_pick(const plan_model *pm, const gpt2_plan_request *r, 
         err_clear();
     }
     st = auto_at(pm, r, disk, budget, host, B, true, out);
+    if (st == FERRY_ERR_OUT_OF_MEMORY && !r->recompute)
+        return err_wrap(st, "even with recompute");
     if (st == FERRY_OK && !r->recompute) {
         size_t at = strlen(out->reason);
         snprintf(out->reason + at, sizeof out->reason - at, "; with recompute (no mode fits without it)");

@@ -51,6 +51,26 @@ got=$(sed -n 's/^find-max-batch: batch \([0-9]*\) x 32 fits.*/\1/p' "$work/out")
 [ $rc -eq 0 ] && [ -n "$want" ] && [ "$want" -gt 2 ] && [ "$got" = "$want" ] && grep -qE "batch $want x 32 x 1 accum" "$work/out"
 ok $? "--find-max-batch trains with batch '$got', the planner's largest '$want' (exit $rc) $(cat "$work/err")"
 
+# Recompute only when no mode fits without it: a budget between params
+# mode's need at batch 16 with recompute and without.
+with=$(plan --batch 16 --offload params --recompute | field '["device"]["total_bytes"]')
+without=$(plan --batch 16 --offload params | field '["device"]["total_bytes"]')
+mid=$(( (with + without) / 2 ))
+plan --batch 16 --offload auto --gpu-mem "$mid" >"$work/plan.json"
+want=$(field '["auto"]["chose"]' <"$work/plan.json")
+"$train" "${common[@]}" --batch 16 --steps 1 --gpu-mem "$mid" >"$work/out" 2>"$work/err"
+rc=$?
+got=$(sed -n 's/^offload auto chose \([a-z]*\).*/\1/p' "$work/out")
+[ $rc -eq 0 ] && [ "$(field '["auto"]["recompute"]' <"$work/plan.json")" = true ] && [ "$got" = "$want" ] \
+  && grep -q "no mode fits without recompute" "$work/out" && grep -q "| recompute" "$work/out"
+ok $? "--gpu-mem $mid (params plans $with with recompute, $without without): the run recomputes and chose '$got' as planned ('$want') (exit $rc) $(cat "$work/err")"
+"$memprof" plan "${model[@]}" --backend host --batch 16 --offload auto --gpu-mem 1MiB >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "no mode fits a device budget of 1.0 MiB" "$work/err"
+ok $? "memprof plan --offload auto with a budget nothing fits: exit $rc, $(head -c 300 "$work/err")"
+"$memprof" plan "${model[@]}" --backend host --offload auto >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 2 ] && grep -q "give --gpu-mem or --card" "$work/err"
+ok $? "memprof plan --offload auto without a budget: usage error (exit $rc) $(cat "$work/err")"
+
 # A resumed run keeps its checkpoint's mode (optimizer, chosen under a
 # budget) rather than choosing again without one.
 "$train" "${common[@]}" --batch 2 --steps 2 --gpu-mem "$between" --checkpoint-dir "$work/ck" >"$work/out" 2>"$work/err"
