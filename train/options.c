@@ -96,8 +96,8 @@ static const opt_spec specs[] = {
     {"--quiet", OPT_BOOL, F(quiet), "off", 0, 0, "no progress lines (errors and the summary only)"},
     {"--max-skips", OPT_INT, F(max_skips), "20", 0, 1000000000, "stop after this many steps in a row skipped for "
                                                                "non-finite gradients (0 = never)"},
-    {"--nvme-path", OPT_STR, F(nvme_path), "", 0, 0, "folder on a fast disk for the optimizer state (--offload nvme, or params "
-                                                     "with the state on disk)"},
+    {"--nvme-path", OPT_STR, F(nvme_path), "", 0, 0, "folder on a fast disk for the optimizer state (--offload nvme, params "
+                                                     "with the state on disk, or auto when the host cannot hold it)"},
     {"--nvme-master", OPT_BOOL, F(nvme_master), "off", 0, 0, "put the fp32 master weights on disk too (not only the Adam moments)"},
     {"--nvme-window", OPT_BYTES, F(nvme_window), "256MiB", 12288, 0, "pinned host memory the on-disk state streams through"},
     {"--nvme-block", OPT_BYTES, F(nvme_block), "1MiB", 4096, 67108864, "bytes per disk I/O and per checksum (a multiple of 4KiB, at most 64MiB)"},
