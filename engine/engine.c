@@ -29,6 +29,7 @@ const char *ferry_offload_name(ferry_offload mode)
     case FERRY_OFFLOAD_OPTIMIZER: return "optimizer";
     case FERRY_OFFLOAD_PARAMS: return "params";
     case FERRY_OFFLOAD_NVME: return "nvme";
+    case FERRY_OFFLOAD_AUTO: return "auto";
     }
     return "unknown";
 }
@@ -37,14 +38,14 @@ ferry_status ferry_offload_parse(const char *name, ferry_offload *out)
 {
     if (!name || !out)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_offload_parse: NULL argument");
-    for (int m = FERRY_OFFLOAD_NONE; m <= FERRY_OFFLOAD_NVME; m++) {
+    for (int m = FERRY_OFFLOAD_NONE; m <= FERRY_OFFLOAD_AUTO; m++) {
         if (strcmp(name, ferry_offload_name((ferry_offload)m)) == 0) {
             *out = (ferry_offload)m;
             return FERRY_OK;
         }
     }
     return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                   "unknown offload mode '%s': use none, optimizer, params or nvme", name);
+                   "unknown offload mode '%s': use none, optimizer, params, nvme or auto", name);
 }
 
 ferry_status engine_check_group(const ferry_engine *e, int group, const char *what)
@@ -75,8 +76,10 @@ static const size_t config_fields[] = {
     SIZED_END(ferry_engine_config, nvme_master),
     SIZED_END(ferry_engine_config, data_parallel),     SIZED_END(ferry_engine_config, comm_timeout_s),
     SIZED_END(ferry_engine_config, device_update_groups), SIZED_END(ferry_engine_config, device_update_warmup),
+    SIZED_END(ferry_engine_config, auto_activation_bytes), SIZED_END(ferry_engine_config, auto_micro_batches),
+    SIZED_END(ferry_engine_config, reserved_auto),
 };
-SIZED_NO_TAIL_PADDING(ferry_engine_config, device_update_warmup);
+SIZED_NO_TAIL_PADDING(ferry_engine_config, reserved_auto);
 
 static const size_t group_option_fields[] = {
     SIZED_END(ferry_group_options, lr_scale), SIZED_END(ferry_group_options, weight_decay),
@@ -95,10 +98,11 @@ static ferry_status check_nvme_config(const ferry_engine_config *c)
                        "for the optimizer state");
     if (disk && !c->nvme_path[0])
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: nvme_path is empty; name a folder, or leave it NULL");
-    if (disk && c->offload != FERRY_OFFLOAD_NVME && c->offload != FERRY_OFFLOAD_PARAMS)
+    if (disk && c->offload != FERRY_OFFLOAD_NVME && c->offload != FERRY_OFFLOAD_PARAMS &&
+        c->offload != FERRY_OFFLOAD_AUTO)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: nvme_path '%s' with offload '%s': the state goes to disk with offload "
-                       "'nvme' (the device as in 'optimizer') or 'params'",
+                       "'nvme' (the device as in 'optimizer'), 'params', or 'auto' when the host cannot hold it",
                        c->nvme_path, ferry_offload_name(c->offload));
     if (!disk && (c->nvme_window_bytes || c->nvme_block_bytes || c->nvme_queue_depth || c->nvme_master))
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
@@ -122,9 +126,14 @@ static ferry_status check_config(const ferry_engine_config *c)
     if (c->backend < FERRY_BACKEND_AUTO || c->backend > FERRY_BACKEND_CUDA)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: backend %d is not a ferry_backend_kind",
                        (int)c->backend);
-    if (c->offload < FERRY_OFFLOAD_NONE || c->offload > FERRY_OFFLOAD_NVME)
+    if (c->offload < FERRY_OFFLOAD_NONE || c->offload > FERRY_OFFLOAD_AUTO)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "engine config: offload %d is not none, optimizer, params or nvme", (int)c->offload);
+                       "engine config: offload %d is not none, optimizer, params, nvme or auto", (int)c->offload);
+    if (c->auto_micro_batches < 0 || c->reserved_auto != 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: auto_micro_batches %d (0 = 1, else the micro-batches per step) or "
+                       "reserved_auto %d (leave it 0)",
+                       c->auto_micro_batches, c->reserved_auto);
     if (c->prefetch_groups < 0 || c->prefetch_groups > 64)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: prefetch_groups %d is outside 0..64", c->prefetch_groups);
@@ -167,7 +176,7 @@ static ferry_status check_config(const ferry_engine_config *c)
     if (c->delayed_update && c->offload != FERRY_OFFLOAD_OPTIMIZER)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: the delayed update needs offload 'optimizer' (it overlaps the "
-                       "CPU update with the next forward); got '%s'",
+                       "CPU update with the next forward; 'auto' may choose another mode); got '%s'",
                        ferry_offload_name(c->offload));
     return FERRY_OK;
 }
@@ -261,6 +270,7 @@ ferry_status ferry_engine_create(const ferry_engine_config *cfg, ferry_engine **
     /* Offload 'nvme' places the device side as 'optimizer' does; what goes to
      * disk is nvme_update.c's business. */
     e->nvme_asked = c.offload == FERRY_OFFLOAD_NVME;
+    e->auto_asked = c.offload == FERRY_OFFLOAD_AUTO; /* chosen at setup (auto.c) */
     if (e->nvme_asked)
         e->cfg.offload = FERRY_OFFLOAD_OPTIMIZER;
     e->nvme_dir = c.nvme_path ? strdup(c.nvme_path) : NULL;

@@ -193,6 +193,10 @@ struct ferry_engine {
      * update thread, from setup on. */
     char *nvme_dir;
     bool nvme_asked;
+    /* Offload auto (auto.c): asked at create (cfg.offload AUTO until
+     * setup, then the mode chosen), and its one line. */
+    bool auto_asked;
+    char auto_reason[1100];
     struct engine_nvme *nvme;
 
     /* what the device's own software took before the engine's first byte
@@ -231,6 +235,10 @@ int engine_group_buffers(ferry_offload mode, size_t act_size, engine_buffer out[
 unsigned engine_disk_buffers(const engine_buffer *b, int n, bool disk, bool master_on_disk);
 /* The buffers of this engine's groups (its mode and device type), and in
  * *on_disk which of them its NVMe tier holds. */
+/* Offload auto at setup, before anything is placed: sets cfg.offload (and
+ * nvme_asked, nvme_dir) to the mode chosen (auto.c). */
+ferry_status engine_auto_resolve(ferry_engine *e);
+
 int engine_layout_buffers(const ferry_engine *e, engine_buffer out[ENGINE_GROUP_BUFFERS_MAX], unsigned *on_disk);
 /* The engine's own device buffers (all of them workspace), in setup order. */
 typedef struct engine_global_buffer {

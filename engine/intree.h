@@ -80,6 +80,47 @@ typedef struct engine_memory_plan {
  * budget, a bound). FERRY_ERR_INVALID_ARGUMENT naming a bad field. */
 ferry_status engine_plan_memory(const engine_plan_request *rq, engine_memory_plan *out);
 
+/* ---- offload auto: the choice, from the plan's byte counts ---- */
+
+/* The candidates in the order offload auto tries them. */
+typedef enum engine_auto_candidate {
+    ENGINE_AUTO_NONE = 0,
+    ENGINE_AUTO_OPTIMIZER,
+    ENGINE_AUTO_PARAMS,
+    ENGINE_AUTO_NVME,        /* offload NVME: the device as in optimizer, moments on disk */
+    ENGINE_AUTO_PARAMS_DISK, /* offload PARAMS with the state on disk */
+    ENGINE_AUTO_CANDIDATES,
+} engine_auto_candidate;
+
+typedef struct engine_auto_request {
+    /* The groups, backend, dtype, prefetch, micro-batches, ranks and the
+     * embedder's device bytes (its activations); offload, disk and
+     * device_budget are set per candidate. */
+    engine_plan_request plan;
+    uint64_t device_budget;  /* the engine's device budget */
+    uint64_t host_available; /* host memory this rank may take; 0 = unknown (not checked) */
+    bool nvme;               /* a folder for the NVMe tier is given (alone only) */
+} engine_auto_request;
+
+typedef struct engine_auto_choice {
+    engine_auto_candidate pick;      /* ENGINE_AUTO_CANDIDATES when nothing fits */
+    ferry_offload offload;           /* the mode to run: NONE, OPTIMIZER, PARAMS or NVME */
+    bool disk;                       /* PARAMS with the state on disk */
+    bool considered[ENGINE_AUTO_CANDIDATES];
+    uint64_t device_bytes[ENGINE_AUTO_CANDIDATES]; /* engine + embedder, at the device peak */
+    uint64_t host_bytes[ENGINE_AUTO_CANDIDATES];   /* the host pool */
+    char reason[1024];               /* one line: what was chosen and why, the bytes */
+} engine_auto_choice;
+
+/* The first candidate from `first` on that fits the device budget and the
+ * host memory (see ferry.h's "offload auto"). Nothing fitting is
+ * FERRY_ERR_OUT_OF_MEMORY with a message naming every candidate's bytes
+ * (out is filled either way); a bad request FERRY_ERR_INVALID_ARGUMENT. */
+ferry_status engine_auto_choose(const engine_auto_request *rq, engine_auto_candidate first, engine_auto_choice *out);
+
+/* "none", "optimizer", "params", "nvme", "params with the state on disk". */
+const char *engine_auto_candidate_name(engine_auto_candidate c);
+
 #ifdef __cplusplus
 }
 #endif

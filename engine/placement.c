@@ -333,7 +333,9 @@ static ferry_status plan_residency(ferry_engine *e)
 
 ferry_status engine_place(ferry_engine *e)
 {
-    ferry_status st = check_device_fit(e);
+    ferry_status st = engine_auto_resolve(e); /* offload auto: the mode, before any byte */
+    if (st == FERRY_OK)
+        st = check_device_fit(e);
     if (st == FERRY_OK)
         st = place_globals(e);
     for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)

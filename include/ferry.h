@@ -239,9 +239,11 @@ typedef enum ferry_offload {
                                 moments (and with nvme_master the fp32 master weights) in a
                                 file in nvme_path, streamed through a pinned window; PARAMS
                                 with nvme_path puts the same state on disk */
+    FERRY_OFFLOAD_AUTO,      /* chosen at ferry_engine_setup() from byte counts (see "offload
+                                auto" below); ferry_engine_offload() then says which */
 } ferry_offload;
 
-/* "none", "optimizer", "params", "nvme"; never NULL. */
+/* "none", "optimizer", "params", "nvme", "auto"; never NULL. */
 FERRY_API const char *ferry_offload_name(ferry_offload mode);
 /* Parses those names; FERRY_ERR_INVALID_ARGUMENT on anything else. */
 FERRY_API ferry_status ferry_offload_parse(const char *name, ferry_offload *out);
@@ -281,7 +283,7 @@ typedef struct ferry_engine_config {
     ferry_backend_kind backend;    /* AUTO: $FERRY_BACKEND, else cuda if a GPU is present */
     uint64_t device_budget_bytes;  /* hard cap on all device memory; 0 = what the device has free */
     uint64_t host_budget_bytes;    /* cap on the engine's host memory; 0 = no cap */
-    ferry_offload offload;         /* default FERRY_OFFLOAD_OPTIMIZER */
+    ferry_offload offload;         /* default FERRY_OFFLOAD_OPTIMIZER; AUTO chooses at setup */
     int prefetch_groups;           /* PARAMS mode: groups fetched ahead; default 2, 0..64 */
     int optimizer_threads;         /* CPU AdamW threads; 0 = every core of the chosen node */
     int numa_node;                 /* node for host state and optimizer threads; -1 = nearest the GPU */
@@ -326,6 +328,11 @@ typedef struct ferry_engine_config {
      * do not fit the budget, or where the split is not available). */
     int device_update_groups;
     int device_update_warmup;      /* auto: the steps timed before the split is chosen; 0 = 2, 1..1000 */
+    /* Offload AUTO's view of the embedder (ignored by the other modes): */
+    uint64_t auto_activation_bytes; /* device bytes the embedder will take with ferry_engine_alloc
+                                       at its peak (activations, scratch); 0 = none */
+    int auto_micro_batches;        /* micro-batches per step it will run; 0 = 1 */
+    int reserved_auto;             /* 0; keeps the struct free of tail padding */
 } ferry_engine_config;
 
 #define FERRY_ENGINE_CONFIG_INIT                                                              \
@@ -358,6 +365,9 @@ typedef struct ferry_engine_config {
         0,                           /* comm_timeout_s: $FERRY_COMM_TIMEOUT, else 600 */      \
         -1,                          /* device_update_groups: auto */                         \
         0,                           /* device_update_warmup: 2 steps */                      \
+        0,                           /* auto_activation_bytes: none */                        \
+        0,                           /* auto_micro_batches: 1 */                              \
+        0,                           /* reserved_auto */                                      \
     }
 
 /* Creates an engine: opens the backend, its streams and the optimizer thread
@@ -407,6 +417,33 @@ FERRY_API ferry_status ferry_engine_add_group(ferry_engine *e, const char *name,
  * fails here with FERRY_ERR_OUT_OF_MEMORY and a message that says what to
  * change. Once. */
 FERRY_API ferry_status ferry_engine_setup(ferry_engine *e);
+
+/* Offload AUTO: setup counts, from the same layout table it allocates from,
+ * the device and host bytes of each mode for this rank (under data
+ * parallelism the sharded host state is 1/N of it), adds
+ * auto_activation_bytes to the device side, and takes the first that fits:
+ *   none       weights, gradients, fp32 master, Adam moments and the
+ *              activations fit the device budget;
+ *   optimizer  weights, gradients and activations fit the device, and the
+ *              host state fits the host memory available;
+ *   params     its window of groups (prefetch_groups ahead) and the
+ *              activations fit the device, the host state fits the host;
+ *   nvme       with nvme_path, alone (not under data parallelism), when the
+ *              host cannot hold the state: offload NVME if optimizer's device
+ *              side fits, else PARAMS with the state on disk.
+ * The host memory available is the smallest of /proc/meminfo's MemAvailable,
+ * the cgroup's memory limit less its usage, and host_budget_bytes when set,
+ * shared by the ranks on the machine. Under data parallelism every rank
+ * takes the most offloaded of the ranks' choices, so all agree. The choice
+ * uses byte counts only, never timings: it is made once, and since every
+ * mode computes the same values (see "Numerics"), it changes where bytes
+ * live, not the results. Nothing fitting is FERRY_ERR_OUT_OF_MEMORY naming
+ * each mode's bytes against the budgets. The delayed update needs offload
+ * OPTIMIZER and is refused with AUTO. */
+/* The one line offload AUTO wrote at setup: what it chose and why, with the
+ * byte counts (printed to stderr with verbose). "" for the other modes or
+ * before setup; NULL engine: "". Owned by the engine. */
+FERRY_API const char *ferry_engine_auto_reason(const ferry_engine *e);
 
 typedef enum ferry_phase {
     FERRY_PHASE_FORWARD = 0,
@@ -502,6 +539,7 @@ FERRY_API void *ferry_engine_compute_stream(ferry_engine *e);
  * FERRY_DTYPE_AUTO, 0 groups, -1 steps. */
 /* The backend in use (AUTO resolved). */
 FERRY_API ferry_backend_kind ferry_engine_backend(const ferry_engine *e);
+/* The mode in use; with offload AUTO, the mode it chose (AUTO before setup). */
 FERRY_API ferry_offload ferry_engine_offload(const ferry_engine *e);
 /* The device element type (after AUTO is resolved). */
 FERRY_API ferry_dtype ferry_engine_dtype(const ferry_engine *e);

@@ -2,6 +2,7 @@
  * sizes and activation plan, and the engine's memory plan, added up. */
 #include "models/gpt2_plan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,6 +119,9 @@ static ferry_status check_request(const gpt2_plan_request *rq, const char *who)
 {
     if (!rq)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: the request is NULL", who);
+    if (rq->offload == FERRY_OFFLOAD_AUTO && strncmp(who, "gpt2_plan_auto", 14) != 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: offload auto is a choice, not a mode to plan; ask "
+                       "gpt2_plan_auto which mode it takes", who);
     if (rq->micro_batches < 1)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: %d micro-batches per step; at least 1", who,
                        rq->micro_batches);
@@ -232,4 +236,133 @@ ferry_status gpt2_plan_largest_model(const gpt2_plan_request *rq, const gpt2_pla
     }
     *layers = lo;
     return fits_dn(rq, tier, lo, device_budget, host_budget, disk_budget, &fits, plan);
+}
+
+/* ---- offload auto ---- */
+
+/* The engine's choice at batch B with recompute on or off. */
+static ferry_status auto_at(const plan_model *pm, const gpt2_plan_request *r, const gpt2_plan_disk *disk,
+                            uint64_t budget, uint64_t host, int B, bool recompute, gpt2_plan_auto_result *out)
+{
+    const gpt2_config *c = gpt2_get_config(pm->m);
+    ferry_status st = check_args(c, B, r->seq);
+    if (st != FERRY_OK)
+        return st;
+    ferry_dtype act = device_dtype(r->backend, r->dtype);
+    uint64_t acts = gpt2_activations_bytes(pm->m, act, B, r->seq, recompute);
+    if (acts == 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "gpt2 plan: the activations of batch %d x %d do not fit in 64 bits", B, r->seq);
+    engine_auto_request rq = {
+        .plan = {r->backend, act, FERRY_OFFLOAD_NONE, r->prefetch_groups, r->micro_batches, pm->numel, pm->ngroups,
+                 false, disk && disk->master, disk ? disk->window_bytes : 0, disk ? disk->block_bytes : 0, r->ranks,
+                 0, acts},
+        .device_budget = budget,
+        .host_available = host,
+        .nvme = disk != NULL,
+    };
+    engine_auto_choice ch;
+    if ((st = engine_auto_choose(&rq, ENGINE_AUTO_NONE, &ch)) != FERRY_OK)
+        return st;
+    gpt2_plan_request pr = *r;
+    pr.batch = B;
+    pr.offload = ch.offload;
+    pr.recompute = recompute;
+    pr.device_budget = budget;
+    gpt2_plan_disk tier = disk ? *disk : (gpt2_plan_disk){0};
+    bool on_disk = ch.offload == FERRY_OFFLOAD_NVME || ch.disk;
+    if ((st = predict(pm, &pr, on_disk ? &tier : NULL, B, &out->plan)) != FERRY_OK)
+        return st;
+    out->offload = ch.offload;
+    out->disk = ch.disk;
+    out->recompute = recompute;
+    out->activations = acts;
+    snprintf(out->reason, sizeof out->reason, "%s", ch.reason);
+    return FERRY_OK;
+}
+
+/* Without recompute first; with it only when nothing fits without. */
+static ferry_status auto_pick(const plan_model *pm, const gpt2_plan_request *r, const gpt2_plan_disk *disk,
+                              uint64_t budget, uint64_t host, int B, gpt2_plan_auto_result *out)
+{
+    ferry_status st = FERRY_ERR_OUT_OF_MEMORY;
+    if (!r->recompute) {
+        st = auto_at(pm, r, disk, budget, host, B, false, out);
+        if (st != FERRY_ERR_OUT_OF_MEMORY)
+            return st;
+        err_clear();
+    }
+    st = auto_at(pm, r, disk, budget, host, B, true, out);
+    if (st == FERRY_ERR_OUT_OF_MEMORY && !r->recompute)
+        return err_wrap(st, "even with recompute");
+    if (st == FERRY_OK && !r->recompute) {
+        size_t at = strlen(out->reason);
+        snprintf(out->reason + at, sizeof out->reason - at, "; with recompute (no mode fits without it)");
+    }
+    return st;
+}
+
+static ferry_status auto_check(const gpt2_plan_request *rq, uint64_t device_budget, const char *who)
+{
+    ferry_status st = check_request(rq, who);
+    if (st == FERRY_OK && !device_budget)
+        st = err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: offload auto chooses for a device budget; give one (--gpu-mem "
+                     "or --card)", who);
+    return st;
+}
+
+ferry_status gpt2_plan_auto(const gpt2_plan_request *rq, const gpt2_plan_disk *disk, uint64_t device_budget,
+                            uint64_t host_available, gpt2_plan_auto_result *out)
+{
+    if (!out)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "gpt2_plan_auto: out is NULL");
+    ferry_status st = auto_check(rq, device_budget, "gpt2_plan_auto");
+    plan_model pm = {0};
+    if (st == FERRY_OK)
+        st = model_open(rq->cfg, &pm);
+    if (st == FERRY_OK)
+        st = auto_pick(&pm, rq, disk, device_budget, host_available, rq->batch, out);
+    model_close(&pm);
+    return st;
+}
+
+ferry_status gpt2_plan_auto_max_batch(const gpt2_plan_request *rq, const gpt2_plan_disk *disk, uint64_t device_budget,
+                                      uint64_t host_available, int *max_B, gpt2_plan_auto_result *out)
+{
+    if (!max_B)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "gpt2_plan_auto_max_batch: max_B is NULL");
+    *max_B = 0;
+    ferry_status st = auto_check(rq, device_budget, "gpt2_plan_auto_max_batch");
+    plan_model pm = {0};
+    if (st == FERRY_OK)
+        st = model_open(rq->cfg, &pm);
+    gpt2_plan_auto_result r;
+    int lo = 0, hi = PLAN_MAX_BATCH;
+    if (st == FERRY_OK && hi > INT32_MAX / rq->seq)
+        hi = INT32_MAX / rq->seq;
+    /* Every mode's peak grows with B, so "some mode fits" holds up to a largest B. */
+    if (st == FERRY_OK) {
+        ferry_status one = auto_pick(&pm, rq, disk, device_budget, host_available, 1, &r);
+        if (one == FERRY_OK)
+            lo = 1;
+        else if (one == FERRY_ERR_OUT_OF_MEMORY)
+            err_clear(), hi = 0;
+        else
+            st = one;
+    }
+    while (st == FERRY_OK && lo >= 1 && lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (auto_pick(&pm, rq, disk, device_budget, host_available, mid, &r) == FERRY_OK) {
+            lo = mid;
+        } else {
+            err_clear(); /* too large to count is as good as too large to fit */
+            hi = mid - 1;
+        }
+    }
+    if (st == FERRY_OK && lo >= 1 && out)
+        st = auto_pick(&pm, rq, disk, device_budget, host_available, lo, out);
+    model_close(&pm);
+    if (st == FERRY_OK)
+        *max_B = lo;
+    return st;
 }

@@ -97,6 +97,34 @@ ferry_status gpt2_plan_max_batch(const gpt2_plan_request *rq, uint64_t device_bu
 ferry_status gpt2_plan_largest_model(const gpt2_plan_request *rq, const gpt2_plan_disk *disk, uint64_t device_budget,
                                      uint64_t host_budget, uint64_t disk_budget, int *layers, gpt2_plan *plan);
 
+/* Offload auto, predicted: what the engine's offload AUTO chooses for this
+ * run (engine_auto_choose, the function its setup calls, on the model's
+ * groups and activations), and whether to recompute: only when no mode fits
+ * without it (rq->recompute true forces it on). rq->offload is ignored.
+ * device_budget: the engine's (0: FERRY_ERR_INVALID_ARGUMENT, a choice
+ * needs a budget); host_available: the host memory of this rank (0:
+ * unknown, not checked; the engine reads it from the machine, see ferry.h);
+ * disk: the NVMe tier's settings when a folder is given (NULL: none).
+ * Nothing fitting, even with recompute, is FERRY_ERR_OUT_OF_MEMORY with the
+ * engine's message. */
+typedef struct gpt2_plan_auto_result {
+    ferry_offload offload; /* NONE, OPTIMIZER, PARAMS or NVME */
+    bool disk;             /* PARAMS with the state on disk */
+    bool recompute;
+    uint64_t activations;  /* what the engine is told the embedder takes */
+    gpt2_plan plan;        /* the chosen mode's prediction (params: its residency under the budget) */
+    char reason[1024];     /* the engine's one line, and a word on recompute */
+} gpt2_plan_auto_result;
+
+ferry_status gpt2_plan_auto(const gpt2_plan_request *rq, const gpt2_plan_disk *disk, uint64_t device_budget,
+                            uint64_t host_available, gpt2_plan_auto_result *out);
+
+/* The largest batch (1..65536) that gpt2_plan_auto fits in some mode, with
+ * recompute if needed (rq->batch aside); *max_B = 0 and *out untouched when
+ * not even 1 fits; *out (may be NULL) the choice at *max_B. */
+ferry_status gpt2_plan_auto_max_batch(const gpt2_plan_request *rq, const gpt2_plan_disk *disk, uint64_t device_budget,
+                                      uint64_t host_available, int *max_B, gpt2_plan_auto_result *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -54,8 +54,16 @@ static const opt_spec specs[] = {
     {"--eps", OPT_FLOAT, F(eps), "1e-8", 0, 1, "AdamW epsilon"},
     {"--clip", OPT_FLOAT, F(clip), "1.0", 0, 1e9, "clip the global gradient norm to this (0 = off)"},
     {"--backend", OPT_BACKEND, F(backend), "auto", 0, 0, "auto, host or cuda (auto: cuda if a GPU is present)"},
-    {"--offload", OPT_OFFLOAD, F(offload), "optimizer", 0, 0, "none, optimizer (ZeRO-Offload), params (ZeRO-3 style) or nvme "
-                                                              "(as optimizer, with the Adam moments on disk: --nvme-path)"},
+    {"--offload", OPT_OFFLOAD, F(offload), "auto", 0, 0, "auto (the first of none, optimizer, params that fits --gpu-mem "
+                                                         "and the host memory, the NVMe tier with --nvme-path when the host "
+                                                         "cannot hold the state, and --recompute only when nothing fits "
+                                                         "without it; one line says which and why), none, optimizer "
+                                                         "(ZeRO-Offload), params (ZeRO-3 style) or nvme (as optimizer, with "
+                                                         "the Adam moments on disk: --nvme-path); a resumed run keeps its "
+                                                         "checkpoint's mode unless this is given"},
+    {"--find-max-batch", OPT_BOOL, F(find_max_batch), "off", 0, 0, "train with the largest --batch that fits --gpu-mem "
+                                                                  "(by the planner, across modes and recompute with "
+                                                                  "--offload auto), and say which"},
     {"--dtype", OPT_DTYPE, F(dtype), "auto", 0, 0, "device storage: auto (on cuda bf16 from sm_80, f16 on sm_70/75; f32 on "
                                                    "host), f32 (host only), bf16, or f16 (with dynamic loss scaling); on the "
                                                    "host backend 16-bit types round where the CUDA ops store them"},
@@ -88,8 +96,8 @@ static const opt_spec specs[] = {
     {"--quiet", OPT_BOOL, F(quiet), "off", 0, 0, "no progress lines (errors and the summary only)"},
     {"--max-skips", OPT_INT, F(max_skips), "20", 0, 1000000000, "stop after this many steps in a row skipped for "
                                                                "non-finite gradients (0 = never)"},
-    {"--nvme-path", OPT_STR, F(nvme_path), "", 0, 0, "folder on a fast disk for the optimizer state (--offload nvme, or params "
-                                                     "with the state on disk)"},
+    {"--nvme-path", OPT_STR, F(nvme_path), "", 0, 0, "folder on a fast disk for the optimizer state (--offload nvme, params "
+                                                     "with the state on disk, or auto when the host cannot hold it)"},
     {"--nvme-master", OPT_BOOL, F(nvme_master), "off", 0, 0, "put the fp32 master weights on disk too (not only the Adam moments)"},
     {"--nvme-window", OPT_BYTES, F(nvme_window), "256MiB", 12288, 0, "pinned host memory the on-disk state streams through"},
     {"--nvme-block", OPT_BYTES, F(nvme_block), "1MiB", 4096, 67108864, "bytes per disk I/O and per checksum (a multiple of 4KiB, at most 64MiB)"},
@@ -134,7 +142,7 @@ static void print_help(void)
     }
     printf("\n" UNITS_SIZE_HELP);
     printf("\nExample: train_gpt2 --data 'data/train_*.bin' --val-data 'data/val_*.bin' --model gpt2 "
-           "--batch 8 --seq 1024 --offload optimizer --gpu-mem 24GiB\n");
+           "--batch 8 --seq 1024 --gpu-mem 24GiB\n");
 }
 
 /* A size, by the rule every program's size flags share (common/units.h). */
@@ -312,6 +320,8 @@ static int check_together(train_options *o)
         fprintf(stderr, "train_gpt2: --checkpoint-every needs --checkpoint-dir\n");
         return 2;
     }
+    if (o->delayed_update && o->offload == FERRY_OFFLOAD_AUTO && !train_options_given(o, "--offload"))
+        o->offload = FERRY_OFFLOAD_OPTIMIZER; /* the delayed update runs in optimizer mode only */
     if (o->delayed_update && o->offload != FERRY_OFFLOAD_OPTIMIZER) {
         fprintf(stderr, "train_gpt2: --delayed-update needs --offload optimizer\n");
         return 2;
@@ -320,8 +330,9 @@ static int check_together(train_options *o)
         fprintf(stderr, "train_gpt2: --offload nvme needs --nvme-path, a folder on a fast disk for the optimizer state\n");
         return 2;
     }
-    if (o->nvme_path && o->offload != FERRY_OFFLOAD_NVME && o->offload != FERRY_OFFLOAD_PARAMS) {
-        fprintf(stderr, "train_gpt2: --nvme-path puts the state on disk with --offload nvme (or params), not with "
+    if (o->nvme_path && o->offload != FERRY_OFFLOAD_NVME && o->offload != FERRY_OFFLOAD_PARAMS &&
+        o->offload != FERRY_OFFLOAD_AUTO) {
+        fprintf(stderr, "train_gpt2: --nvme-path puts the state on disk with --offload nvme (or params, or auto), not with "
                         "--offload %s\n", ferry_offload_name(o->offload));
         return 2;
     }

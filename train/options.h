@@ -31,6 +31,7 @@ typedef struct train_options {
     uint64_t gpu_mem, host_mem;
     int prefetch, threads;
     bool recompute, delayed_update;
+    bool find_max_batch;     /* --find-max-batch: the largest batch the planner fits */
     /* outputs */
     int eval_every, eval_batches;
     int sample_every, sample_tokens, top_k;

@@ -274,6 +274,8 @@ static void plan_print_text(const mp_plan_args *a, const gpt2_config *c, const g
            c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->padded_vocab_size, c->max_seq_len,
            (double)p->num_params / 1e6);
     bool f16 = p->act_size == 2 && a->dtype == FERRY_DTYPE_F16;
+    if (a->auto_asked)
+        printf("auto: %s\n", a->auto_reason);
     printf("run: batch %d x seq %d, offload %s, %s backend (%s on the device%s), recompute %s", a->batch, a->seq,
            ferry_offload_name(a->offload), ferry_backend_name(a->backend),
            p->act_size == 4 ? "fp32" : f16 ? "f16" : "bf16", f16 ? ", dynamic loss scaling" : "",
@@ -315,7 +317,8 @@ static void plan_print_text(const mp_plan_args *a, const gpt2_config *c, const g
         printf("--gpu-mem %s: %s (%.1f%% of it)", units_fmt_bytes(x, sizeof x, a->gpu_mem),
                fits ? "fits" : "does not fit", 100.0 * (double)p->device_total / (double)a->gpu_mem);
         if (max_b > 0)
-            printf("; largest batch that fits: %d\n", max_b);
+            printf("; largest batch that fits: %d%s\n", max_b,
+                   a->auto_asked ? " (across modes, with recompute if need be)" : "");
         else
             printf("; largest batch that fits: none (not even batch 1 at seq %d)\n", a->seq);
     }
@@ -361,6 +364,15 @@ static void plan_print_json(const mp_plan_args *a, const gpt2_config *c, const g
     cJSON_AddNumberToObject(o, "batch", a->batch);
     cJSON_AddNumberToObject(o, "seq", a->seq);
     cJSON_AddStringToObject(o, "offload", ferry_offload_name(a->offload));
+    if (a->auto_asked) {
+        cJSON *au = cJSON_AddObjectToObject(o, "auto");
+        cJSON_AddStringToObject(au, "chose", ferry_offload_name(a->offload));
+        cJSON_AddBoolToObject(au, "disk", plan_disk(a));
+        cJSON_AddBoolToObject(au, "recompute", a->recompute);
+        cJSON_AddStringToObject(au, "reason", a->auto_reason);
+    } else {
+        cJSON_AddNullToObject(o, "auto");
+    }
     cJSON_AddStringToObject(o, "backend", ferry_backend_name(a->backend));
     cJSON_AddBoolToObject(o, "recompute", a->recompute);
     cJSON_AddNumberToObject(o, "prefetch", a->prefetch);
@@ -429,6 +441,41 @@ static void plan_print_json(const mp_plan_args *a, const gpt2_config *c, const g
     cJSON_Delete(o);
 }
 
+/* --offload auto: the mode (and recompute) the engine would choose, and
+ * the largest batch across modes; then a plan as for that mode. 0, or the
+ * exit status. */
+static int plan_auto(mp_plan_args *a, const gpt2_config *c, int *max_b)
+{
+    if (!a->gpu_mem) {
+        fprintf(stderr, "memprof plan: --offload auto chooses for a device budget; give --gpu-mem or --card\n");
+        return 2;
+    }
+    gpt2_plan_request rq = {c, a->batch, a->seq, FERRY_OFFLOAD_AUTO, a->recompute, a->prefetch, a->grad_accum,
+                            a->backend, a->dtype, a->ranks, a->gpu_mem};
+    gpt2_plan_disk tier = {a->nvme_master, a->nvme_window, a->nvme_block};
+    gpt2_plan_auto_result r;
+    ferry_status st = gpt2_plan_auto_max_batch(&rq, a->nvme_path ? &tier : NULL, a->gpu_mem, a->host_mem, max_b, NULL);
+    if (st == FERRY_OK)
+        st = gpt2_plan_auto(&rq, a->nvme_path ? &tier : NULL, a->gpu_mem, a->host_mem, &r);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "memprof plan: %s", train_last_error());
+        if (st == FERRY_ERR_OUT_OF_MEMORY && *max_b)
+            fprintf(stderr, "; the largest batch that fits (in some mode, with recompute if need be): %d\n", *max_b);
+        else
+            fputc('\n', stderr);
+        return st == FERRY_ERR_INVALID_ARGUMENT ? 2 : 1;
+    }
+    a->auto_asked = true;
+    snprintf(a->auto_reason, sizeof a->auto_reason, "%s", r.reason);
+    a->offload = r.offload;
+    a->recompute = r.recompute;
+    if (r.offload != FERRY_OFFLOAD_NVME && !r.disk) { /* the folder was only in case */
+        a->nvme_path = NULL;
+        a->disk = 0;
+    }
+    return 0;
+}
+
 static int cmd_plan(int argc, char **argv)
 {
     mp_plan_args a;
@@ -438,6 +485,8 @@ static int cmd_plan(int argc, char **argv)
         return rc == 1 ? 0 : 2;
     gpt2_plan p;
     int max_b = 0;
+    if (a.offload == FERRY_OFFLOAD_AUTO && (rc = plan_auto(&a, &c, &max_b)) != 0)
+        return rc;
     gpt2_plan_request rq = {&c, a.batch, a.seq, a.offload, a.recompute, a.prefetch, a.grad_accum, a.backend, a.dtype,
                             a.ranks, a.gpu_mem};
     gpt2_plan_disk tier = {a.nvme_master, a.nvme_window, a.nvme_block}, *disk = plan_disk(&a) ? &tier : NULL;
@@ -445,7 +494,7 @@ static int cmd_plan(int argc, char **argv)
     memset(&big, 0, sizeof big);
     big.asked = a.gpu_mem || a.host_mem || a.disk;
     ferry_status st = gpt2_plan_predict_disk(&rq, disk, &p);
-    if (st == FERRY_OK && a.gpu_mem)
+    if (st == FERRY_OK && a.gpu_mem && !a.auto_asked)
         st = gpt2_plan_max_batch(&rq, a.gpu_mem, &max_b);
     if (st == FERRY_OK && big.asked)
         st = gpt2_plan_largest_model(&rq, disk, a.gpu_mem, a.host_mem, a.disk, &big.layers, &big.plan);

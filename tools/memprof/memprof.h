@@ -145,6 +145,8 @@ typedef struct mp_plan_args {
     uint64_t card_reserve;      /* --card-reserve, else MP_CARD_RESERVE_DEFAULT */
     bool card_reserve_given;
     int ranks;                  /* data parallel ranks; 1 = alone */
+    bool auto_asked;            /* --offload auto: offload and recompute are what it chose */
+    char auto_reason[1100];
 } mp_plan_args;
 
 /* What `memprof plan --card SIZE` leaves for the CUDA context and the

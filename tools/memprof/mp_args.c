@@ -111,7 +111,8 @@ int mp_parse_dump_args(int argc, char **argv, const char **path)
 void mp_plan_usage(FILE *f)
 {
     fputs("usage: memprof plan [--model NAME | --layers L --heads H --width C] [--vocab V]\n"
-          "                    [--context T] [--batch B] [--seq T] [--offload none|optimizer|params|nvme]\n"
+          "                    [--context T] [--batch B] [--seq T]\n"
+          "                    [--offload none|optimizer|params|nvme|auto]\n"
           "                    [--recompute] [--prefetch K] [--grad-accum K] [--backend cuda|host|auto]\n"
           "                    [--dtype auto|f32|bf16|f16] [--ranks N]\n"
           "                    [--gpu-mem SIZE | --card SIZE [--card-reserve SIZE]] [--host-mem SIZE]\n"
@@ -133,7 +134,11 @@ void mp_plan_usage(FILE *f)
           "  --context T     longest sequence the model supports (default 1024)\n"
           "  --batch B       sequences per micro-batch (default 4)\n"
           "  --seq T         tokens per sequence (default 256, at most --context)\n"
-          "  --offload MODE  none, optimizer, params or nvme (default optimizer)\n"
+          "  --offload MODE  none, optimizer, params, nvme, or auto (default optimizer): auto\n"
+          "                  predicts the mode train_gpt2's default (auto) chooses for --gpu-mem\n"
+          "                  and --host-mem (per rank; none given: not checked), the NVMe tier\n"
+          "                  only with --nvme-path, and recompute only when no mode fits\n"
+          "                  without it; the largest batch is then across modes and recompute\n"
           "  --recompute     keep only block inputs; recompute the rest in backward\n"
           "  --prefetch K    params mode: groups fetched ahead (default 2, 0..64)\n"
           "  --grad-accum K  micro-batches per step (default 1; more adds their fp32 sum)\n"
@@ -274,7 +279,7 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
         return 0;
     }
     if (!strcmp(f, "--offload") && ferry_offload_parse(v, &a->offload) != FERRY_OK)
-        return plan_fail("--offload '%s': use none, optimizer, params or nvme%s", v, "");
+        return plan_fail("--offload '%s': use none, optimizer, params, nvme or auto%s", v, "");
     if (!strcmp(f, "--backend") && ferry_backend_parse(v, &a->backend) != FERRY_OK)
         return plan_fail("--backend '%s': plan for cuda (bf16 on the device), host (fp32) or auto%s", v, "");
     if (!strcmp(f, "--backend") && a->backend == FERRY_BACKEND_AUTO) { /* as train_gpt2 would choose here */
@@ -350,10 +355,11 @@ int mp_parse_plan_args(int argc, char **argv, mp_plan_args *a, gpt2_config *c)
         if (plan_option(argc, argv, &i, a))
             return 2;
     }
-    bool disk = a->offload == FERRY_OFFLOAD_NVME || (a->offload == FERRY_OFFLOAD_PARAMS && a->nvme_path);
+    bool disk = a->offload == FERRY_OFFLOAD_NVME ||
+                ((a->offload == FERRY_OFFLOAD_PARAMS || a->offload == FERRY_OFFLOAD_AUTO) && a->nvme_path);
     if (!disk && (a->nvme_path || a->nvme_master || a->nvme_window || a->nvme_block || a->disk))
         return plan_fail("the --nvme-* and --disk options plan the state on disk: with --offload nvme, or params "
-                         "with --nvme-path%s%s", "", "");
+                         "or auto with --nvme-path%s%s", "", "");
     if (a->nvme_block && (a->nvme_block % 4096 || a->nvme_block > ((uint64_t)64 << 20))) {
         fprintf(stderr, "memprof plan: --nvme-block %llu bytes: give a multiple of 4KiB up to 64MiB\n",
                 (unsigned long long)a->nvme_block);

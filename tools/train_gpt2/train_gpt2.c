@@ -39,6 +39,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/fileio.h"
+#include "common/hostmem.h"
 #include "common/units.h"
 #include "engine/intree.h"
 #include "kernels/backend.h"
@@ -46,6 +47,7 @@
 #include "train/hf_checkpoint.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
+#include "models/gpt2_plan.h"
 #include "train/options.h"
 #include "train/run_state.h"
 #include "train/sample.h"
@@ -544,7 +546,54 @@ static ferry_status setup_sampling(trainer *t)
     return st;
 }
 
+/* The device element type the engine will take (its AUTO resolved as it
+ * resolves it: f32 on host, 16-bit on cuda): what the activations' bytes
+ * are counted in before the engine exists. */
+static ferry_dtype planned_dtype(const trainer *t)
+{
+    if (t->o.dtype != FERRY_DTYPE_AUTO)
+        return t->o.dtype;
+    ferry_backend_kind kind = t->o.backend;
+    ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
+    if (kind == FERRY_BACKEND_AUTO)
+        kind = ferry_system_probe(&info) == FERRY_OK ? info.backend : FERRY_BACKEND_HOST;
+    return kind == FERRY_BACKEND_CUDA ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F32;
+}
+
+/* What the trainer will take of the engine's budget: the activations of a
+ * batch, and those of the evaluation batch when it is smaller. */
+static uint64_t activation_bytes(const trainer *t)
+{
+    ferry_dtype d = planned_dtype(t);
+    uint64_t a = gpt2_activations_bytes(t->model, d, t->o.batch, t->o.seq, t->o.recompute);
+    if (t->val && t->eval_batch < t->o.batch)
+        a += gpt2_activations_bytes(t->model, d, t->eval_batch, t->o.seq, t->o.recompute);
+    return a;
+}
+
+static ferry_status create_engine(trainer *t);
+
+/* Offload auto recomputes only when no mode fits without it: a setup that
+ * found nothing to fit is made again with recompute on (every rank fails
+ * alike, the choice being agreed). */
 static ferry_status setup_engine(trainer *t)
+{
+    ferry_status st = create_engine(t);
+    if (st != FERRY_ERR_OUT_OF_MEMORY || t->o.offload != FERRY_OFFLOAD_AUTO || t->o.recompute || t->o.sample_only ||
+        !strstr(ferry_last_error(), "offload auto: no mode fits"))
+        return st;
+    ferry_engine_destroy(t->engine);
+    gpt2_destroy(t->model);
+    t->engine = NULL;
+    t->model = NULL;
+    t->o.recompute = true;
+    st = create_engine(t);
+    if (st == FERRY_OK && leader(t) && !t->o.quiet)
+        printf("offload auto: no mode fits without recompute; recomputing activations in backward\n");
+    return st;
+}
+
+static ferry_status create_engine(trainer *t)
 {
     ferry_engine_config c = FERRY_ENGINE_CONFIG_INIT;
     c.backend = t->o.backend;
@@ -569,6 +618,8 @@ static ferry_status setup_engine(trainer *t)
         c.nvme_queue_depth = t->o.nvme_queue_depth;
     }
     ferry_status st = gpt2_create(&t->cfg, &t->model);
+    c.auto_activation_bytes = st == FERRY_OK && !t->o.sample_only ? activation_bytes(t) : 0;
+    c.auto_micro_batches = t->o.grad_accum;
     if (st == FERRY_OK) st = ferry_engine_create(&c, &t->engine);
     char setup[64] = "setup"; /* each rank's trace says whose it is */
     if (t->world > 1)
@@ -946,7 +997,7 @@ static ferry_status save(trainer *t)
     r.batch = o->batch, r.seq = o->seq;
     r.grad_accum = o->grad_accum * t->world; /* the step's micro-batches of every rank */
     snprintf(r.run, sizeof r.run, "%s", t->run);
-    r.settings = (train_settings){1, o->seed, (int32_t)ferry_engine_dtype(t->engine), (int32_t)o->offload,
+    r.settings = (train_settings){1, o->seed, (int32_t)ferry_engine_dtype(t->engine), (int32_t)ferry_engine_offload(t->engine),
                                   o->delayed_update, o->warmup, o->steps, o->lr, o->lr_min_frac, o->weight_decay,
                                   o->beta1, o->beta2, o->eps, o->clip};
     ferry_engine_mark(t->engine, t->step, "checkpoint"); /* a failed trace is said at the next step, after the save */
@@ -1270,6 +1321,79 @@ static ferry_status agree_before_token(void *ctx, bool *stop)
 /* Everything that can be checked before the engine allocates is checked
  * here, the outputs first. Rank 0 alone locks the checkpoint folder and
  * opens the log (it writes both); every rank checks its own trace. */
+/* The device budget to fill: --gpu-mem, else a card's memory less what its
+ * CUDA context and libraries take (memprof's --card-reserve default). */
+static ferry_status max_batch_budget(const trainer *t, uint64_t *budget)
+{
+    *budget = t->o.gpu_mem;
+    ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
+    if (!*budget && planned_dtype(t) != FERRY_DTYPE_F32 && ferry_system_probe(&info) == FERRY_OK &&
+        info.gpu_memory_bytes > ((uint64_t)1 << 30))
+        *budget = info.gpu_memory_bytes - ((uint64_t)512 << 20);
+    if (!*budget)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "--find-max-batch fills a device budget: give --gpu-mem (no GPU "
+                       "here says how much it has)");
+    return FERRY_OK;
+}
+
+/* The smallest of the ranks' batches, so that every rank trains the same. */
+static ferry_status agree_batch(const trainer *t, int *B)
+{
+    if (t->world <= 1)
+        return FERRY_OK;
+    double *all = calloc((size_t)t->world, sizeof *all);
+    if (!all)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "out of host memory");
+    all[t->rank] = *B;
+    ferry_status st = ferry_world_all_reduce(all, (size_t)t->world);
+    for (int k = 0; k < t->world && st == FERRY_OK; k++)
+        *B = all[k] < *B ? (int)all[k] : *B;
+    free(all);
+    return st;
+}
+
+/* --find-max-batch: the planner's largest batch (across modes and
+ * recompute with offload auto), the same on every rank. */
+static ferry_status find_max_batch(trainer *t)
+{
+    uint64_t budget, host = hostmem_available(NULL, NULL);
+    ferry_status st = max_batch_budget(t, &budget);
+    if (st != FERRY_OK)
+        return st;
+    if (t->o.host_mem && (!host || t->o.host_mem < host))
+        host = t->o.host_mem;
+    gpt2_plan_request rq = {&t->cfg, 1, t->o.seq, t->o.offload, t->o.recompute, t->o.prefetch, t->o.grad_accum,
+                            t->o.backend, planned_dtype(t), t->world, budget};
+    if (rq.backend == FERRY_BACKEND_AUTO)
+        rq.backend = rq.dtype == FERRY_DTYPE_F32 ? FERRY_BACKEND_HOST : FERRY_BACKEND_CUDA;
+    gpt2_plan_disk tier = {t->o.nvme_master, t->o.nvme_window, t->o.nvme_block};
+    gpt2_plan_auto_result r;
+    memset(&r, 0, sizeof r);
+    int B = 0;
+    bool auto_mode = t->o.offload == FERRY_OFFLOAD_AUTO;
+    st = auto_mode ? gpt2_plan_auto_max_batch(&rq, t->o.nvme_path ? &tier : NULL, budget, host, &B, NULL)
+                   : gpt2_plan_max_batch(&rq, budget, &B);
+    if (st == FERRY_OK)
+        st = agree_batch(t, &B);
+    if (st != FERRY_OK)
+        return st;
+    char b[32];
+    if (B < 1)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "not even batch 1 x %d fits the device budget of %s%s", t->o.seq,
+                       units_fmt_bytes(b, sizeof b, budget), auto_mode ? " in any mode, with recompute" : "");
+    rq.batch = B;
+    if (auto_mode && (st = gpt2_plan_auto(&rq, t->o.nvme_path ? &tier : NULL, budget, host, &r)) != FERRY_OK)
+        return st;
+    t->o.batch = B;
+    if (auto_mode)
+        t->o.recompute = r.recompute;
+    if (leader(t))
+        printf("find-max-batch: batch %d x %d fits the device budget of %s (offload %s%s)\n", B, t->o.seq,
+               units_fmt_bytes(b, sizeof b, budget), ferry_offload_name(auto_mode ? r.offload : t->o.offload),
+               t->o.recompute ? ", recompute" : "");
+    return FERRY_OK;
+}
+
 static int prepare(trainer *t)
 {
     train_options outputs = t->o;
@@ -1291,6 +1415,8 @@ static int prepare(trainer *t)
         fprintf(stderr, "train_gpt2: --seq %d is longer than the model's context %d\n", t->o.seq, t->cfg.max_seq_len);
         return 2;
     }
+    if (t->o.find_max_batch && !t->o.sample_only && find_max_batch(t) != FERRY_OK)
+        return fail("--find-max-batch");
     /* Samples need the tokenizer; without one, a run that asked for none just skips the final sample. */
     if (open_tokenizer(t) != FERRY_OK && (t->o.sample_every || t->o.sample_only))
         return fail("tokenizer");
@@ -1378,6 +1504,8 @@ int main(int argc, char **argv)
         else
             printf("ferry %s | %s backend, the weights alone (no engine, no optimizer state)\n", ferry_version(),
                    ferry_backend_name(backend_kind(t.sample_be)));
+        if (t.engine && ferry_engine_auto_reason(t.engine)[0]) /* offload auto: what it chose and why */
+            printf("%s\n", ferry_engine_auto_reason(t.engine));
         if (t.world > 1)
             printf("data parallel: %d ranks (%s), %d micro-batches of %d x %d per step, rank r taking the r-th %d\n",
                    t.world, world.launcher, t.world * t.o.grad_accum, t.o.batch, t.o.seq, t.o.grad_accum);

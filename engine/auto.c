@@ -1,0 +1,260 @@
+/* Offload auto: which mode a run takes, from the memory plan's byte counts
+ * (plan.c, counted from the layout table setup allocates from), the device
+ * budget and the host memory available. engine_auto_choose is arithmetic
+ * only, so the GPT-2 planner (models/gpt2_plan.c) predicts with the very
+ * function setup decides with; engine_auto_resolve applies it to an engine
+ * at setup, agreeing across ranks. Places nothing itself (placement.c does,
+ * for the mode chosen); never reads timings. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/hostmem.h"
+#include "common/units.h"
+#include "engine/engine.h"
+#include "kernels/comm.h"
+
+const char *engine_auto_candidate_name(engine_auto_candidate c)
+{
+    switch (c) {
+    case ENGINE_AUTO_NONE: return "none";
+    case ENGINE_AUTO_OPTIMIZER: return "optimizer";
+    case ENGINE_AUTO_PARAMS: return "params";
+    case ENGINE_AUTO_NVME: return "nvme";
+    case ENGINE_AUTO_PARAMS_DISK: return "params with the state on disk";
+    case ENGINE_AUTO_CANDIDATES: break;
+    }
+    return "nothing";
+}
+
+static ferry_offload candidate_mode(engine_auto_candidate c)
+{
+    static const ferry_offload mode[ENGINE_AUTO_CANDIDATES] = {
+        FERRY_OFFLOAD_NONE, FERRY_OFFLOAD_OPTIMIZER, FERRY_OFFLOAD_PARAMS, FERRY_OFFLOAD_NVME, FERRY_OFFLOAD_PARAMS};
+    return mode[c];
+}
+
+/* One candidate's device (engine + embedder) and host bytes. Params mode is
+ * counted for its whole window (prefetch_groups ahead), not for residency,
+ * which only fills what the budget leaves. */
+static ferry_status count(const engine_auto_request *rq, engine_auto_candidate c, uint64_t *dev, uint64_t *host)
+{
+    engine_plan_request p = rq->plan;
+    p.offload = candidate_mode(c);
+    p.disk = c == ENGINE_AUTO_NVME || c == ENGINE_AUTO_PARAMS_DISK;
+    if (!p.disk)
+        p.disk_master = false;
+    p.device_budget = 0;
+    engine_memory_plan m;
+    ferry_status st = engine_plan_memory(&p, &m);
+    if (st != FERRY_OK)
+        return st;
+    *dev = p.embedder_bytes;
+    *host = 0;
+    for (int k = 0; k < FERRY_MEM_CATEGORY_COUNT; k++) {
+        *dev += m.device_bytes[k];
+        *host += m.host_bytes[k];
+    }
+    return FERRY_OK;
+}
+
+static bool host_fits(const engine_auto_request *rq, uint64_t host)
+{
+    return !rq->host_available || host <= rq->host_available;
+}
+
+static void why_not(const engine_auto_request *rq, const engine_auto_choice *c, engine_auto_candidate k, char *buf,
+                    size_t cap)
+{
+    char d[32], h[32];
+    units_fmt_bytes(d, sizeof d, c->device_bytes[k]);
+    units_fmt_bytes(h, sizeof h, c->host_bytes[k]);
+    if (k == ENGINE_AUTO_NONE)
+        snprintf(buf, cap, "%s needs %s on the device", engine_auto_candidate_name(k), d);
+    else
+        snprintf(buf, cap, "%s %s on the device and %s on the host%s", engine_auto_candidate_name(k), d, h,
+                 c->device_bytes[k] > rq->device_budget ? "" : host_fits(rq, c->host_bytes[k]) ? "" : " (host short)");
+}
+
+/* "none needs 9.1 GiB on the device; optimizer 2.0 GiB ... " for the
+ * candidates before `upto` that were considered. */
+static void list_counts(const engine_auto_request *rq, const engine_auto_choice *c, engine_auto_candidate from,
+                        engine_auto_candidate upto, char *buf, size_t cap)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int k = from; k < (int)upto && at < cap; k++) {
+        if (!c->considered[k])
+            continue;
+        char one[160];
+        why_not(rq, c, (engine_auto_candidate)k, one, sizeof one);
+        at += (size_t)snprintf(buf + at, cap - at, "%s%s", at ? "; " : "", one);
+    }
+}
+
+static void write_reason(const engine_auto_request *rq, engine_auto_candidate first, engine_auto_choice *c)
+{
+    char budget[32], host[48] = "host memory not checked", acts[32], d[32], h[32], rest[400];
+    units_fmt_bytes(budget, sizeof budget, rq->device_budget);
+    if (rq->host_available) {
+        char avail[32];
+        snprintf(host, sizeof host, "of %s available", units_fmt_bytes(avail, sizeof avail, rq->host_available));
+    }
+    units_fmt_bytes(acts, sizeof acts, rq->plan.embedder_bytes);
+    units_fmt_bytes(d, sizeof d, c->device_bytes[c->pick]);
+    units_fmt_bytes(h, sizeof h, c->host_bytes[c->pick]);
+    list_counts(rq, c, first, c->pick, rest, sizeof rest);
+    snprintf(c->reason, sizeof c->reason,
+             "offload auto chose %s: it needs %s of the %s device budget (activations %s included) and %s on "
+             "the host (%s)%s%s",
+             engine_auto_candidate_name(c->pick), d, budget, acts, h, host, rest[0] ? "; does not fit: " : "", rest);
+}
+
+static ferry_status nothing_fits(const engine_auto_request *rq, engine_auto_candidate first, engine_auto_choice *c)
+{
+    char budget[32], host[48] = "not checked", acts[32], all[400];
+    units_fmt_bytes(budget, sizeof budget, rq->device_budget);
+    units_fmt_bytes(acts, sizeof acts, rq->plan.embedder_bytes);
+    if (rq->host_available) {
+        char avail[32];
+        snprintf(host, sizeof host, "%s available", units_fmt_bytes(avail, sizeof avail, rq->host_available));
+    }
+    list_counts(rq, c, first, ENGINE_AUTO_CANDIDATES, all, sizeof all);
+    snprintf(c->reason, sizeof c->reason, "offload auto: nothing fits");
+    return err_set(FERRY_ERR_OUT_OF_MEMORY,
+                   "offload auto: no mode fits a device budget of %s (host memory %s; activations %s): %s; "
+                   "raise the device budget, take fewer activations (a smaller batch or sequence, recompute)%s",
+                   budget, host, acts, all,
+                   rq->nvme || rq->plan.ranks > 1 ? ", or free host memory"
+                                                  : ", free host memory, or give nvme_path for the NVMe tier");
+}
+
+ferry_status engine_auto_choose(const engine_auto_request *rq, engine_auto_candidate first, engine_auto_choice *out)
+{
+    if (!rq || !out || first < ENGINE_AUTO_NONE || first > ENGINE_AUTO_CANDIDATES)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine_auto_choose: NULL argument or candidate %d", (int)first);
+    engine_auto_choice c;
+    memset(&c, 0, sizeof c);
+    c.pick = ENGINE_AUTO_CANDIDATES;
+    bool alone = rq->plan.ranks <= 1;
+    for (int k = first; k < ENGINE_AUTO_CANDIDATES && c.pick == ENGINE_AUTO_CANDIDATES; k++) {
+        if ((k == ENGINE_AUTO_NVME || k == ENGINE_AUTO_PARAMS_DISK) && !(rq->nvme && alone))
+            continue;
+        ferry_status st = count(rq, (engine_auto_candidate)k, &c.device_bytes[k], &c.host_bytes[k]);
+        if (st != FERRY_OK)
+            return err_wrap(st, "offload auto");
+        c.considered[k] = true;
+        if (c.device_bytes[k] <= rq->device_budget && host_fits(rq, c.host_bytes[k]))
+            c.pick = (engine_auto_candidate)k;
+    }
+    ferry_status st = FERRY_OK;
+    if (c.pick == ENGINE_AUTO_CANDIDATES) {
+        st = nothing_fits(rq, first, &c);
+    } else {
+        c.offload = candidate_mode(c.pick);
+        c.disk = c.pick == ENGINE_AUTO_PARAMS_DISK;
+        write_reason(rq, first, &c);
+    }
+    *out = c;
+    return st;
+}
+
+/* ---- the engine's side: at setup ---- */
+
+/* Host memory this rank may take: what the machine (and its cgroup) has
+ * available, shared by the ranks on it, and host_budget_bytes when set. */
+static uint64_t rank_host_available(const ferry_engine *e)
+{
+    uint64_t avail = hostmem_available(NULL, NULL);
+    int local = e->dp ? comm_world_local_size() : 1;
+    if (local > 1)
+        avail /= (uint64_t)local;
+    if (e->cfg.host_budget_bytes && (!avail || e->cfg.host_budget_bytes < avail))
+        avail = e->cfg.host_budget_bytes;
+    return avail;
+}
+
+/* Every rank's pick, as counts per candidate (the last slot: nothing fits). */
+static ferry_status gather_picks(const ferry_engine *e, engine_auto_candidate mine, int *lo, int *hi)
+{
+    double votes[ENGINE_AUTO_CANDIDATES + 1] = {0};
+    votes[mine] = 1;
+    *lo = *hi = (int)mine;
+    if (!e->dp)
+        return FERRY_OK;
+    ferry_status st = comm_world_all_reduce_f64(votes, ENGINE_AUTO_CANDIDATES + 1);
+    if (st != FERRY_OK)
+        return err_wrap(st, "offload auto: agreeing on the mode across ranks");
+    *lo = ENGINE_AUTO_CANDIDATES;
+    *hi = 0;
+    for (int k = 0; k <= ENGINE_AUTO_CANDIDATES; k++)
+        if (votes[k] > 0) {
+            *lo = k < *lo ? k : *lo;
+            *hi = k;
+        }
+    return FERRY_OK;
+}
+
+/* The ranks agree on the most offloaded of their picks: each picks again
+ * from there on until every rank holds the same (a few rounds at most: the
+ * start only moves on). */
+static ferry_status choose_agreed(const ferry_engine *e, const engine_auto_request *rq, engine_auto_choice *c)
+{
+    engine_auto_candidate first = ENGINE_AUTO_NONE;
+    for (;;) {
+        ferry_status st = engine_auto_choose(rq, first, c), agreed;
+        if (st != FERRY_OK && st != FERRY_ERR_OUT_OF_MEMORY)
+            return st;
+        int lo, hi;
+        if ((agreed = gather_picks(e, c->pick, &lo, &hi)) != FERRY_OK)
+            return agreed;
+        if (hi == ENGINE_AUTO_CANDIDATES)
+            return st != FERRY_OK ? st
+                                  : err_set(FERRY_ERR_OUT_OF_MEMORY, "offload auto: %s here, but on another rank no "
+                                                                     "mode fits (see its message)",
+                                            engine_auto_candidate_name(c->pick));
+        if (lo == hi)
+            return FERRY_OK;
+        first = (engine_auto_candidate)hi;
+    }
+}
+
+ferry_status engine_auto_resolve(ferry_engine *e)
+{
+    if (!e->auto_asked)
+        return FERRY_OK;
+    size_t *numel = malloc((size_t)e->ngroups * sizeof *numel);
+    if (!numel)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_setup: out of host memory");
+    for (int g = 0; g < e->ngroups; g++)
+        numel[g] = e->groups[g].numel;
+    int ranks = e->dp ? comm_world_size() : 1;
+    engine_auto_request rq = {
+        .plan = {backend_kind(e->be), e->act, FERRY_OFFLOAD_NONE, e->cfg.prefetch_groups,
+                 e->cfg.auto_micro_batches > 0 ? e->cfg.auto_micro_batches : 1, numel, e->ngroups, false,
+                 e->cfg.nvme_master != 0, e->cfg.nvme_window_bytes, e->cfg.nvme_block_bytes, ranks, 0,
+                 e->cfg.auto_activation_bytes},
+        .device_budget = arena_budget(e->arena),
+        .host_available = rank_host_available(e),
+        .nvme = e->nvme_dir != NULL,
+    };
+    engine_auto_choice c;
+    ferry_status st = choose_agreed(e, &rq, &c);
+    free(numel);
+    if (st != FERRY_OK)
+        return err_wrap(st, "ferry_engine_setup");
+    e->cfg.offload = c.offload == FERRY_OFFLOAD_NVME ? FERRY_OFFLOAD_OPTIMIZER : c.offload;
+    e->nvme_asked = c.offload == FERRY_OFFLOAD_NVME;
+    if (!e->nvme_asked && !c.disk) { /* the folder was only in case the disk were needed */
+        free(e->nvme_dir);
+        e->nvme_dir = NULL;
+    }
+    snprintf(e->auto_reason, sizeof e->auto_reason, "%s%s", c.reason,
+             e->dp ? " (every rank takes the same)" : "");
+    if (e->cfg.verbose)
+        fprintf(stderr, "ferry: %s\n", e->auto_reason);
+    return FERRY_OK;
+}
+
+const char *ferry_engine_auto_reason(const ferry_engine *e) { return e ? e->auto_reason : ""; }

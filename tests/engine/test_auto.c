@@ -1,0 +1,342 @@
+/* Offload auto on the host backend with a small GPT-2 (6 layers, 64 wide):
+ * for device budgets chosen from byte counts worked out here by hand (f32:
+ * 20 bytes a parameter on the device in none, 8 in optimizer, params a
+ * window of 2 groups' weights and 3 groups' gradients at prefetch 0; 20 on
+ * the host in the offload modes, 12 with the moments on disk), auto picks
+ * none, optimizer, params, nvme and params with the state on disk; each run
+ * is bitwise equal to offload none over several steps; the device peak
+ * stays within the budget; the planner (gpt2_plan_auto) predicts the same
+ * choice as the engine makes; a budget too small for anything is refused
+ * with the sizes named. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "engine/intree.h"
+#include "models/gpt2.h"
+#include "models/gpt2_engine.h"
+#include "models/gpt2_plan.h"
+#include "tap.h"
+
+enum { STEPS = 4, B = 2, T = 32, LAYERS = 6, C = 64 };
+
+static gpt2_config small;
+static char dir[] = "/tmp/ferry-test-auto-XXXXXX";
+
+typedef struct run_result {
+    float loss[STEPS];
+    float *weights;
+    size_t nweights;
+    uint64_t device_peak, budget;
+    ferry_offload chosen;
+    char reason[1100];
+} run_result;
+
+typedef struct run_opts {
+    ferry_offload mode;
+    uint64_t budget, host;
+    bool nvme;
+} run_opts;
+
+static void batch_tokens(int step, int32_t *tokens, int32_t *targets)
+{
+    uint64_t rng = 91 + (uint64_t)step * 131;
+    for (int i = 0; i < B * T + 1; i++) {
+        int32_t tok = (int32_t)((i * 5 + step) % 89);
+        if (tap_rand_u64(&rng) % 4 == 0)
+            tok = (int32_t)(tap_rand_u64(&rng) % (uint64_t)small.vocab_size);
+        if (i < B * T)
+            tokens[i] = tok;
+        if (i > 0)
+            targets[i - 1] = tok;
+    }
+}
+
+static uint64_t activations(void)
+{
+    gpt2_model *m = NULL;
+    uint64_t a = gpt2_create(&small, &m) == FERRY_OK ? gpt2_activations_bytes(m, FERRY_DTYPE_F32, B, T, false) : 0;
+    gpt2_destroy(m);
+    return a;
+}
+
+static ferry_engine_config config(const run_opts *ro)
+{
+    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
+    cfg.backend = FERRY_BACKEND_HOST;
+    cfg.dtype = FERRY_DTYPE_F32;
+    cfg.offload = ro->mode;
+    cfg.prefetch_groups = 0;
+    cfg.optimizer_threads = 2;
+    cfg.device_budget_bytes = ro->budget;
+    cfg.host_budget_bytes = ro->host;
+    cfg.auto_activation_bytes = activations();
+    if (ro->nvme) {
+        cfg.nvme_path = dir;
+        cfg.nvme_window_bytes = 96 << 10;
+        cfg.nvme_block_bytes = 4096;
+    }
+    return cfg;
+}
+
+static ferry_status train(ferry_engine *e, gpt2_model *m, run_result *out)
+{
+    gpt2_activations *act = NULL;
+    gpt2_allocator alloc = gpt2_engine_allocator(e);
+    ferry_status st = gpt2_activations_create(m, engine_embed_backend(e), B, T, false, &alloc, &act);
+    gpt2_hooks hooks = gpt2_engine_hooks(e);
+    backend_stream *s = engine_embed_stream(e);
+    ferry_step_options o = FERRY_STEP_OPTIONS_INIT;
+    o.lr = 3e-3f;
+    o.weight_decay = 0.01f;
+    o.max_grad_norm = 1.0f;
+    int32_t tokens[B * T], targets[B * T];
+    for (int step = 0; step < STEPS && st == FERRY_OK; step++) {
+        batch_tokens(step, tokens, targets);
+        st = ferry_engine_begin_micro_batch(e, 0, 1);
+        if (st == FERRY_OK) st = gpt2_forward(m, act, &hooks, s, tokens, targets, true);
+        if (st == FERRY_OK) st = gpt2_backward(m, act, &hooks, s, 1.0f);
+        if (st == FERRY_OK) st = gpt2_loss(act, s, &out->loss[step]);
+        if (st == FERRY_OK) st = ferry_engine_step(e, &o, NULL);
+    }
+    if (st == FERRY_OK)
+        st = ferry_engine_synchronize(e);
+    gpt2_activations_destroy(act);
+    return st;
+}
+
+static ferry_status run(const run_opts *ro, run_result *out)
+{
+    memset(out, 0, sizeof *out);
+    gpt2_model *m = NULL;
+    ferry_engine *e = NULL;
+    ferry_engine_config cfg = config(ro);
+    ferry_status st = gpt2_create(&small, &m);
+    if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
+    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, 1234, NULL);
+    if (st == FERRY_OK) st = ferry_engine_setup(e);
+    if (st == FERRY_OK) {
+        out->chosen = ferry_engine_offload(e);
+        snprintf(out->reason, sizeof out->reason, "%s", ferry_engine_auto_reason(e));
+        st = train(e, m, out);
+    }
+    if (st == FERRY_OK) {
+        for (int g = 0; g < gpt2_num_groups(m); g++)
+            out->nweights += gpt2_group_numel(m, g);
+        out->weights = malloc(out->nweights * sizeof(float));
+        size_t at = 0;
+        for (int g = 0; g < gpt2_num_groups(m) && st == FERRY_OK; g++) {
+            st = ferry_engine_get_weights(e, g, out->weights + at);
+            at += gpt2_group_numel(m, g);
+        }
+        ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
+        ferry_engine_memory_stats(e, &ms);
+        out->device_peak = ms.device_total_peak_bytes;
+        out->budget = ms.device_budget_bytes;
+    }
+    ferry_engine_destroy(e);
+    gpt2_destroy(m);
+    return st;
+}
+
+static void compare(const run_result *a, const run_result *b, const char *what)
+{
+    int first = -1;
+    for (int i = 0; i < STEPS && first < 0; i++)
+        if (memcmp(&a->loss[i], &b->loss[i], sizeof(float)) != 0)
+            first = i;
+    if (!tap_ok(first < 0, "%s: %d losses bitwise equal to none's (last %.7f)", what, STEPS,
+                (double)a->loss[STEPS - 1]))
+        tap_diag("  step %d: %.9g vs %.9g", first, (double)a->loss[first], (double)b->loss[first]);
+    size_t diff = 0;
+    for (size_t i = 0; i < a->nweights && i < b->nweights; i++)
+        diff += memcmp(&a->weights[i], &b->weights[i], sizeof(float)) != 0;
+    tap_ok(a->nweights == b->nweights && diff == 0, "%s: final weights bitwise equal (%zu of %zu differ)", what, diff,
+           a->nweights);
+}
+
+/* The hand figures: parameters, the largest group, and each mode's bytes. */
+typedef struct hand {
+    uint64_t n, block, acts;
+    uint64_t none, optimizer, params;          /* device, activations included */
+    uint64_t host_offload, host_nvme;          /* host */
+} hand;
+
+static hand hand_counts(void)
+{
+    hand h;
+    h.block = 12 * C * C + 13 * C;                             /* a block: 4 matrices, biases, 2 layernorms */
+    uint64_t emb = (uint64_t)small.padded_vocab_size * C + 64 * C; /* wte + wpe */
+    h.n = emb + LAYERS * h.block + 2 * C;                      /* and the final layernorm */
+    h.acts = activations();
+    h.none = 20 * h.n + h.acts;                                /* weights, grads, master, m, v: 4 bytes each */
+    h.optimizer = 8 * h.n + h.acts;                            /* weights, grads */
+    h.params = (2 + 3) * 4 * h.block + h.acts;                 /* prefetch 0: 2 groups' weights, 3 groups' grads */
+    h.host_offload = 20 * h.n;                                 /* master, m, v, drained grads, upload copy */
+    h.host_nvme = 8 * h.n;                                     /* grads and upload copy; the moments on disk */
+    return h;
+}
+
+/* Within rounding (256-byte granules, a few small buffers) of the hand figure. */
+static bool near(uint64_t got, uint64_t want) { return got >= want && got <= want + want / 50 + (64u << 10); }
+
+/* The planner's choice for the same run (the engine's inputs). */
+static void check_planner(const run_opts *ro, const run_result *r, const char *what)
+{
+    gpt2_plan_request rq = {&small, B, T, FERRY_OFFLOAD_AUTO, false, 0, 1, FERRY_BACKEND_HOST, FERRY_DTYPE_F32, 1,
+                            0};
+    gpt2_plan_disk disk = {false, 96 << 10, 4096};
+    gpt2_plan_auto_result p;
+    ferry_status st = gpt2_plan_auto(&rq, ro->nvme ? &disk : NULL, r->budget, ro->host, &p);
+    if (!tap_ok(st == FERRY_OK && p.offload == r->chosen && !p.recompute,
+                "%s: the planner predicts the engine's choice (%s)", what,
+                st == FERRY_OK ? ferry_offload_name(p.offload) : ferry_last_error()))
+        tap_diag("  engine: %s", r->reason);
+}
+
+static void test_choices(void)
+{
+    hand h = hand_counts();
+    tap_diag("by hand: %llu parameters, activations %llu B; device none %llu, optimizer %llu, params %llu; host %llu "
+             "(nvme %llu)",
+             (unsigned long long)h.n, (unsigned long long)h.acts, (unsigned long long)h.none,
+             (unsigned long long)h.optimizer, (unsigned long long)h.params, (unsigned long long)h.host_offload,
+             (unsigned long long)h.host_nvme);
+    run_opts ref_o = {FERRY_OFFLOAD_NONE, 0, 0, false};
+    run_result ref;
+    if (!tap_ok(run(&ref_o, &ref) == FERRY_OK, "offload none ran: %s", ferry_last_error()))
+        return;
+    uint64_t host_tight = (h.host_nvme + h.host_offload) / 2; /* holds the state less its moments, not all of it */
+    const struct {
+        const char *name;
+        run_opts o;
+        ferry_offload want;
+        uint64_t dev_want;
+    } cases[] = {
+        {"budget for everything", {FERRY_OFFLOAD_AUTO, h.none + h.none / 10, 0, false}, FERRY_OFFLOAD_NONE, h.none},
+        {"budget between optimizer and none", {FERRY_OFFLOAD_AUTO, (h.optimizer + h.none) / 2, 0, false},
+         FERRY_OFFLOAD_OPTIMIZER, h.optimizer},
+        {"budget between params and optimizer", {FERRY_OFFLOAD_AUTO, (h.params + h.optimizer) / 2, 0, false},
+         FERRY_OFFLOAD_PARAMS, h.params},
+        {"tight budget, params", {FERRY_OFFLOAD_AUTO, h.params + h.params / 20 + (64u << 10), 0, false},
+         FERRY_OFFLOAD_PARAMS, h.params},
+        {"optimizer's budget, host short, nvme path",
+         {FERRY_OFFLOAD_AUTO, (h.optimizer + h.none) / 2, host_tight, true}, FERRY_OFFLOAD_NVME, h.optimizer},
+        {"params' budget, host short, nvme path", {FERRY_OFFLOAD_AUTO, (h.params + h.optimizer) / 2, host_tight, true},
+         FERRY_OFFLOAD_PARAMS, h.params},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run_result got;
+        if (!tap_ok(run(&cases[i].o, &got) == FERRY_OK, "%s: ran: %s", cases[i].name, ferry_last_error())) {
+            free(got.weights);
+            continue;
+        }
+        tap_diag("%s", got.reason);
+        TAP_IS_INT(got.chosen, cases[i].want, "%s: auto chose %s (expected %s)", cases[i].name,
+                   ferry_offload_name(got.chosen), ferry_offload_name(cases[i].want));
+        char want[64];
+        snprintf(want, sizeof want, "chose %s", cases[i].o.nvme && cases[i].want == FERRY_OFFLOAD_PARAMS
+                                                    ? "params with the state on disk"
+                                                    : ferry_offload_name(cases[i].want));
+        tap_ok(strstr(got.reason, want) != NULL, "%s: the line says '%s'", cases[i].name, want);
+        /* the line's figure for the mode chosen, against the hand count */
+        const char *at = strstr(got.reason, "it needs ");
+        tap_ok(at != NULL, "%s: the line gives the bytes", cases[i].name);
+        tap_ok(got.device_peak <= got.budget, "%s: device peak %llu within the budget %llu", cases[i].name,
+               (unsigned long long)got.device_peak, (unsigned long long)got.budget);
+        compare(&got, &ref, cases[i].name);
+        check_planner(&cases[i].o, &got, cases[i].name);
+        free(got.weights);
+    }
+    free(ref.weights);
+}
+
+/* The chooser's own figures against the hand counts. */
+static void test_counts(void)
+{
+    hand h = hand_counts();
+    gpt2_model *m = NULL;
+    if (gpt2_create(&small, &m) != FERRY_OK)
+        return;
+    int G = gpt2_num_groups(m);
+    size_t numel[LAYERS + 2];
+    for (int g = 0; g < G; g++)
+        numel[g] = gpt2_group_numel(m, g);
+    gpt2_destroy(m);
+    engine_auto_request rq = {
+        .plan = {FERRY_BACKEND_HOST, FERRY_DTYPE_F32, FERRY_OFFLOAD_NONE, 0, 1, numel, G, false, false, 96 << 10, 4096,
+                 1, 0, h.acts},
+        .device_budget = 1,
+        .host_available = 0,
+        .nvme = true,
+    };
+    engine_auto_choice c;
+    ferry_status st = engine_auto_choose(&rq, ENGINE_AUTO_NONE, &c);
+    TAP_IS_INT(st, FERRY_ERR_OUT_OF_MEMORY, "a 1-byte budget fits nothing");
+    tap_ok(strstr(ferry_last_error(), "no mode fits") && strstr(ferry_last_error(), "raise the device budget"),
+           "the error says so and what to do: %s", ferry_last_error());
+    tap_ok(near(c.device_bytes[ENGINE_AUTO_NONE], h.none), "none: %llu device bytes, by hand %llu",
+           (unsigned long long)c.device_bytes[ENGINE_AUTO_NONE], (unsigned long long)h.none);
+    tap_ok(near(c.device_bytes[ENGINE_AUTO_OPTIMIZER], h.optimizer), "optimizer: %llu device bytes, by hand %llu",
+           (unsigned long long)c.device_bytes[ENGINE_AUTO_OPTIMIZER], (unsigned long long)h.optimizer);
+    tap_ok(near(c.device_bytes[ENGINE_AUTO_PARAMS], h.params), "params: %llu device bytes, by hand %llu",
+           (unsigned long long)c.device_bytes[ENGINE_AUTO_PARAMS], (unsigned long long)h.params);
+    tap_ok(near(c.host_bytes[ENGINE_AUTO_OPTIMIZER], h.host_offload), "optimizer: %llu host bytes, by hand %llu",
+           (unsigned long long)c.host_bytes[ENGINE_AUTO_OPTIMIZER], (unsigned long long)h.host_offload);
+    tap_ok(c.host_bytes[ENGINE_AUTO_NVME] >= h.host_nvme && c.host_bytes[ENGINE_AUTO_NVME] < h.host_offload,
+           "nvme: %llu host bytes, by hand %llu and the window", (unsigned long long)c.host_bytes[ENGINE_AUTO_NVME],
+           (unsigned long long)h.host_nvme);
+    /* Under data parallelism a rank holds a slot of each group: whole tiles
+     * of 65536 elements, ceil(tiles / N) of them (here 1 a group), 20 bytes
+     * each (fp32 master, m, v, gradients summed in fp32, the upload copy). */
+    rq.plan.ranks = 4;
+    rq.nvme = false;
+    st = engine_auto_choose(&rq, ENGINE_AUTO_NONE, &c);
+    uint64_t slot_host = (uint64_t)G * 65536 * 20;
+    tap_ok(near(c.host_bytes[ENGINE_AUTO_OPTIMIZER], slot_host), "4 ranks: optimizer's host bytes per rank %llu, by "
+           "hand %llu", (unsigned long long)c.host_bytes[ENGINE_AUTO_OPTIMIZER], (unsigned long long)slot_host);
+    tap_ok(!c.considered[ENGINE_AUTO_NVME], "4 ranks: the NVMe tier is not a candidate");
+}
+
+static void test_too_small(void)
+{
+    run_opts o = {FERRY_OFFLOAD_AUTO, 1 << 20, 0, false}; /* below the activations alone */
+    hand h = hand_counts();
+    tap_ok(h.acts > (1u << 20), "the activations (%llu B) exceed a 1 MiB budget", (unsigned long long)h.acts);
+    run_result r;
+    ferry_status st = run(&o, &r);
+    TAP_IS_INT(st, FERRY_ERR_OUT_OF_MEMORY, "setup refuses a budget too small for any mode");
+    const char *msg = ferry_last_error();
+    tap_ok(strstr(msg, "none needs") && strstr(msg, "optimizer") && strstr(msg, "params") && strstr(msg, "1.0 MiB"),
+           "the message names every mode's bytes and the budget: %s", msg);
+    free(r.weights);
+    ferry_engine_config c = FERRY_ENGINE_CONFIG_INIT;
+    c.backend = FERRY_BACKEND_HOST;
+    c.offload = FERRY_OFFLOAD_AUTO;
+    c.delayed_update = 1;
+    ferry_engine *e = NULL;
+    TAP_IS_INT(ferry_engine_create(&c, &e), FERRY_ERR_INVALID_ARGUMENT, "auto with the delayed update is refused");
+    ferry_offload mode = FERRY_OFFLOAD_NONE;
+    TAP_IS_INT(ferry_offload_parse("auto", &mode), FERRY_OK, "\"auto\" parses");
+    TAP_IS_INT(mode, FERRY_OFFLOAD_AUTO, "as FERRY_OFFLOAD_AUTO");
+    tap_ok(strcmp(ferry_offload_name(FERRY_OFFLOAD_AUTO), "auto") == 0, "and is named auto");
+}
+
+int main(void)
+{
+    if (!mkdtemp(dir) || gpt2_config_from_fields(LAYERS, 4, C, 500, 512, 64, &small) != FERRY_OK) {
+        printf("Bail out! %s\n", ferry_last_error());
+        return 1;
+    }
+    tap_diag("GPT-2 of %d layers, %d wide, vocab 500 padded to 512; B=%d T=%d, %d steps, f32; disk in %s", LAYERS, C, B,
+             T, STEPS, dir);
+    test_counts();
+    test_too_small();
+    test_choices();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        tap_diag("could not remove %s", dir);
+    return tap_done();
+}
