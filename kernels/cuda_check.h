@@ -1,4 +1,5 @@
-/* The one error check for CUDA, cuBLAS(Lt) and NCCL calls: a failure becomes
+/* The one error check for CUDA and cuBLAS(Lt) calls (NCCL's are C, in
+ * comm_nccl.c, with its own check): a failure becomes
  * FERRY_ERR_BACKEND with a message naming the call, the library's own error
  * text, the file and the line. Use inside functions returning ferry_status:
  *     CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, stream));
@@ -24,13 +25,6 @@ static inline int cuda_check_code(cudaError_t e) { return (int)e; }
 static inline int cuda_check_code(cublasStatus_t e) { return (int)e; }
 static inline void cuda_check_take(cudaError_t) { (void)cudaGetLastError(); }
 static inline void cuda_check_take(cublasStatus_t) {}
-#ifdef FERRY_HAVE_NCCL
-#include <nccl.h>
-static inline const char *cuda_check_text(ncclResult_t e) { return ncclGetErrorString(e); }
-static inline bool cuda_check_failed(ncclResult_t e) { return e != ncclSuccess; }
-static inline int cuda_check_code(ncclResult_t e) { return (int)e; }
-static inline void cuda_check_take(ncclResult_t) {}
-#endif
 
 #define CUDA_CHECK(call)                                                                       \
     do {                                                                                       \

@@ -30,7 +30,13 @@ template <> struct cu_type<bf16> {
     static constexpr cudaDataType_t cuda = CUDA_R_16BF;
     static __device__ __forceinline__ float widen(bf16 x) { return __bfloat162float(x); }
     static __device__ __forceinline__ bf16 round(float x) { return __float2bfloat16_rn(x); }
+#if __CUDACC_VER_MAJOR__ < 12 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    /* CUDA 11 (the last to build Volta) declares __bfloat1622float2 for sm_80
+     * and newer only; each half widens exactly, so the result is the same. */
+    static __device__ __forceinline__ float2 widen2(pair p) { return make_float2(__low2float(p), __high2float(p)); }
+#else
     static __device__ __forceinline__ float2 widen2(pair p) { return __bfloat1622float2(p); }
+#endif
     static __device__ __forceinline__ pair round2(float a, float b) { return __floats2bfloat162_rn(a, b); }
 };
 template <> struct cu_type<f16> {

@@ -98,8 +98,9 @@ static inline const char *efix_nvme_dir(void)
 /* The model from cfg on an engine of `kind` in `mode` with `budget` bytes of
  * device memory (0: all free), initialised from seed, set up, with
  * activations for B x T and a batch drawn from batch_seed. Offload nvme
- * keeps the moments in a temporary folder through a 1 MiB window. */
-static inline ferry_status efix_open(efix *f, const gpt2_config *cfg, ferry_backend_kind kind,
+ * keeps the moments in a temporary folder through a 1 MiB window. dtype: the
+ * device storage (FERRY_DTYPE_AUTO: the backend's, bf16 or f16 by the card). */
+static inline ferry_status efix_open(efix *f, const gpt2_config *cfg, ferry_backend_kind kind, ferry_dtype dtype,
                                      ferry_offload mode, uint64_t budget, int B, int T, uint64_t seed,
                                      uint64_t batch_seed)
 {
@@ -108,6 +109,7 @@ static inline ferry_status efix_open(efix *f, const gpt2_config *cfg, ferry_back
     f->T = T;
     ferry_engine_config ec = FERRY_ENGINE_CONFIG_INIT;
     ec.backend = kind;
+    ec.dtype = dtype;
     ec.offload = mode;
     ec.device_budget_bytes = budget;
     if (mode == FERRY_OFFLOAD_NVME) {

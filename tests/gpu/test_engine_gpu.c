@@ -19,8 +19,11 @@
  *     eighth (at least 8 MiB), and the device holds at least the 16-bit
  *     weights of every group in modes none and optimizer.
  *
- *   test_engine_gpu [cuda|host]   (default cuda; host runs the same checks
- *                                  in fp32 on any machine)
+ *   test_engine_gpu [cuda|host] [auto|f32|bf16|f16]
+ *     backend: default cuda; host runs the same checks in fp32 on any
+ *     machine. dtype: the device storage, default auto (the card's); f16
+ *     runs Volta and Turing's type, under its dynamic loss scale, on any
+ *     card (suite gpu: engine-gpu-f16), or the host backend's fp16 rounding.
  * Exit 77 only when cuda is asked for and there is no GPU (no driver, no
  * device, a card below sm_70); a fixture that fails on a GPU is a failure. */
 #include <math.h>
@@ -37,6 +40,8 @@
 #define BATCH_SEED 77u
 #define TOL_LOSS 1e-2
 #define TOL_UPDATE 5e-2
+
+static ferry_dtype dtype = FERRY_DTYPE_AUTO; /* argv[2] */
 
 typedef struct mode_run {
     ferry_offload mode;
@@ -65,7 +70,7 @@ static ferry_step_options options(void)
 static uint64_t budget_for(const gpt2_config *c, ferry_backend_kind kind, ferry_offload mode)
 {
     gpt2_plan p;
-    if (gpt2_plan_predict(&(gpt2_plan_request){c, B_, T_, mode, false, 2, 1, kind, FERRY_DTYPE_AUTO, 1, 0}, &p) != FERRY_OK) {
+    if (gpt2_plan_predict(&(gpt2_plan_request){c, B_, T_, mode, false, 2, 1, kind, dtype, 1, 0}, &p) != FERRY_OK) {
         printf("Bail out! gpt2 plan: %s\n", ferry_last_error());
         exit(1);
     }
@@ -113,18 +118,24 @@ static bool train(ferry_backend_kind kind, ferry_offload mode, mode_run *r)
     uint64_t budget = budget_for(&c, kind, mode);
     efix f;
     r->mode = mode;
-    ferry_status st = efix_open(&f, &c, kind, mode, budget, B_, T_, SEED, BATCH_SEED);
+    ferry_status st = efix_open(&f, &c, kind, dtype, mode, budget, B_, T_, SEED, BATCH_SEED);
     bool ok = tap_is_status(st, FERRY_OK, "%s: a GPT-2 on the %s engine sets up", ferry_offload_name(mode),
                             ferry_backend_name(kind));
-    if (ok && kind == FERRY_BACKEND_CUDA)
+    if (ok && kind == FERRY_BACKEND_CUDA && dtype == FERRY_DTYPE_AUTO)
         ok = tap_ok(ferry_engine_dtype(f.e) == FERRY_DTYPE_BF16 || ferry_engine_dtype(f.e) == FERRY_DTYPE_F16,
                     "%s: the device dtype is the card's, %s", ferry_offload_name(mode),
                     ferry_dtype_name(ferry_engine_dtype(f.e)));
+    else if (ok && dtype != FERRY_DTYPE_AUTO)
+        ok = tap_ok(ferry_engine_dtype(f.e) == dtype, "%s: the device dtype is the one asked for, %s (asked %s)",
+                    ferry_offload_name(mode), ferry_dtype_name(ferry_engine_dtype(f.e)), ferry_dtype_name(dtype));
     if (ok)
         ok = tap_ok((r->w0 = efix_weights(&f, &r->n)) != NULL, "%s: initial weights read", ferry_offload_name(mode));
     ferry_step_options so = options();
     for (int s = 0; ok && s < STEPS; s++)
         ok = tap_is_status(efix_step(&f, &so, &r->loss[s]), FERRY_OK, "%s: step %d", ferry_offload_name(mode), s);
+    if (ok && ferry_engine_dtype(f.e) == FERRY_DTYPE_F16)
+        tap_ok(ferry_engine_loss_scale(f.e) > 1.0f, "%s: f16 trained under a dynamic loss scale (now %g)",
+               ferry_offload_name(mode), (double)ferry_engine_loss_scale(f.e));
     if (ok)
         ok = tap_ok((r->w = efix_weights(&f, &r->n)) != NULL, "%s: trained weights read", ferry_offload_name(mode));
     if (ok) {
@@ -170,8 +181,13 @@ static void compare(const mode_run *r, const mode_run *none)
 int main(int argc, char **argv)
 {
     ferry_backend_kind kind = efix_backend_arg(argc, argv);
+    if (argc > 2 && ferry_dtype_parse(argv[2], &dtype) != FERRY_OK) {
+        printf("Bail out! usage: %s [cuda|host] [auto|f32|bf16|f16]: %s\n", argv[0], ferry_last_error());
+        return 2;
+    }
     efix_require_gpu(kind);
-    tap_diag("backend %s, seed %u, batch seed %u", ferry_backend_name(kind), SEED, BATCH_SEED);
+    tap_diag("backend %s, dtype %s, seed %u, batch seed %u", ferry_backend_name(kind), ferry_dtype_name(dtype), SEED,
+             BATCH_SEED);
     mode_run runs[4] = {{0}};
     const ferry_offload modes[4] = {FERRY_OFFLOAD_NONE, FERRY_OFFLOAD_OPTIMIZER, FERRY_OFFLOAD_PARAMS,
                                     FERRY_OFFLOAD_NVME};

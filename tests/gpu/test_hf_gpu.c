@@ -76,7 +76,7 @@ static bool train_and_save(ferry_backend_kind kind, const char *run_dir, const c
     gpt2_config c;
     gpt2_config_from_fields(2, 4, 128, 50257, 0, T_, &c);
     efix f;
-    ferry_status st = efix_open(&f, &c, kind, FERRY_OFFLOAD_OPTIMIZER, BUDGET, B_, T_, 11, 12);
+    ferry_status st = efix_open(&f, &c, kind, FERRY_DTYPE_AUTO, FERRY_OFFLOAD_OPTIMIZER, BUDGET, B_, T_, 11, 12);
     bool ok = tap_is_status(st, FERRY_OK, "a GPT-2 on the %s engine sets up", ferry_backend_name(kind));
     ferry_step_options so = FERRY_STEP_OPTIONS_INIT;
     so.lr = 2e-3f;

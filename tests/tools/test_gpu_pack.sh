@@ -3,10 +3,14 @@
 # where CUDA is built): tools/gpu/pack.sh builds the archive; it is under
 # 40 MiB; unpacked into an empty folder, every program in it resolves every
 # library it loads from the pack's lib/, from the C runtime, or (cuBLAS and
-# cuBLASLt alone) from the CUDA toolkit, and none is missing; and
-# tools/gpu/check.sh, run on the archive as on the GPU machine but expecting
-# no GPU, must see every GPU program end with the clean "no GPU" exit 77 (not
-# 0, a silent run on the host backend; not a crash) and the others pass.
+# cuBLASLt alone, and NCCL for the NCCL tests alone) from the CUDA toolkit,
+# and none is missing; the data-parallel test (dp-gpu) is in it, built with
+# NCCL, and no other program loads NCCL; tools/gpu/check.sh, run on the
+# archive as on the GPU machine but expecting no GPU, must see every GPU
+# program end with the clean "no GPU" exit 77 (not 0, a silent run on the
+# host backend; not a crash) and the others pass, the engine in fp16 among
+# them; and where FERRY_CHECK_NCCL names a folder without NCCL, the check
+# fails its nccl step with what to install.
 #   test_gpu_pack.sh SOURCE_ROOT PACK_BUILD_DIR
 set -uo pipefail
 src=$1
@@ -44,18 +48,28 @@ toolkit=$(bash "$src/tools/gpu/cuda_libdir.sh" "$build")
 ok $? "the pack's build names the CUDA toolkit's library folder ($toolkit)"
 crt='^(linux-vdso\.so\.1|ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1)$'
 for p in "$pack"/bin/*; do
-  bad=$(LD_LIBRARY_PATH=$toolkit ldd "$p" | awk -v pack="$pack/" -v tk="$toolkit/" -v crt="$crt" '
+  nccl=0; [ "$(basename "$p")" = test_dp_gpu ] && nccl=1
+  bad=$(LD_LIBRARY_PATH=$toolkit ldd "$p" | awk -v pack="$pack/" -v tk="$toolkit/" -v crt="$crt" -v nccl=$nccl '
     /not found/ { print "missing: " $1; next }
     /=>/ { lib = $1; path = $3 }
     !/=>/ { lib = $1; path = $1; sub(/.*\//, "", lib) }
     { if (index(path, pack) == 1) next
       if ((lib == "libcublas.so.13" || lib == "libcublasLt.so.13") && index(path, tk) == 1) next
+      if (lib == "libnccl.so.2" && nccl) { found = 1; next }
       if (lib ~ crt && path !~ pack) next
-      print lib " from " path }')
+      print lib " from " path }
+    END { if (nccl && !found) print "libnccl.so.2 not loaded" }')
   [ -z "$bad" ]
-  ok $? "$(basename "$p") loads only the pack's libraries, the C runtime and the toolkit's cuBLAS(Lt)"
+  ok $? "$(basename "$p") loads only the pack's libraries, the C runtime and the toolkit's cuBLAS(Lt)$(
+    [ $nccl = 1 ] && echo ", and NCCL")"
   [ -z "$bad" ] || echo "$bad" | diag
 done
+grep -q $'^dp-gpu\t[0-9]*\t1\t.*bin/test_dp_gpu cuda$' "$pack/tests.txt"
+ok $? "tests.txt runs dp-gpu (test_dp_gpu cuda, built with NCCL) as a GPU test"
+grep -q $'^engine-gpu-f16\t[0-9]*\t1\t.*bin/test_engine_gpu cuda f16$' "$pack/tests.txt"
+ok $? "tests.txt runs the engine in fp16 (engine-gpu-f16) as a GPU test"
+! ls "$pack/lib" | grep -q nccl
+ok $? "NCCL is not carried in lib/ (check.sh finds it on the GPU machine)"
 
 FERRY_CHECK_EXPECT=no-gpu FERRY_CHECK_DIR=$tmp/check bash "$src/tools/gpu/check.sh" "$archive" "$tmp/out" >"$tmp/check.log" 2>&1
 rc=$?
@@ -73,5 +87,20 @@ for name in ferry-info transfer kernel-lab kernel-lab-f16 engine-gpt2 engine-xl 
 done
 grep -F '[memprof-plan]' "$tmp/out/results.txt" | grep -q 'PASS$' && grep -q 'largest batch that fits: [0-9]' "$tmp/out/results.txt"
 ok $? "memprof plan gives the GPT-2 XL batch the check measures"
+grep -F '[nccl]' "$tmp/out/results.txt" | grep -q 'PASS$' && grep -q '^  nccl | libnccl.so.2 in /' "$tmp/out/results.txt"
+ok $? "the check finds NCCL on this machine and names its folder"
+bound=$(sed -n 's/.*the check ends within \([0-9]*\)s$/\1/p' "$tmp/out/results.txt")
+[ -n "$bound" ] && [ "$bound" -le 540 ]
+ok $? "the check's time bound, ${bound:-none} s, is at most 540 s"
+
+# A machine whose NCCL is not where FERRY_CHECK_NCCL says: the nccl step
+# fails, naming what to install, and so does the check.
+mkdir "$tmp/no-nccl"
+FERRY_CHECK_NCCL=$tmp/no-nccl FERRY_CHECK_EXPECT=no-gpu FERRY_CHECK_DIR=$tmp/check bash "$src/tools/gpu/check.sh" \
+  "$archive" "$tmp/out2" >"$tmp/check2.log" 2>&1
+rc=$?
+[ "$rc" -ne 0 ] && grep -F '[nccl]' "$tmp/out2/results.txt" | grep -q 'FAIL' &&
+  grep -q "nccl | libnccl.so.2 is not where FERRY_CHECK_NCCL=.*pip install nvidia-nccl-cu13" "$tmp/out2/results.txt"
+ok $? "with FERRY_CHECK_NCCL at a folder without NCCL, the nccl step fails and says what to install (exit $rc)"
 echo "1..$n"
 [ "$fails" -eq 0 ]

@@ -4,11 +4,16 @@
 #   bin/    the gpu suite's test programs (meson introspect: suite gpu), the
 #           kernel lab, bench_engine, bench_transfer, ferry-info and memprof,
 #           release builds for sm_90 (H100/H200) only, stripped, with their
-#           library search path set to ../lib (tools/gpu/elf_rpath.py);
+#           library search path set to ../lib (tools/gpu/elf_rpath.py); then
+#           the gpu suite's NCCL tests (dp-gpu: data parallelism's
+#           collectives at world size 1), built by the same tree reconfigured
+#           with -Dnccl=enabled (still no MPI: one rank needs none), so that
+#           only they load NCCL and only kernels' C files compile again;
 #   lib/    every shared library they load that a bare GPU machine lacks
 #           (OpenBLAS, libgfortran, hwloc, udev, the CUDA runtime, ...): all
-#           but glibc, libstdc++/libgcc_s and cuBLAS/cuBLASLt, which are too
-#           big to carry and which tools/gpu/check.sh finds on that machine;
+#           but glibc, libstdc++/libgcc_s, cuBLAS/cuBLASLt and NCCL, which
+#           are too big to carry (NCCL alone is 208 MiB) and which
+#           tools/gpu/check.sh finds on that machine;
 #   share/  the files the tests read (hf_transformers.py);
 #   tests.txt  "name<TAB>seconds<TAB>needs-gpu<TAB>command", one test a line;
 #   MANIFEST   the commit, the date and what was built.
@@ -38,46 +43,78 @@ if [ -f "$build/build.ninja" ]; then
 else
   meson setup "$build" "$root" "${options[@]}" >/dev/null
 fi
+# meson configure leaves the regeneration to the next ninja: regenerate now,
+# so that the introspection below sees these options and the tree's tests.
+ninja -C "$build" build.ninja >/dev/null
 
-# What goes in, one JSON object a line: the gpu suite's tests (needs_gpu:
-# in no other suite) and the tools check.sh runs.
-list=$(meson introspect --tests --targets "$build" | /usr/bin/python3 -c '
+# list [SKIP-NAMES]: what goes in, one JSON object a line: the gpu suite's
+# tests (needs_gpu: in no other suite) and the tools check.sh runs, but
+# those named in SKIP-NAMES (a comma list).
+list() {
+  meson introspect --tests --targets "$build" | /usr/bin/python3 -c '
 import json, sys
-info = json.load(sys.stdin)
+info, skip = json.load(sys.stdin), sys.argv[1].split(",")
 for t in info["tests"]:
     suites = [s.split(":")[-1] for s in t["suite"]]
-    if "gpu" in suites:
+    if "gpu" in suites and t["name"] not in skip:
         env = [k + "=" + v for k, v in sorted(t["env"].items()) if k != "FERRY_SOURCE_ROOT"]
         print(json.dumps({"name": t["name"], "needs_gpu": int(set(suites) == {"gpu"}),
                           "timeout": t["timeout"], "env": env, "cmd": t["cmd"]}))
 tools = ("kernel_lab", "bench_engine", "bench_transfer", "ferry-info", "memprof")
 for t in info["targets"]:
-    if t["type"] == "executable" and t["name"] in tools:
+    if t["type"] == "executable" and t["name"] in tools and t["name"] not in skip:
         print(json.dumps({"name": t["name"], "tool": 1, "cmd": [t["filename"][0]]}))
-')
-programs=$(printf '%s\n' "$list" | /usr/bin/python3 -c '
+' "${1:-}"
+}
+# programs LIST: the build's files that LIST runs, relative to the build.
+programs() {
+  printf '%s\n' "$1" | /usr/bin/python3 -c '
 import json, os, sys
 for line in sys.stdin:
-    print(os.path.relpath(json.loads(line)["cmd"][0], sys.argv[1]))
-' "$build" | sort -u)
-# shellcheck disable=SC2086
-ninja -C "$build" $programs
+    if line.strip():
+        print(os.path.relpath(json.loads(line)["cmd"][0], sys.argv[1]))
+' "$build" | sort -u
+}
 
 stage=$build/pack-stage
 rm -rf "$stage"
 mkdir -p "$stage/ferry-gpu/bin" "$stage/ferry-gpu/lib" "$stage/ferry-gpu/share"
 pack=$stage/ferry-gpu
-for p in $programs; do
-  install -m 755 "$build/$p" "$pack/bin/"
-done
-strip --strip-unneeded "$pack"/bin/*
-/usr/bin/python3 "$root/tools/gpu/elf_rpath.py" '$ORIGIN/../lib' "$pack"/bin/* >/dev/null
+# install LIST: builds LIST's programs, copies them into bin/, stripped, with
+# ../lib as their library search path.
+install_programs() {
+  local p progs
+  progs=$(programs "$1")
+  # shellcheck disable=SC2086
+  ninja -C "$build" $progs
+  for p in $progs; do
+    install -m 755 "$build/$p" "$pack/bin/"
+    strip --strip-unneeded "$pack/bin/$(basename "$p")"
+    /usr/bin/python3 "$root/tools/gpu/elf_rpath.py" '$ORIGIN/../lib' "$pack/bin/$(basename "$p")" >/dev/null
+  done
+}
+list=$(list)
+install_programs "$list"
+# The NCCL tests: the same tree with NCCL (the toolkit's; no MPI), which
+# recompiles kernels' C files and relinks, never a .cu (kernels/meson.build
+# keeps NCCL's define out of them). The next run turns it off again first.
+meson configure "$build" -Dnccl=enabled >/dev/null
+ninja -C "$build" build.ninja >/dev/null
+nccl_list=$(list "$(printf '%s\n' "$list" | /usr/bin/python3 -c '
+import json, sys
+print(",".join(json.loads(l)["name"] for l in sys.stdin if l.strip()))')")
+if [ -z "$nccl_list" ]; then
+  echo "pack: FAILED: the build with -Dnccl=enabled registers no test in suite gpu beyond the others (dp-gpu)" >&2
+  exit 1
+fi
+install_programs "$nccl_list"
+list=$(printf '%s\n%s\n' "$list" "$nccl_list")
 
 # The libraries the programs load, resolved here (the CUDA toolkit's from
 # the folder meson linked them from), minus what every GPU machine has:
-# glibc, the C++ runtime, the driver, and cuBLAS(Lt). One that does not
+# glibc, the C++ runtime, the driver, cuBLAS(Lt) and NCCL. One that does not
 # resolve here would be missing there: that fails the pack.
-base='/(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt)\.so'
+base='/(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt|libnccl)\.so'
 cuda_libdir=$(bash "$root/tools/gpu/cuda_libdir.sh" "$build")
 for p in "$pack"/bin/*; do
   # The build folder too: the embedding example loads libferry.so itself.
@@ -123,7 +160,9 @@ with open(os.path.join(pack, "tests.txt"), "w") as out:
   echo "needs at least: $(objdump -T "$pack"/bin/* "$pack"/lib/* | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)," \
     "$(objdump -T "$pack"/bin/* "$pack"/lib/* | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -1), an NVIDIA driver for CUDA 13"
   echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
-  echo "options: ${options[*]}"
+  echo "options: ${options[*]}; then -Dnccl=enabled for $(printf '%s\n' "$nccl_list" | /usr/bin/python3 -c '
+import json, sys
+print(" ".join(json.loads(l)["name"] for l in sys.stdin if l.strip()))')"
   echo "programs: $(cd "$pack/bin" && echo *)"
   echo "libraries: $(cd "$pack/lib" && echo *)"
 } >"$pack/MANIFEST"

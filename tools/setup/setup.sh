@@ -29,6 +29,12 @@ if [ -f tools/setup/fetch_tokenizer.sh ]; then
   bash tools/setup/fetch_tokenizer.sh >/dev/null
 fi
 
+# CUDA 11.8's compiler for Volta (sm_70), which CUDA 13 no longer builds:
+# only when asked (about 860 MB to download), into build-deps/cuda-11.8.
+if [ "${FERRY_SETUP_CUDA11:-0}" = 1 ]; then
+  bash tools/setup/cuda11_compiler.sh
+fi
+
 builddir=${FERRY_BUILD_DIR:-build}
 if [ ! -f "$builddir/build.ninja" ]; then
   meson setup "$builddir" ${FERRY_MESON_ARGS:-}
