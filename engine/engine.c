@@ -466,9 +466,11 @@ ferry_status ferry_engine_setup(ferry_engine *e)
         return err_set(FERRY_ERR_STATE, "ferry_engine_setup: already set up");
     if (e->ngroups == 0)
         return err_set(FERRY_ERR_STATE, "ferry_engine_setup: add parameter groups first");
-    ferry_status st = engine_split_setup(e);
+    /* The split's check reads the mode, which offload auto settles in
+     * engine_place. */
+    ferry_status st = engine_place(e);
     if (st == FERRY_OK)
-        st = engine_place(e);
+        st = engine_split_setup(e);
     if (st == FERRY_OK)
         st = engine_split_place_forced(e);
     if (st != FERRY_OK) {
