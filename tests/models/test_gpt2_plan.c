@@ -190,6 +190,10 @@ static ferry_status train(const train_opts *o, measured *out)
     cfg.device_budget_bytes = o->budget ? o->budget : (uint64_t)1 << 30;
     cfg.optimizer_threads = 2;
     cfg.trace_path = o->trace;
+    /* The plan is the placement without the split update, whose device
+     * state after the warm-up comes out of the budget the plan leaves
+     * spare (docs/engine.md). */
+    cfg.device_update_groups = 0;
     ferry_status st = gpt2_create(&model_cfg, &m);
     if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
     if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, 99, NULL);
