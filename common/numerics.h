@@ -2,7 +2,7 @@
  * that every implementation follows one text:
  * - the AdamW update of one element, exactly torch.optim.AdamW's arithmetic
  *   (the CPU optimizer's SIMD kernels in optim/ reproduce it bit for bit; the
- *   host backend's device AdamW op in kernels/ runs it as written);
+ *   host backend's device AdamW op in backend/ runs it as written);
  * - the fp32 sum of a step's micro-batch gradients;
  * - the gradient sum of squares: in double, over fixed tiles of
  *   NUMERICS_TILE elements, each tile over NUMERICS_SUMSQ_LANES interleaved

@@ -13,7 +13,7 @@
 #include "common/hostmem.h"
 #include "common/units.h"
 #include "engine/engine.h"
-#include "kernels/comm.h"
+#include "backend/comm.h"
 
 const char *engine_auto_candidate_name(engine_auto_candidate c)
 {

@@ -14,8 +14,8 @@
 
 #include "engine/intree.h"
 #include "ferry.h"
-#include "kernels/backend.h"
-#include "kernels/ops.h"
+#include "backend/backend.h"
+#include "backend/ops/ops.h"
 #include "offload/arena.h"
 #include "offload/pool.h"
 #include "offload/trace.h"

@@ -1,6 +1,6 @@
 /* The engine as an in-tree embedder sees it: the public API (ferry.h) plus
  * the two kernels-layer handles an embedder needs to launch ferry's own ops
- * (kernels/ops.h) on the engine's compute stream, and the planner that says
+ * (backend/ops/ops.h) on the engine's compute stream, and the planner that says
  * what an engine will allocate before one exists. models/, train/, tools/ and
  * tests above engine/ include this, never engine/engine.h (the engine's
  * private state).
@@ -18,8 +18,8 @@
 #define FERRY_ENGINE_INTREE_H
 
 #include "ferry.h"
-#include "kernels/backend.h"
-#include "kernels/ops.h"
+#include "backend/backend.h"
+#include "backend/ops/ops.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -32,7 +32,7 @@
  * Exactness: slots are whole tiles of the norm (NUMERICS_TILE), so each
  * tile's partial sum is the one a single process takes, and the step adds
  * every rank's partials in tile order. The host backend sums across ranks
- * in rank order (kernels/comm_host.c), the order in which one process adds
+ * in rank order (backend/comm_host.c), the order in which one process adds
  * its micro-batches: N ranks with one micro-batch each train bitwise as one
  * process with N micro-batches. The skip decision is taken from flags
  * all-reduced across the ranks, so every rank skips or none does. */

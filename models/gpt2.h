@@ -24,8 +24,8 @@
 #include <stdint.h>
 
 #include "ferry.h"
-#include "kernels/backend.h"
-#include "kernels/ops.h"
+#include "backend/backend.h"
+#include "backend/ops/ops.h"
 
 #ifdef __cplusplus
 extern "C" {

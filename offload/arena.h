@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "ferry.h"
-#include "kernels/backend.h"
+#include "backend/backend.h"
 #include "offload/pool.h"
 #include "offload/trace.h"
 

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "train/shard.h"
+#include "train/token_shard.h"
 
 typedef struct loader_shard {
     char *path;

@@ -1,5 +1,5 @@
 /* Batches of tokens for training and evaluation, read from llm.c token shards
- * (see shard.h). The dataset is cut into windows of B*T+1 tokens, each
+ * (see token_shard.h). The dataset is cut into windows of B*T+1 tokens, each
  * starting B*T tokens after the previous one inside a shard (a shard's tail
  * shorter than a window is not used); a batch is one window: inputs are its
  * first B*T tokens, targets the same shifted by one, as int32, row-major B x T.

@@ -106,7 +106,7 @@ static ferry_status write_config(const char *dir, const gpt2_model *m, const hf_
 ferry_status hf_save(const char *dir, const gpt2_model *m, float *const *groups, const hf_ferry_info *ferry)
 {
     int n = count_tensors(m);
-    st_tensor *ts = calloc((size_t)n, sizeof *ts);
+    sft_tensor *ts = calloc((size_t)n, sizeof *ts);
     gpt2_tensor_info *info = calloc((size_t)n, sizeof *info);
     int *group_of = calloc((size_t)n, sizeof *group_of);
     if (!ts || !info || !group_of) {
@@ -137,10 +137,10 @@ ferry_status hf_save(const char *dir, const gpt2_model *m, float *const *groups,
         meta[2 * n_meta] = "ferry_step";
         meta[2 * n_meta++ + 1] = step;
     }
-    st_writer *w = NULL;
+    sft_writer *w = NULL;
     int len = snprintf(path, sizeof path, "%s/model.safetensors", dir);
     ferry_status st = len > 0 && (size_t)len < sizeof path
-                          ? st_writer_begin(path, ts, (size_t)n, meta, n_meta, &w)
+                          ? sft_writer_begin(path, ts, (size_t)n, meta, n_meta, &w)
                           : err_set(FERRY_ERR_INVALID_ARGUMENT, "the folder name '%s' is too long", dir);
     for (k = 0; k < n && st == FERRY_OK; k++) {
         size_t count = hf_numel(&info[k]);
@@ -150,23 +150,23 @@ ferry_status hf_save(const char *dir, const gpt2_model *m, float *const *groups,
             break;
         }
         to_hf(&info[k], groups[group_of[k]] + info[k].offset, buf);
-        st = st_writer_put(w, (size_t)k, 0, buf, count * sizeof(float));
+        st = sft_writer_put(w, (size_t)k, 0, buf, count * sizeof(float));
         free(buf);
     }
     if (st == FERRY_OK)
-        st = st_writer_commit(w);
+        st = sft_writer_commit(w);
     else
-        st_writer_abort(w);
+        sft_writer_abort(w);
     free(ts); free(info); free(group_of);
     return st == FERRY_OK ? write_config(dir, m, ferry) : st;
 }
 
 /* "transformer.h.0.ln_1.weight" may be stored as "h.0.ln_1.weight". */
-static const st_tensor *find_hf(const st_file *f, const char *name)
+static const sft_tensor *find_hf(const sft_file *f, const char *name)
 {
-    const st_tensor *t = st_find(f, name);
+    const sft_tensor *t = sft_find(f, name);
     if (!t && strncmp(name, "transformer.", 12) == 0)
-        t = st_find(f, name + 12);
+        t = sft_find(f, name + 12);
     return t;
 }
 
@@ -184,14 +184,14 @@ static bool ignorable(const char *name)
            ends_with(name, ".attn.masked_bias");
 }
 
-static ferry_status read_tensor(const char *path, const st_tensor *t, const gpt2_tensor_info *info, float *out)
+static ferry_status read_tensor(const char *path, const sft_tensor *t, const gpt2_tensor_info *info, float *out)
 {
     int64_t want[2] = {info->hf_shape[0], info->ndim == 2 ? info->hf_shape[1] : 0};
     if (t->ndim != info->ndim || t->shape[0] != want[0] || (info->ndim == 2 && t->shape[1] != want[1])) {
         char got_s[160], want_s[64];
         return err_set(FERRY_ERR_FORMAT, "'%s': tensor %s has shape %s, the model expects %s; is the file for "
-                       "another GPT-2 size?", path, info->name, st_format_shape(t->shape, t->ndim, got_s, sizeof got_s),
-                       st_format_shape(want, info->ndim, want_s, sizeof want_s));
+                       "another GPT-2 size?", path, info->name, sft_format_shape(t->shape, t->ndim, got_s, sizeof got_s),
+                       sft_format_shape(want, info->ndim, want_s, sizeof want_s));
     }
     size_t count = hf_numel(info);
     float *hf = malloc(count * sizeof(float));
@@ -204,7 +204,7 @@ static ferry_status read_tensor(const char *path, const st_tensor *t, const gpt2
         st = half_convert(hf, FERRY_DTYPE_F32, t->data, t->dtype, count);
     else
         st = err_set(FERRY_ERR_FORMAT, "'%s': tensor %s is %s; GPT-2 weights must be F32, F16 or BF16", path,
-                     info->name, st_dtype_name(t->dtype));
+                     info->name, sft_dtype_name(t->dtype));
     if (st == FERRY_OK)
         from_hf(info, hf, out + info->offset);
     free(hf);
@@ -213,8 +213,8 @@ static ferry_status read_tensor(const char *path, const st_tensor *t, const gpt2
 
 ferry_status hf_load(const char *path, const gpt2_model *m, float *const *groups)
 {
-    st_file *f = NULL;
-    ferry_status st = st_open(path, &f);
+    sft_file *f = NULL;
+    ferry_status st = sft_open(path, &f);
     if (st != FERRY_OK)
         return st;
     int used = 0; /* tensors read, for the count check below */
@@ -223,7 +223,7 @@ ferry_status hf_load(const char *path, const gpt2_model *m, float *const *groups
         for (int t = 0; t < gpt2_group_tensor_count(m, g) && st == FERRY_OK; t++) {
             gpt2_tensor_info info;
             gpt2_group_tensor(m, g, t, &info);
-            const st_tensor *tensor = find_hf(f, info.name);
+            const sft_tensor *tensor = find_hf(f, info.name);
             if (!tensor)
                 st = err_set(FERRY_ERR_FORMAT, "'%s' has no tensor %s: it is not a GPT-2 checkpoint of this shape",
                              path, info.name);
@@ -231,8 +231,8 @@ ferry_status hf_load(const char *path, const gpt2_model *m, float *const *groups
                 used++;
         }
     }
-    for (size_t i = 0; i < st_count(f) && st == FERRY_OK; i++) {
-        const st_tensor *t = st_tensor_at(f, i);
+    for (size_t i = 0; i < sft_count(f) && st == FERRY_OK; i++) {
+        const sft_tensor *t = sft_tensor_at(f, i);
         int gi, ti;
         char full[256];
         snprintf(full, sizeof full, "transformer.%s", t->name);
@@ -241,7 +241,7 @@ ferry_status hf_load(const char *path, const gpt2_model *m, float *const *groups
             st = err_set(FERRY_ERR_FORMAT, "'%s' has a tensor %s that this GPT-2 does not have (a deeper model?)",
                          path, t->name);
     }
-    st_close(f);
+    sft_close(f);
     (void)used;
     return st;
 }
@@ -493,13 +493,13 @@ ferry_status hf_read_config(const char *config_json, gpt2_config *out)
 
 ferry_status hf_read_ferry_meta(const char *safetensors, hf_ferry_info *out)
 {
-    st_file *f = NULL;
+    sft_file *f = NULL;
     out->run[0] = '\0';
     out->step = -1;
-    ferry_status st = st_open(safetensors, &f);
+    ferry_status st = sft_open(safetensors, &f);
     if (st != FERRY_OK)
         return st;
-    const char *run = st_metadata(f, "ferry_run"), *step = st_metadata(f, "ferry_step");
+    const char *run = sft_metadata(f, "ferry_run"), *step = sft_metadata(f, "ferry_step");
     char *end = NULL;
     long long v = step ? strtoll(step, &end, 10) : -1;
     if ((run && !is_run_id(run)) || (step && (!*step || *end || v < 0)))
@@ -510,6 +510,6 @@ ferry_status hf_read_ferry_meta(const char *safetensors, hf_ferry_info *out)
             snprintf(out->run, sizeof out->run, "%s", run);
         out->step = step ? v : -1;
     }
-    st_close(f);
+    sft_close(f);
     return st;
 }

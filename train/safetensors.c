@@ -24,30 +24,30 @@
 static const struct {
     ferry_dtype type;
     const char *name;
-} st_types[] = {
+} sft_types[] = {
     {FERRY_DTYPE_F32, "F32"}, {FERRY_DTYPE_F16, "F16"}, {FERRY_DTYPE_BF16, "BF16"},
     {FERRY_DTYPE_I32, "I32"}, {FERRY_DTYPE_I64, "I64"},
 };
-enum { ST_TYPES = sizeof st_types / sizeof st_types[0] };
+enum { ST_TYPES = sizeof sft_types / sizeof sft_types[0] };
 /* Valid in the format but not handled here. */
 static const char *const other_dtypes[] = {"F64", "F8_E4M3", "F8_E5M2", "I8", "I16", "U8", "U16",
                                            "U32", "U64", "BOOL", "C64", "F6_E2M3", "F6_E3M2", "F4", "E8M0"};
 
-const char *st_dtype_name(ferry_dtype d)
+const char *sft_dtype_name(ferry_dtype d)
 {
     for (int i = 0; i < ST_TYPES; i++)
-        if (st_types[i].type == d)
-            return st_types[i].name;
+        if (sft_types[i].type == d)
+            return sft_types[i].name;
     return "?";
 }
 
 /* Bytes of an element of a type the format names here; 0 for any other. */
-static size_t st_size(ferry_dtype d) { return strcmp(st_dtype_name(d), "?") ? dtype_size(d) : 0; }
+static size_t sft_size(ferry_dtype d) { return strcmp(sft_dtype_name(d), "?") ? dtype_size(d) : 0; }
 
 /* product(shape) * element size; 0 and *ok = 0 on overflow or a bad shape. */
-static uint64_t tensor_bytes(const st_tensor *t, int *ok)
+static uint64_t tensor_bytes(const sft_tensor *t, int *ok)
 {
-    uint64_t n = st_size(t->dtype);
+    uint64_t n = sft_size(t->dtype);
     *ok = n != 0 && t->ndim >= 0 && t->ndim <= ST_MAX_DIMS;
     for (int d = 0; *ok && d < t->ndim; d++) {
         if (t->shape[d] < 0 || (t->shape[d] > 0 && n > ST_MAX_INT / (uint64_t)t->shape[d]))
@@ -60,14 +60,14 @@ static uint64_t tensor_bytes(const st_tensor *t, int *ok)
 
 /* ---- writer ------------------------------------------------------------------ */
 
-struct st_writer {
+struct sft_writer {
     fileio_atomic file;
     size_t n;
     uint64_t data_start;  /* 8 + header length */
     uint64_t *begin, *nbytes, *written;
 };
 
-void st_writer_abort(st_writer *w)
+void sft_writer_abort(sft_writer *w)
 {
     if (!w)
         return;
@@ -78,7 +78,7 @@ void st_writer_abort(st_writer *w)
     free(w);
 }
 
-static ferry_status check_tensors(const char *path, const st_tensor *t, size_t n, uint64_t *nbytes)
+static ferry_status check_tensors(const char *path, const sft_tensor *t, size_t n, uint64_t *nbytes)
 {
     tok_map names;
     ferry_status st = tok_map_init(&names, n);
@@ -102,7 +102,7 @@ static ferry_status check_tensors(const char *path, const st_tensor *t, size_t n
     return st;
 }
 
-static cJSON *build_header(const st_tensor *t, size_t n, const uint64_t *begin, const uint64_t *nbytes,
+static cJSON *build_header(const sft_tensor *t, size_t n, const uint64_t *begin, const uint64_t *nbytes,
                            const char *const *meta, size_t n_meta)
 {
     cJSON *root = cJSON_CreateObject();
@@ -119,7 +119,7 @@ static cJSON *build_header(const st_tensor *t, size_t n, const uint64_t *begin, 
         cJSON *e = cJSON_AddObjectToObject(root, t[i].name);
         cJSON *shape = e ? cJSON_AddArrayToObject(e, "shape") : NULL;
         cJSON *offs = e ? cJSON_AddArrayToObject(e, "data_offsets") : NULL;
-        ok = e && shape && offs && cJSON_AddStringToObject(e, "dtype", st_dtype_name(t[i].dtype));
+        ok = e && shape && offs && cJSON_AddStringToObject(e, "dtype", sft_dtype_name(t[i].dtype));
         for (int d = 0; ok && d < t[i].ndim; d++)
             ok = cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t[i].shape[d]));
         ok = ok && cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)begin[i])) &&
@@ -134,25 +134,25 @@ static cJSON *build_header(const st_tensor *t, size_t n, const uint64_t *begin, 
 
 /* Data order: larger elements first, so every tensor starts aligned to its
  * element size (the header end is padded to 8). */
-static void layout(const st_tensor *t, size_t n, const uint64_t *nbytes, uint64_t *begin)
+static void layout(const sft_tensor *t, size_t n, const uint64_t *nbytes, uint64_t *begin)
 {
     static const size_t sizes[] = {8, 4, 2, 1};
     uint64_t at = 0;
     for (size_t s = 0; s < 4; s++)
         for (size_t i = 0; i < n; i++)
-            if (st_size(t[i].dtype) == sizes[s]) {
+            if (sft_size(t[i].dtype) == sizes[s]) {
                 begin[i] = at;
                 at += nbytes[i];
             }
 }
 
-ferry_status st_writer_begin(const char *path, const st_tensor *tensors, size_t n, const char *const *meta,
-                             size_t n_meta, st_writer **out)
+ferry_status sft_writer_begin(const char *path, const sft_tensor *tensors, size_t n, const char *const *meta,
+                             size_t n_meta, sft_writer **out)
 {
     *out = NULL;
     if (!path || (n && !tensors) || (n_meta && !meta))
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "st_writer_begin: path, tensors or metadata missing");
-    st_writer *w = calloc(1, sizeof *w);
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "sft_writer_begin: path, tensors or metadata missing");
+    sft_writer *w = calloc(1, sizeof *w);
     if (w) {
         w->file.fd = -1;
         w->n = n;
@@ -161,12 +161,12 @@ ferry_status st_writer_begin(const char *path, const st_tensor *tensors, size_t 
         w->written = calloc(n + 1, sizeof *w->written);
     }
     if (!w || !w->begin || !w->nbytes || !w->written) {
-        st_writer_abort(w);
+        sft_writer_abort(w);
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "safetensors '%s': cannot allocate the layout of %zu tensors", path, n);
     }
     ferry_status st = check_tensors(path, tensors, n, w->nbytes);
     if (st != FERRY_OK) {
-        st_writer_abort(w);
+        sft_writer_abort(w);
         return st;
     }
     layout(tensors, n, w->nbytes, w->begin);
@@ -174,7 +174,7 @@ ferry_status st_writer_begin(const char *path, const st_tensor *tensors, size_t 
     char *json = root ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);
     if (!json) {
-        st_writer_abort(w);
+        sft_writer_abort(w);
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "safetensors '%s': cannot build the JSON header "
                        "(out of memory or a NULL metadata string)", path);
     }
@@ -194,17 +194,17 @@ ferry_status st_writer_begin(const char *path, const st_tensor *tensors, size_t 
         st = fileio_atomic_write(&w->file, hdr, 8 + padded);
     free(hdr);
     if (st != FERRY_OK) {
-        st_writer_abort(w);
+        sft_writer_abort(w);
         return st;
     }
     *out = w;
     return FERRY_OK;
 }
 
-ferry_status st_writer_put(st_writer *w, size_t i, uint64_t offset, const void *data, uint64_t len)
+ferry_status sft_writer_put(sft_writer *w, size_t i, uint64_t offset, const void *data, uint64_t len)
 {
     if (!w || i >= w->n || offset > w->nbytes[i] || len > w->nbytes[i] - offset || (len && !data))
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "st_writer_put: tensor %zu bytes [%llu, +%llu) is outside it "
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "sft_writer_put: tensor %zu bytes [%llu, +%llu) is outside it "
                        "(%llu bytes) or data is NULL", i, (unsigned long long)offset, (unsigned long long)len,
                        w && i < w->n ? (unsigned long long)w->nbytes[i] : 0ull);
     ferry_status st = fileio_atomic_pwrite(&w->file, data, len, w->data_start + w->begin[i] + offset);
@@ -213,10 +213,10 @@ ferry_status st_writer_put(st_writer *w, size_t i, uint64_t offset, const void *
     return st;
 }
 
-ferry_status st_writer_commit(st_writer *w)
+ferry_status sft_writer_commit(sft_writer *w)
 {
     if (!w)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "st_writer_commit: no writer");
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "sft_writer_commit: no writer");
     ferry_status st = FERRY_OK;
     if (w->file.fd < 0)
         st = err_set(FERRY_ERR_STATE, "safetensors writer already failed; nothing was written");
@@ -226,37 +226,37 @@ ferry_status st_writer_commit(st_writer *w)
                          w->file.path, i, (unsigned long long)w->written[i], (unsigned long long)w->nbytes[i]);
     if (st == FERRY_OK)
         st = fileio_atomic_commit(&w->file);
-    st_writer_abort(w);
+    sft_writer_abort(w);
     return st;
 }
 
-ferry_status st_write(const char *path, const st_tensor *tensors, size_t n, const char *const *meta, size_t n_meta)
+ferry_status sft_write(const char *path, const sft_tensor *tensors, size_t n, const char *const *meta, size_t n_meta)
 {
-    st_writer *w;
-    ferry_status st = st_writer_begin(path, tensors, n, meta, n_meta, &w);
+    sft_writer *w;
+    ferry_status st = sft_writer_begin(path, tensors, n, meta, n_meta, &w);
     for (size_t i = 0; st == FERRY_OK && i < n; i++)
-        st = st_writer_put(w, i, 0, tensors[i].data, w->nbytes[i]);
+        st = sft_writer_put(w, i, 0, tensors[i].data, w->nbytes[i]);
     if (st != FERRY_OK) {
-        st_writer_abort(w);
+        sft_writer_abort(w);
         return st;
     }
-    return st_writer_commit(w);
+    return sft_writer_commit(w);
 }
 
 /* ---- reader ------------------------------------------------------------------ */
 
-struct st_file {
+struct sft_file {
     char *path;
     void *map;
     size_t map_len;
-    st_tensor *tensors;
+    sft_tensor *tensors;
     size_t n;
     tok_map names;        /* name -> index */
     char **meta;          /* key, value, key, value, ... */
     size_t n_meta;
 };
 
-static ferry_status fmt(const st_file *f, const char *tensor, const char *what)
+static ferry_status fmt(const sft_file *f, const char *tensor, const char *what)
 {
     if (tensor)
         return err_set(FERRY_ERR_FORMAT, "safetensors '%s', tensor '%s': %s", f->path, tensor, what);
@@ -272,13 +272,13 @@ static int json_uint(const cJSON *j, uint64_t *v)
     return (double)*v == j->valuedouble;
 }
 
-static ferry_status parse_dtype(const st_file *f, const char *name, const cJSON *j, ferry_dtype *out)
+static ferry_status parse_dtype(const sft_file *f, const char *name, const cJSON *j, ferry_dtype *out)
 {
     if (!cJSON_IsString(j))
         return fmt(f, name, "\"dtype\" is missing or not a string");
     for (int d = 0; d < ST_TYPES; d++)
-        if (!strcmp(j->valuestring, st_types[d].name)) {
-            *out = st_types[d].type;
+        if (!strcmp(j->valuestring, sft_types[d].name)) {
+            *out = sft_types[d].type;
             return FERRY_OK;
         }
     for (size_t d = 0; d < sizeof other_dtypes / sizeof *other_dtypes; d++)
@@ -289,7 +289,7 @@ static ferry_status parse_dtype(const st_file *f, const char *name, const cJSON 
                    j->valuestring);
 }
 
-static ferry_status parse_tensor(st_file *f, const cJSON *e, uint64_t data_len, uint64_t *begin, st_tensor *t)
+static ferry_status parse_tensor(sft_file *f, const cJSON *e, uint64_t data_len, uint64_t *begin, sft_tensor *t)
 {
     const char *name = e->string;
     if (!cJSON_IsObject(e))
@@ -324,14 +324,14 @@ static ferry_status parse_tensor(st_file *f, const cJSON *e, uint64_t data_len, 
     }
     if (end - b != t->nbytes) {
         snprintf(msg, sizeof msg, "data_offsets span %llu bytes but shape x %s needs %llu",
-                 (unsigned long long)(end - b), st_dtype_name(t->dtype), (unsigned long long)t->nbytes);
+                 (unsigned long long)(end - b), sft_dtype_name(t->dtype), (unsigned long long)t->nbytes);
         return fmt(f, name, msg);
     }
     *begin = b;
     return FERRY_OK;
 }
 
-static ferry_status parse_metadata(st_file *f, const cJSON *m)
+static ferry_status parse_metadata(sft_file *f, const cJSON *m)
 {
     if (!cJSON_IsObject(m))
         return fmt(f, NULL, "\"__metadata__\" is not an object of strings");
@@ -367,7 +367,7 @@ static int span_cmp(const void *a, const void *b)
 }
 
 /* Sorted by begin, the spans must tile [0, data_len) exactly. */
-static ferry_status check_spans(st_file *f, span *s, size_t n, uint64_t data_len)
+static ferry_status check_spans(sft_file *f, span *s, size_t n, uint64_t data_len)
 {
     qsort(s, n, sizeof *s, span_cmp);
     uint64_t at = 0;
@@ -393,7 +393,7 @@ static ferry_status check_spans(st_file *f, span *s, size_t n, uint64_t data_len
     return FERRY_OK;
 }
 
-static ferry_status parse_header(st_file *f, const char *json, size_t len, const char *data, uint64_t data_len)
+static ferry_status parse_header(sft_file *f, const char *json, size_t len, const char *data, uint64_t data_len)
 {
     if (len == 0 || json[0] != '{')
         return fmt(f, NULL, "the header does not start with '{'");
@@ -416,7 +416,7 @@ static ferry_status parse_header(st_file *f, const char *json, size_t len, const
             st = f->meta ? fmt(f, NULL, "\"__metadata__\" appears twice") : parse_metadata(f, it);
             continue;
         }
-        st_tensor *t = &f->tensors[f->n];
+        sft_tensor *t = &f->tensors[f->n];
         if (!it->string[0]) { /* "" (or a name that starts with a NUL byte) */
             st = fmt(f, NULL, "a tensor has an empty name");
             break;
@@ -443,7 +443,7 @@ static ferry_status parse_header(st_file *f, const char *json, size_t len, const
     return st;
 }
 
-static ferry_status map_file(st_file *f, uint64_t *size)
+static ferry_status map_file(sft_file *f, uint64_t *size)
 {
     int fd;
     struct stat sb;
@@ -468,12 +468,12 @@ static ferry_status map_file(st_file *f, uint64_t *size)
     return FERRY_OK;
 }
 
-ferry_status st_open(const char *path, st_file **out)
+ferry_status sft_open(const char *path, sft_file **out)
 {
     *out = NULL;
     if (!path)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "st_open: no path");
-    st_file *f = calloc(1, sizeof *f);
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "sft_open: no path");
+    sft_file *f = calloc(1, sizeof *f);
     if (!f || !(f->path = strdup(path))) {
         free(f);
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot allocate a safetensors reader for '%s'", path);
@@ -493,14 +493,14 @@ ferry_status st_open(const char *path, st_file **out)
         st = parse_header(f, base + 8, (size_t)hlen, base + 8 + hlen, size - 8 - hlen);
     }
     if (st != FERRY_OK) {
-        st_close(f);
+        sft_close(f);
         return st;
     }
     *out = f;
     return FERRY_OK;
 }
 
-void st_close(st_file *f)
+void sft_close(sft_file *f)
 {
     if (!f)
         return;
@@ -517,11 +517,11 @@ void st_close(st_file *f)
     free(f);
 }
 
-size_t st_count(const st_file *f) { return f->n; }
+size_t sft_count(const sft_file *f) { return f->n; }
 
-const st_tensor *st_tensor_at(const st_file *f, size_t i) { return i < f->n ? &f->tensors[i] : NULL; }
+const sft_tensor *sft_tensor_at(const sft_file *f, size_t i) { return i < f->n ? &f->tensors[i] : NULL; }
 
-const st_tensor *st_find(const st_file *f, const char *name)
+const sft_tensor *sft_find(const sft_file *f, const char *name)
 {
     uint64_t v;
     if (!name || !tok_map_get(&f->names, name, strlen(name), &v))
@@ -529,30 +529,30 @@ const st_tensor *st_find(const st_file *f, const char *name)
     return &f->tensors[v];
 }
 
-ferry_status st_expect(const st_file *f, const char *name, ferry_dtype dtype, int ndim, const int64_t *shape,
-                       const st_tensor **out)
+ferry_status sft_expect(const sft_file *f, const char *name, ferry_dtype dtype, int ndim, const int64_t *shape,
+                       const sft_tensor **out)
 {
-    const st_tensor *t = st_find(f, name);
+    const sft_tensor *t = sft_find(f, name);
     *out = NULL;
     if (!t)
         return err_set(FERRY_ERR_FORMAT, "safetensors '%s' has no tensor '%s'", f->path, name ? name : "(null)");
     if (t->dtype != dtype)
         return err_set(FERRY_ERR_FORMAT, "safetensors '%s', tensor '%s': dtype %s, expected %s", f->path, name,
-                       st_dtype_name(t->dtype), st_dtype_name(dtype));
+                       sft_dtype_name(t->dtype), sft_dtype_name(dtype));
     int same = ndim < 0 || t->ndim == ndim;
     for (int d = 0; same && ndim > 0 && d < ndim; d++)
         same = t->shape[d] == shape[d];
     if (!same) {
         char got[160], want[160];
         return err_set(FERRY_ERR_FORMAT, "safetensors '%s', tensor '%s': shape %s, expected %s", f->path, name,
-                       st_format_shape(t->shape, t->ndim, got, sizeof got),
-                       st_format_shape(shape, ndim, want, sizeof want));
+                       sft_format_shape(t->shape, t->ndim, got, sizeof got),
+                       sft_format_shape(shape, ndim, want, sizeof want));
     }
     *out = t;
     return FERRY_OK;
 }
 
-const char *st_metadata(const st_file *f, const char *key)
+const char *sft_metadata(const sft_file *f, const char *key)
 {
     for (size_t i = 0; key && i < f->n_meta; i++)
         if (f->meta[2 * i] && !strcmp(f->meta[2 * i], key))
@@ -560,7 +560,7 @@ const char *st_metadata(const st_file *f, const char *key)
     return NULL;
 }
 
-char *st_format_shape(const int64_t *shape, int ndim, char *buf, size_t cap)
+char *sft_format_shape(const int64_t *shape, int ndim, char *buf, size_t cap)
 {
     if (!cap)
         return buf;

@@ -16,46 +16,46 @@
 /* Element types are ferry_dtype's (F32, F16, BF16, I32, I64; sizes from
  * common/dtype.h). This is the format's spelling of one: "F32", "F16",
  * "BF16", "I32", "I64"; "?" for a type the format has no name for here. */
-const char *st_dtype_name(ferry_dtype d);
+const char *sft_dtype_name(ferry_dtype d);
 
 /* A tensor to write, or one read from a file. */
-typedef struct st_tensor {
+typedef struct sft_tensor {
     const char *name;
     ferry_dtype dtype;
     int ndim;                    /* 0..ST_MAX_DIMS; 0 is a scalar */
     int64_t shape[ST_MAX_DIMS];
-    const void *data;            /* writing: its bytes (may be NULL with st_writer_put);
+    const void *data;            /* writing: its bytes (may be NULL with sft_writer_put);
                                     reading: inside the mapped file, aligned only if the
                                     writer aligned it (ours does) */
     uint64_t nbytes;             /* reading: product(shape) * dtype size; ignored when writing */
-} st_tensor;
+} sft_tensor;
 
 /* ---- writing ---- */
 
-typedef struct st_writer st_writer;
+typedef struct sft_writer sft_writer;
 
 /* Starts `path`: lays out `n` tensors (names unique, non-empty, not
  * "__metadata__"; data ordered by dtype size, largest first, so each tensor
  * is aligned to its element size) and writes the header to DIR/.NAME.tmp.
  * `meta` holds n_meta key/value pairs (meta[2i], meta[2i+1]) for
  * "__metadata__", or NULL. The tensors' data is not read here. */
-ferry_status st_writer_begin(const char *path, const st_tensor *tensors, size_t n,
-                             const char *const *meta, size_t n_meta, st_writer **out);
+ferry_status sft_writer_begin(const char *path, const sft_tensor *tensors, size_t n,
+                             const char *const *meta, size_t n_meta, sft_writer **out);
 /* Writes bytes [offset, offset+len) of tensor i; any order, any pieces. */
-ferry_status st_writer_put(st_writer *w, size_t i, uint64_t offset, const void *data, uint64_t len);
+ferry_status sft_writer_put(sft_writer *w, size_t i, uint64_t offset, const void *data, uint64_t len);
 /* Checks every tensor was written in full, then fsync + rename + fsync of the
  * directory. Frees w whatever the outcome; on failure the old file stays. */
-ferry_status st_writer_commit(st_writer *w);
+ferry_status sft_writer_commit(sft_writer *w);
 /* Drops the temporary; the old file stays. Accepts NULL. */
-void st_writer_abort(st_writer *w);
+void sft_writer_abort(sft_writer *w);
 
 /* One call: begin, put each tensor's `data` whole, commit. */
-ferry_status st_write(const char *path, const st_tensor *tensors, size_t n,
+ferry_status sft_write(const char *path, const sft_tensor *tensors, size_t n,
                       const char *const *meta, size_t n_meta);
 
 /* ---- reading ---- */
 
-typedef struct st_file st_file;
+typedef struct sft_file sft_file;
 
 /* Maps `path` and checks all of it: the header length against the file size,
  * the JSON, each dtype name, shape, and data_offsets (begin <= end, within the
@@ -63,25 +63,25 @@ typedef struct st_file st_file;
  * data fully covered), names unique, metadata values strings. FERRY_ERR_IO if
  * it cannot be read; FERRY_ERR_FORMAT naming the file and the tensor;
  * FERRY_ERR_UNSUPPORTED for a valid dtype this library does not handle (F64,
- * U8, ...). On success *out owns the mapping; release with st_close. */
-ferry_status st_open(const char *path, st_file **out);
-void st_close(st_file *f);
+ * U8, ...). On success *out owns the mapping; release with sft_close. */
+ferry_status sft_open(const char *path, sft_file **out);
+void sft_close(sft_file *f);
 
-size_t st_count(const st_file *f);
-/* Tensor i in the header's order (0 <= i < st_count); NULL if out of range. */
-const st_tensor *st_tensor_at(const st_file *f, size_t i);
+size_t sft_count(const sft_file *f);
+/* Tensor i in the header's order (0 <= i < sft_count); NULL if out of range. */
+const sft_tensor *sft_tensor_at(const sft_file *f, size_t i);
 /* The tensor called `name`, or NULL (no error message is set). */
-const st_tensor *st_find(const st_file *f, const char *name);
-/* Like st_find, but FERRY_ERR_FORMAT naming the file and tensor when it is
+const sft_tensor *sft_find(const sft_file *f, const char *name);
+/* Like sft_find, but FERRY_ERR_FORMAT naming the file and tensor when it is
  * missing, or when its dtype or shape differs from the expected ones (ndim < 0
  * skips the shape check). */
-ferry_status st_expect(const st_file *f, const char *name, ferry_dtype dtype, int ndim, const int64_t *shape,
-                       const st_tensor **out);
+ferry_status sft_expect(const sft_file *f, const char *name, ferry_dtype dtype, int ndim, const int64_t *shape,
+                       const sft_tensor **out);
 /* A "__metadata__" value, or NULL. */
-const char *st_metadata(const st_file *f, const char *key);
+const char *sft_metadata(const sft_file *f, const char *key);
 
 /* Writes a shape as people read it, "[768]", "[3, 4, 5]", "[]" for a scalar,
  * into buf (cut to cap, NUL-terminated). Returns buf. */
-char *st_format_shape(const int64_t *shape, int ndim, char *buf, size_t cap);
+char *sft_format_shape(const int64_t *shape, int ndim, char *buf, size_t cap);
 
 #endif

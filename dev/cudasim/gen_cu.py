@@ -20,7 +20,7 @@ product source:
   extern __shared__ [__align__(A)] T name[];
       -> T *const name = ::cudasim::dynamic_shared<T>(A);
 
-Written for ferry's kernels/*.cu and the simulator's own tests; a construct it
+Written for ferry's backend/ops/*.cu and the simulator's own tests; a construct it
 does not understand (a __shared__ variable outside a kernel body, a launch
 whose kernel expression it cannot find) ends the build with a message naming
 the file and line rather than being passed through.

@@ -1,7 +1,7 @@
 /* Kernel lab: causal multi-head attention, forward (out and the
  * log-sum-exp) and the accumulating backward. Reference:
  * hostop_attention_* (a T x T score matrix per head, fp32); production:
- * ops_attention_* (kernels/attention.cu, FlashAttention-2 style), whose
+ * ops_attention_* (backend/ops/attention.cu, FlashAttention-2 style), whose
  * tile size the card's shared memory decides. Variants: the same kernels
  * with each tile size forced (cudaop_attention_*_tiled): 1, 32 queries per
  * block (2 warps), what Turing's 64 KiB per block runs; 2, 64 queries (4
@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/ops.h"
-#include "kernels/ops_cuda.h"
-#include "kernels/ops_host.h"
+#include "backend/ops/ops.h"
+#include "backend/ops/ops_cuda.h"
+#include "backend/ops/ops_host.h"
 
 typedef struct attn {
     int B, T, C, NH;

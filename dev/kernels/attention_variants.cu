@@ -1,4 +1,4 @@
-/* Kernel lab: a variant of the attention backward (kernels/attention.cu),
+/* Kernel lab: a variant of the attention backward (backend/ops/attention.cu),
  * checked and timed by dev/kernels/attention.c.
  *   1: the production dK/dV kernel recomputes D = rowsum(dO * O) for every
  *      query tile it visits, once per key block (T / 64 times each row at
@@ -10,7 +10,7 @@
 #include <mma.h>
 
 #include "dev/kernels/lab.h"
-#include "kernels/cuda_util.cuh"
+#include "backend/ops/cuda_util.cuh"
 
 namespace {
 

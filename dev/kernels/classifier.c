@@ -1,7 +1,7 @@
 /* Kernel lab: the fused classifier (logits, softmax cross-entropy, and the
  * gradients into the input and the tied wte), chunk rows at a time.
  * Reference: hostop_classifier; production: ops_classifier
- * (kernels/classifier.cu, cuBLASLt for the three products). Variant 1
+ * (backend/ops/classifier.cu, cuBLASLt for the three products). Variant 1
  * (dev/kernels/classifier_variants.cu, bf16 storage only) adds dwte's share once per group of
  * chunks instead of once per chunk, reading and writing the Vp x C fp32
  * accumulator (322 MB at GPT-2 XL) that many times less. */
@@ -9,8 +9,8 @@
 
 #include <stdlib.h>
 
-#include "kernels/ops.h"
-#include "kernels/ops_host.h"
+#include "backend/ops/ops.h"
+#include "backend/ops/ops_host.h"
 
 typedef struct cls {
     int N, C, V, Vp, chunk;

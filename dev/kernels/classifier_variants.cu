@@ -1,4 +1,4 @@
-/* Kernel lab: a variant of the fused classifier (kernels/classifier.cu),
+/* Kernel lab: a variant of the fused classifier (backend/ops/classifier.cu),
  * checked and timed by dev/kernels/classifier.c.
  *   1: the production classifier adds each chunk's share of dwte into its
  *      fp32 accumulator with its own product (beta = 1), so the whole Vp x C
@@ -11,7 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "dev/kernels/lab.h"
-#include "kernels/cuda_util.cuh"
+#include "backend/ops/cuda_util.cuh"
 
 namespace {
 

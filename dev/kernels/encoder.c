@@ -1,12 +1,12 @@
 /* Kernel lab: the encoder (token + position embedding), forward and the
  * accumulating backward. Reference: hostop_encoder_*; production:
- * ops_encoder_* (kernels/encoder.cu). No variants yet. */
+ * ops_encoder_* (backend/ops/encoder.cu). No variants yet. */
 #include "dev/kernels/lab.h"
 
 #include <stdlib.h>
 
-#include "kernels/ops.h"
-#include "kernels/ops_host.h"
+#include "backend/ops/ops.h"
+#include "backend/ops/ops_host.h"
 
 typedef struct enc {
     int B, T, C, V;

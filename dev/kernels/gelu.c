@@ -1,5 +1,5 @@
 /* Kernel lab: GELU (tanh form), forward and the accumulating backward.
- * Reference: hostop_gelu_*; production: ops_gelu_* (kernels/gelu.cu: 8
+ * Reference: hostop_gelu_*; production: ops_gelu_* (backend/ops/gelu.cu: 8
  * elements per 16-byte access, a grid-stride loop). Forward variant 1
  * (dev/kernels/gelu_variants.cu) is the plain kernel, one element per
  * thread: the distance between the two is what the vector accesses buy
@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "kernels/ops.h"
-#include "kernels/ops_host.h"
+#include "backend/ops/ops.h"
+#include "backend/ops/ops_host.h"
 
 typedef struct gelu {
     size_t n;

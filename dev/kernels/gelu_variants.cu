@@ -1,5 +1,5 @@
 /* Kernel lab: other kernels for GELU forward, beside the production one
- * (kernels/gelu.cu), checked and timed by dev/kernels/gelu.c.
+ * (backend/ops/gelu.cu), checked and timed by dev/kernels/gelu.c.
  *   1: one element per thread, 2-byte loads and stores, one block per 256
  *      elements: the plain version, without the production kernel's 16-byte
  *      accesses and grid-stride loop. */
@@ -7,7 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "dev/kernels/lab.h"
-#include "kernels/cuda_check.h"
+#include "backend/cuda_check.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
  * start of the run (a cuBLASLt 8192^3 matmul in the lab's storage type and a
  * device-to-device copy), and the two steps each op file takes for every way
  * it computes an op — check it against the host reference
- * (kernels/ops_host.h) on small random inputs, then time it at the lab's
+ * (backend/ops/ops_host.h) on small random inputs, then time it at the lab's
  * sizes and print its rate as a fraction of its ceiling. Each result is
  * printed the moment it is known. The lab runs in one storage type, bf16 or
  * f16 (--dtype; by default the card's own, f16 on sm_70 and sm_75).
@@ -21,8 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/backend.h"
-#include "kernels/opcheck.h"
+#include "backend/backend.h"
+#include "backend/ops/opcheck.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,6 +1,6 @@
 /* Kernel lab: layernorm, forward (with the saved mean and rstd) and the
  * accumulating backward. Reference: hostop_layernorm_*; production:
- * ops_layernorm_* (kernels/layernorm.cu). Backward variants
+ * ops_layernorm_* (backend/ops/layernorm.cu). Backward variants
  * (dev/kernels/reduce_variants.cu, bf16 storage only), each changing one kernel of the
  * production pair: 1 dinp with its per-thread arrays in registers (the
  * production kernel's, of run-time length, live in local memory), 2
@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/ops.h"
-#include "kernels/ops_host.h"
+#include "backend/ops/ops.h"
+#include "backend/ops/ops_host.h"
 
 typedef struct ln {
     int N, C;

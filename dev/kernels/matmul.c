@@ -1,15 +1,15 @@
 /* Kernel lab: the linear layer, out = inp @ weight^T + bias and its
  * accumulating backward, at the MLP's C -> 4C shape. Reference:
  * hostop_matmul_* (OpenBLAS); production: ops_matmul_* (cuBLASLt,
- * kernels/matmul.cu). Variants of dbias, the column sum of dout
+ * backend/ops/matmul.cu). Variants of dbias, the column sum of dout
  * (dev/kernels/reduce_variants.cu; 1 for bf16 storage only): 0 production (one block per 32 columns:
  * 50 blocks at C = 1600), 1 the rows split over LAB_ROW_SLICES blocks too. */
 #include "dev/kernels/lab.h"
 
 #include <stdlib.h>
 
-#include "kernels/ops.h"
-#include "kernels/ops_host.h"
+#include "backend/ops/ops.h"
+#include "backend/ops/ops_host.h"
 
 typedef struct mm {
     int N, C, OC;

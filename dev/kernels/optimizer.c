@@ -4,13 +4,13 @@
  * GPT-2 MLP weight (4 C^2). References: round to nearest even
  * (opcheck_bf16_bits), torch's AdamW in double (opcheck_adamw_ref), a sum
  * in double; production: ops_convert_from_f32, ops_adamw, ops_sumsq
- * (kernels/convert.cu, kernels/adamw_device.cu). No variants yet. */
+ * (backend/ops/convert.cu, kernels/adamw_device.cu). No variants yet. */
 #include "dev/kernels/lab.h"
 
 #include <stdlib.h>
 
-#include "kernels/ops.h"
-#include "kernels/ops_cuda.h"
+#include "backend/ops/ops.h"
+#include "backend/ops/ops_cuda.h"
 
 typedef struct opt {
     size_t n;

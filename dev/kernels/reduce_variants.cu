@@ -1,5 +1,5 @@
 /* Kernel lab: variants of the column reductions and of layernorm's dinp,
- * beside the production kernels (kernels/matmul.cu, kernels/layernorm.cu),
+ * beside the production kernels (backend/ops/matmul.cu, backend/ops/layernorm.cu),
  * checked by dev/kernels/matmul.c and dev/kernels/layernorm.c:
  *   colsum 1 and layernorm dparams 1: the production kernels give each block
  *     32 columns and every row (C / 32 = 50 blocks at C = 1600, far fewer
@@ -12,13 +12,13 @@
  *     memory; here the length is a template parameter and the loops unroll
  *     into registers.
  * Variant 0 of each is the production kernel (the column sum called, the two
- * layernorm kernels copied, being private to kernels/layernorm.cu), so that
+ * layernorm kernels copied, being private to backend/ops/layernorm.cu), so that
  * each change is timed alone: lab_layernorm_backward_v(dinp 0|1, dparams 0|1). */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "dev/kernels/lab.h"
-#include "kernels/cuda_util.cuh"
+#include "backend/ops/cuda_util.cuh"
 
 namespace {
 

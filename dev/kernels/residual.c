@@ -1,12 +1,12 @@
 /* Kernel lab: the residual add, out = a + b. Reference:
  * hostop_residual_forward; production: ops_residual_forward
- * (kernels/residual.cu). No variants yet. */
+ * (backend/ops/residual.cu). No variants yet. */
 #include "dev/kernels/lab.h"
 
 #include <stdlib.h>
 
-#include "kernels/ops.h"
-#include "kernels/ops_host.h"
+#include "backend/ops/ops.h"
+#include "backend/ops/ops_host.h"
 
 typedef struct res {
     size_t n;

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "kernels/backend.h"
+#include "backend/backend.h"
 #include "tap.h"
 
 static backend *be;

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "dev/cudasim/cudasim.h"
-#include "kernels/opcheck.h"
+#include "backend/ops/opcheck.h"
 #include "tests/tap.h"
 
 static cublasLtHandle_t lt;

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/opcheck.h"
+#include "backend/ops/opcheck.h"
 
 static int rank, nranks, tap_n, tap_failed;
 static cudaStream_t stream;

@@ -25,8 +25,8 @@
 #include "common/error.h"
 #include "dev/cudasim/cudasim.h"
 #include "engine/intree.h"
-#include "kernels/opcheck.h"
-#include "kernels/ops_host.h"
+#include "backend/ops/opcheck.h"
+#include "backend/ops/ops_host.h"
 #include "tests/gpu/gpu_util.h"
 #include "tests/tap.h"
 

@@ -20,8 +20,8 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "engine/split_fixture.h"
-#include "kernels/backend.h"
-#include "kernels/ops.h"
+#include "backend/backend.h"
+#include "backend/ops/ops.h"
 #include "optim/adamw.h"
 #include "tap.h"
 

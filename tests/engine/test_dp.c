@@ -26,7 +26,7 @@
 
 #include "common/numerics.h"
 #include "engine/intree.h"
-#include "kernels/comm.h"
+#include "backend/comm.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
 #include "models/gpt2_plan.h"

@@ -2,7 +2,7 @@
  * The input is argv, NUL-separated; accepted options must be in range. */
 #include "tests/fuzz/fuzz_util.h"
 #include "tools/tokenize/tokenize_cli.h"
-#include "train/shard.h"
+#include "train/token_shard.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1,10 +1,10 @@
-/* libFuzzer harness: token shards and the batch loader (train/shard.c,
+/* libFuzzer harness: token shards and the batch loader (train/token_shard.c,
  * train/dataloader.c). The input is a shard file; the loader opens it
  * sequential and shuffled, serves batches across an epoch boundary, and
  * seeks back to a saved position, which must give the same batch again. */
 #include "tests/fuzz/fuzz_util.h"
 #include "train/dataloader.h"
-#include "train/shard.h"
+#include "train/token_shard.h"
 
 static void serve(const char *path, int B, int T, uint32_t vocab, int shuffle)
 {

@@ -15,9 +15,9 @@
 #include <string.h>
 
 #include "ferry_cuda_build.h"
-#include "kernels/backend.h"
-#include "kernels/backend_cuda.h"
-#include "kernels/ops.h"
+#include "backend/backend.h"
+#include "backend/backend_cuda.h"
+#include "backend/ops/ops.h"
 #include "tests/tap.h"
 
 static const int built[] = {FERRY_CUDA_ARCHS};

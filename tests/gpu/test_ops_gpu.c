@@ -1,7 +1,7 @@
-/* The cuda ops (kernels/<op>.cu) against the host ones on the same random
+/* The cuda ops (backend/ops/<op>.cu) against the host ones on the same random
  * inputs (exact in both 16-bit types), in one storage type (the argument:
  * bf16, the default, or f16): every op of the registry over the shape table
- * (kernels/op_shapes.h) against the host backend storing the same type;
+ * (backend/ops/op_shapes.h) against the host backend storing the same type;
  * then what is particular to some (encoder_backward gives the same bits
  * twice, conversion bits, unaligned elementwise pointers, attention with
  * each tile size, the classifier's ignored targets and loss scale), and the
@@ -27,11 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend.h"
-#include "kernels/ops.h"
-#include "kernels/ops_cuda.h"
-#include "kernels/ops_host.h"
-#include "kernels/opdrive.h"
+#include "backend/backend.h"
+#include "backend/ops/ops.h"
+#include "backend/ops/ops_cuda.h"
+#include "backend/ops/ops_host.h"
+#include "backend/ops/opdrive.h"
 #include "tests/gpu/gpu_util.h"
 #include "tests/tap.h"
 
@@ -335,8 +335,8 @@ static void test_attention(int B, int T, int C, int NH)
     test_attention_tile(B, T, C, NH, 32);
 }
 
-/* Every op of the registry (kernels/op_list.h) over the shape table
- * (kernels/op_shapes.h): cuda against the host backend storing the same
+/* Every op of the registry (backend/ops/op_list.h) over the shape table
+ * (backend/ops/op_shapes.h): cuda against the host backend storing the same
  * type, from the same inputs, through the same fronts. */
 static void report(void *ctx, const opdrive_result *r)
 {

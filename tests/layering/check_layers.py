@@ -2,11 +2,11 @@
 """The layering of ferry's tree, checked (docs/design.md, "The layers").
 
 One top folder is one library, and dependencies point one way:
-common <- kernels <- offload, optim <- engine <- models <- train <- tools.
+common <- backend <- offload, optim <- engine <- models <- train <- tools.
 A file may include ferry.h, the headers of its own folder, and the public
 headers of the folders below it; a folder's private headers (PRIVATE below)
 belong to it alone, to its tests (tests/<folder>...) and to its lab
-(dev/<folder>). FERRY_HAVE_CUDA is tested only inside kernels/ (the backend
+(dev/<folder>). FERRY_HAVE_CUDA is tested only inside backend/ (the backend
 decides; nobody above branches on CUDA). Examples see only ferry.h. The
 simulated CUDA device (dev/cudasim) is test infrastructure: its tests
 (tests/cudasim) test the cuda backend, and they alone may include its
@@ -26,26 +26,26 @@ import tempfile
 MAY_USE = {
     "include": set(),
     "common": {"include"},
-    "kernels": {"include", "common"},
-    "offload": {"include", "common", "kernels"},
+    "backend": {"include", "common"},
+    "offload": {"include", "common", "backend"},
     "optim": {"include", "common"},
-    "engine": {"include", "common", "kernels", "offload", "optim"},
-    "models": {"include", "common", "kernels", "offload", "optim", "engine"},
-    "train": {"include", "common", "kernels", "offload", "optim", "engine", "models"},
-    "tools": {"include", "common", "kernels", "offload", "optim", "engine", "models", "train"},
-    "dev": {"include", "common", "kernels"},
-    "tests": {"include", "common", "kernels", "offload", "optim", "engine", "models", "train", "tools"},
+    "engine": {"include", "common", "backend", "offload", "optim"},
+    "models": {"include", "common", "backend", "offload", "optim", "engine"},
+    "train": {"include", "common", "backend", "offload", "optim", "engine", "models"},
+    "tools": {"include", "common", "backend", "offload", "optim", "engine", "models", "train"},
+    "dev": {"include", "common", "backend"},
+    "tests": {"include", "common", "backend", "offload", "optim", "engine", "models", "train", "tools"},
     "examples": {"include"},
 }
 
 # Headers only their own folder (and its tests and lab) may include.
 PRIVATE = {
     "engine/engine.h",
-    "kernels/backend_impl.h",
-    "kernels/ops_host.h",
-    "kernels/ops_cuda.h",
-    "kernels/cuda_util.cuh",
-    "kernels/cuda_check.h",
+    "backend/backend_impl.h",
+    "backend/ops/ops_host.h",
+    "backend/ops/ops_cuda.h",
+    "backend/ops/cuda_util.cuh",
+    "backend/cuda_check.h",
     "optim/kernels.h",
     "models/gpt2_internal.h",
 }
@@ -58,13 +58,13 @@ TEST_ONLY = {
 # Headers meson generates into the build tree, with the folder that owns them
 # (they count as private to it).
 GENERATED = {
-    "ferry_cuda_build.h": "kernels",
+    "ferry_cuda_build.h": "backend",
 }
 
 SOURCES = (".c", ".h", ".cu", ".cuh")
 # The library's folders: what an embedder links. Their messages name ferry.h's
 # config fields, never a program's flags (train_gpt2 translates them).
-LIBRARY = ("include", "common", "kernels", "offload", "optim", "engine")
+LIBRARY = ("include", "common", "backend", "offload", "optim", "engine")
 STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+")
 # Another program's flags, which a message may name: "srun --mpi=pmix".
@@ -82,9 +82,10 @@ def owner_folders(rel):
     parts = rel.split("/")
     if parts[0] in ("tests", "dev") and len(parts) > 2:
         sub = parts[1]
-        # tests/kernels_gpu, tests/gpu, tests/cudasim and dev/kernels test the backend
-        if sub.startswith("kernels") or sub in ("gpu", "cudasim"):
-            return {"kernels"}
+        # tests/backend, tests/ops, tests/gpu, tests/cudasim and dev/kernels (the
+        # kernel lab) test the backend
+        if sub in ("backend", "ops", "kernels", "gpu", "cudasim"):
+            return {"backend"}
         return {sub}
     return {parts[0]}
 
@@ -147,8 +148,8 @@ def violations(root):
                     for flag in FLAG.findall(FOREIGN_FLAGS.sub("", lit)):
                         found.append(f"{rel}: a message names the flag {flag}; name the config field "
                                      "(train/flag_words.c says it in the trainer's flags)")
-        if CUDA_FLAG.search(text) and layer != "kernels":
-            found.append(f"{rel}: tests FERRY_HAVE_CUDA outside kernels/ (ask the backend instead)")
+        if CUDA_FLAG.search(text) and layer != "backend":
+            found.append(f"{rel}: tests FERRY_HAVE_CUDA outside backend/ (ask the backend instead)")
     return found
 
 
@@ -168,9 +169,9 @@ def self_test():
     """Each fault planted in a tiny tree must be found; the clean tree must pass."""
     cases = {
         "clean": ({}, 0),
-        "upward": ({"kernels/x.c": '#include "engine/intree.h"\n'}, 1),
+        "upward": ({"backend/x.c": '#include "engine/intree.h"\n'}, 1),
         "private": ({"models/y.c": '#include "engine/engine.h"\n'}, 1),
-        "optim-backend": ({"optim/z.c": '#include "kernels/backend.h"\n'}, 1),
+        "optim-backend": ({"optim/z.c": '#include "backend/backend.h"\n'}, 1),
         "cuda-flag": ({"engine/w.c": "#ifdef FERRY_HAVE_CUDA\n#endif\n"}, 1),
         "example": ({"examples/e.c": '#include "common/error.h"\n'}, 1),
         "test-private-ok": ({"tests/engine/t.c": '#include "engine/engine.h"\n'}, 0),
@@ -185,9 +186,9 @@ def self_test():
     base = {
         "include/ferry.h": "",
         "common/error.h": '#include "ferry.h"\n',
-        "kernels/backend.h": '#include "ferry.h"\n',
-        "engine/engine.h": '#include "kernels/backend.h"\n',
-        "engine/intree.h": '#include "kernels/backend.h"\n',
+        "backend/backend.h": '#include "ferry.h"\n',
+        "engine/engine.h": '#include "backend/backend.h"\n',
+        "engine/intree.h": '#include "backend/backend.h"\n',
         "engine/e.c": '#include "engine/engine.h"\n#include "common/error.h"\n',
         "models/m.c": '#include "engine/intree.h"\n',
         "dev/cudasim/cudasim.h": "",

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend.h"
-#include "kernels/ops.h"
+#include "backend/backend.h"
+#include "backend/ops/ops.h"
 #include "models/gpt2.h"
 
 typedef struct fixture {

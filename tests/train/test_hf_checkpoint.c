@@ -124,14 +124,14 @@ static void test_round_trip(fixture *fx, float **groups, const gpt2_config *cfg)
     snprintf(file, sizeof file, "%s/model.safetensors", dir);
     snprintf(conf, sizeof conf, "%s/config.json", dir);
 
-    st_file *f = NULL;
-    if (tap_is_status(st_open(file, &f), FERRY_OK, "model.safetensors is a valid safetensors file")) {
+    sft_file *f = NULL;
+    if (tap_is_status(sft_open(file, &f), FERRY_OK, "model.safetensors is a valid safetensors file")) {
         int want = 0;
         for (int g = 0; g < gpt2_num_groups(fx->m); g++)
             want += gpt2_group_tensor_count(fx->m, g);
-        TAP_IS_INT(st_count(f), want, "it holds every tensor of the model, no more");
-        const st_tensor *wte = st_find(f, "transformer.wte.weight");
-        const st_tensor *fc = st_find(f, "transformer.h.1.mlp.c_fc.weight");
+        TAP_IS_INT(sft_count(f), want, "it holds every tensor of the model, no more");
+        const sft_tensor *wte = sft_find(f, "transformer.wte.weight");
+        const sft_tensor *fc = sft_find(f, "transformer.h.1.mlp.c_fc.weight");
         tap_ok(wte && wte->ndim == 2 && wte->shape[0] == cfg->vocab_size && wte->shape[1] == cfg->n_embd,
                "transformer.wte.weight is [V=%d, C=%d] (the real rows of the %d)", cfg->vocab_size, cfg->n_embd,
                cfg->padded_vocab_size);
@@ -149,7 +149,7 @@ static void test_round_trip(fixture *fx, float **groups, const gpt2_config *cfg)
                     bad += hf[(size_t)i * t.shape[0] + o] != groups[gi][t.offset + (size_t)o * t.shape[1] + i];
             TAP_IS_INT(bad, 0, "c_fc.weight holds the transpose of our [4C, C] weight");
         }
-        st_close(f);
+        sft_close(f);
     }
 
     float **back = groups_alloc(fx->m);
@@ -178,14 +178,14 @@ typedef struct edit {
 
 static ferry_status rewrite(const char *src, const char *dst, const edit *ed)
 {
-    st_file *f = NULL;
-    ferry_status st = st_open(src, &f);
+    sft_file *f = NULL;
+    ferry_status st = sft_open(src, &f);
     if (st != FERRY_OK)
         return st;
-    size_t n = st_count(f), k = 0;
-    st_tensor *ts = calloc(n, sizeof *ts);
+    size_t n = sft_count(f), k = 0;
+    sft_tensor *ts = calloc(n, sizeof *ts);
     for (size_t i = 0; i < n; i++) {
-        st_tensor t = *st_tensor_at(f, i);
+        sft_tensor t = *sft_tensor_at(f, i);
         if (ed->drop && strcmp(t.name, ed->drop) == 0)
             continue;
         if (ed->reshape && strcmp(t.name, ed->reshape) == 0)
@@ -194,9 +194,9 @@ static ferry_status rewrite(const char *src, const char *dst, const edit *ed)
             t.dtype = FERRY_DTYPE_I32;
         ts[k++] = t;
     }
-    st = st_write(dst, ts, k, NULL, 0);
+    st = sft_write(dst, ts, k, NULL, 0);
     free(ts);
-    st_close(f);
+    sft_close(f);
     return st;
 }
 

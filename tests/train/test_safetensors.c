@@ -47,7 +47,7 @@ static void fill(void)
 }
 
 /* An odd-sized BF16 tensor first, so the writer's alignment matters. */
-static st_tensor tensors[] = {
+static sft_tensor tensors[] = {
     {"w.bf16", FERRY_DTYPE_BF16, 2, {4, 6}, bf16v, 0},
     {"scalar", FERRY_DTYPE_F32, 0, {0}, &scalar, 0},
     {"w.f32", FERRY_DTYPE_F32, 3, {2, 3, 4}, f32v, 0},
@@ -62,17 +62,17 @@ static const char *meta[] = {"format", "pt", "step", "42"};
 static void test_round_trip(void)
 {
     const char *p = path_in("model.safetensors");
-    TAP_IS_STATUS(st_write(p, tensors, NT, meta, 2), FERRY_OK, "write 7 tensors of 5 dtypes + metadata");
-    st_file *f = NULL;
-    TAP_IS_STATUS(st_open(p, &f), FERRY_OK, "read it back");
+    TAP_IS_STATUS(sft_write(p, tensors, NT, meta, 2), FERRY_OK, "write 7 tensors of 5 dtypes + metadata");
+    sft_file *f = NULL;
+    TAP_IS_STATUS(sft_open(p, &f), FERRY_OK, "read it back");
     if (!f)
         return;
-    TAP_IS_INT(st_count(f), NT, "tensor count");
-    tap_ok(st_metadata(f, "step") && !strcmp(st_metadata(f, "step"), "42") && !st_metadata(f, "nope"),
+    TAP_IS_INT(sft_count(f), NT, "tensor count");
+    tap_ok(sft_metadata(f, "step") && !strcmp(sft_metadata(f, "step"), "42") && !sft_metadata(f, "nope"),
            "metadata step = 42, absent keys NULL");
     for (size_t i = 0; i < NT; i++) {
-        const st_tensor *t;
-        ferry_status st = st_expect(f, tensors[i].name, tensors[i].dtype, tensors[i].ndim, tensors[i].shape, &t);
+        const sft_tensor *t;
+        ferry_status st = sft_expect(f, tensors[i].name, tensors[i].dtype, tensors[i].ndim, tensors[i].shape, &t);
         TAP_IS_STATUS(st, FERRY_OK, "'%s' has its dtype and shape", tensors[i].name);
         if (!t)
             continue;
@@ -85,24 +85,24 @@ static void test_round_trip(void)
         tap_ok(!want_bytes || memcmp(t->data, tensors[i].data, want_bytes) == 0, "'%s' bytes as written",
                tensors[i].name);
     }
-    const st_tensor *t = st_find(f, "w.f32");
+    const sft_tensor *t = sft_find(f, "w.f32");
     float v;
     memcpy(&v, (const char *)t->data + 5 * 4, 4);
     TAP_IS_CLOSE(v, 2.0, 0, 0, "w.f32[5] = (5*3-7)/4 = 2");
     const int64_t bad_shape[2] = {3, 8};
-    TAP_IS_STATUS(st_expect(f, "w.f32", FERRY_DTYPE_F32, 2, bad_shape, &t), FERRY_ERR_FORMAT, "wrong expected shape refused");
+    TAP_IS_STATUS(sft_expect(f, "w.f32", FERRY_DTYPE_F32, 2, bad_shape, &t), FERRY_ERR_FORMAT, "wrong expected shape refused");
     tap_ok(strstr(ferry_last_error(), "shape [2, 3, 4], expected [3, 8]") != NULL, "message: %s", ferry_last_error());
     const int64_t flat[1] = {24};
-    TAP_IS_STATUS(st_expect(f, "w.f32", FERRY_DTYPE_F32, 1, flat, &t), FERRY_ERR_FORMAT, "a 3-D tensor where 1-D is expected");
+    TAP_IS_STATUS(sft_expect(f, "w.f32", FERRY_DTYPE_F32, 1, flat, &t), FERRY_ERR_FORMAT, "a 3-D tensor where 1-D is expected");
     tap_ok(strstr(ferry_last_error(), "shape [2, 3, 4], expected [24]") != NULL, "message: %s", ferry_last_error());
     char sh[64];
     const int64_t five[5] = {1, 2, 3, 4, 5};
-    tap_ok(!strcmp(st_format_shape(five, 0, sh, sizeof sh), "[]"), "a scalar's shape reads [] (%s)", sh);
-    tap_ok(!strcmp(st_format_shape(five, 5, sh, sizeof sh), "[1, 2, 3, 4, 5]"), "a 5-D shape in full (%s)", sh);
-    tap_ok(!strcmp(st_format_shape(five, 5, sh, 7), "[1, 2,"), "cut to the buffer, NUL-terminated (%s)", sh);
-    TAP_IS_STATUS(st_expect(f, "lm_head.weight", FERRY_DTYPE_F32, -1, NULL, &t), FERRY_ERR_FORMAT, "missing tensor refused");
+    tap_ok(!strcmp(sft_format_shape(five, 0, sh, sizeof sh), "[]"), "a scalar's shape reads [] (%s)", sh);
+    tap_ok(!strcmp(sft_format_shape(five, 5, sh, sizeof sh), "[1, 2, 3, 4, 5]"), "a 5-D shape in full (%s)", sh);
+    tap_ok(!strcmp(sft_format_shape(five, 5, sh, 7), "[1, 2,"), "cut to the buffer, NUL-terminated (%s)", sh);
+    TAP_IS_STATUS(sft_expect(f, "lm_head.weight", FERRY_DTYPE_F32, -1, NULL, &t), FERRY_ERR_FORMAT, "missing tensor refused");
     tap_ok(strstr(ferry_last_error(), "lm_head.weight") != NULL, "message names it: %s", ferry_last_error());
-    st_close(f);
+    sft_close(f);
 }
 
 static int run_python(const char *args, int *rc_out)
@@ -131,11 +131,11 @@ static void test_python(void)
     snprintf(args, sizeof args, "--write '%s'", path_in("py.safetensors"));
     run_python(args, &rc);
     TAP_IS_INT(rc, 0, "python wrote a file (unpadded header, other order)");
-    st_file *f = NULL;
-    TAP_IS_STATUS(st_open(path_in("py.safetensors"), &f), FERRY_OK, "we read python's file");
+    sft_file *f = NULL;
+    TAP_IS_STATUS(sft_open(path_in("py.safetensors"), &f), FERRY_OK, "we read python's file");
     if (!f)
         return;
-    const st_tensor *a = st_find(f, "a"), *b = st_find(f, "b");
+    const sft_tensor *a = sft_find(f, "a"), *b = sft_find(f, "b");
     float av[4] = {0};
     int64_t bv[3] = {0};
     if (a && b) {
@@ -144,7 +144,7 @@ static void test_python(void)
     }
     tap_ok(a && b && av[0] == 1 && av[3] == 4 && bv[0] == 7 && bv[2] == 9 && a->ndim == 2 && b->shape[0] == 3,
            "values from python: a = [[1,2],[3,4]] F32, b = [7,8,9] I64");
-    st_close(f);
+    sft_close(f);
 }
 
 static void write_custom(const char *name, const char *json, size_t data_len, long long force_len)
@@ -160,22 +160,22 @@ static void write_custom(const char *name, const char *json, size_t data_len, lo
 
 static void expect_corrupt(const char *name, ferry_status want, const char *needle)
 {
-    st_file *f = NULL;
-    ferry_status st = st_open(path_in(name), &f);
+    sft_file *f = NULL;
+    ferry_status st = sft_open(path_in(name), &f);
     TAP_IS_STATUS(st, want, "%s refused", name);
     const char *m = ferry_last_error();
     if (!tap_ok(!f && strstr(m, name) && strstr(m, needle), "%s: message names the file and says '%s'", name, needle))
         tap_diag("  message: %s", m);
-    st_close(f);
+    sft_close(f);
 }
 
 static void test_corrupt(void)
 {
     const char *one = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
     write_custom("good.st", one, 8, -1);
-    st_file *f = NULL;
-    TAP_IS_STATUS(st_open(path_in("good.st"), &f), FERRY_OK, "the hand-made base case is valid");
-    st_close(f);
+    sft_file *f = NULL;
+    TAP_IS_STATUS(sft_open(path_in("good.st"), &f), FERRY_OK, "the hand-made base case is valid");
+    sft_close(f);
     FILE *e = fopen(path_in("empty.st"), "wb");
     fclose(e);
     expect_corrupt("empty.st", FERRY_ERR_FORMAT, "shorter than the 8-byte header length");
@@ -215,24 +215,24 @@ static void test_corrupt(void)
     expect_corrupt("noname.st", FERRY_ERR_FORMAT, "a tensor has an empty name");
     write_custom("meta.st", "{\"__metadata__\":{\"k\":3}}", 0, -1);
     expect_corrupt("meta.st", FERRY_ERR_FORMAT, "value is not a string");
-    st_file *g = NULL;
-    TAP_IS_STATUS(st_open(path_in("nonexistent.st"), &g), FERRY_ERR_IO, "a missing file is an I/O error");
+    sft_file *g = NULL;
+    TAP_IS_STATUS(sft_open(path_in("nonexistent.st"), &g), FERRY_ERR_IO, "a missing file is an I/O error");
 }
 
 static void test_misuse(void)
 {
-    st_tensor two[2] = {{"x", FERRY_DTYPE_F32, 1, {2}, f32v, 0}, {"x", FERRY_DTYPE_F32, 1, {2}, f32v, 0}};
-    TAP_IS_STATUS(st_write(path_in("dup_out.st"), two, 2, NULL, 0), FERRY_ERR_INVALID_ARGUMENT, "duplicate names refused");
+    sft_tensor two[2] = {{"x", FERRY_DTYPE_F32, 1, {2}, f32v, 0}, {"x", FERRY_DTYPE_F32, 1, {2}, f32v, 0}};
+    TAP_IS_STATUS(sft_write(path_in("dup_out.st"), two, 2, NULL, 0), FERRY_ERR_INVALID_ARGUMENT, "duplicate names refused");
     two[1].name = "y";
     two[1].dtype = (ferry_dtype)17;
-    TAP_IS_STATUS(st_write(path_in("dt_out.st"), two, 2, NULL, 0), FERRY_ERR_INVALID_ARGUMENT, "a bad dtype refused");
+    TAP_IS_STATUS(sft_write(path_in("dt_out.st"), two, 2, NULL, 0), FERRY_ERR_INVALID_ARGUMENT, "a bad dtype refused");
     two[1].dtype = FERRY_DTYPE_F32;
-    st_writer *w = NULL;
-    TAP_IS_STATUS(st_writer_begin(path_in("part.st"), two, 2, NULL, 0, &w), FERRY_OK, "writer begins");
-    TAP_IS_STATUS(st_writer_put(w, 0, 4, f32v, 8), FERRY_ERR_INVALID_ARGUMENT, "a write past a tensor is refused");
-    TAP_IS_STATUS(st_writer_put(w, 0, 4, f32v + 1, 4), FERRY_OK, "second half of x");
-    TAP_IS_STATUS(st_writer_put(w, 0, 0, f32v, 4), FERRY_OK, "first half of x");
-    TAP_IS_STATUS(st_writer_commit(w), FERRY_ERR_STATE, "commit with y unwritten is refused");
+    sft_writer *w = NULL;
+    TAP_IS_STATUS(sft_writer_begin(path_in("part.st"), two, 2, NULL, 0, &w), FERRY_OK, "writer begins");
+    TAP_IS_STATUS(sft_writer_put(w, 0, 4, f32v, 8), FERRY_ERR_INVALID_ARGUMENT, "a write past a tensor is refused");
+    TAP_IS_STATUS(sft_writer_put(w, 0, 4, f32v + 1, 4), FERRY_OK, "second half of x");
+    TAP_IS_STATUS(sft_writer_put(w, 0, 0, f32v, 4), FERRY_OK, "first half of x");
+    TAP_IS_STATUS(sft_writer_commit(w), FERRY_ERR_STATE, "commit with y unwritten is refused");
     tap_ok(access(path_in("part.st"), F_OK) != 0 && access(path_in(".part.st.tmp"), F_OK) != 0,
            "nothing left behind after a refused commit");
 }
@@ -240,12 +240,12 @@ static void test_misuse(void)
 static void test_disk_full(void)
 {
     const char *p = path_in("model.safetensors");
-    st_file *before = NULL;
-    st_open(p, &before);
-    uint64_t n_before = before ? st_count(before) : 0;
-    st_close(before);
+    sft_file *before = NULL;
+    sft_open(p, &before);
+    uint64_t n_before = before ? sft_count(before) : 0;
+    sft_close(before);
     static float big[1 << 16];
-    st_tensor t = {"big", FERRY_DTYPE_F32, 1, {1 << 16}, big, 0};
+    sft_tensor t = {"big", FERRY_DTYPE_F32, 1, {1 << 16}, big, 0};
     /* A file-size limit makes write() fail with EFBIG, as a full disk fails
      * with ENOSPC: the same path through the writer. */
     struct rlimit old, lim;
@@ -254,15 +254,15 @@ static void test_disk_full(void)
     lim.rlim_cur = 64 * 1024;
     signal(SIGXFSZ, SIG_IGN);
     setrlimit(RLIMIT_FSIZE, &lim);
-    ferry_status st = st_write(p, &t, 1, NULL, 0);
+    ferry_status st = sft_write(p, &t, 1, NULL, 0);
     setrlimit(RLIMIT_FSIZE, &old);
     TAP_IS_STATUS(st, FERRY_ERR_IO, "a write that runs out of room fails");
     tap_ok(strstr(ferry_last_error(), "disk full") && strstr(ferry_last_error(), "left as it was"),
            "message: %s", ferry_last_error());
-    st_file *after = NULL;
-    TAP_IS_STATUS(st_open(p, &after), FERRY_OK, "the old file still opens");
-    TAP_IS_INT(after ? st_count(after) : 0, n_before, "with its old tensors");
-    st_close(after);
+    sft_file *after = NULL;
+    TAP_IS_STATUS(sft_open(p, &after), FERRY_OK, "the old file still opens");
+    TAP_IS_INT(after ? sft_count(after) : 0, n_before, "with its old tensors");
+    sft_close(after);
     tap_ok(access(path_in(".model.safetensors.tmp"), F_OK) != 0, "no temporary left behind");
 }
 

@@ -1,4 +1,4 @@
-/* Tests of llm.c token shards and the batch loader (train/shard.c,
+/* Tests of llm.c token shards and the batch loader (train/token_shard.c,
  * dataloader.c): write/read round trip with hand-computed batches, every
  * malformed shard, resume from a saved position, seeded shuffles, shards
  * that change under a running loader or between runs, and the `tokenize`
@@ -18,7 +18,7 @@
 #include "tests/tap.h"
 #include "train/bpe.h"
 #include "train/dataloader.h"
-#include "train/shard.h"
+#include "train/token_shard.h"
 
 static char dir[] = "/tmp/ferry_shards_XXXXXX";
 

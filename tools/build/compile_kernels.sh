@@ -3,7 +3,7 @@
 # CUDA 11.8 (tools/setup/cuda11_compiler.sh: CUDA 13 no longer compiles
 # sm_70): meson configures a release tree with -Dgpu_archs=70,75 and
 # -Dwerror=true (nvcc -Werror=all-warnings) with that nvcc, and builds
-# libferry.so and libferry.a: every kernels/*.cu as one fat binary of
+# libferry.so and libferry.a: every backend/ops/*.cu as one fat binary of
 # sm_70 and sm_75 machine code plus compute_75 PTX, linked with cuBLASLt.
 # Then each kernel's resources are checked against both architectures'
 # limits; a kernel over one fails the script with a sentence naming it.
@@ -50,7 +50,7 @@ if ! nice ninja -C "$out" libferry.so.0.1.0 libferry.a >"$out/compile.log" 2>&1;
     "$out/compile.log)" >&2
   exit 1
 fi
-objects=$(ls "$out"/kernels/*.p/*.cu.o)
+objects=$(find "$out/backend" -name "*.cu.o" | sort)
 
 # Each kernel's resources, per architecture: "arch function reg shared".
 for o in $objects; do
@@ -69,7 +69,7 @@ for o in $objects; do
 done >"$out/resources.txt"
 kernels=$(wc -l <"$out/resources.txt")
 if [ "$kernels" -eq 0 ]; then
-  echo "compile_kernels: cuobjdump listed no kernel in $out/kernels: the resource check cannot run" >&2
+  echo "compile_kernels: cuobjdump listed no kernel in $out/backend: the resource check cannot run" >&2
   exit 1
 fi
 bad=0

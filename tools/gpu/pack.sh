@@ -96,7 +96,7 @@ install_programs() {
 list=$(list)
 install_programs "$list"
 # The NCCL tests: the same tree with NCCL (the toolkit's; no MPI), which
-# recompiles kernels' C files and relinks, never a .cu (kernels/meson.build
+# recompiles kernels' C files and relinks, never a .cu (backend/meson.build
 # keeps NCCL's define out of them). The next run turns it off again first.
 meson configure "$build" -Dnccl=enabled >/dev/null
 ninja -C "$build" build.ninja >/dev/null

@@ -11,7 +11,7 @@
 #include "common/fileio.h"
 #include "common/units.h"
 #include "ferry.h"
-#include "kernels/backend.h"
+#include "backend/backend.h"
 
 static int smoke_test(ferry_backend_kind kind)
 {

@@ -6,7 +6,7 @@
  * inputs are regular files, the output folder is writable) before the corpus
  * is read; the new shard set replaces the folder's old one only when all of
  * it is written. Options are tokenize_cli.c's; tokenizing is bpe.c, writing
- * the set is shard.c's. */
+ * the set is token_shard.c's. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,7 +19,7 @@
 #include "common/error.h"
 #include "train/bpe.h"
 #include "common/fileio.h"
-#include "train/shard.h"
+#include "train/token_shard.h"
 #include "tools/tokenize/tokenize_cli.h"
 
 /* Length of the blank-line run starting at a line start s[i], or 0 if the

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/shard.h"
+#include "train/token_shard.h"
 
 void tokenize_usage(FILE *f)
 {

@@ -21,7 +21,7 @@
 
 #include "common/fileio.h"
 #include "common/error.h"
-#include "kernels/backend.h"
+#include "backend/backend.h"
 
 #define REPS 7
 

@@ -1,0 +1,215 @@
+/* The op registry: every op of the backend table, once. From this list come
+ * the slots of backend_ops (backend_impl.h), the declarations of ops.h, the
+ * checked fronts of ops.c, the entries of both tables (ops_host.c,
+ * ops_cuda.c), the cuda wrappers and cudaop_* prototypes of the ops that
+ * follow the common binding (ops_cuda.h), and the descriptions the op
+ * tests and the kernel lab drive over their shape tables (backend/ops/opinfo.h,
+ * backend/ops/op_shapes.h).
+ *
+ * FERRY_OPS(OP) lists OP(name, CUDA, extra) for each op:
+ *   name   ops_<name>, the slot <name>, hostop_/cudaop_<name>;
+ *   CUDA   OPC_ACT: the cuda table runs cudaop_<name>(cudaStream_t, the
+ *          storage type, the op's arguments), declared here; OPC_OWN: its
+ *          cuda_<name> in ops_cuda.c binds it otherwise;
+ *   extra  a check beyond the arguments' own (an expression of the
+ *          arguments, `op` the op's name, `s` the stream), FERRY_OK when
+ *          there is none.
+ * FERRY_OP_ARGS_<name>(A) lists the arguments after the stream, in order,
+ * as A(kind, name, extent, aux):
+ *   DIM        int, > 0                      COUNT   size_t, > 0
+ *   COUNT0     size_t; 0 makes the op do nothing (after `extra`)
+ *   INT        int, checked by `extra`       F32V    float      I64V int64_t
+ *   BOOLV      bool                          DTYPE   ferry_dtype
+ *   HPARAMS    const adamw_hparams *, checked by `extra`
+ *   ACT_IN, ACT_OUT, ACT_ADD                 tensors of the storage type
+ *   ACT_IN_OPT, ACT_OUT_OPT, ACT_ADD_OPT     the same, NULL allowed
+ *   F32_IN, F32_OUT, F32_ADD                 float tensors
+ *   F64_ADD    double tensor                 I32_IN  int32 tensor
+ *   RAW        device bytes (scratch)        TYPED_IN const void *, of type `aux`
+ * `extent` is the elements a tensor must hold (bytes for RAW), an
+ * expression of the arguments; `aux` is a TYPED_IN's type and an I32_IN's
+ * bound (the values are in [0, aux): the drivers draw them so), else 0.
+ * OUT tensors are written whole, ADD tensors added into (every backward op
+ * accumulates), IN tensors only read.
+ *
+ * Adding an op (docs/design.md, "How to add an op"): its entry and
+ * argument list here (with what it computes), backend/ops/<name>.c (the host
+ * reference, declared in ops_host.h) and its launch in ops_host.c,
+ * backend/ops/<name>.cu, its name in backend/meson.build, a row of
+ * backend/ops/op_shapes.h and its double-precision reference in
+ * tests/ops/op_refs.h; the checks, the tables, the op tests and the
+ * lab's check follow. */
+#ifndef FERRY_KERNELS_OP_LIST_H
+#define FERRY_KERNELS_OP_LIST_H
+
+#define FERRY_OPS(OP)                                                                                   \
+    OP(encoder_forward, OPC_ACT, FERRY_OK)                                                              \
+    OP(encoder_backward, OPC_ACT, FERRY_OK)                                                             \
+    OP(layernorm_forward, OPC_ACT, FERRY_OK)                                                            \
+    OP(layernorm_backward, OPC_ACT, FERRY_OK)                                                           \
+    OP(matmul_forward, OPC_ACT, FERRY_OK)                                                               \
+    OP(matmul_backward, OPC_ACT, FERRY_OK)                                                              \
+    OP(gelu_forward, OPC_ACT, FERRY_OK)                                                                 \
+    OP(gelu_backward, OPC_ACT, FERRY_OK)                                                                \
+    OP(residual_forward, OPC_ACT, FERRY_OK)                                                             \
+    OP(attention_forward, OPC_ACT, opx_heads(op, C, NH))                                                \
+    OP(attention_backward, OPC_ACT, opx_heads(op, C, NH))                                               \
+    OP(classifier, OPC_ACT, opx_classifier(op, V, Vp, dinp, dwte))                                      \
+    OP(convert_from_f32, OPC_ACT, FERRY_OK)                                                             \
+    OP(convert_to_f32, OPC_ACT, FERRY_OK)                                                               \
+    OP(adamw, OPC_OWN, opx_adamw(op, s, grad_dtype, hp, step, grad_scale))                              \
+    OP(sumsq, OPC_OWN, opx_grad_dtype(op, s, grad_dtype))                                               \
+    OP(accumulate, OPC_ACT, FERRY_OK)
+
+/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; wte has at least V rows. A
+ * token outside [0, V) makes the stream fail with FERRY_ERR_INVALID_ARGUMENT
+ * (host) or is read as token 0 and counted (cuda: see
+ * cudaop_encoder_take_bad_tokens); callers check tokens before upload. */
+#define FERRY_OP_ARGS_encoder_forward(A)                                                                \
+    A(ACT_OUT, out, (size_t)B * T * C, 0) A(I32_IN, tokens, (size_t)B * T, V)                           \
+    A(ACT_IN, wte, (size_t)V * C, 0) A(ACT_IN, wpe, (size_t)T * C, 0)                                   \
+    A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, C, 0, 0) A(DIM, V, 0, 0)
+/* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum over b of dout[b,t,:].
+ * dwte has V rows; a token outside [0, V) adds into row 0, the row the
+ * forward read for it (never outside dwte). */
+#define FERRY_OP_ARGS_encoder_backward(A)                                                               \
+    A(ACT_ADD, dwte, (size_t)V * C, 0) A(ACT_ADD, dwpe, (size_t)T * C, 0)                               \
+    A(ACT_IN, dout, (size_t)B * T * C, 0) A(I32_IN, tokens, (size_t)B * T, V)                           \
+    A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, C, 0, 0) A(DIM, V, 0, 0)
+
+/* N rows of C; eps 1e-5 as GPT-2. mean and rstd are [N] fp32, saved for backward. */
+#define FERRY_OP_ARGS_layernorm_forward(A)                                                              \
+    A(ACT_OUT, out, (size_t)N * C, 0) A(F32_OUT, mean, (size_t)N, 0) A(F32_OUT, rstd, (size_t)N, 0)     \
+    A(ACT_IN, inp, (size_t)N * C, 0) A(ACT_IN, weight, (size_t)C, 0) A(ACT_IN, bias, (size_t)C, 0)      \
+    A(DIM, N, 0, 0) A(DIM, C, 0, 0)
+#define FERRY_OP_ARGS_layernorm_backward(A)                                                             \
+    A(ACT_ADD, dinp, (size_t)N * C, 0) A(ACT_ADD, dweight, (size_t)C, 0)                                \
+    A(ACT_ADD, dbias, (size_t)C, 0) A(ACT_IN, dout, (size_t)N * C, 0) A(ACT_IN, inp, (size_t)N * C, 0)  \
+    A(ACT_IN, weight, (size_t)C, 0) A(F32_IN, mean, (size_t)N, 0) A(F32_IN, rstd, (size_t)N, 0)         \
+    A(DIM, N, 0, 0) A(DIM, C, 0, 0)
+
+/* out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] (bias may be NULL). */
+#define FERRY_OP_ARGS_matmul_forward(A)                                                                 \
+    A(ACT_OUT, out, (size_t)N * OC, 0) A(ACT_IN, inp, (size_t)N * C, 0)                                 \
+    A(ACT_IN, weight, (size_t)OC * C, 0) A(ACT_IN_OPT, bias, (size_t)OC, 0)                             \
+    A(DIM, N, 0, 0) A(DIM, C, 0, 0) A(DIM, OC, 0, 0)
+/* dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum over rows of
+ * dout (dbias may be NULL). */
+#define FERRY_OP_ARGS_matmul_backward(A)                                                                \
+    A(ACT_ADD, dinp, (size_t)N * C, 0) A(ACT_ADD, dweight, (size_t)OC * C, 0)                           \
+    A(ACT_ADD_OPT, dbias, (size_t)OC, 0) A(ACT_IN, dout, (size_t)N * OC, 0)                             \
+    A(ACT_IN, inp, (size_t)N * C, 0) A(ACT_IN, weight, (size_t)OC * C, 0)                               \
+    A(DIM, N, 0, 0) A(DIM, C, 0, 0) A(DIM, OC, 0, 0)
+
+/* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); the
+ * backward adds dout * gelu'(inp) into dinp. */
+#define FERRY_OP_ARGS_gelu_forward(A) A(ACT_OUT, out, n, 0) A(ACT_IN, inp, n, 0) A(COUNT, n, 0, 0)
+#define FERRY_OP_ARGS_gelu_backward(A)                                                                  \
+    A(ACT_ADD, dinp, n, 0) A(ACT_IN, inp, n, 0) A(ACT_IN, dout, n, 0) A(COUNT, n, 0, 0)
+
+/* out = a + b, n elements. */
+#define FERRY_OP_ARGS_residual_forward(A)                                                               \
+    A(ACT_OUT, out, n, 0) A(ACT_IN, a, n, 0) A(ACT_IN, b, n, 0) A(COUNT, n, 0, 0)
+
+/* Causal multi-head self-attention. qkv is [B, T, 3C] (q, k, v each C = NH x
+ * HS, heads contiguous inside each); out is [B, T, C]; lse is [B, NH, T] fp32:
+ * the log-sum-exp of each query's scaled scores, kept for backward so no T x T
+ * matrix is ever stored. scale = 1/sqrt(HS). C must be a multiple of NH. */
+#define FERRY_OP_ARGS_attention_forward(A)                                                              \
+    A(ACT_OUT, out, (size_t)B * T * C, 0) A(F32_OUT, lse, (size_t)B * NH * T, 0)                        \
+    A(ACT_IN, qkv, (size_t)B * T * 3 * C, 0)                                                            \
+    A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, C, 0, 0) A(DIM, NH, 0, 0)
+#define FERRY_OP_ARGS_attention_backward(A)                                                             \
+    A(ACT_ADD, dqkv, (size_t)B * T * 3 * C, 0) A(ACT_IN, dout, (size_t)B * T * C, 0)                    \
+    A(ACT_IN, qkv, (size_t)B * T * 3 * C, 0) A(ACT_IN, out, (size_t)B * T * C, 0)                       \
+    A(F32_IN, lse, (size_t)B * NH * T, 0)                                                               \
+    A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, C, 0, 0) A(DIM, NH, 0, 0)
+
+/* The fused classifier. For N rows of inp [N, C] against wte [Vp, C] (only
+ * the first V rows are real tokens; padded rows never enter the softmax):
+ * losses[i] = -log softmax(inp[i] @ wte^T)[targets[i]]. When dinp is not
+ * NULL (dwte then too), also accumulates the gradient of
+ * grad_scale * sum(losses): dinp += dlogits @ wte and dwte += dlogits^T @
+ * inp, where dlogits = grad_scale * (softmax - onehot). Rows are processed
+ * `chunk` at a time through `scratch` (ops_classifier_scratch_bytes): chunk x
+ * Vp logits in the storage type, so the full N x Vp logits never exist at
+ * once; and, when the storage is 16-bit, a Vp x C fp32 accumulator in which
+ * dwte's contributions of every chunk are summed, so dwte is rounded once
+ * per call, not once per chunk (at GPT-2 XL's batch 76 x 1024 that was 234
+ * roundings of the embedding's gradient per micro-batch). Targets < 0 are
+ * ignored (loss 0, no gradient). Vp >= V. */
+#define FERRY_OP_ARGS_classifier(A)                                                                     \
+    A(F32_OUT, losses, (size_t)N, 0) A(ACT_ADD_OPT, dinp, (size_t)N * C, 0)                             \
+    A(ACT_ADD_OPT, dwte, (size_t)Vp * C, 0) A(ACT_IN, inp, (size_t)N * C, 0)                            \
+    A(ACT_IN, wte, (size_t)Vp * C, 0) A(I32_IN, targets, (size_t)N, V) A(F32V, grad_scale, 0, 0)        \
+    A(DIM, N, 0, 0) A(DIM, C, 0, 0) A(DIM, V, 0, 0) A(INT, Vp, 0, 0)                                    \
+    A(RAW, scratch, (ops_classifier_scratch_bytes(backend_stream_backend(s), chunk, Vp, C)), 0)         \
+    A(DIM, chunk, 0, 0)
+
+/* Conversions between fp32 values and the backend's storage type, on device
+ * memory: dst[i] = (act)src[i] (round to nearest even) and back. */
+#define FERRY_OP_ARGS_convert_from_f32(A) A(ACT_OUT, dst, n, 0) A(F32_IN, src, n, 0) A(COUNT, n, 0, 0)
+#define FERRY_OP_ARGS_convert_to_f32(A) A(F32_OUT, dst, n, 0) A(ACT_IN, src, n, 0) A(COUNT, n, 0, 0)
+
+/* The optimizer of offload none, on the device. torch.optim.AdamW on n
+ * elements of one tensor, in stream order (the element arithmetic of
+ * common/numerics.h): master, m, v are fp32 device buffers updated in place;
+ * grad is of grad_dtype — the storage type, or F32 for gradients summed over
+ * micro-batches (ops_accumulate) —, multiplied by grad_scale (the clip
+ * coefficient) first; param_out (may be NULL) receives the updated weights
+ * in the storage type. step >= 1. */
+#define FERRY_OP_ARGS_adamw(A)                                                                          \
+    A(F32_ADD, master, n, 0) A(F32_ADD, m, n, 0) A(F32_ADD, v, n, 0) A(TYPED_IN, grad, n, grad_dtype)   \
+    A(DTYPE, grad_dtype, 0, 0) A(ACT_OUT_OPT, param_out, n, 0) A(COUNT0, n, 0, 0)                       \
+    A(HPARAMS, hp, 0, 0) A(I64V, step, 0, 0) A(F32V, grad_scale, 0, 0)
+
+/* *sumsq (one fp64 in device memory) += the sum of grad[i]^2 over n elements
+ * of grad_dtype (the storage type or f32), deterministically: the bits
+ * depend only on the data (host: common/numerics.h's tiled order; cuda: a
+ * fixed reduction tree). An inf or NaN gradient makes the sum inf or NaN,
+ * which is the flag callers check. `scratch` holds ops_sumsq_scratch_bytes()
+ * of device memory; calls sharing a scratch must be on one stream. */
+#define FERRY_OP_ARGS_sumsq(A)                                                                          \
+    A(TYPED_IN, grad, n, grad_dtype) A(DTYPE, grad_dtype, 0, 0) A(COUNT0, n, 0, 0)                      \
+    A(F64_ADD, sumsq, 1, 0) A(RAW, scratch, ops_sumsq_scratch_bytes(), 0)
+
+/* acc[i] = g[i] (first) or acc[i] + g[i] over n elements, in fp32: one
+ * micro-batch's gradient (the storage type) added into the fp32 sum of the
+ * step's micro-batches, so accumulating k micro-batches rounds to fp32, not
+ * to bf16, k times. Exact fp32 adds in element order: the same bits as the
+ * CPU's acc += widen(g). */
+#define FERRY_OP_ARGS_accumulate(A)                                                                     \
+    A(F32_ADD, acc, n, 0) A(ACT_IN, g, n, 0) A(COUNT0, n, 0, 0) A(BOOLV, first, 0, 0)
+
+/* ---- what the kinds are, and the expansions the files above use ---- */
+
+/* The C type of an argument of each kind. */
+#define OPK_TYPE_DIM int
+#define OPK_TYPE_COUNT size_t
+#define OPK_TYPE_COUNT0 size_t
+#define OPK_TYPE_INT int
+#define OPK_TYPE_F32V float
+#define OPK_TYPE_I64V int64_t
+#define OPK_TYPE_BOOLV bool
+#define OPK_TYPE_DTYPE ferry_dtype
+#define OPK_TYPE_HPARAMS const adamw_hparams *
+#define OPK_TYPE_ACT_IN const act_t *
+#define OPK_TYPE_ACT_OUT act_t *
+#define OPK_TYPE_ACT_ADD act_t *
+#define OPK_TYPE_ACT_IN_OPT const act_t *
+#define OPK_TYPE_ACT_OUT_OPT act_t *
+#define OPK_TYPE_ACT_ADD_OPT act_t *
+#define OPK_TYPE_F32_IN const float *
+#define OPK_TYPE_F32_OUT float *
+#define OPK_TYPE_F32_ADD float *
+#define OPK_TYPE_F64_ADD double *
+#define OPK_TYPE_I32_IN const int32_t *
+#define OPK_TYPE_RAW void *
+#define OPK_TYPE_TYPED_IN const void *
+
+/* ", type name" and ", name": an op's parameters after the stream, and its arguments. */
+#define OPA_DECL(kind, name, extent, aux) , OPK_TYPE_##kind name
+#define OPA_PASS(kind, name, extent, aux) , name
+#define OPS_PARAMS(op) backend_stream *s FERRY_OP_ARGS_##op(OPA_DECL)
+
+#endif

@@ -1,0 +1,87 @@
+/* The shape table the op tests and the kernel lab drive every op of the
+ * registry (backend/ops/op_list.h) over: per row an op, its sizes and scalars
+ * ("name=value", the names of its arguments; scalars not named take the
+ * driver's defaults, backend/ops/opdrive.h; an optional tensor named "=none" is
+ * passed as NULL), the class of its tolerance, and where one tensor the op
+ * writes is held to another ("name=elem", "name=mixed", or a relative error
+ * "name=1e-5": fp32 statistics computed from exact inputs).
+ * Small, odd sizes, so that a kernel's edge cases (partial tiles, rows not
+ * a multiple of a warp, head sizes that pad) are met; every op has at least
+ * one row (tests/ops checks it).
+ * Header-only data; not used by the library. */
+#ifndef FERRY_KERNELS_OP_SHAPES_H
+#define FERRY_KERNELS_OP_SHAPES_H
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum op_tol {
+    OPTOL_ELEM,  /* elementwise and normalising ops, sums in fp32 */
+    OPTOL_MIXED, /* a 16-bit intermediate enters (logits, P in attention) */
+} op_tol;
+
+typedef struct op_shape {
+    const char *op;    /* the registry's name, without "ops_" */
+    const char *sizes; /* "B=2 T=12 C=40 V=50" */
+    op_tol tol;
+    const char *tols; /* "mean=1e-5 rstd=1e-4", or NULL */
+} op_shape;
+
+static const op_shape op_shapes[] = {
+    {"encoder_forward", "B=2 T=67 C=96 V=50", OPTOL_ELEM, NULL},
+    {"encoder_forward", "B=3 T=33 C=20 V=3", OPTOL_ELEM, NULL}, /* C not a multiple of 8; 3 ids, long runs */
+    {"encoder_backward", "B=2 T=67 C=96 V=50", OPTOL_ELEM, NULL},
+    {"encoder_backward", "B=3 T=33 C=20 V=3", OPTOL_ELEM, NULL}, /* 3 ids, long runs */
+    {"layernorm_forward", "N=131 C=96", OPTOL_ELEM, "mean=1e-5 rstd=1e-4"},
+    {"layernorm_forward", "N=37 C=50", OPTOL_ELEM, "mean=1e-5 rstd=1e-4"},
+    {"layernorm_backward", "N=131 C=96", OPTOL_ELEM, NULL},
+    {"layernorm_backward", "N=37 C=50", OPTOL_ELEM, NULL},
+    {"matmul_forward", "N=134 C=96 OC=200", OPTOL_ELEM, NULL},
+    {"matmul_forward", "N=64 C=128 OC=384 bias=none", OPTOL_ELEM, NULL},
+    {"matmul_backward", "N=134 C=96 OC=200", OPTOL_ELEM, NULL},
+    {"matmul_backward", "N=64 C=128 OC=384 dbias=none", OPTOL_ELEM, NULL},
+    {"gelu_forward", "n=10001", OPTOL_ELEM, NULL},
+    {"gelu_backward", "n=10001", OPTOL_ELEM, NULL},
+    {"residual_forward", "n=10001", OPTOL_ELEM, NULL},
+    {"attention_forward", "B=2 T=67 C=96 NH=2", OPTOL_MIXED, NULL},  /* HS 48: padded to 64; T not a multiple of 64 */
+    {"attention_forward", "B=1 T=130 C=128 NH=2", OPTOL_MIXED, NULL}, /* HS 64, as GPT-2 */
+    {"attention_forward", "B=2 T=40 C=36 NH=3", OPTOL_MIXED, NULL},   /* HS 12: scalar loads */
+    {"attention_forward", "B=1 T=70 C=256 NH=2", OPTOL_MIXED, NULL},  /* HS 128, the largest */
+    {"attention_backward", "B=2 T=67 C=96 NH=2", OPTOL_MIXED, NULL},
+    {"attention_backward", "B=2 T=40 C=36 NH=3", OPTOL_MIXED, NULL},
+    {"classifier", "N=37 C=64 V=1000 Vp=1024 chunk=16 grad_scale=0.5", OPTOL_MIXED, "losses=elem"},
+    {"classifier", "N=20 C=32 V=250 Vp=256 chunk=64", OPTOL_MIXED, "losses=elem"},
+    {"classifier", "N=20 C=32 V=250 Vp=256 chunk=64 dinp=none dwte=none", OPTOL_MIXED, "losses=elem"}, /* loss only */
+    {"convert_from_f32", "n=4099", OPTOL_ELEM, NULL},
+    {"convert_to_f32", "n=4099", OPTOL_ELEM, NULL},
+    {"adamw", "n=3001 step=3 grad_scale=0.75", OPTOL_ELEM, NULL},
+    {"sumsq", "n=5003", OPTOL_ELEM, NULL},
+    {"accumulate", "n=1001 first=0", OPTOL_ELEM, NULL},
+    {"accumulate", "n=1001 first=1", OPTOL_ELEM, NULL},
+};
+
+#define OP_SHAPES (sizeof op_shapes / sizeof op_shapes[0])
+
+/* The tolerance `tensor` of `shape` is held to: its entry in shape->tols,
+ * else the row's class (elem, mixed: the caller's values for its type). */
+static inline double op_shape_tol(const op_shape *shape, const char *tensor, double elem, double mixed)
+{
+    double tol = shape->tol == OPTOL_MIXED ? mixed : elem;
+    size_t len = strlen(tensor);
+    for (const char *p = shape->tols; p && *p;) {
+        while (*p == ' ')
+            p++;
+        if (strncmp(p, tensor, len) == 0 && p[len] == '=') {
+            const char *v = p + len + 1;
+            if (strncmp(v, "elem", 4) == 0)
+                return elem;
+            if (strncmp(v, "mixed", 5) == 0)
+                return mixed;
+            return strtod(v, NULL);
+        }
+        p = strchr(p, ' ');
+    }
+    return tol;
+}
+
+#endif

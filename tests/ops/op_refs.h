@@ -1,0 +1,306 @@
+/* The double-precision references of the registry's ops (backend/ops/op_list.h),
+ * written here from each op's definition and from nothing of backend/: the
+ * expectation the host backend is held to over the shape table
+ * (tests/ops/test_op_registry.c). One ref_<name> per op, taking the op's
+ * arguments as backend/ops/opinfo.h's opref_<name> holds them (float tensors as
+ * doubles) and writing what the op must write: forward ops overwrite their
+ * outputs, backward ops add into theirs. An op of the registry without a
+ * reference here does not compile (op_refs below names every one). */
+#ifndef FERRY_TESTS_KERNELS_OP_REFS_H
+#define FERRY_TESTS_KERNELS_OP_REFS_H
+
+#include <math.h>
+
+#include "backend/ops/opdrive.h"
+
+static void ref_encoder_forward(opref_encoder_forward *a)
+{
+    for (int b = 0; b < a->B; b++)
+        for (int t = 0; t < a->T; t++) {
+            size_t bt = (size_t)b * a->T + t;
+            for (int c = 0; c < a->C; c++)
+                a->out[bt * a->C + c] = a->wte[(size_t)a->tokens[bt] * a->C + c] + a->wpe[(size_t)t * a->C + c];
+        }
+}
+
+static void ref_encoder_backward(opref_encoder_backward *a)
+{
+    for (int b = 0; b < a->B; b++)
+        for (int t = 0; t < a->T; t++) {
+            size_t bt = (size_t)b * a->T + t;
+            for (int c = 0; c < a->C; c++) {
+                double d = a->dout[bt * a->C + c];
+                a->dwte[(size_t)a->tokens[bt] * a->C + c] += d;
+                a->dwpe[(size_t)t * a->C + c] += d;
+            }
+        }
+}
+
+static void ref_layernorm_forward(opref_layernorm_forward *a)
+{
+    int C = a->C;
+    for (int i = 0; i < a->N; i++) {
+        const double *x = a->inp + (size_t)i * C;
+        double mean = 0, var = 0;
+        for (int c = 0; c < C; c++)
+            mean += x[c];
+        mean /= C;
+        for (int c = 0; c < C; c++)
+            var += (x[c] - mean) * (x[c] - mean);
+        double rstd = 1.0 / sqrt(var / C + 1e-5);
+        for (int c = 0; c < C; c++)
+            a->out[(size_t)i * C + c] = (x[c] - mean) * rstd * a->weight[c] + a->bias[c];
+        a->mean[i] = mean;
+        a->rstd[i] = rstd;
+    }
+}
+
+/* With the saved mean and rstd as given: norm = (x - mean) rstd,
+ * dinp += rstd (dnorm - mean(dnorm) - norm mean(dnorm norm)), dnorm = dout w. */
+static void ref_layernorm_backward(opref_layernorm_backward *a)
+{
+    int C = a->C;
+    for (int i = 0; i < a->N; i++) {
+        const double *x = a->inp + (size_t)i * C, *dy = a->dout + (size_t)i * C;
+        double m = a->mean[i], r = a->rstd[i], dmean = 0, dnmean = 0;
+        for (int c = 0; c < C; c++) {
+            double norm = (x[c] - m) * r, dnorm = dy[c] * a->weight[c];
+            dmean += dnorm;
+            dnmean += dnorm * norm;
+        }
+        dmean /= C;
+        dnmean /= C;
+        for (int c = 0; c < C; c++) {
+            double norm = (x[c] - m) * r, dnorm = dy[c] * a->weight[c];
+            a->dbias[c] += dy[c];
+            a->dweight[c] += dy[c] * norm;
+            a->dinp[(size_t)i * C + c] += r * (dnorm - dmean - norm * dnmean);
+        }
+    }
+}
+
+static void ref_matmul_forward(opref_matmul_forward *a)
+{
+    for (int n = 0; n < a->N; n++)
+        for (int o = 0; o < a->OC; o++) {
+            double sum = a->bias ? a->bias[o] : 0.0;
+            for (int c = 0; c < a->C; c++)
+                sum += a->inp[(size_t)n * a->C + c] * a->weight[(size_t)o * a->C + c];
+            a->out[(size_t)n * a->OC + o] = sum;
+        }
+}
+
+static void ref_matmul_backward(opref_matmul_backward *a)
+{
+    int N = a->N, C = a->C, OC = a->OC;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double d = a->dout[(size_t)n * OC + o];
+            if (a->dbias)
+                a->dbias[o] += d;
+            for (int c = 0; c < C; c++) {
+                a->dinp[(size_t)n * C + c] += d * a->weight[(size_t)o * C + c];
+                a->dweight[(size_t)o * C + c] += d * a->inp[(size_t)n * C + c];
+            }
+        }
+}
+
+#define REF_GELU_K 0.79788456080286535588 /* sqrt(2 / pi) */
+
+static void ref_gelu_forward(opref_gelu_forward *a)
+{
+    for (size_t i = 0; i < a->n; i++) {
+        double x = a->inp[i];
+        a->out[i] = 0.5 * x * (1 + tanh(REF_GELU_K * (x + 0.044715 * x * x * x)));
+    }
+}
+
+static void ref_gelu_backward(opref_gelu_backward *a)
+{
+    for (size_t i = 0; i < a->n; i++) {
+        double x = a->inp[i], th = tanh(REF_GELU_K * (x + 0.044715 * x * x * x));
+        double dudx = REF_GELU_K * (1 + 3 * 0.044715 * x * x);
+        a->dinp[i] += a->dout[i] * (0.5 * (1 + th) + 0.5 * x * (1 - th * th) * dudx);
+    }
+}
+
+static void ref_residual_forward(opref_residual_forward *a)
+{
+    for (size_t i = 0; i < a->n; i++)
+        a->out[i] = a->a[i] + a->b[i];
+}
+
+/* q, k, v of (b, t, head h): qkv is [B, T, 3C], heads HS apart inside each third. */
+static const double *ref_qkv(const double *qkv, int T, int C, int HS, int b, int t, int which, int h)
+{
+    return qkv + ((size_t)b * T + t) * 3 * C + (size_t)which * C + (size_t)h * HS;
+}
+
+static double ref_dot(const double *x, const double *y, int n)
+{
+    double s = 0;
+    for (int i = 0; i < n; i++)
+        s += x[i] * y[i];
+    return s;
+}
+
+static void ref_attention_forward(opref_attention_forward *a)
+{
+    int B = a->B, T = a->T, C = a->C, NH = a->NH, HS = C / NH;
+    double scale = 1.0 / sqrt((double)HS);
+    double *p = malloc((size_t)T * sizeof *p);
+    if (!p)
+        return; /* the outputs stay as filled, and fail the comparison */
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const double *q = ref_qkv(a->qkv, T, C, HS, b, i, 0, h);
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j <= i; j++) {
+                    p[j] = scale * ref_dot(q, ref_qkv(a->qkv, T, C, HS, b, j, 1, h), HS);
+                    mx = fmax(mx, p[j]);
+                }
+                for (int j = 0; j <= i; j++)
+                    sum += exp(p[j] - mx);
+                double lse = mx + log(sum);
+                double *o = a->out + ((size_t)b * T + i) * C + (size_t)h * HS;
+                for (int d = 0; d < HS; d++)
+                    o[d] = 0;
+                for (int j = 0; j <= i; j++) {
+                    const double *v = ref_qkv(a->qkv, T, C, HS, b, j, 2, h);
+                    for (int d = 0; d < HS; d++)
+                        o[d] += exp(p[j] - lse) * v[d];
+                }
+                a->lse[((size_t)b * NH + h) * T + i] = lse;
+            }
+    free(p);
+}
+
+/* With out and lse as given (the forward's, in training): P_ij = exp(S_ij -
+ * lse_i) over j <= i, dS_ij = P_ij (dout_i . v_j - dout_i . out_i),
+ * dq_i += scale sum_j dS_ij k_j, dk_j += scale sum_i dS_ij q_i,
+ * dv_j += sum_i P_ij dout_i. */
+static void ref_attention_backward(opref_attention_backward *a)
+{
+    int B = a->B, T = a->T, C = a->C, NH = a->NH, HS = C / NH;
+    double scale = 1.0 / sqrt((double)HS);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const double *q = ref_qkv(a->qkv, T, C, HS, b, i, 0, h);
+                const double *dy = a->dout + ((size_t)b * T + i) * C + (size_t)h * HS;
+                const double *y = a->out + ((size_t)b * T + i) * C + (size_t)h * HS;
+                double D = ref_dot(dy, y, HS), lse = a->lse[((size_t)b * NH + h) * T + i];
+                double *dq = (double *)ref_qkv(a->dqkv, T, C, HS, b, i, 0, h);
+                for (int j = 0; j <= i; j++) {
+                    const double *k = ref_qkv(a->qkv, T, C, HS, b, j, 1, h), *v = ref_qkv(a->qkv, T, C, HS, b, j, 2, h);
+                    double *dk = (double *)ref_qkv(a->dqkv, T, C, HS, b, j, 1, h);
+                    double *dv = (double *)ref_qkv(a->dqkv, T, C, HS, b, j, 2, h);
+                    double P = exp(scale * ref_dot(q, k, HS) - lse), dS = P * (ref_dot(dy, v, HS) - D);
+                    for (int d = 0; d < HS; d++) {
+                        dq[d] += scale * dS * k[d];
+                        dk[d] += scale * dS * q[d];
+                        dv[d] += P * dy[d];
+                    }
+                }
+            }
+}
+
+/* Rows with a target in [0, V): loss = log sum_v exp(l_v) - l_target over
+ * the V real rows of wte; dlogits = grad_scale (softmax - onehot). */
+static void ref_classifier(opref_classifier *a)
+{
+    int N = a->N, C = a->C, V = a->V;
+    double *l = malloc((size_t)V * sizeof *l);
+    if (!l)
+        return;
+    for (int i = 0; i < N; i++) {
+        const double *x = a->inp + (size_t)i * C;
+        int t = a->targets[i];
+        if (t < 0) {
+            a->losses[i] = 0;
+            continue;
+        }
+        double mx = -INFINITY, sum = 0;
+        for (int v = 0; v < V; v++) {
+            l[v] = ref_dot(x, a->wte + (size_t)v * C, C);
+            mx = fmax(mx, l[v]);
+        }
+        for (int v = 0; v < V; v++)
+            sum += exp(l[v] - mx);
+        double lse = mx + log(sum);
+        a->losses[i] = lse - l[t];
+        if (!a->dinp)
+            continue;
+        for (int v = 0; v < V; v++) {
+            double d = a->grad_scale * (exp(l[v] - lse) - (v == t));
+            for (int c = 0; c < C; c++) {
+                a->dinp[(size_t)i * C + c] += d * a->wte[(size_t)v * C + c];
+                a->dwte[(size_t)v * C + c] += d * x[c];
+            }
+        }
+    }
+    free(l);
+}
+
+/* The reference's values are those of the storage type already (the inputs
+ * are exact in it), so converting either way copies. */
+static void ref_convert_from_f32(opref_convert_from_f32 *a)
+{
+    for (size_t i = 0; i < a->n; i++)
+        a->dst[i] = a->src[i];
+}
+
+static void ref_convert_to_f32(opref_convert_to_f32 *a)
+{
+    for (size_t i = 0; i < a->n; i++)
+        a->dst[i] = a->src[i];
+}
+
+/* torch.optim.AdamW, one step. */
+static void ref_adamw(opref_adamw *a)
+{
+    const adamw_hparams *hp = a->hp;
+    double bc1 = 1 - pow(hp->beta1, (double)a->step), bc2 = 1 - pow(hp->beta2, (double)a->step);
+    for (size_t i = 0; i < a->n; i++) {
+        double g = a->grad[i] * a->grad_scale, p = a->master[i] * (1 - hp->lr * hp->weight_decay);
+        a->m[i] = hp->beta1 * a->m[i] + (1 - hp->beta1) * g;
+        a->v[i] = hp->beta2 * a->v[i] + (1 - hp->beta2) * g * g;
+        p -= hp->lr / bc1 * a->m[i] / (sqrt(a->v[i]) / sqrt(bc2) + hp->eps);
+        a->master[i] = p;
+        if (a->param_out)
+            a->param_out[i] = p;
+    }
+}
+
+static void ref_sumsq(opref_sumsq *a)
+{
+    for (size_t i = 0; i < a->n; i++)
+        a->sumsq[0] += a->grad[i] * a->grad[i];
+}
+
+static void ref_accumulate(opref_accumulate *a)
+{
+    for (size_t i = 0; i < a->n; i++)
+        a->acc[i] = (a->first ? 0.0 : a->acc[i]) + a->g[i];
+}
+
+/* Every op's reference, in the registry's order. */
+#define OP_REF_CALL(NAME, CUDA, EXTRA)                                                          \
+    static void ref_call_##NAME(void *p) { ref_##NAME((opref_##NAME *)p); }
+FERRY_OPS(OP_REF_CALL)
+#define OP_REF_ENTRY(NAME, CUDA, EXTRA) {#NAME, ref_call_##NAME},
+static const struct {
+    const char *op;
+    opdrive_ref_fn ref;
+} op_refs[] = {FERRY_OPS(OP_REF_ENTRY)};
+
+static opdrive_ref_fn op_ref_find(const char *op)
+{
+    for (size_t i = 0; i < sizeof op_refs / sizeof op_refs[0]; i++)
+        if (strcmp(op_refs[i].op, op) == 0)
+            return op_refs[i].ref;
+    return NULL;
+}
+
+#endif

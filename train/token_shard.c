@@ -1,0 +1,347 @@
+/* Writing and checking llm.c token shards, and replacing a folder's shard
+ * set as a whole (see token_shard.h). */
+#include "train/token_shard.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "common/fileio.h"
+
+ferry_status tok_shard_write(const char *path, const uint16_t *tokens, size_t n)
+{
+    if (n > TOK_SHARD_MAX_TOKENS)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "shard '%s': %zu tokens exceed the format's %u per shard; "
+                       "use a smaller --shard-tokens", path, n, TOK_SHARD_MAX_TOKENS);
+    int32_t header[256];
+    memset(header, 0, sizeof header);
+    header[0] = TOK_SHARD_MAGIC;
+    header[1] = TOK_SHARD_VERSION;
+    header[2] = (int32_t)n;
+    fileio_atomic a;
+    ferry_status st = fileio_atomic_open(&a, path);
+    if (st == FERRY_OK)
+        st = fileio_atomic_write(&a, header, sizeof header);
+    if (st == FERRY_OK)
+        st = fileio_atomic_write(&a, tokens, n * sizeof *tokens);
+    if (st == FERRY_OK)
+        st = fileio_atomic_commit(&a);
+    return st;
+}
+
+/* The head of a file is text: printable ASCII, blanks, or bytes of UTF-8
+ * above 0x7F, and no NUL (a shard's header is mostly zeros). */
+static bool looks_like_text(const void *head, size_t have)
+{
+    const unsigned char *p = head;
+    size_t n = have < 512 ? have : 512;
+    for (size_t i = 0; i < n; i++)
+        if (!(p[i] >= 0x20 || p[i] == '\n' || p[i] == '\r' || p[i] == '\t'))
+            return false;
+    return n > 0;
+}
+
+ferry_status tok_shard_check_header(const char *path, const void *head, size_t have, uint64_t file_size,
+                                    uint64_t *count)
+{
+    *count = 0;
+    if (file_size == 0)
+        return err_set(FERRY_ERR_FORMAT, "token shard '%s' is empty; expected a 1024-byte header and uint16 tokens", path);
+    if ((have < 4 || memcmp(head, &(int32_t){TOK_SHARD_MAGIC}, 4) != 0) && looks_like_text(head, have))
+        return err_set(FERRY_ERR_FORMAT, "'%s' is text, not token shards: run tokenize on it first (build/tools/"
+                       "tokenize/tokenize --out-dir DIR %s) and give the shards it writes", path, path);
+    if (file_size < TOK_SHARD_HEADER_BYTES || have < TOK_SHARD_HEADER_BYTES)
+        return err_set(FERRY_ERR_FORMAT, "token shard '%s' has %llu bytes, shorter than the 1024-byte header; "
+                       "the file is truncated or not a shard", path, (unsigned long long)file_size);
+    int32_t h[3];
+    memcpy(h, head, sizeof h);
+    if (h[0] != TOK_SHARD_MAGIC)
+        return err_set(FERRY_ERR_FORMAT, "token shard '%s' has magic %d, not %d: not an llm.c token shard",
+                       path, h[0], TOK_SHARD_MAGIC);
+    if (h[1] != TOK_SHARD_VERSION)
+        return err_set(FERRY_ERR_FORMAT, "token shard '%s' has version %d; only version %d (uint16 tokens) is read",
+                       path, h[1], TOK_SHARD_VERSION);
+    if (h[2] < 0)
+        return err_set(FERRY_ERR_FORMAT, "token shard '%s' claims a negative token count %d", path, h[2]);
+    uint64_t want = (uint64_t)h[2] * 2 + TOK_SHARD_HEADER_BYTES;
+    if (want != file_size)
+        return err_set(FERRY_ERR_FORMAT, "token shard '%s' claims %d tokens (%llu bytes with the header) but the file has "
+                       "%llu bytes: %s", path, h[2], (unsigned long long)want, (unsigned long long)file_size,
+                       want > file_size ? "truncated" : "trailing bytes after the tokens");
+    *count = (uint64_t)h[2];
+    return FERRY_OK;
+}
+
+/* ---- a folder's shard set ---- */
+
+static const char *const set_splits[] = {"val", "train"};
+#define SET_SPLITS 2
+
+struct tok_shard_set {
+    char *dir, *staging;
+    char **names; /* final paths, DIR/NAME, in the order added */
+    size_t n, cap;
+    int count[SET_SPLITS];
+};
+
+static char *join(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static const char *base_of(const char *path)
+{
+    const char *b = strrchr(path, '/');
+    return b ? b + 1 : path;
+}
+
+/* "val_000012.bin", "train_1000000.bin": a name of a shard set. */
+static int is_set_name(const char *name)
+{
+    for (int k = 0; k < SET_SPLITS; k++) {
+        size_t len = strlen(set_splits[k]), digits = 0;
+        if (strncmp(name, set_splits[k], len) != 0 || name[len] != '_')
+            continue;
+        const char *p = name + len + 1;
+        while (p[digits] >= '0' && p[digits] <= '9')
+            digits++;
+        if (digits >= 6 && strcmp(p + digits, ".bin") == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Unlinks every entry of the staging folder `dir` (it is ours alone).
+ * Returns 0, or the errno of the first failure with *what naming it. */
+static int empty_folder(const char *dir, const char **what)
+{
+    DIR *d = opendir(dir);
+    if (!d) {
+        *what = ".";
+        return errno;
+    }
+    int e = 0;
+    for (struct dirent *ent; !e && (ent = readdir(d)) != NULL;)
+        if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..") && unlinkat(dirfd(d), ent->d_name, 0) != 0) {
+            e = errno;
+            *what = ent->d_name;
+        }
+    closedir(d);
+    return e;
+}
+
+/* The output folder, made with the folders above it (mkdir -p); a link to
+ * a folder is fine. */
+static ferry_status make_out_dir(const char *dir)
+{
+    ferry_status st = fileio_check_output_dir(dir, "the output folder");
+    if (st == FERRY_OK)
+        st = fileio_make_dirs(dir);
+    return st;
+}
+
+/* The staging folder is emptied: it must be a real folder, never a link,
+ * whose target's files the emptying would remove. */
+static ferry_status make_staging(const char *dir)
+{
+    struct stat sb;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return err_set(FERRY_ERR_IO, "cannot create the staging folder '%s': %s", dir, strerror(errno));
+    if (lstat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return err_set(FERRY_ERR_IO, "the staging folder '%s' exists and is %s, not a folder; it is left as it is: "
+                       "move it away", dir, fileio_type_name(sb.st_mode));
+    if (access(dir, W_OK | X_OK) != 0)
+        return err_set(FERRY_ERR_IO, "cannot write into the staging folder '%s': %s", dir, strerror(errno));
+    return FERRY_OK;
+}
+
+/* The folder's present shards are replaced by rename and removed by unlink:
+ * each must be a regular file. A link, a device or a folder with a shard's
+ * name is refused before any work, and left as it is. */
+static ferry_status check_present(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return err_set(FERRY_ERR_IO, "cannot list the output folder '%s': %s", dir, strerror(errno));
+    ferry_status st = FERRY_OK;
+    struct stat sb;
+    for (struct dirent *e; st == FERRY_OK && (e = readdir(d)) != NULL;)
+        if (is_set_name(e->d_name) && fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+            !S_ISREG(sb.st_mode))
+            st = err_set(FERRY_ERR_IO, "'%s/%s' is %s, not a shard file; a new shard set would replace it: move it "
+                         "away (it is left as it is), or give another --out-dir", dir, e->d_name,
+                         fileio_type_name(sb.st_mode));
+    closedir(d);
+    return st;
+}
+
+static void set_free(tok_shard_set *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free(s->names[i]);
+    free(s->names);
+    free(s->dir);
+    free(s->staging);
+    free(s);
+}
+
+ferry_status tok_shard_set_begin(const char *dir, tok_shard_set **out)
+{
+    *out = NULL;
+    tok_shard_set *s = calloc(1, sizeof *s);
+    if (!s || !(s->dir = strdup(dir)) || !(s->staging = join(dir, TOK_SHARD_STAGING))) {
+        if (s)
+            set_free(s);
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot allocate a shard set for '%s'", dir);
+    }
+    ferry_status st = make_out_dir(dir);
+    if (st == FERRY_OK)
+        st = check_present(dir);
+    if (st == FERRY_OK)
+        st = make_staging(s->staging);
+    const char *what = NULL;
+    int e = st == FERRY_OK ? empty_folder(s->staging, &what) : 0;
+    if (e)
+        st = err_set(FERRY_ERR_IO, "cannot empty the staging folder '%s' (at '%s'), left by an earlier run: %s",
+                     s->staging, what, strerror(e));
+    if (st != FERRY_OK) {
+        set_free(s);
+        return st;
+    }
+    *out = s;
+    return FERRY_OK;
+}
+
+static ferry_status add_name(tok_shard_set *s, const char *name)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 16;
+        char **p = realloc(s->names, cap * sizeof *p);
+        if (!p)
+            return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot list %zu shards", cap);
+        s->names = p;
+        s->cap = cap;
+    }
+    if (!(s->names[s->n] = join(s->dir, name)))
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot hold the name of shard '%s'", name);
+    s->n++;
+    return FERRY_OK;
+}
+
+ferry_status tok_shard_set_add(tok_shard_set *s, const char *split, const uint16_t *tokens, size_t n,
+                               const char **name)
+{
+    int k = 0;
+    while (k < SET_SPLITS && strcmp(split, set_splits[k]) != 0)
+        k++;
+    if (k == SET_SPLITS)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "shard split '%s': a shard set has 'val' and 'train'", split);
+    char base[64];
+    snprintf(base, sizeof base, "%s_%06d.bin", set_splits[k], s->count[k]);
+    char *staged = join(s->staging, base);
+    ferry_status st = staged ? add_name(s, base) : err_set(FERRY_ERR_OUT_OF_MEMORY, "shard path '%s'", base);
+    if (st == FERRY_OK && (st = tok_shard_write(staged, tokens, n)) != FERRY_OK)
+        st = err_wrap(st, "staging %s of the new shard set of '%s' (the folder's earlier shards are left as they "
+                      "were)", base, s->dir);
+    free(staged);
+    if (st != FERRY_OK)
+        return st;
+    s->count[k]++;
+    if (name)
+        *name = s->names[s->n - 1];
+    return FERRY_OK;
+}
+
+static int in_new_set(const tok_shard_set *s, const char *name)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(base_of(s->names[i]), name) == 0)
+            return 1;
+    return 0;
+}
+
+/* Removes the shards of DIR that belong to no split of the new set;
+ * *removed counts them. */
+static ferry_status remove_stale(const tok_shard_set *s, size_t *removed)
+{
+    DIR *d = opendir(s->dir);
+    if (!d)
+        return err_set(FERRY_ERR_IO, "cannot list '%s' to remove the earlier run's shards: %s; it now holds the new "
+                       "set and any shards of the earlier run beyond it: remove those by hand, or a train_*.bin glob "
+                       "reads them too", s->dir, strerror(errno));
+    ferry_status st = FERRY_OK;
+    for (struct dirent *e; st == FERRY_OK && (e = readdir(d)) != NULL;)
+        if (is_set_name(e->d_name) && !in_new_set(s, e->d_name) && unlinkat(dirfd(d), e->d_name, 0) == 0)
+            (*removed)++;
+        else if (is_set_name(e->d_name) && !in_new_set(s, e->d_name))
+            st = err_set(FERRY_ERR_IO, "cannot remove '%s/%s', a shard of an earlier run that the new set does "
+                         "not have: %s; remove it by hand, or a train_*.bin glob reads it too",
+                         s->dir, e->d_name, strerror(errno));
+    closedir(d);
+    return st;
+}
+
+/* Renames the staged shards into DIR, in order; *replaced counts the
+ * earlier run's shards of the same names. */
+static ferry_status put_in_place(const tok_shard_set *s, size_t *replaced)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        struct stat sb;
+        *replaced += lstat(s->names[i], &sb) == 0;
+        char *staged = join(s->staging, base_of(s->names[i]));
+        int rc = staged ? rename(staged, s->names[i]) : -1;
+        int e = staged ? errno : ENOMEM;
+        free(staged);
+        if (rc != 0)
+            return err_set(FERRY_ERR_IO, "cannot put shard '%s' in place: %s; '%s' now holds the first %zu of the "
+                           "new set's %zu shards and the earlier run's others: run tokenize again", s->names[i],
+                           strerror(e), s->dir, i, s->n);
+    }
+    return FERRY_OK;
+}
+
+ferry_status tok_shard_set_commit(tok_shard_set *s, size_t *replaced, size_t *removed)
+{
+    size_t none;
+    if (!replaced)
+        replaced = &none;
+    if (!removed)
+        removed = &none;
+    *replaced = *removed = 0;
+    if (!s)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "tok_shard_set_commit: no shard set");
+    ferry_status st = put_in_place(s, replaced);
+    if (st == FERRY_OK)
+        st = remove_stale(s, removed);
+    if (st == FERRY_OK && rmdir(s->staging) != 0)
+        st = err_set(FERRY_ERR_IO, "cannot remove the staging folder '%s': %s", s->staging, strerror(errno));
+    if (st == FERRY_OK)
+        st = fileio_sync_dir(s->dir);
+    if (st != FERRY_OK) {
+        tok_shard_set_abort(s);
+        return st;
+    }
+    set_free(s);
+    return FERRY_OK;
+}
+
+void tok_shard_set_abort(tok_shard_set *s)
+{
+    if (!s)
+        return;
+    const char *what; /* best effort, and quiet: the caller's message says what failed */
+    if (empty_folder(s->staging, &what) == 0)
+        rmdir(s->staging);
+    set_free(s);
+}
