@@ -2,9 +2,10 @@
  * (plan.c, counted from the layout table setup allocates from), the device
  * budget and the host memory available. engine_auto_choose is arithmetic
  * only, so the GPT-2 planner (models/gpt2_plan.c) predicts with the very
- * function setup decides with; engine_auto_resolve applies it to an engine
- * at setup, agreeing across ranks. Places nothing itself (placement.c does,
- * for the mode chosen); never reads timings. */
+ * function setup decides with; engine_auto_resolve makes the choice for an
+ * engine at setup, agreeing across ranks, and the orchestrator applies it.
+ * Places nothing itself (placement.c does, for the mode chosen); never
+ * reads timings. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,7 @@
 #include "common/error.h"
 #include "common/hostmem.h"
 #include "common/units.h"
-#include "engine/engine.h"
+#include "engine/auto.h"
 #include "backend/comm.h"
 
 const char *engine_auto_candidate_name(engine_auto_candidate c)
@@ -164,24 +165,24 @@ ferry_status engine_auto_choose(const engine_auto_request *rq, engine_auto_candi
 
 /* Host memory this rank may take: what the machine (and its cgroup) has
  * available, shared by the ranks on it, and host_budget_bytes when set. */
-static uint64_t rank_host_available(const ferry_engine *e)
+static uint64_t rank_host_available(const engine_auto_setup *in)
 {
     uint64_t avail = hostmem_available(NULL, NULL);
-    int local = e->dp ? comm_world_local_size() : 1;
+    int local = in->ranks > 1 ? comm_world_local_size() : 1;
     if (local > 1)
         avail /= (uint64_t)local;
-    if (e->cfg.host_budget_bytes && (!avail || e->cfg.host_budget_bytes < avail))
-        avail = e->cfg.host_budget_bytes;
+    if (in->cfg->host_budget_bytes && (!avail || in->cfg->host_budget_bytes < avail))
+        avail = in->cfg->host_budget_bytes;
     return avail;
 }
 
 /* Every rank's pick, as counts per candidate (the last slot: nothing fits). */
-static ferry_status gather_picks(const ferry_engine *e, engine_auto_candidate mine, int *lo, int *hi)
+static ferry_status gather_picks(int ranks, engine_auto_candidate mine, int *lo, int *hi)
 {
     double votes[ENGINE_AUTO_CANDIDATES + 1] = {0};
     votes[mine] = 1;
     *lo = *hi = (int)mine;
-    if (!e->dp)
+    if (ranks <= 1)
         return FERRY_OK;
     ferry_status st = comm_world_all_reduce_f64(votes, ENGINE_AUTO_CANDIDATES + 1);
     if (st != FERRY_OK)
@@ -199,7 +200,7 @@ static ferry_status gather_picks(const ferry_engine *e, engine_auto_candidate mi
 /* The ranks agree on the most offloaded of their picks: each picks again
  * from there on until every rank holds the same (a few rounds at most: the
  * start only moves on). */
-static ferry_status choose_agreed(const ferry_engine *e, const engine_auto_request *rq, engine_auto_choice *c)
+static ferry_status choose_agreed(int ranks, const engine_auto_request *rq, engine_auto_choice *c)
 {
     engine_auto_candidate first = ENGINE_AUTO_NONE;
     for (;;) {
@@ -207,7 +208,7 @@ static ferry_status choose_agreed(const ferry_engine *e, const engine_auto_reque
         if (st != FERRY_OK && st != FERRY_ERR_OUT_OF_MEMORY)
             return st;
         int lo, hi;
-        if ((agreed = gather_picks(e, c->pick, &lo, &hi)) != FERRY_OK)
+        if ((agreed = gather_picks(ranks, c->pick, &lo, &hi)) != FERRY_OK)
             return agreed;
         if (hi == ENGINE_AUTO_CANDIDATES)
             return st != FERRY_OK ? st
@@ -220,41 +221,35 @@ static ferry_status choose_agreed(const ferry_engine *e, const engine_auto_reque
     }
 }
 
-ferry_status engine_auto_resolve(ferry_engine *e)
+ferry_status engine_auto_resolve(const engine_auto_setup *in, engine_auto_choice *c)
 {
-    if (!e->auto_asked)
-        return FERRY_OK;
-    size_t *numel = malloc((size_t)e->ngroups * sizeof *numel);
+    const engine_groups *gs = in->groups;
+    const ferry_engine_config *cfg = in->cfg;
+    size_t *numel = malloc((size_t)gs->n * sizeof *numel);
     if (!numel)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_setup: out of host memory");
-    for (int g = 0; g < e->ngroups; g++)
-        numel[g] = e->groups[g].numel;
-    int ranks = e->dp ? comm_world_size() : 1;
+    for (int g = 0; g < gs->n; g++)
+        numel[g] = gs->g[g].numel;
     engine_auto_request rq = {
-        .plan = {backend_kind(e->be), e->act, FERRY_OFFLOAD_NONE, e->cfg.prefetch_groups,
-                 e->cfg.auto_micro_batches > 0 ? e->cfg.auto_micro_batches : 1, numel, e->ngroups, false,
-                 e->cfg.nvme_master != 0, e->cfg.nvme_window_bytes, e->cfg.nvme_block_bytes, ranks, 0,
-                 e->cfg.auto_activation_bytes},
-        .device_budget = arena_budget(e->arena),
-        .host_available = rank_host_available(e),
-        .nvme = e->nvme_dir != NULL,
+        .plan = {.backend = in->backend,
+                 .dtype = in->act,
+                 .offload = FERRY_OFFLOAD_NONE,
+                 .prefetch_groups = cfg->prefetch_groups,
+                 .micro_batches = cfg->auto_micro_batches > 0 ? cfg->auto_micro_batches : 1,
+                 .group_numel = numel,
+                 .ngroups = gs->n,
+                 .disk = false,
+                 .disk_master = cfg->nvme_master != 0,
+                 .disk_window_bytes = cfg->nvme_window_bytes,
+                 .disk_block_bytes = cfg->nvme_block_bytes,
+                 .ranks = in->ranks,
+                 .device_budget = 0,
+                 .embedder_bytes = cfg->auto_activation_bytes},
+        .device_budget = in->device_budget,
+        .host_available = rank_host_available(in),
+        .nvme = in->nvme,
     };
-    engine_auto_choice c;
-    ferry_status st = choose_agreed(e, &rq, &c);
+    ferry_status st = choose_agreed(in->ranks, &rq, c);
     free(numel);
-    if (st != FERRY_OK)
-        return err_wrap(st, "ferry_engine_setup");
-    e->cfg.offload = c.offload == FERRY_OFFLOAD_NVME ? FERRY_OFFLOAD_OPTIMIZER : c.offload;
-    e->nvme_asked = c.offload == FERRY_OFFLOAD_NVME;
-    if (!e->nvme_asked && !c.disk) { /* the folder was only in case the disk were needed */
-        free(e->nvme_dir);
-        e->nvme_dir = NULL;
-    }
-    snprintf(e->auto_reason, sizeof e->auto_reason, "%s%s", c.reason,
-             e->dp ? " (every rank takes the same)" : "");
-    if (e->cfg.verbose)
-        fprintf(stderr, "ferry: %s\n", e->auto_reason);
-    return FERRY_OK;
+    return st != FERRY_OK ? err_wrap(st, "ferry_engine_setup") : FERRY_OK;
 }
-
-const char *ferry_engine_auto_reason(const ferry_engine *e) { return e ? e->auto_reason : ""; }

@@ -7,8 +7,11 @@
 
 #include "common/dtype.h"
 #include "common/error.h"
-#include "engine/engine.h"
+#include "engine/intree.h"
+#include "engine/layout.h"
+#include "offload/arena.h"
 #include "offload/nvme.h"
+#include "offload/pool.h"
 
 static ferry_status check_request(const engine_plan_request *rq)
 {
@@ -48,7 +51,7 @@ static ferry_status check_request(const engine_plan_request *rq)
     return FERRY_OK;
 }
 
-/* Data parallelism in the sharded modes (engine/shard.c): a rank's slot of
+/* Data parallelism in the sharded modes (engine/dp.c): a rank's slot of
  * a group, and the device weights of a group (every rank's slot). */
 static bool plan_sharded(const engine_plan_request *rq) { return rq->ranks > 1 && rq->offload != FERRY_OFFLOAD_NONE; }
 static size_t plan_cap(const engine_plan_request *rq, int g) { return engine_shard_cap(rq->group_numel[g], rq->ranks); }
