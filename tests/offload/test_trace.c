@@ -1,7 +1,8 @@
 /* Tests of the memory trace writer (offload/trace.c): the bytes on disk are
  * decoded here by hand from the layout documented in docs/memprof.md, not
  * through the writer's struct, and their checksums recomputed with a
- * bit-by-bit CRC-32C of the test's own; NULL traces are no-ops; records from
+ * bit-by-bit CRC-32C of the test's own (common/crc32c.c itself is
+ * tests/common/test_crc32c.c's); NULL traces are no-ops; records from
  * several threads all arrive in time order; write failures are reported. */
 #include <pthread.h>
 #include <stdio.h>
@@ -58,24 +59,6 @@ static uint32_t ref_record_crc(const unsigned char *rec, uint64_t index)
     memcpy(buf + 8, rec, 96);
     memset(buf + 8 + 12, 0, 4);
     return ref_crc32c(0, buf, sizeof buf);
-}
-
-static void test_crc(void)
-{
-    const unsigned char *check = (const unsigned char *)"123456789";
-    TAP_IS_INT(trace_crc32c(0, check, 9), 0xE3069283u, "crc: CRC-32C of \"123456789\" is the standard 0xE3069283");
-    TAP_IS_INT(ref_crc32c(0, check, 9), 0xE3069283u, "crc: so is the test's bitwise reference");
-    uint64_t seed = 12;
-    tap_diag("crc: random buffers from seed %llu", (unsigned long long)seed);
-    unsigned char buf[301];
-    for (size_t i = 0; i < sizeof buf; i++)
-        buf[i] = (unsigned char)tap_rand_u64(&seed);
-    int same = 1;
-    for (size_t n = 0; n <= sizeof buf; n += 7)
-        same &= trace_crc32c(0, buf, n) == ref_crc32c(0, buf, n);
-    tap_ok(same, "crc: every length 0..301 (step 7) matches the reference");
-    uint32_t parts = trace_crc32c(trace_crc32c(0, buf, 13), buf + 13, 288);
-    TAP_IS_INT(parts, ref_crc32c(0, buf, 301), "crc: continuing from a partial CRC gives the whole one");
 }
 
 static void test_checksums(const char *path)
@@ -237,7 +220,6 @@ int main(void)
     char dir[] = "/tmp/ferry_trace_XXXXXX";
     if (!mkdtemp(dir))
         tap_plan_skip("no temporary directory");
-    test_crc();
     test_layout(dir);
     test_threads(dir);
     test_errors();
