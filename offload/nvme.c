@@ -32,14 +32,14 @@
 #ifndef io_completion_result
 #define io_completion_result(res, len, is_write) (res)
 #endif
-/* The same build's other hooks: io_uring set up or refused before
- * io_uring_queue_init is called (0 or -errno); what a submission returned;
- * the O_DIRECT alignment the kernel gave. Elsewhere they change nothing. */
+/* The same build's other hooks: io_uring refused before io_uring_queue_init
+ * or io_uring_submit is called (0 or -errno); the O_DIRECT alignment the
+ * kernel gave. Elsewhere they change nothing. */
 #ifndef io_uring_refusal
 #define io_uring_refusal() 0
 #endif
-#ifndef io_submit_result
-#define io_submit_result(r) (r)
+#ifndef io_submit_refusal
+#define io_submit_refusal() 0
 #endif
 #ifndef io_dio_align
 #define io_dio_align(kernel) (kernel)
@@ -873,8 +873,8 @@ static void pump(nvme_store *s)
         return; /* nothing, or the ring's thread pauses first */
     int r;
     do
-        r = io_submit_result(io_uring_submit(&s->ring));
-    while (r == -EINTR);
+        r = io_submit_refusal();
+    while (r == 0 && (r = io_uring_submit(&s->ring)) == -EINTR);
     if (r > 0) {
         s->prepared -= r;
         s->inflight += r;
@@ -1531,4 +1531,86 @@ void nvme_destroy(nvme_store *s)
     free(s->path);
     free(s->dir);
     free(s);
+}
+
+/* ---- a folder, before any store ---- */
+
+/* Moves `bytes` through a store of the folder's own, as a store there
+ * would: written once, then read once; bytes read + written a second. */
+static ferry_status measure_path(const char *dir, uint64_t bytes, size_t block, int qd, nvme_io_path *path,
+                                 double *rate)
+{
+    pool *p = NULL;
+    pool_config pc = POOL_CONFIG_INIT;
+    pc.pin = POOL_PIN_NEVER;
+    nvme_store *s = NULL;
+    nvme_config c = NVME_CONFIG_INIT;
+    c.dir = dir;
+    c.block_bytes = block;
+    c.queue_depth = qd;
+    c.window_bytes = (uint64_t)NVME_TARGET_SLOTS * (block ? block : NVME_DEFAULT_BLOCK);
+    static const char *const names[1] = {"probe"};
+    static const ferry_mem_category cats[1] = {FERRY_MEM_OTHER};
+    ferry_status st = pool_create(&pc, &p);
+    c.pool = p;
+    if (st == FERRY_OK) st = nvme_create(&c, &s);
+    if (st == FERRY_OK) st = nvme_add_region(s, "probe", (size_t)(bytes / sizeof(float)), 1, names, cats, NULL);
+    if (st == FERRY_OK) st = nvme_open(s);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    nvme_span span = {0, 1};
+    for (int pass = 0; pass < 2 && st == FERRY_OK; pass++) {
+        st = nvme_sweep_begin(s, pass ? NVME_READ : NVME_WRITE, &span, 1);
+        for (bool done = false; st == FERRY_OK;) {
+            nvme_tile t;
+            if ((st = nvme_sweep_next(s, &t, &done)) != FERRY_OK || done)
+                break;
+            st = nvme_sweep_put(s, &t);
+        }
+        ferry_status end = s ? nvme_sweep_end(s) : FERRY_OK;
+        st = st != FERRY_OK ? st : end;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (st == FERRY_OK) {
+        *path = s->io;
+        *rate = secs > 0 ? 2.0 * (double)nvme_file_bytes(s) / secs : 0;
+    }
+    nvme_destroy(s);
+    pool_destroy(p);
+    return st;
+}
+
+ferry_status nvme_probe_dir(const char *dir, bool measure, uint64_t measure_bytes, size_t block_bytes,
+                            int queue_depth, nvme_probe *out)
+{
+    if (!dir || !out)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "nvme_probe_dir: NULL argument");
+    memset(out, 0, sizeof *out);
+    struct statfs fs;
+    if (statfs(dir, &fs) != 0)
+        return err_set(FERRY_ERR_IO, "NVMe folder '%s': %s; create it on a fast disk, or name another", dir,
+                       strerror(errno));
+    out->memory = not_a_disk(dir, &fs, out->fs, sizeof out->fs, out->why, sizeof out->why);
+    if (out->memory)
+        return FERRY_OK;
+    nvme_io_path asked;
+    ferry_status st = io_path_asked(NVME_IO_AUTO, &asked);
+    if (st != FERRY_OK)
+        return st;
+    struct io_uring ring;
+    const char *what;
+    int r = asked == NVME_IO_THREADS ? -EPERM : ring_setup(&ring, 4, &what);
+    out->uring = r == 0;
+    if (r == 0)
+        io_uring_queue_exit(&ring);
+    else if (asked == NVME_IO_THREADS)
+        snprintf(out->uring_why, sizeof out->uring_why, "FERRY_NVME_IO=threads");
+    else
+        uring_refusal(r, what, out->uring_why, sizeof out->uring_why);
+    out->path = out->uring ? NVME_IO_URING : NVME_IO_THREADS;
+    if (!measure)
+        return FERRY_OK;
+    return measure_path(dir, measure_bytes ? measure_bytes : (uint64_t)64 << 20, block_bytes, queue_depth,
+                        &out->path, &out->rate);
 }
