@@ -3,8 +3,14 @@
  * budget and the host memory available. engine_auto_choose is arithmetic
  * only, so the GPT-2 planner (models/gpt2_plan.c) predicts with the very
  * function setup decides with; engine_auto_resolve applies it to an engine
- * at setup, agreeing across ranks. Places nothing itself (placement.c does,
- * for the mode chosen); never reads timings. */
+ * at setup, agreeing across ranks. The host memory is common/hostmem's (the
+ * job's own cgroup, page cache taken back, less a headroom for the pinned
+ * pool), and the line says which limit gave it. A disk candidate needs
+ * nvme_path on a disk: a folder on a file system in memory (tmpfs, ramfs)
+ * takes it out of the running, said in the line; when the disk is chosen,
+ * the line says how it will be reached (io_uring, or where io_uring is
+ * refused the threads of pread/pwrite with their rate measured there).
+ * Places nothing itself (placement.c does, for the mode chosen). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +20,7 @@
 #include "common/units.h"
 #include "engine/engine.h"
 #include "backend/comm.h"
+#include "offload/nvme.h"
 
 const char *engine_auto_candidate_name(engine_auto_candidate c)
 {
@@ -163,16 +170,62 @@ ferry_status engine_auto_choose(const engine_auto_request *rq, engine_auto_candi
 /* ---- the engine's side: at setup ---- */
 
 /* Host memory this rank may take: what the machine (and its cgroup) has
- * available, shared by the ranks on it, and host_budget_bytes when set. */
-static uint64_t rank_host_available(const ferry_engine *e)
+ * available, shared by the ranks on it, and host_budget_bytes when set;
+ * `words` says which limit it is. */
+static uint64_t rank_host_available(const ferry_engine *e, char *words, size_t cap)
 {
-    uint64_t avail = hostmem_available(NULL, NULL);
+    hostmem_figures h;
+    uint64_t avail = hostmem_available(NULL, &h);
+    hostmem_describe(&h, words, cap);
     int local = e->dp ? comm_world_local_size() : 1;
-    if (local > 1)
+    if (local > 1) {
         avail /= (uint64_t)local;
-    if (e->cfg.host_budget_bytes && (!avail || e->cfg.host_budget_bytes < avail))
+        size_t len = strlen(words);
+        snprintf(words + len, cap - len, ", shared by the %d ranks on this machine", local);
+    }
+    if (e->cfg.host_budget_bytes && (!avail || e->cfg.host_budget_bytes < avail)) {
+        char b[32], m[400];
+        snprintf(m, sizeof m, "%s", words);
         avail = e->cfg.host_budget_bytes;
+        snprintf(words, cap, "host_budget_bytes %s, below the machine's %s", units_fmt_bytes(b, sizeof b, avail), m);
+    }
     return avail;
+}
+
+/* Whether nvme_path can hold the state: not a file system in memory. Its
+ * sentence into `why` when not. */
+static bool disk_usable(const ferry_engine *e, char *why, size_t cap)
+{
+    nvme_probe p;
+    if (nvme_probe_dir(e->nvme_dir, false, 0, 0, 0, &p) != FERRY_OK) {
+        snprintf(why, cap, "%s", ferry_last_error());
+        return false;
+    }
+    if (p.memory)
+        snprintf(why, cap, "%s", p.why);
+    return !p.memory;
+}
+
+/* How the disk chosen will be reached: io_uring, or the threads with their
+ * rate measured in the folder (64 MiB written and read at the tier's block
+ * size and queue depth). */
+static void disk_path_words(const ferry_engine *e, char *buf, size_t cap)
+{
+    nvme_probe p;
+    if (nvme_probe_dir(e->nvme_dir, false, 0, 0, 0, &p) != FERRY_OK || p.uring) {
+        snprintf(buf, cap, "; the disk through io_uring");
+        return;
+    }
+    char why[220];
+    snprintf(why, sizeof why, "%s", p.uring_why);
+    if (nvme_probe_dir(e->nvme_dir, true, (uint64_t)64 << 20, (size_t)e->cfg.nvme_block_bytes, e->cfg.nvme_queue_depth,
+                       &p) != FERRY_OK) {
+        snprintf(buf, cap, "; io_uring is refused here (%s), and the threads of pread/pwrite could not be measured: %s",
+                 why, ferry_last_error());
+        return;
+    }
+    snprintf(buf, cap, "; io_uring is refused here (%s): the disk through threads of pread/pwrite, measured at %.2f "
+             "GB/s read + write in '%s'", why, p.rate / 1e9, e->nvme_dir);
 }
 
 /* Every rank's pick, as counts per candidate (the last slot: nothing fits). */
@@ -230,28 +283,41 @@ ferry_status engine_auto_resolve(ferry_engine *e)
     for (int g = 0; g < e->ngroups; g++)
         numel[g] = e->groups[g].numel;
     int ranks = e->dp ? comm_world_size() : 1;
+    char host_words[600], no_disk[400] = "";
+    uint64_t host = rank_host_available(e, host_words, sizeof host_words);
+    bool disk = e->nvme_dir && disk_usable(e, no_disk, sizeof no_disk);
     engine_auto_request rq = {
         .plan = {backend_kind(e->be), e->act, FERRY_OFFLOAD_NONE, e->cfg.prefetch_groups,
                  e->cfg.auto_micro_batches > 0 ? e->cfg.auto_micro_batches : 1, numel, e->ngroups, false,
                  e->cfg.nvme_master != 0, e->cfg.nvme_window_bytes, e->cfg.nvme_block_bytes, ranks, 0,
                  e->cfg.auto_activation_bytes},
         .device_budget = arena_budget(e->arena),
-        .host_available = rank_host_available(e),
-        .nvme = e->nvme_dir != NULL,
+        .host_available = host,
+        .nvme = disk,
     };
     engine_auto_choice c;
     ferry_status st = choose_agreed(e, &rq, &c);
     free(numel);
+    if (st != FERRY_OK && no_disk[0]) {
+        char keep[ERR_MESSAGE_MAX];
+        snprintf(keep, sizeof keep, "%s", ferry_last_error());
+        return err_set(st, "ferry_engine_setup: %s; host memory: %s; and the disk was no candidate: %s", keep,
+                       host_words, no_disk);
+    }
     if (st != FERRY_OK)
-        return err_wrap(st, "ferry_engine_setup");
+        return err_wrap(st, "ferry_engine_setup (host memory: %s)", host_words);
     e->cfg.offload = c.offload == FERRY_OFFLOAD_NVME ? FERRY_OFFLOAD_OPTIMIZER : c.offload;
     e->nvme_asked = c.offload == FERRY_OFFLOAD_NVME;
     if (!e->nvme_asked && !c.disk) { /* the folder was only in case the disk were needed */
         free(e->nvme_dir);
         e->nvme_dir = NULL;
     }
-    snprintf(e->auto_reason, sizeof e->auto_reason, "%s%s", c.reason,
-             e->dp ? " (every rank takes the same)" : "");
+    char path[600] = "";
+    if (e->nvme_asked || c.disk)
+        disk_path_words(e, path, sizeof path);
+    snprintf(e->auto_reason, sizeof e->auto_reason, "%s%s; host memory: %s%s%s%s", c.reason,
+             e->dp ? " (every rank takes the same)" : "", host_words, path, no_disk[0] ? "; not the disk: " : "",
+             no_disk);
     if (e->cfg.verbose)
         fprintf(stderr, "ferry: %s\n", e->auto_reason);
     return FERRY_OK;

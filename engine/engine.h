@@ -196,7 +196,7 @@ struct ferry_engine {
     /* Offload auto (auto.c): asked at create (cfg.offload AUTO until
      * setup, then the mode chosen), and its one line. */
     bool auto_asked;
-    char auto_reason[1100];
+    char auto_reason[3072];
     struct engine_nvme *nvme;
 
     /* what the device's own software took before the engine's first byte
