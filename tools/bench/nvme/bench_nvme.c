@@ -17,7 +17,11 @@
  * move severalfold within a minute), flagged as such and left out of the
  * medians, never reported as a result. fio's mixed --rw=rw is no floor:
  * its one job interleaves reads and writes at random, which this disk
- * serves slower than the tier's two streams.
+ * serves slower than the tier's two streams. Beside the floors, the step
+ * is also set against its peer doing the same traffic: fio with a reading
+ * job and a writing job at once over the sibling (a disk whose reads and
+ * writes share one bandwidth cannot reach max(read, write), and neither
+ * can fio).
  *
  *   bench_nvme io --dir DIR [--size 2GiB] [--block 1MiB] [--queue-depth 16]
  *                 [--window 256MiB] [--rounds 5] [--io uring|threads]
@@ -90,15 +94,23 @@ static double median(double *v, int n)
 /* ---- fio ---- */
 
 /* Runs fio over `path` (its first `bytes`), `rw` "read" or "write",
- * sequential, moving `bytes` one way. Returns bytes moved per second, 0 on
- * a failure (said on stderr). */
+ * sequential, moving `bytes` one way; "both": a reading job and a writing
+ * job at once, each with the queue depth, the step's own traffic. Returns
+ * bytes moved per second (both jobs' bytes over the longer one's time), 0
+ * on a failure (said on stderr). */
 static double run_fio(const char *path, uint64_t bytes, uint64_t block, int qd, const char *rw)
 {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd,
-             "fio --name=ferry --filename='%s' --ioengine=io_uring --direct=1 --fixedbufs --registerfiles "
-             "--rw=%s --bs=%llu --iodepth=%d --size=%llu --io_size=%llu --output-format=json 2>&1",
-             path, rw, (unsigned long long)block, qd, (unsigned long long)bytes, (unsigned long long)bytes);
+    char cmd[8192], job[1024];
+    bool both = !strcmp(rw, "both");
+    snprintf(job, sizeof job,
+             "--filename='%s' --ioengine=io_uring --direct=1 --fixedbufs --registerfiles --bs=%llu --iodepth=%d "
+             "--size=%llu --io_size=%llu",
+             path, (unsigned long long)block, qd, (unsigned long long)bytes, (unsigned long long)bytes);
+    if (both)
+        snprintf(cmd, sizeof cmd, "fio --output-format=json --name=r %s --rw=read --name=w %s --rw=write 2>&1", job,
+                 job);
+    else
+        snprintf(cmd, sizeof cmd, "fio --output-format=json --name=ferry %s --rw=%s 2>&1", job, rw);
     FILE *p = popen(cmd, "r");
     if (!p) {
         fprintf(stderr, "bench_nvme: cannot run fio: %s\n", strerror(errno));
@@ -114,13 +126,17 @@ static double run_fio(const char *path, uint64_t bytes, uint64_t block, int qd, 
     out[len] = '\0';
     const char *json = strchr(out, '{');
     cJSON *o = json && rc == 0 ? cJSON_Parse(json) : NULL;
-    cJSON *job = o ? cJSON_GetArrayItem(cJSON_GetObjectItem(o, "jobs"), 0) : NULL;
-    cJSON *rd = job ? cJSON_GetObjectItem(job, "read") : NULL, *wr = job ? cJSON_GetObjectItem(job, "write") : NULL;
-    cJSON *ms = job ? cJSON_GetObjectItem(job, "job_runtime") : NULL;
-    double moved = rd && wr ? cJSON_GetObjectItem(rd, "io_bytes")->valuedouble +
-                                  cJSON_GetObjectItem(wr, "io_bytes")->valuedouble
-                            : 0;
-    double bw = ms && ms->valuedouble > 0 ? moved / (ms->valuedouble / 1e3) : 0;
+    double moved = 0, longest = 0;
+    for (int i = 0; i < (both ? 2 : 1); i++) {
+        cJSON *jb = o ? cJSON_GetArrayItem(cJSON_GetObjectItem(o, "jobs"), i) : NULL;
+        cJSON *rd = jb ? cJSON_GetObjectItem(jb, "read") : NULL, *wr = jb ? cJSON_GetObjectItem(jb, "write") : NULL;
+        cJSON *ms = jb ? cJSON_GetObjectItem(jb, "job_runtime") : NULL;
+        if (!rd || !wr || !ms)
+            continue;
+        moved += cJSON_GetObjectItem(rd, "io_bytes")->valuedouble + cJSON_GetObjectItem(wr, "io_bytes")->valuedouble;
+        longest = ms->valuedouble > longest ? ms->valuedouble : longest;
+    }
+    double bw = longest > 0 ? moved / (longest / 1e3) : 0;
     if (bw <= 0)
         fprintf(stderr, "bench_nvme: fio failed (exit %d; is Debian's fio installed?):\n%.2000s\n", rc, out);
     cJSON_Delete(o);
@@ -401,7 +417,7 @@ static int bench_step(const opts *o)
             ag[i] = 0x3c00, ap[i] = 0.01f * (float)(i % 101) - 0.5f;
     }
     double step[MAX_ROUNDS], rd[MAX_ROUNDS], wr[MAX_ROUNDS], adam[MAX_ROUNDS], disk_ratio[MAX_ROUNDS],
-        lap_ratio[MAX_ROUNDS];
+        lap_ratio[MAX_ROUNDS], peer_ratio[MAX_ROUNDS];
     double D = (double)ms.disk_bytes;
     ferry_step_options so = FERRY_STEP_OPTIONS_INIT;
     so.weight_decay = 0.01f;
@@ -425,6 +441,14 @@ static int bench_step(const opts *o)
             st = err_set(FERRY_ERR_IO, "fio failed");
             break;
         }
+        /* The peer: fio reading and writing the same bytes at once, as a step does. */
+        double both = run_fio(peer, ms.disk_bytes, o->block, o->qd, "both");
+        if (both <= 0) {
+            st = err_set(FERRY_ERR_IO, "fio failed");
+            break;
+        }
+        double peer_ms = 1e3 * 2.0 * D / both;
+        peer_ratio[k] = ms_step / peer_ms;
         adamw_hparams hp = {1e-3, 0.9, 0.999, 1e-8, 0.01};
         adamw_job j = {ap, am, av, ag, FERRY_DTYPE_BF16, slice, r, hp, 1.0f, aw, FERRY_DTYPE_BF16};
         double a0 = clock_now_ms();
@@ -435,8 +459,10 @@ static int bench_step(const opts *o)
         disk_ratio[k] = ms_step / disk_ms;
         lap_ratio[k] = ms_step / lap_ms;
         printf("round %d: step %.0f ms; fio read only %.3f GB/s, write only %.3f GB/s: disk floor %.0f ms; AdamW alone "
-               "%.0f ms; %.2fx the disk floor, %.2fx the overlap floor%s\n",
-               r, ms_step, rd[k] / 1e9, wr[k] / 1e9, disk_ms, adam[k], disk_ratio[k], lap_ratio[k],
+               "%.0f ms; fio reading and writing at once %.0f ms; %.2fx the disk floor, %.2fx the overlap floor, "
+               "%.2fx fio's same traffic%s\n",
+               r, ms_step, rd[k] / 1e9, wr[k] / 1e9, disk_ms, adam[k], peer_ms, disk_ratio[k], lap_ratio[k],
+               peer_ratio[k],
                disk_ratio[k] < 1.0 || lap_ratio[k] < 1.0 ? "  MEASUREMENT ERROR: below a floor, not a result" : "");
         fflush(stdout);
     }
@@ -456,11 +482,14 @@ static int bench_step(const opts *o)
         spread(disk_ratio, o->rounds, &dlo, &dhi);
         spread(lap_ratio, o->rounds, &llo, &lhi);
         spread(step, o->rounds, &slo, &shi);
+        double plo, phi;
+        spread(peer_ratio, o->rounds, &plo, &phi);
         printf("optimizer step %.0f ms (median of %d; %.0f..%.0f), %s read and written: %.2fx the disk floor "
                "(goal <= 1.15; rounds %.2f..%.2f, %d flagged), %.2fx the overlap floor (goal <= 1.10; rounds "
-               "%.2f..%.2f, %d flagged); medians of the rounds at or above their floors\n",
+               "%.2f..%.2f, %d flagged); medians of the rounds at or above their floors; %.2fx fio reading and "
+               "writing the same bytes at once (rounds %.2f..%.2f)\n",
                median(step, o->rounds), o->rounds, slo, shi, units_fmt_bytes(a, sizeof a, ms.disk_bytes), md, dlo,
-               dhi, fd_, ml, llo, lhi, fl_);
+               dhi, fd_, ml, llo, lhi, fl_, median(peer_ratio, o->rounds), plo, phi);
     }
     ferry_engine_destroy(e);
     free(numel);
