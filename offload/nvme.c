@@ -1128,18 +1128,18 @@ static void crc_task(void *arg, size_t i, int worker)
     }
 }
 
-/* The CRC of every block of the slot's arrays into slot->crc. */
-static ferry_status crc_slot(nvme_store *s, nvme_slot *slot)
+/* The CRC of every block of the slot's arrays into slot->crc; the blocks
+ * per array and the segment's bytes into *nb and *seg. */
+static ferry_status crc_slot(nvme_store *s, nvme_slot *slot, size_t *nb, uint64_t *seg)
 {
-    size_t nb, arrays = 0;
-    uint64_t seg;
-    slot_blocks(s, slot, &nb, &seg);
+    size_t arrays = 0;
+    slot_blocks(s, slot, nb, seg);
     for (int a = 0; a < s->regions[slot->region].narrays; a++)
         arrays += (slot->arrays >> a) & 1;
     crc_job j = {s, slot};
     if (s->parallel)
-        return s->parallel(s->parallel_ctx, arrays * nb, crc_task, &j);
-    for (size_t i = 0; i < arrays * nb; i++)
+        return s->parallel(s->parallel_ctx, arrays * *nb, crc_task, &j);
+    for (size_t i = 0; i < arrays * *nb; i++)
         crc_task(&j, i, 0);
     return FERRY_OK;
 }
@@ -1147,13 +1147,12 @@ static ferry_status crc_slot(nvme_store *s, nvme_slot *slot)
 /* Computed for writing: kept as the blocks' checksums. */
 static ferry_status checksum_tile(nvme_store *s, nvme_slot *slot)
 {
-    ferry_status st = crc_slot(s, slot);
+    size_t nb, i = 0;
+    uint64_t seg;
+    ferry_status st = crc_slot(s, slot, &nb, &seg);
     if (st != FERRY_OK)
         return st;
     nvme_region *r = &s->regions[slot->region];
-    size_t nb, i = 0;
-    uint64_t seg;
-    slot_blocks(s, slot, &nb, &seg);
     for (int a = 0; a < r->narrays; a++)
         for (size_t j = 0; (slot->arrays & (1u << a)) && j < nb; j++)
             r->crc[crc_index(s, r, slot->tile, a, j)] = slot->crc[i++];
@@ -1164,13 +1163,12 @@ static ferry_status checksum_tile(nvme_store *s, nvme_slot *slot)
  * difference (array by array, block by block) reported. */
 static ferry_status verify_tile(nvme_store *s, nvme_slot *slot)
 {
-    ferry_status st = crc_slot(s, slot);
+    size_t nb, i = 0;
+    uint64_t seg;
+    ferry_status st = crc_slot(s, slot, &nb, &seg);
     if (st != FERRY_OK)
         return st;
     nvme_region *r = &s->regions[slot->region];
-    size_t nb, i = 0;
-    uint64_t seg;
-    slot_blocks(s, slot, &nb, &seg);
     for (int a = 0; a < r->narrays; a++) {
         for (size_t j = 0; (slot->arrays & (1u << a)) && j < nb; j++) {
             size_t idx = crc_index(s, r, slot->tile, a, j);

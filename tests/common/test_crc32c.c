@@ -10,18 +10,8 @@
 #include <string.h>
 
 #include "common/crc32c.h"
+#include "ref_crc32c.h"
 #include "tap.h"
-
-static uint32_t ref_crc32c(uint32_t crc, const unsigned char *p, size_t n)
-{
-    crc = ~crc;
-    for (size_t i = 0; i < n; i++) {
-        crc ^= p[i];
-        for (int k = 0; k < 8; k++)
-            crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1)));
-    }
-    return ~crc;
-}
 
 static const size_t lengths[] = {0,    1,    7,    8,    9,    15,   255,  256,  767,  768,   769,   1023,
                                  1536, 2304, 2311, 4096, 24575, 24576, 24577, 25344, 49152, 49160, 65536,

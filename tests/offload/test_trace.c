@@ -1,7 +1,7 @@
 /* Tests of the memory trace writer (offload/trace.c): the bytes on disk are
  * decoded here by hand from the layout documented in docs/memprof.md, not
- * through the writer's struct, and their checksums recomputed with a
- * bit-by-bit CRC-32C of the test's own (common/crc32c.c itself is
+ * through the writer's struct, and their checksums recomputed with the
+ * tests' bit-by-bit CRC-32C (tests/ref_crc32c.h; common/crc32c.c itself is
  * tests/common/test_crc32c.c's); NULL traces are no-ops; records from
  * several threads all arrive in time order; write failures are reported. */
 #include <pthread.h>
@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "offload/trace.h"
+#include "ref_crc32c.h"
 #include "tap.h"
 
 static unsigned char *read_file(const char *path, size_t *len)
@@ -38,19 +39,6 @@ static uint64_t u64_at(const unsigned char *p)
 
 static uint32_t u32_at(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 
-/* CRC-32C the slow way, one bit at a time, as the definition reads. */
-static uint32_t ref_crc32c(uint32_t crc, const unsigned char *p, size_t n)
-{
-    crc = ~crc;
-    for (size_t i = 0; i < n; i++) {
-        crc ^= p[i];
-        for (int k = 0; k < 8; k++)
-            crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1)));
-    }
-    return ~crc;
-}
-
-/* What docs/memprof.md says record `index` carries at offset 12. */
 static uint32_t ref_record_crc(const unsigned char *rec, uint64_t index)
 {
     unsigned char buf[8 + 96];
