@@ -4,8 +4,14 @@
  * only, so the GPT-2 planner (models/gpt2_plan.c) predicts with the very
  * function setup decides with; engine_auto_resolve makes the choice for an
  * engine at setup, agreeing across ranks, and the orchestrator applies it.
- * Places nothing itself (placement.c does, for the mode chosen); never
- * reads timings. */
+ * The host memory is common/hostmem's (the job's own cgroup, page cache
+ * taken back, less a headroom for the pinned pool), and the line says which
+ * limit gave it. A disk candidate needs nvme_path on a disk: a folder on a
+ * file system in memory (tmpfs, ramfs) takes it out of the running, said in
+ * the line; when the disk is chosen, the line says how it will be reached
+ * (io_uring, or where io_uring is refused the threads of pread/pwrite with
+ * their rate measured there). Places nothing itself (placement.c does, for
+ * the mode chosen); never reads timings to choose. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +21,7 @@
 #include "common/units.h"
 #include "engine/auto.h"
 #include "backend/comm.h"
+#include "offload/nvme.h"
 
 const char *engine_auto_candidate_name(engine_auto_candidate c)
 {
@@ -164,16 +171,62 @@ ferry_status engine_auto_choose(const engine_auto_request *rq, engine_auto_candi
 /* ---- the engine's side: at setup ---- */
 
 /* Host memory this rank may take: what the machine (and its cgroup) has
- * available, shared by the ranks on it, and host_budget_bytes when set. */
-static uint64_t rank_host_available(const engine_auto_setup *in)
+ * available, shared by the ranks on it, and host_budget_bytes when set;
+ * `words` says which limit it is. */
+static uint64_t rank_host_available(const engine_auto_setup *in, char *words, size_t cap)
 {
-    uint64_t avail = hostmem_available(NULL, NULL);
-    int local = in->ranks > 1 ? comm_world_local_size() : 1;
-    if (local > 1)
+    hostmem_figures h;
+    uint64_t avail = hostmem_available(NULL, &h);
+    hostmem_describe(&h, words, cap);
+    int local = in->ranked ? comm_world_local_size() : 1;
+    if (local > 1) {
         avail /= (uint64_t)local;
-    if (in->cfg->host_budget_bytes && (!avail || in->cfg->host_budget_bytes < avail))
+        size_t len = strlen(words);
+        snprintf(words + len, cap - len, ", shared by the %d ranks on this machine", local);
+    }
+    if (in->cfg->host_budget_bytes && (!avail || in->cfg->host_budget_bytes < avail)) {
+        char b[32], m[400];
+        snprintf(m, sizeof m, "%s", words);
         avail = in->cfg->host_budget_bytes;
+        snprintf(words, cap, "host_budget_bytes %s, below the machine's %s", units_fmt_bytes(b, sizeof b, avail), m);
+    }
     return avail;
+}
+
+/* Whether nvme_path can hold the state: not a file system in memory. Its
+ * sentence into `why` when not. */
+static bool disk_usable(const char *dir, char *why, size_t cap)
+{
+    nvme_probe p;
+    if (nvme_probe_dir(dir, false, 0, 0, 0, &p) != FERRY_OK) {
+        snprintf(why, cap, "%s", ferry_last_error());
+        return false;
+    }
+    if (p.memory)
+        snprintf(why, cap, "%s", p.why);
+    return !p.memory;
+}
+
+/* How the disk chosen will be reached: io_uring, or the threads with their
+ * rate measured in the folder (64 MiB written and read at the tier's block
+ * size and queue depth). */
+static void disk_path_words(const engine_auto_setup *in, char *buf, size_t cap)
+{
+    nvme_probe p;
+    if (nvme_probe_dir(in->nvme_dir, false, 0, 0, 0, &p) != FERRY_OK || p.uring) {
+        snprintf(buf, cap, "; the disk through io_uring");
+        return;
+    }
+    char why[220];
+    snprintf(why, sizeof why, "%s", p.uring_why);
+    if (nvme_probe_dir(in->nvme_dir, true, (uint64_t)64 << 20, (size_t)in->cfg->nvme_block_bytes,
+                       in->cfg->nvme_queue_depth, &p) != FERRY_OK) {
+        snprintf(buf, cap, "; io_uring is refused here (%s), and the threads of pread/pwrite could not be measured: %s",
+                 why, ferry_last_error());
+        return;
+    }
+    snprintf(buf, cap, "; io_uring is refused here (%s): the disk through threads of pread/pwrite, measured at %.2f "
+             "GB/s read + write in '%s'", why, p.rate / 1e9, in->nvme_dir);
 }
 
 /* Every rank's pick, as counts per candidate (the last slot: nothing fits). */
@@ -221,7 +274,7 @@ static ferry_status choose_agreed(int ranks, const engine_auto_request *rq, engi
     }
 }
 
-ferry_status engine_auto_resolve(const engine_auto_setup *in, engine_auto_choice *c)
+ferry_status engine_auto_resolve(const engine_auto_setup *in, engine_auto_choice *c, char *line, size_t cap)
 {
     const engine_groups *gs = in->groups;
     const ferry_engine_config *cfg = in->cfg;
@@ -230,6 +283,9 @@ ferry_status engine_auto_resolve(const engine_auto_setup *in, engine_auto_choice
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_setup: out of host memory");
     for (int g = 0; g < gs->n; g++)
         numel[g] = gs->g[g].numel;
+    char host_words[600], no_disk[400] = "";
+    uint64_t host = rank_host_available(in, host_words, sizeof host_words);
+    bool disk = in->nvme_dir && disk_usable(in->nvme_dir, no_disk, sizeof no_disk);
     engine_auto_request rq = {
         .plan = {.backend = in->backend,
                  .dtype = in->act,
@@ -246,10 +302,23 @@ ferry_status engine_auto_resolve(const engine_auto_setup *in, engine_auto_choice
                  .device_budget = 0,
                  .embedder_bytes = cfg->auto_activation_bytes},
         .device_budget = in->device_budget,
-        .host_available = rank_host_available(in),
-        .nvme = in->nvme,
+        .host_available = host,
+        .nvme = disk,
     };
     ferry_status st = choose_agreed(in->ranks, &rq, c);
     free(numel);
-    return st != FERRY_OK ? err_wrap(st, "ferry_engine_setup") : FERRY_OK;
+    if (st != FERRY_OK && no_disk[0]) {
+        char keep[ERR_MESSAGE_MAX];
+        snprintf(keep, sizeof keep, "%s", ferry_last_error());
+        return err_set(st, "ferry_engine_setup: %s; host memory: %s; and the disk was no candidate: %s", keep,
+                       host_words, no_disk);
+    }
+    if (st != FERRY_OK)
+        return err_wrap(st, "ferry_engine_setup (host memory: %s)", host_words);
+    char path[600] = "";
+    if (c->offload == FERRY_OFFLOAD_NVME || c->disk)
+        disk_path_words(in, path, sizeof path);
+    snprintf(line, cap, "%s%s; host memory: %s%s%s%s", c->reason, in->ranked ? " (every rank takes the same)" : "",
+             host_words, path, no_disk[0] ? "; not the disk: " : "", no_disk);
+    return FERRY_OK;
 }

@@ -19,11 +19,13 @@ typedef struct engine_auto_setup {
     ferry_backend_kind backend;
     ferry_dtype act;
     uint64_t device_budget;
-    int ranks;  /* data parallel ranks (1 alone): every rank takes the same mode */
-    bool nvme;  /* a folder for the NVMe tier is given */
+    int ranks;            /* data parallel ranks (1 alone) */
+    bool ranked;          /* data parallelism is on: every rank takes the same mode */
+    const char *nvme_dir; /* the NVMe tier's folder, or NULL */
 } engine_auto_setup;
 
-/* The mode to run, agreed across the ranks; c->reason says why in one line. */
-ferry_status engine_auto_resolve(const engine_auto_setup *in, engine_auto_choice *c);
+/* The mode to run, agreed across the ranks; `line` says in one line what
+ * was chosen and why, which host limit counted and how a disk is reached. */
+ferry_status engine_auto_resolve(const engine_auto_setup *in, engine_auto_choice *c, char *line, size_t cap);
 
 #endif

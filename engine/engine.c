@@ -332,9 +332,9 @@ static ferry_status resolve_auto(ferry_engine *e)
     if (!e->how.auto_asked)
         return FERRY_OK;
     engine_auto_setup in = {&e->groups, &e->cfg, backend_kind(e->ctx.be), e->ctx.act, arena_budget(e->ctx.arena),
-                            e->dp ? comm_world_size() : 1, e->how.nvme_dir != NULL};
+                            e->dp ? comm_world_size() : 1, e->dp != NULL, e->how.nvme_dir};
     engine_auto_choice c;
-    ferry_status st = engine_auto_resolve(&in, &c);
+    ferry_status st = engine_auto_resolve(&in, &c, e->how.auto_reason, sizeof e->how.auto_reason);
     if (st != FERRY_OK)
         return st;
     e->cfg.offload = c.offload == FERRY_OFFLOAD_NVME ? FERRY_OFFLOAD_OPTIMIZER : c.offload;
@@ -343,8 +343,6 @@ static ferry_status resolve_auto(ferry_engine *e)
         free(e->how.nvme_dir);
         e->how.nvme_dir = NULL;
     }
-    snprintf(e->how.auto_reason, sizeof e->how.auto_reason, "%s%s", c.reason,
-             e->dp ? " (every rank takes the same)" : "");
     if (e->cfg.verbose)
         fprintf(stderr, "ferry: %s\n", e->how.auto_reason);
     return FERRY_OK;

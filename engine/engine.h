@@ -34,7 +34,7 @@ typedef struct engine_resolution {
     char *nvme_dir;
     bool nvme_asked;
     bool auto_asked;
-    char auto_reason[1100];
+    char auto_reason[3072];
 } engine_resolution;
 
 struct ferry_engine {

@@ -7,8 +7,11 @@
  * The update runs on a thread of its own, one step at a time: it sweeps the
  * groups in forward order, tile by tile. While a pool of its own runs AdamW
  * on tile k (the same element update as optimizer mode's, so the same
- * bits), the store reads the tiles after it and writes back the ones before
- * it; the thread waits for the disk only when the disk is the slower. When a
+ * bits), the store's own thread keeps the reads of the tiles after it and
+ * the writes of the ones before it in flight; the same pool verifies each
+ * tile's CRC-32Cs as it is handed over and computes them as it is put, a
+ * block a task (the store's `parallel`); the thread waits for the disk only
+ * when the disk is the slower. When a
  * group's last tile is updated its upload copy is whole, and the group's
  * barrier opens: a host function on the h2d stream waits for exactly that
  * group, so each upload (optimizer mode) or fetch (params mode) waits for
@@ -401,6 +404,12 @@ static ferry_status reserve_host(engine_update *u)
     return st;
 }
 
+/* The store's checksums on the update's pool. */
+static ferry_status on_pool(void *ctx, size_t n, void (*task)(void *arg, size_t i, int worker), void *arg)
+{
+    return tp_parallel_for(ctx, n, task, arg);
+}
+
 /* Creates the store with a region per group (the arrays layout.c puts on
  * disk), opens it and starts the update thread. */
 static ferry_status nvme_open_store(engine_update *u)
@@ -423,15 +432,25 @@ static ferry_status nvme_open_store(engine_update *u)
     c.queue_depth = x->cfg->nvme_queue_depth;
     c.pool = x->pool;
     c.trace = x->trace;
-    ferry_status st = nvme_create(&c, &n->store);
+    ferry_status st = tp_pool_create(x->cfg->optimizer_threads, x->numa_node, &n->threads);
+    c.parallel = on_pool;
+    c.parallel_ctx = n->threads;
+    if (st == FERRY_OK)
+        st = nvme_create(&c, &n->store);
     if (st == FERRY_OK)
         st = add_regions(u);
     if (st == FERRY_OK)
         st = nvme_open(n->store);
     if (st == FERRY_OK)
-        st = tp_pool_create(x->cfg->optimizer_threads, x->numa_node, &n->threads);
-    if (st == FERRY_OK)
         st = start_thread(u);
+    if (st == FERRY_ERR_IO && n->master_on_disk && strstr(ferry_last_error(), "is too small")) {
+        /* The store's advice is its own; the engine knows it put the master
+         * weights there too, so they can come back to host memory. */
+        char keep[ERR_MESSAGE_MAX];
+        snprintf(keep, sizeof keep, "%s", ferry_last_error());
+        return err_set(st, "setting up the NVMe tier in '%s': %s; or keep the master weights in host memory (leave "
+                       "nvme_master unset), which takes a third off the state on disk", u->env.nvme_dir, keep);
+    }
     if (st != FERRY_OK)
         return err_wrap(st, "setting up the NVMe tier in '%s'", u->env.nvme_dir);
     return FERRY_OK;

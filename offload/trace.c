@@ -1,6 +1,7 @@
 /* The memory trace writer: fixed-size binary records, each with its CRC-32C,
  * buffered under a mutex and written in large chunks from whichever thread
- * fills the buffer; and the CRC-32C that the writer and tools/memprof share.
+ * fills the buffer; and the records' checksums that the writer and
+ * tools/memprof share (CRC-32C from common/crc32c.h).
  * The format is in trace.h and docs/memprof.md; the reader is tools/memprof. */
 #include "offload/trace.h"
 
@@ -13,10 +14,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#if defined(__x86_64__)
-#include <nmmintrin.h>
-#endif
 
+#include "common/crc32c.h"
 #include "common/error.h"
 #include "common/fileio.h"
 
@@ -27,67 +26,16 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the trace format is l
 
 #define TRACE_BUFFER_RECORDS 4096 /* 384 KiB per write */
 
-/* ---- CRC-32C ---- */
-
-#define CRC32C_POLY 0x82F63B78u /* Castagnoli, reflected */
-
-static uint32_t crc_table[256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_table_init(void)
-{
-    for (uint32_t b = 0; b < 256; b++) {
-        uint32_t c = b;
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? (c >> 1) ^ CRC32C_POLY : c >> 1;
-        crc_table[b] = c;
-    }
-}
-
-static uint32_t crc_soft(uint32_t c, const unsigned char *p, size_t n)
-{
-    pthread_once(&crc_once, crc_table_init);
-    for (size_t i = 0; i < n; i++)
-        c = crc_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-    return c;
-}
-
-#if defined(__x86_64__)
-__attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t c, const unsigned char *p, size_t n)
-{
-    uint64_t c64 = c;
-    for (; n >= 8; p += 8, n -= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c64 = _mm_crc32_u64(c64, w);
-    }
-    c = (uint32_t)c64;
-    for (; n; p++, n--)
-        c = _mm_crc32_u8(c, *p);
-    return c;
-}
-#endif
-
-uint32_t trace_crc32c(uint32_t crc, const void *data, size_t n)
-{
-    uint32_t c = ~crc;
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("sse4.2"))
-        return ~crc_sse42(c, data, n);
-#endif
-    return ~crc_soft(c, data, n);
-}
-
 uint32_t trace_record_crc(const trace_record *r, uint64_t index)
 {
     trace_record copy = *r;
     copy.crc = 0;
-    return trace_crc32c(trace_crc32c(0, &index, sizeof index), &copy, sizeof copy);
+    return crc32c(crc32c(0, &index, sizeof index), &copy, sizeof copy);
 }
 
 uint32_t trace_header_crc(const unsigned char header[TRACE_HEADER_SIZE])
 {
-    return trace_crc32c(0, header, 28);
+    return crc32c(0, header, 28);
 }
 
 /* ---- the writer ---- */

@@ -107,12 +107,8 @@ void trace_step_timing(trace *t, int64_t step, const char *key, double ms);
 /* Records written or buffered so far (for tests and benchmarks). */
 uint64_t trace_record_count(trace *t);
 
-/* CRC-32C (Castagnoli, reflected, as iSCSI and ext4 use) of n bytes,
- * continuing from `crc` (0 to start): trace_crc32c(0, "123456789", 9) is
- * 0xE3069283. SSE4.2's crc32 instruction where the CPU has it. */
-uint32_t trace_crc32c(uint32_t crc, const void *data, size_t n);
 /* The checksum a record at position `index` (0-based) carries: the CRC-32C
- * of the index (u64) then the record's bytes with `crc` taken as 0. */
+ * (common/crc32c.h) of the index (u64) then the record's bytes with `crc` taken as 0. */
 uint32_t trace_record_crc(const trace_record *r, uint64_t index);
 /* The checksum of a header's first 28 bytes (stored at offset 28). */
 uint32_t trace_header_crc(const unsigned char header[TRACE_HEADER_SIZE]);

@@ -396,11 +396,17 @@ int train_options_check_outputs(const train_options *o)
         st = fileio_check_output(o->log, "--log");
     if (st == FERRY_OK && o->trace)
         st = fileio_check_output(o->trace, "--trace");
-    /* The state's folder is not created: it names a disk. */
+    /* The state's folder is not created: it names a disk. The state file
+     * is created in it. */
     struct stat sb;
     if (st == FERRY_OK && o->nvme_path && stat(o->nvme_path, &sb) != 0) {
-        fprintf(stderr, "train_gpt2: --nvme-path '%s': %s; create the folder on a fast disk first\n", o->nvme_path,
-                strerror(errno));
+        fprintf(stderr, "train_gpt2: --nvme-path '%s': %s; the folder is not created (it names a disk): create it on "
+                "a fast disk first, and the state file is made in it\n", o->nvme_path, strerror(errno));
+        return 2;
+    }
+    if (st == FERRY_OK && o->nvme_path && !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "train_gpt2: --nvme-path '%s' is %s; give an existing folder on a fast disk: the state file is "
+                "created in it\n", o->nvme_path, fileio_type_name(sb.st_mode));
         return 2;
     }
     if (st == FERRY_OK && o->nvme_path)

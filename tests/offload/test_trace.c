@@ -1,7 +1,8 @@
 /* Tests of the memory trace writer (offload/trace.c): the bytes on disk are
  * decoded here by hand from the layout documented in docs/memprof.md, not
- * through the writer's struct, and their checksums recomputed with a
- * bit-by-bit CRC-32C of the test's own; NULL traces are no-ops; records from
+ * through the writer's struct, and their checksums recomputed with the
+ * tests' bit-by-bit CRC-32C (tests/ref_crc32c.h; common/crc32c.c itself is
+ * tests/common/test_crc32c.c's); NULL traces are no-ops; records from
  * several threads all arrive in time order; write failures are reported. */
 #include <pthread.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 
 #include "common/error.h"
 #include "offload/trace.h"
+#include "ref_crc32c.h"
 #include "tap.h"
 
 static unsigned char *read_file(const char *path, size_t *len)
@@ -37,19 +39,6 @@ static uint64_t u64_at(const unsigned char *p)
 
 static uint32_t u32_at(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 
-/* CRC-32C the slow way, one bit at a time, as the definition reads. */
-static uint32_t ref_crc32c(uint32_t crc, const unsigned char *p, size_t n)
-{
-    crc = ~crc;
-    for (size_t i = 0; i < n; i++) {
-        crc ^= p[i];
-        for (int k = 0; k < 8; k++)
-            crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1)));
-    }
-    return ~crc;
-}
-
-/* What docs/memprof.md says record `index` carries at offset 12. */
 static uint32_t ref_record_crc(const unsigned char *rec, uint64_t index)
 {
     unsigned char buf[8 + 96];
@@ -58,24 +47,6 @@ static uint32_t ref_record_crc(const unsigned char *rec, uint64_t index)
     memcpy(buf + 8, rec, 96);
     memset(buf + 8 + 12, 0, 4);
     return ref_crc32c(0, buf, sizeof buf);
-}
-
-static void test_crc(void)
-{
-    const unsigned char *check = (const unsigned char *)"123456789";
-    TAP_IS_INT(trace_crc32c(0, check, 9), 0xE3069283u, "crc: CRC-32C of \"123456789\" is the standard 0xE3069283");
-    TAP_IS_INT(ref_crc32c(0, check, 9), 0xE3069283u, "crc: so is the test's bitwise reference");
-    uint64_t seed = 12;
-    tap_diag("crc: random buffers from seed %llu", (unsigned long long)seed);
-    unsigned char buf[301];
-    for (size_t i = 0; i < sizeof buf; i++)
-        buf[i] = (unsigned char)tap_rand_u64(&seed);
-    int same = 1;
-    for (size_t n = 0; n <= sizeof buf; n += 7)
-        same &= trace_crc32c(0, buf, n) == ref_crc32c(0, buf, n);
-    tap_ok(same, "crc: every length 0..301 (step 7) matches the reference");
-    uint32_t parts = trace_crc32c(trace_crc32c(0, buf, 13), buf + 13, 288);
-    TAP_IS_INT(parts, ref_crc32c(0, buf, 301), "crc: continuing from a partial CRC gives the whole one");
 }
 
 static void test_checksums(const char *path)
@@ -237,7 +208,6 @@ int main(void)
     char dir[] = "/tmp/ferry_trace_XXXXXX";
     if (!mkdtemp(dir))
         tap_plan_skip("no temporary directory");
-    test_crc();
     test_layout(dir);
     test_threads(dir);
     test_errors();

@@ -8,7 +8,8 @@ cd "$root"
 
 packages=(build-essential meson ninja-build pkg-config libhwloc-dev liburing-dev
           libopenblas-dev libcjson-dev python3 python3-torch python3-numpy
-          bible-kjv nodejs npm openmpi-bin libopenmpi-dev fio)
+          bible-kjv nodejs npm openmpi-bin libopenmpi-dev fio
+          gcc-aarch64-linux-gnu qemu-user)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
