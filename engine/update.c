@@ -54,7 +54,7 @@ ferry_status update_open(const update_env *env, engine_update **out)
     u->ops = ops;
     u->env = *env;
     *out = u;
-    return ops->open ? ops->open(u) : FERRY_OK;
+    return ops->start ? ops->start(u) : FERRY_OK;
 }
 
 void update_close(engine_update *u)
@@ -67,8 +67,8 @@ void update_close(engine_update *u)
             tp_wait(t->t[k]);
         free(t->t);
     }
-    if (u->ops->close)
-        u->ops->close(u);
+    if (u->ops->stop)
+        u->ops->stop(u);
     free(u->tickets);
     free(u);
 }

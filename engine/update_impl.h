@@ -12,8 +12,8 @@
 typedef struct update_ops {
     const char *name;
     size_t state_bytes; /* of the implementation's own state, after the base (update_state) */
-    ferry_status (*open)(engine_update *u);                  /* NULL: nothing to open */
-    void (*close)(engine_update *u);                         /* NULL: nothing to close */
+    ferry_status (*start)(engine_update *u);                 /* NULL: nothing to start */
+    void (*stop)(engine_update *u);                          /* NULL: nothing to stop */
     ferry_status (*fill)(engine_update *u, engine_group *g); /* required */
     ferry_status (*run)(engine_update *u, const ferry_step_options *o, float clip); /* required */
     ferry_status (*write_weights)(engine_update *u, engine_group *g);                /* NULL: update_write_offloaded */

@@ -646,8 +646,8 @@ static void nvme_describe_update(const engine_update *u, char *buf, size_t cap)
 const update_ops update_nvme_ops = {
     .name = "nvme",
     .state_bytes = sizeof(nvme_state),
-    .open = nvme_update_open,
-    .close = nvme_close,
+    .start = nvme_update_open,
+    .stop = nvme_close,
     .fill = update_fill_offloaded,
     .fill_outside = nvme_fill,
     .run = nvme_run,

@@ -391,8 +391,8 @@ static int split_device_groups(const engine_update *u) { return SC(u)->groups; }
 const update_ops update_split_ops = {
     .name = "split",
     .state_bytes = sizeof(split_state),
-    .open = split_open,
-    .close = split_close,
+    .start = split_open,
+    .stop = split_close,
     .fill = update_fill_offloaded,
     .run = split_run,
     .master_io = split_master_io,
