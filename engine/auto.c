@@ -58,7 +58,7 @@ static ferry_status count(const engine_auto_request *rq, engine_auto_candidate c
     ferry_status st = engine_plan_memory(&p, &m);
     if (st != FERRY_OK)
         return st;
-    *dev = p.embedder_bytes;
+    *dev = 0; /* the embedder's bytes are in the plan's region */
     *host = 0;
     for (int k = 0; k < FERRY_MEM_CATEGORY_COUNT; k++) {
         *dev += m.device_bytes[k];

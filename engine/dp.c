@@ -169,7 +169,7 @@ void dp_layout(const engine_dp *d, ferry_offload mode, engine_group *g)
     g->shard_n = lo >= g->numel ? 0 : (g->numel - lo < cap ? g->numel - lo : cap);
 }
 
-ferry_status dp_place(engine_dp *d, const engine_ctx *c, const engine_groups *gs)
+ferry_status dp_place(engine_dp *d, const engine_ctx *c, const engine_groups *gs, void *const reduce[4])
 {
     if (!d)
         return FERRY_OK;
@@ -196,13 +196,13 @@ ferry_status dp_place(engine_dp *d, const engine_ctx *c, const engine_groups *gs
     for (int i = 0; i < gs->n; i++)
         cap = gs->g[i].shard_cap > cap ? gs->g[i].shard_cap : cap;
     d->chunk = engine_reduce_chunk(d->world, cap);
-    for (int b = 0; b < 2 && st == FERRY_OK; b++) {
-        if ((st = arena_alloc(c->arena, d->chunk * (size_t)d->world * sizeof(float), FERRY_MEM_STAGING,
-                              "gradients to reduce (fp32)", (void **)&d->send[b])) == FERRY_OK)
-            st = arena_alloc(c->arena, d->chunk * sizeof(float), FERRY_MEM_STAGING, "reduced gradients (fp32)",
-                             (void **)&d->recv[b]);
+    for (int b = 0; b < 2; b++) {
+        d->send[b] = reduce[2 * b];
+        d->recv[b] = reduce[2 * b + 1];
+        if (!d->send[b] || !d->recv[b])
+            return err_set(FERRY_ERR_STATE, "data parallelism: the memory plan holds no reduce buffers");
     }
-    return st != FERRY_OK ? err_wrap(st, "the buffers of the gradient reduce-scatter") : FERRY_OK;
+    return FERRY_OK;
 }
 
 void dp_unplace(engine_dp *d)

@@ -35,9 +35,9 @@ void dp_close(engine_dp *d);
 bool dp_sharded(const engine_dp *d, ferry_offload mode);
 /* Sets the group's shard fields (alone, or unsharded: the whole group). */
 void dp_layout(const engine_dp *d, ferry_offload mode, engine_group *g);
-/* After placement's globals: each group's events and the reduce buffers.
- * (Offload none's fp32 gradient sums are placement's, allocated beside.) */
-ferry_status dp_place(engine_dp *d, const engine_ctx *c, const engine_groups *gs);
+/* After placement: each group's events, and the reduce buffers the plan
+ * gave (send 0, receive 0, send 1, receive 1; the sharded modes). */
+ferry_status dp_place(engine_dp *d, const engine_ctx *c, const engine_groups *gs, void *const reduce[4]);
 void dp_unplace(engine_dp *d);
 /* Group gi's events: its slot of the weights is on the device (h2d
  * stream); a timed weight wait is past that part (compute stream). */

@@ -21,14 +21,25 @@
 
 typedef struct drain_group {
     bool acquired;          /* its gradient buffer was handed out in this micro-batch */
+    int slot;               /* params mode: its gradient slot (-1: none) */
     tp_ticket *norm_ticket; /* the CPU's work on the drained gradients: their fp32 sum
                                (several micro-batches) and the norm's partials */
     engine_norm *norm;
 } drain_group;
 
+/* Params mode's gradient slots of one size class: the free ones, a stack. */
+typedef struct drain_class {
+    int slots, nfree, groups;
+    int *free;
+} drain_class;
+
 struct engine_drain {
     drain_env env;
     drain_group *g; /* per group */
+    drain_class *classes;
+    int nclasses;
+    const int *class_of; /* per group (the plan's) */
+    int window;          /* the draining gradients the plan's slots hold besides the one asked for */
 };
 
 static bool params(const engine_drain *d) { return ctx_mode(d->env.ctx) == FERRY_OFFLOAD_PARAMS; }
@@ -44,6 +55,27 @@ ferry_status drain_open(const drain_env *env, engine_drain **out)
     }
     d->env = *env;
     *out = d;
+    for (int i = 0; i < env->groups->n; i++)
+        d->g[i].slot = -1;
+    if (!params(d))
+        return FERRY_OK;
+    const engine_static_plan *plan = &env->placement->plan;
+    d->window = engine_drain_window(plan->depth);
+    d->class_of = plan->gclass_of;
+    d->nclasses = plan->ngclass;
+    d->classes = calloc((size_t)(plan->ngclass ? plan->ngclass : 1), sizeof *d->classes);
+    if (!d->classes)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_setup: out of host memory");
+    for (int k = 0; k < plan->ngclass; k++) {
+        drain_class *x = &d->classes[k];
+        x->slots = plan->gclass[k].slots;
+        x->groups = plan->gclass[k].groups;
+        x->free = malloc((size_t)(x->slots ? x->slots : 1) * sizeof *x->free);
+        if (!x->free)
+            return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_setup: out of host memory");
+        for (int j = 0; j < x->slots; j++)
+            x->free[x->nfree++] = x->slots - 1 - j;
+    }
     return FERRY_OK;
 }
 
@@ -61,6 +93,9 @@ void drain_close(engine_drain *d)
             free(dg->norm);
         }
     }
+    for (int k = 0; d->classes && k < d->nclasses; k++)
+        free(d->classes[k].free);
+    free(d->classes);
     free(d->g);
     free(d);
 }
@@ -109,11 +144,34 @@ void drain_collect(engine_drain *d, bool block)
             done = backend_event_synchronize(g->drained) == FERRY_OK;
         else if (backend_event_query(g->drained, &done) != FERRY_OK)
             done = false;
-        if (done) {
-            arena_free(d->env.ctx->arena, g->dev_grads);
+        if (done) { /* the slot goes back to its class */
+            drain_class *x = &d->classes[d->class_of[i]];
+            x->free[x->nfree++] = d->g[i].slot;
+            d->g[i].slot = -1;
             g->dev_grads = NULL;
         }
     }
+}
+
+/* A gradient slot of group gi's class: a free one, else one whose drain
+ * has ended (the drains still running are waited for when none has). */
+static ferry_status take_slot(engine_drain *d, int gi)
+{
+    engine_group *g = &d->env.groups->g[gi];
+    drain_class *x = &d->classes[d->class_of[gi]];
+    if (x->nfree == 0)
+        drain_collect(d, false);
+    if (x->nfree == 0)
+        drain_collect(d, true);
+    if (x->nfree == 0)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY,
+                       "params mode: the %d gradient slots of groups the size of '%s' (%d such groups) all hold "
+                       "gradients not yet released; release each group's backward before asking for more than %d "
+                       "groups' gradients",
+                       x->slots, g->name, x->groups, x->slots);
+    d->g[gi].slot = x->free[--x->nfree];
+    g->dev_grads = placement_gslot(d->env.placement, d->class_of[gi], d->g[gi].slot);
+    return FERRY_OK;
 }
 
 static ferry_status acquire_param_grads(engine_drain *d, int gi, backend_stream *s)
@@ -122,23 +180,15 @@ static ferry_status acquire_param_grads(engine_drain *d, int gi, backend_stream 
     engine_groups *gs = d->env.groups;
     engine_group *g = &gs->g[gi];
     size_t bytes = g->numel * c->act_size;
-    char name[ENGINE_NAME_MAX + 16];
-    snprintf(name, sizeof name, "%s grads", g->name);
     drain_collect(d, false);
-    /* Bound the gradient buffers still draining to the prefetch window, so
-     * the device peak does not depend on how fast the D2H stream runs. */
+    /* Bound the gradient buffers still draining to the plan's window, so
+     * the slots never run out however fast the D2H stream runs. */
     int draining = 0;
     for (int i = 0; i < gs->n; i++)
         draining += gs->g[i].dev_grads && !d->g[i].acquired && i != gi;
-    if (draining > engine_drain_window(c->cfg->prefetch_groups))
+    if (draining > d->window)
         drain_collect(d, true);
-    ferry_status st = g->dev_grads ? FERRY_OK : arena_alloc(c->arena, bytes, FERRY_MEM_GRADS, name, &g->dev_grads);
-    if (st == FERRY_ERR_OUT_OF_MEMORY) {
-        drain_collect(d, true);
-        st = res_evict(d->env.res, gi, 1, NULL);
-        if (st == FERRY_OK)
-            st = arena_alloc(c->arena, bytes, FERRY_MEM_GRADS, name, &g->dev_grads);
-    }
+    ferry_status st = g->dev_grads ? FERRY_OK : take_slot(d, gi);
     if (st != FERRY_OK)
         return st;
     /* Every micro-batch's gradient starts at zero (several are summed in fp32

@@ -1,11 +1,11 @@
 /* Gradients within a step (engine/drain.c): the buffer a group's backward
- * writes (params mode allocates it on demand, within the drain window), and
+ * writes (params mode takes one of the plan's gradient slots of its size
+ * class, within the drain window), and
  * on release the way down to the host: the D2H copy (or, with data
  * parallelism, the reduce-scatter of every rank's slot), the CPU's fp32 sum
  * over micro-batches and the norm's partial sums tile by tile as each
  * group lands, while backward goes on. Floor 6: it waits for the update
- * (the delayed update may still read the drained copy) and evicts through
- * residency when params mode runs out of room. */
+ * (the delayed update may still read the drained copy). */
 #ifndef FERRY_ENGINE_DRAIN_H
 #define FERRY_ENGINE_DRAIN_H
 
@@ -14,7 +14,7 @@
 #include "engine/context.h"
 #include "engine/dp.h"
 #include "engine/groups.h"
-#include "engine/residency.h"
+#include "engine/placement.h"
 #include "engine/update.h"
 
 typedef struct engine_drain engine_drain;
@@ -24,8 +24,8 @@ typedef struct drain_env {
     engine_groups *groups;
     engine_progress *prog;
     engine_dp *dp;
-    engine_residency *res;
     engine_update *update;
+    const engine_placement *placement; /* params mode's gradient slots (its plan) */
 } drain_env;
 
 ferry_status drain_open(const drain_env *env, engine_drain **out);

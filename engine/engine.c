@@ -386,11 +386,11 @@ static void describe_more(ferry_engine *e, const char *more)
 static ferry_status open_step_parts(ferry_engine *e)
 {
     engine_ctx *c = &e->ctx;
-    update_env ue = {c, &e->groups, &e->prog, e->dp, e->res, e->how.nvme_dir, e->how.nvme_asked};
+    update_env ue = {c, &e->groups, &e->prog, e->dp, e->res, &e->placement, e->how.nvme_dir, e->how.nvme_asked};
     ferry_status st = update_open(&ue, &e->update);
     if (st != FERRY_OK)
         return st;
-    drain_env de = {c, &e->groups, &e->prog, e->dp, e->res, e->update};
+    drain_env de = {c, &e->groups, &e->prog, e->dp, e->update, &e->placement};
     if ((st = drain_open(&de, &e->drain)) != FERRY_OK)
         return st;
     sched_env se = {c, &e->groups, &e->prog, e->dp, e->res, e->update, e->drain};
@@ -400,24 +400,86 @@ static ferry_status open_step_parts(ferry_engine *e)
     return step_open(&te, &e->scaling, &e->step);
 }
 
-/* Where every byte goes, in order: the mode (offload auto), the engine's
- * own buffers and the op set, each group's part (data parallelism), the
- * residency's room, the collectives' buffers, the update (the NVMe tier's
- * store), then group by group its buffers and its state. */
+/* Whether the split update will take the config's forced groups (the
+ * update's own checks say why not, at setup's end). */
+static int forced_split(const ferry_engine *e)
+{
+    int n = e->cfg.device_update_groups;
+    bool available = e->cfg.offload == FERRY_OFFLOAD_OPTIMIZER && !e->how.nvme_dir && !e->how.nvme_asked &&
+                     !e->cfg.delayed_update && !e->dp;
+    return available && n > 0 && n <= e->groups.n ? n : 0;
+}
+
+/* The plan's request: this engine's groups, mode and budget, and the
+ * embedder's declared bytes (auto_activation_bytes). */
+static ferry_status plan_request(ferry_engine *e, engine_plan_request *rq, size_t **numel, const char ***names)
+{
+    *numel = malloc((size_t)e->groups.n * sizeof **numel);
+    *names = malloc((size_t)e->groups.n * sizeof **names);
+    if (!*numel || !*names)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_setup: out of host memory");
+    for (int g = 0; g < e->groups.n; g++) {
+        (*numel)[g] = e->groups.g[g].numel;
+        (*names)[g] = e->groups.g[g].name;
+    }
+    *rq = (engine_plan_request){
+        .backend = backend_kind(e->ctx.be),
+        .dtype = e->ctx.act,
+        .offload = e->how.nvme_asked ? FERRY_OFFLOAD_NVME : e->cfg.offload,
+        .prefetch_groups = e->cfg.prefetch_groups,
+        .micro_batches = e->cfg.auto_micro_batches > 0 ? e->cfg.auto_micro_batches : 1,
+        .group_numel = *numel,
+        .ngroups = e->groups.n,
+        .disk = e->how.nvme_dir != NULL,
+        .disk_master = e->cfg.nvme_master != 0,
+        .disk_window_bytes = e->cfg.nvme_window_bytes,
+        .disk_block_bytes = e->cfg.nvme_block_bytes,
+        .ranks = dp_world(e->dp),
+        .collective = e->dp != NULL,
+        .device_budget = arena_budget(e->ctx.arena),
+        .embedder_bytes = e->cfg.auto_activation_bytes,
+        .split_groups = forced_split(e),
+        .group_names = *names,
+    };
+    if (!rq->split_groups)
+        return FERRY_OK;
+    /* A forced split the budget cannot hold is said as the split's. */
+    engine_plan_request alone = *rq;
+    alone.split_groups = 0;
+    engine_memory_plan m;
+    ferry_status st = engine_plan_memory(&alone, &m);
+    uint64_t budget = rq->device_budget;
+    return st != FERRY_OK ? st
+                          : update_split_check_room(&e->groups, rq->split_groups, rq->micro_batches > 1,
+                                                    m.region_bytes < budget ? budget - m.region_bytes : 0, budget);
+}
+
+/* Where every byte goes, in order: the mode (offload auto), each group's
+ * part (data parallelism), the static plan placed (the engine's own
+ * buffers, the op set, every planned device buffer), params mode's
+ * residency over the plan's slots, the collectives' events, the update
+ * (the NVMe tier's store), then group by group its host buffers and its
+ * state. */
 static ferry_status place(ferry_engine *e)
 {
     engine_ctx *c = &e->ctx;
     ferry_status st = resolve_auto(e);
     if (st == FERRY_OK)
         st = placement_check_fit(c, &e->groups, where(e));
-    if (st == FERRY_OK)
-        st = placement_globals(&e->placement, c, e->groups.n, &e->share);
     for (int i = 0; i < e->groups.n && st == FERRY_OK; i++)
         dp_layout(e->dp, e->cfg.offload, &e->groups.g[i]);
+    engine_plan_request rq;
+    size_t *numel = NULL;
+    const char **names = NULL;
+    if (st == FERRY_OK && (st = plan_request(e, &rq, &numel, &names)) == FERRY_OK)
+        st = placement_plan(&e->placement, c, &e->groups, &rq, &e->share);
+    free(numel);
+    free(names);
     if (st == FERRY_OK)
-        st = res_open(c, &e->groups, &e->prog, &e->res); /* after the layout: the weights' padded sizes */
+        st = res_open(c, &e->groups, &e->prog, &e->placement.plan, e->placement.wslots,
+                      e->cfg.auto_activation_bytes == 0, &e->res);
     if (st == FERRY_OK)
-        st = dp_place(e->dp, c, &e->groups); /* its events come before the first upload */
+        st = dp_place(e->dp, c, &e->groups, e->placement.reduce); /* its events come before the first upload */
     if (st == FERRY_OK && e->dp && e->cfg.offload == FERRY_OFFLOAD_NONE)
         st = placement_accumulators(c, &e->groups, false); /* the sums the all-reduce works on, from setup on */
     if (st == FERRY_OK)
@@ -608,12 +670,15 @@ ferry_status ferry_engine_alloc(ferry_engine *e, ferry_mem_category category, co
         u->p = grown;
         u->cap = cap;
     }
-    ferry_status st = arena_alloc(e->ctx.arena, bytes, category, name ? name : "user", ptr);
-    if (st == FERRY_ERR_OUT_OF_MEMORY && e->cfg.offload == FERRY_OFFLOAD_PARAMS && e->res) {
-        st = res_evict(e->res, -1, 0, NULL);
-        if (st == FERRY_OK)
-            st = arena_alloc(e->ctx.arena, bytes, category, name ? name : "user", ptr);
-    }
+    /* The range the plan gave the embedder first (what it declared in
+     * auto_activation_bytes), then the arena's dynamic region. */
+    ferry_status st = placement_embedder_alloc(&e->placement, &e->ctx, bytes, category, name ? name : "user", ptr);
+    if (st == FERRY_OK && !*ptr)
+        st = arena_alloc(e->ctx.arena, bytes, category, name ? name : "user", ptr);
+    /* Params mode's kept weights beyond the plan (an embedder that did not
+     * declare its bytes) give their room back first. */
+    if (st == FERRY_ERR_OUT_OF_MEMORY && e->res && res_shrink(e->res) > 0)
+        st = arena_alloc(e->ctx.arena, bytes, category, name ? name : "user", ptr);
     if (st == FERRY_OK)
         u->p[u->count++] = *ptr;
     return st;
@@ -630,7 +695,7 @@ ferry_status ferry_engine_free(ferry_engine *e, void *ptr)
         if (u->p[i] != ptr)
             continue;
         u->p[i] = u->p[--u->count];
-        return arena_free(e->ctx.arena, ptr);
+        return placement_embedder_free(&e->placement, &e->ctx, ptr) ? FERRY_OK : arena_free(e->ctx.arena, ptr);
     }
     return err_set(FERRY_ERR_INVALID_ARGUMENT,
                    "ferry_engine_free: %p was not returned by ferry_engine_alloc, or is freed already; weights "

@@ -1,6 +1,9 @@
-/* Setup's placement: allocates what layout.c lists for the offload mode
- * (the engine's own buffers, then every group's) and the groups' events,
- * and says before any of it whether the mode can fit the budget at all.
+/* Setup's placement: the static memory plan (plan.c) in the arena's
+ * planned region, every device buffer with a place in the step at its
+ * offset; then each group's host buffers from the pinned pool and its
+ * events; and before any of it, whether the mode can fit the budget at all.
+ * The embedder's allocations take the range the plan gave them, first fit,
+ * so a run that declared its activations allocates nothing dynamic.
  * What goes into the buffers (master weights from the initial values, zero
  * moments, the device copy of the weights) is the update's business
  * (update.c), where the optimizer state lives; params mode's weights,
@@ -86,20 +89,132 @@ ferry_status placement_check_fit(const engine_ctx *c, const engine_groups *gs, e
                    b, groups_largest(gs), nb);
 }
 
-ferry_status placement_globals(engine_placement *pl, const engine_ctx *c, int ngroups, engine_device_share *share)
+static ferry_status place_item(const engine_ctx *c, const engine_planned *x, void **out)
 {
-    engine_global_buffer b[ENGINE_GLOBAL_BUFFERS_MAX];
-    int n = engine_global_buffers(backend_kind(c->be), ctx_mode(c), ngroups, b);
-    for (int i = 0; i < n; i++) {
-        ferry_status st = arena_alloc(c->arena, b[i].bytes, b[i].cat, b[i].what, &pl->global[b[i].id]);
-        if (st != FERRY_OK)
-            return err_wrap(st, "ferry_engine_setup");
+    return arena_place(c->arena, x->b.offset, (size_t)x->b.bytes, x->b.cat, x->name, out);
+}
+
+/* Where a planned buffer's pointer goes. */
+static ferry_status place_all(engine_placement *pl, const engine_ctx *c, engine_groups *gs,
+                              const engine_plan_request *rq)
+{
+    engine_static_plan *p = &pl->plan;
+    int nw = 0, ng = 0;
+    for (int k = 0; k < p->nwclass; k++)
+        nw += p->wclass[k].slots;
+    for (int k = 0; k < p->ngclass; k++)
+        ng += p->gclass[k].slots;
+    pl->wslots = calloc((size_t)(nw ? nw : 1), sizeof *pl->wslots);
+    pl->gslots = calloc((size_t)(ng ? ng : 1), sizeof *pl->gslots);
+    pl->split = calloc((size_t)(gs->n ? gs->n : 1), sizeof *pl->split);
+    if (!pl->wslots || !pl->gslots || !pl->split)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_setup: out of host memory");
+    engine_buffer b[ENGINE_GROUP_BUFFERS_MAX];
+    engine_group_buffers_sharded(rq->offload == FERRY_OFFLOAD_NVME ? FERRY_OFFLOAD_OPTIMIZER : rq->offload,
+                                 c->act_size, rq->ranks > 1 || rq->collective, b);
+    int wat = 0, gat = 0;
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < p->n && st == FERRY_OK; i++) {
+        const engine_planned *x = &p->items[i];
+        void *ptr = NULL;
+        if (x->kind == PLAN_EMBEDDER) {
+            pl->embedder = x; /* taken piece by piece by the embedder's allocations */
+            continue;
+        }
+        if ((st = place_item(c, x, &ptr)) != FERRY_OK)
+            break;
+        switch (x->kind) {
+        case PLAN_GLOBAL: pl->global[x->which] = ptr; break;
+        case PLAN_GROUP: memcpy((char *)&gs->g[x->group] + b[x->which].slot, &ptr, sizeof ptr); break;
+        case PLAN_ACC: gs->g[x->group].grad_acc = ptr; break;
+        case PLAN_REDUCE: pl->reduce[x->which] = ptr; break;
+        case PLAN_WSLOT: pl->wslots[wat++] = ptr; break;
+        case PLAN_GSLOT: pl->gslots[gat++] = ptr; break;
+        case PLAN_SPLIT: pl->split[x->group][x->which] = ptr; break;
+        case PLAN_EMBEDDER: break;
+        }
     }
+    return st;
+}
+
+ferry_status placement_plan(engine_placement *pl, const engine_ctx *c, engine_groups *gs,
+                            const engine_plan_request *rq, engine_device_share *share)
+{
+    ferry_status st = engine_static_plan_make(rq, &pl->plan);
+    if (st != FERRY_OK)
+        return err_wrap(st, "ferry_engine_setup");
+    char words[600];
+    engine_static_plan_words(&pl->plan, words, sizeof words);
+    if ((st = arena_plan_region(c->arena, pl->plan.region_bytes, words)) != FERRY_OK ||
+        (st = place_all(pl, c, gs, rq)) != FERRY_OK)
+        return err_wrap(st, "ferry_engine_setup");
     uint64_t free_before = engine_device_free(c->be);
-    ferry_status st = ops_init(c->be, pl->global[ENGINE_GLOBAL_WORKSPACE], ops_workspace_bytes(backend_kind(c->be)));
+    st = ops_init(c->be, pl->global[ENGINE_GLOBAL_WORKSPACE], ops_workspace_bytes(backend_kind(c->be)));
     pl->ops_ready = st == FERRY_OK;
     engine_device_share_libraries(share, c->be, free_before);
     return st;
+}
+
+/* Slots are listed class after class, in the plan's order. */
+static void *slot(void *const *all, const engine_slot_class *cls, int which, int k)
+{
+    int at = 0;
+    for (int c = 0; c < which; c++)
+        at += cls[c].slots;
+    return all[at + k];
+}
+
+void *placement_wslot(const engine_placement *pl, int cls, int k) { return slot(pl->wslots, pl->plan.wclass, cls, k); }
+void *placement_gslot(const engine_placement *pl, int cls, int k) { return slot(pl->gslots, pl->plan.gclass, cls, k); }
+
+ferry_status placement_embedder_alloc(engine_placement *pl, const engine_ctx *c, size_t bytes,
+                                      ferry_mem_category cat, const char *name, void **out)
+{
+    *out = NULL;
+    const engine_planned *r = pl->embedder;
+    uint64_t charge = arena_charge(bytes);
+    if (!r || charge > r->b.bytes)
+        return FERRY_OK;
+    /* First fit between the live takes, kept sorted by offset. */
+    uint64_t at = r->b.offset, end = r->b.offset + r->b.bytes;
+    size_t i = 0;
+    for (; i < pl->ntakes; i++) {
+        if (pl->takes[i].off - at >= charge)
+            break;
+        at = pl->takes[i].off + pl->takes[i].bytes;
+    }
+    if (end - at < charge)
+        return FERRY_OK;
+    if (pl->ntakes == pl->cap_takes) {
+        size_t cap = pl->cap_takes ? 2 * pl->cap_takes : 32;
+        engine_embedder_take *grown = realloc(pl->takes, cap * sizeof *grown);
+        if (!grown)
+            return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_alloc('%s'): out of host memory", name);
+        pl->takes = grown;
+        pl->cap_takes = cap;
+    }
+    void *ptr = NULL;
+    ferry_status st = arena_place(c->arena, at, bytes, cat, name, &ptr);
+    if (st != FERRY_OK)
+        return st;
+    memmove(pl->takes + i + 1, pl->takes + i, (pl->ntakes - i) * sizeof *pl->takes);
+    pl->takes[i] = (engine_embedder_take){at, charge, ptr};
+    pl->ntakes++;
+    *out = ptr;
+    return FERRY_OK;
+}
+
+bool placement_embedder_free(engine_placement *pl, const engine_ctx *c, void *ptr)
+{
+    for (size_t i = 0; i < pl->ntakes; i++) {
+        if (pl->takes[i].ptr != ptr)
+            continue;
+        arena_free(c->arena, ptr);
+        memmove(pl->takes + i, pl->takes + i + 1, (pl->ntakes - i - 1) * sizeof *pl->takes);
+        pl->ntakes--;
+        return true;
+    }
+    return false;
 }
 
 static ferry_status create_events(const engine_ctx *c, engine_group *g)
@@ -141,12 +256,11 @@ ferry_status placement_group(const engine_ctx *c, engine_group *g, engine_where 
     unsigned on_disk;
     int n = where_buffers(c, w, b, &on_disk);
     for (int i = 0; i < n; i++) {
-        if (on_disk & (1u << i))
-            continue; /* in the store's file */
+        if ((on_disk & (1u << i)) || b[i].device)
+            continue; /* in the store's file; in the plan's region */
         void *ptr = NULL;
         size_t bytes = engine_buffer_elems(&b[i], w.sharded, g->numel, g->shard_cap, g->padded) * b[i].elem_bytes;
-        st = b[i].device ? dev_alloc(c, g, bytes, b[i].cat, b[i].what, &ptr)
-                         : host_alloc(c, g, bytes, b[i].cat, b[i].what, &ptr);
+        st = host_alloc(c, g, bytes, b[i].cat, b[i].what, &ptr);
         if (st != FERRY_OK)
             return st;
         memcpy((char *)g + b[i].slot, &ptr, sizeof ptr);
@@ -178,6 +292,16 @@ void placement_unplace(engine_placement *pl, const engine_ctx *c, engine_groups 
     if (pl->ops_ready)
         ops_shutdown(c->be);
     pl->ops_ready = false;
+    engine_static_plan_free(&pl->plan);
+    free(pl->wslots);
+    free(pl->gslots);
+    free(pl->split);
+    free(pl->takes);
+    pl->wslots = pl->gslots = NULL;
+    pl->split = NULL;
+    pl->takes = NULL;
+    pl->ntakes = pl->cap_takes = 0;
+    pl->embedder = NULL;
     for (int i = 0; i < gs->n; i++) {
         engine_group *g = &gs->g[i];
         /* Arena and pool memory goes with them; only the events are per group. */

@@ -1,11 +1,14 @@
-/* Params mode's device weights: which groups' weights stay on the device
- * after their use (released weights are kept while the budget holds them
- * beside everything else, so a model that fits is fetched once), which one
- * goes when room is needed (the one needed furthest in the future, by the
- * order of fetches the first step recorded), and that order itself. Every
- * rule here depends only on what was allocated and what the schedule asked
- * for, never on timing, so ranks that allocate alike keep alike. The
- * fetches and their uploads are the schedule's (schedule.c). */
+/* Params mode's device weights: which group's weights are in which of the
+ * plan's weight slots (a pool per size class of groups, placed at setup:
+ * nothing is allocated or freed as groups come and go, so nothing can
+ * fragment), which group gives its slot up when its class has none free
+ * (the RETIRING one needed furthest in the future, by the order of fetches
+ * the first step recorded), and that order itself. Released weights stay
+ * in their slot until it is needed: with a slot for every group (the plan
+ * gives one when the budget holds them all) a model is fetched once. Every
+ * rule here depends only on the plan and on what the schedule asked for,
+ * never on timing, so ranks keep alike. The fetches and their uploads are
+ * the schedule's (schedule.c). */
 #include "engine/residency.h"
 
 #include <stdio.h>
@@ -15,18 +18,28 @@
 #include "common/error.h"
 #include "engine/layout.h"
 
+/* One size class's slots: which are free (a stack of slot numbers). */
+typedef struct res_class {
+    int slots;
+    void **ptr;  /* [slots] */
+    int *free;   /* [slots]: free slot numbers, nfree of them */
+    int nfree;
+    int groups;  /* groups of the class */
+    int planned; /* slots 0..planned-1 are the plan's; the rest res_grow took from the arena */
+    uint64_t bytes;
+} res_class;
+
 struct engine_residency {
     const engine_ctx *c;
     engine_groups *gs;
     const engine_progress *p;
     engine_res_state *state; /* per group */
+    int *cls, *slot;         /* per group: its class, and its slot while it has one (-1: none) */
+    res_class *classes;
+    int nclasses;
     int resident_now, resident_max;
-    /* the arena charge of the weights on the device, the room kept for the
-     * gradients in flight (the planner's count of them), the largest
-     * group's weights, and the groups fetched ahead now (prefetch_groups at
-     * least) */
-    uint64_t resident_bytes, grads_reserve, largest_weights;
-    int prefetch_depth;
+    int prefetch_depth;      /* the groups fetched ahead now (the plan's at first) */
+    bool may_grow;           /* res_grow has not run and may */
     /* where the schedule is: the last fetch's phase and group */
     ferry_phase cur_phase;
     int cur_group;
@@ -44,51 +57,55 @@ struct engine_residency {
 
 static bool params(const engine_residency *r) { return ctx_mode(r->c) == FERRY_OFFLOAD_PARAMS; }
 
-uint64_t res_weight_charge(const engine_residency *r, const engine_group *g)
+static ferry_status open_classes(engine_residency *r, const engine_static_plan *plan, void *const *slots)
 {
-    return arena_charge(g->padded * r->c->act_size);
+    r->nclasses = plan->nwclass;
+    r->classes = calloc((size_t)(plan->nwclass ? plan->nwclass : 1), sizeof *r->classes);
+    if (!r->classes)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_setup: out of host memory");
+    int at = 0;
+    for (int k = 0; k < plan->nwclass; k++) {
+        res_class *x = &r->classes[k];
+        x->slots = x->planned = plan->wclass[k].slots;
+        x->groups = plan->wclass[k].groups;
+        x->bytes = plan->wclass[k].bytes;
+        x->ptr = malloc((size_t)(x->slots ? x->slots : 1) * sizeof *x->ptr);
+        x->free = malloc((size_t)(x->slots ? x->slots : 1) * sizeof *x->free);
+        if (!x->ptr || !x->free)
+            return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_setup: out of host memory");
+        for (int j = 0; j < x->slots; j++) {
+            x->ptr[j] = slots[at++];
+            x->free[x->nfree++] = x->slots - 1 - j; /* slot 0 is taken first */
+        }
+    }
+    for (int g = 0; g < r->gs->n; g++)
+        r->cls[g] = plan->wclass_of[g];
+    return FERRY_OK;
 }
 
-ferry_status res_open(const engine_ctx *c, engine_groups *gs, const engine_progress *p, engine_residency **out)
+ferry_status res_open(const engine_ctx *c, engine_groups *gs, const engine_progress *p, const engine_static_plan *plan,
+                      void *const *slots, bool may_grow, engine_residency **out)
 {
     engine_residency *r = calloc(1, sizeof *r);
-    if (r)
-        r->state = calloc((size_t)gs->n, sizeof *r->state);
-    if (!r || !r->state) {
-        free(r);
-        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_setup: out of host memory");
+    int n = gs->n > 0 ? gs->n : 1;
+    if (r) {
+        r->state = calloc((size_t)n, sizeof *r->state);
+        r->cls = calloc((size_t)n, sizeof *r->cls);
+        r->slot = malloc((size_t)n * sizeof *r->slot);
     }
+    *out = r;
+    if (!r || !r->state || !r->cls || !r->slot)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_setup: out of host memory");
+    for (int g = 0; g < gs->n; g++)
+        r->slot[g] = -1;
     r->c = c;
     r->gs = gs;
     r->p = p;
-    r->prefetch_depth = c->cfg->prefetch_groups;
+    r->prefetch_depth = params(r) ? plan->depth : c->cfg->prefetch_groups;
     r->cur_phase = FERRY_PHASE_FORWARD;
     r->cur_group = -1;
-    *out = r;
-    if (!params(r))
-        return FERRY_OK;
-    int count = engine_drain_window(c->cfg->prefetch_groups) + 2;
-    uint64_t *ch = malloc((size_t)gs->n * sizeof *ch);
-    if (!ch)
-        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_setup: out of host memory");
-    for (int g = 0; g < gs->n; g++) {
-        ch[g] = arena_charge(gs->g[g].numel * c->act_size);
-        uint64_t w = res_weight_charge(r, &gs->g[g]);
-        r->largest_weights = w > r->largest_weights ? w : r->largest_weights;
-    }
-    r->grads_reserve = 0;
-    for (int k = 0; k < count && k < gs->n; k++) { /* count is small: selection, not a sort */
-        int best = k;
-        for (int i = k + 1; i < gs->n; i++)
-            if (ch[i] > ch[best])
-                best = i;
-        uint64_t t = ch[k];
-        ch[k] = ch[best];
-        ch[best] = t;
-        r->grads_reserve += ch[k];
-    }
-    free(ch);
-    return FERRY_OK;
+    r->may_grow = may_grow && params(r);
+    return params(r) ? open_classes(r, plan, slots) : FERRY_OK;
 }
 
 void res_close(engine_residency *r)
@@ -96,7 +113,14 @@ void res_close(engine_residency *r)
     if (!r)
         return;
     res_order_reset(r, true);
+    for (int k = 0; r->classes && k < r->nclasses; k++) {
+        free(r->classes[k].ptr);
+        free(r->classes[k].free);
+    } /* the slots res_grow took go with the arena */
+    free(r->classes);
     free(r->state);
+    free(r->cls);
+    free(r->slot);
     free(r);
 }
 
@@ -143,41 +167,46 @@ long res_next_use(const engine_residency *r, int h)
     return h < at ? at - h : at + 1 + h; /* the rest of backward, then the next forward */
 }
 
-ferry_status res_evict_after(engine_residency *r, int keep_group, long after, bool *evicted)
+/* Gives group `victim`'s slot back to its class, once its last use is done. */
+static ferry_status give_back(engine_residency *r, int victim)
+{
+    engine_group *g = &r->gs->g[victim];
+    /* The slot is reused at once: the kernels reading it must be done. */
+    ferry_status st = backend_event_synchronize(g->released);
+    if (st != FERRY_OK)
+        return st;
+    res_class *x = &r->classes[r->cls[victim]];
+    x->free[x->nfree++] = r->slot[victim];
+    r->slot[victim] = -1;
+    g->dev_weights = NULL;
+    r->state[victim] = RES_ABSENT;
+    r->resident_now--;
+    return FERRY_OK;
+}
+
+/* The RETIRING group of class `cls` (any class: -1) needed furthest in the
+ * future, later than `after` fetches from now, but keep_group; -1 if none. */
+static int victim_of(const engine_residency *r, int cls, int keep_group, long after)
 {
     int victim = -1;
     long far = after;
-    *evicted = false;
     for (int i = 0; i < r->gs->n; i++) {
         long d = res_next_use(r, i);
-        if (i != keep_group && r->state[i] == RES_RETIRING && d > far) {
+        if (i != keep_group && r->state[i] == RES_RETIRING && (cls < 0 || r->cls[i] == cls) && d > far) {
             victim = i;
             far = d;
         }
     }
-    if (victim < 0)
-        return FERRY_OK;
-    engine_group *g = &r->gs->g[victim];
-    /* Freed memory is reused at once: the kernels reading it must be done. */
-    ferry_status st = backend_event_synchronize(g->released);
-    if (st != FERRY_OK)
-        return st;
-    arena_free(r->c->arena, g->dev_weights);
-    g->dev_weights = NULL;
-    r->state[victim] = RES_ABSENT;
-    r->resident_now--;
-    r->resident_bytes -= res_weight_charge(r, g);
-    *evicted = true;
-    return FERRY_OK;
+    return victim;
 }
 
 ferry_status res_evict(engine_residency *r, int keep_group, int max_resident, int *evicted_out)
 {
-    int evicted = 0;
+    int evicted = 0, v;
     ferry_status st = FERRY_OK;
-    bool one = true;
-    while (r->resident_now > max_resident && one && (st = res_evict_after(r, keep_group, -1, &one)) == FERRY_OK)
-        evicted += one;
+    while (st == FERRY_OK && r->resident_now > max_resident && (v = victim_of(r, -1, keep_group, -1)) >= 0)
+        if ((st = give_back(r, v)) == FERRY_OK)
+            evicted++;
     if (evicted_out)
         *evicted_out = evicted;
     return st;
@@ -185,59 +214,108 @@ ferry_status res_evict(engine_residency *r, int keep_group, int max_resident, in
 
 /* ---- room ---- */
 
-static int window(const engine_residency *r) { return engine_weight_window(r->prefetch_depth); }
-
-/* The weights residency may keep on the device: the budget less every
- * other device byte in use now (activations, workspace, staging) and the
- * room kept for the gradients in flight. It depends only on what was
- * allocated, never on timing, so ranks that allocate alike keep alike. */
-static uint64_t weight_cap(const engine_residency *r)
+ferry_status res_grow(engine_residency *r)
 {
+    if (!r->may_grow)
+        return FERRY_OK;
+    r->may_grow = false;
     ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
     arena_stats(r->c->arena, &ms);
-    uint64_t other = r->grads_reserve;
-    for (int c = 0; c < FERRY_MEM_CATEGORY_COUNT; c++)
-        if (c != FERRY_MEM_PARAMS && c != FERRY_MEM_GRADS)
-            other += ms.device_current_bytes[c];
-    uint64_t budget = arena_budget(r->c->arena);
-    return budget > other ? budget - other : 0;
+    uint64_t budget = arena_budget(r->c->arena), used = ms.device_total_current_bytes;
+    engine_slot_class *want = calloc((size_t)r->nclasses, sizeof *want);
+    if (!want)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "params mode: out of host memory");
+    for (int k = 0; k < r->nclasses; k++)
+        want[k] = (engine_slot_class){r->classes[k].bytes, r->classes[k].groups, r->classes[k].slots};
+    engine_plan_keep_weights(want, r->nclasses, budget > used ? budget - used : 0);
+    ferry_status st = FERRY_OK;
+    for (int k = 0; k < r->nclasses && st == FERRY_OK; k++) {
+        res_class *x = &r->classes[k];
+        if (want[k].slots == x->slots)
+            continue;
+        void **ptr = realloc(x->ptr, (size_t)want[k].slots * sizeof *ptr);
+        int *fr = ptr ? realloc(x->free, (size_t)want[k].slots * sizeof *fr) : NULL;
+        if (ptr)
+            x->ptr = ptr;
+        if (fr)
+            x->free = fr;
+        if (!ptr || !fr) {
+            st = err_set(FERRY_ERR_OUT_OF_MEMORY, "params mode: out of host memory");
+            break;
+        }
+        while (x->slots < want[k].slots) {
+            char name[64];
+            snprintf(name, sizeof name, "weights slot %d of class %d (kept)", x->slots, k);
+            if (arena_alloc(r->c->arena, (size_t)x->bytes, FERRY_MEM_PARAMS, name, &x->ptr[x->slots]) != FERRY_OK) {
+                err_clear(); /* the room was counted, but not in one piece: keep what there is */
+                break;
+            }
+            x->free[x->nfree++] = x->slots++;
+        }
+    }
+    free(want);
+    return st;
 }
 
-/* Released groups stay while all the weights fit the cap, or while fewer
- * than the window hold weights (the schedule's own need); otherwise the one
- * needed furthest ahead goes, never one needed before this group. */
-ferry_status res_make_room(engine_residency *r, int gi, long dist, uint64_t bytes, bool *met)
+uint64_t res_shrink(engine_residency *r)
 {
-    uint64_t cap = weight_cap(r);
-    *met = true;
-    while (*met && r->resident_bytes + bytes > cap && r->resident_now >= window(r)) {
-        ferry_status st = res_evict_after(r, gi, dist, met);
-        if (st != FERRY_OK)
-            return st;
+    uint64_t freed = 0;
+    for (int k = 0; r->classes && k < r->nclasses; k++) {
+        res_class *x = &r->classes[k];
+        for (int g = 0; g < r->gs->n; g++)
+            if (r->cls[g] == k && r->slot[g] >= x->planned && r->state[g] == RES_RETIRING && give_back(r, g) != FERRY_OK)
+                err_clear();
+        /* Free slots past the plan's go back, the highest first, while nothing above them is held. */
+        for (int s = x->slots - 1; s >= x->planned; s--) {
+            int at = -1;
+            for (int f = 0; f < x->nfree; f++)
+                if (x->free[f] == s)
+                    at = f;
+            if (at < 0)
+                break;
+            x->free[at] = x->free[--x->nfree];
+            arena_free(r->c->arena, x->ptr[s]);
+            x->slots--;
+            freed += x->bytes;
+        }
     }
-    return FERRY_OK;
+    return freed;
+}
+
+ferry_status res_make_room(engine_residency *r, int keep_group, int target, long dist, bool *met)
+{
+    int cls = r->cls[target];
+    *met = r->classes[cls].nfree > 0;
+    if (*met)
+        return FERRY_OK;
+    int v = victim_of(r, cls, keep_group, dist);
+    if (v < 0)
+        return FERRY_OK;
+    ferry_status st = give_back(r, v);
+    *met = st == FERRY_OK;
+    return st;
 }
 
 ferry_status res_alloc_weights(engine_residency *r, int gi, long dist)
 {
     engine_group *g = &r->gs->g[gi];
-    char name[ENGINE_NAME_MAX + 16];
-    snprintf(name, sizeof name, "%s weights", g->name);
-    long after = dist > 0 ? dist : -1;
-    ferry_status st = arena_alloc(r->c->arena, g->padded * r->c->act_size, FERRY_MEM_PARAMS, name, &g->dev_weights);
-    bool evicted = true;
-    while (st == FERRY_ERR_OUT_OF_MEMORY && evicted) {
-        ferry_status ev = res_evict_after(r, gi, after, &evicted);
-        if (ev != FERRY_OK)
-            return ev;
-        if (!evicted)
-            break; /* arena_alloc's message says what did not fit */
-        st = arena_alloc(r->c->arena, g->padded * r->c->act_size, FERRY_MEM_PARAMS, name, &g->dev_weights);
+    res_class *x = &r->classes[r->cls[gi]];
+    if (x->nfree == 0) {
+        int v = victim_of(r, r->cls[gi], gi, dist > 0 ? dist : -1);
+        ferry_status st = v >= 0 ? give_back(r, v) : FERRY_OK;
+        if (st != FERRY_OK)
+            return st;
+        if (x->nfree == 0)
+            return err_set(FERRY_ERR_OUT_OF_MEMORY,
+                           "params mode: the %d weight slots of groups the size of '%s' (%d such groups) all hold "
+                           "groups in use or needed sooner; fetch fewer of them at once (release each group before "
+                           "fetching more than prefetch_groups + 2 of them), or raise device_budget_bytes",
+                           x->slots, g->name, x->groups);
     }
-    if (st != FERRY_OK)
-        return st;
+    int k = x->free[--x->nfree];
+    r->slot[gi] = k;
+    g->dev_weights = x->ptr[k];
     r->resident_now++;
-    r->resident_bytes += res_weight_charge(r, g);
     if (r->resident_now > r->resident_max)
         r->resident_max = r->resident_now;
     r->state[gi] = RES_INFLIGHT;
@@ -276,9 +354,11 @@ void res_adapt_prefetch(engine_residency *r, const ferry_step_timing *t, bool ra
     if (!params(r) || ranks || r->prefetch_depth >= 64 || t->fetch_h2d_bytes <= 0 || t->step_ms <= 0 ||
         t->compute_wait_transfer_ms <= 0.02 * t->step_ms)
         return;
-    uint64_t deeper = (uint64_t)engine_weight_window(r->prefetch_depth + 1) * r->largest_weights;
-    if (deeper <= weight_cap(r))
-        r->prefetch_depth++;
+    int w = engine_weight_window(r->prefetch_depth + 1);
+    for (int k = 0; k < r->nclasses; k++)
+        if (r->classes[k].slots < (w < r->classes[k].groups ? w : r->classes[k].groups))
+            return;
+    r->prefetch_depth++;
 }
 
 /* ---- the order of fetches, learned in the first step ---- */

@@ -118,7 +118,7 @@ static void prefetch_after(engine_sched *s, int gi, ferry_phase phase)
         if (res_state(r, h) != RES_ABSENT)
             continue;
         bool room = false;
-        if (res_make_room(r, gi, k, res_weight_charge(r, &s->env.groups->g[h]), &room) != FERRY_OK || !room) {
+        if (res_make_room(r, gi, h, k, &room) != FERRY_OK || !room) {
             err_clear(); /* the fetch that needs the room will meet it again and say so */
             break;
         }
@@ -175,7 +175,9 @@ static ferry_status fetch_params(engine_sched *s, int gi, ferry_phase phase, boo
     engine_residency *r = s->env.res;
     engine_progress *p = s->env.prog;
     engine_group *g = &s->env.groups->g[gi];
-    ferry_status st = FERRY_OK;
+    ferry_status st = res_grow(r); /* the first fetch: weights kept in the room left, when not planned */
+    if (st != FERRY_OK)
+        return st;
     res_set_cursor(r, phase, gi);
     res_order_record(r, gi, phase);
     if (res_order_learned(r) && !res_order_follow(r, gi, phase)) {
@@ -185,8 +187,8 @@ static ferry_status fetch_params(engine_sched *s, int gi, ferry_phase phase, boo
     }
     if (res_state(r, gi) == RES_ABSENT) {
         p->acc.demand_fetches++;
-        bool room; /* unmet: the fetch evicts what the arena needs gone */
-        st = res_make_room(r, gi, 0, res_weight_charge(r, g), &room);
+        bool room; /* unmet: the fetch takes the slot of a group needed sooner */
+        st = res_make_room(r, gi, gi, 0, &room);
         if (st == FERRY_OK)
             st = issue_fetch(s, gi, 0);
     }

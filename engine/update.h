@@ -21,6 +21,7 @@
 #include "engine/context.h"
 #include "engine/dp.h"
 #include "engine/groups.h"
+#include "engine/placement.h"
 #include "engine/residency.h"
 
 typedef struct engine_update engine_update;
@@ -32,6 +33,7 @@ typedef struct update_env {
     engine_progress *prog;
     engine_dp *dp;          /* NULL alone */
     engine_residency *res;  /* params mode's device weights */
+    const engine_placement *placement; /* the planned split arrays (forced) */
     const char *nvme_dir;   /* the NVMe tier's folder; NULL without one */
     bool nvme_asked;        /* offload nvme was asked (the device side runs as optimizer) */
 } update_env;
@@ -80,6 +82,11 @@ int update_device_groups(const engine_update *u);
  * forward reaches it (cpu_share: each group's share of the parameters), at
  * most `fit`. Pure: tested alone (update_split.c). */
 int engine_split_auto_choice(const double *cpu_share, int ngroups, double update_ms, double forward_ms, int fit);
+/* The room a forced split of the first n groups needs beside a plan
+ * without it (`spare` of `budget` left): FERRY_ERR_OUT_OF_MEMORY saying how
+ * many groups fit when it does not. */
+ferry_status update_split_check_room(const engine_groups *gs, int n, bool accumulates, uint64_t spare,
+                                     uint64_t budget);
 /* One line to add to the engine's description when something new was
  * placed (the split), once; NULL otherwise. */
 const char *update_take_note(engine_update *u);

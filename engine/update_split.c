@@ -62,8 +62,18 @@ static uint64_t group_bytes(const engine_group *g, bool acc)
 
 static bool any_accumulator(const engine_update *u) { return u->env.groups->n > 0 && u->env.groups->g[0].grad_acc; }
 
+/* A device array of the split: the plan's when it planned the split
+ * (forced), else from the arena's dynamic region (auto). */
 static ferry_status alloc_one(engine_update *u, engine_group *g, const char *what, float **out)
 {
+    static const char *const whats[4] = {"master", "adam m", "adam v", "grad sum"};
+    const engine_placement *pl = u->env.placement;
+    int gi = (int)(g - u->env.groups->g);
+    for (int k = 0; pl && pl->split && k < 4; k++)
+        if (strcmp(whats[k], what) == 0 && pl->split[gi][k]) {
+            *out = pl->split[gi][k];
+            return FERRY_OK;
+        }
     char name[ENGINE_NAME_MAX + 32];
     snprintf(name, sizeof name, "%s device %s", g->name, what);
     void *p = NULL;
@@ -74,7 +84,12 @@ static ferry_status alloc_one(engine_update *u, engine_group *g, const char *wha
 
 static void free_one(engine_update *u, float **p)
 {
-    if (*p)
+    const engine_placement *pl = u->env.placement;
+    bool planned = false;
+    for (int g = 0; pl && pl->split && g < u->env.groups->n && *p; g++)
+        for (int k = 0; k < 4; k++)
+            planned |= pl->split[g][k] == *p;
+    if (*p && !planned) /* the plan's stay placed: the region is the plan's */
         arena_free(u->env.ctx->arena, *p);
     *p = NULL;
 }
@@ -205,25 +220,41 @@ static ferry_status split_setup_done(engine_update *u)
                        n, ngroups, ngroups);
     ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
     arena_stats(u->env.ctx->arena, &ms);
-    uint64_t spare = spare_now(u, ms.device_total_current_bytes), need = 0;
-    for (int i = 0; i < n; i++)
-        need += group_bytes(&u->env.groups->g[i], false);
-    if (need > spare) {
-        char nb[32], sb[32], bb[32];
-        units_fmt_bytes(nb, sizeof nb, need);
-        units_fmt_bytes(sb, sizeof sb, spare);
-        units_fmt_bytes(bb, sizeof bb, arena_budget(u->env.ctx->arena));
-        return err_set(FERRY_ERR_OUT_OF_MEMORY,
-                       "device_update_groups %d: the master weights and Adam moments of the first %d groups "
-                       "need %s on the device, and the budget %s has %s left beside the weights and gradients; "
-                       "%d groups fit: lower device_update_groups, use -1 (auto), or raise device_budget_bytes",
-                       n, n, nb, bb, sb, groups_fitting(u, spare, false));
-    }
+    bool planned = u->env.placement && u->env.placement->split && u->env.placement->split[n - 1][0];
+    ferry_status room = planned ? FERRY_OK
+                                : update_split_check_room(u->env.groups, n, false,
+                                                          spare_now(u, ms.device_total_current_bytes),
+                                                          arena_budget(u->env.ctx->arena));
+    if (room != FERRY_OK)
+        return room;
     ferry_status st = place(u, n);
     if (st != FERRY_OK)
         return err_wrap(st, "device_update_groups %d", n);
     describe_split(u, "forced");
     return FERRY_OK;
+}
+
+ferry_status update_split_check_room(const engine_groups *gs, int n, bool accumulates, uint64_t spare,
+                                     uint64_t budget)
+{
+    uint64_t need = 0;
+    for (int i = 0; i < n && i < gs->n; i++)
+        need += group_bytes(&gs->g[i], accumulates);
+    if (need <= spare)
+        return FERRY_OK;
+    uint64_t sum = 0;
+    int fit = 0;
+    while (fit < gs->n && (sum += group_bytes(&gs->g[fit], accumulates)) <= spare)
+        fit++;
+    char nb[32], sb[32], bb[32];
+    units_fmt_bytes(nb, sizeof nb, need);
+    units_fmt_bytes(sb, sizeof sb, spare);
+    units_fmt_bytes(bb, sizeof bb, budget);
+    return err_set(FERRY_ERR_OUT_OF_MEMORY,
+                   "device_update_groups %d: the master weights and Adam moments of the first %d groups "
+                   "need %s on the device, and the budget %s has %s left beside the weights and gradients; "
+                   "%d groups fit: lower device_update_groups, use -1 (auto), or raise device_budget_bytes",
+                   n, n, nb, bb, sb, fit);
 }
 
 int engine_split_auto_choice(const double *cpu_share, int ngroups, double update_ms, double forward_ms, int fit)

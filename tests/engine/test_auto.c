@@ -178,7 +178,10 @@ static hand hand_counts(void)
     h.acts = activations();
     h.none = 20 * h.n + h.acts;                                /* weights, grads, master, m, v: 4 bytes each */
     h.optimizer = 8 * h.n + h.acts;                            /* weights, grads */
-    h.params = (2 + 3) * 4 * h.block + h.acts;                 /* prefetch 0: 2 groups' weights, 3 groups' grads */
+    /* Params mode at prefetch 0, slots per size class of groups: the
+     * embeddings and the final layernorm one weights and one gradients slot
+     * each, the blocks 2 weights (the window) and 3 gradients (the drains). */
+    h.params = 2 * 4 * emb + (2 + 3) * 4 * h.block + 2 * 4 * (2 * C) + h.acts;
     h.host_offload = 20 * h.n;                                 /* master, m, v, drained grads, upload copy */
     h.host_nvme = 8 * h.n;                                     /* grads and upload copy; the moments on disk */
     return h;
@@ -190,8 +193,9 @@ static bool near(uint64_t got, uint64_t want) { return got >= want && got <= wan
 /* The planner's choice for the same run (the engine's inputs). */
 static void check_planner(const run_opts *ro, const run_result *r, const char *what)
 {
-    gpt2_plan_request rq = {&small, B, T, FERRY_OFFLOAD_AUTO, false, 0, 1, FERRY_BACKEND_HOST, FERRY_DTYPE_F32, 1,
-                            0};
+    gpt2_plan_request rq = {.cfg = &small, .batch = B, .seq = T, .offload = FERRY_OFFLOAD_AUTO, .recompute = false,
+                            .prefetch_groups = 0, .micro_batches = 1, .backend = FERRY_BACKEND_HOST,
+                            .dtype = FERRY_DTYPE_F32, .ranks = 1, .device_budget = 0};
     gpt2_plan_disk disk = {false, 96 << 10, 4096};
     gpt2_plan_auto_result p;
     ferry_status st = gpt2_plan_auto(&rq, ro->nvme ? &disk : NULL, r->budget, ro->host, &p);
@@ -271,8 +275,17 @@ static void test_counts(void)
         numel[g] = gpt2_group_numel(m, g);
     gpt2_destroy(m);
     engine_auto_request rq = {
-        .plan = {FERRY_BACKEND_HOST, FERRY_DTYPE_F32, FERRY_OFFLOAD_NONE, 0, 1, numel, G, false, false, 96 << 10, 4096,
-                 1, 0, h.acts},
+        .plan = {.backend = FERRY_BACKEND_HOST,
+                 .dtype = FERRY_DTYPE_F32,
+                 .offload = FERRY_OFFLOAD_NONE,
+                 .prefetch_groups = 0,
+                 .micro_batches = 1,
+                 .group_numel = numel,
+                 .ngroups = G,
+                 .disk_window_bytes = 96 << 10,
+                 .disk_block_bytes = 4096,
+                 .ranks = 1,
+                 .embedder_bytes = h.acts},
         .device_budget = 1,
         .host_available = 0,
         .nvme = true,

@@ -255,8 +255,9 @@ static void test_mode(ferry_offload mode, int delayed, int prefetch)
          * through the collectives is a test of the paths, not a plan) */
         gpt2_plan p;
         /* The runs' budget is the free memory: params mode keeps every group. */
-        gpt2_plan_request rq = {&model, B, T, mode, false, prefetch, 1, FERRY_BACKEND_HOST, test_dtype(), world,
-                                (uint64_t)1 << 40};
+        gpt2_plan_request rq = {.cfg = &model, .batch = B, .seq = T, .offload = mode, .recompute = false,
+                                .prefetch_groups = prefetch, .micro_batches = 1, .backend = FERRY_BACKEND_HOST,
+                                .dtype = test_dtype(), .ranks = world, .device_budget = (uint64_t)1 << 40};
         ferry_status planned = world > 1 ? gpt2_plan_predict(&rq, &p) : FERRY_ERR_STATE;
         if (world > 1 && tap_ok(planned == FERRY_OK, "%s: memory planned for %d ranks %s", what, world,
                                 planned == FERRY_OK ? "" : ferry_last_error())) {

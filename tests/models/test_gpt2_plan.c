@@ -130,7 +130,11 @@ static void check_activations(void)
             gpt2_activations_destroy(a);
             gpt2_plan p;
             if (st == FERRY_OK)
-                st = gpt2_plan_predict(&(gpt2_plan_request){&c, shapes[i].B, shapes[i].T, FERRY_OFFLOAD_OPTIMIZER, rc, 2, 1, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO, 1, 0}, &p);
+                st = gpt2_plan_predict(&(gpt2_plan_request){.cfg = &c, .batch = shapes[i].B, .seq = shapes[i].T,
+                                                            .offload = FERRY_OFFLOAD_OPTIMIZER, .recompute = rc,
+                                                            .prefetch_groups = 2, .micro_batches = 1,
+                                                            .backend = FERRY_BACKEND_HOST, .dtype = FERRY_DTYPE_AUTO,
+                                                            .ranks = 1, .device_budget = 0}, &p);
             if (st != FERRY_OK) {
                 tap_ok(0, "shape %zu: %s", i, ferry_last_error());
                 continue;
@@ -195,6 +199,9 @@ static ferry_status train(const train_opts *o, measured *out)
      * spare (docs/engine.md). */
     cfg.device_update_groups = 0;
     ferry_status st = gpt2_create(&model_cfg, &m);
+    /* The activations it will take, declared: the engine's plan holds them. */
+    if (st == FERRY_OK)
+        cfg.auto_activation_bytes = gpt2_activations_bytes(m, FERRY_DTYPE_F32, TB, TT, o->recompute);
     if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
     if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, 99, NULL);
     if (st == FERRY_OK) st = ferry_engine_setup(e);
@@ -253,8 +260,10 @@ static void check_training(ferry_offload mode, bool recompute, int prefetch, int
     train_opts o = {mode, recompute, prefetch, 0, trace, accum};
     measured ms = {0};
     gpt2_plan p;
-    gpt2_plan_request rq = {&model_cfg, TB, TT, mode, recompute, prefetch, accum, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO, 1,
-                            (uint64_t)1 << 30}; /* train()'s budget: params mode keeps every group */
+    gpt2_plan_request rq = {.cfg = &model_cfg, .batch = TB, .seq = TT, .offload = mode, .recompute = recompute,
+                            .prefetch_groups = prefetch, .micro_batches = accum, .backend = FERRY_BACKEND_HOST,
+                            .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+                            .device_budget = (uint64_t)1 << 30}; /* train()'s budget: params mode keeps every group */
     ferry_status pst = gpt2_plan_predict(&rq, &p);
     if (accum > 1)
         tap_diag("%s recompute %d prefetch %d, %d micro-batches a step:", mode_name(mode), recompute, prefetch, accum);
@@ -311,7 +320,11 @@ static void check_training(ferry_offload mode, bool recompute, int prefetch, int
 static void check_params_budget(void)
 {
     gpt2_plan p;
-    if (gpt2_plan_predict(&(gpt2_plan_request){&model_cfg, TB, TT, FERRY_OFFLOAD_PARAMS, true, 2, 1, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO, 1, 0}, &p) != FERRY_OK) {
+    if (gpt2_plan_predict(&(gpt2_plan_request){.cfg = &model_cfg, .batch = TB, .seq = TT,
+                                               .offload = FERRY_OFFLOAD_PARAMS, .recompute = true,
+                                               .prefetch_groups = 2, .micro_batches = 1,
+                                               .backend = FERRY_BACKEND_HOST, .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+                                               .device_budget = 0}, &p) != FERRY_OK) {
         tap_ok(0, "params budget: predicted: %s", ferry_last_error());
         return;
     }
@@ -389,8 +402,11 @@ static void check_cli_card(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int maxB = 0;
-        gpt2_plan_max_batch(&(gpt2_plan_request){&c, 1, 1024, FERRY_OFFLOAD_OPTIMIZER, true, 2, 1, FERRY_BACKEND_CUDA,
-                                                 FERRY_DTYPE_AUTO, 1, 0}, cases[i].budget, &maxB);
+        gpt2_plan_max_batch(&(gpt2_plan_request){.cfg = &c, .batch = 1, .seq = 1024,
+                                                 .offload = FERRY_OFFLOAD_OPTIMIZER, .recompute = true,
+                                                 .prefetch_groups = 2, .micro_batches = 1,
+                                                 .backend = FERRY_BACKEND_CUDA, .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+                                                 .device_budget = 0}, cases[i].budget, &maxB);
         char args[256];
         snprintf(args, sizeof args, "plan --model gpt2-xl --seq 1024 --recompute %s --json", cases[i].flags);
         run r;
@@ -417,10 +433,19 @@ static void check_cli_fit(void)
     gpt2_config_preset("gpt2", &c);
     int maxB = 0;
     uint64_t budget = (uint64_t)6 << 30;
-    gpt2_plan_max_batch(&(gpt2_plan_request){&c, 1, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, 1, 0}, budget, &maxB);
+    gpt2_plan_max_batch(&(gpt2_plan_request){.cfg = &c, .batch = 1, .seq = 1024, .offload = FERRY_OFFLOAD_OPTIMIZER,
+                                             .recompute = false, .prefetch_groups = 2, .micro_batches = 1,
+                                             .backend = FERRY_BACKEND_CUDA, .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+                                             .device_budget = 0}, budget, &maxB);
     gpt2_plan at, above;
-    gpt2_plan_predict(&(gpt2_plan_request){&c, maxB, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, 1, 0}, &at);
-    gpt2_plan_predict(&(gpt2_plan_request){&c, maxB + 1, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, 1, 0}, &above);
+    gpt2_plan_predict(&(gpt2_plan_request){.cfg = &c, .batch = maxB, .seq = 1024, .offload = FERRY_OFFLOAD_OPTIMIZER,
+                                           .recompute = false, .prefetch_groups = 2, .micro_batches = 1,
+                                           .backend = FERRY_BACKEND_CUDA, .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+                                           .device_budget = 0}, &at);
+    gpt2_plan_predict(&(gpt2_plan_request){.cfg = &c, .batch = maxB + 1, .seq = 1024,
+                                           .offload = FERRY_OFFLOAD_OPTIMIZER, .recompute = false,
+                                           .prefetch_groups = 2, .micro_batches = 1, .backend = FERRY_BACKEND_CUDA,
+                                           .dtype = FERRY_DTYPE_AUTO, .ranks = 1, .device_budget = 0}, &above);
     tap_ok(maxB >= 1 && at.device_total <= budget && above.device_total > budget,
            "max batch %d: B=%d predicts %llu <= 6 GiB, B=%d predicts %llu > 6 GiB", maxB, maxB,
            (unsigned long long)at.device_total, maxB + 1, (unsigned long long)above.device_total);
@@ -438,7 +463,10 @@ static void check_cli_fit(void)
     cJSON *j = cJSON_Parse(r.out);
     tap_ok(j != NULL, "--json output parses with cJSON");
     gpt2_plan p;
-    gpt2_plan_predict(&(gpt2_plan_request){&c, 64, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, 1, 0}, &p);
+    gpt2_plan_predict(&(gpt2_plan_request){.cfg = &c, .batch = 64, .seq = 1024, .offload = FERRY_OFFLOAD_OPTIMIZER,
+                                           .recompute = false, .prefetch_groups = 2, .micro_batches = 1,
+                                           .backend = FERRY_BACKEND_CUDA, .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+                                           .device_budget = 0}, &p);
     TAP_IS_INT(num(j, "device.total_bytes"), p.device_total, "json device.total_bytes = gpt2_plan_predict's");
     TAP_IS_INT(num(j, "device.by_category.activations"), p.activations, "json device activations");
     TAP_IS_INT(num(j, "host.total_bytes"), p.host_total, "json host.total_bytes");
@@ -454,8 +482,10 @@ static void check_cli_fit(void)
     /* f16, the type of Volta and Turing: bf16's bytes, said as f16. */
     run_memprof("plan --model gpt2 --batch 8 --seq 1024 --dtype f16 --json", &r);
     j = cJSON_Parse(r.out);
-    gpt2_plan_predict(&(gpt2_plan_request){&c, 8, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA,
-                                           FERRY_DTYPE_BF16, 1, 0}, &p);
+    gpt2_plan_predict(&(gpt2_plan_request){.cfg = &c, .batch = 8, .seq = 1024, .offload = FERRY_OFFLOAD_OPTIMIZER,
+                                           .recompute = false, .prefetch_groups = 2, .micro_batches = 1,
+                                           .backend = FERRY_BACKEND_CUDA, .dtype = FERRY_DTYPE_BF16, .ranks = 1,
+                                           .device_budget = 0}, &p);
     TAP_IS_INT(r.status, 0, "memprof plan --dtype f16: exit 0");
     TAP_IS_INT(num(j, "device.total_bytes"), p.device_total, "f16's device bytes are bf16's");
     TAP_IS_INT(num(j, "host.total_bytes"), p.host_total, "and so are its host bytes");
@@ -465,7 +495,10 @@ static void check_cli_fit(void)
         tap_diag("  stdout: %s", r.out);
 
     /* 124M parameters, host pool: 12 + 2 + 2 bytes each (4 KiB rounding aside). */
-    gpt2_plan_predict(&(gpt2_plan_request){&c, 64, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, 1, 0}, &p);
+    gpt2_plan_predict(&(gpt2_plan_request){.cfg = &c, .batch = 64, .seq = 1024, .offload = FERRY_OFFLOAD_OPTIMIZER,
+                                           .recompute = false, .prefetch_groups = 2, .micro_batches = 1,
+                                           .backend = FERRY_BACKEND_CUDA, .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+                                           .device_budget = 0}, &p);
     double per_param = (double)p.host_total / (double)p.group_elems;
     TAP_IS_CLOSE(per_param, 16.0, 0.001, 0, "gpt2 optimizer offload, cuda: 16 host bytes per parameter");
 }

@@ -1362,8 +1362,10 @@ static ferry_status find_max_batch(trainer *t)
         return st;
     if (t->o.host_mem && (!host || t->o.host_mem < host))
         host = t->o.host_mem;
-    gpt2_plan_request rq = {&t->cfg, 1, t->o.seq, t->o.offload, t->o.recompute, t->o.prefetch, t->o.grad_accum,
-                            t->o.backend, planned_dtype(t), t->world, budget};
+    gpt2_plan_request rq = {.cfg = &t->cfg, .batch = 1, .seq = t->o.seq, .offload = t->o.offload,
+                            .recompute = t->o.recompute, .prefetch_groups = t->o.prefetch,
+                            .micro_batches = t->o.grad_accum, .backend = t->o.backend, .dtype = planned_dtype(t),
+                            .ranks = t->world, .device_budget = budget};
     if (rq.backend == FERRY_BACKEND_AUTO)
         rq.backend = rq.dtype == FERRY_DTYPE_F32 ? FERRY_BACKEND_HOST : FERRY_BACKEND_CUDA;
     gpt2_plan_disk tier = {t->o.nvme_master, t->o.nvme_window, t->o.nvme_block};

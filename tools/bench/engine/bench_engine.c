@@ -174,6 +174,16 @@ static void run_close(bench_run *r)
     r->tokens = r->targets = NULL;
 }
 
+/* The device's storage type the engine will pick: bf16 (or f16, the same
+ * bytes) on cuda, f32 on the host backend. */
+static ferry_dtype device_dtype(ferry_backend_kind kind)
+{
+    ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
+    if (kind == FERRY_BACKEND_AUTO)
+        kind = ferry_system_probe(&info) == FERRY_OK ? info.backend : FERRY_BACKEND_HOST;
+    return kind == FERRY_BACKEND_CUDA ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F32;
+}
+
 static ferry_status run_open(const bench_opts *o, int run, gpt2_model *m, bench_run *r)
 {
     ferry_offload mode = o->run_mode[run];
@@ -191,6 +201,12 @@ static ferry_status run_open(const bench_opts *o, int run, gpt2_model *m, bench_
     cfg.device_budget_bytes = o->run_budget[run];
     cfg.optimizer_threads = o->threads;
     cfg.delayed_update = o->delayed && mode == FERRY_OFFLOAD_OPTIMIZER;
+    /* The batch measured is known (not searched): its activations are
+     * declared, so they lie in the engine's static memory plan, as
+     * train_gpt2's do. --find-max-batch tries batches on one engine, whose
+     * activations then go to the arena's dynamic region. */
+    if (!o->find_max && o->B > 0)
+        cfg.auto_activation_bytes = gpt2_activations_bytes(m, device_dtype(o->backend), o->B, o->T, o->recompute);
     r->started_ms = clock_now_ms();
     ferry_status st = ferry_engine_create(&cfg, &r->e);
     if (st == FERRY_OK && ferry_engine_backend(r->e) != o->backend && o->backend != FERRY_BACKEND_AUTO)
@@ -723,8 +739,10 @@ static int card_budget(bench_opts *o, const gpt2_model *m)
            units_fmt_bytes(lib, sizeof lib, ms.device_library_bytes),
            units_fmt_bytes(budget, sizeof budget, o->gpu_mem), (unsigned long long)share);
     if (o->confirm_max && !o->B) {
-        gpt2_plan_request rq = {gpt2_get_config(m), 1, o->T, o->modes[0], o->recompute, 2, 1, FERRY_BACKEND_CUDA,
-                                FERRY_DTYPE_AUTO, 1, 0}; /* the largest batch: the window only */
+        gpt2_plan_request rq = {.cfg = gpt2_get_config(m), .batch = 1, .seq = o->T, .offload = o->modes[0],
+                                .recompute = o->recompute, .prefetch_groups = 2, .micro_batches = 1,
+                                .backend = FERRY_BACKEND_CUDA, .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+                                .device_budget = 0}; /* the largest batch: the window only */
         st = gpt2_plan_max_batch(&rq, o->gpu_mem, &o->B);
         if (st != FERRY_OK || o->B < 1) {
             fprintf(stderr, "bench_engine: --card %s: %s\n", card,
@@ -956,8 +974,10 @@ static ferry_status plan_runs(bench_opts *o, const gpt2_config *cfg, ferry_backe
     ferry_engine_config ec = FERRY_ENGINE_CONFIG_INIT;
     for (int i = 0; i < o->nbudgets; i++) {
         gpt2_plan full, window;
-        gpt2_plan_request rq = {cfg, o->B, o->T, FERRY_OFFLOAD_PARAMS, o->recompute, ec.prefetch_groups, 1, kind,
-                                FERRY_DTYPE_AUTO, 1, (uint64_t)1 << 62};
+        gpt2_plan_request rq = {.cfg = cfg, .batch = o->B, .seq = o->T, .offload = FERRY_OFFLOAD_PARAMS,
+                                .recompute = o->recompute, .prefetch_groups = ec.prefetch_groups, .micro_batches = 1,
+                                .backend = kind, .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+                                .device_budget = (uint64_t)1 << 62};
         ferry_status st = gpt2_plan_predict(&rq, &full);
         rq.device_budget = 0;
         if (st == FERRY_OK)
