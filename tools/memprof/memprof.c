@@ -349,8 +349,59 @@ static cJSON *plan_pool_json(const uint64_t *by, uint64_t total)
     return o;
 }
 
+/* The plan's device layout, when --layout asks for it. */
+typedef struct plan_layout {
+    engine_layout_entry *e;
+    int n;
+    uint64_t region;
+} plan_layout;
+
+static const char *lifetime_words(const engine_layout_entry *x, char *buf, size_t cap)
+{
+    if (x->start == 0 && x->end == INT32_MAX)
+        snprintf(buf, cap, "the whole run");
+    else
+        snprintf(buf, cap, "positions %d..%d", (int)x->start, (int)x->end - 1);
+    return buf;
+}
+
+static void layout_print_text(const plan_layout *l)
+{
+    char b[32], o[32], life[48];
+    printf("\nthe device's layout: %d buffers in a planned region of %s (offset, size, category, lifetime, name)\n",
+           l->n, units_fmt_bytes(b, sizeof b, l->region));
+    for (int i = 0; i < l->n; i++) {
+        const engine_layout_entry *x = &l->e[i];
+        printf("  %14llu  %-10s  %-11s  %-15s  %s\n", (unsigned long long)x->offset,
+               units_fmt_bytes(o, sizeof o, x->bytes), ferry_mem_category_name(x->cat),
+               lifetime_words(x, life, sizeof life), x->name);
+    }
+}
+
+static cJSON *layout_json(const plan_layout *l)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "region_bytes", (double)l->region);
+    cJSON *arr = cJSON_AddArrayToObject(o, "buffers");
+    for (int i = 0; i < l->n; i++) {
+        const engine_layout_entry *x = &l->e[i];
+        cJSON *b = cJSON_CreateObject();
+        cJSON_AddStringToObject(b, "name", x->name);
+        cJSON_AddStringToObject(b, "category", ferry_mem_category_name(x->cat));
+        cJSON_AddNumberToObject(b, "offset", (double)x->offset);
+        cJSON_AddNumberToObject(b, "bytes", (double)x->bytes);
+        cJSON_AddNumberToObject(b, "start", x->start);
+        if (x->end == INT32_MAX)
+            cJSON_AddNullToObject(b, "end");
+        else
+            cJSON_AddNumberToObject(b, "end", x->end);
+        cJSON_AddItemToArray(arr, b);
+    }
+    return o;
+}
+
 static void plan_print_json(const mp_plan_args *a, const gpt2_config *c, const gpt2_plan *p, int max_b,
-                            const plan_largest *big)
+                            const plan_largest *big, const plan_layout *layout)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *m = cJSON_AddObjectToObject(o, "model");
@@ -434,6 +485,8 @@ static void plan_print_json(const mp_plan_args *a, const gpt2_config *c, const g
     } else {
         cJSON_AddNullToObject(o, "largest_model");
     }
+    if (layout->e)
+        cJSON_AddItemToObject(o, "layout", layout_json(layout));
     char *s = cJSON_Print(o);
     if (s && printf("%s\n", s) < 0)
         fileio_note_stdout_error();
@@ -450,8 +503,9 @@ static int plan_auto(mp_plan_args *a, const gpt2_config *c, int *max_b)
         fprintf(stderr, "memprof plan: --offload auto chooses for a device budget; give --gpu-mem or --card\n");
         return 2;
     }
-    gpt2_plan_request rq = {c, a->batch, a->seq, FERRY_OFFLOAD_AUTO, a->recompute, a->prefetch, a->grad_accum,
-                            a->backend, a->dtype, a->ranks, a->gpu_mem};
+    gpt2_plan_request rq = {.cfg = c, .batch = a->batch, .seq = a->seq, .offload = FERRY_OFFLOAD_AUTO,
+                            .recompute = a->recompute, .prefetch_groups = a->prefetch, .micro_batches = a->grad_accum,
+                            .backend = a->backend, .dtype = a->dtype, .ranks = a->ranks, .device_budget = a->gpu_mem};
     gpt2_plan_disk tier = {a->nvme_master, a->nvme_window, a->nvme_block};
     gpt2_plan_auto_result r;
     ferry_status st = gpt2_plan_auto_max_batch(&rq, a->nvme_path ? &tier : NULL, a->gpu_mem, a->host_mem, max_b, NULL);
@@ -487,8 +541,9 @@ static int cmd_plan(int argc, char **argv)
     int max_b = 0;
     if (a.offload == FERRY_OFFLOAD_AUTO && (rc = plan_auto(&a, &c, &max_b)) != 0)
         return rc;
-    gpt2_plan_request rq = {&c, a.batch, a.seq, a.offload, a.recompute, a.prefetch, a.grad_accum, a.backend, a.dtype,
-                            a.ranks, a.gpu_mem};
+    gpt2_plan_request rq = {.cfg = &c, .batch = a.batch, .seq = a.seq, .offload = a.offload, .recompute = a.recompute,
+                            .prefetch_groups = a.prefetch, .micro_batches = a.grad_accum, .backend = a.backend,
+                            .dtype = a.dtype, .ranks = a.ranks, .device_budget = a.gpu_mem};
     gpt2_plan_disk tier = {a.nvme_master, a.nvme_window, a.nvme_block}, *disk = plan_disk(&a) ? &tier : NULL;
     plan_largest big;
     memset(&big, 0, sizeof big);
@@ -498,14 +553,21 @@ static int cmd_plan(int argc, char **argv)
         st = gpt2_plan_max_batch(&rq, a.gpu_mem, &max_b);
     if (st == FERRY_OK && big.asked)
         st = gpt2_plan_largest_model(&rq, disk, a.gpu_mem, a.host_mem, a.disk, &big.layers, &big.plan);
+    plan_layout layout = {0};
+    if (st == FERRY_OK && a.layout)
+        st = gpt2_plan_layout(&rq, disk, &layout.e, &layout.n, &layout.region);
     if (st != FERRY_OK) {
         fprintf(stderr, "memprof plan: %s\n", train_last_error());
         return st == FERRY_ERR_INVALID_ARGUMENT ? 2 : 1;
     }
-    if (a.json)
-        plan_print_json(&a, &c, &p, max_b, &big);
-    else
+    if (a.json) {
+        plan_print_json(&a, &c, &p, max_b, &big, &layout);
+    } else {
         plan_print_text(&a, &c, &p, max_b, &big);
+        if (layout.e)
+            layout_print_text(&layout);
+    }
+    free(layout.e);
     bool fits = (!a.gpu_mem || p.device_total <= a.gpu_mem) && (!a.host_mem || p.host_total <= a.host_mem) &&
                 (!a.disk || p.disk_bytes <= a.disk);
     return fits ? 0 : 1;

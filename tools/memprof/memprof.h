@@ -135,6 +135,7 @@ typedef struct mp_plan_args {
     ferry_backend_kind backend;
     ferry_dtype dtype;
     bool recompute, json;
+    bool layout;                /* --layout: every planned device buffer's offset, size and lifetime */
     uint64_t gpu_mem, host_mem; /* 0 = not given */
     /* the NVMe tier: --offload nvme, or params with --nvme-path */
     const char *nvme_path;      /* its folder: --disk defaults to the space free there */

@@ -116,8 +116,8 @@ void mp_plan_usage(FILE *f)
           "                    [--recompute] [--prefetch K] [--grad-accum K] [--backend cuda|host|auto]\n"
           "                    [--dtype auto|f32|bf16|f16] [--ranks N]\n"
           "                    [--gpu-mem SIZE | --card SIZE [--card-reserve SIZE]] [--host-mem SIZE]\n"
-          "                    [--json] [--nvme-path DIR] [--nvme-master] [--nvme-window SIZE]\n"
-          "                    [--nvme-block SIZE] [--disk SIZE]\n"
+          "                    [--json] [--layout] [--nvme-path DIR] [--nvme-master]\n"
+          "                    [--nvme-window SIZE] [--nvme-block SIZE] [--disk SIZE]\n"
           "\n"
           "Predicts, without running anything, the peak device and host memory of\n"
           "training GPT-2 with train_gpt2's settings (its flags and defaults, but for\n"
@@ -163,6 +163,9 @@ void mp_plan_usage(FILE *f)
           "  --nvme-window SIZE, --nvme-block SIZE   as train_gpt2's (256MiB, 1MiB)\n"
           "  --disk SIZE     disk space to check the state file against\n"
           "  --json          print the figures as JSON\n"
+          "  --layout        and the device's layout: every buffer of the engine's static memory\n"
+          "                  plan (the activations one by one) with its offset in the planned\n"
+          "                  region, its size, category and lifetime\n"
           "\n"
           UNITS_SIZE_HELP
           "\n"
@@ -235,6 +238,7 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
     const char *f = argv[*i];
     if (!strcmp(f, "--recompute")) { a->recompute = true; return 0; }
     if (!strcmp(f, "--json")) { a->json = true; return 0; }
+    if (!strcmp(f, "--layout")) { a->layout = true; return 0; }
     if (!strcmp(f, "--nvme-master")) { a->nvme_master = true; return 0; }
     static const char *const valued[] = {"--model", "--layers", "--heads", "--width", "--vocab", "--context",
                                          "--batch", "--seq", "--offload", "--prefetch", "--backend",
