@@ -24,6 +24,7 @@ memprof=$3
 work=$(mktemp -d /tmp/ferry-dp-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/tap.sh"
+need pgrep procps # finds the ranks below mpirun
 export OMPI_MCA_btl_vader_single_copy_mechanism=none # no cross-process reads: containers forbid them
 run() { "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x FERRY_COMM_TIMEOUT -np "$@"; }
 export FERRY_COMM_TIMEOUT=${FERRY_COMM_TIMEOUT:-120}
