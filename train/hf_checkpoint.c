@@ -493,12 +493,19 @@ ferry_status hf_read_config(const char *config_json, gpt2_config *out)
 
 ferry_status hf_read_ferry_meta(const char *safetensors, hf_ferry_info *out)
 {
+    return hf_read_weights_identity(safetensors, out, NULL);
+}
+
+ferry_status hf_read_weights_identity(const char *safetensors, hf_ferry_info *out, sft_checksum *sum)
+{
     sft_file *f = NULL;
     out->run[0] = '\0';
     out->step = -1;
     ferry_status st = sft_open(safetensors, &f);
     if (st != FERRY_OK)
         return st;
+    if (sum)
+        sft_data_checksum(f, sum);
     const char *run = sft_metadata(f, "ferry_run"), *step = sft_metadata(f, "ferry_step");
     char *end = NULL;
     long long v = step ? strtoll(step, &end, 10) : -1;

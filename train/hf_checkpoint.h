@@ -9,6 +9,7 @@
 
 #include "ferry.h"
 #include "models/gpt2.h"
+#include "train/safetensors.h"
 
 /* What binds a checkpoint's files to their run and step: config.json's
  * "ferry": {"run": ..., "step": ...} and the safetensors metadata ferry_run
@@ -45,5 +46,7 @@ ferry_status hf_read_config_ferry(const char *config_json, gpt2_config *out, hf_
 /* The ferry_run and ferry_step metadata of a safetensors file (run "" and
  * step -1 when absent), from its header alone. */
 ferry_status hf_read_ferry_meta(const char *safetensors, hf_ferry_info *out);
+/* The same, and *sum (may be NULL) the checksum of its tensors' bytes. */
+ferry_status hf_read_weights_identity(const char *safetensors, hf_ferry_info *out, sft_checksum *sum);
 
 #endif
