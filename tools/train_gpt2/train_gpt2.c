@@ -385,6 +385,10 @@ static ferry_status choose_model(trainer *t)
         return st;
     }
     if (o->init_from) {
+        /* Weights saved in a checkpoint are what its state.ferry recorded. */
+        ferry_status checked = run_state_check_weights(o->init_from);
+        if (checked != FERRY_OK)
+            return checked;
         /* A config.json beside the weights says the model's shape. */
         char dir[PATH_MAX], cfg[PATH_MAX];
         snprintf(dir, sizeof dir, "%s", o->init_from);
