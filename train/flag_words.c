@@ -36,6 +36,9 @@ static const train_flag_word words[] = {
     {"nvme_block_bytes", "--nvme-block", "--offload nvme --nvme-path /tmp --nvme-block 1MiB"},
     {"nvme_queue_depth", "--nvme-queue-depth", "--offload nvme --nvme-path /tmp --nvme-queue-depth 8"},
     {"nvme_master", "--nvme-master", "--offload nvme --nvme-path /tmp --nvme-master"},
+    /* A world of ranks is the launcher's (mpirun, srun), not a flag's. */
+    {"data_parallel -1 trains each rank alone", "one process started without mpirun or srun trains alone", NULL},
+    {"set data_parallel -1", "start one process (without mpirun or srun)", NULL},
 };
 
 const train_flag_word *train_flag_words(size_t *count)

@@ -11,7 +11,9 @@
 
 /* One translation: the library's words and the trainer's. `example` is a
  * command line fragment train_gpt2 accepts that uses the flag (the table's
- * test parses it, so a renamed flag cannot leave the table behind). */
+ * test parses it, so a renamed flag cannot leave the table behind); NULL
+ * where the trainer's words are no flag but what to do instead (a setting
+ * that is the launcher's, such as the world of ranks). */
 typedef struct train_flag_word {
     const char *api, *flag, *example;
 } train_flag_word;

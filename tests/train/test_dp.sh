@@ -136,6 +136,7 @@ timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 "
   --offload nvme --nvme-path "$work/nvme" --checkpoint-dir "$work/nvme-ck" >"$work/out" 2>&1
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "the NVMe tier .* trains alone" "$work/out" &&
+  grep -q "or start one process (without mpirun or srun)" "$work/out" && ! grep -q data_parallel "$work/out" &&
   ! grep -q '^step 1/' "$work/out" && [ ! -e "$work/nvme-ck/latest" ]
 ok $? "--offload nvme with 2 ranks is refused before any step (exit $rc): $(grep -m1 -o 'the NVMe tier.*' "$work/out" | head -c 250)"
 
