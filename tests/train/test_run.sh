@@ -91,6 +91,15 @@ if unshare -rm sh -c 'mount -t tmpfs -o size=64k none "$0"' "$work/small" 2>/dev
   [ $rc -eq 1 ] && grep -q "nothing was saved (no --checkpoint-dir): the $last steps trained are lost" "$work/err" &&
     ! grep -q "checkpoint is whole" "$work/err"
   ok $? "... without --checkpoint-dir it says plainly that nothing was saved and $last steps are lost (exit $rc): $(cat "$work/err")"
+  # The first save on a full disk: no "previous" file or checkpoint is
+  # claimed where there is none, and the lost steps are counted.
+  small "$train" "${common[@]}" --steps 3 --checkpoint-dir "$work/small/ck" >"$work/out" 2>"$work/err"
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "disk full writing '.*tmp/model.safetensors'.*free space and retry: nothing was written there (it did not exist before)" "$work/err" &&
+    grep -q "small/ck' holds no earlier checkpoint: nothing of this run is saved" "$work/err" &&
+    grep -q "nothing was saved (no checkpoint had been written yet): the 3 steps trained are lost" "$work/err" &&
+    ! grep -qE "previous|intact|is whole" "$work/err"
+  ok $? "a first save on a full disk says nothing was kept, and no earlier file or checkpoint (exit $rc): $(cat "$work/err")"
 else
   echo "# unshare cannot mount a small tmpfs here: the full-disk trace cases are not run"
 fi
