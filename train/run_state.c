@@ -947,6 +947,7 @@ ferry_status run_state_inspect(const char *ckpt_dir, gpt2_config *out, train_res
     if (st == FERRY_OK) st = hf_read_weights_identity(weights, &meta, &sum);
     if (st == FERRY_OK) st = check_binding(weights, &meta, &r, state);
     if (st == FERRY_OK) st = check_sum(weights, &sum, &r, state);
+    if (st == FERRY_OK) st = hf_check_torch_dtype(path, weights);
     long long named = named_step(ckpt_dir);
     if (st == FERRY_OK && named >= 0 && named != r.step)
         st = err_set(FERRY_ERR_FORMAT, "'%s' holds the state of step %lld, but the folder is named for step %lld: a "

@@ -65,6 +65,22 @@ sed -i 's/"vocab_size":[[:space:]]*500/"vocab_size": 400/' "$ck/config.json"
 rc=$?; [ $rc -eq 1 ] && grep -q "config.json' says vocab_size 400" "$work/err" && ! grep -q "train.bin" "$work/err"
 ok $? "an edited vocab_size blames config.json, not the data (exit $rc): $(cat "$work/err")"
 cp "$work/config.json" "$ck/config.json"
+# A torch_dtype that is not the weights' type, and a token id that is no
+# whole number, are refused naming the key.
+sed -i 's/"torch_dtype":[[:space:]]*"float32"/"torch_dtype": "bfloat16"/' "$ck/config.json"
+"$train" "${common[@]}" --resume "$ck" >/dev/null 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q 'says torch_dtype "bfloat16", but .*model.safetensors'"'"' stores .* as F32' "$work/err"
+ok $? "a config.json saying bfloat16 beside the f32 weights is refused (exit $rc): $(cat "$work/err")"
+cp "$work/config.json" "$ck/config.json"
+$python - "$ck/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["bos_token_id"] = 50256.5
+json.dump(c, open(sys.argv[1], "w"))
+PY
+"$train" "${common[@]}" --resume "$ck" >/dev/null 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q '"bos_token_id" is 50256.5, not a token id' "$work/err"
+ok $? "a bos_token_id of 50256.5 is refused (exit $rc): $(cat "$work/err")"
+cp "$work/config.json" "$ck/config.json"
 # Model flags with --resume are checked against the checkpoint (the runs
 # above resumed with the same ones).
 "$train" "${common[@]}" --heads 4 --resume "$ck" >/dev/null 2>"$work/err"

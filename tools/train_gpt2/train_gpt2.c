@@ -403,6 +403,8 @@ static ferry_status choose_model(trainer *t)
             ferry_status st = hf_read_config_ferry(cfg, &t->cfg, &conf);
             if (st == FERRY_OK)
                 st = hf_read_ferry_meta(o->init_from, &meta);
+            if (st == FERRY_OK)
+                st = hf_check_torch_dtype(cfg, o->init_from);
             if (st == FERRY_OK && ((conf.run[0] && meta.run[0] && strcmp(conf.run, meta.run) != 0) ||
                                    (conf.step >= 0 && meta.step >= 0 && conf.step != meta.step)))
                 st = err_set(FERRY_ERR_FORMAT, "--init-from: '%s' is step %lld of run %s, but the config.json beside "
