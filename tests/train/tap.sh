@@ -19,7 +19,13 @@
 # at once ("Bail out!", which fails it) naming the program and the Debian
 # package that has it, instead of failing case by case or waiting out its
 # time; tools/setup/setup.sh installs every package a test needs.
+# $private_mounts runs a command in a mount namespace of its own, where it
+# may mount a small or read-only file system for a full-disk or read-only
+# case: as root `unshare -m` (a chroot, where CI runs the README's commands,
+# forbids the user namespace of `unshare -rm`), else `unshare -rm`.
 python=/usr/bin/python3
+private_mounts="unshare -rm"
+[ "$(id -u)" -ne 0 ] || private_mounts="unshare -m"
 n=0; failed=0
 ok() {
   local text=${2//$'\r'/}

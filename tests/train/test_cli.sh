@@ -89,8 +89,8 @@ ok $? "outputs under missing folders: the folders are made (exit $rc): $(head -c
 # namespace, where unshare may make one.
 ro=$work/ro
 mkdir -p "$ro"
-if unshare -rm sh -c 'mount -t tmpfs -o ro none "$0"' "$ro" 2>/dev/null; then
-  runner=(unshare -rm sh -c 'mount -t tmpfs -o ro none "$0" && exec "$@"' "$ro")
+if $private_mounts sh -c 'mount -t tmpfs -o ro none "$0"' "$ro" 2>/dev/null; then
+  runner=($private_mounts sh -c 'mount -t tmpfs -o ro none "$0" && exec "$@"' "$ro")
   before_work "--checkpoint-dir '$ro' cannot be written: Read-only file system" --checkpoint-dir "$ro"
   before_work "--checkpoint-dir '$ro/ck' cannot be created: the folder '$ro' is not writable \(Read-only file system\)" \
     --checkpoint-dir "$ro/ck"

@@ -74,8 +74,8 @@ ok $? "the undamaged checkpoint resumes $(cat "$work/err")"
 # whole, so the last complete step is saved and resumes; without
 # --checkpoint-dir the run says the steps are lost.
 mkdir -p "$work/small"
-if unshare -rm sh -c 'mount -t tmpfs -o size=64k none "$0"' "$work/small" 2>/dev/null; then
-  small() { unshare -rm sh -c 'mount -t tmpfs -o size=64k none "$0" && exec "$@"' "$work/small" "$@"; }
+if $private_mounts sh -c 'mount -t tmpfs -o size=64k none "$0"' "$work/small" 2>/dev/null; then
+  small() { $private_mounts sh -c 'mount -t tmpfs -o size=64k none "$0" && exec "$@"' "$work/small" "$@"; }
   small "$train" "${common[@]}" --steps 100000 --trace "$work/small/t.trace" --checkpoint-dir "$work/full-trace" \
     --log "$work/full-trace.jsonl" >"$work/out" 2>"$work/err"
   rc=$?; last=$(grep -c '"kind":"step"' "$work/full-trace.jsonl")

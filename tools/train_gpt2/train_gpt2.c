@@ -105,9 +105,19 @@ static trainer *the_trainer; /* for fail(): the rank that failed */
  * said once, by rank 0, and needs no telling. */
 static int fail(const char *what)
 {
-    char line[1200];
-    snprintf(line, sizeof line, "%s: %s", what, train_last_error());
+    char line[2400];
     const trainer *t = the_trainer;
+    if (t) {
+        /* Advice names only what the run has not done already (the mode
+         * auto settled on, recompute, the disk tier) and can do (the ranks). */
+        ferry_offload mode = t->engine ? ferry_engine_offload(t->engine) : t->o.offload;
+        train_situation now = {mode, t->o.recompute,
+                               mode == FERRY_OFFLOAD_NVME || (mode == FERRY_OFFLOAD_PARAMS && t->o.nvme_path),
+                               t->world, t->o.batch};
+        snprintf(line, sizeof line, "%s: %s", what, train_last_error_in(&now));
+    } else {
+        snprintf(line, sizeof line, "%s: %s", what, train_last_error());
+    }
     if (t && t->world > 1 && t->agreed_failure) {
         if (t->rank == 0)
             fprintf(stderr, "train_gpt2: %s\n", line);
@@ -746,6 +756,14 @@ typedef struct step_figures {
     int64_t skipped_steps;    /* steps skipped since the start of training */
 } step_figures;
 
+/* What the engine's device memory is called on the progress line and in the
+ * summary: "gpu" on a GPU; "device" on the host backend, whose device is the
+ * machine's own memory standing in for one. */
+static const char *device_word(const trainer *t)
+{
+    return ferry_engine_backend(t->engine) == FERRY_BACKEND_CUDA ? "gpu" : "device";
+}
+
 static void progress_line(trainer *t, const step_figures *f)
 {
     char gpu[32], gpu_peak[32], host[32], host_peak[32], eta[32], mfu[32] = "", scale[64] = "";
@@ -767,11 +785,11 @@ static void progress_line(trainer *t, const step_figures *f)
         snprintf(comm, sizeof comm, ", comm wait %.0f", f->timing.compute_wait_comm_ms);
     }
     char skips[64];
-    printf("step %*lld/%d | loss %7.4f%s%s%s | %7.0f tok/s%s%s | gpu %s (peak %s) | host %s (peak %s) | "
+    printf("step %*lld/%d | loss %7.4f%s%s%s | %7.0f tok/s%s%s | %s %s (peak %s) | host %s (peak %s) | "
            "%.0f ms: compute %.0f, xfer wait %.0f, opt wait %.0f%s | ETA %s\n",
            (int)snprintf(NULL, 0, "%d", t->o.steps), (long long)t->step, t->o.steps, (double)f->loss,
            f->skipped ? " (skipped: inf/nan)" : "", scale, train_skips_describe(&t->skips, skips, sizeof skips),
-           f->tokens_per_s, ranks, mfu, gpu, gpu_peak, host, host_peak, f->step_ms, f->compute_ms,
+           f->tokens_per_s, ranks, mfu, device_word(t), gpu, gpu_peak, host, host_peak, f->step_ms, f->compute_ms,
            f->timing.compute_wait_transfer_ms, f->timing.compute_wait_optimizer_ms, comm, eta);
     fflush(stdout);
 }
@@ -1146,8 +1164,8 @@ static void summary(trainer *t)
         snprintf(ranks, sizeof ranks, ", %.0f per rank of %d", rate / t->world, t->world);
     if (!leader(t))
         return;
-    printf("done: %lld steps, %.0f tokens in %.1f s (%.0f tok/s%s); peak memory: gpu %s, host %s%s\n",
-           (long long)(t->step - t->start_step), t->tokens_done, secs, rate, ranks,
+    printf("done: %lld steps, %.0f tokens in %.1f s (%.0f tok/s%s); peak memory: %s %s, host %s%s\n",
+           (long long)(t->step - t->start_step), t->tokens_done, secs, rate, ranks, device_word(t),
            units_fmt_bytes(dp, sizeof dp, ms.device_total_peak_bytes), units_fmt_bytes(hp, sizeof hp, ms.host_peak_bytes),
            t->world > 1 ? " (rank 0's)" : "");
 }
@@ -1201,8 +1219,8 @@ static int report_stop(const trainer *t, int rc)
 static void keep_what_can_be_kept(trainer *t)
 {
     const train_options *o = &t->o;
-    if (!leader(t) || !t->started_ms)
-        return;
+    if (!leader(t) || !t->started_ms || t->step == t->start_step)
+        return; /* nothing trained in this run: nothing to keep or lose */
     bool whole = t->failed_output && t->world == 1 && o->checkpoint_dir && t->step > t->saved_step &&
                  t->step > 0 && ferry_engine_abandon_step(t->engine) == FERRY_OK;
     if (whole && save(t) == FERRY_OK) {
