@@ -304,7 +304,7 @@ ferry_status engine_nvme_update(ferry_engine *e, const ferry_step_options *o, fl
         if (n->failed == FERRY_OK) {
             n->failed = st;
             snprintf(n->failure, sizeof n->failure, "the step's update could not be queued whole, so the engine "
-                     "stops (the last checkpoint is whole): %s", ferry_last_error());
+                     "stops (checkpoints saved before are whole): %s", ferry_last_error());
             n->failed_gen = gen + 1;
         }
         pthread_mutex_unlock(&n->mu);

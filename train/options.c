@@ -409,6 +409,11 @@ int train_options_check_outputs(const train_options *o)
                 strerror(errno));
         return 2;
     }
+    if (st == FERRY_OK && o->nvme_path && !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "train_gpt2: --nvme-path '%s' is %s; give a folder on a fast disk (it must exist: ferry "
+                        "creates its state file there, not the folder)\n", o->nvme_path, fileio_type_name(sb.st_mode));
+        return 2;
+    }
     if (st == FERRY_OK && o->nvme_path)
         st = fileio_check_output_dir(o->nvme_path, "--nvme-path");
     if (st == FERRY_OK)
