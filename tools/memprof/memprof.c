@@ -197,6 +197,12 @@ static int cmd_report(int argc, char **argv)
     int rc = mp_parse_report_args(argc, argv, &a);
     if (rc)
         return rc == 1 ? 0 : 2;
+    /* The picture's path is checked before any work: a refused one (a
+     * FIFO, a folder, a link to nothing) ends the run with nothing printed. */
+    if (a.svg && fileio_check_output(a.svg, "--svg") != FERRY_OK) {
+        fprintf(stderr, "memprof: %s\n", ferry_last_error());
+        return 2;
+    }
     mp_trace t;
     mp_read(a.path, &t);
     if (t.status != FERRY_OK)
