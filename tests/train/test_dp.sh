@@ -96,9 +96,9 @@ for mode in optimizer params; do
   ok $? "$mode: ... final weights identical"
 done
 # Another count of micro-batches per step, asked for: taken and said.
-run 2 "$train" "${common[@]}" --offload optimizer --grad-accum 2 --steps 4 --resume "$work/optimizer/b" \
+run 2 "$train" "${common[@]}" --offload optimizer --grad-accum 2 --steps 8 --resume "$work/optimizer/b" \
   --eval-every 0 >"$work/out" 2>"$work/err"
-rc=$?; [ $rc -eq 0 ] && grep -q "resuming with changed settings: micro-batches per step 4 (2 ranks x --grad-accum 2) (was 2), --steps 4 (was 6)" "$work/out"
+rc=$?; [ $rc -eq 0 ] && grep -q "resuming with changed settings: micro-batches per step 4 (2 ranks x --grad-accum 2) (was 2), --steps 8 (was 6)" "$work/out"
 ok $? "2 ranks x --grad-accum 2 resuming a 2-micro-batch checkpoint: taken and said (exit $rc): $(grep -m1 resuming "$work/out") $(cat "$work/err")"
 # A count the ranks cannot share, not asked for: refused, saying what to do.
 mkdir -p "$work/three"
