@@ -20,8 +20,6 @@ make_shard "$work/train.bin"
 tiny=(--data "$work/train.bin" --layers 2 --heads 2 --width 64 --vocab 500 --context 256 --backend host --threads 1
       --steps 1 --quiet)
 
-# The advice of a message: what follows its last "; " that names a flag,
-# lowercase words kept; checked for what the situation has done.
 # advised_flags MESSAGE: every --flag it names, one per line.
 advised_flags() { grep -oE -- '--[a-z][a-z0-9-]*' <<<"$1" | sort -u; }
 # known: every flag named is one train_gpt2 --help lists.
