@@ -46,7 +46,7 @@ static train_resume resume_at(int64_t step)
     r.batch = 2, r.seq = 16, r.grad_accum = 1;
     snprintf(r.run, sizeof r.run, "%s", RUN_ID);
     r.settings = (train_settings){1, 1337, FERRY_DTYPE_F32, FERRY_OFFLOAD_OPTIMIZER, 0, 10, 100, 6e-4f, 0.1f, 0.1f,
-                                  0.9f, 0.95f, 1e-8f, 1.0f};
+                                  0.9f, 0.95f, 1e-8f, 1.0f, 0};
     return r;
 }
 
