@@ -3,8 +3,11 @@
 # tokenizer files, the build), tokenizes the King James Bible from Debian's
 # bible-kjv package, trains a small GPT-2 with CPU offload (optimizer state on
 # the host) on the default backend — cuda where a GPU is present, host
-# otherwise — for a few minutes, then prints the memprof summary of the run
-# and a text sample. Environment: FERRY_DEMO_STEPS (default 200).
+# otherwise — for a few minutes (tools/setup/demo_train.sh: its flags, which
+# the README's example progress line is tested against), then prints the
+# memprof summary of the run and a text sample. A run starts anew: the
+# checkpoints and the step log of an earlier one are removed first.
+# Environment: FERRY_DEMO_STEPS (default 200).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bash "$root/tools/setup/setup.sh"
