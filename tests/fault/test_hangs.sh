@@ -174,7 +174,7 @@ if $private_mounts sh -c 'mount -t tmpfs -o size=64k none "$0"' "$work/small" 2>
   ok $? "a trace on a full disk stops the run after $done_steps of 3000 steps (exit $rc): $(tr '\n' ' ' <"$work/err" | head -c 300)"
   got=$(complete <"$work/json"); [[ $got == False* ]]; ok $? "memprof calls that trace cut: $got"
 else
-  echo "# unshare cannot mount a small tmpfs here: the ENOSPC case is not run (the file size limit above is)"
+  no_private_mount "the ENOSPC case is not run (the file size limit above is)"
 fi
 # A run killed with SIGKILL never closed its trace: memprof says it is cut.
 "$train" "${common[@]}" --steps 100000 --trace "$work/killed.trace" --log "$work/killed.jsonl" >/dev/null 2>&1 &

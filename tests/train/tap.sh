@@ -35,6 +35,16 @@ ok() {
   if [ "$1" -eq 0 ]; then echo "ok $n - $text"; else echo "not ok $n - $text"; failed=$((failed + 1)); fi
 }
 finish() { echo "1..$n"; [ "$failed" -eq 0 ]; }
+# no_private_mount WHAT: the cases needing a private mount cannot run: as
+# root that is a failure (root can always mount, so a skip would hide a
+# broken runner, as in a chroot whose "/" is no mount point), else a note.
+no_private_mount() {
+  if [ "$(id -u)" -eq 0 ]; then
+    ok 1 "as root, '$private_mounts' could not mount a tmpfs, so $1"
+  else
+    echo "# unshare cannot mount a tmpfs here (not root): $1"
+  fi
+}
 need() {
   command -v "$1" >/dev/null 2>&1 && return 0
   echo "Bail out! this test runs '$1', which is not installed: install Debian's package $2 (tools/setup/setup.sh does)"

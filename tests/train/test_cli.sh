@@ -98,7 +98,7 @@ if $private_mounts sh -c 'mount -t tmpfs -o ro none "$0"' "$ro" 2>/dev/null; the
   before_work "--trace '$ro/t.trace' cannot be created.*Read-only file system" --trace "$ro/t.trace"
   runner=()
 else
-  echo "# unshare cannot mount a read-only file system here: that case is not run"
+  no_private_mount "the read-only file system cases are not run"
 fi
 if [ "$(id -u)" -ne 0 ]; then
   mkdir -p "$work/locked" && chmod 555 "$work/locked"

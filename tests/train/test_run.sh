@@ -101,7 +101,7 @@ if $private_mounts sh -c 'mount -t tmpfs -o size=64k none "$0"' "$work/small" 2>
     ! grep -qE "previous|intact|is whole" "$work/err"
   ok $? "a first save on a full disk says nothing was kept, and no earlier file or checkpoint (exit $rc): $(cat "$work/err")"
 else
-  echo "# unshare cannot mount a small tmpfs here: the full-disk trace cases are not run"
+  no_private_mount "the full-disk trace and save cases are not run"
 fi
 
 # Weights so large that every step's gradients overflow (finite, so taken):

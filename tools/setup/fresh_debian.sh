@@ -17,10 +17,11 @@
 # its CA bundle (/etc/ssl/certs/ca-certificates.crt, installed as a local
 # CA, so a network that inspects TLS is trusted there as here), nothing
 # else; the commands run with an empty environment but for HOME, PATH and
-# the proxy variables. /proc, /sys and /dev are bind-mounted for the run and
-# unmounted whatever happens. Needs root and debootstrap (apt-get install
-# debootstrap). Exit status: the command's, or 1 when the root could not be
-# made (said on stderr).
+# the proxy variables. The root is bind-mounted on itself (so that "/" is a
+# mount point there), /proc, /sys and /dev are bind-mounted into it for the
+# run, and all of it is unmounted whatever happens. Needs root and
+# debootstrap (apt-get install debootstrap). Exit status: the command's, or
+# 1 when the root could not be made (said on stderr).
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 [ $# -ge 1 ] || { sed -n 's/^#   //p' "${BASH_SOURCE[0]}" >&2; exit 2; }
@@ -75,10 +76,16 @@ if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
 fi
 git clone -q --no-hardlinks "$src" "$root/root/ferry"
 
+# The root is a mount point of its own, private, so that inside the chroot
+# "/" is one, as on a machine (`unshare -m`, which the tests' full-disk
+# cases use, makes "/" private and fails in a chroot whose root is not);
+# /proc, /sys and /dev are bound below it and go with it at the end.
+mount --bind "$root" "$root"
+mounted+=("$root")
+mount --make-private "$root"
 for fs in proc sys dev; do
   mkdir -p "$root/$fs"
   mount --rbind "/$fs" "$root/$fs"
-  mounted+=("$root/$fs")
   mount --make-rslave "$root/$fs"
 done
 
