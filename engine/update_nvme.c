@@ -309,7 +309,7 @@ static ferry_status hand_over(engine_update *u, const ferry_step_options *o, flo
         if (n->failed == FERRY_OK) {
             n->failed = st;
             snprintf(n->failure, sizeof n->failure, "the step's update could not be queued whole, so the engine "
-                     "stops (the last checkpoint is whole): %s", ferry_last_error());
+                     "stops (checkpoints saved before are whole): %s", ferry_last_error());
             n->failed_gen = gen + 1;
         }
         pthread_mutex_unlock(&n->mu);

@@ -899,7 +899,7 @@ static bool pause_again(nvme_store *s)
     if (++s->refusals > NVME_EAGAIN_TRIES) {
         fail(s, FERRY_ERR_IO,
              "I/O on the state file '%s' was refused %d times in a row with nothing in flight (EAGAIN: the kernel "
-             "had no memory for the requests); the run cannot go on, and the last checkpoint is whole",
+             "had no memory for the requests); the run cannot go on, and checkpoints saved before are whole",
              s->path, NVME_EAGAIN_TRIES);
         s->qlen = 0;
         s->prepared = 0;
@@ -925,13 +925,13 @@ static void io_failed(nvme_store *s, const nvme_io *io, int err)
     if (io->write && (err == ENOSPC || err == EDQUOT))
         fail(s, FERRY_ERR_IO,
              "writing the state file '%s' block %llu (bytes %llu..%llu, '%s' %s): %s: the disk is full; the "
-             "run cannot go on, and the last checkpoint is whole",
+             "run cannot go on, and checkpoints saved before are whole",
              s->path, (unsigned long long)io->block, (unsigned long long)io->start,
              (unsigned long long)(io->start + io->full), r->name, r->array_names[io->array], strerror(err));
     else
         fail(s, FERRY_ERR_IO,
              "%s the state file '%s' block %llu (bytes %llu..%llu, '%s' %s): %s%s; the run cannot go on, and the "
-             "last checkpoint is whole",
+             "checkpoints saved before are whole",
              io->write ? "writing" : "reading", s->path, (unsigned long long)io->block,
              (unsigned long long)io->start, (unsigned long long)(io->start + io->full), r->name,
              r->array_names[io->array], strerror(err), err == EAGAIN ? " again and again" : "");
@@ -965,8 +965,8 @@ static void complete(nvme_store *s, nvme_io *io, int raw)
         long long size = fstat(s->fd, &sb) == 0 ? (long long)sb.st_size : -1;
         fail(s, FERRY_ERR_IO,
              "%s the state file '%s' block %llu (bytes %llu..%llu, '%s' %s) stopped at byte %llu: the file is %lld "
-             "bytes, it was %llu: it was truncated underneath; the run cannot go on, and the last checkpoint is "
-             "whole",
+             "bytes, it was %llu: it was truncated underneath; the run cannot go on, and checkpoints saved "
+             "before are whole",
              "reading", s->path, (unsigned long long)io->block,
              (unsigned long long)io->start, (unsigned long long)(io->start + io->full), r->name,
              r->array_names[io->array], (unsigned long long)io->off, size, (unsigned long long)s->file_bytes);
@@ -1184,7 +1184,7 @@ static ferry_status verify_tile(nvme_store *s, nvme_slot *slot)
             st = fail(s, FERRY_ERR_FORMAT,
                       "checksum mismatch in the state file '%s' block %llu (bytes %llu..%llu: '%s' %s, elements "
                       "%zu..%zu): CRC-32C 0x%08x read, 0x%08x written; the disk gave back other bytes than were "
-                      "written, so the state is damaged and the run stops (the last checkpoint is whole)",
+                      "written, so the state is damaged and the run stops (checkpoints saved before are whole)",
                       s->path, (unsigned long long)(r->first_block + idx), (unsigned long long)start,
                       (unsigned long long)(start + len), r->name, r->array_names[a], e0, e1, got, r->crc[idx]);
             pthread_mutex_unlock(&s->mu);
@@ -1283,12 +1283,12 @@ static ferry_status check_file(nvme_store *s)
     if (sb.st_nlink == 0)
         return fail(s, FERRY_ERR_IO,
                     "the state file '%s' was removed while the run used it; the optimizer state in it cannot be "
-                    "trusted, so the run stops (the last checkpoint is whole)",
+                    "trusted, so the run stops (checkpoints saved before are whole)",
                     s->path);
     if ((uint64_t)sb.st_size < s->file_bytes)
         return fail(s, FERRY_ERR_IO,
                     "the state file '%s' was truncated underneath to %lld bytes; it holds %llu, so the run stops "
-                    "(the last checkpoint is whole)",
+                    "(checkpoints saved before are whole)",
                     s->path, (long long)sb.st_size, (unsigned long long)s->file_bytes);
     return FERRY_OK;
 }

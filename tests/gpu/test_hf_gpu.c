@@ -98,6 +98,9 @@ static bool train_and_save(ferry_backend_kind kind, const char *run_dir, const c
     r.step = STEPS;
     r.model = c;
     r.batch = B_, r.seq = T_, r.grad_accum = 1;
+    run_state_new_run(r.run); /* run_state_save refuses a run state without its run and settings */
+    r.settings = (train_settings){1, 1337, (int32_t)ferry_engine_dtype(f.e), (int32_t)ferry_engine_offload(f.e), 0, 0,
+                                  STEPS, 1e-3f, 0.1f, 0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 0};
     if (ok)
         ok = tap_is_status(run_state_save(run_dir, STEPS, f.e, f.m, &r), FERRY_OK, "checkpoint saved in %s", run_dir);
     efix_close(&f);

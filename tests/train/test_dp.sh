@@ -24,6 +24,7 @@ memprof=$3
 work=$(mktemp -d /tmp/ferry-dp-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/tap.sh"
+need pgrep procps # finds the ranks below mpirun
 export OMPI_MCA_btl_vader_single_copy_mechanism=none # no cross-process reads: containers forbid them
 run() { "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x FERRY_COMM_TIMEOUT -np "$@"; }
 export FERRY_COMM_TIMEOUT=${FERRY_COMM_TIMEOUT:-120}
@@ -95,9 +96,9 @@ for mode in optimizer params; do
   ok $? "$mode: ... final weights identical"
 done
 # Another count of micro-batches per step, asked for: taken and said.
-run 2 "$train" "${common[@]}" --offload optimizer --grad-accum 2 --steps 4 --resume "$work/optimizer/b" \
+run 2 "$train" "${common[@]}" --offload optimizer --grad-accum 2 --steps 8 --resume "$work/optimizer/b" \
   --eval-every 0 >"$work/out" 2>"$work/err"
-rc=$?; [ $rc -eq 0 ] && grep -q "resuming with changed settings: micro-batches per step 4 (2 ranks x --grad-accum 2) (was 2), --steps 4 (was 6)" "$work/out"
+rc=$?; [ $rc -eq 0 ] && grep -q "resuming with changed settings: micro-batches per step 4 (2 ranks x --grad-accum 2) (was 2), --steps 8 (was 6)" "$work/out"
 ok $? "2 ranks x --grad-accum 2 resuming a 2-micro-batch checkpoint: taken and said (exit $rc): $(grep -m1 resuming "$work/out") $(cat "$work/err")"
 # A count the ranks cannot share, not asked for: refused, saying what to do.
 mkdir -p "$work/three"
@@ -135,6 +136,7 @@ timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 "
   --offload nvme --nvme-path "$work/nvme" --checkpoint-dir "$work/nvme-ck" >"$work/out" 2>&1
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "the NVMe tier .* trains alone" "$work/out" &&
+  grep -q "or start one process (without mpirun or srun)" "$work/out" && ! grep -q data_parallel "$work/out" &&
   ! grep -q '^step 1/' "$work/out" && [ ! -e "$work/nvme-ck/latest" ]
 ok $? "--offload nvme with 2 ranks is refused before any step (exit $rc): $(grep -m1 -o 'the NVMe tier.*' "$work/out" | head -c 250)"
 

@@ -39,6 +39,33 @@ for run in "nvme:--offload nvme" "nvme-master:--offload nvme --nvme-master" "par
 done
 [ -z "$(ls -A "$work/disk")" ]; ok $? "no state file is left in the folder: $(ls "$work/disk")"
 
+# The state file removed under a running run: the run stops naming it, and
+# says what is kept: the last checkpoint and the steps lost after it, or,
+# with none saved, that nothing was saved and how many steps are lost;
+# never a checkpoint that does not exist.
+for every in 5 0; do
+  mkdir -p "$work/gone$every"
+  "$train" "${common[@]}" --offload nvme "${disk[@]/$work\/disk/$work/gone$every}" --steps 100000 \
+    --checkpoint-dir "$work/gone$every-ck" --checkpoint-every $every --log "$work/gone$every.jsonl" \
+    >"$work/out" 2>"$work/err" &
+  pid=$!
+  for _ in $(seq 600); do [ "$(grep -c '"kind":"step"' "$work/gone$every.jsonl" 2>/dev/null)" -ge 7 ] && break; sleep 0.1; done
+  rm -f "$work/gone$every"/*
+  for _ in $(seq 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+  kill -9 $pid 2>/dev/null; wait $pid; rc=$?
+  steps=$(grep -c '"kind":"step"' "$work/gone$every.jsonl")
+  if [ $every -gt 0 ]; then
+    last=$(( steps / every * every )); lost=$(( steps - last ))
+    grep -q "the last checkpoint is step $last, $work/gone$every-ck/step_$(printf %08d $last); the $lost step" "$work/err"
+  else
+    grep -q "nothing was saved (no checkpoint had been written yet): the $steps steps trained are lost" "$work/err"
+  fi
+  found=$?
+  [ $rc -eq 1 ] && [ $found -eq 0 ] && grep -q "was removed while the run used it" "$work/err" &&
+    ! grep -q "the last checkpoint is whole" "$work/err"
+  ok $? "--checkpoint-every $every: the state file removed after $steps steps: stopped, and what is kept said (exit $rc): $(cat "$work/err")"
+done
+
 # Checkpointed at 10 in one mode, resumed in the other.
 for pair in "nvme:optimizer" "optimizer:nvme"; do
   from=${pair%%:*}; to=${pair#*:}

@@ -197,6 +197,12 @@ static int cmd_report(int argc, char **argv)
     int rc = mp_parse_report_args(argc, argv, &a);
     if (rc)
         return rc == 1 ? 0 : 2;
+    /* The picture's path is checked before any work: a refused one (a
+     * FIFO, a folder, a link to nothing) ends the run with nothing printed. */
+    if (a.svg && fileio_check_output(a.svg, "--svg") != FERRY_OK) {
+        fprintf(stderr, "memprof: %s\n", ferry_last_error());
+        return 2;
+    }
     mp_trace t;
     mp_read(a.path, &t);
     if (t.status != FERRY_OK)
@@ -511,13 +517,25 @@ static int plan_auto(mp_plan_args *a, const gpt2_config *c, int *max_b)
     ferry_status st = gpt2_plan_auto_max_batch(&rq, a->nvme_path ? &tier : NULL, a->gpu_mem, a->host_mem, max_b, NULL);
     if (st == FERRY_OK)
         st = gpt2_plan_auto(&rq, a->nvme_path ? &tier : NULL, a->gpu_mem, a->host_mem, &r);
-    if (st != FERRY_OK) {
-        fprintf(stderr, "memprof plan: %s", train_last_error());
-        if (st == FERRY_ERR_OUT_OF_MEMORY && *max_b)
-            fprintf(stderr, "; the largest batch that fits (in some mode, with recompute if need be): %d\n", *max_b);
-        else
-            fputc('\n', stderr);
+    if (st != FERRY_OK && st != FERRY_ERR_OUT_OF_MEMORY) {
+        fprintf(stderr, "memprof plan: %s\n", train_last_error());
         return st == FERRY_ERR_INVALID_ARGUMENT ? 2 : 1;
+    }
+    if (st != FERRY_OK) {
+        /* Nothing fits this batch, recompute tried too (auto tries it last):
+         * the advice leaves recompute out, and says which batch does fit. */
+        train_situation tried = {FERRY_OFFLOAD_AUTO, true, false, a->ranks, *max_b > 0 ? a->batch : 1};
+        char why[2048];
+        snprintf(why, sizeof why, "%s", train_last_error_in(&tried));
+        if (*max_b >= a->batch) /* what fits the device alone, short elsewhere at every batch */
+            fprintf(stderr, "memprof plan: batch %d x %d does not fit in any mode: %s\n", a->batch, a->seq, why);
+        else if (*max_b > 0)
+            fprintf(stderr, "memprof plan: batch %d x %d does not fit in any mode: %s; batch %d does (the largest "
+                            "that fits, in some mode, with recompute if need be): give --batch %d\n",
+                    a->batch, a->seq, why, *max_b, *max_b);
+        else
+            fprintf(stderr, "memprof plan: not even batch 1 x %d fits in any mode: %s\n", a->seq, why);
+        return 1;
     }
     a->auto_asked = true;
     snprintf(a->auto_reason, sizeof a->auto_reason, "%s", r.reason);
