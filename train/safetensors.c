@@ -15,7 +15,7 @@
 
 #include "common/error.h"
 #include "common/fileio.h"
-#include "offload/trace.h"
+#include "common/crc32c.h"
 #include "train/tok_map.h"
 
 #define ST_MAX_HEADER (100u << 20) /* the spec's cap on the JSON header */
@@ -558,7 +558,7 @@ ferry_status sft_expect(const sft_file *f, const char *name, ferry_dtype dtype, 
 void sft_data_checksum(const sft_file *f, sft_checksum *out)
 {
     out->bytes = f->map_len - f->data_off;
-    out->crc32c = trace_crc32c(0, (const char *)f->map + f->data_off, (size_t)out->bytes);
+    out->crc32c = crc32c(0, (const char *)f->map + f->data_off, (size_t)out->bytes);
 }
 
 const char *sft_metadata(const sft_file *f, const char *key)
