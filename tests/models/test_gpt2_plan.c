@@ -427,6 +427,62 @@ static void check_cli_card(void)
         tap_diag("  stdout: %s", r.out);
 }
 
+/* --layout and --layout-svg: the JSON layout's buffers checked here on
+ * their own terms (no two alive at once share a byte; the region ends at the
+ * last buffer's end and is the plan's device peak), and the picture draws
+ * each of them, by name, under the budget's line. */
+static void check_cli_layout(void)
+{
+    static const char *const modes[] = {"optimizer", "params", "none"};
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        char args[600], svg_path[300];
+        snprintf(svg_path, sizeof svg_path, "%s/layout-%s.svg", dir, modes[k]);
+        snprintf(args, sizeof args,
+                 "plan --backend host --model d2 --vocab 1024 --context 64 --batch 2 --seq 64 --offload %s "
+                 "--gpu-mem 64MiB --json --layout --layout-svg '%s'", modes[k], svg_path);
+        run r;
+        run_memprof(args, &r);
+        cJSON *j = cJSON_Parse(r.out);
+        const cJSON *bufs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "layout"), "buffers");
+        int n = cJSON_GetArraySize(bufs), overlaps = 0;
+        double end = 0;
+        for (int a = 0; a < n; a++) {
+            const cJSON *x = cJSON_GetArrayItem(bufs, a);
+            double xo = num(x, "offset"), xb = num(x, "bytes"), xs = num(x, "start");
+            double xe = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(x, "end")) ? 1e18 : num(x, "end");
+            end = xo + xb > end ? xo + xb : end;
+            for (int b = a + 1; b < n; b++) {
+                const cJSON *y = cJSON_GetArrayItem(bufs, b);
+                double yo = num(y, "offset"), yb = num(y, "bytes"), ys = num(y, "start");
+                double ye = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(y, "end")) ? 1e18 : num(y, "end");
+                if (xs < ye && ys < xe && xo < yo + yb && yo < xo + xb)
+                    overlaps++;
+            }
+        }
+        TAP_IS_INT(r.status, 0, "plan --offload %s --layout --layout-svg: exit 0", modes[k]);
+        tap_ok(n > 4 && overlaps == 0, "%s: %d buffers, none sharing a byte with one alive at the same time (%d do)",
+               modes[k], n, overlaps);
+        TAP_IS_INT(num(j, "layout.region_bytes"), end, "%s: the region ends at the last buffer's end", modes[k]);
+        TAP_IS_INT(num(j, "layout.region_bytes"), num(j, "device.total_bytes"),
+                   "%s: the region is the plan's device peak", modes[k]);
+        static char svg[1 << 20];
+        slurp(svg_path, svg, sizeof svg);
+        int rects = 0, named = 0;
+        for (const char *q = svg; (q = strstr(q, "<rect class=\"buffer\"")) != NULL; q++)
+            rects++;
+        for (int a = 0; a < n; a++) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(bufs, a), "name");
+            char title[160];
+            snprintf(title, sizeof title, "<title>%s: ", cJSON_IsString(name) ? name->valuestring : "?");
+            named += strstr(svg, title) != NULL;
+        }
+        tap_ok(rects == n && named == n && strstr(svg, ">budget 64.0 MiB</text>"),
+               "%s: the picture draws the %d buffers (%d rectangles, %d titled by name) and the budget's line",
+               modes[k], n, rects, named);
+        cJSON_Delete(j);
+    }
+}
+
 static void check_cli_fit(void)
 {
     gpt2_config c;
@@ -526,6 +582,7 @@ int main(int argc, char **argv)
     check_cli_errors();
     check_cli_fit();
     check_cli_card();
+    check_cli_layout();
 
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

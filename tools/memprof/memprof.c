@@ -406,6 +406,26 @@ static cJSON *layout_json(const plan_layout *l)
     return o;
 }
 
+/* --layout-svg: the picture, titled with the run it is the plan of; 0, or
+ * 1 with the reason on stderr. */
+static int plan_draw_layout(const mp_plan_args *a, const gpt2_config *c, const gpt2_plan *p, const plan_layout *l)
+{
+    char title[256], card[32] = "";
+    if (a->card)
+        snprintf(card, sizeof card, ", a %.0f GiB card", (double)a->card / 1073741824.0);
+    snprintf(title, sizeof title, "%d layers x %d wide (%.1fM parameters): batch %d x seq %d, offload %s%s, %s%s",
+             c->n_layer, c->n_embd, (double)p->num_params / 1e6, a->batch, a->seq,
+             ferry_offload_name(a->offload), a->recompute ? ", recompute" : "", ferry_backend_name(a->backend), card);
+    ferry_status st = mp_write_layout_svg(a->layout_svg, l->e, l->n, l->region, a->gpu_mem, a->card, title);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "memprof plan: %s\n", train_last_error());
+        return 1;
+    }
+    if (!a->json)
+        printf("the device's layout drawn in %s\n", a->layout_svg);
+    return 0;
+}
+
 static void plan_print_json(const mp_plan_args *a, const gpt2_config *c, const gpt2_plan *p, int max_b,
                             const plan_largest *big, const plan_layout *layout)
 {
@@ -572,7 +592,9 @@ static int cmd_plan(int argc, char **argv)
     if (st == FERRY_OK && big.asked)
         st = gpt2_plan_largest_model(&rq, disk, a.gpu_mem, a.host_mem, a.disk, &big.layers, &big.plan);
     plan_layout layout = {0};
-    if (st == FERRY_OK && a.layout)
+    if (st == FERRY_OK && a.layout_svg)
+        st = fileio_check_output(a.layout_svg, "--layout-svg");
+    if (st == FERRY_OK && (a.layout || a.layout_svg))
         st = gpt2_plan_layout(&rq, disk, &layout.e, &layout.n, &layout.region);
     if (st != FERRY_OK) {
         fprintf(stderr, "memprof plan: %s\n", train_last_error());
@@ -582,8 +604,12 @@ static int cmd_plan(int argc, char **argv)
         plan_print_json(&a, &c, &p, max_b, &big, &layout);
     } else {
         plan_print_text(&a, &c, &p, max_b, &big);
-        if (layout.e)
+        if (layout.e && a.layout)
             layout_print_text(&layout);
+    }
+    if (a.layout_svg && (rc = plan_draw_layout(&a, &c, &p, &layout)) != 0) {
+        free(layout.e);
+        return rc;
     }
     free(layout.e);
     bool fits = (!a.gpu_mem || p.device_total <= a.gpu_mem) && (!a.host_mem || p.host_total <= a.host_mem) &&

@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "ferry.h"
+#include "engine/intree.h"
 #include "models/gpt2.h"
 #include "offload/trace.h"
 
@@ -115,6 +116,12 @@ const char *mp_pool_name(int pool); /* "device", "host" */
 
 /* Writes the stacked-area timeline as a standalone SVG file. */
 ferry_status mp_write_svg(const mp_report *r, const char *path, const char *title);
+/* Writes the static plan's device layout as a standalone SVG file
+ * (mp_layout_svg.c): the card's memory as one column, each planned buffer at
+ * its offset, what the budget leaves beside the plan, and what the card
+ * keeps for its own software (budget 0, card 0: not drawn). */
+ferry_status mp_write_layout_svg(const char *path, const engine_layout_entry *e, int n, uint64_t region,
+                                 uint64_t budget, uint64_t card, const char *title);
 
 /* ---- command lines (mp_args.c) ----
  * Each parser returns 0 to go on, 1 after printing --help to stdout, 2 on a
@@ -136,6 +143,7 @@ typedef struct mp_plan_args {
     ferry_dtype dtype;
     bool recompute, json;
     bool layout;                /* --layout: every planned device buffer's offset, size and lifetime */
+    const char *layout_svg;     /* --layout-svg FILE: the layout drawn; NULL = not asked */
     uint64_t gpu_mem, host_mem; /* 0 = not given */
     /* the NVMe tier: --offload nvme, or params with --nvme-path */
     const char *nvme_path;      /* its folder: --disk defaults to the space free there */

@@ -116,7 +116,7 @@ void mp_plan_usage(FILE *f)
           "                    [--recompute] [--prefetch K] [--grad-accum K] [--backend cuda|host|auto]\n"
           "                    [--dtype auto|f32|bf16|f16] [--ranks N]\n"
           "                    [--gpu-mem SIZE | --card SIZE [--card-reserve SIZE]] [--host-mem SIZE]\n"
-          "                    [--json] [--layout] [--nvme-path DIR] [--nvme-master]\n"
+          "                    [--json] [--layout] [--layout-svg FILE] [--nvme-path DIR] [--nvme-master]\n"
           "                    [--nvme-window SIZE] [--nvme-block SIZE] [--disk SIZE]\n"
           "\n"
           "Predicts, without running anything, the peak device and host memory of\n"
@@ -166,6 +166,8 @@ void mp_plan_usage(FILE *f)
           "  --layout        and the device's layout: every buffer of the engine's static memory\n"
           "                  plan (the activations one by one) with its offset in the planned\n"
           "                  region, its size, category and lifetime\n"
+          "  --layout-svg FILE  the layout drawn: the card's memory as one column, each buffer at\n"
+          "                  its offset, coloured by category, beside the budget and the card\n"
           "\n"
           UNITS_SIZE_HELP
           "\n"
@@ -244,7 +246,7 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
                                          "--batch", "--seq", "--offload", "--prefetch", "--backend",
                                          "--gpu-mem", "--host-mem", "--grad-accum", "--dtype", "--nvme-path",
                                          "--nvme-window", "--nvme-block", "--disk", "--card", "--card-reserve",
-                                         "--ranks"};
+                                         "--ranks", "--layout-svg"};
     bool known = false;
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
         known |= !strcmp(f, valued[k]);
@@ -275,6 +277,7 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
     if (!strcmp(f, "--nvme-window")) return plan_io_bytes(f, v, &a->nvme_window);
     if (!strcmp(f, "--nvme-block")) return plan_io_bytes(f, v, &a->nvme_block);
     if (!strcmp(f, "--nvme-path")) { a->nvme_path = v; return 0; }
+    if (!strcmp(f, "--layout-svg")) { a->layout_svg = v; return 0; }
     if (!strcmp(f, "--card")) return plan_bytes(f, v, &a->card);
     if (!strcmp(f, "--card-reserve")) {
         if (units_parse_size_flag(f, v, "nothing reserved", &a->card_reserve) != FERRY_OK)
