@@ -55,7 +55,10 @@ for every in 5 0; do
   kill -9 $pid 2>/dev/null; wait $pid; rc=$?
   steps=$(grep -c '"kind":"step"' "$work/gone$every.jsonl")
   if [ $every -gt 0 ]; then
-    last=$(( steps / every * every )); lost=$(( steps - last ))
+    # The removal may be found while the last step's checkpoint is written:
+    # the last checkpoint is the last folder that was saved whole.
+    last=$(ls -d "$work/gone$every-ck"/step_* 2>/dev/null | tail -1 | sed 's/.*step_0*//'); last=${last:-0}
+    lost=$(( steps - last ))
     grep -q "the last checkpoint is step $last, $work/gone$every-ck/step_$(printf %08d $last); the $lost step" "$work/err"
   else
     grep -q "nothing was saved (no checkpoint had been written yet): the $steps steps trained are lost" "$work/err"
