@@ -186,6 +186,26 @@ static ferry_status resolve_dtype(ferry_engine *e)
     return FERRY_OK;
 }
 
+/* NCCL's communicators and cuBLASLt start before the budget is measured, so
+ * a budget of 0 (what is free) leaves what they take out; each one's share
+ * is measured as it starts. The op set is started again with the planned
+ * workspace at setup (ops_init takes a new workspace on a started backend). */
+static ferry_status start_libraries(ferry_engine *e)
+{
+    engine_ctx *c = &e->ctx;
+    uint64_t free_before = engine_device_free(c->be);
+    ferry_status st = dp_open(e->dp, c);
+    if (st != FERRY_OK)
+        return st;
+    engine_device_share_comm(&e->share, c->be, free_before);
+    free_before = engine_device_free(c->be);
+    if ((st = ops_init(c->be, NULL, 0)) != FERRY_OK)
+        return st;
+    e->ops_started = true;
+    engine_device_share_libraries(&e->share, c->be, free_before);
+    return FERRY_OK;
+}
+
 static ferry_status open_parts(ferry_engine *e)
 {
     engine_ctx *c = &e->ctx;
@@ -199,12 +219,16 @@ static ferry_status open_parts(ferry_engine *e)
         return st;
     if ((st = backend_stream_create(c->be, "compute", &c->compute)) != FERRY_OK ||
         (st = backend_stream_create(c->be, "h2d", &c->h2d)) != FERRY_OK ||
-        (st = backend_stream_create(c->be, "d2h", &c->d2h)) != FERRY_OK || (st = dp_open(e->dp, c)) != FERRY_OK)
+        (st = backend_stream_create(c->be, "d2h", &c->d2h)) != FERRY_OK)
+        return st;
+    if ((st = start_libraries(e)) != FERRY_OK)
         return st;
     if (e->cfg.trace_path && (st = trace_open(e->cfg.trace_path, &c->trace)) != FERRY_OK)
         return err_wrap(st, "opening the memory trace");
     arena_config ac = ARENA_CONFIG_INIT;
     ac.budget_bytes = e->cfg.device_budget_bytes;
+    if (!ac.budget_bytes && (st = engine_device_share_budget(&e->share, c->be, &ac.budget_bytes)) != FERRY_OK)
+        return err_wrap(st, "ferry_engine_create");
     ac.trace = c->trace;
     if ((st = arena_create(c->be, &ac, &c->arena)) != FERRY_OK)
         return st;
@@ -302,6 +326,8 @@ ferry_status ferry_engine_close(ferry_engine *e)
     backend_stream_destroy(c->compute);
     backend_stream_destroy(c->h2d);
     backend_stream_destroy(c->d2h);
+    if (e->ops_started)
+        ops_shutdown(c->be);
     dp_close(e->dp);
     backend_close(c->be);
     free(e);

@@ -53,6 +53,7 @@ struct ferry_engine {
     engine_sched *sched;
     engine_step *step;
     engine_user_allocs user;
+    bool ops_started; /* the op set (cuBLASLt) started at create; shut down at close */
     bool setup_done;
     char describe[1536];
 };

@@ -289,8 +289,8 @@ ferry_status placement_accumulators(const engine_ctx *c, engine_groups *gs, bool
 
 void placement_unplace(engine_placement *pl, const engine_ctx *c, engine_groups *gs)
 {
-    if (pl->ops_ready)
-        ops_shutdown(c->be);
+    if (pl->ops_ready && ops_init(c->be, NULL, 0) != FERRY_OK) /* the workspace goes with the arena */
+        err_clear();
     pl->ops_ready = false;
     engine_static_plan_free(&pl->plan);
     free(pl->wslots);

@@ -38,7 +38,7 @@ typedef struct engine_placement {
     const engine_planned *embedder; /* the embedder's range of the region, or NULL */
     engine_embedder_take *takes;   /* the embedder's live allocations in it, by offset */
     size_t ntakes, cap_takes;
-    bool ops_ready;                /* ops_init done; placement_unplace shuts them down */
+    bool ops_ready;                /* the op set has the planned workspace; placement_unplace takes it back */
 } engine_placement;
 
 /* Bytes per parameter the mode keeps on the device and the host. */
