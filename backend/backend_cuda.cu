@@ -177,7 +177,9 @@ cudaError_t wait_stream(cuda_stream *cs)
 
 /* A wait while collectives are open: the GPU may be waiting for a rank
  * that died, so poll, and let the collectives' check end the wait
- * (backend.comm_poll aborts the communicators, which ends their kernels). */
+ * (backend.comm_poll aborts the communicators, which ends their kernels).
+ * Work that completed after such an abort holds what the aborted
+ * collectives left: the wait returns the failure then too. */
 ferry_status poll_until_done(backend *be, cudaError_t (*query)(void *), void *handle)
 {
     double t0 = comm_now_s();
@@ -186,7 +188,8 @@ ferry_status poll_until_done(backend *be, cudaError_t (*query)(void *), void *ha
         cudaError_t rc = query(handle);
         if (rc != cudaErrorNotReady) {
             CUDA_CHECK(rc);
-            return FERRY_OK;
+            ferry_status (*poll)(backend *, double) = be->comm_poll;
+            return poll ? poll(be, comm_now_s() - t0) : FERRY_OK;
         }
         cudaGetLastError(); /* "not yet" is no error */
         ferry_status (*poll)(backend *, double) = be->comm_poll;

@@ -209,8 +209,10 @@ void comm_world_save_end(void);
  * size up to 2^21 ranks. */
 void comm_ledger_words(double *words);
 /* After that all-reduce, with the summed words: FERRY_OK when every rank's
- * hash is this rank's (x summed to N x mine and x^2 to N x mine^2 for each
- * piece holds only then). Otherwise every rank sees the difference and
+ * hash, as comm_ledger_words gave it, is this rank's (x summed to N x mine
+ * and x^2 to N x mine^2 for each piece holds only then). Call the two in
+ * pairs from one thread, nothing of the ledger's between them but the
+ * all-reduce. Otherwise every rank sees the difference and
  * calls this alike: it gathers the ranks' recent entries (a collective),
  * names the first collective that differs, fails the world with it and
  * returns FERRY_ERR_BACKEND. Collective; calling thread. */

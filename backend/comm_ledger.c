@@ -18,8 +18,9 @@
 static struct {
     pthread_mutex_t lock;
     uint64_t count, hash;
+    uint64_t offered; /* the hash comm_ledger_words gave last: the caller's all-reduce comes after it */
     comm_entry ring[COMM_LEDGER_RING];
-} L = {PTHREAD_MUTEX_INITIALIZER, 0, 0x6c65646765722121ull, {{0}}};
+} L = {PTHREAD_MUTEX_INITIALIZER, 0, 0x6c65646765722121ull, 0, {{0}}};
 
 /* splitmix64's finalizer: every input bit moves every output bit. */
 static uint64_t mix(uint64_t x)
@@ -80,7 +81,7 @@ static const char *op_words(int op)
     return op >= 0 && op < COMM_OP_COUNT ? words[op] : "an unknown collective";
 }
 
-void comm_entry_describe(const comm_entry *e, char *out, size_t cap)
+static void describe(const comm_entry *e, const char *number, char *out, size_t cap)
 {
     char tag[32] = "", root[32] = "";
     if (e->tag >= 0)
@@ -88,11 +89,18 @@ void comm_entry_describe(const comm_entry *e, char *out, size_t cap)
     if (e->root >= 0)
         snprintf(root, sizeof root, " from rank %d", (int)e->root);
     if (e->dtype == 0)
-        snprintf(out, cap, "%s%s of '%s' (collective #%llu: %llu bytes%s)", op_words(e->op), root, e->channel,
-                 (unsigned long long)e->seq, (unsigned long long)e->count, tag);
+        snprintf(out, cap, "%s%s of '%s' (%s%llu bytes%s)", op_words(e->op), root, e->channel, number,
+                 (unsigned long long)e->count, tag);
     else
-        snprintf(out, cap, "%s%s of '%s' (collective #%llu: %llu %s%s)", op_words(e->op), root, e->channel,
-                 (unsigned long long)e->seq, (unsigned long long)e->count, dtype_name((ferry_dtype)e->dtype), tag);
+        snprintf(out, cap, "%s%s of '%s' (%s%llu %s%s)", op_words(e->op), root, e->channel, number,
+                 (unsigned long long)e->count, dtype_name((ferry_dtype)e->dtype), tag);
+}
+
+void comm_entry_describe(const comm_entry *e, char *out, size_t cap)
+{
+    char number[48];
+    snprintf(number, sizeof number, "collective #%llu: ", (unsigned long long)e->seq);
+    describe(e, number, out, cap);
 }
 
 /* ---- comparing the ranks' ledgers ---- */
@@ -101,8 +109,9 @@ static uint64_t piece(uint64_t h, int i) { return (h >> (16 * i)) & 0xffffu; }
 
 void comm_ledger_words(double *words)
 {
-    uint64_t h;
-    comm_ledger_state(NULL, &h);
+    pthread_mutex_lock(&L.lock);
+    uint64_t h = L.offered = L.hash;
+    pthread_mutex_unlock(&L.lock);
     for (int i = 0; i < 4; i++) {
         double x = (double)piece(h, i);
         words[2 * i] = x;
@@ -158,7 +167,7 @@ static void name_groups(const ledger_view *v, int n, uint64_t s, char *out, size
         }
         char what[256];
         if (e)
-            comm_entry_describe(e, what, sizeof what);
+            describe(e, "", what, sizeof what);
         else
             snprintf(what, sizeof what, "nothing more (%llu collectives in all)", (unsigned long long)v[p].count);
         at += (size_t)snprintf(out + at, cap - at, "%srank%s %s issued %s", at ? "; " : "", members > 1 ? "s" : "",
@@ -192,7 +201,7 @@ static void first_difference(const ledger_view *v, int n, char *out, size_t cap)
         if (!fields_equal) {
             char groups[ERR_MESSAGE_MAX - 160];
             name_groups(v, n, s, groups, sizeof groups);
-            snprintf(out, cap, "the first that differs is number %llu: %s", (unsigned long long)s, groups);
+            snprintf(out, cap, "the first that differs is collective #%llu: %s", (unsigned long long)s, groups);
             return;
         }
         break; /* alike here, different before: older than the rings */
@@ -213,11 +222,12 @@ ferry_status comm_ledger_verify(const double *summed)
     pthread_mutex_lock(&L.lock);
     mine.count = L.count;
     mine.hash = L.hash;
+    uint64_t offered = L.offered;
     memcpy(mine.ring, L.ring, sizeof mine.ring);
     pthread_mutex_unlock(&L.lock);
     bool alike = true;
     for (int i = 0; i < 4 && alike; i++) {
-        double x = (double)piece(mine.hash, i);
+        double x = (double)piece(offered, i);
         alike = summed[2 * i] == (double)n * x && summed[2 * i + 1] == (double)n * x * x;
     }
     if (alike)

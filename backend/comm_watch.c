@@ -191,11 +191,14 @@ static void handle_failure(void)
 void comm_watch_failed(void)
 {
     pthread_mutex_lock(&WD.lock);
-    bool running = atomic_load(&WD.running);
-    if (running)
+    bool running = atomic_load(&WD.running), here = running && pthread_equal(pthread_self(), WD.thread);
+    if (running && !here)
         pthread_cond_signal(&WD.cond);
     pthread_mutex_unlock(&WD.lock);
-    if (!running)
+    /* On the watchdog's own thread (it found the failure), or without one:
+     * now, before the failing thread tells the other ranks (which waits for
+     * their answers). */
+    if (!running || here)
         handle_failure();
 }
 
@@ -263,6 +266,10 @@ static bool scan_items(double now, double timeout, char *why, size_t cap, comm_w
     char limit[32], save_limit[32];
     comm_fmt_seconds(timeout, limit, sizeof limit);
     comm_fmt_seconds(save_timeout, save_limit, sizeof save_limit);
+    /* NCCL does not say whom a collective waits for; with two ranks it is the other. */
+    char other_rank[48] = "";
+    if (comm_world_size() == 2)
+        snprintf(other_rank, sizeof other_rank, ", waiting for rank %d", 1 - comm_world_rank());
     bool found = false;
     for (comm_watch_item *it = WD.items, *next; it; it = next) {
         next = it->next;
@@ -293,9 +300,9 @@ static bool scan_items(double now, double timeout, char *why, size_t cap, comm_w
         } else if (age > timeout) {
             if (it->progress)
                 snprintf(why, cap,
-                         "%s has run on the device for %.0f s without completing: a rank died, hangs, or runs "
+                         "%s has run on the device for %.0f s without completing%s: a rank died, hangs, or runs "
                          "another schedule (collectives time out after %s: FERRY_COMM_TIMEOUT)",
-                         it->what, age, limit);
+                         it->what, age, other_rank, limit);
             else
                 snprintf(why, cap,
                          "%s waited %.0f s for rank%s %s without an answer: a rank died, hangs, or runs another "
