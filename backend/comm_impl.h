@@ -56,6 +56,18 @@ typedef struct comm_entry {
 comm_entry comm_ledger_write(const char *channel, comm_op op, int tag, uint64_t count, int dtype, int root);
 /* "an all-reduce of 'gradients' (collective #57: 4096 f32, group 3)" */
 void comm_entry_describe(const comm_entry *e, char *out, size_t cap);
+/* The ledger's hash h with entry e folded in. */
+uint64_t comm_entry_hash(uint64_t h, const comm_entry *e);
+
+/* One rank's ledger as the ranks gather it when their hashes differ. */
+typedef struct comm_ledger_view {
+    uint64_t count, hash;
+    comm_entry ring[COMM_LEDGER_RING];
+} comm_ledger_view;
+/* The first collective that differs across n ranks' views, in words:
+ * "the first that differs is collective #90: ranks 0, 2 issued ...; rank 1
+ * issued ...", or that they differ before the oldest entry kept. */
+void comm_ledger_first_difference(const comm_ledger_view *v, int n, char *out, size_t cap);
 
 /* ---- the watchdog's view (comm_watch.c) ---- */
 

@@ -34,7 +34,7 @@ static uint64_t mix(uint64_t x)
 
 static uint64_t fold(uint64_t h, uint64_t v) { return mix(h ^ mix(v + 0x9e3779b97f4a7c15ull)); }
 
-static uint64_t entry_hash(uint64_t h, const comm_entry *e)
+uint64_t comm_entry_hash(uint64_t h, const comm_entry *e)
 {
     h = fold(h, e->seq);
     h = fold(h, (uint64_t)(uint32_t)e->op | (uint64_t)(uint32_t)e->dtype << 32);
@@ -58,7 +58,7 @@ comm_entry comm_ledger_write(const char *channel, comm_op op, int tag, uint64_t 
     pthread_mutex_lock(&L.lock);
     e.seq = L.count++;
     e.hash_before = L.hash;
-    L.hash = entry_hash(L.hash, &e);
+    L.hash = comm_entry_hash(L.hash, &e);
     L.ring[e.seq % COMM_LEDGER_RING] = e;
     pthread_mutex_unlock(&L.lock);
     return e;
@@ -119,15 +119,9 @@ void comm_ledger_words(double *words)
     }
 }
 
-/* What one rank sends when the ledgers differ. */
-typedef struct ledger_view {
-    uint64_t count, hash;
-    comm_entry ring[COMM_LEDGER_RING];
-} ledger_view;
-
 /* Rank p's entry number s, or NULL when p does not have it (beyond its
  * count, or older than its ring). */
-static const comm_entry *entry_at(const ledger_view *v, uint64_t s)
+static const comm_entry *entry_at(const comm_ledger_view *v, uint64_t s)
 {
     if (s >= v->count || v->count - s > COMM_LEDGER_RING)
         return NULL;
@@ -145,7 +139,7 @@ static bool same_entry(const comm_entry *a, const comm_entry *b)
 
 /* "ranks 0, 2 issued X; rank 1 issued nothing more (57 collectives in
  * all)": the ranks grouped by what they have at number s. */
-static void name_groups(const ledger_view *v, int n, uint64_t s, char *out, size_t cap)
+static void name_groups(const comm_ledger_view *v, int n, uint64_t s, char *out, size_t cap)
 {
     bool *said = calloc((size_t)n, sizeof *said);
     size_t at = 0;
@@ -176,8 +170,7 @@ static void name_groups(const ledger_view *v, int n, uint64_t s, char *out, size
     free(said);
 }
 
-/* The first collective that differs across the ranks' views, in words. */
-static void first_difference(const ledger_view *v, int n, char *out, size_t cap)
+void comm_ledger_first_difference(const comm_ledger_view *v, int n, char *out, size_t cap)
 {
     uint64_t lo = 0, hi = 0;
     for (int p = 0; p < n; p++) {
@@ -218,7 +211,7 @@ ferry_status comm_ledger_verify(const double *summed)
     int n = comm_world_size();
     if (n == 1)
         return FERRY_OK;
-    ledger_view mine;
+    comm_ledger_view mine;
     pthread_mutex_lock(&L.lock);
     mine.count = L.count;
     mine.hash = L.hash;
@@ -233,7 +226,7 @@ ferry_status comm_ledger_verify(const double *summed)
     if (alike)
         return FERRY_OK;
     /* Every rank is here: gather the views and name the difference. */
-    ledger_view *all = calloc((size_t)n, sizeof *all);
+    comm_ledger_view *all = calloc((size_t)n, sizeof *all);
     size_t *at = calloc((size_t)n, sizeof *at), *bytes = calloc((size_t)n, sizeof *bytes);
     ferry_status st = all && at && bytes ? FERRY_OK
                                          : err_set(FERRY_ERR_OUT_OF_MEMORY,
@@ -246,7 +239,7 @@ ferry_status comm_ledger_verify(const double *summed)
         st = comm_world_all_gather_v(&mine, all, at, bytes);
     char diff[ERR_MESSAGE_MAX - 200] = "their recent collectives could not be gathered";
     if (st == FERRY_OK)
-        first_difference(all, n, diff, sizeof diff);
+        comm_ledger_first_difference(all, n, diff, sizeof diff);
     free(all);
     free(at);
     free(bytes);

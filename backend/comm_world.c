@@ -33,7 +33,7 @@
 #define COMM_DEFAULT_TIMEOUT_S 600.0
 #define COMM_DEFAULT_SAVE_TIMEOUT_S 1800.0
 #define COMM_MAX_TIMEOUT_S (7.0 * 24 * 3600)
-#define COMM_ABORT_GRACE_S 5.0
+#define COMM_ABORT_GRACE_S 2.0 /* a live rank's watchdog answers a failure within a tick */
 #define COMM_PROGRESS_EVERY_S 1.0 /* a writer's progress goes out at most this often */
 #define COMM_PROGRESS_SLOTS 4
 #define COMM_PIECE_BYTES ((size_t)1 << 30) /* MPI counts are int: messages go in pieces */
@@ -477,11 +477,14 @@ static void poll_abort(void)
 
 /* Sends this rank's failure to every other rank and waits, a few seconds
  * at most, until each has acknowledged it: a rank that ends at once could
- * have the launcher stop the others before they say why. */
+ * have the launcher stop the others before they say why. The previous
+ * rank, when its heartbeat has stopped, is not waited for. */
 static void tell_others(const char *message)
 {
-    int n = W.info.world_size, me = W.info.rank, k = 0;
+    int n = W.info.world_size, me = W.info.rank, k = 0, silent = -1;
     static int acks[1024];
+    if (comm_world_silence(&silent) <= comm_world_timeout() / 2)
+        silent = -1;
     snprintf(W.abort_message, sizeof W.abort_message, "%s", message);
     MPI_Request *req = calloc((size_t)(2 * n), sizeof *req);
     if (!req)
@@ -492,7 +495,7 @@ static void tell_others(const char *message)
         if (MPI_Isend(W.abort_message, (int)strlen(W.abort_message) + 1, MPI_CHAR, p, TAG_ABORT, W.abort_comm,
                       &req[k]) == MPI_SUCCESS)
             k++;
-        if (MPI_Irecv(&acks[p % 1024], 0, MPI_INT, p, TAG_ACK, W.abort_comm, &req[k]) == MPI_SUCCESS)
+        if (p != silent && MPI_Irecv(&acks[p % 1024], 0, MPI_INT, p, TAG_ACK, W.abort_comm, &req[k]) == MPI_SUCCESS)
             k++;
     }
     double t0 = comm_now_s();

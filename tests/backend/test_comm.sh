@@ -38,6 +38,9 @@ launch() {
   FERRY_COMM_TIMEOUT=${FERRY_COMM_TIMEOUT:-$T} timeout 60 "$mpirun" --allow-run-as-root --oversubscribe \
     --bind-to none -x FERRY_COMM_TIMEOUT -x FERRY_COMM_SAVE_TIMEOUT -x FERRY_SHARE_GPUS "$@" -np "$np" \
     "$prog" "$backend" "$scenario" >"$work/$name" 2>&1
+  local rc=$?
+  date +%s.%N >"$work/$name.end"
+  return $rc
 }
 # The time a rank said WORDS at: "rank R: WORDS 1796417120.670 ..."
 said_at() { sed -n "s/^rank $2: $3 \([0-9.]*\).*/\1/p" "$work/$1" | head -1; }
@@ -72,17 +75,27 @@ ok $good "a rank that reduces group 3 where the others reduce group 2 (same size
 # last one stopping, naming it (and, with a collective in flight, the
 # collective and its age), its waiting thread woken, and exited in time.
 judge() {
-  local name=$1 np=$2 what=$3 last=$(($2 - 1)) bad=0 r stop t w x msg
+  local name=$1 np=$2 what=$3 last=$(($2 - 1)) bad=0 r stop t w x msg why
   stop=$(said_at "$name" $last "stopping at")
   for r in $(seq 0 $((np - 2))); do
     t=$(said_at "$name" $r "failed at")
     w=$(said_at "$name" $r "waker: the waiting thread woke at")
     x=$(said_at "$name" $r "exit at")
+    [ -n "$x" ] || x=$(cat "$work/$name.end") # ended by mpirun once another rank exited: no later than mpirun
     msg=$(grep -m1 "^rank $r: failed at" "$work/$name")
-    within "$t" "$stop" $((T + 10)) && within "$w" "$stop" $((T + 10)) && within "$x" "$stop" $((T + 10)) || bad=1
-    echo "$msg" | grep -Eq "waited [0-9]+ s for rank $last without an answer|rank $last sent no heartbeat for [0-9]+ s|without completing, waiting for rank $last" || bad=1
+    why=""
+    within "$t" "$stop" $((T + 10)) || why+=" failed at $t, not within $T + 10 s of $stop;"
+    within "$w" "$stop" $((T + 10)) || why+=" waiting thread woke at $w;"
+    within "$x" "$stop" $((T + 10)) || why+=" exited at $x;"
+    echo "$msg" | grep -Eq "waited [0-9]+ s for rank $last without an answer|rank $last sent no heartbeat for [0-9]+ s|without completing, waiting for rank $last" ||
+      why+=" rank $last not named;"
     if [ "$what" = collective ]; then
-      echo "$msg" | grep -Eq "collective #[0-9]+: 4096 f32, group 0\).* [0-9.]+ s" || bad=1
+      echo "$msg" | grep -Eq "collective #[0-9]+: 4096 f32, group 0\).* [0-9.]+ s" || why+=" no collective and age;"
+    fi
+    if [ -n "$why" ]; then
+      bad=1
+      echo "# $name, rank $r:$why"
+      grep "^rank $r: " "$work/$name" | tail -4 | sed 's/^/#   /' | cut -c1-300
     fi
   done
   return $bad
