@@ -7,10 +7,13 @@
 # one saved by one process resumes in 2 ranks, continuing exactly; another
 # count of micro-batches per step is taken and said, one the ranks cannot
 # share is refused. Rank 0 alone prints and logs; each rank writes its own
-# memory trace. A rank whose setup fails stops the other with its message;
-# a rank that hangs (SIGSTOP) makes the other fail with the timeout's
-# message; a rank killed outright ends the run: each within a bounded time,
-# never a hang. SIGTERM to one rank stops both at the same point, agreed:
+# memory trace. Three ranks train as one process with --grad-accum 3. The
+# timeouts in force are said at start. A rank whose setup fails stops the
+# other with its message; a rank that hangs (SIGSTOP) makes the other fail
+# within FERRY_COMM_TIMEOUT + 10 s with the watchdog's message, naming it
+# and the collective; a rank killed outright ends the run, and with the
+# launcher's recovery on (the others live on) the watchdog ends the other
+# the same way: each within a bounded time, never a hang. SIGTERM to one rank stops both at the same point, agreed:
 # after the same step; mid-step after the same micro-batch, the cut step
 # dropped on both, the last complete step saved once and resumed exactly;
 # mid-evaluation after the same round; mid-sample after the same token;
@@ -57,8 +60,24 @@ for mode in none optimizer params delayed; do
   ok $? "$mode: saved engine state identical (state.ferry bit for bit but for the run identity: one whole file at any world size)"
 done
 
+# ---- 3 ranks x 1 micro-batch = 1 process x 3 ----
+d=$work/three-ranks
+mkdir -p "$d"
+run 3 "$train" "${common[@]}" --offload optimizer --grad-accum 1 --checkpoint-dir "$d/three" --log "$d/three.jsonl" \
+  >/dev/null 2>"$d/err"
+ok $? "3 ranks trained $(cat "$d/err")"
+"$train" "${common[@]}" --offload optimizer --grad-accum 3 --checkpoint-dir "$d/one" --log "$d/one.jsonl" >/dev/null \
+  2>"$d/err"
+ok $? "1 process with --grad-accum 3 trained $(cat "$d/err")"
+a=$(losses "$d/three.jsonl"); b=$(losses "$d/one.jsonl")
+[ -n "$a" ] && [ "$a" = "$b" ] &&
+  same_weights "$d/three/step_00000006/model.safetensors" "$d/one/step_00000006/model.safetensors"
+ok $? "3 ranks: 6 losses and the saved weights identical to one process with --grad-accum 3 (last loss: ${a##* })"
+
 # ---- what rank 0 alone writes, and what every rank writes ----
 d=$work/optimizer
+grep -q "^data parallel: collectives time out after .* (FERRY_COMM_TIMEOUT=$FERRY_COMM_TIMEOUT), checkpoint saves after 30 min without progress (the default; FERRY_COMM_SAVE_TIMEOUT sets it)$" "$d/two.out"
+ok $? "the timeouts in force are said at start: $(grep -m1 'time out' "$d/two.out")"
 [ "$(grep -c '"kind":"step"' "$d/two.jsonl")" -eq 6 ]; ok $? "the log has each of the 6 steps once (rank 0 writes it)"
 [ "$(grep -c '^step ' "$d/two.out" | tr -d ' ')" -eq 8 ]; ok $? "each progress line is printed once (6 steps, 2 evaluations)"
 grep -q '(.*/rank) | 2 ranks |.*comm wait [0-9]' "$d/two.out"
@@ -173,9 +192,10 @@ start=$SECONDS
 [ -n "$pid" ] && kill -STOP "$pid"
 wait $mp
 rc=$?; took=$((SECONDS - start))
-[ -n "$pid" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -le 60 ] &&
-  grep -Eq "rank 0: training: .* waited [0-9]+ s for rank 1 without an answer" "$work/out"
-ok $? "a rank that hangs fails the other at the timeout with a message naming it (exit $rc in ${took} s): $(grep -m1 'rank 0' "$work/out")"
+[ -n "$pid" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -le 20 ] &&
+  grep -Eq "rank 0: training: .*(waited [0-9]+ s for rank 1 without an answer|rank 1 sent no heartbeat for [0-9]+ s)" "$work/out" &&
+  grep -m1 "rank 0: training" "$work/out" | grep -Eq "collective #[0-9]+.*(waited [0-9]+ s|under way for [0-9.]+ s)"
+ok $? "a rank that hangs fails the other within FERRY_COMM_TIMEOUT + 10 s with a message naming it, the collective and its age (exit $rc in ${took} s): $(grep -m1 'rank 0' "$work/out")"
 
 # SIGTERM to rank 1 alone: every rank stops after the same step, which rank 0 saves.
 timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 "$train" "${common[@]}" --steps 100000 \
@@ -304,4 +324,18 @@ wait $mp
 rc=$?; took=$((SECONDS - start))
 [ -n "$pid" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -le 60 ] && grep -q "rank 1 .*exited on signal 9" "$work/out"
 ok $? "a killed rank ends the run (exit $rc in ${took} s): $(grep -m1 'signal 9' "$work/out")"
+# The same with the launcher's recovery on: nobody ends rank 0 but its own
+# watchdog, which finds rank 1 silent.
+FERRY_COMM_TIMEOUT=10 timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none --mca orte_enable_recovery 1 \
+  -x FERRY_COMM_TIMEOUT -np 2 "$train" "${common[@]}" --steps 100000 --eval-every 0 --log "$work/kill2.jsonl" --quiet \
+  >"$work/out" 2>&1 &
+mp=$!
+pid=$(rank1_pid $mp 3 "$work/kill2.jsonl")
+start=$SECONDS
+[ -n "$pid" ] && kill -KILL "$pid"
+wait $mp
+rc=$?; took=$((SECONDS - start))
+[ -n "$pid" ] && [ $rc -ne 124 ] && [ $took -le 20 ] &&
+  grep -Eq "train_gpt2: rank 0: training: .*(waited [0-9]+ s for rank 1 without an answer|rank 1 sent no heartbeat for [0-9]+ s)" "$work/out"
+ok $? "a killed rank the launcher leaves alone: the other's watchdog ends it within FERRY_COMM_TIMEOUT + 10 s, naming it (in ${took} s): $(grep -m1 'rank 0: training' "$work/out" | cut -c1-300)"
 finish
