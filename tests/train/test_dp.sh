@@ -3,7 +3,8 @@
 # micro-batch each train exactly as one process with --grad-accum 2: the
 # same losses, the same validation loss, the same saved weights and engine
 # state bit for bit (the files differ only in the run identity), in every
-# offload mode. A checkpoint saved by 2 ranks resumes in one process and
+# offload mode, with each rank's OpenBLAS on one thread (as mpirun's
+# default binding leaves a rank) and the process's on two. A checkpoint saved by 2 ranks resumes in one process and
 # one saved by one process resumes in 2 ranks, continuing exactly; another
 # count of micro-batches per step is taken and said, one the ranks cannot
 # share is refused. Rank 0 alone prints and logs; each rank writes its own
@@ -28,7 +29,7 @@ work=$(mktemp -d /tmp/ferry-dp-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/tap.sh"
 export OMPI_MCA_btl_vader_single_copy_mechanism=none # no cross-process reads: containers forbid them
-run() { "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x FERRY_COMM_TIMEOUT -np "$@"; }
+run() { "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x FERRY_COMM_TIMEOUT -x OPENBLAS_NUM_THREADS=1 -np "$@"; }
 export FERRY_COMM_TIMEOUT=${FERRY_COMM_TIMEOUT:-120}
 
 make_shard "$work/train.bin"
@@ -47,8 +48,8 @@ for mode in none optimizer params delayed; do
   run 2 "$train" "${common[@]}" "${flags[@]}" --grad-accum 1 --checkpoint-dir "$d/two" --log "$d/two.jsonl" \
     --trace "$d/two.trace" >"$d/two.out" 2>"$d/err"
   ok $? "$mode: 2 ranks trained $(cat "$d/err")"
-  "$train" "${common[@]}" "${flags[@]}" --grad-accum 2 --checkpoint-dir "$d/one" --log "$d/one.jsonl" \
-    >"$d/one.out" 2>"$d/err"
+  OPENBLAS_NUM_THREADS=2 "$train" "${common[@]}" "${flags[@]}" --grad-accum 2 --checkpoint-dir "$d/one" \
+    --log "$d/one.jsonl" >"$d/one.out" 2>"$d/err"
   ok $? "$mode: 1 process with --grad-accum 2 trained $(cat "$d/err")"
   a=$(losses "$d/two.jsonl"); b=$(losses "$d/one.jsonl")
   [ -n "$a" ] && [ "$a" = "$b" ]; ok $? "$mode: 6 losses identical (last: ${a##* })"
@@ -66,8 +67,8 @@ mkdir -p "$d"
 run 3 "$train" "${common[@]}" --offload optimizer --grad-accum 1 --checkpoint-dir "$d/three" --log "$d/three.jsonl" \
   >/dev/null 2>"$d/err"
 ok $? "3 ranks trained $(cat "$d/err")"
-"$train" "${common[@]}" --offload optimizer --grad-accum 3 --checkpoint-dir "$d/one" --log "$d/one.jsonl" >/dev/null \
-  2>"$d/err"
+OPENBLAS_NUM_THREADS=2 "$train" "${common[@]}" --offload optimizer --grad-accum 3 --checkpoint-dir "$d/one" \
+  --log "$d/one.jsonl" >/dev/null 2>"$d/err"
 ok $? "1 process with --grad-accum 3 trained $(cat "$d/err")"
 a=$(losses "$d/three.jsonl"); b=$(losses "$d/one.jsonl")
 [ -n "$a" ] && [ "$a" = "$b" ] &&
