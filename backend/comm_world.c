@@ -537,31 +537,38 @@ void comm_world_abort(const char *message)
 #endif
 }
 
-ferry_status comm_world_fail_agreed(const char *fmt, ...)
+/* Records this rank's failure and, when `tell` and it is the first, tells
+ * the other ranks. */
+static ferry_status fail_here(bool tell, const char *fmt, va_list ap)
 {
     char line[ERR_MESSAGE_MAX];
+    vsnprintf(line, sizeof line, fmt, ap);
+    bool first = record_failure(line, false);
+#ifdef FERRY_HAVE_MPI
+    if (first && tell && W.mpi && W.info.world_size > 1)
+        tell_others(line);
+#else
+    (void)first, (void)tell;
+#endif
+    return failure_status();
+}
+
+ferry_status comm_world_fail_agreed(const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    ferry_status st = fail_here(false, fmt, ap);
     va_end(ap);
-    record_failure(line, false);
-    return failure_status();
+    return st;
 }
 
 ferry_status comm_world_fail(const char *fmt, ...)
 {
-    char line[ERR_MESSAGE_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    ferry_status st = fail_here(true, fmt, ap);
     va_end(ap);
-    if (!record_failure(line, false))
-        return failure_status();
-#ifdef FERRY_HAVE_MPI
-    if (W.mpi && W.info.world_size > 1)
-        tell_others(line);
-#endif
-    return failure_status();
+    return st;
 }
 
 /* ---- joining ---- */

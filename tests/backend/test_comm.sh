@@ -21,8 +21,7 @@ prog=$2
 mpirun=$3
 work=$(mktemp -d /tmp/ferry-comm-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-n=0; failed=0
-ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi; }
+source "$(dirname "$0")/../train/tap.sh" # ok STATUS TEXT, finish
 export OMPI_MCA_btl_vader_single_copy_mechanism=none # no cross-process reads: containers forbid them
 export T=${FERRY_TEST_COMM_TIMEOUT:-3}
 unset FERRY_COMM_TIMEOUT FERRY_COMM_SAVE_TIMEOUT
@@ -170,5 +169,4 @@ if [ "$backend" = cuda ]; then
   ok $good "3 ranks, the last one's communicator start failing (fault injection): the others stop at once with its message: $(line startfail 0 failed)"
 fi
 
-echo "1..$n"
-[ "$failed" -eq 0 ]
+finish

@@ -184,15 +184,24 @@ rank1_pid() {
     sleep 0.1
   done
 }
-# Rank 1 hangs (stopped): rank 0's collective times out and says so; the launcher ends rank 1.
-FERRY_COMM_TIMEOUT=10 timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x FERRY_COMM_TIMEOUT \
-  -np 2 "$train" "${common[@]}" --steps 100000 --eval-every 0 --log "$work/hang.jsonl" --quiet >"$work/out" 2>&1 &
-mp=$!
-pid=$(rank1_pid $mp 3 "$work/hang.jsonl")
-start=$SECONDS
-[ -n "$pid" ] && kill -STOP "$pid"
-wait $mp
-rc=$?; took=$((SECONDS - start))
+# watched LOG SIGNAL [mpirun flags]: two ranks with FERRY_COMM_TIMEOUT=10,
+# rank 1 sent SIGNAL after 3 steps; sets pid (rank 1's), rc and took (the
+# seconds from the signal to the end), the output in $work/out.
+watched() {
+  local log=$1 sig=$2 mp start
+  shift 2
+  FERRY_COMM_TIMEOUT=10 timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none "$@" \
+    -x FERRY_COMM_TIMEOUT -np 2 "$train" "${common[@]}" --steps 100000 --eval-every 0 --log "$work/$log" --quiet \
+    >"$work/out" 2>&1 &
+  mp=$!
+  pid=$(rank1_pid $mp 3 "$work/$log")
+  start=$SECONDS
+  [ -n "$pid" ] && kill -"$sig" "$pid"
+  wait $mp
+  rc=$?; took=$((SECONDS - start))
+}
+# Rank 1 hangs (stopped): rank 0's watchdog fails it and says so; the launcher ends rank 1.
+watched hang.jsonl STOP
 [ -n "$pid" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -le 20 ] &&
   grep -Eq "rank 0: training: .*(waited [0-9]+ s for rank 1 without an answer|rank 1 sent no heartbeat for [0-9]+ s)" "$work/out" &&
   grep -m1 "rank 0: training" "$work/out" | grep -Eq "collective #[0-9]+.*(waited [0-9]+ s|under way for [0-9.]+ s)"
@@ -315,27 +324,12 @@ if [ -f "$pkg/encoder.json" ]; then
 fi
 
 # Rank 1 is killed: the run ends, the launcher naming the rank.
-timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 "$train" "${common[@]}" --steps 100000 \
-  --eval-every 0 --log "$work/kill.jsonl" --quiet >"$work/out" 2>&1 &
-mp=$!
-pid=$(rank1_pid $mp 3 "$work/kill.jsonl")
-start=$SECONDS
-[ -n "$pid" ] && kill -KILL "$pid"
-wait $mp
-rc=$?; took=$((SECONDS - start))
+watched kill.jsonl KILL
 [ -n "$pid" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -le 60 ] && grep -q "rank 1 .*exited on signal 9" "$work/out"
 ok $? "a killed rank ends the run (exit $rc in ${took} s): $(grep -m1 'signal 9' "$work/out")"
 # The same with the launcher's recovery on: nobody ends rank 0 but its own
 # watchdog, which finds rank 1 silent.
-FERRY_COMM_TIMEOUT=10 timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none --mca orte_enable_recovery 1 \
-  -x FERRY_COMM_TIMEOUT -np 2 "$train" "${common[@]}" --steps 100000 --eval-every 0 --log "$work/kill2.jsonl" --quiet \
-  >"$work/out" 2>&1 &
-mp=$!
-pid=$(rank1_pid $mp 3 "$work/kill2.jsonl")
-start=$SECONDS
-[ -n "$pid" ] && kill -KILL "$pid"
-wait $mp
-rc=$?; took=$((SECONDS - start))
+watched kill2.jsonl KILL --mca orte_enable_recovery 1
 [ -n "$pid" ] && [ $rc -ne 124 ] && [ $took -le 20 ] &&
   grep -Eq "train_gpt2: rank 0: training: .*(waited [0-9]+ s for rank 1 without an answer|rank 1 sent no heartbeat for [0-9]+ s)" "$work/out"
 ok $? "a killed rank the launcher leaves alone: the other's watchdog ends it within FERRY_COMM_TIMEOUT + 10 s, naming it (in ${took} s): $(grep -m1 'rank 0: training' "$work/out" | cut -c1-300)"
