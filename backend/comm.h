@@ -61,7 +61,7 @@ int comm_world_local_size(void);
  * GPU, each planning with the whole card's memory: refused with a sentence
  * unless $FERRY_SHARE_GPUS=1 asks for it (then local rank modulo count).
  * One device each, given by the launcher (CUDA_VISIBLE_DEVICES set per
- * rank, as Slurm's --gpus-per-task=1 does), is device 0 of each; a joined
+ * rank, as Slurm's gpus-per-task option does), is device 0 of each; a joined
  * world refuses it when ranks of one machine were given the same list. */
 ferry_status comm_world_device(int count, int *device);
 

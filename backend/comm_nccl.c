@@ -5,7 +5,9 @@
  * side with ncclCommInitRankConfig, non-blocking (config.blocking = 0), on
  * the GPU of its local rank, and polls it until it is up: bounded by the
  * collective timeout and ended by another rank's failure, so a rank that
- * fails or hangs at start cannot hold the others.
+ * fails or hangs at start cannot hold the others. A collective on the
+ * non-blocking communicator that returns ncclInProgress (NCCL still
+ * enqueueing it, while it connects) is polled the same way.
  *
  * A collective waits on the GPU, where a dead peer would hold it forever.
  * Each is written in the ledger when issued, and two events recorded
@@ -53,7 +55,9 @@ typedef struct nccl_comm {
     int tracks;           /* made, free or in flight */
 } nccl_comm;
 
-/* Every open communicator of the process, for the poll. */
+/* Every open communicator of the process, for the poll; held while a
+ * collective is issued, so that the watchdog's abort (from its own thread)
+ * never frees a communicator under a call. */
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 static backend_comm *open_comms[MAX_OPEN_COMMS];
 
@@ -112,9 +116,11 @@ static ferry_status nccl_poll(backend *be, double waited_s)
 
 /* ---- starting a communicator ---- */
 
-/* Polls a non-blocking start until NCCL says it is done: bounded by the
- * collective timeout, ended by the world's failure. */
-static ferry_status wait_started(backend_comm *c, nccl_comm *n)
+/* Polls a non-blocking communicator until NCCL has done what a call
+ * returned ncclInProgress for (its start; a collective's enqueue while it
+ * connects): bounded by the collective timeout, ended by the world's
+ * failure. `doing` names it: "start", "take an all-reduce of ...". */
+static ferry_status wait_settled(backend_comm *c, nccl_comm *n, const char *doing)
 {
     double t0 = comm_now_s();
     long nap_ns = 100000;
@@ -126,19 +132,19 @@ static ferry_status wait_started(backend_comm *c, nccl_comm *n)
         if (state == ncclSuccess)
             return FERRY_OK;
         if (state != ncclInProgress)
-            return comm_world_fail("starting NCCL communicator '%s' (rank %d of %d) failed: %s (code %d)", c->name,
-                                   c->rank, c->size, ncclGetErrorString(state), (int)state);
+            return comm_world_fail("NCCL communicator '%s' (rank %d of %d) failed to %s: %s (code %d)", c->name,
+                                   c->rank, c->size, doing, ncclGetErrorString(state), (int)state);
         ferry_status st = comm_world_check();
         if (st != FERRY_OK)
-            return err_wrap(st, "starting NCCL communicator '%s'", c->name);
+            return err_wrap(st, "NCCL communicator '%s' waiting to %s", c->name, doing);
         double waited = comm_now_s() - t0, timeout = comm_world_timeout();
         if (waited > timeout) {
             char limit[32];
             comm_fmt_seconds(timeout, limit, sizeof limit);
-            return comm_world_fail("NCCL communicator '%s' (rank %d of %d) did not start in %.0f s: a rank failed "
-                                   "or hangs at start, or cannot reach this one (collectives time out after %s: "
+            return comm_world_fail("NCCL communicator '%s' (rank %d of %d) did not %s in %.0f s: a rank failed or "
+                                   "hangs, or cannot reach this one (collectives time out after %s: "
                                    "FERRY_COMM_TIMEOUT)",
-                                   c->name, c->rank, c->size, waited, limit);
+                                   c->name, c->rank, c->size, doing, waited, limit);
         }
         nanosleep(&(struct timespec){0, nap_ns}, NULL);
         if (nap_ns < 10000000)
@@ -158,7 +164,7 @@ static ferry_status start_comm(backend_comm *c, nccl_comm *n, ncclUniqueId id)
         return comm_world_fail("ncclCommInitRankConfig (rank %d of %d, communicator '%s') failed: %s (code %d)",
                                c->rank, c->size, c->name, ncclGetErrorString(rc), (int)rc);
     }
-    ferry_status st = wait_started(c, n);
+    ferry_status st = wait_settled(c, n, "start");
     if (st != FERRY_OK) {
         ncclCommAbort(n->comm); /* a start under way ends there; NCCL frees it */
         n->comm = NULL;
@@ -320,8 +326,8 @@ typedef enum { NCCL_RS, NCCL_AG, NCCL_AR } nccl_kind;
 
 /* One collective: written in the ledger, between two events the watchdog
  * watches. */
-static ferry_status issue(nccl_kind kind, backend_stream *s, backend_comm *c, const void *send, void *recv,
-                          size_t count, ferry_dtype t)
+static ferry_status issue_locked(nccl_kind kind, backend_stream *s, backend_comm *c, const void *send, void *recv,
+                                 size_t count, ferry_dtype t)
 {
     ferry_status st = ready(c);
     if (st != FERRY_OK)
@@ -329,6 +335,9 @@ static ferry_status issue(nccl_kind kind, backend_stream *s, backend_comm *c, co
     nccl_comm *n = c->impl;
     static const comm_op ops[] = {COMM_OP_REDUCE_SCATTER, COMM_OP_ALL_GATHER, COMM_OP_ALL_REDUCE};
     comm_entry e = comm_ledger_write(c->name, ops[kind], c->tagged ? c->tag : -1, count, t, -1);
+    char what[200], doing[220];
+    comm_entry_describe(&e, what, sizeof what);
+    snprintf(doing, sizeof doing, "take %s", what);
     nccl_track *tr = NULL;
     if ((st = take_track(n, &tr)) != FERRY_OK)
         return st;
@@ -339,11 +348,15 @@ static ferry_status issue(nccl_kind kind, backend_stream *s, backend_comm *c, co
         rc = kind == NCCL_RS   ? ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, n->comm, cs)
              : kind == NCCL_AG ? ncclAllGather(send, recv, count, nccl_type(t), n->comm, cs)
                                : ncclAllReduce(send, recv, count, nccl_type(t), ncclSum, n->comm, cs);
-        if (rc == ncclSuccess)
-            crc = cudaEventRecord(tr->end, cs);
+        /* A non-blocking communicator may still be enqueueing it (while it
+         * connects): the end event goes after it. */
+        if (rc == ncclInProgress && (st = wait_settled(c, n, doing)) != FERRY_OK) {
+            track_release(tr);
+            return st;
+        }
+        if (rc == ncclSuccess || rc == ncclInProgress)
+            rc = ncclSuccess, crc = cudaEventRecord(tr->end, cs);
     }
-    char what[200];
-    comm_entry_describe(&e, what, sizeof what);
     if (crc != cudaSuccess || rc != ncclSuccess) {
         track_release(tr);
         if (crc != cudaSuccess)
@@ -352,6 +365,16 @@ static ferry_status issue(nccl_kind kind, backend_stream *s, backend_comm *c, co
     }
     comm_watch_track(&tr->item, what, n, track_progress, track_release, tr);
     return FERRY_OK;
+}
+
+/* Under open_lock: the watchdog's abort waits for the call to be made. */
+static ferry_status issue(nccl_kind kind, backend_stream *s, backend_comm *c, const void *send, void *recv,
+                          size_t count, ferry_dtype t)
+{
+    pthread_mutex_lock(&open_lock);
+    ferry_status st = issue_locked(kind, s, c, send, recv, count, t);
+    pthread_mutex_unlock(&open_lock);
+    return st;
 }
 
 ferry_status comm_nccl_reduce_scatter(backend_stream *s, backend_comm *c, const void *send, void *recv, size_t count,

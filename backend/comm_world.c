@@ -250,14 +250,14 @@ ferry_status comm_world_device(int count, int *device)
     if (count == 1 && visible && *visible)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "rank %d: CUDA_VISIBLE_DEVICES='%s' is the same for two ranks of this machine, so they "
-                       "would share one GPU, each planning with all its memory: give each rank its own "
-                       "(Slurm: --gpus-per-task=1), or set FERRY_SHARE_GPUS=1 to share it on purpose",
+                       "would share one GPU, each planning with all its memory: give each rank its own (as "
+                       "Slurm's gpus-per-task option does), or set FERRY_SHARE_GPUS=1 to share it on purpose",
                        w.rank, visible);
     return err_set(FERRY_ERR_INVALID_ARGUMENT,
                    "rank %d is local rank %d of %d%s on this machine, which shows %d GPU%s: ranks would share a "
                    "GPU, each planning with all its memory; start at most %d rank%s per machine, give each rank "
-                   "its own GPU (CUDA_VISIBLE_DEVICES per rank; Slurm: --gpus-per-task=1), or set "
-                   "FERRY_SHARE_GPUS=1 to share on purpose",
+                   "its own GPU (CUDA_VISIBLE_DEVICES per rank, as Slurm's gpus-per-task option sets it), or "
+                   "set FERRY_SHARE_GPUS=1 to share on purpose",
                    w.rank, lr, ls, w.local_size > 0 ? "" : " or more", count, count == 1 ? "" : "s", count,
                    count == 1 ? "" : "s");
 }

@@ -34,7 +34,10 @@
  * with the communicator, whose asynchronous error stays ncclInProgress
  * while a thread of its own splits MPI_COMM_WORLD and checks that the ranks
  * agree, then becomes ncclSuccess or the error; a collective on it before
- * then is ncclInvalidUsage. A rank that never starts its side leaves the
+ * then is ncclInvalidUsage. Its first collective returns ncclInProgress, as
+ * NCCL's does while it connects (it is enqueued all the same), and the
+ * asynchronous error says ncclInProgress once more before ncclSuccess, so a
+ * caller must poll as it must on NCCL. A rank that never starts its side leaves the
  * others in progress for ever (the split waits for it), which is what a
  * caller's bounded poll is for; ncclCommAbort then leaves the starting
  * thread to MPI, as a dead peer leaves NCCL's. The program must not run
@@ -80,9 +83,12 @@ struct ncclComm {
     std::string async_message;
     bool quit = false, aborted = false;
     bool busy = false; /* the proxy is inside a collective (in MPI) */
+    int stream_ops = 0; /* collectives whose stream has not finished its part (they hold the communicator) */
     std::thread thread;
     std::atomic<bool> starting{false}; /* a non-blocking start is under way on start_thread */
     std::thread start_thread;
+    bool nonblocking = false, connected = false;
+    std::atomic<int> pending_polls{0}; /* polls that still say ncclInProgress after a call returned it */
 };
 
 namespace cudasim {
@@ -293,6 +299,19 @@ bool overlap(const void *a, size_t an, const void *b, size_t bn)
     return x < y + bn && y < x + an;
 }
 
+/* What an issued collective returns: ncclInProgress for the first of a
+ * non-blocking communicator (NCCL connects then), with one poll of the
+ * asynchronous error still saying so; ncclSuccess otherwise. */
+ncclResult_t first_of_nonblocking(ncclComm *comm)
+{
+    std::lock_guard<std::mutex> g(comm->mu);
+    if (!comm->nonblocking || comm->connected)
+        return ncclSuccess;
+    comm->connected = true;
+    comm->pending_polls = 1;
+    return ncclInProgress;
+}
+
 /* Checks and issues one collective (now, or at the end of the group). */
 ncclResult_t issue(coll kind, const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
                    int root, ncclComm_t comm, cudaStream_t stream)
@@ -339,8 +358,10 @@ ncclResult_t issue(coll kind, const void *send, void *recv, size_t count, ncclDa
     {
         std::lock_guard<std::mutex> g(comm->mu);
         o->meta.seq = comm->issued++;
-        if (comm->proxy)
+        if (comm->proxy) {
             comm->queue.push_back(o);
+            comm->stream_ops++;
+        }
     }
     if (comm->proxy) {
         stream_op so;
@@ -351,16 +372,18 @@ ncclResult_t issue(coll kind, const void *send, void *recv, size_t count, ncclDa
             o->ready = true;
             comm->cv.notify_all();
             comm->cv.wait(g, [&] { return o->done; });
+            comm->stream_ops--;
+            comm->cv.notify_all();
         };
         stream_enqueue(s, std::move(so));
-        return ncclSuccess;
+        return first_of_nonblocking(comm);
     }
     /* No proxy: wait for the stream, then run it here. */
     if (stream_run_sync(s, call, [] {}) != cudaSuccess)
         return refuse(ncclUnhandledCudaError, "%s: the device failed before the collective", call);
     if (comm->async_error.load() == ncclSuccess)
         run_collective(comm, *o);
-    return ncclSuccess;
+    return first_of_nonblocking(comm);
 }
 
 ncclResult_t issue_or_defer(coll kind, const void *send, void *recv, size_t count, ncclDataType_t type,
@@ -557,6 +580,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id
         return ncclSuccess;
     }
     /* Non-blocking: the communicator at once, its start on a thread. */
+    c->nonblocking = true;
     c->async_error = ncclInProgress;
     c->starting = true;
     make_live(c);
@@ -574,6 +598,11 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err)
     if (!comm || !err || !live_comm(comm))
         return refuse(ncclInvalidArgument, "ncclCommGetAsyncError: not a live communicator, or err is NULL");
     *err = (ncclResult_t)comm->async_error.load();
+    int pending = comm->pending_polls.load();
+    while (*err == ncclSuccess && pending > 0 && !comm->pending_polls.compare_exchange_weak(pending, pending - 1)) {
+    }
+    if (*err == ncclSuccess && pending > 0)
+        *err = ncclInProgress;
     return ncclSuccess;
 }
 
@@ -606,7 +635,9 @@ static ncclResult_t end_comm(ncclComm_t comm, bool abort_it)
     if (abort_it) {
         /* Collectives not yet run are dropped (their streams go on); one a
          * peer never joins keeps the proxy in MPI: then the communicator is
-         * left to it, as a dead peer leaves NCCL's. */
+         * left to it, as a dead peer leaves NCCL's. Streams that have not
+         * reached a dropped collective yet will touch the communicator when
+         * they do: it is left to them too. */
         std::unique_lock<std::mutex> g(comm->mu);
         comm->aborted = true;
         for (auto &o : comm->queue)
@@ -614,15 +645,19 @@ static ncclResult_t end_comm(ncclComm_t comm, bool abort_it)
         comm->queue.clear();
         comm->quit = true;
         comm->cv.notify_all();
-        if (comm->busy) {
-            g.unlock();
+        const bool busy = comm->busy, held = comm->stream_ops > 0;
+        g.unlock();
+        if (busy)
             comm->thread.detach();
+        else if (held)
+            stop_proxy(comm);
+        if (busy || held)
             return ncclSuccess;
-        }
     } else {
-        /* Destroy waits for what was issued: the streams reach it, the proxy runs it. */
+        /* Destroy waits for what was issued: the streams reach it, the proxy
+         * runs it, the streams let go of it. */
         std::unique_lock<std::mutex> g(comm->mu);
-        comm->cv.wait(g, [comm] { return comm->queue.empty(); });
+        comm->cv.wait(g, [comm] { return comm->queue.empty() && comm->stream_ops == 0; });
     }
     stop_proxy(comm);
     if (!abort_it)

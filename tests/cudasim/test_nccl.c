@@ -288,12 +288,20 @@ static void configured(void)
     check(async == ncclSuccess, "... whose asynchronous error becomes ncclSuccess (%s, after %d polls)",
           ncclGetErrorString(async), polls);
     float *a = upload(ncclFloat32, 10, rank);
-    is(ncclAllReduce(a, a, 10, ncclFloat32, ncclSum, comm, stream), ncclSuccess, "an all-reduce on it");
+    is(ncclAllReduce(a, a, 10, ncclFloat32, ncclSum, comm, stream), ncclInProgress,
+       "its first all-reduce (NCCL connects meanwhile)");
+    ncclCommGetAsyncError(comm, &async);
+    ncclResult_t after = ncclInternalError;
+    ncclCommGetAsyncError(comm, &after);
+    check(async == ncclInProgress && after == ncclSuccess, "... is in progress for one poll, then done (%s, %s)",
+          ncclGetErrorString(async), ncclGetErrorString(after));
+    is(ncclAllReduce(a, a, 10, ncclFloat32, ncclSum, comm, stream), ncclSuccess, "a second all-reduce on it");
     float *ha = download(a, ncclFloat32, 10);
     float want = 0;
     for (int q = 0; q < nranks; q++)
         want += value(q, 4);
-    check(ha[4] == want, "... sums (%g, want %g)", (double)ha[4], (double)want);
+    want *= (float)nranks; /* summed twice: the first sum went round again */
+    check(ha[4] == want, "... both sum (%g, want %g)", (double)ha[4], (double)want);
     free(ha);
     cudaFree(a);
     is(ncclCommDestroy(comm), ncclSuccess, "... and it is destroyed");
