@@ -43,6 +43,7 @@
 #include "common/units.h"
 #include "engine/intree.h"
 #include "backend/backend.h"
+#include "backend/comm.h"
 #include "backend/ops/ops.h"
 #include "train/hf_checkpoint.h"
 #include "models/gpt2.h"
@@ -1661,9 +1662,13 @@ int main(int argc, char **argv)
                    ferry_backend_name(backend_kind(t.sample_be)));
         if (t.engine && ferry_engine_auto_reason(t.engine)[0]) /* offload auto: what it chose and why */
             printf("%s\n", ferry_engine_auto_reason(t.engine));
-        if (t.world > 1)
+        if (t.world > 1) {
+            char timeouts[400];
+            comm_world_describe_timeouts(timeouts, sizeof timeouts);
             printf("data parallel: %d ranks (%s), %d micro-batches of %d x %d per step, rank r taking the r-th %d\n",
                    t.world, world.launcher, t.world * t.o.grad_accum, t.o.batch, t.o.seq, t.o.grad_accum);
+            printf("data parallel: %s\n", timeouts);
+        }
         printf("model: %d layers, %d heads, %d wide, vocab %d, context %d: %.1fM parameters", t.cfg.n_layer,
                t.cfg.n_head, t.cfg.n_embd, t.cfg.vocab_size, t.cfg.max_seq_len,
                (double)gpt2_num_params(t.model) / 1e6);
