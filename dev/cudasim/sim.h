@@ -29,11 +29,29 @@
 namespace cudasim {
 
 /* ---- settings (environment, read once; tests may override some) ---- */
-enum schedule_kind { SCHED_ASCENDING, SCHED_DESCENDING, SCHED_RANDOM };
+#if defined(CUDASIM_ACCESS_HOOKS) && CUDASIM_ACCESS_HOOKS
+constexpr bool access_hooks = true;
+#else
+constexpr bool access_hooks = false;
+#endif
+/* Thread-serial schedules run each thread until it blocks, in thread order
+ * (ascending, descending) or seeded random order; warp-serial ones run the
+ * lowest (highest) warp with a ready thread until every lane of it waits at
+ * the block barrier or has exited, so one warp can run a whole barrier
+ * interval ahead of the others. */
+enum schedule_kind { SCHED_ASCENDING, SCHED_DESCENDING, SCHED_RANDOM, SCHED_WARP_ASCENDING, SCHED_WARP_DESCENDING };
+/* What the shared-memory access checks do (block.cpp): nothing, bounds only
+ * (every access inside a variable or the dynamic part), or bounds and the
+ * race check (plain accesses of one barrier interval from threads that no
+ * __syncwarp orders). Only where the kernels were compiled with the access
+ * hooks (CUDASIM_ACCESS_HOOKS: every build but ASan's). */
+enum shared_check_kind { SHARED_CHECK_OFF, SHARED_CHECK_BOUNDS, SHARED_CHECK_RACE };
 
 struct sim_settings {
     int arch;                   /* FERRY_CUDASIM_ARCH: 70, 75, 80, 86, 89, 90 */
-    schedule_kind schedule;     /* FERRY_CUDASIM_SCHEDULE: ascending, descending, random[:seed] */
+    schedule_kind schedule;     /* FERRY_CUDASIM_SCHEDULE: ascending, descending, random[:seed],
+                                   warp-ascending, warp-descending */
+    shared_check_kind shared_check; /* FERRY_CUDASIM_SHARED_CHECK: off, bounds, race (default race) */
     uint64_t seed;              /* for random schedules and stream delays */
     int threads;                /* FERRY_CUDASIM_THREADS: OS threads running blocks */
     unsigned delay_us;          /* FERRY_CUDASIM_DELAY_US: max random delay before each stream op */
@@ -43,6 +61,11 @@ struct sim_settings {
     bool quiet;                 /* FERRY_CUDASIM_QUIET=1: no diagnostics on stderr */
 };
 sim_settings &settings();
+/* A schedule's or a shared check's name (as FERRY_CUDASIM_SCHEDULE and
+ * FERRY_CUDASIM_SHARED_CHECK spell them); false for a name not known, or a
+ * check this build cannot make. */
+bool parse_schedule(const char *name, schedule_kind *out);
+bool parse_shared_check(const char *name, shared_check_kind *out);
 
 /* ---- the card (arch.cpp) ---- */
 struct arch_limits {
@@ -124,6 +147,10 @@ struct launch_rec {
 /* Runs a whole grid on the pool; returns false when a block failed (the
  * sticky error is set). Called on the stream's thread. */
 bool run_grid(launch_rec *L);
+/* A kernel's access at byte `off` of the running block's shared memory
+ * (the access hooks call it): bounds, then races, as the settings ask;
+ * stops the thread with the block failed on a violation. */
+void shared_access(size_t off, size_t n, bool write, uintptr_t pc);
 /* The opt-in a kernel was given by cudaFuncSetAttribute (0: none). */
 size_t func_max_dynamic_smem(const void *fn);
 cudaError_t func_set_max_dynamic_smem(const void *fn, int bytes);
