@@ -21,6 +21,12 @@
  *   FERRY_CUDASIM_DELAY_US   up to this many microseconds of seeded random
  *                            delay before each operation of a stream (default 0)
  *   FERRY_CUDASIM_MEMORY     the card's memory, e.g. 24GiB (default: the card's)
+ *   FERRY_CUDASIM_CONTEXT    what the CUDA context takes of it (default 512MiB; an
+ *                            H200's measured 527 MiB with CUDA 13); each cuBLASLt
+ *                            handle takes 2 MiB more, as measured there
+ *   FERRY_CUDASIM_LAUNCH_LOG a file to which each process adds one line per kernel
+ *                            and launch shape: card, kernel, threads a block,
+ *                            dynamic shared memory, __launch_bounds__, launch site
  *   FERRY_CUDASIM_STACK_KIB  a CUDA thread's stack (default 64, 256 under ASan)
  *   FERRY_CUDASIM_NO_DEVICE  1: no driver, as on a machine without a GPU
  *   FERRY_CUDASIM_FAIL       faults to inject (runtime.cpp)
@@ -142,6 +148,11 @@ sim_settings read_settings()
     s.memory_bytes = arch_find(s.arch)->memory_bytes;
     if ((v = getenv("FERRY_CUDASIM_MEMORY")) && *v)
         s.memory_bytes = parse_bytes("FERRY_CUDASIM_MEMORY", v);
+    s.context_bytes = 512ull << 20;
+    if ((v = getenv("FERRY_CUDASIM_CONTEXT")) && *v)
+        s.context_bytes = !strcmp(v, "0") ? 0 : parse_bytes("FERRY_CUDASIM_CONTEXT", v);
+    if ((v = getenv("FERRY_CUDASIM_LAUNCH_LOG")) && *v)
+        s.launch_log = v;
     if ((v = getenv("FERRY_CUDASIM_STACK_KIB")) && *v) {
         long k = atol(v);
         if (k < 16 || k > 65536)

@@ -13,7 +13,14 @@
  * A refused launch sets the launching thread's last error (what
  * cudaGetLastError after <<<...>>> reports) and runs nothing. An accepted one
  * runs in stream order; when it ends, the device buffers' guards are
- * checked. Also the opt-in itself (cudaFuncSetAttribute). */
+ * checked. Also the opt-in itself (cudaFuncSetAttribute), and the launch
+ * log (FERRY_CUDASIM_LAUNCH_LOG): one line per kernel and launch shape a
+ * process accepts, which tools/build/kernel_resources.py joins with each
+ * kernel's registers and shared memory as compiled for each card. */
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +29,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 
 #include "sim.h"
 
@@ -109,6 +117,30 @@ cudaError_t refuse(const launch_site &site, const kernel_info &k, cudaError_t e,
     stat_add(STAT_REFUSALS);
     return fail_msg(e, "launch of %s at %s:%d refused, as an sm_%d card refuses it: %s", k.name ? k.name : site.kernel,
                     site.file, site.line, arch().cc, why);
+}
+
+/* Adds "sm_NN<TAB>kernel<TAB>threads<TAB>dynamic bytes<TAB>launch bounds<TAB>
+ * file:line" to the launch log, once per distinct line in this process; each
+ * line is one write to a file opened for appending, so the processes of a
+ * test run can share it. */
+void log_launch(const launch_site &site, const kernel_info &k, unsigned long long threads, size_t smem)
+{
+    static std::mutex mu;
+    static std::set<std::string> seen;
+    static int fd = -2;
+    char line[768];
+    snprintf(line, sizeof line, "sm_%d\t%s\t%llu\t%zu\t%d\t%s:%d\n", arch().cc, k.name, threads, smem,
+             k.max_threads, site.file, site.line);
+    std::lock_guard<std::mutex> g(mu);
+    if (!seen.insert(line).second)
+        return;
+    if (fd == -2) {
+        fd = open(settings().launch_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0)
+            diag("cannot open the launch log %s: %s", settings().launch_log, strerror(errno));
+    }
+    if (fd >= 0 && write(fd, line, strlen(line)) != (ssize_t)strlen(line))
+        diag("cannot add to the launch log %s: %s", settings().launch_log, strerror(errno));
 }
 
 } // namespace
@@ -209,6 +241,8 @@ void submit_launch(const launch_site &site, const kernel_info &k, dim3 grid, dim
     L->destroy = destroy;
     L->seq = g_seq++;
     stat_add(STAT_LAUNCHES);
+    if (settings().launch_log)
+        log_launch(site, k, threads, smem);
     stream_op op;
     op.what = "a kernel";
     op.always = true; /* so that the payload is freed after a fault too */

@@ -437,7 +437,7 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
         return e;
     if (!free_bytes || !total)
         return fail(cudaErrorInvalidValue);
-    uint64_t used = device_bytes_in_use(nullptr);
+    uint64_t used = device_bytes_in_use(nullptr) + software_bytes();
     *total = settings().memory_bytes;
     *free_bytes = used < *total ? *total - used : 0;
     return cudaSuccess;

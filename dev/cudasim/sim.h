@@ -56,6 +56,8 @@ struct sim_settings {
     int threads;                /* FERRY_CUDASIM_THREADS: OS threads running blocks */
     unsigned delay_us;          /* FERRY_CUDASIM_DELAY_US: max random delay before each stream op */
     uint64_t memory_bytes;      /* FERRY_CUDASIM_MEMORY: the card's memory */
+    uint64_t context_bytes;     /* FERRY_CUDASIM_CONTEXT: what the CUDA context takes of it */
+    const char *launch_log;     /* FERRY_CUDASIM_LAUNCH_LOG: a file to add each kernel's launch shapes to */
     size_t stack_bytes;         /* a fiber's stack */
     bool no_device;             /* FERRY_CUDASIM_NO_DEVICE=1: behave like a machine without a driver */
     bool quiet;                 /* FERRY_CUDASIM_QUIET=1: no diagnostics on stderr */
@@ -132,6 +134,11 @@ uint64_t stat_counter(int which);
 /* An injected fault of a cuBLASLt or NCCL function: its code, or 0. */
 int injected_fault(const char *name);
 uint64_t device_bytes_in_use(uint64_t *peak);
+/* What the card's own software holds outside cudaMalloc: the context (from
+ * the first call) and each live cuBLASLt handle (LIBRARY_HANDLE_BYTES). */
+constexpr uint64_t LIBRARY_HANDLE_BYTES = 2ull << 20;
+void note_library_bytes(int64_t delta);
+uint64_t software_bytes();
 
 /* ---- kernels (block.cpp) ---- */
 struct launch_rec {
