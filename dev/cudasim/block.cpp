@@ -701,9 +701,10 @@ size_t arena_need(size_t static_cap, size_t dyn)
  * written, a red zone of canaries after it, in bounds for the access checks. */
 void place_region(block_state &b, unsigned key, size_t off, size_t bytes, const char *name)
 {
-    arena_poison(b.smem + off, bytes, false);
+    arena_poison(b.smem + off, bytes + CANARY, false);
     memset(b.smem + off, 0xff, bytes); /* uninitialised shared memory reads as NaN */
     memset(b.smem + off + bytes, CANARY_BYTE, CANARY);
+    arena_poison(b.smem + off + bytes, CANARY, true);
     if (access_hooks && settings().shared_check != SHARED_CHECK_OFF)
         std::fill(b.ex->valid.begin() + (ptrdiff_t)off, b.ex->valid.begin() + (ptrdiff_t)(off + bytes), b.serial);
     b.vars.push_back(smem_var{key, off, bytes, name});

@@ -17,8 +17,11 @@
  * log (FERRY_CUDASIM_LAUNCH_LOG): one line per kernel and launch shape a
  * process accepts, which tools/build/kernel_resources.py joins with each
  * kernel's registers and shared memory as compiled for each card. */
+#include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <unistd.h>
 
 #include <stdarg.h>
@@ -119,18 +122,41 @@ cudaError_t refuse(const launch_site &site, const kernel_info &k, cudaError_t e,
                     site.file, site.line, arch().cc, why);
 }
 
+/* The object holding code address `fn` and fn's address in it as its
+ * symbol table has it (less the load base where the object is position
+ * independent): with `nm`, the kernel's exact instantiation. */
+void code_object(const void *fn, std::string *object, unsigned long *address)
+{
+    Dl_info di;
+    *object = "?";
+    *address = (unsigned long)(uintptr_t)fn;
+    if (!dladdr(fn, &di) || !di.dli_fbase)
+        return;
+    if (reinterpret_cast<const ElfW(Ehdr) *>(di.dli_fbase)->e_type == ET_DYN)
+        *address -= (unsigned long)(uintptr_t)di.dli_fbase;
+    char exe[4096];
+    ssize_t n;
+    if (di.dli_fname && strchr(di.dli_fname, '/'))
+        *object = di.dli_fname;
+    else if ((n = readlink("/proc/self/exe", exe, sizeof exe - 1)) > 0)
+        *object = std::string(exe, (size_t)n);
+}
+
 /* Adds "sm_NN<TAB>kernel<TAB>threads<TAB>dynamic bytes<TAB>launch bounds<TAB>
- * file:line" to the launch log, once per distinct line in this process; each
- * line is one write to a file opened for appending, so the processes of a
- * test run can share it. */
+ * file:line<TAB>object<TAB>address" to the launch log, once per distinct line
+ * in this process; each line is one write to a file opened for appending, so
+ * the processes of a test run can share it. */
 void log_launch(const launch_site &site, const kernel_info &k, unsigned long long threads, size_t smem)
 {
     static std::mutex mu;
     static std::set<std::string> seen;
     static int fd = -2;
-    char line[768];
-    snprintf(line, sizeof line, "sm_%d\t%s\t%llu\t%zu\t%d\t%s:%d\n", arch().cc, k.name, threads, smem,
-             k.max_threads, site.file, site.line);
+    std::string object;
+    unsigned long address = 0;
+    code_object(k.fn, &object, &address);
+    char line[4096 + 1024];
+    snprintf(line, sizeof line, "sm_%d\t%s\t%llu\t%zu\t%d\t%s:%d\t%s\t0x%lx\n", arch().cc, k.name, threads, smem,
+             k.max_threads, site.file, site.line, object.c_str(), address);
     std::lock_guard<std::mutex> g(mu);
     if (!seen.insert(line).second)
         return;

@@ -220,7 +220,8 @@ def test_targets(build, tests):
     for t in json.loads(out):
         if t["name"] in tests:
             for c in t["cmd"]:
-                if isinstance(c, str) and c.startswith(build + os.sep):
+                c = os.path.normpath(c) if isinstance(c, str) and os.path.isabs(c) else None
+                if c and c.startswith(build + os.sep):  # a script in the source tree is not a target
                     files.add(os.path.relpath(c, build))
     return sorted(files)
 
