@@ -11,9 +11,7 @@ src=$1
 nvcc=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-n=0
-fails=0
-ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fails=$((fails + 1)); fi; }
+source "$src/tests/train/tap.sh"
 diag() { sed 's/^/# /'; }
 check=$src/tools/build/kernel_resources.py
 
@@ -21,7 +19,7 @@ check=$src/tools/build/kernel_resources.py
   >"$tmp/ptxas.txt" 2>&1
 rc=$?
 ok "$rc" "the planted kernels compile for sm_80 with ptxas -v (exit $rc)"
-[ "$rc" -eq 0 ] || { diag <"$tmp/ptxas.txt"; echo "1..$n"; exit 1; }
+[ "$rc" -eq 0 ] || { diag <"$tmp/ptxas.txt"; finish; exit 1; }
 regs=$(awk '/Compiling entry function .*heavy_kernel/ {h = 1} h && /Used [0-9]+ registers/ {print $5; exit}' "$tmp/ptxas.txt")
 [ "${regs:-0}" -gt 64 ]
 ok $? "heavy_kernel uses more than 64 registers a thread (${regs:-none}), so 1024 threads cannot have them"
@@ -70,5 +68,4 @@ launch other_kernel 32 0 >"$tmp/log4"
 rc=$?
 [ "$rc" -eq 1 ] && grep -q "light_kernel.* was never launched by the test suite" "$tmp/out4"
 ok $? "a kernel the launch log never launched fails: its block size is unknown (exit $rc)"
-echo "1..$n"
-[ "$fails" -eq 0 ]
+finish
