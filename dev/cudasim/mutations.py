@@ -220,8 +220,10 @@ def test_targets(build, tests):
     for t in json.loads(out):
         if t["name"] in tests:
             for c in t["cmd"]:
-                c = os.path.normpath(c) if isinstance(c, str) and os.path.isabs(c) else None
-                if c and c.startswith(build + os.sep):  # a script in the source tree is not a target
+                if not isinstance(c, str) or c.startswith("-") or "/" not in c:
+                    continue  # an option or a word, not a program
+                c = os.path.normpath(c if os.path.isabs(c) else os.path.join(build, c))
+                if c.startswith(build + os.sep):  # a script in the source tree is not a target
                     files.add(os.path.relpath(c, build))
     return sorted(files)
 

@@ -9,10 +9,11 @@
 #    -Dwerror=true (nvcc -Werror=all-warnings) with that nvcc, and builds
 #    libferry.so and libferry.a: every backend/ops/*.cu as one fat binary of
 #    sm_70 and sm_75 machine code plus compute_75 PTX, linked with cuBLASLt.
+#    Its compiles print ptxas's account of each kernel (-Xptxas=-v).
 # 2. Each kernel source (backend/**.cu with a __global__) compiled to machine
-#    code alone (nvcc -cubin, no host compile) with ptxas -v, for sm_70 and
-#    sm_75 by CUDA 11.8 and sm_80, 86, 89 and 90 by the CUDA toolkit on PATH
-#    (13), the compiles run side by side on every core.
+#    code alone (nvcc -cubin, no host compile) with ptxas -v for sm_80, 86,
+#    89 and 90 by the CUDA toolkit on PATH (13), the compiles run side by
+#    side on every core.
 # 3. tools/build/kernel_resources.py joins each kernel's registers, static
 #    shared memory and spills on each card with the launches the test suite
 #    made on the simulated device (its launch log: threads a block, dynamic
@@ -52,13 +53,15 @@ host=$(cat "$cuda/host-compiler")
 # static inline helpers (ours and cuda_bf16.hpp's) no longer come from
 # headers: clang calls each one a .cu does not use an unused function (gcc,
 # which builds with CUDA 12 and 13, does not).
-cuda_args=()
-case $host in clang*) cuda_args=(-Dcuda_args=-Xcompiler=-Wno-unused-function) ;; esac
+# -Xptxas=-v: ptxas's account of each kernel on sm_70 and sm_75, for step 3.
+cuda_args=(-Dcuda_args=-Xptxas=-v)
+case $host in clang*) cuda_args=(-Dcuda_args=-Xcompiler=-Wno-unused-function,-Xptxas=-v) ;; esac
 export CUDA_PATH=$cuda CUDA_HOME=$cuda PATH=$cuda/bin:$PATH
 # A fresh tree each time: ninja does not remake a .cu object when a header
 # it includes changes, and a stale object would hide what CUDA 11.8 refuses.
 rm -rf "$out"
 mkdir -p "$out"
+t_lib=$SECONDS
 meson setup "$out" "$root" --native-file "$cuda/native.ini" -Dcuda=enabled -Dgpu_archs=70,75 -Dnccl=disabled \
   -Dmpi=disabled -Dcudasim=disabled -Dbuildtype=release -Dwerror=true "${cuda_args[@]}" >"$out/setup.log" 2>&1 ||
   { tail -20 "$out/setup.log" >&2; echo "compile_kernels: meson setup with CUDA 11.8 failed (above)" >&2; exit 1; }
@@ -74,7 +77,7 @@ for a in "${archs[@]}"; do
   grep -q "\.sm_$a\.cubin" <<<"$elves" || { echo "compile_kernels: $lib holds no sm_$a machine code" >&2; exit 1; }
 done
 echo "compile_kernels: $(find "$out/backend" -name "*.cu.o" | wc -l) CUDA sources -> $lib ($(stat -c %s "$lib")" \
-  "bytes; sm_70, sm_75, compute_75 PTX), CUDA $(cat "$cuda/.complete"), host $host"
+  "bytes; sm_70, sm_75, compute_75 PTX) in $((SECONDS - t_lib)) s, CUDA $(cat "$cuda/.complete"), host $host"
 
 # 2. Machine code alone, with ptxas's account of each kernel: one job per
 # source and card, all cores busy. backend_cuda.cu's build header is meson's
@@ -82,28 +85,29 @@ echo "compile_kernels: $(find "$out/backend" -name "*.cu.o" | wc -l) CUDA source
 sources=$(cd "$root" && grep -l '__global__' $(git ls-files 'backend/*.cu' 2>/dev/null || find backend -name '*.cu') | sort)
 ptx=$out/ptxas
 mkdir -p "$ptx"
-printf '#pragma once\n#define FERRY_CUDA_ARCHS 70, 75, 80, 86, 89, 90\n#define FERRY_CUDA_LIBDIR ""\n' >"$ptx/ferry_cuda_build.h"
+grep -E '^ptxas info|^    [0-9]+ bytes stack frame' "$out/compile.log" >"$ptx/cuda11.sm_70-75.txt"
+grep -q "for 'sm_70'" "$ptx/cuda11.sm_70-75.txt" ||
+  { echo "compile_kernels: the CUDA 11.8 build printed no ptxas account for sm_70 (-Xptxas=-v)" >&2; exit 1; }
+printf '#pragma once\n#define FERRY_CUDA_ARCHS 80, 86, 89, 90\n#define FERRY_CUDA_LIBDIR ""\n' >"$ptx/ferry_cuda_build.h"
 # cubin ARCH SOURCE: its ptxas -v account in $ptx/NAME.sm_ARCH.txt.
 cubin() {
-  local a=$1 src=$2 nvcc=$nvcc13 extra=()
-  [ "$a" -lt 80 ] && nvcc=$cuda/bin/nvcc extra=(-ccbin "$host" -Wno-deprecated-gpu-targets)
-  local name txt
+  local a=$1 src=$2 name txt
   name=$(basename "$src" .cu)
   txt=$ptx/$name.sm_$a.txt
-  (cd "$root" && "$nvcc" "${extra[@]}" -cubin -arch="sm_$a" -O3 --expt-relaxed-constexpr -std=c++17 \
-    -DFERRY_HAVE_CUDA=1 -I"$ptx" -I. -Iinclude -Xptxas -v "$src" -o "$ptx/$name.sm_$a.cubin") >"$txt" 2>&1 ||
+  (cd "$root" && "$nvcc13" -cubin -arch="sm_$a" -O3 --expt-relaxed-constexpr -std=c++17 -DFERRY_HAVE_CUDA=1 \
+    -I"$ptx" -I. -Iinclude -Xptxas -v "$src" -o "$ptx/$name.sm_$a.cubin") >"$txt" 2>&1 ||
     { echo "compile_kernels: $src does not compile for sm_$a:" >&2; tail -20 "$txt" >&2; return 255; }
 }
 export -f cubin
-export ptx root cuda host nvcc13
+export ptx root nvcc13
 t0=$SECONDS
 for src in $sources; do
-  for a in "${archs[@]}" "${new_archs[@]}"; do echo "$a $src"; done
+  for a in "${new_archs[@]}"; do echo "$a $src"; done
 done | xargs -P "$(nproc)" -n 2 bash -c 'cubin "$@"' _ ||
   { echo "compile_kernels: the per-card compiles failed (above)" >&2; exit 1; }
-echo "compile_kernels: $(echo "$sources" | wc -w) kernel sources x ${#archs[@]} + ${#new_archs[@]} cards" \
-  "(CUDA 11.8: sm_${archs[*]}; $("$nvcc13" --version | sed -n 's/.*release \([0-9.]*\).*/CUDA \1/p'):" \
-  "sm_${new_archs[*]}) compiled in $((SECONDS - t0)) s on $(nproc) cores"
+echo "compile_kernels: $(echo "$sources" | wc -w) kernel sources x ${#new_archs[@]} cards" \
+  "($("$nvcc13" --version | sed -n 's/.*release \([0-9.]*\).*/CUDA \1/p'): sm_${new_archs[*]}) compiled in" \
+  "$((SECONDS - t0)) s on $(nproc) cores"
 
 # 3. Each kernel on each card at the launches the suite made.
 /usr/bin/python3 "$root/tools/build/kernel_resources.py" --launch-log "$launch_log" "$ptx"/*.txt

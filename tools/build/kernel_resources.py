@@ -19,9 +19,10 @@ A kernel instantiation (`k<__nv_bfloat16, 4, 64>`) is held to the largest
 block its launches used on any card, and to the largest dynamic shared
 memory they used on that card; an instantiation the log never launched, to
 those of its kernel's other instantiations. It is on the training step's
-path when a program that runs training steps launched it (train_gpt2, the
-engine's, data parallelism's and the checkpoint's tests on the simulated
-device).
+path on a card when a program that runs training steps launched it on that
+card (train_gpt2, the engine's, data parallelism's and the checkpoint's
+tests on the simulated device: RTX 3090, RTX 4090 and T4 limits): the
+machine code that card runs in training.
 
 Checks, each failure a sentence naming the kernel, the card and the numbers:
   - registers: a warp's registers are allocated in units of 256
@@ -141,7 +142,8 @@ def symbols(obj, cache={}):
 
 def read_launches(path):
     """{key: {"threads", "bounds", "dyn": {arch: bytes}, "sites", "step"}} by kernel name and by
-    instantiation (where the line names its program and address)."""
+    instantiation (where the line names its program and address); "step": the cards on which a
+    training program launched it."""
     out = {}
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -157,13 +159,14 @@ def read_launches(path):
                     keys.append(split_name(sym)[1])
                 step = os.path.basename(parts[6]) in STEP_PROGRAMS
             for key in keys:
-                k = out.setdefault(key, {"threads": 0, "bounds": 0, "dyn": {}, "sites": set(), "step": False})
+                k = out.setdefault(key, {"threads": 0, "bounds": 0, "dyn": {}, "sites": set(), "step": set()})
                 k["threads"] = max(k["threads"], int(threads))
                 k["bounds"] = max(k["bounds"], int(bounds))
                 a = int(arch[3:])
                 k["dyn"][a] = max(k["dyn"].get(a, 0), int(dyn))
                 k["sites"].add(site)
-                k["step"] = k["step"] or step
+                if step:
+                    k["step"].add(a)
     return out
 
 
@@ -181,7 +184,9 @@ def check(res, launches, names, step_names=()):
         row["kernels"] += 1
         where = "%s on sm_%d" % (inst, arch)
         L = launches.get(inst) or launches.get(name)
-        on_step = bool(launches.get(inst, {}).get("step")) or name in step_names
+        on_step = arch in launches.get(inst, {}).get("step", ()) or name in step_names
+        if inst not in launches and L is not None:
+            where += " (not launched itself: held to its kernel's largest launch)"
         if r["spill_st"] or r["spill_ld"]:
             row["spills"] += 1
             said = "%s spills: %d bytes of spill stores and %d of spill loads (%d registers)" % (
@@ -189,7 +194,7 @@ def check(res, launches, names, step_names=()):
             if on_step:
                 fails.append(said + "; it is on the training step's path, which must not spill")
             else:
-                notes.append(said + " (not launched by a training step the suite runs)")
+                notes.append(said + " (not launched on this card by a training step the suite runs)")
         if r["smem"] > STATIC_SMEM:
             fails.append("%s has %d bytes of static shared memory, above the %d a block may have"
                          % (where, r["smem"], STATIC_SMEM))
@@ -212,7 +217,8 @@ def check(res, launches, names, step_names=()):
         dyn = L["dyn"].get(arch, 0)
         total = r["smem"] + dyn
         if total > row["smem"][0]:
-            row["smem"] = (total, "%s, %d static + %d dynamic" % (inst, r["smem"], dyn))
+            row["smem"] = (total, "%s, %d static + %d dynamic%s" % (inst, r["smem"], dyn, "" if inst in launches
+                                                                     else " of its kernel's largest launch"))
         if arch in OPTIN_SMEM and total > OPTIN_SMEM[arch]:
             fails.append("%s has %d bytes of static shared memory and is launched with %d dynamic on that card: %d, "
                          "above the card's %d" % (where, r["smem"], dyn, total, OPTIN_SMEM[arch]))
