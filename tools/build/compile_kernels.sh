@@ -9,7 +9,7 @@
 #    -Dwerror=true (nvcc -Werror=all-warnings) with that nvcc, and builds
 #    libferry.so and libferry.a: every backend/ops/*.cu as one fat binary of
 #    sm_70 and sm_75 machine code plus compute_75 PTX, linked with cuBLASLt.
-#    Its compiles print ptxas's account of each kernel (-Xptxas=-v).
+#    Its compiles print ptxas's account of each kernel (--ptxas-options=-v).
 # 2. Each kernel source (backend/**.cu with a __global__) compiled to machine
 #    code alone (nvcc -cubin, no host compile) with ptxas -v for sm_80, 86,
 #    89 and 90 by the CUDA toolkit on PATH (13), the compiles run side by
@@ -53,9 +53,9 @@ host=$(cat "$cuda/host-compiler")
 # static inline helpers (ours and cuda_bf16.hpp's) no longer come from
 # headers: clang calls each one a .cu does not use an unused function (gcc,
 # which builds with CUDA 12 and 13, does not).
-# -Xptxas=-v: ptxas's account of each kernel on sm_70 and sm_75, for step 3.
-cuda_args=(-Dcuda_args=-Xptxas=-v)
-case $host in clang*) cuda_args=(-Dcuda_args=-Xcompiler=-Wno-unused-function,-Xptxas=-v) ;; esac
+# --ptxas-options=-v: ptxas's account of each kernel on sm_70 and sm_75, for step 3.
+cuda_args=("-Dcuda_args=['--ptxas-options=-v']")
+case $host in clang*) cuda_args=("-Dcuda_args=['-Xcompiler=-Wno-unused-function','--ptxas-options=-v']") ;; esac
 export CUDA_PATH=$cuda CUDA_HOME=$cuda PATH=$cuda/bin:$PATH
 # A fresh tree each time: ninja does not remake a .cu object when a header
 # it includes changes, and a stale object would hide what CUDA 11.8 refuses.
@@ -87,7 +87,7 @@ ptx=$out/ptxas
 mkdir -p "$ptx"
 grep -E '^ptxas info|^    [0-9]+ bytes stack frame' "$out/compile.log" >"$ptx/cuda11.sm_70-75.txt"
 grep -q "for 'sm_70'" "$ptx/cuda11.sm_70-75.txt" ||
-  { echo "compile_kernels: the CUDA 11.8 build printed no ptxas account for sm_70 (-Xptxas=-v)" >&2; exit 1; }
+  { echo "compile_kernels: the CUDA 11.8 build printed no ptxas account for sm_70 (--ptxas-options=-v)" >&2; exit 1; }
 printf '#pragma once\n#define FERRY_CUDA_ARCHS 80, 86, 89, 90\n#define FERRY_CUDA_LIBDIR ""\n' >"$ptx/ferry_cuda_build.h"
 # cubin ARCH SOURCE: its ptxas -v account in $ptx/NAME.sm_ARCH.txt.
 cubin() {
