@@ -115,9 +115,11 @@ __global__ void layernorm_dinp_kernel(T *dinp, const T *dout, const T *inp, cons
 }
 
 /* dweight[c] += sum_r dout[r,c] xhat[r,c]; dbias[c] += sum_r dout[r,c].
- * A block owns 32 columns; 32 x 32 threads stride over rows; fixed tree. */
+ * A block owns 32 columns; 32 x 32 threads stride over rows; fixed tree.
+ * Launched with 1024 threads: __launch_bounds__ keeps ptxas within the
+ * 64 registers a thread such a block may have. */
 template <typename T>
-__global__ void layernorm_dparams_kernel(T *dweight, T *dbias, const T *dout, const T *inp, const float *mean,
+__global__ void __launch_bounds__(1024) layernorm_dparams_kernel(T *dweight, T *dbias, const T *dout, const T *inp, const float *mean,
                                          const float *rstd, int N, int C)
 {
     __shared__ float pw[32][33], pb[32][33];

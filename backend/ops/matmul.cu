@@ -210,8 +210,9 @@ ferry_status gemm_locked(cudaStream_t stream, const gemm_key &key, const void *A
 }
 
 /* dst[c] += sum_r src[r, c]: a block owns 32 columns, its 32 x 32 threads
- * stride over the rows, and a fixed tree adds the 32 partial sums. */
-template <typename T> __global__ void colsum_add_kernel(T *dst, const T *src, int rows, int cols)
+ * stride over the rows, and a fixed tree adds the 32 partial sums. 1024
+ * threads: __launch_bounds__ keeps ptxas within 64 registers a thread. */
+template <typename T> __global__ void __launch_bounds__(1024) colsum_add_kernel(T *dst, const T *src, int rows, int cols)
 {
     __shared__ float part[32][33];
     const int c = blockIdx.x * 32 + threadIdx.x;

@@ -409,6 +409,28 @@ void stop_proxy(ncclComm *c)
         c->thread.join();
 }
 
+/* MPI, initialised here when the program has not (a program using NCCL
+ * alone, as at world size 1, never calls MPI): with every thread allowed to
+ * call it, and finalised at exit, as a launcher expects. */
+bool mpi_ready()
+{
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (inited)
+        return !finalized;
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+        return false;
+    atexit([] {
+        int done = 0;
+        MPI_Finalized(&done);
+        if (!done)
+            MPI_Finalize();
+    });
+    return true;
+}
+
 } // namespace
 } // namespace cudasim
 
@@ -509,11 +531,9 @@ ncclResult_t check_start(const char *call, ncclComm_t *out, int nranks, int rank
     *out = nullptr;
     if (int f = injected_fault(call))
         return (ncclResult_t)f;
-    int inited = 0;
-    MPI_Initialized(&inited);
-    if (!inited)
-        return refuse(ncclInvalidUsage, "%s: MPI is not initialised; the simulated device's NCCL rides on MPI: run "
-                      "the ranks with mpirun and call MPI_Init first", call);
+    if (!mpi_ready())
+        return refuse(ncclInvalidUsage, "%s: MPI is not initialised and could not be: the simulated device's NCCL "
+                      "rides on MPI; run the ranks with mpirun", call);
     if (nranks < 1 || rank < 0 || rank >= nranks)
         return refuse(ncclInvalidArgument, "%s: rank %d of %d", call, rank, nranks);
     return ncclSuccess;

@@ -8,7 +8,9 @@
 # ferry-info, the gpu test suite (the ops, GPT-2 and the engine in fp16 too;
 # data parallelism's collectives through real NCCL at world size 1, with
 # the NCCL it finds on the machine),
-# bench_transfer (pinned H2D/D2H GB/s), the kernel lab (each kernel against
+# compute-sanitizer's four tools over the GPU suite's programs (memcheck,
+# racecheck, synccheck, initcheck: a finding fails its step naming the
+# kernels), bench_transfer (pinned H2D/D2H GB/s), the kernel lab (each kernel against
 # the matmul and copy ceilings; then again in fp16, quick, for the attention
 # tiles Volta and Turing run and the fp16 matmuls), bench_engine
 # on GPT-2 124M in every offload mode, and GPT-2 XL at seq 1024 on a 24 GiB
@@ -20,10 +22,12 @@
 #   tools/gpu/check.sh PACK.tar.xz OUT_DIR        (on the GPU machine, in the tree's root)
 #
 # Time: every step runs under its own `timeout` (the limits below). They sum
-# to 510 s; with 1 s of grace after each of the 24 steps the check ends
-# within 534 s — under 9 minutes — even when every step hits its limit. The
+# to 512 s; with 1 s of grace after each of the 28 steps the check ends
+# within 540 s — 9 minutes — even when every step hits its limit. The
 # script refuses to start if that bound (the limits of the pack's steps plus
-# a second each) is above 540 s.
+# a second each) is above 540 s. The limits were cut to make room for the
+# sanitizer steps where the first run on a GPU (an H200, all 24 steps in
+# 45 s) left room.
 #
 # OUT_DIR gets two files:
 #   results.txt  the key lines and one verdict per step, each printed here
@@ -34,13 +38,17 @@
 # FERRY_CHECK_EXPECT=no-gpu is for the pack test (tests/tools/test_gpu_pack.sh)
 # on a machine without a GPU: there every step that needs a GPU must end with
 # exit 77, the clean "no GPU" answer — not 0 (a silent run on the host), not
-# a crash — and the others must pass. FERRY_CHECK_DIR: where to unpack
-# (default /tmp/ferry-gpu-check).
+# a crash — and the others must pass; a sanitizer step with no
+# compute-sanitizer on such a machine runs its programs bare, each of which
+# must end with 77. FERRY_CHECK_DIR: where to unpack (default
+# /tmp/ferry-gpu-check). FERRY_CHECK_SANITIZER: the compute-sanitizer to use
+# (default: the toolkit's, then PATH's, then Python's nvidia packages').
 set -uo pipefail
 if [ $# -ne 2 ]; then
   echo "usage: tools/gpu/check.sh PACK.tar.xz OUT_DIR" >&2
   exit 2
 fi
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 archive=$(realpath "$1")
 out=$(realpath -m "$2")
 expect=${FERRY_CHECK_EXPECT:-gpu}
@@ -56,13 +64,16 @@ failed=0
 export FERRY_BACKEND=cuda
 
 # Each test's limit, seconds (a test the table does not name gets 30).
-declare -A test_limit=([backend-cuda]=15 [ops-gpu]=25 [ops-gpu-f16]=20 [ops-gpu-xl]=15 [cuda-card]=10
-                       [engine-gpu]=35 [engine-gpu-f16]=25 [hf-gpu]=45 [gpt2-cuda]=20 [gpt2-cuda-f16]=15
-                       [cuda-mlp]=5 [dp-gpu]=15)
+declare -A test_limit=([backend-cuda]=10 [ops-gpu]=15 [ops-gpu-f16]=12 [ops-gpu-xl]=15 [cuda-card]=6
+                       [engine-gpu]=20 [engine-gpu-f16]=15 [hf-gpu]=25 [gpt2-cuda]=12 [gpt2-cuda-f16]=10
+                       [cuda-mlp]=5 [dp-gpu]=10)
 # The other steps' limits. GPT-2 XL gets the most: its setup draws 1.56B
-# values, copies 6.2 GB and pins 23 GiB before its first step.
-declare -A limit=([unpack]=10 [cublas]=10 [nccl]=5 [libraries]=5 [gpu-info]=5 [ferry-info]=5 [transfer]=10
-                  [kernel-lab]=30 [kernel-lab-f16]=10 [memprof-plan]=5 [engine-gpt2]=30 [engine-xl]=140)
+# values, copies 6.2 GB and pins 23 GiB before its first step. The
+# sanitizers slow a program ten- to a hundredfold: each runs the few
+# programs named below.
+declare -A limit=([unpack]=8 [cublas]=6 [nccl]=5 [libraries]=5 [gpu-info]=5 [ferry-info]=5 [transfer]=8
+                  [sanitize-memcheck]=75 [sanitize-racecheck]=40 [sanitize-synccheck]=25 [sanitize-initcheck]=60
+                  [kernel-lab]=20 [kernel-lab-f16]=10 [memprof-plan]=5 [engine-gpt2]=20 [engine-xl]=60)
 
 say() { printf '%s\n' "$*" | tee -a "$results"; }
 
@@ -175,6 +186,79 @@ find_nccl() {
   return 1
 }
 
+# compute-sanitizer: FERRY_CHECK_SANITIZER alone when set; else the
+# toolkit's ($CUDA_HOME, /usr/local/cuda), PATH's, then Python's nvidia
+# packages' (pip's nvidia-cuda-sanitizer-api).
+find_sanitizer() {
+  local c
+  if [ -n "${FERRY_CHECK_SANITIZER:-}" ]; then
+    [ -x "$FERRY_CHECK_SANITIZER" ] && echo "$FERRY_CHECK_SANITIZER"
+    return
+  fi
+  for c in ${CUDA_HOME:+"$CUDA_HOME/bin/compute-sanitizer"} /usr/local/cuda/bin/compute-sanitizer \
+           "$(command -v compute-sanitizer 2>/dev/null)" $(timeout 3 python3 -c '
+import glob, os
+try:
+    import nvidia
+    for r in nvidia.__path__:
+        for p in glob.glob(os.path.join(r, "**", "compute-sanitizer"), recursive=True):
+            if os.path.isfile(p):
+                print(p)
+except Exception:
+    pass
+' 2>/dev/null); do
+    if [ -n "$c" ] && [ -x "$c" ] && [ -f "$c" ]; then
+      echo "$c"
+      return
+    fi
+  done
+}
+
+# The body of a sanitizer step, run in the pack's root: TOOL, then the
+# compute-sanitizer (or "" to run the programs bare, no GPU expected), then
+# one program command line an argument. Each program runs under the tool;
+# a report of the tool (its error summary above 0, or its error exit code)
+# is a finding: "finding:" names the tool, the program and the kernels the
+# report's frames name. Exit 1 on any finding or failure, 77 when every
+# program found no GPU, 0 when all ran clean.
+sanitize_body='
+  tool=$1 san=$2 SANITIZER_KERNELS=$3
+  shift 3
+  found=0 bad=0 nogpu=0 ran=0
+  for cmd in "$@"; do
+    ran=$((ran + 1))
+    out=$(mktemp)
+    if [ -n "$san" ]; then
+      # shellcheck disable=SC2086
+      "$san" --tool "$tool" --error-exitcode 86 --print-limit 200 --log-file "$out.log" env $cmd >"$out" 2>&1
+    else
+      # shellcheck disable=SC2086
+      env $cmd >"$out" 2>&1
+    fi
+    rc=$?
+    [ -f "$out.log" ] && cat "$out.log" >>"$out"
+    errors=$(sed -n "s/.*ERROR SUMMARY: \([0-9][0-9]*\) error.*/\1/p" "$out" | tail -1)
+    hazards=$(sed -n "s/.*RACECHECK SUMMARY: \([0-9][0-9]*\) hazard.*/\1/p" "$out" | tail -1)
+    kernels=$(python3 "$SANITIZER_KERNELS" "$out" 2>/dev/null)
+    if [ "$rc" -eq 77 ] && [ "${errors:-0}" = 0 ]; then
+      nogpu=$((nogpu + 1))
+      echo "no GPU: $cmd (exit 77)"
+    elif [ "$rc" -eq 86 ] || [ "${errors:-0}" != 0 ] || [ "${hazards:-0}" != 0 ]; then
+      found=$((found + 1))
+      echo "finding: $tool: ${errors:-?} error(s)${hazards:+, $hazards hazard(s)} in ${kernels:-a kernel the report does not name} ($cmd)"
+    elif [ "$rc" -ne 0 ]; then
+      bad=$((bad + 1))
+      echo "failed: $cmd exits $rc under $tool (see steps.log)"
+    else
+      echo "clean: $tool, ${errors:-0} errors: $cmd"
+    fi
+    cat "$out"
+    rm -f "$out" "$out.log"
+  done
+  [ $((found + bad)) -gt 0 ] && exit 1
+  [ "$nogpu" -eq "$ran" ] && exit 77
+  exit 0'
+
 tests_total() {
   local t=0 name rest
   while IFS=$'\t' read -r name rest; do t=$((t + ${test_limit[$name]:-30})); done <"$pack/tests.txt"
@@ -253,6 +337,36 @@ while IFS=$'\t' read -r name _timeout gpu cmd; do
   # shellcheck disable=SC2086 # the command's words are plain (pack.sh wrote them)
   step "$name" "${test_limit[$name]:-30}" "$gpu" '^(not ok|Bail out|1\.\.0 # SKIP|# .*(loss|device peak))' env $cmd
 done <"$pack/tests.txt"
+
+# compute-sanitizer over the GPU suite's programs: memcheck (out of bounds,
+# misaligned, leaks) on the ops, GPT-2 and the engine; racecheck and
+# synccheck (shared-memory hazards, barrier misuse) on the ops in both
+# 16-bit types; initcheck (reads of device memory never written) on the ops
+# and the engine. A finding fails the step and names the kernels.
+sanitizer=$(find_sanitizer)
+if [ -n "$sanitizer" ]; then
+  say "  sanitizer | $sanitizer"
+elif [ "$expect" = no-gpu ]; then
+  say "  sanitizer | compute-sanitizer is not on this machine: the sanitizer steps run their programs bare (no GPU here)"
+else
+  say "  sanitizer | compute-sanitizer is nowhere on this machine (\$CUDA_HOME, /usr/local/cuda, PATH, Python's nvidia" \
+    "packages): install the CUDA toolkit's, or pip install nvidia-cuda-sanitizer-api-cu13, or point" \
+    "FERRY_CHECK_SANITIZER at it; the sanitizer steps fail"
+fi
+declare -A sanitize_runs=(
+  [memcheck]="bin/test_ops_gpu bf16|bin/test_gpt2_backends|bin/test_engine_gpu cuda"
+  [racecheck]="bin/test_ops_gpu bf16|bin/test_ops_gpu f16"
+  [synccheck]="bin/test_ops_gpu bf16|bin/test_ops_gpu f16"
+  [initcheck]="bin/test_ops_gpu bf16|bin/test_engine_gpu cuda")
+for tool in memcheck racecheck synccheck initcheck; do
+  IFS='|' read -r -a runs <<<"${sanitize_runs[$tool]}"
+  if [ -z "$sanitizer" ] && [ "$expect" != no-gpu ]; then
+    judge "sanitize-$tool" 1 1 0 "${limit[sanitize-$tool]}"
+    continue
+  fi
+  step "sanitize-$tool" "${limit[sanitize-$tool]}" 1 '^(finding|failed|clean|no GPU):' \
+    bash -c "$sanitize_body" sanitize "$tool" "$sanitizer" "$here/sanitizer_kernels.py" "${runs[@]}"
+done
 
 step transfer "${limit[transfer]}" 1 '.' bin/bench_transfer
 step kernel-lab "${limit[kernel-lab]}" 1 '^(kernel|ceilings|check .*FAIL|time |PASS|FAIL)' bin/kernel_lab
