@@ -178,8 +178,8 @@ MUTATIONS = [
     # NCCL misuse.
     ("nccl-count", "NCCL misuse: the all-gather asked for one element more a rank than its buffers hold",
      "backend/comm_nccl.c",
-     "    NCCL_TRY(ncclAllGather(send, recv, count, nccl_type(t),",
-     "    NCCL_TRY(ncclAllGather(send, recv, count + 1, nccl_type(t),",
+     "             : kind == NCCL_AG ? ncclAllGather(send, recv, count, nccl_type(t), n->comm, cs)",
+     "             : kind == NCCL_AG ? ncclAllGather(send, recv, count + 1, nccl_type(t), n->comm, cs)",
      ["engine-dp-sim-2-bf16", "dp-gpu-sim"], True),
     # An out-of-bounds read of a tail.
     ("tail-read-layernorm", "an out-of-bounds read of a row's tail: layernorm's mean reads one element past "

@@ -18,12 +18,17 @@
  * fragment, so the matrix can tell the two apart. --fragment runs the one
  * case where they did (GPT-2's vocabulary, d4, T=256, optimizer, recompute,
  * f32, a 400 MiB budget: 256 MiB chunks leave the activations no room).
- *   test_plan_matrix [d2,d4,...] [--seqs 64,256] [--dtypes f32,bf16,f16] [--undeclared] [--fragment] */
+ * --xl runs the cuda backend (the simulated device, where this program is
+ * built against it) at GPT-2 XL's widths (1600 wide, 25 heads; two layers,
+ * so a step fits a CPU), in bf16 and f16, at the middle budget above (a
+ * simulated step at that width takes seconds).
+ *   test_plan_matrix [d2,d4,...] [--seqs 64,256] [--dtypes f32,bf16,f16] [--undeclared] [--fragment] [--xl] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "common/error.h"
 #include "engine/intree.h"
 #include "models/gpt2.h"
@@ -37,6 +42,7 @@
 static char nvme_dir[] = "/tmp/ferry-plan-matrix-XXXXXX";
 static bool undeclared;
 static int failures_oom;
+static ferry_backend_kind kind = FERRY_BACKEND_HOST;
 
 /* One run: setup with budget, activations, one step. *peak and *host the
  * engine's high-water marks. */
@@ -48,7 +54,7 @@ static ferry_status run(const gpt2_config *c, ferry_offload mode, bool recompute
     gpt2_activations *act = NULL;
     int32_t *tok = malloc((size_t)B * T * sizeof *tok), *tgt = malloc((size_t)B * T * sizeof *tgt);
     ferry_engine_config ec = FERRY_ENGINE_CONFIG_INIT;
-    ec.backend = FERRY_BACKEND_HOST;
+    ec.backend = kind;
     ec.dtype = dtype;
     ec.offload = mode;
     ec.device_budget_bytes = budget;
@@ -105,7 +111,7 @@ static void one_case(const char *model, const gpt2_config *c, ferry_offload mode
     snprintf(what, sizeof what, "%s T=%d %s%s %s, budget %d (%.2f MiB)", model, T, ferry_offload_name(mode),
              recompute ? " recompute" : "", dtype_name(dtype), k, (double)budget / (1 << 20));
     gpt2_plan_request rq = {.cfg = c, .batch = 1, .seq = T, .offload = mode, .recompute = recompute,
-                            .prefetch_groups = 2, .micro_batches = 1, .backend = FERRY_BACKEND_HOST, .dtype = dtype,
+                            .prefetch_groups = 2, .micro_batches = 1, .backend = kind, .dtype = dtype,
                             .ranks = 1, .device_budget = budget};
     gpt2_plan_disk disk = {false, 1 << 20, 0};
     int maxB = 0;
@@ -150,21 +156,41 @@ static int parse_list(const char *arg, const char *const *names, int n, bool *on
 
 int main(int argc, char **argv)
 {
-    static const char *const model_names[] = {"d2", "d4", "d12"};
-    static const int model_n[] = {2, 4, 12};
-    bool models[3] = {true, true, false}, seqs[2] = {true, true}, dtypes[3] = {true, true, true}, fragment = false;
+    static const char *const model_names[] = {"d2", "d4", "d12", "xl-wide"};
+    static const int model_n[] = {2, 4, 12, 2};
+    bool models[4] = {true, true, false, false}, seqs[2] = {true, true}, dtypes[3] = {true, true, true};
+    bool fragment = false;
     static const char *const seq_names[] = {"64", "256"}, *const dtype_names[] = {"f32", "bf16", "f16"};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--undeclared"))
             undeclared = true;
         else if (!strcmp(argv[i], "--fragment"))
             fragment = true;
+        else if (!strcmp(argv[i], "--xl")) {
+            kind = FERRY_BACKEND_CUDA;
+            models[0] = models[1] = models[2] = false;
+            models[3] = true;
+            dtypes[0] = false; /* the cuda backend stores bf16 or f16 */
+        }
         else if (!strcmp(argv[i], "--seqs") && i + 1 < argc)
             parse_list(argv[++i], seq_names, 2, seqs);
         else if (!strcmp(argv[i], "--dtypes") && i + 1 < argc)
             parse_list(argv[++i], dtype_names, 3, dtypes);
         else
             parse_list(argv[i], model_names, 3, models);
+    }
+    if (kind == FERRY_BACKEND_CUDA) { /* skipped only where there is no device at all */
+        backend *be = NULL;
+        ferry_status st = backend_open(FERRY_BACKEND_CUDA, &be);
+        backend_close(be);
+        if (st == FERRY_ERR_UNSUPPORTED) {
+            printf("1..0 # SKIP --xl runs the cuda backend: %s\n", ferry_last_error());
+            return 77;
+        }
+        if (st != FERRY_OK) {
+            printf("Bail out! the cuda backend does not open: %s\n", ferry_last_error());
+            return 1;
+        }
     }
     if (!mkdtemp(nvme_dir)) {
         printf("Bail out! no temporary folder for the NVMe tier\n");
@@ -182,11 +208,13 @@ int main(int argc, char **argv)
                                           FERRY_OFFLOAD_NVME};
     static const ferry_dtype dts[] = {FERRY_DTYPE_F32, FERRY_DTYPE_BF16, FERRY_DTYPE_F16};
     static const int Ts[] = {64, 256}, ks[] = {1, 2, 4};
-    for (int mi = 0; mi < 3; mi++) {
+    for (int mi = 0; mi < 4; mi++) {
         if (!models[mi])
             continue;
         gpt2_config c;
-        if (gpt2_config_from_fields(model_n[mi], model_n[mi], 64 * model_n[mi], VOCAB, 0, CTX, &c) != FERRY_OK)
+        bool xl = mi == 3;
+        if (gpt2_config_from_fields(model_n[mi], xl ? 25 : model_n[mi], xl ? 1600 : 64 * model_n[mi], VOCAB, 0, CTX,
+                                    &c) != FERRY_OK)
             return 1;
         for (int ti = 0; ti < 2; ti++)
             for (int di = 0; di < 3; di++)
@@ -199,14 +227,14 @@ int main(int argc, char **argv)
                         gpt2_plan one;
                         gpt2_plan_request r1 = {.cfg = &c, .batch = 1, .seq = Ts[ti], .offload = modes[o],
                                                 .recompute = rc, .prefetch_groups = 2, .micro_batches = 1,
-                                                .backend = FERRY_BACKEND_HOST, .dtype = dts[di], .ranks = 1};
+                                                .backend = kind, .dtype = dts[di], .ranks = 1};
                         gpt2_plan_disk disk = {false, 1 << 20, 0};
                         if (gpt2_plan_predict_disk(&r1, modes[o] == FERRY_OFFLOAD_NVME ? &disk : NULL, &one) !=
                             FERRY_OK) {
                             tap_ok(0, "plan of one sample: %s", ferry_last_error());
                             continue;
                         }
-                        for (int ki = 0; ki < 3; ki++)
+                        for (int ki = xl ? 1 : 0; ki < (xl ? 2 : 3); ki++) /* xl: one budget, a step is long */
                             one_case(model_names[mi], &c, modes[o], rc, dts[di], Ts[ti], ks[ki],
                                      one.device_total + (uint64_t)(ks[ki] - 1) * one.activations + 4096);
                     }
