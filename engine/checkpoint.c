@@ -245,6 +245,7 @@ typedef struct save_ctx {
     const ckpt_env *e;
     fileio_atomic *file;
     uint64_t hash;
+    uint64_t written; /* payload bytes so far: the writer's progress the other ranks see */
 } save_ctx;
 
 static ferry_status save_chunk(void *p, void *state, bool on_device, void *buf, size_t bytes)
@@ -254,6 +255,8 @@ static ferry_status save_chunk(void *p, void *state, bool on_device, void *buf, 
     if (st != FERRY_OK)
         return st;
     c->hash = hash_update(c->hash, buf, bytes);
+    c->written += bytes;
+    dp_save_progress(c->e->dp, c->written);
     return fileio_atomic_write(c->file, buf, bytes);
 }
 
@@ -299,7 +302,7 @@ static ferry_status save_body(const ckpt_env *e, fileio_atomic *file, const void
     ckpt_group *table = group_table(e);
     if (!table)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "saving a checkpoint: out of host memory for the group table");
-    save_ctx c = {e, file, CKPT_HASH_SEED};
+    save_ctx c = {.e = e, .file = file, .hash = CKPT_HASH_SEED};
     ferry_status st = fileio_atomic_write(file, &h, sizeof h);
     if (st == FERRY_OK)
         st = fileio_atomic_write(file, table, (size_t)e->groups->n * sizeof *table);
@@ -677,7 +680,9 @@ ferry_status ckpt_save(const ckpt_env *e, const char *path, const void *user, si
 {
     if (!e->dp)
         return save_file(e, path, user, user_bytes);
-    ferry_status st = FERRY_OK;
+    ferry_status st = dp_save_begin(e->dp, path);
+    if (st != FERRY_OK)
+        return err_wrap(st, "saving the checkpoint");
     bool sharded = dp_sharded(e->dp, ctx_mode(e->ctx));
     gathered_whole = false;
     if (dp_writes_files(e->dp)) {
@@ -697,7 +702,9 @@ ferry_status ckpt_save(const ckpt_env *e, const char *path, const void *user, si
         else
             err_set(st, "%s", keep);
     }
-    return dp_agree_status(e->dp, st, "saving the checkpoint");
+    st = dp_agree_status(e->dp, st, "saving the checkpoint");
+    dp_save_end(e->dp);
+    return st;
 }
 
 /* Whether this rank took part in its load's agreement yet. */

@@ -237,7 +237,9 @@ ferry_status dp_release_resident(engine_dp *d, const engine_ctx *c, engine_progr
     if (!last)
         return p->accumulating ? ops_accumulate(s, g->grad_acc, g->dev_grads, g->numel, p->micro_index == 0)
                                : FERRY_OK;
-    /* The rank's fp32 sum of its micro-batches, then the sum over ranks. */
+    /* The rank's fp32 sum of its micro-batches, then the sum over ranks
+     * (the ledger writes the group with it). */
+    backend_comm_set_tag(d->grads_comm, gi);
     if ((st = ops_accumulate(s, g->grad_acc, g->dev_grads, g->numel, p->micro_index == 0)) != FERRY_OK ||
         (st = backend_event_record(g->grads_done, s)) != FERRY_OK ||
         (st = backend_stream_wait_event(d->grads_stream, g->grads_done)) != FERRY_OK ||
@@ -280,8 +282,9 @@ static ferry_status reduce_chunk(engine_dp *d, const engine_ctx *c, engine_progr
     return backend_event_record(d->ring_free[b], c->d2h);
 }
 
-ferry_status dp_reduce_and_drain(engine_dp *d, const engine_ctx *c, engine_progress *p, engine_group *g)
+ferry_status dp_reduce_and_drain(engine_dp *d, const engine_ctx *c, engine_progress *p, engine_group *g, int gi)
 {
+    backend_comm_set_tag(d->grads_comm, gi); /* the ledger writes the group with each chunk */
     ferry_status st = backend_stream_wait_event(d->grads_stream, g->grads_done);
     for (size_t c0 = 0; c0 < g->shard_cap && st == FERRY_OK; c0 += d->chunk)
         st = reduce_chunk(d, c, p, g, c0, g->shard_cap - c0 < d->chunk ? g->shard_cap - c0 : d->chunk);
@@ -298,6 +301,7 @@ ferry_status dp_upload(engine_dp *d, const engine_ctx *c, engine_progress *p, en
     ferry_status st;
     p->acc.transfer_h2d_bytes += (double)bytes;
     p->acc.comm_bytes += (double)(d->world - 1) * (double)bytes;
+    backend_comm_set_tag(d->weights_comm, gi);
     if ((also_wait && (st = backend_stream_wait_event(c->h2d, also_wait)) != FERRY_OK) ||
         (st = backend_memcpy_async(c->h2d, slot, g->host_weights, bytes, BACKEND_COPY_H2D)) != FERRY_OK ||
         (st = backend_event_record(d->staged[gi], c->h2d)) != FERRY_OK ||
@@ -399,12 +403,17 @@ ferry_status dp_agree_nonfinite(engine_dp *d, bool *bad, int ngroups)
 {
     if (!d)
         return FERRY_OK;
-    double *flags = malloc((size_t)(ngroups > 0 ? ngroups : 1) * sizeof *flags);
+    /* The flags, then the ledger's words: every rank's collectives of the
+     * step are compared on the all-reduce the step makes anyway. */
+    double *flags = malloc(((size_t)ngroups + COMM_LEDGER_WORDS) * sizeof *flags);
     if (!flags)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "the step's decision: out of host memory");
     for (int i = 0; i < ngroups; i++)
         flags[i] = bad[i] ? 1.0 : 0.0;
-    ferry_status st = comm_world_all_reduce_f64(flags, (size_t)ngroups);
+    comm_ledger_words(flags + ngroups);
+    ferry_status st = comm_world_all_reduce_f64(flags, (size_t)ngroups + COMM_LEDGER_WORDS);
+    if (st == FERRY_OK)
+        st = comm_ledger_verify(flags + ngroups);
     for (int i = 0; i < ngroups && st == FERRY_OK; i++)
         bad[i] = flags[i] != 0;
     free(flags);
@@ -503,6 +512,28 @@ void dp_take_state(engine_group *g, int k, size_t at, size_t n, const float *buf
     size_t lo = g->shard_lo, a = at > lo ? at : lo, b = at + n < lo + g->shard_n ? at + n : lo + g->shard_n;
     if (a < b)
         memcpy(state_array(g, k) + (a - lo), buf + (a - at), (b - a) * sizeof(float));
+}
+
+ferry_status dp_save_begin(engine_dp *d, const char *path)
+{
+    if (!d)
+        return FERRY_OK;
+    char where[300];
+    snprintf(where, sizeof where, "before saving '%s'", path ? path : "the checkpoint");
+    ferry_status st = comm_ledger_check(where);
+    return st == FERRY_OK ? comm_world_save_begin(0) : st;
+}
+
+void dp_save_progress(engine_dp *d, uint64_t bytes_done)
+{
+    if (d)
+        comm_world_save_progress(bytes_done);
+}
+
+void dp_save_end(engine_dp *d)
+{
+    if (d)
+        comm_world_save_end();
 }
 
 ferry_status dp_agree_status(engine_dp *d, ferry_status st, const char *what)

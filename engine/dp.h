@@ -54,7 +54,7 @@ ferry_status dp_release_resident(engine_dp *d, const engine_ctx *c, engine_progr
  * on the gradient comm stream, this rank's sum copied to host_grads on the
  * d2h stream (two buffer pairs take turns, so one chunk reduces while the
  * last drains); records g->drained after the last copy. */
-ferry_status dp_reduce_and_drain(engine_dp *d, const engine_ctx *c, engine_progress *p, engine_group *g);
+ferry_status dp_reduce_and_drain(engine_dp *d, const engine_ctx *c, engine_progress *p, engine_group *g, int gi);
 /* Uploads this rank's slot of the group's weights (after `also_wait` when
  * not NULL; the caller has queued the wait for the group's update on the
  * h2d stream) and all-gathers the others'; records g->uploaded. */
@@ -96,5 +96,13 @@ void dp_take_state(engine_group *g, int k, size_t at, size_t n, const float *buf
 /* Makes rank 0's status every rank's: rank 0 sends whether it succeeded (and
  * its message). */
 ferry_status dp_agree_status(engine_dp *d, ferry_status st, const char *what);
+/* A checkpoint's save on every rank, between these two: the ranks' ledgers
+ * are compared first (a rank that issued other collectives is named before
+ * its state is written), and the other ranks' waits are bounded by the
+ * writer's progress (dp_save_progress, rank 0's bytes written) instead of
+ * the collective timeout. Collective; no-ops alone. */
+ferry_status dp_save_begin(engine_dp *d, const char *path);
+void dp_save_progress(engine_dp *d, uint64_t bytes_done);
+void dp_save_end(engine_dp *d);
 
 #endif

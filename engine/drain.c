@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/comm.h"
 #include "backend/ops/ops.h"
 #include "common/error.h"
 #include "common/numerics.h"
@@ -225,6 +226,7 @@ typedef struct drain_job {
     pthread_mutex_t lock;
     pthread_cond_t landed_cond;
     bool landed, abandoned;
+    comm_waker *waker; /* with data parallelism: a failed world abandons the job (its copy may never land) */
 } drain_job;
 
 static ferry_status drain_landed(void *p)
@@ -265,9 +267,22 @@ static void drain_tile(void *ctx, size_t tile, int worker)
     job->norm->bad[at] = bad;
 }
 
+/* The world failed (a rank died or hung, NCCL was aborted): the copy the
+ * tiles wait for may never land, so they give up; the step then fails with
+ * the world's failure at its next collective. */
+static void drain_job_wake(void *ctx)
+{
+    drain_job *j = ctx;
+    pthread_mutex_lock(&j->lock);
+    j->abandoned = true;
+    pthread_cond_broadcast(&j->landed_cond);
+    pthread_mutex_unlock(&j->lock);
+}
+
 static void drain_job_free(void *ctx)
 {
     drain_job *j = ctx;
+    comm_waker_remove(j->waker);
     pthread_cond_destroy(&j->landed_cond);
     pthread_mutex_destroy(&j->lock);
     free(j);
@@ -311,6 +326,10 @@ static ferry_status submit_drain_job(engine_drain *d, int gi, bool last)
     j->tile0 = g->shard_lo / OPTIM_TILE;
     pthread_mutex_init(&j->lock, NULL);
     pthread_cond_init(&j->landed_cond, NULL);
+    if (d->env.dp && (st = comm_waker_add(drain_job_wake, j, &j->waker)) != FERRY_OK) {
+        drain_job_free(j);
+        return st;
+    }
     size_t ntiles = (g->shard_n + OPTIM_TILE - 1) / OPTIM_TILE;
     if ((st = tp_submit(c->threads, ntiles, drain_tile, j, drain_job_free, &dg->norm_ticket)) != FERRY_OK) {
         drain_job_free(j);
@@ -367,7 +386,7 @@ static ferry_status drain(engine_drain *d, int gi, bool last)
     /* Alone the device gradients come down; with data parallelism this
      * rank's slot of their sum across ranks, reduced chunk by chunk. */
     if (d->env.dp) {
-        st = dp_reduce_and_drain(d->env.dp, c, p, g);
+        st = dp_reduce_and_drain(d->env.dp, c, p, g, gi);
     } else {
         p->acc.transfer_d2h_bytes += (double)bytes;
         if ((st = backend_stream_wait_event(c->d2h, g->grads_done)) == FERRY_OK &&
