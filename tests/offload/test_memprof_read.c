@@ -69,8 +69,8 @@ static void test_cut(void)
     mp_trace t;
     size_t n = (len - 32) / 96 - 1;
     read_bytes(b, len, &t);
-    tap_ok(t.status == FERRY_OK && t.ended && t.version == 2, "a whole trace: its end record read (version %u)",
-           t.version);
+    tap_ok(t.status == FERRY_OK && t.ended && t.version == TRACE_VERSION,
+           "a whole trace: its end record read (version %u)", t.version);
     mp_trace_free(&t);
     read_bytes(b, len - 96, &t);
     tap_ok(t.status == FERRY_ERR_FORMAT && t.header_ok && t.n == n && !t.ended && strstr(t.error, "no end record"),

@@ -148,7 +148,35 @@ static void print_json(FILE *f, const char *path, const mp_trace *t, const mp_re
     cJSON_Delete(o);
 }
 
-static const char *const kind_name[] = {"?", "alloc", "free", "phase", "timing", "limit", "reserve", "end"};
+static const char *const kind_name[] = {"?",     "alloc",   "free",   "phase",  "timing", "limit",
+                                        "reserve", "end", "region", "planned", "occupy", "vacate"};
+_Static_assert(sizeof kind_name / sizeof kind_name[0] == TRACE_VACATE + 1, "a name per record kind");
+static const char *const role_name[TRACE_ROLES] = {"buffer", "weights slot", "grads slot", "embedder range"};
+
+/* The fields of a record of the plan (version 3), into a dump line. */
+static void dump_plan_record(cJSON *o, const trace_record *r)
+{
+    char addr[24];
+    snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)r->addr);
+    if (r->kind == TRACE_REGION) {
+        cJSON_AddStringToObject(o, "base", addr);
+        return;
+    }
+    cJSON_AddStringToObject(o, "category", ferry_mem_category_name((ferry_mem_category)r->category));
+    cJSON_AddStringToObject(o, "name", r->name);
+    if (r->kind == TRACE_PLANNED) {
+        cJSON_AddNumberToObject(o, "offset", (double)r->addr);
+        cJSON_AddStringToObject(o, "role", role_name[r->role]);
+        cJSON_AddNumberToObject(o, "start", (double)r->step);
+        if (r->value == TRACE_FOREVER)
+            cJSON_AddNullToObject(o, "end");
+        else
+            cJSON_AddNumberToObject(o, "end", r->value);
+        return;
+    }
+    cJSON_AddNumberToObject(o, "group", (double)r->step);
+    cJSON_AddStringToObject(o, "addr", addr);
+}
 
 static int cmd_dump(int argc, char **argv)
 {
@@ -179,6 +207,8 @@ static int cmd_dump(int argc, char **argv)
             cJSON_AddStringToObject(o, "name", r->name);
             cJSON_AddStringToObject(o, "addr", addr);
         }
+        if (r->kind >= TRACE_REGION)
+            dump_plan_record(o, r);
         char *s = cJSON_PrintUnformatted(o);
         if (s && printf("%s\n", s) < 0)
             fileio_note_stdout_error();
