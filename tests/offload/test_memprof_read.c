@@ -229,7 +229,7 @@ static void test_hostile(void)
         tap_ok(d->peak == 128 && d->peak_t_ns == UINT64_MAX, "t = 2^64-1 ns: the 128-byte peak falls there");
         TAP_IS_INT(d->bucket[599][FERRY_MEM_PARAMS], 128, "t = 2^64-1 ns: in the last timeline column");
         TAP_IS_INT(d->bucket[0][FERRY_MEM_PARAMS], 64, "t = 0: the first column holds the first 64 bytes");
-        TAP_IS_STATUS(mp_write_svg(&r, svg, "late"), FERRY_OK, "t = 2^64-1 ns: the timeline is drawn");
+        TAP_IS_STATUS(mp_write_svg(&r, NULL, svg, "late"), FERRY_OK, "t = 2^64-1 ns: the timeline is drawn");
         mp_report_free(&r);
     }
     mp_trace_free(&t);
