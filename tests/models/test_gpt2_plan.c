@@ -7,7 +7,8 @@
  *   backend, in each offload mode, with and without recompute (and params
  *   mode at two prefetch depths), writes a memory trace; `memprof --json` on
  *   that trace gives the measured device and host peaks, which must be within
- *   5% of gpt2_plan_predict's (and agree with ferry_engine_memory_stats);
+ *   5% of gpt2_plan_predict's (and agree with ferry_engine_memory_stats), and
+ *   says that the run kept the memory plan the trace carries;
  * - params mode trains in a budget of its predicted peak, and not under the
  *   predicted floor;
  * - `memprof plan`: bad flags exit 2 with a message, a budget too small says
@@ -287,6 +288,11 @@ static void check_training(ferry_offload mode, bool recompute, int prefetch, int
              ms.max_resident, p.device_weight_groups);
     TAP_IS_INT(dev, ms.device_peak, "%s recompute %d: memprof's device peak = the engine's own high-water mark",
                mode_name(mode), recompute);
+    const cJSON *plan = cJSON_GetObjectItemCaseSensitive(j, "plan");
+    if (!tap_ok(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(plan, "kept")),
+                "%s recompute %d prefetch %d: the run kept the plan its trace carries", mode_name(mode), recompute,
+                prefetch))
+        tap_diag("  %s", r.out);
     TAP_IS_CLOSE(p.device_total, dev, 0, 0.05, "%s recompute %d prefetch %d: device peak predicted within 5%%",
                  mode_name(mode), recompute, prefetch);
     TAP_IS_INT(p.activations, dev_act, "%s recompute %d: activations at the device peak exactly as predicted",
