@@ -4,7 +4,7 @@
  * report): a scripted run written through the trace writer, with a plan
  * laid out by hand below (two scratch buffers sharing an offset at
  * different schedule positions, three slots, the embedder's range, twenty
- * thin buffers), is kept, every figure equal to the hand-computed one; each
+ * thin buffers of two categories in turn), is kept, every figure equal to the hand-computed one; each
  * fault planted in it (a buffer moved by 256 bytes, its size or category
  * changed, two groups in one slot, a slot given back by a group that does
  * not hold it, a slot too small for its group or none where a group goes,
@@ -12,7 +12,8 @@
  * an allocation of the embedder outside its range, a range left half
  * empty) is found and named with the planned and the traced values; traces
  * without a plan pass, saying why; the panel has a rectangle for every
- * planned buffer (the thin ones drawn as one, counted), every slot, every
+ * planned buffer (the thin ones drawn as one, counted, striped in their
+ * categories' colours), every slot, every
  * stay of a group and the dynamic heap's allocation, at their offsets.
  * argv[1]: the memprof program; argv[2]: a Python for the XML check. */
 #include <cjson/cJSON.h>
@@ -81,6 +82,9 @@ static void pause_ms(void) { usleep(2000); }
 
 static void *at(uint64_t off) { return (void *)(uintptr_t)(RB + off); }
 
+/* The thin buffers alternate, as a group's weights and gradients do. */
+static ferry_mem_category thin_cat(int i) { return i % 2 ? FERRY_MEM_GRADS : FERRY_MEM_PARAMS; }
+
 /* The scripted run with one fault (or none) into `path`. */
 static void script(const char *path, fault f)
 {
@@ -96,7 +100,7 @@ static void script(const char *path, fault f)
     char name[16];
     for (int i = 0; i < THIN; i++) {
         snprintf(name, sizeof name, "ln %d", i);
-        trace_planned(t, FERRY_MEM_PARAMS, name, THIN_AT + 256u * i, 256, 0, FOREVER, TRACE_ROLE_BUFFER);
+        trace_planned(t, thin_cat(i), name, THIN_AT + 256u * i, 256, 0, FOREVER, TRACE_ROLE_BUFFER);
     }
     for (size_t i = 0; i < NPLAN; i++) {
         const planned_row *p = &plan[i];
@@ -108,7 +112,7 @@ static void script(const char *path, fault f)
     }
     for (int i = 0; i < THIN; i++) {
         snprintf(name, sizeof name, "ln %d", i);
-        trace_alloc(t, TRACE_POOL_DEVICE, FERRY_MEM_PARAMS, name, 256, at(THIN_AT + 256u * i));
+        trace_alloc(t, TRACE_POOL_DEVICE, thin_cat(i), name, 256, at(THIN_AT + 256u * i));
     }
     pause_ms();
     trace_phase(t, 1, "forward");
@@ -488,6 +492,14 @@ static void check_panel(void)
     TAP_IS_INT(planned.n, 4 + 1, "panel: the %d thin buffers drawn as one, the four others alone", THIN);
     tap_ok(has(&planned, THIN_AT, THIN, THIN * 256ull), "panel: the thin ones at offset %llu, %d of them, %llu bytes",
            THIN_AT, THIN, THIN * 256ull);
+    const char *thin = strstr(svg, "data-count=\"20\""), *end = thin ? strchr(thin, '>') : NULL;
+    const char *mix = strstr(svg, "<pattern id=\"mix-0\""), *mix_end = mix ? strstr(mix, "</pattern>") : NULL;
+    int stripes = 0;
+    for (const char *q = mix; q && mix_end && (q = strstr(q + 1, "<rect")) != NULL && q < mix_end;)
+        stripes++;
+    tap_ok(thin && end && strstr(thin, "fill=\"url(#mix-0)\"") && strstr(thin, "fill=\"url(#mix-0)\"") < end &&
+               stripes == 2 && strstr(mix, "#4e79a7") < mix_end && strstr(mix, "#f28e2b") < mix_end,
+           "panel: striped in the colours of params and grads (%d stripes)", stripes);
     tap_ok(has(&planned, 0, 1, 4096) && has(&planned, 4096, 1, 8192) && has(&planned, 12288, 1, 2048),
            "panel: workspace, wte weights and the scratch at their offsets with their sizes");
     int scratch = 0;

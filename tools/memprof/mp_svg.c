@@ -265,6 +265,7 @@ typedef struct addr_view {
     const mp_report *r;
     const mp_plan *p;
     double y0, ymax;
+    size_t mixes; /* the striped fills defined so far */
 } addr_view;
 
 static double ay(const addr_view *v, double bytes) { return v->y0 + ADDR_H - bytes / v->ymax * ADDR_H; }
@@ -292,20 +293,83 @@ static void label_in(FILE *f, double x0, double x1, double top, double bottom, c
         return;
     char cut[TRACE_NAME_MAX + 32];
     snprintf(cut, sizeof cut, "%.*s", (int)(room < sizeof cut - 1 ? room : sizeof cut - 1), text);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" fill=\"#222\" pointer-events=\"none\">", x0 + 2,
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" fill=\"#111\" pointer-events=\"none\">", x0 + 2,
             (top + bottom) / 2 + 3.2);
     put_escaped(f, cut);
     fputs("</text>\n", f);
 }
 
-/* Boxes b[i..j) as one rectangle (several when they are thin neighbours). */
-static void draw_run(FILE *f, const addr_view *v, const char *cls, const char *key, const box *b, size_t n)
+/* The fill of a run of boxes: their category's colour, or for categories
+ * interleaved, diagonal stripes of each as wide as its share of the bytes
+ * (a pattern of the run's own, defined where it is first used). */
+static void run_fill(FILE *f, addr_view *v, const box *b, size_t n, char *buf, size_t cap)
+{
+    uint64_t by[FERRY_MEM_CATEGORY_COUNT] = {0};
+    double total = 0;
+    int k = 0;
+    for (size_t i = 0; i < n; i++) {
+        k += by[b[i].cat] == 0;
+        by[b[i].cat] += b[i].bytes ? b[i].bytes : 1;
+        total += (double)(b[i].bytes ? b[i].bytes : 1);
+    }
+    if (k == 1) {
+        snprintf(buf, cap, "%s", colour[b[0].cat]);
+        return;
+    }
+    snprintf(buf, cap, "url(#mix-%zu)", v->mixes);
+    double width[FERRY_MEM_CATEGORY_COUNT], sum = 0;
+    for (int c = 0; c < FERRY_MEM_CATEGORY_COUNT; c++) {
+        width[c] = by[c] ? 1.5 + 10.0 * (double)by[c] / total : 0; /* each seen, however small */
+        sum += width[c];
+    }
+    fprintf(f, "<defs><pattern id=\"mix-%zu\" width=\"%.2f\" height=\"8\" patternUnits=\"userSpaceOnUse\" "
+               "patternTransform=\"rotate(45)\">",
+            v->mixes++, sum);
+    double at = 0;
+    for (int c = 0; c < FERRY_MEM_CATEGORY_COUNT; c++)
+        if (by[c]) {
+            fprintf(f, "<rect x=\"%.2f\" y=\"0\" width=\"%.2f\" height=\"8\" fill=\"%s\"/>", at, width[c],
+                    colour[c]);
+            at += width[c];
+        }
+    fputs("</pattern></defs>\n", f);
+}
+
+/* What a run of several boxes holds, in words: "params 2.9 GiB, grads 2.9 GiB". */
+static void run_words(const box *b, size_t n, char *buf, size_t cap, bool sizes)
+{
+    uint64_t by[FERRY_MEM_CATEGORY_COUNT] = {0};
+    size_t count[FERRY_MEM_CATEGORY_COUNT] = {0};
+    for (size_t k = 0; k < n; k++) {
+        by[b[k].cat] += b[k].bytes;
+        count[b[k].cat]++;
+    }
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int c = 0; c < FERRY_MEM_CATEGORY_COUNT && len < cap; c++) {
+        if (!count[c])
+            continue;
+        char sz[32];
+        if (sizes)
+            len += (size_t)snprintf(buf + len, cap - len, "%s%zu of %s (%s)", len ? ", " : "", count[c],
+                                    ferry_mem_category_name((ferry_mem_category)c), units_fmt_bytes(sz, sizeof sz, by[c]));
+        else
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? ", " : "",
+                                    ferry_mem_category_name((ferry_mem_category)c));
+    }
+}
+
+/* Boxes b[0..n) as one rectangle (several when they are thin neighbours). */
+static void draw_run(FILE *f, addr_view *v, const char *cls, const char *key, const box *b, size_t n)
 {
     uint64_t bytes = 0;
     for (size_t k = 0; k < n; k++)
         bytes += b[k].bytes;
     double top = ay(v, (double)b[0].lo + (double)bytes), bottom = ay(v, (double)b[0].lo);
     double h = bottom - top < 0.2 ? 0.2 : bottom - top;
+    char fill[32];
+    if (!b[0].ghost)
+        run_fill(f, v, b, n, fill, sizeof fill);
     fprintf(f, "<rect class=\"%s\" data-%s=\"%llu\" data-bytes=\"%llu\" data-count=\"%zu\" x=\"%.2f\" y=\"%.2f\" "
                "width=\"%.2f\" height=\"%.2f\" ",
             cls, key, (unsigned long long)b[0].key, (unsigned long long)bytes, n, b[0].x0, top,
@@ -313,8 +377,8 @@ static void draw_run(FILE *f, const addr_view *v, const char *cls, const char *k
     if (b[0].ghost)
         fprintf(f, "fill=\"none\" stroke=\"%s\" stroke-dasharray=\"3,2\">", colour[b[0].cat]);
     else
-        fprintf(f, "fill=\"%s\"%s>", colour[b[0].cat], h >= 2 ? " stroke=\"#fff\" stroke-width=\"0.4\"" : "");
-    char label[TRACE_NAME_MAX + 32], sz[32];
+        fprintf(f, "fill=\"%s\"%s>", fill, h >= 2 ? " stroke=\"#fff\" stroke-width=\"0.4\"" : "");
+    char label[256], sz[32], what[200];
     units_fmt_bytes(sz, sizeof sz, bytes);
     fputs("<title>", f);
     if (n == 1) {
@@ -323,30 +387,31 @@ static void draw_run(FILE *f, const addr_view *v, const char *cls, const char *k
                 (unsigned long long)b[0].key, b[0].ghost ? ", planned but never placed" : "");
         snprintf(label, sizeof label, "%s", b[0].name);
     } else {
-        fprintf(f, "%zu buffers of %s, %s from %s %llu: '", n, ferry_mem_category_name((ferry_mem_category)b[0].cat),
-                sz, key, (unsigned long long)b[0].key);
+        run_words(b, n, what, sizeof what, true);
+        fprintf(f, "%zu buffers, %s from %s %llu: %s; '", n, sz, key, (unsigned long long)b[0].key, what);
         put_escaped(f, b[0].name);
         fputs("' to '", f);
         put_escaped(f, b[n - 1].name);
         fputs("'", f);
-        snprintf(label, sizeof label, "%zu buffers (%s)", n, ferry_mem_category_name((ferry_mem_category)b[0].cat));
+        run_words(b, n, what, sizeof what, false);
+        snprintf(label, sizeof label, "%zu buffers (%s)", n, what);
     }
     fputs("</title></rect>\n", f);
     label_in(f, b[0].x0, b[0].x1, top, bottom, label);
 }
 
-/* Boxes by offset; neighbours thinner than SMALL_PX that touch, share a
- * category and a lifetime go in one rectangle, so that a model of hundreds
- * of small buffers stays readable. Sorts b. */
-static void draw_boxes(FILE *f, const addr_view *v, const char *cls, const char *key, box *b, size_t n)
+/* Boxes by offset; neighbours thinner than SMALL_PX that touch and share a
+ * lifetime go in one rectangle (striped when their categories differ), so
+ * that a model of hundreds of small buffers stays readable. Sorts b. */
+static void draw_boxes(FILE *f, addr_view *v, const char *cls, const char *key, box *b, size_t n)
 {
     qsort(b, n, sizeof *b, box_order);
     double px_per_byte = ADDR_H / v->ymax;
     for (size_t i = 0; i < n;) {
         size_t j = i + 1;
         bool small = (double)b[i].bytes * px_per_byte < SMALL_PX;
-        while (small && j < n && (double)b[j].bytes * px_per_byte < SMALL_PX && b[j].cat == b[i].cat &&
-               b[j].ghost == b[i].ghost && b[j].lo == b[j - 1].lo + b[j - 1].bytes && fabs(b[j].x0 - b[i].x0) < 0.5 &&
+        while (small && j < n && (double)b[j].bytes * px_per_byte < SMALL_PX && b[j].ghost == b[i].ghost &&
+               b[j].lo == b[j - 1].lo + b[j - 1].bytes && fabs(b[j].x0 - b[i].x0) < 0.5 &&
                fabs(b[j].x1 - b[i].x1) < 0.5)
             j++;
         draw_run(f, v, cls, key, b + i, j - i);
@@ -410,7 +475,7 @@ static void draw_stays(FILE *f, const addr_view *v, uint64_t lo, size_t slot, si
 
 /* The region: each planned buffer over its lifetime in the trace, slots
  * with their stays, the embedder's range with its allocations. */
-static ferry_status draw_region(FILE *f, const addr_view *v)
+static ferry_status draw_region(FILE *f, addr_view *v)
 {
     const mp_plan *p = v->p;
     const mp_report *r = v->r;
@@ -571,7 +636,7 @@ static void addr_lines(FILE *f, const addr_view *v, uint64_t limit)
 
 static ferry_status addr_panel(FILE *f, const mp_report *r, const mp_plan *p, double y0)
 {
-    addr_view v = {r, p, y0, 1};
+    addr_view v = {.r = r, .p = p, .y0 = y0, .ymax = 1};
     dyn_layout d;
     ferry_status st = dyn_pack(&v, &d);
     if (st != FERRY_OK)
