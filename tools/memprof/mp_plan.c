@@ -663,7 +663,8 @@ ferry_status mp_plan_check(const mp_trace *t, mp_plan *p)
             snprintf(p->absent, sizeof p->absent,
                      "a version-%u trace: traces carry the device's memory plan from version 3 on", t->version);
         else
-            snprintf(p->absent, sizeof p->absent, "the engine planned no device buffer (the trace has no region)");
+            snprintf(p->absent, sizeof p->absent,
+                     "the engine planned no device buffer: the trace has no region record");
         return FERRY_OK;
     }
     if (st == FERRY_OK)

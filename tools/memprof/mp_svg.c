@@ -350,12 +350,12 @@ static void run_words(const box *b, size_t n, char *buf, size_t cap, bool sizes)
         if (!count[c])
             continue;
         char sz[32];
+        const char *name = ferry_mem_category_name((ferry_mem_category)c);
         if (sizes)
-            len += (size_t)snprintf(buf + len, cap - len, "%s%zu of %s (%s)", len ? ", " : "", count[c],
-                                    ferry_mem_category_name((ferry_mem_category)c), units_fmt_bytes(sz, sizeof sz, by[c]));
+            len += (size_t)snprintf(buf + len, cap - len, "%s%zu of %s (%s)", len ? ", " : "", count[c], name,
+                                    units_fmt_bytes(sz, sizeof sz, by[c]));
         else
-            len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? ", " : "",
-                                    ferry_mem_category_name((ferry_mem_category)c));
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? ", " : "", name);
     }
 }
 
@@ -463,7 +463,7 @@ static void draw_stays(FILE *f, const addr_view *v, uint64_t lo, size_t slot, si
                 (unsigned long long)lo, (long long)o->group, x0, top, x1 - x0, bottom - top, colour[o->category],
                 o->group % 2 ? "0.75" : "1");
         put_escaped(f, o->name);
-        fprintf(f, " (group %lld): %llu bytes of %s, %.3f to ", (long long)o->group, (unsigned long long)o->bytes,
+        fprintf(f, " (group %lld): %llu bytes of %s, %.3f ms to ", (long long)o->group, (unsigned long long)o->bytes,
                 ferry_mem_category_name((ferry_mem_category)o->category), (double)o->t0 / 1e6);
         if (o->t1 == UINT64_MAX)
             fputs("the end</title></rect>\n", f);
