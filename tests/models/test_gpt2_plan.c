@@ -19,13 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/error.h"
 #include "engine/intree.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
+#include "run_program.h"
 #include "tap.h"
 #include "models/gpt2_plan.h"
 #include "offload/arena.h"
@@ -35,34 +35,9 @@ enum { STEPS = 3 };
 static const char *memprof;
 static char dir[] = "/tmp/ferry_gpt2_plan_XXXXXX";
 
-typedef struct run {
-    int status;
-    char out[65536];
-    char err[4096];
-} run;
+typedef program_run run;
 
-static void slurp(const char *path, char *buf, size_t cap)
-{
-    buf[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return;
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-}
-
-static void run_memprof(const char *args, run *r)
-{
-    char cmd[2048], out[600], err[600];
-    snprintf(out, sizeof out, "%s/out.txt", dir);
-    snprintf(err, sizeof err, "%s/err.txt", dir);
-    snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s'", memprof, args, out, err);
-    int st = system(cmd);
-    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    slurp(out, r->out, sizeof r->out);
-    slurp(err, r->err, sizeof r->err);
-}
+static void run_memprof(const char *args, run *r) { program_run_in(dir, memprof, args, r); }
 
 static double num(const cJSON *o, const char *path)
 {

@@ -11,13 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/error.h"
 #include "offload/arena.h"
 #include "offload/pool.h"
 #include "offload/trace.h"
+#include "run_program.h"
 #include "tap.h"
 
 #define MiB ((uint64_t)1 << 20)
@@ -25,38 +25,9 @@
 static const char *memprof;
 static char dir[] = "/tmp/ferry_memprof_XXXXXX";
 
-typedef struct run {
-    int status;
-    char out[65536];
-    char err[4096];
-} run;
+typedef program_run run;
 
-static char *slurp(const char *path, size_t cap, char *buf)
-{
-    buf[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return buf;
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
-static void run_memprof(const char *args, run *r)
-{
-    char cmd[2048], out[600], err[600];
-    snprintf(out, sizeof out, "%s/out.txt", dir);
-    snprintf(err, sizeof err, "%s/err.txt", dir);
-    snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s'", memprof, args, out, err);
-    int st = system(cmd);
-    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    slurp(out, sizeof r->out, r->out);
-    slurp(err, sizeof r->err, r->err);
-    size_t n = strlen(r->err);
-    while (n && r->err[n - 1] == '\n')
-        r->err[--n] = '\0';
-}
+static void run_memprof(const char *args, run *r) { program_run_in(dir, memprof, args, r); }
 
 static double num(const cJSON *o, const char *path)
 {

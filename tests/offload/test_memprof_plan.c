@@ -20,11 +20,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/error.h"
 #include "offload/trace.h"
+#include "run_program.h"
 #include "tap.h"
 #include "tools/memprof/memprof.h"
 
@@ -326,39 +326,12 @@ static void check_without_plan(void)
     }
 }
 
-typedef struct run {
-    int status;
-    char out[65536];
-    char err[4096];
-} run;
-
-static void slurp(const char *path, char *buf, size_t cap)
-{
-    buf[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return;
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-}
-
-static void run_memprof(const char *args, run *r)
-{
-    char cmd[2048], out[600], err[600];
-    snprintf(out, sizeof out, "%s/out.txt", dir);
-    snprintf(err, sizeof err, "%s/err.txt", dir);
-    snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s'", memprof, args, out, err);
-    int st = system(cmd);
-    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    slurp(out, r->out, sizeof r->out);
-    slurp(err, r->err, sizeof r->err);
-}
+static void run_memprof(const char *args, program_run *r) { program_run_in(dir, memprof, args, r); }
 
 /* The program: the report's plan section, --check-plan's exit status, --json. */
 static void check_cli(void)
 {
-    static run r;
+    static program_run r;
     char kept[600], moved[600], unplanned[600], args[1400];
     path_of(kept, sizeof kept, "kept");
     path_of(moved, sizeof moved, "fault0");
@@ -483,7 +456,7 @@ static void check_panel(void)
     }
     tap_ok(drawn, "panel: drawn");
     static char svg[1 << 20];
-    slurp(svg_path, svg, sizeof svg);
+    program_slurp(svg_path, svg, sizeof svg);
     rects planned = count_class(svg, "planned"), slot = count_class(svg, "slot"), range = count_class(svg, "range");
     rects stays = count_class(svg, "occupancy"), sub = count_class(svg, "suballoc"), dyn = count_class(svg, "dynamic");
     TAP_IS_INT(planned.count + slot.count + range.count, NPLAN + THIN,

@@ -245,6 +245,18 @@ static void read_records_of(const trace_record *recs, size_t n, unsigned version
 
 static void read_records(const trace_record *recs, size_t n, mp_trace *t) { read_records_of(recs, n, 1, t); }
 
+/* The first 256 KiB of a picture written ("" when there is none). */
+static const char *read_picture(const char *path)
+{
+    static char picture[1 << 18];
+    FILE *f = fopen(path, "r");
+    size_t got = f ? fread(picture, 1, sizeof picture - 1, f) : 0;
+    picture[got] = '\0';
+    if (f)
+        fclose(f);
+    return picture;
+}
+
 static void test_hostile(void)
 {
     /* 128 bytes that once crashed memprof: a host free of 2^64 - 2 alone. On
@@ -284,12 +296,7 @@ static void test_hostile(void)
         mp_report_free(&r);
     }
     mp_trace_free(&t);
-    FILE *f = fopen(svg, "r");
-    static char picture[1 << 16];
-    size_t got = f ? fread(picture, 1, sizeof picture - 1, f) : 0;
-    picture[got] = '\0';
-    if (f)
-        fclose(f);
+    const char *picture = read_picture(svg);
     tap_ok(strstr(picture, "<svg") && !strstr(picture, "inf") && !strstr(picture, "nan"),
            "t = 2^64-1 ns: with finite coordinates only");
 }
@@ -338,12 +345,7 @@ static void test_hostile_plan(void)
     }
     mp_plan_free(&p);
     mp_trace_free(&t);
-    FILE *f = fopen(svg, "r");
-    static char picture[1 << 18];
-    size_t got = f ? fread(picture, 1, sizeof picture - 1, f) : 0;
-    picture[got] = '\0';
-    if (f)
-        fclose(f);
+    const char *picture = read_picture(svg);
     tap_ok(strstr(picture, "device address space") && !strstr(picture, "inf") && !strstr(picture, "nan"),
            "hostile plan: the address space drawn with finite coordinates only");
 }

@@ -64,18 +64,21 @@ typedef struct span_set {
     bool full; /* MP_PLAN_LIVE_MAX reached: no more are followed */
 } span_set;
 
-static size_t lower(const span_set *s, uint64_t lo)
+/* The first of n spans sorted by lo whose lo is not below `lo`. */
+static size_t lower_in(const span *v, size_t n, uint64_t lo)
 {
-    size_t a = 0, b = s->n;
+    size_t a = 0, b = n;
     while (a < b) {
         size_t m = a + (b - a) / 2;
-        if (s->v[m].lo < lo)
+        if (v[m].lo < lo)
             a = m + 1;
         else
             b = m;
     }
     return a;
 }
+
+static size_t lower(const span_set *s, uint64_t lo) { return lower_in(s->v, s->n, lo); }
 
 static uint64_t end_of(uint64_t lo, uint64_t bytes) { return bytes > UINT64_MAX - lo ? UINT64_MAX : lo + bytes; }
 
@@ -274,18 +277,7 @@ static int by_start(const void *a, const void *b)
 }
 
 /* The first planned buffer at `off` in the offset order, or p->nbuf. */
-static size_t first_at(const run *x, uint64_t off)
-{
-    size_t a = 0, b = x->p->nbuf;
-    while (a < b) {
-        size_t m = a + (b - a) / 2;
-        if (x->by_offset[m].lo < off)
-            a = m + 1;
-        else
-            b = m;
-    }
-    return a;
-}
+static size_t first_at(const run *x, uint64_t off) { return lower_in(x->by_offset, x->p->nbuf, off); }
 
 static bool is_live(const mp_planned *b) { return b->placed && b->t_freed == LIVE_END; }
 
