@@ -72,7 +72,8 @@ def plant(kind, src, dst):
     if kind in ("moved", "resized"):
         # the first planned buffer (not a slot or a range) that was allocated
         for p in (r for r in recs if r.kind == PLANNED and r.role == 0):
-            hits = [i for i, r in enumerate(recs) if r.kind in (ALLOC, FREE) and r.pool == 0 and r.addr == base + p.addr]
+            hits = [i for i, r in enumerate(recs)
+                    if r.kind in (ALLOC, FREE) and r.pool == 0 and r.addr == base + p.addr]
             if hits:
                 break
         else:
