@@ -149,6 +149,7 @@ void drain_collect(engine_drain *d, bool block)
             drain_class *x = &d->classes[d->class_of[i]];
             x->free[x->nfree++] = d->g[i].slot;
             d->g[i].slot = -1;
+            trace_vacate(d->env.ctx->trace, FERRY_MEM_GRADS, g->name, i, g->numel * d->env.ctx->act_size, g->dev_grads);
             g->dev_grads = NULL;
         }
     }
@@ -172,6 +173,7 @@ static ferry_status take_slot(engine_drain *d, int gi)
                        x->slots, g->name, x->groups, x->slots);
     d->g[gi].slot = x->free[--x->nfree];
     g->dev_grads = placement_gslot(d->env.placement, d->class_of[gi], d->g[gi].slot);
+    trace_occupy(d->env.ctx->trace, FERRY_MEM_GRADS, g->name, gi, g->numel * d->env.ctx->act_size, g->dev_grads);
     return FERRY_OK;
 }
 

@@ -94,11 +94,27 @@ static ferry_status place_item(const engine_ctx *c, const engine_planned *x, voi
     return arena_place(c->arena, x->b.offset, (size_t)x->b.bytes, x->b.cat, x->name, out);
 }
 
+/* The plan into the memory trace, after the region's own record (the
+ * arena's) and before its buffers are placed: memprof checks the run's
+ * allocations and slots against it. */
+static void trace_plan(const engine_ctx *c, const engine_static_plan *p)
+{
+    for (int i = 0; c->trace && i < p->n; i++) {
+        const engine_planned *x = &p->items[i];
+        trace_plan_role role = x->kind == PLAN_WSLOT      ? TRACE_ROLE_WSLOT
+                               : x->kind == PLAN_GSLOT    ? TRACE_ROLE_GSLOT
+                               : x->kind == PLAN_EMBEDDER ? TRACE_ROLE_RANGE
+                                                          : TRACE_ROLE_BUFFER;
+        trace_planned(c->trace, x->b.cat, x->name, x->b.offset, x->b.bytes, x->b.start, x->b.end, role);
+    }
+}
+
 /* Where a planned buffer's pointer goes. */
 static ferry_status place_all(engine_placement *pl, const engine_ctx *c, engine_groups *gs,
                               const engine_plan_request *rq)
 {
     engine_static_plan *p = &pl->plan;
+    trace_plan(c, p);
     int nw = 0, ng = 0;
     for (int k = 0; k < p->nwclass; k++)
         nw += p->wclass[k].slots;

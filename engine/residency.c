@@ -178,6 +178,7 @@ static ferry_status give_back(engine_residency *r, int victim)
     res_class *x = &r->classes[r->cls[victim]];
     x->free[x->nfree++] = r->slot[victim];
     r->slot[victim] = -1;
+    trace_vacate(r->c->trace, FERRY_MEM_PARAMS, g->name, victim, g->padded * r->c->act_size, g->dev_weights);
     g->dev_weights = NULL;
     r->state[victim] = RES_ABSENT;
     r->resident_now--;
@@ -315,6 +316,7 @@ ferry_status res_alloc_weights(engine_residency *r, int gi, long dist)
     int k = x->free[--x->nfree];
     r->slot[gi] = k;
     g->dev_weights = x->ptr[k];
+    trace_occupy(r->c->trace, FERRY_MEM_PARAMS, g->name, gi, g->padded * r->c->act_size, g->dev_weights);
     r->resident_now++;
     if (r->resident_now > r->resident_max)
         r->resident_max = r->resident_now;

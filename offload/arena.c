@@ -365,6 +365,7 @@ ferry_status arena_plan_region(arena *a, uint64_t bytes, const char *plan)
             a->region = base;
             a->region_bytes = bytes;
             trace_reserve(a->trace, TRACE_POOL_DEVICE, a_reserved(a));
+            trace_region(a->trace, base, bytes); /* the planned buffers are traced at their offsets from it */
         } else {
             st = err_wrap(FERRY_ERR_OUT_OF_MEMORY, "device arena: the memory plan's region of %llu bytes is within "
                           "the budget, but the device refused it", (unsigned long long)bytes);

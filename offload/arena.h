@@ -55,8 +55,9 @@ ferry_status arena_alloc(arena *a, size_t bytes, ferry_mem_category category, co
 ferry_status arena_free(arena *a, void *ptr);
 /* The planned region: one device buffer of `bytes` (a multiple of 256),
  * taken from the budget at once, before the dynamic region holds anything;
- * once per arena. Beyond the budget: FERRY_ERR_OUT_OF_MEMORY naming `plan`,
- * a sentence of what the plan holds. */
+ * once per arena; traced as a reserve and a REGION record (its base).
+ * Beyond the budget: FERRY_ERR_OUT_OF_MEMORY naming `plan`, a sentence of
+ * what the plan holds. */
 ferry_status arena_plan_region(arena *a, uint64_t bytes, const char *plan);
 /* A planned buffer: the region's bytes [offset, offset + bytes), counted as
  * an allocation of `category` (and traced with its offset) until

@@ -1,7 +1,9 @@
 /* The memory trace writer: fixed-size binary records, each with its CRC-32C,
  * buffered under a mutex and written in large chunks from whichever thread
  * fills the buffer; and the records' checksums that the writer and
- * tools/memprof share (CRC-32C from common/crc32c.h).
+ * tools/memprof share (CRC-32C from common/crc32c.h). The records of the
+ * device's memory plan and of params mode's slots are written here too; what
+ * they mean is the engine's (engine/plan.h), and their check memprof's.
  * The format is in trace.h and docs/memprof.md; the reader is tools/memprof. */
 #include "offload/trace.h"
 
@@ -166,15 +168,25 @@ ferry_status trace_flush(trace *t)
     return st;
 }
 
-static void put(trace *t, trace_kind kind, trace_pool pool, int category, const char *name,
-                uint64_t bytes, uint64_t addr, int64_t step, double value);
+/* A record's fields but its time and checksum, which put() fills. */
+typedef struct trace_fields {
+    trace_kind kind;
+    trace_pool pool;
+    int category, role;
+    const char *name;
+    uint64_t bytes, addr;
+    int64_t step;
+    double value;
+} trace_fields;
+
+static void put(trace *t, const trace_fields *f);
 
 ferry_status trace_close(trace *t)
 {
     if (!t)
         return FERRY_OK;
     /* The END record says the trace is whole: its count is the records before it. */
-    put(t, TRACE_END, TRACE_POOL_DEVICE, 0, "end", 0, 0, -1, 0.0);
+    put(t, &(trace_fields){.kind = TRACE_END, .name = "end", .step = -1});
     pthread_mutex_lock(&t->mu);
     flush_locked(t);
     pthread_mutex_unlock(&t->mu);
@@ -193,23 +205,23 @@ ferry_status trace_close(trace *t)
 
 /* Fills the record in place in the buffer: the timestamp is taken under the
  * mutex so the file's order is the timestamps' order. */
-static void put(trace *t, trace_kind kind, trace_pool pool, int category, const char *name,
-                uint64_t bytes, uint64_t addr, int64_t step, double value)
+static void put(trace *t, const trace_fields *f)
 {
     pthread_mutex_lock(&t->mu);
     trace_record *r = &t->buf[t->n];
     memset(r, 0, sizeof *r);
     r->t_ns = elapsed_ns(&t->t0);
-    r->kind = (uint8_t)kind;
-    r->pool = (uint8_t)pool;
-    r->category = (uint8_t)category;
-    r->bytes = kind == TRACE_END ? t->records : bytes;
-    r->addr = addr;
-    r->step = step;
-    r->value = value;
-    if (name) {
-        size_t len = strnlen(name, TRACE_NAME_MAX - 1);
-        memcpy(r->name, name, len);
+    r->kind = (uint8_t)f->kind;
+    r->pool = (uint8_t)f->pool;
+    r->category = (uint8_t)f->category;
+    r->role = (uint8_t)f->role;
+    r->bytes = f->kind == TRACE_END ? t->records : f->bytes;
+    r->addr = f->addr;
+    r->step = f->step;
+    r->value = f->value;
+    if (f->name) {
+        size_t len = strnlen(f->name, TRACE_NAME_MAX - 1);
+        memcpy(r->name, f->name, len);
     }
     r->crc = trace_record_crc(r, t->records);
     t->records++;
@@ -218,42 +230,75 @@ static void put(trace *t, trace_kind kind, trace_pool pool, int category, const 
     pthread_mutex_unlock(&t->mu);
 }
 
+static uint64_t addr_of(const void *p) { return (uint64_t)(uintptr_t)p; }
+
 void trace_alloc(trace *t, trace_pool pool, ferry_mem_category category, const char *name,
                  uint64_t bytes, const void *addr)
 {
     if (t)
-        put(t, TRACE_ALLOC, pool, (int)category, name, bytes, (uint64_t)(uintptr_t)addr, -1, 0.0);
+        put(t, &(trace_fields){TRACE_ALLOC, pool, (int)category, 0, name, bytes, addr_of(addr), -1, 0.0});
 }
 
 void trace_free(trace *t, trace_pool pool, ferry_mem_category category, const char *name,
                 uint64_t bytes, const void *addr)
 {
     if (t)
-        put(t, TRACE_FREE, pool, (int)category, name, bytes, (uint64_t)(uintptr_t)addr, -1, 0.0);
+        put(t, &(trace_fields){TRACE_FREE, pool, (int)category, 0, name, bytes, addr_of(addr), -1, 0.0});
 }
 
 void trace_limit(trace *t, trace_pool pool, uint64_t bytes)
 {
     if (t)
-        put(t, TRACE_LIMIT, pool, 0, NULL, bytes, 0, -1, 0.0);
+        put(t, &(trace_fields){.kind = TRACE_LIMIT, .pool = pool, .bytes = bytes, .step = -1});
 }
 
 void trace_reserve(trace *t, trace_pool pool, uint64_t reserved_bytes)
 {
     if (t)
-        put(t, TRACE_RESERVE, pool, 0, NULL, reserved_bytes, 0, -1, 0.0);
+        put(t, &(trace_fields){.kind = TRACE_RESERVE, .pool = pool, .bytes = reserved_bytes, .step = -1});
 }
 
 void trace_phase(trace *t, int64_t step, const char *phase)
 {
     if (t)
-        put(t, TRACE_PHASE, TRACE_POOL_DEVICE, 0, phase ? phase : "", 0, 0, step, 0.0);
+        put(t, &(trace_fields){.kind = TRACE_PHASE, .name = phase ? phase : "", .step = step});
 }
 
 void trace_step_timing(trace *t, int64_t step, const char *key, double ms)
 {
     if (t)
-        put(t, TRACE_TIMING, TRACE_POOL_DEVICE, 0, key ? key : "", 0, 0, step, ms);
+        put(t, &(trace_fields){.kind = TRACE_TIMING, .name = key ? key : "", .step = step, .value = ms});
+}
+
+void trace_region(trace *t, const void *base, uint64_t bytes)
+{
+    if (t)
+        put(t, &(trace_fields){.kind = TRACE_REGION, .name = "planned region", .bytes = bytes,
+                               .addr = addr_of(base), .step = -1});
+}
+
+void trace_planned(trace *t, ferry_mem_category category, const char *name, uint64_t offset, uint64_t bytes,
+                   int32_t start, int32_t end, trace_plan_role role)
+{
+    if (t)
+        put(t, &(trace_fields){TRACE_PLANNED, TRACE_POOL_DEVICE, (int)category, (int)role, name, bytes, offset, start,
+                               (double)end}); /* INT32_MAX is TRACE_FOREVER */
+}
+
+void trace_occupy(trace *t, ferry_mem_category category, const char *name, int group, uint64_t bytes,
+                  const void *slot)
+{
+    if (t)
+        put(t, &(trace_fields){TRACE_OCCUPY, TRACE_POOL_DEVICE, (int)category, 0, name, bytes, addr_of(slot), group,
+                               0.0});
+}
+
+void trace_vacate(trace *t, ferry_mem_category category, const char *name, int group, uint64_t bytes,
+                  const void *slot)
+{
+    if (t)
+        put(t, &(trace_fields){TRACE_VACATE, TRACE_POOL_DEVICE, (int)category, 0, name, bytes, addr_of(slot), group,
+                               0.0});
 }
 
 uint64_t trace_record_count(trace *t)

@@ -7,7 +7,8 @@
  *   backend, in each offload mode, with and without recompute (and params
  *   mode at two prefetch depths), writes a memory trace; `memprof --json` on
  *   that trace gives the measured device and host peaks, which must be within
- *   5% of gpt2_plan_predict's (and agree with ferry_engine_memory_stats);
+ *   5% of gpt2_plan_predict's (and agree with ferry_engine_memory_stats), and
+ *   says that the run kept the memory plan the trace carries;
  * - params mode trains in a budget of its predicted peak, and not under the
  *   predicted floor;
  * - `memprof plan`: bad flags exit 2 with a message, a budget too small says
@@ -18,13 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/error.h"
 #include "engine/intree.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
+#include "run_program.h"
 #include "tap.h"
 #include "models/gpt2_plan.h"
 #include "offload/arena.h"
@@ -34,34 +35,9 @@ enum { STEPS = 3 };
 static const char *memprof;
 static char dir[] = "/tmp/ferry_gpt2_plan_XXXXXX";
 
-typedef struct run {
-    int status;
-    char out[65536];
-    char err[4096];
-} run;
+typedef program_run run;
 
-static void slurp(const char *path, char *buf, size_t cap)
-{
-    buf[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return;
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-}
-
-static void run_memprof(const char *args, run *r)
-{
-    char cmd[2048], out[600], err[600];
-    snprintf(out, sizeof out, "%s/out.txt", dir);
-    snprintf(err, sizeof err, "%s/err.txt", dir);
-    snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s'", memprof, args, out, err);
-    int st = system(cmd);
-    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    slurp(out, r->out, sizeof r->out);
-    slurp(err, r->err, sizeof r->err);
-}
+static void run_memprof(const char *args, run *r) { program_run_in(dir, memprof, args, r); }
 
 static double num(const cJSON *o, const char *path)
 {
@@ -287,6 +263,11 @@ static void check_training(ferry_offload mode, bool recompute, int prefetch, int
              ms.max_resident, p.device_weight_groups);
     TAP_IS_INT(dev, ms.device_peak, "%s recompute %d: memprof's device peak = the engine's own high-water mark",
                mode_name(mode), recompute);
+    const cJSON *plan = cJSON_GetObjectItemCaseSensitive(j, "plan");
+    if (!tap_ok(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(plan, "kept")),
+                "%s recompute %d prefetch %d: the run kept the plan its trace carries", mode_name(mode), recompute,
+                prefetch))
+        tap_diag("  %s", r.out);
     TAP_IS_CLOSE(p.device_total, dev, 0, 0.05, "%s recompute %d prefetch %d: device peak predicted within 5%%",
                  mode_name(mode), recompute, prefetch);
     TAP_IS_INT(p.activations, dev_act, "%s recompute %d: activations at the device peak exactly as predicted",
@@ -466,7 +447,7 @@ static void check_cli_layout(void)
         TAP_IS_INT(num(j, "layout.region_bytes"), num(j, "device.total_bytes"),
                    "%s: the region is the plan's device peak", modes[k]);
         static char svg[1 << 20];
-        slurp(svg_path, svg, sizeof svg);
+        program_slurp(svg_path, svg, sizeof svg);
         int rects = 0, named = 0;
         for (const char *q = svg; (q = strstr(q, "<rect class=\"buffer\"")) != NULL; q++)
             rects++;

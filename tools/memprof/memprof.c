@@ -1,6 +1,6 @@
-/* memprof: reads a ferry memory trace and says where the memory went, or
- * predicts it before a run.
- *   memprof [report] [--json] [--svg FILE] [--top N] TRACE
+/* memprof: reads a ferry memory trace and says where the memory went and
+ * whether the run kept the device's memory plan, or predicts it before a run.
+ *   memprof [report] [--json] [--svg FILE] [--top N] [--check-plan] TRACE
  *   memprof dump TRACE          (the records as JSON Lines)
  *   memprof plan [options]      (predicted peaks of a GPT-2 run: models/gpt2_plan.h)
  * Subcommands are dispatched from main(); their options are parsed in
@@ -84,6 +84,67 @@ static void print_text(FILE *f, const char *path, const mp_trace *t, const mp_re
     }
 }
 
+static void print_plan(FILE *f, const mp_plan *p, bool partial)
+{
+    char a[32], b[32], c[32];
+    if (!p->present) {
+        fprintf(f, "plan: none in this trace (%s)\n", p->absent);
+        return;
+    }
+    fprintf(f, "plan: a region of %s at 0x%llx, %zu buffers", fmt(a, p->region_bytes), (unsigned long long)p->base,
+            p->nbuf);
+    if (p->slots)
+        fprintf(f, ", %zu of them params mode's slots (%zu stays of groups in them)", p->slots, p->nocc);
+    if (p->ranges)
+        fprintf(f, ", %zu the range%s the embedder's allocations fill", p->ranges, p->ranges == 1 ? "" : "s");
+    fputc('\n', f);
+    bool kept = p->device_peak == p->region_bytes + p->dynamic_peak;
+    fprintf(f, "  device peak %s (%llu bytes) %s the region %s + the dynamic heap's peak %s\n",
+            fmt(a, p->device_peak), (unsigned long long)p->device_peak, kept ? "=" : "is not", fmt(b, p->region_bytes),
+            fmt(c, p->dynamic_peak));
+    if (!p->mismatches) {
+        fprintf(f, "  the run kept its plan: every allocation in the region at its planned offset, size and category, "
+                   "none overlapping another alive, each slot held by one group at a time%s\n",
+                partial ? " (in the records read)" : "");
+        return;
+    }
+    fprintf(f, "  %zu mismatch%s with the plan%s:\n", p->mismatches, p->mismatches == 1 ? "" : "es",
+            partial ? " (in the records read)" : "");
+    for (size_t i = 0; i < p->mismatches && i < MP_PLAN_SAID; i++)
+        fprintf(f, "    %s\n", p->said[i]);
+    if (p->mismatches > MP_PLAN_SAID)
+        fprintf(f, "    ... and %zu more\n", p->mismatches - MP_PLAN_SAID);
+}
+
+static cJSON *plan_json(const mp_plan *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "present", p->present);
+    if (!p->present) {
+        cJSON_AddStringToObject(o, "absent", p->absent);
+        cJSON_AddNullToObject(o, "kept");
+        return o;
+    }
+    char base[24];
+    snprintf(base, sizeof base, "0x%llx", (unsigned long long)p->base);
+    cJSON_AddNullToObject(o, "absent");
+    cJSON_AddBoolToObject(o, "kept", p->mismatches == 0);
+    cJSON_AddStringToObject(o, "base", base);
+    cJSON_AddNumberToObject(o, "region_bytes", (double)p->region_bytes);
+    cJSON_AddNumberToObject(o, "buffers", (double)p->nbuf);
+    cJSON_AddNumberToObject(o, "slots", (double)p->slots);
+    cJSON_AddNumberToObject(o, "ranges", (double)p->ranges);
+    cJSON_AddNumberToObject(o, "occupancies", (double)p->nocc);
+    cJSON_AddNumberToObject(o, "device_peak_bytes", (double)p->device_peak);
+    cJSON_AddNumberToObject(o, "dynamic_peak_bytes", (double)p->dynamic_peak);
+    cJSON_AddNumberToObject(o, "region_peak_bytes", (double)p->region_peak);
+    cJSON_AddNumberToObject(o, "mismatch_count", (double)p->mismatches);
+    cJSON *m = cJSON_AddArrayToObject(o, "mismatches");
+    for (size_t i = 0; i < p->mismatches && i < MP_PLAN_SAID; i++)
+        cJSON_AddItemToArray(m, cJSON_CreateString(p->said[i]));
+    return o;
+}
+
 static cJSON *pool_json(const mp_pool_report *pr)
 {
     cJSON *o = cJSON_CreateObject();
@@ -117,7 +178,7 @@ static cJSON *pool_json(const mp_pool_report *pr)
     return o;
 }
 
-static void print_json(FILE *f, const char *path, const mp_trace *t, const mp_report *r)
+static void print_json(FILE *f, const char *path, const mp_trace *t, const mp_report *r, const mp_plan *plan)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "trace", path);
@@ -133,6 +194,7 @@ static void print_json(FILE *f, const char *path, const mp_trace *t, const mp_re
     cJSON_AddNumberToObject(o, "duration_ms", (double)r->t_end / 1e6);
     for (int p = 0; p < MP_POOLS; p++)
         cJSON_AddItemToObject(o, mp_pool_name(p), pool_json(&r->pool[p]));
+    cJSON_AddItemToObject(o, "plan", plan_json(plan));
     cJSON *tm = cJSON_AddObjectToObject(o, "timings_ms");
     for (size_t i = 0; i < r->ntimings; i++) {
         cJSON *e = cJSON_CreateObject();
@@ -148,7 +210,35 @@ static void print_json(FILE *f, const char *path, const mp_trace *t, const mp_re
     cJSON_Delete(o);
 }
 
-static const char *const kind_name[] = {"?", "alloc", "free", "phase", "timing", "limit", "reserve", "end"};
+static const char *const kind_name[] = {"?", "alloc", "free", "phase", "timing", "limit", "reserve", "end",
+                                        "region", "planned", "occupy", "vacate"};
+_Static_assert(sizeof kind_name / sizeof kind_name[0] == TRACE_VACATE + 1, "a name per record kind");
+static const char *const role_name[TRACE_ROLES] = {"buffer", "weights slot", "grads slot", "embedder range"};
+
+/* The fields of a record of the plan (version 3), into a dump line. */
+static void dump_plan_record(cJSON *o, const trace_record *r)
+{
+    char addr[24];
+    snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)r->addr);
+    if (r->kind == TRACE_REGION) {
+        cJSON_AddStringToObject(o, "base", addr);
+        return;
+    }
+    cJSON_AddStringToObject(o, "category", ferry_mem_category_name((ferry_mem_category)r->category));
+    cJSON_AddStringToObject(o, "name", r->name);
+    if (r->kind == TRACE_PLANNED) {
+        cJSON_AddNumberToObject(o, "offset", (double)r->addr);
+        cJSON_AddStringToObject(o, "role", role_name[r->role]);
+        cJSON_AddNumberToObject(o, "start", (double)r->step);
+        if (r->value == TRACE_FOREVER)
+            cJSON_AddNullToObject(o, "end");
+        else
+            cJSON_AddNumberToObject(o, "end", r->value);
+        return;
+    }
+    cJSON_AddNumberToObject(o, "group", (double)r->step);
+    cJSON_AddStringToObject(o, "addr", addr);
+}
 
 static int cmd_dump(int argc, char **argv)
 {
@@ -179,6 +269,8 @@ static int cmd_dump(int argc, char **argv)
             cJSON_AddStringToObject(o, "name", r->name);
             cJSON_AddStringToObject(o, "addr", addr);
         }
+        if (r->kind >= TRACE_REGION)
+            dump_plan_record(o, r);
         char *s = cJSON_PrintUnformatted(o);
         if (s && printf("%s\n", s) < 0)
             fileio_note_stdout_error();
@@ -212,16 +304,28 @@ static int cmd_report(int argc, char **argv)
         return 1;
     }
     mp_report r;
+    mp_plan plan;
     if (mp_analyze(&t, (size_t)a.top, TIMELINE_COLUMNS, &r) != FERRY_OK) {
         fprintf(stderr, "memprof: %s\n", ferry_last_error());
         mp_trace_free(&t);
         return 1;
     }
+    if (mp_plan_check(&t, &plan) != FERRY_OK) {
+        fprintf(stderr, "memprof: %s\n", ferry_last_error());
+        mp_report_free(&r);
+        mp_trace_free(&t);
+        return 1;
+    }
     rc = t.status == FERRY_OK ? 0 : 1;
-    if (a.json)
-        print_json(stdout, a.path, &t, &r);
-    else
+    if (a.json) {
+        print_json(stdout, a.path, &t, &r, &plan);
+    } else {
         print_text(stdout, a.path, &t, &r);
+        print_plan(stdout, &plan, t.status != FERRY_OK);
+    }
+    /* --check-plan: a run that strayed from its plan is exit 3 (a damaged trace stays 1) */
+    if (a.check_plan && plan.mismatches && rc == 0)
+        rc = 3;
     if (a.svg && t.header_ok) {
         char title[600];
         snprintf(title, sizeof title, "memory over time: %s%s", a.path,
@@ -241,7 +345,7 @@ static int cmd_report(int argc, char **argv)
             }
         }
         if (st == FERRY_OK)
-            st = mp_write_svg(pic, a.svg, title);
+            st = mp_write_svg(pic, &plan, a.svg, title);
         if (st != FERRY_OK) {
             fprintf(stderr, "memprof: %s\n", ferry_last_error());
             rc = rc ? rc : st == FERRY_ERR_INVALID_ARGUMENT ? 2 : 1;
@@ -249,6 +353,7 @@ static int cmd_report(int argc, char **argv)
         if (pic == &zoom)
             mp_report_free(&zoom);
     }
+    mp_plan_free(&plan);
     mp_report_free(&r);
     mp_trace_free(&t);
     return rc;

@@ -29,13 +29,20 @@ void mp_usage(FILE *f)
           "  --svg FILE   draw a stacked-area timeline by category, phases marked\n"
           "  --step N     draw step N alone (with --svg): what moves within one step\n"
           "  --top N      list the N largest live allocations at each peak (default 10, max 64)\n"
+          "  --check-plan exit 3 when the run strayed from the device's memory plan the\n"
+          "               trace carries (a trace without one passes, saying so)\n"
           "  -h, --help   this text\n"
           "\n"
           "dump prints every record as one JSON object per line.\n"
           "\n"
+          "The report ends with the plan: the device's planned region and buffers\n"
+          "as the engine placed them, checked against every device allocation and\n"
+          "slot occupancy of the run; the picture draws the address space.\n"
+          "\n"
           "Exit status: 0 on success; 1 when the trace is damaged (the figures of\n"
           "the records before the damage are still printed) or is not a trace at\n"
-          "all (no figures); 2 on a usage error.\n",
+          "all (no figures); 2 on a usage error; 3 with --check-plan when the run\n"
+          "strayed from its plan.\n",
           f);
 }
 
@@ -49,6 +56,8 @@ int mp_parse_report_args(int argc, char **argv, mp_report_args *a)
             return 1;
         } else if (!strcmp(argv[i], "--json")) {
             a->json = true;
+        } else if (!strcmp(argv[i], "--check-plan")) {
+            a->check_plan = true;
         } else if (!strcmp(argv[i], "--svg") && i + 1 < argc) {
             a->svg = argv[++i];
         } else if (!strcmp(argv[i], "--top") && i + 1 < argc) {
