@@ -20,6 +20,11 @@
  *   FERRY_CUDASIM_THREADS    OS threads running blocks (default 2)
  *   FERRY_CUDASIM_DELAY_US   up to this many microseconds of seeded random
  *                            delay before each operation of a stream (default 0)
+ *   FERRY_CUDASIM_COPY_DELAY_US  a slow bus: each asynchronous host-to-device
+ *                            copy holds its stream this many microseconds before
+ *                            its bytes land (default 0), so work on another stream
+ *                            that does not wait for the copy's event reads the old
+ *                            bytes
  *   FERRY_CUDASIM_MEMORY     the card's memory, e.g. 24GiB (default: the card's)
  *   FERRY_CUDASIM_CONTEXT    what the CUDA context takes of it (default 512MiB; an
  *                            H200's measured 527 MiB with CUDA 13); each cuBLASLt
@@ -145,6 +150,8 @@ sim_settings read_settings()
     }
     if ((v = getenv("FERRY_CUDASIM_DELAY_US")) && *v)
         s.delay_us = (unsigned)strtoul(v, nullptr, 10);
+    if ((v = getenv("FERRY_CUDASIM_COPY_DELAY_US")) && *v)
+        s.copy_delay_us = (unsigned)strtoul(v, nullptr, 10);
     s.memory_bytes = arch_find(s.arch)->memory_bytes;
     if ((v = getenv("FERRY_CUDASIM_MEMORY")) && *v)
         s.memory_bytes = parse_bytes("FERRY_CUDASIM_MEMORY", v);

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <map>
 
@@ -515,7 +516,14 @@ static cudaError_t copy(const char *call, void *dst, const void *src, size_t n, 
         stream_enqueue(s, stream_op{call, [=] { memcpy(dst, staged->data(), n); }});
         return cudaSuccess;
     }
-    stream_enqueue(s, stream_op{call, [=] { memcpy(dst, src, n); }});
+    const unsigned late = kind == cudaMemcpyHostToDevice ? settings().copy_delay_us : 0;
+    stream_enqueue(s, stream_op{call, [=] {
+                                    if (late) { /* a slow bus: the bytes land late */
+                                        struct timespec ts = {(time_t)(late / 1000000), (long)(late % 1000000) * 1000};
+                                        nanosleep(&ts, nullptr);
+                                    }
+                                    memcpy(dst, src, n);
+                                }});
     return cudaSuccess;
 }
 

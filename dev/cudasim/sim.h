@@ -55,6 +55,7 @@ struct sim_settings {
     uint64_t seed;              /* for random schedules and stream delays */
     int threads;                /* FERRY_CUDASIM_THREADS: OS threads running blocks */
     unsigned delay_us;          /* FERRY_CUDASIM_DELAY_US: max random delay before each stream op */
+    unsigned copy_delay_us;     /* FERRY_CUDASIM_COPY_DELAY_US: a host-to-device copy's bytes land this late */
     uint64_t memory_bytes;      /* FERRY_CUDASIM_MEMORY: the card's memory */
     uint64_t context_bytes;     /* FERRY_CUDASIM_CONTEXT: what the CUDA context takes of it */
     const char *launch_log;     /* FERRY_CUDASIM_LAUNCH_LOG: a file to add each kernel's launch shapes to */
