@@ -13,7 +13,8 @@ work=$(mktemp -d /tmp/ferry-test-crc-arm-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 if ! "$cc" -std=gnu11 -O2 -Wall -Wextra -Werror -static -I"$root" -I"$root/include" -I"$root/tests" \
      "$root/common/crc32c.c" "$root/tests/common/test_crc32c.c" -o "$work/t" -lpthread 2>"$work/err"; then
-  echo "Bail out! the cross build failed: $(head -c 2000 "$work/err")"
+  # One line: a TAP reader takes every further line as noise.
+  echo "Bail out! the cross build failed (is Debian's libc6-dev-arm64-cross installed? tools/setup/setup.sh installs it): $(head -c 600 "$work/err" | tr '\n' ' ')"
   exit 1
 fi
 # Each run is a TAP stream of its own: renumber them into one.

@@ -10,11 +10,13 @@ cd "$root"
 # these (checked in CI on a fresh `debootstrap --variant=minbase` root,
 # tools/setup/fresh_debian.sh, which has none of them): procps for pgrep
 # (train-dp finds the ranks mpirun started), jq for reading the step log
-# (README), ca-certificates for npm's download of the tokenizer files.
+# (README), ca-certificates for npm's download of the tokenizer files,
+# libc6-dev-arm64-cross for the aarch64 cross compiler's headers (only a
+# Recommends of gcc-aarch64-linux-gnu, which --no-install-recommends drops).
 packages=(build-essential meson ninja-build pkg-config libhwloc-dev liburing-dev
           libopenblas-dev libcjson-dev python3 python3-torch python3-numpy
           bible-kjv nodejs npm openmpi-bin libopenmpi-dev fio procps jq ca-certificates
-          gcc-aarch64-linux-gnu qemu-user)
+          gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
