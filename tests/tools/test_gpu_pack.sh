@@ -82,7 +82,8 @@ FERRY_CHECK_EXPECT=no-gpu FERRY_CHECK_DIR=$tmp/check bash "$src/tools/gpu/check.
 rc=$?
 ok "$rc" "tools/gpu/check.sh runs the whole check on the archive and expects no GPU (exit $rc)"
 [ "$rc" -eq 0 ] || diag <"$tmp/check.log"
-for name in ferry-info transfer kernel-lab kernel-lab-f16 engine-gpt2 engine-xl sanitize-memcheck sanitize-racecheck \
+for name in ferry-info transfer kernel-lab kernel-lab-f16 engine-gpt2 engine-xl capacity \
+            sanitize-memcheck sanitize-racecheck \
             sanitize-synccheck sanitize-initcheck $(cut -f1 "$pack/tests.txt"); do
   gpu=$(awk -F'\t' -v n="$name" '$1 == n {print $3}' "$pack/tests.txt")
   if [ "${gpu:-1}" = 1 ]; then
@@ -100,6 +101,14 @@ ok $? "the check finds NCCL on this machine and names its folder"
 bound=$(sed -n 's/.*the check ends within \([0-9]*\)s$/\1/p' "$tmp/out/results.txt")
 [ -n "$bound" ] && [ "$bound" -le 540 ]
 ok $? "the check's time bound, ${bound:-none} s, is at most 540 s"
+grep -F '[memprof-capacity]' "$tmp/out/results.txt" | grep -q 'PASS$' &&
+  grep -q '^  memprof-capacity | largest GPT-2-shaped model that fits: d[0-9]' "$tmp/out/results.txt"
+ok $? "memprof plan gives the largest model the capacity step trains: $(grep -m1 'memprof-capacity |' "$tmp/out/results.txt")"
+FERRY_CHECK_BOUND=900 FERRY_CHECK_EXPECT=no-gpu FERRY_CHECK_DIR=$tmp/check bash "$src/tools/gpu/check.sh" "$archive" \
+  "$tmp/out-bound" >/dev/null 2>&1
+rc=$?
+[ "$rc" -ne 0 ] && grep -q "FERRY_CHECK_BOUND=900: give 60 to 540 s" "$tmp/out-bound/results.txt"
+ok $? "a bound past 540 s is refused before any step runs (exit $rc)"
 
 # A machine whose NCCL is not where FERRY_CHECK_NCCL says: the nccl step
 # fails, naming what to install, and so does the check. And a

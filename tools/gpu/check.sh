@@ -73,7 +73,15 @@ declare -A test_limit=([backend-cuda]=10 [ops-gpu]=15 [ops-gpu-f16]=12 [ops-gpu-
 # programs named below.
 declare -A limit=([unpack]=8 [cublas]=6 [nccl]=5 [libraries]=5 [gpu-info]=5 [ferry-info]=5 [transfer]=8
                   [sanitize-memcheck]=75 [sanitize-racecheck]=40 [sanitize-synccheck]=25 [sanitize-initcheck]=60
-                  [kernel-lab]=20 [kernel-lab-f16]=10 [memprof-plan]=5 [engine-gpt2]=20 [engine-xl]=60)
+                  [kernel-lab]=20 [kernel-lab-f16]=10 [memprof-plan]=5 [engine-gpt2]=20 [engine-xl]=110
+                  [memprof-capacity]=5 [capacity]=150)
+# The whole check ends within this many seconds (FERRY_CHECK_BOUND): a step
+# gets the least of its limit and what is left, and a step reached with
+# less than 5 s left fails unrun. Measured on an H200, the steps take far
+# less than their limits (the first run: 24 steps in 45 s; GPT-2 XL's two
+# modes about a minute, the capacity run about two); the limits are for a
+# step that hangs.
+bound=${FERRY_CHECK_BOUND:-530}
 
 say() { printf '%s\n' "$*" | tee -a "$results"; }
 
@@ -101,8 +109,14 @@ judge() {
 # its limit; all output to steps.log and $work/NAME.out, the lines matching
 # the regex SHOW also to the screen and results.txt, as they come.
 step() {
-  local name=$1 lim=$2 gpu=$3 show=$4 t0=$SECONDS rc
+  local name=$1 lim=$2 gpu=$3 show=$4 t0=$SECONDS rc left=$((bound - SECONDS - 1)) # timeout -k 1: 1 s of grace
   shift 4
+  if [ "$left" -lt 5 ]; then # the check's bound is spent: said, and failed
+    say "$(printf '%-28s %5ss  %s' "[$name]" 0 "FAIL: not run: the check's ${bound}s bound was spent before it")"
+    failed=$((failed + 1))
+    return 1
+  fi
+  [ "$left" -lt "$lim" ] && lim=$left
   printf '\n==== %s (limit %ss): %s\n' "$name" "$lim" "$*" >>"$log"
   (cd "$pack" && timeout -k 1 "$lim" "$@" </dev/null) 2>&1 | tee "$work/$name.out" | tee -a "$log" |
     grep --line-buffered -E "$show" | sed -u "s/^/  $name | /" | tee -a "$results"
@@ -285,10 +299,9 @@ fi
 sed 's/^/  /' "$pack/MANIFEST" | tee -a "$log" | head -3 | tee -a "$results"
 sum=$(( $(tests_total) ))
 for k in "${!limit[@]}"; do sum=$((sum + limit[$k])); done
-bound=$((sum + ${#limit[@]} + $(wc -l <"$pack/tests.txt")))
-say "step limits sum to ${sum}s (+1 s of grace per step); the check ends within ${bound}s"
-if [ "$bound" -gt 540 ]; then
-  say "FAIL: the limits and their grace sum above 540 s; lower them so the check stays under 9 minutes"
+say "step limits sum to ${sum}s; each step gets the least of its limit and what is left; the check ends within ${bound}s"
+if ! [ "$bound" -ge 60 ] 2>/dev/null || [ "$bound" -gt 540 ]; then
+  say "FAIL: FERRY_CHECK_BOUND=$bound: give 60 to 540 s, so the check stays under 9 minutes"
   exit 1
 fi
 
@@ -394,13 +407,36 @@ xl_batch=$(sed -n 's/.*largest batch that fits: \([0-9][0-9]*\).*/\1/p' "$work/m
 show='^(bench_engine|offload .*(ready|first step)|round|result|confirm|loss|card|the planner|RESULT)'
 step engine-gpt2 "${limit[engine-gpt2]}" 1 "$show" \
   bin/bench_engine --backend cuda --model gpt2 --batch 8 --seq 1024 --steps 3 --warmup 0 "${peak_flag[@]}"
+# Each mode at its own largest batch (the planner's at the measured budget:
+# optimizer about 74, params about 96), its tokens/s, then batch + 1 out of
+# memory, cleanly, at setup.
 if [ -n "$xl_batch" ]; then
   step engine-xl "${limit[engine-xl]}" 1 "$show" \
-    bin/bench_engine --backend cuda --model gpt2-xl --seq 1024 --modes optimizer --recompute --card 24GiB \
+    bin/bench_engine --backend cuda --model gpt2-xl --seq 1024 --modes optimizer,params --recompute --card 24GiB \
     --confirm-max-batch --steps 2 --warmup 0 "${peak_flag[@]}"
 else
   judge engine-xl 1 1 0 "${limit[engine-xl]}"
   say "  engine-xl | no batch: memprof plan gave none"
+fi
+
+# Capacity: the largest GPT-2-shaped model (dN: N layers, 64N wide) the
+# planner says a 24 GiB card and this machine's host memory hold, in params
+# mode with recompute at batch 1 x 1024 (about 7B parameters with 128 GiB),
+# set up and trained two steps: its size (the banner), its host peak (the
+# result line) and its time to the first step. The host budget is nine
+# tenths of what /proc/meminfo says is available now.
+host_gib=$(awk '/^MemAvailable:/ {print int($2 * 0.9 / 1048576)}' /proc/meminfo)
+step memprof-capacity "${limit[memprof-capacity]}" 0 'largest GPT-2-shaped' \
+  bin/memprof plan --model gpt2 --seq 1024 --batch 1 --offload params --recompute --card 24GiB \
+  --host-mem "${host_gib:-0}GiB"
+cap_model=$(sed -n 's/^largest GPT-2-shaped model that fits: \(d[0-9][0-9]*\) .*/\1/p' "$work/memprof-capacity.out")
+if [ -n "$cap_model" ]; then
+  step capacity "${limit[capacity]}" 1 "$show" \
+    bin/bench_engine --backend cuda --model "$cap_model" --seq 1024 --batch 1 --modes params --recompute \
+    --card 24GiB --steps 2 --warmup 0 "${peak_flag[@]}"
+else
+  judge capacity 1 1 0 "${limit[capacity]}"
+  say "  capacity | no model: memprof plan gave none for ${host_gib:-?} GiB of host memory"
 fi
 
 say "done in $SECONDS s: $failed step(s) failed; whole outputs in $log"
