@@ -30,6 +30,7 @@
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
 #include "tests/tap.h"
+#include "tests/token_batches.h"
 
 enum { STEPS = 5, B = 2, T = 40, MAXR = 4 };
 #define TOL_LOSS 5e-3
@@ -50,16 +51,8 @@ typedef struct run_result {
 
 static void batch_tokens(int step, int micro, int32_t *tokens, int32_t *targets)
 {
-    uint64_t rng = 991 + (uint64_t)step * 7919 + (uint64_t)micro * 104729;
-    for (int i = 0; i < B * T + 1; i++) {
-        int32_t tok = (int32_t)((i * 11 + step * 3 + micro) % 113);
-        if (tap_rand_u64(&rng) % 4 == 0)
-            tok = (int32_t)(tap_rand_u64(&rng) % (uint64_t)model.vocab_size);
-        if (i < B * T)
-            tokens[i] = tok;
-        if (i > 0)
-            targets[i - 1] = tok;
-    }
+    static const token_recipe recipe = {991, 7919, 104729, 11, 3, 1, 113, 4};
+    token_batch(&recipe, step, micro, B * T, model.vocab_size, tokens, targets);
 }
 
 static ferry_status all_weights(ferry_engine *e, gpt2_model *m, float **out, size_t *n)

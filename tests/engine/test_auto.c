@@ -23,6 +23,7 @@
 #include "models/gpt2_engine.h"
 #include "models/gpt2_plan.h"
 #include "tap.h"
+#include "token_batches.h"
 
 enum { STEPS = 4, B = 2, T = 32, LAYERS = 6, C = 64 };
 
@@ -47,16 +48,8 @@ typedef struct run_opts {
 
 static void batch_tokens(int step, int32_t *tokens, int32_t *targets)
 {
-    uint64_t rng = 91 + (uint64_t)step * 131;
-    for (int i = 0; i < B * T + 1; i++) {
-        int32_t tok = (int32_t)((i * 5 + step) % 89);
-        if (tap_rand_u64(&rng) % 4 == 0)
-            tok = (int32_t)(tap_rand_u64(&rng) % (uint64_t)small.vocab_size);
-        if (i < B * T)
-            tokens[i] = tok;
-        if (i > 0)
-            targets[i - 1] = tok;
-    }
+    static const token_recipe recipe = {91, 131, 0, 5, 1, 0, 89, 4};
+    token_batch(&recipe, step, 0, B * T, small.vocab_size, tokens, targets);
 }
 
 static uint64_t activations(void)

@@ -32,6 +32,7 @@
 #include "models/gpt2_plan.h"
 #include "offload/pool.h"
 #include "tap.h"
+#include "token_batches.h"
 #include "test_dtype.h"
 
 enum { STEPS = 6, HALF = 3, B = 2, T = 32, MAXR = 8 };
@@ -69,16 +70,8 @@ typedef struct run_opts {
 /* Deterministic text-like tokens of micro-batch `micro` at `step`. */
 static void batch_tokens(int step, int micro, int32_t *tokens, int32_t *targets)
 {
-    uint64_t rng = 991 + (uint64_t)step * 7919 + (uint64_t)micro * 104729;
-    for (int i = 0; i < B * T + 1; i++) {
-        int32_t tok = (int32_t)((i * 11 + step * 3 + micro) % 113);
-        if (tap_rand_u64(&rng) % 4 == 0)
-            tok = (int32_t)(tap_rand_u64(&rng) % (uint64_t)model.vocab_size);
-        if (i < B * T)
-            tokens[i] = tok;
-        if (i > 0)
-            targets[i - 1] = tok;
-    }
+    static const token_recipe recipe = {991, 7919, 104729, 11, 3, 1, 113, 4};
+    token_batch(&recipe, step, micro, B * T, model.vocab_size, tokens, targets);
 }
 
 static ferry_step_options step_options(void)

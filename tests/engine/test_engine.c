@@ -23,6 +23,7 @@
 #include "optim/gradnorm.h"
 #include "optim/loss_scale.h"
 #include "tap.h"
+#include "token_batches.h"
 #include "test_dtype.h"
 
 enum { STEPS = 20, B = 2, T = 32 };
@@ -50,16 +51,8 @@ static const uint64_t SEED = 1234;
 /* Deterministic text-like tokens: a repeating pattern with noise. */
 static void batch_tokens(int step, int micro, int32_t *tokens, int32_t *targets)
 {
-    uint64_t rng = 77 + (uint64_t)step * 131 + (uint64_t)micro * 17;
-    for (int i = 0; i < B * T + 1; i++) {
-        int32_t tok = (int32_t)((i * 7 + step) % 97);
-        if (tap_rand_u64(&rng) % 5 == 0)
-            tok = (int32_t)(tap_rand_u64(&rng) % (uint64_t)tiny.vocab_size);
-        if (i < B * T)
-            tokens[i] = tok;
-        if (i > 0)
-            targets[i - 1] = tok;
-    }
+    static const token_recipe recipe = {77, 131, 17, 7, 1, 0, 97, 5};
+    token_batch(&recipe, step, micro, B * T, tiny.vocab_size, tokens, targets);
 }
 
 static ferry_step_options step_options(void)

@@ -28,6 +28,7 @@
 #include "models/gpt2_plan.h"
 #include "offload/nvme.h"
 #include "tap.h"
+#include "token_batches.h"
 #include "test_dtype.h"
 
 enum { STEPS = 20, HALF = 10, B = 2, T = 32 };
@@ -61,16 +62,8 @@ typedef struct run_result {
 
 static void batch_tokens(int step, int micro, int32_t *tokens, int32_t *targets)
 {
-    uint64_t rng = 91 + (uint64_t)step * 131 + (uint64_t)micro * 17;
-    for (int i = 0; i < B * T + 1; i++) {
-        int32_t tok = (int32_t)((i * 5 + step) % 89);
-        if (tap_rand_u64(&rng) % 4 == 0)
-            tok = (int32_t)(tap_rand_u64(&rng) % (uint64_t)tiny.vocab_size);
-        if (i < B * T)
-            tokens[i] = tok;
-        if (i > 0)
-            targets[i - 1] = tok;
-    }
+    static const token_recipe recipe = {91, 131, 17, 5, 1, 0, 89, 4};
+    token_batch(&recipe, step, micro, B * T, tiny.vocab_size, tokens, targets);
 }
 
 static ferry_engine_config config_of(const run_opts *ro)
