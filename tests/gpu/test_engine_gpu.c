@@ -180,6 +180,44 @@ static void compare(const mode_run *r, const mode_run *none)
            ferry_offload_name(r->mode), TOL_UPDATE, e);
 }
 
+/* device_budget_bytes 0 on the card: the engine takes what is free once the
+ * CUDA context, cuBLASLt (and NCCL) started, less the documented margin of
+ * 256 MiB and 1% of that free memory (ferry.h), and trains within it. The
+ * expectation is the formula itself: margin = 256 MiB + free / 100, so the
+ * free memory lies in [100 (margin - 256 MiB), that + 99], and the budget
+ * is that less the margin, rounded down to the arena's 256-byte grain. */
+static void budget_zero(ferry_backend_kind kind)
+{
+    if (kind != FERRY_BACKEND_CUDA)
+        return;
+    gpt2_config c = model_config();
+    efix f;
+    ferry_status st = efix_open(&f, &c, kind, dtype, FERRY_OFFLOAD_OPTIMIZER, 0, B_, T_, SEED, BATCH_SEED);
+    if (tap_is_status(st, FERRY_OK, "budget 0: a GPT-2 sets up in optimizer mode with device_budget_bytes 0")) {
+        ferry_step_options so = options();
+        float loss = 0;
+        st = efix_step(&f, &so, &loss);
+        tap_is_status(st, FERRY_OK, "budget 0: a step trains (loss %.4f)", loss);
+        ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
+        if (tap_is_status(ferry_engine_memory_stats(f.e, &ms), FERRY_OK, "budget 0: memory stats")) {
+            const uint64_t b = ms.device_budget_bytes, m = ms.device_margin_bytes, base = 256ull << 20;
+            const uint64_t lo = m > base ? (m - base) * 100 : 0, hi = lo + 99, free_b = b + m;
+            tap_ok(b > 0 && m > base && free_b <= hi && free_b + 256 > lo,
+                   "budget 0: budget %.1f MiB, margin %.1f MiB = 256 MiB + 1%% of the %.1f MiB free", b / 1048576.0,
+                   m / 1048576.0, free_b / 1048576.0);
+            tap_ok(free_b + ms.device_context_bytes + ms.device_library_bytes + ms.device_comm_bytes <=
+                       ms.device_total_bytes,
+                   "budget 0: budget and margin within what the context (%.1f MiB) and cuBLASLt (%.1f MiB) left "
+                   "of the card's %.1f MiB",
+                   ms.device_context_bytes / 1048576.0, ms.device_library_bytes / 1048576.0,
+                   ms.device_total_bytes / 1048576.0);
+            tap_ok(ms.device_total_peak_bytes <= b, "budget 0: the device peak %.2f MiB is within it",
+                   ms.device_total_peak_bytes / 1048576.0);
+        }
+    }
+    efix_close(&f);
+}
+
 int main(int argc, char **argv)
 {
     ferry_backend_kind kind = efix_backend_arg(argc, argv);
@@ -203,6 +241,7 @@ int main(int argc, char **argv)
         tap_ok(memcmp(runs[3].loss, runs[1].loss, sizeof runs[3].loss) == 0 && runs[3].n == runs[1].n &&
                    memcmp(runs[3].w, runs[1].w, runs[3].n * sizeof *runs[3].w) == 0,
                "nvme vs optimizer: every loss and every final weight bitwise equal");
+    budget_zero(kind);
     rmdir(efix_nvme_dir());
     for (int i = 0; i < 4; i++)
         free(runs[i].w0), free(runs[i].w);
