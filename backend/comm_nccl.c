@@ -3,7 +3,8 @@
  * the unique id (ncclGetUniqueId) and the world's control plane broadcasts
  * it (MPI; a world of one rank needs nothing), then every rank starts its
  * side with ncclCommInitRankConfig, non-blocking (config.blocking = 0), on
- * the GPU of its local rank, and polls it until it is up: bounded by the
+ * the GPU of its local rank (connected at start: NCCL_RUNTIME_CONNECT=0
+ * unless the user set it), and polls it until it is up: bounded by the
  * collective timeout and ended by another rank's failure, so a rank that
  * fails or hangs at start cannot hold the others. A collective on the
  * non-blocking communicator that returns ncclInProgress (NCCL still
@@ -154,6 +155,13 @@ static ferry_status wait_settled(backend_comm *c, nccl_comm *n, const char *doin
 
 static ferry_status start_comm(backend_comm *c, nccl_comm *n, ncclUniqueId id)
 {
+    /* NCCL 2.22 and later connect the ranks (and allocate the connections'
+     * device buffers) at a communicator's first collective unless told
+     * otherwise: connected at start instead, those buffers are in what the
+     * engine measures as NCCL's share at create (device_comm_bytes), not
+     * taken later out of a budget that did not count them. A value the
+     * user set is kept. */
+    setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclResult_t rc = ncclCommInitRankConfig(&n->comm, c->size, id, c->rank, &config);
