@@ -19,6 +19,8 @@ product source:
      (one copy per block, in the block's shared memory);
   extern __shared__ [__align__(A)] T name[];
       -> T *const name = ::cudasim::dynamic_shared<T>(A);
+  asm [volatile] ("template" : outputs : inputs);
+      -> a call of the simulator's PTX (gen_asm.py; include/cudasim/ptx.h);
 
 Written for ferry's backend/ops/*.cu and the simulator's own tests; a construct it
 does not understand (a __shared__ variable outside a kernel body, a launch
@@ -31,6 +33,9 @@ import os
 import re
 import sys
 import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gen_asm  # noqa: E402  (the inline PTX's rewrite, beside this file)
 
 
 class GenError(Exception):
@@ -512,6 +517,7 @@ def generate(text, path):
         edits.append((f.body_close + 1, f.body_close + 1, smem_helper(f)))
     device_calls(text, m, path, kernels, device_fns)
     find_launches(text, m, path, edits)
+    edits += gen_asm.rewrite(text, m, path)
     for k in kernels:
         edits.append((k.body_open + 1, k.body_open + 1, prologue(k)))
     edits.sort(key=lambda e: (e[0], e[1]))
@@ -537,7 +543,7 @@ def main(argv):
         text = f.read()
     try:
         result = generate(text, shown)
-    except GenError as e:
+    except (GenError, gen_asm.AsmError) as e:
         sys.stderr.write('gen_cu.py: %s\n' % e)
         return 1
     tmp = dst + '.tmp'

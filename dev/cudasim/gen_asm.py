@@ -1,0 +1,115 @@
+"""Part of the simulated device's build step (gen_cu.py): rewrites the inline
+PTX of a .cu, which host C++ cannot run, into calls of the simulator's PTX
+(dev/cudasim/ptx.cpp; include/cudasim/ptx.h says what it runs):
+
+  asm [volatile] ("template" : "=r"(d0), ... : "r"(a0), ... [: clobbers]);
+      -> { static const ::cudasim::ptx_insn cudasim_ptx_("template", __FILE__, __LINE__);
+           cudasim_ptx_.run({::cudasim::ptx_op("=r", d0), ..., ::cudasim::ptx_op("r", a0)}); }
+
+on one line, followed by the statement's own newlines, so line numbers stay.
+The operands keep GCC's order (outputs, then inputs), which is the %N of the
+template. Named operands ([name] "r"(x)) and asm goto are refused with a
+message naming the file and line, as is an asm statement the rewrite cannot
+read."""
+import re
+
+
+class AsmError(Exception):
+    pass
+
+
+ASM = re.compile(r'\b(?:asm|__asm__|__asm)\b')
+QUALIFIERS = re.compile(r'\s*(?:volatile|__volatile__|inline|goto)\b')
+
+
+def _line(text, pos):
+    return text.count('\n', 0, pos) + 1
+
+
+def _close(m, pos, open_ch, close_ch):
+    depth = 0
+    for i in range(pos, len(m)):
+        if m[i] == open_ch:
+            depth += 1
+        elif m[i] == close_ch:
+            depth -= 1
+            if depth == 0:
+                return i
+    raise AsmError('unbalanced %s' % open_ch)
+
+
+def _split(m, text, start, end, sep):
+    """(start, end) spans of text[start:end] split at `sep` outside brackets
+    (m is the masked text: strings and comments blanked)."""
+    spans, depth, at = [], 0, start
+    for i in range(start, end):
+        c = m[i]
+        if c in '([{':
+            depth += 1
+        elif c in ')]}':
+            depth -= 1
+        elif c == sep and depth == 0:
+            spans.append((at, i))
+            at = i + 1
+    spans.append((at, end))
+    return spans
+
+
+def _operands(m, text, start, end, path, line):
+    """The operands of one section: [(constraint literal, expression)]."""
+    out = []
+    if not text[start:end].strip():
+        return out
+    for a, b in _split(m, text, start, end, ','):
+        item = text[a:b].strip()
+        if not item:
+            raise AsmError('%s:%d: an empty asm operand' % (path, line))
+        if item.startswith('['):
+            raise AsmError('%s:%d: a named asm operand (%s): the simulator reads %%N operands only'
+                           % (path, line, item.split(']')[0] + ']'))
+        om = re.match(r'("(?:[^"\\]|\\.)*")\s*\((.*)\)$', item, re.S)
+        if not om:
+            raise AsmError('%s:%d: cannot read the asm operand "%s"' % (path, line, ' '.join(item.split())))
+        out.append((om.group(1), ' '.join(om.group(2).split())))
+    return out
+
+
+def rewrite(text, m, path):
+    """Edits (start, end, replacement) for every asm statement of text (m:
+    its masked twin)."""
+    edits = []
+    for a in ASM.finditer(m):
+        at, i = a.start(), a.end()
+        line = _line(text, at)
+        while True:
+            q = QUALIFIERS.match(m, i)
+            if not q:
+                break
+            if q.group(0).strip() == 'goto':
+                raise AsmError('%s:%d: asm goto is not run by the simulator' % (path, line))
+            i = q.end()
+        while i < len(m) and m[i].isspace():
+            i += 1
+        if i >= len(m) or m[i] != '(':
+            raise AsmError('%s:%d: cannot read this asm statement' % (path, line))
+        close = _close(m, i, '(', ')')
+        j = close + 1
+        while j < len(m) and m[j].isspace():
+            j += 1
+        if j >= len(m) or m[j] != ';':
+            raise AsmError('%s:%d: an asm statement must end with ";" right after its ")"' % (path, line))
+        sections = _split(m, text, i + 1, close, ':')
+        if len(sections) > 4:
+            raise AsmError('%s:%d: more than three ":" sections in an asm statement' % (path, line))
+        tmpl = ' '.join(text[sections[0][0]:sections[0][1]].split())
+        if not tmpl.startswith('"'):
+            raise AsmError('%s:%d: an asm template must be string literals' % (path, line))
+        ops = []
+        for s in sections[1:3]:
+            ops += _operands(m, text, s[0], s[1], path, line)
+        args = ', '.join('::cudasim::ptx_op(%s, %s)' % (c, e) for c, e in ops)
+        repl = ('{ static const ::cudasim::ptx_insn cudasim_ptx_(%s, __FILE__, __LINE__); '
+                'cudasim_ptx_.run({%s}); }' % (tmpl, args))
+        repl += '\n' * text[at:j + 1].count('\n')
+        edits.append((at, j + 1, repl))
+    return edits
