@@ -10,12 +10,72 @@ on one line, followed by the statement's own newlines, so line numbers stay.
 The operands keep GCC's order (outputs, then inputs), which is the %N of the
 template. Named operands ([name] "r"(x)) and asm goto are refused with a
 message naming the file and line, as is an asm statement the rewrite cannot
-read."""
+read. A project header (a .cuh under the source root, included with quotes)
+that holds inline asm is inlined first (inline_headers), between #line
+directives, so its asm is rewritten too; the build's depfile names it."""
+import os
 import re
 
 
 class AsmError(Exception):
     pass
+
+
+INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[^\n]*$', re.M)
+
+
+def _has_asm(path, memo):
+    """Whether the header at path, or a project header it includes, holds an
+    asm statement (comments aside)."""
+    if path in memo:
+        return memo[path]
+    memo[path] = False  # an include cycle is not asm
+    with open(path, encoding='utf-8') as f:
+        text = f.read()
+    code = re.sub(r'//[^\n]*|/\*.*?\*/', ' ', text, flags=re.S)
+    found = ASM.search(code) is not None
+    for inc in INCLUDE.findall(text):
+        sub = _resolve(os.path.dirname(path), inc, memo['__root__'])
+        found = found or (sub is not None and _has_asm(sub, memo))
+    memo[path] = found
+    return found
+
+
+def _resolve(here, inc, root):
+    for cand in (os.path.join(here, inc), os.path.join(root, inc)):
+        cand = os.path.normpath(cand)
+        if os.path.isfile(cand) and os.path.abspath(cand).startswith(os.path.abspath(root) + os.sep):
+            return cand
+    return None
+
+
+def inline_headers(text, src, root, shown, deps):
+    """text (of the file src, named `shown` in #line directives) with every
+    #include "..." of a project header under root that holds inline asm
+    (directly or through its own includes) replaced by that header's text,
+    itself so treated, between #line directives that keep each line's file
+    and number: the rewrite below then reaches the asm of the headers too.
+    The headers inlined are appended to deps (for the build's depfile)."""
+    memo = {'__root__': root}
+    out, pos = [], 0
+    for m in INCLUDE.finditer(text):
+        path = _resolve(os.path.dirname(src), m.group(1), root)
+        if path is None or not _has_asm(path, memo):
+            continue
+        with open(path, encoding='utf-8') as f:
+            body = f.read()
+        rel = os.path.relpath(path, root)
+        deps.append(path)
+        body = inline_headers(body, path, root, rel, deps)
+        if not body.endswith('\n'):
+            body += '\n'
+        line = text.count('\n', 0, m.start()) + 1
+        out.append(text[pos:m.start()])
+        out.append('#line 1 "%s"\n%s#line %d "%s"' % (rel, body, line + 1, shown))
+        # the include's own line ends at m.end(); its newline stays, after the #line
+        pos = m.end()
+    out.append(text[pos:])
+    return ''.join(out)
 
 
 ASM = re.compile(r'\b(?:asm|__asm__|__asm)\b')

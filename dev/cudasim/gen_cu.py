@@ -27,7 +27,7 @@ does not understand (a __shared__ variable outside a kernel body, a launch
 whose kernel expression it cannot find) ends the build with a message naming
 the file and line rather than being passed through.
 
-usage: gen_cu.py INPUT.cu OUTPUT.cpp [SOURCE-ROOT]
+usage: gen_cu.py INPUT.cu OUTPUT.cpp [SOURCE-ROOT [DEPFILE]]
 """
 import os
 import re
@@ -534,14 +534,17 @@ def generate(text, path):
 
 
 def main(argv):
-    if len(argv) not in (3, 4):
-        sys.stderr.write('usage: gen_cu.py INPUT.cu OUTPUT.cpp [SOURCE-ROOT]\n')
+    if len(argv) not in (3, 4, 5):
+        sys.stderr.write('usage: gen_cu.py INPUT.cu OUTPUT.cpp [SOURCE-ROOT [DEPFILE]]\n')
         return 2
     src, dst = argv[1], argv[2]
-    shown = os.path.relpath(src, argv[3]) if len(argv) == 4 else src
+    shown = os.path.relpath(src, argv[3]) if len(argv) >= 4 else src
     with open(src, encoding='utf-8') as f:
         text = f.read()
+    deps = []
     try:
+        if len(argv) >= 4:
+            text = gen_asm.inline_headers(text, src, argv[3], shown, deps)
         result = generate(text, shown)
     except (GenError, gen_asm.AsmError) as e:
         sys.stderr.write('gen_cu.py: %s\n' % e)
@@ -550,6 +553,9 @@ def main(argv):
     with open(tmp, 'w', encoding='utf-8') as f:
         f.write(result)
     os.replace(tmp, dst)
+    if len(argv) == 5:  # the headers inlined, for the build to remake dst when one changes
+        with open(argv[4], 'w', encoding='utf-8') as f:
+            f.write('%s: %s\n' % (dst.replace(' ', '\\ '), ' '.join([src] + deps)))
     return 0
 
 
