@@ -47,8 +47,11 @@ static const op_shape op_shapes[] = {
     {"attention_forward", "B=1 T=130 C=128 NH=2", OPTOL_MIXED, NULL}, /* HS 64, as GPT-2 */
     {"attention_forward", "B=2 T=40 C=36 NH=3", OPTOL_MIXED, NULL},   /* HS 12: scalar loads */
     {"attention_forward", "B=1 T=70 C=256 NH=2", OPTOL_MIXED, NULL},  /* HS 128, the largest */
+    {"attention_forward", "B=1 T=200 C=128 NH=2", OPTOL_MIXED, NULL}, /* 64-key tiles crossing 128-query blocks */
     {"attention_backward", "B=2 T=67 C=96 NH=2", OPTOL_MIXED, NULL},
     {"attention_backward", "B=2 T=40 C=36 NH=3", OPTOL_MIXED, NULL},
+    {"attention_backward", "B=1 T=200 C=128 NH=2", OPTOL_MIXED, NULL}, /* HS 64: four key tiles, four query tiles */
+    {"attention_backward", "B=1 T=70 C=256 NH=2", OPTOL_MIXED, NULL},  /* HS 128: 32-row inner tiles */
     {"classifier", "N=37 C=64 V=1000 Vp=1024 chunk=16 grad_scale=0.5", OPTOL_MIXED, "losses=elem"},
     {"classifier", "N=20 C=32 V=250 Vp=256 chunk=64", OPTOL_MIXED, "losses=elem"},
     {"classifier", "N=20 C=32 V=250 Vp=256 chunk=64 dinp=none dwte=none", OPTOL_MIXED, "losses=elem"}, /* loss only */

@@ -642,6 +642,7 @@ int main(int argc, char **argv)
     test_attention(1, 130, 128, 2); /* HS 64, as GPT-2 */
     test_attention(2, 40, 36, 3);   /* HS 12: scalar loads */
     test_attention(1, 70, 256, 2);  /* HS 128 */
+    test_attention(1, 200, 128, 2); /* HS 64, 64-key tiles crossing 128-query blocks */
     test_classifier(37, 64, 1000, 1024, 16, true, 1.0f); /* with ignored (negative) targets */
     if (act == FERRY_DTYPE_F16) {
         test_classifier(37, 64, 1000, 1024, 16, true, 1024.0f); /* a loss scale's grad_scale */
