@@ -63,6 +63,19 @@ declare -A test_limit=([backend-cuda]=15 [ops-gpu]=25 [ops-gpu-f16]=20 [ops-gpu-
 # values, copies 6.2 GB and pins 23 GiB before its first step.
 declare -A limit=([unpack]=10 [cublas]=10 [nccl]=5 [libraries]=5 [gpu-info]=5 [ferry-info]=5 [transfer]=10
                   [kernel-lab]=30 [kernel-lab-f16]=10 [memprof-plan]=5 [engine-gpt2]=30 [engine-xl]=140)
+# The peers' block (PyTorch beside ferry, near the end), run when
+# FERRY_CHECK_PEERS=1: ferry's GPT-2 XL rows the peers are set beside, the
+# two peers, torch.compile's row, and the table. The two Python peers import
+# torch and transformers and build GPT-2 XL; torch.compile gives up by itself
+# ten seconds before its limit, the FSDP2 ladder starts no batch in its last
+# minute.
+peers=${FERRY_CHECK_PEERS:-0}
+if [ "$peers" = 1 ]; then
+  limit+=([engine-xl-none]=45 [engine-xl-params]=90 [peer-torch]=60 [peer-torch-compile]=150 [peer-fsdp]=180
+          [peer-table]=5)
+fi
+# The bound the limits must stay under: 9 minutes, 18 with the peers.
+max_bound=$([ "$peers" = 1 ] && echo 1080 || echo 540)
 
 say() { printf '%s\n' "$*" | tee -a "$results"; }
 
@@ -203,8 +216,9 @@ sum=$(( $(tests_total) ))
 for k in "${!limit[@]}"; do sum=$((sum + limit[$k])); done
 bound=$((sum + ${#limit[@]} + $(wc -l <"$pack/tests.txt")))
 say "step limits sum to ${sum}s (+1 s of grace per step); the check ends within ${bound}s"
-if [ "$bound" -gt 540 ]; then
-  say "FAIL: the limits and their grace sum above 540 s; lower them so the check stays under 9 minutes"
+if [ "$bound" -gt "$max_bound" ]; then
+  say "FAIL: the limits and their grace sum above $max_bound s; lower them so the check stays under" \
+    "$((max_bound / 60)) minutes"
   exit 1
 fi
 
@@ -287,6 +301,38 @@ if [ -n "$xl_batch" ]; then
 else
   judge engine-xl 1 1 0 "${limit[engine-xl]}"
   say "  engine-xl | no batch: memprof plan gave none"
+fi
+
+# ---- the peers: PyTorch beside ferry, GPT-2 XL at seq 1024, the same tokens
+# per step (tools/gpu/peer_*.py; python3 with torch and transformers, no
+# network). Ferry's rows first: no offload on the whole card at batch 16, and
+# params mode (its best at 24 GiB: recompute, the planner's largest batch,
+# confirmed) on the emulated 24 GiB card beside engine-xl's optimizer mode;
+# then PyTorch without offload at batch 16 (eager, then torch.compile), and
+# FSDP2 with CPU offload capped at 24 GiB with its batch ladder; then one
+# table of tokens/s, MFU and batch, with ferry's ratio to each.
+if [ "$peers" = 1 ]; then
+  tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  step engine-xl-none "${limit[engine-xl-none]}" 1 "$show" \
+    bin/bench_engine --backend cuda --model gpt2-xl --seq 1024 --batch 16 --modes none --steps 3 --warmup 1 \
+    "${peak_flag[@]}"
+  step engine-xl-params "${limit[engine-xl-params]}" 1 "$show" \
+    bin/bench_engine --backend cuda --model gpt2-xl --seq 1024 --modes params --recompute --card 24GiB \
+    --confirm-max-batch --steps 2 --warmup 0 "${peak_flag[@]}"
+  pshow='^(PEER|peer_)'
+  step peer-torch "${limit[peer-torch]}" 1 "$pshow" \
+    python3 "$tree/tools/gpu/peer_torch.py" --model gpt2-xl --batch 16 --seq 1024 --steps 3 --warmup 2 \
+    "${peak_flag[@]}"
+  step peer-torch-compile "${limit[peer-torch-compile]}" 1 "$pshow" \
+    python3 "$tree/tools/gpu/peer_torch.py" --model gpt2-xl --batch 16 --seq 1024 --steps 3 --warmup 1 --compile \
+    --time-limit $((limit[peer-torch-compile] - 10)) "${peak_flag[@]}"
+  step peer-fsdp "${limit[peer-fsdp]}" 1 "$pshow" \
+    python3 "$tree/tools/gpu/peer_fsdp.py" --model gpt2-xl --seq 1024 --card 24GiB --batches 8,16,24,32,48 \
+    --steps 2 --warmup 1 --time-limit $((limit[peer-fsdp] - 60)) "${peak_flag[@]}"
+  step peer-table "${limit[peer-table]}" 0 '.' \
+    python3 "$tree/tools/gpu/peer_table.py" --ferry "no offload, full card=$work/engine-xl-none.out" \
+    --ferry "optimizer, 24GiB card=$work/engine-xl.out" --ferry "params, 24GiB card=$work/engine-xl-params.out" \
+    --peer "$work/peer-torch.out" --peer "$work/peer-torch-compile.out" --peer "$work/peer-fsdp.out"
 fi
 
 say "done in $SECONDS s: $failed step(s) failed; whole outputs in $log"
