@@ -165,6 +165,25 @@ static __device__ __forceinline__ float cu_block_max(float v, float *shared)
     return cu_warp_max(v);
 }
 
+/* The column sums of matmul's dbias and layernorm's dweight/dbias: a
+ * block owns a strip of CU_STRIP columns and its 32 warps are 16 row slots
+ * of two halves (8 columns each). cu_strip_sum adds acc[8] over the 16
+ * slots of each warp (the lanes of one half, by shuffles) and leaves each
+ * warp's 16 column sums in part[warp][0..15]; the caller adds the 32 warps
+ * in order. Ends with a barrier. */
+#define CU_STRIP 16
+static __device__ __forceinline__ void cu_strip_sum(float (&acc)[8], float (*part)[CU_STRIP])
+{
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int j = 0; j < 8; j++)
+        for (int o = 2; o < 32; o <<= 1)
+            acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+    if (lane < 2)
+        for (int j = 0; j < 8; j++)
+            part[warp][8 * lane + j] = acc[j];
+    __syncthreads();
+}
+
 /* 8 storage elements <-> 8 floats through one 16-byte access. */
 template <typename T> static __device__ __forceinline__ void cu_load8(float out[8], const T *p)
 {

@@ -36,10 +36,12 @@ static const op_shape op_shapes[] = {
     {"layernorm_forward", "N=37 C=50", OPTOL_ELEM, "mean=1e-5 rstd=1e-4"},
     {"layernorm_backward", "N=131 C=96", OPTOL_ELEM, NULL},
     {"layernorm_backward", "N=37 C=50", OPTOL_ELEM, NULL},
+    {"layernorm_backward", "N=1030 C=520", OPTOL_ELEM, NULL}, /* rows past one pass of 512, a partial 256-column chunk */
     {"matmul_forward", "N=134 C=96 OC=200", OPTOL_ELEM, NULL},
     {"matmul_forward", "N=64 C=128 OC=384 bias=none", OPTOL_ELEM, NULL},
     {"matmul_backward", "N=134 C=96 OC=200", OPTOL_ELEM, NULL},
     {"matmul_backward", "N=64 C=128 OC=384 dbias=none", OPTOL_ELEM, NULL},
+    {"matmul_backward", "N=600 C=16 OC=37", OPTOL_ELEM, NULL}, /* dbias: 16-column strips, columns not a multiple of 8 */
     {"gelu_forward", "n=10001", OPTOL_ELEM, NULL},
     {"gelu_backward", "n=10001", OPTOL_ELEM, NULL},
     {"residual_forward", "n=10001", OPTOL_ELEM, NULL},

@@ -118,11 +118,13 @@ ferry_status lab_gelu_forward1(void *stream, void *out, const void *inp, size_t 
  * the rows over LAB_ROW_SLICES blocks per 32 columns; its scratch holds
  * LAB_ROW_SLICES x cols floats (twice that for layernorm's two sums). */
 #define LAB_ROW_SLICES 16
-/* dst[c] += sum over rows of src (matmul's dbias): variant 0 production, 1 row slices. */
+/* dst[c] += sum over rows of src (matmul's dbias): variant 0 production, 1 row slices, 2 the previous
+ * production (32-column blocks). */
 ferry_status lab_colsum_add(void *stream, int variant, void *dst, const void *src, int rows, int cols,
                             void *scratch);
-/* layernorm's backward with its dinp kernel (0 production, 1 in registers) and
- * its dweight/dbias kernel (0 production, 1 row slices) chosen apart. */
+/* layernorm's backward with its dinp kernel (0 the previous production, 1 in
+ * registers) and its dweight/dbias kernel (0 the previous production, 1 row
+ * slices) chosen apart. */
 ferry_status lab_layernorm_backward_v(void *stream, int dinp_variant, int dparams_variant, void *dinp,
                                       void *dweight, void *dbias, const void *dout, const void *inp,
                                       const void *weight, const float *mean, const float *rstd, int N, int C,
