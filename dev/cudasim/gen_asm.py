@@ -86,18 +86,6 @@ def _line(text, pos):
     return text.count('\n', 0, pos) + 1
 
 
-def _close(m, pos, open_ch, close_ch):
-    depth = 0
-    for i in range(pos, len(m)):
-        if m[i] == open_ch:
-            depth += 1
-        elif m[i] == close_ch:
-            depth -= 1
-            if depth == 0:
-                return i
-    raise AsmError('unbalanced %s' % open_ch)
-
-
 def _split(m, text, start, end, sep):
     """(start, end) spans of text[start:end] split at `sep` outside brackets
     (m is the masked text: strings and comments blanked)."""
@@ -134,9 +122,10 @@ def _operands(m, text, start, end, path, line):
     return out
 
 
-def rewrite(text, m, path):
+def rewrite(text, m, path, match_close):
     """Edits (start, end, replacement) for every asm statement of text (m:
-    its masked twin)."""
+    its masked twin); match_close(m, pos, open, close) is gen_cu.py's
+    bracket matcher."""
     edits = []
     for a in ASM.finditer(m):
         at, i = a.start(), a.end()
@@ -152,7 +141,7 @@ def rewrite(text, m, path):
             i += 1
         if i >= len(m) or m[i] != '(':
             raise AsmError('%s:%d: cannot read this asm statement' % (path, line))
-        close = _close(m, i, '(', ')')
+        close = match_close(m, i, '(', ')')
         j = close + 1
         while j < len(m) and m[j].isspace():
             j += 1

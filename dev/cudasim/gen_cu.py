@@ -517,7 +517,7 @@ def generate(text, path):
         edits.append((f.body_close + 1, f.body_close + 1, smem_helper(f)))
     device_calls(text, m, path, kernels, device_fns)
     find_launches(text, m, path, edits)
-    edits += gen_asm.rewrite(text, m, path)
+    edits += gen_asm.rewrite(text, m, path, match_close)
     for k in kernels:
         edits.append((k.body_open + 1, k.body_open + 1, prologue(k)))
     edits.sort(key=lambda e: (e[0], e[1]))

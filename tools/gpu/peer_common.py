@@ -226,6 +226,15 @@ def check_common(p, a):
         p.error('--peak-tflops and --time-limit are not negative')
 
 
+def guarded(prog, run, a):
+    """run(a)'s exit status; an exception is one line naming it, and exit 1."""
+    try:
+        return run(a)
+    except Exception as e:  # noqa: BLE001 (one line, then the failure status)
+        print('%s: %s: %s' % (prog, type(e).__name__, str(e).split('\n')[0]), flush=True)
+        return EXIT_FAIL
+
+
 def median(xs):
     s = sorted(xs)
     return s[len(s) // 2]

@@ -150,12 +150,7 @@ def run(a):
 
 
 def main(argv):
-    a = parse(argv)
-    try:
-        return run(a)
-    except Exception as e:  # noqa: BLE001 (one line, then the failure status)
-        print('peer_fsdp: %s: %s' % (type(e).__name__, str(e).split('\n')[0]), flush=True)
-        return pc.EXIT_FAIL
+    return pc.guarded('peer_fsdp', run, parse(argv))
 
 
 if __name__ == '__main__':

@@ -110,13 +110,7 @@ def run(a):
 
 
 def main(argv):
-    a = parse(argv)
-    try:
-        return run(a)
-    except Exception as e:  # noqa: BLE001 (one line, then the failure status)
-        name = type(e).__name__
-        print('peer_torch: %s: %s' % (name, str(e).split('\n')[0]), flush=True)
-        return pc.EXIT_FAIL
+    return pc.guarded('peer_torch', run, parse(argv))
 
 
 if __name__ == '__main__':
