@@ -15,7 +15,9 @@
 # card emulated here (24 GiB less the CUDA context's and cuBLASLt's share,
 # measured on this card) at the largest batch the planner gives for that
 # budget (confirmed by one step there and a clean out-of-memory one batch
-# above), with tokens/s, MFU and step / max(compute, update).
+# above), with tokens/s, MFU and step / max(compute, update). With
+# FERRY_CHECK_PEERS=1, then PyTorch beside ferry on GPT-2 XL (the peers'
+# block near the end: tools/gpu/peer_*.py) and one table of both.
 #
 #   tools/gpu/check.sh PACK.tar.xz OUT_DIR        (on the GPU machine, in the tree's root)
 #
