@@ -5,9 +5,11 @@
  * attention.c; Volta's kernels (and the kernel lab's earlier variants):
  * attention_wmma.cu. Fragment layouts and the instructions: mma.cuh.
  *
- * Forward: a block of BQ / 16 warps (BQ = 128, or 64 where the card's
- * shared memory per block is short) owns BQ queries of one (batch, head),
- * each warp 16 of them. The Q tile and, two stages deep, the K and V tiles
+ * Forward: a block (BQ = 128 queries, or 64 where the card's shared memory
+ * per block is short) owns BQ queries of one (batch, head), each warp 32 of
+ * them at head sizes up to 64 (two 16-row tiles: every K and V fragment
+ * read from shared memory feeds two products, which keeps the loop off
+ * shared memory's bandwidth), 16 at 128 (registers). The Q tile and, two stages deep, the K and V tiles
  * of 64 keys come into shared memory by cp.async (rows padded by 16 bytes,
  * so ldmatrix reads them without bank conflicts); the next tile's copy
  * runs while the warps compute on the current one. Each warp keeps its Q
@@ -117,12 +119,13 @@ template <int HSP> __device__ __forceinline__ void load_a(uint32_t (&f)[hdim<HSP
         cu_ldsm4(f[ks], cu_smem(base + 2 * ((r0 + lane % 16) * H::LDH + ks * 16 + (lane / 16) * 8)));
 }
 
-/* acc[n-tile 0 .. 2 NP) += A (the warp's 16 rows, fragments a) @ X^T for
- * rows x0 .. x0 + 16 NP of the tile X (keys by head columns): X's rows
- * are the product's columns, through ldmatrix (not transposed). */
-template <typename T, int HSP, int NP, int ARCH>
-__device__ __forceinline__ void mm_abt(float (&acc)[2 * NP][4], const uint32_t (&a)[hdim<HSP>::KS][4], const T *x,
-                                       int x0)
+/* acc[mt][n-tile 0 .. 2 NP) += A (MT tiles of 16 rows of the warp,
+ * fragments a[mt]) @ X^T for rows x0 .. x0 + 16 NP of the tile X (keys by
+ * head columns): X's rows are the product's columns, through ldmatrix (not
+ * transposed), each fragment of X used for every one of the MT tiles. */
+template <typename T, int HSP, int NP, int MT, int ARCH>
+__device__ __forceinline__ void mm_abt(float (&acc)[MT][2 * NP][4], const uint32_t (&a)[MT][hdim<HSP>::KS][4],
+                                       const T *x, int x0)
 {
     using H = hdim<HSP>;
     const int lane = threadIdx.x % 32;
@@ -131,30 +134,39 @@ __device__ __forceinline__ void mm_abt(float (&acc)[2 * NP][4], const uint32_t (
             uint32_t b[4];
             cu_ldsm4(b, cu_smem(x + (x0 + np * 16 + lane % 8 + (lane / 16) * 8) * H::LDH + ks * 16 +
                                 ((lane / 8) % 2) * 8));
-            cu_mma16816<T, ARCH>(acc[2 * np], a[ks], b[0], b[1]);
-            cu_mma16816<T, ARCH>(acc[2 * np + 1], a[ks], b[2], b[3]);
+            for (int mt = 0; mt < MT; mt++) {
+                cu_mma16816<T, ARCH>(acc[mt][2 * np], a[mt][ks], b[0], b[1]);
+                cu_mma16816<T, ARCH>(acc[mt][2 * np + 1], a[mt][ks], b[2], b[3]);
+            }
         }
 }
 
-/* acc[head n-tiles] += P @ Y for P the warp's 16 x 16 KP values held as C
- * fragments p[2 KP][4] (packed here into A fragments), Y rows y0 .. y0 +
- * 16 KP of a tile (through ldmatrix, transposed). */
-template <typename T, int HSP, int KP, int ARCH>
-__device__ __forceinline__ void mm_pv(float (&acc)[hdim<HSP>::DT][4], const float (&p)[2 * KP][4], const T *y,
-                                      int y0)
+/* acc[mt][head n-tiles] += P @ Y for P the warp's MT tiles of 16 x 16 KP
+ * values held as C fragments p[mt][2 KP][4] (packed here into A
+ * fragments), Y rows y0 .. y0 + 16 KP of a tile (through ldmatrix,
+ * transposed; each fragment used for every tile). */
+template <typename T, int HSP, int KP, int MT, int ARCH>
+__device__ __forceinline__ void mm_pv(float (&acc)[MT][hdim<HSP>::DT][4], const float (&p)[MT][2 * KP][4],
+                                      const T *y, int y0)
 {
     using H = hdim<HSP>;
     const int lane = threadIdx.x % 32;
     for (int kk = 0; kk < KP; kk++) {
-        const uint32_t a[4] = {cu_pack2<T>(p[2 * kk][0], p[2 * kk][1]), cu_pack2<T>(p[2 * kk][2], p[2 * kk][3]),
-                               cu_pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                               cu_pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+        uint32_t a[MT][4];
+        for (int mt = 0; mt < MT; mt++) {
+            a[mt][0] = cu_pack2<T>(p[mt][2 * kk][0], p[mt][2 * kk][1]);
+            a[mt][1] = cu_pack2<T>(p[mt][2 * kk][2], p[mt][2 * kk][3]);
+            a[mt][2] = cu_pack2<T>(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
+            a[mt][3] = cu_pack2<T>(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
+        }
         for (int dp = 0; dp < H::DT / 2; dp++) {
             uint32_t b[4];
             cu_ldsm4_t(b, cu_smem(y + (y0 + kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * H::LDH + dp * 16 +
                                   (lane / 16) * 8));
-            cu_mma16816<T, ARCH>(acc[2 * dp], a, b[0], b[1]);
-            cu_mma16816<T, ARCH>(acc[2 * dp + 1], a, b[2], b[3]);
+            for (int mt = 0; mt < MT; mt++) {
+                cu_mma16816<T, ARCH>(acc[mt][2 * dp], a[mt], b[0], b[1]);
+                cu_mma16816<T, ARCH>(acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
+            }
         }
     }
 }
@@ -219,17 +231,23 @@ __device__ __forceinline__ void store_rows(T *dst, size_t stride, const float (&
 
 /* ---- forward ---- */
 
+/* 16-row tiles a forward warp owns: two at head sizes up to 64 (each K or
+ * V fragment from ldmatrix then feeds two products, which keeps the loop
+ * off shared memory's bandwidth), one at 128 (registers). */
+template <int HSP> constexpr int fwd_mt() { return HSP <= 64 ? 2 : 1; }
+template <int HSP, int BQ> constexpr int fwd_threads() { return 32 * BQ / (16 * fwd_mt<HSP>()); }
+
 template <typename T, int HSP, int BQ, int ARCH>
 __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, int NH, float scale_log2, bool vec)
 {
     using H = hdim<HSP>;
-    constexpr int WARPS = BQ / 16, THREADS = 32 * WARPS, ST = stages<ARCH>(), NP = BKV / 16;
+    constexpr int MT = fwd_mt<HSP>(), THREADS = fwd_threads<HSP, BQ>(), ST = stages<ARCH>(), NP = BKV / 16;
     extern __shared__ __align__(128) unsigned char smem[];
     T *Qs = reinterpret_cast<T *>(smem);
     T *Ks = Qs + BQ * H::LDH, *Vs = Ks + ST * BKV * H::LDH;
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-    const int q0 = qt * BQ, wq = q0 + warp * 16; /* the warp's first query */
+    const int q0 = qt * BQ, wq = q0 + warp * 16 * MT; /* the warp's first query */
     const size_t stride = 3 * (size_t)C;
     const T *base = qkv + (size_t)b * T_ * stride + (size_t)h * HS;
     const int n_kv = (min(T_, q0 + BQ) + BKV - 1) / BKV;
@@ -239,12 +257,15 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
     load_rows<T, HSP, BKV, THREADS, ARCH>(Vs, base + 2 * C, stride, 0, T_, HS, vec);
     cu_cp_commit<ARCH>();
 
-    uint32_t qf[H::KS][4];
-    float o[H::DT][4];
-    for (int dt = 0; dt < H::DT; dt++)
-        o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    const int row[2] = {wq + g, wq + g + 8};
+    uint32_t qf[MT][H::KS][4];
+    float o[MT][H::DT][4];
+    float m[MT][2], l[MT][2];
+    for (int mt = 0; mt < MT; mt++) {
+        for (int dt = 0; dt < H::DT; dt++)
+            o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.0f;
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
     for (int j = 0; j < n_kv; j++) {
         const int st = ST == 2 ? j & 1 : 0, kv0 = j * BKV;
         T *Kt = Ks + st * BKV * H::LDH, *Vt = Vs + st * BKV * H::LDH;
@@ -265,63 +286,72 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
         }
         __syncthreads();
         if (j == 0)
-            load_a<HSP>(qf, Qs, warp * 16);
-        if (kv0 <= wq + 15) { /* some key of the tile is at or before one of the warp's queries */
-            float s[2 * NP][4];
-            for (int n = 0; n < 2 * NP; n++)
-                s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-            mm_abt<T, HSP, NP, ARCH>(s, qf, Kt, 0);
+            for (int mt = 0; mt < MT; mt++)
+                load_a<HSP>(qf[mt], Qs, warp * 16 * MT + 16 * mt);
+        if (kv0 <= wq + 16 * MT - 1) { /* some key of the tile is at or before one of the warp's queries */
+            float s[MT][2 * NP][4];
+            for (int mt = 0; mt < MT; mt++)
+                for (int n = 0; n < 2 * NP; n++)
+                    s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+            mm_abt<T, HSP, NP, MT, ARCH>(s, qf, Kt, 0);
             const bool edge = kv0 + BKV - 1 > wq || kv0 + BKV > T_;
-            float mx[2] = {-INFINITY, -INFINITY};
-            for (int n = 0; n < 2 * NP; n++)
-                for (int i = 0; i < 4; i++) {
-                    const int key = kv0 + n * 8 + 2 * t + (i & 1);
-                    float x = s[n][i] * scale_log2;
-                    if (edge && (key > row[i / 2] || key >= T_))
-                        x = -INFINITY;
-                    s[n][i] = x;
-                    mx[i / 2] = fmaxf(mx[i / 2], x);
+            for (int mt = 0; mt < MT; mt++) {
+                const int row[2] = {wq + 16 * mt + g, wq + 16 * mt + g + 8};
+                float mx[2] = {-INFINITY, -INFINITY};
+                for (int n = 0; n < 2 * NP; n++)
+                    for (int i = 0; i < 4; i++) {
+                        const int key = kv0 + n * 8 + 2 * t + (i & 1);
+                        float x = s[mt][n][i] * scale_log2;
+                        if (edge && (key > row[i / 2] || key >= T_))
+                            x = -INFINITY;
+                        s[mt][n][i] = x;
+                        mx[i / 2] = fmaxf(mx[i / 2], x);
+                    }
+                for (int r = 0; r < 2; r++) {
+                    /* finite: every row meets key 0 in its first tile */
+                    const float m_new = fmaxf(m[mt][r], quad_max(mx[r]));
+                    const float alpha = exp2f(m[mt][r] - m_new);
+                    m[mt][r] = m_new;
+                    l[mt][r] *= alpha;
+                    for (int dt = 0; dt < H::DT; dt++) {
+                        o[mt][dt][2 * r] *= alpha;
+                        o[mt][dt][2 * r + 1] *= alpha;
+                    }
                 }
-            for (int r = 0; r < 2; r++) {
-                /* finite: every row meets key 0 in its first tile */
-                const float m_new = fmaxf(m[r], quad_max(mx[r]));
-                const float alpha = exp2f(m[r] - m_new);
-                m[r] = m_new;
-                l[r] *= alpha;
-                for (int dt = 0; dt < H::DT; dt++) {
-                    o[dt][2 * r] *= alpha;
-                    o[dt][2 * r + 1] *= alpha;
-                }
+                for (int n = 0; n < 2 * NP; n++)
+                    for (int i = 0; i < 4; i++) {
+                        const float p = exp2f(s[mt][n][i] - m[mt][i / 2]);
+                        s[mt][n][i] = p;
+                        l[mt][i / 2] += p;
+                    }
             }
-            for (int n = 0; n < 2 * NP; n++)
-                for (int i = 0; i < 4; i++) {
-                    const float p = exp2f(s[n][i] - m[i / 2]);
-                    s[n][i] = p;
-                    l[i / 2] += p;
-                }
-            mm_pv<T, HSP, NP, ARCH>(o, s, Vt, 0);
+            mm_pv<T, HSP, NP, MT, ARCH>(o, s, Vt, 0);
         }
         __syncthreads(); /* every warp is done with this stage */
     }
-    for (int r = 0; r < 2; r++) {
-        l[r] = quad_sum(l[r]);
-        if (t == 0 && row[r] < T_)
-            lse[((size_t)b * NH + h) * T_ + row[r]] = (m[r] + log2f(l[r])) * LN2;
+    for (int mt = 0; mt < MT; mt++) {
+        float inv[2];
+        for (int r = 0; r < 2; r++) {
+            const int row = wq + 16 * mt + g + 8 * r;
+            const float sum = quad_sum(l[mt][r]);
+            if (t == 0 && row < T_)
+                lse[((size_t)b * NH + h) * T_ + row] = (m[mt][r] + log2f(sum)) * LN2;
+            inv[r] = 1.0f / sum;
+        }
+        for (int dt = 0; dt < H::DT; dt++) {
+            o[mt][dt][0] *= inv[0];
+            o[mt][dt][1] *= inv[0];
+            o[mt][dt][2] *= inv[1];
+            o[mt][dt][3] *= inv[1];
+        }
+        /* The warp's own Q rows of shared memory stage its output. */
+        store_rows<T, HSP>(out + (size_t)b * T_ * C + (size_t)h * HS, C, o[mt], 1.0f,
+                           Qs + (warp * 16 * MT + 16 * mt) * H::LDH, wq + 16 * mt, T_, HS, vec, false);
     }
-    const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
-    for (int dt = 0; dt < H::DT; dt++) {
-        o[dt][0] *= inv[0];
-        o[dt][1] *= inv[0];
-        o[dt][2] *= inv[1];
-        o[dt][3] *= inv[1];
-    }
-    /* The warp's own Q rows of shared memory stage its output. */
-    store_rows<T, HSP>(out + (size_t)b * T_ * C + (size_t)h * HS, C, o, 1.0f, Qs + warp * 16 * H::LDH, wq, T_, HS,
-                       vec, false);
 }
 
 template <typename T, int HSP, int BQ, int ARCH>
-__global__ void __launch_bounds__(BQ * 2)
+__global__ void __launch_bounds__(fwd_threads<HSP, BQ>())
     attention_fwd_kernel(T *out, float *lse, const T *qkv, int T_, int C, int NH, float scale_log2, bool vec)
 {
     forward_body<T, HSP, BQ, ARCH>(out, lse, qkv, T_, C, NH, scale_log2, vec);
@@ -376,10 +406,10 @@ __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const float *lse,
     load_floats<THREADS>(Ds, drow, k0, BI, T_, 1.0f);
     cu_cp_commit<ARCH>();
 
-    float dk[H::DT][4], dv[H::DT][4];
+    float dk[1][H::DT][4], dv[1][H::DT][4]; /* one 16-row tile a warp (the products' MT = 1) */
     for (int dt = 0; dt < H::DT; dt++)
         for (int i = 0; i < 4; i++)
-            dk[dt][i] = dv[dt][i] = 0.0f;
+            dk[0][dt][i] = dv[0][dt][i] = 0.0f;
     const int key[2] = {wk + g, wk + g + 8};
     for (int j = 0; j < n_q; j++) {
         const int st = ST == 2 ? j & 1 : 0, q0 = k0 + j * BI;
@@ -405,34 +435,34 @@ __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const float *lse,
         }
         __syncthreads();
         if (q0 + BI - 1 >= wk && wk < T_) { /* some query of the tile is at or after one of the warp's keys */
-            uint32_t kf[H::KS][4];
-            float s[2 * NP][4], dp[2 * NP][4];
+            uint32_t kf[1][H::KS][4];
+            float s[1][2 * NP][4], dp[1][2 * NP][4];
             for (int n = 0; n < 2 * NP; n++)
                 for (int i = 0; i < 4; i++)
-                    s[n][i] = dp[n][i] = 0.0f;
-            load_a<HSP>(kf, Ks, warp * 16);
-            mm_abt<T, HSP, NP, ARCH>(s, kf, Qt, 0); /* S^T: the warp's keys x the tile's queries */
-            load_a<HSP>(kf, Vs, warp * 16);
-            mm_abt<T, HSP, NP, ARCH>(dp, kf, dOt, 0); /* dP^T = V dO^T */
+                    s[0][n][i] = dp[0][n][i] = 0.0f;
+            load_a<HSP>(kf[0], Ks, warp * 16);
+            mm_abt<T, HSP, NP, 1, ARCH>(s, kf, Qt, 0); /* S^T: the warp's keys x the tile's queries */
+            load_a<HSP>(kf[0], Vs, warp * 16);
+            mm_abt<T, HSP, NP, 1, ARCH>(dp, kf, dOt, 0); /* dP^T = V dO^T */
             const bool edge = q0 < wk + 15 || q0 + BI > T_;
             for (int n = 0; n < 2 * NP; n++)
                 for (int i = 0; i < 4; i++) {
                     const int qc = n * 8 + 2 * t + (i & 1), q = q0 + qc;
-                    float p = exp2f(s[n][i] * scale_log2 - Lt[qc]);
+                    float p = exp2f(s[0][n][i] * scale_log2 - Lt[qc]);
                     if (edge && (q < key[i / 2] || q >= T_))
                         p = 0.0f;
-                    s[n][i] = p;                       /* P^T */
-                    dp[n][i] = p * (dp[n][i] - Dt[qc]); /* dS^T */
+                    s[0][n][i] = p;                          /* P^T */
+                    dp[0][n][i] = p * (dp[0][n][i] - Dt[qc]); /* dS^T */
                 }
-            mm_pv<T, HSP, NP, ARCH>(dv, s, dOt, 0);
-            mm_pv<T, HSP, NP, ARCH>(dk, dp, Qt, 0);
+            mm_pv<T, HSP, NP, 1, ARCH>(dv, s, dOt, 0);
+            mm_pv<T, HSP, NP, 1, ARCH>(dk, dp, Qt, 0);
         }
         __syncthreads();
     }
     /* The warp's own K rows of shared memory stage its results. */
     T *dbase = dqkv + (size_t)b * T_ * stride + (size_t)h * HS;
-    store_rows<T, HSP>(dbase + C, stride, dk, scale, Ks + warp * 16 * H::LDH, wk, T_, HS, vec, true);
-    store_rows<T, HSP>(dbase + 2 * C, stride, dv, 1.0f, Ks + warp * 16 * H::LDH, wk, T_, HS, vec, true);
+    store_rows<T, HSP>(dbase + C, stride, dk[0], scale, Ks + warp * 16 * H::LDH, wk, T_, HS, vec, true);
+    store_rows<T, HSP>(dbase + 2 * C, stride, dv[0], 1.0f, Ks + warp * 16 * H::LDH, wk, T_, HS, vec, true);
 }
 
 template <typename T, int HSP, int ARCH>
@@ -470,10 +500,10 @@ __device__ void dq_body(T *dqkv, const T *dout, const T *qkv, const float *lse, 
     load_floats<THREADS>(Ds, delta + ((size_t)b * NH + h) * T_, q0, BK, T_, 1.0f);
     cu_cp_commit<ARCH>();
 
-    uint32_t qf[H::KS][4], dof[H::KS][4];
-    float dq[H::DT][4];
+    uint32_t qf[1][H::KS][4], dof[1][H::KS][4]; /* one 16-row tile a warp (the products' MT = 1) */
+    float dq[1][H::DT][4];
     for (int dt = 0; dt < H::DT; dt++)
-        dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
+        dq[0][dt][0] = dq[0][dt][1] = dq[0][dt][2] = dq[0][dt][3] = 0.0f;
     const int row[2] = {wq + g, wq + g + 8};
     float lr[2] = {0.0f, 0.0f}, dr[2] = {0.0f, 0.0f};
     for (int j = 0; j < n_k; j++) {
@@ -496,35 +526,35 @@ __device__ void dq_body(T *dqkv, const T *dout, const T *qkv, const float *lse, 
         }
         __syncthreads();
         if (j == 0) {
-            load_a<HSP>(qf, Qs, warp * 16);
-            load_a<HSP>(dof, dOs, warp * 16);
+            load_a<HSP>(qf[0], Qs, warp * 16);
+            load_a<HSP>(dof[0], dOs, warp * 16);
             for (int r = 0; r < 2; r++) {
                 lr[r] = Ls[warp * 16 + g + 8 * r];
                 dr[r] = Ds[warp * 16 + g + 8 * r];
             }
         }
         if (kv0 <= wq + 15) {
-            float s[2 * NP][4], dp[2 * NP][4];
+            float s[1][2 * NP][4], dp[1][2 * NP][4];
             for (int n = 0; n < 2 * NP; n++)
                 for (int i = 0; i < 4; i++)
-                    s[n][i] = dp[n][i] = 0.0f;
-            mm_abt<T, HSP, NP, ARCH>(s, qf, Kt, 0);
-            mm_abt<T, HSP, NP, ARCH>(dp, dof, Vt, 0); /* dP = dO V^T */
+                    s[0][n][i] = dp[0][n][i] = 0.0f;
+            mm_abt<T, HSP, NP, 1, ARCH>(s, qf, Kt, 0);
+            mm_abt<T, HSP, NP, 1, ARCH>(dp, dof, Vt, 0); /* dP = dO V^T */
             const bool edge = kv0 + BI - 1 > wq || kv0 + BI > T_;
             for (int n = 0; n < 2 * NP; n++)
                 for (int i = 0; i < 4; i++) {
                     const int key = kv0 + n * 8 + 2 * t + (i & 1);
-                    float p = exp2f(s[n][i] * scale_log2 - lr[i / 2]);
+                    float p = exp2f(s[0][n][i] * scale_log2 - lr[i / 2]);
                     if (edge && (key > row[i / 2] || key >= T_))
                         p = 0.0f;
-                    s[n][i] = p * (dp[n][i] - dr[i / 2]); /* dS */
+                    s[0][n][i] = p * (dp[0][n][i] - dr[i / 2]); /* dS */
                 }
-            mm_pv<T, HSP, NP, ARCH>(dq, s, Kt, 0);
+            mm_pv<T, HSP, NP, 1, ARCH>(dq, s, Kt, 0);
         }
         __syncthreads();
     }
-    store_rows<T, HSP>(dqkv + (size_t)b * T_ * stride + (size_t)h * HS, stride, dq, scale, Qs + warp * 16 * H::LDH,
-                       wq, T_, HS, vec, true);
+    store_rows<T, HSP>(dqkv + (size_t)b * T_ * stride + (size_t)h * HS, stride, dq[0], scale,
+                       Qs + warp * 16 * H::LDH, wq, T_, HS, vec, true);
 }
 
 template <typename T, int HSP, int ARCH>
@@ -642,8 +672,9 @@ ferry_status launch_forward(const attn_args &a, T *out, float *lse, const T *qkv
     if (st != FERRY_OK)
         return st;
     dim3 grid((a.T + BQ - 1) / BQ, a.NH, a.B);
-    attention_fwd_kernel<T, HSP, BQ, ARCH><<<grid, BQ * 2, smem, a.s>>>(out, lse, qkv, a.T, a.C, a.NH,
-                                                                          a.scale * LOG2E, a.vec);
+    attention_fwd_kernel<T, HSP, BQ, ARCH><<<grid, fwd_threads<HSP, BQ>(), smem, a.s>>>(out, lse, qkv, a.T, a.C,
+                                                                                         a.NH, a.scale * LOG2E,
+                                                                                         a.vec);
     CUDA_CHECK_LAUNCH();
     return FERRY_OK;
 }
