@@ -9,12 +9,13 @@
  * per block is short) owns BQ queries of one (batch, head), each warp 32 of
  * them at head sizes up to 64 (two 16-row tiles: every K and V fragment
  * read from shared memory feeds two products, which keeps the loop off
- * shared memory's bandwidth), 16 at 128 (registers). The Q tile and, two stages deep, the K and V tiles
- * of 64 keys come into shared memory by cp.async (rows padded by 16 bytes,
- * so ldmatrix reads them without bank conflicts); the next tile's copy
- * runs while the warps compute on the current one. Each warp keeps its Q
- * fragments, the 16 x 64 scores S = Q K^T and its 16 x HSP output in
- * registers (fp32 accumulators); the online softmax works on the score
+ * shared memory's bandwidth), 16 at 128 (registers). The Q tile and, two
+ * stages deep, the K and V tiles of 64 keys come into shared memory by
+ * cp.async (rows padded by 16 bytes, so ldmatrix reads them without bank
+ * conflicts); the next tile's copy runs while the warps compute on the
+ * current one. Each warp keeps its Q fragments, its rows' scores S = Q K^T
+ * of a tile and its rows of output in registers (fp32 accumulators); the
+ * online softmax works on the score
  * fragments in the log2 domain (each row's four lanes agree through two
  * shuffles), and P goes from the score registers straight into the A
  * fragments of P @ V. Tiles past the diagonal are never loaded; a warp
@@ -37,13 +38,12 @@
  * (ARCH 75: f16 only) each is two m16n8k8, and the tiles come in through
  * registers, one stage deep, which keeps every kernel within its 64 KiB.
  *
- * Shared memory (bytes; LDH = HSP + 8 elements a row):
- *   forward (BQ + 2 stages x 2 x 64) x LDH x 2: 55.3 K at HSP 64 and BQ 128,
- *     104.4 K at HSP 128 and BQ 128, 87 K at BQ 64;
- *   dK/dV (2 x 64 + 2 stages x 2 x BQ2) x LDH x 2 + lse/D rows: 56.3 K at HSP
- *     64, 70.1 K at HSP 128;
- *   dQ (2 x 64 + 2 stages x 2 x BK2) x LDH x 2 + lse/D rows: 55.8 K, 70.1 K;
- *   one stage (Turing) at HSP 128: 52.2 K forward, 52.7 K backward.
+ * Shared memory a block (LDH = HSP + 8 elements a row):
+ *   forward (BQ + 2 stages x 2 x 64) x LDH x 2 bytes: 54.0 KiB at HSP 64
+ *     and BQ 128, 102.0 KiB at HSP 128 and BQ 128, 85.0 KiB at BQ 64;
+ *   dK/dV and dQ (2 x 64 + 2 stages x 2 x BI) x LDH x 2 bytes + the lse
+ *     and D rows: 55.0 KiB at HSP 64 (BI 64), 68.5 KiB at HSP 128 (BI 32);
+ *   one stage (Turing) at HSP 128: 51.0 KiB forward, 51.5 KiB backward.
  * Launch order puts the longest blocks first (the last query tiles of the
  * forward and dQ, the first key tiles of dK/dV). */
 #include "backend/ops/mma.cuh"
