@@ -54,6 +54,8 @@ static const op_shape op_shapes[] = {
     {"attention_backward", "B=2 T=40 C=36 NH=3", OPTOL_MIXED, NULL},
     {"attention_backward", "B=1 T=200 C=128 NH=2", OPTOL_MIXED, NULL}, /* HS 64: four key tiles, four query tiles */
     {"attention_backward", "B=1 T=70 C=256 NH=2", OPTOL_MIXED, NULL},  /* HS 128: 32-row inner tiles */
+    {"attention_forward", "B=3 T=1 C=64 NH=1", OPTOL_MIXED, NULL},    /* one token: a tile of one row */
+    {"attention_backward", "B=3 T=1 C=64 NH=1", OPTOL_MIXED, NULL},
     {"classifier", "N=37 C=64 V=1000 Vp=1024 chunk=16 grad_scale=0.5", OPTOL_MIXED, "losses=elem"},
     {"classifier", "N=20 C=32 V=250 Vp=256 chunk=64", OPTOL_MIXED, "losses=elem"},
     {"classifier", "N=20 C=32 V=250 Vp=256 chunk=64 dinp=none dwte=none", OPTOL_MIXED, "losses=elem"}, /* loss only */
