@@ -183,16 +183,17 @@ void lab_attention(lab *L)
     const size_t nc = (size_t)z.B * z.T * z.C, nlse = (size_t)z.B * z.NH * z.T;
     /* 4 B NH T^2 HS for QK^T and PV, halved by the causal mask */
     const double fwd = 2.0 * z.B * z.NH * (double)z.T * z.T * ((double)z.C / z.NH);
+    attn k = {z.B, z.T, z.C, z.NH, lab_zeros(L, nc * 2), lab_random_16(L, 3 * nc, 1), lab_random_16(L, nc, 1),
+              lab_zeros(L, 3 * nc * 2), lab_zeros(L, nlse * 4), lab_zeros(L, nlse * 4), NULL};
     for (current = 0; current < N_VARIANTS; current++) {
-        attn k = {z.B, z.T, z.C, z.NH, lab_zeros(L, nc * 2), lab_random_16(L, 3 * nc, 1), lab_random_16(L, nc, 1),
-                  lab_zeros(L, 3 * nc * 2), lab_zeros(L, nlse * 4), lab_zeros(L, nlse * 4), NULL};
         k.scratch = lab_alloc(L, scratch_bytes(&k));
-        if (fits(L, &k)) {
+        if (fits(L, &k)) { /* also the out and lse this variant's backward reads */
             if (variants[current].forward)
                 lab_time(L, "attention_forward", variants[current].name, forward, &k, fwd, LAB_FLOPS);
             if (variants[current].backward)
                 lab_time(L, "attention_backward", variants[current].name, backward, &k, 2.5 * fwd, LAB_FLOPS);
         }
-        LAB_FREE(L, k.out, k.qkv, k.dout, k.dqkv, k.lse, k.delta, k.scratch);
+        LAB_FREE(L, k.scratch);
     }
+    LAB_FREE(L, k.out, k.qkv, k.dout, k.dqkv, k.lse, k.delta);
 }
