@@ -17,7 +17,7 @@
  * the A fragment of their 16 x 16 (attention's P @ V straight from the
  * registers of S = Q K^T).
  *
- * Each helper takes the architecture the kernel was written for as a
+ * Each function takes the architecture the kernel was written for as a
  * template argument, chosen at launch from the card: ARCH 80 (sm_80 and
  * newer: m16n8k16 in one instruction, cp.async), ARCH 75 (Turing: fp16
  * only, m16n8k16 as two m16n8k8, copies through registers). Machine code

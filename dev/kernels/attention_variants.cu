@@ -5,7 +5,7 @@
  *      it visits, once per key block (T / 64 times each row at T = 1024),
  *      and the dQ kernel once more; this variant takes D computed once
  *      (attention.cu's first pass, into [B, NH, T] fp32 scratch), and both
- *      kernels read it. The kernels and helpers are the WMMA ones
+ *      kernels read it. The kernels and their functions are the WMMA ones
  *      otherwise, copied here so the two can be timed side by side.
  * Scratch: lab_attention_backward1_scratch_bytes(B, T, NH). */
 #include <mma.h>
