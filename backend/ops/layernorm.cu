@@ -188,12 +188,11 @@ __global__ void __launch_bounds__(1024)
     layernorm_dparams_kernel(T *dweight, T *dbias, const T *dout, const T *inp, const float *mean,
                              const float *rstd, int N, int C, bool vec)
 {
-    __shared__ float pw[32][CU_STRIP], pb[32][CU_STRIP];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int c0 = blockIdx.x * CU_STRIP + 8 * (lane & 1);
+    __shared__ cu_strip_smem sm;
+    const int c0 = blockIdx.x * CU_STRIP + 8 * (threadIdx.x & 1);
     float sw[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     float sb[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    for (int r = warp * 16 + lane / 2; r < N; r += 512) {
+    for (int r = threadIdx.x / 2; r < N; r += 512) {
         const size_t at = (size_t)r * C + c0;
         float g[8], a[8];
         if (vec && c0 < C) {
@@ -211,15 +210,10 @@ __global__ void __launch_bounds__(1024)
             sb[j] += g[j];
         }
     }
-    cu_strip_sum(sw, pw);
-    cu_strip_sum(sb, pb);
+    const float w = cu_strip_sum(sw, sm);
+    const float bsum = cu_strip_sum(sb, sm);
     const int c = blockIdx.x * CU_STRIP + (int)threadIdx.x;
     if (threadIdx.x < CU_STRIP && c < C) {
-        float w = 0.0f, bsum = 0.0f;
-        for (int k = 0; k < 32; k++) {
-            w += pw[k][threadIdx.x];
-            bsum += pb[k][threadIdx.x];
-        }
         if (dweight)
             dweight[c] = cu_round<T>(cu_f32(dweight[c]) + w);
         if (dbias)

@@ -212,17 +212,15 @@ ferry_status gemm_locked(cudaStream_t stream, const gemm_key &key, const void *A
 /* dst[c] += sum_r src[r, c] for a strip of 16 columns per block (so a
  * 1600-column bias has 100 blocks, a 6400-column one 400): its 1024 threads
  * are 512 row slots of two halves of 8 columns (one 16-byte load when
- * `vec`); slot s adds rows s, s + 512, ...; a warp's 16 slots meet by
- * shuffles, the block's 32 warps in a fixed order in shared memory, so the
- * sums are deterministic. */
+ * `vec`); slot s adds rows s, s + 512, ...; cu_strip_sum adds the slots in
+ * a fixed order, so the sums are deterministic. */
 template <typename T> __global__ void __launch_bounds__(1024)
     colsum_add_kernel(T *dst, const T *src, int rows, int cols, bool vec)
 {
-    __shared__ float part[32][CU_STRIP];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, half = lane & 1;
-    const int c0 = blockIdx.x * CU_STRIP + 8 * half;
+    __shared__ cu_strip_smem sm;
+    const int c0 = blockIdx.x * CU_STRIP + 8 * (threadIdx.x & 1);
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    for (int r = warp * 16 + lane / 2; r < rows; r += 512) {
+    for (int r = threadIdx.x / 2; r < rows; r += 512) {
         const T *p = src + (size_t)r * cols + c0;
         float v[8];
         if (vec && c0 < cols) {
@@ -234,14 +232,10 @@ template <typename T> __global__ void __launch_bounds__(1024)
         for (int j = 0; j < 8; j++)
             acc[j] += v[j];
     }
-    cu_strip_sum(acc, part);
+    const float sum = cu_strip_sum(acc, sm);
     const int c = blockIdx.x * CU_STRIP + (int)threadIdx.x;
-    if (threadIdx.x < CU_STRIP && c < cols) {
-        float sum = 0.0f;
-        for (int w = 0; w < 32; w++)
-            sum += part[w][threadIdx.x];
+    if (threadIdx.x < CU_STRIP && c < cols)
         dst[c] = cu_round<T>(cu_f32(dst[c]) + sum);
-    }
 }
 
 ferry_status check_shape(const char *op, int N, int C, int OC)

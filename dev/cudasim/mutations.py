@@ -33,8 +33,8 @@ MUTATIONS = [
     ("syncthreads-strip", "removed __syncthreads: the 16-column strip sums (matmul's dbias, layernorm's "
      "dweight/dbias) read the warps' partial sums before they are written",
      "backend/ops/cuda_util.cuh",
-     "            part[warp][8 * lane + j] = acc[j];\n    __syncthreads();\n",
-     "            part[warp][8 * lane + j] = acc[j];\n", OPS, True),
+     "        sm.slot[slot][8 * half + j] = acc[j];\n    __syncthreads();\n",
+     "        sm.slot[slot][8 * half + j] = acc[j];\n", OPS, True),
     ("chunks-layernorm", "layernorm's register-row dinp given a chunk too few: the last 256-column chunk of a "
      "row (C = 520) never computed",
      "backend/ops/layernorm.cu",
