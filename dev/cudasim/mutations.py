@@ -31,7 +31,7 @@ ENGINE = ["engine-sim", "review-sim"]
 # name, what it plants, file, the exact text, its replacement, the tests, expected caught
 MUTATIONS = [
     ("syncthreads-strip", "removed __syncthreads: the 16-column strip sums (matmul's dbias, layernorm's "
-     "dweight/dbias) read the warps' partial sums before they are written",
+     "dweight/dbias) read the row slots' partial sums before they are written",
      "backend/ops/cuda_util.cuh",
      "        sm.slot[slot][8 * half + j] = acc[j];\n    __syncthreads();\n",
      "        sm.slot[slot][8 * half + j] = acc[j];\n", OPS, True),
