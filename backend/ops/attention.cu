@@ -116,7 +116,7 @@ template <int HSP> __device__ __forceinline__ void load_a(uint32_t (&f)[hdim<HSP
     const int lane = threadIdx.x % 32;
     const char *base = static_cast<const char *>(tile);
     for (int ks = 0; ks < H::KS; ks++)
-        cu_ldsm4(f[ks], cu_smem(base + 2 * ((r0 + lane % 16) * H::LDH + ks * 16 + (lane / 16) * 8)));
+        cu_ldsm4<false>(f[ks], cu_smem(base + 2 * ((r0 + lane % 16) * H::LDH + ks * 16 + (lane / 16) * 8)));
 }
 
 /* acc[mt][n-tile 0 .. 2 NP) += A (MT tiles of 16 rows of the warp,
@@ -132,7 +132,7 @@ __device__ __forceinline__ void mm_abt(float (&acc)[MT][2 * NP][4], const uint32
     for (int np = 0; np < NP; np++)
         for (int ks = 0; ks < H::KS; ks++) {
             uint32_t b[4];
-            cu_ldsm4(b, cu_smem(x + (x0 + np * 16 + lane % 8 + (lane / 16) * 8) * H::LDH + ks * 16 +
+            cu_ldsm4<false>(b, cu_smem(x + (x0 + np * 16 + lane % 8 + (lane / 16) * 8) * H::LDH + ks * 16 +
                                 ((lane / 8) % 2) * 8));
             for (int mt = 0; mt < MT; mt++) {
                 cu_mma16816<T, ARCH>(acc[mt][2 * np], a[mt][ks], b[0], b[1]);
@@ -161,7 +161,7 @@ __device__ __forceinline__ void mm_pv(float (&acc)[MT][hdim<HSP>::DT][4], const 
         }
         for (int dp = 0; dp < H::DT / 2; dp++) {
             uint32_t b[4];
-            cu_ldsm4_t(b, cu_smem(y + (y0 + kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * H::LDH + dp * 16 +
+            cu_ldsm4<true>(b, cu_smem(y + (y0 + kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * H::LDH + dp * 16 +
                                   (lane / 16) * 8));
             for (int mt = 0; mt < MT; mt++) {
                 cu_mma16816<T, ARCH>(acc[mt][2 * dp], a[mt], b[0], b[1]);
@@ -576,12 +576,6 @@ struct attn_args {
     int limit; /* shared memory a block may opt into */
 };
 
-ferry_status allow_smem(const void *kernel, size_t bytes)
-{
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    return FERRY_OK;
-}
-
 /* The card's instruction set and shared memory; f16 only on Turing, none
  * of these kernels before it. */
 ferry_status card_of(const char *op, ferry_dtype act, attn_args *a)
@@ -668,7 +662,7 @@ template <typename T, int HSP, int BQ, int ARCH>
 ferry_status launch_forward(const attn_args &a, T *out, float *lse, const T *qkv)
 {
     const size_t smem = forward_smem<HSP, BQ, ARCH>();
-    ferry_status st = allow_smem(reinterpret_cast<const void *>(attention_fwd_kernel<T, HSP, BQ, ARCH>), smem);
+    ferry_status st = cu_allow_smem(reinterpret_cast<const void *>(attention_fwd_kernel<T, HSP, BQ, ARCH>), smem);
     if (st != FERRY_OK)
         return st;
     dim3 grid((a.T + BQ - 1) / BQ, a.NH, a.B);
@@ -684,9 +678,9 @@ ferry_status launch_backward(const attn_args &a, T *dqkv, const T *dout, const T
                              const float *delta)
 {
     const size_t smem = backward_smem<HSP, ARCH>();
-    ferry_status st = allow_smem(reinterpret_cast<const void *>(attention_dkv_kernel<T, HSP, ARCH>), smem);
+    ferry_status st = cu_allow_smem(reinterpret_cast<const void *>(attention_dkv_kernel<T, HSP, ARCH>), smem);
     if (st == FERRY_OK)
-        st = allow_smem(reinterpret_cast<const void *>(attention_dq_kernel<T, HSP, ARCH>), smem);
+        st = cu_allow_smem(reinterpret_cast<const void *>(attention_dq_kernel<T, HSP, ARCH>), smem);
     if (st != FERRY_OK)
         return st;
     dim3 grid((a.T + BK - 1) / BK, a.NH, a.B);

@@ -447,13 +447,6 @@ ferry_status smem_limit(int *limit)
     return FERRY_OK;
 }
 
-/* Opts a kernel into `bytes` of dynamic shared memory. */
-ferry_status allow_smem(const void *kernel, size_t bytes)
-{
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    return FERRY_OK;
-}
-
 struct attn_args {
     cudaStream_t s;
     int B, T, C, NH, HS;
@@ -464,7 +457,7 @@ struct attn_args {
 template <typename T, int ND, int BQ> ferry_status launch_forward(const attn_args &a, T *out, float *lse, const T *qkv)
 {
     const size_t smem = forward_smem<ND, BQ>();
-    ferry_status st = allow_smem(reinterpret_cast<const void *>(attention_forward_kernel<T, ND, BQ>), smem);
+    ferry_status st = cu_allow_smem(reinterpret_cast<const void *>(attention_forward_kernel<T, ND, BQ>), smem);
     if (st != FERRY_OK)
         return st;
     dim3 grid((a.T + BQ - 1) / BQ, a.NH, a.B);
@@ -479,9 +472,9 @@ ferry_status launch_backward(const attn_args &a, T *dqkv, const T *dout, const T
                              const float *lse)
 {
     const size_t smem = backward_smem<ND, BQ>();
-    ferry_status st = allow_smem(reinterpret_cast<const void *>(attention_dq_kernel<T, ND, BQ>), smem);
+    ferry_status st = cu_allow_smem(reinterpret_cast<const void *>(attention_dq_kernel<T, ND, BQ>), smem);
     if (st == FERRY_OK)
-        st = allow_smem(reinterpret_cast<const void *>(attention_dkv_kernel<T, ND, BQ>), smem);
+        st = cu_allow_smem(reinterpret_cast<const void *>(attention_dkv_kernel<T, ND, BQ>), smem);
     if (st != FERRY_OK)
         return st;
     dim3 grid((a.T + BQ - 1) / BQ, a.NH, a.B);

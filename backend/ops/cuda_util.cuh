@@ -110,6 +110,14 @@ static inline bool cu_aligned16(const void *a, const void *b = nullptr, const vo
     return ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16 == 0;
 }
 
+/* Opts a kernel into `bytes` of dynamic shared memory (above 48 KiB a
+ * launch needs it; the card's limit is cudaDevAttrMaxSharedMemoryPerBlockOptin). */
+static inline ferry_status cu_allow_smem(const void *kernel, size_t bytes)
+{
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    return FERRY_OK;
+}
+
 /* Argument checks shared by the ops: a clear message naming the op and value. */
 #define CU_REQUIRE(cond, ...)                                                                  \
     do {                                                                                       \

@@ -49,25 +49,18 @@ static __device__ __forceinline__ uint32_t cu_smem(const void *p)
 /* Four 8 x 8 matrices of 16-bit values: lane 8i + r gives the address of
  * row r of matrix i (16 bytes, 16-byte aligned); register i receives row
  * lane / 4, elements 2 (lane % 4) and + 1, of matrix i (the transpose of
- * each matrix with _t). */
-static __device__ __forceinline__ void cu_ldsm4(uint32_t (&r)[4], uint32_t addr)
+ * each matrix with TRANS). */
+template <bool TRANS> static __device__ __forceinline__ void cu_ldsm4(uint32_t (&r)[4], uint32_t addr)
 {
 #if CU_MMA_HAS(750)
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-#else
-    (void)r, (void)addr;
-    __trap();
-#endif
-}
-
-static __device__ __forceinline__ void cu_ldsm4_t(uint32_t (&r)[4], uint32_t addr)
-{
-#if CU_MMA_HAS(750)
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
+    if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr));
 #else
     (void)r, (void)addr;
     __trap();

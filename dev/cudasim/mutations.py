@@ -77,9 +77,9 @@ MUTATIONS = [
      "backend/ops/matmul.cu",
      "st = cuda_gemm(s, act, false, false, C, N, OC, weight, C, dout, OC, dinp, C, 1.0f, nullptr);",
      "st = cuda_gemm(s, act, false, false, C, N, OC, weight, C, dout, OC + 8, dinp, C, 1.0f, nullptr);", OPS, True),
-    ("smem-optin", "missing shared-memory opt-in: the mma.sync attention launched with 54 to 102 KiB and no "
+    ("smem-optin", "missing shared-memory opt-in: the attention kernels launched with up to 102 KiB and no "
      "cudaFuncSetAttribute",
-     "backend/ops/attention.cu",
+     "backend/ops/cuda_util.cuh",
      "    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));\n",
      "", OPS, True),
     ("cp-async-wait", "the attention forward no longer waits for its K/V tile's cp.async before the barrier: the "
@@ -97,7 +97,7 @@ MUTATIONS = [
      "        __syncthreads(); /* every warp is done with this stage */\n", "", OPS, True),
     ("ldmatrix-trans", "P @ V reads V through ldmatrix without .trans: the B fragments of V's transpose",
      "backend/ops/attention.cu",
-     "            cu_ldsm4_t(b, cu_smem(y + ", "            cu_ldsm4(b, cu_smem(y + ", OPS, True),
+     "            cu_ldsm4<true>(b, cu_smem(y + ", "            cu_ldsm4<false>(b, cu_smem(y + ", OPS, True),
     ("mma-k8-turing", "Turing's m16n8k16 as two m16n8k8: the second half multiplied by the first half's B",
      "backend/ops/mma.cuh",
      '                     : "r"(a[2]), "r"(a[3]), "r"(b1));',
