@@ -177,7 +177,9 @@ cudaError_t wait_stream(cuda_stream *cs)
 
 /* A wait while collectives are open: the GPU may be waiting for a rank
  * that died, so poll, and let the collectives' check end the wait
- * (backend.comm_poll aborts the communicators, which ends their kernels). */
+ * (backend.comm_poll aborts the communicators, which ends their kernels).
+ * Work that completed after such an abort holds what the aborted
+ * collectives left: the wait returns the failure then too. */
 ferry_status poll_until_done(backend *be, cudaError_t (*query)(void *), void *handle)
 {
     double t0 = comm_now_s();
@@ -186,7 +188,8 @@ ferry_status poll_until_done(backend *be, cudaError_t (*query)(void *), void *ha
         cudaError_t rc = query(handle);
         if (rc != cudaErrorNotReady) {
             CUDA_CHECK(rc);
-            return FERRY_OK;
+            ferry_status (*poll)(backend *, double) = be->comm_poll;
+            return poll ? poll(be, comm_now_s() - t0) : FERRY_OK;
         }
         cudaGetLastError(); /* "not yet" is no error */
         ferry_status (*poll)(backend *, double) = be->comm_poll;
@@ -448,9 +451,17 @@ extern "C" int backend_cuda_device_count(void)
     return n;
 }
 
-/* The GPU of this process: its local rank's among those it sees (one per
- * rank, or all of the machine's, which the local ranks then share out). */
-static int rank_device(int count) { return count > 0 ? comm_world_local_rank() % count : 0; }
+/* The GPU a description names: this rank's (comm_world_device), or, where
+ * that is refused (two ranks on one GPU), its local rank's share. */
+static int rank_device(int count)
+{
+    int device = 0;
+    if (comm_world_device(count, &device) != FERRY_OK) {
+        err_clear();
+        device = count > 0 ? comm_world_local_rank() % count : 0;
+    }
+    return device;
+}
 
 extern "C" ferry_status backend_cuda_describe(char *name, size_t name_cap, uint64_t *memory_bytes,
                                               char *pci_bus_id, size_t pci_cap)
@@ -525,7 +536,10 @@ extern "C" ferry_status backend_cuda_init(backend *be)
     cudaError_t rc = cudaGetDeviceCount(&count);
     if (rc != cudaSuccess || count == 0)
         return explain_no_device(rc);
-    int device = rank_device(count);
+    int device = 0; /* this rank's: one per rank, unless sharing is asked for */
+    ferry_status refused = comm_world_device(count, &device);
+    if (refused != FERRY_OK)
+        return refused;
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     ferry_status st = backend_cuda_check_card(prop.name, prop.major, prop.minor);

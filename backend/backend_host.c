@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/hostmem.h"
 
 typedef enum task_kind { TASK_FN, TASK_COPY, TASK_MEMSET, TASK_RECORD, TASK_WAIT } task_kind;
 
@@ -374,11 +375,15 @@ static void host_host_unregister(backend *be, void *ptr)
     (void)be; (void)ptr;
 }
 
+/* The "device" is host memory: what the process may still take, as its
+ * cgroup says (common/hostmem.h, the headroom kept back), not the machine's
+ * free pages, which a job under a memory limit would take to its OOM kill. */
 static ferry_status host_mem_info(backend *be, uint64_t *free_bytes, uint64_t *total_bytes)
 {
     (void)be;
     long page = sysconf(_SC_PAGESIZE);
-    *free_bytes = (uint64_t)sysconf(_SC_AVPHYS_PAGES) * (uint64_t)page;
+    uint64_t room = hostmem_available(NULL, NULL);
+    *free_bytes = room ? room : (uint64_t)sysconf(_SC_AVPHYS_PAGES) * (uint64_t)page;
     *total_bytes = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)page;
     return FERRY_OK;
 }

@@ -10,7 +10,11 @@
  * with one micro-batch each give the same bits as one process with N, at
  * every N; and every rank gets the same bits, because each chunk is summed
  * by one rank and sent to the others. Large operations go in chunks of
- * COMM_HOST_CHUNK elements per rank, so temporaries stay bounded. */
+ * COMM_HOST_CHUNK elements per rank, so temporaries stay bounded.
+ *
+ * Each collective is written in the ledger when it is issued (on the
+ * caller's thread, in program order), and named by its entry in messages;
+ * its exchanges are watched by the watchdog as they run. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +47,7 @@ typedef struct coll_args {
     char *recv;
     size_t count;
     ferry_dtype t;
-    char what[64];
+    char what[200];
 } coll_args;
 
 /* out[i] = sum over ranks p in order of part(p)[i], n elements, where rank
@@ -209,27 +213,28 @@ static ferry_status all_reduce_run(void *p)
 }
 
 static ferry_status launch(backend_stream *s, backend_comm *c, const void *send, void *recv, size_t count,
-                           ferry_dtype t, backend_host_fn fn, const char *kind)
+                           ferry_dtype t, backend_host_fn fn, comm_op op)
 {
     coll_args a = {c, send, recv, count, t, ""};
-    snprintf(a.what, sizeof a.what, "%s of '%s'", kind, c->name);
+    comm_entry e = comm_ledger_write(c->name, op, c->tagged ? c->tag : -1, count, t, -1);
+    comm_entry_describe(&e, a.what, sizeof a.what);
     return backend_launch_host(s, fn, &a, sizeof a);
 }
 
 ferry_status comm_host_reduce_scatter(backend_stream *s, backend_comm *c, const void *send, void *recv,
                                       size_t count, ferry_dtype t)
 {
-    return launch(s, c, send, recv, count, t, reduce_scatter_run, "a reduce-scatter");
+    return launch(s, c, send, recv, count, t, reduce_scatter_run, COMM_OP_REDUCE_SCATTER);
 }
 
 ferry_status comm_host_all_gather(backend_stream *s, backend_comm *c, const void *send, void *recv, size_t count,
                                   ferry_dtype t)
 {
-    return launch(s, c, send, recv, count, t, all_gather_run, "an all-gather");
+    return launch(s, c, send, recv, count, t, all_gather_run, COMM_OP_ALL_GATHER);
 }
 
 ferry_status comm_host_all_reduce(backend_stream *s, backend_comm *c, const void *send, void *recv, size_t count,
                                   ferry_dtype t)
 {
-    return launch(s, c, send, recv, count, t, all_reduce_run, "an all-reduce");
+    return launch(s, c, send, recv, count, t, all_reduce_run, COMM_OP_ALL_REDUCE);
 }

@@ -57,6 +57,8 @@ static char log_path[4096];
 static const char *_Atomic refused_kind; /* a static string */
 static _Atomic int refused_errno;
 static _Atomic bool short_io;
+static _Atomic int again_left;
+static _Atomic size_t dio_align;
 
 /* "KIND at FILE:LINE FUNCTION", or the address where no symbolizer is. */
 static void describe(const char *kind, void *pc, char *out, size_t cap)
@@ -261,9 +263,16 @@ ssize_t fault_read(int fd, void *buf, size_t n)
     FAULT_CALL("read", EIO, -1, read(fd, buf, n));
 }
 
+/* Half of a transfer of 8 KiB or more, in 4 KiB units, while short
+ * transfers are on. */
+static size_t short_len(size_t n)
+{
+    return atomic_load(&short_io) && n >= 8192 ? (n / 2) & ~(size_t)4095 : n;
+}
+
 ssize_t fault_pread(int fd, void *buf, size_t n, off_t offset)
 {
-    FAULT_CALL("pread", EIO, -1, pread(fd, buf, n, offset));
+    FAULT_CALL("pread", EIO, -1, pread(fd, buf, short_len(n), offset));
 }
 
 ssize_t fault_write(int fd, const void *buf, size_t n)
@@ -273,7 +282,7 @@ ssize_t fault_write(int fd, const void *buf, size_t n)
 
 ssize_t fault_pwrite(int fd, const void *buf, size_t n, off_t offset)
 {
-    FAULT_CALL("pwrite", ENOSPC, -1, pwrite(fd, buf, n, offset));
+    FAULT_CALL("pwrite", ENOSPC, -1, pwrite(fd, buf, short_len(n), offset));
 }
 
 /* ---- syncing and renaming: EIO ---- */
@@ -352,4 +361,30 @@ int fault_io_result(int res, unsigned len, int is_write)
     if (atomic_load(&short_io) && res >= 0 && (unsigned)res == len && len >= 8192)
         return (int)((len / 2) & ~4095u);
     return res;
+}
+
+/* ---- io_uring's setup and submissions, O_DIRECT's alignment ---- */
+
+int fault_io_uring_refusal(void)
+{
+    int err = should_fail("io_uring_queue_init", PC, EPERM);
+    return err ? -err : 0;
+}
+
+void fault_again(int n) { atomic_store(&again_left, n); }
+
+int fault_io_submit(void)
+{
+    int left = atomic_load(&again_left);
+    while (left > 0 && !atomic_compare_exchange_weak(&again_left, &left, left - 1))
+        ;
+    return left > 0 ? -EAGAIN : 0;
+}
+
+void fault_set_dio_align(size_t n) { atomic_store(&dio_align, n); }
+
+size_t fault_dio_align(size_t kernel)
+{
+    size_t forced = atomic_load(&dio_align);
+    return forced ? forced : kernel;
 }

@@ -90,9 +90,24 @@ FAULT_API int fault_fallocate(int fd, int mode, off_t offset, off_t len);
  * the transfer asked for, `res` what the kernel did. */
 FAULT_API int fault_io_result(int res, unsigned len, int is_write);
 /* While on, every io_uring transfer of 8 KiB or more that completed whole
- * reports half of it (in 4 KiB units), as a short read or write does: the
- * store must resume the rest. Uncounted; armed or not. */
+ * reports half of it (in 4 KiB units), and every pread and pwrite of 8 KiB
+ * or more moves half of it, as a short read or write does: the store must
+ * resume the rest. Uncounted; armed or not. */
 FAULT_API void fault_short_io(bool on);
+/* Before offload/nvme.c sets up io_uring: 0, or -EPERM when this call is
+ * the one to fail (counted as "io_uring_queue_init"; refused with
+ * fault_refuse, every time), as a seccomp profile or the sysctl
+ * kernel.io_uring_disabled answers. */
+FAULT_API int fault_io_uring_refusal(void);
+/* Before offload/nvme.c calls io_uring_submit: 0, or -EAGAIN for the next
+ * `n` submissions after fault_again(n), as when the kernel has no memory
+ * for the requests. Uncounted. */
+FAULT_API int fault_io_submit(void);
+FAULT_API void fault_again(int n);
+/* The O_DIRECT alignment statx gave the store (0: none said); with
+ * fault_set_dio_align(n > 0), n instead. Uncounted. */
+FAULT_API size_t fault_dio_align(size_t kernel);
+FAULT_API void fault_set_dio_align(size_t n);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 /* Forced into every C file of a -Dfault_injection=true build (the root
  * meson.build passes `-include common/fault_inject.h`): sends ferry's own
  * allocations, opens, reads, writes, syncs, renames, mappings, page locks,
- * thread starts, space reservations and io_uring completions to the counting wrappers of common/fault.h, so a test can
+ * thread starts, space reservations, io_uring setups and completions to the counting wrappers of common/fault.h, so a test can
  * make the Nth of them fail without one call site in the product changing.
  * Owns only the redirection; counting and failing are common/fault.c's.
  *
@@ -59,6 +59,12 @@
  * completion's result through (it defines it as the result itself when this
  * header is not forced in). */
 #define io_completion_result(...) fault_io_result(__VA_ARGS__)
+/* offload/nvme.c's other hooks: io_uring's setup (counted) and a
+ * submission refused before they are made, the O_DIRECT alignment the
+ * kernel gave. */
+#define io_uring_refusal(...) fault_io_uring_refusal(__VA_ARGS__)
+#define io_submit_refusal(...) fault_io_submit(__VA_ARGS__)
+#define io_dio_align(...) fault_dio_align(__VA_ARGS__)
 /* Pads syscall's arguments to six, each passed as a long as the kernel takes
  * them; the padding beyond what the call gave is never read by the kernel. */
 #define syscall(...) FAULT_SYSCALL7_(__VA_ARGS__, 0L, 0L, 0L, 0L, 0L, 0L)

@@ -380,6 +380,7 @@ ferry_status fileio_atomic_open(fileio_atomic *a, const char *path)
         if (lstat(path, &lsb) == 0 && S_ISLNK(lsb.st_mode) && !(resolved = realpath(path, NULL)))
             return err_set(FERRY_ERR_IO, "cannot follow the symbolic link '%s': %s", path, strerror(errno));
     }
+    a->replaces = exists;
     const char *dest = resolved ? resolved : path;
     char *copy = strdup(dest);
     char *dir = dir_of(dest);
@@ -425,9 +426,9 @@ static ferry_status write_error(fileio_atomic *a, int e, size_t n)
     if (a->direct)
         st = err_set(FERRY_ERR_IO, "cannot write %zu bytes to the device '%s': %s", n, a->path, strerror(e));
     else if (e == ENOSPC || e == EDQUOT || e == EFBIG)
-        st = err_set(FERRY_ERR_IO, "disk full writing '%s' (%s while writing %zu bytes); "
-                     "free space and retry: the previous '%s' was left as it was",
-                     a->path, strerror(e), n, a->path);
+        st = err_set(FERRY_ERR_IO, "disk full writing '%s' (%s while writing %zu bytes); free space and retry: %s%s%s",
+                     a->path, strerror(e), n, a->replaces ? "the previous '" : "nothing was written there (it did not "
+                     "exist before)", a->replaces ? a->path : "", a->replaces ? "' was left as it was" : "");
     else
         st = err_set(FERRY_ERR_IO, "cannot write '%s': %s", a->tmp, strerror(e));
     fileio_atomic_abort(a);

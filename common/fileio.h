@@ -64,6 +64,7 @@ typedef struct fileio_atomic {
     char *path; /* destination: the path given, or the regular file a link there names */
     char *tmp;  /* DIR/.NAME.tmp; NULL when `direct` */
     int direct; /* 1: the path is a character device, written in place (no temporary, no rename) */
+    int replaces; /* 1: a file was at the path when opened (a failed write leaves it as it was) */
 } fileio_atomic;
 
 /* Creates DIR/.NAME.tmp for `path`; for a symbolic link to a regular file,

@@ -2,9 +2,16 @@
  * (plan.c, counted from the layout table setup allocates from), the device
  * budget and the host memory available. engine_auto_choose is arithmetic
  * only, so the GPT-2 planner (models/gpt2_plan.c) predicts with the very
- * function setup decides with; engine_auto_resolve applies it to an engine
- * at setup, agreeing across ranks. Places nothing itself (placement.c does,
- * for the mode chosen); never reads timings. */
+ * function setup decides with; engine_auto_resolve makes the choice for an
+ * engine at setup, agreeing across ranks, and the orchestrator applies it.
+ * The host memory is common/hostmem's (the job's own cgroup, page cache
+ * taken back, less a headroom for the pinned pool), and the line says which
+ * limit gave it. A disk candidate needs nvme_path on a disk: a folder on a
+ * file system in memory (tmpfs, ramfs) takes it out of the running, said in
+ * the line; when the disk is chosen, the line says how it will be reached
+ * (io_uring, or where io_uring is refused the threads of pread/pwrite with
+ * their rate measured there). Places nothing itself (placement.c does, for
+ * the mode chosen); never reads timings to choose. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +19,9 @@
 #include "common/error.h"
 #include "common/hostmem.h"
 #include "common/units.h"
-#include "engine/engine.h"
+#include "engine/auto.h"
 #include "backend/comm.h"
+#include "offload/nvme.h"
 
 const char *engine_auto_candidate_name(engine_auto_candidate c)
 {
@@ -50,7 +58,7 @@ static ferry_status count(const engine_auto_request *rq, engine_auto_candidate c
     ferry_status st = engine_plan_memory(&p, &m);
     if (st != FERRY_OK)
         return st;
-    *dev = p.embedder_bytes;
+    *dev = 0; /* the embedder's bytes are in the plan's region */
     *host = 0;
     for (int k = 0; k < FERRY_MEM_CATEGORY_COUNT; k++) {
         *dev += m.device_bytes[k];
@@ -163,25 +171,71 @@ ferry_status engine_auto_choose(const engine_auto_request *rq, engine_auto_candi
 /* ---- the engine's side: at setup ---- */
 
 /* Host memory this rank may take: what the machine (and its cgroup) has
- * available, shared by the ranks on it, and host_budget_bytes when set. */
-static uint64_t rank_host_available(const ferry_engine *e)
+ * available, shared by the ranks on it, and host_budget_bytes when set;
+ * `words` says which limit it is. */
+static uint64_t rank_host_available(const engine_auto_setup *in, char *words, size_t cap)
 {
-    uint64_t avail = hostmem_available(NULL, NULL);
-    int local = e->dp ? comm_world_local_size() : 1;
-    if (local > 1)
+    hostmem_figures h;
+    uint64_t avail = hostmem_available(NULL, &h);
+    hostmem_describe(&h, words, cap);
+    int local = in->ranked ? comm_world_local_size() : 1;
+    if (local > 1) {
         avail /= (uint64_t)local;
-    if (e->cfg.host_budget_bytes && (!avail || e->cfg.host_budget_bytes < avail))
-        avail = e->cfg.host_budget_bytes;
+        size_t len = strlen(words);
+        snprintf(words + len, cap - len, ", shared by the %d ranks on this machine", local);
+    }
+    if (in->cfg->host_budget_bytes && (!avail || in->cfg->host_budget_bytes < avail)) {
+        char b[32], m[400];
+        snprintf(m, sizeof m, "%s", words);
+        avail = in->cfg->host_budget_bytes;
+        snprintf(words, cap, "host_budget_bytes %s, below the machine's %s", units_fmt_bytes(b, sizeof b, avail), m);
+    }
     return avail;
 }
 
+/* Whether nvme_path can hold the state: not a file system in memory. Its
+ * sentence into `why` when not. */
+static bool disk_usable(const char *dir, char *why, size_t cap)
+{
+    nvme_probe p;
+    if (nvme_probe_dir(dir, false, 0, 0, 0, &p) != FERRY_OK) {
+        snprintf(why, cap, "%s", ferry_last_error());
+        return false;
+    }
+    if (p.memory)
+        snprintf(why, cap, "%s", p.why);
+    return !p.memory;
+}
+
+/* How the disk chosen will be reached: io_uring, or the threads with their
+ * rate measured in the folder (64 MiB written and read at the tier's block
+ * size and queue depth). */
+static void disk_path_words(const engine_auto_setup *in, char *buf, size_t cap)
+{
+    nvme_probe p;
+    if (nvme_probe_dir(in->nvme_dir, false, 0, 0, 0, &p) != FERRY_OK || p.uring) {
+        snprintf(buf, cap, "; the disk through io_uring");
+        return;
+    }
+    char why[220];
+    snprintf(why, sizeof why, "%s", p.uring_why);
+    if (nvme_probe_dir(in->nvme_dir, true, (uint64_t)64 << 20, (size_t)in->cfg->nvme_block_bytes,
+                       in->cfg->nvme_queue_depth, &p) != FERRY_OK) {
+        snprintf(buf, cap, "; io_uring is refused here (%s), and the threads of pread/pwrite could not be measured: %s",
+                 why, ferry_last_error());
+        return;
+    }
+    snprintf(buf, cap, "; io_uring is refused here (%s): the disk through threads of pread/pwrite, measured at %.2f "
+             "GB/s read + write in '%s'", why, p.rate / 1e9, in->nvme_dir);
+}
+
 /* Every rank's pick, as counts per candidate (the last slot: nothing fits). */
-static ferry_status gather_picks(const ferry_engine *e, engine_auto_candidate mine, int *lo, int *hi)
+static ferry_status gather_picks(int ranks, engine_auto_candidate mine, int *lo, int *hi)
 {
     double votes[ENGINE_AUTO_CANDIDATES + 1] = {0};
     votes[mine] = 1;
     *lo = *hi = (int)mine;
-    if (!e->dp)
+    if (ranks <= 1)
         return FERRY_OK;
     ferry_status st = comm_world_all_reduce_f64(votes, ENGINE_AUTO_CANDIDATES + 1);
     if (st != FERRY_OK)
@@ -199,7 +253,7 @@ static ferry_status gather_picks(const ferry_engine *e, engine_auto_candidate mi
 /* The ranks agree on the most offloaded of their picks: each picks again
  * from there on until every rank holds the same (a few rounds at most: the
  * start only moves on). */
-static ferry_status choose_agreed(const ferry_engine *e, const engine_auto_request *rq, engine_auto_choice *c)
+static ferry_status choose_agreed(int ranks, const engine_auto_request *rq, engine_auto_choice *c)
 {
     engine_auto_candidate first = ENGINE_AUTO_NONE;
     for (;;) {
@@ -207,7 +261,7 @@ static ferry_status choose_agreed(const ferry_engine *e, const engine_auto_reque
         if (st != FERRY_OK && st != FERRY_ERR_OUT_OF_MEMORY)
             return st;
         int lo, hi;
-        if ((agreed = gather_picks(e, c->pick, &lo, &hi)) != FERRY_OK)
+        if ((agreed = gather_picks(ranks, c->pick, &lo, &hi)) != FERRY_OK)
             return agreed;
         if (hi == ENGINE_AUTO_CANDIDATES)
             return st != FERRY_OK ? st
@@ -220,41 +274,51 @@ static ferry_status choose_agreed(const ferry_engine *e, const engine_auto_reque
     }
 }
 
-ferry_status engine_auto_resolve(ferry_engine *e)
+ferry_status engine_auto_resolve(const engine_auto_setup *in, engine_auto_choice *c, char *line, size_t cap)
 {
-    if (!e->auto_asked)
-        return FERRY_OK;
-    size_t *numel = malloc((size_t)e->ngroups * sizeof *numel);
+    const engine_groups *gs = in->groups;
+    const ferry_engine_config *cfg = in->cfg;
+    size_t *numel = malloc((size_t)gs->n * sizeof *numel);
     if (!numel)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_setup: out of host memory");
-    for (int g = 0; g < e->ngroups; g++)
-        numel[g] = e->groups[g].numel;
-    int ranks = e->dp ? comm_world_size() : 1;
+    for (int g = 0; g < gs->n; g++)
+        numel[g] = gs->g[g].numel;
+    char host_words[600], no_disk[400] = "";
+    uint64_t host = rank_host_available(in, host_words, sizeof host_words);
+    bool disk = in->nvme_dir && disk_usable(in->nvme_dir, no_disk, sizeof no_disk);
     engine_auto_request rq = {
-        .plan = {backend_kind(e->be), e->act, FERRY_OFFLOAD_NONE, e->cfg.prefetch_groups,
-                 e->cfg.auto_micro_batches > 0 ? e->cfg.auto_micro_batches : 1, numel, e->ngroups, false,
-                 e->cfg.nvme_master != 0, e->cfg.nvme_window_bytes, e->cfg.nvme_block_bytes, ranks, 0,
-                 e->cfg.auto_activation_bytes},
-        .device_budget = arena_budget(e->arena),
-        .host_available = rank_host_available(e),
-        .nvme = e->nvme_dir != NULL,
+        .plan = {.backend = in->backend,
+                 .dtype = in->act,
+                 .offload = FERRY_OFFLOAD_NONE,
+                 .prefetch_groups = cfg->prefetch_groups,
+                 .micro_batches = cfg->auto_micro_batches > 0 ? cfg->auto_micro_batches : 1,
+                 .group_numel = numel,
+                 .ngroups = gs->n,
+                 .disk = false,
+                 .disk_master = cfg->nvme_master != 0,
+                 .disk_window_bytes = cfg->nvme_window_bytes,
+                 .disk_block_bytes = cfg->nvme_block_bytes,
+                 .ranks = in->ranks,
+                 .device_budget = 0,
+                 .embedder_bytes = cfg->auto_activation_bytes},
+        .device_budget = in->device_budget,
+        .host_available = host,
+        .nvme = disk,
     };
-    engine_auto_choice c;
-    ferry_status st = choose_agreed(e, &rq, &c);
+    ferry_status st = choose_agreed(in->ranks, &rq, c);
     free(numel);
-    if (st != FERRY_OK)
-        return err_wrap(st, "ferry_engine_setup");
-    e->cfg.offload = c.offload == FERRY_OFFLOAD_NVME ? FERRY_OFFLOAD_OPTIMIZER : c.offload;
-    e->nvme_asked = c.offload == FERRY_OFFLOAD_NVME;
-    if (!e->nvme_asked && !c.disk) { /* the folder was only in case the disk were needed */
-        free(e->nvme_dir);
-        e->nvme_dir = NULL;
+    if (st != FERRY_OK && no_disk[0]) {
+        char keep[ERR_MESSAGE_MAX];
+        snprintf(keep, sizeof keep, "%s", ferry_last_error());
+        return err_set(st, "ferry_engine_setup: %s; host memory: %s; and the disk was no candidate: %s", keep,
+                       host_words, no_disk);
     }
-    snprintf(e->auto_reason, sizeof e->auto_reason, "%s%s", c.reason,
-             e->dp ? " (every rank takes the same)" : "");
-    if (e->cfg.verbose)
-        fprintf(stderr, "ferry: %s\n", e->auto_reason);
+    if (st != FERRY_OK)
+        return err_wrap(st, "ferry_engine_setup (host memory: %s)", host_words);
+    char path[600] = "";
+    if (c->offload == FERRY_OFFLOAD_NVME || c->disk)
+        disk_path_words(in, path, sizeof path);
+    snprintf(line, cap, "%s%s; host memory: %s%s%s%s", c->reason, in->ranked ? " (every rank takes the same)" : "",
+             host_words, path, no_disk[0] ? "; not the disk: " : "", no_disk);
     return FERRY_OK;
 }
-
-const char *ferry_engine_auto_reason(const ferry_engine *e) { return e ? e->auto_reason : ""; }

@@ -5,7 +5,8 @@
  * file written atomically through common/fileio.h (temporary file, fsync,
  * rename, fsync of the directory), so a crash mid-save leaves the previous
  * file. It also reads the blob alone, without an engine. It owns the file
- * format; what the blob means is the embedder's business.
+ * format; where each array lives is the update's business (update.h), what
+ * the blob means the embedder's.
  *
  * Layout (little-endian):
  *   header   72 bytes: magic "FERRYCKP", u32 version (3), u32 groups,
@@ -38,10 +39,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/checkpoint.h"
+
 #include "common/error.h"
 #include "common/fileio.h"
-#include "engine/engine.h"
-#include "engine/shard.h"
 
 #define CKPT_MAGIC "FERRYCKP"
 #define CKPT_VERSION 3u
@@ -123,23 +124,35 @@ static uint32_t head_crc(const ckpt_header *h, const ckpt_group *table)
 
 static uint64_t head_bytes(uint32_t groups) { return sizeof(ckpt_header) + (uint64_t)groups * sizeof(ckpt_group); }
 
-static bool state_on_device(const ferry_engine *e)
+static bool state_on_device(const ckpt_env *e)
 {
-    return e->cfg.offload == FERRY_OFFLOAD_NONE && backend_kind(e->be) == FERRY_BACKEND_CUDA;
+    return ctx_mode(e->ctx) == FERRY_OFFLOAD_NONE && backend_kind(e->ctx->be) == FERRY_BACKEND_CUDA;
+}
+
+/* Nothing in flight: every update, every stream, every collective. */
+static ferry_status quiesce(const ckpt_env *e)
+{
+    const engine_ctx *c = e->ctx;
+    ferry_status st = update_wait(e->update);
+    if (st == FERRY_OK) st = backend_stream_synchronize(c->compute);
+    if (st == FERRY_OK) st = backend_stream_synchronize(c->h2d);
+    if (st == FERRY_OK) st = backend_stream_synchronize(c->d2h);
+    if (st == FERRY_OK) st = dp_synchronize(e->dp);
+    return st;
 }
 
 /* Copies a chunk of state between the engine (host or device memory) and a
  * host buffer. */
-static ferry_status copy_chunk(ferry_engine *e, void *state, bool on_device, void *host, size_t bytes,
+static ferry_status copy_chunk(const ckpt_env *e, void *state, bool on_device, void *host, size_t bytes,
                                bool to_engine)
 {
     if (!on_device) {
         memcpy(to_engine ? state : host, to_engine ? host : state, bytes);
         return FERRY_OK;
     }
-    ferry_status st = backend_memcpy_async(e->compute, to_engine ? state : host, to_engine ? host : state, bytes,
+    ferry_status st = backend_memcpy_async(e->ctx->compute, to_engine ? state : host, to_engine ? host : state, bytes,
                                            to_engine ? BACKEND_COPY_H2D : BACKEND_COPY_D2H);
-    return st != FERRY_OK ? st : backend_stream_synchronize(e->compute);
+    return st != FERRY_OK ? st : backend_stream_synchronize(e->ctx->compute);
 }
 
 static ferry_status read_all(int fd, void *data, size_t n, const char *path)
@@ -177,61 +190,62 @@ static ferry_status for_each_chunk_of(void *base, size_t bytes, bool on_device, 
     return FERRY_OK;
 }
 
-static ferry_status for_each_state_chunk_sharded(ferry_engine *e, void *buf, chunk_fn fn, void *ctx);
+static ferry_status for_each_state_chunk_sharded(const ckpt_env *e, void *buf, chunk_fn fn, void *ctx);
 
 /* Every group's master weights, then m, then v. Arrays the NVMe tier holds
  * are read from disk (`disk` 1: saving), written to it (2: loading), or
  * only walked (0: the file's bytes alone). */
-static ferry_status for_each_state_chunk(ferry_engine *e, void *buf, chunk_fn fn, void *ctx, int disk)
+static ferry_status for_each_state_chunk(const ckpt_env *e, void *buf, chunk_fn fn, void *ctx, int disk)
 {
-    if (shard_sharded(e)) /* each rank holds part of every array */
+    if (dp_sharded(e->dp, ctx_mode(e->ctx))) /* each rank holds part of every array */
         return for_each_state_chunk_sharded(e, buf, fn, ctx);
     ferry_status st = FERRY_OK;
-    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
-        engine_group *g = &e->groups[i];
+    for (int i = 0; i < e->groups->n && st == FERRY_OK; i++) {
+        engine_group *g = &e->groups->g[i];
         float *arrays[3] = {g->master, g->m, g->v};
         for (int k = 0; k < 3 && st == FERRY_OK; k++)
-            st = !arrays[k] && e->nvme && disk
-                     ? engine_nvme_chunks(e, g, k, disk == 2, buf, CKPT_CHUNK, fn, ctx)
+            st = !arrays[k] && disk
+                     ? update_state_chunks(e->update, g, k, disk == 2, buf, CKPT_CHUNK, fn, ctx)
                      : for_each_chunk_of(arrays[k], g->numel * sizeof(float), state_on_device(e), buf, fn, ctx);
     }
     return st;
 }
 
 /* Every group's device weights (`apply` false: their place in the file only). */
-static ferry_status for_each_weight_chunk(ferry_engine *e, size_t elem, bool apply, void *buf, chunk_fn fn,
+static ferry_status for_each_weight_chunk(const ckpt_env *e, size_t elem, bool apply, void *buf, chunk_fn fn,
                                           void *ctx)
 {
     ferry_status st = FERRY_OK;
-    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
-        engine_group *g = &e->groups[i];
+    for (int i = 0; i < e->groups->n && st == FERRY_OK; i++) {
+        engine_group *g = &e->groups->g[i];
         st = for_each_chunk_of(apply ? g->dev_weights : NULL, g->numel * elem, true, buf, fn, ctx);
     }
     return st;
 }
 
-static uint64_t state_bytes(const ferry_engine *e)
+static uint64_t state_bytes(const ckpt_env *e)
 {
     uint64_t n = 0;
-    for (int i = 0; i < e->ngroups; i++)
-        n += 3 * (uint64_t)e->groups[i].numel * sizeof(float);
+    for (int i = 0; i < e->groups->n; i++)
+        n += 3 * (uint64_t)e->groups->g[i].numel * sizeof(float);
     return n;
 }
 
-static uint64_t weight_bytes(const ferry_engine *e, size_t elem)
+static uint64_t weight_bytes(const ckpt_env *e, size_t elem)
 {
     uint64_t n = 0;
-    for (int i = 0; i < e->ngroups; i++)
-        n += (uint64_t)e->groups[i].numel * elem;
+    for (int i = 0; i < e->groups->n; i++)
+        n += (uint64_t)e->groups->g[i].numel * elem;
     return n;
 }
 
 /* ---- save ---- */
 
 typedef struct save_ctx {
-    ferry_engine *e;
+    const ckpt_env *e;
     fileio_atomic *file;
     uint64_t hash;
+    uint64_t written; /* payload bytes so far: the writer's progress the other ranks see */
 } save_ctx;
 
 static ferry_status save_chunk(void *p, void *state, bool on_device, void *buf, size_t bytes)
@@ -241,54 +255,57 @@ static ferry_status save_chunk(void *p, void *state, bool on_device, void *buf, 
     if (st != FERRY_OK)
         return st;
     c->hash = hash_update(c->hash, buf, bytes);
+    c->written += bytes;
+    dp_save_progress(c->e->dp, c->written);
     return fileio_atomic_write(c->file, buf, bytes);
 }
 
-static ckpt_group *group_table(const ferry_engine *e)
+static ckpt_group *group_table(const ckpt_env *e)
 {
-    ckpt_group *table = calloc((size_t)e->ngroups, sizeof *table);
-    for (int i = 0; table && i < e->ngroups; i++) {
-        snprintf(table[i].name, sizeof table[i].name, "%s", e->groups[i].name);
-        table[i].numel = e->groups[i].numel;
+    ckpt_group *table = calloc((size_t)e->groups->n, sizeof *table);
+    for (int i = 0; table && i < e->groups->n; i++) {
+        snprintf(table[i].name, sizeof table[i].name, "%s", e->groups->g[i].name);
+        table[i].numel = e->groups->g[i].numel;
     }
     return table;
 }
 
 /* The payload before the blob; returns its hash in c->hash. */
-static ferry_status save_payload(ferry_engine *e, save_ctx *c, bool delayed)
+static ferry_status save_payload(const ckpt_env *e, save_ctx *c, bool delayed)
 {
     void *buf = malloc(CKPT_CHUNK);
     if (!buf)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "saving a checkpoint: out of host memory");
     ferry_status st = for_each_state_chunk(e, buf, save_chunk, c, 1);
     if (st == FERRY_OK && delayed)
-        st = for_each_weight_chunk(e, e->act_size, true, buf, save_chunk, c);
+        st = for_each_weight_chunk(e, e->ctx->act_size, true, buf, save_chunk, c);
     free(buf);
     if (st != FERRY_OK)
         return st;
-    ckpt_scaling sc = {e->scaling ? e->scaler.scale : 0.0f, e->scaling ? e->scaler.tracker : 0, e->skipped_steps,
-                       e->skips_in_row, {0, 0, 0}};
+    const engine_scaling *es = e->scaling;
+    ckpt_scaling sc = {es->on ? es->scaler.scale : 0.0f, es->on ? es->scaler.tracker : 0, es->skipped_steps,
+                       es->skips_in_row, {0, 0, 0}};
     c->hash = hash_update(c->hash, &sc, sizeof sc);
     return fileio_atomic_write(c->file, &sc, sizeof sc);
 }
 
 /* Header first with zero checksums, then the real one once known. On
  * failure the temporary is already gone (fileio_atomic aborts itself). */
-static ferry_status save_body(ferry_engine *e, fileio_atomic *file, const void *user, size_t user_bytes)
+static ferry_status save_body(const ckpt_env *e, fileio_atomic *file, const void *user, size_t user_bytes)
 {
-    bool delayed = e->dpu_pending;
+    bool delayed = update_delayed_pending(e->update);
     uint64_t payload =
-        state_bytes(e) + (delayed ? weight_bytes(e, e->act_size) : 0) + sizeof(ckpt_scaling) + user_bytes;
-    ckpt_header h = {{0}, CKPT_VERSION, (uint32_t)e->ngroups, e->step, user_bytes, payload, 0, 0,
-                     (uint32_t)e->act, (delayed ? CKPT_FLAG_DELAYED : 0) | CKPT_FLAG_SCALING, 0, 0};
+        state_bytes(e) + (delayed ? weight_bytes(e, e->ctx->act_size) : 0) + sizeof(ckpt_scaling) + user_bytes;
+    ckpt_header h = {{0}, CKPT_VERSION, (uint32_t)e->groups->n, e->prog->step, user_bytes, payload, 0, 0,
+                     (uint32_t)e->ctx->act, (delayed ? CKPT_FLAG_DELAYED : 0) | CKPT_FLAG_SCALING, 0, 0};
     memcpy(h.magic, CKPT_MAGIC, 8);
     ckpt_group *table = group_table(e);
     if (!table)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "saving a checkpoint: out of host memory for the group table");
-    save_ctx c = {e, file, CKPT_HASH_SEED};
+    save_ctx c = {.e = e, .file = file, .hash = CKPT_HASH_SEED};
     ferry_status st = fileio_atomic_write(file, &h, sizeof h);
     if (st == FERRY_OK)
-        st = fileio_atomic_write(file, table, (size_t)e->ngroups * sizeof *table);
+        st = fileio_atomic_write(file, table, (size_t)e->groups->n * sizeof *table);
     if (st == FERRY_OK)
         st = save_payload(e, &c, delayed);
     if (st == FERRY_OK && user_bytes)
@@ -303,15 +320,13 @@ static ferry_status save_body(ferry_engine *e, fileio_atomic *file, const void *
 }
 
 /* The file of one engine holding the whole state, or of rank 0 gathering it. */
-static ferry_status save_file(ferry_engine *e, const char *path, const void *user, size_t user_bytes)
+static ferry_status save_file(const ckpt_env *e, const char *path, const void *user, size_t user_bytes)
 {
-    ferry_status st = engine_check_group(e, 0, "ferry_engine_save");
-    if (st != FERRY_OK)
-        return st;
+    ferry_status st;
     if (!path || (user_bytes && !user))
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_save: NULL path or user blob");
     /* The split update's groups: their state from the device first. */
-    if ((st = ferry_engine_synchronize(e)) != FERRY_OK || (st = engine_split_pull(e)) != FERRY_OK)
+    if ((st = quiesce(e)) != FERRY_OK || (st = update_pull(e->update)) != FERRY_OK)
         return st;
     fileio_atomic file;
     if ((st = fileio_atomic_open(&file, path)) != FERRY_OK)
@@ -414,19 +429,19 @@ static ferry_status ckpt_open(const char *path, ckpt_file *f)
 
 /* The engine's groups against the file's; *weight_elem is the element size
  * of the device weights the file holds (0: none). */
-static ferry_status check_model(const ferry_engine *e, const ckpt_file *f, size_t *weight_elem)
+static ferry_status check_model(const ckpt_env *e, const ckpt_file *f, size_t *weight_elem)
 {
-    if (f->h.groups != (uint32_t)e->ngroups)
+    if (f->h.groups != (uint32_t)e->groups->n)
         return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' has %u parameter groups, the engine has %d: it is "
                                          "from another model",
-                       f->path, f->h.groups, e->ngroups);
-    for (int i = 0; i < e->ngroups; i++)
-        if (f->table[i].numel != e->groups[i].numel)
+                       f->path, f->h.groups, e->groups->n);
+    for (int i = 0; i < e->groups->n; i++)
+        if (f->table[i].numel != e->groups->g[i].numel)
             return err_set(FERRY_ERR_FORMAT,
                            "checkpoint '%s': group %d ('%.*s') has %llu parameters, the engine's '%s' has %zu: "
                            "it is from another model",
                            f->path, i, ENGINE_NAME_MAX, f->table[i].name, (unsigned long long)f->table[i].numel,
-                           e->groups[i].name, e->groups[i].numel);
+                           e->groups->g[i].name, e->groups->g[i].numel);
     uint64_t scaling = f->h.flags & CKPT_FLAG_SCALING ? sizeof(ckpt_scaling) : 0;
     uint64_t states = state_bytes(e), numel = weight_bytes(e, 1), fixed = states + scaling + f->h.user_bytes;
     uint64_t rest = f->h.payload_bytes >= fixed ? f->h.payload_bytes - fixed : UINT64_MAX;
@@ -480,7 +495,7 @@ ferry_status ferry_engine_load_user(const char *path, void *user, size_t user_ca
 /* ---- load ---- */
 
 typedef struct load_ctx {
-    ferry_engine *e;
+    const ckpt_env *e;
     const ckpt_file *f;
     uint64_t hash;
     bool apply;      /* first pass: only hash; second: copy into the engine */
@@ -509,7 +524,7 @@ static ferry_status load_chunk(void *p, void *state, bool on_device, void *buf, 
  * the next step uploads the master weights' copy. */
 static ferry_status load_pass(load_ctx *c)
 {
-    ferry_engine *e = c->e;
+    const ckpt_env *e = c->e;
     off_t start = (off_t)head_bytes(c->f->h.groups);
     if (lseek(c->f->fd, start, SEEK_SET) != start)
         return err_set(FERRY_ERR_IO, "seeking in checkpoint '%s': %s", c->f->path, strerror(errno));
@@ -517,8 +532,8 @@ static ferry_status load_pass(load_ctx *c)
     if (!buf)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "loading a checkpoint: out of host memory");
     ferry_status st = for_each_state_chunk(e, buf, load_chunk, c, c->apply ? 2 : 0);
-    for (int i = 0; c->apply && i < e->ngroups && st == FERRY_OK; i++)
-        st = engine_write_device_weights(e, &e->groups[i]);
+    for (int i = 0; c->apply && i < e->groups->n && st == FERRY_OK; i++)
+        st = update_write_weights(e->update, &e->groups->g[i]);
     if (st == FERRY_OK && c->weight_elem)
         st = for_each_weight_chunk(e, c->weight_elem, c->apply && c->use_weights, buf, load_chunk, c);
     free(buf);
@@ -548,20 +563,21 @@ static ferry_status check_scaling(const load_ctx *c)
 /* The saved loss scale continues where this engine scales too; a run that
  * had none (or a file from before the section) starts from the initial
  * scale. The skip counts carry over either way. */
-static void apply_scaling(ferry_engine *e, const load_ctx *c)
+static void apply_scaling(const ckpt_env *e, const load_ctx *c)
 {
-    engine_scaling_reset(e);
+    engine_scaling *es = e->scaling;
+    step_scaling_reset(es, e->ctx->cfg);
     if (!c->has_scaling)
         return;
-    e->skipped_steps = c->scaling.skipped_steps;
-    e->skips_in_row = c->scaling.skips_in_row;
-    if (e->scaling && c->scaling.scale > 0)
-        loss_scale_restore(&e->scaler, c->scaling.scale, c->scaling.tracker); /* checked above */
+    es->skipped_steps = c->scaling.skipped_steps;
+    es->skips_in_row = c->scaling.skips_in_row;
+    if (es->on && c->scaling.scale > 0)
+        loss_scale_restore(&es->scaler, c->scaling.scale, c->scaling.tracker); /* checked above */
 }
-static ferry_status load_agree(ferry_engine *e, ferry_status st, const char *path);
+static ferry_status load_agree(const ckpt_env *e, ferry_status st, const char *path);
 
 /* Both passes, the hash check between them. */
-static ferry_status load_checked(ferry_engine *e, const ckpt_file *f, void *user, size_t user_cap)
+static ferry_status load_checked(const ckpt_env *e, const ckpt_file *f, void *user, size_t user_cap)
 {
     load_ctx c = {e, f, CKPT_HASH_SEED, false, 0, false, (f->h.flags & CKPT_FLAG_SCALING) != 0, {0, 0, 0, 0, {0, 0, 0}}};
     ferry_status st = check_model(e, f, &c.weight_elem);
@@ -580,26 +596,25 @@ static ferry_status load_checked(ferry_engine *e, const ckpt_file *f, void *user
     if (st != FERRY_OK)
         return st;
     c.apply = true;
-    c.use_weights = e->cfg.delayed_update && f->h.dtype == (uint32_t)e->act && c.weight_elem == e->act_size;
-    if ((st = load_pass(&c)) != FERRY_OK || (st = engine_split_push(e)) != FERRY_OK ||
+    c.use_weights = e->ctx->cfg->delayed_update && f->h.dtype == (uint32_t)e->ctx->act &&
+                    c.weight_elem == e->ctx->act_size;
+    if ((st = load_pass(&c)) != FERRY_OK || (st = update_push(e->update)) != FERRY_OK ||
         (st = read_blob(f, user, user_cap)) != FERRY_OK)
         return err_wrap(st, "loading '%s' failed midway, so the engine now holds part of it and part of its "
                             "earlier state; load a checkpoint again before training", f->path);
-    e->step = f->h.step;
-    e->micro_index = -1;
-    e->dpu_pending = c.use_weights;
+    e->prog->step = f->h.step;
+    e->prog->micro_index = -1;
+    update_set_delayed_pending(e->update, c.use_weights);
     apply_scaling(e, &c);
     return FERRY_OK;
 }
 
-static ferry_status load_file(ferry_engine *e, const char *path, void *user, size_t user_cap, size_t *user_bytes)
+static ferry_status load_file(const ckpt_env *e, const char *path, void *user, size_t user_cap, size_t *user_bytes)
 {
-    ferry_status st = engine_check_group(e, 0, "ferry_engine_load");
-    if (st != FERRY_OK)
-        return st;
+    ferry_status st;
     if (!path)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_load: path is NULL");
-    if ((st = ferry_engine_synchronize(e)) != FERRY_OK || (st = engine_retire_all(e)) != FERRY_OK)
+    if ((st = quiesce(e)) != FERRY_OK || (st = sched_retire_all(e->sched)) != FERRY_OK)
         return st;
     ckpt_file f;
     if ((st = ckpt_open(path, &f)) != FERRY_OK)
@@ -615,7 +630,7 @@ static ferry_status load_file(ferry_engine *e, const char *path, void *user, siz
  *
  * Rank 0 writes the file a single process would write, byte for byte: in
  * the sharded modes each chunk of each array is gathered from the ranks
- * that own it (shard_gather_state) in the order the file holds it, the
+ * that own it (dp_gather_state) in the order the file holds it, the
  * other ranks sending their parts; in offload none every rank holds the
  * whole state and rank 0 writes its own. Every rank loads the whole file,
  * checks it whole, and keeps its part. So a checkpoint saved by N ranks
@@ -631,7 +646,7 @@ static _Thread_local bool gathered_whole;
  * is save_chunk), each is first gathered from the ranks into a scratch;
  * loading (load_chunk), each is read whole and this rank keeps its part. A
  * failure of fn stops calling it but not the gathers. */
-static ferry_status for_each_state_chunk_sharded(ferry_engine *e, void *buf, chunk_fn fn, void *ctx)
+static ferry_status for_each_state_chunk_sharded(const ckpt_env *e, void *buf, chunk_fn fn, void *ctx)
 {
     bool saving = fn == save_chunk || fn == NULL;
     bool taking = fn == load_chunk && ((load_ctx *)ctx)->apply;
@@ -640,17 +655,17 @@ static ferry_status for_each_state_chunk_sharded(ferry_engine *e, void *buf, chu
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "a checkpoint: out of host memory");
     ferry_status st = FERRY_OK, sent = FERRY_OK;
     size_t per = CKPT_CHUNK / sizeof(float);
-    for (int i = 0; i < e->ngroups && sent == FERRY_OK; i++) {
-        engine_group *g = &e->groups[i];
+    for (int i = 0; i < e->groups->n && sent == FERRY_OK; i++) {
+        engine_group *g = &e->groups->g[i];
         for (int k = 0; k < 3 && sent == FERRY_OK; k++)
             for (size_t at = 0; at < g->numel && sent == FERRY_OK; at += per) {
                 size_t n = g->numel - at < per ? g->numel - at : per;
                 if (saving)
-                    sent = shard_gather_state(e, g, k, at, n, scratch);
+                    sent = dp_gather_state(e->dp, g, k, at, n, scratch);
                 if (sent == FERRY_OK && st == FERRY_OK && fn)
                     st = fn(ctx, scratch, false, buf, n * sizeof(float));
                 if (st == FERRY_OK && taking)
-                    shard_take_state(e, g, k, at, n, scratch);
+                    dp_take_state(g, k, at, n, scratch);
                 if (!saving && st != FERRY_OK)
                     sent = st;
             }
@@ -661,21 +676,24 @@ static ferry_status for_each_state_chunk_sharded(ferry_engine *e, void *buf, chu
     return sent != FERRY_OK ? sent : st;
 }
 
-ferry_status ferry_engine_save(ferry_engine *e, const char *path, const void *user, size_t user_bytes)
+ferry_status ckpt_save(const ckpt_env *e, const char *path, const void *user, size_t user_bytes)
 {
-    if (!e || !e->dp)
+    if (!e->dp)
         return save_file(e, path, user, user_bytes);
-    ferry_status st = FERRY_OK;
+    ferry_status st = dp_save_begin(e->dp, path);
+    if (st != FERRY_OK)
+        return err_wrap(st, "saving the checkpoint");
+    bool sharded = dp_sharded(e->dp, ctx_mode(e->ctx));
     gathered_whole = false;
-    if (shard_writes_files(e)) {
+    if (dp_writes_files(e->dp)) {
         st = save_file(e, path, user, user_bytes);
-    } else if (shard_sharded(e)) {
+    } else if (sharded) {
         /* this rank sends its parts, in the order rank 0 writes them */
-        ferry_status ready = ferry_engine_synchronize(e);
+        ferry_status ready = quiesce(e);
         st = ready != FERRY_OK ? ready : for_each_state_chunk_sharded(e, NULL, NULL, NULL);
     }
     /* rank 0 stopped before its gathers (a file it could not open): still take them */
-    if (shard_writes_files(e) && shard_sharded(e) && !gathered_whole) {
+    if (dp_writes_files(e->dp) && sharded && !gathered_whole) {
         char keep[ERR_MESSAGE_MAX];
         snprintf(keep, sizeof keep, "%s", ferry_last_error());
         ferry_status drained = for_each_state_chunk_sharded(e, NULL, NULL, NULL);
@@ -684,7 +702,9 @@ ferry_status ferry_engine_save(ferry_engine *e, const char *path, const void *us
         else
             err_set(st, "%s", keep);
     }
-    return shard_agree_status(e, st, "saving the checkpoint");
+    st = dp_agree_status(e->dp, st, "saving the checkpoint");
+    dp_save_end(e->dp);
+    return st;
 }
 
 /* Whether this rank took part in its load's agreement yet. */
@@ -692,7 +712,7 @@ static _Thread_local bool load_agreed;
 
 /* Once per load on every rank, before any rank applies the file: if one
  * could not read or check it, none goes on. */
-static ferry_status load_agree(ferry_engine *e, ferry_status st, const char *path)
+static ferry_status load_agree(const ckpt_env *e, ferry_status st, const char *path)
 {
     (void)e;
     load_agreed = true;
@@ -711,11 +731,11 @@ static ferry_status load_agree(ferry_engine *e, ferry_status st, const char *pat
     return FERRY_OK;
 }
 
-ferry_status ferry_engine_load(ferry_engine *e, const char *path, void *user, size_t user_cap, size_t *user_bytes)
+ferry_status ckpt_load(const ckpt_env *e, const char *path, void *user, size_t user_cap, size_t *user_bytes)
 {
     load_agreed = false;
     ferry_status st = load_file(e, path, user, user_cap, user_bytes);
-    if (!e || !e->dp || load_agreed)
+    if (!e->dp || load_agreed)
         return st;
     return load_agree(e, st, path); /* failed before checking the file */
 }

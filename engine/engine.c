@@ -1,62 +1,34 @@
-/* The engine's lifetime and its public face: configuration checks, creation
- * of the backend, streams, arena, pool and optimizer threads (placed on the
- * NUMA node nearest the GPU), parameter groups, micro-batches, activation
- * memory, weights in and out, statistics. Where bytes live is placement.c's
- * business; moving them is schedule.c's and step.c's. */
+/* The engine's orchestrator and its public face: configuration checks,
+ * creation of the backend, streams, arena, pool and optimizer threads
+ * (placed on the NUMA node nearest the GPU), parameter groups, the order of
+ * setup and teardown of the components (engine/context.h lists them floor
+ * by floor), micro-batches, activation memory, weights in and out,
+ * statistics. Each decision is a component's; this file calls down into
+ * them and nothing calls back up into it. */
 #include "engine/engine.h"
-#include "engine/shard.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/comm.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/sized.h"
 #include "common/units.h"
-#include "optim/half.h"
+#include "engine/auto.h"
+#include "engine/layout.h"
 
-const char *engine_phase_name(ferry_phase phase)
-{
-    return phase == FERRY_PHASE_FORWARD ? "forward" : "backward";
-}
-
-const char *ferry_offload_name(ferry_offload mode)
-{
-    switch (mode) {
-    case FERRY_OFFLOAD_NONE: return "none";
-    case FERRY_OFFLOAD_OPTIMIZER: return "optimizer";
-    case FERRY_OFFLOAD_PARAMS: return "params";
-    case FERRY_OFFLOAD_NVME: return "nvme";
-    case FERRY_OFFLOAD_AUTO: return "auto";
-    }
-    return "unknown";
-}
-
-ferry_status ferry_offload_parse(const char *name, ferry_offload *out)
-{
-    if (!name || !out)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_offload_parse: NULL argument");
-    for (int m = FERRY_OFFLOAD_NONE; m <= FERRY_OFFLOAD_AUTO; m++) {
-        if (strcmp(name, ferry_offload_name((ferry_offload)m)) == 0) {
-            *out = (ferry_offload)m;
-            return FERRY_OK;
-        }
-    }
-    return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                   "unknown offload mode '%s': use none, optimizer, params, nvme or auto", name);
-}
-
-ferry_status engine_check_group(const ferry_engine *e, int group, const char *what)
+static ferry_status check_group(const ferry_engine *e, int group, const char *what)
 {
     if (!e)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: engine is NULL", what);
     if (!e->setup_done)
         return err_set(FERRY_ERR_STATE, "%s: call ferry_engine_setup() first", what);
-    if (group < 0 || group >= e->ngroups)
+    if (group < 0 || group >= e->groups.n)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: group %d does not exist (the engine has %d)",
-                       what, group, e->ngroups);
+                       what, group, e->groups.n);
     return FERRY_OK;
 }
 
@@ -81,11 +53,20 @@ static const size_t config_fields[] = {
 };
 SIZED_NO_TAIL_PADDING(ferry_engine_config, reserved_auto);
 
-static const size_t group_option_fields[] = {
-    SIZED_END(ferry_group_options, lr_scale), SIZED_END(ferry_group_options, weight_decay),
-    SIZED_END(ferry_group_options, no_decay), SIZED_END(ferry_group_options, no_decay_count),
-};
-SIZED_NO_TAIL_PADDING(ferry_group_options, no_decay_count);
+/* The split update's fields in range. */
+static ferry_status check_split_config(const ferry_engine_config *c)
+{
+    if (c->device_update_groups < -1 || c->device_update_groups > ENGINE_MAX_GROUPS)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: device_update_groups %d; -1 = auto, 0 = every update on the CPU, N > 0 = "
+                       "the first N groups on the device",
+                       c->device_update_groups);
+    if (c->device_update_warmup < 0 || c->device_update_warmup > 1000)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: device_update_warmup %d is outside 0..1000 (0 = %d steps)",
+                       c->device_update_warmup, 2);
+    return FERRY_OK;
+}
 
 /* The NVMe tier's fields: a folder for offload nvme (or params), nothing
  * of it otherwise; the sizes in range (the store checks the folder). */
@@ -171,7 +152,7 @@ static ferry_status check_config(const ferry_engine_config *c)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: comm_timeout_s %d is negative (0 = $FERRY_COMM_TIMEOUT, else 600 s)",
                        c->comm_timeout_s);
-    if ((st = engine_split_check_config(c)) != FERRY_OK)
+    if ((st = check_split_config(c)) != FERRY_OK)
         return st;
     if (c->delayed_update && c->offload != FERRY_OFFLOAD_OPTIMIZER)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
@@ -196,57 +177,70 @@ static int choose_numa_node(const ferry_engine_config *c, ferry_backend_kind kin
 
 static ferry_status resolve_dtype(ferry_engine *e)
 {
-    ferry_status st = backend_set_act_dtype(e->be, e->cfg.dtype);
+    ferry_status st = backend_set_act_dtype(e->ctx.be, e->cfg.dtype);
     if (st != FERRY_OK)
         return err_wrap(st, "engine config: dtype %s", dtype_name(e->cfg.dtype));
-    e->act = backend_act_dtype(e->be);
-    e->act_size = dtype_size(e->act);
-    e->scaling = e->cfg.loss_scaling == FERRY_LOSS_SCALING_DYNAMIC ||
-                 (e->cfg.loss_scaling == FERRY_LOSS_SCALING_AUTO && e->act == FERRY_DTYPE_F16);
-    engine_scaling_reset(e);
+    e->ctx.act = backend_act_dtype(e->ctx.be);
+    e->ctx.act_size = dtype_size(e->ctx.act);
+    step_scaling_init(&e->scaling, &e->cfg, e->ctx.act);
     return FERRY_OK;
 }
 
-void engine_scaling_reset(ferry_engine *e)
+/* NCCL's communicators and cuBLASLt start before the budget is measured, so
+ * a budget of 0 (what is free) leaves what they take out; each one's share
+ * is measured as it starts. The op set is started again with the planned
+ * workspace at setup (ops_init takes a new workspace on a started backend). */
+static ferry_status start_libraries(ferry_engine *e)
 {
-    /* the settings were checked with the config */
-    loss_scale_init(&e->scaler, e->cfg.loss_scale_init, e->cfg.loss_scale_growth, e->cfg.loss_scale_backoff,
-                    e->cfg.loss_scale_interval);
-    e->skipped_steps = 0;
-    e->skips_in_row = 0;
+    engine_ctx *c = &e->ctx;
+    uint64_t free_before = engine_device_free(c->be);
+    ferry_status st = dp_open(e->dp, c);
+    if (st != FERRY_OK)
+        return st;
+    engine_device_share_comm(&e->share, c->be, free_before);
+    free_before = engine_device_free(c->be);
+    if ((st = ops_init(c->be, NULL, 0)) != FERRY_OK)
+        return st;
+    e->ops_started = true;
+    engine_device_share_libraries(&e->share, c->be, free_before);
+    return FERRY_OK;
 }
 
 static ferry_status open_parts(ferry_engine *e)
 {
-    ferry_status st = shard_join(e); /* first: the rank picks the GPU */
+    engine_ctx *c = &e->ctx;
+    ferry_status st = dp_join(&e->cfg, e->how.nvme_dir || e->how.nvme_asked, &e->dp); /* first: the rank picks the GPU */
     if (st == FERRY_OK)
-        st = backend_open(e->cfg.backend, &e->be);
+        st = backend_open(e->cfg.backend, &c->be);
     if (st != FERRY_OK)
         return st;
-    engine_device_share_open(e);
+    engine_device_share_open(&e->share, c->be);
     if ((st = resolve_dtype(e)) != FERRY_OK)
         return st;
-    if ((st = backend_stream_create(e->be, "compute", &e->compute)) != FERRY_OK ||
-        (st = backend_stream_create(e->be, "h2d", &e->h2d)) != FERRY_OK ||
-        (st = backend_stream_create(e->be, "d2h", &e->d2h)) != FERRY_OK ||
-        (st = shard_open(e)) != FERRY_OK)
+    if ((st = backend_stream_create(c->be, "compute", &c->compute)) != FERRY_OK ||
+        (st = backend_stream_create(c->be, "h2d", &c->h2d)) != FERRY_OK ||
+        (st = backend_stream_create(c->be, "d2h", &c->d2h)) != FERRY_OK)
         return st;
-    if (e->cfg.trace_path && (st = trace_open(e->cfg.trace_path, &e->trace)) != FERRY_OK)
+    if ((st = start_libraries(e)) != FERRY_OK)
+        return st;
+    if (e->cfg.trace_path && (st = trace_open(e->cfg.trace_path, &c->trace)) != FERRY_OK)
         return err_wrap(st, "opening the memory trace");
     arena_config ac = ARENA_CONFIG_INIT;
     ac.budget_bytes = e->cfg.device_budget_bytes;
-    ac.trace = e->trace;
-    if ((st = arena_create(e->be, &ac, &e->arena)) != FERRY_OK)
+    if (!ac.budget_bytes && (st = engine_device_share_budget(&e->share, c->be, &ac.budget_bytes)) != FERRY_OK)
+        return err_wrap(st, "ferry_engine_create");
+    ac.trace = c->trace;
+    if ((st = arena_create(c->be, &ac, &c->arena)) != FERRY_OK)
         return st;
-    e->numa_node = choose_numa_node(&e->cfg, backend_kind(e->be));
-    if ((st = tp_pool_create(shard_optimizer_threads(e), e->numa_node, &e->threads)) != FERRY_OK)
+    c->numa_node = choose_numa_node(&e->cfg, backend_kind(c->be));
+    if ((st = tp_pool_create(dp_optimizer_threads(e->dp, &e->cfg), c->numa_node, &c->threads)) != FERRY_OK)
         return st;
     pool_config pc = POOL_CONFIG_INIT;
     pc.limit_bytes = e->cfg.host_budget_bytes;
-    pc.numa_node = e->numa_node;
-    pc.be = e->be;
-    pc.trace = e->trace;
-    return pool_create(&pc, &e->pool);
+    pc.numa_node = c->numa_node;
+    pc.be = c->be;
+    pc.trace = c->trace;
+    return pool_create(&pc, &c->pool);
 }
 
 ferry_status ferry_engine_create(const ferry_engine_config *cfg, ferry_engine **out)
@@ -265,18 +259,18 @@ ferry_status ferry_engine_create(const ferry_engine_config *cfg, ferry_engine **
     if (!e)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_create: out of host memory");
     e->cfg = c;
-    e->micro_index = -1;
-    e->timing.world_size = 1;
+    e->ctx.cfg = &e->cfg;
+    e->prog.micro_index = -1;
     /* Offload 'nvme' places the device side as 'optimizer' does; what goes to
-     * disk is nvme_update.c's business. */
-    e->nvme_asked = c.offload == FERRY_OFFLOAD_NVME;
-    e->auto_asked = c.offload == FERRY_OFFLOAD_AUTO; /* chosen at setup (auto.c) */
-    if (e->nvme_asked)
+     * disk is the update's business (update_nvme.c). */
+    e->how.nvme_asked = c.offload == FERRY_OFFLOAD_NVME;
+    e->how.auto_asked = c.offload == FERRY_OFFLOAD_AUTO; /* chosen at setup (auto.c) */
+    if (e->how.nvme_asked)
         e->cfg.offload = FERRY_OFFLOAD_OPTIMIZER;
-    e->nvme_dir = c.nvme_path ? strdup(c.nvme_path) : NULL;
+    e->how.nvme_dir = c.nvme_path ? strdup(c.nvme_path) : NULL;
     e->cfg.nvme_path = NULL; /* the copy is kept, not the caller's string */
-    st = c.nvme_path && !e->nvme_dir ? err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_create: out of host memory")
-                                     : open_parts(e);
+    st = c.nvme_path && !e->how.nvme_dir ? err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_create: out of host memory")
+                                         : open_parts(e);
     e->cfg.trace_path = NULL; /* the caller's string is used once, not kept */
     if (st != FERRY_OK) {
         ferry_engine_destroy(e);
@@ -288,117 +282,56 @@ ferry_status ferry_engine_create(const ferry_engine_config *cfg, ferry_engine **
 
 void ferry_engine_destroy(ferry_engine *e) { (void)ferry_engine_close(e); }
 
+/* Every component placed at setup, top floor first. */
+static void unplace(ferry_engine *e)
+{
+    step_close(e->step);
+    sched_close(e->sched);
+    drain_close(e->drain);
+    update_close(e->update);
+    res_close(e->res);
+    e->step = NULL;
+    e->sched = NULL;
+    e->drain = NULL;
+    e->update = NULL;
+    e->res = NULL;
+    dp_unplace(e->dp);
+    if (e->ctx.be)
+        placement_unplace(&e->placement, &e->ctx, &e->groups);
+}
+
 /* The trace is closed last, after the allocators that record into it have
  * recorded their last frees. */
 ferry_status ferry_engine_close(ferry_engine *e)
 {
     if (!e)
         return FERRY_OK;
-    trace *t = e->trace;
-    if (e->be) {
+    engine_ctx *c = &e->ctx;
+    trace *t = c->trace;
+    if (c->be) {
         if (e->setup_done)
-            engine_wait_updates(e);
-        if (e->compute) backend_stream_synchronize(e->compute);
-        if (e->h2d) backend_stream_synchronize(e->h2d);
-        if (e->d2h) backend_stream_synchronize(e->d2h);
-        shard_synchronize(e);
+            update_wait(e->update);
+        if (c->compute) backend_stream_synchronize(c->compute);
+        if (c->h2d) backend_stream_synchronize(c->h2d);
+        if (c->d2h) backend_stream_synchronize(c->d2h);
+        dp_synchronize(e->dp);
     }
-    engine_unplace(e);
-    for (int g = 0; g < e->ngroups; g++) {
-        free(e->groups[g].init);
-        free(e->groups[g].no_decay);
-    }
-    free(e->groups);
-    free(e->user_allocs);
-    free(e->nvme_dir);
-    pool_destroy(e->pool);
-    tp_pool_destroy(e->threads);
-    arena_destroy(e->arena);
-    backend_stream_destroy(e->compute);
-    backend_stream_destroy(e->h2d);
-    backend_stream_destroy(e->d2h);
-    shard_close(e);
-    backend_close(e->be);
+    unplace(e);
+    groups_free(&e->groups);
+    free(e->user.p);
+    free(e->how.nvme_dir);
+    pool_destroy(c->pool);
+    tp_pool_destroy(c->threads);
+    arena_destroy(c->arena);
+    backend_stream_destroy(c->compute);
+    backend_stream_destroy(c->h2d);
+    backend_stream_destroy(c->d2h);
+    if (e->ops_started)
+        ops_shutdown(c->be);
+    dp_close(e->dp);
+    backend_close(c->be);
     free(e);
     return trace_close(t);
-}
-
-static int range_less(const void *a, const void *b)
-{
-    const size_t *x = a, *y = b;
-    return x[0] < y[0] ? -1 : x[0] > y[0];
-}
-
-/* Copies, sorts and checks the group's ranges exempt from weight decay. */
-static ferry_status copy_no_decay(engine_group *g, const ferry_group_options *o)
-{
-    g->no_decay = NULL;
-    g->no_decay_count = 0;
-    if (!o->no_decay_count)
-        return FERRY_OK;
-    if (!o->no_decay)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "group '%s': no_decay_count %zu with no ranges", g->name,
-                       o->no_decay_count);
-    g->no_decay = malloc(o->no_decay_count * sizeof *g->no_decay);
-    if (!g->no_decay)
-        return err_set(FERRY_ERR_OUT_OF_MEMORY, "group '%s': out of host memory", g->name);
-    memcpy(g->no_decay, o->no_decay, o->no_decay_count * sizeof *g->no_decay);
-    qsort(g->no_decay, o->no_decay_count, sizeof *g->no_decay, range_less);
-    size_t end = 0;
-    for (size_t r = 0; r < o->no_decay_count; r++) {
-        size_t off = g->no_decay[r][0], n = g->no_decay[r][1];
-        if (off < end || n > g->numel || off > g->numel - n) {
-            free(g->no_decay);
-            g->no_decay = NULL;
-            return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                           "group '%s': no-decay range {%zu, %zu} overlaps another or passes the group's "
-                           "end (%zu elements)",
-                           g->name, off, n, g->numel);
-        }
-        end = off + n;
-    }
-    g->no_decay_count = o->no_decay_count;
-    return FERRY_OK;
-}
-
-/* The copy of the initial values and the check that each is finite, in one
- * pass on the engine's threads (GPT-2 XL hands over 6.2 GB). */
-typedef struct take_job {
-    const float *src;
-    float *dst;
-    size_t n;
-    size_t *first_bad; /* per tile: the first non-finite index, or SIZE_MAX */
-} take_job;
-
-static void take_tile(void *ctx, size_t tile, int worker)
-{
-    (void)worker;
-    take_job *j = ctx;
-    size_t at = tile * OPTIM_TILE, n = j->n - at < OPTIM_TILE ? j->n - at : OPTIM_TILE;
-    memcpy(j->dst + at, j->src + at, n * sizeof(float));
-    j->first_bad[tile] = SIZE_MAX;
-    for (size_t i = at; i < at + n; i++)
-        if (!isfinite(j->dst[i])) {
-            j->first_bad[tile] = i;
-            break;
-        }
-}
-
-static ferry_status take_initial_values(ferry_engine *e, engine_group *g, const float *init)
-{
-    size_t ntiles = (g->numel + OPTIM_TILE - 1) / OPTIM_TILE;
-    take_job j = {init, g->init, g->numel, malloc(ntiles * sizeof(size_t))};
-    if (!j.first_bad)
-        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_add_group('%s'): out of host memory", g->name);
-    ferry_status st = tp_parallel_for(e->threads, ntiles, take_tile, &j);
-    for (size_t t = 0; t < ntiles && st == FERRY_OK; t++)
-        if (j.first_bad[t] != SIZE_MAX)
-            st = err_set(FERRY_ERR_INVALID_ARGUMENT,
-                         "ferry_engine_add_group('%s'): initial value %zu is %g; weights must be finite (check "
-                         "the file or the initialisation they come from)",
-                         g->name, j.first_bad[t], (double)init[j.first_bad[t]]);
-    free(j.first_bad);
-    return st;
 }
 
 ferry_status ferry_engine_add_group(ferry_engine *e, const char *name, size_t numel,
@@ -414,48 +347,177 @@ ferry_status ferry_engine_add_group(ferry_engine *e, const char *name, size_t nu
                        "ferry_engine_add_group('%s'): the engine is already set up; add every group "
                        "before ferry_engine_setup()",
                        name);
-    if (numel == 0 || numel > ((size_t)1 << 40))
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_add_group('%s'): numel %zu is outside 1..2^40",
-                       name, numel);
-    ferry_group_options o = FERRY_GROUP_OPTIONS_INIT;
-    ferry_status st = opts ? sized_read(&o, sizeof o, opts, group_option_fields,
-                                         sizeof group_option_fields / sizeof group_option_fields[0],
-                                         "ferry_group_options") : FERRY_OK;
+    return groups_add(&e->groups, e->ctx.threads, name, numel, init, opts, group_id);
+}
+
+/* ---- setup ---- */
+
+/* Offload auto: the mode, before any byte is placed. */
+static ferry_status resolve_auto(ferry_engine *e)
+{
+    if (!e->how.auto_asked)
+        return FERRY_OK;
+    engine_auto_setup in = {&e->groups, &e->cfg, backend_kind(e->ctx.be), e->ctx.act, arena_budget(e->ctx.arena),
+                            e->dp ? comm_world_size() : 1, e->dp != NULL, e->how.nvme_dir};
+    engine_auto_choice c;
+    ferry_status st = engine_auto_resolve(&in, &c, e->how.auto_reason, sizeof e->how.auto_reason);
     if (st != FERRY_OK)
-        return err_wrap(st, "ferry_engine_add_group('%s')", name);
-    if (!(o.lr_scale >= 0.0f) || !isfinite(o.lr_scale))
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_add_group: lr_scale %g must be finite and >= 0",
-                       (double)o.lr_scale);
-    if (e->ngroups >= ENGINE_MAX_GROUPS)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_add_group: at most %d groups", ENGINE_MAX_GROUPS);
-    if (e->ngroups == e->cap_groups) {
-        int cap = e->cap_groups ? 2 * e->cap_groups : 16;
-        engine_group *grown = realloc(e->groups, (size_t)cap * sizeof *grown);
-        if (!grown)
-            return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_add_group: out of host memory");
-        e->groups = grown;
-        e->cap_groups = cap;
-    }
-    engine_group *g = &e->groups[e->ngroups];
-    memset(g, 0, sizeof *g);
-    snprintf(g->name, sizeof g->name, "%s", name);
-    g->numel = numel;
-    g->opts = o;
-    g->init = malloc(numel * sizeof(float));
-    if (!g->init)
-        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_add_group('%s'): out of host memory for its %zu "
-                       "initial values", g->name, numel);
-    st = take_initial_values(e, g, init);
-    if (st == FERRY_OK)
-        st = copy_no_decay(g, &o);
-    if (st != FERRY_OK) {
-        free(g->init);
         return st;
+    e->cfg.offload = c.offload == FERRY_OFFLOAD_NVME ? FERRY_OFFLOAD_OPTIMIZER : c.offload;
+    e->how.nvme_asked = c.offload == FERRY_OFFLOAD_NVME;
+    if (!e->how.nvme_asked && !c.disk) { /* the folder was only in case the disk were needed */
+        free(e->how.nvme_dir);
+        e->how.nvme_dir = NULL;
     }
-    if (group_id)
-        *group_id = e->ngroups;
-    e->ngroups++;
+    if (e->cfg.verbose)
+        fprintf(stderr, "ferry: %s\n", e->how.auto_reason);
     return FERRY_OK;
+}
+
+static engine_where where(const ferry_engine *e)
+{
+    return (engine_where){dp_sharded(e->dp, e->cfg.offload), e->how.nvme_dir != NULL, e->cfg.nvme_master != 0};
+}
+
+static void describe(ferry_engine *e)
+{
+    const engine_ctx *c = &e->ctx;
+    double dev_pp, host_pp;
+    placement_rank_bytes_per_param(c, &e->groups, where(e), &dev_pp, &host_pp);
+    char budget[32], pin[256] = "";
+    units_fmt_bytes(budget, sizeof budget, arena_budget(c->arena));
+    pool_pinning_note(c->pool, pin, sizeof pin);
+    char rank[64] = "";
+    if (e->dp)
+        snprintf(rank, sizeof rank, "; rank %d of %d", ferry_engine_rank(e), ferry_engine_world_size(e));
+    snprintf(e->describe, sizeof e->describe,
+             "%s backend (%s), offload %s, %d groups, %zu parameters; device budget %s, %.0f B/param "
+             "on the device, %.*f B/param on the host%s; optimizer: %s%s%s",
+             ferry_backend_name(backend_kind(c->be)), backend_device_name(c->be),
+             ferry_offload_name(ferry_engine_offload(e)), e->groups.n, groups_total(&e->groups), budget, dev_pp,
+             host_pp < 10 && host_pp > 0 && host_pp != (int)host_pp ? 1 : 0, host_pp, rank,
+             tp_pool_binding(c->threads), pin[0] ? "; " : "", pin);
+    update_describe(e->update, e->describe, sizeof e->describe);
+}
+
+/* Appends a sentence to the description. */
+static void describe_more(ferry_engine *e, const char *more)
+{
+    size_t at = strlen(e->describe);
+    if (more && at < sizeof e->describe)
+        snprintf(e->describe + at, sizeof e->describe - at, "%s", more);
+}
+
+/* The components that run the step, each handed what it works on. */
+static ferry_status open_step_parts(ferry_engine *e)
+{
+    engine_ctx *c = &e->ctx;
+    update_env ue = {c, &e->groups, &e->prog, e->dp, e->res, &e->placement, e->how.nvme_dir, e->how.nvme_asked};
+    ferry_status st = update_open(&ue, &e->update);
+    if (st != FERRY_OK)
+        return st;
+    drain_env de = {c, &e->groups, &e->prog, e->dp, e->update, &e->placement};
+    if ((st = drain_open(&de, &e->drain)) != FERRY_OK)
+        return st;
+    sched_env se = {c, &e->groups, &e->prog, e->dp, e->res, e->update, e->drain};
+    if ((st = sched_open(&se, &e->sched)) != FERRY_OK)
+        return st;
+    step_env te = {c, &e->groups, &e->prog, e->dp, e->res, e->update, e->drain, e->sched, &e->placement};
+    return step_open(&te, &e->scaling, &e->step);
+}
+
+/* Whether the split update will take the config's forced groups (the
+ * update's own checks say why not, at setup's end). */
+static int forced_split(const ferry_engine *e)
+{
+    int n = e->cfg.device_update_groups;
+    bool available = e->cfg.offload == FERRY_OFFLOAD_OPTIMIZER && !e->how.nvme_dir && !e->how.nvme_asked &&
+                     !e->cfg.delayed_update && !e->dp;
+    return available && n > 0 && n <= e->groups.n ? n : 0;
+}
+
+/* The plan's request: this engine's groups, mode and budget, and the
+ * embedder's declared bytes (auto_activation_bytes). */
+static ferry_status plan_request(ferry_engine *e, engine_plan_request *rq, size_t **numel, const char ***names)
+{
+    *numel = malloc((size_t)e->groups.n * sizeof **numel);
+    *names = malloc((size_t)e->groups.n * sizeof **names);
+    if (!*numel || !*names)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_setup: out of host memory");
+    for (int g = 0; g < e->groups.n; g++) {
+        (*numel)[g] = e->groups.g[g].numel;
+        (*names)[g] = e->groups.g[g].name;
+    }
+    *rq = (engine_plan_request){
+        .backend = backend_kind(e->ctx.be),
+        .dtype = e->ctx.act,
+        .offload = e->how.nvme_asked ? FERRY_OFFLOAD_NVME : e->cfg.offload,
+        .prefetch_groups = e->cfg.prefetch_groups,
+        .micro_batches = e->cfg.auto_micro_batches > 0 ? e->cfg.auto_micro_batches : 1,
+        .group_numel = *numel,
+        .ngroups = e->groups.n,
+        .disk = e->how.nvme_dir != NULL,
+        .disk_master = e->cfg.nvme_master != 0,
+        .disk_window_bytes = e->cfg.nvme_window_bytes,
+        .disk_block_bytes = e->cfg.nvme_block_bytes,
+        .ranks = dp_world(e->dp),
+        .collective = e->dp != NULL,
+        .device_budget = arena_budget(e->ctx.arena),
+        .embedder_bytes = e->cfg.auto_activation_bytes,
+        .split_groups = forced_split(e),
+        .group_names = *names,
+    };
+    if (!rq->split_groups)
+        return FERRY_OK;
+    /* A forced split the budget cannot hold is said as the split's. */
+    engine_plan_request alone = *rq;
+    alone.split_groups = 0;
+    engine_memory_plan m;
+    ferry_status st = engine_plan_memory(&alone, &m);
+    uint64_t budget = rq->device_budget;
+    return st != FERRY_OK ? st
+                          : update_split_check_room(&e->groups, rq->split_groups, rq->micro_batches > 1,
+                                                    m.region_bytes < budget ? budget - m.region_bytes : 0, budget);
+}
+
+/* Where every byte goes, in order: the mode (offload auto), each group's
+ * part (data parallelism), the static plan placed (the engine's own
+ * buffers, the op set, every planned device buffer), params mode's
+ * residency over the plan's slots, the collectives' events, the update
+ * (the NVMe tier's store), then group by group its host buffers and its
+ * state. */
+static ferry_status place(ferry_engine *e)
+{
+    engine_ctx *c = &e->ctx;
+    ferry_status st = resolve_auto(e);
+    if (st == FERRY_OK)
+        st = placement_check_fit(c, &e->groups, where(e));
+    for (int i = 0; i < e->groups.n && st == FERRY_OK; i++)
+        dp_layout(e->dp, e->cfg.offload, &e->groups.g[i]);
+    engine_plan_request rq;
+    size_t *numel = NULL;
+    const char **names = NULL;
+    if (st == FERRY_OK && (st = plan_request(e, &rq, &numel, &names)) == FERRY_OK)
+        st = placement_plan(&e->placement, c, &e->groups, &rq, &e->share);
+    free(numel);
+    free(names);
+    if (st == FERRY_OK)
+        st = res_open(c, &e->groups, &e->prog, &e->placement.plan, e->placement.wslots,
+                      e->cfg.auto_activation_bytes == 0, &e->res);
+    if (st == FERRY_OK)
+        st = dp_place(e->dp, c, &e->groups, e->placement.reduce); /* its events come before the first upload */
+    if (st == FERRY_OK && e->dp && e->cfg.offload == FERRY_OFFLOAD_NONE)
+        st = placement_accumulators(c, &e->groups, false); /* the sums the all-reduce works on, from setup on */
+    if (st == FERRY_OK)
+        st = open_step_parts(e);
+    for (int i = 0; i < e->groups.n && st == FERRY_OK; i++) {
+        engine_group *g = &e->groups.g[i];
+        if ((st = placement_group(c, g, where(e))) == FERRY_OK)
+            st = update_fill(e->update, g);
+    }
+    if (st == FERRY_OK)
+        describe(e);
+    return st;
 }
 
 ferry_status ferry_engine_setup(ferry_engine *e)
@@ -464,80 +526,67 @@ ferry_status ferry_engine_setup(ferry_engine *e)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_setup: engine is NULL");
     if (e->setup_done)
         return err_set(FERRY_ERR_STATE, "ferry_engine_setup: already set up");
-    if (e->ngroups == 0)
+    if (e->groups.n == 0)
         return err_set(FERRY_ERR_STATE, "ferry_engine_setup: add parameter groups first");
-    /* The split's check reads the mode, which offload auto settles in
-     * engine_place. */
-    ferry_status st = engine_place(e);
+    ferry_status st = place(e);
     if (st == FERRY_OK)
-        st = engine_split_setup(e);
-    if (st == FERRY_OK)
-        st = engine_split_place_forced(e);
+        st = update_setup_done(e->update); /* the split's forced groups, once the rest is placed */
     if (st != FERRY_OK) {
-        engine_unplace(e); /* what was allocated goes with the engine */
+        unplace(e); /* what was allocated goes with the engine */
         return st;
     }
-    for (int g = 0; g < e->ngroups; g++) {
-        free(e->groups[g].init);
-        e->groups[g].init = NULL;
-    }
+    groups_drop_init(&e->groups);
     e->setup_done = true;
+    describe_more(e, update_take_note(e->update));
     size_t at = strlen(e->describe);
-    if (e->scaling && at < sizeof e->describe)
+    if (e->scaling.on && at < sizeof e->describe)
         snprintf(e->describe + at, sizeof e->describe - at, "; %s storage, dynamic loss scale from %g",
-                 dtype_name(e->act), (double)e->scaler.scale);
+                 dtype_name(e->ctx.act), (double)e->scaling.scaler.scale);
     at = strlen(e->describe);
-    engine_device_share_note(e, e->describe + at, sizeof e->describe - at);
+    engine_device_share_note(&e->share, e->ctx.be, e->describe + at, sizeof e->describe - at);
     if (e->cfg.verbose)
         fprintf(stderr, "ferry: %s\n", e->describe);
     return FERRY_OK;
 }
 
+/* ---- the step's frame ---- */
+
 ferry_status ferry_engine_begin_micro_batch(ferry_engine *e, int index, int count)
 {
-    ferry_status st = engine_check_group(e, 0, "ferry_engine_begin_micro_batch");
+    ferry_status st = check_group(e, 0, "ferry_engine_begin_micro_batch");
     if (st != FERRY_OK)
         return st;
+    engine_progress *p = &e->prog;
     if (count < 1 || index < 0 || index >= count)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "ferry_engine_begin_micro_batch: index %d of %d (want 0 <= index < count)", index, count);
-    if (e->inference)
+    if (p->inference)
         return err_set(FERRY_ERR_STATE, "ferry_engine_begin_micro_batch: inference is on; call "
                                         "ferry_engine_end_inference() first");
-    int expected = e->micro_index < 0 ? 0 : e->micro_index + 1;
-    if (index != expected || (index > 0 && count != e->micro_count))
+    int expected = p->micro_index < 0 ? 0 : p->micro_index + 1;
+    if (index != expected || (index > 0 && count != p->micro_count))
         return err_set(FERRY_ERR_STATE,
                        "ferry_engine_begin_micro_batch: got micro-batch %d of %d, expected %d of %d; "
                        "call ferry_engine_step() after the last micro-batch",
-                       index, count, expected, index > 0 ? e->micro_count : count);
-    if (e->nvme && (st = engine_nvme_check(e)) != FERRY_OK)
+                       index, count, expected, index > 0 ? p->micro_count : count);
+    if ((st = update_check(e->update)) != FERRY_OK ||
+        (st = sched_micro_ready(e->sched, index, "ferry_engine_begin_micro_batch")) != FERRY_OK)
         return st;
-    for (int g = 0; g < e->ngroups; g++) {
-        engine_group *gr = &e->groups[g];
-        if (gr->fetched[0] || gr->fetched[1])
-            return err_set(FERRY_ERR_STATE,
-                           "ferry_engine_begin_micro_batch: group %d ('%s') is still fetched; release it first",
-                           g, gr->name);
-        if (index > 0 && gr->released_backward != index)
-            return err_set(FERRY_ERR_STATE,
-                           "ferry_engine_begin_micro_batch(%d): group %d ('%s') has no gradients from "
-                           "micro-batch %d; run its backward and release it first",
-                           index, g, gr->name, index - 1);
-        gr->grads_acquired = false;
-    }
-    if (index == 0 && count > 1 && (st = engine_ensure_accumulators(e)) != FERRY_OK)
+    if (index == 0 && count > 1 &&
+        ((st = placement_accumulators(&e->ctx, &e->groups, dp_sharded(e->dp, e->cfg.offload))) != FERRY_OK ||
+         (st = update_accumulators(e->update)) != FERRY_OK))
         return st;
-    e->micro_index = index;
-    e->micro_count = count;
-    e->accumulating = count > 1;
+    p->micro_index = index;
+    p->micro_count = count;
+    p->accumulating = count > 1;
     if (e->cfg.offload == FERRY_OFFLOAD_PARAMS)
         return FERRY_OK;
     /* Resident gradients start each micro-batch at zero (several micro-batches
      * are summed in fp32, grad_acc), once the last drain has read them. */
-    for (int g = 0; g < e->ngroups; g++) {
-        engine_group *gr = &e->groups[g];
-        if ((st = backend_stream_wait_event(e->compute, gr->drained)) != FERRY_OK ||
-            (st = backend_memset_async(e->compute, gr->dev_grads, 0, gr->numel * e->act_size)) != FERRY_OK)
+    for (int g = 0; g < e->groups.n; g++) {
+        engine_group *gr = &e->groups.g[g];
+        if ((st = backend_stream_wait_event(e->ctx.compute, gr->drained)) != FERRY_OK ||
+            (st = backend_memset_async(e->ctx.compute, gr->dev_grads, 0, gr->numel * e->ctx.act_size)) != FERRY_OK)
             return st;
     }
     return FERRY_OK;
@@ -545,76 +594,88 @@ ferry_status ferry_engine_begin_micro_batch(ferry_engine *e, int index, int coun
 
 ferry_status ferry_engine_begin_inference(ferry_engine *e)
 {
-    ferry_status st = engine_check_group(e, 0, "ferry_engine_begin_inference");
+    ferry_status st = check_group(e, 0, "ferry_engine_begin_inference");
     if (st != FERRY_OK)
         return st;
-    if (e->inference || e->micro_index >= 0)
+    if (e->prog.inference || e->prog.micro_index >= 0)
         return err_set(FERRY_ERR_STATE, "ferry_engine_begin_inference: %s; finish it first",
-                       e->inference ? "inference is already on" : "a training step is in progress");
-    e->inference = true;
+                       e->prog.inference ? "inference is already on" : "a training step is in progress");
+    e->prog.inference = true;
     return FERRY_OK;
 }
 
 ferry_status ferry_engine_end_inference(ferry_engine *e)
 {
-    ferry_status st = engine_check_group(e, 0, "ferry_engine_end_inference");
+    ferry_status st = check_group(e, 0, "ferry_engine_end_inference");
     if (st != FERRY_OK)
         return st;
-    if (!e->inference)
+    if (!e->prog.inference)
         return err_set(FERRY_ERR_STATE, "ferry_engine_end_inference: inference is not on");
-    for (int g = 0; g < e->ngroups; g++)
-        if (e->groups[g].fetched[FERRY_PHASE_FORWARD])
-            return err_set(FERRY_ERR_STATE, "ferry_engine_end_inference: group %d is still fetched; release it", g);
-    e->inference = false;
+    int g = sched_first_fetched(e->sched, true);
+    if (g >= 0)
+        return err_set(FERRY_ERR_STATE, "ferry_engine_end_inference: group %d is still fetched; release it", g);
+    e->prog.inference = false;
     return FERRY_OK;
 }
 
 ferry_status ferry_engine_fetch(ferry_engine *e, int group, ferry_phase phase, void **weights)
 {
-    return engine_fetch(e, group, phase, e ? e->compute : NULL, weights);
+    ferry_status st = check_group(e, group, "ferry_engine_fetch");
+    return st != FERRY_OK ? st : sched_fetch(e->sched, group, phase, e->ctx.compute, weights);
 }
 
 ferry_status ferry_engine_grads(ferry_engine *e, int group, void **grads)
 {
-    return engine_grads(e, group, e ? e->compute : NULL, grads);
+    ferry_status st = check_group(e, group, "ferry_engine_grads");
+    return st != FERRY_OK ? st : sched_grads(e->sched, group, e->ctx.compute, grads);
 }
 
 ferry_status ferry_engine_release(ferry_engine *e, int group, ferry_phase phase)
 {
-    return engine_release(e, group, phase, e ? e->compute : NULL);
+    ferry_status st = check_group(e, group, "ferry_engine_release");
+    return st != FERRY_OK ? st : sched_release(e->sched, group, phase, e->ctx.compute);
 }
 
 ferry_status ferry_engine_step(ferry_engine *e, const ferry_step_options *opts, ferry_step_report *report)
 {
-    return engine_step(e, opts, report);
+    ferry_status st = check_group(e, 0, "ferry_engine_step");
+    if (st != FERRY_OK)
+        return st;
+    st = step_run(e->step, opts, report);
+    describe_more(e, update_take_note(e->update)); /* the split, chosen after its warm-up */
+    return st;
 }
 
 ferry_status ferry_engine_synchronize(ferry_engine *e)
 {
     if (!e)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_synchronize: engine is NULL");
-    ferry_status st = e->setup_done ? engine_wait_updates(e) : FERRY_OK;
-    if (st == FERRY_OK) st = backend_stream_synchronize(e->compute);
-    if (st == FERRY_OK) st = backend_stream_synchronize(e->h2d);
-    if (st == FERRY_OK) st = backend_stream_synchronize(e->d2h);
-    if (st == FERRY_OK) st = shard_synchronize(e);
+    ferry_status st = e->setup_done ? update_wait(e->update) : FERRY_OK;
+    if (st == FERRY_OK) st = backend_stream_synchronize(e->ctx.compute);
+    if (st == FERRY_OK) st = backend_stream_synchronize(e->ctx.h2d);
+    if (st == FERRY_OK) st = backend_stream_synchronize(e->ctx.d2h);
+    if (st == FERRY_OK) st = dp_synchronize(e->dp);
     return st;
 }
 
-void *ferry_engine_compute_stream(ferry_engine *e) { return e ? backend_stream_native(e->compute) : NULL; }
-ferry_backend_kind ferry_engine_backend(const ferry_engine *e) { return e ? backend_kind(e->be) : FERRY_BACKEND_AUTO; }
+void *ferry_engine_compute_stream(ferry_engine *e) { return e ? backend_stream_native(e->ctx.compute) : NULL; }
+ferry_backend_kind ferry_engine_backend(const ferry_engine *e) { return e ? backend_kind(e->ctx.be) : FERRY_BACKEND_AUTO; }
 ferry_offload ferry_engine_offload(const ferry_engine *e)
 {
-    return !e ? (ferry_offload)-1 : e->nvme_asked ? FERRY_OFFLOAD_NVME : e->cfg.offload;
+    return !e ? (ferry_offload)-1 : e->how.nvme_asked ? FERRY_OFFLOAD_NVME : e->cfg.offload;
 }
-ferry_dtype ferry_engine_dtype(const ferry_engine *e) { return e ? e->act : FERRY_DTYPE_AUTO; }
-int ferry_engine_group_count(const ferry_engine *e) { return e ? e->ngroups : 0; }
-int64_t ferry_engine_steps(const ferry_engine *e) { return e ? e->step : -1; }
-float ferry_engine_loss_scale(const ferry_engine *e) { return e && e->scaling ? e->scaler.scale : 1.0f; }
+ferry_dtype ferry_engine_dtype(const ferry_engine *e) { return e ? e->ctx.act : FERRY_DTYPE_AUTO; }
+int ferry_engine_group_count(const ferry_engine *e) { return e ? e->groups.n : 0; }
+int64_t ferry_engine_steps(const ferry_engine *e) { return e ? e->prog.step : -1; }
+float ferry_engine_loss_scale(const ferry_engine *e) { return e && e->scaling.on ? e->scaling.scaler.scale : 1.0f; }
 int ferry_engine_rank(const ferry_engine *e) { return !e ? -1 : e->dp ? comm_world_rank() : 0; }
 int ferry_engine_world_size(const ferry_engine *e) { return !e ? -1 : e->dp ? comm_world_size() : 1; }
-backend *engine_embed_backend(ferry_engine *e) { return e ? e->be : NULL; }
-backend_stream *engine_embed_stream(ferry_engine *e) { return e ? e->compute : NULL; }
+int ferry_engine_device_update_groups(const ferry_engine *e) { return !e ? -1 : e->update ? update_device_groups(e->update) : 0; }
+const char *ferry_engine_auto_reason(const ferry_engine *e) { return e ? e->how.auto_reason : ""; }
+backend *engine_embed_backend(ferry_engine *e) { return e ? e->ctx.be : NULL; }
+backend_stream *engine_embed_stream(ferry_engine *e) { return e ? e->ctx.compute : NULL; }
+
+/* ---- the embedder's device memory ---- */
 
 ferry_status ferry_engine_alloc(ferry_engine *e, ferry_mem_category category, const char *name, size_t bytes,
                                 void **ptr)
@@ -626,22 +687,26 @@ ferry_status ferry_engine_alloc(ferry_engine *e, ferry_mem_category category, co
                        "ferry_engine_alloc('%s'): category '%s' belongs to the engine; ask for "
                        "activations, workspace or other",
                        name ? name : "", ferry_mem_category_name(category));
-    if (e->user_count == e->user_cap) {
-        size_t cap = e->user_cap ? 2 * e->user_cap : 64;
-        void **grown = realloc(e->user_allocs, cap * sizeof *grown);
+    engine_user_allocs *u = &e->user;
+    if (u->count == u->cap) {
+        size_t cap = u->cap ? 2 * u->cap : 64;
+        void **grown = realloc(u->p, cap * sizeof *grown);
         if (!grown)
             return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_alloc('%s'): out of host memory", name ? name : "");
-        e->user_allocs = grown;
-        e->user_cap = cap;
+        u->p = grown;
+        u->cap = cap;
     }
-    ferry_status st = arena_alloc(e->arena, bytes, category, name ? name : "user", ptr);
-    if (st == FERRY_ERR_OUT_OF_MEMORY && e->cfg.offload == FERRY_OFFLOAD_PARAMS) {
-        st = engine_evict(e, -1, 0, NULL);
-        if (st == FERRY_OK)
-            st = arena_alloc(e->arena, bytes, category, name ? name : "user", ptr);
-    }
+    /* The range the plan gave the embedder first (what it declared in
+     * auto_activation_bytes), then the arena's dynamic region. */
+    ferry_status st = placement_embedder_alloc(&e->placement, &e->ctx, bytes, category, name ? name : "user", ptr);
+    if (st == FERRY_OK && !*ptr)
+        st = arena_alloc(e->ctx.arena, bytes, category, name ? name : "user", ptr);
+    /* Params mode's kept weights beyond the plan (an embedder that did not
+     * declare its bytes) give their room back first. */
+    if (st == FERRY_ERR_OUT_OF_MEMORY && e->res && res_shrink(e->res) > 0)
+        st = arena_alloc(e->ctx.arena, bytes, category, name ? name : "user", ptr);
     if (st == FERRY_OK)
-        e->user_allocs[e->user_count++] = *ptr;
+        u->p[u->count++] = *ptr;
     return st;
 }
 
@@ -651,11 +716,12 @@ ferry_status ferry_engine_free(ferry_engine *e, void *ptr)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_free: engine is NULL");
     if (!ptr)
         return FERRY_OK;
-    for (size_t i = e->user_count; i-- > 0;) {
-        if (e->user_allocs[i] != ptr)
+    engine_user_allocs *u = &e->user;
+    for (size_t i = u->count; i-- > 0;) {
+        if (u->p[i] != ptr)
             continue;
-        e->user_allocs[i] = e->user_allocs[--e->user_count];
-        return arena_free(e->arena, ptr);
+        u->p[i] = u->p[--u->count];
+        return placement_embedder_free(&e->placement, &e->ctx, ptr) ? FERRY_OK : arena_free(e->ctx.arena, ptr);
     }
     return err_set(FERRY_ERR_INVALID_ARGUMENT,
                    "ferry_engine_free: %p was not returned by ferry_engine_alloc, or is freed already; weights "
@@ -663,86 +729,77 @@ ferry_status ferry_engine_free(ferry_engine *e, void *ptr)
                    ptr);
 }
 
-/* A group updated on the device: its master weights there, and the host
- * array (what a checkpoint reads) kept alike when they are written. */
-static ferry_status split_master_copy(ferry_engine *e, engine_group *g, float *host, bool to_engine)
-{
-    size_t bytes = g->numel * sizeof(float);
-    if (to_engine)
-        memcpy(g->master, host, bytes);
-    ferry_status st = backend_memcpy_async(e->compute, to_engine ? (void *)g->dev_master : (void *)host,
-                                           to_engine ? (void *)host : (void *)g->dev_master, bytes,
-                                           to_engine ? BACKEND_COPY_H2D : BACKEND_COPY_D2H);
-    return st != FERRY_OK ? st : backend_stream_synchronize(e->compute);
-}
-
-/* Master weights are read and written on the host; on NONE/cuda they sit on
- * the device and travel through a temporary buffer. */
-static ferry_status master_copy(ferry_engine *e, engine_group *g, float *host, bool to_engine)
-{
-    size_t bytes = g->numel * sizeof(float);
-    bool on_device = e->cfg.offload == FERRY_OFFLOAD_NONE;
-    if (shard_sharded(e))
-        return to_engine ? shard_set_master(e, g, host) : shard_get_master(e, g, host);
-    if (!on_device && !g->master) /* on disk */
-        return engine_nvme_master_io(e, g, host, to_engine);
-    if (!on_device && g->dev_master) /* the split update: the device holds the master weights */
-        return split_master_copy(e, g, host, to_engine);
-    if (!on_device) {
-        if (to_engine)
-            memcpy(g->master, host, bytes);
-        else
-            memcpy(host, g->master, bytes);
-        return FERRY_OK;
-    }
-    ferry_status st = backend_memcpy_async(e->compute, to_engine ? (void *)g->master : (void *)host,
-                                           to_engine ? (void *)host : (void *)g->master, bytes,
-                                           to_engine ? BACKEND_COPY_H2D : BACKEND_COPY_D2H);
-    return st != FERRY_OK ? st : backend_stream_synchronize(e->compute);
-}
+/* ---- weights in and out ---- */
 
 ferry_status ferry_engine_get_weights(ferry_engine *e, int group, float *out)
 {
-    ferry_status st = engine_check_group(e, group, "ferry_engine_get_weights");
+    ferry_status st = check_group(e, group, "ferry_engine_get_weights");
     if (st != FERRY_OK)
         return st;
     if (!out)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_get_weights: out is NULL");
     if ((st = ferry_engine_synchronize(e)) != FERRY_OK)
         return st;
-    return master_copy(e, &e->groups[group], out, false);
+    return update_master_io(e->update, &e->groups.g[group], out, false);
 }
 
 ferry_status ferry_engine_set_weights(ferry_engine *e, int group, const float *values)
 {
-    ferry_status st = engine_check_group(e, group, "ferry_engine_set_weights");
+    ferry_status st = check_group(e, group, "ferry_engine_set_weights");
     if (st != FERRY_OK)
         return st;
     if (!values)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_set_weights: values is NULL");
-    for (size_t i = 0; i < e->groups[group].numel; i++)
+    for (size_t i = 0; i < e->groups.g[group].numel; i++)
         if (!isfinite(values[i]))
             return err_set(FERRY_ERR_INVALID_ARGUMENT,
                            "ferry_engine_set_weights: group %d value %zu is %g; weights must be finite",
                            group, i, (double)values[i]);
     if ((st = ferry_engine_synchronize(e)) != FERRY_OK)
         return st;
-    if ((st = engine_retire_all(e)) != FERRY_OK)
+    if ((st = sched_retire_all(e->sched)) != FERRY_OK)
         return st;
-    engine_group *g = &e->groups[group];
-    if ((st = master_copy(e, g, (float *)values, true)) != FERRY_OK)
+    engine_group *g = &e->groups.g[group];
+    if ((st = update_master_io(e->update, g, (float *)values, true)) != FERRY_OK)
         return st;
-    return engine_write_device_weights(e, g);
+    return update_write_weights(e->update, g);
 }
+
+/* ---- checkpoints ---- */
+
+static ckpt_env ckpt_of(ferry_engine *e)
+{
+    return (ckpt_env){&e->ctx, &e->groups, &e->prog, e->dp, e->update, e->sched, &e->scaling};
+}
+
+ferry_status ferry_engine_save(ferry_engine *e, const char *path, const void *user, size_t user_bytes)
+{
+    ferry_status st = check_group(e, 0, "ferry_engine_save");
+    if (st != FERRY_OK)
+        return st;
+    ckpt_env env = ckpt_of(e);
+    return ckpt_save(&env, path, user, user_bytes);
+}
+
+ferry_status ferry_engine_load(ferry_engine *e, const char *path, void *user, size_t user_cap, size_t *user_bytes)
+{
+    ferry_status st = check_group(e, 0, "ferry_engine_load");
+    if (st != FERRY_OK)
+        return st;
+    ckpt_env env = ckpt_of(e);
+    return ckpt_load(&env, path, user, user_cap, user_bytes);
+}
+
+/* ---- figures ---- */
 
 ferry_status ferry_engine_mark(ferry_engine *e, int64_t step, const char *phase)
 {
     if (!e || !phase)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_mark: NULL argument");
-    trace_phase(e->trace, step, phase);
+    trace_phase(e->ctx.trace, step, phase);
     /* The trace is written out at each marker, so a write that fails (a
      * full disk) is said here, at the next phase, not only at the close. */
-    return trace_flush(e->trace);
+    return trace_flush(e->ctx.trace);
 }
 
 ferry_status ferry_engine_memory_stats(ferry_engine *e, ferry_memory_stats *out)
@@ -750,11 +807,10 @@ ferry_status ferry_engine_memory_stats(ferry_engine *e, ferry_memory_stats *out)
     if (!e || !out)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_memory_stats: NULL argument");
     ferry_memory_stats st = FERRY_MEMORY_STATS_INIT;
-    arena_stats(e->arena, &st);
-    pool_stats(e->pool, &st);
-    if (e->nvme)
-        engine_nvme_stats(e, &st);
-    engine_device_share_stats(e, &st);
+    arena_stats(e->ctx.arena, &st);
+    pool_stats(e->ctx.pool, &st);
+    update_stats(e->update, &st);
+    engine_device_share_stats(&e->share, e->ctx.be, &st);
     return sized_write(out, &st, sizeof st, "ferry_memory_stats");
 }
 
@@ -762,7 +818,10 @@ ferry_status ferry_engine_step_timing(ferry_engine *e, ferry_step_timing *out)
 {
     if (!e || !out)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_step_timing: NULL argument");
-    return sized_write(out, &e->timing, sizeof e->timing, "ferry_step_timing");
+    ferry_step_timing none = FERRY_STEP_TIMING_INIT;
+    none.world_size = dp_world(e->dp);
+    const ferry_step_timing *t = e->step ? step_timing(e->step) : &none;
+    return sized_write(out, t, sizeof *t, "ferry_step_timing");
 }
 
 const char *ferry_engine_describe(ferry_engine *e) { return e ? e->describe : ""; }
@@ -771,38 +830,30 @@ const char *ferry_engine_describe(ferry_engine *e) { return e ? e->describe : ""
 
 ferry_status ferry_engine_abandon_step(ferry_engine *e)
 {
-    ferry_status st = engine_check_group(e, 0, "ferry_engine_abandon_step");
+    ferry_status st = check_group(e, 0, "ferry_engine_abandon_step");
     if (st != FERRY_OK)
         return st;
-    if (e->inference)
+    if (e->prog.inference)
         return err_set(FERRY_ERR_STATE, "ferry_engine_abandon_step: inference is on, and no step is in progress; "
                                         "call ferry_engine_end_inference() instead");
-    if (e->micro_index < 0)
+    if (e->prog.micro_index < 0)
         return FERRY_OK;
-    for (int i = 0; i < e->ngroups; i++)
-        if (e->groups[i].fetched[0] || e->groups[i].fetched[1])
-            return err_set(FERRY_ERR_STATE, "ferry_engine_abandon_step: group %d ('%s') is still fetched; release "
-                                            "it first",
-                           i, e->groups[i].name);
+    int gi = sched_first_fetched(e->sched, false);
+    if (gi >= 0)
+        return err_set(FERRY_ERR_STATE, "ferry_engine_abandon_step: group %d ('%s') is still fetched; release "
+                                        "it first",
+                       gi, e->groups.g[gi].name);
     /* Every drain and the CPU's sums of the drained gradients finish; their
      * results are then dropped: the next micro-batch 0 starts each sum anew. */
     st = ferry_engine_synchronize(e);
-    for (int i = 0; i < e->ngroups; i++) {
-        engine_group *g = &e->groups[i];
-        if (g->norm_ticket) {
-            ferry_status w = tp_wait(g->norm_ticket);
-            g->norm_ticket = NULL;
-            if (st == FERRY_OK)
-                st = w;
-        }
-        g->released_backward = 0;
-        g->grads_acquired = false;
-        g->wait_recorded = false;
-    }
+    ferry_status w = drain_abandon(e->drain);
+    if (st == FERRY_OK)
+        st = w;
+    sched_abandon(e->sched);
     if (st == FERRY_OK && e->cfg.offload == FERRY_OFFLOAD_PARAMS)
-        st = engine_retire_all(e);
-    engine_order_reset(e, false); /* a first step cut short recorded only part of the order */
-    e->micro_index = -1;
-    memset(&e->timing_acc, 0, sizeof e->timing_acc);
+        st = res_retire_all(e->res);
+    res_order_reset(e->res, false); /* a first step cut short recorded only part of the order */
+    e->prog.micro_index = -1;
+    memset(&e->prog.acc, 0, sizeof e->prog.acc);
     return st;
 }

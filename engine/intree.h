@@ -50,35 +50,63 @@ typedef struct engine_plan_request {
     uint64_t disk_block_bytes;  /* as nvme_block_bytes (0: the default) */
     int ranks;                  /* data parallel ranks; 0 or 1 = alone. Each rank's figures, rank 0's (the
                                    largest) */
-    /* Params mode's residency: released weights stay on the device while
-     * the budget less everything else (and the gradients' room) holds them. */
-    uint64_t device_budget;     /* the engine's device budget; 0: count only the window the schedule needs */
-    uint64_t embedder_bytes;    /* what the embedder takes from that budget (activations) */
+    bool collective;            /* data parallelism on even at one rank (data_parallel 1): the state laid
+                                   out and reduced as with several */
+    /* The budget the plan must fit (0: none given). Params mode plans the
+     * deepest fetch-ahead (up to prefetch_groups) that fits it, and keeps
+     * released weights on the device in the room left: every group's when
+     * they all fit. */
+    uint64_t device_budget;
+    /* What the embedder takes through ferry_engine_alloc (its activations):
+     * planned in the engine's region, where its allocations are then served
+     * end to end (ferry_engine_config's auto_activation_bytes). */
+    uint64_t embedder_bytes;
+    int split_groups;           /* optimizer mode: the first groups updated on the device (forced; 0: none) */
+    const char *const *group_names; /* for the layout's and the trace's names (NULL: "group N") */
 } engine_plan_request;
 
 /* What the engine allocates, by category, charged as its allocators charge
  * (arena and pool rounding included), computed from the same layout table
- * setup allocates from (engine/layout.c). */
+ * setup allocates from (engine/layout.c) by the static memory plan setup
+ * places its buffers by (engine/plan.h): every device byte with a place in
+ * the step, the embedder's declared bytes included, lies at an offset of one
+ * region, so the device peak is the region's size, whatever the order of
+ * allocation. */
 typedef struct engine_memory_plan {
     uint64_t device_bytes[FERRY_MEM_CATEGORY_COUNT]; /* at the engine's device peak */
     uint64_t host_bytes[FERRY_MEM_CATEGORY_COUNT];   /* the host pool, constant from setup on */
-    /* Params mode: the engine's part of the floor below which no schedule
-     * fits: the two largest groups, weights and gradients each (setup's
-     * buffers aside). Other modes: the device total. */
+    /* The smallest plan that runs: params mode with no fetch ahead and no
+     * weights kept; other modes: the device total. */
     uint64_t device_min_bytes;
-    int device_weight_groups; /* groups whose weights are on the device at the peak */
-    int device_grad_groups;   /* groups whose gradients are on the device at the peak */
+    int device_weight_groups; /* groups whose weights can be on the device at once (params: the slots) */
+    int device_grad_groups;   /* groups whose gradients can be on the device at once */
     size_t act_size;          /* bytes of a device element */
     uint64_t disk_bytes;      /* the NVMe tier's state file (its window is host_bytes[FERRY_MEM_NVME]) */
+    uint64_t region_bytes;    /* the planned region: the device total */
+    int prefetch_depth;       /* params mode: the fetch-ahead the plan holds (0..prefetch_groups) */
+    int planned_buffers;      /* buffers in the region */
 } engine_memory_plan;
 
-/* Params mode is planned for its worst schedule: at most
- * engine_weight_window groups' weights and engine_drain_window + 2 groups'
- * gradients at once, taken as the largest groups; with a device_budget,
- * residency's weights on top: every group's when they all fit the budget
- * beside the rest (exact), else up to the budget (the peak is then the
- * budget, a bound). FERRY_ERR_INVALID_ARGUMENT naming a bad field. */
+/* The plan's byte counts. Params mode is planned for its schedule: per
+ * size class of groups, weight slots for the window (prefetch + 2 groups)
+ * and gradient slots for the drains in flight, each slot a fixed place in
+ * the region (no order of fetches can fragment it), plus kept weights in
+ * the room the budget leaves. FERRY_ERR_INVALID_ARGUMENT naming a bad
+ * field. */
 ferry_status engine_plan_memory(const engine_plan_request *rq, engine_memory_plan *out);
+
+/* One buffer of the plan's region, as engine_plan_layout lists it. */
+typedef struct engine_layout_entry {
+    char name[112];
+    ferry_mem_category cat;
+    uint64_t offset, bytes;
+    int32_t start, end; /* alive in schedule positions [start, end); end INT32_MAX: to the run's end */
+    bool embedder;      /* the embedder's range: its allocations lie in it end to end, first fit */
+} engine_layout_entry;
+
+/* The plan's buffers, by offset (*out malloc'd: free() it), and the
+ * region's size: where each device byte is and why. */
+ferry_status engine_plan_layout(const engine_plan_request *rq, engine_layout_entry **out, int *n, uint64_t *region);
 
 /* ---- offload auto: the choice, from the plan's byte counts ---- */
 

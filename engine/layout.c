@@ -1,6 +1,6 @@
 /* What the engine holds, per offload mode, as one table: placement.c
  * allocates from it and plan.c counts from it, so a prediction cannot drift
- * from what setup allocates.
+ * from what setup allocates. Arithmetic only.
  *
  *   mode       device (per parameter)            host pool (per parameter)
  *   none       weights, grads (act), master, m, v  -
@@ -19,9 +19,13 @@
  * gradients, the upload copy and the store's window. */
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "engine/engine.h"
-#include "engine/shard.h"
+#include "engine/layout.h"
+
+#include "backend/ops/ops.h"
+#include "common/error.h"
+#include "common/numerics.h"
 
 #define SLOT(field) offsetof(engine_group, field)
 
@@ -57,10 +61,11 @@ unsigned engine_disk_buffers(const engine_buffer *b, int n, bool disk, bool mast
     return mask;
 }
 
-int engine_layout_buffers(const ferry_engine *e, engine_buffer out[ENGINE_GROUP_BUFFERS_MAX], unsigned *on_disk)
+int engine_layout_buffers(ferry_offload mode, size_t act_size, bool sharded, bool disk, bool master_on_disk,
+                          engine_buffer out[ENGINE_GROUP_BUFFERS_MAX], unsigned *on_disk)
 {
-    int n = engine_group_buffers_sharded(e->cfg.offload, e->act_size, shard_sharded(e), out);
-    *on_disk = engine_disk_buffers(out, n, e->nvme_dir != NULL, e->cfg.nvme_master != 0);
+    int n = engine_group_buffers_sharded(mode, act_size, sharded, out);
+    *on_disk = engine_disk_buffers(out, n, disk, master_on_disk);
     return n;
 }
 
@@ -70,12 +75,12 @@ int engine_global_buffers(ferry_backend_kind kind, ferry_offload mode, int ngrou
     int n = 0;
     size_t ws = ops_workspace_bytes(kind);
     if (ws)
-        out[n++] = (engine_global_buffer){FERRY_MEM_WORKSPACE, ws, "matmul workspace", offsetof(ferry_engine, dev_workspace)};
+        out[n++] = (engine_global_buffer){FERRY_MEM_WORKSPACE, ws, "matmul workspace", ENGINE_GLOBAL_WORKSPACE};
     if (mode == FERRY_OFFLOAD_NONE) {
         out[n++] = (engine_global_buffer){FERRY_MEM_WORKSPACE, (size_t)ngroups * sizeof(double),
-                                          "gradient norm partials", offsetof(ferry_engine, dev_sumsq)};
+                                          "gradient norm partials", ENGINE_GLOBAL_SUMSQ};
         out[n++] = (engine_global_buffer){FERRY_MEM_WORKSPACE, ops_sumsq_scratch_bytes(), "gradient norm scratch",
-                                          offsetof(ferry_engine, dev_sumsq_scratch)};
+                                          ENGINE_GLOBAL_SUMSQ_SCRATCH};
     }
     return n;
 }
@@ -135,4 +140,32 @@ size_t engine_buffer_elems(const engine_buffer *b, bool sharded, size_t numel, s
     if (b->device)
         return b->slot == SLOT(dev_weights) ? padded : numel;
     return shard_cap;
+}
+
+/* ---- the modes' names ---- */
+
+const char *ferry_offload_name(ferry_offload mode)
+{
+    switch (mode) {
+    case FERRY_OFFLOAD_NONE: return "none";
+    case FERRY_OFFLOAD_OPTIMIZER: return "optimizer";
+    case FERRY_OFFLOAD_PARAMS: return "params";
+    case FERRY_OFFLOAD_NVME: return "nvme";
+    case FERRY_OFFLOAD_AUTO: return "auto";
+    }
+    return "unknown";
+}
+
+ferry_status ferry_offload_parse(const char *name, ferry_offload *out)
+{
+    if (!name || !out)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_offload_parse: NULL argument");
+    for (int m = FERRY_OFFLOAD_NONE; m <= FERRY_OFFLOAD_AUTO; m++) {
+        if (strcmp(name, ferry_offload_name((ferry_offload)m)) == 0) {
+            *out = (ferry_offload)m;
+            return FERRY_OK;
+        }
+    }
+    return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                   "unknown offload mode '%s': use none, optimizer, params, nvme or auto", name);
 }

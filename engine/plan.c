@@ -1,14 +1,26 @@
-/* The engine's memory plan: what setup and the schedule will allocate, by
- * category, counted from the layout table setup allocates from (layout.c)
- * and charged with the allocators' own rounding (arena_charge, pool_charge).
- * Owns only arithmetic; opens no backend. */
+/* The engine's static memory plan: every device buffer with a place in
+ * the step's schedule (the engine's own buffers, each group's layout
+ * buffers, the fp32 sums, the reduce buffers, params mode's slots, the split
+ * update's forced state, the embedder's declared bytes), each with its size
+ * and lifetime, given an offset of one region by the static planner
+ * (memplan.c); and the host pool's and the disk's counts, from the same
+ * layout table setup allocates from (layout.c), charged with the
+ * allocators' own rounding (arena_charge, pool_charge). Owns only
+ * arithmetic; opens no backend. */
+#include "engine/plan.h"
+
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/dtype.h"
 #include "common/error.h"
-#include "engine/engine.h"
+#include "common/units.h"
+#include "engine/layout.h"
+#include "offload/arena.h"
 #include "offload/nvme.h"
+#include "offload/pool.h"
 
 static ferry_status check_request(const engine_plan_request *rq)
 {
@@ -41,6 +53,10 @@ static ferry_status check_request(const engine_plan_request *rq)
     if (rq->ranks > 1 && (rq->disk || rq->offload == FERRY_OFFLOAD_NVME))
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: the NVMe tier trains alone, not with %d ranks "
                        "(each rank holds a shard of the state in host memory instead)", rq->ranks);
+    if (rq->split_groups < 0 || rq->split_groups > rq->ngroups ||
+        (rq->split_groups > 0 && rq->offload != FERRY_OFFLOAD_OPTIMIZER))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: %d groups updated on the device; 0..%d, in "
+                       "offload optimizer only", rq->split_groups, rq->ngroups);
     for (int g = 0; g < rq->ngroups; g++)
         if (rq->group_numel[g] == 0 || rq->group_numel[g] > ((size_t)1 << 40))
             return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: group %d has %zu parameters, outside 1..2^40", g,
@@ -48,42 +64,15 @@ static ferry_status check_request(const engine_plan_request *rq)
     return FERRY_OK;
 }
 
-/* Data parallelism in the sharded modes (engine/shard.c): a rank's slot of
+/* Data parallelism in the sharded modes (engine/dp.c): a rank's slot of
  * a group, and the device weights of a group (every rank's slot). */
-static bool plan_sharded(const engine_plan_request *rq) { return rq->ranks > 1 && rq->offload != FERRY_OFFLOAD_NONE; }
-static size_t plan_cap(const engine_plan_request *rq, int g) { return engine_shard_cap(rq->group_numel[g], rq->ranks); }
+static bool ranked(const engine_plan_request *rq) { return rq->ranks > 1 || rq->collective; }
+static int world(const engine_plan_request *rq) { return rq->ranks > 1 ? rq->ranks : 1; }
+static bool plan_sharded(const engine_plan_request *rq) { return ranked(rq) && rq->offload != FERRY_OFFLOAD_NONE; }
+static size_t plan_cap(const engine_plan_request *rq, int g) { return engine_shard_cap(rq->group_numel[g], world(rq)); }
 static size_t plan_padded(const engine_plan_request *rq, int g)
 {
-    return plan_sharded(rq) ? plan_cap(rq, g) * (size_t)rq->ranks : rq->group_numel[g];
-}
-
-/* Sum of the `count` largest charges of `numel * elem` over the groups
- * (`padded`: the device weights' numel). */
-static uint64_t largest_of(const engine_plan_request *rq, int count, size_t elem, bool padded)
-{
-    uint64_t *c = malloc((size_t)rq->ngroups * sizeof *c);
-    if (!c)
-        return UINT64_MAX;
-    for (int g = 0; g < rq->ngroups; g++)
-        c[g] = arena_charge((padded ? plan_padded(rq, g) : rq->group_numel[g]) * elem);
-    uint64_t sum = 0;
-    for (int k = 0; k < count && k < rq->ngroups; k++) { /* count is small: selection, not a sort */
-        int best = k;
-        for (int i = k + 1; i < rq->ngroups; i++)
-            if (c[i] > c[best])
-                best = i;
-        uint64_t t = c[k];
-        c[k] = c[best];
-        c[best] = t;
-        sum += c[k];
-    }
-    free(c);
-    return sum;
-}
-
-static uint64_t largest(const engine_plan_request *rq, int count, size_t elem)
-{
-    return largest_of(rq, count, elem, false);
+    return plan_sharded(rq) ? plan_cap(rq, g) * (size_t)world(rq) : rq->group_numel[g];
 }
 
 /* The device side of a mode: offload nvme places it as optimizer mode does. */
@@ -93,6 +82,11 @@ static ferry_offload device_mode(const engine_plan_request *rq)
 }
 
 static bool on_disk(const engine_plan_request *rq) { return rq->offload == FERRY_OFFLOAD_NVME || rq->disk; }
+
+static bool accumulates(const engine_plan_request *rq)
+{
+    return rq->micro_batches > 1 || (ranked(rq) && device_mode(rq) == FERRY_OFFLOAD_NONE);
+}
 
 /* The NVMe tier: the store's file (its regions as offload/nvme.c lays them
  * out) and its window, charged as the pool charges it. */
@@ -109,120 +103,361 @@ static ferry_status plan_disk(const engine_plan_request *rq, int arrays, engine_
     return FERRY_OK;
 }
 
-static ferry_status plan_setup(const engine_plan_request *rq, engine_memory_plan *p)
+/* ---- the host pool ---- */
+
+static ferry_status plan_host(const engine_plan_request *rq, size_t act_size, engine_memory_plan *m)
 {
-    engine_global_buffer gb[ENGINE_GLOBAL_BUFFERS_MAX];
     ferry_offload mode = device_mode(rq);
-    int n = engine_global_buffers(rq->backend, mode, rq->ngroups, gb);
-    for (int i = 0; i < n; i++)
-        p->device_bytes[gb[i].cat] += arena_charge(gb[i].bytes);
     engine_buffer b[ENGINE_GROUP_BUFFERS_MAX + 1];
     bool sharded = plan_sharded(rq);
-    int nb = engine_group_buffers_sharded(mode, p->act_size, sharded, b);
+    int nb = engine_group_buffers_sharded(mode, act_size, sharded, b);
     unsigned disk = engine_disk_buffers(b, nb, on_disk(rq), rq->disk_master);
-    /* the fp32 sum of micro-batches; offload none with ranks all-reduces in it from setup on */
-    if (rq->micro_batches > 1 || (rq->ranks > 1 && mode == FERRY_OFFLOAD_NONE))
+    if (accumulates(rq))
         b[nb++] = engine_accumulator_buffer(mode);
-    size_t most_cap = 0;
     for (int g = 0; g < rq->ngroups; g++) {
         size_t cap = sharded ? plan_cap(rq, g) : rq->group_numel[g], padded = plan_padded(rq, g);
-        most_cap = cap > most_cap ? cap : most_cap;
-        for (int i = 0; i < nb; i++) {
-            size_t bytes = engine_buffer_elems(&b[i], sharded, rq->group_numel[g], cap, padded) * b[i].elem_bytes;
-            if (disk & (1u << i))
-                continue; /* the store's, below */
-            if (b[i].device)
-                p->device_bytes[b[i].cat] += arena_charge(bytes);
-            else
-                p->host_bytes[b[i].cat] += pool_charge(bytes);
-        }
+        for (int i = 0; i < nb; i++)
+            if (!b[i].device && !(disk & (1u << i)))
+                m->host_bytes[b[i].cat] +=
+                    pool_charge(engine_buffer_elems(&b[i], sharded, rq->group_numel[g], cap, padded) * b[i].elem_bytes);
     }
-    /* two pairs of reduce buffers: a chunk of every rank's slot of the fp32
-     * gradients, and this rank's chunk of their sum */
-    if (sharded) {
-        size_t chunk = engine_reduce_chunk(rq->ranks, most_cap);
-        p->device_bytes[FERRY_MEM_STAGING] +=
-            2 * (arena_charge(chunk * (size_t)rq->ranks * 4) + arena_charge(chunk * 4));
-    }
-    return on_disk(rq) ? plan_disk(rq, rq->disk_master ? 3 : 2, p) : FERRY_OK;
+    return on_disk(rq) ? plan_disk(rq, rq->disk_master ? 3 : 2, m) : FERRY_OK;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
+/* ---- the device region ---- */
 
-/* Params mode's residency under a budget (schedule.c's rule): the weights
- * may fill the budget less every other byte and the gradients' room. All of
- * them when they fit (then exact); else the room itself, and as many groups
- * as it can hold, the smallest first (bounds). */
-static ferry_status plan_residency(const engine_plan_request *rq, engine_memory_plan *p)
+static ferry_status add(engine_static_plan *p, engine_plan_kind kind, int group, int which, ferry_mem_category cat,
+                        uint64_t bytes, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static ferry_status add(engine_static_plan *p, engine_plan_kind kind, int group, int which, ferry_mem_category cat,
+                        uint64_t bytes, const char *fmt, ...)
 {
-    uint64_t other = rq->embedder_bytes;
-    for (int c = 0; c < FERRY_MEM_CATEGORY_COUNT; c++)
-        if (c != FERRY_MEM_PARAMS)
-            other += p->device_bytes[c];
-    uint64_t cap = rq->device_budget > other ? rq->device_budget - other : 0;
-    if (cap <= p->device_bytes[FERRY_MEM_PARAMS])
-        return FERRY_OK; /* no room past the window */
-    uint64_t *c = malloc((size_t)rq->ngroups * sizeof *c);
-    if (!c)
-        return err_set(FERRY_ERR_OUT_OF_MEMORY, "engine plan: out of host memory");
-    uint64_t all = 0;
-    for (int g = 0; g < rq->ngroups; g++)
-        all += c[g] = arena_charge(plan_padded(rq, g) * p->act_size);
-    qsort(c, (size_t)rq->ngroups, sizeof *c, cmp_u64);
-    int fit = 0;
-    for (uint64_t sum = 0; fit < rq->ngroups && sum + c[fit] <= cap; fit++)
-        sum += c[fit];
-    free(c);
-    p->device_bytes[FERRY_MEM_PARAMS] = all <= cap ? all : cap;
-    if (fit > p->device_weight_groups)
-        p->device_weight_groups = fit;
+    if (p->n == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 64;
+        engine_planned *grown = realloc(p->items, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return err_set(FERRY_ERR_OUT_OF_MEMORY, "engine plan: out of host memory");
+        p->items = grown;
+        p->cap = cap;
+    }
+    engine_planned *x = &p->items[p->n++];
+    memset(x, 0, sizeof *x);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(x->name, sizeof x->name, fmt, ap);
+    va_end(ap);
+    x->b = (memplan_buffer){NULL, cat, arena_charge((size_t)bytes), 0, MEMPLAN_FOREVER, 0};
+    x->kind = kind;
+    x->group = group;
+    x->which = which;
     return FERRY_OK;
 }
 
-/* Params mode: the window of weights and of draining gradients. */
-static ferry_status plan_window(const engine_plan_request *rq, engine_memory_plan *p)
+/* Params mode's size classes: the groups whose buffers of `elem_bytes`
+ * per element (`padded`: the device weights' elements) charge alike. */
+static ferry_status classes_of(const engine_plan_request *rq, size_t elem, bool padded, engine_slot_class **out,
+                               int *n, int **class_of)
 {
-    int wg = engine_weight_window(rq->prefetch_groups), gg = engine_drain_window(rq->prefetch_groups) + 2;
-    p->device_weight_groups = wg < rq->ngroups ? wg : rq->ngroups;
-    p->device_grad_groups = gg < rq->ngroups ? gg : rq->ngroups;
-    uint64_t w = largest_of(rq, wg, p->act_size, true), g = largest(rq, gg, p->act_size),
-             two = largest_of(rq, 2, p->act_size, true) + largest(rq, 2, p->act_size);
-    if (w == UINT64_MAX || g == UINT64_MAX || two == UINT64_MAX)
+    *out = calloc((size_t)rq->ngroups, sizeof **out);
+    *class_of = calloc((size_t)rq->ngroups, sizeof **class_of);
+    if (!*out || !*class_of)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "engine plan: out of host memory");
-    p->device_bytes[FERRY_MEM_PARAMS] += w;
-    p->device_bytes[FERRY_MEM_GRADS] += g;
-    /* The schedule's out-of-memory paths (no prefetch, every drain waited
-     * for, every other group evicted) still need two groups at once (one
-     * held for the whole pass, one computing), weights and gradients each. */
-    p->device_min_bytes = two;
-    return rq->device_budget ? plan_residency(rq, p) : FERRY_OK;
+    *n = 0;
+    for (int g = 0; g < rq->ngroups; g++) {
+        uint64_t bytes = arena_charge((padded ? plan_padded(rq, g) : rq->group_numel[g]) * elem);
+        int c = 0;
+        while (c < *n && (*out)[c].bytes != bytes)
+            c++;
+        if (c == *n)
+            (*out)[(*n)++].bytes = bytes;
+        (*out)[c].groups++;
+        (*class_of)[g] = c;
+    }
+    return FERRY_OK;
+}
+
+/* Slots per class for a fetch-ahead of `depth`: the weights' window and
+ * the drains in flight (layout.c), never more than the class's groups. */
+static void window_slots(engine_static_plan *p, int depth)
+{
+    int w = engine_weight_window(depth), g = engine_drain_window(depth) + 2;
+    for (int c = 0; c < p->nwclass; c++)
+        p->wclass[c].slots = w < p->wclass[c].groups ? w : p->wclass[c].groups;
+    for (int c = 0; c < p->ngclass; c++)
+        p->gclass[c].slots = g < p->gclass[c].groups ? g : p->gclass[c].groups;
+}
+
+static uint64_t slot_bytes(const engine_static_plan *p)
+{
+    uint64_t sum = 0;
+    for (int c = 0; c < p->nwclass; c++)
+        sum += (uint64_t)p->wclass[c].slots * p->wclass[c].bytes;
+    for (int c = 0; c < p->ngclass; c++)
+        sum += (uint64_t)p->gclass[c].slots * p->gclass[c].bytes;
+    return sum;
+}
+
+uint64_t engine_plan_keep_weights(engine_slot_class *classes, int n, uint64_t room)
+{
+    uint64_t all = 0;
+    for (int c = 0; c < n; c++)
+        all += (uint64_t)(classes[c].groups - classes[c].slots) * classes[c].bytes;
+    if (all <= room) {
+        for (int c = 0; c < n; c++)
+            classes[c].slots = classes[c].groups;
+        return all;
+    }
+    uint64_t taken = 0;
+    for (;;) {
+        int best = -1;
+        for (int c = 0; c < n; c++) {
+            const engine_slot_class *k = &classes[c];
+            if (k->slots < k->groups && k->bytes <= room - taken &&
+                (best < 0 || k->groups - k->slots > classes[best].groups - classes[best].slots))
+                best = c;
+        }
+        if (best < 0)
+            return taken;
+        classes[best].slots++;
+        taken += classes[best].bytes;
+    }
+}
+
+static const char *group_name(const engine_plan_request *rq, int g, char *buf, size_t cap)
+{
+    if (rq->group_names && rq->group_names[g])
+        snprintf(buf, cap, "%s", rq->group_names[g]);
+    else
+        snprintf(buf, cap, "group %d", g);
+    return buf;
+}
+
+/* Every device buffer but params mode's slots, in the order setup places them. */
+static ferry_status plan_fixed(const engine_plan_request *rq, size_t act_size, engine_static_plan *p)
+{
+    char gname[ENGINE_NAME_MAX];
+    ferry_offload mode = device_mode(rq);
+    engine_global_buffer gb[ENGINE_GLOBAL_BUFFERS_MAX];
+    int ng = engine_global_buffers(rq->backend, mode, rq->ngroups, gb);
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < ng && st == FERRY_OK; i++)
+        st = add(p, PLAN_GLOBAL, -1, gb[i].id, gb[i].cat, gb[i].bytes, "%s", gb[i].what);
+    engine_buffer b[ENGINE_GROUP_BUFFERS_MAX];
+    bool sharded = plan_sharded(rq);
+    int nb = engine_group_buffers_sharded(mode, act_size, sharded, b);
+    engine_buffer acc = engine_accumulator_buffer(mode);
+    size_t most_cap = 0;
+    for (int g = 0; g < rq->ngroups && st == FERRY_OK; g++) {
+        size_t cap = sharded ? plan_cap(rq, g) : rq->group_numel[g], padded = plan_padded(rq, g);
+        most_cap = cap > most_cap ? cap : most_cap;
+        for (int i = 0; i < nb && st == FERRY_OK && mode != FERRY_OFFLOAD_PARAMS; i++)
+            if (b[i].device)
+                st = add(p, PLAN_GROUP, g, i, b[i].cat,
+                         engine_buffer_elems(&b[i], sharded, rq->group_numel[g], cap, padded) * b[i].elem_bytes,
+                         "%s %s", group_name(rq, g, gname, sizeof gname), b[i].what);
+        if (st == FERRY_OK && acc.device && accumulates(rq))
+            st = add(p, PLAN_ACC, g, 0, acc.cat, rq->group_numel[g] * acc.elem_bytes, "%s %s",
+                     group_name(rq, g, gname, sizeof gname), acc.what);
+    }
+    if (st == FERRY_OK && sharded) {
+        size_t chunk = engine_reduce_chunk(world(rq), most_cap);
+        for (int k = 0; k < 2 && st == FERRY_OK; k++)
+            if ((st = add(p, PLAN_REDUCE, -1, 2 * k, FERRY_MEM_STAGING, chunk * (size_t)world(rq) * 4,
+                          "gradients to reduce (fp32)")) == FERRY_OK)
+                st = add(p, PLAN_REDUCE, -1, 2 * k + 1, FERRY_MEM_STAGING, chunk * 4, "reduced gradients (fp32)");
+    }
+    static const char *const split_what[4] = {"master", "adam m", "adam v", "grad sum"};
+    for (int g = 0; g < rq->split_groups && st == FERRY_OK; g++)
+        for (int k = 0; k < (accumulates(rq) ? 4 : 3) && st == FERRY_OK; k++)
+            st = add(p, PLAN_SPLIT, g, k, FERRY_MEM_OPTIMIZER, rq->group_numel[g] * sizeof(float), "%s device %s",
+                     group_name(rq, g, gname, sizeof gname), split_what[k]);
+    if (st == FERRY_OK && rq->embedder_bytes)
+        st = add(p, PLAN_EMBEDDER, -1, 0, FERRY_MEM_ACTIVATIONS, rq->embedder_bytes, "the embedder's activations");
+    return st;
+}
+
+/* A class's name: its first group's ("weights slot 1 of 'block 0' and its kind"). */
+static const char *class_name(const engine_plan_request *rq, const int *class_of, int c, char *buf, size_t cap)
+{
+    int g = 0;
+    while (g < rq->ngroups - 1 && class_of[g] != c)
+        g++;
+    return group_name(rq, g, buf, cap);
+}
+
+static ferry_status plan_slots(const engine_plan_request *rq, engine_static_plan *p)
+{
+    ferry_status st = FERRY_OK;
+    char name[ENGINE_NAME_MAX];
+    for (int c = 0; c < p->nwclass && st == FERRY_OK; c++)
+        for (int k = 0; k < p->wclass[c].slots && st == FERRY_OK; k++)
+            st = add(p, PLAN_WSLOT, c, k, FERRY_MEM_PARAMS, p->wclass[c].bytes, "weights slot %d of '%s' and its kind",
+                     k, class_name(rq, p->wclass_of, c, name, sizeof name));
+    for (int c = 0; c < p->ngclass && st == FERRY_OK; c++)
+        for (int k = 0; k < p->gclass[c].slots && st == FERRY_OK; k++)
+            st = add(p, PLAN_GSLOT, c, k, FERRY_MEM_GRADS, p->gclass[c].bytes, "grads slot %d of '%s' and its kind",
+                     k, class_name(rq, p->gclass_of, c, name, sizeof name));
+    return st;
+}
+
+static uint64_t fixed_bytes(const engine_static_plan *p)
+{
+    uint64_t sum = 0;
+    for (int i = 0; i < p->n; i++)
+        sum += p->items[i].b.bytes;
+    return sum;
+}
+
+/* Params mode: the deepest fetch-ahead whose window fits the budget beside
+ * the fixed buffers (down to none), then the weights kept in what is left
+ * when the embedder said what it takes. */
+static void plan_params(const engine_plan_request *rq, engine_static_plan *p, engine_memory_plan *m)
+{
+    uint64_t fixed = fixed_bytes(p);
+    p->depth = rq->prefetch_groups;
+    window_slots(p, p->depth);
+    while (rq->device_budget && p->depth > 0 && fixed + slot_bytes(p) > rq->device_budget)
+        window_slots(p, --p->depth);
+    engine_static_plan floor = *p;
+    window_slots(&floor, 0);
+    m->device_min_bytes = fixed + slot_bytes(&floor);
+    window_slots(p, p->depth); /* floor shared the class arrays */
+    uint64_t used = fixed + slot_bytes(p);
+    if (rq->device_budget && rq->embedder_bytes && used < rq->device_budget)
+        engine_plan_keep_weights(p->wclass, p->nwclass, rq->device_budget - used);
+}
+
+ferry_status engine_static_plan_make(const engine_plan_request *rq, engine_static_plan *out)
+{
+    memset(out, 0, sizeof *out);
+    ferry_status st = check_request(rq);
+    if (st != FERRY_OK)
+        return st;
+    engine_memory_plan *m = &out->counts;
+    ferry_dtype act = rq->dtype != FERRY_DTYPE_AUTO ? rq->dtype
+                      : rq->backend == FERRY_BACKEND_CUDA ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F32;
+    m->act_size = dtype_size(act);
+    bool params = rq->offload == FERRY_OFFLOAD_PARAMS;
+    if ((st = plan_host(rq, m->act_size, m)) == FERRY_OK)
+        st = plan_fixed(rq, m->act_size, out);
+    if (st == FERRY_OK && params &&
+        (st = classes_of(rq, m->act_size, true, &out->wclass, &out->nwclass, &out->wclass_of)) == FERRY_OK &&
+        (st = classes_of(rq, m->act_size, false, &out->gclass, &out->ngclass, &out->gclass_of)) == FERRY_OK) {
+        plan_params(rq, out, m);
+        st = plan_slots(rq, out);
+    }
+    memplan_buffer *b = st == FERRY_OK ? malloc((size_t)(out->n ? out->n : 1) * sizeof *b) : NULL;
+    if (st == FERRY_OK && !b)
+        st = err_set(FERRY_ERR_OUT_OF_MEMORY, "engine plan: out of host memory");
+    if (st == FERRY_OK) {
+        for (int i = 0; i < out->n; i++) {
+            out->items[i].b.name = out->items[i].name;
+            b[i] = out->items[i].b;
+        }
+        st = memplan_assign(b, out->n, &out->region_bytes);
+        for (int i = 0; i < out->n && st == FERRY_OK; i++) {
+            out->items[i].b = b[i];
+            m->device_bytes[b[i].cat] += b[i].bytes;
+        }
+    }
+    free(b);
+    if (st != FERRY_OK) {
+        engine_static_plan_free(out);
+        return st;
+    }
+    m->region_bytes = out->region_bytes;
+    m->planned_buffers = out->n;
+    m->prefetch_depth = params ? out->depth : 0;
+    if (!params)
+        m->device_min_bytes = out->region_bytes;
+    m->device_weight_groups = m->device_grad_groups = params ? 0 : rq->ngroups;
+    for (int c = 0; params && c < out->nwclass; c++)
+        m->device_weight_groups += out->wclass[c].slots;
+    for (int c = 0; params && c < out->ngclass; c++)
+        m->device_grad_groups += out->gclass[c].slots;
+    return FERRY_OK;
+}
+
+void engine_static_plan_free(engine_static_plan *p)
+{
+    free(p->items);
+    free(p->wclass);
+    free(p->gclass);
+    free(p->wclass_of);
+    free(p->gclass_of);
+    memset(p, 0, sizeof *p);
+}
+
+const engine_planned *engine_static_plan_find(const engine_static_plan *p, engine_plan_kind kind, int group,
+                                              int which)
+{
+    for (int i = 0; i < p->n; i++)
+        if (p->items[i].kind == kind && p->items[i].group == group && p->items[i].which == which)
+            return &p->items[i];
+    return NULL;
+}
+
+void engine_static_plan_words(const engine_static_plan *p, char *buf, size_t cap)
+{
+    char parts[400] = "", b[32];
+    size_t len = 0;
+    for (int c = 0; c < FERRY_MEM_CATEGORY_COUNT; c++)
+        if (p->counts.device_bytes[c] && len < sizeof parts)
+            len += (size_t)snprintf(parts + len, sizeof parts - len, "%s%s %s", len ? ", " : "",
+                                    ferry_mem_category_name((ferry_mem_category)c),
+                                    units_fmt_bytes(b, sizeof b, p->counts.device_bytes[c]));
+    const engine_planned *big = NULL;
+    for (int i = 0; i < p->n; i++)
+        if (!big || p->items[i].b.bytes > big->b.bytes)
+            big = &p->items[i];
+    char lb[32];
+    snprintf(buf, cap, "the memory plan of %d buffers (%s%s%s%s%s)", p->n, parts, big ? "; largest '" : "",
+             big ? big->name : "", big ? "' " : "", big ? units_fmt_bytes(lb, sizeof lb, big->b.bytes) : "");
 }
 
 ferry_status engine_plan_memory(const engine_plan_request *rq, engine_memory_plan *out)
 {
-    ferry_status st = out ? check_request(rq) : err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: out is NULL");
+    if (!out)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: out is NULL");
+    engine_static_plan p;
+    ferry_status st = engine_static_plan_make(rq, &p);
     if (st != FERRY_OK)
         return st;
-    engine_memory_plan p;
-    memset(&p, 0, sizeof p);
-    ferry_dtype act = rq->dtype != FERRY_DTYPE_AUTO ? rq->dtype
-                      : rq->backend == FERRY_BACKEND_CUDA ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F32;
-    p.act_size = dtype_size(act);
-    p.device_weight_groups = p.device_grad_groups = rq->offload == FERRY_OFFLOAD_PARAMS ? 0 : rq->ngroups;
-    if ((st = plan_setup(rq, &p)) != FERRY_OK)
+    *out = p.counts;
+    engine_static_plan_free(&p);
+    return FERRY_OK;
+}
+
+static int by_offset(const void *a, const void *b)
+{
+    const engine_layout_entry *x = a, *y = b;
+    return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+ferry_status engine_plan_layout(const engine_plan_request *rq, engine_layout_entry **out, int *n, uint64_t *region)
+{
+    if (!out || !n || !region)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan layout: NULL argument");
+    *out = NULL;
+    *n = 0;
+    engine_static_plan p;
+    ferry_status st = engine_static_plan_make(rq, &p);
+    if (st != FERRY_OK)
         return st;
-    if (rq->offload == FERRY_OFFLOAD_PARAMS && (st = plan_window(rq, &p)) != FERRY_OK)
-        return st;
-    if (rq->offload != FERRY_OFFLOAD_PARAMS)
-        for (int c = 0; c < FERRY_MEM_CATEGORY_COUNT; c++)
-            p.device_min_bytes += p.device_bytes[c];
-    else
-        for (int c = 0; c < FERRY_MEM_CATEGORY_COUNT; c++)
-            p.device_min_bytes += c == FERRY_MEM_PARAMS || c == FERRY_MEM_GRADS ? 0 : p.device_bytes[c];
-    *out = p;
+    engine_layout_entry *e = calloc((size_t)(p.n ? p.n : 1), sizeof *e);
+    if (!e) {
+        engine_static_plan_free(&p);
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "engine plan layout: out of host memory");
+    }
+    for (int i = 0; i < p.n; i++) {
+        const engine_planned *x = &p.items[i];
+        e[i] = (engine_layout_entry){.cat = x->b.cat, .offset = x->b.offset, .bytes = x->b.bytes,
+                                     .start = x->b.start, .end = x->b.end, .embedder = x->kind == PLAN_EMBEDDER};
+        snprintf(e[i].name, sizeof e[i].name, "%s", x->name);
+    }
+    qsort(e, (size_t)p.n, sizeof *e, by_offset);
+    *out = e;
+    *n = p.n;
+    *region = p.region_bytes;
+    engine_static_plan_free(&p);
     return FERRY_OK;
 }

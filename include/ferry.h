@@ -167,6 +167,11 @@ typedef struct ferry_memory_stats {
                                                            engine's reserve (the context, library code
                                                            loaded since, the caller's own allocations,
                                                            other processes) */
+    uint64_t device_comm_bytes;                         /* taken by starting NCCL's communicators (data
+                                                           parallelism), at create */
+    uint64_t device_margin_bytes;                       /* with device_budget_bytes 0: the free memory
+                                                           left out of the budget for what loads on
+                                                           first use (kernel code, a kernel's stack) */
 } ferry_memory_stats;
 
 #define FERRY_MEMORY_STATS_INIT                                                               \
@@ -192,6 +197,8 @@ typedef struct ferry_memory_stats {
         0,                          /* device_context_bytes */                                \
         0,                          /* device_library_bytes */                                \
         0,                          /* device_outside_bytes */                                \
+        0,                          /* device_comm_bytes */                                   \
+        0,                          /* device_margin_bytes */                                 \
     }
 /* ---- end memory ---- */
 

@@ -36,8 +36,10 @@ struct gpt2_activations {
     size_t es;         /* bytes of one act_t */
     int B, T;
     bool recompute;
-    /* planning: with `dry`, take() only adds up bytes */
+    /* planning: with `dry`, take() only adds up bytes (and names each to `list`) */
     bool dry;
+    void (*list)(void *ctx, const char *what, size_t bytes);
+    void *list_ctx;
     size_t planned_bytes;
     void **owned;
     size_t owned_count, owned_cap;
@@ -73,6 +75,14 @@ static ferry_status take(gpt2_activations *a, void *out_ptr, size_t bytes, const
     bytes = (bytes + GPT2_ALLOC_ALIGN - 1) / GPT2_ALLOC_ALIGN * GPT2_ALLOC_ALIGN;
     if (a->dry) {
         *out = NULL;
+        if (a->list) {
+            char what[96];
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(what, sizeof what, fmt, ap);
+            va_end(ap);
+            a->list(a->list_ctx, what, bytes);
+        }
         if (__builtin_add_overflow(a->planned_bytes, bytes, &a->planned_bytes))
             return err_set(FERRY_ERR_INVALID_ARGUMENT,
                            "gpt2 activations (B=%d, T=%d): more bytes than a size_t can count", a->B, a->T);
@@ -191,12 +201,20 @@ static void init_shape(gpt2_activations *a, const gpt2_model *m, ferry_dtype act
 
 size_t gpt2_activations_bytes(const gpt2_model *m, ferry_dtype act, int B, int T, bool recompute)
 {
+    return gpt2_activations_list(m, act, B, T, recompute, NULL, NULL);
+}
+
+size_t gpt2_activations_list(const gpt2_model *m, ferry_dtype act, int B, int T, bool recompute,
+                             void (*fn)(void *ctx, const char *what, size_t bytes), void *ctx)
+{
     if (!dtype_is_float(act) || check_shape(m, B, T) != FERRY_OK) {
         err_clear();
         return 0;
     }
     gpt2_activations a = {0};
     a.dry = true;
+    a.list = fn;
+    a.list_ctx = ctx;
     init_shape(&a, m, act, B, T, recompute);
     a.x = calloc((size_t)m->cfg.n_layer + 1, sizeof *a.x);
     a.blocks = calloc(recompute ? 1 : (size_t)m->cfg.n_layer, sizeof *a.blocks);

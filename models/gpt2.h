@@ -75,6 +75,8 @@ int gpt2_num_groups(const gpt2_model *m); /* L + 2 */
 /* Elements of group g's buffer (its tensors plus alignment gaps); 0 if g is
  * out of range. */
 size_t gpt2_group_numel(const gpt2_model *m, int group);
+/* The group's name as the engine knows it: "embeddings", "block N", "final layernorm". */
+void gpt2_group_label(const gpt2_model *m, int group, char *buf, size_t cap);
 /* Parameters as Hugging Face counts them: wte with V rows, no gaps (124439808
  * for "gpt2"). */
 uint64_t gpt2_num_params(const gpt2_model *m);
@@ -163,6 +165,10 @@ void gpt2_activations_destroy(gpt2_activations *a);
  * (f32 or bf16), computed by the same code without allocating (planners);
  * 0 on invalid arguments. */
 size_t gpt2_activations_bytes(const gpt2_model *m, ferry_dtype act, int B, int T, bool recompute);
+/* The same, naming each buffer to fn (its name and the bytes asked, in the
+ * order gpt2_activations_create asks for them). */
+size_t gpt2_activations_list(const gpt2_model *m, ferry_dtype act, int B, int T, bool recompute,
+                             void (*fn)(void *ctx, const char *what, size_t bytes), void *ctx);
 
 /* ---- running ---- */
 

@@ -71,13 +71,7 @@ ferry_status gpt2_engine_add_groups(const gpt2_model *m, ferry_engine *e, uint64
         if (!init)
             return err_set(FERRY_ERR_OUT_OF_MEMORY, "initialising group %d: out of host memory (%zu floats)", g, n);
         char name[32];
-        int L = gpt2_get_config(m)->n_layer;
-        if (g == 0)
-            snprintf(name, sizeof name, "embeddings");
-        else if (g == L + 1)
-            snprintf(name, sizeof name, "final layernorm");
-        else
-            snprintf(name, sizeof name, "block %d", g - 1);
+        gpt2_group_label(m, g, name, sizeof name);
         /* GPT-2 recipes decay only the 2-D weights: biases and layernorms are exempt. */
         size_t(*ranges)[2] = calloc((size_t)gpt2_group_tensor_count(m, g) + 1, sizeof *ranges);
         ferry_group_options opts = FERRY_GROUP_OPTIONS_INIT;

@@ -244,6 +244,17 @@ void gpt2_destroy(gpt2_model *m)
 const gpt2_config *gpt2_get_config(const gpt2_model *m) { return &m->cfg; }
 int gpt2_num_groups(const gpt2_model *m) { return m->num_groups; }
 
+void gpt2_group_label(const gpt2_model *m, int group, char *buf, size_t cap)
+{
+    int L = m->cfg.n_layer;
+    if (group == 0)
+        snprintf(buf, cap, "embeddings");
+    else if (group == L + 1)
+        snprintf(buf, cap, "final layernorm");
+    else
+        snprintf(buf, cap, "block %d", group - 1);
+}
+
 size_t gpt2_group_numel(const gpt2_model *m, int group)
 {
     return group >= 0 && group < m->num_groups ? m->groups[group].numel : 0;

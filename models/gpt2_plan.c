@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "engine/intree.h"
+#include "offload/arena.h"
 
 #define PLAN_MAX_BATCH 65536
 
@@ -22,6 +23,8 @@ static ferry_dtype device_dtype(ferry_backend_kind backend, ferry_dtype dtype)
 typedef struct plan_model {
     gpt2_model *m;
     size_t *numel;
+    char (*names)[32];
+    const char **name_of;
     int ngroups;
 } plan_model;
 
@@ -35,16 +38,23 @@ static ferry_status model_open(const gpt2_config *cfg, plan_model *pm)
         return err_wrap(st, "gpt2 plan: model");
     pm->ngroups = gpt2_num_groups(pm->m);
     pm->numel = calloc((size_t)pm->ngroups, sizeof *pm->numel);
-    if (!pm->numel)
+    pm->names = calloc((size_t)pm->ngroups, sizeof *pm->names);
+    pm->name_of = calloc((size_t)pm->ngroups, sizeof *pm->name_of);
+    if (!pm->numel || !pm->names || !pm->name_of)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "gpt2 plan: out of host memory");
-    for (int g = 0; g < pm->ngroups; g++)
+    for (int g = 0; g < pm->ngroups; g++) {
         pm->numel[g] = gpt2_group_numel(pm->m, g);
+        gpt2_group_label(pm->m, g, pm->names[g], sizeof pm->names[g]);
+        pm->name_of[g] = pm->names[g];
+    }
     return FERRY_OK;
 }
 
 static void model_close(plan_model *pm)
 {
     free(pm->numel);
+    free(pm->names);
+    free(pm->name_of);
     gpt2_destroy(pm->m);
     memset(pm, 0, sizeof *pm);
 }
@@ -72,24 +82,48 @@ static ferry_status add_up(uint64_t *total, const uint64_t *parts)
     return FERRY_OK;
 }
 
-static ferry_status predict(const plan_model *pm, const gpt2_plan_request *r, const gpt2_plan_disk *disk, int B,
-                            gpt2_plan *out)
+/* The engine's request for batch B: the model's groups, and its
+ * activations as the embedder's declared bytes (*acts). */
+static ferry_status engine_request(const plan_model *pm, const gpt2_plan_request *r, const gpt2_plan_disk *disk, int B,
+                                   engine_plan_request *rq, uint64_t *acts)
 {
     const gpt2_config *c = gpt2_get_config(pm->m);
-    int T = r->seq;
-    bool recompute = r->recompute;
-    ferry_offload mode = r->offload;
-    ferry_status st = check_args(c, B, T);
+    ferry_status st = check_args(c, B, r->seq);
     if (st != FERRY_OK)
         return st;
     ferry_dtype act = device_dtype(r->backend, r->dtype);
-    uint64_t acts = gpt2_activations_bytes(pm->m, act, B, T, recompute);
-    if (acts == 0)
+    *acts = gpt2_activations_bytes(pm->m, act, B, r->seq, r->recompute);
+    if (*acts == 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "gpt2 plan: the activations of batch %d x %d do not fit in 64 bits", B, T);
-    engine_plan_request rq = {r->backend, act, mode, r->prefetch_groups, r->micro_batches, pm->numel, pm->ngroups,
-                              disk != NULL, disk && disk->master, disk ? disk->window_bytes : 0,
-                              disk ? disk->block_bytes : 0, r->ranks, r->device_budget, acts};
+                       "gpt2 plan: the activations of batch %d x %d do not fit in 64 bits", B, r->seq);
+    *rq = (engine_plan_request){.backend = r->backend,
+                                .dtype = act,
+                                .offload = r->offload,
+                                .prefetch_groups = r->prefetch_groups,
+                                .micro_batches = r->micro_batches,
+                                .group_numel = pm->numel,
+                                .ngroups = pm->ngroups,
+                                .disk = disk != NULL,
+                                .disk_master = disk && disk->master,
+                                .disk_window_bytes = disk ? disk->window_bytes : 0,
+                                .disk_block_bytes = disk ? disk->block_bytes : 0,
+                                .ranks = r->ranks,
+                                .device_budget = r->device_budget,
+                                .embedder_bytes = *acts,
+                                .split_groups = r->split_groups,
+                                .group_names = pm->name_of};
+    return FERRY_OK;
+}
+
+static ferry_status predict(const plan_model *pm, const gpt2_plan_request *r, const gpt2_plan_disk *disk, int B,
+                            gpt2_plan *out)
+{
+    ferry_offload mode = r->offload;
+    engine_plan_request rq;
+    uint64_t acts;
+    ferry_status st = engine_request(pm, r, disk, B, &rq, &acts);
+    if (st != FERRY_OK)
+        return st;
     engine_memory_plan ep;
     if ((st = engine_plan_memory(&rq, &ep)) != FERRY_OK)
         return err_wrap(st, "gpt2 plan");
@@ -97,12 +131,13 @@ static ferry_status predict(const plan_model *pm, const gpt2_plan_request *r, co
     memset(&p, 0, sizeof p);
     memcpy(p.device_bytes, ep.device_bytes, sizeof p.device_bytes);
     memcpy(p.host_bytes, ep.host_bytes, sizeof p.host_bytes);
-    p.activations = acts; /* the model's takes are whole arena granules: charged as asked */
-    p.device_bytes[FERRY_MEM_ACTIVATIONS] += acts;
+    p.activations = acts; /* in the engine's plan, the embedder's range: the model's takes end to end */
     if ((st = add_up(&p.device_total, p.device_bytes)) != FERRY_OK ||
         (st = add_up(&p.host_total, p.host_bytes)) != FERRY_OK)
         return st;
-    p.device_min_bytes = mode == FERRY_OFFLOAD_PARAMS ? ep.device_min_bytes + acts : p.device_total;
+    p.device_min_bytes = mode == FERRY_OFFLOAD_PARAMS ? ep.device_min_bytes : p.device_total;
+    p.region_bytes = ep.region_bytes;
+    p.prefetch_depth = ep.prefetch_depth;
     p.num_params = gpt2_num_params(pm->m);
     for (int g = 0; g < pm->ngroups; g++)
         p.group_elems += pm->numel[g];
@@ -254,9 +289,18 @@ static ferry_status auto_at(const plan_model *pm, const gpt2_plan_request *r, co
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "gpt2 plan: the activations of batch %d x %d do not fit in 64 bits", B, r->seq);
     engine_auto_request rq = {
-        .plan = {r->backend, act, FERRY_OFFLOAD_NONE, r->prefetch_groups, r->micro_batches, pm->numel, pm->ngroups,
-                 false, disk && disk->master, disk ? disk->window_bytes : 0, disk ? disk->block_bytes : 0, r->ranks,
-                 0, acts},
+        .plan = {.backend = r->backend,
+                 .dtype = act,
+                 .offload = FERRY_OFFLOAD_NONE,
+                 .prefetch_groups = r->prefetch_groups,
+                 .micro_batches = r->micro_batches,
+                 .group_numel = pm->numel,
+                 .ngroups = pm->ngroups,
+                 .disk_master = disk && disk->master,
+                 .disk_window_bytes = disk ? disk->window_bytes : 0,
+                 .disk_block_bytes = disk ? disk->block_bytes : 0,
+                 .ranks = r->ranks,
+                 .embedder_bytes = acts},
         .device_budget = budget,
         .host_available = host,
         .nvme = disk != NULL,
@@ -365,4 +409,80 @@ ferry_status gpt2_plan_auto_max_batch(const gpt2_plan_request *rq, const gpt2_pl
     if (st == FERRY_OK)
         *max_B = lo;
     return st;
+}
+
+/* ---- the layout ---- */
+
+typedef struct layout_acc {
+    engine_layout_entry *e;
+    int n, cap;
+    uint64_t at; /* the next activation's offset in the embedder's range */
+    ferry_status st;
+} layout_acc;
+
+static void add_entry(layout_acc *l, const engine_layout_entry *x)
+{
+    if (l->st != FERRY_OK)
+        return;
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 128;
+        engine_layout_entry *grown = realloc(l->e, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            l->st = err_set(FERRY_ERR_OUT_OF_MEMORY, "gpt2 plan layout: out of host memory");
+            return;
+        }
+        l->e = grown;
+        l->cap = cap;
+    }
+    l->e[l->n++] = *x;
+}
+
+static void add_activation(void *ctx, const char *what, size_t bytes)
+{
+    layout_acc *l = ctx;
+    engine_layout_entry x = {.cat = FERRY_MEM_ACTIVATIONS, .offset = l->at, .bytes = arena_charge(bytes),
+                             .start = 0, .end = INT32_MAX};
+    snprintf(x.name, sizeof x.name, "%s", what);
+    l->at += x.bytes;
+    add_entry(l, &x);
+}
+
+ferry_status gpt2_plan_layout(const gpt2_plan_request *rq, const gpt2_plan_disk *disk, engine_layout_entry **out,
+                              int *n, uint64_t *region)
+{
+    if (!out || !n || !region)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "gpt2_plan_layout: NULL argument");
+    *out = NULL;
+    *n = 0;
+    ferry_status st = check_request(rq, "gpt2_plan_layout");
+    plan_model pm = {0};
+    if (st == FERRY_OK)
+        st = model_open(rq->cfg, &pm);
+    engine_plan_request er;
+    uint64_t acts;
+    engine_layout_entry *eng = NULL;
+    int ne = 0;
+    if (st == FERRY_OK)
+        st = engine_request(&pm, rq, disk, rq->batch, &er, &acts);
+    if (st == FERRY_OK)
+        st = engine_plan_layout(&er, &eng, &ne, region);
+    layout_acc l = {NULL, 0, 0, 0, st};
+    for (int i = 0; i < ne && l.st == FERRY_OK; i++) {
+        if (!eng[i].embedder) {
+            add_entry(&l, &eng[i]);
+            continue;
+        }
+        /* The embedder's range: GPT-2's activations in the order it asks for them. */
+        l.at = eng[i].offset;
+        gpt2_activations_list(pm.m, er.dtype, rq->batch, rq->seq, rq->recompute, add_activation, &l);
+    }
+    free(eng);
+    model_close(&pm);
+    if (l.st != FERRY_OK) {
+        free(l.e);
+        return l.st;
+    }
+    *out = l.e;
+    *n = l.n;
+    return FERRY_OK;
 }

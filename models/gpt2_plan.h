@@ -6,16 +6,19 @@
  * (plan a 24 GB card on a laptop). What memprof plan prints and the GPU
  * check sizes its batch with. Owns no memory beyond a call; reads no files.
  *
- * Params mode is planned for its worst schedule (engine/intree.h): the
- * prediction is an upper bound reached when every gradient drain ends before
- * the next group's backward does; device_min_bytes is the floor below which
- * no schedule fits, and near it fragmentation decides. */
+ * The device side is the engine's static memory plan (engine/plan.h): the
+ * activations lie in the embedder's range of it, params mode's weights and
+ * gradients in slots per size class of groups; the engine places by the
+ * same plan, so its device peak is this prediction, byte for byte, and no
+ * order of allocations can fragment it. device_min_bytes is the smallest
+ * plan that runs (params mode: no fetch ahead, no weights kept). */
 #ifndef FERRY_MODELS_GPT2_PLAN_H
 #define FERRY_MODELS_GPT2_PLAN_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/intree.h"
 #include "ferry.h"
 #include "models/gpt2.h"
 
@@ -42,6 +45,8 @@ typedef struct gpt2_plan {
     int act_size;             /* bytes of a device element: 4 (f32) or 2 (bf16) */
     uint64_t activations;     /* = device_bytes[FERRY_MEM_ACTIVATIONS] */
     uint64_t disk_bytes;      /* the NVMe tier's state file; its window is host_bytes[FERRY_MEM_NVME] */
+    uint64_t region_bytes;    /* the engine's planned region (= device_total: every device byte is in it) */
+    int prefetch_depth;       /* params mode: the fetch-ahead the plan holds under the budget */
 } gpt2_plan;
 
 /* What to plan: training `cfg` with micro-batch batch x seq in `offload`
@@ -61,9 +66,11 @@ typedef struct gpt2_plan_request {
     ferry_backend_kind backend;
     ferry_dtype dtype;
     int ranks;         /* data parallel ranks (0 or 1: alone): each rank's figures, rank 0's (the largest) */
-    uint64_t device_budget; /* params mode: the engine's budget, which weights kept on the device fill
-                               (every group's when they fit beside the rest; else the peak is the
-                               budget); 0: only the window the schedule needs */
+    uint64_t device_budget; /* the engine's budget; params mode plans the deepest fetch-ahead that fits it
+                               and keeps released weights in what is left (every group's when they all
+                               fit); 0: only the window prefetch_groups asks for */
+    int split_groups;       /* optimizer mode: the first groups updated on the device (device_update_groups
+                               forced; 0: none, or auto, whose choice the plan leaves out) */
 } gpt2_plan_request;
 
 /* The NVMe tier, as the engine config's nvme_ fields: with offload NVME (a
@@ -83,6 +90,13 @@ ferry_status gpt2_plan_predict(const gpt2_plan_request *rq, gpt2_plan *out);
 /* The same with the NVMe tier's settings (NULL: no disk, or with offload
  * NVME its defaults). */
 ferry_status gpt2_plan_predict_disk(const gpt2_plan_request *rq, const gpt2_plan_disk *disk, gpt2_plan *out);
+
+/* Where every device byte of the run lies: the engine's planned buffers by
+ * offset, the activations (the embedder's range) one by one in the order
+ * gpt2_activations_create asks for them, end to end as the engine serves
+ * them; *region the planned region's size. *out malloc'd: free() it. */
+ferry_status gpt2_plan_layout(const gpt2_plan_request *rq, const gpt2_plan_disk *disk, engine_layout_entry **out,
+                              int *n, uint64_t *region);
 
 /* The largest batch (1..65536) whose predicted device peak fits
  * device_budget, rq->batch aside; *max_B = 0 when not even 1 fits. */

@@ -1,7 +1,11 @@
-/* The device arena: every device byte of an engine, under one hard budget.
- * It obtains a few large buffers with backend_alloc (growing in chunks, never
- * past the budget in reserved bytes) and sub-allocates them best-fit with
- * coalescing (the span heap of offload/pool.h), 256-byte aligned. Each
+/* The device arena: every device byte of an engine, under one hard budget,
+ * in two regions. The planned region is one buffer from backend_alloc,
+ * sized by the engine's static memory plan (engine/memplan.h), in which each
+ * planned buffer sits at the offset the plan gave it: it cannot fragment.
+ * The dynamic region is the rest of the budget: a few large buffers from
+ * backend_alloc (growing in chunks, never past the budget in reserved bytes)
+ * sub-allocated best-fit with coalescing (the span heap of offload/heap.h),
+ * for what has no place in the plan. Everything is 256-byte aligned. Each
  * allocation carries a category and a name, so a refusal can say what asked
  * and what holds the memory. Works the same on the host and cuda backends.
  * It owns no transfers and knows nothing of what the bytes mean.
@@ -47,8 +51,22 @@ void arena_destroy(arena *a);
 ferry_status arena_alloc(arena *a, size_t bytes, ferry_mem_category category, const char *name,
                          void **out);
 /* FERRY_ERR_INVALID_ARGUMENT for a pointer that is not a live allocation's
- * start (changes nothing); NULL is a no-op. */
+ * start (changes nothing); NULL is a no-op. Takes planned buffers too. */
 ferry_status arena_free(arena *a, void *ptr);
+/* The planned region: one device buffer of `bytes` (a multiple of 256),
+ * taken from the budget at once, before the dynamic region holds anything;
+ * once per arena; traced as a reserve and a REGION record (its base).
+ * Beyond the budget: FERRY_ERR_OUT_OF_MEMORY naming `plan`, a sentence of
+ * what the plan holds. */
+ferry_status arena_plan_region(arena *a, uint64_t bytes, const char *plan);
+/* A planned buffer: the region's bytes [offset, offset + bytes), counted as
+ * an allocation of `category` (and traced with its offset) until
+ * arena_free. FERRY_ERR_INVALID_ARGUMENT when it does not lie inside the
+ * region or overlaps a live planned buffer (a wrong plan). */
+ferry_status arena_place(arena *a, uint64_t offset, size_t bytes, ferry_mem_category category, const char *name,
+                         void **out);
+/* The planned region's size (0: none) and its base. */
+uint64_t arena_region_bytes(const arena *a);
 /* Fills the device_ fields of *st. */
 void arena_stats(arena *a, ferry_memory_stats *st);
 /* Up to `max` live allocations, largest first; returns how many. */

@@ -25,15 +25,43 @@
  * free window slots and writes those before it back, so the caller waits
  * only when the disk is slower than its work.
  *
+ * The disk is kept busy by the store's own thread, not the caller's: it
+ * reaps completions and submits what is queued (the reads ahead into every
+ * slot a write frees, the writes of every tile put) while the caller
+ * computes on the tile it holds, so up to `queue_depth` I/Os stay in flight
+ * whatever the caller does. The CRC-32Cs of a tile (verified when it is
+ * handed over, computed when it is put) run on the caller's worker threads
+ * when the config gives them (`parallel`), one block a task.
+ *
+ * The I/O path: io_uring, checked at nvme_open with a NOP round trip; where
+ * io_uring is refused (a container's seccomp profile, the sysctl
+ * kernel.io_uring_disabled, RLIMIT_MEMLOCK too small for the ring) a pool
+ * of `queue_depth` threads (at most NVME_MAX_IO_THREADS) issuing pread and
+ * pwrite on the same O_DIRECT descriptor does the same I/Os, with the same
+ * checksums and the same bytes on disk, announced in one line on stderr.
+ * `io` (or $FERRY_NVME_IO=uring|threads when `io` is NVME_IO_AUTO) forces
+ * either path. A submission the kernel refuses for want of resources
+ * (EAGAIN, EBUSY) with nothing in flight, or a transfer that keeps coming
+ * back EAGAIN, is retried after a pause that doubles from 50 us to 50 ms,
+ * NVME_EAGAIN_TRIES times at most, then fails with a sentence.
+ *
+ * The file system: a folder on one that keeps its files in memory (tmpfs,
+ * ramfs, hugetlbfs) or on a pseudo file system (proc, sysfs, ...) is
+ * refused with a sentence: the NVMe tier exists to spare host memory, and a
+ * "disk" in memory takes it (and counts against the job's memory limit).
+ * O_DIRECT's alignment is the file's, from statx's STATX_DIOALIGN (4 KiB
+ * where the kernel does not say, and never less): segments, blocks and the
+ * window's slots are multiples of it. A file system that refuses O_DIRECT
+ * (some FUSE, 9p) is used with buffered I/O after one warning on stderr.
+ *
  * Failures (EIO, ENOSPC, a short transfer that ends early, a file removed or
  * truncated underneath, a checksum mismatch) are sticky: the store refuses
  * every later sweep with the same sentence, so damaged state is never used.
- * Short transfers are resumed where they stopped. A folder whose file
- * system refuses O_DIRECT (ramfs, some FUSE) is used with buffered I/O after
- * one warning on stderr.
+ * Short transfers are resumed where they stopped.
  *
  * Threads: one sweep at a time, driven by one thread at a time (the calls of
- * a sweep may move between threads if the caller orders them). */
+ * a sweep may move between threads if the caller orders them); the store's
+ * own threads only move bytes. */
 #ifndef FERRY_OFFLOAD_NVME_H
 #define FERRY_OFFLOAD_NVME_H
 
@@ -51,8 +79,13 @@ extern "C" {
 
 /* Arrays a region may hold. */
 #define NVME_MAX_ARRAYS 4
-/* File offsets, segment sizes and window slots are multiples of this. */
+/* File offsets, segment sizes and window slots are multiples of this at
+ * least (of the file's O_DIRECT alignment where that is larger). */
 #define NVME_ALIGN ((size_t)4096)
+/* The pread/pwrite path's threads, at most. */
+#define NVME_MAX_IO_THREADS 64
+/* Tries of a submission or transfer the kernel answers with EAGAIN. */
+#define NVME_EAGAIN_TRIES 16
 /* Defaults, measured with tools/bench/nvme on a virtio disk (docs/perf.md). */
 #define NVME_DEFAULT_BLOCK ((size_t)1 << 20)
 #define NVME_DEFAULT_QUEUE_DEPTH 16
@@ -67,6 +100,19 @@ extern "C" {
 /* The most slots a window is cut into. */
 #define NVME_MAX_SLOTS 64
 
+/* How the store moves bytes. */
+typedef enum nvme_io_path {
+    NVME_IO_AUTO = 0, /* io_uring where it works, else threads ($FERRY_NVME_IO may say which) */
+    NVME_IO_URING,    /* io_uring or nothing: nvme_open fails where it is refused */
+    NVME_IO_THREADS,  /* threads of pread/pwrite */
+} nvme_io_path;
+
+/* Runs task(arg, i, worker) for every i in [0, n) on the caller's worker
+ * threads and returns when all have returned (optim's tp_parallel_for fits:
+ * the store cannot name it, being below optim). */
+typedef ferry_status (*nvme_parallel_fn)(void *ctx, size_t n, void (*task)(void *arg, size_t i, int worker),
+                                         void *arg);
+
 typedef struct nvme_config {
     const char *dir;       /* the folder for the file (copied) */
     uint64_t window_bytes; /* pinned window from `pool`; 0 = NVME_DEFAULT_WINDOW */
@@ -74,9 +120,12 @@ typedef struct nvme_config {
     int queue_depth;       /* I/Os in flight; 0 = NVME_DEFAULT_QUEUE_DEPTH */
     pool *pool;            /* where the window comes from (category "nvme window"); required */
     trace *trace;          /* the file's regions are recorded as disk allocations; NULL = none */
+    nvme_io_path io;       /* NVME_IO_AUTO unless a test or a benchmark forces a path */
+    nvme_parallel_fn parallel; /* where the checksums run; NULL = on the calling thread */
+    void *parallel_ctx;
 } nvme_config;
 
-#define NVME_CONFIG_INIT { NULL, 0, 0, 0, NULL, NULL }
+#define NVME_CONFIG_INIT { NULL, 0, 0, 0, NULL, NULL, NVME_IO_AUTO, NULL, NULL }
 
 typedef struct nvme_store nvme_store;
 
@@ -96,8 +145,9 @@ uint64_t nvme_window_charge(uint64_t window_bytes, size_t block_bytes, int max_a
 
 /* ---- a store ---- */
 
-/* Checks the config and the folder (it must exist and be writable);
- * allocates nothing large. Release with nvme_destroy(). */
+/* Checks the config and the folder (it must exist, be writable and be on a
+ * file system that is not memory); allocates nothing large. Release with
+ * nvme_destroy(). */
 ferry_status nvme_create(const nvme_config *cfg, nvme_store **out);
 /* Closes the ring, removes the file, gives the window back. NULL is fine. */
 void nvme_destroy(nvme_store *s);
@@ -108,11 +158,13 @@ void nvme_destroy(nvme_store *s);
 ferry_status nvme_add_region(nvme_store *s, const char *name, size_t numel, int narrays,
                              const char *const *array_names, const ferry_mem_category *cats, int *id);
 
-/* Lays the regions out, creates the file (O_DIRECT where the file system
- * allows it), checks the free space and reserves it with fallocate (a disk
- * too small fails here with the bytes needed and free), takes the window
- * from the pool, sets up the ring with the window's slots and the file
- * registered. Removes stale files a crashed run left in the folder. Once. */
+/* Creates the file (O_DIRECT where the file system allows it, aligned as
+ * it says), lays the regions out, checks the free space and reserves it
+ * with fallocate (a disk too small fails here with the bytes needed and
+ * free), takes the window from the pool, sets up the I/O path (the ring
+ * with the window's slots and the file registered, checked with a NOP; or
+ * the threads) and starts the store's thread. Removes stale files a crashed
+ * run left in the folder. Once. */
 ferry_status nvme_open(nvme_store *s);
 
 /* What nvme_open chose. */
@@ -127,6 +179,31 @@ const char *nvme_path(const nvme_store *s);
 const char *nvme_describe(const nvme_store *s);
 /* Bytes read and written by sweeps since the store was opened. */
 void nvme_io_bytes(const nvme_store *s, uint64_t *read, uint64_t *written);
+/* The path nvme_open took (NVME_IO_URING or NVME_IO_THREADS), and the
+ * O_DIRECT alignment it uses. */
+nvme_io_path nvme_io_path_of(const nvme_store *s);
+size_t nvme_align(const nvme_store *s);
+
+/* ---- a folder, before any store ---- */
+
+/* What a folder offers the tier: its file system, whether that keeps its
+ * files in memory (then `why` says so), and whether io_uring works here
+ * (`uring_why` says why not). With `measure`, the I/O path a store would
+ * take there moves `measure_bytes` through a file of its own (written, then
+ * read, then removed) at the given block size and queue depth, and
+ * `rate` is what it moved a second, read and write together. */
+typedef struct nvme_probe {
+    char fs[32];          /* "ext4", "tmpfs", ... (the statfs magic in hex when unknown) */
+    bool memory;          /* a file system in memory, or a pseudo one: not a disk */
+    char why[320];        /* the sentence for `memory` */
+    bool uring;           /* io_uring set up and a NOP came back */
+    char uring_why[200];  /* why not */
+    nvme_io_path path;    /* the path a store there would take */
+    double rate;          /* bytes a second read + written through it; 0 when not measured */
+} nvme_probe;
+
+ferry_status nvme_probe_dir(const char *dir, bool measure, uint64_t measure_bytes, size_t block_bytes,
+                            int queue_depth, nvme_probe *out);
 
 /* ---- sweeps ---- */
 

@@ -1,6 +1,9 @@
 /* The memory trace writer: fixed-size binary records, each with its CRC-32C,
  * buffered under a mutex and written in large chunks from whichever thread
- * fills the buffer; and the CRC-32C that the writer and tools/memprof share.
+ * fills the buffer; and the records' checksums that the writer and
+ * tools/memprof share (CRC-32C from common/crc32c.h). The records of the
+ * device's memory plan and of params mode's slots are written here too; what
+ * they mean is the engine's (engine/plan.h), and their check memprof's.
  * The format is in trace.h and docs/memprof.md; the reader is tools/memprof. */
 #include "offload/trace.h"
 
@@ -13,10 +16,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#if defined(__x86_64__)
-#include <nmmintrin.h>
-#endif
 
+#include "common/crc32c.h"
 #include "common/error.h"
 #include "common/fileio.h"
 
@@ -27,67 +28,16 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the trace format is l
 
 #define TRACE_BUFFER_RECORDS 4096 /* 384 KiB per write */
 
-/* ---- CRC-32C ---- */
-
-#define CRC32C_POLY 0x82F63B78u /* Castagnoli, reflected */
-
-static uint32_t crc_table[256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_table_init(void)
-{
-    for (uint32_t b = 0; b < 256; b++) {
-        uint32_t c = b;
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? (c >> 1) ^ CRC32C_POLY : c >> 1;
-        crc_table[b] = c;
-    }
-}
-
-static uint32_t crc_soft(uint32_t c, const unsigned char *p, size_t n)
-{
-    pthread_once(&crc_once, crc_table_init);
-    for (size_t i = 0; i < n; i++)
-        c = crc_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-    return c;
-}
-
-#if defined(__x86_64__)
-__attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t c, const unsigned char *p, size_t n)
-{
-    uint64_t c64 = c;
-    for (; n >= 8; p += 8, n -= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c64 = _mm_crc32_u64(c64, w);
-    }
-    c = (uint32_t)c64;
-    for (; n; p++, n--)
-        c = _mm_crc32_u8(c, *p);
-    return c;
-}
-#endif
-
-uint32_t trace_crc32c(uint32_t crc, const void *data, size_t n)
-{
-    uint32_t c = ~crc;
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("sse4.2"))
-        return ~crc_sse42(c, data, n);
-#endif
-    return ~crc_soft(c, data, n);
-}
-
 uint32_t trace_record_crc(const trace_record *r, uint64_t index)
 {
     trace_record copy = *r;
     copy.crc = 0;
-    return trace_crc32c(trace_crc32c(0, &index, sizeof index), &copy, sizeof copy);
+    return crc32c(crc32c(0, &index, sizeof index), &copy, sizeof copy);
 }
 
 uint32_t trace_header_crc(const unsigned char header[TRACE_HEADER_SIZE])
 {
-    return trace_crc32c(0, header, 28);
+    return crc32c(0, header, 28);
 }
 
 /* ---- the writer ---- */
@@ -218,15 +168,25 @@ ferry_status trace_flush(trace *t)
     return st;
 }
 
-static void put(trace *t, trace_kind kind, trace_pool pool, int category, const char *name,
-                uint64_t bytes, uint64_t addr, int64_t step, double value);
+/* A record's fields but its time and checksum, which put() fills. */
+typedef struct trace_fields {
+    trace_kind kind;
+    trace_pool pool;
+    int category, role;
+    const char *name;
+    uint64_t bytes, addr;
+    int64_t step;
+    double value;
+} trace_fields;
+
+static void put(trace *t, const trace_fields *f);
 
 ferry_status trace_close(trace *t)
 {
     if (!t)
         return FERRY_OK;
     /* The END record says the trace is whole: its count is the records before it. */
-    put(t, TRACE_END, TRACE_POOL_DEVICE, 0, "end", 0, 0, -1, 0.0);
+    put(t, &(trace_fields){.kind = TRACE_END, .name = "end", .step = -1});
     pthread_mutex_lock(&t->mu);
     flush_locked(t);
     pthread_mutex_unlock(&t->mu);
@@ -245,23 +205,23 @@ ferry_status trace_close(trace *t)
 
 /* Fills the record in place in the buffer: the timestamp is taken under the
  * mutex so the file's order is the timestamps' order. */
-static void put(trace *t, trace_kind kind, trace_pool pool, int category, const char *name,
-                uint64_t bytes, uint64_t addr, int64_t step, double value)
+static void put(trace *t, const trace_fields *f)
 {
     pthread_mutex_lock(&t->mu);
     trace_record *r = &t->buf[t->n];
     memset(r, 0, sizeof *r);
     r->t_ns = elapsed_ns(&t->t0);
-    r->kind = (uint8_t)kind;
-    r->pool = (uint8_t)pool;
-    r->category = (uint8_t)category;
-    r->bytes = kind == TRACE_END ? t->records : bytes;
-    r->addr = addr;
-    r->step = step;
-    r->value = value;
-    if (name) {
-        size_t len = strnlen(name, TRACE_NAME_MAX - 1);
-        memcpy(r->name, name, len);
+    r->kind = (uint8_t)f->kind;
+    r->pool = (uint8_t)f->pool;
+    r->category = (uint8_t)f->category;
+    r->role = (uint8_t)f->role;
+    r->bytes = f->kind == TRACE_END ? t->records : f->bytes;
+    r->addr = f->addr;
+    r->step = f->step;
+    r->value = f->value;
+    if (f->name) {
+        size_t len = strnlen(f->name, TRACE_NAME_MAX - 1);
+        memcpy(r->name, f->name, len);
     }
     r->crc = trace_record_crc(r, t->records);
     t->records++;
@@ -270,42 +230,75 @@ static void put(trace *t, trace_kind kind, trace_pool pool, int category, const 
     pthread_mutex_unlock(&t->mu);
 }
 
+static uint64_t addr_of(const void *p) { return (uint64_t)(uintptr_t)p; }
+
 void trace_alloc(trace *t, trace_pool pool, ferry_mem_category category, const char *name,
                  uint64_t bytes, const void *addr)
 {
     if (t)
-        put(t, TRACE_ALLOC, pool, (int)category, name, bytes, (uint64_t)(uintptr_t)addr, -1, 0.0);
+        put(t, &(trace_fields){TRACE_ALLOC, pool, (int)category, 0, name, bytes, addr_of(addr), -1, 0.0});
 }
 
 void trace_free(trace *t, trace_pool pool, ferry_mem_category category, const char *name,
                 uint64_t bytes, const void *addr)
 {
     if (t)
-        put(t, TRACE_FREE, pool, (int)category, name, bytes, (uint64_t)(uintptr_t)addr, -1, 0.0);
+        put(t, &(trace_fields){TRACE_FREE, pool, (int)category, 0, name, bytes, addr_of(addr), -1, 0.0});
 }
 
 void trace_limit(trace *t, trace_pool pool, uint64_t bytes)
 {
     if (t)
-        put(t, TRACE_LIMIT, pool, 0, NULL, bytes, 0, -1, 0.0);
+        put(t, &(trace_fields){.kind = TRACE_LIMIT, .pool = pool, .bytes = bytes, .step = -1});
 }
 
 void trace_reserve(trace *t, trace_pool pool, uint64_t reserved_bytes)
 {
     if (t)
-        put(t, TRACE_RESERVE, pool, 0, NULL, reserved_bytes, 0, -1, 0.0);
+        put(t, &(trace_fields){.kind = TRACE_RESERVE, .pool = pool, .bytes = reserved_bytes, .step = -1});
 }
 
 void trace_phase(trace *t, int64_t step, const char *phase)
 {
     if (t)
-        put(t, TRACE_PHASE, TRACE_POOL_DEVICE, 0, phase ? phase : "", 0, 0, step, 0.0);
+        put(t, &(trace_fields){.kind = TRACE_PHASE, .name = phase ? phase : "", .step = step});
 }
 
 void trace_step_timing(trace *t, int64_t step, const char *key, double ms)
 {
     if (t)
-        put(t, TRACE_TIMING, TRACE_POOL_DEVICE, 0, key ? key : "", 0, 0, step, ms);
+        put(t, &(trace_fields){.kind = TRACE_TIMING, .name = key ? key : "", .step = step, .value = ms});
+}
+
+void trace_region(trace *t, const void *base, uint64_t bytes)
+{
+    if (t)
+        put(t, &(trace_fields){.kind = TRACE_REGION, .name = "planned region", .bytes = bytes,
+                               .addr = addr_of(base), .step = -1});
+}
+
+void trace_planned(trace *t, ferry_mem_category category, const char *name, uint64_t offset, uint64_t bytes,
+                   int32_t start, int32_t end, trace_plan_role role)
+{
+    if (t)
+        put(t, &(trace_fields){TRACE_PLANNED, TRACE_POOL_DEVICE, (int)category, (int)role, name, bytes, offset, start,
+                               (double)end}); /* INT32_MAX is TRACE_FOREVER */
+}
+
+void trace_occupy(trace *t, ferry_mem_category category, const char *name, int group, uint64_t bytes,
+                  const void *slot)
+{
+    if (t)
+        put(t, &(trace_fields){TRACE_OCCUPY, TRACE_POOL_DEVICE, (int)category, 0, name, bytes, addr_of(slot), group,
+                               0.0});
+}
+
+void trace_vacate(trace *t, ferry_mem_category category, const char *name, int group, uint64_t bytes,
+                  const void *slot)
+{
+    if (t)
+        put(t, &(trace_fields){TRACE_VACATE, TRACE_POOL_DEVICE, (int)category, 0, name, bytes, addr_of(slot), group,
+                               0.0});
 }
 
 uint64_t trace_record_count(trace *t)

@@ -7,6 +7,7 @@
 
 #include <ctype.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ferry.h"
@@ -36,6 +37,9 @@ static const train_flag_word words[] = {
     {"nvme_block_bytes", "--nvme-block", "--offload nvme --nvme-path /tmp --nvme-block 1MiB"},
     {"nvme_queue_depth", "--nvme-queue-depth", "--offload nvme --nvme-path /tmp --nvme-queue-depth 8"},
     {"nvme_master", "--nvme-master", "--offload nvme --nvme-path /tmp --nvme-master"},
+    /* A world of ranks is the launcher's (mpirun, srun), not a flag's. */
+    {"data_parallel -1 trains each rank alone", "one process started without mpirun or srun trains alone", NULL},
+    {"set data_parallel -1", "start one process (without mpirun or srun)", NULL},
 };
 
 const train_flag_word *train_flag_words(size_t *count)
@@ -82,4 +86,70 @@ const char *train_last_error(void)
 {
     static _Thread_local char buf[2048];
     return train_flag_words_translate(ferry_last_error(), buf, sizeof buf);
+}
+
+/* Advice of the library's messages (in the trainer's words) that a
+ * situation has already taken or cannot take: `when` says whether it
+ * applies, and the words become `then`. */
+typedef struct advice_rule {
+    const char *words, *then;
+    bool (*when)(const train_situation *s);
+} advice_rule;
+
+static bool recomputing(const train_situation *s) { return s->recompute; }
+static bool in_params(const train_situation *s) { return s->offload == FERRY_OFFLOAD_PARAMS; }
+static bool no_disk_tier(const train_situation *s)
+{
+    return s->offload == FERRY_OFFLOAD_NVME || s->on_disk || s->ranks > 1;
+}
+static bool disk_tier_open(const train_situation *s) { return !no_disk_tier(s); }
+static bool batch_one(const train_situation *s) { return s->batch == 1; }
+static bool always(const train_situation *s) { return s != NULL; }
+
+static const advice_rule rules[] = {
+    /* offload/arena.c, offload/pool.c, engine/auto.c, as translated. */
+    {"(a smaller --batch, or --recompute)", "(a smaller --batch or --seq)", recomputing},
+    {"(a smaller batch or sequence, recompute)", "(a smaller batch or sequence)", recomputing},
+    {"(a smaller --batch or --seq)", "(a shorter --seq)", batch_one},
+    {"(a smaller --batch, or --recompute)", "(a shorter --seq, or --recompute)", batch_one},
+    {"(a smaller batch or sequence)", "(a shorter sequence)", batch_one},
+    {"(a smaller batch or sequence, recompute)", "(a shorter sequence, or recompute)", batch_one},
+    {", use --offload params,", ",", in_params},
+    {", or offload optimizer state to NVMe", "", no_disk_tier},
+    {"offload optimizer state to NVMe", "put the optimizer state on disk (--offload nvme --nvme-path DIR)",
+     disk_tier_open},
+    /* engine/placement.c: an embedder's groups are its own; train_gpt2's are GPT-2's. */
+    {"raise --gpu-mem or split the group", "raise --gpu-mem (the groups are GPT-2's: the embeddings, each block)",
+     always},
+};
+
+char *train_advice_translate(const char *msg, const train_situation *s, char *out, size_t cap)
+{
+    char in[2048];
+    train_flag_words_translate(msg, in, sizeof in);
+    for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++) {
+        if (!rules[r].when(s))
+            continue;
+        char next[2048];
+        size_t o = 0, n = strlen(rules[r].words), k = strlen(rules[r].then);
+        for (const char *p = in; *p && o + 1 < sizeof next;) {
+            if (strncmp(p, rules[r].words, n) == 0 && o + k < sizeof next) {
+                memcpy(next + o, rules[r].then, k);
+                o += k;
+                p += n;
+            } else {
+                next[o++] = *p++;
+            }
+        }
+        next[o] = '\0';
+        memcpy(in, next, o + 1);
+    }
+    snprintf(out, cap, "%s", in);
+    return out;
+}
+
+const char *train_last_error_in(const train_situation *s)
+{
+    static _Thread_local char buf[2048];
+    return train_advice_translate(ferry_last_error(), s, buf, sizeof buf);
 }

@@ -71,8 +71,10 @@ static ferry_status write_config(const char *dir, const gpt2_model *m, const hf_
     cJSON_AddNumberToObject(j, "n_ctx", c->max_seq_len);
     cJSON_AddStringToObject(j, "activation_function", "gelu_new");
     cJSON_AddNumberToObject(j, "layer_norm_epsilon", 1e-5);
-    cJSON_AddNumberToObject(j, "bos_token_id", TOK_GPT2_EOT);
-    cJSON_AddNumberToObject(j, "eos_token_id", TOK_GPT2_EOT);
+    if (c->vocab_size > (int)TOK_GPT2_EOT) { /* GPT-2's <|endoftext|>, where the vocabulary has it */
+        cJSON_AddNumberToObject(j, "bos_token_id", TOK_GPT2_EOT);
+        cJSON_AddNumberToObject(j, "eos_token_id", TOK_GPT2_EOT);
+    }
     cJSON_AddBoolToObject(j, "tie_word_embeddings", 1);
     cJSON_AddStringToObject(j, "torch_dtype", "float32");
     if (ferry && (ferry->run[0] || ferry->step >= 0)) {
@@ -361,6 +363,47 @@ static ferry_status expect_bool(const char *path, const cJSON *j, const char *ke
 /* Keys that change what GPT-2 computes, each to the one value ferry
  * implements; dropout rates are read as numbers and not applied (ferry
  * trains without dropout). */
+/* The dtype names of config.json's torch_dtype and the safetensors type of
+ * each; NULL ends it. */
+static const struct { const char *name; ferry_dtype dtype; } torch_dtypes[] = {
+    {"float32", FERRY_DTYPE_F32}, {"float16", FERRY_DTYPE_F16}, {"bfloat16", FERRY_DTYPE_BF16}, {NULL, FERRY_DTYPE_F32}};
+
+/* torch_dtype, when given, names a type GPT-2 weights are stored in; *dtype
+ * gets it (F32 when absent; *given says whether it was). */
+static ferry_status read_torch_dtype(const char *path, const cJSON *j, ferry_dtype *dtype, bool *given)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "torch_dtype");
+    *dtype = FERRY_DTYPE_F32;
+    *given = v != NULL;
+    for (int i = 0; v && cJSON_IsString(v) && torch_dtypes[i].name; i++)
+        if (strcmp(v->valuestring, torch_dtypes[i].name) == 0) {
+            *dtype = torch_dtypes[i].dtype;
+            return FERRY_OK;
+        }
+    if (!v)
+        return FERRY_OK;
+    char what[64];
+    describe(v, what, sizeof what);
+    return err_set(FERRY_ERR_FORMAT, "model config '%s': \"torch_dtype\" is %s; GPT-2 weights are \"float32\", "
+                   "\"float16\" or \"bfloat16\"", path, what);
+}
+
+/* A token id key (bos_token_id, eos_token_id): a whole number, when given
+ * (not checked against the vocabulary: ferry before this one wrote GPT-2's
+ * 50256 for smaller vocabularies too, and trains without reading them). */
+static ferry_status check_token_id(const char *path, const cJSON *j, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!v || cJSON_IsNull(v) ||
+        (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 2147483648.0 &&
+         v->valuedouble == (double)(int32_t)v->valuedouble))
+        return FERRY_OK;
+    char what[64];
+    describe(v, what, sizeof what);
+    return err_set(FERRY_ERR_FORMAT, "model config '%s': \"%s\" is %s, not a token id (a whole number >= 0); "
+                   "GPT-2's is 50256", path, key, what);
+}
+
 static ferry_status check_semantics(const char *path, const cJSON *j, int n_embd, int n_positions)
 {
     static const char *const gelu[] = {"gelu_new", "gelu_pytorch_tanh", NULL};
@@ -371,6 +414,11 @@ static ferry_status check_semantics(const char *path, const cJSON *j, int n_embd
     if (st == FERRY_OK) st = expect_bool(path, j, "scale_attn_weights", true, "attention scaled by 1/sqrt(head size)");
     if (st == FERRY_OK) st = expect_bool(path, j, "scale_attn_by_inverse_layer_idx", false, "no per-layer scaling");
     if (st == FERRY_OK) st = expect_bool(path, j, "add_cross_attention", false, "a decoder without cross-attention");
+    if (st == FERRY_OK) st = check_token_id(path, j, "bos_token_id");
+    if (st == FERRY_OK) st = check_token_id(path, j, "eos_token_id");
+    ferry_dtype dtype;
+    bool given;
+    if (st == FERRY_OK) st = read_torch_dtype(path, j, &dtype, &given);
     if (st != FERRY_OK)
         return st;
     const cJSON *eps = cJSON_GetObjectItemCaseSensitive(j, "layer_norm_epsilon");
@@ -486,6 +534,41 @@ ferry_status hf_read_config_ferry(const char *config_json, gpt2_config *out, hf_
     return st == FERRY_OK ? FERRY_OK : err_wrap(st, "model config '%s'", config_json);
 }
 
+ferry_status hf_check_torch_dtype(const char *config_json, const char *safetensors)
+{
+    char *text = NULL;
+    size_t len = 0;
+    cJSON *j = NULL;
+    ferry_dtype want;
+    bool given = false;
+    ferry_status st = fileio_read(config_json, "model config", &text, &len);
+    if (st == FERRY_OK)
+        st = parse_object(config_json, text, len, &j);
+    free(text);
+    if (st == FERRY_OK)
+        st = read_torch_dtype(config_json, j, &want, &given);
+    cJSON_Delete(j);
+    if (st != FERRY_OK || !given)
+        return st;
+    sft_file *f = NULL;
+    if ((st = sft_open(safetensors, &f)) != FERRY_OK)
+        return st;
+    const char *said = "";
+    for (int i = 0; torch_dtypes[i].name; i++)
+        if (torch_dtypes[i].dtype == want)
+            said = torch_dtypes[i].name;
+    for (size_t i = 0; i < sft_count(f) && st == FERRY_OK; i++) {
+        const sft_tensor *t = sft_tensor_at(f, i);
+        if (!ignorable(t->name) && t->dtype != want)
+            st = err_set(FERRY_ERR_FORMAT, "model config '%s' says torch_dtype \"%s\", but '%s' stores %s as %s: "
+                         "the config is not the one saved with these weights; put back the config.json saved with "
+                         "them (or set torch_dtype to the weights' type)", config_json, said, safetensors, t->name,
+                         sft_dtype_name(t->dtype));
+    }
+    sft_close(f);
+    return st;
+}
+
 ferry_status hf_read_config(const char *config_json, gpt2_config *out)
 {
     return hf_read_config_ferry(config_json, out, NULL);
@@ -493,12 +576,19 @@ ferry_status hf_read_config(const char *config_json, gpt2_config *out)
 
 ferry_status hf_read_ferry_meta(const char *safetensors, hf_ferry_info *out)
 {
+    return hf_read_weights_identity(safetensors, out, NULL);
+}
+
+ferry_status hf_read_weights_identity(const char *safetensors, hf_ferry_info *out, sft_checksum *sum)
+{
     sft_file *f = NULL;
     out->run[0] = '\0';
     out->step = -1;
     ferry_status st = sft_open(safetensors, &f);
     if (st != FERRY_OK)
         return st;
+    if (sum)
+        sft_data_checksum(f, sum);
     const char *run = sft_metadata(f, "ferry_run"), *step = sft_metadata(f, "ferry_step");
     char *end = NULL;
     long long v = step ? strtoll(step, &end, 10) : -1;

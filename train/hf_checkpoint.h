@@ -9,6 +9,7 @@
 
 #include "ferry.h"
 #include "models/gpt2.h"
+#include "train/safetensors.h"
 
 /* What binds a checkpoint's files to their run and step: config.json's
  * "ferry": {"run": ..., "step": ...} and the safetensors metadata ferry_run
@@ -34,16 +35,24 @@ ferry_status hf_load(const char *path, const gpt2_model *m, float *const *groups
  * shape; every other key that changes what GPT-2 computes must hold the one
  * value ferry implements (activation_function gelu_new, layer_norm_epsilon
  * 1e-05, tie_word_embeddings true, n_ctx = n_positions, n_inner null or
- * 4 n_embd, model_type gpt2, ...), else FERRY_ERR_FORMAT naming the key, its
+ * 4 n_embd, model_type gpt2, ...), bos_token_id and eos_token_id whole
+ * numbers, torch_dtype one of float32, float16, bfloat16, else
+ * FERRY_ERR_FORMAT naming the key, its
  * value and the one supported; dropout rates are read and not applied. Not
  * one JSON object, a key given twice, or bytes after the object are
  * FERRY_ERR_FORMAT too. FERRY_ERR_IO if there is no file. */
 ferry_status hf_read_config(const char *config_json, gpt2_config *out);
+/* config.json's torch_dtype (when it gives one) against the type every
+ * GPT-2 weight of the safetensors file is stored in: a config saying
+ * "bfloat16" beside F32 weights is FERRY_ERR_FORMAT naming both. */
+ferry_status hf_check_torch_dtype(const char *config_json, const char *safetensors);
 /* The same, also giving the "ferry" fields (run "" and step -1 when absent;
  * damaged ones are FERRY_ERR_FORMAT). ferry may be NULL. */
 ferry_status hf_read_config_ferry(const char *config_json, gpt2_config *out, hf_ferry_info *ferry);
 /* The ferry_run and ferry_step metadata of a safetensors file (run "" and
  * step -1 when absent), from its header alone. */
 ferry_status hf_read_ferry_meta(const char *safetensors, hf_ferry_info *out);
+/* The same, and *sum (may be NULL) the checksum of its tensors' bytes. */
+ferry_status hf_read_weights_identity(const char *safetensors, hf_ferry_info *out, sft_checksum *sum);
 
 #endif

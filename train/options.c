@@ -83,10 +83,15 @@ static const opt_spec specs[] = {
     {"--temperature", OPT_FLOAT, F(temperature), "1.0", 0, 100, "sampling temperature (0 = greedy)"},
     {"--top-k", OPT_INT, F(top_k), "40", 0, 65536, "sample among the k likeliest tokens (0 = all)"},
     {"--prompt", OPT_STR, F(prompt), "", 0, 0, "text the samples start from (default: <|endoftext|>)"},
-    {"--checkpoint-dir", OPT_STR, F(checkpoint_dir), "", 0, 0, "folder for checkpoints (model.safetensors, config.json, state.ferry)"},
-    {"--checkpoint-every", OPT_INT, F(checkpoint_every), "0", 0, 100000000, "save every N steps, and at the end (0 = only at the end)"},
+    {"--checkpoint-dir", OPT_STR, F(checkpoint_dir), "", 0, 0, "folder for checkpoints (model.safetensors, config.json, "
+                                                               "state.ferry); with --resume, the checkpoint's run "
+                                                               "folder unless this is given"},
+    {"--checkpoint-every", OPT_INT, F(checkpoint_every), "0", 0, 100000000, "save every N steps, and at the end (0 = only "
+                                                                          "at the end; a resumed run keeps its "
+                                                                          "checkpoint's unless this is given)"},
     {"--keep-last", OPT_INT, F(keep_last), "3", 0, 100000000, "after each save keep the N newest step folders, delete older ones (0 = keep all)"},
-    {"--resume", OPT_STR, F(resume), "", 0, 0, "continue from a checkpoint folder (or its parent: the latest in it)"},
+    {"--resume", OPT_STR, F(resume), "", 0, 0, "continue from a checkpoint folder (or its parent: the latest in it) "
+                                               "to --steps, with the checkpoint's settings, saving into its run folder"},
     {"--trace", OPT_STR, F(trace), "", 0, 0, "write a memory trace for memprof to this file (each run, a resumed "
                                              "one too, writes it anew)"},
     {"--log", OPT_STR, F(log), "", 0, 0, "append a JSON Lines record of every step to this file (a resumed run "
@@ -316,8 +321,9 @@ static int check_together(train_options *o)
         fprintf(stderr, "train_gpt2: --eval-every needs --val-data\n");
         return 2;
     }
-    if (o->checkpoint_every && !o->checkpoint_dir) {
-        fprintf(stderr, "train_gpt2: --checkpoint-every needs --checkpoint-dir\n");
+    if (o->checkpoint_every && !o->checkpoint_dir && (!o->resume || o->sample_only)) {
+        fprintf(stderr, "train_gpt2: --checkpoint-every needs --checkpoint-dir (or --resume, which saves into the "
+                        "checkpoint's run folder)\n");
         return 2;
     }
     if (o->delayed_update && o->offload == FERRY_OFFLOAD_AUTO && !train_options_given(o, "--offload"))
@@ -396,11 +402,17 @@ int train_options_check_outputs(const train_options *o)
         st = fileio_check_output(o->log, "--log");
     if (st == FERRY_OK && o->trace)
         st = fileio_check_output(o->trace, "--trace");
-    /* The state's folder is not created: it names a disk. */
+    /* The state's folder is not created: it names a disk. The state file
+     * is created in it. */
     struct stat sb;
     if (st == FERRY_OK && o->nvme_path && stat(o->nvme_path, &sb) != 0) {
-        fprintf(stderr, "train_gpt2: --nvme-path '%s': %s; create the folder on a fast disk first\n", o->nvme_path,
-                strerror(errno));
+        fprintf(stderr, "train_gpt2: --nvme-path '%s': %s; the folder is not created (it names a disk): create it on "
+                "a fast disk first, and the state file is made in it\n", o->nvme_path, strerror(errno));
+        return 2;
+    }
+    if (st == FERRY_OK && o->nvme_path && !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "train_gpt2: --nvme-path '%s' is %s; give an existing folder on a fast disk: the state file is "
+                "created in it\n", o->nvme_path, fileio_type_name(sb.st_mode));
         return 2;
     }
     if (st == FERRY_OK && o->nvme_path)

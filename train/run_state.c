@@ -34,8 +34,9 @@ ferry_status run_state_join(char *out, size_t cap, const char *dir, const char *
 #define RUN_STATE_MAGIC "FERRYRUN"
 enum { RUN_STATE_U64S = 6, RUN_STATE_I32S = 9, RUN_STATE_SET_I32S = 5, RUN_STATE_SET_F32S = 7 };
 _Static_assert(RUN_STATE_V2_BYTES == 8 + 4 + 8 * RUN_STATE_U64S + 4 * RUN_STATE_I32S, "the documented layout");
-_Static_assert(RUN_STATE_BYTES == RUN_STATE_V2_BYTES + 16 + 8 + 4 * RUN_STATE_SET_I32S + 4 * RUN_STATE_SET_F32S,
+_Static_assert(RUN_STATE_V3_BYTES == RUN_STATE_V2_BYTES + 16 + 8 + 4 * RUN_STATE_SET_I32S + 4 * RUN_STATE_SET_F32S,
                "the documented layout");
+_Static_assert(RUN_STATE_BYTES == RUN_STATE_V3_BYTES + 8 + 4 + 4, "the documented layout");
 
 void run_state_new_run(char out[33])
 {
@@ -117,6 +118,9 @@ void run_state_encode(const train_resume *r, unsigned char out[RUN_STATE_BYTES])
         p = put_le(p, (uint32_t)set_i32s[i], 4);
     for (int i = 0; i < RUN_STATE_SET_F32S; i++)
         p = put_le(p, f32_bits(set_f32s[i]), 4);
+    p = put_le(p, r->weights.bytes, 8);
+    p = put_le(p, r->weights.crc32c, 4);
+    put_le(p, (uint32_t)t->checkpoint_every, 4);
 }
 
 /* A run's identity is 32 lowercase hex digits, not all zero. */
@@ -135,7 +139,8 @@ static ferry_status check_settings(const train_settings *t, const char *where)
                      t->clip >= 0;
     bool ints_ok = (t->dtype == FERRY_DTYPE_F32 || t->dtype == FERRY_DTYPE_BF16 || t->dtype == FERRY_DTYPE_F16) &&
                    strcmp(ferry_offload_name((ferry_offload)t->offload), "unknown") != 0 && /* any mode ferry has */
-                   (t->delayed_update == 0 || t->delayed_update == 1) && t->warmup >= 0 && t->steps >= 1;
+                   (t->delayed_update == 0 || t->delayed_update == 1) && t->warmup >= 0 && t->steps >= 1 &&
+                   t->checkpoint_every >= -1;
     if (!floats_ok || !ints_ok)
         return err_set(FERRY_ERR_FORMAT, "'%s': the run state's settings (dtype %d, offload %d, delayed update %d, "
                                          "warmup %d, steps %d, lr %g, ...) are not ones a run can have: it is damaged",
@@ -169,10 +174,10 @@ ferry_status run_state_decode(const unsigned char *in, size_t len, const char *w
                        where);
     const unsigned char *p = in + 8;
     uint32_t version = (uint32_t)get_le(&p, 4);
-    if (version != RUN_STATE_VERSION && version != 2)
-        return err_set(FERRY_ERR_FORMAT, "'%s' holds run state version %u; this train_gpt2 reads versions 2 and %u",
+    if (version < 2 || version > RUN_STATE_VERSION)
+        return err_set(FERRY_ERR_FORMAT, "'%s' holds run state version %u; this train_gpt2 reads versions 2 to %u",
                        where, version, RUN_STATE_VERSION);
-    size_t want = version == 2 ? RUN_STATE_V2_BYTES : RUN_STATE_BYTES;
+    size_t want = version == 2 ? RUN_STATE_V2_BYTES : version == 3 ? RUN_STATE_V3_BYTES : RUN_STATE_BYTES;
     if (len != want)
         return err_set(FERRY_ERR_FORMAT, "'%s' holds %zu bytes of run state; version %u has %zu: it is damaged", where,
                        len, version, want);
@@ -204,7 +209,17 @@ ferry_status run_state_decode(const unsigned char *in, size_t len, const char *w
             *ints[i] = (int32_t)(uint32_t)get_le(&p, 4);
         for (int i = 0; i < RUN_STATE_SET_F32S; i++)
             *floats[i] = bits_f32((uint32_t)get_le(&p, 4));
-        if (!run_ok(r.run))
+        t->checkpoint_every = -1;
+        if (version >= 4) {
+            r.weights_known = 1;
+            r.weights.bytes = get_le(&p, 8);
+            r.weights.crc32c = (uint32_t)get_le(&p, 4);
+            t->checkpoint_every = (int32_t)(uint32_t)get_le(&p, 4);
+        }
+        if (version >= 4 && t->checkpoint_every < 0)
+            st = err_set(FERRY_ERR_FORMAT, "'%s': the run state's --checkpoint-every %d is negative: it is damaged",
+                         where, t->checkpoint_every);
+        else if (!run_ok(r.run))
             st = err_set(FERRY_ERR_FORMAT, "'%s': the run state's run identity %s is not one a run gets: it is "
                                            "damaged", where, r.run);
         else
@@ -312,6 +327,7 @@ static void remove_temporaries(const char *dir)
 }
 
 static void remove_incomplete(const char *dir);
+static ferry_status peek(const char *state, train_resume *r);
 
 /* Who holds the lock, as its file says ("" if unknown). */
 static void lock_holder(int fd, char *out, size_t cap)
@@ -378,8 +394,6 @@ ferry_status run_state_lock(const char *dir, int *fd)
         close(lfd);
         return err_set(FERRY_ERR_IO, "cannot write the lock '%s': %s", path, strerror(e));
     }
-    remove_temporaries(dir);
-    remove_incomplete(dir);
     *fd = lfd;
     return FERRY_OK;
 }
@@ -444,31 +458,108 @@ static ferry_status list_steps(const char *dir, long long **steps, size_t *n)
 /* The files every step folder a save puts in place holds. */
 static const char *const step_files[] = {"config.json", "model.safetensors", "state.ferry"};
 
+/* Whether a step folder holds every one of step_files, each a regular file. */
+static bool folder_whole(const char *path)
+{
+    char file[PATH_MAX];
+    struct stat sb;
+    bool whole = true;
+    for (size_t k = 0; k < sizeof step_files / sizeof step_files[0]; k++)
+        whole &= run_state_join(file, sizeof file, path, step_files[k]) == FERRY_OK && lstat(file, &sb) == 0 &&
+                 S_ISREG(sb.st_mode);
+    return whole;
+}
+
+/* The target `latest` names in dir ("" when there is none). */
+static void read_latest(const char *dir, char *target, size_t cap)
+{
+    char link[PATH_MAX];
+    ssize_t len = -1;
+    if (run_state_join(link, sizeof link, dir, "latest") == FERRY_OK)
+        len = readlink(link, target, cap - 1);
+    target[len > 0 ? len : 0] = '\0';
+}
+
+ferry_status run_state_folder_run(const char *step_dir, char run[33])
+{
+    char state[PATH_MAX], conf[PATH_MAX], why[ERR_MESSAGE_MAX];
+    train_resume r;
+    hf_ferry_info f;
+    gpt2_config c;
+    run[0] = '\0';
+    ferry_status st = run_state_join(state, sizeof state, step_dir, "state.ferry");
+    if (st == FERRY_OK && (st = peek(state, &r)) == FERRY_OK) {
+        snprintf(run, 33, "%s", r.run);
+        return FERRY_OK;
+    }
+    snprintf(why, sizeof why, "%s", ferry_last_error());
+    if (run_state_join(conf, sizeof conf, step_dir, "config.json") == FERRY_OK &&
+        hf_read_config_ferry(conf, &c, &f) == FERRY_OK) {
+        snprintf(run, 33, "%s", f.run);
+        err_clear();
+        return FERRY_OK;
+    }
+    return err_set(st, "%s", why);
+}
+
+ferry_status run_state_claim(const char *dir, const char *run, bool resumed)
+{
+    char name[64], path[PATH_MAX], theirs[33], latest[PATH_MAX], why[ERR_MESSAGE_MAX];
+    long long *steps = NULL;
+    size_t n = 0;
+    ferry_status st = list_steps(dir, &steps, &n);
+    read_latest(dir, latest, sizeof latest);
+    for (size_t i = 0; i < n && st == FERRY_OK; i++) {
+        step_name(name, sizeof name, steps[i]);
+        if (run_state_join(path, sizeof path, dir, name) != FERRY_OK)
+            continue;
+        if (run_state_folder_run(path, theirs) != FERRY_OK) {
+            snprintf(why, sizeof why, "%s", ferry_last_error());
+            err_clear();
+            if (!folder_whole(path))
+                continue; /* what a killed retention left: removed below */
+            st = err_set(FERRY_ERR_STATE, "'%s' holds a checkpoint whose run cannot be told (%s): it may be another "
+                                          "run's, and ferry writes nothing into a folder it would overwrite or "
+                                          "prune; move it away, or give another --checkpoint-dir",
+                         path, why);
+        } else if (!resumed) {
+            step_name(name, sizeof name, steps[0]); /* the newest */
+            st = err_set(FERRY_ERR_STATE, "'%s' already holds checkpoints of run %s (the newest: %s%s); continue "
+                                          "that run with --resume %s%s%s, or give a new --checkpoint-dir",
+                         dir, theirs[0] ? theirs : "(one that recorded no identity)", name,
+                         latest[0] ? "" : ", and no latest link", dir, latest[0] ? "" : "/", latest[0] ? "" : name);
+        } else if (strcmp(theirs, run) != 0) {
+            st = err_set(FERRY_ERR_STATE, "'%s' is a checkpoint of run %s, but the run resumed is %s: two runs in "
+                                          "one folder would overwrite and prune each other's checkpoints; save the "
+                                          "resumed run into a folder of its own (--checkpoint-dir)",
+                         path, theirs[0] ? theirs : "(none recorded)", run[0] ? run : "(none recorded)");
+        }
+    }
+    free(steps);
+    if (st != FERRY_OK)
+        return st;
+    remove_temporaries(dir);
+    remove_incomplete(dir);
+    return FERRY_OK;
+}
+
 /* Removes step folders that lack one of step_files (a retention killed
  * midway, by a ferry from before retention renamed first), except the one
  * latest names; only with the lock held. A save never makes one: it fills a
  * temporary folder and renames it whole. */
 static void remove_incomplete(const char *dir)
 {
-    char link[PATH_MAX], target[PATH_MAX] = "", name[64], path[PATH_MAX], file[PATH_MAX];
+    char target[PATH_MAX], name[64], path[PATH_MAX];
     long long *steps = NULL;
     size_t n = 0;
-    if (run_state_join(link, sizeof link, dir, "latest") == FERRY_OK) {
-        ssize_t len = readlink(link, target, sizeof target - 1);
-        target[len > 0 ? len : 0] = '\0';
-    }
+    read_latest(dir, target, sizeof target);
     if (list_steps(dir, &steps, &n) != FERRY_OK)
         return;
     for (size_t i = 0; i < n; i++) {
         step_name(name, sizeof name, steps[i]);
         if (strcmp(name, target) == 0 || run_state_join(path, sizeof path, dir, name) != FERRY_OK)
             continue;
-        bool whole = true;
-        struct stat sb;
-        for (size_t k = 0; k < sizeof step_files / sizeof step_files[0]; k++)
-            whole &= run_state_join(file, sizeof file, path, step_files[k]) == FERRY_OK && lstat(file, &sb) == 0 &&
-                     S_ISREG(sb.st_mode);
-        if (!whole)
+        if (!folder_whole(path))
             remove_tree(path);
     }
     free(steps);
@@ -489,23 +580,29 @@ static int delete_step(const char *dir, const char *name)
     return remove_tree(del);
 }
 
-ferry_status run_state_prune(const char *dir, int keep)
+ferry_status run_state_prune(const char *dir, int keep, const char *run)
 {
-    char link[PATH_MAX], target[PATH_MAX] = "", name[64], path[PATH_MAX];
+    char target[PATH_MAX], name[64], path[PATH_MAX], theirs[33];
     long long *steps = NULL;
     size_t n = 0;
     if (keep <= 0)
         return FERRY_OK;
-    ferry_status st = run_state_join(link, sizeof link, dir, "latest");
-    ssize_t len = st == FERRY_OK ? readlink(link, target, sizeof target - 1) : -1;
-    target[len > 0 ? len : 0] = '\0';
-    if (st == FERRY_OK)
-        st = list_steps(dir, &steps, &n);
+    read_latest(dir, target, sizeof target);
+    ferry_status st = list_steps(dir, &steps, &n);
     ferry_status failed = FERRY_OK;
     for (size_t i = (size_t)keep; st == FERRY_OK && i < n; i++) {
         step_name(name, sizeof name, steps[i]);
         if (strcmp(name, target) == 0 || run_state_join(path, sizeof path, dir, name) != FERRY_OK)
             continue;
+        /* Only this run's checkpoints are its to delete (one copied in since
+         * the run started, or of unknown run, is left and named). */
+        if (run_state_folder_run(path, theirs) != FERRY_OK || strcmp(theirs, run) != 0) {
+            if (failed == FERRY_OK)
+                failed = err_set(FERRY_ERR_STATE, "keeping the last %d checkpoints: '%s' was left: it is not a "
+                                                  "checkpoint of this run (%s) but of %s; move it away",
+                                 keep, path, run, theirs[0] ? theirs : "a run that cannot be told");
+            continue;
+        }
         int e = delete_step(dir, name);
         if (e && failed == FERRY_OK)
             failed = err_set(FERRY_ERR_IO, "keeping the last %d checkpoints: could not remove '%s': %s", keep, path,
@@ -570,6 +667,36 @@ static ferry_status install(const char *tmp, const char *final, const char *asid
     return FERRY_OK;
 }
 
+/* The checksum of the tensors' bytes of the model.safetensors just written
+ * into the folder `tmp`, into the run state saved beside it. */
+static ferry_status weights_checksum(const char *tmp, train_resume *r)
+{
+    char path[PATH_MAX];
+    sft_file *f = NULL;
+    ferry_status st = run_state_join(path, sizeof path, tmp, "model.safetensors");
+    if (st == FERRY_OK)
+        st = sft_open(path, &f);
+    if (st != FERRY_OK)
+        return err_wrap(st, "reading back the weights just written");
+    sft_data_checksum(f, &r->weights);
+    r->weights_known = 1;
+    sft_close(f);
+    return FERRY_OK;
+}
+
+/* What a failed save leaves a reader with: the folder's latest checkpoint,
+ * whole, or none at all. */
+static const char *describe_kept(const char *dir, char *buf, size_t cap)
+{
+    char target[PATH_MAX];
+    read_latest(dir, target, sizeof target);
+    if (target[0])
+        snprintf(buf, cap, "the latest checkpoint, '%s/%s', is intact", dir, target);
+    else
+        snprintf(buf, cap, "'%s' holds no earlier checkpoint: nothing of this run is saved", dir);
+    return buf;
+}
+
 /* Data parallelism: rank 0 writes the checkpoint; every other rank takes
  * part in the collectives that gather the state to it, in its order (the
  * weights of each group, then the engine's state), and writes nothing. */
@@ -611,7 +738,6 @@ ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, cons
     hf_ferry_info ferry;
     snprintf(ferry.run, sizeof ferry.run, "%s", r.run);
     ferry.step = step;
-    run_state_encode(&r, blob);
     step_name(name, sizeof name, (long long)step);
     snprintf(hidden, sizeof hidden, ".%s.tmp", name);
     snprintf(old, sizeof old, ".%s.old", name);
@@ -623,21 +749,33 @@ ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, cons
     if (st != FERRY_OK)
         return st;
     struct stat sb;
+    char theirs[33];
     if (lstat(final, &sb) == 0 && !S_ISDIR(sb.st_mode))
         return err_set(FERRY_ERR_IO, "saving the checkpoint of step %lld: '%s' is %s, not a step folder ferry "
                                      "saved; move it away (it is left as it is)",
                        (long long)step, final, fileio_type_name(sb.st_mode));
+    if (lstat(final, &sb) == 0 && (run_state_folder_run(final, theirs) != FERRY_OK || strcmp(theirs, r.run) != 0))
+        return err_set(FERRY_ERR_STATE, "saving the checkpoint of step %lld: '%s' already holds a checkpoint of %s%s, "
+                                        "not of this run (%s); it is left as it is: move it away, or save into "
+                                        "another --checkpoint-dir",
+                       (long long)step, final, theirs[0] ? "run " : "", theirs[0] ? theirs : "a run that cannot be told",
+                       r.run);
     remove_tree(tmp);
     if ((st = make_dir(tmp)) != FERRY_OK)
         return st;
     st = save_weights(tmp, e, m, &ferry);
     if (st == FERRY_OK)
+        st = weights_checksum(tmp, &r);
+    if (st == FERRY_OK) {
+        run_state_encode(&r, blob);
         st = ferry_engine_save(e, state, blob, sizeof blob);
+    }
     if (st == FERRY_OK)
         st = install(tmp, final, aside);
     if (st != FERRY_OK) {
+        char kept[PATH_MAX + 96];
         remove_tree(tmp);
-        return err_wrap(st, "saving the checkpoint of step %lld (the previous one is intact)", (long long)step);
+        return err_wrap(st, "saving the checkpoint of step %lld (%s)", (long long)step, describe_kept(dir, kept, sizeof kept));
     }
     return point_latest(dir, name);
 }
@@ -706,6 +844,93 @@ static ferry_status check_binding(const char *file, const hf_ferry_info *f, cons
     return FERRY_OK;
 }
 
+/* A weights file's tensor bytes against the checksum the run state beside
+ * it recorded when both were saved (a run state from before it was kept
+ * records none). */
+static ferry_status check_sum(const char *file, const sft_checksum *sum, const train_resume *r, const char *state)
+{
+    if (!r->weights_known || (sum->bytes == r->weights.bytes && sum->crc32c == r->weights.crc32c))
+        return FERRY_OK;
+    return err_set(FERRY_ERR_FORMAT, "'%s': its tensor data (%llu bytes, CRC-32C %08x) is not what was saved with the "
+                                     "state.ferry beside it ('%s': %llu bytes, CRC-32C %08x): the weights were changed "
+                                     "or damaged after the save; put back the model.safetensors saved with it, or "
+                                     "resume from another checkpoint",
+                   file, (unsigned long long)sum->bytes, (unsigned)sum->crc32c, state,
+                   (unsigned long long)r->weights.bytes, (unsigned)r->weights.crc32c);
+}
+
+ferry_status run_state_check_weights(const char *safetensors)
+{
+    char dir[PATH_MAX], state[PATH_MAX];
+    hf_ferry_info meta;
+    sft_checksum sum;
+    train_resume r;
+    snprintf(dir, sizeof dir, "%s", safetensors);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    if (run_state_join(state, sizeof state, dir, "state.ferry") != FERRY_OK || access(state, F_OK) != 0)
+        return FERRY_OK;
+    ferry_status st = hf_read_weights_identity(safetensors, &meta, &sum);
+    if (st != FERRY_OK)
+        return st;
+    /* A state.ferry that is not a run state of ferry's, or of another run or
+     * step than the file says it was saved with, says nothing of the file. */
+    if (peek(state, &r) != FERRY_OK || !meta.run[0] || strcmp(meta.run, r.run) != 0 || meta.step != r.step) {
+        err_clear();
+        return FERRY_OK;
+    }
+    return check_sum(safetensors, &sum, &r, state);
+}
+
+/* A path as the user wrote it without trailing "/" and "/." (runs/x/step_5/. is runs/x/step_5). */
+static void trim_path(char *p)
+{
+    for (size_t n = strlen(p); n > 1;) {
+        if (p[n - 1] == '/')
+            p[--n] = '\0';
+        else if (n > 2 && p[n - 1] == '.' && p[n - 2] == '/')
+            p[n -= 2] = '\0';
+        else
+            break;
+    }
+}
+
+ferry_status run_state_run_folder(const char *resume, char *out, size_t cap)
+{
+    char link[PATH_MAX], path[PATH_MAX];
+    struct stat sb;
+    int n = snprintf(path, sizeof path, "%s", resume);
+    if (n < 0 || (size_t)n >= sizeof path || (size_t)n >= cap)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "the path '%s' is too long", resume);
+    trim_path(path);
+    if (run_state_join(link, sizeof link, path, "latest") == FERRY_OK && lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+        snprintf(out, cap, "%s", path); /* a run folder itself */
+        return FERRY_OK;
+    }
+    /* A step folder (or a run folder's latest, which names one): the folder above it. */
+    char *real = realpath(path, NULL);
+    char *base = real ? strrchr(real, '/') : NULL;
+    bool step = base && folder_step(base + 1) >= 0;
+    if (!step) {
+        free(real);
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "'%s' is a checkpoint outside a run folder (neither a step_N "
+                                                   "folder nor a folder with a latest link)", resume);
+    }
+    char *slash = strrchr(path, '/');
+    const char *last = slash ? slash + 1 : path;
+    if (strcmp(last, ".") == 0 || strcmp(last, "..") == 0) /* no name to strip: the real folder above */
+        snprintf(out, cap, "%.*s", base == real ? 1 : (int)(base - real), real);
+    else if (!slash)
+        snprintf(out, cap, ".");
+    else
+        snprintf(out, cap, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    free(real);
+    return FERRY_OK;
+}
+
 ferry_status run_state_inspect(const char *ckpt_dir, gpt2_config *out, train_resume *resume)
 {
     char path[PATH_MAX], state[PATH_MAX], weights[PATH_MAX];
@@ -718,8 +943,11 @@ ferry_status run_state_inspect(const char *ckpt_dir, gpt2_config *out, train_res
     if (st == FERRY_OK) st = peek(state, &r);
     if (st == FERRY_OK) st = run_state_check_model(&r, out, path);
     if (st == FERRY_OK) st = check_binding(path, &conf, &r, state);
-    if (st == FERRY_OK) st = hf_read_ferry_meta(weights, &meta);
+    sft_checksum sum;
+    if (st == FERRY_OK) st = hf_read_weights_identity(weights, &meta, &sum);
     if (st == FERRY_OK) st = check_binding(weights, &meta, &r, state);
+    if (st == FERRY_OK) st = check_sum(weights, &sum, &r, state);
+    if (st == FERRY_OK) st = hf_check_torch_dtype(path, weights);
     long long named = named_step(ckpt_dir);
     if (st == FERRY_OK && named >= 0 && named != r.step)
         st = err_set(FERRY_ERR_FORMAT, "'%s' holds the state of step %lld, but the folder is named for step %lld: a "

@@ -8,11 +8,13 @@
 #ifndef FERRY_TRAIN_RUN_STATE_H
 #define FERRY_TRAIN_RUN_STATE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ferry.h"
 #include "models/gpt2.h"
 #include "train/dataloader.h"
+#include "train/safetensors.h"
 
 /* The settings a run was trained with, so that a resumed run takes them
  * from its checkpoint and can say which the command line changes. */
@@ -24,6 +26,7 @@ typedef struct train_settings {
     int32_t delayed_update;
     int32_t warmup, steps;
     float lr, lr_min_frac, weight_decay, beta1, beta2, eps, clip;
+    int32_t checkpoint_every; /* -1 in a run state from before it was kept (version 3) */
 } train_settings;
 
 /* What besides the engine state a resumed run needs to continue exactly. */
@@ -36,19 +39,27 @@ typedef struct train_resume {
     int32_t batch, seq, grad_accum;
     char run[33];          /* the run's identity: 32 lowercase hex digits ("" in a version-2 run state) */
     train_settings settings;
+    /* The tensors' bytes of the model.safetensors saved beside it (run_state_save
+     * fills it); weights_known is 0 in a run state from before it was kept. */
+    int weights_known;
+    sft_checksum weights;
 } train_resume;
 
 /* The run state as state.ferry stores it (the engine checkpoint's user blob),
  * little-endian, field by field:
- *   magic "FERRYRUN", u32 version (3),
+ *   magic "FERRYRUN", u32 version (4),
  *   i64 step, i64 engine_step, u64 data.epoch, u64 data.index, u64 data.layout,
  *   u64 sample_rng, i32 n_layer, n_head, n_embd, vocab_size, padded_vocab_size,
  *   max_seq_len, i32 batch, seq, grad_accum,          (version 2 ends here: 96 bytes)
  *   u8 run[16], u64 seed, i32 dtype, offload, delayed_update, warmup, steps,
- *   f32 lr, lr_min_frac, weight_decay, beta1, beta2, eps, clip
- * The engine checksums it. Version 2 is read too (no run, settings unknown). */
-#define RUN_STATE_VERSION 3u
-#define RUN_STATE_BYTES 168u
+ *   f32 lr, lr_min_frac, weight_decay, beta1, beta2, eps, clip,
+ *                                                     (version 3 ends here: 168 bytes)
+ *   u64 weights.bytes, u32 weights.crc32c, i32 checkpoint_every
+ * The engine checksums it. Versions 2 (no run, settings unknown) and 3 (no
+ * weights checksum, --checkpoint-every unknown) are read too. */
+#define RUN_STATE_VERSION 4u
+#define RUN_STATE_BYTES 184u
+#define RUN_STATE_V3_BYTES 168u
 #define RUN_STATE_V2_BYTES 96u
 
 /* A new run's identity: 128 random bits as 32 lowercase hex digits. */
@@ -68,7 +79,11 @@ ferry_status run_state_check_model(const train_resume *r, const gpt2_config *cfg
 ferry_status run_state_join(char *out, size_t cap, const char *dir, const char *name);
 
 /* Saves a checkpoint at `step` into dir (created if missing), with the run
- * state `resume` (its engine_step is taken from the engine). */
+ * state `resume` (its engine_step is taken from the engine, its weights
+ * checksum from the model.safetensors written). A step folder of that name
+ * that belongs to another run (or whose run cannot be told) is refused and
+ * left as it is. On a failure the message says what the folder still holds
+ * (its latest checkpoint, or none). */
 ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, const gpt2_model *m,
                             const train_resume *resume);
 
@@ -77,24 +92,48 @@ ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, cons
  * (a regular file, never followed through a link) until run_state_unlock,
  * so two runs never write one folder. A folder another run holds is
  * FERRY_ERR_STATE naming its process; a dir/latest that is not a symbolic
- * link (a folder, a file) is FERRY_ERR_IO, before any work. Step folders a
- * killed retention left incomplete (lacking config.json, model.safetensors
- * or state.ferry), other than the one latest names, are removed too. Temporaries a killed save left there
- * (.step_N.tmp, .step_N.old) are removed once the lock is held, except a
- * .step_N.old where step_N is missing (a save stopped between moving the
- * earlier step_N aside and renaming the new one in): that is put back as
- * step_N. *fd gets the lock's descriptor. */
+ * link (a folder, a file) is FERRY_ERR_IO, before any work. Nothing in the
+ * folder is changed: run_state_claim does that once the run is known. *fd
+ * gets the lock's descriptor. */
 ferry_status run_state_lock(const char *dir, int *fd);
 /* Releases the lock (fd < 0 is fine). */
 void run_state_unlock(int fd);
 
+/* The run a step folder belongs to, from its state.ferry (else its
+ * config.json): *run gets its identity ("" for a checkpoint that recorded
+ * none). FERRY_ERR_FORMAT or FERRY_ERR_IO when neither file tells. */
+ferry_status run_state_folder_run(const char *step_dir, char run[33]);
+
+/* With the lock held, before anything in dir is written: checks that every
+ * step folder in dir is this run's (`run`, the identity of the run being
+ * continued, "" for a checkpoint that recorded none) or, for a new run
+ * (resumed false), that dir holds none at all, `latest` or not (a copy
+ * that dropped the link still holds another run's checkpoints); a folder of
+ * another run, or a whole one whose run cannot be told, is FERRY_ERR_STATE
+ * naming it and its run, and nothing is changed. Then removes what killed
+ * saves and retention left: temporaries (.step_N.tmp, .step_N.old, except a
+ * .step_N.old where step_N is missing, which is put back as step_N: a save
+ * stopped between moving the earlier step_N aside and renaming the new one
+ * in; .step_N.del) and step folders lacking config.json, model.safetensors
+ * or state.ferry, other than the one latest names. */
+ferry_status run_state_claim(const char *dir, const char *run, bool resumed);
+
 /* Retention: deletes the step folders of dir beyond the `keep` newest (by
- * step), never the one `latest` points at, and never anything that is not a
- * real folder (a link named like a step, and what it names, are left); keep
- * 0 keeps all. Each is renamed to .step_N.del first, so a kill midway leaves
- * no step folder half deleted. FERRY_ERR_IO naming a folder that could not
- * be removed (the others are still removed). */
-ferry_status run_state_prune(const char *dir, int keep);
+ * step), never the one `latest` points at, never one that is not run
+ * `run`'s (it is left, and named in the error), and never anything that is
+ * not a real folder (a link named like a step, and what it names, are
+ * left); keep 0 keeps all. Each is renamed to .step_N.del first, so a kill
+ * midway leaves no step folder half deleted. FERRY_ERR_IO naming a folder
+ * that could not be removed, FERRY_ERR_STATE one of another run (the
+ * others are still removed). */
+ferry_status run_state_prune(const char *dir, int keep, const char *run);
+
+/* The run folder a checkpoint belongs to, where a resumed run saves unless
+ * told otherwise: `resume` itself when it is a run folder (it has a
+ * `latest`), else the folder above `resume` when `resume` is a step folder
+ * (step_N, or a run folder's latest). FERRY_ERR_INVALID_ARGUMENT when it is
+ * neither (a checkpoint folder copied elsewhere: no run folder to save to). */
+ferry_status run_state_run_folder(const char *resume, char *out, size_t cap);
 
 /* Resolves --resume PATH: a checkpoint folder itself, or a run folder whose
  * `latest` points at one. Writes the checkpoint folder into out. */
@@ -106,11 +145,19 @@ ferry_status run_state_locate(const char *path, char *out, size_t cap);
 ferry_status run_state_config(const char *ckpt_dir, gpt2_config *out);
 /* run_state_config, and the checkpoint's files bound to one run and one
  * step: the run and step in config.json's "ferry" fields, in
- * model.safetensors' metadata and in state.ferry must agree, and a folder
- * named step_N must hold step N; any mismatch is FERRY_ERR_FORMAT naming
- * both values. *resume (may be NULL) gets the run state, read without an
- * engine. */
+ * model.safetensors' metadata and in state.ferry must agree, a folder
+ * named step_N must hold step N, and model.safetensors' tensor data must be
+ * what was saved with state.ferry (its length and CRC-32C, where the run
+ * state records them); any mismatch is FERRY_ERR_FORMAT naming both values.
+ * *resume (may be NULL) gets the run state, read without an engine. */
 ferry_status run_state_inspect(const char *ckpt_dir, gpt2_config *out, train_resume *resume);
+
+/* For weights outside a checkpoint read (--init-from FILE): when a
+ * state.ferry of ferry's lies beside FILE and records the checksum of the
+ * weights saved with it, FILE's tensor data must match it
+ * (FERRY_ERR_FORMAT otherwise); a FILE with no such state.ferry beside it
+ * passes. */
+ferry_status run_state_check_weights(const char *safetensors);
 
 /* Loads state.ferry into an engine set up for the same model; fills *resume.
  * The engine's restored step count must be the one the run state recorded. */

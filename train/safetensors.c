@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/fileio.h"
+#include "common/crc32c.h"
 #include "train/tok_map.h"
 
 #define ST_MAX_HEADER (100u << 20) /* the spec's cap on the JSON header */
@@ -254,6 +255,7 @@ struct sft_file {
     tok_map names;        /* name -> index */
     char **meta;          /* key, value, key, value, ... */
     size_t n_meta;
+    uint64_t data_off;    /* where the tensors' bytes start: 8 + the header's length */
 };
 
 static ferry_status fmt(const sft_file *f, const char *tensor, const char *what)
@@ -490,6 +492,7 @@ ferry_status sft_open(const char *path, sft_file **out)
     }
     if (st == FERRY_OK) {
         const char *base = f->map;
+        f->data_off = 8 + hlen;
         st = parse_header(f, base + 8, (size_t)hlen, base + 8 + hlen, size - 8 - hlen);
     }
     if (st != FERRY_OK) {
@@ -550,6 +553,12 @@ ferry_status sft_expect(const sft_file *f, const char *name, ferry_dtype dtype, 
     }
     *out = t;
     return FERRY_OK;
+}
+
+void sft_data_checksum(const sft_file *f, sft_checksum *out)
+{
+    out->bytes = f->map_len - f->data_off;
+    out->crc32c = crc32c(0, (const char *)f->map + f->data_off, (size_t)out->bytes);
 }
 
 const char *sft_metadata(const sft_file *f, const char *key)

@@ -77,6 +77,16 @@ const sft_tensor *sft_find(const sft_file *f, const char *name);
  * skips the shape check). */
 ferry_status sft_expect(const sft_file *f, const char *name, ferry_dtype dtype, int ndim, const int64_t *shape,
                        const sft_tensor **out);
+/* What identifies the tensors' bytes of a file, whatever its header says
+ * (metadata, names, order): their length and the CRC-32C of all of them, as
+ * stored. A checkpoint records it for the model.safetensors saved with it,
+ * so a weights file changed or damaged afterwards is told apart. */
+typedef struct sft_checksum {
+    uint64_t bytes;
+    uint32_t crc32c;
+} sft_checksum;
+void sft_data_checksum(const sft_file *f, sft_checksum *out);
+
 /* A "__metadata__" value, or NULL. */
 const char *sft_metadata(const sft_file *f, const char *key);
 

@@ -6,8 +6,8 @@
  * (P = exp(S - lse)), uses D_i = rowsum(dO_i * O_i) (written to delta, as
  * the op's contract has it), and never reads a stored probability matrix. */
 #include "backend/ops/ops_host.h"
+#include "backend/ops/blas.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -28,8 +28,7 @@ static ferry_status scratch_alloc(float **out, size_t count, const char *who, in
  * element, rows 3C apart. The upper triangle is computed and ignored. */
 static void scores(float *S, const float *q, const float *k, int T, int HS, int ld, float scale)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, ld, k, ld, 0.0f, S,
-                T);
+    blas_sgemm(false, true, T, T, HS, scale, q, ld, k, ld, 0.0f, S, T);
 }
 
 ferry_status hostop_attention_forward(float *out, float *lse, const float *qkv, int B, int T,
@@ -66,8 +65,7 @@ ferry_status hostop_attention_forward(float *out, float *lse, const float *qkv, 
                 l[i] = mx + (float)log(sum);
             }
             /* O[T,HS] = P[T,T] @ V[T,HS], written into the head's columns of out */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, S, T, v, ld,
-                        0.0f, o, C);
+            blas_sgemm(false, false, T, HS, T, 1.0f, S, T, v, ld, 0.0f, o, C);
         }
     }
     free(S);
@@ -111,11 +109,9 @@ ferry_status hostop_attention_backward(float *dqkv, const float *dout, const flo
                 D[i] = (float)d;
             }
             /* dV[T,HS] += P^T @ dO */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, P, T, dO, C,
-                        1.0f, dv, ld);
+            blas_sgemm(true, false, T, HS, T, 1.0f, P, T, dO, C, 1.0f, dv, ld);
             /* dP[T,T] = dO @ V^T, then dS = P * (dP - D) in place */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dO, C, v, ld,
-                        0.0f, dP, T);
+            blas_sgemm(false, true, T, T, HS, 1.0f, dO, C, v, ld, 0.0f, dP, T);
             for (int i = 0; i < T; i++) {
                 float *drow = dP + (size_t)i * T;
                 const float *prow = P + (size_t)i * T;
@@ -125,10 +121,8 @@ ferry_status hostop_attention_backward(float *dqkv, const float *dout, const flo
                     drow[j] = 0.0f;
             }
             /* dQ += scale dS @ K; dK += scale dS^T @ Q */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, scale, dP, T, k, ld,
-                        1.0f, dq, ld);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, scale, dP, T, q, ld,
-                        1.0f, dk, ld);
+            blas_sgemm(false, false, T, HS, T, scale, dP, T, k, ld, 1.0f, dq, ld);
+            blas_sgemm(true, false, T, HS, T, scale, dP, T, q, ld, 1.0f, dk, ld);
         }
     }
     free(P);

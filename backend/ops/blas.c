@@ -1,4 +1,5 @@
-/* Checking and reserving OpenBLAS's address space (see blas.h). */
+/* Checking and reserving OpenBLAS's address space, and the host ops'
+ * multiply, whose sums do not depend on OpenBLAS's threads (see blas.h). */
 #include "backend/ops/blas.h"
 
 #include <cblas.h>
@@ -91,3 +92,18 @@ ferry_status blas_prepare(void)
     return st;
 }
 
+void blas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc)
+{
+    enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+    int head = K - K % BLAS_K_STEP;
+    if (head > 0)
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, head, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (head == K && K > 0)
+        return;
+    /* The tail [head, K): columns of A (rows when transposed), rows of B
+     * (columns when transposed); K = 0 still scales C by beta, as sgemm does. */
+    const float *a = trans_a ? A + (size_t)head * lda : A + head;
+    const float *b = trans_b ? B + head : B + (size_t)head * ldb;
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K - head, alpha, a, lda, b, ldb, head > 0 ? 1.0f : beta, C, ldc);
+}

@@ -17,10 +17,14 @@
  * at once (a warm-up multiply), so later allocations cannot starve it.
  * Without a limit it does nothing. The host backend's ops_init calls it, so
  * an engine on the host backend fails at setup, with the sentence, instead
- * of hanging in its first multiply. Owns no state beyond "prepared". */
+ * of hanging in its first multiply. Owns no state beyond "prepared".
+ *
+ * blas_sgemm() is the one multiply of the host ops, in an order of additions
+ * that does not depend on how many threads OpenBLAS runs (below). */
 #ifndef FERRY_KERNELS_BLAS_H
 #define FERRY_KERNELS_BLAS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ferry.h"
@@ -34,5 +38,21 @@
  * the first success it returns at once. */
 ferry_status blas_prepare(void);
 
+/* Row-major C = alpha op(A) op(B) + beta C, as cblas_sgemm, with the same
+ * bits whatever OpenBLAS's thread count. OpenBLAS sums the K dimension in
+ * cache blocks of GEMM_Q; a remainder between one and two blocks is halved,
+ * and its single-threaded driver rounds the half up to its kernel's step
+ * where the multi-threaded one does not, so for a K that is not a multiple
+ * of twice that step the two add in different groupings and differ in the
+ * last bit (GPT-2's classifier reduces over the 50257 tokens of the
+ * vocabulary, a weight gradient over B x T rows). A rank its launcher binds
+ * to one core runs OpenBLAS on one thread, a single process on all of them:
+ * N ranks would not train as one process with N micro-batches. Here K goes
+ * as a head of a multiple of BLAS_K_STEP (every x86 kernel's GEMM_Q and
+ * twice its step divide it, so both drivers cut it alike) and the tail
+ * below it (one block in either), two calls at most. */
+#define BLAS_K_STEP 64
+void blas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc);
 
 #endif

@@ -5,8 +5,8 @@
  * (the real tokens) are multiplied: the padded rows V..Vp-1 never enter the
  * softmax and get no gradient. */
 #include "backend/ops/ops_host.h"
+#include "backend/ops/blas.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
@@ -59,8 +59,7 @@ static ferry_status classify(float *losses, float *dinp, float *dwte, const floa
                                (int)tgt, r0 + r, V);
         }
         /* logits[rows, V] (row stride Vp) = x @ wte[0:V]^T */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, V, C, 1.0f, x, C, wte, C, 0.0f,
-                    scratch, Vp);
+        blas_sgemm(false, true, rows, V, C, 1.0f, x, C, wte, C, 0.0f, scratch, Vp);
         for (int r = 0; r < rows; r++) {
             float *z = scratch + (size_t)r * Vp;
             if (stored != FERRY_DTYPE_F32)
@@ -79,11 +78,9 @@ static ferry_status classify(float *losses, float *dinp, float *dwte, const floa
         if (!want_grad)
             continue;
         /* dinp[rows, C] += dlogits @ wte[0:V]; dwte[0:V] += dlogits^T @ x */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, scratch, Vp, wte,
-                    C, 1.0f, dinp + (size_t)r0 * C, C);
+        blas_sgemm(false, false, rows, C, V, 1.0f, scratch, Vp, wte, C, 1.0f, dinp + (size_t)r0 * C, C);
         if (dwte)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, rows, 1.0f, scratch, Vp, x,
-                        C, 1.0f, dwte, C);
+            blas_sgemm(true, false, V, C, rows, 1.0f, scratch, Vp, x, C, 1.0f, dwte, C);
     }
     return FERRY_OK;
 }

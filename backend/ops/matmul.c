@@ -4,8 +4,8 @@
  * ops_init (backend/ops/blas.h), so under ulimit -v setup fails with a message
  * instead of a multiply spinning forever. */
 #include "backend/ops/ops_host.h"
+#include "backend/ops/blas.h"
 
-#include <cblas.h>
 #include <string.h>
 
 
@@ -20,19 +20,16 @@ void hostop_matmul_forward(float *out, const float *inp, const float *weight, co
         else
             memset(o, 0, (size_t)OC * sizeof *o);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, 1.0f,
-                out, OC);
+    blas_sgemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC);
 }
 
 void hostop_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC)
 {
     /* dinp[N,C] += dout[N,OC] @ weight[OC,C] */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
-                1.0f, dinp, C);
+    blas_sgemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
     /* dweight[OC,C] += dout^T @ inp */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                dweight, C);
+    blas_sgemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (!dbias)
         return;
     for (int r = 0; r < N; r++) {

@@ -11,12 +11,27 @@
  *
  * The settings come from the environment, read once (docs/cudasim.md):
  *   FERRY_CUDASIM_ARCH       sm_70 | 75 | 80 | 86 | 89 | 90 (default 90)
- *   FERRY_CUDASIM_SCHEDULE   ascending | descending | random[:SEED] (default ascending)
+ *   FERRY_CUDASIM_SCHEDULE   ascending | descending | random[:SEED] | warp-ascending |
+ *                            warp-descending (default ascending)
+ *   FERRY_CUDASIM_SHARED_CHECK  race | bounds | off: what is checked of each
+ *                            shared-memory access (default race; off under ASan,
+ *                            whose poisoned red zones bound the accesses there)
  *   FERRY_CUDASIM_SEED       seed of random schedules and stream delays (default 1)
  *   FERRY_CUDASIM_THREADS    OS threads running blocks (default 2)
  *   FERRY_CUDASIM_DELAY_US   up to this many microseconds of seeded random
  *                            delay before each operation of a stream (default 0)
+ *   FERRY_CUDASIM_COPY_DELAY_US  a slow bus: each asynchronous host-to-device
+ *                            copy holds its stream this many microseconds before
+ *                            its bytes land (default 0), so work on another stream
+ *                            that does not wait for the copy's event reads the old
+ *                            bytes
  *   FERRY_CUDASIM_MEMORY     the card's memory, e.g. 24GiB (default: the card's)
+ *   FERRY_CUDASIM_CONTEXT    what the CUDA context takes of it (default 512MiB; an
+ *                            H200's measured 527 MiB with CUDA 13); each cuBLASLt
+ *                            handle takes 2 MiB more, as measured there
+ *   FERRY_CUDASIM_LAUNCH_LOG a file to which each process adds one line per kernel
+ *                            and launch shape: card, kernel, threads a block,
+ *                            dynamic shared memory, __launch_bounds__, launch site
  *   FERRY_CUDASIM_STACK_KIB  a CUDA thread's stack (default 64, 256 under ASan)
  *   FERRY_CUDASIM_NO_DEVICE  1: no driver, as on a machine without a GPU
  *   FERRY_CUDASIM_FAIL       faults to inject (runtime.cpp)
@@ -83,12 +98,15 @@ uint64_t parse_bytes(const char *name, const char *v)
     return (uint64_t)(x * mul);
 }
 
+constexpr const char *SCHEDULES = "ascending, descending, random[:SEED], warp-ascending or warp-descending";
+
 sim_settings read_settings()
 {
     sim_settings s;
     memset(&s, 0, sizeof s);
     s.arch = 90;
     s.schedule = SCHED_ASCENDING;
+    s.shared_check = access_hooks ? SHARED_CHECK_RACE : SHARED_CHECK_OFF;
     s.seed = 1;
     s.threads = 2;
     s.stack_bytes = (asan_build() ? 256 : 64) << 10;
@@ -115,19 +133,16 @@ sim_settings read_settings()
     if ((v = getenv("FERRY_CUDASIM_SEED")) && *v)
         s.seed = strtoull(v, nullptr, 0);
     if ((v = getenv("FERRY_CUDASIM_SCHEDULE")) && *v) {
-        if (!strcmp(v, "ascending") || !strcmp(v, "asc"))
-            s.schedule = SCHED_ASCENDING;
-        else if (!strcmp(v, "descending") || !strcmp(v, "desc"))
-            s.schedule = SCHED_DESCENDING;
-        else if (!strncmp(v, "random", 6)) {
-            s.schedule = SCHED_RANDOM;
-            if (v[6] == ':')
-                s.seed = strtoull(v + 7, nullptr, 0);
-            else if (v[6])
-                bad_setting("FERRY_CUDASIM_SCHEDULE", v, "ascending, descending or random[:SEED]");
-        } else
-            bad_setting("FERRY_CUDASIM_SCHEDULE", v, "ascending, descending or random[:SEED]");
+        const char *colon = strchr(v, ':');
+        std::string kind(v, colon ? (size_t)(colon - v) : strlen(v));
+        if (!parse_schedule(kind.c_str(), &s.schedule) || (colon && s.schedule != SCHED_RANDOM))
+            bad_setting("FERRY_CUDASIM_SCHEDULE", v, SCHEDULES);
+        if (colon)
+            s.seed = strtoull(colon + 1, nullptr, 0);
     }
+    if ((v = getenv("FERRY_CUDASIM_SHARED_CHECK")) && *v && !parse_shared_check(v, &s.shared_check))
+        bad_setting("FERRY_CUDASIM_SHARED_CHECK", v, access_hooks ? "race, bounds or off" : "off (an ASan build "
+                    "has no access hooks: its poisoned red zones bound shared memory)");
     if ((v = getenv("FERRY_CUDASIM_THREADS")) && *v) {
         s.threads = atoi(v);
         if (s.threads < 1 || s.threads > 256)
@@ -135,9 +150,16 @@ sim_settings read_settings()
     }
     if ((v = getenv("FERRY_CUDASIM_DELAY_US")) && *v)
         s.delay_us = (unsigned)strtoul(v, nullptr, 10);
+    if ((v = getenv("FERRY_CUDASIM_COPY_DELAY_US")) && *v)
+        s.copy_delay_us = (unsigned)strtoul(v, nullptr, 10);
     s.memory_bytes = arch_find(s.arch)->memory_bytes;
     if ((v = getenv("FERRY_CUDASIM_MEMORY")) && *v)
         s.memory_bytes = parse_bytes("FERRY_CUDASIM_MEMORY", v);
+    s.context_bytes = 512ull << 20;
+    if ((v = getenv("FERRY_CUDASIM_CONTEXT")) && *v)
+        s.context_bytes = !strcmp(v, "0") ? 0 : parse_bytes("FERRY_CUDASIM_CONTEXT", v);
+    if ((v = getenv("FERRY_CUDASIM_LAUNCH_LOG")) && *v)
+        s.launch_log = v;
     if ((v = getenv("FERRY_CUDASIM_STACK_KIB")) && *v) {
         long k = atol(v);
         if (k < 16 || k > 65536)
@@ -150,6 +172,40 @@ sim_settings read_settings()
 }
 
 } // namespace
+
+bool parse_schedule(const char *v, schedule_kind *out)
+{
+    static const struct {
+        const char *name;
+        schedule_kind kind;
+    } names[] = {{"ascending", SCHED_ASCENDING},           {"asc", SCHED_ASCENDING},
+                 {"descending", SCHED_DESCENDING},         {"desc", SCHED_DESCENDING},
+                 {"random", SCHED_RANDOM},                 {"warp-ascending", SCHED_WARP_ASCENDING},
+                 {"warp-descending", SCHED_WARP_DESCENDING}};
+    for (const auto &n : names)
+        if (!strcmp(v, n.name)) {
+            *out = n.kind;
+            return true;
+        }
+    return false;
+}
+
+bool parse_shared_check(const char *v, shared_check_kind *out)
+{
+    shared_check_kind k;
+    if (!strcmp(v, "off"))
+        k = SHARED_CHECK_OFF;
+    else if (!strcmp(v, "bounds"))
+        k = SHARED_CHECK_BOUNDS;
+    else if (!strcmp(v, "race"))
+        k = SHARED_CHECK_RACE;
+    else
+        return false;
+    if (k != SHARED_CHECK_OFF && !access_hooks)
+        return false;
+    *out = k;
+    return true;
+}
 
 sim_settings &settings()
 {

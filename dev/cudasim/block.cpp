@@ -1,26 +1,37 @@
 /* Running a grid on the simulated device: blocks spread over a pool of OS
  * threads; within a block, one fiber per CUDA thread, scheduled one at a time
  * until it blocks (a barrier, a warp collective) or ends, in an order the
- * settings choose: ascending thread index, descending, or seeded random. A
- * missing barrier then lets some thread read what another has not written
- * yet under at least one order, as a GPU would under some timing.
+ * settings choose: ascending thread index, descending, or seeded random; or
+ * warp-serial, ascending or descending: the first (last) warp with a ready
+ * thread runs until all its lanes wait at the block barrier, so one warp
+ * gets a whole barrier interval ahead of the others. A missing barrier then
+ * lets some thread read what another has not written yet, or overwrite what
+ * another has not read yet, under at least one order, as a GPU would under
+ * some timing.
  *
  * Here live the barriers (__syncthreads and its reductions: every live
  * thread of the block), the warp collectives (__syncwarp, shuffles, votes,
  * WMMA's mma_sync: exactly the lanes of the mask, which must name the
  * caller, exist and not have exited, and call the same intrinsic with the
- * same mask), the block's shared memory (static variables laid out as the
- * threads reach them, the dynamic part after them, poisoned with 0xff at the
- * start of each block, a canary after the end), and the probe that learns a
- * kernel's facts before its launch is accepted. A block that deadlocks or
- * breaks a rule stops its grid with a sticky error and a diagnostic naming
- * the kernel, the block, the threads and the source lines. */
+ * same mask), the block's shared memory (the dynamic part first, then the
+ * static variables as the threads reach them, each between red zones, 0xff
+ * until written), the checks of each shared-memory access that the kernels'
+ * access hooks report (bounds: inside a variable or the dynamic part; races:
+ * two plain accesses to one byte in one barrier interval, one a write, from
+ * threads no __syncwarp orders), and the probe that learns a kernel's facts
+ * before its launch is accepted. A block that deadlocks or breaks a rule
+ * stops its grid with a sticky error and a diagnostic naming the kernel, the
+ * block, the threads and the source lines. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -96,6 +107,13 @@ struct coll_slot {
     int line;
 };
 
+/* A completed __syncwarp whose mask leaves some lane of the warp out. */
+struct warp_sync {
+    uint32_t id;
+    unsigned mask;
+};
+constexpr int SYNC_RING = 16;
+
 struct warp_state {
     unsigned live, exist;
     coll_slot slots[4]; /* disjoint masks may wait at once */
@@ -105,11 +123,18 @@ struct warp_state {
     int pred[32];
     const float *ma[32], *mb[32], *mc[32];
     float *md[32];
+    /* The race check's view of __syncwarp: completed ones are numbered; the
+     * last whose mask held every lane, and the latest partial ones. */
+    uint32_t syncs, last_full;
+    warp_sync partial[SYNC_RING];
 };
 
-struct shared_site {
+/* A region of the block's shared memory a kernel may touch: a static
+ * variable (named) or the dynamic part. */
+struct smem_var {
     unsigned key;
     size_t off, bytes;
+    const char *name;
 };
 
 struct block_state {
@@ -118,7 +143,9 @@ struct block_state {
     uint3 idx;
     std::vector<sim_thread> th;
     int n, live;
-    std::deque<int> ready;
+    std::deque<int> ready;        /* thread-serial schedules */
+    std::deque<int> wready[32];   /* warp-serial ones: per warp */
+    unsigned wready_mask;         /* warps with a ready thread */
     uint64_t rng;
     /* the block barrier */
     int bar_arrived, bar_op;
@@ -126,19 +153,32 @@ struct block_state {
     const char *bar_file;
     int bar_line;
     std::vector<warp_state> warps;
-    /* shared memory */
+    /* shared memory: [red zone][dynamic part][red zone][variable][red zone]... */
     char *smem;
-    size_t static_cap, static_used, dyn_off, arena_used;
-    char *dyn_base; /* where the dynamic part starts, once a thread asked: its canary follows it */
-    std::vector<shared_site> sites;
+    size_t static_cap, static_used; /* as the prologue counts: each variable rounded to 16 */
+    size_t cursor, capacity;        /* where the next variable goes, and the arena's end */
+    std::vector<smem_var> vars;     /* vars[0]: the dynamic part */
+    uint32_t serial;                /* this block's number on its OS thread (bounds shadow) */
     /* a failure stops the block */
     bool failed;
     cudaError_t err;
     std::string msg;
+    uintptr_t fault_pc[2]; /* code addresses the message names (\x01, \x02), symbolized at the end */
 };
 
-constexpr size_t CANARY = 64;
+constexpr size_t CANARY = 64;           /* each red zone */
 constexpr unsigned char CANARY_BYTE = 0xa5;
+constexpr size_t DYN_OFF = 1024;        /* the dynamic part: 1024-byte aligned, after the first red zone */
+
+/* The race check's record of one byte of shared memory in the current
+ * barrier interval (`epoch`): its last writer, and its readers since then. */
+struct smem_cell {
+    uint32_t epoch;
+    uint16_t wtid, rtid, rtid0; /* thread index + 1; 0: none */
+    uint32_t wsync, rsync;      /* the warp's __syncwarp count at the write, at the oldest read kept */
+    uint32_t rwarps, rlanes;    /* warps that read it, and lanes (of any of them) */
+    uintptr_t wpc, rpc, rpc0;   /* code addresses: the write, the last read, the first read */
+};
 
 struct executor {
     std::vector<fiber_stack> stacks;
@@ -151,8 +191,15 @@ struct executor {
     void *sched_fake;
     fiber_stack sched_stack; /* the OS thread's own stack, for ASan's switch calls */
     block_state blk;
+    /* The access checks' shadow of the arena, a slot per byte: the block that
+     * placed a variable over it (bounds) and its race record. */
+    std::vector<uint32_t> valid;
+    std::vector<smem_cell> cells;
+    uint32_t blocks_run, epoch;
 
-    executor() : arena(nullptr), arena_bytes(0), sched_sp(nullptr), sched_fake(nullptr), sched_stack(), blk()
+    executor()
+        : arena(nullptr), arena_bytes(0), sched_sp(nullptr), sched_fake(nullptr), sched_stack(), blk(), blocks_run(0),
+          epoch(0)
     {
         pthread_attr_t at;
         void *lo = nullptr;
@@ -170,6 +217,15 @@ struct executor {
             stack_destroy(&s);
     }
 };
+
+/* The arena of the block this OS thread runs, as the access hooks see it
+ * (empty between blocks): constant-initialized, so a hook reads it without
+ * C++'s TLS wrapper. */
+struct smem_watch {
+    uintptr_t lo;
+    size_t size;
+};
+thread_local CUDASIM_CONSTINIT smem_watch tl_watch = {0, 0};
 
 executor &this_executor()
 {
@@ -193,17 +249,42 @@ uint64_t next_rand(uint64_t *s)
     return z ^ (z >> 31);
 }
 
+bool warp_serial()
+{
+    const schedule_kind k = settings().schedule;
+    return k == SCHED_WARP_ASCENDING || k == SCHED_WARP_DESCENDING;
+}
+
+bool descending()
+{
+    const schedule_kind k = settings().schedule;
+    return k == SCHED_DESCENDING || k == SCHED_WARP_DESCENDING;
+}
+
+/* Queues thread `id` (new, or a waiting thread made ready). */
+inline void enqueue(block_state &b, int id)
+{
+    if (warp_serial()) {
+        b.wready[id / 32].push_back(id);
+        b.wready_mask |= 1u << (id / 32);
+    } else {
+        b.ready.push_back(id);
+    }
+}
+
+inline bool any_ready(const block_state &b) { return warp_serial() ? b.wready_mask != 0 : !b.ready.empty(); }
+
 /* Makes thread `id` ready (a waiting thread was started: T_READY). */
 inline void push_ready(block_state &b, int id)
 {
     b.th[(size_t)id].state = T_READY;
-    b.ready.push_back(id);
+    enqueue(b, id);
 }
 
 /* Makes the threads of mask `m` in warp `w` ready, in the schedule's order. */
 void ready_lanes(block_state &b, int w, unsigned m)
 {
-    if (settings().schedule == SCHED_DESCENDING) {
+    if (descending()) {
         for (int l = 31; l >= 0; l--)
             if (m & (1u << l))
                 push_ready(b, w * 32 + l);
@@ -216,6 +297,15 @@ void ready_lanes(block_state &b, int w, unsigned m)
 
 int pick(block_state &b)
 {
+    if (warp_serial()) { /* the first (last) warp with a ready lane keeps running */
+        const int w = settings().schedule == SCHED_WARP_ASCENDING ? __builtin_ctz(b.wready_mask)
+                                                                  : 31 - __builtin_clz(b.wready_mask);
+        const int id = b.wready[w].front();
+        b.wready[w].pop_front();
+        if (b.wready[w].empty())
+            b.wready_mask &= ~(1u << w);
+        return id;
+    }
     if (settings().schedule == SCHED_RANDOM && b.ready.size() > 1) {
         b.rng ^= b.rng << 13; /* xorshift64: cheap, and seeded per block */
         b.rng ^= b.rng >> 7;
@@ -280,7 +370,7 @@ bool switch_next(executor &ex, runner *self, bool exiting)
     void *dead = nullptr;
     void **save = exiting ? &dead : &self->sp;
     void **fake = exiting ? nullptr : &self->fake;
-    if (b.failed || b.ready.empty()) {
+    if (b.failed || !any_ready(b)) {
         if (exiting)
             release_runner(ex, self);
         fiber_switch(save, ex.sched_sp, &ex.sched_stack, fake, exiting);
@@ -329,7 +419,7 @@ void block_here(sim_thread *t)
 
 void release_barrier(block_state &b)
 {
-    if (settings().schedule == SCHED_DESCENDING) {
+    if (descending()) {
         for (int i = b.n - 1; i >= 0; i--)
             if (b.th[(size_t)i].state == T_WAIT_BAR) {
                 b.th[(size_t)i].result = (uint64_t)(unsigned)b.bar_accum;
@@ -343,6 +433,17 @@ void release_barrier(block_state &b)
             }
     }
     b.bar_arrived = 0;
+    b.ex->epoch++; /* a new barrier interval: every access before it is ordered before every one after */
+}
+
+/* A completed __syncwarp, for the race check. */
+void note_syncwarp(warp_state &w, unsigned mask)
+{
+    const uint32_t id = ++w.syncs;
+    if ((mask & w.exist) == w.exist)
+        w.last_full = id;
+    else
+        w.partial[id % SYNC_RING] = warp_sync{id, mask};
 }
 
 void complete_coll(block_state &b, int warp, coll_slot &c)
@@ -391,6 +492,8 @@ void complete_coll(block_state &b, int warp, coll_slot &c)
             t.result = w.val[src];
         }
     }
+    if (c.kind == C_SYNCWARP)
+        note_syncwarp(w, c.mask);
     c.used = false;
     ready_lanes(b, warp, c.mask);
 }
@@ -548,18 +651,94 @@ void runner_main(void *arg)
 
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+/* Marks [p, p + n) of the arena as off limits (ASan's poison) or not. */
+void arena_poison(char *p, size_t n, bool poison)
+{
+#ifdef CUDASIM_ASAN
+    if (poison)
+        ASAN_POISON_MEMORY_REGION(p, n);
+    else
+        ASAN_UNPOISON_MEMORY_REGION(p, n);
+#else
+    (void)p, (void)n, (void)poison;
+#endif
+}
+
+/* The arena (1024-byte aligned, so the dynamic part's alignment is real) and
+ * the access checks' shadow of it. */
 bool ensure_arena(executor &ex, size_t bytes)
 {
     if (ex.arena_bytes >= bytes)
         return true;
+    if (!ex.arena_store.empty())
+        arena_poison(ex.arena_store.data(), ex.arena_store.size(), false);
     try {
-        ex.arena_store.assign(bytes + 256, 0);
+        ex.arena_store.assign(bytes + 1024, 0);
+        if (access_hooks) {
+            ex.valid.assign(bytes, 0);
+            ex.cells.assign(bytes, smem_cell());
+        }
     } catch (...) {
+        ex.arena_bytes = 0;
         return false;
     }
-    ex.arena = reinterpret_cast<char *>(round_up((uintptr_t)ex.arena_store.data(), 256));
+    ex.arena = reinterpret_cast<char *>(round_up((uintptr_t)ex.arena_store.data(), 1024));
     ex.arena_bytes = bytes;
+    ex.blocks_run = 0; /* the bounds shadow starts over */
     return true;
+}
+
+/* Bytes of arena a block needs at most: the dynamic part and every static
+ * variable between red zones (at most one variable per 16 bytes of the static
+ * size, each aligned to at most 16 more). */
+size_t arena_need(size_t static_cap, size_t dyn)
+{
+    const size_t vars = static_cap / 16 + 1;
+    return DYN_OFF + round_up(dyn, 16) + CANARY + static_cap + vars * (CANARY + 16) + 1024;
+}
+
+/* Adds a region to the block's shared memory at `off`: NaN (0xff) until
+ * written, a red zone of canaries after it, in bounds for the access checks. */
+void place_region(block_state &b, unsigned key, size_t off, size_t bytes, const char *name)
+{
+    arena_poison(b.smem + off, bytes + CANARY, false);
+    memset(b.smem + off, 0xff, bytes); /* uninitialised shared memory reads as NaN */
+    memset(b.smem + off + bytes, CANARY_BYTE, CANARY);
+    arena_poison(b.smem + off + bytes, CANARY, true);
+    if (access_hooks && settings().shared_check != SHARED_CHECK_OFF)
+        std::fill(b.ex->valid.begin() + (ptrdiff_t)off, b.ex->valid.begin() + (ptrdiff_t)(off + bytes), b.serial);
+    b.vars.push_back(smem_var{key, off, bytes, name});
+}
+
+/* The red zone after each region still holds its canaries (a write the
+ * access hooks did not see: an ASan build's, or the simulator's own). */
+void check_red_zones(block_state &b)
+{
+    for (const smem_var &v : b.vars)
+        for (size_t i = 0; i < CANARY; i++)
+            if ((unsigned char)b.smem[v.off + v.bytes + i] != CANARY_BYTE) {
+                char buf[320];
+                snprintf(buf, sizeof buf, "a write %zu bytes past the end of %s%s (%zu bytes) in block (%u,%u,%u)",
+                         i, v.name ? "__shared__ " : "", v.name ? v.name : "the dynamic shared memory", v.bytes,
+                         b.idx.x, b.idx.y, b.idx.z);
+                block_fail(b, cudaErrorIllegalAddress, buf);
+                return;
+            }
+}
+
+std::string code_location(uintptr_t pc);
+
+/* The block's failure message with the code addresses it names written out. */
+std::string failure_message(const block_state &b)
+{
+    std::string m;
+    for (char c : b.msg) {
+        if (c == '\x01' || c == '\x02')
+            m += code_location(b.fault_pc[c - 1]);
+        else
+            m += c;
+    }
+    return m;
 }
 
 /* Fibers for a block of n threads: at most one per thread plus the one that
@@ -597,6 +776,9 @@ void run_block(executor &ex, launch_rec *L, uint64_t linear, cudaError_t *err, s
     b.n = (int)(L->block.x * L->block.y * L->block.z);
     b.live = b.n;
     b.ready.clear();
+    for (std::deque<int> &q : b.wready)
+        q.clear();
+    b.wready_mask = 0;
     b.rng = settings().seed ^ (L->seq * 0x9E3779B97F4A7C15ull) ^ (linear * 0xD1B54A32D192ED03ull);
     b.rng = next_rand(&b.rng) | 1; /* never 0: xorshift would stay there */
     b.bar_arrived = 0;
@@ -610,28 +792,33 @@ void run_block(executor &ex, launch_rec *L, uint64_t linear, cudaError_t *err, s
         ws.live = ws.exist = lanes;
         for (coll_slot &c : ws.slots)
             c.used = false;
+        ws.syncs = ws.last_full = 0;
+        for (warp_sync &x : ws.partial)
+            x = warp_sync{0, 0};
     }
     b.failed = false;
     b.err = cudaSuccess;
     b.msg.clear();
-    b.sites.clear();
-    /* Shared memory: static, then dynamic (aligned up to 1 KiB), then a canary. */
+    b.fault_pc[0] = b.fault_pc[1] = 0;
+    b.vars.clear();
     b.static_cap = L->k.static_smem;
     b.static_used = 0;
-    b.dyn_off = round_up(b.static_cap, 16);
-    const size_t need = b.dyn_off + 1024 + L->dyn_smem + CANARY;
-    if (!ensure_arena(ex, need) || !ensure_runners(ex, (size_t)b.n)) {
+    b.capacity = arena_need(b.static_cap, L->dyn_smem);
+    if (!ensure_arena(ex, b.capacity) || !ensure_runners(ex, (size_t)b.n)) {
         *err = cudaErrorMemoryAllocation;
         *msg = "the simulator has no host memory for a block's shared memory or fiber stacks";
         return;
     }
     b.smem = ex.arena;
-#ifdef CUDASIM_ASAN
-    ASAN_UNPOISON_MEMORY_REGION(ex.arena, ex.arena_bytes);
-#endif
-    b.arena_used = b.dyn_off + 1024 + L->dyn_smem;
-    b.dyn_base = nullptr;
-    memset(b.smem, 0xff, b.arena_used + CANARY); /* uninitialised shared memory reads as NaN */
+    if (++ex.blocks_run == 0 && access_hooks) { /* 2^32 blocks on this thread: the stamps start over */
+        std::fill(ex.valid.begin(), ex.valid.end(), 0u);
+        ex.blocks_run = 1;
+    }
+    b.serial = ex.blocks_run;
+    ex.epoch++;
+    arena_poison(b.smem, b.capacity, true);
+    place_region(b, 0, DYN_OFF, L->dyn_smem, nullptr);
+    b.cursor = DYN_OFF + round_up(L->dyn_smem, 16) + CANARY;
     /* Threads. */
     b.th.resize((size_t)b.n);
     for (int i = 0; i < b.n; i++) {
@@ -652,14 +839,15 @@ void run_block(executor &ex, launch_rec *L, uint64_t linear, cudaError_t *err, s
         t.wait_line = 0;
         t.result = 0;
     }
-    if (settings().schedule == SCHED_DESCENDING)
+    if (descending())
         for (int i = b.n - 1; i >= 0; i--)
-            b.ready.push_back(i);
+            enqueue(b, i);
     else
         for (int i = 0; i < b.n; i++)
-            b.ready.push_back(i);
+            enqueue(b, i);
+    tl_watch = smem_watch{(uintptr_t)b.smem, b.capacity};
     while (b.live > 0 && !b.failed) {
-        if (b.ready.empty()) {
+        if (!any_ready(b)) {
             std::string m = "deadlock: no thread can go on";
             describe_waits(b, &m);
             block_fail(b, cudaErrorLaunchFailure, m.c_str());
@@ -677,21 +865,18 @@ void run_block(executor &ex, launch_rec *L, uint64_t linear, cudaError_t *err, s
         fiber_switched(ex.sched_fake, nullptr, nullptr);
         tl_cur = nullptr;
     }
-    if (!b.failed && b.dyn_base)
-        for (size_t i = 0; i < CANARY; i++)
-            if ((unsigned char)b.dyn_base[L->dyn_smem + i] != CANARY_BYTE) {
-                char buf[256];
-                snprintf(buf, sizeof buf, "a write past the end of shared memory (%zu bytes static, %zu dynamic) "
-                         "in block (%u,%u,%u)", b.static_cap, L->dyn_smem, b.idx.x, b.idx.y, b.idx.z);
-                block_fail(b, cudaErrorIllegalAddress, buf);
-                break;
-            }
+    tl_watch = smem_watch{0, 0};
+    if (!b.failed) {
+        arena_poison(b.smem, b.capacity, false);
+        check_red_zones(b);
+    }
     if (b.failed) {
         char head[160];
         snprintf(head, sizeof head, "block (%u,%u,%u): ", b.idx.x, b.idx.y, b.idx.z);
         *err = b.err;
-        *msg = head + b.msg;
+        *msg = head + failure_message(b);
     }
+    arena_poison(b.smem, b.capacity, false);
 }
 
 /* ---- the pool of OS threads running blocks ---- */
@@ -714,7 +899,8 @@ struct grid_job {
 uint64_t block_at(const grid_job &j, uint64_t i)
 {
     switch (settings().schedule) {
-    case SCHED_DESCENDING: return j.total - 1 - i;
+    case SCHED_DESCENDING:
+    case SCHED_WARP_DESCENDING: return j.total - 1 - i;
     case SCHED_RANDOM: return j.perm.empty() ? (j.mul * i + j.add) % j.total : j.perm[i];
     default: return i;
     }
@@ -956,39 +1142,230 @@ void wmma_mma(const float *a, const float *b, const float *c, float *d_out, int 
     warp_arrive(C_MMA, 0, 0xffffffffu, 32, file, line, 0, 0, 0, a, b, c, d_out);
 }
 
-void *shared_alloc(unsigned key, size_t bytes, size_t align)
+void *shared_alloc(unsigned key, size_t bytes, size_t align, const char *name)
 {
     sim_thread *t = running("a __shared__ variable");
     block_state &b = *t->blk;
-    for (const shared_site &s : b.sites)
-        if (s.key == key)
-            return b.smem + s.off;
-    size_t off = round_up(b.static_used, align < 16 ? 16 : align);
-    if (off + bytes > b.static_cap) {
-        char buf[256];
-        snprintf(buf, sizeof buf, "__shared__ variable of %zu bytes does not fit the %zu bytes of static shared "
-                 "memory the kernel's prologue declared (a __shared__ variable outside the kernel body?)",
-                 bytes, b.static_cap);
+    for (const smem_var &v : b.vars)
+        if (v.key == key && v.name)
+            return b.smem + v.off;
+    const size_t a = align < 16 ? 16 : align;
+    const size_t off = round_up(b.cursor, a);
+    char buf[320];
+    if (round_up(b.static_used, a) + bytes > b.static_cap) {
+        snprintf(buf, sizeof buf, "__shared__ %s of %zu bytes does not fit the %zu bytes of static shared memory "
+                 "the kernel's prologue declared (a __shared__ variable outside the kernel body?)", name, bytes,
+                 b.static_cap);
         stop_thread(t, cudaErrorLaunchFailure, buf);
     }
-    b.sites.push_back(shared_site{key, off, bytes});
-    b.static_used = off + round_up(bytes, 16);
+    if (off + bytes + CANARY > b.capacity) {
+        snprintf(buf, sizeof buf, "__shared__ %s of %zu bytes aligned to %zu does not fit the simulator's arena of "
+                 "%zu bytes for this block", name, bytes, a, b.capacity);
+        stop_thread(t, cudaErrorLaunchFailure, buf);
+    }
+    b.static_used = round_up(b.static_used, a) + round_up(bytes, 16);
+    place_region(b, key, off, bytes, name);
+    b.cursor = off + bytes + CANARY;
     return b.smem + off;
 }
 
 void *dynamic_shared_base(size_t align)
 {
     sim_thread *t = running("extern __shared__");
-    block_state &b = *t->blk;
-    size_t a = align < 16 ? 16 : align;
-    if (a > 1024)
+    if (align > DYN_OFF)
         stop_thread(t, cudaErrorMisalignedAddress, "extern __shared__ asks for more than 1024-byte alignment");
-    char *base = b.smem + round_up(b.dyn_off, a);
-    if (!b.dyn_base) { /* the first thread to ask: the canary goes right after the dynamic part */
-        b.dyn_base = base;
-        memset(base + b.L->dyn_smem, CANARY_BYTE, CANARY);
+    return t->blk->smem + DYN_OFF;
+}
+
+namespace {
+
+/* ---- the access hooks: bounds and races in shared memory ----
+ * Kernels compiled with -fsanitize=kernel-address and outlined checks call
+ * __asan_{load,store}N_noabort(address) before each access they make (the
+ * simulator's own code is not compiled so). An address outside the running
+ * block's arena returns at once; one inside must lie in a placed variable or
+ * the dynamic part (else cudaErrorIllegalAddress), and, under the race check,
+ * must not race: two accesses to one byte in one barrier interval, one of
+ * them a write, from two threads, are a race unless both are lanes of one
+ * warp and a __syncwarp naming both came between them. Shuffles, votes and
+ * mma_sync order nothing here, as on a GPU; atomics are not checked. */
+
+std::string hex(uintptr_t x)
+{
+    char b[32];
+    snprintf(b, sizeof b, "0x%lx", (unsigned long)x);
+    return b;
+}
+
+/* "file:line (function)" of a code address, with the functions it was
+ * inlined into, by addr2line on the object holding it; the bare address
+ * when that cannot be had. */
+std::string code_location(uintptr_t pc)
+{
+    Dl_info di;
+    if (!pc || !dladdr(reinterpret_cast<void *>(pc), &di) || !di.dli_fbase)
+        return "code address " + hex(pc);
+    uintptr_t at = pc - 1; /* the call, not the return address */
+    if (reinterpret_cast<const ElfW(Ehdr) *>(di.dli_fbase)->e_type == ET_DYN)
+        at -= (uintptr_t)di.dli_fbase;
+    const char *file = di.dli_fname && strchr(di.dli_fname, '/') ? di.dli_fname : "/proc/self/exe";
+    if (strchr(file, '\''))
+        return "code address " + hex(at) + " in " + file;
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "addr2line -C -f -i -e '%s' 0x%lx 2>/dev/null", file, (unsigned long)at);
+    std::string out, fn, line;
+    char cwd[1024];
+    const size_t cwd_len = getcwd(cwd, sizeof cwd) ? strlen(cwd) : 0;
+    if (FILE *p = popen(cmd, "r")) {
+        char buf[1024];
+        for (int i = 0; fgets(buf, sizeof buf, p); i++) {
+            buf[strcspn(buf, "\n")] = 0;
+            if (i % 2 == 0) {
+                fn = buf;
+                continue;
+            }
+            line = buf;
+            if (cwd_len && !strncmp(buf, cwd, cwd_len) && buf[cwd_len] == '/')
+                line = buf + cwd_len + 1; /* relative to the directory the program runs in */
+            out += out.empty() ? line + " (" + fn + ")" : ", inlined in " + fn + " at " + line;
+        }
+        pclose(p);
     }
-    return base;
+    if (out.empty() || out.compare(0, 2, "??") == 0)
+        return "code address " + hex(at) + " in " + file;
+    return out;
+}
+
+/* The region nearest below `off` and how the access stands to it. */
+std::string describe_offset(const block_state &b, size_t off, size_t n)
+{
+    const smem_var *near = nullptr;
+    for (const smem_var &v : b.vars)
+        if (v.off <= off && (!near || v.off > near->off))
+            near = &v;
+    char buf[320];
+    if (!near)
+        snprintf(buf, sizeof buf, "%zu bytes before the dynamic shared memory", DYN_OFF - off);
+    else if (off + n <= near->off + near->bytes)
+        snprintf(buf, sizeof buf, "byte %zu of %s%s (%zu bytes)", off - near->off, near->name ? "__shared__ " : "",
+                 near->name ? near->name : "the dynamic shared memory", near->bytes);
+    else
+        snprintf(buf, sizeof buf, "%zu bytes past the end of %s%s (%zu bytes)", off - near->off - near->bytes,
+                 near->name ? "__shared__ " : "", near->name ? near->name : "the dynamic shared memory",
+                 near->bytes);
+    return buf;
+}
+
+[[noreturn]] void shared_out_of_bounds(sim_thread *t, size_t off, size_t n, bool write, uintptr_t pc)
+{
+    block_state &b = *t->blk;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "shared memory out of bounds: %s %ss %zu bytes at \x01, %s (the block's shared "
+             "memory: %zu bytes dynamic, %zu static)", thread_name(b, *t).c_str(), write ? "write" : "read", n,
+             describe_offset(b, off, n).c_str(), b.L->dyn_smem, b.static_cap);
+    b.fault_pc[0] = pc;
+    stop_thread(t, cudaErrorIllegalAddress, buf);
+}
+
+/* Lanes `lanes` of warp w were ordered by a __syncwarp completed after
+ * count `since`. A partial one older than the ring holds counts as ordering
+ * (no race is claimed that cannot be shown). */
+bool synced_since(const warp_state &w, uint32_t since, unsigned lanes)
+{
+    if (w.last_full > since)
+        return true;
+    if (w.syncs - since > SYNC_RING)
+        return true;
+    for (const warp_sync &x : w.partial)
+        if (x.id > since && (x.mask & lanes) == lanes)
+            return true;
+    return false;
+}
+
+/* An access by t is ordered after thread `other`'s access made when its
+ * warp had completed `sync` __syncwarps. */
+bool ordered_after(const block_state &b, const sim_thread &t, int other, uint32_t sync)
+{
+    if (other / 32 != t.warp)
+        return false;
+    return synced_since(b.warps[(size_t)t.warp], sync, (1u << (other % 32)) | (1u << t.lane));
+}
+
+[[noreturn]] void shared_race(sim_thread *t, const smem_cell &c, size_t off, bool write, bool against_write,
+                              int other, uintptr_t other_pc, uintptr_t pc)
+{
+    block_state &b = *t->blk;
+    const sim_thread &o = b.th[(size_t)other];
+    char buf[1400];
+    snprintf(buf, sizeof buf, "shared memory race on %s: %s %ss it at \x01 after %s %s it at \x02 in the same "
+             "barrier interval, %s (%s hazard)", describe_offset(b, off, 1).c_str(), thread_name(b, *t).c_str(),
+             write ? "write" : "read", thread_name(b, o).c_str(), against_write ? "wrote" : "read",
+             o.warp != t->warp ? "another warp, with no __syncthreads between them"
+                               : "a lane of its warp, with no __syncwarp naming both between them",
+             against_write ? (write ? "write-after-write" : "read-after-write") : "write-after-read");
+    (void)c;
+    b.fault_pc[0] = pc;
+    b.fault_pc[1] = other_pc;
+    stop_thread(t, cudaErrorLaunchFailure, buf);
+}
+
+/* The race check of one byte. */
+void race_check(sim_thread *t, smem_cell &c, uint32_t epoch, size_t off, bool write, uintptr_t pc)
+{
+    block_state &b = *t->blk;
+    const warp_state &w = b.warps[(size_t)t->warp];
+    const unsigned wbit = 1u << t->warp, lbit = 1u << t->lane;
+    if (c.epoch != epoch)
+        c = smem_cell{epoch, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (c.wtid && c.wtid - 1 != t->tid && !ordered_after(b, *t, c.wtid - 1, c.wsync))
+        shared_race(t, c, off, write, true, c.wtid - 1, c.wpc, pc);
+    if (!write) {
+        /* Readers of this warp that a full __syncwarp ordered before now are
+         * ordered before any later access of this warp: forget them. */
+        if (c.rwarps == wbit && w.last_full > c.rsync)
+            c.rwarps = 0;
+        if (!c.rwarps) {
+            c.rlanes = 0;
+            c.rsync = w.syncs;
+            c.rtid0 = (uint16_t)(t->tid + 1);
+            c.rpc0 = pc;
+        }
+        c.rwarps |= wbit;
+        c.rlanes |= lbit;
+        c.rtid = (uint16_t)(t->tid + 1);
+        c.rpc = pc;
+        return;
+    }
+    if (c.rwarps & ~wbit) { /* another warp read it: no order within the interval */
+        const bool last = (c.rtid - 1) / 32 != t->warp;
+        shared_race(t, c, off, true, false, (last ? c.rtid : c.rtid0) - 1, last ? c.rpc : c.rpc0, pc);
+    }
+    if ((c.rlanes & ~lbit) && !synced_since(w, c.rsync, c.rlanes | lbit)) {
+        const bool last = c.rtid - 1 != t->tid;
+        shared_race(t, c, off, true, false, (last ? c.rtid : c.rtid0) - 1, last ? c.rpc : c.rpc0, pc);
+    }
+    c.wtid = (uint16_t)(t->tid + 1);
+    c.wsync = w.syncs;
+    c.wpc = pc;
+    c.rwarps = c.rlanes = 0;
+}
+
+} // namespace
+
+void shared_access(size_t off, size_t n, bool write, uintptr_t pc)
+{
+    thread_ctx *ctx = tl_cur;
+    if (!ctx || settings().shared_check == SHARED_CHECK_OFF)
+        return;
+    sim_thread *t = static_cast<sim_thread *>(ctx);
+    executor &ex = *t->blk->ex;
+    const uint32_t serial = t->blk->serial;
+    for (size_t i = 0; i < n; i++)
+        if (off + i >= ex.valid.size() || ex.valid[off + i] != serial)
+            shared_out_of_bounds(t, off, n, write, pc);
+    if (settings().shared_check == SHARED_CHECK_RACE)
+        for (size_t i = 0; i < n; i++)
+            race_check(t, ex.cells[off + i], ex.epoch, off + i, write, pc);
 }
 
 /* ---- for the PTX the simulator runs (ptx.cpp) ---- */
@@ -998,7 +1375,7 @@ void running_shared_window(char **base, size_t *bytes, uint64_t *launch_seq)
     sim_thread *t = running("PTX");
     block_state &b = *t->blk;
     *base = b.smem;
-    *bytes = b.arena_used;
+    *bytes = b.capacity;
     *launch_seq = b.L->seq;
 }
 
@@ -1054,3 +1431,35 @@ void fatal_no_thread(const char *what)
 }
 
 } // namespace cudasim
+
+/* The hooks kernels compiled with -fsanitize=kernel-address (outlined) call
+ * before each access. Only that build defines them: an ASan build's runtime
+ * has its own of these names. */
+#if defined(CUDASIM_ACCESS_HOOKS) && CUDASIM_ACCESS_HOOKS
+namespace {
+inline void hook(uintptr_t a, size_t n, bool write, void *ret)
+{
+    const uintptr_t off = a - cudasim::tl_watch.lo;
+    if (__builtin_expect(off < cudasim::tl_watch.size, 0))
+        cudasim::shared_access(off, n, write, (uintptr_t)ret);
+}
+} // namespace
+
+extern "C" {
+#define CUDASIM_HOOK(N)                                                                                           \
+    void __asan_load##N##_noabort(uintptr_t a) { hook(a, N, false, __builtin_return_address(0)); }              \
+    void __asan_store##N##_noabort(uintptr_t a) { hook(a, N, true, __builtin_return_address(0)); }
+CUDASIM_HOOK(1)
+CUDASIM_HOOK(2)
+CUDASIM_HOOK(4)
+CUDASIM_HOOK(8)
+CUDASIM_HOOK(16)
+#undef CUDASIM_HOOK
+void __asan_loadN_noabort(uintptr_t a, size_t n) { hook(a, n, false, __builtin_return_address(0)); }
+void __asan_storeN_noabort(uintptr_t a, size_t n) { hook(a, n, true, __builtin_return_address(0)); }
+/* The other calls the instrumentation makes: nothing to do here. */
+void __asan_handle_no_return(void) {}
+void __asan_before_dynamic_init(const char *) {}
+void __asan_after_dynamic_init(void) {}
+}
+#endif

@@ -455,6 +455,7 @@ cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
         return CUBLAS_STATUS_NOT_INITIALIZED;
     lt_handle *p = new lt_handle();
     add_live(p);
+    note_library_bytes((int64_t)LIBRARY_HANDLE_BYTES);
     *h = reinterpret_cast<cublasLtHandle_t>(p);
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -464,6 +465,7 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t h)
     if (!drop_live(h))
         return refuse(CUBLAS_STATUS_NOT_INITIALIZED, "cublasLtDestroy(%p): not a live handle", (void *)h);
     delete reinterpret_cast<lt_handle *>(h);
+    note_library_bytes(-(int64_t)LIBRARY_HANDLE_BYTES);
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -35,8 +35,13 @@ const char *cudasim_last_failure(void);
  * no stream has work. Returns 0, or -1 for an architecture not in the table. */
 int cudasim_arch(void);
 int cudasim_set_arch(int cc);
-/* "ascending", "descending" or "random" (with `seed`). Returns 0 or -1. */
+/* "ascending", "descending", "random" (with `seed`), "warp-ascending" or
+ * "warp-descending". Returns 0 or -1. */
 int cudasim_set_schedule(const char *kind, uint64_t seed);
+/* What each shared-memory access is checked for: "race" (bounds and the race
+ * check), "bounds" or "off". Returns 0, or -1 for a name not known or a
+ * check this build cannot make (an ASan build has no access hooks). */
+int cudasim_set_shared_check(const char *kind);
 /* Up to `max_us` microseconds of seeded random delay before each stream
  * operation (0: none). */
 void cudasim_set_delay(unsigned max_us, uint64_t seed);

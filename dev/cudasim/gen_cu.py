@@ -15,8 +15,9 @@ product source:
      thread runs, the kernel's address, name, __launch_bounds__ and static
      shared memory (so a launch a card refuses is refused the same way);
   __shared__ T a[N], b[M];   (in a kernel)
-      -> T (&a)[N] = ::cudasim::shared_var<T[N]>(KEY), (&b)[M] = ...;
-     (one copy per block, in the block's shared memory);
+      -> T (&a)[N] = ::cudasim::shared_var<T[N]>(KEY, ALIGN, "a"), (&b)[M] = ...;
+     (one copy per block, in the block's shared memory; the name is for the
+     simulator's messages about accesses out of its bounds or racing);
   extern __shared__ [__align__(A)] T name[];
       -> T *const name = ::cudasim::dynamic_shared<T>(A);
   asm [volatile] ("template" : outputs : inputs);
@@ -366,7 +367,7 @@ def rewrite_shared(text, m, path, kernels, edits, device_fns):
                 idx += 1
                 k.shared_types.append(full)
                 ref = '(&%s)%s' % (name, dims) if dims else '&%s' % name
-                out.append('%s = ::cudasim::shared_var<%s>(0x%xu, %s)' % (ref, full, key, align))
+                out.append('%s = ::cudasim::shared_var<%s>(0x%xu, %s, "%s")' % (ref, full, key, align, name))
             repl = typ + ' ' + ', '.join(out) + ';'
         edits.append((start, end + 1, repl + '\n' * newlines))
 

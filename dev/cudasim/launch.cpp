@@ -13,7 +13,17 @@
  * A refused launch sets the launching thread's last error (what
  * cudaGetLastError after <<<...>>> reports) and runs nothing. An accepted one
  * runs in stream order; when it ends, the device buffers' guards are
- * checked. Also the opt-in itself (cudaFuncSetAttribute). */
+ * checked. Also the opt-in itself (cudaFuncSetAttribute), and the launch
+ * log (FERRY_CUDASIM_LAUNCH_LOG): one line per kernel and launch shape a
+ * process accepts, which tools/build/kernel_resources.py joins with each
+ * kernel's registers and shared memory as compiled for each card. */
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <unistd.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +32,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 
 #include "sim.h"
 
@@ -109,6 +120,53 @@ cudaError_t refuse(const launch_site &site, const kernel_info &k, cudaError_t e,
     stat_add(STAT_REFUSALS);
     return fail_msg(e, "launch of %s at %s:%d refused, as an sm_%d card refuses it: %s", k.name ? k.name : site.kernel,
                     site.file, site.line, arch().cc, why);
+}
+
+/* The object holding code address `fn` and fn's address in it as its
+ * symbol table has it (less the load base where the object is position
+ * independent): with `nm`, the kernel's exact instantiation. */
+void code_object(const void *fn, std::string *object, unsigned long *address)
+{
+    Dl_info di;
+    *object = "?";
+    *address = (unsigned long)(uintptr_t)fn;
+    if (!dladdr(fn, &di) || !di.dli_fbase)
+        return;
+    if (reinterpret_cast<const ElfW(Ehdr) *>(di.dli_fbase)->e_type == ET_DYN)
+        *address -= (unsigned long)(uintptr_t)di.dli_fbase;
+    char exe[4096];
+    ssize_t n;
+    if (di.dli_fname && strchr(di.dli_fname, '/'))
+        *object = di.dli_fname;
+    else if ((n = readlink("/proc/self/exe", exe, sizeof exe - 1)) > 0)
+        *object = std::string(exe, (size_t)n);
+}
+
+/* Adds "sm_NN<TAB>kernel<TAB>threads<TAB>dynamic bytes<TAB>launch bounds<TAB>
+ * file:line<TAB>object<TAB>address" to the launch log, once per distinct line
+ * in this process; each line is one write to a file opened for appending, so
+ * the processes of a test run can share it. */
+void log_launch(const launch_site &site, const kernel_info &k, unsigned long long threads, size_t smem)
+{
+    static std::mutex mu;
+    static std::set<std::string> seen;
+    static int fd = -2;
+    std::string object;
+    unsigned long address = 0;
+    code_object(k.fn, &object, &address);
+    char line[4096 + 1024];
+    snprintf(line, sizeof line, "sm_%d\t%s\t%llu\t%zu\t%d\t%s:%d\t%s\t0x%lx\n", arch().cc, k.name, threads, smem,
+             k.max_threads, site.file, site.line, object.c_str(), address);
+    std::lock_guard<std::mutex> g(mu);
+    if (!seen.insert(line).second)
+        return;
+    if (fd == -2) {
+        fd = open(settings().launch_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0)
+            diag("cannot open the launch log %s: %s", settings().launch_log, strerror(errno));
+    }
+    if (fd >= 0 && write(fd, line, strlen(line)) != (ssize_t)strlen(line))
+        diag("cannot add to the launch log %s: %s", settings().launch_log, strerror(errno));
 }
 
 } // namespace
@@ -209,6 +267,8 @@ void submit_launch(const launch_site &site, const kernel_info &k, dim3 grid, dim
     L->destroy = destroy;
     L->seq = g_seq++;
     stat_add(STAT_LAUNCHES);
+    if (settings().launch_log)
+        log_launch(site, k, threads, smem);
     stream_op op;
     op.what = "a kernel";
     op.always = true; /* so that the payload is freed after a fault too */

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <map>
 
@@ -236,6 +237,14 @@ void register_symbol(const void *p, size_t n)
     (void)n;
 }
 
+namespace {
+std::atomic<uint64_t> g_library_bytes{0};
+}
+
+void note_library_bytes(int64_t delta) { g_library_bytes += (uint64_t)delta; }
+
+uint64_t software_bytes() { return settings().context_bytes + g_library_bytes.load(); }
+
 uint64_t device_bytes_in_use(uint64_t *peak)
 {
     std::lock_guard<std::mutex> g(g_mu);
@@ -261,7 +270,7 @@ cudaError_t cudaMalloc(void **out, size_t bytes)
     if (bytes == 0)
         return cudaSuccess;
     std::unique_lock<std::mutex> g(g_mu);
-    if (g_device_bytes + bytes > settings().memory_bytes)
+    if (g_device_bytes + software_bytes() + bytes > settings().memory_bytes)
         return fail(cudaErrorMemoryAllocation);
     region r;
     memset(&r, 0, sizeof r);
@@ -507,7 +516,14 @@ static cudaError_t copy(const char *call, void *dst, const void *src, size_t n, 
         stream_enqueue(s, stream_op{call, [=] { memcpy(dst, staged->data(), n); }});
         return cudaSuccess;
     }
-    stream_enqueue(s, stream_op{call, [=] { memcpy(dst, src, n); }});
+    const unsigned late = kind == cudaMemcpyHostToDevice ? settings().copy_delay_us : 0;
+    stream_enqueue(s, stream_op{call, [=] {
+                                    if (late) { /* a slow bus: the bytes land late */
+                                        struct timespec ts = {(time_t)(late / 1000000), (long)(late % 1000000) * 1000};
+                                        nanosleep(&ts, nullptr);
+                                    }
+                                    memcpy(dst, src, n);
+                                }});
     return cudaSuccess;
 }
 

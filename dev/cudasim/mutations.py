@@ -9,11 +9,16 @@ runs the tests named for it on the simulator; a mutation is caught when a
 test fails (a build that fails is reported, not counted). The copy is
 restored after each. Nothing in the working tree is touched.
 
-usage: dev/cudasim/mutations.py [--work DIR] [--only NAME]... [--list]
+usage: dev/cudasim/mutations.py [--work DIR] [--only NAME]... [--list | --check]
   --work DIR   where the copy and its build live (default /tmp/ferry-mutations;
                kept between runs, so a second run rebuilds only what changed)
   --only NAME  run only this mutation (repeatable)
   --list       print the mutations and exit
+  --check      only check that every mutation still applies to this tree
+               (its text found exactly once in its file, its tests known to
+               the build's test list when --build is given): seconds, no
+               build; exit 1 naming each that does not (CI runs it)
+  --build DIR  with --check: the build folder whose tests the rows name
 Prints one line per mutation as it lands, then the table (markdown), also
 written to WORK/mutations.md. Exit status 0 when every mutation expected to
 be caught was caught.
@@ -26,6 +31,8 @@ import sys
 import time
 
 OPS = ["ops-sim-ascending", "ops-sim-descending", "ops-sim-random", "kernel-lab-sim"]
+# The warp-serial runs: one warp a whole barrier interval ahead of the rest.
+WARP = ["ops-sim-warp-ascending", "ops-sim-warp-descending"]
 ENGINE = ["engine-sim", "review-sim"]
 
 # name, what it plants, file, the exact text, its replacement, the tests, expected caught
@@ -45,10 +52,11 @@ MUTATIONS = [
      "backend/ops/attention_wmma.cu",
      "            wmma::store_matrix_sync(Uf + n * 16, acc[n], D::LDO, wmma::mem_row_major);\n        __syncwarp();\n",
      "            wmma::store_matrix_sync(Uf + n * 16, acc[n], D::LDO, wmma::mem_row_major);\n", OPS, True),
-    ("syncwarp-before-shuffle", "removed __syncwarp that a shuffle right after it makes redundant here "
-     "(a GPU's shuffle does not order memory; the simulator's does)",
+    ("syncwarp-before-shuffle", "removed __syncwarp between lanes that only shuffles separate in the WMMA attention "
+     "(Volta's; lab variants 1 and 2): a GPU's shuffle does not order memory, and the race check orders lanes by "
+     "__syncwarp alone",
      "backend/ops/attention_wmma.cu",
-     "        __syncwarp(); /* Pb complete, Uf's scores consumed */\n", "", OPS, False),
+     "        __syncwarp(); /* Pb complete, Uf's scores consumed */\n", "", OPS, True),
     ("shuffle-lane-attention", "wrong shuffle lane: the WMMA attention's row maximum taken with lane ^ 2 instead of "
      "lane ^ 1",
      "backend/ops/attention_wmma.cu",
@@ -104,22 +112,23 @@ MUTATIONS = [
      '                     : "r"(a[2]), "r"(a[3]), "r"(b0));', ["ops-sim-f16-sm75"], True),
     ("d2h-before-kernel", "a D2H recorded before the kernel that writes the buffer: the drain of a group's "
      "gradients no longer waits for its backward",
-     "engine/schedule.c",
-     "        if ((st = backend_stream_wait_event(e->d2h, g->grads_done)) == FERRY_OK &&\n",
+     "engine/drain.c",
+     "        if ((st = backend_stream_wait_event(c->d2h, g->grads_done)) == FERRY_OK &&\n",
      "        if ((st = FERRY_OK) == FERRY_OK &&\n", ENGINE, True),
-    ("upload-while-read", "an upload into a buffer still being read: params mode frees a group's weights "
-     "(for the next group's upload) without waiting for its last use",
-     "engine/placement.c",
-     "        if ((st = backend_event_synchronize(oldest->released)) != FERRY_OK)\n            break;\n", "",
-     ENGINE, True),
+    ("upload-while-read", "an upload into a buffer still being read: params mode gives a group's weight slot "
+     "back (for the next group's upload) without waiting for its last use",
+     "engine/residency.c",
+     "    ferry_status st = backend_event_synchronize(g->released);\n    if (st != FERRY_OK)\n        return st;\n",
+     "    ferry_status st = FERRY_OK;\n", ENGINE, True),
     ("compute-before-upload", "the compute stream no longer waits for a group's upload before reading it",
      "engine/schedule.c",
-     "    if ((st = backend_stream_wait_event(s, g->uploaded)) != FERRY_OK)\n        return st;\n", "", ENGINE, True),
+     "    if ((rc = backend_stream_wait_event(st, g->uploaded)) != FERRY_OK)\n        return rc;\n    if (timed) {",
+     "    if (timed) {", ENGINE, True),
     ("dpu-group0", "the delayed update's upload waits for group 0's backward only (the review's finding, put back: "
      "covered by engine_step's wait for every drain, so nothing can fail)",
-     "engine/step.c",
-     "(st = backend_stream_wait_event(e->h2d, g->grads_done)) == FERRY_OK &&",
-     "(st = backend_stream_wait_event(e->h2d, e->groups[0].grads_done)) == FERRY_OK &&", ENGINE, False),
+     "engine/update.c",
+     "        st = upload(u, &gs->g[i], gs->g[i].grads_done);",
+     "        st = upload(u, &gs->g[i], gs->g[0].grads_done);", ENGINE, False),
     ("encoder-static-smem", "the encoder's shared-memory check without the static part (the review's finding, "
      "put back)",
      "backend/ops/encoder.cu",
@@ -137,6 +146,75 @@ MUTATIONS = [
      "tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));",
      "tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, BQ == 32 ? 0 : 1));",
      ["ops-sim-f16-sm75"], True),
+    # A barrier that protects an overwrite while other warps still read.
+    ("syncthreads-overwrite-blocksum", "removed __syncthreads that keeps a block sum from overwriting its 32 "
+     "partials while the block maximum before it still reads them (write-after-read: the classifier's and "
+     "layernorm's reductions)",
+     "backend/ops/cuda_util.cuh",
+     "    v = cu_warp_sum(v);\n    __syncthreads(); /* `shared` may still be read by a previous call */\n",
+     "    v = cu_warp_sum(v);\n", WARP + ["ops-sim-ascending"], True),
+    ("syncthreads-overwrite-logits", "removed __syncthreads before the classifier overwrites its logits with "
+     "the gradient while thread 0 still reads the target's logit (global memory: no race check; the "
+     "warp-serial schedule shows it)",
+     "backend/ops/classifier.cu",
+     "    __syncthreads(); /* row[target] is read above before it is overwritten */\n", "", WARP, True),
+    ("syncthreads-overwrite-attention", "removed __syncthreads before the WMMA attention (Volta's) loads the next "
+     "K/V tile over the one other warps still multiply",
+     "backend/ops/attention_wmma.cu",
+     "        __syncthreads(); /* every warp is done with the previous K/V */\n", "", ["ops-sim-f16-sm70"], True),
+    # A non-atomic read-modify-write.
+    ("rmw-warp-count", "a non-atomic read-modify-write: the encoder's per-warp match count taken by every "
+     "matching lane incrementing one shared counter, where lane 0 stored the ballot's popcount (gcc checks "
+     "`x++`'s store through its load's check, so the access hooks see two reads; the lanes run one at a time, "
+     "so no update is lost here)",
+     "backend/ops/encoder.cu",
+     "        if (lane == 0)\n            warp_count[warp] = __popc(mask);\n",
+     "        if (lane == 0)\n            warp_count[warp] = 0;\n        __syncwarp();\n        if (match)\n"
+     "            warp_count[warp]++;\n", OPS, False),
+    # The host reading a download before its event.
+    ("host-read-before-d2h", "the CPU reads a group's drained gradients before their download has landed: the "
+     "norm and sum tiles no longer wait for the D2H stream's host function",
+     "engine/drain.c",
+     "    while (!job->landed && !job->abandoned)\n        pthread_cond_wait(&job->landed_cond, &job->lock);\n",
+     "", ENGINE, True),
+    # fp16 overflow handling.
+    ("f16-saturate", "fp16 overflow hidden: the kernels' fp16 rounding saturates at 65504 instead of storing "
+     "inf, so an overflowing gradient never reaches the loss scale's check",
+     "backend/ops/cuda_util.cuh",
+     "    static __device__ __forceinline__ f16 round(float x) { return __float2half_rn(x); }",
+     "    static __device__ __forceinline__ f16 round(float x) { return __float2half_rn(fminf(fmaxf(x, -65504.0f), "
+     "65504.0f)); }", ["ops-sim-f16-sm75", "train-sim-f16"], True),
+    # A wrong limits-table entry.
+    ("limits-sm86", "a wrong limits-table entry: the simulated RTX 3090 (sm_86) allows the A100's 163 KiB of "
+     "shared memory a block instead of 99 KiB",
+     "dev/cudasim/arch.cpp",
+     "    {86, \"NVIDIA GeForce RTX 3090\", 82, 48 << 10, 99 << 10, 100 << 10, 1536, 24ull << 30, 1},",
+     "    {86, \"NVIDIA GeForce RTX 3090\", 82, 48 << 10, 163 << 10, 100 << 10, 1536, 24ull << 30, 1},",
+     ["device-sim", "ops-sim-xl"], True),
+    # cuBLASLt alignment and workspace misuse.
+    ("cublaslt-alignment", "cuBLASLt told every operand is 16-byte aligned, whatever the pointers are",
+     "backend/ops/matmul.cu",
+     "    uint32_t aa = k.align_a, ab = k.align_b, ad = k.align_d;",
+     "    uint32_t aa = 16, ab = 16, ad = 16;", OPS + ["engine-sim"], True),
+    ("cublaslt-workspace", "cuBLASLt's matmul given 4 KiB of workspace where its algorithm was chosen for the "
+     "32 MiB offered",
+     "backend/ops/matmul.cu",
+     "                              &p->algo, c->workspace, c->workspace_bytes, stream));",
+     "                              &p->algo, c->workspace, 4096, stream));", ["engine-sim", "gpt2-cuda-sim"], True),
+    # NCCL misuse.
+    ("nccl-count", "NCCL misuse: the all-gather asked for one element more a rank than its buffers hold",
+     "backend/comm_nccl.c",
+     "             : kind == NCCL_AG ? ncclAllGather(send, recv, count, nccl_type(t), n->comm, cs)",
+     "             : kind == NCCL_AG ? ncclAllGather(send, recv, count + 1, nccl_type(t), n->comm, cs)",
+     ["engine-dp-sim-2-bf16", "dp-gpu-sim"], True),
+    # An out-of-bounds read of a tail.
+    ("tail-read-layernorm", "an out-of-bounds read of a row's tail: layernorm's mean reads one element past "
+     "the end of each row (the next row's first, or past the buffer)",
+     "backend/ops/layernorm.cu",
+     "    for (int c = lane * per; c < C; c += 32 * per) {\n        load_n(v, x + c, per);\n"
+     "        for (int j = 0; j < per; j++)\n            sum += v[j];",
+     "    for (int c = lane * per; c <= C; c += 32 * per) {\n        load_n(v, x + c, per);\n"
+     "        for (int j = 0; j < per; j++)\n            sum += v[j];", OPS, True),
 ]
 
 
@@ -171,7 +249,10 @@ def test_targets(build, tests):
     for t in json.loads(out):
         if t["name"] in tests:
             for c in t["cmd"]:
-                if isinstance(c, str) and c.startswith(build + os.sep):
+                if not isinstance(c, str) or c.startswith("-") or "/" not in c:
+                    continue  # an option or a word, not a program
+                c = os.path.normpath(c if os.path.isabs(c) else os.path.join(build, c))
+                if c.startswith(build + os.sep):  # a script in the source tree is not a target
                     files.add(os.path.relpath(c, build))
     return sorted(files)
 
@@ -183,16 +264,57 @@ def meson_test(build, tests):
     return rc == 0, failed, out
 
 
+def check_rows(root, build):
+    """Every row's text once in its file, and its tests in the build's list."""
+    import json
+    known = None
+    if build:
+        rc, out = run(["meson", "introspect", build, "--tests"])
+        if rc:
+            sys.exit("mutations: meson introspect %s failed:\n%s" % (build, out[-2000:]))
+        known = {t["name"] for t in json.loads(out)}
+    bad, names = 0, set()
+    for name, what, rel, old, new, tests, expect in MUTATIONS:
+        problems = []
+        if name in names:
+            problems.append("the name is used twice")
+        names.add(name)
+        path = os.path.join(root, rel)
+        if not os.path.isfile(path):
+            problems.append("%s does not exist" % rel)
+        else:
+            n = open(path, encoding="utf-8").read().count(old)
+            if n != 1:
+                problems.append("its text is found %d times in %s, not once (the source moved on: update the row)"
+                                % (n, rel))
+        if old == new:
+            problems.append("it changes nothing")
+        if known is not None:
+            missing = [t for t in tests if t not in known]
+            if missing:
+                problems.append("the build has no test %s" % ", ".join(missing))
+        for p in problems:
+            print("mutations: %s: %s" % (name, p))
+        bad += bool(problems)
+    print("mutations: %d rows, %d apply to this tree%s" % (len(MUTATIONS), len(MUTATIONS) - bad,
+                                                          "" if not bad else "; fix the others"))
+    return 1 if bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser(usage=__doc__)
     ap.add_argument("--work", default="/tmp/ferry-mutations")
     ap.add_argument("--only", action="append", default=[])
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--build")
     a = ap.parse_args()
     if a.list:
         for m in MUTATIONS:
             print("%-24s %s (%s)" % (m[0], m[1], m[2]))
         return 0
+    if a.check:
+        return check_rows(os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")), a.build)
     chosen = [m for m in MUTATIONS if not a.only or m[0] in a.only]
     unknown = set(a.only) - {m[0] for m in MUTATIONS}
     if unknown:

@@ -1,5 +1,6 @@
 /* A small NCCL for the simulated device, over MPI: the subset ferry's data
- * parallelism calls (communicators from a unique id, all-reduce,
+ * parallelism calls (communicators from a unique id, started blocking or not
+ * (ncclCommInitRankConfig with config.blocking = 0), all-reduce,
  * reduce-scatter, all-gather and broadcast of fp32, bf16 and fp16 with sum,
  * groups, the asynchronous error, abort), with NCCL's semantics where a
  * program can see them:
@@ -27,7 +28,21 @@
  * calling thread once its stream has reached it: still ordered, but the call
  * blocks, which can deadlock a program that waits in MPI for a rank blocked
  * in a collective (docs/cudasim.md). MPI_COMM_WORLD is split by the unique
- * id, so every MPI process takes part in ncclCommInitRank. */
+ * id, so every MPI process takes part in starting a communicator.
+ *
+ * A non-blocking start (config.blocking = 0) returns ncclInProgress at once
+ * with the communicator, whose asynchronous error stays ncclInProgress
+ * while a thread of its own splits MPI_COMM_WORLD and checks that the ranks
+ * agree, then becomes ncclSuccess or the error; a collective on it before
+ * then is ncclInvalidUsage. Its first collective returns ncclInProgress, as
+ * NCCL's does while it connects (it is enqueued all the same), and the
+ * asynchronous error says ncclInProgress once more before ncclSuccess, so a
+ * caller must poll as it must on NCCL. A rank that never starts its side leaves the
+ * others in progress for ever (the split waits for it), which is what a
+ * caller's bounded poll is for; ncclCommAbort then leaves the starting
+ * thread to MPI, as a dead peer leaves NCCL's. The program must not run
+ * collectives of MPI_COMM_WORLD of its own while a start is in progress
+ * (MPI forbids two at once on one communicator). */
 /* MPI's C API only: its deprecated C++ bindings do not compile cleanly. */
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
@@ -68,7 +83,12 @@ struct ncclComm {
     std::string async_message;
     bool quit = false, aborted = false;
     bool busy = false; /* the proxy is inside a collective (in MPI) */
+    int stream_ops = 0; /* collectives whose stream has not finished its part (they hold the communicator) */
     std::thread thread;
+    std::atomic<bool> starting{false}; /* a non-blocking start is under way on start_thread */
+    std::thread start_thread;
+    bool nonblocking = false, connected = false;
+    std::atomic<int> pending_polls{0}; /* polls that still say ncclInProgress after a call returned it */
 };
 
 namespace cudasim {
@@ -279,6 +299,19 @@ bool overlap(const void *a, size_t an, const void *b, size_t bn)
     return x < y + bn && y < x + an;
 }
 
+/* What an issued collective returns: ncclInProgress for the first of a
+ * non-blocking communicator (NCCL connects then), with one poll of the
+ * asynchronous error still saying so; ncclSuccess otherwise. */
+ncclResult_t first_of_nonblocking(ncclComm *comm)
+{
+    std::lock_guard<std::mutex> g(comm->mu);
+    if (!comm->nonblocking || comm->connected)
+        return ncclSuccess;
+    comm->connected = true;
+    comm->pending_polls = 1;
+    return ncclInProgress;
+}
+
 /* Checks and issues one collective (now, or at the end of the group). */
 ncclResult_t issue(coll kind, const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
                    int root, ncclComm_t comm, cudaStream_t stream)
@@ -286,6 +319,9 @@ ncclResult_t issue(coll kind, const void *send, void *recv, size_t count, ncclDa
     const char *call = coll_names[kind];
     if (!comm || !live_comm(comm))
         return refuse(ncclInvalidArgument, "%s: the communicator is not a live one", call);
+    if (comm->starting.load() || comm->async_error.load() == ncclInProgress)
+        return refuse(ncclInvalidUsage, "%s: the communicator is still starting (poll ncclCommGetAsyncError until it "
+                      "is no longer ncclInProgress)", call);
     if (comm->aborted)
         return refuse(ncclInvalidUsage, "%s: the communicator was aborted", call);
     const size_t es = type_size(type);
@@ -322,8 +358,10 @@ ncclResult_t issue(coll kind, const void *send, void *recv, size_t count, ncclDa
     {
         std::lock_guard<std::mutex> g(comm->mu);
         o->meta.seq = comm->issued++;
-        if (comm->proxy)
+        if (comm->proxy) {
             comm->queue.push_back(o);
+            comm->stream_ops++;
+        }
     }
     if (comm->proxy) {
         stream_op so;
@@ -334,16 +372,18 @@ ncclResult_t issue(coll kind, const void *send, void *recv, size_t count, ncclDa
             o->ready = true;
             comm->cv.notify_all();
             comm->cv.wait(g, [&] { return o->done; });
+            comm->stream_ops--;
+            comm->cv.notify_all();
         };
         stream_enqueue(s, std::move(so));
-        return ncclSuccess;
+        return first_of_nonblocking(comm);
     }
     /* No proxy: wait for the stream, then run it here. */
     if (stream_run_sync(s, call, [] {}) != cudaSuccess)
         return refuse(ncclUnhandledCudaError, "%s: the device failed before the collective", call);
     if (comm->async_error.load() == ncclSuccess)
         run_collective(comm, *o);
-    return ncclSuccess;
+    return first_of_nonblocking(comm);
 }
 
 ncclResult_t issue_or_defer(coll kind, const void *send, void *recv, size_t count, ncclDataType_t type,
@@ -367,6 +407,28 @@ void stop_proxy(ncclComm *c)
     }
     if (c->thread.joinable())
         c->thread.join();
+}
+
+/* MPI, initialised here when the program has not (a program using NCCL
+ * alone, as at world size 1, never calls MPI): with every thread allowed to
+ * call it, and finalised at exit, as a launcher expects. */
+bool mpi_ready()
+{
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (inited)
+        return !finalized;
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+        return false;
+    atexit([] {
+        int done = 0;
+        MPI_Finalized(&done);
+        if (!done)
+            MPI_Finalize();
+    });
+    return true;
 }
 
 } // namespace
@@ -422,26 +484,22 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank)
+} /* extern "C" */
+
+namespace cudasim {
+namespace {
+
+/* The start of communicator c: the split of MPI_COMM_WORLD by the unique
+ * id, the ranks' agreement, the proxy. Every rank that shares the id must
+ * come here. */
+ncclResult_t start_comm(ncclComm *c, int nranks, ncclUniqueId id, int rank)
 {
-    if (!out)
-        return refuse(ncclInvalidArgument, "ncclCommInitRank: comm is NULL");
-    *out = nullptr;
-    if (int f = injected_fault("ncclCommInitRank"))
-        return (ncclResult_t)f;
-    int inited = 0;
-    MPI_Initialized(&inited);
-    if (!inited)
-        return refuse(ncclInvalidUsage, "ncclCommInitRank: MPI is not initialised; the simulated device's NCCL "
-                      "rides on MPI: run the ranks with mpirun and call MPI_Init first");
-    if (nranks < 1 || rank < 0 || rank >= nranks)
-        return refuse(ncclInvalidArgument, "ncclCommInitRank: rank %d of %d", rank, nranks);
     uint64_t h = 1469598103934665603ull;
     for (char ch : id.internal)
         h = (h ^ (unsigned char)ch) * 1099511628211ull;
     MPI_Comm split;
     if (MPI_Comm_split(MPI_COMM_WORLD, (int)(h & 0x3fffffff), rank, &split) != MPI_SUCCESS)
-        return refuse(ncclSystemError, "ncclCommInitRank: MPI_Comm_split failed");
+        return refuse(ncclSystemError, "starting a communicator: MPI_Comm_split failed");
     int size = 0, me = 0;
     MPI_Comm_size(split, &size);
     MPI_Comm_rank(split, &me);
@@ -450,27 +508,109 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     MPI_Allreduce(&agree, &all, 1, MPI_INT, MPI_LAND, split);
     if (!all) {
         MPI_Comm_free(&split);
-        return refuse(ncclInvalidArgument, "ncclCommInitRank: %d processes share this unique id, but rank %d was told "
-                      "nranks %d (each rank's number must be unique and below nranks)", size, rank, nranks);
+        return refuse(ncclInvalidArgument, "starting a communicator: %d processes share this unique id, but rank %d "
+                      "was told nranks %d (each rank's number must be unique and below nranks)", size, rank, nranks);
     }
     int provided = MPI_THREAD_SINGLE;
     MPI_Query_thread(&provided);
-    ncclComm *c = new ncclComm;
     c->mpi = split;
-    c->rank = rank;
-    c->nranks = nranks;
     c->proxy = provided == MPI_THREAD_MULTIPLE;
     if (c->proxy)
         c->thread = std::thread(proxy_loop, c);
     else
         diag("NCCL rank %d: MPI was initialised without MPI_THREAD_MULTIPLE: collectives run on the calling "
              "thread and the call blocks", rank);
-    {
-        std::lock_guard<std::mutex> g(g_live_mu);
-        g_live.push_back(c);
+    return ncclSuccess;
+}
+
+/* The checks every start makes before it begins. */
+ncclResult_t check_start(const char *call, ncclComm_t *out, int nranks, int rank)
+{
+    if (!out)
+        return refuse(ncclInvalidArgument, "%s: comm is NULL", call);
+    *out = nullptr;
+    if (int f = injected_fault(call))
+        return (ncclResult_t)f;
+    if (!mpi_ready())
+        return refuse(ncclInvalidUsage, "%s: MPI is not initialised and could not be: the simulated device's NCCL "
+                      "rides on MPI; run the ranks with mpirun", call);
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+        return refuse(ncclInvalidArgument, "%s: rank %d of %d", call, rank, nranks);
+    return ncclSuccess;
+}
+
+ncclComm *new_comm(int nranks, int rank)
+{
+    ncclComm *c = new ncclComm;
+    c->mpi = MPI_COMM_NULL;
+    c->rank = rank;
+    c->nranks = nranks;
+    return c;
+}
+
+void make_live(ncclComm *c)
+{
+    std::lock_guard<std::mutex> g(g_live_mu);
+    g_live.push_back(c);
+}
+
+} // namespace
+} // namespace cudasim
+
+extern "C" {
+
+ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank)
+{
+    ncclResult_t r = check_start("ncclCommInitRank", out, nranks, rank);
+    if (r != ncclSuccess)
+        return r;
+    ncclComm *c = new_comm(nranks, rank);
+    if ((r = start_comm(c, nranks, id, rank)) != ncclSuccess) {
+        delete c;
+        return r;
     }
+    make_live(c);
     *out = c;
     return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config)
+{
+    const char *call = "ncclCommInitRankConfig";
+    bool blocking = true;
+    if (config) {
+        if (config->size != sizeof(ncclConfig_t) || config->magic != 0xcafebeef)
+            return refuse(ncclInvalidArgument, "%s: the config was not made with NCCL_CONFIG_INITIALIZER (size %zu, "
+                          "magic 0x%x)", call, config->size, config->magic);
+        if (config->blocking != NCCL_CONFIG_UNDEF_INT && config->blocking != 0 && config->blocking != 1)
+            return refuse(ncclInvalidArgument, "%s: config.blocking %d; 0 or 1", call, config->blocking);
+        blocking = config->blocking != 0;
+    }
+    ncclResult_t r = check_start(call, out, nranks, rank);
+    if (r != ncclSuccess)
+        return r;
+    ncclComm *c = new_comm(nranks, rank);
+    if (blocking) {
+        if ((r = start_comm(c, nranks, id, rank)) != ncclSuccess) {
+            delete c;
+            return r;
+        }
+        make_live(c);
+        *out = c;
+        return ncclSuccess;
+    }
+    /* Non-blocking: the communicator at once, its start on a thread. */
+    c->nonblocking = true;
+    c->async_error = ncclInProgress;
+    c->starting = true;
+    make_live(c);
+    c->start_thread = std::thread([c, nranks, id, rank] {
+        ncclResult_t res = start_comm(c, nranks, id, rank);
+        c->async_error = (int)res;
+        c->starting = false;
+    });
+    *out = c;
+    return ncclInProgress;
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err)
@@ -478,6 +618,11 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err)
     if (!comm || !err || !live_comm(comm))
         return refuse(ncclInvalidArgument, "ncclCommGetAsyncError: not a live communicator, or err is NULL");
     *err = (ncclResult_t)comm->async_error.load();
+    int pending = comm->pending_polls.load();
+    while (*err == ncclSuccess && pending > 0 && !comm->pending_polls.compare_exchange_weak(pending, pending - 1)) {
+    }
+    if (*err == ncclSuccess && pending > 0)
+        *err = ncclInProgress;
     return ncclSuccess;
 }
 
@@ -493,10 +638,26 @@ static ncclResult_t end_comm(ncclComm_t comm, bool abort_it)
             return refuse(ncclInvalidArgument, "%s: not a live communicator (destroyed twice?)", call);
         g_live.erase(it);
     }
+    if (comm->starting.load()) {
+        if (!abort_it)
+            return refuse(ncclInvalidUsage, "ncclCommDestroy: the communicator is still starting; abort it");
+        /* The start waits in MPI for a rank that never came: left to it. */
+        comm->aborted = true;
+        comm->start_thread.detach();
+        return ncclSuccess;
+    }
+    if (comm->start_thread.joinable())
+        comm->start_thread.join();
+    if (comm->async_error.load() != ncclSuccess && !comm->thread.joinable() && comm->mpi == MPI_COMM_NULL) {
+        delete comm; /* a start that failed: nothing but the object */
+        return ncclSuccess;
+    }
     if (abort_it) {
         /* Collectives not yet run are dropped (their streams go on); one a
          * peer never joins keeps the proxy in MPI: then the communicator is
-         * left to it, as a dead peer leaves NCCL's. */
+         * left to it, as a dead peer leaves NCCL's. Streams that have not
+         * reached a dropped collective yet will touch the communicator when
+         * they do: it is left to them too. */
         std::unique_lock<std::mutex> g(comm->mu);
         comm->aborted = true;
         for (auto &o : comm->queue)
@@ -504,15 +665,19 @@ static ncclResult_t end_comm(ncclComm_t comm, bool abort_it)
         comm->queue.clear();
         comm->quit = true;
         comm->cv.notify_all();
-        if (comm->busy) {
-            g.unlock();
+        const bool busy = comm->busy, held = comm->stream_ops > 0;
+        g.unlock();
+        if (busy)
             comm->thread.detach();
+        else if (held)
+            stop_proxy(comm);
+        if (busy || held)
             return ncclSuccess;
-        }
     } else {
-        /* Destroy waits for what was issued: the streams reach it, the proxy runs it. */
+        /* Destroy waits for what was issued: the streams reach it, the proxy
+         * runs it, the streams let go of it. */
         std::unique_lock<std::mutex> g(comm->mu);
-        comm->cv.wait(g, [comm] { return comm->queue.empty(); });
+        comm->cv.wait(g, [comm] { return comm->queue.empty() && comm->stream_ops == 0; });
     }
     stop_proxy(comm);
     if (!abort_it)

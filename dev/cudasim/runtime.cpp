@@ -437,7 +437,7 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
         return e;
     if (!free_bytes || !total)
         return fail(cudaErrorInvalidValue);
-    uint64_t used = device_bytes_in_use(nullptr);
+    uint64_t used = device_bytes_in_use(nullptr) + software_bytes();
     *total = settings().memory_bytes;
     *free_bytes = used < *total ? *total - used : 0;
     return cudaSuccess;
@@ -498,16 +498,22 @@ int cudasim_set_arch(int cc)
 
 int cudasim_set_schedule(const char *kind, uint64_t seed)
 {
-    wait_all_streams();
-    if (!strcmp(kind, "ascending"))
-        settings().schedule = SCHED_ASCENDING;
-    else if (!strcmp(kind, "descending"))
-        settings().schedule = SCHED_DESCENDING;
-    else if (!strcmp(kind, "random"))
-        settings().schedule = SCHED_RANDOM;
-    else
+    schedule_kind k;
+    if (!kind || !parse_schedule(kind, &k))
         return -1;
+    wait_all_streams();
+    settings().schedule = k;
     settings().seed = seed;
+    return 0;
+}
+
+int cudasim_set_shared_check(const char *kind)
+{
+    shared_check_kind k;
+    if (!kind || !parse_shared_check(kind, &k))
+        return -1;
+    wait_all_streams();
+    settings().shared_check = k;
     return 0;
 }
 

@@ -29,20 +29,46 @@
 namespace cudasim {
 
 /* ---- settings (environment, read once; tests may override some) ---- */
-enum schedule_kind { SCHED_ASCENDING, SCHED_DESCENDING, SCHED_RANDOM };
+#if defined(CUDASIM_ACCESS_HOOKS) && CUDASIM_ACCESS_HOOKS
+constexpr bool access_hooks = true;
+#else
+constexpr bool access_hooks = false;
+#endif
+/* Thread-serial schedules run each thread until it blocks, in thread order
+ * (ascending, descending) or seeded random order; warp-serial ones run the
+ * lowest (highest) warp with a ready thread until every lane of it waits at
+ * the block barrier or has exited, so one warp can run a whole barrier
+ * interval ahead of the others. */
+enum schedule_kind { SCHED_ASCENDING, SCHED_DESCENDING, SCHED_RANDOM, SCHED_WARP_ASCENDING, SCHED_WARP_DESCENDING };
+/* What the shared-memory access checks do (block.cpp): nothing, bounds only
+ * (every access inside a variable or the dynamic part), or bounds and the
+ * race check (plain accesses of one barrier interval from threads that no
+ * __syncwarp orders). Only where the kernels were compiled with the access
+ * hooks (CUDASIM_ACCESS_HOOKS: every build but ASan's). */
+enum shared_check_kind { SHARED_CHECK_OFF, SHARED_CHECK_BOUNDS, SHARED_CHECK_RACE };
 
 struct sim_settings {
     int arch;                   /* FERRY_CUDASIM_ARCH: 70, 75, 80, 86, 89, 90 */
-    schedule_kind schedule;     /* FERRY_CUDASIM_SCHEDULE: ascending, descending, random[:seed] */
+    schedule_kind schedule;     /* FERRY_CUDASIM_SCHEDULE: ascending, descending, random[:seed],
+                                   warp-ascending, warp-descending */
+    shared_check_kind shared_check; /* FERRY_CUDASIM_SHARED_CHECK: off, bounds, race (default race) */
     uint64_t seed;              /* for random schedules and stream delays */
     int threads;                /* FERRY_CUDASIM_THREADS: OS threads running blocks */
     unsigned delay_us;          /* FERRY_CUDASIM_DELAY_US: max random delay before each stream op */
+    unsigned copy_delay_us;     /* FERRY_CUDASIM_COPY_DELAY_US: a host-to-device copy's bytes land this late */
     uint64_t memory_bytes;      /* FERRY_CUDASIM_MEMORY: the card's memory */
+    uint64_t context_bytes;     /* FERRY_CUDASIM_CONTEXT: what the CUDA context takes of it */
+    const char *launch_log;     /* FERRY_CUDASIM_LAUNCH_LOG: a file to add each kernel's launch shapes to */
     size_t stack_bytes;         /* a fiber's stack */
     bool no_device;             /* FERRY_CUDASIM_NO_DEVICE=1: behave like a machine without a driver */
     bool quiet;                 /* FERRY_CUDASIM_QUIET=1: no diagnostics on stderr */
 };
 sim_settings &settings();
+/* A schedule's or a shared check's name (as FERRY_CUDASIM_SCHEDULE and
+ * FERRY_CUDASIM_SHARED_CHECK spell them); false for a name not known, or a
+ * check this build cannot make. */
+bool parse_schedule(const char *name, schedule_kind *out);
+bool parse_shared_check(const char *name, shared_check_kind *out);
 
 /* ---- the card (arch.cpp) ---- */
 struct arch_limits {
@@ -109,6 +135,11 @@ uint64_t stat_counter(int which);
 /* An injected fault of a cuBLASLt or NCCL function: its code, or 0. */
 int injected_fault(const char *name);
 uint64_t device_bytes_in_use(uint64_t *peak);
+/* What the card's own software holds outside cudaMalloc: the context (from
+ * the first call) and each live cuBLASLt handle (LIBRARY_HANDLE_BYTES). */
+constexpr uint64_t LIBRARY_HANDLE_BYTES = 2ull << 20;
+void note_library_bytes(int64_t delta);
+uint64_t software_bytes();
 
 /* ---- kernels (block.cpp) ---- */
 struct launch_rec {
@@ -124,6 +155,10 @@ struct launch_rec {
 /* Runs a whole grid on the pool; returns false when a block failed (the
  * sticky error is set). Called on the stream's thread. */
 bool run_grid(launch_rec *L);
+/* A kernel's access at byte `off` of the running block's shared memory
+ * (the access hooks call it): bounds, then races, as the settings ask;
+ * stops the thread with the block failed on a violation. */
+void shared_access(size_t off, size_t n, bool write, uintptr_t pc);
 /* The opt-in a kernel was given by cudaFuncSetAttribute (0: none). */
 size_t func_max_dynamic_smem(const void *fn);
 cudaError_t func_set_max_dynamic_smem(const void *fn, int bytes);

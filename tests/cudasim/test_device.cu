@@ -3,7 +3,17 @@
  * ferry's kernels.
  *   - barriers: a kernel missing its __syncthreads computes wrong results
  *     under every schedule, the correct one right under all of them; the
- *     reductions of __syncthreads_or/and/count;
+ *     reductions of __syncthreads_or/and/count; a barrier that protects an
+ *     overwrite from reads two warp collectives earlier, removed: wrong
+ *     under the warp-serial schedules, where the thread-serial ones keep the
+ *     warps in step and cannot show it;
+ *   - the shared-memory access checks: a read or write past a static
+ *     variable into the red zone before the next, or past the dynamic part,
+ *     stops the kernel naming the variable and the source line; the race
+ *     check reports each hazard (read-after-write across warps,
+ *     write-after-read, write-after-write, lanes of one warp that only a
+ *     shuffle separates) with both threads and both lines, and stays quiet
+ *     for __syncwarp-ordered lanes, atomics and broadcast reads;
  *   - warp scope: __syncwarp waits for its mask's lanes only; shuffles of
  *     every kind and width, votes, against a host reference; a mask that
  *     does not name the caller, names an exited lane, lanes that call
@@ -38,7 +48,12 @@ using namespace nvcuda;
 #endif
 #endif
 
-static const char *schedules[] = {"ascending", "descending", "random"};
+static const char *schedules[] = {"ascending", "descending", "random", "warp-ascending", "warp-descending"};
+
+/* The race check off (bounds only) for a case about what a schedule
+ * computes, not what the check reports; back on after it. */
+static void race_check(bool on) { cudasim_set_shared_check(on ? "race" : "bounds"); }
+static bool have_access_checks() { return cudasim_set_shared_check("race") == 0; }
 
 static int is_err(cudaError_t got, cudaError_t want, const char *what)
 {
@@ -80,6 +95,7 @@ static void test_barriers(void)
     for (const char *sched : schedules) {
         cudasim_set_schedule(sched, 17);
         for (int sync = 1; sync >= 0; sync--) {
+            race_check(sync);
             neighbour_kernel<<<4, 256>>>(d, sync);
             cudaMemcpy(h.data(), d, h.size() * sizeof(int), cudaMemcpyDeviceToHost);
             int wrong = 0;
@@ -94,6 +110,60 @@ static void test_barriers(void)
                        "of 1024 wrong)", sched, wrong);
         }
     }
+    race_check(true);
+    cudasim_set_schedule("ascending", 1);
+    cudaFree(d);
+}
+
+/* Two warps: each reads the other's half, takes a warp sum through two
+ * rounds of shuffles, then overwrites its own half. Without the barrier
+ * before the overwrite, a warp that runs ahead overwrites what the other has
+ * not read yet. */
+__global__ void overwrite_kernel(int *out, int protect)
+{
+    __shared__ int buf[64];
+    const int t = (int)threadIdx.x;
+    buf[t] = t;
+    __syncthreads();
+    int v = buf[63 - t];
+    v += __shfl_xor_sync(0xffffffffu, v, 1) * 0;
+    v += __shfl_xor_sync(0xffffffffu, v, 2) * 0;
+    if (protect)
+        __syncthreads();
+    buf[t] = 1000 + t;
+    __syncthreads();
+    out[t] = v;
+}
+
+static int overwrite_wrong(int *d, int protect)
+{
+    std::vector<int> h(64);
+    overwrite_kernel<<<1, 64>>>(d, protect);
+    cudaMemcpy(h.data(), d, 64 * sizeof(int), cudaMemcpyDeviceToHost);
+    int wrong = 0;
+    for (int t = 0; t < 64; t++)
+        wrong += h[(size_t)t] != 63 - t;
+    return wrong;
+}
+
+static void test_warp_serial(void)
+{
+    int *d = nullptr;
+    cudaMalloc(&d, 64 * sizeof(int));
+    race_check(false);
+    for (const char *sched : schedules) {
+        cudasim_set_schedule(sched, 23);
+        const int right = overwrite_wrong(d, 1), wrong = overwrite_wrong(d, 0);
+        tap_ok(right == 0, "overwrite after a barrier (%s schedule): every thread reads what was there (%d wrong)",
+               sched, right);
+        if (!strncmp(sched, "warp-", 5))
+            tap_ok(wrong > 0, "barrier before the overwrite removed (%s schedule): one warp overwrites what the "
+                   "other has not read (%d of 64 wrong)", sched, wrong);
+        else if (strcmp(sched, "random") != 0)
+            tap_ok(wrong == 0, "barrier before the overwrite removed (%s schedule): the warps advance in step "
+                   "through the shuffles, so this schedule cannot show it (%d wrong)", sched, wrong);
+    }
+    race_check(true);
     cudasim_set_schedule("ascending", 1);
     cudaFree(d);
 }
@@ -311,7 +381,8 @@ __global__ void static_smem_kernel(int *p)
     __shared__ int s[1024]; /* 4 KiB of static shared memory */
     extern __shared__ int dyn[];
     s[threadIdx.x] = (int)threadIdx.x;
-    dyn[0] = 1;
+    if (threadIdx.x == 0)
+        dyn[0] = 1;
     if (p)
         p[threadIdx.x] = s[threadIdx.x];
 }
@@ -455,21 +526,158 @@ static void test_memory(void)
         nans += x != x;
     tap_ok(nans == 64, "device memory nobody wrote reads as NaN (%d of 64)", nans);
 
-    smem_overrun_kernel<<<1, 32, 32 * sizeof(float)>>>(1);
-    expect_fault(cudaErrorIllegalAddress, "past the end of shared memory", "a write past dynamic shared memory");
 #ifndef UNDER_ASAN
+    smem_overrun_kernel<<<1, 32, 32 * sizeof(float)>>>(1);
+    expect_fault(cudaErrorIllegalAddress, "0 bytes past the end of the dynamic shared memory",
+                 "a write past dynamic shared memory");
     float *small = nullptr;
     cudaMalloc(&small, 100 * sizeof(float));
     overrun_kernel<<<1, 1>>>(small, 100);
     expect_fault(cudaErrorIllegalAddress, "outside the device buffer", "a kernel writing past its buffer");
 #else
-    tap_diag("a kernel writing past its buffer: under AddressSanitizer the guard zones are poisoned and ASan "
-             "itself stops the write, so this case is left to the plain build");
+    tap_diag("a kernel writing past its buffer or past shared memory: under AddressSanitizer the guard and red "
+             "zones are poisoned and ASan itself stops the write, so these cases are left to the plain build");
 #endif
     cudaFree(out);
     cudaFree(uninit);
     cudaFree(fresh);
     cudaFree(copy);
+}
+
+/* ---- the shared-memory access checks ---- */
+
+__global__ void static_overrun_kernel(int *out, int mode)
+{
+    __shared__ int first[32];
+    __shared__ int second[32];
+    const int t = (int)threadIdx.x;
+    first[t] = t;
+    second[t] = -t;
+    __syncthreads();
+    if (mode == 0)
+        first[t + 1] = 7; /* thread 31 writes one int past first */
+    else
+        out[t] = second[t - 1]; /* thread 0 reads the int before second */
+}
+
+__global__ void dyn_overread_kernel(float *out)
+{
+    extern __shared__ float dyn[];
+    dyn[threadIdx.x] = 1.0f;
+    __syncthreads();
+    out[threadIdx.x] = dyn[threadIdx.x + 1]; /* the last thread reads past the end */
+}
+
+/* mode 0: threads read a value another warp writes in the same interval;
+ * 1: lanes of one warp write and read each other's slot with only a shuffle
+ * between; 2: every lane writes one slot; 3: as 1 with a __syncwarp (no
+ * race); 4: atomics and broadcast reads (no race). */
+__global__ void race_kernel(int *out, int mode)
+{
+    __shared__ int s[64];
+    __shared__ int counter;
+    const int t = (int)threadIdx.x, lane = t % 32;
+    if (t == 0)
+        counter = 0;
+    s[t] = t;
+    __syncthreads();
+    int v = 0;
+    if (mode == 0) {
+        if (t >= 32)
+            s[t - 32] = 100 + t;
+        else
+            v = s[t];
+    } else if (mode == 1 || mode == 3) {
+        s[t] = 200 + t;
+        v = __shfl_xor_sync(0xffffffffu, t, 1);
+        if (mode == 3)
+            __syncwarp();
+        v += s[(t & ~31) + (lane ^ 1)];
+    } else if (mode == 2) {
+        s[0] = t;
+    } else {
+        atomicAdd(&counter, 1);
+        v = s[0] + s[63];
+    }
+    __syncthreads();
+    out[t] = v + (mode == 4 ? counter : 0);
+}
+
+static void test_access_checks(void)
+{
+    if (!have_access_checks()) {
+        tap_diag("the shared-memory access checks need the access hooks, which an ASan build has not (its "
+                 "poisoned red zones bound shared memory there): these cases are left to the plain build");
+        return;
+    }
+    int *d = nullptr;
+    cudaMalloc(&d, 64 * sizeof(int));
+    static_overrun_kernel<<<1, 32>>>(d, 0);
+    expect_fault(cudaErrorIllegalAddress, "write", "a write one int past a static __shared__ array");
+    static_overrun_kernel<<<1, 32>>>(d, 0);
+    cudaDeviceSynchronize();
+    const char *msg = cudasim_last_failure();
+    if (!tap_ok(strstr(msg, "0 bytes past the end of __shared__ first (128 bytes)") && strstr(msg, "test_device.cu:"),
+                "... the diagnostic names the variable, the offset past its end and the source line"))
+        tap_diag("  diagnostic: %s", msg);
+    cudasim_reset_errors();
+    static_overrun_kernel<<<1, 32>>>(d, 1);
+    expect_fault(cudaErrorIllegalAddress, "thread (0,0,0) [warp 0 lane 0] of block (0,0,0) reads 4 bytes",
+                 "a read of the int before a static __shared__ array (in the red zone)");
+    dyn_overread_kernel<<<1, 32, 32 * sizeof(float)>>>(reinterpret_cast<float *>(d));
+    expect_fault(cudaErrorIllegalAddress, "reads 4 bytes at", "a read one float past the dynamic shared memory");
+
+    /* Which access comes second, and so the hazard's name, is the schedule's:
+     * under ascending warp 0 reads before warp 1 writes, under
+     * warp-descending warp 1 runs first. */
+    static const struct {
+        int mode;
+        const char *sched, *hazard;
+    } races[] = {{0, "ascending", "write-after-read"},        {0, "warp-descending", "read-after-write"},
+                 {1, "ascending", "read-after-write"},        {1, "warp-descending", "read-after-write"},
+                 {2, "ascending", "write-after-write"},       {2, "warp-descending", "write-after-write"}};
+    for (const auto &r : races) {
+        {
+            const char *sched = r.sched;
+            cudasim_set_schedule(sched, 1);
+            race_kernel<<<1, 64>>>(d, r.mode);
+            char what[160];
+            snprintf(what, sizeof what, "race mode %d (%s schedule): a %s hazard is reported", r.mode, sched,
+                     r.hazard);
+            expect_fault(cudaErrorLaunchFailure, r.hazard, what);
+        }
+    }
+    cudasim_set_schedule("ascending", 1);
+    race_kernel<<<1, 64>>>(d, 0);
+    cudaDeviceSynchronize();
+    msg = cudasim_last_failure();
+    if (!tap_ok(strstr(msg, "on byte 0 of __shared__ s (256 bytes)") && strstr(msg, "another warp") &&
+                    strstr(msg, "[warp 1 lane 0]") && strstr(msg, "[warp 0 lane 0]"),
+                "the race report names the byte, the variable and both threads"))
+        tap_diag("  diagnostic: %s", msg);
+    const char *at1 = strstr(msg, "writes it at "), *at2 = at1 ? strstr(at1, "read it at ") : nullptr;
+    const char *line1 = at1 ? strstr(at1, "test_device.cu:") : nullptr;
+    const char *line2 = at2 ? strstr(at2, "test_device.cu:") : nullptr;
+    if (!tap_ok(line1 && line2 && atoi(line1 + 15) != atoi(line2 + 15), "... and both source lines (%d and %d)",
+                line1 ? atoi(line1 + 15) : 0, line2 ? atoi(line2 + 15) : 0))
+        tap_diag("  diagnostic: %s", msg);
+    cudasim_reset_errors();
+    overwrite_kernel<<<1, 64>>>(d, 0);
+    expect_fault(cudaErrorLaunchFailure, "write-after-read",
+                 "the overwrite without its barrier: a write-after-read hazard under the ascending schedule too");
+    for (int mode : {3, 4}) {
+        race_kernel<<<1, 64>>>(d, mode);
+        std::vector<int> h(64);
+        cudaError_t e = cudaMemcpy(h.data(), d, 64 * sizeof(int), cudaMemcpyDeviceToHost);
+        int wrong = 0;
+        for (int t = 0; t < 64; t++)
+            wrong += h[(size_t)t] != (mode == 3 ? (t ^ 1) + 200 + (t ^ 1) : 0 + 63 + 64);
+        if (!tap_ok(e == cudaSuccess && wrong == 0, "race mode %d (%s): no report, right results (%d wrong)", mode,
+                    mode == 3 ? "lanes ordered by __syncwarp" : "shared atomics and broadcast reads", wrong))
+            tap_diag("  %s: %s", cudaGetErrorName(e), cudasim_last_failure());
+        cudasim_reset_errors();
+    }
+    cudaFree(d);
 }
 
 /* ---- WMMA ---- */
@@ -822,11 +1030,13 @@ int main(void)
 {
     tap_diag("simulated card sm_%d", cudasim_arch());
     test_barriers();
+    test_warp_serial();
     test_barrier_reductions();
     test_warps();
     test_warp_misuse();
     test_launch_limits();
     test_memory();
+    test_access_checks();
     test_wmma();
     test_atomics();
     test_half();

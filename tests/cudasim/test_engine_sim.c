@@ -83,7 +83,9 @@ static ferry_status open_engine(efix *f, const gpt2_config *cfg, ferry_backend_k
     return gpt2_activations_create(f->m, engine_embed_backend(f->e), B_, T_, false, &f->alloc, &f->act);
 }
 
-static void model_config(gpt2_config *c) { gpt2_config_from_fields(2, 4, 64, 500, 0, 64, c); }
+/* Three blocks: more than the two weight slots of their class params mode
+ * plans with no fetch ahead, so the tightest budget evicts. */
+static void model_config(gpt2_config *c) { gpt2_config_from_fields(3, 4, 64, 500, 0, 64, c); }
 
 static bool train(ferry_backend_kind kind, ferry_offload mode, int delayed, int prefetch, uint64_t budget,
                   const char *name, run *r)
@@ -178,7 +180,9 @@ static uint64_t tightest_budget(void)
     gpt2_config c;
     model_config(&c);
     gpt2_plan p;
-    gpt2_plan_request rq = {&c, B_, T_, FERRY_OFFLOAD_PARAMS, false, 0, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_BF16, 1, 0};
+    gpt2_plan_request rq = {.cfg = &c, .batch = B_, .seq = T_, .offload = FERRY_OFFLOAD_PARAMS, .recompute = false,
+                            .prefetch_groups = 0, .micro_batches = 1, .backend = FERRY_BACKEND_CUDA,
+                            .dtype = FERRY_DTYPE_BF16, .ranks = 1, .device_budget = 0};
     ferry_status st = gpt2_plan_predict(&rq, &p);
     if (!tap_is_status(st, FERRY_OK, "the planner's tightest params budget (%.1f MiB)",
                        st == FERRY_OK ? (double)p.device_total / (1 << 20) : 0.0))

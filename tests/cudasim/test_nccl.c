@@ -5,7 +5,9 @@
  * compute itself; stream order (the copy before and after a collective on
  * its stream, under random stream delays); groups; the checks a collective
  * makes (buffers outside device memory, an unknown type or reduction, ranks
- * that disagree); versions and error strings; abort and destroy. Every rank
+ * that disagree); versions and error strings; abort and destroy; a start
+ * through ncclCommInitRankConfig, blocking and not (ncclInProgress until
+ * the asynchronous error says it is up), and configs it refuses. Every rank
  * checks; rank 0 prints TAP, each line true only when it held on all ranks.
  * `test_nccl_sim serialized` initialises MPI with MPI_THREAD_SERIALIZED: the
  * collectives then run on the calling thread (no proxy), with the same
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/ops/opcheck.h"
 
@@ -245,6 +248,72 @@ static void misuse(ncclComm_t comm)
     cudaFree(d);
 }
 
+/* A fresh unique id from rank 0, on every rank. */
+static ncclUniqueId fresh_id(void)
+{
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (rank == 0)
+        ncclGetUniqueId(&id);
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    return id;
+}
+
+/* ncclCommInitRankConfig: blocking, non-blocking (polled until up: no
+ * collective of MPI_COMM_WORLD may run meanwhile), and refused configs. */
+static void configured(void)
+{
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    ncclComm_t comm = NULL;
+    ncclUniqueId id = fresh_id();
+    config.blocking = 1;
+    is(ncclCommInitRankConfig(&comm, nranks, id, rank, &config), ncclSuccess, "a blocking ncclCommInitRankConfig");
+    ncclResult_t async = ncclInternalError;
+    ncclCommGetAsyncError(comm, &async);
+    check(async == ncclSuccess, "... is up when it returns (%s)", ncclGetErrorString(async));
+    is(ncclCommDestroy(comm), ncclSuccess, "... and destroyed");
+
+    id = fresh_id();
+    config.blocking = 0;
+    ncclResult_t started = ncclCommInitRankConfig(&comm, nranks, id, rank, &config);
+    int polls = 0;
+    async = ncclInProgress;
+    while (comm && ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclInProgress && polls < 100000) {
+        polls++;
+        struct timespec nap = {0, 100000};
+        nanosleep(&nap, NULL);
+    }
+    check(started == ncclInProgress && comm != NULL, "a non-blocking start returns ncclInProgress at once, with the "
+          "communicator (%s)", ncclGetErrorString(started));
+    check(async == ncclSuccess, "... whose asynchronous error becomes ncclSuccess (%s, after %d polls)",
+          ncclGetErrorString(async), polls);
+    float *a = upload(ncclFloat32, 10, rank);
+    is(ncclAllReduce(a, a, 10, ncclFloat32, ncclSum, comm, stream), ncclInProgress,
+       "its first all-reduce (NCCL connects meanwhile)");
+    ncclCommGetAsyncError(comm, &async);
+    ncclResult_t after = ncclInternalError;
+    ncclCommGetAsyncError(comm, &after);
+    check(async == ncclInProgress && after == ncclSuccess, "... is in progress for one poll, then done (%s, %s)",
+          ncclGetErrorString(async), ncclGetErrorString(after));
+    is(ncclAllReduce(a, a, 10, ncclFloat32, ncclSum, comm, stream), ncclSuccess, "a second all-reduce on it");
+    float *ha = download(a, ncclFloat32, 10);
+    float want = 0;
+    for (int q = 0; q < nranks; q++)
+        want += value(q, 4);
+    want *= (float)nranks; /* summed twice: the first sum went round again */
+    check(ha[4] == want, "... both sum (%g, want %g)", (double)ha[4], (double)want);
+    free(ha);
+    cudaFree(a);
+    is(ncclCommDestroy(comm), ncclSuccess, "... and it is destroyed");
+
+    ncclConfig_t raw;
+    memset(&raw, 0, sizeof raw);
+    is(ncclCommInitRankConfig(&comm, nranks, id, rank, &raw), ncclInvalidArgument,
+       "a config not made with NCCL_CONFIG_INITIALIZER is refused");
+    config.blocking = 5;
+    is(ncclCommInitRankConfig(&comm, nranks, id, rank, &config), ncclInvalidArgument, "config.blocking 5 is refused");
+}
+
 int main(int argc, char **argv)
 {
     int provided = 0;
@@ -329,6 +398,7 @@ int main(int argc, char **argv)
     free(ha);
     cudaFree(a);
     is(ncclCommDestroy(comm), ncclInvalidArgument, "destroying it twice");
+    configured();
     cudaStreamDestroy(stream);
     if (rank == 0) {
         printf("1..%d\n", tap_n);

@@ -7,9 +7,14 @@
  * is bitwise equal to offload none over several steps; the device peak
  * stays within the budget; the planner (gpt2_plan_auto) predicts the same
  * choice as the engine makes; a budget too small for anything is refused
- * with the sizes named. */
+ * with the sizes named. The line names the host limit it used and how the
+ * disk is reached: io_uring, or (FERRY_NVME_IO=threads, as where io_uring
+ * is refused) the threads of pread/pwrite with their measured rate, still
+ * bitwise equal to offload none; an nvme_path on tmpfs is never a
+ * candidate, and the refusal says so. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "common/error.h"
@@ -23,6 +28,7 @@ enum { STEPS = 4, B = 2, T = 32, LAYERS = 6, C = 64 };
 
 static gpt2_config small;
 static char dir[] = "/tmp/ferry-test-auto-XXXXXX";
+static const char *disk_dir = dir; /* nvme_path when a run has one */
 
 typedef struct run_result {
     float loss[STEPS];
@@ -30,7 +36,7 @@ typedef struct run_result {
     size_t nweights;
     uint64_t device_peak, budget;
     ferry_offload chosen;
-    char reason[1100];
+    char reason[3072];
 } run_result;
 
 typedef struct run_opts {
@@ -73,7 +79,7 @@ static ferry_engine_config config(const run_opts *ro)
     cfg.host_budget_bytes = ro->host;
     cfg.auto_activation_bytes = activations();
     if (ro->nvme) {
-        cfg.nvme_path = dir;
+        cfg.nvme_path = disk_dir;
         cfg.nvme_window_bytes = 96 << 10;
         cfg.nvme_block_bytes = 4096;
     }
@@ -172,7 +178,10 @@ static hand hand_counts(void)
     h.acts = activations();
     h.none = 20 * h.n + h.acts;                                /* weights, grads, master, m, v: 4 bytes each */
     h.optimizer = 8 * h.n + h.acts;                            /* weights, grads */
-    h.params = (2 + 3) * 4 * h.block + h.acts;                 /* prefetch 0: 2 groups' weights, 3 groups' grads */
+    /* Params mode at prefetch 0, slots per size class of groups: the
+     * embeddings and the final layernorm one weights and one gradients slot
+     * each, the blocks 2 weights (the window) and 3 gradients (the drains). */
+    h.params = 2 * 4 * emb + (2 + 3) * 4 * h.block + 2 * 4 * (2 * C) + h.acts;
     h.host_offload = 20 * h.n;                                 /* master, m, v, drained grads, upload copy */
     h.host_nvme = 8 * h.n;                                     /* grads and upload copy; the moments on disk */
     return h;
@@ -184,8 +193,9 @@ static bool near(uint64_t got, uint64_t want) { return got >= want && got <= wan
 /* The planner's choice for the same run (the engine's inputs). */
 static void check_planner(const run_opts *ro, const run_result *r, const char *what)
 {
-    gpt2_plan_request rq = {&small, B, T, FERRY_OFFLOAD_AUTO, false, 0, 1, FERRY_BACKEND_HOST, FERRY_DTYPE_F32, 1,
-                            0};
+    gpt2_plan_request rq = {.cfg = &small, .batch = B, .seq = T, .offload = FERRY_OFFLOAD_AUTO, .recompute = false,
+                            .prefetch_groups = 0, .micro_batches = 1, .backend = FERRY_BACKEND_HOST,
+                            .dtype = FERRY_DTYPE_F32, .ranks = 1, .device_budget = 0};
     gpt2_plan_disk disk = {false, 96 << 10, 4096};
     gpt2_plan_auto_result p;
     ferry_status st = gpt2_plan_auto(&rq, ro->nvme ? &disk : NULL, r->budget, ro->host, &p);
@@ -265,8 +275,17 @@ static void test_counts(void)
         numel[g] = gpt2_group_numel(m, g);
     gpt2_destroy(m);
     engine_auto_request rq = {
-        .plan = {FERRY_BACKEND_HOST, FERRY_DTYPE_F32, FERRY_OFFLOAD_NONE, 0, 1, numel, G, false, false, 96 << 10, 4096,
-                 1, 0, h.acts},
+        .plan = {.backend = FERRY_BACKEND_HOST,
+                 .dtype = FERRY_DTYPE_F32,
+                 .offload = FERRY_OFFLOAD_NONE,
+                 .prefetch_groups = 0,
+                 .micro_batches = 1,
+                 .group_numel = numel,
+                 .ngroups = G,
+                 .disk_window_bytes = 96 << 10,
+                 .disk_block_bytes = 4096,
+                 .ranks = 1,
+                 .embedder_bytes = h.acts},
         .device_budget = 1,
         .host_available = 0,
         .nvme = true,
@@ -323,6 +342,50 @@ static void test_too_small(void)
     tap_ok(strcmp(ferry_offload_name(FERRY_OFFLOAD_AUTO), "auto") == 0, "and is named auto");
 }
 
+static void test_disk_words(void)
+{
+    hand h = hand_counts();
+    run_opts ref_o = {FERRY_OFFLOAD_NONE, 0, 0, false};
+    run_result ref, got;
+    if (!tap_ok(run(&ref_o, &ref) == FERRY_OK, "offload none ran: %s", ferry_last_error()))
+        return;
+    uint64_t host_tight = (h.host_nvme + h.host_offload) / 2;
+    run_opts o = {FERRY_OFFLOAD_AUTO, (h.optimizer + h.none) / 2, host_tight, true};
+    ferry_status st = run(&o, &got);
+    TAP_IS_STATUS(st, FERRY_OK, "nvme chosen through io_uring");
+    tap_ok(strstr(got.reason, "host memory: host_budget_bytes") && strstr(got.reason, "the disk through io_uring"),
+           "the line names the host limit used and io_uring: %s", got.reason);
+    free(got.weights);
+
+    setenv("FERRY_NVME_IO", "threads", 1);
+    st = run(&o, &got);
+    unsetenv("FERRY_NVME_IO");
+    TAP_IS_STATUS(st, FERRY_OK, "nvme chosen through the threads of pread/pwrite");
+    TAP_IS_INT(got.chosen, FERRY_OFFLOAD_NVME, "auto chose nvme");
+    const char *m = strstr(got.reason, "threads of pread/pwrite, measured at ");
+    double rate = m ? atof(m + strlen("threads of pread/pwrite, measured at ")) : 0;
+    tap_ok(m && rate > 0 && strstr(got.reason, "GB/s"), "the line gives the threads' measured rate (%.2f GB/s): %s",
+           rate, got.reason);
+    if (st == FERRY_OK)
+        compare(&got, &ref, "nvme through the threads");
+    free(got.weights);
+
+    struct statfs fs;
+    if (statfs("/dev/shm", &fs) == 0 && fs.f_type == 0x01021994) {
+        disk_dir = "/dev/shm";
+        st = run(&o, &got);
+        disk_dir = dir;
+        TAP_IS_STATUS(st, FERRY_ERR_OUT_OF_MEMORY, "host short and nvme_path on tmpfs: nothing fits");
+        tap_ok(strstr(ferry_last_error(), "/dev/shm") && strstr(ferry_last_error(), "tmpfs") &&
+                   strstr(ferry_last_error(), "no candidate"),
+               "the disk in memory was no candidate, it says: %s", ferry_last_error());
+        free(got.weights);
+    } else {
+        tap_skip("/dev/shm is not a tmpfs here");
+    }
+    free(ref.weights);
+}
+
 int main(void)
 {
     if (!mkdtemp(dir) || gpt2_config_from_fields(LAYERS, 4, C, 500, 512, 64, &small) != FERRY_OK) {
@@ -334,6 +397,7 @@ int main(void)
     test_counts();
     test_too_small();
     test_choices();
+    test_disk_words();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)

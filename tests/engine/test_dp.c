@@ -255,8 +255,9 @@ static void test_mode(ferry_offload mode, int delayed, int prefetch)
          * through the collectives is a test of the paths, not a plan) */
         gpt2_plan p;
         /* The runs' budget is the free memory: params mode keeps every group. */
-        gpt2_plan_request rq = {&model, B, T, mode, false, prefetch, 1, FERRY_BACKEND_HOST, test_dtype(), world,
-                                (uint64_t)1 << 40};
+        gpt2_plan_request rq = {.cfg = &model, .batch = B, .seq = T, .offload = mode, .recompute = false,
+                                .prefetch_groups = prefetch, .micro_batches = 1, .backend = FERRY_BACKEND_HOST,
+                                .dtype = test_dtype(), .ranks = world, .device_budget = (uint64_t)1 << 40};
         ferry_status planned = world > 1 ? gpt2_plan_predict(&rq, &p) : FERRY_ERR_STATE;
         if (world > 1 && tap_ok(planned == FERRY_OK, "%s: memory planned for %d ranks %s", what, world,
                                 planned == FERRY_OK ? "" : ferry_last_error())) {
@@ -433,6 +434,85 @@ static void test_skip_agreed(ferry_offload mode)
     gpt2_destroy(m);
 }
 
+/* A planted divergence: the last rank releases blocks 1 and 2 (one size:
+ * their collectives have one count) in the other order in its backward, as
+ * an embedder that releases in its own order might on one rank only. The
+ * reduce-scatters then pair block 1 on one rank with block 2 on another, no
+ * error from the transport; the ledger, compared on the step's all-reduce,
+ * must stop every rank in that step, naming the first collective that
+ * differs. The world is failed afterwards: run alone (argument "diverge"). */
+typedef struct swap_hooks {
+    gpt2_hooks inner;
+    bool armed, held;
+} swap_hooks;
+
+static ferry_status swap_acquire_params(void *ctx, int g, ferry_phase ph, backend_stream *s, const act_t **p)
+{
+    swap_hooks *x = ctx;
+    return x->inner.acquire_params(x->inner.ctx, g, ph, s, p);
+}
+
+static ferry_status swap_acquire_grads(void *ctx, int g, backend_stream *s, act_t **grads)
+{
+    swap_hooks *x = ctx;
+    return x->inner.acquire_grads(x->inner.ctx, g, s, grads);
+}
+
+static ferry_status swap_release(void *ctx, int g, ferry_phase ph, backend_stream *s)
+{
+    swap_hooks *x = ctx;
+    if (x->armed && ph == FERRY_PHASE_BACKWARD && g == 2) { /* block 1's release first, then this */
+        x->held = true;
+        return FERRY_OK;
+    }
+    ferry_status st = x->inner.release(x->inner.ctx, g, ph, s);
+    if (st == FERRY_OK && x->held && g == 1) {
+        x->held = false;
+        st = x->inner.release(x->inner.ctx, 2, ph, s);
+    }
+    return st;
+}
+
+static void test_divergence(ferry_offload mode)
+{
+    gpt2_model *m = NULL;
+    ferry_engine *e = NULL;
+    gpt2_activations *act = NULL;
+    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
+    cfg.backend = FERRY_BACKEND_HOST;
+    cfg.offload = mode;
+    cfg.optimizer_threads = 1;
+    cfg.dtype = test_dtype();
+    cfg.data_parallel = 1;
+    ferry_status st = gpt2_create(&model, &m);
+    if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
+    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED, NULL);
+    if (st == FERRY_OK) st = ferry_engine_setup(e);
+    gpt2_allocator alloc = e ? gpt2_engine_allocator(e) : (gpt2_allocator){0};
+    if (st == FERRY_OK) st = gpt2_activations_create(m, engine_embed_backend(e), B, T, false, &alloc, &act);
+    swap_hooks sw = {e ? gpt2_engine_hooks(e) : (gpt2_hooks){0}, rank == world - 1, false};
+    gpt2_hooks hooks = {&sw, swap_acquire_params, swap_acquire_grads, swap_release};
+    backend_stream *s = e ? engine_embed_stream(e) : NULL;
+    ferry_step_options o = step_options();
+    int32_t tokens[B * T], targets[B * T];
+    ferry_status setup = st;
+    batch_tokens(0, rank, tokens, targets);
+    if (st == FERRY_OK) st = ferry_engine_begin_micro_batch(e, 0, 1);
+    if (st == FERRY_OK) st = gpt2_forward(m, act, &hooks, s, tokens, targets, true);
+    if (st == FERRY_OK) st = gpt2_backward(m, act, &hooks, s, 1.0f / (float)world);
+    if (st == FERRY_OK) st = ferry_engine_step(e, &o, NULL);
+    const char *msg = ferry_last_error();
+    /* Every rank says so itself (the world is gone: no rank can gather the
+     * others' words); test_dp_diverge.sh reads the lines. */
+    bool named = st == FERRY_ERR_BACKEND && strstr(msg, "collective #") && strstr(msg, "group 1") &&
+                 strstr(msg, "group 2");
+    fprintf(stderr, "verdict rank %d: %s (offload %s, setup %d, status %d): %s\n", rank,
+            named && setup == FERRY_OK ? "named" : "NOT named", ferry_offload_name(mode), (int)setup, (int)st, msg);
+    gpt2_activations_destroy(act);
+    ferry_engine_destroy(e);
+    gpt2_destroy(m);
+}
+
 /* The checkpoint's path, made by rank 0 and sent to the others. */
 static void shared_dir(char *path, size_t cap)
 {
@@ -492,7 +572,7 @@ static void test_checkpoint_across_worlds(ferry_offload mode)
     free_result(&b);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     ferry_world_info w = FERRY_WORLD_INFO_INIT;
     if (ferry_world_join(&w) != FERRY_OK) {
@@ -511,6 +591,13 @@ int main(void)
     if (gpt2_config_from_fields(2, 4, 128, 500, 512, 64, &model) != FERRY_OK) {
         printf("Bail out! %s\n", ferry_last_error());
         return 1;
+    }
+    if (argc == 3 && !strcmp(argv[1], "diverge")) { /* alone: the world fails on purpose */
+        ferry_offload mode = FERRY_OFFLOAD_OPTIMIZER;
+        if (ferry_offload_parse(argv[2], &mode) != FERRY_OK)
+            return 2;
+        test_divergence(mode);
+        return 0;
     }
     tap_diag("GPT-2 of 2 layers, 4 heads, 128 wide, vocab 500; micro-batch %d x %d; %d steps; %d ranks (%s); %s "
              "storage",

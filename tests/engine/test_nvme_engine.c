@@ -243,8 +243,9 @@ static void test_modes_agree(void)
         tap_ok(strstr(got.describe, "NVMe") && strstr(got.describe, dir), "%s: describe says so: %s", runs[i].name,
                got.describe);
         /* The planner, from the same layout tables, predicts it exactly. */
-        gpt2_plan_request rq = {&tiny, B, T, runs[i].mode, false, runs[i].prefetch, runs[i].accum, FERRY_BACKEND_HOST,
-                                test_dtype(), 1, 0};
+        gpt2_plan_request rq = {.cfg = &tiny, .batch = B, .seq = T, .offload = runs[i].mode, .recompute = false,
+                                .prefetch_groups = runs[i].prefetch, .micro_batches = runs[i].accum,
+                                .backend = FERRY_BACKEND_HOST, .dtype = test_dtype(), .ranks = 1, .device_budget = 0};
         gpt2_plan_disk disk = {runs[i].master, 96 << 10, 4096};
         gpt2_plan p;
         ferry_status st = gpt2_plan_predict_disk(&rq, &disk, &p);
@@ -272,7 +273,9 @@ static void test_modes_agree(void)
  * meet, nvme mode can, to the byte memprof plan predicts. */
 static void test_host_budget(void)
 {
-    gpt2_plan_request rq = {&tiny, B, T, FERRY_OFFLOAD_NVME, false, 2, 1, FERRY_BACKEND_HOST, test_dtype(), 1, 0};
+    gpt2_plan_request rq = {.cfg = &tiny, .batch = B, .seq = T, .offload = FERRY_OFFLOAD_NVME, .recompute = false,
+                            .prefetch_groups = 2, .micro_batches = 1, .backend = FERRY_BACKEND_HOST,
+                            .dtype = test_dtype(), .ranks = 1, .device_budget = 0};
     gpt2_plan_disk disk = {true, 96 << 10, 4096};
     gpt2_plan p;
     if (gpt2_plan_predict_disk(&rq, &disk, &p) != FERRY_OK) {

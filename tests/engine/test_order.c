@@ -125,8 +125,11 @@ int main(void)
     size_t numel[G];
     for (int g = 0; g < G; g++)
         numel[g] = N;
-    engine_plan_request rq = {FERRY_BACKEND_HOST, FERRY_DTYPE_F32, FERRY_OFFLOAD_PARAMS, 1, 1, numel, G, false, false,
-                              0, 0, 1, 0, 0};
+    engine_plan_request rq = {.backend = FERRY_BACKEND_HOST, .dtype = FERRY_DTYPE_F32,
+                              .offload = FERRY_OFFLOAD_PARAMS, .prefetch_groups = 1, .micro_batches = 1,
+                              .group_numel = numel, .ngroups = G, .disk = false, .disk_master = false,
+                              .disk_window_bytes = 0, .disk_block_bytes = 0, .ranks = 1, .device_budget = 0,
+                              .embedder_bytes = 0};
     engine_memory_plan p;
     uint64_t budget = 0;
     if (engine_plan_memory(&rq, &p) == FERRY_OK)

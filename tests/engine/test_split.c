@@ -38,16 +38,16 @@ static ferry_engine *make(int split)
 static bool same_state(ferry_engine *a, ferry_engine *b, char *why, size_t cap)
 {
     if (ferry_engine_synchronize(a) != FERRY_OK || ferry_engine_synchronize(b) != FERRY_OK ||
-        engine_split_pull(a) != FERRY_OK || engine_split_pull(b) != FERRY_OK) {
+        update_pull(a->update) != FERRY_OK || update_pull(b->update) != FERRY_OK) {
         snprintf(why, cap, "synchronize: %s", ferry_last_error());
         return false;
     }
     for (int g = 0; g < GROUPS; g++) {
-        engine_group *x = &a->groups[g], *y = &b->groups[g];
+        engine_group *x = &a->groups.g[g], *y = &b->groups.g[g];
         const void *xs[4] = {x->master, x->m, x->v, x->dev_weights}, *ys[4] = {y->master, y->m, y->v, y->dev_weights};
         const char *names[4] = {"master weights", "adam m", "adam v", "device weights"};
         for (int k = 0; k < 4; k++) {
-            size_t bytes = numel[g] * (k == 3 ? a->act_size : sizeof(float));
+            size_t bytes = numel[g] * (k == 3 ? a->ctx.act_size : sizeof(float));
             if (memcmp(xs[k], ys[k], bytes) != 0) {
                 size_t i = 0;
                 while (i < numel[g] && ((const float *)xs[k])[i] == ((const float *)ys[k])[i])

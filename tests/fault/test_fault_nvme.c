@@ -1,9 +1,15 @@
 /* The NVMe tier under fault injection (a -Dfault_injection=true build):
- * - io: the store alone. Every transfer coming back short is resumed and
- *   every byte is right; a read failing with EIO, a write with ENOSPC and
- *   a refused fallocate each end with a sentence naming the file (and the
+ * - io: the store alone, through io_uring and through the threads of
+ *   pread/pwrite. Every transfer coming back short is resumed and every
+ *   byte is right; a read failing with EIO, a write with ENOSPC and a
+ *   refused fallocate each end with a sentence naming the file (and the
  *   block and its bytes, or the bytes needed and free), kept for every
- *   later sweep.
+ *   later sweep. io_uring refused at setup (EPERM, as seccomp answers):
+ *   the threads take over with the same bytes, said in the description, or
+ *   the store fails naming seccomp when io_uring alone was asked for.
+ *   Submissions refused with EAGAIN: a few are waited out, endless ones
+ *   fail with a sentence instead of spinning. A file system asking 8 KiB
+ *   O_DIRECT alignment: segments padded to it, a 4 KiB block refused.
  * - setup: the walk (walk.h) of creating an engine in offload nvme (master
  *   weights on disk too) with a tiny GPT-2 and setting it up: every
  *   allocation, open, fallocate, mapping, thread start and io_uring
@@ -48,6 +54,8 @@ static const ferry_mem_category cats[3] = {FERRY_MEM_OPTIMIZER, FERRY_MEM_OPTIMI
 enum { IO_N = 20000 };
 static float io_ref[3][IO_N];
 
+static nvme_io_path IO = NVME_IO_AUTO;
+
 static ferry_status io_open(pool *p, nvme_store **s)
 {
     nvme_config c = NVME_CONFIG_INIT;
@@ -56,6 +64,7 @@ static ferry_status io_open(pool *p, nvme_store **s)
     c.block_bytes = 8192;
     c.queue_depth = 4;
     c.pool = p;
+    c.io = IO;
     ferry_status st = nvme_create(&c, s);
     if (st == FERRY_OK) st = nvme_add_region(*s, "r", IO_N, 3, names, cats, NULL);
     if (st == FERRY_OK) st = nvme_open(*s);
@@ -90,17 +99,16 @@ static ferry_status io_sweep(nvme_store *s, nvme_mode mode, bool *same)
     return nvme_sweep_end(s);
 }
 
-static int test_io(void)
+static int test_io_path(void)
 {
     pool *p = NULL;
     pool_config pc = POOL_CONFIG_INIT;
     pc.pin = POOL_PIN_NEVER;
     if (pool_create(&pc, &p) != FERRY_OK)
         return 1;
-    uint64_t rng = 77;
-    for (int a = 0; a < 3; a++)
-        for (int i = 0; i < IO_N; i++)
-            io_ref[a][i] = (float)tap_rand_unit(&rng);
+    const char *path = IO == NVME_IO_THREADS ? "threads" : "io_uring";
+    const char *rd_kind = IO == NVME_IO_THREADS ? "pread" : "io_uring read";
+    const char *wr_kind = IO == NVME_IO_THREADS ? "pwrite" : "io_uring write";
 
     /* Short transfers: each comes back with half of it done. */
     nvme_store *s = NULL;
@@ -110,8 +118,8 @@ static int test_io(void)
     if (st == FERRY_OK) st = io_sweep(s, NVME_WRITE, NULL);
     if (st == FERRY_OK) st = io_sweep(s, NVME_READ, &same);
     fault_short_io(false);
-    TAP_IS_STATUS(st, FERRY_OK, "with every transfer of 8 KiB or more coming back half done, a write and a read sweep "
-                  "succeed (%s)", st ? ferry_last_error() : "the rest resumed");
+    TAP_IS_STATUS(st, FERRY_OK, "%s: with every transfer of 8 KiB or more coming back half done, a write and a read sweep "
+                  "succeed (%s)", path, st ? ferry_last_error() : "the rest resumed");
     tap_ok(same, "and every byte comes back right");
     uint64_t rd = 0, wr = 0;
     nvme_io_bytes(s, &rd, &wr);
@@ -128,7 +136,7 @@ static int test_io(void)
     uint64_t fired = fault_fired(where, sizeof where);
     fault_disarm();
     TAP_IS_STATUS(st, FERRY_ERR_IO, "a read failing with EIO fails the sweep");
-    tap_ok(fired == 3 && strstr(where, "io_uring read"), "the fault was the third completion, a read: %s", where);
+    tap_ok(fired == 3 && strstr(where, rd_kind), "%s: the fault was the third transfer, a read: %s", path, where);
     const char *msg = ferry_last_error();
     tap_ok(strstr(msg, nvme_path(s)) && strstr(msg, strerror(EIO)) && strstr(msg, "reading"),
            "the message names the file, reading, and EIO: %s", msg);
@@ -143,7 +151,7 @@ static int test_io(void)
     fired = fault_fired(where, sizeof where);
     fault_disarm();
     TAP_IS_STATUS(st, FERRY_ERR_IO, "a write failing with ENOSPC fails the sweep");
-    tap_ok(fired == 5 && strstr(where, "io_uring write"), "at the fifth completion, a write: %s", where);
+    tap_ok(fired == 5 && strstr(where, wr_kind), "%s: at the fifth transfer, a write: %s", path, where);
     msg = ferry_last_error();
     tap_ok(strstr(msg, nvme_path(s)) && strstr(msg, "disk is full") && strstr(msg, "block ") &&
                strstr(msg, strerror(ENOSPC)),
@@ -165,6 +173,106 @@ static int test_io(void)
     nvme_destroy(s);
     pool_destroy(p);
     return 0;
+}
+
+/* A read sweep of the whole region compared with io_ref, and the status. */
+static ferry_status io_round_trip(pool *p, nvme_store **s, bool *same)
+{
+    ferry_status st = io_open(p, s);
+    if (st == FERRY_OK) st = io_sweep(*s, NVME_WRITE, NULL);
+    if (st == FERRY_OK) st = io_sweep(*s, NVME_READ, same);
+    return st;
+}
+
+static int test_io_refusals(void)
+{
+    pool *p = NULL;
+    pool_config pc = POOL_CONFIG_INIT;
+    pc.pin = POOL_PIN_NEVER;
+    if (pool_create(&pc, &p) != FERRY_OK)
+        return 1;
+    nvme_store *s = NULL;
+    bool same = false;
+
+    /* io_uring refused at setup: the threads, the same bytes. */
+    fault_refuse("io_uring_queue_init", EPERM);
+    ferry_status st = io_round_trip(p, &s, &same);
+    TAP_IS_STATUS(st, FERRY_OK, "io_uring refused (EPERM): the store opens and sweeps (%s)",
+                  st ? ferry_last_error() : nvme_describe(s));
+    tap_ok(same && nvme_io_path_of(s) == NVME_IO_THREADS && strstr(nvme_describe(s), "io_uring refused") &&
+               strstr(nvme_describe(s), "seccomp"),
+           "through the threads, every byte right, and it says why: %s", nvme_describe(s));
+    nvme_destroy(s);
+    s = NULL;
+    IO = NVME_IO_URING;
+    st = io_open(p, &s);
+    IO = NVME_IO_AUTO;
+    fault_refuse(NULL, 0);
+    TAP_IS_STATUS(st, FERRY_ERR_UNSUPPORTED, "io_uring refused and asked for alone: nvme_open fails");
+    tap_ok(strstr(ferry_last_error(), "seccomp") && strstr(ferry_last_error(), "io_uring_disabled") &&
+               strstr(ferry_last_error(), strerror(EPERM)),
+           "naming seccomp, the sysctl and EPERM: %s", ferry_last_error());
+    nvme_destroy(s);
+    s = NULL;
+
+    /* The next submissions refused with EAGAIN, then the kernel recovers. */
+    st = io_open(p, &s);
+    fault_again(3);
+    if (st == FERRY_OK) st = io_sweep(s, NVME_WRITE, NULL);
+    if (st == FERRY_OK) st = io_sweep(s, NVME_READ, &same);
+    TAP_IS_STATUS(st, FERRY_OK, "three submissions refused with EAGAIN are waited out (%s)",
+                  st ? ferry_last_error() : "paused, then submitted");
+    tap_ok(same, "and every byte is right");
+    /* Refused without end: a sentence, not a spin. */
+    fault_again(1 << 30);
+    st = io_sweep(s, NVME_READ, &same);
+    fault_again(0);
+    TAP_IS_STATUS(st, FERRY_ERR_IO, "submissions refused with EAGAIN without end fail the sweep");
+    tap_ok(strstr(ferry_last_error(), "EAGAIN") && strstr(ferry_last_error(), nvme_path(s)),
+           "saying so: %s", ferry_last_error());
+    nvme_destroy(s);
+    s = NULL;
+
+    /* A file system that asks 8 KiB O_DIRECT alignment. */
+    fault_set_dio_align(8192);
+    st = io_round_trip(p, &s, &same);
+    TAP_IS_STATUS(st, FERRY_OK, "a file aligned to 8 KiB opens and sweeps (%s)", st ? ferry_last_error() : nvme_describe(s));
+    tap_ok(same && nvme_align(s) == 8192 && strstr(nvme_describe(s), "aligned to 8.0 KiB") &&
+               nvme_file_bytes(s) % 8192 == 0,
+           "every byte right, aligned as asked, the file a multiple of it (%llu bytes)",
+           (unsigned long long)nvme_file_bytes(s));
+    nvme_destroy(s);
+    s = NULL;
+    nvme_config c = NVME_CONFIG_INIT;
+    c.dir = dir;
+    c.block_bytes = 4096;
+    c.pool = p;
+    st = nvme_create(&c, &s);
+    if (st == FERRY_OK) st = nvme_add_region(s, "r", IO_N, 3, names, cats, NULL);
+    if (st == FERRY_OK) st = nvme_open(s);
+    fault_set_dio_align(0);
+    TAP_IS_STATUS(st, FERRY_ERR_INVALID_ARGUMENT, "a 4 KiB block on a file aligned to 8 KiB is refused");
+    tap_ok(strstr(ferry_last_error(), "4096") && strstr(ferry_last_error(), "8192") &&
+               strstr(ferry_last_error(), "alignment"),
+           "naming both: %s", ferry_last_error());
+    nvme_destroy(s);
+    pool_destroy(p);
+    return 0;
+}
+
+static int test_io(void)
+{
+    uint64_t rng = 77;
+    for (int a = 0; a < 3; a++)
+        for (int i = 0; i < IO_N; i++)
+            io_ref[a][i] = (float)tap_rand_unit(&rng);
+    IO = NVME_IO_URING;
+    int rc = test_io_path();
+    IO = NVME_IO_THREADS;
+    if (rc == 0)
+        rc = test_io_path();
+    IO = NVME_IO_AUTO;
+    return rc ? rc : test_io_refusals();
 }
 
 /* ---- setup ---- */

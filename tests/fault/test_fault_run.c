@@ -28,6 +28,8 @@
 #include "train/hf_checkpoint.h"
 #include "train/run_state.h"
 
+#define RUN_ID "0123456789abcdef0123456789abcdef" /* the run every save here belongs to */
+
 static fixture fx;
 static char dir[] = "/tmp/ferry-fault-run-XXXXXX";
 static char run[300], pristine[300], reference[300];
@@ -42,9 +44,9 @@ static train_resume resume_at(int64_t step)
     r.sample_rng = 777;
     r.model = *gpt2_get_config(fx.model);
     r.batch = 2, r.seq = 16, r.grad_accum = 1;
-    snprintf(r.run, sizeof r.run, "0123456789abcdef0123456789abcdef");
+    snprintf(r.run, sizeof r.run, "%s", RUN_ID);
     r.settings = (train_settings){1, 1337, FERRY_DTYPE_F32, FERRY_OFFLOAD_OPTIMIZER, 0, 10, 100, 6e-4f, 0.1f, 0.1f,
-                                  0.9f, 0.95f, 1e-8f, 1.0f};
+                                  0.9f, 0.95f, 1e-8f, 1.0f, 0};
     return r;
 }
 
@@ -94,15 +96,18 @@ static bool only(const char *const *allowed, int *temps, char *why, size_t cap)
     return ok;
 }
 
-/* Temporaries are the next run's to remove: taking the folder's lock must. */
+/* Temporaries are the next run's to remove: taking the folder's lock and
+ * claiming it (the same run, resumed) must. */
 static bool lock_cleans(int temps, char *why, size_t cap)
 {
     const char *const none[] = {NULL};
     int fd = -1, left = 0;
     if (temps == 0)
         return true;
-    if (run_state_lock(run, &fd) != FERRY_OK) {
-        snprintf(why, cap, "the folder holds %d temporaries and cannot be locked: %s", temps, ferry_last_error());
+    if (run_state_lock(run, &fd) != FERRY_OK || run_state_claim(run, RUN_ID, true) != FERRY_OK) {
+        snprintf(why, cap, "the folder holds %d temporaries and cannot be locked and claimed: %s", temps,
+                 ferry_last_error());
+        run_state_unlock(fd);
         return false;
     }
     run_state_unlock(fd);

@@ -163,9 +163,9 @@ got=$("$memprof" --json "$work/fsz.trace" 2>/dev/null | complete)
 [[ $got == False* ]]; ok $? "memprof calls that trace cut: $got"
 # A 64 KiB file system that fills (ENOSPC), where unshare can mount one.
 mkdir -p "$work/small"
-if unshare -rm sh -c 'mount -t tmpfs -o size=64k none "$0"' "$work/small" 2>/dev/null; then
+if $private_mounts sh -c 'mount -t tmpfs -o size=64k none "$0"' "$work/small" 2>/dev/null; then
   echo 9 >"$work/rc"
-  unshare -rm bash -c 'mount -t tmpfs -o size=64k none "$0" || exit 9
+  $private_mounts bash -c 'mount -t tmpfs -o size=64k none "$0" || exit 9
     "$1" "${@:4}" --trace "$0/t.trace" >"$2/out" 2>"$2/err"; echo $? >"$2/rc"
     "$3" --json "$0/t.trace" >"$2/json" 2>/dev/null' \
     "$work/small" "$train" "$work" "$memprof" "${common[@]}" --steps 3000 --log "$work/full.jsonl"
@@ -174,7 +174,7 @@ if unshare -rm sh -c 'mount -t tmpfs -o size=64k none "$0"' "$work/small" 2>/dev
   ok $? "a trace on a full disk stops the run after $done_steps of 3000 steps (exit $rc): $(tr '\n' ' ' <"$work/err" | head -c 300)"
   got=$(complete <"$work/json"); [[ $got == False* ]]; ok $? "memprof calls that trace cut: $got"
 else
-  echo "# unshare cannot mount a small tmpfs here: the ENOSPC case is not run (the file size limit above is)"
+  no_private_mount "the ENOSPC case is not run (the file size limit above is)"
 fi
 # A run killed with SIGKILL never closed its trace: memprof says it is cut.
 "$train" "${common[@]}" --steps 100000 --trace "$work/killed.trace" --log "$work/killed.jsonl" >/dev/null 2>&1 &

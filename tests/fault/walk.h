@@ -85,7 +85,11 @@ static inline void walk_expect(const char *kind, const char **words, const char 
             *status = FERRY_ERR_OUT_OF_MEMORY;
             return;
         }
-    if (strncmp(kind, "pthread_create ", 15) == 0) {
+    if (strncmp(kind, "io_uring_queue_init ", 20) == 0) {
+        *words = strerror(EPERM); /* io_uring refused: the store takes its threads instead */
+        *alt = "io_uring";
+        *status = FERRY_OK;
+    } else if (strncmp(kind, "pthread_create ", 15) == 0) {
         *words = "thread"; /* a refused thread start: EAGAIN, as under ulimit -u */
         *status = FERRY_OK;
     } else if (strncmp(kind, "mmap ", 5) == 0 || strncmp(kind, "mlock ", 6) == 0) {

@@ -1,6 +1,7 @@
-/* libFuzzer harness: memprof's trace reader and analyzer
- * (tools/memprof/mp_read.c, mp_analyze.c, mp_svg.c). The input is a trace
- * file read from memory; what is read is replayed, and the timeline drawn
+/* libFuzzer harness: memprof's trace reader, analyzer and plan check
+ * (tools/memprof/mp_read.c, mp_analyze.c, mp_plan.c, mp_svg.c). The input is
+ * a trace file read from memory; what is read is replayed and checked against
+ * the plan it carries, and the timeline (with the address space) drawn
  * into a file of the harness's own (in a fresh folder on /dev/shm, a memory
  * file system where the writer's fsync costs nothing, else in $TMPDIR or
  * /tmp), removed when the harness exits. Never a device: the writer must
@@ -50,10 +51,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!t.header_ok && t.n)
         abort(); /* records without a whole header */
     mp_report r;
+    mp_plan plan;
+    bool planned = mp_plan_check(&t, &plan) == FERRY_OK;
+    if (planned && plan.present && plan.mismatches > 0 && plan.said[0][0] == '\0')
+        abort(); /* a mismatch counted must be said */
     if (mp_analyze(&t, 10, 50, &r) == FERRY_OK) {
-        mp_write_svg(&r, svg_file(), "fuzz");
+        mp_write_svg(&r, planned ? &plan : NULL, svg_file(), "fuzz");
         mp_report_free(&r);
     }
+    if (planned)
+        mp_plan_free(&plan);
     mp_trace_free(&t);
     return 0;
 }

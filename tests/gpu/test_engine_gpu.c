@@ -70,7 +70,9 @@ static ferry_step_options options(void)
 static uint64_t budget_for(const gpt2_config *c, ferry_backend_kind kind, ferry_offload mode)
 {
     gpt2_plan p;
-    if (gpt2_plan_predict(&(gpt2_plan_request){c, B_, T_, mode, false, 2, 1, kind, dtype, 1, 0}, &p) != FERRY_OK) {
+    if (gpt2_plan_predict(&(gpt2_plan_request){.cfg = c, .batch = B_, .seq = T_, .offload = mode, .recompute = false,
+                                               .prefetch_groups = 2, .micro_batches = 1, .backend = kind,
+                                               .dtype = dtype, .ranks = 1, .device_budget = 0}, &p) != FERRY_OK) {
         printf("Bail out! gpt2 plan: %s\n", ferry_last_error());
         exit(1);
     }

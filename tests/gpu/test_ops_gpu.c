@@ -3,7 +3,7 @@
  * bf16, the default, or f16): every op of the registry over the shape table
  * (backend/ops/op_shapes.h) against the host backend storing the same type;
  * then what is particular to some (encoder_backward gives the same bits
- * twice, conversion bits, unaligned elementwise pointers, attention with
+ * twice, conversion bits, unaligned elementwise and matmul pointers, attention with
  * each tile size, the classifier's ignored targets and loss scale), and the
  * device AdamW and sum of squares against double-precision references.
  * Skips (77) without a GPU, and for bf16 on a card without bf16 (sm_70,
@@ -235,6 +235,29 @@ static void test_matmul(int N, int C, int OC, bool with_bias)
     release(d_inp), release(d_w), release(d_b), release(d_dout), release(d_dinp), release(d_dw);
     release(d_db), release(d_out);
     free(inp), free(w), free(b), free(dout), free(dinp), free(dw), free(db), free(out);
+}
+
+/* A matmul whose operands are not 16-byte aligned (rows of a larger tensor
+ * at an odd element, as a chunk of rows with an odd width is): cuBLASLt must
+ * be told the alignment the pointers have, no more. */
+static void test_matmul_unaligned(int N, int C, int OC, size_t offset)
+{
+    float *inp = gpu_rand_array(&rng, (size_t)N * C, -1, 1);
+    float *w = gpu_rand_array(&rng, (size_t)OC * C, -0.2f, 0.2f);
+    float *out = malloc((size_t)N * OC * 4), *pad = calloc((size_t)N * (C + OC) + offset, sizeof *pad);
+    uint16_t *d_inp = dev(pad, (size_t)N * C + offset), *d_out = dev(pad, (size_t)N * OC + offset);
+    void *t_inp = dev(inp, (size_t)N * C), *d_w = dev(w, (size_t)OC * C);
+    backend_memcpy_async(st, d_inp + offset, t_inp, (size_t)N * C * 2, BACKEND_COPY_D2D);
+    hostop_matmul_forward(out, inp, w, NULL, N, C, OC);
+    OK(ops_matmul_forward(st, d_out + offset, d_inp + offset, d_w, NULL, N, C, OC));
+    float *g = back(d_out + offset, (size_t)N * OC);
+    char what[128];
+    snprintf(what, sizeof what, "matmul_forward N=%d C=%d OC=%d, input and output %zu element(s) off 16-byte "
+             "alignment", N, C, OC, offset);
+    check(what, g, out, (size_t)N * OC, TOL_ELEM);
+    free(g);
+    release(d_inp), release(d_out), release(t_inp), release(d_w);
+    free(inp), free(w), free(out), free(pad);
 }
 
 /* offset: elements to shift the device pointers by, to exercise the
@@ -638,6 +661,7 @@ int main(int argc, char **argv)
     test_deterministic("encoder_backward"); /* without atomics, by construction */
     test_convert();
     test_elementwise(1003, 3);      /* pointers not aligned to a vector */
+    test_matmul_unaligned(6, 24, 40, 1); /* cuBLASLt told 2-byte alignment */
     test_attention(2, 67, 96, 2);   /* HS 48: padded to 64; T not a multiple of 64 */
     test_attention(1, 130, 128, 2); /* HS 64, as GPT-2 */
     test_attention(2, 40, 36, 3);   /* HS 12: scalar loads */

@@ -10,7 +10,8 @@ belong to it alone, to its tests (tests/<folder>...) and to its lab
 decides; nobody above branches on CUDA). Examples see only ferry.h. The
 simulated CUDA device (dev/cudasim) is test infrastructure: its tests
 (tests/cudasim) test the cuda backend, and they alone may include its
-control header.
+control header. Inside engine/, components sit on floors (ENGINE_FLOORS,
+engine/context.h): a component includes only lower floors' headers.
 
 usage: check_layers.py ROOT          prints TAP; exit 1 on any violation
        check_layers.py --self-test   builds trees with known faults and
@@ -62,6 +63,31 @@ GENERATED = {
     "ferry_cuda_build.h": "backend",
 }
 
+# Inside engine/: components on floors (engine/context.h lists them). A
+# component's files may include the headers of components on lower floors
+# and their own, never a sibling's on the same floor or one above: the
+# orchestrator (engine.c) is on top and nothing calls back up into it.
+ENGINE_FLOORS = {
+    "context": 0, "groups": 0, "intree": 0,
+    "layout": 1, "memplan": 1, "device_share": 1,
+    "plan": 2,
+    "auto": 3, "dp": 3,
+    "placement": 4, "residency": 4,
+    "update": 5,
+    "drain": 6,
+    "schedule": 7,
+    "step": 8,
+    "checkpoint": 9,
+    "engine": 10,
+}
+
+
+def engine_component(rel):
+    """The engine component a file of engine/ belongs to (update_*.c are the update's)."""
+    name = os.path.splitext(os.path.basename(rel))[0]
+    return "update" if name.startswith("update_") else name
+
+
 SOURCES = (".c", ".h", ".cu", ".cuh")
 # The library's folders: what an embedder links. Their messages name ferry.h's
 # config fields, never a program's flags (train_gpt2 translates them).
@@ -111,6 +137,28 @@ def sources(root):
                     yield os.path.relpath(os.path.join(dirpath, f), root)
 
 
+def engine_floor_violations(root, rel, text):
+    """An engine/ file's includes of other engine components, against the floors."""
+    found = []
+    mine = engine_component(rel)
+    if mine not in ENGINE_FLOORS:
+        return [f"{rel}: an engine file of no known component; give it a floor in ENGINE_FLOORS "
+                "(tests/layering/check_layers.py) and in engine/context.h's list"]
+    for inc in INCLUDE.findall(text):
+        target = resolve(root, rel, inc)
+        if not target or not target.startswith("engine/"):
+            continue
+        theirs = engine_component(target)
+        if theirs == mine:
+            continue
+        if theirs not in ENGINE_FLOORS:
+            found.append(f"{rel}: includes {target}, an engine file of no known component")
+        elif ENGINE_FLOORS[theirs] >= ENGINE_FLOORS[mine]:
+            found.append(f"{rel}: includes {target}: engine component '{mine}' (floor {ENGINE_FLOORS[mine]}) "
+                         f"may use only lower floors, not '{theirs}' (floor {ENGINE_FLOORS[theirs]})")
+    return found
+
+
 def violations(root):
     found = []
     for rel in sources(root):
@@ -149,6 +197,8 @@ def violations(root):
                     for flag in FLAG.findall(FOREIGN_FLAGS.sub("", lit)):
                         found.append(f"{rel}: a message names the flag {flag}; name the config field "
                                      "(train/flag_words.c says it in the trainer's flags)")
+        if layer == "engine" and rel.count("/") == 1:
+            found += engine_floor_violations(root, rel, text)
         if CUDA_FLAG.search(text) and layer != "backend":
             found.append(f"{rel}: tests FERRY_HAVE_CUDA outside backend/ (ask the backend instead)")
     return found
@@ -180,9 +230,16 @@ def self_test():
         "missing": ({"train/m.c": '#include "train/nothere.h"\n'}, 1),
         "flag-in-library": ({"offload/a.c": 'err_set(1, "lower --batch");\n'}, 1),
         "flag-in-tools-ok": ({"tools/t.c": 'puts("lower --batch");\n'}, 0),
-        "decrement-ok": ({"engine/d.c": 'n = a[--i]; puts("rebuild with -Dcuda=enabled");\n'}, 0),
+        "decrement-ok": ({"engine/step.c": 'n = a[--i]; puts("rebuild with -Dcuda=enabled");\n'}, 0),
         "cudasim-test-ok": ({"tests/cudasim/t.c": '#include "dev/cudasim/cudasim.h"\n'}, 0),
         "cudasim-elsewhere": ({"tests/engine/t.c": '#include "dev/cudasim/cudasim.h"\n'}, 1),
+        "engine-floor-down-ok": ({"engine/step.c": '#include "engine/dp.h"\n', "engine/dp.h": ""}, 0),
+        "engine-floor-up": ({"engine/dp.c": '#include "engine/step.h"\n', "engine/step.h": ""}, 1),
+        "engine-floor-sibling": ({"engine/dp.c": '#include "engine/auto.h"\n', "engine/auto.h": ""}, 1),
+        "engine-update-impl-ok": ({"engine/update_cpu.c": '#include "engine/update_impl.h"\n',
+                                   "engine/update_impl.h": ""}, 0),
+        "engine-unknown-file": ({"engine/newpart.c": '#include "engine/context.h"\n',
+                                 "engine/context.h": ""}, 1),
     }
     base = {
         "include/ferry.h": "",
@@ -190,7 +247,7 @@ def self_test():
         "backend/backend.h": '#include "ferry.h"\n',
         "engine/engine.h": '#include "backend/backend.h"\n',
         "engine/intree.h": '#include "backend/backend.h"\n',
-        "engine/e.c": '#include "engine/engine.h"\n#include "common/error.h"\n',
+        "engine/engine.c": '#include "engine/engine.h"\n#include "common/error.h"\n',
         "models/m.c": '#include "engine/intree.h"\n',
         "dev/cudasim/cudasim.h": "",
     }

@@ -7,7 +7,8 @@
  *   backend, in each offload mode, with and without recompute (and params
  *   mode at two prefetch depths), writes a memory trace; `memprof --json` on
  *   that trace gives the measured device and host peaks, which must be within
- *   5% of gpt2_plan_predict's (and agree with ferry_engine_memory_stats);
+ *   5% of gpt2_plan_predict's (and agree with ferry_engine_memory_stats), and
+ *   says that the run kept the memory plan the trace carries;
  * - params mode trains in a budget of its predicted peak, and not under the
  *   predicted floor;
  * - `memprof plan`: bad flags exit 2 with a message, a budget too small says
@@ -18,13 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/error.h"
 #include "engine/intree.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
+#include "run_program.h"
 #include "tap.h"
 #include "models/gpt2_plan.h"
 #include "offload/arena.h"
@@ -34,34 +35,9 @@ enum { STEPS = 3 };
 static const char *memprof;
 static char dir[] = "/tmp/ferry_gpt2_plan_XXXXXX";
 
-typedef struct run {
-    int status;
-    char out[65536];
-    char err[4096];
-} run;
+typedef program_run run;
 
-static void slurp(const char *path, char *buf, size_t cap)
-{
-    buf[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return;
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-}
-
-static void run_memprof(const char *args, run *r)
-{
-    char cmd[2048], out[600], err[600];
-    snprintf(out, sizeof out, "%s/out.txt", dir);
-    snprintf(err, sizeof err, "%s/err.txt", dir);
-    snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s'", memprof, args, out, err);
-    int st = system(cmd);
-    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    slurp(out, r->out, sizeof r->out);
-    slurp(err, r->err, sizeof r->err);
-}
+static void run_memprof(const char *args, run *r) { program_run_in(dir, memprof, args, r); }
 
 static double num(const cJSON *o, const char *path)
 {
@@ -130,7 +106,11 @@ static void check_activations(void)
             gpt2_activations_destroy(a);
             gpt2_plan p;
             if (st == FERRY_OK)
-                st = gpt2_plan_predict(&(gpt2_plan_request){&c, shapes[i].B, shapes[i].T, FERRY_OFFLOAD_OPTIMIZER, rc, 2, 1, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO, 1, 0}, &p);
+                st = gpt2_plan_predict(&(gpt2_plan_request){.cfg = &c, .batch = shapes[i].B, .seq = shapes[i].T,
+                                                            .offload = FERRY_OFFLOAD_OPTIMIZER, .recompute = rc,
+                                                            .prefetch_groups = 2, .micro_batches = 1,
+                                                            .backend = FERRY_BACKEND_HOST, .dtype = FERRY_DTYPE_AUTO,
+                                                            .ranks = 1, .device_budget = 0}, &p);
             if (st != FERRY_OK) {
                 tap_ok(0, "shape %zu: %s", i, ferry_last_error());
                 continue;
@@ -195,6 +175,9 @@ static ferry_status train(const train_opts *o, measured *out)
      * spare (docs/engine.md). */
     cfg.device_update_groups = 0;
     ferry_status st = gpt2_create(&model_cfg, &m);
+    /* The activations it will take, declared: the engine's plan holds them. */
+    if (st == FERRY_OK)
+        cfg.auto_activation_bytes = gpt2_activations_bytes(m, FERRY_DTYPE_F32, TB, TT, o->recompute);
     if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
     if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, 99, NULL);
     if (st == FERRY_OK) st = ferry_engine_setup(e);
@@ -253,8 +236,10 @@ static void check_training(ferry_offload mode, bool recompute, int prefetch, int
     train_opts o = {mode, recompute, prefetch, 0, trace, accum};
     measured ms = {0};
     gpt2_plan p;
-    gpt2_plan_request rq = {&model_cfg, TB, TT, mode, recompute, prefetch, accum, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO, 1,
-                            (uint64_t)1 << 30}; /* train()'s budget: params mode keeps every group */
+    gpt2_plan_request rq = {.cfg = &model_cfg, .batch = TB, .seq = TT, .offload = mode, .recompute = recompute,
+                            .prefetch_groups = prefetch, .micro_batches = accum, .backend = FERRY_BACKEND_HOST,
+                            .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+                            .device_budget = (uint64_t)1 << 30}; /* train()'s budget: params mode keeps every group */
     ferry_status pst = gpt2_plan_predict(&rq, &p);
     if (accum > 1)
         tap_diag("%s recompute %d prefetch %d, %d micro-batches a step:", mode_name(mode), recompute, prefetch, accum);
@@ -278,6 +263,11 @@ static void check_training(ferry_offload mode, bool recompute, int prefetch, int
              ms.max_resident, p.device_weight_groups);
     TAP_IS_INT(dev, ms.device_peak, "%s recompute %d: memprof's device peak = the engine's own high-water mark",
                mode_name(mode), recompute);
+    const cJSON *plan = cJSON_GetObjectItemCaseSensitive(j, "plan");
+    if (!tap_ok(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(plan, "kept")),
+                "%s recompute %d prefetch %d: the run kept the plan its trace carries", mode_name(mode), recompute,
+                prefetch))
+        tap_diag("  %s", r.out);
     TAP_IS_CLOSE(p.device_total, dev, 0, 0.05, "%s recompute %d prefetch %d: device peak predicted within 5%%",
                  mode_name(mode), recompute, prefetch);
     TAP_IS_INT(p.activations, dev_act, "%s recompute %d: activations at the device peak exactly as predicted",
@@ -311,7 +301,11 @@ static void check_training(ferry_offload mode, bool recompute, int prefetch, int
 static void check_params_budget(void)
 {
     gpt2_plan p;
-    if (gpt2_plan_predict(&(gpt2_plan_request){&model_cfg, TB, TT, FERRY_OFFLOAD_PARAMS, true, 2, 1, FERRY_BACKEND_HOST, FERRY_DTYPE_AUTO, 1, 0}, &p) != FERRY_OK) {
+    if (gpt2_plan_predict(&(gpt2_plan_request){.cfg = &model_cfg, .batch = TB, .seq = TT,
+                                               .offload = FERRY_OFFLOAD_PARAMS, .recompute = true,
+                                               .prefetch_groups = 2, .micro_batches = 1,
+                                               .backend = FERRY_BACKEND_HOST, .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+                                               .device_budget = 0}, &p) != FERRY_OK) {
         tap_ok(0, "params budget: predicted: %s", ferry_last_error());
         return;
     }
@@ -389,8 +383,11 @@ static void check_cli_card(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int maxB = 0;
-        gpt2_plan_max_batch(&(gpt2_plan_request){&c, 1, 1024, FERRY_OFFLOAD_OPTIMIZER, true, 2, 1, FERRY_BACKEND_CUDA,
-                                                 FERRY_DTYPE_AUTO, 1, 0}, cases[i].budget, &maxB);
+        gpt2_plan_max_batch(&(gpt2_plan_request){.cfg = &c, .batch = 1, .seq = 1024,
+                                                 .offload = FERRY_OFFLOAD_OPTIMIZER, .recompute = true,
+                                                 .prefetch_groups = 2, .micro_batches = 1,
+                                                 .backend = FERRY_BACKEND_CUDA, .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+                                                 .device_budget = 0}, cases[i].budget, &maxB);
         char args[256];
         snprintf(args, sizeof args, "plan --model gpt2-xl --seq 1024 --recompute %s --json", cases[i].flags);
         run r;
@@ -411,16 +408,81 @@ static void check_cli_card(void)
         tap_diag("  stdout: %s", r.out);
 }
 
+/* --layout and --layout-svg: the JSON layout's buffers checked here on
+ * their own terms (no two alive at once share a byte; the region ends at the
+ * last buffer's end and is the plan's device peak), and the picture draws
+ * each of them, by name, under the budget's line. */
+static void check_cli_layout(void)
+{
+    static const char *const modes[] = {"optimizer", "params", "none"};
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        char args[600], svg_path[300];
+        snprintf(svg_path, sizeof svg_path, "%s/layout-%s.svg", dir, modes[k]);
+        snprintf(args, sizeof args,
+                 "plan --backend host --model d2 --vocab 1024 --context 64 --batch 2 --seq 64 --offload %s "
+                 "--gpu-mem 64MiB --json --layout --layout-svg '%s'", modes[k], svg_path);
+        run r;
+        run_memprof(args, &r);
+        cJSON *j = cJSON_Parse(r.out);
+        const cJSON *bufs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "layout"), "buffers");
+        int n = cJSON_GetArraySize(bufs), overlaps = 0;
+        double end = 0;
+        for (int a = 0; a < n; a++) {
+            const cJSON *x = cJSON_GetArrayItem(bufs, a);
+            double xo = num(x, "offset"), xb = num(x, "bytes"), xs = num(x, "start");
+            double xe = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(x, "end")) ? 1e18 : num(x, "end");
+            end = xo + xb > end ? xo + xb : end;
+            for (int b = a + 1; b < n; b++) {
+                const cJSON *y = cJSON_GetArrayItem(bufs, b);
+                double yo = num(y, "offset"), yb = num(y, "bytes"), ys = num(y, "start");
+                double ye = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(y, "end")) ? 1e18 : num(y, "end");
+                if (xs < ye && ys < xe && xo < yo + yb && yo < xo + xb)
+                    overlaps++;
+            }
+        }
+        TAP_IS_INT(r.status, 0, "plan --offload %s --layout --layout-svg: exit 0", modes[k]);
+        tap_ok(n > 4 && overlaps == 0, "%s: %d buffers, none sharing a byte with one alive at the same time (%d do)",
+               modes[k], n, overlaps);
+        TAP_IS_INT(num(j, "layout.region_bytes"), end, "%s: the region ends at the last buffer's end", modes[k]);
+        TAP_IS_INT(num(j, "layout.region_bytes"), num(j, "device.total_bytes"),
+                   "%s: the region is the plan's device peak", modes[k]);
+        static char svg[1 << 20];
+        program_slurp(svg_path, svg, sizeof svg);
+        int rects = 0, named = 0;
+        for (const char *q = svg; (q = strstr(q, "<rect class=\"buffer\"")) != NULL; q++)
+            rects++;
+        for (int a = 0; a < n; a++) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(bufs, a), "name");
+            char title[160];
+            snprintf(title, sizeof title, "<title>%s: ", cJSON_IsString(name) ? name->valuestring : "?");
+            named += strstr(svg, title) != NULL;
+        }
+        tap_ok(rects == n && named == n && strstr(svg, ">budget 64.0 MiB</text>"),
+               "%s: the picture draws the %d buffers (%d rectangles, %d titled by name) and the budget's line",
+               modes[k], n, rects, named);
+        cJSON_Delete(j);
+    }
+}
+
 static void check_cli_fit(void)
 {
     gpt2_config c;
     gpt2_config_preset("gpt2", &c);
     int maxB = 0;
     uint64_t budget = (uint64_t)6 << 30;
-    gpt2_plan_max_batch(&(gpt2_plan_request){&c, 1, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, 1, 0}, budget, &maxB);
+    gpt2_plan_max_batch(&(gpt2_plan_request){.cfg = &c, .batch = 1, .seq = 1024, .offload = FERRY_OFFLOAD_OPTIMIZER,
+                                             .recompute = false, .prefetch_groups = 2, .micro_batches = 1,
+                                             .backend = FERRY_BACKEND_CUDA, .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+                                             .device_budget = 0}, budget, &maxB);
     gpt2_plan at, above;
-    gpt2_plan_predict(&(gpt2_plan_request){&c, maxB, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, 1, 0}, &at);
-    gpt2_plan_predict(&(gpt2_plan_request){&c, maxB + 1, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, 1, 0}, &above);
+    gpt2_plan_predict(&(gpt2_plan_request){.cfg = &c, .batch = maxB, .seq = 1024, .offload = FERRY_OFFLOAD_OPTIMIZER,
+                                           .recompute = false, .prefetch_groups = 2, .micro_batches = 1,
+                                           .backend = FERRY_BACKEND_CUDA, .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+                                           .device_budget = 0}, &at);
+    gpt2_plan_predict(&(gpt2_plan_request){.cfg = &c, .batch = maxB + 1, .seq = 1024,
+                                           .offload = FERRY_OFFLOAD_OPTIMIZER, .recompute = false,
+                                           .prefetch_groups = 2, .micro_batches = 1, .backend = FERRY_BACKEND_CUDA,
+                                           .dtype = FERRY_DTYPE_AUTO, .ranks = 1, .device_budget = 0}, &above);
     tap_ok(maxB >= 1 && at.device_total <= budget && above.device_total > budget,
            "max batch %d: B=%d predicts %llu <= 6 GiB, B=%d predicts %llu > 6 GiB", maxB, maxB,
            (unsigned long long)at.device_total, maxB + 1, (unsigned long long)above.device_total);
@@ -438,7 +500,10 @@ static void check_cli_fit(void)
     cJSON *j = cJSON_Parse(r.out);
     tap_ok(j != NULL, "--json output parses with cJSON");
     gpt2_plan p;
-    gpt2_plan_predict(&(gpt2_plan_request){&c, 64, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, 1, 0}, &p);
+    gpt2_plan_predict(&(gpt2_plan_request){.cfg = &c, .batch = 64, .seq = 1024, .offload = FERRY_OFFLOAD_OPTIMIZER,
+                                           .recompute = false, .prefetch_groups = 2, .micro_batches = 1,
+                                           .backend = FERRY_BACKEND_CUDA, .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+                                           .device_budget = 0}, &p);
     TAP_IS_INT(num(j, "device.total_bytes"), p.device_total, "json device.total_bytes = gpt2_plan_predict's");
     TAP_IS_INT(num(j, "device.by_category.activations"), p.activations, "json device activations");
     TAP_IS_INT(num(j, "host.total_bytes"), p.host_total, "json host.total_bytes");
@@ -454,8 +519,10 @@ static void check_cli_fit(void)
     /* f16, the type of Volta and Turing: bf16's bytes, said as f16. */
     run_memprof("plan --model gpt2 --batch 8 --seq 1024 --dtype f16 --json", &r);
     j = cJSON_Parse(r.out);
-    gpt2_plan_predict(&(gpt2_plan_request){&c, 8, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA,
-                                           FERRY_DTYPE_BF16, 1, 0}, &p);
+    gpt2_plan_predict(&(gpt2_plan_request){.cfg = &c, .batch = 8, .seq = 1024, .offload = FERRY_OFFLOAD_OPTIMIZER,
+                                           .recompute = false, .prefetch_groups = 2, .micro_batches = 1,
+                                           .backend = FERRY_BACKEND_CUDA, .dtype = FERRY_DTYPE_BF16, .ranks = 1,
+                                           .device_budget = 0}, &p);
     TAP_IS_INT(r.status, 0, "memprof plan --dtype f16: exit 0");
     TAP_IS_INT(num(j, "device.total_bytes"), p.device_total, "f16's device bytes are bf16's");
     TAP_IS_INT(num(j, "host.total_bytes"), p.host_total, "and so are its host bytes");
@@ -465,7 +532,10 @@ static void check_cli_fit(void)
         tap_diag("  stdout: %s", r.out);
 
     /* 124M parameters, host pool: 12 + 2 + 2 bytes each (4 KiB rounding aside). */
-    gpt2_plan_predict(&(gpt2_plan_request){&c, 64, 1024, FERRY_OFFLOAD_OPTIMIZER, false, 2, 1, FERRY_BACKEND_CUDA, FERRY_DTYPE_AUTO, 1, 0}, &p);
+    gpt2_plan_predict(&(gpt2_plan_request){.cfg = &c, .batch = 64, .seq = 1024, .offload = FERRY_OFFLOAD_OPTIMIZER,
+                                           .recompute = false, .prefetch_groups = 2, .micro_batches = 1,
+                                           .backend = FERRY_BACKEND_CUDA, .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+                                           .device_budget = 0}, &p);
     double per_param = (double)p.host_total / (double)p.group_elems;
     TAP_IS_CLOSE(per_param, 16.0, 0.001, 0, "gpt2 optimizer offload, cuda: 16 host bytes per parameter");
 }
@@ -493,6 +563,7 @@ int main(int argc, char **argv)
     check_cli_errors();
     check_cli_fit();
     check_cli_card();
+    check_cli_layout();
 
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -112,7 +112,7 @@ static void check_whole_run(const mp_trace *t, const char *dir)
     snprintf(path, sizeof path, "%s/run.svg", dir);
     TAP_IS_STATUS(mp_analyze(t, 10, 600, &r), FERRY_OK, "a run of %d steps, %zu records, analyzed", STEPS, t->n);
     TAP_IS_INT(r.nmarks, 2 * STEPS, "with %d phase markers", 2 * STEPS);
-    TAP_IS_STATUS(mp_write_svg(&r, path, "a run"), FERRY_OK, "drawn");
+    TAP_IS_STATUS(mp_write_svg(&r, NULL, path, "a run"), FERRY_OK, "drawn");
     mp_report_free(&r);
     char *svg = slurp(path);
     label l[256];
@@ -162,7 +162,7 @@ static void check_zoom(const mp_trace *t, const char *dir)
     TAP_IS_INT(d->peak, 5 * MiB, "the run's peak is still the run's");
     char path[600];
     snprintf(path, sizeof path, "%s/step.svg", dir);
-    TAP_IS_STATUS(mp_write_svg(&r, path, "step 100"), FERRY_OK, "drawn");
+    TAP_IS_STATUS(mp_write_svg(&r, NULL, path, "step 100"), FERRY_OK, "drawn");
     mp_report_free(&r);
     char *svg = slurp(path);
     label l[16];

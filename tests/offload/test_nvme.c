@@ -2,7 +2,11 @@
  * against hand-computed layouts; every byte written comes back through a
  * window far smaller than the state, with one and several blocks per
  * segment, at queue depth 1 and 8, in write, update and read sweeps, whole
- * and one array at a time; a flipped byte on disk, a file removed and a
+ * and one array at a time, through io_uring and through the threads of
+ * pread/pwrite (forced by the config and by $FERRY_NVME_IO), whose files
+ * hold the same bytes after the same sweeps; the checksums run through a
+ * caller's `parallel` (which hands the blocks out in reverse order); a
+ * folder on tmpfs (/dev/shm) refused; a flipped byte on disk, a file removed and a
  * file truncated underneath (before and during a sweep) each end with an
  * error naming the file (and the block and its bytes, computed here from the
  * layout), kept for every later sweep; misuse; the stale files of a crashed
@@ -14,6 +18,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "offload/nvme.h"
@@ -22,6 +27,18 @@
 
 static pool *P;
 static char dir[] = "/tmp/ferry-test-nvme-XXXXXX";
+static nvme_io_path IO = NVME_IO_AUTO; /* the path world_open asks for */
+static size_t parallel_calls;          /* tasks run through reverse_parallel */
+
+/* A caller's workers, as the store sees them: every task, last first. */
+static ferry_status reverse_parallel(void *ctx, size_t n, void (*task)(void *arg, size_t i, int worker), void *arg)
+{
+    (void)ctx;
+    for (size_t i = n; i-- > 0;)
+        task(arg, i, 0);
+    parallel_calls += n;
+    return FERRY_OK;
+}
 static const uint64_t SEED = 20261207;
 
 #define MAXR 4
@@ -47,6 +64,7 @@ static ferry_status world_open(world *w, uint64_t window, size_t block, int qd, 
     c.block_bytes = block;
     c.queue_depth = qd;
     c.pool = P;
+    c.io = IO;
     ferry_status st = nvme_create(&c, &w->s);
     w->nregions = n;
     uint64_t rng = SEED;
@@ -207,42 +225,167 @@ static void test_round_trips(void)
     size_t numel[3] = {2500, 600000, 7};
     int narrays[3] = {3, 2, 3};
     tap_diag("seed %llu", (unsigned long long)SEED);
-    for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
+    for (size_t k = 0; k < 2 * sizeof cfgs / sizeof cfgs[0]; k++) {
+        IO = k % 2 ? NVME_IO_THREADS : NVME_IO_URING;
+        char what[160];
+        snprintf(what, sizeof what, "%s, %s", cfgs[k / 2].what, IO == NVME_IO_URING ? "io_uring" : "threads");
         world w;
-        ferry_status st = world_open(&w, cfgs[k].window, cfgs[k].block, cfgs[k].qd, 3, numel, narrays);
-        TAP_IS_STATUS(st, FERRY_OK, "%s: the store opens (%s)", cfgs[k].what, st ? ferry_last_error() : nvme_describe(w.s));
+        ferry_status st = world_open(&w, cfgs[k / 2].window, cfgs[k / 2].block, cfgs[k / 2].qd, 3, numel, narrays);
+        TAP_IS_STATUS(st, FERRY_OK, "%s: the store opens (%s)", what, st ? ferry_last_error() : nvme_describe(w.s));
         if (st != FERRY_OK) {
             world_close(&w);
             continue;
         }
+        TAP_IS_INT(nvme_io_path_of(w.s), IO, "%s: the path asked for is taken", what);
         uint64_t want = 0;
         for (int r = 0; r < 3; r++)
             want += nvme_region_bytes(numel[r], narrays[r], nvme_tile_elems(w.s));
         struct stat sb;
         tap_ok(stat(nvme_path(w.s), &sb) == 0 && (uint64_t)sb.st_size == want && nvme_file_bytes(w.s) == want,
-               "%s: the file is the regions' bytes (%llu)", cfgs[k].what, (unsigned long long)want);
+               "%s: the file is the regions' bytes (%llu)", what, (unsigned long long)want);
         tap_ok(nvme_window_bytes(w.s) * 4 < want, "%s: the window (%llu) is far smaller than the state",
-               cfgs[k].what, (unsigned long long)nvme_window_bytes(w.s));
+               what, (unsigned long long)nvme_window_bytes(w.s));
         bool same = false;
         size_t tiles = 0, expect_tiles = 0;
         for (int r = 0; r < 3; r++)
             expect_tiles += nvme_region_tiles(w.s, r);
-        TAP_IS_STATUS(write_all(&w), FERRY_OK, "%s: a write sweep", cfgs[k].what);
-        TAP_IS_STATUS(read_check(&w, 0xF, &same, &tiles), FERRY_OK, "%s: a read sweep", cfgs[k].what);
+        TAP_IS_STATUS(write_all(&w), FERRY_OK, "%s: a write sweep", what);
+        TAP_IS_STATUS(read_check(&w, 0xF, &same, &tiles), FERRY_OK, "%s: a read sweep", what);
         tap_ok(same && tiles == expect_tiles, "%s: every byte comes back, every tile once, in order (%zu tiles)",
-               cfgs[k].what, tiles);
-        TAP_IS_STATUS(update_all(&w), FERRY_OK, "%s: an update sweep", cfgs[k].what);
-        TAP_IS_STATUS(update_all(&w), FERRY_OK, "%s: a second update sweep", cfgs[k].what);
-        TAP_IS_STATUS(read_check(&w, 0xF, &same, &tiles), FERRY_OK, "%s: read after the updates", cfgs[k].what);
-        tap_ok(same, "%s: both updates landed on every element", cfgs[k].what);
-        TAP_IS_STATUS(read_check(&w, 0x2, &same, &tiles), FERRY_OK, "%s: a read of array 1 alone", cfgs[k].what);
-        tap_ok(same, "%s: only array 1 is handed over, and it is right", cfgs[k].what);
+               what, tiles);
+        TAP_IS_STATUS(update_all(&w), FERRY_OK, "%s: an update sweep", what);
+        TAP_IS_STATUS(update_all(&w), FERRY_OK, "%s: a second update sweep", what);
+        TAP_IS_STATUS(read_check(&w, 0xF, &same, &tiles), FERRY_OK, "%s: read after the updates", what);
+        tap_ok(same, "%s: both updates landed on every element", what);
+        TAP_IS_STATUS(read_check(&w, 0x2, &same, &tiles), FERRY_OK, "%s: a read of array 1 alone", what);
+        tap_ok(same, "%s: only array 1 is handed over, and it is right", what);
         uint64_t rd, wr;
         nvme_io_bytes(w.s, &rd, &wr);
-        tap_ok(wr == 3 * want && rd >= 3 * want, "%s: the sweeps moved %llu bytes in, %llu out", cfgs[k].what,
+        tap_ok(wr == 3 * want && rd >= 3 * want, "%s: the sweeps moved %llu bytes in, %llu out", what,
                (unsigned long long)rd, (unsigned long long)wr);
         world_close(&w);
     }
+    IO = NVME_IO_AUTO;
+}
+
+/* The raw bytes of the store's file. */
+static unsigned char *file_bytes(const nvme_store *s, size_t *n)
+{
+    *n = (size_t)nvme_file_bytes(s);
+    unsigned char *b = malloc(*n);
+    int fd = open(nvme_path(s), O_RDONLY);
+    bool ok = b && fd >= 0 && pread(fd, b, *n, 0) == (ssize_t)*n;
+    if (fd >= 0)
+        close(fd);
+    if (!ok) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* The same sweeps through each path leave the same bytes on disk, and the
+ * checksums through a caller's workers are the store's own. */
+static void test_paths_agree(void)
+{
+    size_t numel[2] = {70000, 5000};
+    int narrays[2] = {3, 2};
+    world w[2];
+    unsigned char *bytes[2] = {NULL, NULL};
+    size_t n[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        IO = k ? NVME_IO_THREADS : NVME_IO_URING;
+        ferry_status st = world_open(&w[k], 192 << 10, 8192, 4, 2, numel, narrays);
+        if (st == FERRY_OK) st = write_all(&w[k]);
+        if (st == FERRY_OK) st = update_all(&w[k]);
+        if (st == FERRY_OK) st = update_all(&w[k]);
+        TAP_IS_STATUS(st, FERRY_OK, "%s: a write and two update sweeps", k ? "threads" : "io_uring");
+        bytes[k] = file_bytes(w[k].s, &n[k]);
+    }
+    IO = NVME_IO_AUTO;
+    tap_ok(bytes[0] && bytes[1] && n[0] == n[1] && memcmp(bytes[0], bytes[1], n[0]) == 0,
+           "io_uring's file and the threads' hold the same %zu bytes", n[0]);
+    for (int k = 0; k < 2; k++) {
+        free(bytes[k]);
+        world_close(&w[k]);
+    }
+
+    /* The checksums through a caller's `parallel`, every block a task. */
+    nvme_config c = NVME_CONFIG_INIT;
+    c.dir = dir;
+    c.window_bytes = 192 << 10;
+    c.block_bytes = 4096;
+    c.queue_depth = 4;
+    c.pool = P;
+    c.parallel = reverse_parallel;
+    world p;
+    memset(&p, 0, sizeof p);
+    ferry_status st = nvme_create(&c, &p.s);
+    p.nregions = 1;
+    p.numel[0] = 30000;
+    p.narrays[0] = 3;
+    uint64_t rng = SEED;
+    for (int a = 0; a < 3; a++) {
+        p.ref[0][a] = malloc(p.numel[0] * sizeof(float));
+        for (size_t i = 0; i < p.numel[0]; i++)
+            p.ref[0][a][i] = (float)tap_rand_unit(&rng);
+    }
+    if (st == FERRY_OK) st = nvme_add_region(p.s, "r0", p.numel[0], 3, names, cats, NULL);
+    if (st == FERRY_OK) st = nvme_open(p.s);
+    parallel_calls = 0;
+    bool same = false;
+    size_t tiles = 0;
+    if (st == FERRY_OK) st = write_all(&p);
+    if (st == FERRY_OK) st = update_all(&p);
+    if (st == FERRY_OK) st = read_check(&p, 0x7, &same, &tiles);
+    TAP_IS_STATUS(st, FERRY_OK, "a store whose checksums run through the caller's workers: write, update, read");
+    /* 30000 elements x 3 arrays = 88 blocks of 4 KiB (the last tile's
+     * padded), each checksummed twice (write, update) and verified twice
+     * (update, read). */
+    size_t blocks = (size_t)(nvme_file_bytes(p.s) / 4096);
+    tap_ok(same && parallel_calls == 4 * blocks, "every value right, and all %zu checksum tasks (4 x %zu blocks) ran "
+           "there: %zu", 4 * blocks, blocks, parallel_calls);
+    world_close(&p);
+}
+
+/* A folder on a file system in memory is refused (no root needed: /dev/shm
+ * is tmpfs wherever glibc's POSIX shared memory lives); $FERRY_NVME_IO. */
+static void test_folders_and_env(void)
+{
+    struct statfs fs;
+    nvme_config c = NVME_CONFIG_INIT;
+    nvme_store *s = NULL;
+    c.pool = P;
+    if (statfs("/dev/shm", &fs) == 0 && fs.f_type == 0x01021994) {
+        c.dir = "/dev/shm";
+        TAP_IS_STATUS(nvme_create(&c, &s), FERRY_ERR_INVALID_ARGUMENT, "a folder on tmpfs (/dev/shm) is refused");
+        tap_ok(strstr(ferry_last_error(), "/dev/shm") && strstr(ferry_last_error(), "tmpfs") &&
+                   strstr(ferry_last_error(), "memory"),
+               "naming the folder, tmpfs and memory: %s", ferry_last_error());
+    } else {
+        tap_skip("/dev/shm is not a tmpfs here");
+    }
+    c.dir = dir;
+    setenv("FERRY_NVME_IO", "threads", 1);
+    size_t numel[1] = {3000};
+    int narrays[1] = {2};
+    world w;
+    bool same = false;
+    size_t tiles;
+    ferry_status st = world_open(&w, 64 << 10, 4096, 2, 1, numel, narrays);
+    if (st == FERRY_OK) st = write_all(&w);
+    if (st == FERRY_OK) st = read_check(&w, 0x3, &same, &tiles);
+    TAP_IS_STATUS(st, FERRY_OK, "FERRY_NVME_IO=threads: the store works");
+    tap_ok(nvme_io_path_of(w.s) == NVME_IO_THREADS && strstr(nvme_describe(w.s), "threads of pread/pwrite, as asked") &&
+               same,
+           "through the threads, as it says: %s", nvme_describe(w.s));
+    tap_ok(nvme_align(w.s) == 4096 && strstr(nvme_describe(w.s), "aligned to 4.0 KiB"),
+           "O_DIRECT aligned to 4 KiB on this disk (the file system says 512 or 4096; never less than 4 KiB)");
+    world_close(&w);
+    setenv("FERRY_NVME_IO", "carrier-pigeon", 1);
+    TAP_IS_STATUS(nvme_create(&c, &s), FERRY_ERR_INVALID_ARGUMENT, "FERRY_NVME_IO=carrier-pigeon is refused");
+    tap_ok(strstr(ferry_last_error(), "carrier-pigeon") != NULL, "naming it: %s", ferry_last_error());
+    unsetenv("FERRY_NVME_IO");
 }
 
 /* A write of one array leaves the others as they were. */
@@ -472,6 +615,8 @@ int main(void)
     }
     test_arithmetic();
     test_round_trips();
+    test_paths_agree();
+    test_folders_and_env();
     test_partial_write();
     test_flipped_byte();
     test_removed();

@@ -1,7 +1,9 @@
 /* Tests of the memory trace writer (offload/trace.c): the bytes on disk are
  * decoded here by hand from the layout documented in docs/memprof.md, not
- * through the writer's struct, and their checksums recomputed with a
- * bit-by-bit CRC-32C of the test's own; NULL traces are no-ops; records from
+ * through the writer's struct, and their checksums recomputed with the
+ * tests' bit-by-bit CRC-32C (tests/ref_crc32c.h; common/crc32c.c itself is
+ * tests/common/test_crc32c.c's), version 3's records of the memory plan
+ * and of the slots among them; NULL traces are no-ops; records from
  * several threads all arrive in time order; write failures are reported. */
 #include <pthread.h>
 #include <stdio.h>
@@ -11,6 +13,7 @@
 
 #include "common/error.h"
 #include "offload/trace.h"
+#include "ref_crc32c.h"
 #include "tap.h"
 
 static unsigned char *read_file(const char *path, size_t *len)
@@ -37,19 +40,6 @@ static uint64_t u64_at(const unsigned char *p)
 
 static uint32_t u32_at(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 
-/* CRC-32C the slow way, one bit at a time, as the definition reads. */
-static uint32_t ref_crc32c(uint32_t crc, const unsigned char *p, size_t n)
-{
-    crc = ~crc;
-    for (size_t i = 0; i < n; i++) {
-        crc ^= p[i];
-        for (int k = 0; k < 8; k++)
-            crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1)));
-    }
-    return ~crc;
-}
-
-/* What docs/memprof.md says record `index` carries at offset 12. */
 static uint32_t ref_record_crc(const unsigned char *rec, uint64_t index)
 {
     unsigned char buf[8 + 96];
@@ -58,24 +48,6 @@ static uint32_t ref_record_crc(const unsigned char *rec, uint64_t index)
     memcpy(buf + 8, rec, 96);
     memset(buf + 8 + 12, 0, 4);
     return ref_crc32c(0, buf, sizeof buf);
-}
-
-static void test_crc(void)
-{
-    const unsigned char *check = (const unsigned char *)"123456789";
-    TAP_IS_INT(trace_crc32c(0, check, 9), 0xE3069283u, "crc: CRC-32C of \"123456789\" is the standard 0xE3069283");
-    TAP_IS_INT(ref_crc32c(0, check, 9), 0xE3069283u, "crc: so is the test's bitwise reference");
-    uint64_t seed = 12;
-    tap_diag("crc: random buffers from seed %llu", (unsigned long long)seed);
-    unsigned char buf[301];
-    for (size_t i = 0; i < sizeof buf; i++)
-        buf[i] = (unsigned char)tap_rand_u64(&seed);
-    int same = 1;
-    for (size_t n = 0; n <= sizeof buf; n += 7)
-        same &= trace_crc32c(0, buf, n) == ref_crc32c(0, buf, n);
-    tap_ok(same, "crc: every length 0..301 (step 7) matches the reference");
-    uint32_t parts = trace_crc32c(trace_crc32c(0, buf, 13), buf + 13, 288);
-    TAP_IS_INT(parts, ref_crc32c(0, buf, 301), "crc: continuing from a partial CRC gives the whole one");
 }
 
 static void test_checksums(const char *path)
@@ -119,7 +91,7 @@ static void test_layout(const char *dir)
         return;
     }
     tap_ok(memcmp(b, "FERRYMEM", 8) == 0, "layout: magic");
-    TAP_IS_INT(u32_at(b + 8), 2, "layout: version 2");
+    TAP_IS_INT(u32_at(b + 8), 3, "layout: version 3");
     TAP_IS_INT(u32_at(b + 12), 96, "layout: record size 96");
     tap_ok(u64_at(b + 16) > 1600000000ull * 1000000000ull, "layout: wall-clock start after 2020");
     const unsigned char *r = b + 32;
@@ -155,6 +127,77 @@ static void test_layout(const char *dir)
     TAP_IS_INT(r[8], 7, "end: kind 7, the last record");
     TAP_IS_INT(u64_at(r + 16), 6, "end: counts the 6 records before it");
     tap_ok(strcmp((const char *)r + 48, "end") == 0, "end: name 'end'");
+    free(b);
+    test_checksums(path);
+}
+
+static double f64_at(const unsigned char *p)
+{
+    uint64_t v = u64_at(p);
+    double d;
+    memcpy(&d, &v, sizeof d);
+    return d;
+}
+
+/* Version 3's records: the region, planned buffers (one to the run's end,
+ * one for positions [3, 9), a slot, a range), a group's stay in a slot. */
+static void test_plan_records(const char *dir)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/plan.fmt", dir);
+    trace *t = NULL;
+    TAP_IS_STATUS(trace_open(path, &t), FERRY_OK, "plan: open");
+    trace_region(t, (void *)0x7f0000100000, 3u << 20);
+    trace_planned(t, FERRY_MEM_WORKSPACE, "workspace", 0, 1u << 20, 0, INT32_MAX, TRACE_ROLE_BUFFER);
+    trace_planned(t, FERRY_MEM_ACTIVATIONS, "scratch", 1u << 20, 4096, 3, 9, TRACE_ROLE_BUFFER);
+    trace_planned(t, FERRY_MEM_PARAMS, "weights slot 0 of 'block 0' and its kind", (1u << 20) + 4096, 8192, 0,
+                  INT32_MAX, TRACE_ROLE_WSLOT);
+    trace_planned(t, FERRY_MEM_ACTIVATIONS, "the embedder's activations", 2u << 20, 1u << 20, 0, INT32_MAX,
+                  TRACE_ROLE_RANGE);
+    trace_occupy(t, FERRY_MEM_PARAMS, "block 7", 7, 8000, (void *)(0x7f0000100000 + (1u << 20) + 4096));
+    trace_vacate(t, FERRY_MEM_PARAMS, "block 7", 7, 8000, (void *)(0x7f0000100000 + (1u << 20) + 4096));
+    TAP_IS_STATUS(trace_close(t), FERRY_OK, "plan: close");
+    size_t len = 0;
+    unsigned char *b = read_file(path, &len);
+    if (!tap_ok(b && len == 32 + 8 * 96, "plan: 7 records and the end record (%zu bytes)", len)) {
+        free(b);
+        return;
+    }
+    const unsigned char *r = b + 32;
+    TAP_IS_INT(r[8], 8, "region: kind 8");
+    TAP_IS_INT(u64_at(r + 24), 0x7f0000100000, "region: its base");
+    TAP_IS_INT(u64_at(r + 16), 3u << 20, "region: its bytes");
+    TAP_IS_INT(r[11], 0, "region: role byte 0");
+    r += 96;
+    TAP_IS_INT(r[8], 9, "planned: kind 9");
+    TAP_IS_INT(r[10], FERRY_MEM_WORKSPACE, "planned: category");
+    TAP_IS_INT(u64_at(r + 24), 0, "planned: offset 0 in the region");
+    TAP_IS_INT(u64_at(r + 16), 1u << 20, "planned: bytes");
+    TAP_IS_INT((int64_t)u64_at(r + 32), 0, "planned: from position 0");
+    TAP_IS_CLOSE(f64_at(r + 40), 2147483647.0, 0, 0, "planned: to the run's end (INT32_MAX)");
+    TAP_IS_INT(r[11], 0, "planned: role 0, a buffer");
+    tap_ok(strcmp((const char *)r + 48, "workspace") == 0, "planned: name");
+    r += 96;
+    TAP_IS_INT(u64_at(r + 24), 1u << 20, "planned, finite: offset");
+    TAP_IS_INT((int64_t)u64_at(r + 32), 3, "planned, finite: from position 3");
+    TAP_IS_CLOSE(f64_at(r + 40), 9.0, 0, 0, "planned, finite: to position 9");
+    r += 96;
+    TAP_IS_INT(r[11], 1, "planned slot: role 1, a weights slot");
+    r += 96;
+    TAP_IS_INT(r[11], 3, "planned range: role 3, the embedder's");
+    r += 96;
+    TAP_IS_INT(r[8], 10, "occupy: kind 10");
+    TAP_IS_INT(u64_at(r + 24), 0x7f0000100000 + (1u << 20) + 4096, "occupy: the slot's address");
+    TAP_IS_INT((int64_t)u64_at(r + 32), 7, "occupy: the group's index");
+    TAP_IS_INT(u64_at(r + 16), 8000, "occupy: the group's bytes");
+    TAP_IS_INT(r[10], FERRY_MEM_PARAMS, "occupy: category params (weights)");
+    tap_ok(strcmp((const char *)r + 48, "block 7") == 0, "occupy: the group's name");
+    r += 96;
+    TAP_IS_INT(r[8], 11, "vacate: kind 11");
+    tap_ok(memcmp(r + 9, r - 96 + 9, 3) == 0 && memcmp(r + 16, r - 96 + 16, 80) == 0,
+           "vacate: the fields of its occupy");
+    r += 96;
+    TAP_IS_INT(u64_at(r + 16), 7, "end: counts the 7 records before it");
     free(b);
     test_checksums(path);
 }
@@ -216,6 +259,10 @@ static void test_errors(void)
     trace_alloc(NULL, TRACE_POOL_HOST, FERRY_MEM_PARAMS, "x", 1, (void *)1);
     trace_phase(NULL, 1, "forward");
     trace_step_timing(NULL, 1, "k", 1.0);
+    trace_region(NULL, (void *)1, 256);
+    trace_planned(NULL, FERRY_MEM_PARAMS, "x", 0, 256, 0, INT32_MAX, TRACE_ROLE_BUFFER);
+    trace_occupy(NULL, FERRY_MEM_PARAMS, "g", 0, 1, (void *)1);
+    trace_vacate(NULL, FERRY_MEM_PARAMS, "g", 0, 1, (void *)1);
     TAP_IS_STATUS(trace_flush(NULL), FERRY_OK, "errors: flush(NULL) is fine");
     TAP_IS_STATUS(trace_close(NULL), FERRY_OK, "errors: close(NULL) is fine");
     if (access("/dev/full", W_OK) != 0) {
@@ -237,8 +284,8 @@ int main(void)
     char dir[] = "/tmp/ferry_trace_XXXXXX";
     if (!mkdtemp(dir))
         tap_plan_skip("no temporary directory");
-    test_crc();
     test_layout(dir);
+    test_plan_records(dir);
     test_threads(dir);
     test_errors();
     char cmd[600];

@@ -9,8 +9,12 @@
 # archive as on the GPU machine but expecting no GPU, must see every GPU
 # program end with the clean "no GPU" exit 77 (not 0, a silent run on the
 # host backend; not a crash) and the others pass, the engine in fp16 among
-# them; and where FERRY_CHECK_NCCL names a folder without NCCL, the check
-# fails its nccl step with what to install.
+# them, the compute-sanitizer steps included (there with no sanitizer: their
+# programs run bare and must end with 77); tests.txt names no path of this
+# machine; where FERRY_CHECK_NCCL names a folder without NCCL, the check
+# fails its nccl step with what to install; and a compute-sanitizer that
+# reports a finding (a stand-in printing initcheck's report) fails each
+# sanitizer step, naming the kernel.
 #   test_gpu_pack.sh SOURCE_ROOT PACK_BUILD_DIR
 set -uo pipefail
 src=$1
@@ -70,12 +74,17 @@ grep -q $'^engine-gpu-f16\t[0-9]*\t1\t.*bin/test_engine_gpu cuda f16$' "$pack/te
 ok $? "tests.txt runs the engine in fp16 (engine-gpu-f16) as a GPU test"
 ! ls "$pack/lib" | grep -q nccl
 ok $? "NCCL is not carried in lib/ (check.sh finds it on the GPU machine)"
+! grep -qF -e "$src" -e "$(realpath "$build")" -e LD_LIBRARY_PATH "$pack/tests.txt"
+ok $? "tests.txt names no path of this machine (no source tree, no build folder, no LD_LIBRARY_PATH)"
+grep -F -e "$src" -e "$(realpath "$build")" -e LD_LIBRARY_PATH "$pack/tests.txt" | diag
 
 FERRY_CHECK_EXPECT=no-gpu FERRY_CHECK_DIR=$tmp/check bash "$src/tools/gpu/check.sh" "$archive" "$tmp/out" >"$tmp/check.log" 2>&1
 rc=$?
 ok "$rc" "tools/gpu/check.sh runs the whole check on the archive and expects no GPU (exit $rc)"
 [ "$rc" -eq 0 ] || diag <"$tmp/check.log"
-for name in ferry-info transfer kernel-lab kernel-lab-f16 engine-gpt2 engine-xl $(cut -f1 "$pack/tests.txt"); do
+for name in ferry-info transfer kernel-lab kernel-lab-f16 engine-gpt2 engine-xl capacity \
+            sanitize-memcheck sanitize-racecheck \
+            sanitize-synccheck sanitize-initcheck $(cut -f1 "$pack/tests.txt"); do
   gpu=$(awk -F'\t' -v n="$name" '$1 == n {print $3}' "$pack/tests.txt")
   if [ "${gpu:-1}" = 1 ]; then
     grep -qF "[$name]" "$tmp/out/results.txt" && grep -F "[$name]" "$tmp/out/results.txt" | grep -q 'PASS (exit 77'
@@ -92,15 +101,45 @@ ok $? "the check finds NCCL on this machine and names its folder"
 bound=$(sed -n 's/.*the check ends within \([0-9]*\)s$/\1/p' "$tmp/out/results.txt")
 [ -n "$bound" ] && [ "$bound" -le 540 ]
 ok $? "the check's time bound, ${bound:-none} s, is at most 540 s"
+grep -F '[memprof-capacity]' "$tmp/out/results.txt" | grep -q 'PASS$' &&
+  grep -q '^  memprof-capacity | largest GPT-2-shaped model that fits: d[0-9]' "$tmp/out/results.txt"
+ok $? "memprof plan gives the largest model the capacity step trains: $(grep -m1 'memprof-capacity |' "$tmp/out/results.txt")"
+FERRY_CHECK_BOUND=900 FERRY_CHECK_EXPECT=no-gpu FERRY_CHECK_DIR=$tmp/check bash "$src/tools/gpu/check.sh" "$archive" \
+  "$tmp/out-bound" >/dev/null 2>&1
+rc=$?
+[ "$rc" -ne 0 ] && grep -q "FERRY_CHECK_BOUND=900: give 60 to 540 s" "$tmp/out-bound/results.txt"
+ok $? "a bound past 540 s is refused before any step runs (exit $rc)"
 
 # A machine whose NCCL is not where FERRY_CHECK_NCCL says: the nccl step
-# fails, naming what to install, and so does the check.
+# fails, naming what to install, and so does the check. And a
+# compute-sanitizer whose report has findings (a stand-in printing
+# initcheck's words for two kernels, with its error exit code): every
+# sanitizer step fails, naming the kernels.
 mkdir "$tmp/no-nccl"
-FERRY_CHECK_NCCL=$tmp/no-nccl FERRY_CHECK_EXPECT=no-gpu FERRY_CHECK_DIR=$tmp/check bash "$src/tools/gpu/check.sh" \
-  "$archive" "$tmp/out2" >"$tmp/check2.log" 2>&1
+cat >"$tmp/compute-sanitizer" <<'SAN'
+#!/bin/sh
+log=; while [ $# -gt 0 ]; do case $1 in --log-file) log=$2; shift 2 ;; --*) shift 2 ;; *) break ;; esac; done
+{ echo "========= COMPUTE-SANITIZER"
+  echo "========= Uninitialized __global__ memory read of size 2 bytes"
+  echo "=========     at void (anonymous namespace)::softmax_xent_kernel<__nv_bfloat16>(T1 *, float *, const int *, float, int, int, bool)+0x1d0 in /src/backend/ops/classifier.cu:45"
+  echo "========= Uninitialized __global__ memory read of size 2 bytes"
+  echo "=========     at softmax_xent_kernel<__nv_bfloat16>(T1 *, float *, const int *, float, int, int, bool)+0x1e0 in /src/backend/ops/classifier.cu:45"
+  echo "========= ERROR SUMMARY: 2 errors"; } >"${log:-/dev/stderr}"
+exit 86
+SAN
+chmod +x "$tmp/compute-sanitizer"
+FERRY_CHECK_SANITIZER=$tmp/compute-sanitizer FERRY_CHECK_NCCL=$tmp/no-nccl FERRY_CHECK_EXPECT=no-gpu \
+  FERRY_CHECK_DIR=$tmp/check bash "$src/tools/gpu/check.sh" "$archive" "$tmp/out2" >"$tmp/check2.log" 2>&1
 rc=$?
 [ "$rc" -ne 0 ] && grep -F '[nccl]' "$tmp/out2/results.txt" | grep -q 'FAIL' &&
   grep -q "nccl | libnccl.so.2 is not where FERRY_CHECK_NCCL=.*pip install nvidia-nccl-cu13" "$tmp/out2/results.txt"
 ok $? "with FERRY_CHECK_NCCL at a folder without NCCL, the nccl step fails and says what to install (exit $rc)"
+for tool in memcheck racecheck synccheck initcheck; do
+  grep -F "[sanitize-$tool]" "$tmp/out2/results.txt" | grep -q 'FAIL: exit 1' &&
+    grep -q "sanitize-$tool | finding: $tool: 2 error(s) in softmax_xent_kernel<__nv_bfloat16> (2) (bin/" \
+      "$tmp/out2/results.txt"
+  ok $? "a $tool report with findings fails sanitize-$tool, naming the kernel"
+done
+grep -E "sanitize-|^\[sanitize" "$tmp/out2/results.txt" | head -8 | diag
 echo "1..$n"
 [ "$fails" -eq 0 ]

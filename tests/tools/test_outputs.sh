@@ -71,9 +71,12 @@ if [ -n "$full" ]; then
   run 1 "No space left on device" "$memprof" --svg "$full" "$work/run.trace"
   unchanged "$full"; ok $? "memprof --svg: the full device is still itself ($(kind "$full"))"
 fi
-run 1 "FIFO" "$memprof" --svg "$work/fifo" "$work/run.trace"
-run 1 "is a folder" "$memprof" --svg "$work/folder" "$work/run.trace"
-run 1 "symbolic link to '$work/nowhere/file', which does not exist" "$memprof" --svg "$work/dangling" "$work/run.trace"
+# Refused before any work: exit 2, and no report printed beside the refusal.
+run 2 "FIFO" "$memprof" --svg "$work/fifo" "$work/run.trace"
+[ ! -s "$work/out" ]; ok $? "memprof --svg FIFO prints no report after refusing ($(wc -l <"$work/out") lines)"
+run 2 "is a folder" "$memprof" --svg "$work/folder" "$work/run.trace"
+[ ! -s "$work/out" ]; ok $? "memprof --svg FOLDER prints no report after refusing ($(wc -l <"$work/out") lines)"
+run 2 "symbolic link to '$work/nowhere/file', which does not exist" "$memprof" --svg "$work/dangling" "$work/run.trace"
 for p in "$work/fifo" "$work/folder" "$work/dangling"; do
   unchanged "$p"; ok $? "memprof --svg: $(basename "$p") is left as it was ($(kind "$p"))"
 done

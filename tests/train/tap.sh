@@ -11,10 +11,45 @@
 # (engine/checkpoint.c's layout: the header's groups, step, state size,
 # state hash, dtype and flags, the group table and the state; the trainer's
 # blob after it, which holds the run's settings, may differ).
+# ok STATUS TEXT prints one TAP line whatever TEXT holds: a message quoted
+# into it (a program's stderr, several lines) goes on that line with its
+# newlines made " | ", so that no line reaches a TAP reader that is not TAP
+# (meson calls such lines "Unknown TAP output" and the test suspect).
+# need PROGRAM PACKAGE: a test that calls a program the machine lacks stops
+# at once ("Bail out!", which fails it) naming the program and the Debian
+# package that has it, instead of failing case by case or waiting out its
+# time; tools/setup/setup.sh installs every package a test needs.
+# $private_mounts runs a command in a mount namespace of its own, where it
+# may mount a small or read-only file system for a full-disk or read-only
+# case: as root `unshare -m` (a chroot, where CI runs the README's commands,
+# forbids the user namespace of `unshare -rm`), else `unshare -rm`.
 python=/usr/bin/python3
+private_mounts="unshare -rm"
+[ "$(id -u)" -ne 0 ] || private_mounts="unshare -m"
 n=0; failed=0
-ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=$((failed + 1)); fi; }
+ok() {
+  local text=${2//$'\r'/}
+  text=${text%$'\n'}
+  text=${text//$'\n'/ | }
+  n=$((n + 1))
+  if [ "$1" -eq 0 ]; then echo "ok $n - $text"; else echo "not ok $n - $text"; failed=$((failed + 1)); fi
+}
 finish() { echo "1..$n"; [ "$failed" -eq 0 ]; }
+# no_private_mount WHAT: the cases needing a private mount cannot run: as
+# root that is a failure (root can always mount, so a skip would hide a
+# broken runner, as in a chroot whose "/" is no mount point), else a note.
+no_private_mount() {
+  if [ "$(id -u)" -eq 0 ]; then
+    ok 1 "as root, '$private_mounts' could not mount a tmpfs, so $1"
+  else
+    echo "# unshare cannot mount a tmpfs here (not root): $1"
+  fi
+}
+need() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  echo "Bail out! this test runs '$1', which is not installed: install Debian's package $2 (tools/setup/setup.sh does)"
+  exit 1
+}
 make_shard() {
   $python - "$1" <<'PY'
 import struct, sys

@@ -89,8 +89,8 @@ ok $? "outputs under missing folders: the folders are made (exit $rc): $(head -c
 # namespace, where unshare may make one.
 ro=$work/ro
 mkdir -p "$ro"
-if unshare -rm sh -c 'mount -t tmpfs -o ro none "$0"' "$ro" 2>/dev/null; then
-  runner=(unshare -rm sh -c 'mount -t tmpfs -o ro none "$0" && exec "$@"' "$ro")
+if $private_mounts sh -c 'mount -t tmpfs -o ro none "$0"' "$ro" 2>/dev/null; then
+  runner=($private_mounts sh -c 'mount -t tmpfs -o ro none "$0" && exec "$@"' "$ro")
   before_work "--checkpoint-dir '$ro' cannot be written: Read-only file system" --checkpoint-dir "$ro"
   before_work "--checkpoint-dir '$ro/ck' cannot be created: the folder '$ro' is not writable \(Read-only file system\)" \
     --checkpoint-dir "$ro/ck"
@@ -98,7 +98,7 @@ if unshare -rm sh -c 'mount -t tmpfs -o ro none "$0"' "$ro" 2>/dev/null; then
   before_work "--trace '$ro/t.trace' cannot be created.*Read-only file system" --trace "$ro/t.trace"
   runner=()
 else
-  echo "# unshare cannot mount a read-only file system here: that case is not run"
+  no_private_mount "the read-only file system cases are not run"
 fi
 if [ "$(id -u)" -ne 0 ]; then
   mkdir -p "$work/locked" && chmod 555 "$work/locked"

@@ -3,14 +3,18 @@
 # micro-batch each train exactly as one process with --grad-accum 2: the
 # same losses, the same validation loss, the same saved weights and engine
 # state bit for bit (the files differ only in the run identity), in every
-# offload mode. A checkpoint saved by 2 ranks resumes in one process and
+# offload mode, with each rank's OpenBLAS on one thread (as mpirun's
+# default binding leaves a rank) and the process's on two. A checkpoint saved by 2 ranks resumes in one process and
 # one saved by one process resumes in 2 ranks, continuing exactly; another
 # count of micro-batches per step is taken and said, one the ranks cannot
 # share is refused. Rank 0 alone prints and logs; each rank writes its own
-# memory trace. A rank whose setup fails stops the other with its message;
-# a rank that hangs (SIGSTOP) makes the other fail with the timeout's
-# message; a rank killed outright ends the run: each within a bounded time,
-# never a hang. SIGTERM to one rank stops both at the same point, agreed:
+# memory trace. Three ranks train as one process with --grad-accum 3. The
+# timeouts in force are said at start. A rank whose setup fails stops the
+# other with its message; a rank that hangs (SIGSTOP) makes the other fail
+# within FERRY_COMM_TIMEOUT + 10 s with the watchdog's message, naming it
+# and the collective; a rank killed outright ends the run, and with the
+# launcher's recovery on (the others live on) the watchdog ends the other
+# the same way: each within a bounded time, never a hang. SIGTERM to one rank stops both at the same point, agreed:
 # after the same step; mid-step after the same micro-batch, the cut step
 # dropped on both, the last complete step saved once and resumed exactly;
 # mid-evaluation after the same round; mid-sample after the same token;
@@ -24,8 +28,9 @@ memprof=$3
 work=$(mktemp -d /tmp/ferry-dp-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/tap.sh"
+need pgrep procps # finds the ranks below mpirun
 export OMPI_MCA_btl_vader_single_copy_mechanism=none # no cross-process reads: containers forbid them
-run() { "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x FERRY_COMM_TIMEOUT -np "$@"; }
+run() { "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x FERRY_COMM_TIMEOUT -x OPENBLAS_NUM_THREADS=1 -np "$@"; }
 export FERRY_COMM_TIMEOUT=${FERRY_COMM_TIMEOUT:-120}
 
 make_shard "$work/train.bin"
@@ -44,8 +49,8 @@ for mode in none optimizer params delayed; do
   run 2 "$train" "${common[@]}" "${flags[@]}" --grad-accum 1 --checkpoint-dir "$d/two" --log "$d/two.jsonl" \
     --trace "$d/two.trace" >"$d/two.out" 2>"$d/err"
   ok $? "$mode: 2 ranks trained $(cat "$d/err")"
-  "$train" "${common[@]}" "${flags[@]}" --grad-accum 2 --checkpoint-dir "$d/one" --log "$d/one.jsonl" \
-    >"$d/one.out" 2>"$d/err"
+  OPENBLAS_NUM_THREADS=2 "$train" "${common[@]}" "${flags[@]}" --grad-accum 2 --checkpoint-dir "$d/one" \
+    --log "$d/one.jsonl" >"$d/one.out" 2>"$d/err"
   ok $? "$mode: 1 process with --grad-accum 2 trained $(cat "$d/err")"
   a=$(losses "$d/two.jsonl"); b=$(losses "$d/one.jsonl")
   [ -n "$a" ] && [ "$a" = "$b" ]; ok $? "$mode: 6 losses identical (last: ${a##* })"
@@ -57,8 +62,24 @@ for mode in none optimizer params delayed; do
   ok $? "$mode: saved engine state identical (state.ferry bit for bit but for the run identity: one whole file at any world size)"
 done
 
+# ---- 3 ranks x 1 micro-batch = 1 process x 3 ----
+d=$work/three-ranks
+mkdir -p "$d"
+run 3 "$train" "${common[@]}" --offload optimizer --grad-accum 1 --checkpoint-dir "$d/three" --log "$d/three.jsonl" \
+  >/dev/null 2>"$d/err"
+ok $? "3 ranks trained $(cat "$d/err")"
+OPENBLAS_NUM_THREADS=2 "$train" "${common[@]}" --offload optimizer --grad-accum 3 --checkpoint-dir "$d/one" \
+  --log "$d/one.jsonl" >/dev/null 2>"$d/err"
+ok $? "1 process with --grad-accum 3 trained $(cat "$d/err")"
+a=$(losses "$d/three.jsonl"); b=$(losses "$d/one.jsonl")
+[ -n "$a" ] && [ "$a" = "$b" ] &&
+  same_weights "$d/three/step_00000006/model.safetensors" "$d/one/step_00000006/model.safetensors"
+ok $? "3 ranks: 6 losses and the saved weights identical to one process with --grad-accum 3 (last loss: ${a##* })"
+
 # ---- what rank 0 alone writes, and what every rank writes ----
 d=$work/optimizer
+grep -q "^data parallel: collectives time out after .* (FERRY_COMM_TIMEOUT=$FERRY_COMM_TIMEOUT), checkpoint saves after 30 min without progress (the default; FERRY_COMM_SAVE_TIMEOUT sets it)$" "$d/two.out"
+ok $? "the timeouts in force are said at start: $(grep -m1 'time out' "$d/two.out")"
 [ "$(grep -c '"kind":"step"' "$d/two.jsonl")" -eq 6 ]; ok $? "the log has each of the 6 steps once (rank 0 writes it)"
 [ "$(grep -c '^step ' "$d/two.out" | tr -d ' ')" -eq 8 ]; ok $? "each progress line is printed once (6 steps, 2 evaluations)"
 grep -q '(.*/rank) | 2 ranks |.*comm wait [0-9]' "$d/two.out"
@@ -95,9 +116,9 @@ for mode in optimizer params; do
   ok $? "$mode: ... final weights identical"
 done
 # Another count of micro-batches per step, asked for: taken and said.
-run 2 "$train" "${common[@]}" --offload optimizer --grad-accum 2 --steps 4 --resume "$work/optimizer/b" \
+run 2 "$train" "${common[@]}" --offload optimizer --grad-accum 2 --steps 8 --resume "$work/optimizer/b" \
   --eval-every 0 >"$work/out" 2>"$work/err"
-rc=$?; [ $rc -eq 0 ] && grep -q "resuming with changed settings: micro-batches per step 4 (2 ranks x --grad-accum 2) (was 2), --steps 4 (was 6)" "$work/out"
+rc=$?; [ $rc -eq 0 ] && grep -q "resuming with changed settings: micro-batches per step 4 (2 ranks x --grad-accum 2) (was 2), --steps 8 (was 6)" "$work/out"
 ok $? "2 ranks x --grad-accum 2 resuming a 2-micro-batch checkpoint: taken and said (exit $rc): $(grep -m1 resuming "$work/out") $(cat "$work/err")"
 # A count the ranks cannot share, not asked for: refused, saying what to do.
 mkdir -p "$work/three"
@@ -135,6 +156,7 @@ timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 "
   --offload nvme --nvme-path "$work/nvme" --checkpoint-dir "$work/nvme-ck" >"$work/out" 2>&1
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "the NVMe tier .* trains alone" "$work/out" &&
+  grep -q "or start one process (without mpirun or srun)" "$work/out" && ! grep -q data_parallel "$work/out" &&
   ! grep -q '^step 1/' "$work/out" && [ ! -e "$work/nvme-ck/latest" ]
 ok $? "--offload nvme with 2 ranks is refused before any step (exit $rc): $(grep -m1 -o 'the NVMe tier.*' "$work/out" | head -c 250)"
 
@@ -164,18 +186,28 @@ rank1_pid() {
     sleep 0.1
   done
 }
-# Rank 1 hangs (stopped): rank 0's collective times out and says so; the launcher ends rank 1.
-FERRY_COMM_TIMEOUT=10 timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x FERRY_COMM_TIMEOUT \
-  -np 2 "$train" "${common[@]}" --steps 100000 --eval-every 0 --log "$work/hang.jsonl" --quiet >"$work/out" 2>&1 &
-mp=$!
-pid=$(rank1_pid $mp 3 "$work/hang.jsonl")
-start=$SECONDS
-[ -n "$pid" ] && kill -STOP "$pid"
-wait $mp
-rc=$?; took=$((SECONDS - start))
-[ -n "$pid" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -le 60 ] &&
-  grep -Eq "rank 0: training: .* waited [0-9]+ s for rank 1 without an answer" "$work/out"
-ok $? "a rank that hangs fails the other at the timeout with a message naming it (exit $rc in ${took} s): $(grep -m1 'rank 0' "$work/out")"
+# watched LOG SIGNAL [mpirun flags]: two ranks with FERRY_COMM_TIMEOUT=10,
+# rank 1 sent SIGNAL after 3 steps; sets pid (rank 1's), rc and took (the
+# seconds from the signal to the end), the output in $work/out.
+watched() {
+  local log=$1 sig=$2 mp start
+  shift 2
+  FERRY_COMM_TIMEOUT=10 timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none "$@" \
+    -x FERRY_COMM_TIMEOUT -np 2 "$train" "${common[@]}" --steps 100000 --eval-every 0 --log "$work/$log" --quiet \
+    >"$work/out" 2>&1 &
+  mp=$!
+  pid=$(rank1_pid $mp 3 "$work/$log")
+  start=$SECONDS
+  [ -n "$pid" ] && kill -"$sig" "$pid"
+  wait $mp
+  rc=$?; took=$((SECONDS - start))
+}
+# Rank 1 hangs (stopped): rank 0's watchdog fails it and says so; the launcher ends rank 1.
+watched hang.jsonl STOP
+[ -n "$pid" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -le 20 ] &&
+  grep -Eq "rank 0: training: .*(waited [0-9]+ s for rank 1 without an answer|rank 1 sent no heartbeat for [0-9]+ s)" "$work/out" &&
+  grep -m1 "rank 0: training" "$work/out" | grep -Eq "collective #[0-9]+.*(waited [0-9]+ s|under way for [0-9.]+ s)"
+ok $? "a rank that hangs fails the other within FERRY_COMM_TIMEOUT + 10 s with a message naming it, the collective and its age (exit $rc in ${took} s): $(grep -m1 'rank 0' "$work/out")"
 
 # SIGTERM to rank 1 alone: every rank stops after the same step, which rank 0 saves.
 timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 "$train" "${common[@]}" --steps 100000 \
@@ -294,14 +326,13 @@ if [ -f "$pkg/encoder.json" ]; then
 fi
 
 # Rank 1 is killed: the run ends, the launcher naming the rank.
-timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 "$train" "${common[@]}" --steps 100000 \
-  --eval-every 0 --log "$work/kill.jsonl" --quiet >"$work/out" 2>&1 &
-mp=$!
-pid=$(rank1_pid $mp 3 "$work/kill.jsonl")
-start=$SECONDS
-[ -n "$pid" ] && kill -KILL "$pid"
-wait $mp
-rc=$?; took=$((SECONDS - start))
+watched kill.jsonl KILL
 [ -n "$pid" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -le 60 ] && grep -q "rank 1 .*exited on signal 9" "$work/out"
 ok $? "a killed rank ends the run (exit $rc in ${took} s): $(grep -m1 'signal 9' "$work/out")"
+# The same with the launcher's recovery on: nobody ends rank 0 but its own
+# watchdog, which finds rank 1 silent.
+watched kill2.jsonl KILL --mca orte_enable_recovery 1
+[ -n "$pid" ] && [ $rc -ne 124 ] && [ $took -le 20 ] &&
+  grep -Eq "train_gpt2: rank 0: training: .*(waited [0-9]+ s for rank 1 without an answer|rank 1 sent no heartbeat for [0-9]+ s)" "$work/out"
+ok $? "a killed rank the launcher leaves alone: the other's watchdog ends it within FERRY_COMM_TIMEOUT + 10 s, naming it (in ${took} s): $(grep -m1 'rank 0: training' "$work/out" | cut -c1-300)"
 finish

@@ -135,6 +135,11 @@ static void check_table(void)
     tap_ok(n >= 10, "the table has %zu entries", n);
     for (size_t i = 0; i < n; i++) {
         char buf[256];
+        if (!w[i].example) { /* what to do, not a flag: it names none, and no library word */
+            tap_ok(!strstr(w[i].flag, "--") && !strstr(w[i].flag, "data_parallel") && !has_api_word(w[i].flag),
+                   "'%s' -> '%s': a phrase naming no flag and no library word", w[i].api, w[i].flag);
+            continue;
+        }
         snprintf(buf, sizeof buf, "%s", w[i].example);
         char *argv[16] = {"train_gpt2", "--data", "x"};
         int argc = 3;
@@ -168,13 +173,52 @@ static void check_replacing(void)
     char small[8];
     train_flag_words_translate("raise device_budget_bytes", small, sizeof small);
     tap_ok(strcmp(small, "raise -") == 0, "a cut keeps the string terminated: '%s'", small);
+    /* The engine's refusal of the NVMe tier under a launcher (engine/shard.c). */
+    train_flag_words_translate("the NVMe tier (offload nvme, or nvme_path) trains alone: with 2 ranks each holds a "
+                               "shard of the state in host memory instead; leave nvme_path unset, or set "
+                               "data_parallel -1", out, sizeof out);
+    tap_ok(strstr(out, "leave --nvme-path unset, or start one process (without mpirun or srun)") &&
+               !strstr(out, "data_parallel"),
+           "the world of ranks is said as the launcher's, not as a setting: %s", out);
     train_flag_words_translate(NULL, out, sizeof out);
     tap_ok(out[0] == '\0', "NULL translates to an empty string");
+}
+
+/* Advice the situation has taken is left out, and only then. */
+static void check_advice(void)
+{
+    static const char arena[] = "device budget exhausted; make the activations smaller (a smaller batch, or "
+                                "activations recomputed in backward), use offload FERRY_OFFLOAD_PARAMS, or raise "
+                                "device_budget_bytes";
+    static const char pool[] = "pinned host pool limit exhausted; raise host_budget_bytes, or offload optimizer "
+                               "state to NVMe";
+    static const struct { const char *msg; train_situation s; const char *want; } cases[] = {
+        {arena, {FERRY_OFFLOAD_OPTIMIZER, false, false, 1, 4},
+         "(a smaller --batch, or --recompute), use --offload params, or raise --gpu-mem"},
+        {arena, {FERRY_OFFLOAD_PARAMS, false, false, 1, 4}, "(a smaller --batch, or --recompute), or raise --gpu-mem"},
+        {arena, {FERRY_OFFLOAD_PARAMS, true, false, 1, 4}, "(a smaller --batch or --seq), or raise --gpu-mem"},
+        {arena, {FERRY_OFFLOAD_PARAMS, true, false, 1, 1}, "(a shorter --seq), or raise --gpu-mem"},
+        {arena, {FERRY_OFFLOAD_OPTIMIZER, false, false, 1, 1}, "(a shorter --seq, or --recompute), use --offload params, or raise --gpu-mem"},
+        {pool, {FERRY_OFFLOAD_OPTIMIZER, false, false, 1, 4},
+         "raise --host-mem, or put the optimizer state on disk (--offload nvme --nvme-path DIR)"},
+        {pool, {FERRY_OFFLOAD_NVME, false, false, 1, 4}, "raise --host-mem"},
+        {pool, {FERRY_OFFLOAD_PARAMS, false, true, 1, 4}, "raise --host-mem"},
+        {pool, {FERRY_OFFLOAD_OPTIMIZER, false, false, 2, 4}, "raise --host-mem"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char out[512];
+        train_advice_translate(cases[i].msg, &cases[i].s, out, sizeof out);
+        const char *at = strstr(out, cases[i].want);
+        tap_ok(at && strlen(at) == strlen(cases[i].want), "offload %s, recompute %d, on disk %d, %d ranks, batch %d: "
+               "the advice ends '%s': %s", ferry_offload_name(cases[i].s.offload), cases[i].s.recompute,
+               cases[i].s.on_disk, cases[i].s.ranks, cases[i].s.batch, cases[i].want, out);
+    }
 }
 
 int main(void)
 {
     check_replacing();
+    check_advice();
     check_table();
     provoke();
     return tap_done();

@@ -124,6 +124,20 @@ static void test_round_trip(fixture *fx, float **groups, const gpt2_config *cfg)
     snprintf(file, sizeof file, "%s/model.safetensors", dir);
     snprintf(conf, sizeof conf, "%s/config.json", dir);
 
+    /* torch_dtype against the weights: ours says float32 and stores F32;
+     * the same weights beside a config saying bfloat16 are refused. */
+    TAP_IS_STATUS(hf_check_torch_dtype(conf, file), FERRY_OK, "its config.json's torch_dtype is the weights' type");
+    char edited[360];
+    snprintf(edited, sizeof edited, "%s/bf16-config.json", dir);
+    FILE *ef = fopen(edited, "w");
+    if (ef)
+        fprintf(ef, "{\"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, \"torch_dtype\": \"bfloat16\"}", cfg->n_layer,
+                cfg->n_head, cfg->n_embd), fclose(ef);
+    ferry_status dst = hf_check_torch_dtype(edited, file);
+    tap_ok(dst == FERRY_ERR_FORMAT && strstr(ferry_last_error(), "says torch_dtype \"bfloat16\"") &&
+               strstr(ferry_last_error(), "as F32"),
+           "a config saying torch_dtype bfloat16 beside F32 weights is refused, naming both: %s", ferry_last_error());
+
     sft_file *f = NULL;
     if (tap_is_status(sft_open(file, &f), FERRY_OK, "model.safetensors is a valid safetensors file")) {
         int want = 0;
@@ -247,6 +261,12 @@ static void test_bad_configs(void)
         {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\":", "not valid JSON", ""},
         {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"ferry\": {\"run\": \"xyz\"}}", "\"ferry\" fields",
          "damaged"},
+        /* Token ids are whole numbers of the vocabulary; torch_dtype a type weights are stored in. */
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"bos_token_id\": 50256.5}", "bos_token_id", "50256.5"},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"eos_token_id\": -1}", "eos_token_id", "-1"},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"bos_token_id\": \"50256\"}", "bos_token_id", "the string"},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"torch_dtype\": \"float64\"}", "torch_dtype", "float64"},
+        {"{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64, \"torch_dtype\": 32}", "torch_dtype", "32"},
     };
     char p[300];
     path_in(p, sizeof p, "config_case.json");

@@ -39,6 +39,36 @@ for run in "nvme:--offload nvme" "nvme-master:--offload nvme --nvme-master" "par
 done
 [ -z "$(ls -A "$work/disk")" ]; ok $? "no state file is left in the folder: $(ls "$work/disk")"
 
+# The state file removed under a running run: the run stops naming it, and
+# says what is kept: the last checkpoint and the steps lost after it, or,
+# with none saved, that nothing was saved and how many steps are lost;
+# never a checkpoint that does not exist.
+for every in 5 0; do
+  mkdir -p "$work/gone$every"
+  "$train" "${common[@]}" --offload nvme "${disk[@]/$work\/disk/$work/gone$every}" --steps 100000 \
+    --checkpoint-dir "$work/gone$every-ck" --checkpoint-every $every --log "$work/gone$every.jsonl" \
+    >"$work/out" 2>"$work/err" &
+  pid=$!
+  for _ in $(seq 600); do [ "$(grep -c '"kind":"step"' "$work/gone$every.jsonl" 2>/dev/null)" -ge 7 ] && break; sleep 0.1; done
+  rm -f "$work/gone$every"/*
+  for _ in $(seq 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+  kill -9 $pid 2>/dev/null; wait $pid; rc=$?
+  steps=$(grep -c '"kind":"step"' "$work/gone$every.jsonl")
+  if [ $every -gt 0 ]; then
+    # The removal may be found while the last step's checkpoint is written:
+    # the last checkpoint is the last folder that was saved whole.
+    last=$(ls -d "$work/gone$every-ck"/step_* 2>/dev/null | tail -1 | sed 's/.*step_0*//'); last=${last:-0}
+    lost=$(( steps - last ))
+    grep -q "the last checkpoint is step $last, $work/gone$every-ck/step_$(printf %08d $last); the $lost step" "$work/err"
+  else
+    grep -q "nothing was saved (no checkpoint had been written yet): the $steps steps trained are lost" "$work/err"
+  fi
+  found=$?
+  [ $rc -eq 1 ] && [ $found -eq 0 ] && grep -q "was removed while the run used it" "$work/err" &&
+    ! grep -q "the last checkpoint is whole" "$work/err"
+  ok $? "--checkpoint-every $every: the state file removed after $steps steps: stopped, and what is kept said (exit $rc): $(cat "$work/err")"
+done
+
 # Checkpointed at 10 in one mode, resumed in the other.
 for pair in "nvme:optimizer" "optimizer:nvme"; do
   from=${pair%%:*}; to=${pair#*:}
@@ -82,8 +112,12 @@ ok $? "--offload nvme without --nvme-path is refused (exit $rc): $(cat "$work/er
 rc=$?; [ $rc -eq 2 ] && grep -q -- "--offload nvme" "$work/err"
 ok $? "--nvme-path with --offload optimizer is refused (exit $rc): $(cat "$work/err")"
 "$train" "${common[@]}" --offload nvme --nvme-path "$work/nowhere" >/dev/null 2>"$work/err"
-rc=$?; [ $rc -eq 2 ] && grep -q "nowhere" "$work/err"
-ok $? "a --nvme-path that does not exist is refused (exit $rc): $(cat "$work/err")"
+rc=$?; [ $rc -eq 2 ] && grep -q "nowhere" "$work/err" && grep -q "not created" "$work/err" && ! grep -q "created if missing" "$work/err"
+ok $? "a --nvme-path that does not exist is refused, saying the folder is not created (exit $rc): $(cat "$work/err")"
+: >"$work/a-file"
+"$train" "${common[@]}" --offload nvme --nvme-path "$work/a-file" >/dev/null 2>"$work/err"
+rc=$?; [ $rc -eq 2 ] && grep -q "a-file" "$work/err" && grep -q "existing folder" "$work/err" && ! grep -q "created if missing" "$work/err"
+ok $? "a --nvme-path naming a file is refused: an existing folder, the state file made in it (exit $rc): $(cat "$work/err")"
 "$train" "${common[@]}" --offload nvme --nvme-path "$work/disk" --nvme-block 5000 >/dev/null 2>"$work/err"
 rc=$?; [ $rc -eq 2 ] && grep -q "5000" "$work/err"
 ok $? "--nvme-block 5000 is refused (exit $rc): $(cat "$work/err")"

@@ -65,6 +65,22 @@ sed -i 's/"vocab_size":[[:space:]]*500/"vocab_size": 400/' "$ck/config.json"
 rc=$?; [ $rc -eq 1 ] && grep -q "config.json' says vocab_size 400" "$work/err" && ! grep -q "train.bin" "$work/err"
 ok $? "an edited vocab_size blames config.json, not the data (exit $rc): $(cat "$work/err")"
 cp "$work/config.json" "$ck/config.json"
+# A torch_dtype that is not the weights' type, and a token id that is no
+# whole number, are refused naming the key.
+sed -i 's/"torch_dtype":[[:space:]]*"float32"/"torch_dtype": "bfloat16"/' "$ck/config.json"
+"$train" "${common[@]}" --resume "$ck" >/dev/null 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q 'says torch_dtype "bfloat16", but .*model.safetensors'"'"' stores .* as F32' "$work/err"
+ok $? "a config.json saying bfloat16 beside the f32 weights is refused (exit $rc): $(cat "$work/err")"
+cp "$work/config.json" "$ck/config.json"
+$python - "$ck/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["bos_token_id"] = 50256.5
+json.dump(c, open(sys.argv[1], "w"))
+PY
+"$train" "${common[@]}" --resume "$ck" >/dev/null 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q '"bos_token_id" is 50256.5, not a token id' "$work/err"
+ok $? "a bos_token_id of 50256.5 is refused (exit $rc): $(cat "$work/err")"
+cp "$work/config.json" "$ck/config.json"
 # Model flags with --resume are checked against the checkpoint (the runs
 # above resumed with the same ones).
 "$train" "${common[@]}" --heads 4 --resume "$ck" >/dev/null 2>"$work/err"
@@ -139,8 +155,87 @@ rm -rf "$work/mixed"; mkdir -p "$work/mixed/step_00000005"; cp "$work/runA/step_
 refused_resume "holds the state of step 10, but the folder is named for step 5" --resume "$work/mixed/step_00000005"
 # One run per checkpoint folder.
 "$train" "${common[@]}" --steps 12 --checkpoint-dir "$work/runA" >"$work/out" 2>"$work/err"
-rc=$?; [ $rc -eq 1 ] && grep -q "already holds a run's checkpoints (latest: step_00000010); continue that run with --resume" "$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "runA' already holds checkpoints of run $ida (the newest: step_00000010); continue that run with --resume" "$work/err"
 ok $? "a new run in a folder that holds another run's checkpoints is refused (exit $rc): $(cat "$work/err")"
-refused_resume "--checkpoint-dir '$work/runB' holds run $idb, but --resume '$work/runA' is run $ida" \
+refused_resume "runB/step_00000010' is a checkpoint of run $idb, but the run resumed is $ida" \
   --resume "$work/runA" --checkpoint-dir "$work/runB" --steps 12
+
+# ---- every step folder's run is checked, latest or not ----
+# A folder whose latest link was lost (rm, rsync without -l, a copy to a
+# file system without links) still holds another run's checkpoints: a new
+# run is refused before it writes or prunes anything there.
+"$train" "${common[@]}" --steps 5 --checkpoint-every 2 --checkpoint-dir "$work/X" >/dev/null 2>&1
+rm "$work/X/latest"
+files_of() { (cd "$1" && find . -type f ! -name .lock | sort | xargs sha256sum | sha256sum); } # .lock: the pid of its last taker
+before=$(files_of "$work/X")
+"$train" "${common[@]}" --steps 6 --checkpoint-every 2 --checkpoint-dir "$work/X" >"$work/out" 2>"$work/err"
+rc=$?; after=$(files_of "$work/X")
+[ $rc -eq 1 ] && grep -q "X' already holds checkpoints of run [0-9a-f]\{32\} (the newest: step_00000005, and no latest link); continue that run with --resume $work/X/step_00000005" "$work/err" &&
+  [ "$before" = "$after" ] && [ -d "$work/X/step_00000002" ] && [ ! -s "$work/out" ]
+ok $? "a new run in a folder of another run's checkpoints without its latest link is refused, the folder untouched (exit $rc): $(cat "$work/err")"
+# A step folder of another run copied in among this run's: the resumed run
+# refuses the folder rather than overwrite or prune it.
+rm -rf "$work/Y"; cp -r "$work/runA" "$work/Y"; rm -rf "$work/Y/step_00000005"; cp -r "$work/runB/step_00000005" "$work/Y/"
+refused_resume "Y/step_00000005' is a checkpoint of run $idb, but the run resumed is $ida" --resume "$work/Y" --steps 12
+[ -d "$work/Y/step_00000005" ] && same_weights "$work/Y/step_00000005/model.safetensors" "$work/runB/step_00000005/model.safetensors"
+ok $? "... and that folder is left as it was"
+
+# ---- a resumed run saves where its checkpoint came from ----
+# No --checkpoint-dir: the checkpoint's run folder, with its --checkpoint-every;
+# the first line says what is continued, from where, how many steps are
+# left and where they are saved.
+rm -rf "$work/home"; cp -r "$work/runA" "$work/home"; rm -rf "$work/home/step_00000010"; ln -sfn step_00000005 "$work/home/latest"
+"$train" --data "$work/train.bin" --resume "$work/home" --steps 15 --backend host --threads 2 --quiet \
+  >"$work/out" 2>"$work/err"
+rc=$?; first=$(head -n 1 "$work/out")
+[ $rc -eq 0 ] && [ "$first" = "resuming run $ida at step 5 from $work/home/step_00000005: 10 of 15 steps left, saving into $work/home every 5 steps and at the end (the checkpoint's run folder; --checkpoint-dir DIR saves elsewhere)" ] &&
+  [ -f "$work/home/step_00000010/state.ferry" ] && [ -f "$work/home/step_00000015/state.ferry" ] &&
+  [ "$(readlink "$work/home/latest")" = step_00000015 ]
+ok $? "--resume alone saves into the checkpoint's run folder every 5 steps, as the run did, and says so first (exit $rc): $first $(cat "$work/err")"
+# The same from a step folder named directly: its run folder is the one above.
+rm -rf "$work/home2"; cp -r "$work/runA" "$work/home2"; rm -rf "$work/home2/step_00000010"; ln -sfn step_00000005 "$work/home2/latest"
+"$train" --data "$work/train.bin" --resume "$work/home2/step_00000005/" --steps 7 --checkpoint-every 0 --backend host \
+  --threads 2 --quiet >"$work/out" 2>"$work/err"
+rc=$?; first=$(head -n 1 "$work/out")
+[ $rc -eq 0 ] && [[ "$first" == *"2 of 7 steps left, saving into $work/home2 at the end (the checkpoint's run folder"* ]] &&
+  [ -f "$work/home2/step_00000007/state.ferry" ] && [ "$(readlink "$work/home2/latest")" = step_00000007 ]
+ok $? "--resume DIR/step_00000005/ saves into DIR (exit $rc): $first $(cat "$work/err")"
+# A checkpoint outside any run folder: nothing to save into, said first.
+rm -rf "$work/loose"; cp -r "$work/runA/step_00000005" "$work/loose"
+"$train" --data "$work/train.bin" --resume "$work/loose" --steps 6 --backend host --threads 2 --quiet \
+  >"$work/out" 2>"$work/err"
+rc=$?; first=$(head -n 1 "$work/out")
+[ $rc -eq 0 ] && [[ "$first" == *"1 of 6 steps left, saving nothing: the checkpoint is in no run folder, so give --checkpoint-dir DIR"* ]]
+ok $? "a checkpoint outside a run folder: its first line says nothing is saved and what to give (exit $rc): $first"
+# A finished run: no step left is an error naming the flag to raise, before any work.
+"$train" --data "$work/train.bin" --resume "$work/runA" --backend host --threads 2 --quiet >"$work/out" 2>"$work/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "step_00000010' is at step 10 and --steps is 10 (the checkpoint's): no step is left to train; raise --steps (--steps 20 trains 10 more)" "$work/err" &&
+  ! grep -q "done:" "$work/out" && [ "$(readlink "$work/runA/latest")" = step_00000010 ]
+ok $? "resuming a finished run is refused, saying to raise --steps (exit $rc): $(cat "$work/err")"
+refused_resume "is at step 10 and --steps is 8: no step is left to train; raise --steps" --resume "$work/runA" --steps 8
+
+# ---- the log of a run resumed after a kill ----
+# The run logged steps 11 to 15 and was killed with step 10 its last save:
+# the resumed run logs a resume record, then steps 11 to 20 again; the last
+# record of each step is the uninterrupted run's.
+d=$work/optimizer
+rm -rf "$d/killed"; cp -r "$d/split" "$d/killed"; rm -rf "$d/killed/step_00000020"; ln -sfn step_00000010 "$d/killed/latest"
+head -n 15 "$d/split.jsonl" >"$d/killed.jsonl"
+"$train" --data "$work/train.bin" --resume "$d/killed" --log "$d/killed.jsonl" --backend host --threads 2 --quiet \
+  >/dev/null 2>"$work/err"
+rc=$?
+last_losses() { $python -c '
+import json, sys
+last = {}
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    if j["kind"] == "step":
+        last[j["step"]] = j["loss"]
+print(" ".join(repr(last[s]) for s in sorted(last)))' "$1"; }
+a=$(losses "$d/full.jsonl"); b=$(last_losses "$d/killed.jsonl")
+resume_line=$(sed -n 16p "$d/killed.jsonl")
+[ $rc -eq 0 ] && [ "$(grep -c '"kind":"step"' "$d/killed.jsonl")" -eq 25 ] &&
+  [[ "$resume_line" == '{"kind":"resume","step":10,"run":"'*'","checkpoint":"'*'step_00000010"}' ]] && [ "$a" = "$b" ]
+ok $? "a resumed run logs a resume record before the steps it repeats, and each step's last record is the uninterrupted run's (exit $rc): $resume_line"
 finish

@@ -40,6 +40,70 @@ rc=$?; [ $rc -eq 1 ] && grep -q "tensor 'transformer.h.1.mlp.c_fc.weight' holds 
   && ! grep -q "^step" "$work/out"
 ok $? "--init-from with a NaN and an Inf is refused naming the tensor (exit $rc): $(cat "$work/err")"
 
+# ---- a checkpoint's model.safetensors changed after the save ----
+# One wte value set to about 4.3e9 (finite, so no finiteness check sees it),
+# or to +inf: the checksum of the tensor data recorded in state.ferry
+# differs, so sampling, resuming and --init-from of it beside its
+# state.ferry are refused, naming the file, before any work.
+"$train" "${common[@]}" --steps 2 --checkpoint-dir "$work/dmg" >/dev/null 2>&1
+for value in 4.3e9 inf; do
+  rm -rf "$work/dmg-$value"; cp -r "$work/dmg" "$work/dmg-$value"
+  $python - "$work/dmg-$value/step_00000002/model.safetensors" "$value" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+begin = json.loads(data[8:8 + n])["transformer.wte.weight"]["data_offsets"][0] + 8 + n
+data[begin + 4 * 5:begin + 4 * 6] = struct.pack("<f", float(sys.argv[2]))
+open(path, "wb").write(data)
+PY
+  for how in "--sample --resume" "--resume" "--init-from"; do
+    target=$work/dmg-$value; [ "$how" = --init-from ] && target=$work/dmg-$value/step_00000002/model.safetensors
+    "$train" "${common[@]}" --steps 4 $how "$target" --sample-tokens 4 >"$work/out" 2>"$work/err"
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "model.safetensors': its tensor data (.* bytes, CRC-32C [0-9a-f]*) is not what was saved with the state.ferry beside it" "$work/err" &&
+      ! grep -qE "^(step|----)" "$work/out"
+    ok $? "$how of a checkpoint whose wte holds $value since the save is refused (exit $rc): $(cat "$work/err")"
+  done
+done
+"$train" "${common[@]}" --steps 3 --resume "$work/dmg" >"$work/out" 2>"$work/err"
+ok $? "the undamaged checkpoint resumes $(cat "$work/err")"
+
+# ---- an output that fails mid-run: what is kept is said ----
+# The trace on a file system that fills (64 KiB): the state in memory is
+# whole, so the last complete step is saved and resumes; without
+# --checkpoint-dir the run says the steps are lost.
+mkdir -p "$work/small"
+if $private_mounts sh -c 'mount -t tmpfs -o size=64k none "$0"' "$work/small" 2>/dev/null; then
+  small() { $private_mounts sh -c 'mount -t tmpfs -o size=64k none "$0" && exec "$@"' "$work/small" "$@"; }
+  small "$train" "${common[@]}" --steps 100000 --trace "$work/small/t.trace" --checkpoint-dir "$work/full-trace" \
+    --log "$work/full-trace.jsonl" >"$work/out" 2>"$work/err"
+  rc=$?; last=$(grep -c '"kind":"step"' "$work/full-trace.jsonl")
+  [ $rc -eq 1 ] && [ "$last" -gt 0 ] &&
+    grep -q "the memory trace failed, not the training: its state was whole, and step $last is saved in $work/full-trace/step_$(printf %08d "$last")" "$work/err" &&
+    [ "$(readlink "$work/full-trace/latest")" = "step_$(printf %08d "$last")" ]
+  ok $? "a trace on a full disk stops the run and the whole state of step $last is saved (exit $rc): $(cat "$work/err")"
+  "$train" "${common[@]}" --steps $((last + 1)) --resume "$work/full-trace" >"$work/out" 2>"$work/err"
+  ok $? "... and resumes $(cat "$work/err")"
+  small "$train" "${common[@]}" --steps 100000 --trace "$work/small/t.trace" --log "$work/lost.jsonl" \
+    >"$work/out" 2>"$work/err"
+  rc=$?; last=$(grep -c '"kind":"step"' "$work/lost.jsonl")
+  [ $rc -eq 1 ] && grep -q "nothing was saved (no --checkpoint-dir): the $last steps trained are lost" "$work/err" &&
+    ! grep -q "checkpoint is whole" "$work/err"
+  ok $? "... without --checkpoint-dir it says plainly that nothing was saved and $last steps are lost (exit $rc): $(cat "$work/err")"
+  # The first save on a full disk: no "previous" file or checkpoint is
+  # claimed where there is none, and the lost steps are counted.
+  small "$train" "${common[@]}" --steps 3 --checkpoint-dir "$work/small/ck" >"$work/out" 2>"$work/err"
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "disk full writing '.*tmp/model.safetensors'.*free space and retry: nothing was written there (it did not exist before)" "$work/err" &&
+    grep -q "small/ck' holds no earlier checkpoint: nothing of this run is saved" "$work/err" &&
+    grep -q "nothing was saved (no checkpoint had been written yet): the 3 steps trained are lost" "$work/err" &&
+    ! grep -qE "previous|intact|is whole" "$work/err"
+  ok $? "a first save on a full disk says nothing was kept, and no earlier file or checkpoint (exit $rc): $(cat "$work/err")"
+else
+  no_private_mount "the full-disk trace and save cases are not run"
+fi
+
 # Weights so large that every step's gradients overflow (finite, so taken):
 # each step is skipped and counted on the progress line and in the log, and
 # the run stops after --max-skips in a row with a clear error.

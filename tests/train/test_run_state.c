@@ -87,7 +87,7 @@ static ferry_engine *make_engine(void)
 static train_settings some_settings(void)
 {
     return (train_settings){1, 1337, FERRY_DTYPE_F32, FERRY_OFFLOAD_OPTIMIZER, 0, 10, 100, 6e-4f, 0.1f, 0.1f, 0.9f,
-                            0.95f, 1e-8f, 1.0f};
+                            0.95f, 1e-8f, 1.0f, 25};
 }
 
 static train_resume resume_of(int64_t step, uint64_t version)
@@ -431,7 +431,8 @@ static int same_settings(const train_settings *a, const train_settings *b)
     return a->known == b->known && a->seed == b->seed && a->dtype == b->dtype && a->offload == b->offload &&
            a->delayed_update == b->delayed_update && a->warmup == b->warmup && a->steps == b->steps &&
            a->lr == b->lr && a->lr_min_frac == b->lr_min_frac && a->weight_decay == b->weight_decay &&
-           a->beta1 == b->beta1 && a->beta2 == b->beta2 && a->eps == b->eps && a->clip == b->clip;
+           a->beta1 == b->beta1 && a->beta2 == b->beta2 && a->eps == b->eps && a->clip == b->clip &&
+           a->checkpoint_every == b->checkpoint_every;
 }
 
 static int same_resume(const train_resume *a, const train_resume *b)
@@ -439,7 +440,9 @@ static int same_resume(const train_resume *a, const train_resume *b)
     return a->step == b->step && a->engine_step == b->engine_step && a->data.epoch == b->data.epoch &&
            a->data.index == b->data.index && a->data.layout == b->data.layout && a->sample_rng == b->sample_rng &&
            memcmp(&a->model, &b->model, sizeof a->model) == 0 && a->batch == b->batch && a->seq == b->seq &&
-           a->grad_accum == b->grad_accum && strcmp(a->run, b->run) == 0 && same_settings(&a->settings, &b->settings);
+           a->grad_accum == b->grad_accum && strcmp(a->run, b->run) == 0 && same_settings(&a->settings, &b->settings) &&
+           a->weights_known == b->weights_known && a->weights.bytes == b->weights.bytes &&
+           a->weights.crc32c == b->weights.crc32c;
 }
 
 static uint64_t le_at(const unsigned char *p, int bytes)
@@ -453,7 +456,7 @@ static uint64_t le_at(const unsigned char *p, int bytes)
 static train_resume sample_resume(void)
 {
     train_resume r = {0x0000000102030405ll, 77, {3, 41, 0xA1B2C3D4E5F60718ull}, 0xFEDCBA9876543210ull,
-                      *gpt2_get_config(model), 4, 64, 2, RUN_ID, some_settings()};
+                      *gpt2_get_config(model), 4, 64, 2, RUN_ID, some_settings(), 1, {0x1122334455ull, 0xCAFEF00Du}};
     return r;
 }
 
@@ -462,7 +465,7 @@ static void test_encoding(void)
     train_resume r = sample_resume(), back;
     unsigned char b[RUN_STATE_BYTES];
     run_state_encode(&r, b);
-    tap_ok(memcmp(b, "FERRYRUN", 8) == 0 && le_at(b + 8, 4) == 3, "the encoding starts with FERRYRUN, version 3");
+    tap_ok(memcmp(b, "FERRYRUN", 8) == 0 && le_at(b + 8, 4) == 4, "the encoding starts with FERRYRUN, version 4");
     tap_ok(le_at(b + 12, 8) == 0x0000000102030405ull && le_at(b + 20, 8) == 77,
            "step and engine_step follow, little-endian");
     tap_ok(le_at(b + 28, 8) == 3 && le_at(b + 36, 8) == 41 && le_at(b + 44, 8) == 0xA1B2C3D4E5F60718ull,
@@ -480,11 +483,14 @@ static void test_encoding(void)
                le_at(b + 128, 4) == 0 && le_at(b + 132, 4) == 10 && le_at(b + 136, 4) == 100 && lr == 6e-4f,
            "then the settings: seed 1337, dtype f32, offload optimizer, no delayed update, warmup 10, 100 steps, "
            "lr 6e-4");
+    tap_ok(le_at(b + 168, 8) == 0x1122334455ull && le_at(b + 176, 4) == 0xCAFEF00Du && le_at(b + 180, 4) == 25,
+           "then the weights' bytes and CRC-32C, and --checkpoint-every 25");
     TAP_IS_STATUS(run_state_decode(b, sizeof b, "test", &back), FERRY_OK, "it decodes");
     tap_ok(same_resume(&r, &back), "to every field it was made from");
 
     static const struct { int at, bytes; int64_t value; const char *says; } bad[] = {
-        {0, 1, 'X', "no train_gpt2 run state"}, {8, 4, 4, "version 4"},
+        {0, 1, 'X', "no train_gpt2 run state"}, {8, 4, 5, "version 5"},
+        {8, 4, 1, "version 1"},                 {180, 4, -3, "--checkpoint-every -3"},
         {12, 8, -1, "step -1"},                 {20, 8, 0x0000000102030406ll, "optimizer steps"},
         {64, 4, 3, "n_head"},                   {84, 4, 0, "batch 0"},
         {88, 4, 2048, "sequence 2048"},         {92, 4, -2, "accumulation -2"},
@@ -508,7 +514,17 @@ static void test_encoding(void)
     tap_ok(zst == FERRY_ERR_FORMAT && strstr(ferry_last_error(), "run identity"),
            "a run identity of all zeros is refused: %s", ferry_last_error());
     TAP_IS_STATUS(run_state_decode(b, sizeof b - 1, "test", &back), FERRY_ERR_FORMAT, "a run state a byte short");
-    tap_ok(strstr(ferry_last_error(), "167 bytes") != NULL, "is refused with its size: %s", ferry_last_error());
+    tap_ok(strstr(ferry_last_error(), "183 bytes") != NULL, "is refused with its size: %s", ferry_last_error());
+    /* Version 3 (168 bytes, before the weights' checksum and --checkpoint-every) is still read. */
+    unsigned char v3[RUN_STATE_V3_BYTES];
+    memcpy(v3, b, sizeof v3);
+    v3[8] = 3;
+    TAP_IS_STATUS(run_state_decode(v3, sizeof v3, "test", &back), FERRY_OK, "a version-3 run state decodes");
+    tap_ok(back.step == r.step && strcmp(back.run, RUN_ID) == 0 && back.settings.known && back.settings.steps == 100 &&
+               !back.weights_known && back.settings.checkpoint_every == -1,
+           "with its run and settings, no weights checksum and --checkpoint-every unknown (-1)");
+    TAP_IS_STATUS(run_state_decode(b, RUN_STATE_V3_BYTES, "test", &back), FERRY_ERR_FORMAT,
+                  "a version-4 run state cut to version 3's size is refused");
     /* Version 2 (96 bytes, before runs had an identity) is still read. */
     unsigned char v2[RUN_STATE_V2_BYTES];
     memcpy(v2, b, sizeof v2);
@@ -588,7 +604,7 @@ static void test_edited_config(ferry_engine *e)
            "vocab_size edited is refused, blaming config.json: %s", ferry_last_error());
 }
 
-/* One run per folder: the lock, and the temporaries it lets go. */
+/* One run per folder: the lock, and the temporaries the claim lets go. */
 static void test_lock(void)
 {
     char folder[400], temp[450], file[500], want[64];
@@ -602,6 +618,8 @@ static void test_lock(void)
         fclose(f);
     int a = -1, b = -1;
     TAP_IS_STATUS(run_state_lock(folder, &a), FERRY_OK, "the first lock of a folder is granted");
+    tap_ok(access(temp, F_OK) == 0, "the lock alone changes nothing in the folder");
+    TAP_IS_STATUS(run_state_claim(folder, RUN_ID, false), FERRY_OK, "a new run claims it (it holds no step folder)");
     tap_ok(access(temp, F_OK) != 0, "and the temporary a killed save left there is removed");
     ferry_status st = run_state_lock(folder, &b);
     snprintf(want, sizeof want, "process %ld", (long)getpid());
@@ -620,9 +638,21 @@ static void test_lock(void)
     run_state_unlock(b);
 }
 
+/* A config.json of RUN_ID's checkpoint at `step`: what tells a folder's run
+ * when its state.ferry does not. */
+static void put_config(const char *path, int step)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "{\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 64, \"ferry\": {\"run\": \"%s\", \"step\": %d}}",
+                RUN_ID, step);
+        fclose(f);
+    }
+}
+
 /* What killed retention leaves (a step folder holding only config.json, a
- * .step_N.del) is removed at the next lock; a whole step folder, and an
- * incomplete one that latest names, are kept. */
+ * .step_N.del) is removed when the run claims the folder; a whole step
+ * folder, and an incomplete one that latest names, are kept. */
 static void test_half_deleted(void)
 {
     char run_dir[400], path[500];
@@ -641,11 +671,14 @@ static void test_half_deleted(void)
                 fclose(f);
         }
     }
+    snprintf(path, sizeof path, "%s/step_00000005/config.json", run_dir);
+    put_config(path, 5);
     snprintf(path, sizeof path, "%s/latest", run_dir);
     if (symlink("step_00000007", path) != 0)
         tap_diag("symlink: %s", strerror(errno));
     int fd = -1;
     TAP_IS_STATUS(run_state_lock(run_dir, &fd), FERRY_OK, "a folder with half-deleted steps locks");
+    TAP_IS_STATUS(run_state_claim(run_dir, RUN_ID, true), FERRY_OK, "and the run whose folder it is claims it");
     run_state_unlock(fd);
     const struct { const char *name; bool kept; } want[] = {
         {"step_00000003", false}, {".step_00000002.del", false}, {"step_00000005", true}, {"step_00000007", true}};
@@ -719,6 +752,7 @@ static void test_links_left_alone(void)
         tap_diag("symlink: %s", strerror(errno));
     fd = -1;
     TAP_IS_STATUS(run_state_lock(run_dir, &fd), FERRY_OK, "the folder locks with a link among its temporaries");
+    TAP_IS_STATUS(run_state_claim(run_dir, RUN_ID, false), FERRY_OK, "and a new run claims it (it holds no step)");
     tap_ok(access(keep, F_OK) == 0, "the files of the folder a temporary's name links to are left");
     run_state_unlock(fd);
     unlink(link);
@@ -730,7 +764,7 @@ static void test_links_left_alone(void)
         snprintf(path, sizeof path, "%s/%s", run_dir, steps[i]);
         mkdir(path, 0755);
         snprintf(path, sizeof path, "%s/%s/config.json", run_dir, steps[i]);
-        put_text(path, "{}");
+        put_config(path, 4 + i);
     }
     snprintf(link, sizeof link, "%s/step_00000001", run_dir);
     if (symlink(outside, link) != 0)
@@ -738,7 +772,7 @@ static void test_links_left_alone(void)
     snprintf(path, sizeof path, "%s/latest", run_dir);
     if (symlink("step_00000005", path) != 0)
         tap_diag("symlink: %s", strerror(errno));
-    TAP_IS_STATUS(run_state_prune(run_dir, 1), FERRY_OK, "retention with a link named like a step");
+    TAP_IS_STATUS(run_state_prune(run_dir, 1, RUN_ID), FERRY_OK, "retention with a link named like a step");
     snprintf(path, sizeof path, "%s/step_00000004", run_dir);
     struct stat sb;
     tap_ok(access(path, F_OK) != 0, "the older real step folder is pruned");

@@ -1,30 +1,49 @@
 #!/usr/bin/env bash
-# tools/build/compile_kernels.sh: the library for Volta and Turing, built by
-# CUDA 11.8 (tools/setup/cuda11_compiler.sh: CUDA 13 no longer compiles
-# sm_70): meson configures a release tree with -Dgpu_archs=70,75 and
-# -Dwerror=true (nvcc -Werror=all-warnings) with that nvcc, and builds
-# libferry.so and libferry.a: every backend/ops/*.cu as one fat binary of
-# sm_70 and sm_75 machine code plus compute_75 PTX, linked with cuBLASLt.
-# Then each kernel's resources are checked against both architectures'
-# limits; a kernel over one fails the script with a sentence naming it.
+# tools/build/compile_kernels.sh: every kernel of the library compiled for
+# every card ferry builds for, and checked against what each card allows at
+# the launches the product makes.
 #
-# The check reads cuobjdump --dump-resource-usage of every CUDA object: per
-# kernel and architecture, its registers (at most 255 a thread) and static
-# shared memory (at most 48 KiB a block, the static limit on both; the
-# opt-in maximum, static and dynamic together, is 96 KiB on sm_70 and 64 KiB
-# on sm_75, and a kernel's dynamic share is chosen at run time from the
-# device's properties, which the simulated device checks at those limits).
+# 1. The library for Volta and Turing, built by CUDA 11.8
+#    (tools/setup/cuda11_compiler.sh: CUDA 13 no longer compiles sm_70):
+#    meson configures a release tree with -Dgpu_archs=70,75 and
+#    -Dwerror=true (nvcc -Werror=all-warnings) with that nvcc, and builds
+#    libferry.so and libferry.a: every backend/ops/*.cu as one fat binary of
+#    sm_70 and sm_75 machine code plus compute_75 PTX, linked with cuBLASLt.
+#    Its compiles print ptxas's account of each kernel (--ptxas-options=-v).
+# 2. Each kernel source (backend/**.cu with a __global__) compiled to machine
+#    code alone (nvcc -cubin, no host compile) with ptxas -v for sm_80, 86,
+#    89 and 90 by the CUDA toolkit on PATH (13), the compiles run side by
+#    side on every core.
+# 3. tools/build/kernel_resources.py joins each kernel's registers, static
+#    shared memory and spills on each card with the launches the test suite
+#    made on the simulated device (its launch log: threads a block, dynamic
+#    shared memory, __launch_bounds__): registers x block within 65,536,
+#    static + dynamic shared memory within the card's opt-in limit,
+#    __launch_bounds__ on every kernel launched with more than 256 threads,
+#    no spills. A kernel over a limit fails the script with a sentence naming
+#    it, the card and the numbers.
 #
-#   tools/build/compile_kernels.sh [CUDA11_DIR] [BUILD_DIR]
-#     defaults: build-deps/cuda-11.8 and build-cuda11/
+#   tools/build/compile_kernels.sh [--launch-log FILE] [CUDA11_DIR] [BUILD_DIR]
+#     defaults: build/meson-logs/cudasim-launches.txt (what `meson test
+#     --suite cudasim` in build/ wrote), build-deps/cuda-11.8, build-cuda11/
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+launch_log=$root/build/meson-logs/cudasim-launches.txt
+if [ "${1:-}" = --launch-log ]; then
+  launch_log=$(realpath -m "$2")
+  shift 2
+fi
 cuda=$(realpath -m "${1:-$root/build-deps/cuda-11.8}")
 out=$(realpath -m "${2:-$root/build-cuda11}")
 archs=(70 75)
-declare -A smem_max=([70]=$((96 * 1024)) [75]=$((64 * 1024)))
-static_max=$((48 * 1024))
-reg_max=255
+new_archs=(80 86 89 90)
+if [ ! -s "$launch_log" ]; then
+  echo "compile_kernels: no launch log at $launch_log: run the simulated device's suite first" \
+    "(meson test -C build --suite cudasim), which writes it" >&2
+  exit 1
+fi
+nvcc13=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+[ -x "$nvcc13" ] || { echo "compile_kernels: no nvcc on PATH (nor /usr/local/cuda) for sm_${new_archs[*]}" >&2; exit 1; }
 if [ ! -x "$cuda/bin/nvcc" ] || [ ! -f "$cuda/native.ini" ]; then
   echo "compile_kernels: no CUDA 11.8 in $cuda: run tools/setup/cuda11_compiler.sh first" >&2
   exit 1
@@ -34,13 +53,15 @@ host=$(cat "$cuda/host-compiler")
 # static inline helpers (ours and cuda_bf16.hpp's) no longer come from
 # headers: clang calls each one a .cu does not use an unused function (gcc,
 # which builds with CUDA 12 and 13, does not).
-cuda_args=()
-case $host in clang*) cuda_args=(-Dcuda_args=-Xcompiler=-Wno-unused-function) ;; esac
+# --ptxas-options=-v: ptxas's account of each kernel on sm_70 and sm_75, for step 3.
+cuda_args=("-Dcuda_args=['--ptxas-options=-v']")
+case $host in clang*) cuda_args=("-Dcuda_args=['-Xcompiler=-Wno-unused-function','--ptxas-options=-v']") ;; esac
 export CUDA_PATH=$cuda CUDA_HOME=$cuda PATH=$cuda/bin:$PATH
 # A fresh tree each time: ninja does not remake a .cu object when a header
 # it includes changes, and a stale object would hide what CUDA 11.8 refuses.
 rm -rf "$out"
 mkdir -p "$out"
+t_lib=$SECONDS
 meson setup "$out" "$root" --native-file "$cuda/native.ini" -Dcuda=enabled -Dgpu_archs=70,75 -Dnccl=disabled \
   -Dmpi=disabled -Dcudasim=disabled -Dbuildtype=release -Dwerror=true "${cuda_args[@]}" >"$out/setup.log" 2>&1 ||
   { tail -20 "$out/setup.log" >&2; echo "compile_kernels: meson setup with CUDA 11.8 failed (above)" >&2; exit 1; }
@@ -50,53 +71,43 @@ if ! nice ninja -C "$out" libferry.so.0.1.0 libferry.a >"$out/compile.log" 2>&1;
     "$out/compile.log)" >&2
   exit 1
 fi
-objects=$(find "$out/backend" -name "*.cu.o" | sort)
-
-# Each kernel's resources, per architecture: "arch function reg shared".
-for o in $objects; do
-  "$cuda/bin/cuobjdump" --dump-resource-usage "$o" | awk -v obj="$(basename "$o" .cu.o)" '
-    /^arch = sm_/ { arch = substr($3, 4) }
-    /Function [^ ]*:$/ { fn = $2; sub(/:$/, "", fn) }
-    /REG:[0-9]+/ && fn != "" {
-      reg = shared = 0
-      for (i = 1; i <= NF; i++) {
-        if ($i ~ /^REG:/) reg = substr($i, 5)
-        if ($i ~ /^SHARED:/) shared = substr($i, 8)
-      }
-      print arch, obj, fn, reg, shared
-      fn = ""
-    }'
-done >"$out/resources.txt"
-kernels=$(wc -l <"$out/resources.txt")
-if [ "$kernels" -eq 0 ]; then
-  echo "compile_kernels: cuobjdump listed no kernel in $out/backend: the resource check cannot run" >&2
-  exit 1
-fi
-bad=0
-while read -r arch obj fn reg shared; do
-  name=$("$cuda/bin/cu++filt" "$fn" 2>/dev/null | head -1)
-  if [ "$reg" -gt "$reg_max" ]; then
-    echo "compile_kernels: kernel $name ($obj.cu) uses $reg registers a thread on sm_$arch, over the $reg_max allowed" >&2
-    bad=1
-  fi
-  if [ "$shared" -gt "$static_max" ] || [ "$shared" -gt "${smem_max[$arch]}" ]; then
-    echo "compile_kernels: kernel $name ($obj.cu) has $shared bytes of static shared memory on sm_$arch," \
-      "over the $static_max a block allows (sm_$arch's opt-in maximum: ${smem_max[$arch]} with dynamic)" >&2
-    bad=1
-  fi
-done <"$out/resources.txt"
-[ "$bad" -eq 0 ] || exit 1
-
-for a in "${archs[@]}"; do
-  n=$(awk -v a="$a" '$1 == a' "$out/resources.txt" | wc -l)
-  top_reg=$(awk -v a="$a" '$1 == a && $4 > m { m = $4 } END { print m + 0 }' "$out/resources.txt")
-  top_smem=$(awk -v a="$a" '$1 == a && $5 > m { m = $5 } END { print m + 0 }' "$out/resources.txt")
-  echo "sm_$a: $n kernels fit: at most $top_reg registers a thread (limit $reg_max), $top_smem bytes of static shared memory (limit $static_max)"
-done
 lib=$out/libferry.so.0.1.0
 elves=$("$cuda/bin/cuobjdump" --list-elf "$lib")
 for a in "${archs[@]}"; do
   grep -q "\.sm_$a\.cubin" <<<"$elves" || { echo "compile_kernels: $lib holds no sm_$a machine code" >&2; exit 1; }
 done
-echo "compile_kernels: $(echo "$objects" | wc -w) CUDA sources -> $lib ($(stat -c %s "$lib") bytes; sm_70, sm_75," \
-  "compute_75 PTX), CUDA $(cat "$cuda/.complete"), host $host"
+echo "compile_kernels: $(find "$out/backend" -name "*.cu.o" | wc -l) CUDA sources -> $lib ($(stat -c %s "$lib")" \
+  "bytes; sm_70, sm_75, compute_75 PTX) in $((SECONDS - t_lib)) s, CUDA $(cat "$cuda/.complete"), host $host"
+
+# 2. Machine code alone, with ptxas's account of each kernel: one job per
+# source and card, all cores busy. backend_cuda.cu's build header is meson's
+# in a build; here one for these cards stands in (no kernel reads it).
+sources=$(cd "$root" && grep -l '__global__' $(git ls-files 'backend/*.cu' 2>/dev/null || find backend -name '*.cu') | sort)
+ptx=$out/ptxas
+mkdir -p "$ptx"
+grep -E '^ptxas info|^    [0-9]+ bytes stack frame' "$out/compile.log" >"$ptx/cuda11.sm_70-75.txt"
+grep -q "for 'sm_70'" "$ptx/cuda11.sm_70-75.txt" ||
+  { echo "compile_kernels: the CUDA 11.8 build printed no ptxas account for sm_70 (--ptxas-options=-v)" >&2; exit 1; }
+printf '#pragma once\n#define FERRY_CUDA_ARCHS 80, 86, 89, 90\n#define FERRY_CUDA_LIBDIR ""\n' >"$ptx/ferry_cuda_build.h"
+# cubin ARCH SOURCE: its ptxas -v account in $ptx/NAME.sm_ARCH.txt.
+cubin() {
+  local a=$1 src=$2 name txt
+  name=$(basename "$src" .cu)
+  txt=$ptx/$name.sm_$a.txt
+  (cd "$root" && "$nvcc13" -cubin -arch="sm_$a" -O3 --expt-relaxed-constexpr -std=c++17 -DFERRY_HAVE_CUDA=1 \
+    -I"$ptx" -I. -Iinclude -Xptxas -v "$src" -o "$ptx/$name.sm_$a.cubin") >"$txt" 2>&1 ||
+    { echo "compile_kernels: $src does not compile for sm_$a:" >&2; tail -20 "$txt" >&2; return 255; }
+}
+export -f cubin
+export ptx root nvcc13
+t0=$SECONDS
+for src in $sources; do
+  for a in "${new_archs[@]}"; do echo "$a $src"; done
+done | xargs -P "$(nproc)" -n 2 bash -c 'cubin "$@"' _ ||
+  { echo "compile_kernels: the per-card compiles failed (above)" >&2; exit 1; }
+echo "compile_kernels: $(echo "$sources" | wc -w) kernel sources x ${#new_archs[@]} cards" \
+  "($("$nvcc13" --version | sed -n 's/.*release \([0-9.]*\).*/CUDA \1/p'): sm_${new_archs[*]}) compiled in" \
+  "$((SECONDS - t0)) s on $(nproc) cores"
+
+# 3. Each kernel on each card at the launches the suite made.
+/usr/bin/python3 "$root/tools/build/kernel_resources.py" --launch-log "$launch_log" "$ptx"/*.txt

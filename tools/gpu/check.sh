@@ -8,7 +8,9 @@
 # ferry-info, the gpu test suite (the ops, GPT-2 and the engine in fp16 too;
 # data parallelism's collectives through real NCCL at world size 1, with
 # the NCCL it finds on the machine),
-# bench_transfer (pinned H2D/D2H GB/s), the kernel lab (each kernel against
+# compute-sanitizer's four tools over the GPU suite's programs (memcheck,
+# racecheck, synccheck, initcheck: a finding fails its step naming the
+# kernels), bench_transfer (pinned H2D/D2H GB/s), the kernel lab (each kernel against
 # the matmul and copy ceilings; then again in fp16, quick, for the attention
 # tiles Volta and Turing run and the fp16 matmuls), bench_engine
 # on GPT-2 124M in every offload mode, and GPT-2 XL at seq 1024 on a 24 GiB
@@ -22,10 +24,12 @@
 #   tools/gpu/check.sh PACK.tar.xz OUT_DIR        (on the GPU machine, in the tree's root)
 #
 # Time: every step runs under its own `timeout` (the limits below). They sum
-# to 510 s; with 1 s of grace after each of the 24 steps the check ends
-# within 534 s — under 9 minutes — even when every step hits its limit. The
+# to 512 s; with 1 s of grace after each of the 28 steps the check ends
+# within 540 s — 9 minutes — even when every step hits its limit. The
 # script refuses to start if that bound (the limits of the pack's steps plus
-# a second each) is above 540 s.
+# a second each) is above 540 s. The limits were cut to make room for the
+# sanitizer steps where the first run on a GPU (an H200, all 24 steps in
+# 45 s) left room.
 #
 # OUT_DIR gets two files:
 #   results.txt  the key lines and one verdict per step, each printed here
@@ -36,13 +40,17 @@
 # FERRY_CHECK_EXPECT=no-gpu is for the pack test (tests/tools/test_gpu_pack.sh)
 # on a machine without a GPU: there every step that needs a GPU must end with
 # exit 77, the clean "no GPU" answer — not 0 (a silent run on the host), not
-# a crash — and the others must pass. FERRY_CHECK_DIR: where to unpack
-# (default /tmp/ferry-gpu-check).
+# a crash — and the others must pass; a sanitizer step with no
+# compute-sanitizer on such a machine runs its programs bare, each of which
+# must end with 77. FERRY_CHECK_DIR: where to unpack (default
+# /tmp/ferry-gpu-check). FERRY_CHECK_SANITIZER: the compute-sanitizer to use
+# (default: the toolkit's, then PATH's, then Python's nvidia packages').
 set -uo pipefail
 if [ $# -ne 2 ]; then
   echo "usage: tools/gpu/check.sh PACK.tar.xz OUT_DIR" >&2
   exit 2
 fi
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 archive=$(realpath "$1")
 out=$(realpath -m "$2")
 expect=${FERRY_CHECK_EXPECT:-gpu}
@@ -62,22 +70,32 @@ declare -A test_limit=([backend-cuda]=15 [ops-gpu]=25 [ops-gpu-f16]=20 [ops-gpu-
                        [engine-gpu]=35 [engine-gpu-f16]=25 [hf-gpu]=45 [gpt2-cuda]=20 [gpt2-cuda-f16]=15
                        [cuda-mlp]=5 [dp-gpu]=15)
 # The other steps' limits. GPT-2 XL gets the most: its setup draws 1.56B
-# values, copies 6.2 GB and pins 23 GiB before its first step.
-declare -A limit=([unpack]=10 [cublas]=10 [nccl]=5 [libraries]=5 [gpu-info]=5 [ferry-info]=5 [transfer]=10
-                  [kernel-lab]=30 [kernel-lab-f16]=10 [memprof-plan]=5 [engine-gpt2]=30 [engine-xl]=140)
+# values, copies 6.2 GB and pins 23 GiB before its first step. The
+# sanitizers slow a program ten- to a hundredfold: each runs the few
+# programs named below.
+declare -A limit=([unpack]=8 [cublas]=6 [nccl]=5 [libraries]=5 [gpu-info]=5 [ferry-info]=5 [transfer]=10
+                  [sanitize-memcheck]=75 [sanitize-racecheck]=40 [sanitize-synccheck]=25 [sanitize-initcheck]=60
+                  [kernel-lab]=30 [kernel-lab-f16]=10 [memprof-plan]=5 [engine-gpt2]=20 [engine-xl]=110
+                  [memprof-capacity]=5 [capacity]=150)
+# The whole check ends within this many seconds (FERRY_CHECK_BOUND): a step
+# gets the least of its limit and what is left, and a step reached with
+# less than 5 s left fails unrun. Measured on an H200, the steps take far
+# less than their limits (the first run: 24 steps in 45 s; GPT-2 XL's two
+# modes about a minute, the capacity run about two); the limits are for a
+# step that hangs.
 # The peers' block (PyTorch beside ferry, near the end), run when
-# FERRY_CHECK_PEERS=1: ferry's GPT-2 XL rows the peers are set beside, the
-# two peers, torch.compile's row, and the table. The two Python peers import
-# torch and transformers and build GPT-2 XL; torch.compile gives up by itself
-# ten seconds before its limit, the FSDP2 ladder starts no batch in its last
-# minute.
+# FERRY_CHECK_PEERS=1: ferry's GPT-2 XL row without offload, the two peers,
+# torch.compile's row, and the table. The two Python peers import torch and
+# transformers and build GPT-2 XL; torch.compile gives up by itself ten
+# seconds before its limit, the FSDP2 ladder starts no batch in its last
+# minute. The bound doubles with them: 18 minutes at most.
 peers=${FERRY_CHECK_PEERS:-0}
+max_bound=540
 if [ "$peers" = 1 ]; then
-  limit+=([engine-xl-none]=45 [engine-xl-params]=90 [peer-torch]=60 [peer-torch-compile]=150 [peer-fsdp]=180
-          [peer-table]=5)
+  limit+=([engine-xl-none]=45 [peer-torch]=60 [peer-torch-compile]=150 [peer-fsdp]=180 [peer-table]=5)
+  max_bound=1080
 fi
-# The bound the limits must stay under: 9 minutes, 18 with the peers.
-max_bound=$([ "$peers" = 1 ] && echo 1080 || echo 540)
+bound=${FERRY_CHECK_BOUND:-$((max_bound - 10))}
 
 say() { printf '%s\n' "$*" | tee -a "$results"; }
 
@@ -105,8 +123,14 @@ judge() {
 # its limit; all output to steps.log and $work/NAME.out, the lines matching
 # the regex SHOW also to the screen and results.txt, as they come.
 step() {
-  local name=$1 lim=$2 gpu=$3 show=$4 t0=$SECONDS rc
+  local name=$1 lim=$2 gpu=$3 show=$4 t0=$SECONDS rc left=$((bound - SECONDS - 1)) # timeout -k 1: 1 s of grace
   shift 4
+  if [ "$left" -lt 5 ]; then # the check's bound is spent: said, and failed
+    say "$(printf '%-28s %5ss  %s' "[$name]" 0 "FAIL: not run: the check's ${bound}s bound was spent before it")"
+    failed=$((failed + 1))
+    return 1
+  fi
+  [ "$left" -lt "$lim" ] && lim=$left
   printf '\n==== %s (limit %ss): %s\n' "$name" "$lim" "$*" >>"$log"
   (cd "$pack" && timeout -k 1 "$lim" "$@" </dev/null) 2>&1 | tee "$work/$name.out" | tee -a "$log" |
     grep --line-buffered -E "$show" | sed -u "s/^/  $name | /" | tee -a "$results"
@@ -190,6 +214,79 @@ find_nccl() {
   return 1
 }
 
+# compute-sanitizer: FERRY_CHECK_SANITIZER alone when set; else the
+# toolkit's ($CUDA_HOME, /usr/local/cuda), PATH's, then Python's nvidia
+# packages' (pip's nvidia-cuda-sanitizer-api).
+find_sanitizer() {
+  local c
+  if [ -n "${FERRY_CHECK_SANITIZER:-}" ]; then
+    [ -x "$FERRY_CHECK_SANITIZER" ] && echo "$FERRY_CHECK_SANITIZER"
+    return
+  fi
+  for c in ${CUDA_HOME:+"$CUDA_HOME/bin/compute-sanitizer"} /usr/local/cuda/bin/compute-sanitizer \
+           "$(command -v compute-sanitizer 2>/dev/null)" $(timeout 3 python3 -c '
+import glob, os
+try:
+    import nvidia
+    for r in nvidia.__path__:
+        for p in glob.glob(os.path.join(r, "**", "compute-sanitizer"), recursive=True):
+            if os.path.isfile(p):
+                print(p)
+except Exception:
+    pass
+' 2>/dev/null); do
+    if [ -n "$c" ] && [ -x "$c" ] && [ -f "$c" ]; then
+      echo "$c"
+      return
+    fi
+  done
+}
+
+# The body of a sanitizer step, run in the pack's root: TOOL, then the
+# compute-sanitizer (or "" to run the programs bare, no GPU expected), then
+# one program command line an argument. Each program runs under the tool;
+# a report of the tool (its error summary above 0, or its error exit code)
+# is a finding: "finding:" names the tool, the program and the kernels the
+# report's frames name. Exit 1 on any finding or failure, 77 when every
+# program found no GPU, 0 when all ran clean.
+sanitize_body='
+  tool=$1 san=$2 SANITIZER_KERNELS=$3
+  shift 3
+  found=0 bad=0 nogpu=0 ran=0
+  for cmd in "$@"; do
+    ran=$((ran + 1))
+    out=$(mktemp)
+    if [ -n "$san" ]; then
+      # shellcheck disable=SC2086
+      "$san" --tool "$tool" --error-exitcode 86 --print-limit 200 --log-file "$out.log" env $cmd >"$out" 2>&1
+    else
+      # shellcheck disable=SC2086
+      env $cmd >"$out" 2>&1
+    fi
+    rc=$?
+    [ -f "$out.log" ] && cat "$out.log" >>"$out"
+    errors=$(sed -n "s/.*ERROR SUMMARY: \([0-9][0-9]*\) error.*/\1/p" "$out" | tail -1)
+    hazards=$(sed -n "s/.*RACECHECK SUMMARY: \([0-9][0-9]*\) hazard.*/\1/p" "$out" | tail -1)
+    kernels=$(python3 "$SANITIZER_KERNELS" "$out" 2>/dev/null)
+    if [ "$rc" -eq 77 ] && [ "${errors:-0}" = 0 ]; then
+      nogpu=$((nogpu + 1))
+      echo "no GPU: $cmd (exit 77)"
+    elif [ "$rc" -eq 86 ] || [ "${errors:-0}" != 0 ] || [ "${hazards:-0}" != 0 ]; then
+      found=$((found + 1))
+      echo "finding: $tool: ${errors:-?} error(s)${hazards:+, $hazards hazard(s)} in ${kernels:-a kernel the report does not name} ($cmd)"
+    elif [ "$rc" -ne 0 ]; then
+      bad=$((bad + 1))
+      echo "failed: $cmd exits $rc under $tool (see steps.log)"
+    else
+      echo "clean: $tool, ${errors:-0} errors: $cmd"
+    fi
+    cat "$out"
+    rm -f "$out" "$out.log"
+  done
+  [ $((found + bad)) -gt 0 ] && exit 1
+  [ "$nogpu" -eq "$ran" ] && exit 77
+  exit 0'
+
 tests_total() {
   local t=0 name rest
   while IFS=$'\t' read -r name rest; do t=$((t + ${test_limit[$name]:-30})); done <"$pack/tests.txt"
@@ -216,11 +313,9 @@ fi
 sed 's/^/  /' "$pack/MANIFEST" | tee -a "$log" | head -3 | tee -a "$results"
 sum=$(( $(tests_total) ))
 for k in "${!limit[@]}"; do sum=$((sum + limit[$k])); done
-bound=$((sum + ${#limit[@]} + $(wc -l <"$pack/tests.txt")))
-say "step limits sum to ${sum}s (+1 s of grace per step); the check ends within ${bound}s"
-if [ "$bound" -gt "$max_bound" ]; then
-  say "FAIL: the limits and their grace sum above $max_bound s; lower them so the check stays under" \
-    "$((max_bound / 60)) minutes"
+say "step limits sum to ${sum}s; each step gets the least of its limit and what is left; the check ends within ${bound}s"
+if ! [ "$bound" -ge 60 ] 2>/dev/null || [ "$bound" -gt "$max_bound" ]; then
+  say "FAIL: FERRY_CHECK_BOUND=$bound: give 60 to $max_bound s, so the check stays under $((max_bound / 60)) minutes"
   exit 1
 fi
 
@@ -270,6 +365,36 @@ while IFS=$'\t' read -r name _timeout gpu cmd; do
   step "$name" "${test_limit[$name]:-30}" "$gpu" '^(not ok|Bail out|1\.\.0 # SKIP|# .*(loss|device peak))' env $cmd
 done <"$pack/tests.txt"
 
+# compute-sanitizer over the GPU suite's programs: memcheck (out of bounds,
+# misaligned, leaks) on the ops, GPT-2 and the engine; racecheck and
+# synccheck (shared-memory hazards, barrier misuse) on the ops in both
+# 16-bit types; initcheck (reads of device memory never written) on the ops
+# and the engine. A finding fails the step and names the kernels.
+sanitizer=$(find_sanitizer)
+if [ -n "$sanitizer" ]; then
+  say "  sanitizer | $sanitizer"
+elif [ "$expect" = no-gpu ]; then
+  say "  sanitizer | compute-sanitizer is not on this machine: the sanitizer steps run their programs bare (no GPU here)"
+else
+  say "  sanitizer | compute-sanitizer is nowhere on this machine (\$CUDA_HOME, /usr/local/cuda, PATH, Python's nvidia" \
+    "packages): install the CUDA toolkit's, or pip install nvidia-cuda-sanitizer-api-cu13, or point" \
+    "FERRY_CHECK_SANITIZER at it; the sanitizer steps fail"
+fi
+declare -A sanitize_runs=(
+  [memcheck]="bin/test_ops_gpu bf16|bin/test_gpt2_backends|bin/test_engine_gpu cuda"
+  [racecheck]="bin/test_ops_gpu bf16|bin/test_ops_gpu f16"
+  [synccheck]="bin/test_ops_gpu bf16|bin/test_ops_gpu f16"
+  [initcheck]="bin/test_ops_gpu bf16|bin/test_engine_gpu cuda")
+for tool in memcheck racecheck synccheck initcheck; do
+  IFS='|' read -r -a runs <<<"${sanitize_runs[$tool]}"
+  if [ -z "$sanitizer" ] && [ "$expect" != no-gpu ]; then
+    judge "sanitize-$tool" 1 1 0 "${limit[sanitize-$tool]}"
+    continue
+  fi
+  step "sanitize-$tool" "${limit[sanitize-$tool]}" 1 '^(finding|failed|clean|no GPU):' \
+    bash -c "$sanitize_body" sanitize "$tool" "$sanitizer" "$here/sanitizer_kernels.py" "${runs[@]}"
+done
+
 step transfer "${limit[transfer]}" 1 '.' bin/bench_transfer
 step kernel-lab "${limit[kernel-lab]}" 1 '^(kernel|ceilings|check .*FAIL|time |PASS|FAIL)' bin/kernel_lab
 peak=$(sed -n 's/^ceilings: cuBLASLt bf16 matmul 8192^3 \([0-9.]*\) TFLOP.*/\1/p' "$work/kernel-lab.out")
@@ -296,20 +421,43 @@ xl_batch=$(sed -n 's/.*largest batch that fits: \([0-9][0-9]*\).*/\1/p' "$work/m
 show='^(bench_engine|offload .*(ready|first step)|round|result|confirm|loss|card|the planner|RESULT)'
 step engine-gpt2 "${limit[engine-gpt2]}" 1 "$show" \
   bin/bench_engine --backend cuda --model gpt2 --batch 8 --seq 1024 --steps 3 --warmup 0 "${peak_flag[@]}"
+# Each mode at its own largest batch (the planner's at the measured budget:
+# optimizer about 74, params about 96), its tokens/s, then batch + 1 out of
+# memory, cleanly, at setup.
 if [ -n "$xl_batch" ]; then
   step engine-xl "${limit[engine-xl]}" 1 "$show" \
-    bin/bench_engine --backend cuda --model gpt2-xl --seq 1024 --modes optimizer --recompute --card 24GiB \
+    bin/bench_engine --backend cuda --model gpt2-xl --seq 1024 --modes optimizer,params --recompute --card 24GiB \
     --confirm-max-batch --steps 2 --warmup 0 "${peak_flag[@]}"
 else
   judge engine-xl 1 1 0 "${limit[engine-xl]}"
   say "  engine-xl | no batch: memprof plan gave none"
 fi
 
+# Capacity: the largest GPT-2-shaped model (dN: N layers, 64N wide) the
+# planner says a 24 GiB card and this machine's host memory hold, in params
+# mode with recompute at batch 1 x 1024 (about 7B parameters with 128 GiB),
+# set up and trained two steps: its size (the banner), its host peak (the
+# result line) and its time to the first step. The host budget is nine
+# tenths of what /proc/meminfo says is available now.
+host_gib=$(awk '/^MemAvailable:/ {print int($2 * 0.9 / 1048576)}' /proc/meminfo)
+step memprof-capacity "${limit[memprof-capacity]}" 0 'largest GPT-2-shaped' \
+  bin/memprof plan --model gpt2 --seq 1024 --batch 1 --offload params --recompute --card 24GiB \
+  --host-mem "${host_gib:-0}GiB"
+cap_model=$(sed -n 's/^largest GPT-2-shaped model that fits: \(d[0-9][0-9]*\) .*/\1/p' "$work/memprof-capacity.out")
+if [ -n "$cap_model" ]; then
+  step capacity "${limit[capacity]}" 1 "$show" \
+    bin/bench_engine --backend cuda --model "$cap_model" --seq 1024 --batch 1 --modes params --recompute \
+    --card 24GiB --steps 2 --warmup 0 "${peak_flag[@]}"
+else
+  judge capacity 1 1 0 "${limit[capacity]}"
+  say "  capacity | no model: memprof plan gave none for ${host_gib:-?} GiB of host memory"
+fi
+
 # ---- the peers: PyTorch beside ferry, GPT-2 XL at seq 1024, the same tokens
 # per step (tools/gpu/peer_*.py; python3 with torch and transformers, no
 # network). Ferry's rows first: no offload on the whole card at batch 16, and
-# params mode (its best at 24 GiB: recompute, the planner's largest batch,
-# confirmed) on the emulated 24 GiB card beside engine-xl's optimizer mode;
+# engine-xl's optimizer and params mode (recompute, the planner's largest
+# batch, confirmed) on the emulated 24 GiB card;
 # then PyTorch without offload at batch 16 (eager, then torch.compile), and
 # FSDP2 with CPU offload capped at 24 GiB with its batch ladder; then one
 # table of tokens/s, MFU and batch, with ferry's ratio to each.
@@ -318,9 +466,6 @@ if [ "$peers" = 1 ]; then
   step engine-xl-none "${limit[engine-xl-none]}" 1 "$show" \
     bin/bench_engine --backend cuda --model gpt2-xl --seq 1024 --batch 16 --modes none --steps 3 --warmup 1 \
     "${peak_flag[@]}"
-  step engine-xl-params "${limit[engine-xl-params]}" 1 "$show" \
-    bin/bench_engine --backend cuda --model gpt2-xl --seq 1024 --modes params --recompute --card 24GiB \
-    --confirm-max-batch --steps 2 --warmup 0 "${peak_flag[@]}"
   pshow='^(PEER|peer_)'
   step peer-torch "${limit[peer-torch]}" 1 "$pshow" \
     python3 "$tree/tools/gpu/peer_torch.py" --model gpt2-xl --batch 16 --seq 1024 --steps 3 --warmup 2 \
@@ -333,7 +478,7 @@ if [ "$peers" = 1 ]; then
     --steps 2 --warmup 1 --time-limit $((limit[peer-fsdp] - 60)) "${peak_flag[@]}"
   step peer-table "${limit[peer-table]}" 0 '.' \
     python3 "$tree/tools/gpu/peer_table.py" --ferry "no offload, full card=$work/engine-xl-none.out" \
-    --ferry "optimizer, 24GiB card=$work/engine-xl.out" --ferry "params, 24GiB card=$work/engine-xl-params.out" \
+    --ferry "24GiB card=$work/engine-xl.out" \
     --peer "$work/peer-torch.out" --peer "$work/peer-torch-compile.out" --peer "$work/peer-fsdp.out"
 fi
 

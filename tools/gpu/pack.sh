@@ -15,7 +15,8 @@
 #           are too big to carry (NCCL alone is 208 MiB) and which
 #           tools/gpu/check.sh finds on that machine;
 #   share/  the files the tests read (hf_transformers.py);
-#   tests.txt  "name<TAB>seconds<TAB>needs-gpu<TAB>command", one test a line;
+#   tests.txt  "name<TAB>seconds<TAB>needs-gpu<TAB>command", one test a line,
+#              with no path of this machine (the pack fails on one);
 #   MANIFEST   the commit, the date and what was built.
 # The archive is xz-compressed and must stay under 40 MiB, small enough to
 # copy to a GPU machine beside the source tree over any link; the script
@@ -57,7 +58,11 @@ info, skip = json.load(sys.stdin), sys.argv[1].split(",")
 for t in info["tests"]:
     suites = [s.split(":")[-1] for s in t["suite"]]
     if "gpu" in suites and t["name"] not in skip:
-        env = [k + "=" + v for k, v in sorted(t["env"].items()) if k != "FERRY_SOURCE_ROOT"]
+        # Not the source tree, nor the library search path meson adds for
+        # programs linked with shared libraries of the build (the programs
+        # in the pack find lib/ through their own search path): no path of
+        # this machine travels.
+        env = [k + "=" + v for k, v in sorted(t["env"].items()) if k not in ("FERRY_SOURCE_ROOT", "LD_LIBRARY_PATH")]
         print(json.dumps({"name": t["name"], "needs_gpu": int(set(suites) == {"gpu"}),
                           "timeout": t["timeout"], "env": env, "cmd": t["cmd"]}))
 tools = ("kernel_lab", "bench_engine", "bench_transfer", "ferry-info", "memprof")
@@ -150,8 +155,12 @@ with open(os.path.join(pack, "tests.txt"), "w") as out:
                 shutil.copy(w, os.path.join(pack, "share", os.path.basename(w)))
                 w = "share/" + os.path.basename(w)
             words.append(w)
+        here = [w for w in words if any(d in w for d in sys.argv[2:])]
+        if here:
+            sys.exit("pack: FAILED: test %s names paths of this machine (%s): a GPU machine has none of them"
+                     % (t["name"], " ".join(here)))
         out.write("%s\t%d\t%d\t%s\n" % (t["name"], t["timeout"], t["needs_gpu"], " ".join(words)))
-' "$pack"
+' "$pack" "$root" "$build"
 
 {
   echo "ferry GPU pack"

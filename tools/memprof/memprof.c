@@ -1,6 +1,6 @@
-/* memprof: reads a ferry memory trace and says where the memory went, or
- * predicts it before a run.
- *   memprof [report] [--json] [--svg FILE] [--top N] TRACE
+/* memprof: reads a ferry memory trace and says where the memory went and
+ * whether the run kept the device's memory plan, or predicts it before a run.
+ *   memprof [report] [--json] [--svg FILE] [--top N] [--check-plan] TRACE
  *   memprof dump TRACE          (the records as JSON Lines)
  *   memprof plan [options]      (predicted peaks of a GPT-2 run: models/gpt2_plan.h)
  * Subcommands are dispatched from main(); their options are parsed in
@@ -84,6 +84,67 @@ static void print_text(FILE *f, const char *path, const mp_trace *t, const mp_re
     }
 }
 
+static void print_plan(FILE *f, const mp_plan *p, bool partial)
+{
+    char a[32], b[32], c[32];
+    if (!p->present) {
+        fprintf(f, "plan: none in this trace (%s)\n", p->absent);
+        return;
+    }
+    fprintf(f, "plan: a region of %s at 0x%llx, %zu buffers", fmt(a, p->region_bytes), (unsigned long long)p->base,
+            p->nbuf);
+    if (p->slots)
+        fprintf(f, ", %zu of them params mode's slots (%zu stays of groups in them)", p->slots, p->nocc);
+    if (p->ranges)
+        fprintf(f, ", %zu the range%s the embedder's allocations fill", p->ranges, p->ranges == 1 ? "" : "s");
+    fputc('\n', f);
+    bool kept = p->device_peak == p->region_bytes + p->dynamic_peak;
+    fprintf(f, "  device peak %s (%llu bytes) %s the region %s + the dynamic heap's peak %s\n",
+            fmt(a, p->device_peak), (unsigned long long)p->device_peak, kept ? "=" : "is not", fmt(b, p->region_bytes),
+            fmt(c, p->dynamic_peak));
+    if (!p->mismatches) {
+        fprintf(f, "  the run kept its plan: every allocation in the region at its planned offset, size and category, "
+                   "none overlapping another alive, each slot held by one group at a time%s\n",
+                partial ? " (in the records read)" : "");
+        return;
+    }
+    fprintf(f, "  %zu mismatch%s with the plan%s:\n", p->mismatches, p->mismatches == 1 ? "" : "es",
+            partial ? " (in the records read)" : "");
+    for (size_t i = 0; i < p->mismatches && i < MP_PLAN_SAID; i++)
+        fprintf(f, "    %s\n", p->said[i]);
+    if (p->mismatches > MP_PLAN_SAID)
+        fprintf(f, "    ... and %zu more\n", p->mismatches - MP_PLAN_SAID);
+}
+
+static cJSON *plan_json(const mp_plan *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "present", p->present);
+    if (!p->present) {
+        cJSON_AddStringToObject(o, "absent", p->absent);
+        cJSON_AddNullToObject(o, "kept");
+        return o;
+    }
+    char base[24];
+    snprintf(base, sizeof base, "0x%llx", (unsigned long long)p->base);
+    cJSON_AddNullToObject(o, "absent");
+    cJSON_AddBoolToObject(o, "kept", p->mismatches == 0);
+    cJSON_AddStringToObject(o, "base", base);
+    cJSON_AddNumberToObject(o, "region_bytes", (double)p->region_bytes);
+    cJSON_AddNumberToObject(o, "buffers", (double)p->nbuf);
+    cJSON_AddNumberToObject(o, "slots", (double)p->slots);
+    cJSON_AddNumberToObject(o, "ranges", (double)p->ranges);
+    cJSON_AddNumberToObject(o, "occupancies", (double)p->nocc);
+    cJSON_AddNumberToObject(o, "device_peak_bytes", (double)p->device_peak);
+    cJSON_AddNumberToObject(o, "dynamic_peak_bytes", (double)p->dynamic_peak);
+    cJSON_AddNumberToObject(o, "region_peak_bytes", (double)p->region_peak);
+    cJSON_AddNumberToObject(o, "mismatch_count", (double)p->mismatches);
+    cJSON *m = cJSON_AddArrayToObject(o, "mismatches");
+    for (size_t i = 0; i < p->mismatches && i < MP_PLAN_SAID; i++)
+        cJSON_AddItemToArray(m, cJSON_CreateString(p->said[i]));
+    return o;
+}
+
 static cJSON *pool_json(const mp_pool_report *pr)
 {
     cJSON *o = cJSON_CreateObject();
@@ -117,7 +178,7 @@ static cJSON *pool_json(const mp_pool_report *pr)
     return o;
 }
 
-static void print_json(FILE *f, const char *path, const mp_trace *t, const mp_report *r)
+static void print_json(FILE *f, const char *path, const mp_trace *t, const mp_report *r, const mp_plan *plan)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "trace", path);
@@ -133,6 +194,7 @@ static void print_json(FILE *f, const char *path, const mp_trace *t, const mp_re
     cJSON_AddNumberToObject(o, "duration_ms", (double)r->t_end / 1e6);
     for (int p = 0; p < MP_POOLS; p++)
         cJSON_AddItemToObject(o, mp_pool_name(p), pool_json(&r->pool[p]));
+    cJSON_AddItemToObject(o, "plan", plan_json(plan));
     cJSON *tm = cJSON_AddObjectToObject(o, "timings_ms");
     for (size_t i = 0; i < r->ntimings; i++) {
         cJSON *e = cJSON_CreateObject();
@@ -148,7 +210,35 @@ static void print_json(FILE *f, const char *path, const mp_trace *t, const mp_re
     cJSON_Delete(o);
 }
 
-static const char *const kind_name[] = {"?", "alloc", "free", "phase", "timing", "limit", "reserve", "end"};
+static const char *const kind_name[] = {"?", "alloc", "free", "phase", "timing", "limit", "reserve", "end",
+                                        "region", "planned", "occupy", "vacate"};
+_Static_assert(sizeof kind_name / sizeof kind_name[0] == TRACE_VACATE + 1, "a name per record kind");
+static const char *const role_name[TRACE_ROLES] = {"buffer", "weights slot", "grads slot", "embedder range"};
+
+/* The fields of a record of the plan (version 3), into a dump line. */
+static void dump_plan_record(cJSON *o, const trace_record *r)
+{
+    char addr[24];
+    snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)r->addr);
+    if (r->kind == TRACE_REGION) {
+        cJSON_AddStringToObject(o, "base", addr);
+        return;
+    }
+    cJSON_AddStringToObject(o, "category", ferry_mem_category_name((ferry_mem_category)r->category));
+    cJSON_AddStringToObject(o, "name", r->name);
+    if (r->kind == TRACE_PLANNED) {
+        cJSON_AddNumberToObject(o, "offset", (double)r->addr);
+        cJSON_AddStringToObject(o, "role", role_name[r->role]);
+        cJSON_AddNumberToObject(o, "start", (double)r->step);
+        if (r->value == TRACE_FOREVER)
+            cJSON_AddNullToObject(o, "end");
+        else
+            cJSON_AddNumberToObject(o, "end", r->value);
+        return;
+    }
+    cJSON_AddNumberToObject(o, "group", (double)r->step);
+    cJSON_AddStringToObject(o, "addr", addr);
+}
 
 static int cmd_dump(int argc, char **argv)
 {
@@ -179,6 +269,8 @@ static int cmd_dump(int argc, char **argv)
             cJSON_AddStringToObject(o, "name", r->name);
             cJSON_AddStringToObject(o, "addr", addr);
         }
+        if (r->kind >= TRACE_REGION)
+            dump_plan_record(o, r);
         char *s = cJSON_PrintUnformatted(o);
         if (s && printf("%s\n", s) < 0)
             fileio_note_stdout_error();
@@ -197,6 +289,12 @@ static int cmd_report(int argc, char **argv)
     int rc = mp_parse_report_args(argc, argv, &a);
     if (rc)
         return rc == 1 ? 0 : 2;
+    /* The picture's path is checked before any work: a refused one (a
+     * FIFO, a folder, a link to nothing) ends the run with nothing printed. */
+    if (a.svg && fileio_check_output(a.svg, "--svg") != FERRY_OK) {
+        fprintf(stderr, "memprof: %s\n", ferry_last_error());
+        return 2;
+    }
     mp_trace t;
     mp_read(a.path, &t);
     if (t.status != FERRY_OK)
@@ -206,16 +304,28 @@ static int cmd_report(int argc, char **argv)
         return 1;
     }
     mp_report r;
+    mp_plan plan;
     if (mp_analyze(&t, (size_t)a.top, TIMELINE_COLUMNS, &r) != FERRY_OK) {
         fprintf(stderr, "memprof: %s\n", ferry_last_error());
         mp_trace_free(&t);
         return 1;
     }
+    if (mp_plan_check(&t, &plan) != FERRY_OK) {
+        fprintf(stderr, "memprof: %s\n", ferry_last_error());
+        mp_report_free(&r);
+        mp_trace_free(&t);
+        return 1;
+    }
     rc = t.status == FERRY_OK ? 0 : 1;
-    if (a.json)
-        print_json(stdout, a.path, &t, &r);
-    else
+    if (a.json) {
+        print_json(stdout, a.path, &t, &r, &plan);
+    } else {
         print_text(stdout, a.path, &t, &r);
+        print_plan(stdout, &plan, t.status != FERRY_OK);
+    }
+    /* --check-plan: a run that strayed from its plan is exit 3 (a damaged trace stays 1) */
+    if (a.check_plan && plan.mismatches && rc == 0)
+        rc = 3;
     if (a.svg && t.header_ok) {
         char title[600];
         snprintf(title, sizeof title, "memory over time: %s%s", a.path,
@@ -235,7 +345,7 @@ static int cmd_report(int argc, char **argv)
             }
         }
         if (st == FERRY_OK)
-            st = mp_write_svg(pic, a.svg, title);
+            st = mp_write_svg(pic, &plan, a.svg, title);
         if (st != FERRY_OK) {
             fprintf(stderr, "memprof: %s\n", ferry_last_error());
             rc = rc ? rc : st == FERRY_ERR_INVALID_ARGUMENT ? 2 : 1;
@@ -243,6 +353,7 @@ static int cmd_report(int argc, char **argv)
         if (pic == &zoom)
             mp_report_free(&zoom);
     }
+    mp_plan_free(&plan);
     mp_report_free(&r);
     mp_trace_free(&t);
     return rc;
@@ -349,8 +460,79 @@ static cJSON *plan_pool_json(const uint64_t *by, uint64_t total)
     return o;
 }
 
+/* The plan's device layout, when --layout asks for it. */
+typedef struct plan_layout {
+    engine_layout_entry *e;
+    int n;
+    uint64_t region;
+} plan_layout;
+
+static const char *lifetime_words(const engine_layout_entry *x, char *buf, size_t cap)
+{
+    if (x->start == 0 && x->end == INT32_MAX)
+        snprintf(buf, cap, "the whole run");
+    else
+        snprintf(buf, cap, "positions %d..%d", (int)x->start, (int)x->end - 1);
+    return buf;
+}
+
+static void layout_print_text(const plan_layout *l)
+{
+    char b[32], o[32], life[48];
+    printf("\nthe device's layout: %d buffers in a planned region of %s (offset, size, category, lifetime, name)\n",
+           l->n, units_fmt_bytes(b, sizeof b, l->region));
+    for (int i = 0; i < l->n; i++) {
+        const engine_layout_entry *x = &l->e[i];
+        printf("  %14llu  %-10s  %-11s  %-15s  %s\n", (unsigned long long)x->offset,
+               units_fmt_bytes(o, sizeof o, x->bytes), ferry_mem_category_name(x->cat),
+               lifetime_words(x, life, sizeof life), x->name);
+    }
+}
+
+static cJSON *layout_json(const plan_layout *l)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "region_bytes", (double)l->region);
+    cJSON *arr = cJSON_AddArrayToObject(o, "buffers");
+    for (int i = 0; i < l->n; i++) {
+        const engine_layout_entry *x = &l->e[i];
+        cJSON *b = cJSON_CreateObject();
+        cJSON_AddStringToObject(b, "name", x->name);
+        cJSON_AddStringToObject(b, "category", ferry_mem_category_name(x->cat));
+        cJSON_AddNumberToObject(b, "offset", (double)x->offset);
+        cJSON_AddNumberToObject(b, "bytes", (double)x->bytes);
+        cJSON_AddNumberToObject(b, "start", x->start);
+        if (x->end == INT32_MAX)
+            cJSON_AddNullToObject(b, "end");
+        else
+            cJSON_AddNumberToObject(b, "end", x->end);
+        cJSON_AddItemToArray(arr, b);
+    }
+    return o;
+}
+
+/* --layout-svg: the picture, titled with the run it is the plan of; 0, or
+ * 1 with the reason on stderr. */
+static int plan_draw_layout(const mp_plan_args *a, const gpt2_config *c, const gpt2_plan *p, const plan_layout *l)
+{
+    char title[256], card[32] = "";
+    if (a->card)
+        snprintf(card, sizeof card, ", a %.0f GiB card", (double)a->card / 1073741824.0);
+    snprintf(title, sizeof title, "%d layers x %d wide (%.1fM parameters): batch %d x seq %d, offload %s%s, %s%s",
+             c->n_layer, c->n_embd, (double)p->num_params / 1e6, a->batch, a->seq,
+             ferry_offload_name(a->offload), a->recompute ? ", recompute" : "", ferry_backend_name(a->backend), card);
+    ferry_status st = mp_write_layout_svg(a->layout_svg, l->e, l->n, l->region, a->gpu_mem, a->card, title);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "memprof plan: %s\n", train_last_error());
+        return 1;
+    }
+    if (!a->json)
+        printf("the device's layout drawn in %s\n", a->layout_svg);
+    return 0;
+}
+
 static void plan_print_json(const mp_plan_args *a, const gpt2_config *c, const gpt2_plan *p, int max_b,
-                            const plan_largest *big)
+                            const plan_largest *big, const plan_layout *layout)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *m = cJSON_AddObjectToObject(o, "model");
@@ -434,6 +616,8 @@ static void plan_print_json(const mp_plan_args *a, const gpt2_config *c, const g
     } else {
         cJSON_AddNullToObject(o, "largest_model");
     }
+    if (layout->e)
+        cJSON_AddItemToObject(o, "layout", layout_json(layout));
     char *s = cJSON_Print(o);
     if (s && printf("%s\n", s) < 0)
         fileio_note_stdout_error();
@@ -450,20 +634,33 @@ static int plan_auto(mp_plan_args *a, const gpt2_config *c, int *max_b)
         fprintf(stderr, "memprof plan: --offload auto chooses for a device budget; give --gpu-mem or --card\n");
         return 2;
     }
-    gpt2_plan_request rq = {c, a->batch, a->seq, FERRY_OFFLOAD_AUTO, a->recompute, a->prefetch, a->grad_accum,
-                            a->backend, a->dtype, a->ranks, a->gpu_mem};
+    gpt2_plan_request rq = {.cfg = c, .batch = a->batch, .seq = a->seq, .offload = FERRY_OFFLOAD_AUTO,
+                            .recompute = a->recompute, .prefetch_groups = a->prefetch, .micro_batches = a->grad_accum,
+                            .backend = a->backend, .dtype = a->dtype, .ranks = a->ranks, .device_budget = a->gpu_mem};
     gpt2_plan_disk tier = {a->nvme_master, a->nvme_window, a->nvme_block};
     gpt2_plan_auto_result r;
     ferry_status st = gpt2_plan_auto_max_batch(&rq, a->nvme_path ? &tier : NULL, a->gpu_mem, a->host_mem, max_b, NULL);
     if (st == FERRY_OK)
         st = gpt2_plan_auto(&rq, a->nvme_path ? &tier : NULL, a->gpu_mem, a->host_mem, &r);
-    if (st != FERRY_OK) {
-        fprintf(stderr, "memprof plan: %s", train_last_error());
-        if (st == FERRY_ERR_OUT_OF_MEMORY && *max_b)
-            fprintf(stderr, "; the largest batch that fits (in some mode, with recompute if need be): %d\n", *max_b);
-        else
-            fputc('\n', stderr);
+    if (st != FERRY_OK && st != FERRY_ERR_OUT_OF_MEMORY) {
+        fprintf(stderr, "memprof plan: %s\n", train_last_error());
         return st == FERRY_ERR_INVALID_ARGUMENT ? 2 : 1;
+    }
+    if (st != FERRY_OK) {
+        /* Nothing fits this batch, recompute tried too (auto tries it last):
+         * the advice leaves recompute out, and says which batch does fit. */
+        train_situation tried = {FERRY_OFFLOAD_AUTO, true, false, a->ranks, *max_b > 0 ? a->batch : 1};
+        char why[2048];
+        snprintf(why, sizeof why, "%s", train_last_error_in(&tried));
+        if (*max_b >= a->batch) /* what fits the device alone, short elsewhere at every batch */
+            fprintf(stderr, "memprof plan: batch %d x %d does not fit in any mode: %s\n", a->batch, a->seq, why);
+        else if (*max_b > 0)
+            fprintf(stderr, "memprof plan: batch %d x %d does not fit in any mode: %s; batch %d does (the largest "
+                            "that fits, in some mode, with recompute if need be): give --batch %d\n",
+                    a->batch, a->seq, why, *max_b, *max_b);
+        else
+            fprintf(stderr, "memprof plan: not even batch 1 x %d fits in any mode: %s\n", a->seq, why);
+        return 1;
     }
     a->auto_asked = true;
     snprintf(a->auto_reason, sizeof a->auto_reason, "%s", r.reason);
@@ -487,8 +684,9 @@ static int cmd_plan(int argc, char **argv)
     int max_b = 0;
     if (a.offload == FERRY_OFFLOAD_AUTO && (rc = plan_auto(&a, &c, &max_b)) != 0)
         return rc;
-    gpt2_plan_request rq = {&c, a.batch, a.seq, a.offload, a.recompute, a.prefetch, a.grad_accum, a.backend, a.dtype,
-                            a.ranks, a.gpu_mem};
+    gpt2_plan_request rq = {.cfg = &c, .batch = a.batch, .seq = a.seq, .offload = a.offload, .recompute = a.recompute,
+                            .prefetch_groups = a.prefetch, .micro_batches = a.grad_accum, .backend = a.backend,
+                            .dtype = a.dtype, .ranks = a.ranks, .device_budget = a.gpu_mem};
     gpt2_plan_disk tier = {a.nvme_master, a.nvme_window, a.nvme_block}, *disk = plan_disk(&a) ? &tier : NULL;
     plan_largest big;
     memset(&big, 0, sizeof big);
@@ -498,14 +696,27 @@ static int cmd_plan(int argc, char **argv)
         st = gpt2_plan_max_batch(&rq, a.gpu_mem, &max_b);
     if (st == FERRY_OK && big.asked)
         st = gpt2_plan_largest_model(&rq, disk, a.gpu_mem, a.host_mem, a.disk, &big.layers, &big.plan);
+    plan_layout layout = {0};
+    if (st == FERRY_OK && a.layout_svg)
+        st = fileio_check_output(a.layout_svg, "--layout-svg");
+    if (st == FERRY_OK && (a.layout || a.layout_svg))
+        st = gpt2_plan_layout(&rq, disk, &layout.e, &layout.n, &layout.region);
     if (st != FERRY_OK) {
         fprintf(stderr, "memprof plan: %s\n", train_last_error());
         return st == FERRY_ERR_INVALID_ARGUMENT ? 2 : 1;
     }
-    if (a.json)
-        plan_print_json(&a, &c, &p, max_b, &big);
-    else
+    if (a.json) {
+        plan_print_json(&a, &c, &p, max_b, &big, &layout);
+    } else {
         plan_print_text(&a, &c, &p, max_b, &big);
+        if (layout.e && a.layout)
+            layout_print_text(&layout);
+    }
+    if (a.layout_svg && (rc = plan_draw_layout(&a, &c, &p, &layout)) != 0) {
+        free(layout.e);
+        return rc;
+    }
+    free(layout.e);
     bool fits = (!a.gpu_mem || p.device_total <= a.gpu_mem) && (!a.host_mem || p.host_total <= a.host_mem) &&
                 (!a.disk || p.disk_bytes <= a.disk);
     return fits ? 0 : 1;

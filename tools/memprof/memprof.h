@@ -1,8 +1,8 @@
 /* memprof's library (memprof_lib, which the program, its tests and the fuzz
  * harnesses link): reading a memory trace (offload/trace.h format),
- * replaying it into peak figures and a timeline, writing them as text, JSON
- * and SVG, and the command lines. Owns nothing of ferry's library; reads
- * files only. */
+ * replaying it into peak figures and a timeline, checking it against the
+ * device's memory plan it carries, writing them as text, JSON and SVG, and
+ * the command lines. Owns nothing of ferry's library; reads files only. */
 #ifndef FERRY_TOOLS_MEMPROF_H
 #define FERRY_TOOLS_MEMPROF_H
 
@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "ferry.h"
+#include "engine/intree.h"
 #include "models/gpt2.h"
 #include "offload/trace.h"
 
@@ -25,8 +26,8 @@ typedef struct mp_trace {
     uint64_t start_unix_ns;
     bool header_ok;      /* the file is a trace: its header was read and is whole */
     bool checksummed;    /* its records carry checksums (TRACE_FLAG_CRC), all checked */
-    uint32_t version;    /* the header's format version (1 or 2) */
-    bool ended;          /* the END record was read (version 2: the trace is whole) */
+    uint32_t version;    /* the header's format version (1, 2 or 3) */
+    bool ended;          /* the END record was read (version 2 on: the trace is whole) */
     ferry_status status; /* FERRY_OK, or why reading stopped early */
     char error[512];
 } mp_trace;
@@ -34,7 +35,7 @@ typedef struct mp_trace {
 /* Reads `path`. Always fills *t (n may be 0); returns t->status. A missing
  * or unreadable file is FERRY_ERR_IO; a file that is not a whole trace
  * header FERRY_ERR_FORMAT with header_ok false; damage after the header, or
- * a version-2 trace without its END record (cut), FERRY_ERR_FORMAT with
+ * a version-2 or later trace without its END record (cut), FERRY_ERR_FORMAT with
  * header_ok true and the records before it kept. The END record itself is
  * not among t->rec. */
 ferry_status mp_read(const char *path, mp_trace *t);
@@ -113,8 +114,82 @@ void mp_report_free(mp_report *r);
 
 const char *mp_pool_name(int pool); /* "device", "host" */
 
-/* Writes the stacked-area timeline as a standalone SVG file. */
-ferry_status mp_write_svg(const mp_report *r, const char *path, const char *title);
+/* ---- the device's memory plan, read back and checked (mp_plan.c) ---- */
+
+#define MP_PLAN_SAID 32   /* mismatches said in words; the rest are counted */
+#define MP_PLAN_LIVE_MAX (1u << 15) /* allocations (or planned buffers) alive at once that the check follows */
+
+/* A buffer of the plan (a PLANNED record), and what the run did with it. */
+typedef struct mp_planned {
+    uint64_t offset, bytes;   /* in the region */
+    int category, role;       /* role: trace_plan_role */
+    int64_t start, end;       /* its lifetime in schedule positions, [start, end); end INT32_MAX: the run's end */
+    char name[TRACE_NAME_MAX];
+    bool placed;              /* an allocation was traced at its offset (a buffer or a slot) */
+    uint64_t t_placed, t_freed; /* when; t_freed UINT64_MAX: live at the end */
+} mp_planned;
+
+/* A group in one of params mode's slots, from OCCUPY to VACATE. */
+typedef struct mp_occupancy {
+    size_t slot;              /* index in mp_plan.buf; SIZE_MAX: a slot outside the plan (in mp_plan.blocks) */
+    size_t block;             /* ... then its index in mp_plan.blocks */
+    uint64_t addr, bytes;
+    int category;
+    int64_t group;
+    uint64_t t0, t1;          /* t1 UINT64_MAX: still there at the end */
+    char name[TRACE_NAME_MAX];
+} mp_occupancy;
+
+/* A device allocation that is no planned buffer: the embedder's, inside its
+ * range of the region, or the dynamic heap's, outside the region. */
+typedef struct mp_block {
+    uint64_t addr, bytes;
+    int category;
+    bool in_region;
+    uint64_t t0, t1;          /* t1 UINT64_MAX: live at the end */
+    char name[TRACE_NAME_MAX];
+} mp_block;
+
+typedef struct mp_plan {
+    bool present;             /* the trace holds a plan: a REGION record */
+    char absent[160];         /* when not, why ("a version-2 trace, ...") */
+    uint64_t base, region_bytes, t_region;
+    mp_planned *buf;
+    size_t nbuf, slots, ranges;
+    mp_occupancy *occ;
+    size_t nocc;
+    mp_block *blocks;
+    size_t nblocks;
+    /* The device's bytes in use: at their peak, and the dynamic heap's and
+     * the region's own peaks. A run keeps its plan when the peak is the
+     * region plus the dynamic heap's peak. */
+    uint64_t device_peak, dynamic_peak, region_peak;
+    size_t mismatches;        /* every disagreement with the plan found */
+    char said[MP_PLAN_SAID][320]; /* the first of them in words */
+} mp_plan;
+
+/* Reads the plan a trace carries and checks the run against it: every
+ * device allocation inside the region at a planned buffer's offset with its
+ * size and category, or inside the embedder's range; no two allocations
+ * alive together overlapping; no two planned buffers alive together
+ * overlapping (their lifetimes and offsets, checked here, not by the
+ * engine's code); every planned buffer placed; each slot held by one group
+ * at a time, by a group of its kind, with room for it; the device peak the
+ * region plus the dynamic heap's peak. A trace without a plan is no
+ * failure: p->present says so, p->absent why. FERRY_ERR_OUT_OF_MEMORY only
+ * when memprof runs out of memory (nothing left to free then). */
+ferry_status mp_plan_check(const mp_trace *t, mp_plan *p);
+void mp_plan_free(mp_plan *p);
+
+/* Writes the stacked-area timeline as a standalone SVG file; with a plan
+ * (NULL: none), the device's address space over the same window below it. */
+ferry_status mp_write_svg(const mp_report *r, const mp_plan *plan, const char *path, const char *title);
+/* Writes the static plan's device layout as a standalone SVG file
+ * (mp_layout_svg.c): the card's memory as one column, each planned buffer at
+ * its offset, what the budget leaves beside the plan, and what the card
+ * keeps for its own software (budget 0, card 0: not drawn). */
+ferry_status mp_write_layout_svg(const char *path, const engine_layout_entry *e, int n, uint64_t region,
+                                 uint64_t budget, uint64_t card, const char *title);
 
 /* ---- command lines (mp_args.c) ----
  * Each parser returns 0 to go on, 1 after printing --help to stdout, 2 on a
@@ -126,6 +201,7 @@ typedef struct mp_report_args {
     bool json;
     int top;                /* --top N, 0..MP_TOP_MAX */
     long long step;         /* --step N: the picture shows step N alone; -1 = the whole run */
+    bool check_plan;        /* --check-plan: exit 3 when the run strayed from the plan it carries */
 } mp_report_args;
 
 typedef struct mp_plan_args {
@@ -135,6 +211,8 @@ typedef struct mp_plan_args {
     ferry_backend_kind backend;
     ferry_dtype dtype;
     bool recompute, json;
+    bool layout;                /* --layout: every planned device buffer's offset, size and lifetime */
+    const char *layout_svg;     /* --layout-svg FILE: the layout drawn; NULL = not asked */
     uint64_t gpu_mem, host_mem; /* 0 = not given */
     /* the NVMe tier: --offload nvme, or params with --nvme-path */
     const char *nvme_path;      /* its folder: --disk defaults to the space free there */

@@ -29,13 +29,20 @@ void mp_usage(FILE *f)
           "  --svg FILE   draw a stacked-area timeline by category, phases marked\n"
           "  --step N     draw step N alone (with --svg): what moves within one step\n"
           "  --top N      list the N largest live allocations at each peak (default 10, max 64)\n"
+          "  --check-plan exit 3 when the run strayed from the device's memory plan the\n"
+          "               trace carries (a trace without one passes, saying so)\n"
           "  -h, --help   this text\n"
           "\n"
           "dump prints every record as one JSON object per line.\n"
           "\n"
+          "The report ends with the plan: the device's planned region and buffers\n"
+          "as the engine placed them, checked against every device allocation and\n"
+          "slot occupancy of the run; the picture draws the address space.\n"
+          "\n"
           "Exit status: 0 on success; 1 when the trace is damaged (the figures of\n"
           "the records before the damage are still printed) or is not a trace at\n"
-          "all (no figures); 2 on a usage error.\n",
+          "all (no figures); 2 on a usage error; 3 with --check-plan when the run\n"
+          "strayed from its plan.\n",
           f);
 }
 
@@ -49,6 +56,8 @@ int mp_parse_report_args(int argc, char **argv, mp_report_args *a)
             return 1;
         } else if (!strcmp(argv[i], "--json")) {
             a->json = true;
+        } else if (!strcmp(argv[i], "--check-plan")) {
+            a->check_plan = true;
         } else if (!strcmp(argv[i], "--svg") && i + 1 < argc) {
             a->svg = argv[++i];
         } else if (!strcmp(argv[i], "--top") && i + 1 < argc) {
@@ -116,8 +125,8 @@ void mp_plan_usage(FILE *f)
           "                    [--recompute] [--prefetch K] [--grad-accum K] [--backend cuda|host|auto]\n"
           "                    [--dtype auto|f32|bf16|f16] [--ranks N]\n"
           "                    [--gpu-mem SIZE | --card SIZE [--card-reserve SIZE]] [--host-mem SIZE]\n"
-          "                    [--json] [--nvme-path DIR] [--nvme-master] [--nvme-window SIZE]\n"
-          "                    [--nvme-block SIZE] [--disk SIZE]\n"
+          "                    [--json] [--layout] [--layout-svg FILE] [--nvme-path DIR] [--nvme-master]\n"
+          "                    [--nvme-window SIZE] [--nvme-block SIZE] [--disk SIZE]\n"
           "\n"
           "Predicts, without running anything, the peak device and host memory of\n"
           "training GPT-2 with train_gpt2's settings (its flags and defaults, but for\n"
@@ -163,6 +172,11 @@ void mp_plan_usage(FILE *f)
           "  --nvme-window SIZE, --nvme-block SIZE   as train_gpt2's (256MiB, 1MiB)\n"
           "  --disk SIZE     disk space to check the state file against\n"
           "  --json          print the figures as JSON\n"
+          "  --layout        and the device's layout: every buffer of the engine's static memory\n"
+          "                  plan (the activations one by one) with its offset in the planned\n"
+          "                  region, its size, category and lifetime\n"
+          "  --layout-svg FILE  the layout drawn: the card's memory as one column, each buffer at\n"
+          "                  its offset, coloured by category, beside the budget and the card\n"
           "\n"
           UNITS_SIZE_HELP
           "\n"
@@ -235,12 +249,13 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
     const char *f = argv[*i];
     if (!strcmp(f, "--recompute")) { a->recompute = true; return 0; }
     if (!strcmp(f, "--json")) { a->json = true; return 0; }
+    if (!strcmp(f, "--layout")) { a->layout = true; return 0; }
     if (!strcmp(f, "--nvme-master")) { a->nvme_master = true; return 0; }
     static const char *const valued[] = {"--model", "--layers", "--heads", "--width", "--vocab", "--context",
                                          "--batch", "--seq", "--offload", "--prefetch", "--backend",
                                          "--gpu-mem", "--host-mem", "--grad-accum", "--dtype", "--nvme-path",
                                          "--nvme-window", "--nvme-block", "--disk", "--card", "--card-reserve",
-                                         "--ranks"};
+                                         "--ranks", "--layout-svg"};
     bool known = false;
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
         known |= !strcmp(f, valued[k]);
@@ -271,6 +286,7 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
     if (!strcmp(f, "--nvme-window")) return plan_io_bytes(f, v, &a->nvme_window);
     if (!strcmp(f, "--nvme-block")) return plan_io_bytes(f, v, &a->nvme_block);
     if (!strcmp(f, "--nvme-path")) { a->nvme_path = v; return 0; }
+    if (!strcmp(f, "--layout-svg")) { a->layout_svg = v; return 0; }
     if (!strcmp(f, "--card")) return plan_bytes(f, v, &a->card);
     if (!strcmp(f, "--card-reserve")) {
         if (units_parse_size_flag(f, v, "nothing reserved", &a->card_reserve) != FERRY_OK)

@@ -63,8 +63,8 @@ static ferry_status check_header(mp_trace *t, const char *name, const unsigned c
     memcpy(&t->start_unix_ns, h + 16, 8);
     memcpy(&flags, h + 24, 4);
     memcpy(&hcrc, h + 28, 4);
-    if (version != 1 && version != TRACE_VERSION)
-        return fail(t, FERRY_ERR_FORMAT, "trace '%s' has format version %u; this memprof reads versions 1 and %u",
+    if (version < 1 || version > TRACE_VERSION)
+        return fail(t, FERRY_ERR_FORMAT, "trace '%s' has format version %u; this memprof reads versions 1 to %u",
                     name, version, TRACE_VERSION);
     t->version = version;
     if (*rsize < TRACE_RECORD_SIZE || *rsize > 4096)
@@ -87,11 +87,14 @@ static const char *record_problem(const mp_trace *t, const trace_record *r, uint
                                   size_t cap)
 {
     uint32_t crc = t->checksummed ? trace_record_crc(r, t->n) : 0;
-    unsigned last_kind = t->version >= 2 ? TRACE_END : TRACE_RESERVE;
+    unsigned last_kind = t->version >= 3 ? TRACE_VACATE : t->version == 2 ? TRACE_END : TRACE_RESERVE;
     if (t->ended)
         snprintf(buf, cap, "a record after the end record");
     else if (r->kind < TRACE_ALLOC || r->kind > last_kind)
         snprintf(buf, cap, "unknown record kind %u", r->kind);
+    else if (t->version >= 3 && r->role != 0 && (r->kind != TRACE_PLANNED || r->role >= TRACE_ROLES))
+        snprintf(buf, cap, "role %u in a record of kind %u (only a planned buffer has one, 0 to %d)", r->role,
+                 r->kind, TRACE_ROLES - 1);
     else if (r->kind == TRACE_END && r->bytes != t->n)
         snprintf(buf, cap, "the end record counts %llu records before it, but %zu were read",
                  (unsigned long long)r->bytes, t->n);

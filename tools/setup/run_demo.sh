@@ -3,8 +3,11 @@
 # tokenizer files, the build), tokenizes the King James Bible from Debian's
 # bible-kjv package, trains a small GPT-2 with CPU offload (optimizer state on
 # the host) on the default backend — cuda where a GPU is present, host
-# otherwise — for a few minutes, then prints the memprof summary of the run
-# and a text sample. Environment: FERRY_DEMO_STEPS (default 200).
+# otherwise — for a few minutes (tools/setup/demo_train.sh: its flags, which
+# the README's example progress line is tested against), then prints the
+# memprof summary of the run and a text sample. A run starts anew: the
+# checkpoints and the step log of an earlier one are removed first.
+# Environment: FERRY_DEMO_STEPS (default 200).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bash "$root/tools/setup/setup.sh"
@@ -24,13 +27,8 @@ if [ ! -f data/kjv/train_000000.bin ]; then
 fi
 
 echo "== training GPT-2 (2 layers, 128 wide) with --offload optimizer =="
-rm -rf "$out/checkpoints"
-"$build/tools/train_gpt2/train_gpt2" \
-  --data 'data/kjv/train_*.bin' --val-data 'data/kjv/val_*.bin' --tokenizer "$tok_dir" \
-  --layers 2 --heads 2 --width 128 --batch 8 --seq 64 --steps "${FERRY_DEMO_STEPS:-200}" \
-  --lr 2e-3 --warmup 20 --offload optimizer --eval-every 50 --eval-batches 4 \
-  --checkpoint-dir "$out/checkpoints" --trace "$out/memory.trace" --log "$out/steps.jsonl" \
-  --prompt "And God said" --sample-tokens 48 --temperature 0.8
+rm -rf "$out/checkpoints" "$out/steps.jsonl"
+bash tools/setup/demo_train.sh "$build/tools/train_gpt2/train_gpt2" data/kjv "$tok_dir" "$out"
 
 echo "== where the memory went (memprof) =="
 "$build/tools/memprof/memprof" --svg "$out/memory.svg" "$out/memory.trace"

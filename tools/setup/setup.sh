@@ -6,9 +6,17 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 
+# Every program that setup, the demo and the tests call comes from one of
+# these (checked in CI on a fresh `debootstrap --variant=minbase` root,
+# tools/setup/fresh_debian.sh, which has none of them): procps for pgrep
+# (train-dp finds the ranks mpirun started), jq for reading the step log
+# (README), ca-certificates for npm's download of the tokenizer files,
+# libc6-dev-arm64-cross for the aarch64 cross compiler's headers (only a
+# Recommends of gcc-aarch64-linux-gnu, which --no-install-recommends drops).
 packages=(build-essential meson ninja-build pkg-config libhwloc-dev liburing-dev
           libopenblas-dev libcjson-dev python3 python3-torch python3-numpy
-          bible-kjv nodejs npm openmpi-bin libopenmpi-dev fio)
+          bible-kjv nodejs npm openmpi-bin libopenmpi-dev fio procps jq ca-certificates
+          gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -25,9 +33,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-if [ -f tools/setup/fetch_tokenizer.sh ]; then
-  bash tools/setup/fetch_tokenizer.sh >/dev/null
-fi
+bash tools/setup/fetch_tokenizer.sh >/dev/null
 
 # CUDA 11.8's compiler for Volta (sm_70), which CUDA 13 no longer builds:
 # only when asked (about 860 MB to download), into build-deps/cuda-11.8.

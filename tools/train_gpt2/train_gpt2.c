@@ -43,6 +43,7 @@
 #include "common/units.h"
 #include "engine/intree.h"
 #include "backend/backend.h"
+#include "backend/comm.h"
 #include "backend/ops/ops.h"
 #include "train/hf_checkpoint.h"
 #include "models/gpt2.h"
@@ -79,6 +80,12 @@ typedef struct trainer {
     double tokens_done;
     char ckpt[PATH_MAX];  /* checkpoint folder to resume from, or "" */
     train_resume from;    /* its run state (read before setup) */
+    char home[PATH_MAX];  /* the run folder the resumed checkpoint is in: the default --checkpoint-dir */
+    bool home_taken;      /* --checkpoint-dir is that folder, not given */
+    char changed[1200];   /* what a resumed run changes of its checkpoint's settings, said after its first line */
+    char saved_in[PATH_MAX]; /* where the checkpoint of saved_step is */
+    const char *failed_output; /* the output whose failure stopped the run (the trace, the log, stdout): the
+                                  state in memory is whole then; NULL otherwise */
     char run[33];         /* this run's identity: the checkpoint's when resumed, else new */
     train_skips skips;    /* steps skipped for non-finite gradients */
     /* --sample: the weights alone on a backend of their own, no engine */
@@ -99,9 +106,19 @@ static trainer *the_trainer; /* for fail(): the rank that failed */
  * said once, by rank 0, and needs no telling. */
 static int fail(const char *what)
 {
-    char line[1200];
-    snprintf(line, sizeof line, "%s: %s", what, train_last_error());
+    char line[2400];
     const trainer *t = the_trainer;
+    if (t) {
+        /* Advice names only what the run has not done already (the mode
+         * auto settled on, recompute, the disk tier) and can do (the ranks). */
+        ferry_offload mode = t->engine ? ferry_engine_offload(t->engine) : t->o.offload;
+        train_situation now = {mode, t->o.recompute,
+                               mode == FERRY_OFFLOAD_NVME || (mode == FERRY_OFFLOAD_PARAMS && t->o.nvme_path),
+                               t->world, t->o.batch};
+        snprintf(line, sizeof line, "%s: %s", what, train_last_error_in(&now));
+    } else {
+        snprintf(line, sizeof line, "%s: %s", what, train_last_error());
+    }
     if (t && t->world > 1 && t->agreed_failure) {
         if (t->rank == 0)
             fprintf(stderr, "train_gpt2: %s\n", line);
@@ -293,9 +310,8 @@ static ferry_status take_checkpoint_settings(trainer *t)
         }
     }
     if (!r->settings.known) {
-        if (leader(t))
-            printf("resuming a checkpoint that does not record its settings (saved by an earlier ferry): the flags "
-                   "given, or their defaults, apply\n");
+        snprintf(t->changed, sizeof t->changed, "the checkpoint does not record its settings (saved by an earlier "
+                 "ferry): the flags given, or their defaults, apply");
         return FERRY_OK;
     }
     const train_settings *c = &r->settings;
@@ -343,11 +359,27 @@ static ferry_status take_checkpoint_settings(trainer *t)
             note_change(changed, sizeof changed, floats[i].flag, now, was);
         }
     }
+    if (!train_options_given(o, "--checkpoint-every") && c->checkpoint_every >= 0)
+        o->checkpoint_every = c->checkpoint_every;
     if (o->warmup > o->steps)
         o->warmup = o->steps;
-    if (changed[0] && leader(t))
-        printf("resuming with changed settings: %s\n", changed);
+    if (changed[0])
+        snprintf(t->changed, sizeof t->changed, "resuming with changed settings: %s", changed);
     return FERRY_OK;
+}
+
+/* A resumed run trains from the checkpoint's step to --steps: none left is
+ * refused, saying which flag to raise. */
+static ferry_status check_steps_left(const trainer *t)
+{
+    const train_options *o = &t->o;
+    long long at = (long long)t->from.step;
+    if (o->steps > at)
+        return FERRY_OK;
+    return err_set(FERRY_ERR_INVALID_ARGUMENT, "the checkpoint '%s' is at step %lld and --steps is %d%s: no step is "
+                   "left to train; raise --steps (--steps %lld trains %lld more)",
+                   t->ckpt, at, o->steps, train_options_given(o, "--steps") ? "" : " (the checkpoint's)",
+                   at + (o->steps > 0 ? o->steps : 1), (long long)(o->steps > 0 ? o->steps : 1));
 }
 
 static ferry_status choose_model(trainer *t)
@@ -358,11 +390,16 @@ static ferry_status choose_model(trainer *t)
         if (st == FERRY_OK) st = run_state_inspect(t->ckpt, &t->cfg, &t->from);
         if (st == FERRY_OK) st = check_model_flags(t);
         if (st == FERRY_OK && !t->o.sample_only) st = take_checkpoint_settings(t);
+        if (st == FERRY_OK && !t->o.sample_only) st = check_steps_left(t);
         if (st == FERRY_OK && t->o.sample_only && !train_options_given(o, "--seq"))
             t->o.seq = t->from.seq; /* the window the model was trained with */
         return st;
     }
     if (o->init_from) {
+        /* Weights saved in a checkpoint are what its state.ferry recorded. */
+        ferry_status checked = run_state_check_weights(o->init_from);
+        if (checked != FERRY_OK)
+            return checked;
         /* A config.json beside the weights says the model's shape. */
         char dir[PATH_MAX], cfg[PATH_MAX];
         snprintf(dir, sizeof dir, "%s", o->init_from);
@@ -377,6 +414,8 @@ static ferry_status choose_model(trainer *t)
             ferry_status st = hf_read_config_ferry(cfg, &t->cfg, &conf);
             if (st == FERRY_OK)
                 st = hf_read_ferry_meta(o->init_from, &meta);
+            if (st == FERRY_OK)
+                st = hf_check_torch_dtype(cfg, o->init_from);
             if (st == FERRY_OK && ((conf.run[0] && meta.run[0] && strcmp(conf.run, meta.run) != 0) ||
                                    (conf.step >= 0 && meta.step >= 0 && conf.step != meta.step)))
                 st = err_set(FERRY_ERR_FORMAT, "--init-from: '%s' is step %lld of run %s, but the config.json beside "
@@ -655,6 +694,7 @@ static ferry_status restore(trainer *t)
                        "%s, then step %lld of run %s); resume again", t->ckpt, (long long)t->from.step,
                        t->from.run, (long long)r.step, r.run);
     t->step = t->saved_step = r.step;
+    snprintf(t->saved_in, sizeof t->saved_in, "%s", t->ckpt);
     t->smp.rng = r.sample_rng;
     if (t->o.sample_only)
         return FERRY_OK;
@@ -717,6 +757,14 @@ typedef struct step_figures {
     int64_t skipped_steps;    /* steps skipped since the start of training */
 } step_figures;
 
+/* What the engine's device memory is called on the progress line and in the
+ * summary: "gpu" on a GPU; "device" on the host backend, whose device is the
+ * machine's own memory standing in for one. */
+static const char *device_word(const trainer *t)
+{
+    return ferry_engine_backend(t->engine) == FERRY_BACKEND_CUDA ? "gpu" : "device";
+}
+
 static void progress_line(trainer *t, const step_figures *f)
 {
     char gpu[32], gpu_peak[32], host[32], host_peak[32], eta[32], mfu[32] = "", scale[64] = "";
@@ -738,11 +786,11 @@ static void progress_line(trainer *t, const step_figures *f)
         snprintf(comm, sizeof comm, ", comm wait %.0f", f->timing.compute_wait_comm_ms);
     }
     char skips[64];
-    printf("step %*lld/%d | loss %7.4f%s%s%s | %7.0f tok/s%s%s | gpu %s (peak %s) | host %s (peak %s) | "
+    printf("step %*lld/%d | loss %7.4f%s%s%s | %7.0f tok/s%s%s | %s %s (peak %s) | host %s (peak %s) | "
            "%.0f ms: compute %.0f, xfer wait %.0f, opt wait %.0f%s | ETA %s\n",
            (int)snprintf(NULL, 0, "%d", t->o.steps), (long long)t->step, t->o.steps, (double)f->loss,
            f->skipped ? " (skipped: inf/nan)" : "", scale, train_skips_describe(&t->skips, skips, sizeof skips),
-           f->tokens_per_s, ranks, mfu, gpu, gpu_peak, host, host_peak, f->step_ms, f->compute_ms,
+           f->tokens_per_s, ranks, mfu, device_word(t), gpu, gpu_peak, host, host_peak, f->step_ms, f->compute_ms,
            f->timing.compute_wait_transfer_ms, f->timing.compute_wait_optimizer_ms, comm, eta);
     fflush(stdout);
 }
@@ -750,7 +798,7 @@ static void progress_line(trainer *t, const step_figures *f)
 /* What the run prints goes to stdout, flushed as it goes: a write that
  * fails (a full disk, /dev/full) stops the run, as the log's does. Rank 0
  * alone prints, so it alone checks. */
-static ferry_status stdout_written(const trainer *t)
+static ferry_status stdout_written(trainer *t)
 {
     if (!leader(t))
         return FERRY_OK;
@@ -758,12 +806,15 @@ static ferry_status stdout_written(const trainer *t)
     if (fflush(stdout) == 0 && !ferror(stdout))
         return FERRY_OK;
     fileio_check_stdout_at_exit(NULL); /* said here; the exit's check need not say it again */
+    t->failed_output = "stdout";
     return err_set(FERRY_ERR_IO, "writing the progress to stdout: %s; the run stops (is the disk full?)",
                    errno ? strerror(errno) : "a write error");
 }
 
-/* One line of the JSON Lines log, flushed: a write that fails (a full disk)
- * is an error, so the log is never silently cut. */
+static ferry_status log_write(trainer *t, cJSON *j);
+
+/* One record of the JSON Lines log: a step's figures, or (f NULL) an
+ * evaluation's loss. */
 static ferry_status log_record(trainer *t, const char *kind, const step_figures *f, double val_loss)
 {
     if (!t->log)
@@ -798,6 +849,13 @@ static ferry_status log_record(trainer *t, const char *kind, const step_figures 
     } else {
         cJSON_AddNumberToObject(j, "val_loss", val_loss);
     }
+    return log_write(t, j);
+}
+
+/* Writes one record (and frees it), flushed: a write that fails (a full
+ * disk) is an error, so the log is never silently cut. */
+static ferry_status log_write(trainer *t, cJSON *j)
+{
     char *line = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!line)
@@ -805,10 +863,27 @@ static ferry_status log_record(trainer *t, const char *kind, const step_figures 
     errno = 0;
     bool written = fprintf(t->log, "%s\n", line) >= 0 && fflush(t->log) == 0;
     free(line);
-    if (!written)
+    if (!written) {
+        t->failed_output = "the log";
         return err_set(FERRY_ERR_IO, "writing the log '%s': %s; the log is incomplete (is the disk full?)", t->o.log,
                        errno ? strerror(errno) : "write error");
+    }
     return FERRY_OK;
+}
+
+/* A resumed run's first record: the steps logged after it replace those of
+ * the same number logged before it (a run killed after its last save had
+ * logged steps it did not keep), so a reader takes each step's last record. */
+static ferry_status log_resume(trainer *t)
+{
+    if (!t->log)
+        return FERRY_OK;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "kind", "resume");
+    cJSON_AddNumberToObject(j, "step", (double)t->step);
+    cJSON_AddStringToObject(j, "run", t->run);
+    cJSON_AddStringToObject(j, "checkpoint", t->ckpt);
+    return log_write(t, j);
 }
 
 /* ---- the loop ---- */
@@ -820,6 +895,16 @@ static ferry_status agree_on_step(trainer *t, float *sum)
     double v = *sum;
     ferry_status st = agree(t, &v, 1);
     *sum = (float)v;
+    return st;
+}
+
+/* A phase marker in the memory trace; the trace is written out there, so a
+ * full disk under it is found here, with the training state untouched. */
+static ferry_status mark(trainer *t, int64_t step, const char *phase)
+{
+    ferry_status st = ferry_engine_mark(t->engine, step, phase);
+    if (st != FERRY_OK)
+        t->failed_output = "the memory trace";
     return st;
 }
 
@@ -855,9 +940,9 @@ static ferry_status train_step(trainer *t, step_figures *f)
         if (st == FERRY_OK) st = ferry_engine_begin_micro_batch(t->engine, k, K);
         /* Each pass marked in the trace (memprof --step shows them); a
          * failed trace stops the run. */
-        if (st == FERRY_OK) st = ferry_engine_mark(t->engine, t->step + 1, "forward");
+        if (st == FERRY_OK) st = mark(t, t->step + 1, "forward");
         if (st == FERRY_OK) st = gpt2_forward(t->model, t->acts, &hooks, s, t->inputs, t->targets, true);
-        if (st == FERRY_OK) st = ferry_engine_mark(t->engine, t->step + 1, "backward");
+        if (st == FERRY_OK) st = mark(t, t->step + 1, "backward");
         if (st == FERRY_OK) st = gpt2_backward(t->model, t->acts, &hooks, s, grad_scale);
         if (st == FERRY_OK) st = gpt2_loss(t->acts, s, &loss);
         sum += loss;
@@ -874,7 +959,7 @@ static ferry_status train_step(trainer *t, step_figures *f)
     so.max_grad_norm = t->o.clip;
     ferry_step_report rep = FERRY_STEP_REPORT_INIT;
     if (st == FERRY_OK)
-        st = ferry_engine_mark(t->engine, t->step + 1, "optimizer");
+        st = mark(t, t->step + 1, "optimizer");
     if (st == FERRY_OK)
         st = ferry_engine_step(t->engine, &so, &rep);
     if (st == FERRY_OK)
@@ -929,7 +1014,7 @@ static ferry_status evaluate(trainer *t, float *val_loss, bool *cut)
     ferry_status st = ferry_engine_begin_inference(t->engine);
     if (st != FERRY_OK)
         return st;
-    if ((st = ferry_engine_mark(t->engine, t->step, "eval")) != FERRY_OK) {
+    if ((st = mark(t, t->step, "eval")) != FERRY_OK) {
         ferry_engine_end_inference(t->engine);
         return st;
     }
@@ -999,18 +1084,19 @@ static ferry_status save(trainer *t)
     snprintf(r.run, sizeof r.run, "%s", t->run);
     r.settings = (train_settings){1, o->seed, (int32_t)ferry_engine_dtype(t->engine), (int32_t)ferry_engine_offload(t->engine),
                                   o->delayed_update, o->warmup, o->steps, o->lr, o->lr_min_frac, o->weight_decay,
-                                  o->beta1, o->beta2, o->eps, o->clip};
+                                  o->beta1, o->beta2, o->eps, o->clip, o->checkpoint_every};
     ferry_engine_mark(t->engine, t->step, "checkpoint"); /* a failed trace is said at the next step, after the save */
     ferry_status st = run_state_save(t->o.checkpoint_dir, t->step, t->engine, t->model, &r);
     if (st != FERRY_OK)
         return st;
     t->saved_step = t->step;
+    snprintf(t->saved_in, sizeof t->saved_in, "%s/step_%08lld", t->o.checkpoint_dir, (long long)t->step);
     if (!leader(t))
         return FERRY_OK; /* rank 0 wrote it */
     if (!t->o.quiet)
-        printf("saved checkpoint %s/step_%08lld\n", t->o.checkpoint_dir, (long long)t->step);
+        printf("saved checkpoint %s\n", t->saved_in);
     /* Retention failing is no reason to stop training: say so and go on. */
-    if (run_state_prune(t->o.checkpoint_dir, t->o.keep_last) != FERRY_OK)
+    if (run_state_prune(t->o.checkpoint_dir, t->o.keep_last, t->run) != FERRY_OK)
         fprintf(stderr, "train_gpt2: warning: %s\n", train_last_error());
     return FERRY_OK;
 }
@@ -1079,8 +1165,8 @@ static void summary(trainer *t)
         snprintf(ranks, sizeof ranks, ", %.0f per rank of %d", rate / t->world, t->world);
     if (!leader(t))
         return;
-    printf("done: %lld steps, %.0f tokens in %.1f s (%.0f tok/s%s); peak memory: gpu %s, host %s%s\n",
-           (long long)(t->step - t->start_step), t->tokens_done, secs, rate, ranks,
+    printf("done: %lld steps, %.0f tokens in %.1f s (%.0f tok/s%s); peak memory: %s %s, host %s%s\n",
+           (long long)(t->step - t->start_step), t->tokens_done, secs, rate, ranks, device_word(t),
            units_fmt_bytes(dp, sizeof dp, ms.device_total_peak_bytes), units_fmt_bytes(hp, sizeof hp, ms.host_peak_bytes),
            t->world > 1 ? " (rank 0's)" : "");
 }
@@ -1121,6 +1207,43 @@ static int report_stop(const trainer *t, int rc)
         fprintf(stderr, "train_gpt2: stopped by %s at step %lld; the checkpoint could not be saved\n", name,
                 (long long)t->step);
     return rc ? rc : 128 + sig;
+}
+
+/* After a failure in training, said on stderr below the error: what is
+ * kept. When an output failed (the memory trace, the log, stdout: a full
+ * disk) the state in memory is whole, so the steps trained since the last
+ * save are saved now (one process: with several ranks the failure is
+ * rank 0's alone and the others are gone); otherwise (the engine, the NVMe
+ * tier, the data) the state may be half updated and is not saved, and the
+ * line says which checkpoint is the last, or that there is none, and how
+ * many steps are lost. */
+static void keep_what_can_be_kept(trainer *t)
+{
+    const train_options *o = &t->o;
+    if (!leader(t) || !t->started_ms || t->step == t->start_step)
+        return; /* nothing trained in this run: nothing to keep or lose */
+    bool whole = t->failed_output && t->world == 1 && o->checkpoint_dir && t->step > t->saved_step &&
+                 t->step > 0 && ferry_engine_abandon_step(t->engine) == FERRY_OK;
+    if (whole && save(t) == FERRY_OK) {
+        fprintf(stderr, "train_gpt2: %s failed, not the training: its state was whole, and step %lld is saved in %s; "
+                        "resume with --resume %s once %s can be written\n",
+                t->failed_output, (long long)t->step, t->saved_in, o->checkpoint_dir, t->failed_output);
+        return;
+    }
+    if (whole)
+        fprintf(stderr, "train_gpt2: saving step %lld after that failed too: %s\n", (long long)t->step,
+                train_last_error());
+    long long lost = (long long)(t->step - (t->saved_step > t->start_step ? t->saved_step : t->start_step));
+    if (t->saved_step >= 0 && t->saved_step == t->step)
+        fprintf(stderr, "train_gpt2: nothing is lost: the checkpoint of step %lld, the last one trained, is %s\n",
+                (long long)t->step, t->saved_in);
+    else if (t->saved_step >= 0)
+        fprintf(stderr, "train_gpt2: the last checkpoint is step %lld, %s; the %lld step%s trained after it %s lost\n",
+                (long long)t->saved_step, t->saved_in, lost, lost == 1 ? "" : "s", lost == 1 ? "is" : "are");
+    else
+        fprintf(stderr, "train_gpt2: nothing was saved (%s): the %lld step%s trained %s lost\n",
+                o->checkpoint_dir ? "no checkpoint had been written yet" : "no --checkpoint-dir", lost,
+                lost == 1 ? "" : "s", lost == 1 ? "is" : "are");
 }
 
 /* Frees everything and closes the outputs; returns rc, or 1 when the trace
@@ -1239,36 +1362,61 @@ static ferry_status open_log(trainer *t)
 }
 
 /* This run's identity (the checkpoint's when resumed), and a checkpoint
- * folder that is this run's: a new run refuses one that already holds a
- * run's checkpoints (its latest), a resumed run a folder of another run, so
- * that two runs never prune each other's checkpoints or swap each other's
- * latest. With several ranks, rank 0 (which writes the folder) makes the
- * identity and checks the folder; the others receive it (agree_after_prepare). */
+ * folder that is this run's: every step folder in it is checked before
+ * anything there is written or pruned (run_state_claim): a new run refuses
+ * a folder holding any run's checkpoints (with its latest link or without),
+ * a resumed run one holding another run's, so that two runs never prune or
+ * overwrite each other's checkpoints. With several ranks, rank 0 (which
+ * writes the folder) makes the identity and checks the folder; the others
+ * receive it (agree_after_prepare). */
 static ferry_status claim_run_folder(trainer *t)
 {
-    const char *dir = t->o.checkpoint_dir;
-    char link[PATH_MAX], target[PATH_MAX] = "", ckpt[PATH_MAX];
-    struct stat sb;
     if (t->o.resume && t->from.run[0])
         snprintf(t->run, sizeof t->run, "%s", t->from.run);
     else if (leader(t))
         run_state_new_run(t->run);
-    if (!leader(t) || !dir || run_state_join(link, sizeof link, dir, "latest") != FERRY_OK || lstat(link, &sb) != 0)
+    if (!leader(t) || !t->o.checkpoint_dir)
         return FERRY_OK;
-    ssize_t n = readlink(link, target, sizeof target - 1);
-    target[n > 0 ? n : 0] = '\0';
-    if (!t->o.resume)
-        return err_set(FERRY_ERR_STATE, "'%s' already holds a run's checkpoints (latest: %s); continue that run with "
-                       "--resume %s, or give a new --checkpoint-dir", dir, target, dir);
-    train_resume other;
-    gpt2_config c;
-    if (run_state_locate(dir, ckpt, sizeof ckpt) == FERRY_OK && run_state_inspect(ckpt, &c, &other) == FERRY_OK &&
-        other.run[0] && t->from.run[0] && strcmp(other.run, t->from.run) != 0)
-        return err_set(FERRY_ERR_STATE, "--checkpoint-dir '%s' holds run %s, but --resume '%s' is run %s: two runs in "
-                       "one folder would prune each other's checkpoints; save the resumed run into its own folder",
-                       dir, other.run, t->o.resume, t->from.run);
-    err_clear();
-    return FERRY_OK;
+    return run_state_claim(t->o.checkpoint_dir, t->o.resume ? t->from.run : t->run, t->o.resume != NULL);
+}
+
+/* --resume without --checkpoint-dir saves into the checkpoint's run folder
+ * (the folder its step folder is in), as the run it continues did; a
+ * checkpoint outside any run folder saves nothing, which its first line
+ * says. Before the outputs are checked, so that this folder is checked and
+ * locked like a given one. */
+static void default_checkpoint_dir(trainer *t)
+{
+    char ckpt[PATH_MAX];
+    if (!t->o.resume || t->o.checkpoint_dir || t->o.sample_only ||
+        run_state_locate(t->o.resume, ckpt, sizeof ckpt) != FERRY_OK ||
+        run_state_run_folder(t->o.resume, t->home, sizeof t->home) != FERRY_OK) {
+        err_clear(); /* a checkpoint that cannot be found is said by choose_model */
+        return;
+    }
+    t->o.checkpoint_dir = t->home;
+    t->home_taken = true;
+}
+
+/* A resumed run's first line: the run it continues, from where, how many
+ * steps are left, and where (and how often) it saves; then what it changes
+ * of the checkpoint's settings. */
+static void say_resume(const trainer *t)
+{
+    const train_options *o = &t->o;
+    char saves[PATH_MAX + 160], every[48] = "";
+    if (o->checkpoint_every > 0)
+        snprintf(every, sizeof every, " every %d steps and", o->checkpoint_every);
+    if (o->checkpoint_dir)
+        snprintf(saves, sizeof saves, "saving into %s%s at the end%s", o->checkpoint_dir, every,
+                 t->home_taken ? " (the checkpoint's run folder; --checkpoint-dir DIR saves elsewhere)" : "");
+    else
+        snprintf(saves, sizeof saves, "saving nothing: the checkpoint is in no run folder, so give --checkpoint-dir DIR "
+                 "to keep this run's steps");
+    printf("resuming run %s at step %lld from %s: %lld of %d steps left, %s\n", t->run[0] ? t->run : "(unnamed)",
+           (long long)t->from.step, t->ckpt, (long long)(o->steps - t->from.step), o->steps, saves);
+    if (t->changed[0])
+        printf("%s\n", t->changed);
 }
 
 /* With several ranks, after every rank's prepare(), in the collective
@@ -1362,8 +1510,10 @@ static ferry_status find_max_batch(trainer *t)
         return st;
     if (t->o.host_mem && (!host || t->o.host_mem < host))
         host = t->o.host_mem;
-    gpt2_plan_request rq = {&t->cfg, 1, t->o.seq, t->o.offload, t->o.recompute, t->o.prefetch, t->o.grad_accum,
-                            t->o.backend, planned_dtype(t), t->world, budget};
+    gpt2_plan_request rq = {.cfg = &t->cfg, .batch = 1, .seq = t->o.seq, .offload = t->o.offload,
+                            .recompute = t->o.recompute, .prefetch_groups = t->o.prefetch,
+                            .micro_batches = t->o.grad_accum, .backend = t->o.backend, .dtype = planned_dtype(t),
+                            .ranks = t->world, .device_budget = budget};
     if (rq.backend == FERRY_BACKEND_AUTO)
         rq.backend = rq.dtype == FERRY_DTYPE_F32 ? FERRY_BACKEND_HOST : FERRY_BACKEND_CUDA;
     gpt2_plan_disk tier = {t->o.nvme_master, t->o.nvme_window, t->o.nvme_block};
@@ -1396,6 +1546,7 @@ static ferry_status find_max_batch(trainer *t)
 
 static int prepare(trainer *t)
 {
+    default_checkpoint_dir(t);
     train_options outputs = t->o;
     if (!leader(t))
         outputs.checkpoint_dir = NULL, outputs.log = NULL; /* rank 0's to check */
@@ -1411,6 +1562,11 @@ static int prepare(trainer *t)
         return fail(t->o.resume ? "--resume" : "model");
     if (claim_run_folder(t) != FERRY_OK)
         return fail("--checkpoint-dir");
+    if (t->o.resume && !t->o.sample_only && leader(t)) {
+        say_resume(t);
+        if (stdout_written(t) != FERRY_OK)
+            return fail("--resume");
+    }
     if (t->o.seq > t->cfg.max_seq_len) {
         fprintf(stderr, "train_gpt2: --seq %d is longer than the model's context %d\n", t->o.seq, t->cfg.max_seq_len);
         return 2;
@@ -1506,9 +1662,13 @@ int main(int argc, char **argv)
                    ferry_backend_name(backend_kind(t.sample_be)));
         if (t.engine && ferry_engine_auto_reason(t.engine)[0]) /* offload auto: what it chose and why */
             printf("%s\n", ferry_engine_auto_reason(t.engine));
-        if (t.world > 1)
+        if (t.world > 1) {
+            char timeouts[400];
+            comm_world_describe_timeouts(timeouts, sizeof timeouts);
             printf("data parallel: %d ranks (%s), %d micro-batches of %d x %d per step, rank r taking the r-th %d\n",
                    t.world, world.launcher, t.world * t.o.grad_accum, t.o.batch, t.o.seq, t.o.grad_accum);
+            printf("data parallel: %s\n", timeouts);
+        }
         printf("model: %d layers, %d heads, %d wide, vocab %d, context %d: %.1fM parameters", t.cfg.n_layer,
                t.cfg.n_head, t.cfg.n_embd, t.cfg.vocab_size, t.cfg.max_seq_len,
                (double)gpt2_num_params(t.model) / 1e6);
@@ -1521,16 +1681,18 @@ int main(int argc, char **argv)
         else
             printf(" | batch %d x %d x %d accum = %lld tokens/step%s\n", t.o.batch, t.o.seq, t.o.grad_accum,
                    (long long)t.o.batch * t.o.seq * t.o.grad_accum, t.o.recompute ? " | recompute" : "");
-        if (t.step > 0)
-            printf("resumed at step %lld from %s\n", (long long)t.step, t.ckpt);
         if (stdout_written(&t) != FERRY_OK)
             return finish(&t, fail("setup"));
     }
+    if (t.ckpt[0] && !t.o.sample_only && leader(&t) && log_resume(&t) != FERRY_OK)
+        return finish(&t, fail("--log"));
     t.started_ms = clock_now_ms();
     t.start_step = t.step;
     ferry_status st = t.o.sample_only ? print_sample(&t) : train(&t);
     if (st != FERRY_OK) {
         rc = fail(t.o.sample_only ? "sampling" : "training");
+        if (!t.o.sample_only)
+            keep_what_can_be_kept(&t);
     } else if (!t.o.sample_only) {
         if (!stopping(&t) && t.o.sample_every == 0 && t.tok && (st = print_sample(&t)) != FERRY_OK)
             rc = fail("sampling");

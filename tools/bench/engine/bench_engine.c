@@ -86,11 +86,16 @@ typedef struct bench_opts {
     int splits[MAX_SPLITS];
     int nsplits;
     int run_split[MAX_RUNS];
+    /* --card with --confirm-max-batch and no --batch: the planner's largest
+     * batch of each mode (by the index in modes), and each run's batch */
+    int mode_B[3];
+    int run_B[MAX_RUNS];
 } bench_opts;
 
 /* One engine with the model on it, and activations for one batch shape. */
 typedef struct bench_run {
     const bench_opts *o;
+    int run; /* its index in o's runs */
     ferry_offload mode;
     gpt2_model *m;
     ferry_engine *e;
@@ -174,11 +179,22 @@ static void run_close(bench_run *r)
     r->tokens = r->targets = NULL;
 }
 
+/* The device's storage type the engine will pick: bf16 (or f16, the same
+ * bytes) on cuda, f32 on the host backend. */
+static ferry_dtype device_dtype(ferry_backend_kind kind)
+{
+    ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
+    if (kind == FERRY_BACKEND_AUTO)
+        kind = ferry_system_probe(&info) == FERRY_OK ? info.backend : FERRY_BACKEND_HOST;
+    return kind == FERRY_BACKEND_CUDA ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F32;
+}
+
 static ferry_status run_open(const bench_opts *o, int run, gpt2_model *m, bench_run *r)
 {
     ferry_offload mode = o->run_mode[run];
     memset(r, 0, sizeof *r);
     r->o = o;
+    r->run = run;
     r->mode = mode;
     r->m = m;
     r->pct = o->run_pct[run];
@@ -191,6 +207,13 @@ static ferry_status run_open(const bench_opts *o, int run, gpt2_model *m, bench_
     cfg.device_budget_bytes = o->run_budget[run];
     cfg.optimizer_threads = o->threads;
     cfg.delayed_update = o->delayed && mode == FERRY_OFFLOAD_OPTIMIZER;
+    /* The batch measured is known (not searched): its activations are
+     * declared, so they lie in the engine's static memory plan, as
+     * train_gpt2's do. --find-max-batch tries batches on one engine, whose
+     * activations then go to the arena's dynamic region. */
+    if (!o->find_max && o->run_B[run] > 0)
+        cfg.auto_activation_bytes =
+            gpt2_activations_bytes(m, device_dtype(o->backend), o->run_B[run], o->T, o->recompute);
     r->started_ms = clock_now_ms();
     ferry_status st = ferry_engine_create(&cfg, &r->e);
     if (st == FERRY_OK && ferry_engine_backend(r->e) != o->backend && o->backend != FERRY_BACKEND_AUTO)
@@ -435,9 +458,9 @@ static int try_batch(bench_run *r, gpt2_model *m, int B)
     r->act = NULL;
     if (in_step) {
         const bench_opts *o = r->o;
-        ferry_offload mode = r->mode;
+        int run = r->run;
         run_close(r);
-        if (run_open(o, mode, m, r) != FERRY_OK)
+        if (run_open(o, run, m, r) != FERRY_OK)
             return -1;
     }
     return 0;
@@ -641,7 +664,7 @@ static ferry_status open_mode(const bench_opts *o, gpt2_model *m, int run, bench
         int best = 0;
         st = find_max_batch(r, m, &best);
     } else if (st == FERRY_OK) {
-        st = run_set_batch(r, o->B);
+        st = run_set_batch(r, o->run_B[run]);
     }
     if (st == FERRY_OK)
         fprintf(stderr, "%s\n", ferry_engine_describe(r->e));
@@ -723,15 +746,23 @@ static int card_budget(bench_opts *o, const gpt2_model *m)
            units_fmt_bytes(lib, sizeof lib, ms.device_library_bytes),
            units_fmt_bytes(budget, sizeof budget, o->gpu_mem), (unsigned long long)share);
     if (o->confirm_max && !o->B) {
-        gpt2_plan_request rq = {gpt2_get_config(m), 1, o->T, o->modes[0], o->recompute, 2, 1, FERRY_BACKEND_CUDA,
-                                FERRY_DTYPE_AUTO, 1, 0}; /* the largest batch: the window only */
-        st = gpt2_plan_max_batch(&rq, o->gpu_mem, &o->B);
-        if (st != FERRY_OK || o->B < 1) {
-            fprintf(stderr, "bench_engine: --card %s: %s\n", card,
-                    st != FERRY_OK ? train_last_error() : "the planner fits not even batch 1 in that budget");
-            return 1;
+        printf("the planner's largest batch at that budget:");
+        for (int i = 0; i < o->nmodes; i++) {
+            gpt2_plan_request rq = {.cfg = gpt2_get_config(m), .batch = 1, .seq = o->T, .offload = o->modes[i],
+                                    .recompute = o->recompute, .prefetch_groups = 2, .micro_batches = 1,
+                                    .backend = FERRY_BACKEND_CUDA, .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+                                    .device_budget = 0}; /* the largest batch: the window only */
+            st = gpt2_plan_max_batch(&rq, o->gpu_mem, &o->mode_B[i]);
+            if (st != FERRY_OK || o->mode_B[i] < 1) {
+                printf("\n");
+                fprintf(stderr, "bench_engine: --card %s, offload %s: %s\n", card, ferry_offload_name(o->modes[i]),
+                        st != FERRY_OK ? train_last_error() : "the planner fits not even batch 1 in that budget");
+                return 1;
+            }
+            printf("%s offload %s %d", i ? "," : "", ferry_offload_name(o->modes[i]), o->mode_B[i]);
         }
-        printf("the planner's largest batch at that budget: %d (confirmed below)\n", o->B);
+        printf(" (each confirmed below)\n");
+        o->B = o->mode_B[0];
     }
     fflush(stdout);
     return 0;
@@ -939,6 +970,7 @@ static ferry_status plan_runs(bench_opts *o, const gpt2_config *cfg, ferry_backe
 {
     o->nruns = 0;
     for (int i = 0; i < o->nmodes; i++) {
+        o->run_B[o->nruns] = o->mode_B[i] ? o->mode_B[i] : o->B;
         o->run_mode[o->nruns] = o->modes[i];
         o->run_budget[o->nruns] = o->gpu_mem;
         o->run_split[o->nruns] = SPLIT_DEFAULT;
@@ -946,6 +978,7 @@ static ferry_status plan_runs(bench_opts *o, const gpt2_config *cfg, ferry_backe
     }
     /* The split update's runs: every update on the CPU first, the peer. */
     for (int i = -1; o->nsplits && i < o->nsplits; i++) {
+        o->run_B[o->nruns] = o->B;
         o->run_mode[o->nruns] = FERRY_OFFLOAD_OPTIMIZER;
         o->run_budget[o->nruns] = o->gpu_mem;
         o->run_split[o->nruns] = i < 0 ? 0 : o->splits[i];
@@ -956,8 +989,10 @@ static ferry_status plan_runs(bench_opts *o, const gpt2_config *cfg, ferry_backe
     ferry_engine_config ec = FERRY_ENGINE_CONFIG_INIT;
     for (int i = 0; i < o->nbudgets; i++) {
         gpt2_plan full, window;
-        gpt2_plan_request rq = {cfg, o->B, o->T, FERRY_OFFLOAD_PARAMS, o->recompute, ec.prefetch_groups, 1, kind,
-                                FERRY_DTYPE_AUTO, 1, (uint64_t)1 << 62};
+        gpt2_plan_request rq = {.cfg = cfg, .batch = o->B, .seq = o->T, .offload = FERRY_OFFLOAD_PARAMS,
+                                .recompute = o->recompute, .prefetch_groups = ec.prefetch_groups, .micro_batches = 1,
+                                .backend = kind, .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+                                .device_budget = (uint64_t)1 << 62};
         ferry_status st = gpt2_plan_predict(&rq, &full);
         rq.device_budget = 0;
         if (st == FERRY_OK)
@@ -966,6 +1001,7 @@ static ferry_status plan_runs(bench_opts *o, const gpt2_config *cfg, ferry_backe
             return err_wrap(st, "--params-budgets");
         uint64_t all = full.device_bytes[FERRY_MEM_PARAMS];
         uint64_t b = full.device_total - (uint64_t)((double)all * (100 - o->budget_pct[i]) / 100.0);
+        o->run_B[o->nruns] = o->B;
         o->run_mode[o->nruns] = FERRY_OFFLOAD_PARAMS;
         o->run_budget[o->nruns] = b > window.device_total ? b : window.device_total;
         o->run_split[o->nruns] = SPLIT_DEFAULT;
@@ -977,8 +1013,9 @@ static ferry_status plan_runs(bench_opts *o, const gpt2_config *cfg, ferry_backe
 int main(int argc, char **argv)
 {
     fileio_check_stdout_at_exit("bench_engine"); /* a full disk or /dev/full on stdout is exit 1 */
-    bench_opts o = {NULL, 0, 0, 7, 1, 0, {FERRY_OFFLOAD_NONE, FERRY_OFFLOAD_OPTIMIZER, FERRY_OFFLOAD_PARAMS},
-                    3, FERRY_BACKEND_AUTO, 0, 0, false, false, false, false, 1e-4, 0, {0}, 0, {0}, {0}, {0}, 0, {0}, 0, {0}};
+    bench_opts o = {.steps = 7, .warmup = 1,
+                    .modes = {FERRY_OFFLOAD_NONE, FERRY_OFFLOAD_OPTIMIZER, FERRY_OFFLOAD_PARAMS}, .nmodes = 3,
+                    .backend = FERRY_BACKEND_AUTO, .lr = 1e-4};
     ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
     ferry_status st = parse_args(argc, argv, &o);
     if (st == FERRY_OK) st = ferry_system_probe(&info);

@@ -74,13 +74,16 @@ enum { SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_XOR };
 enum { VOTE_BALLOT, VOTE_ALL, VOTE_ANY };
 
 /* ---- shared memory ---- */
-void *shared_alloc(unsigned key, size_t bytes, size_t align);
+void *shared_alloc(unsigned key, size_t bytes, size_t align, const char *name);
 void *dynamic_shared_base(size_t align);
 
-template <class T> T &shared_var(unsigned key, size_t align)
+/* A static __shared__ variable of the running block (placed when a thread
+ * first reaches it; `name` is the declaration's, for the access checks'
+ * messages). */
+template <class T> T &shared_var(unsigned key, size_t align, const char *name)
 {
     size_t a = align > alignof(T) ? align : alignof(T);
-    return *static_cast<T *>(shared_alloc(key, sizeof(T), a));
+    return *static_cast<T *>(shared_alloc(key, sizeof(T), a, name));
 }
 
 template <class T> T *dynamic_shared(size_t align)
@@ -320,27 +323,30 @@ inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
-/* ---- atomics: real ones, since blocks run on several OS threads ---- */
+/* ---- atomics: real ones, since blocks run on several OS threads; the
+ * shared-memory race check does not see them (no access hooks here), as
+ * atomics never race ---- */
+#define CUDASIM_ATOMIC inline __attribute__((no_sanitize_address))
 #define CUDASIM_ATOMIC_INT(T)                                                                              \
-    inline T atomicAdd(T *a, T v) { return __atomic_fetch_add(a, v, __ATOMIC_RELAXED); }                  \
-    inline T atomicSub(T *a, T v) { return __atomic_fetch_sub(a, v, __ATOMIC_RELAXED); }                  \
-    inline T atomicAnd(T *a, T v) { return __atomic_fetch_and(a, v, __ATOMIC_RELAXED); }                  \
-    inline T atomicOr(T *a, T v) { return __atomic_fetch_or(a, v, __ATOMIC_RELAXED); }                    \
-    inline T atomicXor(T *a, T v) { return __atomic_fetch_xor(a, v, __ATOMIC_RELAXED); }                  \
-    inline T atomicExch(T *a, T v) { return __atomic_exchange_n(a, v, __ATOMIC_RELAXED); }                \
-    inline T atomicCAS(T *a, T cmp, T v)                                                                   \
+    CUDASIM_ATOMIC T atomicAdd(T *a, T v) { return __atomic_fetch_add(a, v, __ATOMIC_RELAXED); }          \
+    CUDASIM_ATOMIC T atomicSub(T *a, T v) { return __atomic_fetch_sub(a, v, __ATOMIC_RELAXED); }          \
+    CUDASIM_ATOMIC T atomicAnd(T *a, T v) { return __atomic_fetch_and(a, v, __ATOMIC_RELAXED); }          \
+    CUDASIM_ATOMIC T atomicOr(T *a, T v) { return __atomic_fetch_or(a, v, __ATOMIC_RELAXED); }            \
+    CUDASIM_ATOMIC T atomicXor(T *a, T v) { return __atomic_fetch_xor(a, v, __ATOMIC_RELAXED); }          \
+    CUDASIM_ATOMIC T atomicExch(T *a, T v) { return __atomic_exchange_n(a, v, __ATOMIC_RELAXED); }        \
+    CUDASIM_ATOMIC T atomicCAS(T *a, T cmp, T v)                                                           \
     {                                                                                                      \
         __atomic_compare_exchange_n(a, &cmp, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);               \
         return cmp;                                                                                        \
     }                                                                                                      \
-    inline T atomicMax(T *a, T v)                                                                          \
+    CUDASIM_ATOMIC T atomicMax(T *a, T v)                                                                  \
     {                                                                                                      \
         T old = __atomic_load_n(a, __ATOMIC_RELAXED);                                                      \
         while (old < v && !__atomic_compare_exchange_n(a, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) \
             ;                                                                                              \
         return old;                                                                                        \
     }                                                                                                      \
-    inline T atomicMin(T *a, T v)                                                                          \
+    CUDASIM_ATOMIC T atomicMin(T *a, T v)                                                                  \
     {                                                                                                      \
         T old = __atomic_load_n(a, __ATOMIC_RELAXED);                                                      \
         while (old > v && !__atomic_compare_exchange_n(a, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) \
@@ -353,7 +359,7 @@ CUDASIM_ATOMIC_INT(unsigned long long)
 CUDASIM_ATOMIC_INT(long long)
 #undef CUDASIM_ATOMIC_INT
 
-template <class F, class U> inline F cudasim_atomic_float_op(F *a, F v, bool add)
+template <class F, class U> CUDASIM_ATOMIC F cudasim_atomic_float_op(F *a, F v, bool add)
 {
     static_assert(sizeof(F) == sizeof(U), "bits");
     U *p = reinterpret_cast<U *>(a);
@@ -368,7 +374,7 @@ template <class F, class U> inline F cudasim_atomic_float_op(F *a, F v, bool add
 }
 inline float atomicAdd(float *a, float v) { return cudasim_atomic_float_op<float, uint32_t>(a, v, true); }
 inline double atomicAdd(double *a, double v) { return cudasim_atomic_float_op<double, uint64_t>(a, v, true); }
-inline float atomicExch(float *a, float v)
+CUDASIM_ATOMIC float atomicExch(float *a, float v)
 {
     uint32_t b, o;
     memcpy(&b, &v, 4);
@@ -503,7 +509,7 @@ inline __half2 h2exp(__half2 a)
 
 /* 16- and 32-bit atomics on types without a native one: compare-and-swap
  * loops of that width, as x86 has them. */
-template <class T, class Op> inline T cudasim_atomic16(T *a, Op op)
+template <class T, class Op> CUDASIM_ATOMIC T cudasim_atomic16(T *a, Op op)
 {
     static_assert(sizeof(T) == 2, "16-bit");
     uint16_t *word = reinterpret_cast<uint16_t *>(a);
@@ -516,7 +522,7 @@ template <class T, class Op> inline T cudasim_atomic16(T *a, Op op)
     } while (!__atomic_compare_exchange_n(word, &old, next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
     return was;
 }
-template <class T, class Op> inline T cudasim_atomic32(T *a, Op op)
+template <class T, class Op> CUDASIM_ATOMIC T cudasim_atomic32(T *a, Op op)
 {
     static_assert(sizeof(T) == 4, "32-bit");
     uint32_t *word = reinterpret_cast<uint32_t *>(a);

@@ -3,7 +3,8 @@
  * for gradients, one for weights: each communicator is used by one stream,
  * in program order, so every rank issues its collectives in the same
  * order), the reduce buffers, and the rules below. Where the bytes of a
- * group live stays placement.c's; the schedule and the step call in here.
+ * group live stays placement.c's; the schedule, the drains, the update and
+ * the step call in here, handing it what it works on.
  *
  * Offload none (plain data parallel): each rank keeps everything; at the
  * step's last micro-batch each group's gradient, summed over the rank's
@@ -36,17 +37,22 @@
  * its micro-batches: N ranks with one micro-batch each train bitwise as one
  * process with N micro-batches. The skip decision is taken from flags
  * all-reduced across the ranks, so every rank skips or none does. */
-#include "engine/shard.h"
+#include "engine/dp.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/comm.h"
+#include "backend/ops/ops.h"
 #include "common/error.h"
+#include "common/numerics.h"
+#include "engine/layout.h"
 
-typedef struct engine_shard {
+struct engine_dp {
     int rank, world;
+    ferry_offload mode;
     backend_stream *grads_stream, *weights_stream;
     backend_comm *grads_comm, *weights_comm;
     float *send[2], *recv[2];         /* sharded modes: a chunk of every rank's slot of the fp32
@@ -59,72 +65,80 @@ typedef struct engine_shard {
     bool wait_recorded;
     double *norm_buf;
     size_t norm_cap;
-} engine_shard;
+    /* per group */
+    int ngroups;
+    backend_event **staged;   /* this rank's slot of the weights is on the device (h2d stream) */
+    backend_event **reduced;  /* offload none: the gradients are summed across the ranks (gradient comm stream) */
+    backend_event **wait_mid; /* compute stream: a timed weight wait is past the staged part */
+};
 
-bool shard_sharded(const ferry_engine *e) { return e->dp && e->cfg.offload != FERRY_OFFLOAD_NONE; }
+bool dp_sharded(const engine_dp *d, ferry_offload mode) { return d && mode != FERRY_OFFLOAD_NONE; }
+int dp_rank(const engine_dp *d) { return d ? d->rank : 0; }
+int dp_world(const engine_dp *d) { return d ? d->world : 1; }
+backend_event *dp_staged(const engine_dp *d, int gi) { return d && d->staged ? d->staged[gi] : NULL; }
+backend_event *dp_wait_mid(const engine_dp *d, int gi) { return d && d->wait_mid ? d->wait_mid[gi] : NULL; }
 
-static size_t act_bytes(const ferry_engine *e, size_t n) { return n * e->act_size; }
+static size_t act_bytes(const engine_ctx *c, size_t n) { return n * c->act_size; }
 
 /* ---- joining, streams and communicators ---- */
 
-ferry_status shard_join(ferry_engine *e)
+ferry_status dp_join(const ferry_engine_config *cfg, bool nvme, engine_dp **out)
 {
-    if (e->cfg.data_parallel < 0)
+    *out = NULL;
+    if (cfg->data_parallel < 0)
         return FERRY_OK;
     ferry_world_info w;
     ferry_status st = comm_world_join(&w);
     if (st != FERRY_OK)
         return err_wrap(st, "joining the ranks the launcher started (data_parallel -1 trains each rank alone)");
-    if (e->cfg.comm_timeout_s > 0)
-        comm_world_set_timeout(e->cfg.comm_timeout_s);
-    if (w.world_size == 1 && e->cfg.data_parallel != 1)
+    if (cfg->comm_timeout_s > 0)
+        comm_world_set_timeout(cfg->comm_timeout_s);
+    if (w.world_size == 1 && cfg->data_parallel != 1)
         return FERRY_OK;
-    if (e->nvme_dir || e->nvme_asked)
+    if (nvme)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: the NVMe tier (offload nvme, or nvme_path) trains alone: with %d ranks "
                        "each holds a shard of the state in host memory instead; leave nvme_path unset, or set "
                        "data_parallel -1",
                        w.world_size);
-    e->dp = calloc(1, sizeof *e->dp);
-    if (!e->dp)
+    engine_dp *d = calloc(1, sizeof *d);
+    if (!d)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "data parallelism: out of host memory");
-    e->dp->rank = w.rank;
-    e->dp->world = w.world_size;
-    e->timing.world_size = w.world_size;
+    d->rank = w.rank;
+    d->world = w.world_size;
+    *out = d;
     return FERRY_OK;
 }
 
-int shard_optimizer_threads(const ferry_engine *e)
+int dp_optimizer_threads(const engine_dp *d, const ferry_engine_config *cfg)
 {
     int local = comm_world_local_size();
-    if (!e->dp || e->cfg.optimizer_threads > 0 || local <= 1)
-        return e->cfg.optimizer_threads;
+    if (!d || cfg->optimizer_threads > 0 || local <= 1)
+        return cfg->optimizer_threads;
     ferry_system_info info = FERRY_SYSTEM_INFO_INIT;
     int cores = ferry_system_probe(&info) == FERRY_OK && info.cores > 0 ? info.cores : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (e->cfg.numa_node >= 0 && info.numa_nodes > 1)
+    if (cfg->numa_node >= 0 && info.numa_nodes > 1)
         cores /= info.numa_nodes;
     return cores / local > 1 ? cores / local : 1;
 }
 
-ferry_status shard_open(ferry_engine *e)
+ferry_status dp_open(engine_dp *d, const engine_ctx *c)
 {
-    engine_shard *d = e->dp;
     if (!d)
         return FERRY_OK;
     ferry_status st;
-    if ((st = backend_stream_create(e->be, "gradient collectives", &d->grads_stream)) != FERRY_OK ||
-        (st = backend_comm_open(e->be, "gradients", &d->grads_comm)) != FERRY_OK)
+    if ((st = backend_stream_create(c->be, "gradient collectives", &d->grads_stream)) != FERRY_OK ||
+        (st = backend_comm_open(c->be, "gradients", &d->grads_comm)) != FERRY_OK)
         return st;
-    if (e->cfg.offload == FERRY_OFFLOAD_NONE)
+    if (ctx_mode(c) == FERRY_OFFLOAD_NONE)
         return FERRY_OK;
-    if ((st = backend_stream_create(e->be, "weight collectives", &d->weights_stream)) != FERRY_OK)
+    if ((st = backend_stream_create(c->be, "weight collectives", &d->weights_stream)) != FERRY_OK)
         return st;
-    return backend_comm_open(e->be, "weights", &d->weights_comm);
+    return backend_comm_open(c->be, "weights", &d->weights_comm);
 }
 
-void shard_close(ferry_engine *e)
+void dp_close(engine_dp *d)
 {
-    engine_shard *d = e->dp;
     if (!d)
         return;
     if (d->grads_stream)
@@ -135,78 +149,76 @@ void shard_close(ferry_engine *e)
     backend_comm_close(d->weights_comm);
     backend_stream_destroy(d->grads_stream);
     backend_stream_destroy(d->weights_stream);
+    dp_unplace(d);
     free(d->norm_buf);
     free(d);
-    e->dp = NULL;
 }
 
 /* ---- placement ---- */
 
-void shard_layout(ferry_engine *e, engine_group *g)
+void dp_layout(const engine_dp *d, ferry_offload mode, engine_group *g)
 {
     g->shard_lo = 0;
     g->shard_n = g->shard_cap = g->padded = g->numel;
-    if (!shard_sharded(e))
+    if (!dp_sharded(d, mode))
         return;
-    size_t cap = engine_shard_cap(g->numel, e->dp->world), lo = (size_t)e->dp->rank * cap;
+    size_t cap = engine_shard_cap(g->numel, d->world), lo = (size_t)d->rank * cap;
     g->shard_cap = cap;
-    g->padded = cap * (size_t)e->dp->world;
+    g->padded = cap * (size_t)d->world;
     g->shard_lo = lo;
     g->shard_n = lo >= g->numel ? 0 : (g->numel - lo < cap ? g->numel - lo : cap);
 }
 
-static ferry_status group_events(ferry_engine *e, engine_group *g)
+ferry_status dp_place(engine_dp *d, const engine_ctx *c, const engine_groups *gs, void *const reduce[4])
 {
-    backend_event **all[] = {&g->staged, &g->reduced, &g->wait_mid};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        ferry_status st = backend_event_create(e->be, all[i]);
-        if (st != FERRY_OK)
-            return st;
+    if (!d)
+        return FERRY_OK;
+    d->mode = ctx_mode(c);
+    d->staged = calloc((size_t)gs->n, sizeof *d->staged);
+    d->reduced = calloc((size_t)gs->n, sizeof *d->reduced);
+    d->wait_mid = calloc((size_t)gs->n, sizeof *d->wait_mid);
+    if (!d->staged || !d->reduced || !d->wait_mid)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "data parallelism: out of host memory");
+    d->ngroups = gs->n;
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < gs->n && st == FERRY_OK; i++) {
+        backend_event **all[] = {&d->staged[i], &d->reduced[i], &d->wait_mid[i]};
+        for (size_t k = 0; k < sizeof all / sizeof all[0] && st == FERRY_OK; k++)
+            st = backend_event_create(c->be, all[k]);
+    }
+    backend_event **ev[] = {&d->ring_free[0], &d->ring_free[1], &d->ring_ready[0], &d->ring_ready[1],
+                            &d->wait_begin,   &d->wait_end};
+    for (size_t i = 0; i < sizeof ev / sizeof ev[0] && st == FERRY_OK; i++)
+        st = backend_event_create(c->be, ev[i]);
+    if (st != FERRY_OK || ctx_mode(c) == FERRY_OFFLOAD_NONE)
+        return st;
+    size_t cap = 0;
+    for (int i = 0; i < gs->n; i++)
+        cap = gs->g[i].shard_cap > cap ? gs->g[i].shard_cap : cap;
+    d->chunk = engine_reduce_chunk(d->world, cap);
+    for (int b = 0; b < 2; b++) {
+        d->send[b] = reduce[2 * b];
+        d->recv[b] = reduce[2 * b + 1];
+        if (!d->send[b] || !d->recv[b])
+            return err_set(FERRY_ERR_STATE, "data parallelism: the memory plan holds no reduce buffers");
     }
     return FERRY_OK;
 }
 
-ferry_status shard_place(ferry_engine *e)
+void dp_unplace(engine_dp *d)
 {
-    engine_shard *d = e->dp;
-    if (!d)
-        return FERRY_OK;
-    ferry_status st = FERRY_OK;
-    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
-        st = group_events(e, &e->groups[i]);
-    backend_event **ev[] = {&d->ring_free[0], &d->ring_free[1], &d->ring_ready[0], &d->ring_ready[1],
-                            &d->wait_begin,   &d->wait_end};
-    for (size_t i = 0; i < sizeof ev / sizeof ev[0] && st == FERRY_OK; i++)
-        st = backend_event_create(e->be, ev[i]);
-    if (st != FERRY_OK)
-        return st;
-    if (e->cfg.offload == FERRY_OFFLOAD_NONE) /* the sums the all-reduce works on, from setup on */
-        return engine_ensure_accumulators(e);
-    size_t cap = 0;
-    for (int i = 0; i < e->ngroups; i++)
-        cap = e->groups[i].shard_cap > cap ? e->groups[i].shard_cap : cap;
-    d->chunk = engine_reduce_chunk(d->world, cap);
-    for (int b = 0; b < 2 && st == FERRY_OK; b++) {
-        if ((st = arena_alloc(e->arena, d->chunk * (size_t)d->world * sizeof(float), FERRY_MEM_STAGING,
-                              "gradients to reduce (fp32)", (void **)&d->send[b])) == FERRY_OK)
-            st = arena_alloc(e->arena, d->chunk * sizeof(float), FERRY_MEM_STAGING, "reduced gradients (fp32)",
-                             (void **)&d->recv[b]);
-    }
-    return st != FERRY_OK ? err_wrap(st, "the buffers of the gradient reduce-scatter") : FERRY_OK;
-}
-
-void shard_unplace(ferry_engine *e)
-{
-    engine_shard *d = e->dp;
-    for (int i = 0; i < e->ngroups; i++) {
-        engine_group *g = &e->groups[i];
-        backend_event_destroy(g->staged);
-        backend_event_destroy(g->reduced);
-        backend_event_destroy(g->wait_mid);
-        g->staged = g->reduced = g->wait_mid = NULL;
-    }
     if (!d)
         return;
+    for (int i = 0; i < d->ngroups; i++) {
+        backend_event_destroy(d->staged[i]);
+        backend_event_destroy(d->reduced[i]);
+        backend_event_destroy(d->wait_mid[i]);
+    }
+    free(d->staged);
+    free(d->reduced);
+    free(d->wait_mid);
+    d->staged = d->reduced = d->wait_mid = NULL;
+    d->ngroups = 0;
     backend_event *ev[] = {d->ring_free[0], d->ring_free[1], d->ring_ready[0], d->ring_ready[1], d->wait_begin,
                            d->wait_end};
     for (size_t i = 0; i < sizeof ev / sizeof ev[0]; i++)
@@ -218,30 +230,33 @@ void shard_unplace(ferry_engine *e)
 
 /* ---- gradients ---- */
 
-ferry_status shard_release_resident(ferry_engine *e, engine_group *g, backend_stream *s, bool last)
+ferry_status dp_release_resident(engine_dp *d, const engine_ctx *c, engine_progress *p, engine_group *g, int gi,
+                                 backend_stream *s, bool last)
 {
-    engine_shard *d = e->dp;
     ferry_status st;
     if (!last)
-        return e->accumulating ? ops_accumulate(s, g->grad_acc, g->dev_grads, g->numel, e->micro_index == 0)
+        return p->accumulating ? ops_accumulate(s, g->grad_acc, g->dev_grads, g->numel, p->micro_index == 0)
                                : FERRY_OK;
-    /* The rank's fp32 sum of its micro-batches, then the sum over ranks. */
-    if ((st = ops_accumulate(s, g->grad_acc, g->dev_grads, g->numel, e->micro_index == 0)) != FERRY_OK ||
+    /* The rank's fp32 sum of its micro-batches, then the sum over ranks
+     * (the ledger writes the group with it). */
+    backend_comm_set_tag(d->grads_comm, gi);
+    if ((st = ops_accumulate(s, g->grad_acc, g->dev_grads, g->numel, p->micro_index == 0)) != FERRY_OK ||
         (st = backend_event_record(g->grads_done, s)) != FERRY_OK ||
         (st = backend_stream_wait_event(d->grads_stream, g->grads_done)) != FERRY_OK ||
         (st = ops_all_reduce(d->grads_stream, d->grads_comm, g->grad_acc, g->grad_acc, g->numel, FERRY_DTYPE_F32)) !=
             FERRY_OK)
         return st;
-    e->timing_acc.comm_bytes += 2.0 * (double)(d->world - 1) / d->world * (double)g->numel * sizeof(float);
-    return backend_event_record(g->reduced, d->grads_stream);
+    (void)c;
+    p->acc.comm_bytes += 2.0 * (double)(d->world - 1) / d->world * (double)g->numel * sizeof(float);
+    return backend_event_record(d->reduced[gi], d->grads_stream);
 }
 
 /* One chunk: [c0, c0 + x) of every rank's slot, widened to fp32 side by
  * side in send[b] (zero past the group's end), reduce-scattered into
  * recv[b], and this rank's sum copied down to host_grads + c0. */
-static ferry_status reduce_chunk(ferry_engine *e, engine_group *g, size_t c0, size_t x)
+static ferry_status reduce_chunk(engine_dp *d, const engine_ctx *c, engine_progress *p, engine_group *g, size_t c0,
+                                 size_t x)
 {
-    engine_shard *d = e->dp;
     backend_stream *cs = d->grads_stream;
     int b = d->next;
     d->next ^= 1;
@@ -251,47 +266,47 @@ static ferry_status reduce_chunk(ferry_engine *e, engine_group *g, size_t c0, si
         size_t valid = from >= g->numel ? 0 : (g->numel - from < x ? g->numel - from : x);
         float *to = d->send[b] + (size_t)q * x;
         if (valid)
-            st = ops_accumulate(cs, to, (const char *)g->dev_grads + act_bytes(e, from), valid, true);
+            st = ops_accumulate(cs, to, (const char *)g->dev_grads + act_bytes(c, from), valid, true);
         if (st == FERRY_OK && valid < x)
             st = backend_memset_async(cs, to + valid, 0, (x - valid) * sizeof(float));
     }
     if (st != FERRY_OK ||
         (st = ops_reduce_scatter(cs, d->grads_comm, d->send[b], d->recv[b], x, FERRY_DTYPE_F32)) != FERRY_OK ||
         (st = backend_event_record(d->ring_ready[b], cs)) != FERRY_OK ||
-        (st = backend_stream_wait_event(e->d2h, d->ring_ready[b])) != FERRY_OK ||
-        (st = backend_memcpy_async(e->d2h, (float *)g->host_grads + c0, d->recv[b], x * sizeof(float),
+        (st = backend_stream_wait_event(c->d2h, d->ring_ready[b])) != FERRY_OK ||
+        (st = backend_memcpy_async(c->d2h, (float *)g->host_grads + c0, d->recv[b], x * sizeof(float),
                                    BACKEND_COPY_D2H)) != FERRY_OK)
         return st;
-    e->timing_acc.transfer_d2h_bytes += (double)x * sizeof(float);
-    e->timing_acc.comm_bytes += (double)(d->world - 1) * (double)x * sizeof(float);
-    return backend_event_record(d->ring_free[b], e->d2h);
+    p->acc.transfer_d2h_bytes += (double)x * sizeof(float);
+    p->acc.comm_bytes += (double)(d->world - 1) * (double)x * sizeof(float);
+    return backend_event_record(d->ring_free[b], c->d2h);
 }
 
-ferry_status shard_reduce_and_drain(ferry_engine *e, engine_group *g)
+ferry_status dp_reduce_and_drain(engine_dp *d, const engine_ctx *c, engine_progress *p, engine_group *g, int gi)
 {
-    engine_shard *d = e->dp;
+    backend_comm_set_tag(d->grads_comm, gi); /* the ledger writes the group with each chunk */
     ferry_status st = backend_stream_wait_event(d->grads_stream, g->grads_done);
     for (size_t c0 = 0; c0 < g->shard_cap && st == FERRY_OK; c0 += d->chunk)
-        st = reduce_chunk(e, g, c0, g->shard_cap - c0 < d->chunk ? g->shard_cap - c0 : d->chunk);
-    return st == FERRY_OK ? backend_event_record(g->drained, e->d2h) : st;
+        st = reduce_chunk(d, c, p, g, c0, g->shard_cap - c0 < d->chunk ? g->shard_cap - c0 : d->chunk);
+    return st == FERRY_OK ? backend_event_record(g->drained, c->d2h) : st;
 }
 
 /* ---- weights ---- */
 
-ferry_status shard_upload(ferry_engine *e, engine_group *g, backend_event *also_wait)
+ferry_status dp_upload(engine_dp *d, const engine_ctx *c, engine_progress *p, engine_group *g, int gi,
+                       backend_event *also_wait)
 {
-    engine_shard *d = e->dp;
-    size_t bytes = act_bytes(e, g->shard_cap);
-    char *slot = (char *)g->dev_weights + act_bytes(e, g->shard_lo);
+    size_t bytes = act_bytes(c, g->shard_cap);
+    char *slot = (char *)g->dev_weights + act_bytes(c, g->shard_lo);
     ferry_status st;
-    e->timing_acc.transfer_h2d_bytes += (double)bytes;
-    e->timing_acc.comm_bytes += (double)(d->world - 1) * (double)bytes;
-    if ((st = engine_update_barrier(e, g)) != FERRY_OK ||
-        (also_wait && (st = backend_stream_wait_event(e->h2d, also_wait)) != FERRY_OK) ||
-        (st = backend_memcpy_async(e->h2d, slot, g->host_weights, bytes, BACKEND_COPY_H2D)) != FERRY_OK ||
-        (st = backend_event_record(g->staged, e->h2d)) != FERRY_OK ||
-        (st = backend_stream_wait_event(d->weights_stream, g->staged)) != FERRY_OK ||
-        (st = ops_all_gather(d->weights_stream, d->weights_comm, slot, g->dev_weights, g->shard_cap, e->act)) !=
+    p->acc.transfer_h2d_bytes += (double)bytes;
+    p->acc.comm_bytes += (double)(d->world - 1) * (double)bytes;
+    backend_comm_set_tag(d->weights_comm, gi);
+    if ((also_wait && (st = backend_stream_wait_event(c->h2d, also_wait)) != FERRY_OK) ||
+        (st = backend_memcpy_async(c->h2d, slot, g->host_weights, bytes, BACKEND_COPY_H2D)) != FERRY_OK ||
+        (st = backend_event_record(d->staged[gi], c->h2d)) != FERRY_OK ||
+        (st = backend_stream_wait_event(d->weights_stream, d->staged[gi])) != FERRY_OK ||
+        (st = ops_all_gather(d->weights_stream, d->weights_comm, slot, g->dev_weights, g->shard_cap, c->act)) !=
             FERRY_OK)
         return st;
     return backend_event_record(g->uploaded, d->weights_stream);
@@ -299,14 +314,13 @@ ferry_status shard_upload(ferry_engine *e, engine_group *g, backend_event *also_
 
 /* ---- the step ---- */
 
-ferry_status shard_wait_reduced(ferry_engine *e)
+ferry_status dp_wait_reduced(engine_dp *d, const engine_ctx *c, const engine_groups *gs)
 {
-    engine_shard *d = e->dp;
-    ferry_status st = backend_event_record(d->wait_begin, e->compute);
-    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++)
-        st = backend_stream_wait_event(e->compute, e->groups[i].reduced);
+    ferry_status st = backend_event_record(d->wait_begin, c->compute);
+    for (int i = 0; i < gs->n && st == FERRY_OK; i++)
+        st = backend_stream_wait_event(c->compute, d->reduced[i]);
     if (st == FERRY_OK)
-        st = backend_event_record(d->wait_end, e->compute);
+        st = backend_event_record(d->wait_end, c->compute);
     d->wait_recorded = st == FERRY_OK;
     return st;
 }
@@ -320,13 +334,13 @@ static void owned_tiles(const engine_group *g, int p, size_t *t0, size_t *nt)
     *nt = (n + NUMERICS_TILE - 1) / NUMERICS_TILE;
 }
 
-ferry_status shard_sum_norms(ferry_engine *e)
+ferry_status dp_sum_norms(engine_dp *d, const engine_groups *gs, engine_norm *const *norms, double *sumsq,
+                          bool *bad_out)
 {
-    engine_shard *d = e->dp;
     int W = d->world;
     size_t total = 0;
-    for (int i = 0; i < e->ngroups; i++)
-        total += e->groups[i].norm->ntiles;
+    for (int i = 0; i < gs->n; i++)
+        total += norms[i]->ntiles;
     /* Every rank sends the partials and flags of the tiles it owns (about
      * 1/N of them), gathered rank after rank, group after group. */
     size_t need = 2 * total + 3 * (size_t)W;
@@ -342,9 +356,9 @@ ferry_status shard_sum_norms(ferry_engine *e)
     size_t off = 0;
     for (int p = 0; p < W; p++) {
         size_t count = 0;
-        for (int i = 0; i < e->ngroups; i++) {
+        for (int i = 0; i < gs->n; i++) {
             size_t t0, nt;
-            owned_tiles(&e->groups[i], p, &t0, &nt);
+            owned_tiles(&gs->g[i], p, &t0, &nt);
             count += nt;
         }
         at[p] = off * sizeof(double);
@@ -353,13 +367,12 @@ ferry_status shard_sum_norms(ferry_engine *e)
     }
     double *mine = all + at[d->rank] / sizeof(double);
     size_t k = 0;
-    for (int i = 0; i < e->ngroups; i++) {
-        const engine_group *g = &e->groups[i];
+    for (int i = 0; i < gs->n; i++) {
         size_t t0, nt;
-        owned_tiles(g, d->rank, &t0, &nt);
+        owned_tiles(&gs->g[i], d->rank, &t0, &nt);
         for (size_t t = t0; t < t0 + nt; t++) {
-            mine[k++] = g->norm->partial[t];
-            mine[k++] = g->norm->bad[t] ? 1.0 : 0.0;
+            mine[k++] = norms[i]->partial[t];
+            mine[k++] = norms[i]->bad[t] ? 1.0 : 0.0;
         }
     }
     ferry_status st = comm_world_all_gather_v(mine, all, at, bytes);
@@ -369,43 +382,46 @@ ferry_status shard_sum_norms(ferry_engine *e)
      * the same additions as alone. */
     for (int p = 0; p < W; p++)
         cursor[p] = at[p] / sizeof(double);
-    for (int i = 0; i < e->ngroups; i++) {
-        engine_group *g = &e->groups[i];
+    for (int i = 0; i < gs->n; i++) {
         double sum = 0;
         bool bad = false;
         for (int p = 0; p < W; p++) {
             size_t t0, nt;
-            owned_tiles(g, p, &t0, &nt);
+            owned_tiles(&gs->g[i], p, &t0, &nt);
             for (size_t t = 0; t < nt; t++, cursor[p] += 2) {
                 sum += all[cursor[p]];
                 bad |= all[cursor[p] + 1] != 0;
             }
         }
-        g->sumsq = sum;
-        g->nonfinite = bad;
+        sumsq[i] = sum;
+        bad_out[i] = bad;
     }
     return FERRY_OK;
 }
 
-ferry_status shard_agree_nonfinite(ferry_engine *e, bool *bad, int ngroups)
+ferry_status dp_agree_nonfinite(engine_dp *d, bool *bad, int ngroups)
 {
-    if (!e->dp)
+    if (!d)
         return FERRY_OK;
-    double *flags = malloc((size_t)(ngroups > 0 ? ngroups : 1) * sizeof *flags);
+    /* The flags, then the ledger's words: every rank's collectives of the
+     * step are compared on the all-reduce the step makes anyway. */
+    double *flags = malloc(((size_t)ngroups + COMM_LEDGER_WORDS) * sizeof *flags);
     if (!flags)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "the step's decision: out of host memory");
     for (int i = 0; i < ngroups; i++)
         flags[i] = bad[i] ? 1.0 : 0.0;
-    ferry_status st = comm_world_all_reduce_f64(flags, (size_t)ngroups);
+    comm_ledger_words(flags + ngroups);
+    ferry_status st = comm_world_all_reduce_f64(flags, (size_t)ngroups + COMM_LEDGER_WORDS);
+    if (st == FERRY_OK)
+        st = comm_ledger_verify(flags + ngroups);
     for (int i = 0; i < ngroups && st == FERRY_OK; i++)
         bad[i] = flags[i] != 0;
     free(flags);
     return st != FERRY_OK ? err_wrap(st, "agreeing on the step's inf/NaN check across the ranks") : FERRY_OK;
 }
 
-ferry_status shard_synchronize(ferry_engine *e)
+ferry_status dp_synchronize(engine_dp *d)
 {
-    engine_shard *d = e->dp;
     if (!d)
         return FERRY_OK;
     ferry_status st = d->grads_stream ? backend_stream_synchronize(d->grads_stream) : FERRY_OK;
@@ -414,19 +430,18 @@ ferry_status shard_synchronize(ferry_engine *e)
     return st;
 }
 
-ferry_status shard_check(ferry_engine *e)
+ferry_status dp_check(engine_dp *d)
 {
-    if (!e->dp)
+    if (!d)
         return FERRY_OK;
-    ferry_status st = shard_synchronize(e);
+    ferry_status st = dp_synchronize(d);
     if (st == FERRY_OK)
         st = comm_world_check();
     return st;
 }
 
-void shard_close_timing(ferry_engine *e, ferry_step_timing *t)
+void dp_close_timing(engine_dp *d, ferry_step_timing *t)
 {
-    engine_shard *d = e->dp;
     t->world_size = d ? d->world : 1;
     if (!d || !d->wait_recorded)
         return;
@@ -440,20 +455,19 @@ void shard_close_timing(ferry_engine *e, ferry_step_timing *t)
 /* ---- master weights in and out ---- */
 
 /* Rank p's part of a group: [lo, lo + n). */
-static void part_of(const ferry_engine *e, const engine_group *g, int p, size_t *lo, size_t *n)
+static void part_of(const engine_group *g, int p, size_t *lo, size_t *n)
 {
     *lo = (size_t)p * g->shard_cap;
     *n = *lo >= g->numel ? 0 : (g->numel - *lo < g->shard_cap ? g->numel - *lo : g->shard_cap);
-    (void)e;
 }
 
-ferry_status shard_get_master(ferry_engine *e, engine_group *g, float *out)
+ferry_status dp_get_master(engine_dp *d, engine_group *g, float *out)
 {
     ferry_status st = FERRY_OK;
-    for (int p = 0; p < e->dp->world && st == FERRY_OK; p++) {
+    for (int p = 0; p < d->world && st == FERRY_OK; p++) {
         size_t lo, n;
-        part_of(e, g, p, &lo, &n);
-        if (p == e->dp->rank)
+        part_of(g, p, &lo, &n);
+        if (p == d->rank)
             memcpy(out + lo, g->master, n * sizeof(float));
         if (n)
             st = comm_world_broadcast(out + lo, n * sizeof(float), p);
@@ -461,26 +475,25 @@ ferry_status shard_get_master(ferry_engine *e, engine_group *g, float *out)
     return st != FERRY_OK ? err_wrap(st, "gathering the weights of '%s' from the ranks", g->name) : FERRY_OK;
 }
 
-ferry_status shard_set_master(ferry_engine *e, engine_group *g, const float *values)
+ferry_status dp_set_master(engine_dp *d, engine_group *g, const float *values)
 {
-    (void)e;
+    (void)d;
     memcpy(g->master, values + g->shard_lo, g->shard_n * sizeof(float));
     return FERRY_OK;
 }
 
 /* ---- checkpoints ---- */
 
-bool shard_writes_files(const ferry_engine *e) { return !e->dp || e->dp->rank == 0; }
+bool dp_writes_files(const engine_dp *d) { return !d || d->rank == 0; }
 
 static float *state_array(engine_group *g, int k) { return k == 0 ? g->master : k == 1 ? g->m : g->v; }
 
-ferry_status shard_gather_state(ferry_engine *e, engine_group *g, int k, size_t at, size_t n, float *buf)
+ferry_status dp_gather_state(engine_dp *d, engine_group *g, int k, size_t at, size_t n, float *buf)
 {
-    engine_shard *d = e->dp;
     ferry_status st = FERRY_OK;
     for (int p = 0; p < d->world && st == FERRY_OK; p++) {
         size_t lo, pn;
-        part_of(e, g, p, &lo, &pn);
+        part_of(g, p, &lo, &pn);
         size_t a = at > lo ? at : lo, b = at + n < lo + pn ? at + n : lo + pn;
         if (a >= b)
             continue;
@@ -494,29 +507,50 @@ ferry_status shard_gather_state(ferry_engine *e, engine_group *g, int k, size_t 
     return st;
 }
 
-void shard_take_state(ferry_engine *e, engine_group *g, int k, size_t at, size_t n, const float *buf)
+void dp_take_state(engine_group *g, int k, size_t at, size_t n, const float *buf)
 {
-    (void)e;
     size_t lo = g->shard_lo, a = at > lo ? at : lo, b = at + n < lo + g->shard_n ? at + n : lo + g->shard_n;
     if (a < b)
         memcpy(state_array(g, k) + (a - lo), buf + (a - at), (b - a) * sizeof(float));
 }
 
-ferry_status shard_agree_status(ferry_engine *e, ferry_status st, const char *what)
+ferry_status dp_save_begin(engine_dp *d, const char *path)
 {
-    if (!e->dp)
+    if (!d)
+        return FERRY_OK;
+    char where[300];
+    snprintf(where, sizeof where, "before saving '%s'", path ? path : "the checkpoint");
+    ferry_status st = comm_ledger_check(where);
+    return st == FERRY_OK ? comm_world_save_begin(0) : st;
+}
+
+void dp_save_progress(engine_dp *d, uint64_t bytes_done)
+{
+    if (d)
+        comm_world_save_progress(bytes_done);
+}
+
+void dp_save_end(engine_dp *d)
+{
+    if (d)
+        comm_world_save_end();
+}
+
+ferry_status dp_agree_status(engine_dp *d, ferry_status st, const char *what)
+{
+    if (!d)
         return st;
     /* {status, message} from rank 0 */
     struct {
         int32_t status;
         char message[ERR_MESSAGE_MAX];
     } word = {(int32_t)st, ""};
-    if (e->dp->rank == 0 && st != FERRY_OK)
+    if (d->rank == 0 && st != FERRY_OK)
         snprintf(word.message, sizeof word.message, "%s", ferry_last_error());
     ferry_status sent = comm_world_broadcast(&word, sizeof word, 0);
     if (sent != FERRY_OK)
         return err_wrap(sent, "%s", what);
-    if (e->dp->rank == 0 || word.status == FERRY_OK)
+    if (d->rank == 0 || word.status == FERRY_OK)
         return st;
     return err_set((ferry_status)word.status, "%s on rank 0: %s", what, word.message);
 }

@@ -1,14 +1,17 @@
-/* The NVMe tier, the engine's side: which of a group's fp32 arrays live on
- * disk is layout.c's table (Adam m and v; the master weights with
- * nvme_master); this file puts them in the store (offload/nvme.h, one
- * region a group: array 0 m, 1 v, 2 master), fills them at setup, and runs
- * the update through the store's window.
+/* The update of the NVMe tier: which of a group's fp32 arrays live on disk
+ * is layout.c's table (Adam m and v; the master weights with nvme_master);
+ * this implementation puts them in the store (offload/nvme.h, one region a
+ * group: array 0 m, 1 v, 2 master), fills them at setup, and runs the
+ * update through the store's window.
  *
  * The update runs on a thread of its own, one step at a time: it sweeps the
  * groups in forward order, tile by tile. While a pool of its own runs AdamW
  * on tile k (the same element update as optimizer mode's, so the same
- * bits), the store reads the tiles after it and writes back the ones before
- * it; the thread waits for the disk only when the disk is the slower. When a
+ * bits), the store's own thread keeps the reads of the tiles after it and
+ * the writes of the ones before it in flight; the same pool verifies each
+ * tile's CRC-32Cs as it is handed over and computes them as it is put, a
+ * block a task (the store's `parallel`); the thread waits for the disk only
+ * when the disk is the slower. When a
  * group's last tile is updated its upload copy is whole, and the group's
  * barrier opens: a host function on the h2d stream waits for exactly that
  * group, so each upload (optimizer mode) or fetch (params mode) waits for
@@ -28,7 +31,8 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/units.h"
-#include "engine/engine.h"
+#include "engine/intree.h"
+#include "engine/update_impl.h"
 #include "offload/nvme.h"
 #include "optim/half.h"
 
@@ -42,7 +46,7 @@ typedef struct nvme_job {
     uint64_t generation; /* 1, 2, ...: which barrier waits for it */
 } nvme_job;
 
-struct engine_nvme {
+typedef struct nvme_state {
     nvme_store *store;
     /* The update's own CPU threads: the engine's pool may hold the next
      * step's drain jobs, whose tiles wait for gradients that wait (through
@@ -68,25 +72,24 @@ struct engine_nvme {
     int failed_done;        /* ... and how many of its groups were whole */
     ferry_status failed;
     char failure[ERR_MESSAGE_MAX];
-};
+    /* per group: its region in the store, and the update whose end its next
+     * upload waits for (0: none pending) */
+    int *region;
+    uint64_t *wait;
+} nvme_state;
 
-static ferry_status failure_of(struct engine_nvme *n)
+static nvme_state *N(engine_update *u) { return update_state(u); }
+static const nvme_state *NC(const engine_update *u) { return update_state_c(u); }
+
+static ferry_status failure_of(nvme_state *n)
 {
     return err_set(n->failed, "%s", n->failure);
 }
 
 /* ---- the update of one tile ---- */
 
-/* The same per-group hyperparameters and decay split as step.c's. */
-static adamw_hparams hparams(const engine_group *g, const ferry_step_options *o, bool decay)
-{
-    adamw_hparams hp = {o->lr * g->opts.lr_scale, o->beta1, o->beta2, o->eps,
-                        g->opts.weight_decay && decay ? o->weight_decay : 0.0f};
-    return hp;
-}
-
 typedef struct tile_ctx {
-    ferry_engine *e;
+    engine_update *u;
     engine_group *g;
     const nvme_tile *t;
     const nvme_job *job;
@@ -106,19 +109,20 @@ static ferry_status run_range(const tile_ctx *c, size_t a, size_t b, adamw_hpara
     if (a >= b)
         return FERRY_OK;
     size_t k = a - t0;
-    ferry_engine *e = c->e;
+    const engine_ctx *x = c->u->env.ctx;
     adamw_job j = {c->master + k, c->t->array[ARRAY_M] + k, c->t->array[ARRAY_V] + k,
                    (const char *)c->grads + a * dtype_size(c->gt), c->gt, b - a, c->job->step, hp, c->job->clip,
-                   (char *)c->g->host_weights + a * e->act_size, e->act};
-    return adamw_run(e->nvme->threads, &j);
+                   (char *)c->g->host_weights + a * x->act_size, x->act};
+    return adamw_run(N(c->u)->threads, &j);
 }
 
-/* The decayed parts and the ranges exempt from weight decay, as step.c's
- * for_each_segment splits them; element-wise, so the split changes no bit. */
+/* The decayed parts and the ranges exempt from weight decay, as
+ * update_for_each_segment splits them; element-wise, so the split changes
+ * no bit. */
 static ferry_status update_tile(const tile_ctx *c)
 {
     const engine_group *g = c->g;
-    adamw_hparams hp = hparams(g, &c->job->o, true), plain = hparams(g, &c->job->o, false);
+    adamw_hparams hp = update_hparams(g, &c->job->o, true), plain = update_hparams(g, &c->job->o, false);
     bool split = hp.weight_decay > 0.0f;
     size_t at = 0;
     ferry_status st = FERRY_OK;
@@ -137,7 +141,7 @@ static ferry_status update_tile(const tile_ctx *c)
 
 /* ---- the thread ---- */
 
-static void group_done(struct engine_nvme *n, int i)
+static void group_done(nvme_state *n, int i)
 {
     pthread_mutex_lock(&n->mu);
     n->groups_done = i + 1;
@@ -145,21 +149,22 @@ static void group_done(struct engine_nvme *n, int i)
     pthread_mutex_unlock(&n->mu);
 }
 
-static ferry_status run_job(ferry_engine *e, const nvme_job *job)
+static ferry_status run_job(engine_update *u, const nvme_job *job)
 {
-    struct engine_nvme *n = e->nvme;
-    ferry_status st = nvme_sweep_begin(n->store, NVME_UPDATE, n->spans, e->ngroups);
+    nvme_state *n = N(u);
+    engine_groups *gs = u->env.groups;
+    ferry_status st = nvme_sweep_begin(n->store, NVME_UPDATE, n->spans, gs->n);
     if (st != FERRY_OK)
         return st;
-    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
-        engine_group *g = &e->groups[i];
-        size_t tiles = nvme_region_tiles(n->store, g->nvme_region);
+    for (int i = 0; i < gs->n && st == FERRY_OK; i++) {
+        engine_group *g = &gs->g[i];
+        size_t tiles = nvme_region_tiles(n->store, n->region[i]);
         for (size_t k = 0; k < tiles && st == FERRY_OK; k++) {
             nvme_tile t;
             bool done = false;
             if ((st = nvme_sweep_next(n->store, &t, &done)) != FERRY_OK)
                 break;
-            tile_ctx c = {e, g, &t, job, n->grads[i], n->grad_dtype,
+            tile_ctx c = {u, g, &t, job, n->grads[i], n->grad_dtype,
                           n->master_on_disk ? t.array[ARRAY_MASTER] : g->master + t.first};
             st = update_tile(&c);
             ferry_status put = nvme_sweep_put(n->store, &t);
@@ -170,14 +175,14 @@ static ferry_status run_job(ferry_engine *e, const nvme_job *job)
             group_done(n, i);
     }
     ferry_status end = nvme_sweep_end(n->store);
-    atomic_store(&e->update_end_us, (uint64_t)(clock_now_ms() * 1e3));
+    atomic_store(&u->end_us, (uint64_t)(clock_now_ms() * 1e3));
     return st != FERRY_OK ? st : end;
 }
 
 static void *update_thread(void *p)
 {
-    ferry_engine *e = p;
-    struct engine_nvme *n = e->nvme;
+    engine_update *u = p;
+    nvme_state *n = N(u);
     pthread_mutex_lock(&n->mu);
     for (;;) {
         while (!n->stop && !n->job_ready)
@@ -191,7 +196,7 @@ static void *update_thread(void *p)
         bool failed = n->failed != FERRY_OK;
         pthread_mutex_unlock(&n->mu);
         /* After a failure the state on disk is not to be trusted: no more updates. */
-        ferry_status st = failed ? FERRY_OK : run_job(e, &job);
+        ferry_status st = failed ? FERRY_OK : run_job(u, &job);
         pthread_mutex_lock(&n->mu);
         if (st != FERRY_OK && n->failed == FERRY_OK) {
             n->failed = st;
@@ -208,19 +213,17 @@ static void *update_thread(void *p)
 
 /* Whether group i's update of generation gen is whole; *bad when it never
  * will be. Under n->mu. */
-static bool group_ready(const struct engine_nvme *n, int i, uint64_t gen, bool *bad)
+static bool group_ready(const nvme_state *n, int i, uint64_t gen, bool *bad)
 {
     *bad = n->failed != FERRY_OK && n->failed_gen <= gen && !(n->failed_gen == gen && n->failed_done > i);
     return *bad || n->finished >= gen || (n->current == gen && n->groups_done > i);
 }
 
-/* ---- the engine's calls ---- */
+/* ---- the update's calls ---- */
 
-ferry_status engine_nvme_check(ferry_engine *e)
+static ferry_status nvme_check(engine_update *u)
 {
-    struct engine_nvme *n = e->nvme;
-    if (!n)
-        return FERRY_OK;
+    nvme_state *n = N(u);
     pthread_mutex_lock(&n->mu);
     ferry_status st = n->failed != FERRY_OK ? failure_of(n) : FERRY_OK;
     pthread_mutex_unlock(&n->mu);
@@ -228,7 +231,7 @@ ferry_status engine_nvme_check(ferry_engine *e)
 }
 
 typedef struct barrier_args {
-    struct engine_nvme *n;
+    nvme_state *n;
     int group;
     uint64_t generation;
 } barrier_args;
@@ -236,7 +239,7 @@ typedef struct barrier_args {
 static ferry_status wait_group(void *p)
 {
     barrier_args *a = p;
-    struct engine_nvme *n = a->n;
+    nvme_state *n = a->n;
     bool bad = false;
     pthread_mutex_lock(&n->mu);
     while (!group_ready(n, a->group, a->generation, &bad))
@@ -246,19 +249,23 @@ static ferry_status wait_group(void *p)
     return st;
 }
 
-ferry_status engine_nvme_barrier(ferry_engine *e, engine_group *g)
+static ferry_status nvme_barrier(engine_update *u, engine_group *g)
 {
-    barrier_args a = {e->nvme, (int)(g - e->groups), g->nvme_wait};
-    ferry_status st = backend_launch_host(e->h2d, wait_group, &a, sizeof a);
+    int gi = (int)(g - u->env.groups->g);
+    nvme_state *n = N(u);
+    if (!n->wait[gi])
+        return update_ticket_barrier(u, g);
+    barrier_args a = {n, gi, n->wait[gi]};
+    ferry_status st = backend_launch_host(u->env.ctx->h2d, wait_group, &a, sizeof a);
     if (st != FERRY_OK)
         return st;
-    g->nvme_wait = 0; /* the stream waits for it now */
-    return backend_event_record(g->updated, e->h2d);
+    n->wait[gi] = 0; /* the stream waits for it now */
+    return backend_event_record(g->updated, u->env.ctx->h2d);
 }
 
-ferry_status engine_nvme_wait_idle(ferry_engine *e)
+static ferry_status nvme_wait_idle(engine_update *u)
 {
-    struct engine_nvme *n = e->nvme;
+    nvme_state *n = N(u);
     pthread_mutex_lock(&n->mu);
     while (n->started && (n->job_ready || n->finished < n->generation))
         pthread_cond_wait(&n->cv, &n->mu);
@@ -267,35 +274,33 @@ ferry_status engine_nvme_wait_idle(ferry_engine *e)
     return st;
 }
 
-ferry_status engine_nvme_update(ferry_engine *e, const ferry_step_options *o, float clip)
+/* Hands the step's update to the thread and, in optimizer mode, queues
+ * each group's upload behind its own update. */
+static ferry_status hand_over(engine_update *u, const ferry_step_options *o, float clip)
 {
-    struct engine_nvme *n = e->nvme;
+    nvme_state *n = N(u);
+    engine_groups *gs = u->env.groups;
+    const engine_ctx *c = u->env.ctx;
     ferry_status st;
-    if ((st = engine_nvme_check(e)) != FERRY_OK)
+    if ((st = nvme_check(u)) != FERRY_OK)
         return st;
     pthread_mutex_lock(&n->mu);
     while (n->job_ready) /* the last step's job not yet taken: never in practice */
         pthread_cond_wait(&n->cv, &n->mu);
-    for (int i = 0; i < e->ngroups; i++)
-        n->grads[i] = engine_step_grads(e, &e->groups[i], &n->grad_dtype);
+    for (int i = 0; i < gs->n; i++)
+        n->grads[i] = group_step_grads(&gs->g[i], ctx_mode(c), u->env.prog->accumulating, false, c->act,
+                                       &n->grad_dtype);
     uint64_t gen = ++n->generation;
-    n->job = (nvme_job){*o, clip, e->step + 1, gen};
+    n->job = (nvme_job){*o, clip, u->env.prog->step + 1, gen};
     n->job_ready = true;
     pthread_cond_broadcast(&n->cv);
     pthread_mutex_unlock(&n->mu);
-    for (int i = 0; i < e->ngroups; i++)
-        e->groups[i].nvme_wait = gen;
-    if (e->cfg.offload != FERRY_OFFLOAD_OPTIMIZER)
+    for (int i = 0; i < gs->n; i++)
+        n->wait[i] = gen;
+    if (ctx_mode(c) != FERRY_OFFLOAD_OPTIMIZER)
         return FERRY_OK; /* params mode: each fetch waits for its group */
     /* Each group's upload follows its own update, in forward order. */
-    for (int i = 0; i < e->ngroups && st == FERRY_OK; i++) {
-        engine_group *g = &e->groups[i];
-        size_t bytes = g->numel * e->act_size;
-        e->timing_acc.transfer_h2d_bytes += (double)bytes;
-        if ((st = engine_update_barrier(e, g)) == FERRY_OK &&
-            (st = backend_memcpy_async(e->h2d, g->dev_weights, g->host_weights, bytes, BACKEND_COPY_H2D)) == FERRY_OK)
-            st = backend_event_record(g->uploaded, e->h2d);
-    }
+    st = update_upload_after(u, 0);
     if (st != FERRY_OK) {
         /* The update runs on regardless, but the step will not be counted
          * and some uploads are missing: the engine's state no longer adds
@@ -304,7 +309,7 @@ ferry_status engine_nvme_update(ferry_engine *e, const ferry_step_options *o, fl
         if (n->failed == FERRY_OK) {
             n->failed = st;
             snprintf(n->failure, sizeof n->failure, "the step's update could not be queued whole, so the engine "
-                     "stops (the last checkpoint is whole): %s", ferry_last_error());
+                     "stops (checkpoints saved before are whole): %s", ferry_last_error());
             n->failed_gen = gen + 1;
         }
         pthread_mutex_unlock(&n->mu);
@@ -313,12 +318,20 @@ ferry_status engine_nvme_update(ferry_engine *e, const ferry_step_options *o, fl
     return FERRY_OK;
 }
 
+static ferry_status nvme_run(engine_update *u, const ferry_step_options *o, float clip)
+{
+    ferry_status st = update_begin_offloaded(u);
+    if (st == FERRY_OK)
+        st = hand_over(u, o, clip);
+    return st == FERRY_OK && update_mode(u) == FERRY_OFFLOAD_PARAMS ? update_refresh_resident(u) : st;
+}
+
 /* ---- setup and teardown ---- */
 
-static ferry_status start_thread(ferry_engine *e)
+static ferry_status start_thread(engine_update *u)
 {
-    struct engine_nvme *n = e->nvme;
-    int rc = pthread_create(&n->thread, NULL, update_thread, e);
+    nvme_state *n = N(u);
+    int rc = pthread_create(&n->thread, NULL, update_thread, u);
     if (rc != 0) {
         char why[256];
         err_thread_refusal(rc, why, sizeof why);
@@ -328,89 +341,132 @@ static ferry_status start_thread(ferry_engine *e)
     return FERRY_OK;
 }
 
-static ferry_status add_regions(ferry_engine *e)
+static ferry_status add_regions(engine_update *u)
 {
-    struct engine_nvme *n = e->nvme;
+    nvme_state *n = N(u);
+    engine_groups *gs = u->env.groups;
     static const char *const names[3] = {"adam m", "adam v", "master"};
     static const ferry_mem_category cats[3] = {FERRY_MEM_OPTIMIZER, FERRY_MEM_OPTIMIZER, FERRY_MEM_PARAMS};
-    for (int i = 0; i < e->ngroups; i++) {
-        engine_group *g = &e->groups[i];
-        ferry_status st = nvme_add_region(n->store, g->name, g->numel, n->narrays, names, cats, &g->nvme_region);
+    for (int i = 0; i < gs->n; i++) {
+        engine_group *g = &gs->g[i];
+        ferry_status st = nvme_add_region(n->store, g->name, g->numel, n->narrays, names, cats, &n->region[i]);
         if (st != FERRY_OK)
             return st;
-        n->spans[i] = (nvme_span){g->nvme_region, (1u << n->narrays) - 1};
+        n->spans[i] = (nvme_span){n->region[i], (1u << n->narrays) - 1};
     }
     return FERRY_OK;
 }
 
-ferry_status engine_nvme_reserve_host(ferry_engine *e)
+/* Reserves, in one slab of the host pool, exactly what setup is about to
+ * allocate there (the planner's count), so host_budget_bytes holds what the
+ * plan says. */
+static ferry_status reserve_host(engine_update *u)
 {
-    size_t *numel = malloc((size_t)e->ngroups * sizeof *numel);
+    const engine_ctx *x = u->env.ctx;
+    const ferry_engine_config *cfg = x->cfg;
+    engine_groups *gs = u->env.groups;
+    size_t *numel = malloc((size_t)gs->n * sizeof *numel);
     if (!numel)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "the NVMe tier: out of host memory");
-    for (int i = 0; i < e->ngroups; i++)
-        numel[i] = e->groups[i].numel;
-    engine_plan_request rq = {backend_kind(e->be), e->act, ferry_engine_offload(e), e->cfg.prefetch_groups, 1, numel,
-                              e->ngroups, true, e->cfg.nvme_master != 0, e->cfg.nvme_window_bytes,
-                              e->cfg.nvme_block_bytes, 1, 0, 0};
+    for (int i = 0; i < gs->n; i++)
+        numel[i] = gs->g[i].numel;
+    engine_plan_request rq = {
+        .backend = backend_kind(x->be),
+        .dtype = x->act,
+        .offload = u->env.nvme_asked ? FERRY_OFFLOAD_NVME : ctx_mode(x),
+        .prefetch_groups = cfg->prefetch_groups,
+        .micro_batches = 1,
+        .group_numel = numel,
+        .ngroups = gs->n,
+        .disk = true,
+        .disk_master = cfg->nvme_master != 0,
+        .disk_window_bytes = cfg->nvme_window_bytes,
+        .disk_block_bytes = cfg->nvme_block_bytes,
+        .ranks = 1,
+        .device_budget = 0,
+        .embedder_bytes = 0,
+    };
     engine_memory_plan p;
     ferry_status st = engine_plan_memory(&rq, &p);
     free(numel);
     uint64_t total = 0;
     for (int c = 0; st == FERRY_OK && c < FERRY_MEM_CATEGORY_COUNT; c++)
         total += p.host_bytes[c];
-    if (st == FERRY_OK && (st = pool_reserve(e->pool, (size_t)total, "the host state of every group and the NVMe window")) !=
+    if (st == FERRY_OK && (st = pool_reserve(x->pool, (size_t)total, "the host state of every group and the NVMe window")) !=
                               FERRY_OK) {
         char w[32];
         return err_wrap(st, "offload nvme keeps the drained gradients, the upload copy%s and a %s window in host "
                         "memory; raise host_budget_bytes, %sor give nvme_window_bytes less",
-                        e->cfg.nvme_master ? "" : ", the fp32 master weights",
+                        cfg->nvme_master ? "" : ", the fp32 master weights",
                         units_fmt_bytes(w, sizeof w, p.host_bytes[FERRY_MEM_NVME]),
-                        e->cfg.nvme_master ? "" : "put the master weights on disk too (nvme_master), ");
+                        cfg->nvme_master ? "" : "put the master weights on disk too (nvme_master), ");
     }
     return st;
 }
 
-ferry_status engine_nvme_open(ferry_engine *e)
+/* The store's checksums on the update's pool. */
+static ferry_status on_pool(void *ctx, size_t n, void (*task)(void *arg, size_t i, int worker), void *arg)
 {
-    struct engine_nvme *n = calloc(1, sizeof *n);
-    if (!n)
-        return err_set(FERRY_ERR_OUT_OF_MEMORY, "the NVMe tier: out of host memory");
-    pthread_mutex_init(&n->mu, NULL);
-    pthread_cond_init(&n->cv, NULL);
-    e->nvme = n;
-    n->master_on_disk = e->cfg.nvme_master != 0;
+    return tp_parallel_for(ctx, n, task, arg);
+}
+
+/* Creates the store with a region per group (the arrays layout.c puts on
+ * disk), opens it and starts the update thread. */
+static ferry_status nvme_open_store(engine_update *u)
+{
+    const engine_ctx *x = u->env.ctx;
+    nvme_state *n = N(u);
+    int ng = u->env.groups->n > 0 ? u->env.groups->n : 1;
+    n->master_on_disk = x->cfg->nvme_master != 0;
     n->narrays = n->master_on_disk ? 3 : 2;
-    n->spans = calloc((size_t)e->ngroups, sizeof *n->spans);
-    n->grads = calloc((size_t)e->ngroups, sizeof *n->grads);
-    if (!n->spans || !n->grads)
+    n->spans = calloc((size_t)ng, sizeof *n->spans);
+    n->grads = calloc((size_t)ng, sizeof *n->grads);
+    n->region = calloc((size_t)ng, sizeof *n->region);
+    n->wait = calloc((size_t)ng, sizeof *n->wait);
+    if (!n->spans || !n->grads || !n->region || !n->wait)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "the NVMe tier: out of host memory");
     nvme_config c = NVME_CONFIG_INIT;
-    c.dir = e->nvme_dir;
-    c.window_bytes = e->cfg.nvme_window_bytes;
-    c.block_bytes = (size_t)e->cfg.nvme_block_bytes;
-    c.queue_depth = e->cfg.nvme_queue_depth;
-    c.pool = e->pool;
-    c.trace = e->trace;
-    ferry_status st = nvme_create(&c, &n->store);
+    c.dir = u->env.nvme_dir;
+    c.window_bytes = x->cfg->nvme_window_bytes;
+    c.block_bytes = (size_t)x->cfg->nvme_block_bytes;
+    c.queue_depth = x->cfg->nvme_queue_depth;
+    c.pool = x->pool;
+    c.trace = x->trace;
+    ferry_status st = tp_pool_create(x->cfg->optimizer_threads, x->numa_node, &n->threads);
+    c.parallel = on_pool;
+    c.parallel_ctx = n->threads;
     if (st == FERRY_OK)
-        st = add_regions(e);
+        st = nvme_create(&c, &n->store);
+    if (st == FERRY_OK)
+        st = add_regions(u);
     if (st == FERRY_OK)
         st = nvme_open(n->store);
     if (st == FERRY_OK)
-        st = tp_pool_create(e->cfg.optimizer_threads, e->numa_node, &n->threads);
-    if (st == FERRY_OK)
-        st = start_thread(e);
+        st = start_thread(u);
+    if (st == FERRY_ERR_IO && n->master_on_disk && strstr(ferry_last_error(), "is too small")) {
+        /* The store's advice is its own; the engine knows it put the master
+         * weights there too, so they can come back to host memory. */
+        char keep[ERR_MESSAGE_MAX];
+        snprintf(keep, sizeof keep, "%s", ferry_last_error());
+        return err_set(st, "setting up the NVMe tier in '%s': %s; or keep the master weights in host memory (leave "
+                       "nvme_master unset), which takes a third off the state on disk", u->env.nvme_dir, keep);
+    }
     if (st != FERRY_OK)
-        return err_wrap(st, "setting up the NVMe tier in '%s'", e->nvme_dir);
+        return err_wrap(st, "setting up the NVMe tier in '%s'", u->env.nvme_dir);
     return FERRY_OK;
 }
 
-void engine_nvme_close(ferry_engine *e)
+static ferry_status nvme_update_open(engine_update *u)
 {
-    struct engine_nvme *n = e->nvme;
-    if (!n)
-        return;
+    pthread_mutex_init(&N(u)->mu, NULL);
+    pthread_cond_init(&N(u)->cv, NULL);
+    ferry_status st = reserve_host(u);
+    return st == FERRY_OK ? nvme_open_store(u) : st;
+}
+
+static void nvme_close(engine_update *u)
+{
+    nvme_state *n = N(u);
     if (n->started) {
         pthread_mutex_lock(&n->mu);
         while (n->job_ready || n->finished < n->generation)
@@ -426,20 +482,20 @@ void engine_nvme_close(ferry_engine *e)
     pthread_mutex_destroy(&n->mu);
     free(n->spans);
     free(n->grads);
-    free(n);
-    e->nvme = NULL;
+    free(n->region);
+    free(n->wait);
 }
 
 /* ---- whole sweeps from the caller's thread (the update thread is idle) ---- */
 
-typedef ferry_status (*tile_fn)(ferry_engine *e, engine_group *g, nvme_tile *t, void *ctx);
+typedef ferry_status (*tile_fn)(engine_update *u, engine_group *g, nvme_tile *t, void *ctx);
 
-static ferry_status sweep_group(ferry_engine *e, engine_group *g, nvme_mode mode, unsigned arrays, tile_fn fn,
+static ferry_status sweep_group(engine_update *u, engine_group *g, nvme_mode mode, unsigned arrays, tile_fn fn,
                                 void *ctx)
 {
-    struct engine_nvme *n = e->nvme;
-    ferry_status st = engine_nvme_wait_idle(e);
-    nvme_span span = {g->nvme_region, arrays};
+    nvme_state *n = N(u);
+    ferry_status st = nvme_wait_idle(u);
+    nvme_span span = {n->region[g - u->env.groups->g], arrays};
     if (st == FERRY_OK)
         st = nvme_sweep_begin(n->store, mode, &span, 1);
     if (st != FERRY_OK)
@@ -449,7 +505,7 @@ static ferry_status sweep_group(ferry_engine *e, engine_group *g, nvme_mode mode
         bool done = false;
         if ((st = nvme_sweep_next(n->store, &t, &done)) != FERRY_OK || done)
             break;
-        st = fn(e, g, &t, ctx);
+        st = fn(u, g, &t, ctx);
         ferry_status put = nvme_sweep_put(n->store, &t);
         if (st == FERRY_OK)
             st = put;
@@ -473,20 +529,22 @@ static ferry_status sweep_group(ferry_engine *e, engine_group *g, nvme_mode mode
     return st;
 }
 
-static ferry_status fill_tile(ferry_engine *e, engine_group *g, nvme_tile *t, void *ctx)
+static ferry_status fill_tile(engine_update *u, engine_group *g, nvme_tile *t, void *ctx)
 {
     (void)ctx;
     memset(t->array[ARRAY_M], 0, t->n * sizeof(float));
     memset(t->array[ARRAY_V], 0, t->n * sizeof(float));
-    if (e->nvme->master_on_disk)
+    if (N(u)->master_on_disk)
         memcpy(t->array[ARRAY_MASTER], g->init + t->first, t->n * sizeof(float));
     return FERRY_OK;
 }
 
-ferry_status engine_nvme_fill(ferry_engine *e, engine_group *g)
+/* Writes a group's initial state to disk: zero moments, and the master
+ * weights from g->init when they live there. */
+static ferry_status nvme_fill(engine_update *u, engine_group *g)
 {
-    ferry_status st = sweep_group(e, g, NVME_WRITE, (1u << e->nvme->narrays) - 1, fill_tile, NULL);
-    if (st == FERRY_OK && e->nvme->master_on_disk) {
+    ferry_status st = sweep_group(u, g, NVME_WRITE, (1u << N(u)->narrays) - 1, fill_tile, NULL);
+    if (st == FERRY_OK && N(u)->master_on_disk) {
         /* The initial values are on disk now: give their copy back at once,
          * not at the end of setup, so the host never holds the whole model
          * twice (its copy and the pool growing group by group). */
@@ -496,35 +554,47 @@ ferry_status engine_nvme_fill(ferry_engine *e, engine_group *g)
     return st;
 }
 
-static ferry_status convert_tile(ferry_engine *e, engine_group *g, nvme_tile *t, void *ctx)
+static ferry_status convert_tile(engine_update *u, engine_group *g, nvme_tile *t, void *ctx)
 {
     (void)ctx;
-    return half_convert_pool(e->threads, (char *)g->host_weights + t->first * e->act_size, e->act,
+    const engine_ctx *x = u->env.ctx;
+    return half_convert_pool(x->threads, (char *)g->host_weights + t->first * x->act_size, x->act,
                              t->array[ARRAY_MASTER], FERRY_DTYPE_F32, t->n);
 }
 
-ferry_status engine_nvme_convert_master(ferry_engine *e, engine_group *g)
+/* host_weights (the device type) from the master weights on disk. */
+static ferry_status nvme_convert_master(engine_update *u, engine_group *g)
 {
-    return sweep_group(e, g, NVME_READ, 1u << ARRAY_MASTER, convert_tile, NULL);
+    return sweep_group(u, g, NVME_READ, 1u << ARRAY_MASTER, convert_tile, NULL);
 }
 
-static ferry_status master_out_tile(ferry_engine *e, engine_group *g, nvme_tile *t, void *ctx)
+static ferry_status master_out_tile(engine_update *u, engine_group *g, nvme_tile *t, void *ctx)
 {
-    (void)e, (void)g;
+    (void)u, (void)g;
     memcpy((float *)ctx + t->first, t->array[ARRAY_MASTER], t->n * sizeof(float));
     return FERRY_OK;
 }
 
-static ferry_status master_in_tile(ferry_engine *e, engine_group *g, nvme_tile *t, void *ctx)
+static ferry_status master_in_tile(engine_update *u, engine_group *g, nvme_tile *t, void *ctx)
 {
-    (void)e, (void)g;
+    (void)u, (void)g;
     memcpy(t->array[ARRAY_MASTER], (const float *)ctx + t->first, t->n * sizeof(float));
     return FERRY_OK;
 }
 
-ferry_status engine_nvme_master_io(ferry_engine *e, engine_group *g, float *host, bool to_engine)
+/* A group's master weights on disk to or from `host` (numel floats); in
+ * host memory otherwise. */
+static ferry_status nvme_master_io(engine_update *u, engine_group *g, float *host, bool to_engine)
 {
-    return sweep_group(e, g, to_engine ? NVME_WRITE : NVME_READ, 1u << ARRAY_MASTER,
+    size_t bytes = g->numel * sizeof(float);
+    if (g->master) {
+        if (to_engine)
+            memcpy(g->master, host, bytes);
+        else
+            memcpy(host, g->master, bytes);
+        return FERRY_OK;
+    }
+    return sweep_group(u, g, to_engine ? NVME_WRITE : NVME_READ, 1u << ARRAY_MASTER,
                        to_engine ? master_in_tile : master_out_tile, host);
 }
 
@@ -532,13 +602,13 @@ typedef struct chunk_ctx {
     int array;
     void *buf;
     size_t chunk;
-    engine_chunk_fn fn;
+    update_chunk_fn fn;
     void *ctx;
 } chunk_ctx;
 
-static ferry_status chunk_tile(ferry_engine *e, engine_group *g, nvme_tile *t, void *p)
+static ferry_status chunk_tile(engine_update *u, engine_group *g, nvme_tile *t, void *p)
 {
-    (void)e, (void)g;
+    (void)u, (void)g;
     chunk_ctx *c = p;
     size_t bytes = t->n * sizeof(float);
     char *base = (char *)t->array[c->array];
@@ -551,24 +621,42 @@ static ferry_status chunk_tile(ferry_engine *e, engine_group *g, nvme_tile *t, v
     return FERRY_OK;
 }
 
-ferry_status engine_nvme_chunks(ferry_engine *e, engine_group *g, int array, bool to_engine, void *buf,
-                                size_t chunk, engine_chunk_fn fn, void *ctx)
+static ferry_status nvme_chunks(engine_update *u, engine_group *g, int array, bool to_engine, void *buf,
+                                size_t chunk, update_chunk_fn fn, void *ctx)
 {
     /* The checkpoint's order (master, m, v) to the store's arrays. */
     int a = array == 0 ? ARRAY_MASTER : array == 1 ? ARRAY_M : ARRAY_V;
     chunk_ctx c = {a, buf, chunk & ~(size_t)7, fn, ctx}; /* whole 8-byte words: the file's hash is chunk-blind */
-    return sweep_group(e, g, to_engine ? NVME_WRITE : NVME_READ, 1u << a, chunk_tile, &c);
+    return sweep_group(u, g, to_engine ? NVME_WRITE : NVME_READ, 1u << a, chunk_tile, &c);
 }
 
-void engine_nvme_stats(const ferry_engine *e, ferry_memory_stats *st)
+static void nvme_stats(const engine_update *u, ferry_memory_stats *st)
 {
-    st->disk_bytes = nvme_file_bytes(e->nvme->store);
-    st->disk_window_bytes = nvme_window_bytes(e->nvme->store);
+    st->disk_bytes = nvme_file_bytes(NC(u)->store);
+    st->disk_window_bytes = nvme_window_bytes(NC(u)->store);
 }
 
-void engine_nvme_describe(const ferry_engine *e, char *buf, size_t cap)
+static void nvme_describe_update(const engine_update *u, char *buf, size_t cap)
 {
     size_t len = strlen(buf);
     snprintf(buf + len, cap - len, "; NVMe: Adam moments%s on disk, %s",
-             e->nvme->master_on_disk ? " and master weights" : "", nvme_describe(e->nvme->store));
+             NC(u)->master_on_disk ? " and master weights" : "", nvme_describe(NC(u)->store));
 }
+
+const update_ops update_nvme_ops = {
+    .name = "nvme",
+    .state_bytes = sizeof(nvme_state),
+    .start = nvme_update_open,
+    .stop = nvme_close,
+    .fill = update_fill_offloaded,
+    .fill_outside = nvme_fill,
+    .run = nvme_run,
+    .master_io = nvme_master_io,
+    .convert_master = nvme_convert_master,
+    .barrier = nvme_barrier,
+    .wait_idle = nvme_wait_idle,
+    .check = nvme_check,
+    .state_chunks = nvme_chunks,
+    .stats = nvme_stats,
+    .describe = nvme_describe_update,
+};
