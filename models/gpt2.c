@@ -519,7 +519,9 @@ static ferry_status block_backward(const gpt2_model *m, gpt2_activations *a, bac
     CHECK(ops_matmul_backward(s, a->dsmall, g->t[BLK_ATTPROJW], g->t[BLK_ATTPROJB], a->dres,
                               k->atty, p->t[BLK_ATTPROJW], N, C, C));
     CHECK(zero(s, a->dbig1, NC * 3 * es));
-    CHECK(ops_attention_backward(s, a->dbig1, a->dsmall, k->qkv, k->atty, k->lse, B, T, C, NH));
+    /* dbig2 (the MLP's gradient, spent) holds the backward's delta: B NH T floats <= N 4C of 16 bits. */
+    CHECK(ops_attention_backward(s, a->dbig1, a->dsmall, k->qkv, k->atty, k->lse, (float *)a->dbig2, B,
+                                 T, C, NH));
     CHECK(zero(s, a->dsmall, NC * es));
     CHECK(ops_matmul_backward(s, a->dsmall, g->t[BLK_QKVW], g->t[BLK_QKVB], a->dbig1, k->ln1,
                               p->t[BLK_QKVW], N, C, 3 * C));

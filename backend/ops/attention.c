@@ -3,8 +3,8 @@
  * a scratch with sgemm, only its causal lower triangle is used, and forward
  * keeps the log-sum-exp of each query row. Backward has the shape of
  * FlashAttention's: it recomputes the probabilities from q, k and lse
- * (P = exp(S - lse)), uses D_i = rowsum(dO_i * O_i), and never reads a stored
- * probability matrix. */
+ * (P = exp(S - lse)), uses D_i = rowsum(dO_i * O_i) (written to delta, as
+ * the op's contract has it), and never reads a stored probability matrix. */
 #include "backend/ops/ops_host.h"
 #include "backend/ops/blas.h"
 
@@ -73,20 +73,17 @@ ferry_status hostop_attention_forward(float *out, float *lse, const float *qkv, 
 }
 
 ferry_status hostop_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                       const float *out, const float *lse, int B, int T, int C,
-                                       int NH)
+                                       const float *out, const float *lse, float *delta, int B, int T,
+                                       int C, int NH)
 {
     int HS = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)HS);
-    float *P = NULL, *dP = NULL, *D = NULL;
+    float *P = NULL, *dP = NULL;
     ferry_status st = scratch_alloc(&P, (size_t)T * T, "attention backward", T);
     if (st == FERRY_OK)
         st = scratch_alloc(&dP, (size_t)T * T, "attention backward", T);
-    if (st == FERRY_OK)
-        st = scratch_alloc(&D, (size_t)T, "attention backward", T);
     if (st != FERRY_OK) {
         free(P);
-        free(dP);
         return st;
     }
     for (int b = 0; b < B; b++) {
@@ -97,6 +94,7 @@ ferry_status hostop_attention_backward(float *dqkv, const float *dout, const flo
             size_t obase = (size_t)b * T * C + (size_t)h * HS;
             const float *o = out + obase, *dO = dout + obase;
             const float *l = lse + ((size_t)b * NH + h) * T;
+            float *D = delta + ((size_t)b * NH + h) * T;
             /* P = exp(scale Q K^T - lse), causal */
             scores(P, q, k, T, HS, ld, scale);
             for (int i = 0; i < T; i++) {
@@ -129,6 +127,5 @@ ferry_status hostop_attention_backward(float *dqkv, const float *dout, const flo
     }
     free(P);
     free(dP);
-    free(D);
     return FERRY_OK;
 }

@@ -1,549 +1,604 @@
-/* Causal multi-head attention on cuda, FlashAttention-2 style: nothing of
- * size T x T ever reaches device memory. One source for both storage types
- * T (bf16, or f16 on Volta and Turing, whose tensor cores have no bf16) and
- * two tile sizes. Host version: attention.c.
+/* Causal multi-head attention on cuda, FlashAttention-2 style, on the
+ * tensor cores through mma.sync: nothing of size T x T ever reaches device
+ * memory. One source for both storage types T (bf16; f16 also on Turing)
+ * and head sizes up to 128 (padded to 32, 64 or 128: HSP). Host version:
+ * attention.c; Volta's kernels (and the kernel lab's earlier variants):
+ * attention_wmma.cu. Fragment layouts and the instructions: mma.cuh.
  *
- * Forward: a block of BQ / 16 warps owns BQ queries of one (batch, head);
- * each warp owns 16 of them. Q, then each K/V tile of BQ keys up to the
- * diagonal, sit in shared memory (type T, head dim zero-padded to a multiple
- * of 16); the score and P @ V products are WMMA 16x16x16 of T with fp32
- * accumulation; an online softmax in fp32 (two lanes per query row) rescales
- * the running output, kept in fp32 in shared memory. Writes O and
- * lse = m + log(l).
+ * Forward: a block (BQ = 128 queries, or 64 where the card's shared memory
+ * per block is short) owns BQ queries of one (batch, head), each warp 32 of
+ * them at head sizes up to 64 (two 16-row tiles: every K and V fragment
+ * read from shared memory feeds two products, which keeps the loop off
+ * shared memory's bandwidth), 16 at 128 (registers). The Q tile and, two
+ * stages deep, the K and V tiles of 64 keys come into shared memory by
+ * cp.async (rows padded by 16 bytes, so ldmatrix reads them without bank
+ * conflicts); the next tile's copy runs while the warps compute on the
+ * current one. Each warp keeps its Q fragments, its rows' scores S = Q K^T
+ * of a tile and its rows of output in registers (fp32 accumulators); the
+ * online softmax works on the score
+ * fragments in the log2 domain (each row's four lanes agree through two
+ * shuffles), and P goes from the score registers straight into the A
+ * fragments of P @ V. Tiles past the diagonal are never loaded; a warp
+ * whose rows all precede a tile skips its products. Writes O (through
+ * shared memory, in 16-byte stores) and lse = m + log(l).
  *
- * Backward, two kernels, no atomics and no scratch:
- * - dQ: a block per (b, h, BQ queries) walks the K/V tiles up to the
- *   diagonal, recomputes P = exp(scale S - lse) and dP = dO V^T, forms
- *   dS = P (dP - D) with D = rowsum(dO * O), and accumulates dQ += dS K in
- *   WMMA accumulators;
- * - dK, dV: a block per (b, h, BQ keys) walks the query tiles from the
- *   diagonal to the end, recomputes P^T and dP^T the same way (D recomputed
- *   from dO and O per tile), and accumulates dV += P^T dO and dK += dS^T Q.
- * Each part of dqkv is owned by one block, which adds its result once.
+ * Backward: a first pass writes delta = rowsum(dO * O) (D) once, one warp
+ * per (row, head); then two kernels, neither with atomics, each owning the
+ * part of dqkv it adds to (deterministic):
+ * - dK, dV: a block of 4 warps per (b, h, 64 keys), each warp 16 keys; it
+ *   walks the query tiles (64 queries; 32 at HSP 128, for registers) from
+ *   the diagonal to the end, Q and dO (and their rows' lse and D) two
+ *   stages deep by cp.async, and forms per tile S^T = K Q^T, P^T =
+ *   exp(scale S^T - lse), dP^T = V dO^T, dS^T = P^T (dP^T - D), then
+ *   accumulates dV += P^T dO and dK += dS^T Q in registers;
+ * - dQ: a block of 4 warps per (b, h, 64 queries) walks the key tiles up
+ *   to the diagonal (64 keys; 32 at HSP 128), recomputes P and dP = dO V^T,
+ *   and accumulates dQ += dS K.
+ * The products are m16n8k16 (bf16 or f16, fp32 accumulation); on Turing
+ * (ARCH 75: f16 only) each is two m16n8k8, and the tiles come in through
+ * registers, one stage deep, which keeps every kernel within its 64 KiB.
  *
- * Tiles: BQ = 64 (4 warps) where the card's shared memory per block allows
- * it, else BQ = 32 (2 warps: a quarter of the tile memory and half the fp32
- * scratch), chosen at run time from cudaDevAttrMaxSharedMemoryPerBlockOptin:
- * at head size 64 the forward needs 70.5 KiB and the backward 79.5 KiB with
- * 64 (sm_70 allows 96 KiB, sm_80 163, sm_86 and sm_89 99, sm_90 227), 33.3
- * and 29.8 KiB with 32 (sm_75 allows 64 KiB); at head size 128, 64-query
- * tiles fit only sm_80 and sm_90. The kernel lab times both sizes
- * (dev/kernels/attention.c). */
-#include <mma.h>
-
-#include <type_traits>
-
-#include "backend/ops/cuda_util.cuh"
+ * Shared memory a block (LDH = HSP + 8 elements a row):
+ *   forward (BQ + 2 stages x 2 x 64) x LDH x 2 bytes: 54.0 KiB at HSP 64
+ *     and BQ 128, 102.0 KiB at HSP 128 and BQ 128, 85.0 KiB at BQ 64;
+ *   dK/dV and dQ (2 x 64 + 2 stages x 2 x BI) x LDH x 2 bytes + the lse
+ *     and D rows: 55.0 KiB at HSP 64 (BI 64), 68.5 KiB at HSP 128 (BI 32);
+ *   one stage (Turing) at HSP 128: 51.0 KiB forward, 51.5 KiB backward.
+ * Launch order puts the longest blocks first (the last query tiles of the
+ * forward and dQ, the first key tiles of dK/dV). */
+#include "backend/ops/mma.cuh"
 
 namespace {
 
-using namespace nvcuda;
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
+constexpr int BKV = 64; /* keys per forward tile */
+constexpr int BK = 64;  /* keys per dK/dV block, queries per dQ block */
 
-/* Queries per block = keys per tile: the diagonal logic needs them equal. */
-template <int BQ> struct tiles {
-    static constexpr int WARPS = BQ / 16;
-    static constexpr int THREADS = 32 * WARPS;
-    static constexpr int LDS = BQ + 4;  /* fp32 score rows */
-    static constexpr int LDP = BQ + 8;  /* probability rows, type T */
-    static constexpr int HALF = BQ / 2; /* score columns per lane: lanes 2r and 2r+1 share row r */
+template <int HSP> struct hdim {
+    static constexpr int LDH = HSP + 8; /* a shared row: 16 bytes of padding */
+    static constexpr int CH = HSP / 8;  /* 16-byte chunks of a row */
+    static constexpr int KS = HSP / 16; /* k-steps of a product over the head */
+    static constexpr int DT = HSP / 8;  /* 8-column tiles of an output over the head */
+    /* the inner tile of the backward kernels: 64 rows, 32 at HSP 128 */
+    static constexpr int BI = HSP > 64 ? 32 : 64;
 };
 
-template <int ND, int BQ> struct dims {
-    static constexpr int HSP = ND * 16;   /* padded head size */
-    static constexpr int LDH = HSP + 8;   /* Q/K/V/dO rows, type T */
-    static constexpr int LDO = HSP + 4;   /* fp32 output rows */
-    static constexpr int TILE = BQ * LDH; /* elements of one tile */
-    static constexpr int LDS = tiles<BQ>::LDS;
-    /* per warp, fp32: the forward's 16 x LDS scores, also its 16 x LDO output
-     * products; the backward's two 16 x LDS blocks (S and dP), also a 16 x
-     * LDO output */
-    static constexpr int FWD_F = 16 * LDS > 16 * LDO ? 16 * LDS : 16 * LDO;
-    static constexpr int BWD_F = 2 * 16 * LDS > 16 * LDO ? 2 * 16 * LDS : 16 * LDO;
-};
+template <int ARCH> constexpr int stages() { return ARCH >= 80 ? 2 : 1; }
 
-template <typename T> using frag_a = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
-template <typename T> using frag_b = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
-template <typename T> using frag_bt = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
-
-/* WMMA of T is there on the architecture being compiled: fp16 from sm_70,
- * bf16 from sm_80. Below sm_80 the bf16 kernels compile to a trap (the
- * backend refuses bf16 on those cards, so they never launch). */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-template <typename T> constexpr bool wmma_here = std::is_same<T, f16>::value;
-#else
-template <typename T> constexpr bool wmma_here = true;
-#endif
-
-/* Rows row0.. of a [*, stride] matrix into a BQ x LDH tile; zero past T
- * rows and HS columns. `vec`: 16-byte accesses (HS, stride and src allow). */
-template <typename T, int ND, int BQ>
-__device__ void load_tile(T *dst, const T *src, size_t stride, int row0, int T_, int HS, bool vec)
+template <int HSP, int BQ, int ARCH> constexpr size_t forward_smem()
 {
-    constexpr int HSP = dims<ND, BQ>::HSP, LDH = dims<ND, BQ>::LDH, THREADS = tiles<BQ>::THREADS;
+    return (size_t)(BQ + 2 * stages<ARCH>() * BKV) * hdim<HSP>::LDH * 2;
+}
+
+/* dK/dV's and dQ's: two tiles of 64 rows, two stages of two inner tiles,
+ * the inner rows' lse and D per stage (dQ's 64 rows' once). */
+template <int HSP, int ARCH> constexpr size_t backward_smem()
+{
+    return (size_t)(2 * BK + 2 * stages<ARCH>() * hdim<HSP>::BI) * hdim<HSP>::LDH * 2 +
+           2 * (size_t)(stages<ARCH>() * hdim<HSP>::BI > BK ? stages<ARCH>() * hdim<HSP>::BI : BK) * 4;
+}
+
+/* Rows row0.. of a [*, stride] matrix, head columns [0, HS), into a ROWS x
+ * LDH tile; zeros past T rows and HS columns. `vec`: 16-byte copies (HS,
+ * stride and the base allow them; asynchronous with ARCH 80), else element
+ * by element. */
+template <typename T, int HSP, int ROWS, int THREADS, int ARCH>
+__device__ __forceinline__ void load_rows(T *dst, const T *src, size_t stride, int row0, int T_, int HS, bool vec)
+{
+    using H = hdim<HSP>;
     if (vec) {
-        constexpr int CH = HSP / 8;
-        for (int i = threadIdx.x; i < BQ * CH; i += THREADS) {
-            const int r = i / CH, c = (i % CH) * 8;
-            uint4 v = make_uint4(0, 0, 0, 0);
-            if (row0 + r < T_ && c < HS)
-                v = *reinterpret_cast<const uint4 *>(src + (size_t)(row0 + r) * stride + c);
-            *reinterpret_cast<uint4 *>(dst + r * LDH + c) = v;
+        for (int i = threadIdx.x; i < ROWS * H::CH; i += THREADS) {
+            const int r = i / H::CH, c = (i % H::CH) * 8;
+            const bool ok = row0 + r < T_ && c < HS;
+            cu_cp16<ARCH>(dst + r * H::LDH + c, ok ? src + (size_t)(row0 + r) * stride + c : src, ok);
         }
     } else {
-        for (int i = threadIdx.x; i < BQ * HSP; i += THREADS) {
+        for (int i = threadIdx.x; i < ROWS * HSP; i += THREADS) {
             const int r = i / HSP, c = i % HSP;
-            T v = cu_round<T>(0.0f);
-            if (row0 + r < T_ && c < HS)
-                v = src[(size_t)(row0 + r) * stride + c];
-            dst[r * LDH + c] = v;
+            dst[r * H::LDH + c] = row0 + r < T_ && c < HS ? src[(size_t)(row0 + r) * stride + c] : cu_round<T>(0.0f);
         }
     }
 }
 
-/* out (16 x BQ fp32, ld LDS) = A (16 rows of a tile) @ X^T, X a BQ-row tile. */
-template <typename T, int ND, int BQ> __device__ void mm_abt(float *out, const T *a, const T *x)
+/* n floats of src from row0 into dst (zeros past T). */
+template <int THREADS>
+__device__ __forceinline__ void load_floats(float *dst, const float *src, int row0, int n, int T_, float scale)
 {
-    constexpr int LDH = dims<ND, BQ>::LDH, LDS = tiles<BQ>::LDS;
-    for (int n = 0; n < BQ / 16; n++) {
-        frag_c c;
-        wmma::fill_fragment(c, 0.0f);
-        for (int d = 0; d < ND; d++) {
-            frag_a<T> fa;
-            frag_bt<T> fb;
-            wmma::load_matrix_sync(fa, a + d * 16, LDH);
-            wmma::load_matrix_sync(fb, x + n * 16 * LDH + d * 16, LDH);
-            wmma::mma_sync(c, fa, fb, c);
-        }
-        wmma::store_matrix_sync(out + n * 16, c, LDS, wmma::mem_row_major);
-    }
+    for (int i = threadIdx.x; i < n; i += THREADS)
+        dst[i] = row0 + i < T_ ? src[row0 + i] * scale : 0.0f;
 }
 
-/* acc (16 x HSP) += P (16 x BQ of T, ld LDP) @ Y (a BQ-row tile). */
-template <typename T, int ND, int BQ> __device__ void mm_pv(frag_c (&acc)[ND], const T *p, const T *y)
+/* The A fragments of a warp's 16 rows of a tile (rows r0.., all KS k-steps). */
+template <int HSP> __device__ __forceinline__ void load_a(uint32_t (&f)[hdim<HSP>::KS][4], const void *tile, int r0)
 {
-    constexpr int LDH = dims<ND, BQ>::LDH, LDP = tiles<BQ>::LDP;
-    for (int kk = 0; kk < BQ / 16; kk++) {
-        frag_a<T> fa;
-        wmma::load_matrix_sync(fa, p + kk * 16, LDP);
-        for (int n = 0; n < ND; n++) {
-            frag_b<T> fb;
-            wmma::load_matrix_sync(fb, y + kk * 16 * LDH + n * 16, LDH);
-            wmma::mma_sync(acc[n], fa, fb, acc[n]);
-        }
-    }
-}
-
-/* Warp-wide: dst[row r of 16][c] (+)= factor * src[r * LDO + c] for rows
- * row0 + r < T and c < HS; lanes run along columns (coalesced). */
-template <typename T, int ND, int BQ>
-__device__ void write_rows(T *dst, size_t stride, const float *src, int row0, int T_, int HS, float factor,
-                           bool accumulate)
-{
-    constexpr int LDO = dims<ND, BQ>::LDO;
+    using H = hdim<HSP>;
     const int lane = threadIdx.x % 32;
-    for (int i = lane; i < 16 * HS; i += 32) {
-        const int r = i / HS, c = i % HS;
-        if (row0 + r >= T_)
-            break; /* rows only grow with i */
-        T *p = dst + (size_t)(row0 + r) * stride + c;
-        float v = factor * src[r * LDO + c];
-        if (accumulate)
-            v += cu_f32(*p);
-        *p = cu_round<T>(v);
+    const char *base = static_cast<const char *>(tile);
+    for (int ks = 0; ks < H::KS; ks++)
+        cu_ldsm4<false>(f[ks], cu_smem(base + 2 * ((r0 + lane % 16) * H::LDH + ks * 16 + (lane / 16) * 8)));
+}
+
+/* acc[mt][n-tile 0 .. 2 NP) += A (MT tiles of 16 rows of the warp,
+ * fragments a[mt]) @ X^T for rows x0 .. x0 + 16 NP of the tile X (keys by
+ * head columns): X's rows are the product's columns, through ldmatrix (not
+ * transposed), each fragment of X used for every one of the MT tiles. */
+template <typename T, int HSP, int NP, int MT, int ARCH>
+__device__ __forceinline__ void mm_abt(float (&acc)[MT][2 * NP][4], const uint32_t (&a)[MT][hdim<HSP>::KS][4],
+                                       const T *x, int x0)
+{
+    using H = hdim<HSP>;
+    const int lane = threadIdx.x % 32;
+    for (int np = 0; np < NP; np++)
+        for (int ks = 0; ks < H::KS; ks++) {
+            uint32_t b[4];
+            cu_ldsm4<false>(b, cu_smem(x + (x0 + np * 16 + lane % 8 + (lane / 16) * 8) * H::LDH + ks * 16 +
+                                ((lane / 8) % 2) * 8));
+            for (int mt = 0; mt < MT; mt++) {
+                cu_mma16816<T, ARCH>(acc[mt][2 * np], a[mt][ks], b[0], b[1]);
+                cu_mma16816<T, ARCH>(acc[mt][2 * np + 1], a[mt][ks], b[2], b[3]);
+            }
+        }
+}
+
+/* acc[mt][head n-tiles] += P @ Y for P the warp's MT tiles of 16 x 16 KP
+ * values held as C fragments p[mt][2 KP][4] (packed here into A
+ * fragments), Y rows y0 .. y0 + 16 KP of a tile (through ldmatrix,
+ * transposed; each fragment used for every tile). */
+template <typename T, int HSP, int KP, int MT, int ARCH>
+__device__ __forceinline__ void mm_pv(float (&acc)[MT][hdim<HSP>::DT][4], const float (&p)[MT][2 * KP][4],
+                                      const T *y, int y0)
+{
+    using H = hdim<HSP>;
+    const int lane = threadIdx.x % 32;
+    for (int kk = 0; kk < KP; kk++) {
+        uint32_t a[MT][4];
+        for (int mt = 0; mt < MT; mt++) {
+            a[mt][0] = cu_pack2<T>(p[mt][2 * kk][0], p[mt][2 * kk][1]);
+            a[mt][1] = cu_pack2<T>(p[mt][2 * kk][2], p[mt][2 * kk][3]);
+            a[mt][2] = cu_pack2<T>(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
+            a[mt][3] = cu_pack2<T>(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
+        }
+        for (int dp = 0; dp < H::DT / 2; dp++) {
+            uint32_t b[4];
+            cu_ldsm4<true>(b, cu_smem(y + (y0 + kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * H::LDH + dp * 16 +
+                                  (lane / 16) * 8));
+            for (int mt = 0; mt < MT; mt++) {
+                cu_mma16816<T, ARCH>(acc[mt][2 * dp], a[mt], b[0], b[1]);
+                cu_mma16816<T, ARCH>(acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
+            }
+        }
     }
 }
 
-template <typename T, int ND, int BQ>
-__device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, int NH, float scale, bool vec)
+/* The four lanes of a fragment row agree on its max / sum. */
+__device__ __forceinline__ float quad_max(float v)
 {
-    using D = dims<ND, BQ>;
-    constexpr int WARPS = tiles<BQ>::WARPS, LDS = tiles<BQ>::LDS, LDP = tiles<BQ>::LDP, HALF = tiles<BQ>::HALF;
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float v)
+{
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+/* Adds (or writes) a warp's 16 rows of fp32 C fragments acc[DT][4], times
+ * `factor`, into rows row0.. of a [*, stride] matrix (head columns [0,
+ * HS)), through `stage` (the warp's own 16 x LDH rows of shared memory) so
+ * the global accesses are 16 bytes wide when `vec`. */
+template <typename T, int HSP>
+__device__ __forceinline__ void store_rows(T *dst, size_t stride, const float (&acc)[hdim<HSP>::DT][4], float factor,
+                                           T *stage, int row0, int T_, int HS, bool vec, bool accumulate)
+{
+    using H = hdim<HSP>;
+    const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    for (int dt = 0; dt < H::DT; dt++) {
+        const int c = dt * 8 + 2 * t;
+        *reinterpret_cast<uint32_t *>(stage + g * H::LDH + c) = cu_pack2<T>(acc[dt][0] * factor, acc[dt][1] * factor);
+        *reinterpret_cast<uint32_t *>(stage + (g + 8) * H::LDH + c) =
+            cu_pack2<T>(acc[dt][2] * factor, acc[dt][3] * factor);
+    }
+    __syncwarp();
+    if (vec) {
+        for (int i = lane; i < 16 * H::CH; i += 32) {
+            const int r = i / H::CH, c = (i % H::CH) * 8;
+            if (row0 + r >= T_ || c >= HS)
+                continue;
+            T *p = dst + (size_t)(row0 + r) * stride + c;
+            float v[8], w[8];
+            cu_load8(v, stage + r * H::LDH + c);
+            if (accumulate) {
+                cu_load8(w, p);
+                for (int j = 0; j < 8; j++)
+                    v[j] += w[j];
+            }
+            cu_store8(p, v);
+        }
+    } else {
+        for (int i = lane; i < 16 * HS; i += 32) {
+            const int r = i / HS, c = i % HS;
+            if (row0 + r >= T_)
+                break;
+            T *p = dst + (size_t)(row0 + r) * stride + c;
+            float v = cu_f32(stage[r * H::LDH + c]);
+            *p = cu_round<T>(accumulate ? v + cu_f32(*p) : v);
+        }
+    }
+    __syncwarp();
+}
+
+/* ---- forward ---- */
+
+/* 16-row tiles a forward warp owns: two at head sizes up to 64 (each K or
+ * V fragment from ldmatrix then feeds two products, which keeps the loop
+ * off shared memory's bandwidth), one at 128 (registers). */
+template <int HSP> constexpr int fwd_mt() { return HSP <= 64 ? 2 : 1; }
+template <int HSP, int BQ> constexpr int fwd_threads() { return 32 * BQ / (16 * fwd_mt<HSP>()); }
+
+template <typename T, int HSP, int BQ, int ARCH>
+__device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, int NH, float scale_log2, bool vec)
+{
+    using H = hdim<HSP>;
+    constexpr int MT = fwd_mt<HSP>(), THREADS = fwd_threads<HSP, BQ>(), ST = stages<ARCH>(), NP = BKV / 16;
     extern __shared__ __align__(128) unsigned char smem[];
-    const int qt = gridDim.x - 1 - blockIdx.x; /* the longest tiles start first */
-    const int h = blockIdx.y, b = blockIdx.z, HS = C / NH;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int q0 = qt * BQ;
     T *Qs = reinterpret_cast<T *>(smem);
-    T *Ks = Qs + D::TILE, *Vs = Ks + D::TILE;
-    float *Uf = reinterpret_cast<float *>(Vs + D::TILE) + warp * (D::FWD_F + 16 * D::LDO);
-    float *Of = Uf + D::FWD_F; /* running output, 16 x LDO */
-    T *Pb = reinterpret_cast<T *>(reinterpret_cast<float *>(Vs + D::TILE) + WARPS * (D::FWD_F + 16 * D::LDO)) +
-            warp * 16 * LDP;
+    T *Ks = Qs + BQ * H::LDH, *Vs = Ks + ST * BKV * H::LDH;
+    const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const int q0 = qt * BQ, wq = q0 + warp * 16 * MT; /* the warp's first query */
     const size_t stride = 3 * (size_t)C;
     const T *base = qkv + (size_t)b * T_ * stride + (size_t)h * HS;
+    const int n_kv = (min(T_, q0 + BQ) + BKV - 1) / BKV;
 
-    load_tile<T, ND, BQ>(Qs, base, stride, q0, T_, HS, vec);
-    for (int i = lane; i < 16 * D::LDO; i += 32)
-        Of[i] = 0.0f;
-    /* Lanes 2r and 2r+1 own row r: columns [HALF half, HALF half + HALF) of a tile. */
-    const int r = lane / 2, half = lane % 2;
-    const int qi = q0 + warp * 16 + r;
-    float m = -INFINITY, l = 0.0f;
-    const int kv_end = min(T_, q0 + BQ);
-    for (int kv0 = 0; kv0 < kv_end; kv0 += BQ) {
-        __syncthreads(); /* every warp is done with the previous K/V */
-        load_tile<T, ND, BQ>(Ks, base + C, stride, kv0, T_, HS, vec);
-        load_tile<T, ND, BQ>(Vs, base + 2 * C, stride, kv0, T_, HS, vec);
-        __syncthreads();
-        mm_abt<T, ND, BQ>(Uf, Qs + warp * 16 * D::LDH, Ks);
-        __syncwarp();
-        float s[HALF];
-        float tile_max = -INFINITY;
-        for (int j = 0; j < HALF; j++) {
-            const int col = half * HALF + j, kj = kv0 + col;
-            s[j] = kj <= qi && kj < T_ ? Uf[r * LDS + col] * scale : -INFINITY;
-            tile_max = fmaxf(tile_max, s[j]);
-        }
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-        const float m_new = fmaxf(m, tile_max); /* finite: key 0 is in every row's first tile */
-        const float alpha = __expf(m - m_new);
-        float sum = 0.0f;
-        for (int j = 0; j < HALF; j++) {
-            const float p = __expf(s[j] - m_new);
-            sum += p;
-            Pb[r * LDP + half * HALF + j] = cu_round<T>(p);
-        }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        l = l * alpha + sum;
-        m = m_new;
-        __syncwarp(); /* Pb complete, Uf's scores consumed */
-        frag_c acc[ND];
-        for (int n = 0; n < ND; n++)
-            wmma::fill_fragment(acc[n], 0.0f);
-        mm_pv<T, ND, BQ>(acc, Pb, Vs);
-        for (int n = 0; n < ND; n++)
-            wmma::store_matrix_sync(Uf + n * 16, acc[n], D::LDO, wmma::mem_row_major);
-        __syncwarp();
-        for (int c = half; c < D::HSP; c += 2)
-            Of[r * D::LDO + c] = Of[r * D::LDO + c] * alpha + Uf[r * D::LDO + c];
-        __syncwarp();
+    load_rows<T, HSP, BQ, THREADS, ARCH>(Qs, base, stride, q0, T_, HS, vec);
+    load_rows<T, HSP, BKV, THREADS, ARCH>(Ks, base + C, stride, 0, T_, HS, vec);
+    load_rows<T, HSP, BKV, THREADS, ARCH>(Vs, base + 2 * C, stride, 0, T_, HS, vec);
+    cu_cp_commit<ARCH>();
+
+    uint32_t qf[MT][H::KS][4];
+    float o[MT][H::DT][4];
+    float m[MT][2], l[MT][2];
+    for (int mt = 0; mt < MT; mt++) {
+        for (int dt = 0; dt < H::DT; dt++)
+            o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.0f;
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
     }
-    const float inv_l = 1.0f / l;
-    for (int c = half; c < D::HSP; c += 2)
-        Of[r * D::LDO + c] *= inv_l;
-    if (half == 0 && qi < T_)
-        lse[((size_t)b * NH + h) * T_ + qi] = m + logf(l);
-    __syncwarp();
-    write_rows<T, ND, BQ>(out + (size_t)b * T_ * C + (size_t)h * HS, C, Of, q0 + warp * 16, T_, HS, 1.0f, false);
+    for (int j = 0; j < n_kv; j++) {
+        const int st = ST == 2 ? j & 1 : 0, kv0 = j * BKV;
+        T *Kt = Ks + st * BKV * H::LDH, *Vt = Vs + st * BKV * H::LDH;
+        if constexpr (ST == 2) {
+            if (j + 1 < n_kv) { /* the other stage was last read before the previous barrier */
+                load_rows<T, HSP, BKV, THREADS, ARCH>(Ks + (st ^ 1) * BKV * H::LDH, base + C, stride, kv0 + BKV,
+                                                      T_, HS, vec);
+                load_rows<T, HSP, BKV, THREADS, ARCH>(Vs + (st ^ 1) * BKV * H::LDH, base + 2 * C, stride,
+                                                      kv0 + BKV, T_, HS, vec);
+                cu_cp_commit<ARCH>();
+                cu_cp_wait<ARCH, 1>();
+            } else {
+                cu_cp_wait<ARCH, 0>();
+            }
+        } else if (j > 0) {
+            load_rows<T, HSP, BKV, THREADS, ARCH>(Kt, base + C, stride, kv0, T_, HS, vec);
+            load_rows<T, HSP, BKV, THREADS, ARCH>(Vt, base + 2 * C, stride, kv0, T_, HS, vec);
+        }
+        __syncthreads();
+        if (j == 0)
+            for (int mt = 0; mt < MT; mt++)
+                load_a<HSP>(qf[mt], Qs, warp * 16 * MT + 16 * mt);
+        if (kv0 <= wq + 16 * MT - 1) { /* some key of the tile is at or before one of the warp's queries */
+            float s[MT][2 * NP][4];
+            for (int mt = 0; mt < MT; mt++)
+                for (int n = 0; n < 2 * NP; n++)
+                    s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+            mm_abt<T, HSP, NP, MT, ARCH>(s, qf, Kt, 0);
+            const bool edge = kv0 + BKV - 1 > wq || kv0 + BKV > T_;
+            for (int mt = 0; mt < MT; mt++) {
+                const int row[2] = {wq + 16 * mt + g, wq + 16 * mt + g + 8};
+                float mx[2] = {-INFINITY, -INFINITY};
+                for (int n = 0; n < 2 * NP; n++)
+                    for (int i = 0; i < 4; i++) {
+                        const int key = kv0 + n * 8 + 2 * t + (i & 1);
+                        float x = s[mt][n][i] * scale_log2;
+                        if (edge && (key > row[i / 2] || key >= T_))
+                            x = -INFINITY;
+                        s[mt][n][i] = x;
+                        mx[i / 2] = fmaxf(mx[i / 2], x);
+                    }
+                for (int r = 0; r < 2; r++) {
+                    /* finite: every row meets key 0 in its first tile */
+                    const float m_new = fmaxf(m[mt][r], quad_max(mx[r]));
+                    const float alpha = exp2f(m[mt][r] - m_new);
+                    m[mt][r] = m_new;
+                    l[mt][r] *= alpha;
+                    for (int dt = 0; dt < H::DT; dt++) {
+                        o[mt][dt][2 * r] *= alpha;
+                        o[mt][dt][2 * r + 1] *= alpha;
+                    }
+                }
+                for (int n = 0; n < 2 * NP; n++)
+                    for (int i = 0; i < 4; i++) {
+                        const float p = exp2f(s[mt][n][i] - m[mt][i / 2]);
+                        s[mt][n][i] = p;
+                        l[mt][i / 2] += p;
+                    }
+            }
+            mm_pv<T, HSP, NP, MT, ARCH>(o, s, Vt, 0);
+        }
+        __syncthreads(); /* every warp is done with this stage */
+    }
+    for (int mt = 0; mt < MT; mt++) {
+        float inv[2];
+        for (int r = 0; r < 2; r++) {
+            const int row = wq + 16 * mt + g + 8 * r;
+            const float sum = quad_sum(l[mt][r]);
+            if (t == 0 && row < T_)
+                lse[((size_t)b * NH + h) * T_ + row] = (m[mt][r] + log2f(sum)) * LN2;
+            inv[r] = 1.0f / sum;
+        }
+        for (int dt = 0; dt < H::DT; dt++) {
+            o[mt][dt][0] *= inv[0];
+            o[mt][dt][1] *= inv[0];
+            o[mt][dt][2] *= inv[1];
+            o[mt][dt][3] *= inv[1];
+        }
+        /* The warp's own Q rows of shared memory stage its output. */
+        store_rows<T, HSP>(out + (size_t)b * T_ * C + (size_t)h * HS, C, o[mt], 1.0f,
+                           Qs + (warp * 16 * MT + 16 * mt) * H::LDH, wq + 16 * mt, T_, HS, vec, false);
+    }
 }
 
-template <typename T, int ND, int BQ>
-__global__ void __launch_bounds__(tiles<BQ>::THREADS)
-    attention_forward_kernel(T *out, float *lse, const T *qkv, int T_, int C, int NH, float scale, bool vec)
+template <typename T, int HSP, int BQ, int ARCH>
+__global__ void __launch_bounds__(fwd_threads<HSP, BQ>())
+    attention_fwd_kernel(T *out, float *lse, const T *qkv, int T_, int C, int NH, float scale_log2, bool vec)
 {
-    if constexpr (wmma_here<T>)
-        forward_body<T, ND, BQ>(out, lse, qkv, T_, C, NH, scale, vec);
-    else
-        __trap();
+    forward_body<T, HSP, BQ, ARCH>(out, lse, qkv, T_, C, NH, scale_log2, vec);
 }
 
-/* D for a row of a query tile: sum_c dO[row, c] O[row, c] over the warp. */
-template <typename T> __device__ float row_dot(const T *dOs_row, const T *o_row, int HS)
+/* ---- backward ---- */
+
+/* delta[b, h, t] = dout . out over the head: a warp per (row, head). */
+template <typename T> __global__ void attention_delta_kernel(float *delta, const T *dout, const T *out, int B, int T_,
+                                                              int C, int NH)
 {
-    const int lane = threadIdx.x % 32;
+    const size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32, HS = C / NH;
+    if (w >= (size_t)B * T_ * NH)
+        return; /* the whole warp */
+    const int h = (int)(w % NH);
+    const size_t bt = w / NH;
+    const T *dy = dout + bt * C + (size_t)h * HS, *y = out + bt * C + (size_t)h * HS;
     float acc = 0.0f;
     for (int c = lane; c < HS; c += 32)
-        acc += cu_f32(dOs_row[c]) * cu_f32(o_row[c]);
-    return cu_warp_sum(acc);
+        acc += cu_f32(dy[c]) * cu_f32(y[c]);
+    acc = cu_warp_sum(acc);
+    if (lane == 0)
+        delta[((bt / T_) * NH + h) * T_ + bt % T_] = acc;
 }
 
-template <typename T, int ND, int BQ>
-__device__ void dq_body(T *dqkv, const T *dout, const T *qkv, const T *out, const float *lse, int T_, int C,
-                        int NH, float scale, bool vec)
-{
-    using D = dims<ND, BQ>;
-    constexpr int WARPS = tiles<BQ>::WARPS, LDS = tiles<BQ>::LDS, LDP = tiles<BQ>::LDP, HALF = tiles<BQ>::HALF;
-    extern __shared__ __align__(128) unsigned char smem[];
-    const int qt = gridDim.x - 1 - blockIdx.x;
-    const int h = blockIdx.y, b = blockIdx.z, HS = C / NH;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int q0 = qt * BQ;
-    T *Qs = reinterpret_cast<T *>(smem);
-    T *dOs = Qs + D::TILE, *Ks = dOs + D::TILE, *Vs = Ks + D::TILE;
-    float *Sf = reinterpret_cast<float *>(Vs + D::TILE) + warp * D::BWD_F;
-    float *dPf = Sf + 16 * LDS;
-    T *Pb = reinterpret_cast<T *>(reinterpret_cast<float *>(Vs + D::TILE) + WARPS * D::BWD_F) + warp * 16 * LDP;
-    __shared__ float Drow[BQ], Lrow[BQ];
-    const size_t stride = 3 * (size_t)C;
-    const T *base = qkv + (size_t)b * T_ * stride + (size_t)h * HS;
-    const size_t obase = (size_t)b * T_ * C + (size_t)h * HS;
-
-    load_tile<T, ND, BQ>(Qs, base, stride, q0, T_, HS, vec);
-    load_tile<T, ND, BQ>(dOs, dout + obase, C, q0, T_, HS, vec);
-    __syncthreads();
-    for (int i = 0; i < 16; i++) {
-        const int rr = warp * 16 + i, q = q0 + rr;
-        const float d = q < T_ ? row_dot<T>(dOs + rr * D::LDH, out + obase + (size_t)q * C, HS) : 0.0f;
-        if (lane == 0) {
-            Drow[rr] = d;
-            Lrow[rr] = q < T_ ? lse[((size_t)b * NH + h) * T_ + q] : 0.0f;
-        }
-    }
-    __syncwarp();
-    const int r = lane / 2, half = lane % 2;
-    const int qi = q0 + warp * 16 + r;
-    const float Dr = Drow[warp * 16 + r], Lr = Lrow[warp * 16 + r];
-    frag_c dq[ND];
-    for (int n = 0; n < ND; n++)
-        wmma::fill_fragment(dq[n], 0.0f);
-    const int kv_end = min(T_, q0 + BQ);
-    for (int kv0 = 0; kv0 < kv_end; kv0 += BQ) {
-        __syncthreads();
-        load_tile<T, ND, BQ>(Ks, base + C, stride, kv0, T_, HS, vec);
-        load_tile<T, ND, BQ>(Vs, base + 2 * C, stride, kv0, T_, HS, vec);
-        __syncthreads();
-        mm_abt<T, ND, BQ>(Sf, Qs + warp * 16 * D::LDH, Ks);
-        mm_abt<T, ND, BQ>(dPf, dOs + warp * 16 * D::LDH, Vs);
-        __syncwarp();
-        for (int j = 0; j < HALF; j++) {
-            const int col = half * HALF + j, kj = kv0 + col;
-            float ds = 0.0f;
-            if (kj <= qi && qi < T_) {
-                const float p = __expf(Sf[r * LDS + col] * scale - Lr);
-                ds = p * (dPf[r * LDS + col] - Dr);
-            }
-            Pb[r * LDP + col] = cu_round<T>(ds);
-        }
-        __syncwarp();
-        mm_pv<T, ND, BQ>(dq, Pb, Ks);
-    }
-    __syncwarp();
-    for (int n = 0; n < ND; n++)
-        wmma::store_matrix_sync(Sf + n * 16, dq[n], D::LDO, wmma::mem_row_major);
-    __syncwarp();
-    write_rows<T, ND, BQ>(dqkv + (size_t)b * T_ * stride + (size_t)h * HS, stride, Sf, q0 + warp * 16, T_, HS,
-                          scale, true);
-}
-
-template <typename T, int ND, int BQ>
-__global__ void __launch_bounds__(tiles<BQ>::THREADS)
-    attention_dq_kernel(T *dqkv, const T *dout, const T *qkv, const T *out, const float *lse, int T_, int C,
-                        int NH, float scale, bool vec)
-{
-    if constexpr (wmma_here<T>)
-        dq_body<T, ND, BQ>(dqkv, dout, qkv, out, lse, T_, C, NH, scale, vec);
-    else
-        __trap();
-}
-
-template <typename T, int ND, int BQ>
-__device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const T *out, const float *lse, int T_, int C,
+template <typename T, int HSP, int ARCH>
+__device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *delta, int T_, int C,
                          int NH, float scale, bool vec)
 {
-    using D = dims<ND, BQ>;
-    constexpr int WARPS = tiles<BQ>::WARPS, LDS = tiles<BQ>::LDS, LDP = tiles<BQ>::LDP, HALF = tiles<BQ>::HALF;
+    using H = hdim<HSP>;
+    constexpr int THREADS = 128, ST = stages<ARCH>(), BI = H::BI, NP = BI / 16;
     extern __shared__ __align__(128) unsigned char smem[];
-    const int h = blockIdx.y, b = blockIdx.z, HS = C / NH;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int kv0 = blockIdx.x * BQ;
     T *Ks = reinterpret_cast<T *>(smem);
-    T *Vs = Ks + D::TILE, *Qs = Vs + D::TILE, *dOs = Qs + D::TILE;
-    float *Sf = reinterpret_cast<float *>(dOs + D::TILE) + warp * D::BWD_F;
-    float *dPf = Sf + 16 * LDS;
-    T *Pb = reinterpret_cast<T *>(reinterpret_cast<float *>(dOs + D::TILE) + WARPS * D::BWD_F) + warp * 16 * LDP;
-    __shared__ float Dq[BQ], Lq[BQ];
+    T *Vs = Ks + BK * H::LDH, *Qs = Vs + BK * H::LDH, *dOs = Qs + ST * BI * H::LDH;
+    float *Ls = reinterpret_cast<float *>(dOs + ST * BI * H::LDH), *Ds = Ls + ST * BI;
+    const int h = blockIdx.y, b = blockIdx.z, HS = C / NH;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const int k0 = blockIdx.x * BK, wk = k0 + warp * 16; /* the warp's first key */
     const size_t stride = 3 * (size_t)C;
     const T *base = qkv + (size_t)b * T_ * stride + (size_t)h * HS;
-    const size_t obase = (size_t)b * T_ * C + (size_t)h * HS;
+    const T *dy = dout + (size_t)b * T_ * C + (size_t)h * HS;
+    const float *lrow = lse + ((size_t)b * NH + h) * T_, *drow = delta + ((size_t)b * NH + h) * T_;
+    const float scale_log2 = scale * LOG2E;
+    const int n_q = (T_ - k0 + BI - 1) / BI; /* query tiles from the diagonal on */
 
-    load_tile<T, ND, BQ>(Ks, base + C, stride, kv0, T_, HS, vec);
-    load_tile<T, ND, BQ>(Vs, base + 2 * C, stride, kv0, T_, HS, vec);
-    /* Lanes 2r and 2r+1 own key row r of this warp: query columns [HALF half, +HALF). */
-    const int r = lane / 2, half = lane % 2;
-    const int kj = kv0 + warp * 16 + r;
-    frag_c dk[ND], dv[ND];
-    for (int n = 0; n < ND; n++) {
-        wmma::fill_fragment(dk[n], 0.0f);
-        wmma::fill_fragment(dv[n], 0.0f);
-    }
-    for (int q0 = kv0; q0 < T_; q0 += BQ) {
-        __syncthreads(); /* every warp is done with the previous Q/dO tile */
-        load_tile<T, ND, BQ>(Qs, base, stride, q0, T_, HS, vec);
-        load_tile<T, ND, BQ>(dOs, dout + obase, C, q0, T_, HS, vec);
-        __syncthreads();
-        for (int i = 0; i < 16; i++) {
-            const int rr = warp * 16 + i, q = q0 + rr;
-            const float d = q < T_ ? row_dot<T>(dOs + rr * D::LDH, out + obase + (size_t)q * C, HS) : 0.0f;
-            if (lane == 0) {
-                Dq[rr] = d;
-                Lq[rr] = q < T_ ? lse[((size_t)b * NH + h) * T_ + q] : 0.0f;
+    load_rows<T, HSP, BK, THREADS, ARCH>(Ks, base + C, stride, k0, T_, HS, vec);
+    load_rows<T, HSP, BK, THREADS, ARCH>(Vs, base + 2 * C, stride, k0, T_, HS, vec);
+    load_rows<T, HSP, BI, THREADS, ARCH>(Qs, base, stride, k0, T_, HS, vec);
+    load_rows<T, HSP, BI, THREADS, ARCH>(dOs, dy, C, k0, T_, HS, vec);
+    load_floats<THREADS>(Ls, lrow, k0, BI, T_, LOG2E);
+    load_floats<THREADS>(Ds, drow, k0, BI, T_, 1.0f);
+    cu_cp_commit<ARCH>();
+
+    float dk[1][H::DT][4], dv[1][H::DT][4]; /* one 16-row tile a warp (the products' MT = 1) */
+    for (int dt = 0; dt < H::DT; dt++)
+        for (int i = 0; i < 4; i++)
+            dk[0][dt][i] = dv[0][dt][i] = 0.0f;
+    const int key[2] = {wk + g, wk + g + 8};
+    for (int j = 0; j < n_q; j++) {
+        const int st = ST == 2 ? j & 1 : 0, q0 = k0 + j * BI;
+        T *Qt = Qs + st * BI * H::LDH, *dOt = dOs + st * BI * H::LDH;
+        const float *Lt = Ls + st * BI, *Dt = Ds + st * BI;
+        if constexpr (ST == 2) {
+            if (j + 1 < n_q) {
+                const int s2 = st ^ 1;
+                load_rows<T, HSP, BI, THREADS, ARCH>(Qs + s2 * BI * H::LDH, base, stride, q0 + BI, T_, HS, vec);
+                load_rows<T, HSP, BI, THREADS, ARCH>(dOs + s2 * BI * H::LDH, dy, C, q0 + BI, T_, HS, vec);
+                load_floats<THREADS>(Ls + s2 * BI, lrow, q0 + BI, BI, T_, LOG2E);
+                load_floats<THREADS>(Ds + s2 * BI, drow, q0 + BI, BI, T_, 1.0f);
+                cu_cp_commit<ARCH>();
+                cu_cp_wait<ARCH, 1>();
+            } else {
+                cu_cp_wait<ARCH, 0>();
             }
+        } else if (j > 0) {
+            load_rows<T, HSP, BI, THREADS, ARCH>(Qt, base, stride, q0, T_, HS, vec);
+            load_rows<T, HSP, BI, THREADS, ARCH>(dOt, dy, C, q0, T_, HS, vec);
+            load_floats<THREADS>(Ls, lrow, q0, BI, T_, LOG2E);
+            load_floats<THREADS>(Ds, drow, q0, BI, T_, 1.0f);
         }
         __syncthreads();
-        mm_abt<T, ND, BQ>(Sf, Ks + warp * 16 * D::LDH, Qs);   /* S^T: keys x queries */
-        mm_abt<T, ND, BQ>(dPf, Vs + warp * 16 * D::LDH, dOs); /* dP^T = V dO^T */
-        __syncwarp();
-        for (int j = 0; j < HALF; j++) {
-            const int col = half * HALF + j, qi = q0 + col;
-            float p = 0.0f;
-            if (kj <= qi && qi < T_)
-                p = __expf(Sf[r * LDS + col] * scale - Lq[col]);
-            Sf[r * LDS + col] = p;
-            Pb[r * LDP + col] = cu_round<T>(p);
+        if (q0 + BI - 1 >= wk && wk < T_) { /* some query of the tile is at or after one of the warp's keys */
+            uint32_t kf[1][H::KS][4];
+            float s[1][2 * NP][4], dp[1][2 * NP][4];
+            for (int n = 0; n < 2 * NP; n++)
+                for (int i = 0; i < 4; i++)
+                    s[0][n][i] = dp[0][n][i] = 0.0f;
+            load_a<HSP>(kf[0], Ks, warp * 16);
+            mm_abt<T, HSP, NP, 1, ARCH>(s, kf, Qt, 0); /* S^T: the warp's keys x the tile's queries */
+            load_a<HSP>(kf[0], Vs, warp * 16);
+            mm_abt<T, HSP, NP, 1, ARCH>(dp, kf, dOt, 0); /* dP^T = V dO^T */
+            const bool edge = q0 < wk + 15 || q0 + BI > T_;
+            for (int n = 0; n < 2 * NP; n++)
+                for (int i = 0; i < 4; i++) {
+                    const int qc = n * 8 + 2 * t + (i & 1), q = q0 + qc;
+                    float p = exp2f(s[0][n][i] * scale_log2 - Lt[qc]);
+                    if (edge && (q < key[i / 2] || q >= T_))
+                        p = 0.0f;
+                    s[0][n][i] = p;                          /* P^T */
+                    dp[0][n][i] = p * (dp[0][n][i] - Dt[qc]); /* dS^T */
+                }
+            mm_pv<T, HSP, NP, 1, ARCH>(dv, s, dOt, 0);
+            mm_pv<T, HSP, NP, 1, ARCH>(dk, dp, Qt, 0);
         }
-        __syncwarp();
-        mm_pv<T, ND, BQ>(dv, Pb, dOs);
-        __syncwarp(); /* Pb is rewritten below */
-        for (int j = 0; j < HALF; j++) {
-            const int col = half * HALF + j;
-            const float ds = Sf[r * LDS + col] * (dPf[r * LDS + col] - Dq[col]);
-            Pb[r * LDP + col] = cu_round<T>(ds);
-        }
-        __syncwarp();
-        mm_pv<T, ND, BQ>(dk, Pb, Qs);
+        __syncthreads();
     }
-    __syncwarp();
+    /* The warp's own K rows of shared memory stage its results. */
     T *dbase = dqkv + (size_t)b * T_ * stride + (size_t)h * HS;
-    for (int n = 0; n < ND; n++)
-        wmma::store_matrix_sync(Sf + n * 16, dk[n], D::LDO, wmma::mem_row_major);
-    __syncwarp();
-    write_rows<T, ND, BQ>(dbase + C, stride, Sf, kv0 + warp * 16, T_, HS, scale, true);
-    __syncwarp();
-    for (int n = 0; n < ND; n++)
-        wmma::store_matrix_sync(Sf + n * 16, dv[n], D::LDO, wmma::mem_row_major);
-    __syncwarp();
-    write_rows<T, ND, BQ>(dbase + 2 * C, stride, Sf, kv0 + warp * 16, T_, HS, 1.0f, true);
+    store_rows<T, HSP>(dbase + C, stride, dk[0], scale, Ks + warp * 16 * H::LDH, wk, T_, HS, vec, true);
+    store_rows<T, HSP>(dbase + 2 * C, stride, dv[0], 1.0f, Ks + warp * 16 * H::LDH, wk, T_, HS, vec, true);
 }
 
-template <typename T, int ND, int BQ>
-__global__ void __launch_bounds__(tiles<BQ>::THREADS)
-    attention_dkv_kernel(T *dqkv, const T *dout, const T *qkv, const T *out, const float *lse, int T_, int C,
+template <typename T, int HSP, int ARCH>
+__global__ void __launch_bounds__(128)
+    attention_dkv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *delta, int T_, int C,
                          int NH, float scale, bool vec)
 {
-    if constexpr (wmma_here<T>)
-        dkv_body<T, ND, BQ>(dqkv, dout, qkv, out, lse, T_, C, NH, scale, vec);
-    else
-        __trap();
+    dkv_body<T, HSP, ARCH>(dqkv, dout, qkv, lse, delta, T_, C, NH, scale, vec);
 }
 
-/* Dynamic shared memory of each kernel, and the static rows (D, lse) beside it. */
-template <int ND, int BQ> size_t forward_smem()
+template <typename T, int HSP, int ARCH>
+__device__ void dq_body(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *delta, int T_, int C,
+                        int NH, float scale, bool vec)
 {
-    using D = dims<ND, BQ>;
-    return 3 * D::TILE * 2 + tiles<BQ>::WARPS * (D::FWD_F + 16 * D::LDO) * sizeof(float) +
-           tiles<BQ>::WARPS * 16 * tiles<BQ>::LDP * 2;
+    using H = hdim<HSP>;
+    constexpr int THREADS = 128, ST = stages<ARCH>(), BI = H::BI, NP = BI / 16;
+    extern __shared__ __align__(128) unsigned char smem[];
+    T *Qs = reinterpret_cast<T *>(smem);
+    T *dOs = Qs + BK * H::LDH, *Ks = dOs + BK * H::LDH, *Vs = Ks + ST * BI * H::LDH;
+    float *Ls = reinterpret_cast<float *>(Vs + ST * BI * H::LDH), *Ds = Ls + BK;
+    const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const int q0 = qt * BK, wq = q0 + warp * 16;
+    const size_t stride = 3 * (size_t)C;
+    const T *base = qkv + (size_t)b * T_ * stride + (size_t)h * HS;
+    const T *dy = dout + (size_t)b * T_ * C + (size_t)h * HS;
+    const float scale_log2 = scale * LOG2E;
+    const int n_k = (min(T_, q0 + BK) + BI - 1) / BI; /* key tiles up to the diagonal */
+
+    load_rows<T, HSP, BK, THREADS, ARCH>(Qs, base, stride, q0, T_, HS, vec);
+    load_rows<T, HSP, BK, THREADS, ARCH>(dOs, dy, C, q0, T_, HS, vec);
+    load_rows<T, HSP, BI, THREADS, ARCH>(Ks, base + C, stride, 0, T_, HS, vec);
+    load_rows<T, HSP, BI, THREADS, ARCH>(Vs, base + 2 * C, stride, 0, T_, HS, vec);
+    load_floats<THREADS>(Ls, lse + ((size_t)b * NH + h) * T_, q0, BK, T_, LOG2E);
+    load_floats<THREADS>(Ds, delta + ((size_t)b * NH + h) * T_, q0, BK, T_, 1.0f);
+    cu_cp_commit<ARCH>();
+
+    uint32_t qf[1][H::KS][4], dof[1][H::KS][4]; /* one 16-row tile a warp (the products' MT = 1) */
+    float dq[1][H::DT][4];
+    for (int dt = 0; dt < H::DT; dt++)
+        dq[0][dt][0] = dq[0][dt][1] = dq[0][dt][2] = dq[0][dt][3] = 0.0f;
+    const int row[2] = {wq + g, wq + g + 8};
+    float lr[2] = {0.0f, 0.0f}, dr[2] = {0.0f, 0.0f};
+    for (int j = 0; j < n_k; j++) {
+        const int st = ST == 2 ? j & 1 : 0, kv0 = j * BI;
+        T *Kt = Ks + st * BI * H::LDH, *Vt = Vs + st * BI * H::LDH;
+        if constexpr (ST == 2) {
+            if (j + 1 < n_k) {
+                load_rows<T, HSP, BI, THREADS, ARCH>(Ks + (st ^ 1) * BI * H::LDH, base + C, stride, kv0 + BI, T_, HS,
+                                                     vec);
+                load_rows<T, HSP, BI, THREADS, ARCH>(Vs + (st ^ 1) * BI * H::LDH, base + 2 * C, stride, kv0 + BI,
+                                                     T_, HS, vec);
+                cu_cp_commit<ARCH>();
+                cu_cp_wait<ARCH, 1>();
+            } else {
+                cu_cp_wait<ARCH, 0>();
+            }
+        } else if (j > 0) {
+            load_rows<T, HSP, BI, THREADS, ARCH>(Kt, base + C, stride, kv0, T_, HS, vec);
+            load_rows<T, HSP, BI, THREADS, ARCH>(Vt, base + 2 * C, stride, kv0, T_, HS, vec);
+        }
+        __syncthreads();
+        if (j == 0) {
+            load_a<HSP>(qf[0], Qs, warp * 16);
+            load_a<HSP>(dof[0], dOs, warp * 16);
+            for (int r = 0; r < 2; r++) {
+                lr[r] = Ls[warp * 16 + g + 8 * r];
+                dr[r] = Ds[warp * 16 + g + 8 * r];
+            }
+        }
+        if (kv0 <= wq + 15) {
+            float s[1][2 * NP][4], dp[1][2 * NP][4];
+            for (int n = 0; n < 2 * NP; n++)
+                for (int i = 0; i < 4; i++)
+                    s[0][n][i] = dp[0][n][i] = 0.0f;
+            mm_abt<T, HSP, NP, 1, ARCH>(s, qf, Kt, 0);
+            mm_abt<T, HSP, NP, 1, ARCH>(dp, dof, Vt, 0); /* dP = dO V^T */
+            const bool edge = kv0 + BI - 1 > wq || kv0 + BI > T_;
+            for (int n = 0; n < 2 * NP; n++)
+                for (int i = 0; i < 4; i++) {
+                    const int key = kv0 + n * 8 + 2 * t + (i & 1);
+                    float p = exp2f(s[0][n][i] * scale_log2 - lr[i / 2]);
+                    if (edge && (key > row[i / 2] || key >= T_))
+                        p = 0.0f;
+                    s[0][n][i] = p * (dp[0][n][i] - dr[i / 2]); /* dS */
+                }
+            mm_pv<T, HSP, NP, 1, ARCH>(dq, s, Kt, 0);
+        }
+        __syncthreads();
+    }
+    store_rows<T, HSP>(dqkv + (size_t)b * T_ * stride + (size_t)h * HS, stride, dq[0], scale,
+                       Qs + warp * 16 * H::LDH, wq, T_, HS, vec, true);
 }
 
-template <int ND, int BQ> size_t backward_smem()
+template <typename T, int HSP, int ARCH>
+__global__ void __launch_bounds__(128)
+    attention_dq_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *delta, int T_, int C,
+                        int NH, float scale, bool vec)
 {
-    using D = dims<ND, BQ>;
-    return 4 * D::TILE * 2 + tiles<BQ>::WARPS * D::BWD_F * sizeof(float) + tiles<BQ>::WARPS * 16 * tiles<BQ>::LDP * 2;
+    dq_body<T, HSP, ARCH>(dqkv, dout, qkv, lse, delta, T_, C, NH, scale, vec);
 }
 
-constexpr size_t static_smem(int BQ) { return 2 * (size_t)BQ * sizeof(float); }
-
-/* The device's shared memory per block (opted in), for the tile choice and
- * the messages. */
-ferry_status smem_limit(int *limit)
-{
-    int device = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    return FERRY_OK;
-}
-
-/* Opts a kernel into `bytes` of dynamic shared memory. */
-ferry_status allow_smem(const void *kernel, size_t bytes)
-{
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    return FERRY_OK;
-}
+/* ---- launches ---- */
 
 struct attn_args {
     cudaStream_t s;
-    int B, T, C, NH, HS;
+    int B, T, C, NH, HS, HSP;
     float scale;
     bool vec;
+    int arch;  /* 80 or 75: the kernels' instruction set for this card */
+    int limit; /* shared memory a block may opt into */
 };
 
-template <typename T, int ND, int BQ> ferry_status launch_forward(const attn_args &a, T *out, float *lse, const T *qkv)
+/* The card's instruction set and shared memory; f16 only on Turing, none
+ * of these kernels before it. */
+ferry_status card_of(const char *op, ferry_dtype act, attn_args *a)
 {
-    const size_t smem = forward_smem<ND, BQ>();
-    ferry_status st = allow_smem(reinterpret_cast<const void *>(attention_forward_kernel<T, ND, BQ>), smem);
-    if (st != FERRY_OK)
-        return st;
-    dim3 grid((a.T + BQ - 1) / BQ, a.NH, a.B);
-    attention_forward_kernel<T, ND, BQ><<<grid, tiles<BQ>::THREADS, smem, a.s>>>(out, lse, qkv, a.T, a.C, a.NH,
-                                                                                 a.scale, a.vec);
-    CUDA_CHECK_LAUNCH();
+    int device = 0, major = 0, minor = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&a->limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    const int cc = major * 10 + minor;
+    a->arch = cc >= 80 ? 80 : 75;
+    if (cc < 75 || (cc < 80 && act != FERRY_DTYPE_F16))
+        return err_set(FERRY_ERR_UNSUPPORTED,
+                       "%s: the mma.sync kernels need sm_75 storing f16 or sm_80 and newer; this card is sm_%d "
+                       "storing %s (its attention is attention_wmma.cu's)",
+                       op, cc, dtype_name(act));
     return FERRY_OK;
 }
 
-template <typename T, int ND, int BQ>
-ferry_status launch_backward(const attn_args &a, T *dqkv, const T *dout, const T *qkv, const T *out,
-                             const float *lse)
-{
-    const size_t smem = backward_smem<ND, BQ>();
-    ferry_status st = allow_smem(reinterpret_cast<const void *>(attention_dq_kernel<T, ND, BQ>), smem);
-    if (st == FERRY_OK)
-        st = allow_smem(reinterpret_cast<const void *>(attention_dkv_kernel<T, ND, BQ>), smem);
-    if (st != FERRY_OK)
-        return st;
-    dim3 grid((a.T + BQ - 1) / BQ, a.NH, a.B);
-    attention_dq_kernel<T, ND, BQ><<<grid, tiles<BQ>::THREADS, smem, a.s>>>(dqkv, dout, qkv, out, lse, a.T, a.C,
-                                                                            a.NH, a.scale, a.vec);
-    CUDA_CHECK_LAUNCH();
-    attention_dkv_kernel<T, ND, BQ><<<grid, tiles<BQ>::THREADS, smem, a.s>>>(dqkv, dout, qkv, out, lse, a.T, a.C,
-                                                                             a.NH, a.scale, a.vec);
-    CUDA_CHECK_LAUNCH();
-    return FERRY_OK;
-}
-
-/* The shared memory a pass needs with tiles of bq at this head size. */
-template <int ND> size_t need(bool backward, int bq)
-{
-    const size_t dyn = backward ? (bq == 64 ? backward_smem<ND, 64>() : backward_smem<ND, 32>())
-                                : (bq == 64 ? forward_smem<ND, 64>() : forward_smem<ND, 32>());
-    return dyn + static_smem(bq);
-}
-
-size_t need_bytes(int HS, bool backward, int bq)
-{
-    switch ((HS + 15) / 16) {
-    case 1: return need<1>(backward, bq);
-    case 2: return need<2>(backward, bq);
-    case 3: return need<3>(backward, bq);
-    case 4: return need<4>(backward, bq);
-    case 5: return need<5>(backward, bq);
-    case 6: return need<6>(backward, bq);
-    case 7: return need<7>(backward, bq);
-    default: return need<8>(backward, bq);
-    }
-}
-
-/* The tile size: `asked` (64 or 32) if given, else the larger that fits the
- * card; a size that does not fit is FERRY_ERR_UNSUPPORTED naming both. */
-ferry_status choose_tile(const char *op, int HS, bool backward, int asked, int *bq)
-{
-    int limit = 0;
-    ferry_status st = smem_limit(&limit);
-    if (st != FERRY_OK)
-        return st;
-    CU_REQUIRE(asked == 0 || asked == 32 || asked == 64, "%s: tile %d; use 0 (chosen for the card), 32 or 64", op,
-               asked);
-    const int options[2] = {64, 32};
-    for (int i = 0; i < 2; i++) {
-        if (asked && options[i] != asked)
-            continue;
-        if (need_bytes(HS, backward, options[i]) <= (size_t)limit) {
-            *bq = options[i];
-            return FERRY_OK;
-        }
-    }
-    const int tried = asked ? asked : 32;
-    return err_set(FERRY_ERR_UNSUPPORTED,
-                   "%s: head size %d with %d-query tiles needs %zu bytes of shared memory per block, this GPU "
-                   "allows %d; use a smaller head size%s",
-                   op, HS, tried, need_bytes(HS, backward, tried), limit,
-                   asked == 64 ? " or let the tile be chosen (0)" : "");
-}
-
-ferry_status make_args(const char *op, void *stream, int B, int T, int C, int NH, attn_args *a)
+ferry_status make_args(const char *op, void *stream, ferry_dtype act, int B, int T, int C, int NH, attn_args *a)
 {
     CU_REQUIRE(B > 0 && T > 0 && C > 0 && NH > 0 && C % NH == 0,
-               "%s: need positive sizes with C a multiple of NH; got B=%d T=%d C=%d NH=%d", op, B,
-               T, C, NH);
+               "%s: need positive sizes with C a multiple of NH; got B=%d T=%d C=%d NH=%d", op, B, T, C, NH);
     CU_REQUIRE(B <= 65535 && NH <= 65535, "%s: B=%d or NH=%d exceeds 65535", op, B, NH);
     a->s = cu_stream(stream);
     a->B = B;
@@ -553,93 +608,205 @@ ferry_status make_args(const char *op, void *stream, int B, int T, int C, int NH
     a->HS = C / NH;
     if (a->HS > 128)
         return err_set(FERRY_ERR_UNSUPPORTED,
-                       "%s: head size %d (C=%d / NH=%d) is above the 128 the cuda attention "
-                       "supports; use more heads",
+                       "%s: head size %d (C=%d / NH=%d) is above the 128 the cuda attention supports; use more heads",
                        op, a->HS, C, NH);
+    a->HSP = a->HS <= 32 ? 32 : a->HS <= 64 ? 64 : 128;
     a->scale = 1.0f / sqrtf((float)a->HS);
     a->vec = a->HS % 8 == 0 && C % 8 == 0;
+    return card_of(op, act, a);
+}
+
+template <int HSP, int ARCH> size_t forward_need(int bq)
+{
+    return bq == 128 ? forward_smem<HSP, 128, ARCH>() : forward_smem<HSP, 64, ARCH>();
+}
+
+size_t forward_bytes(const attn_args &a, int bq)
+{
+    if (a.arch >= 80)
+        return a.HSP == 32 ? forward_need<32, 80>(bq) : a.HSP == 64 ? forward_need<64, 80>(bq)
+                                                                    : forward_need<128, 80>(bq);
+    return a.HSP == 32 ? forward_need<32, 75>(bq) : a.HSP == 64 ? forward_need<64, 75>(bq) : forward_need<128, 75>(bq);
+}
+
+size_t backward_bytes(const attn_args &a)
+{
+    if (a.arch >= 80)
+        return a.HSP == 32 ? backward_smem<32, 80>() : a.HSP == 64 ? backward_smem<64, 80>() : backward_smem<128, 80>();
+    return a.HSP == 32 ? backward_smem<32, 75>() : a.HSP == 64 ? backward_smem<64, 75>() : backward_smem<128, 75>();
+}
+
+/* Queries per forward block: `asked` (64 or 128) if given, else 128 where
+ * it fits; a size that does not fit is FERRY_ERR_UNSUPPORTED naming both. */
+ferry_status choose_bq(const attn_args &a, int asked, int *bq)
+{
+    CU_REQUIRE(asked == 0 || asked == 64 || asked == 128,
+               "attention_forward: %d queries per block; use 0 (chosen for the card), 64 or 128", asked);
+    const int options[2] = {128, 64};
+    for (int option : options) {
+        if (asked && option != asked)
+            continue;
+        if (forward_bytes(a, option) <= (size_t)a.limit) {
+            *bq = option;
+            return FERRY_OK;
+        }
+    }
+    const int tried = asked ? asked : 64;
+    return err_set(FERRY_ERR_UNSUPPORTED,
+                   "attention_forward: head size %d with %d-query blocks needs %zu bytes of shared memory per "
+                   "block, this GPU allows %d%s",
+                   a.HS, tried, forward_bytes(a, tried), a.limit, asked == 128 ? "; let the size be chosen (0)" : "");
+}
+
+template <typename T, int HSP, int BQ, int ARCH>
+ferry_status launch_forward(const attn_args &a, T *out, float *lse, const T *qkv)
+{
+    const size_t smem = forward_smem<HSP, BQ, ARCH>();
+    ferry_status st = cu_allow_smem(reinterpret_cast<const void *>(attention_fwd_kernel<T, HSP, BQ, ARCH>), smem);
+    if (st != FERRY_OK)
+        return st;
+    dim3 grid((a.T + BQ - 1) / BQ, a.NH, a.B);
+    attention_fwd_kernel<T, HSP, BQ, ARCH><<<grid, fwd_threads<HSP, BQ>(), smem, a.s>>>(out, lse, qkv, a.T, a.C,
+                                                                                         a.NH, a.scale * LOG2E,
+                                                                                         a.vec);
+    CUDA_CHECK_LAUNCH();
     return FERRY_OK;
 }
 
-template <typename T, int BQ> ferry_status forward_at(const attn_args &a, T *o, float *lse, const T *x)
+template <typename T, int HSP, int ARCH>
+ferry_status launch_backward(const attn_args &a, T *dqkv, const T *dout, const T *qkv, const float *lse,
+                             const float *delta)
 {
-    switch ((a.HS + 15) / 16) {
-    case 1: return launch_forward<T, 1, BQ>(a, o, lse, x);
-    case 2: return launch_forward<T, 2, BQ>(a, o, lse, x);
-    case 3: return launch_forward<T, 3, BQ>(a, o, lse, x);
-    case 4: return launch_forward<T, 4, BQ>(a, o, lse, x);
-    case 5: return launch_forward<T, 5, BQ>(a, o, lse, x);
-    case 6: return launch_forward<T, 6, BQ>(a, o, lse, x);
-    case 7: return launch_forward<T, 7, BQ>(a, o, lse, x);
-    default: return launch_forward<T, 8, BQ>(a, o, lse, x);
-    }
+    const size_t smem = backward_smem<HSP, ARCH>();
+    ferry_status st = cu_allow_smem(reinterpret_cast<const void *>(attention_dkv_kernel<T, HSP, ARCH>), smem);
+    if (st == FERRY_OK)
+        st = cu_allow_smem(reinterpret_cast<const void *>(attention_dq_kernel<T, HSP, ARCH>), smem);
+    if (st != FERRY_OK)
+        return st;
+    dim3 grid((a.T + BK - 1) / BK, a.NH, a.B);
+    attention_dkv_kernel<T, HSP, ARCH><<<grid, 128, smem, a.s>>>(dqkv, dout, qkv, lse, delta, a.T, a.C, a.NH,
+                                                                 a.scale, a.vec);
+    CUDA_CHECK_LAUNCH();
+    attention_dq_kernel<T, HSP, ARCH><<<grid, 128, smem, a.s>>>(dqkv, dout, qkv, lse, delta, a.T, a.C, a.NH,
+                                                                a.scale, a.vec);
+    CUDA_CHECK_LAUNCH();
+    return FERRY_OK;
 }
 
-template <typename T, int BQ>
-ferry_status backward_at(const attn_args &a, T *dx, const T *dy, const T *x, const T *o, const float *lse)
+/* Calls f(std::integral_constant<int, HSP>, std::integral_constant<int, ARCH>)
+ * for the arguments' head padding and instruction set; ARCH 75 with T
+ * storing f16 only (card_of refused the rest). */
+template <typename T, typename F> ferry_status with_shape(const attn_args &a, F &&f)
 {
-    switch ((a.HS + 15) / 16) {
-    case 1: return launch_backward<T, 1, BQ>(a, dx, dy, x, o, lse);
-    case 2: return launch_backward<T, 2, BQ>(a, dx, dy, x, o, lse);
-    case 3: return launch_backward<T, 3, BQ>(a, dx, dy, x, o, lse);
-    case 4: return launch_backward<T, 4, BQ>(a, dx, dy, x, o, lse);
-    case 5: return launch_backward<T, 5, BQ>(a, dx, dy, x, o, lse);
-    case 6: return launch_backward<T, 6, BQ>(a, dx, dy, x, o, lse);
-    case 7: return launch_backward<T, 7, BQ>(a, dx, dy, x, o, lse);
-    default: return launch_backward<T, 8, BQ>(a, dx, dy, x, o, lse);
+    using I32 = std::integral_constant<int, 32>;
+    using I64 = std::integral_constant<int, 64>;
+    using I128 = std::integral_constant<int, 128>;
+    if constexpr (std::is_same<T, f16>::value) {
+        if (a.arch < 80) {
+            using A = std::integral_constant<int, 75>;
+            return a.HSP == 32 ? f(I32(), A()) : a.HSP == 64 ? f(I64(), A()) : f(I128(), A());
+        }
     }
+    using A = std::integral_constant<int, 80>;
+    return a.HSP == 32 ? f(I32(), A()) : a.HSP == 64 ? f(I64(), A()) : f(I128(), A());
 }
 
 } // namespace
 
-extern "C" ferry_status cudaop_attention_forward_tiled(void *stream, ferry_dtype act, int tile, act_t *out,
-                                                       float *lse, const act_t *qkv, int B, int T, int C, int NH)
+extern "C" ferry_status cudaop_attention_delta(void *stream, ferry_dtype act, float *delta, const act_t *dout,
+                                               const act_t *out, int B, int T, int C, int NH)
+{
+    CU_REQUIRE(B > 0 && T > 0 && C > 0 && NH > 0 && C % NH == 0,
+               "attention delta: need positive sizes with C a multiple of NH; got B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    const size_t threads = (size_t)B * T * NH * 32;
+    CU_REQUIRE(threads / 256 < (1u << 31), "attention delta: B*T*NH = %zu rows is too many for one grid",
+               threads / 32);
+    return cu_with_type(act, "attention_backward", [&](auto tag) {
+        using E = decltype(tag);
+        attention_delta_kernel<E><<<(unsigned)((threads + 255) / 256), 256, 0, cu_stream(stream)>>>(
+            delta, static_cast<const E *>(dout), static_cast<const E *>(out), B, T, C, NH);
+        CUDA_CHECK_LAUNCH();
+        return FERRY_OK;
+    });
+}
+
+extern "C" ferry_status cudaop_attention_forward_mma(void *stream, ferry_dtype act, int bq, act_t *out, float *lse,
+                                                     const act_t *qkv, int B, int T, int C, int NH)
 {
     attn_args a = {}; /* make_args fills it, or fails */
-    ferry_status st = make_args("attention_forward", stream, B, T, C, NH, &a);
-    int bq = 0;
+    ferry_status st = make_args("attention_forward", stream, act, B, T, C, NH, &a);
+    int q = 0;
     if (st == FERRY_OK)
-        st = choose_tile("attention_forward", a.HS, false, tile, &bq);
+        st = choose_bq(a, bq, &q);
     if (st != FERRY_OK)
         return st;
-    a.vec = a.vec && cu_aligned16(qkv);
+    a.vec = a.vec && cu_aligned16(qkv, out);
     return cu_with_type(act, "attention_forward", [&](auto tag) {
         using E = decltype(tag);
         E *o = static_cast<E *>(out);
         const E *x = static_cast<const E *>(qkv);
-        return bq == 64 ? forward_at<E, 64>(a, o, lse, x) : forward_at<E, 32>(a, o, lse, x);
+        return with_shape<E>(a, [&](auto hsp, auto arch) {
+            constexpr int HSP = decltype(hsp)::value, ARCH = decltype(arch)::value;
+            return q == 128 ? launch_forward<E, HSP, 128, ARCH>(a, o, lse, x)
+                            : launch_forward<E, HSP, 64, ARCH>(a, o, lse, x);
+        });
     });
 }
 
-extern "C" ferry_status cudaop_attention_backward_tiled(void *stream, ferry_dtype act, int tile, act_t *dqkv,
-                                                        const act_t *dout, const act_t *qkv, const act_t *out,
-                                                        const float *lse, int B, int T, int C, int NH)
+extern "C" ferry_status cudaop_attention_backward_mma(void *stream, ferry_dtype act, act_t *dqkv, const act_t *dout,
+                                                      const act_t *qkv, const act_t *out, const float *lse,
+                                                      float *delta, int B, int T, int C, int NH)
 {
     attn_args a = {}; /* make_args fills it, or fails */
-    ferry_status st = make_args("attention_backward", stream, B, T, C, NH, &a);
-    int bq = 0;
+    ferry_status st = make_args("attention_backward", stream, act, B, T, C, NH, &a);
+    if (st == FERRY_OK && backward_bytes(a) > (size_t)a.limit)
+        st = err_set(FERRY_ERR_UNSUPPORTED,
+                     "attention_backward: head size %d needs %zu bytes of shared memory per block, this GPU "
+                     "allows %d",
+                     a.HS, backward_bytes(a), a.limit);
     if (st == FERRY_OK)
-        st = choose_tile("attention_backward", a.HS, true, tile, &bq);
+        st = cudaop_attention_delta(stream, act, delta, dout, out, B, T, C, NH);
     if (st != FERRY_OK)
         return st;
     a.vec = a.vec && cu_aligned16(qkv, dout, dqkv);
     return cu_with_type(act, "attention_backward", [&](auto tag) {
         using E = decltype(tag);
         E *dx = static_cast<E *>(dqkv);
-        const E *dy = static_cast<const E *>(dout), *x = static_cast<const E *>(qkv), *o = static_cast<const E *>(out);
-        return bq == 64 ? backward_at<E, 64>(a, dx, dy, x, o, lse) : backward_at<E, 32>(a, dx, dy, x, o, lse);
+        const E *dy = static_cast<const E *>(dout), *x = static_cast<const E *>(qkv);
+        return with_shape<E>(a, [&](auto hsp, auto arch) {
+            constexpr int HSP = decltype(hsp)::value, ARCH = decltype(arch)::value;
+            return launch_backward<E, HSP, ARCH>(a, dx, dy, x, lse, delta);
+        });
     });
+}
+
+/* The card's architecture: the mma.sync kernels from Turing on, WMMA on Volta. */
+static bool has_mma(ferry_dtype act)
+{
+    int device = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+        cudaGetLastError(); /* the mma entry points ask again and say what failed */
+        return true;
+    }
+    const int cc = major * 10 + minor;
+    return cc >= 80 || (cc >= 75 && act == FERRY_DTYPE_F16);
 }
 
 extern "C" ferry_status cudaop_attention_forward(void *stream, ferry_dtype act, act_t *out, float *lse,
                                                  const act_t *qkv, int B, int T, int C, int NH)
 {
-    return cudaop_attention_forward_tiled(stream, act, 0, out, lse, qkv, B, T, C, NH);
+    if (has_mma(act))
+        return cudaop_attention_forward_mma(stream, act, 0, out, lse, qkv, B, T, C, NH);
+    return cudaop_attention_forward_wmma(stream, act, 0, out, lse, qkv, B, T, C, NH);
 }
 
 extern "C" ferry_status cudaop_attention_backward(void *stream, ferry_dtype act, act_t *dqkv, const act_t *dout,
-                                                  const act_t *qkv, const act_t *out, const float *lse, int B,
-                                                  int T, int C, int NH)
+                                                  const act_t *qkv, const act_t *out, const float *lse, float *delta,
+                                                  int B, int T, int C, int NH)
 {
-    return cudaop_attention_backward_tiled(stream, act, 0, dqkv, dout, qkv, out, lse, B, T, C, NH);
+    if (has_mma(act))
+        return cudaop_attention_backward_mma(stream, act, dqkv, dout, qkv, out, lse, delta, B, T, C, NH);
+    return cudaop_attention_backward_wmma(stream, act, 0, dqkv, dout, qkv, out, lse, delta, B, T, C, NH);
 }

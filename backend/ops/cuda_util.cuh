@@ -110,6 +110,14 @@ static inline bool cu_aligned16(const void *a, const void *b = nullptr, const vo
     return ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16 == 0;
 }
 
+/* Opts a kernel into `bytes` of dynamic shared memory (above 48 KiB a
+ * launch needs it; the card's limit is cudaDevAttrMaxSharedMemoryPerBlockOptin). */
+static inline ferry_status cu_allow_smem(const void *kernel, size_t bytes)
+{
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    return FERRY_OK;
+}
+
 /* Argument checks shared by the ops: a clear message naming the op and value. */
 #define CU_REQUIRE(cond, ...)                                                                  \
     do {                                                                                       \
@@ -163,6 +171,42 @@ static __device__ __forceinline__ float cu_block_max(float v, float *shared)
     __syncthreads();
     v = lane < warps ? shared[lane] : -INFINITY;
     return cu_warp_max(v);
+}
+
+/* The column sums of matmul's dbias and layernorm's dweight/dbias: a
+ * block of 1024 threads owns a strip of CU_STRIP columns; thread t is row
+ * slot t / 2 (of 512), half t % 2 (8 columns). cu_strip_sum takes each
+ * thread's 8 partial sums and returns, in threads 0..15, the sum of column
+ * t over the 512 slots (0 elsewhere): the slots' sums go to shared memory,
+ * 256 threads add 32 slots each, 16 add those 16 in order (deterministic;
+ * two barriers, two shared-memory passes of 32 KiB). A padded row keeps
+ * the adders off each other's banks. A second call may follow at once: the
+ * first call's last reads of sm.slot come before its second barrier, and
+ * the second call writes sm.part only after its own first one. */
+#define CU_STRIP 16
+struct cu_strip_smem {
+    float slot[512][CU_STRIP + 1];
+    float part[16][CU_STRIP];
+};
+static __device__ __forceinline__ float cu_strip_sum(const float (&acc)[8], cu_strip_smem &sm)
+{
+    const int tid = threadIdx.x, slot = tid / 2, half = tid & 1;
+    for (int j = 0; j < 8; j++)
+        sm.slot[slot][8 * half + j] = acc[j];
+    __syncthreads();
+    if (tid < 256) {
+        const int col = tid % CU_STRIP, part = tid / CU_STRIP;
+        float s = 0.0f;
+        for (int k = 0; k < 32; k++)
+            s += sm.slot[part * 32 + k][col];
+        sm.part[part][col] = s;
+    }
+    __syncthreads();
+    float s = 0.0f;
+    if (tid < CU_STRIP)
+        for (int p2 = 0; p2 < 16; p2++)
+            s += sm.part[p2][tid];
+    return s;
 }
 
 /* 8 storage elements <-> 8 floats through one 16-byte access. */

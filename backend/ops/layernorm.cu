@@ -1,9 +1,17 @@
 /* LayerNorm on cuda, in either storage type (bf16 or f16): one warp per row
- * with fp32 statistics (forward saves
- * mean and rstd); the backward in two kernels, one warp per row for dinp and
- * a column reduction for dweight/dbias whose per-column sums run in fp32 in a
- * fixed order (deterministic; no atomics, no scratch). Host version:
- * layernorm.c. */
+ * with fp32 statistics (forward saves mean and rstd); the backward in two
+ * kernels, one warp per row for dinp and a column reduction for
+ * dweight/dbias whose per-column sums run in fp32 in a fixed order
+ * (deterministic; no atomics, no scratch). Host version: layernorm.c.
+ *
+ * The backward's dinp keeps its row of inp and dout in registers (CHUNKS x
+ * 8 values a lane, C up to 2048 with 16-byte accesses), so each is read
+ * from memory once; other rows (C above 2048, or not a multiple of 8) take
+ * the two-pass kernel that reads them twice. dweight/dbias: a block per
+ * strip of 16 columns (cuda_util.cuh's cu_strip_sum): 100 blocks at C =
+ * 1600 (32-column blocks of 32 x 32 threads gave 50, fewer than a card's
+ * SMs; that kernel, and the run-time-length dinp, are the kernel lab's
+ * layernorm variant 3). */
 #include "backend/ops/cuda_util.cuh"
 
 namespace {
@@ -114,40 +122,102 @@ __global__ void layernorm_dinp_kernel(T *dinp, const T *dout, const T *inp, cons
     }
 }
 
-/* dweight[c] += sum_r dout[r,c] xhat[r,c]; dbias[c] += sum_r dout[r,c].
- * A block owns 32 columns; 32 x 32 threads stride over rows; fixed tree.
- * Launched with 1024 threads: __launch_bounds__ keeps ptxas within the
- * 64 registers a thread such a block may have. */
-template <typename T>
-__global__ void __launch_bounds__(1024) layernorm_dparams_kernel(T *dweight, T *dbias, const T *dout, const T *inp, const float *mean,
-                                         const float *rstd, int N, int C)
+/* The same with the row in registers: lane l holds columns (k 32 + l) 8 ..
+ * + 8 for k < CHUNKS (C <= 256 CHUNKS, C % 8 == 0, 16-byte aligned rows),
+ * as raw 16-byte words; inp and dout are read once. */
+template <typename T, int CHUNKS>
+__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
+    layernorm_dinp_rows_kernel(T *dinp, const T *dout, const T *inp, const T *weight, const float *mean,
+                               const float *rstd, int N, int C)
 {
-    __shared__ float pw[32][33], pb[32][33];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int c = blockIdx.x * 32 + tx;
-    float sw = 0.0f, sb = 0.0f;
-    if (c < C)
-        for (int r = ty; r < N; r += 32) {
-            const size_t at = (size_t)r * C + c;
-            const float g = cu_f32(dout[at]);
-            sw += g * (cu_f32(inp[at]) - mean[r]) * rstd[r];
-            sb += g;
+    const int lane = threadIdx.x % 32;
+    const int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (row >= N)
+        return;
+    const float mu = mean[row], rs = rstd[row];
+    const T *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    T *dx = dinp + (size_t)row * C;
+    uint4 xr[CHUNKS], gr[CHUNKS];
+#pragma unroll
+    for (int k = 0; k < CHUNKS; k++) {
+        const int c = (k * 32 + lane) * 8;
+        if (c < C) {
+            xr[k] = *reinterpret_cast<const uint4 *>(x + c);
+            gr[k] = *reinterpret_cast<const uint4 *>(dy + c);
         }
-    pw[ty][tx] = sw;
-    pb[ty][tx] = sb;
-    __syncthreads();
-    for (int s = 16; s > 0; s >>= 1) {
-        if (ty < s) {
-            pw[ty][tx] += pw[ty + s][tx];
-            pb[ty][tx] += pb[ty + s][tx];
-        }
-        __syncthreads();
     }
-    if (ty == 0 && c < C) {
+    float sum_dn = 0.0f, sum_dnx = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CHUNKS; k++) {
+        const int c = (k * 32 + lane) * 8;
+        if (c >= C)
+            continue;
+        float a[8], g[8], w[8];
+        cu_load8(a, reinterpret_cast<const T *>(&xr[k]));
+        cu_load8(g, reinterpret_cast<const T *>(&gr[k]));
+        cu_load8(w, weight + c);
+        for (int j = 0; j < 8; j++) {
+            const float dn = g[j] * w[j];
+            sum_dn += dn;
+            sum_dnx += dn * (a[j] - mu) * rs;
+        }
+    }
+    const float mean_dn = cu_warp_sum(sum_dn) / C;
+    const float mean_dnx = cu_warp_sum(sum_dnx) / C;
+#pragma unroll
+    for (int k = 0; k < CHUNKS; k++) {
+        const int c = (k * 32 + lane) * 8;
+        if (c >= C)
+            continue;
+        float a[8], g[8], w[8], d[8];
+        cu_load8(a, reinterpret_cast<const T *>(&xr[k]));
+        cu_load8(g, reinterpret_cast<const T *>(&gr[k]));
+        cu_load8(w, weight + c);
+        cu_load8(d, dx + c);
+        for (int j = 0; j < 8; j++)
+            d[j] += (g[j] * w[j] - mean_dn - (a[j] - mu) * rs * mean_dnx) * rs;
+        cu_store8(dx + c, d);
+    }
+}
+
+/* dweight[c] += sum_r dout[r,c] xhat[r,c]; dbias[c] += sum_r dout[r,c]:
+ * a block per strip of 16 columns, 512 row slots of two halves (8 columns,
+ * one 16-byte load each when `vec`), partial sums met in a fixed order. */
+template <typename T>
+__global__ void __launch_bounds__(1024)
+    layernorm_dparams_kernel(T *dweight, T *dbias, const T *dout, const T *inp, const float *mean,
+                             const float *rstd, int N, int C, bool vec)
+{
+    __shared__ cu_strip_smem sm;
+    const int c0 = blockIdx.x * CU_STRIP + 8 * (threadIdx.x & 1);
+    float sw[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    float sb[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int r = threadIdx.x / 2; r < N; r += 512) {
+        const size_t at = (size_t)r * C + c0;
+        float g[8], a[8];
+        if (vec && c0 < C) {
+            cu_load8(g, dout + at);
+            cu_load8(a, inp + at);
+        } else {
+            for (int j = 0; j < 8; j++) {
+                g[j] = c0 + j < C ? cu_f32(dout[at + j]) : 0.0f;
+                a[j] = c0 + j < C ? cu_f32(inp[at + j]) : 0.0f;
+            }
+        }
+        const float mu = mean[r], rs = rstd[r];
+        for (int j = 0; j < 8; j++) {
+            sw[j] += g[j] * (a[j] - mu) * rs;
+            sb[j] += g[j];
+        }
+    }
+    const float w = cu_strip_sum(sw, sm);
+    const float bsum = cu_strip_sum(sb, sm);
+    const int c = blockIdx.x * CU_STRIP + (int)threadIdx.x;
+    if (threadIdx.x < CU_STRIP && c < C) {
         if (dweight)
-            dweight[c] = cu_round<T>(cu_f32(dweight[c]) + pw[0][tx]);
+            dweight[c] = cu_round<T>(cu_f32(dweight[c]) + w);
         if (dbias)
-            dbias[c] = cu_round<T>(cu_f32(dbias[c]) + pb[0][tx]);
+            dbias[c] = cu_round<T>(cu_f32(dbias[c]) + bsum);
     }
 }
 
@@ -193,13 +263,25 @@ extern "C" ferry_status cudaop_layernorm_backward(void *stream, ferry_dtype act,
         if (dinp) {
             const bool vec = C % 8 == 0 && cu_aligned16(dinp, dout, inp) && cu_aligned16(weight);
             const unsigned blocks = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
-            layernorm_dinp_kernel<T><<<blocks, 32 * ROWS_PER_BLOCK, 0, s>>>(
-                static_cast<T *>(dinp), dy, x, static_cast<const T *>(weight), mean, rstd, N, C, vec);
+            T *dx = static_cast<T *>(dinp);
+            const T *w = static_cast<const T *>(weight);
+            const int chunks = (C + 255) / 256;
+            if (vec && chunks <= 1)
+                layernorm_dinp_rows_kernel<T, 1><<<blocks, 32 * ROWS_PER_BLOCK, 0, s>>>(dx, dy, x, w, mean, rstd, N, C);
+            else if (vec && chunks <= 2)
+                layernorm_dinp_rows_kernel<T, 2><<<blocks, 32 * ROWS_PER_BLOCK, 0, s>>>(dx, dy, x, w, mean, rstd, N, C);
+            else if (vec && chunks <= 4)
+                layernorm_dinp_rows_kernel<T, 4><<<blocks, 32 * ROWS_PER_BLOCK, 0, s>>>(dx, dy, x, w, mean, rstd, N, C);
+            else if (vec && chunks <= 8)
+                layernorm_dinp_rows_kernel<T, 8><<<blocks, 32 * ROWS_PER_BLOCK, 0, s>>>(dx, dy, x, w, mean, rstd, N, C);
+            else
+                layernorm_dinp_kernel<T><<<blocks, 32 * ROWS_PER_BLOCK, 0, s>>>(dx, dy, x, w, mean, rstd, N, C, vec);
             CUDA_CHECK_LAUNCH();
         }
         if (dweight || dbias) {
-            layernorm_dparams_kernel<T><<<(C + 31) / 32, dim3(32, 32), 0, s>>>(
-                static_cast<T *>(dweight), static_cast<T *>(dbias), dy, x, mean, rstd, N, C);
+            const bool vec = C % 8 == 0 && cu_aligned16(dout, inp);
+            layernorm_dparams_kernel<T><<<(C + CU_STRIP - 1) / CU_STRIP, 1024, 0, s>>>(
+                static_cast<T *>(dweight), static_cast<T *>(dbias), dy, x, mean, rstd, N, C, vec);
             CUDA_CHECK_LAUNCH();
         }
         return FERRY_OK;

@@ -209,26 +209,33 @@ ferry_status gemm_locked(cudaStream_t stream, const gemm_key &key, const void *A
     return FERRY_OK;
 }
 
-/* dst[c] += sum_r src[r, c]: a block owns 32 columns, its 32 x 32 threads
- * stride over the rows, and a fixed tree adds the 32 partial sums. 1024
- * threads: __launch_bounds__ keeps ptxas within 64 registers a thread. */
-template <typename T> __global__ void __launch_bounds__(1024) colsum_add_kernel(T *dst, const T *src, int rows, int cols)
+/* dst[c] += sum_r src[r, c] for a strip of 16 columns per block (so a
+ * 1600-column bias has 100 blocks, a 6400-column one 400): its 1024 threads
+ * are 512 row slots of two halves of 8 columns (one 16-byte load when
+ * `vec`); slot s adds rows s, s + 512, ...; cu_strip_sum adds the slots in
+ * a fixed order, so the sums are deterministic. */
+template <typename T> __global__ void __launch_bounds__(1024)
+    colsum_add_kernel(T *dst, const T *src, int rows, int cols, bool vec)
 {
-    __shared__ float part[32][33];
-    const int c = blockIdx.x * 32 + threadIdx.x;
-    float sum = 0.0f;
-    if (c < cols)
-        for (int r = threadIdx.y; r < rows; r += 32)
-            sum += cu_f32(src[(size_t)r * cols + c]);
-    part[threadIdx.y][threadIdx.x] = sum;
-    __syncthreads();
-    for (int s = 16; s > 0; s >>= 1) {
-        if ((int)threadIdx.y < s)
-            part[threadIdx.y][threadIdx.x] += part[threadIdx.y + s][threadIdx.x];
-        __syncthreads();
+    __shared__ cu_strip_smem sm;
+    const int c0 = blockIdx.x * CU_STRIP + 8 * (threadIdx.x & 1);
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int r = threadIdx.x / 2; r < rows; r += 512) {
+        const T *p = src + (size_t)r * cols + c0;
+        float v[8];
+        if (vec && c0 < cols) {
+            cu_load8(v, p);
+        } else {
+            for (int j = 0; j < 8; j++)
+                v[j] = c0 + j < cols ? cu_f32(p[j]) : 0.0f;
+        }
+        for (int j = 0; j < 8; j++)
+            acc[j] += v[j];
     }
-    if (threadIdx.y == 0 && c < cols)
-        dst[c] = cu_round<T>(cu_f32(dst[c]) + part[0][threadIdx.x]);
+    const float sum = cu_strip_sum(acc, sm);
+    const int c = blockIdx.x * CU_STRIP + (int)threadIdx.x;
+    if (threadIdx.x < CU_STRIP && c < cols)
+        dst[c] = cu_round<T>(cu_f32(dst[c]) + sum);
 }
 
 ferry_status check_shape(const char *op, int N, int C, int OC)
@@ -312,8 +319,9 @@ ferry_status cuda_colsum_add(cudaStream_t stream, ferry_dtype act, void *dst, co
         return FERRY_OK;
     return cu_with_type(act, "colsum_add", [&](auto tag) {
         using T = decltype(tag);
-        colsum_add_kernel<T><<<(cols + 31) / 32, dim3(32, 32), 0, stream>>>(static_cast<T *>(dst),
-                                                                           static_cast<const T *>(src), rows, cols);
+        const bool vec = cols % 8 == 0 && cu_aligned16(src);
+        colsum_add_kernel<T><<<(cols + CU_STRIP - 1) / CU_STRIP, 1024, 0, stream>>>(
+            static_cast<T *>(dst), static_cast<const T *>(src), rows, cols, vec);
         CUDA_CHECK_LAUNCH();
         return FERRY_OK;
     });

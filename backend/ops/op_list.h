@@ -114,7 +114,10 @@
 /* Causal multi-head self-attention. qkv is [B, T, 3C] (q, k, v each C = NH x
  * HS, heads contiguous inside each); out is [B, T, C]; lse is [B, NH, T] fp32:
  * the log-sum-exp of each query's scaled scores, kept for backward so no T x T
- * matrix is ever stored. scale = 1/sqrt(HS). C must be a multiple of NH. */
+ * matrix is ever stored. scale = 1/sqrt(HS). C must be a multiple of NH.
+ * The backward also writes delta, [B, NH, T] fp32: D_i = dout_i . out_i of
+ * each query row (FlashAttention-2's D, computed once and read by every
+ * pass over that row; a caller may give it any scratch of that size). */
 #define FERRY_OP_ARGS_attention_forward(A)                                                              \
     A(ACT_OUT, out, (size_t)B * T * C, 0) A(F32_OUT, lse, (size_t)B * NH * T, 0)                        \
     A(ACT_IN, qkv, (size_t)B * T * 3 * C, 0)                                                            \
@@ -122,7 +125,7 @@
 #define FERRY_OP_ARGS_attention_backward(A)                                                             \
     A(ACT_ADD, dqkv, (size_t)B * T * 3 * C, 0) A(ACT_IN, dout, (size_t)B * T * C, 0)                    \
     A(ACT_IN, qkv, (size_t)B * T * 3 * C, 0) A(ACT_IN, out, (size_t)B * T * C, 0)                       \
-    A(F32_IN, lse, (size_t)B * NH * T, 0)                                                               \
+    A(F32_IN, lse, (size_t)B * NH * T, 0) A(F32_OUT, delta, (size_t)B * NH * T, 0)                      \
     A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, C, 0, 0) A(DIM, NH, 0, 0)
 
 /* The fused classifier. For N rows of inp [N, C] against wte [Vp, C] (only

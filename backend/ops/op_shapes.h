@@ -36,10 +36,12 @@ static const op_shape op_shapes[] = {
     {"layernorm_forward", "N=37 C=50", OPTOL_ELEM, "mean=1e-5 rstd=1e-4"},
     {"layernorm_backward", "N=131 C=96", OPTOL_ELEM, NULL},
     {"layernorm_backward", "N=37 C=50", OPTOL_ELEM, NULL},
+    {"layernorm_backward", "N=1030 C=520", OPTOL_ELEM, NULL}, /* rows past one pass of 512, a partial 256-column chunk */
     {"matmul_forward", "N=134 C=96 OC=200", OPTOL_ELEM, NULL},
     {"matmul_forward", "N=64 C=128 OC=384 bias=none", OPTOL_ELEM, NULL},
     {"matmul_backward", "N=134 C=96 OC=200", OPTOL_ELEM, NULL},
     {"matmul_backward", "N=64 C=128 OC=384 dbias=none", OPTOL_ELEM, NULL},
+    {"matmul_backward", "N=600 C=16 OC=37", OPTOL_ELEM, NULL}, /* dbias: 16-column strips, columns not a multiple of 8 */
     {"gelu_forward", "n=10001", OPTOL_ELEM, NULL},
     {"gelu_backward", "n=10001", OPTOL_ELEM, NULL},
     {"residual_forward", "n=10001", OPTOL_ELEM, NULL},
@@ -47,8 +49,13 @@ static const op_shape op_shapes[] = {
     {"attention_forward", "B=1 T=130 C=128 NH=2", OPTOL_MIXED, NULL}, /* HS 64, as GPT-2 */
     {"attention_forward", "B=2 T=40 C=36 NH=3", OPTOL_MIXED, NULL},   /* HS 12: scalar loads */
     {"attention_forward", "B=1 T=70 C=256 NH=2", OPTOL_MIXED, NULL},  /* HS 128, the largest */
+    {"attention_forward", "B=1 T=200 C=128 NH=2", OPTOL_MIXED, NULL}, /* 64-key tiles crossing 128-query blocks */
     {"attention_backward", "B=2 T=67 C=96 NH=2", OPTOL_MIXED, NULL},
     {"attention_backward", "B=2 T=40 C=36 NH=3", OPTOL_MIXED, NULL},
+    {"attention_backward", "B=1 T=200 C=128 NH=2", OPTOL_MIXED, NULL}, /* HS 64: four key tiles, four query tiles */
+    {"attention_backward", "B=1 T=70 C=256 NH=2", OPTOL_MIXED, NULL},  /* HS 128: 32-row inner tiles */
+    {"attention_forward", "B=3 T=1 C=64 NH=1", OPTOL_MIXED, NULL},    /* one token: a tile of one row */
+    {"attention_backward", "B=3 T=1 C=64 NH=1", OPTOL_MIXED, NULL},
     {"classifier", "N=37 C=64 V=1000 Vp=1024 chunk=16 grad_scale=0.5", OPTOL_MIXED, "losses=elem"},
     {"classifier", "N=20 C=32 V=250 Vp=256 chunk=64", OPTOL_MIXED, "losses=elem"},
     {"classifier", "N=20 C=32 V=250 Vp=256 chunk=64 dinp=none dwte=none", OPTOL_MIXED, "losses=elem"}, /* loss only */

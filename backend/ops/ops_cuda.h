@@ -47,11 +47,15 @@ FERRY_OPS(CUDAOP_PROTO)
  *   sums every position holding that id, in position order, in fp32, and
  *   adds the sum to dwte once.
  * - attention is FlashAttention-2 style: nothing of size T x T is stored.
- *   Head size C / NH up to 128; larger is FERRY_ERR_UNSUPPORTED. Tiles of 64
- *   queries where the card's shared memory per block allows, else of 32
- *   (Turing's 64 KiB): the _tiled entry points take the size (0: that
- *   choice; 64 or 32: that size, FERRY_ERR_UNSUPPORTED where it does not
- *   fit), for the kernel lab and the tests to run both on one card.
+ *   Head size C / NH up to 128; larger is FERRY_ERR_UNSUPPORTED. From
+ *   Turing on (sm_75 storing f16, sm_80 and newer either type) the kernels
+ *   of attention.cu (mma.sync, ldmatrix, cp.async); on Volta those of
+ *   attention_wmma.cu (WMMA). The entry points below run one of them with
+ *   its tile chosen, for the kernel lab and the tests: _mma with `bq`
+ *   queries per forward block (0: the card's choice, 64 or 128), _wmma with
+ *   `tile` queries per block (0: the card's choice, 32 or 64); a size the
+ *   card cannot hold, or a kernel its architecture lacks, is
+ *   FERRY_ERR_UNSUPPORTED.
  * - the classifier's `scratch` is ops_classifier_scratch_bytes_for(act,
  *   chunk, Vp, C) bytes of device memory (chunk x Vp logits of the storage
  *   type, then their gradients in place; then the Vp x C fp32 accumulator
@@ -64,11 +68,20 @@ FERRY_OPS(CUDAOP_PROTO)
 /* Token ids outside [0, V) met by cudaop_encoder_forward on this device since the
  * last call (they were read as token 0). Synchronizes `stream`; resets. */
 ferry_status cudaop_encoder_take_bad_tokens(void *stream, uint32_t *count);
-ferry_status cudaop_attention_forward_tiled(void *stream, ferry_dtype act, int tile, act_t *out, float *lse,
-                                            const act_t *qkv, int B, int T, int C, int NH);
-ferry_status cudaop_attention_backward_tiled(void *stream, ferry_dtype act, int tile, act_t *dqkv,
-                                             const act_t *dout, const act_t *qkv, const act_t *out,
-                                             const float *lse, int B, int T, int C, int NH);
+ferry_status cudaop_attention_forward_mma(void *stream, ferry_dtype act, int bq, act_t *out, float *lse,
+                                          const act_t *qkv, int B, int T, int C, int NH);
+ferry_status cudaop_attention_backward_mma(void *stream, ferry_dtype act, act_t *dqkv, const act_t *dout,
+                                           const act_t *qkv, const act_t *out, const float *lse, float *delta, int B,
+                                           int T, int C, int NH);
+ferry_status cudaop_attention_forward_wmma(void *stream, ferry_dtype act, int tile, act_t *out, float *lse,
+                                           const act_t *qkv, int B, int T, int C, int NH);
+ferry_status cudaop_attention_backward_wmma(void *stream, ferry_dtype act, int tile, act_t *dqkv, const act_t *dout,
+                                            const act_t *qkv, const act_t *out, const float *lse, float *delta,
+                                            int B, int T, int C, int NH);
+/* delta[b, h, t] = dout[b, t, h] . out[b, t, h] over the head's HS values
+ * (the attention backward's first pass). */
+ferry_status cudaop_attention_delta(void *stream, ferry_dtype act, float *delta, const act_t *dout,
+                                    const act_t *out, int B, int T, int C, int NH);
 ferry_status cudaop_classifier_take_bad_targets(void *stream, uint32_t *count);
 
 /* torch.optim.AdamW on device, for n elements of one tensor, exactly

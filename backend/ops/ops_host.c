@@ -349,7 +349,7 @@ static ferry_status host_residual_forward(backend_stream *s, act_t *out, const a
 /* ---- attention ---- */
 
 typedef struct attention_args {
-    float *out, *lse, *dqkv;
+    float *out, *lse, *dqkv, *delta;
     const float *qkv, *dout, *fwd_out, *fwd_lse;
     int B, T, C, NH;
     ferry_dtype act;
@@ -364,8 +364,8 @@ static ferry_status attention_fwd_run(void *p)
 static ferry_status attention_bwd_run(void *p)
 {
     attention_args *a = p;
-    return hostop_attention_backward(a->dqkv, a->dout, a->qkv, a->fwd_out, a->fwd_lse, a->B, a->T,
-                                     a->C, a->NH);
+    return hostop_attention_backward(a->dqkv, a->dout, a->qkv, a->fwd_out, a->fwd_lse, a->delta,
+                                     a->B, a->T, a->C, a->NH);
 }
 
 static ferry_status attention_fwd_run_narrow(void *p)
@@ -395,10 +395,10 @@ static ferry_status host_attention_forward(backend_stream *s, act_t *out, float 
 
 static ferry_status host_attention_backward(backend_stream *s, act_t *dqkv, const act_t *dout,
                                             const act_t *qkv, const act_t *out, const float *lse,
-                                            int B, int T, int C, int NH)
+                                            float *delta, int B, int T, int C, int NH)
 {
     attention_args a = {.dqkv = dqkv, .dout = dout, .qkv = qkv, .fwd_out = out, .fwd_lse = lse,
-                        .B = B, .T = T, .C = C, .NH = NH, .act = s->be->act};
+                        .delta = delta, .B = B, .T = T, .C = C, .NH = NH, .act = s->be->act};
     return launch(s, attention_bwd_run, attention_bwd_run_narrow, &a, sizeof a);
 }
 

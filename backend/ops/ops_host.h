@@ -55,9 +55,10 @@ void hostop_residual_forward(float *out, const float *a, const float *b, size_t 
  * scratch, so these can fail with FERRY_ERR_OUT_OF_MEMORY. */
 ferry_status hostop_attention_forward(float *out, float *lse, const float *qkv, int B, int T,
                                       int C, int NH);
+/* The backward also writes delta [B, NH, T] (D_i = dout_i . out_i). */
 ferry_status hostop_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                       const float *out, const float *lse, int B, int T, int C,
-                                       int NH);
+                                       const float *out, const float *lse, float *delta, int B,
+                                       int T, int C, int NH);
 
 /* `scratch` holds chunk x Vp floats. A target >= V is FERRY_ERR_INVALID_ARGUMENT. */
 ferry_status hostop_classifier(float *losses, float *dinp, float *dwte, const float *inp,

@@ -1368,6 +1368,25 @@ void shared_access(size_t off, size_t n, bool write, uintptr_t pc)
             race_check(t, ex.cells[off + i], ex.epoch, off + i, write, pc);
 }
 
+/* ---- for the PTX the simulator runs (ptx.cpp) ---- */
+
+void running_shared_window(char **base, size_t *bytes, uint64_t *launch_seq)
+{
+    sim_thread *t = running("PTX");
+    block_state &b = *t->blk;
+    *base = b.smem;
+    *bytes = b.capacity;
+    *launch_seq = b.L->seq;
+}
+
+void running_thread_fault(cudaError_t e, const char *what)
+{
+    sim_thread *t = running("PTX");
+    char buf[768];
+    snprintf(buf, sizeof buf, "%s (%s)", what, thread_name(*t->blk, *t).c_str());
+    stop_thread(t, e, buf);
+}
+
 /* ---- the probe ---- */
 
 namespace {

@@ -8,8 +8,10 @@
  *     a handle, INVALID_VALUE for a descriptor), every attribute is one this
  *     subset knows with the size cuBLASLt stores it in (INVALID_VALUE);
  *   - the types: A and B bf16, fp16 or fp32 alike, C like D, D like A or
- *     fp32, compute and scale fp32; column-major layouts, one batch
- *     (NOT_SUPPORTED otherwise);
+ *     fp32, compute and scale fp32; column-major layouts (NOT_SUPPORTED
+ *     otherwise); strided batches (CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT and
+ *     _STRIDED_BATCH_OFFSET), the same count in all four layouts and no
+ *     negative stride (INVALID_VALUE otherwise);
  *   - the shapes: op(A) m x k, op(B) k x n, C and D m x n, every leading
  *     dimension at least its rows (INVALID_VALUE);
  *   - the bias epilogue: a bias pointer, a bias type that is D's (the
@@ -24,7 +26,7 @@
  *     live device buffers; two matmuls never use one workspace at the same
  *     time. A failure there is a sticky cudaErrorIllegalAddress, as a
  *     kernel's stray access would be.
- * D = alpha op(A) op(B) + beta C [+ bias per row], summed in fp32 by
+ * D = alpha op(A) op(B) + beta C [+ bias per row], batch by batch, summed in fp32 by
  * OpenBLAS (cuBLASLt's kernels sum in another order) and rounded to
  * nearest even where D is 16-bit. An algorithm that needs a workspace finds
  * it overwritten with garbage while it runs. */
@@ -63,6 +65,7 @@ struct lt_layout {
     int64_t ld;
     int32_t order = CUBLASLT_ORDER_COL;
     int32_t batch = 1;
+    int64_t batch_stride = 0; /* elements from one batch's matrix to the next */
 };
 
 struct lt_pref {
@@ -181,7 +184,8 @@ uint64_t signature(const lt_desc &d, const lt_layout &a, const lt_layout &b, con
                        (uint64_t)d.epilogue, (uint64_t)(uint32_t)d.bias_type})
         h = mix(h, v);
     for (const lt_layout *l : {&a, &b, &c, &o})
-        for (uint64_t v : {(uint64_t)l->type, l->rows, l->cols, (uint64_t)l->ld})
+        for (uint64_t v : {(uint64_t)l->type, l->rows, l->cols, (uint64_t)l->ld, (uint64_t)l->batch,
+                           (uint64_t)l->batch_stride})
             h = mix(h, v);
     return h;
 }
@@ -191,9 +195,11 @@ cublasStatus_t check_layout(const char *name, const lt_layout &l)
     if (!type_size(l.type))
         return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matrix %s is of type %d; this subset has bf16, fp16 and fp32",
                       name, (int)l.type);
-    if (l.order != CUBLASLT_ORDER_COL || l.batch != 1)
-        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matrix %s: only column-major, unbatched layouts are simulated",
-                      name);
+    if (l.order != CUBLASLT_ORDER_COL)
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matrix %s: only column-major layouts are simulated", name);
+    if (l.batch < 1 || l.batch_stride < 0)
+        return refuse(CUBLAS_STATUS_INVALID_VALUE, "matrix %s: batch count %d and stride %lld; a count of 1 or more "
+                      "and a stride of 0 or more", name, l.batch, (long long)l.batch_stride);
     if (l.ld < (int64_t)l.rows || l.ld < 1)
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "matrix %s: leading dimension %lld is below its %llu rows", name,
                       (long long)l.ld, (unsigned long long)l.rows);
@@ -208,6 +214,9 @@ cublasStatus_t validate(const lt_desc &d, const lt_layout &a, const lt_layout &b
     if ((st = check_layout("A", a)) || (st = check_layout("B", b)) || (st = check_layout("C", c)) ||
         (st = check_layout("D", o)))
         return st;
+    if (a.batch != b.batch || a.batch != c.batch || a.batch != o.batch)
+        return refuse(CUBLAS_STATUS_INVALID_VALUE, "batch counts A %d, B %d, C %d, D %d: one count for all four",
+                      a.batch, b.batch, c.batch, o.batch);
     if (d.compute != CUBLAS_COMPUTE_32F || d.scale != CUDA_R_32F)
         return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "compute type %d with scale type %d: this subset computes in "
                       "CUBLAS_COMPUTE_32F with CUDA_R_32F scalars", (int)d.compute, (int)d.scale);
@@ -249,7 +258,12 @@ cublasStatus_t validate(const lt_desc &d, const lt_layout &a, const lt_layout &b
     return CUBLAS_STATUS_SUCCESS;
 }
 
-size_t extent(const lt_layout &l) { return (size_t)((uint64_t)l.ld * (l.cols - 1) + l.rows) * type_size(l.type); }
+/* Bytes from a matrix's first element past its last one's, every batch. */
+size_t extent(const lt_layout &l)
+{
+    return (size_t)((uint64_t)l.ld * (l.cols - 1) + l.rows + (uint64_t)(l.batch - 1) * (uint64_t)l.batch_stride) *
+           type_size(l.type);
+}
 
 /* Whole ranges in live device buffers, when the matmul runs. */
 bool operand_ok(const char *name, const void *p, size_t bytes, std::string *why)
@@ -282,6 +296,35 @@ struct matmul_job {
     size_t ws_need;
 };
 
+/* One batch's product: D = alpha op(A) op(B) + beta C [+ bias]. */
+void one_matmul(const matmul_job &j, const void *A, const void *B, const void *C, void *D)
+{
+    const bool read_c = j.beta != 0.0f;
+    const int m = (int)j.s.m, n = (int)j.s.n, k = (int)j.s.k;
+    std::vector<float> af = widen(A, j.a), bf = widen(B, j.b);
+    const CBLAS_TRANSPOSE ta = j.d.transa == CUBLAS_OP_T ? CblasTrans : CblasNoTrans;
+    const CBLAS_TRANSPOSE tb = j.d.transb == CUBLAS_OP_T ? CblasTrans : CblasNoTrans;
+    const bool bias = j.d.epilogue == CUBLASLT_EPILOGUE_BIAS;
+    if (j.o.type == CUDA_R_32F && !bias && (!read_c || (C == D && j.c.ld == j.o.ld))) {
+        /* fp32 D accumulated in place: straight into D. */
+        cblas_sgemm(CblasColMajor, ta, tb, m, n, k, j.alpha, af.data(), (int)j.a.rows, bf.data(), (int)j.b.rows,
+                    j.beta, static_cast<float *>(D), (int)j.o.ld);
+        return;
+    }
+    std::vector<float> df((size_t)m * n);
+    cblas_sgemm(CblasColMajor, ta, tb, m, n, k, j.alpha, af.data(), (int)j.a.rows, bf.data(), (int)j.b.rows, 0.0f,
+                df.data(), m);
+    for (int col = 0; col < n; col++)
+        for (int row = 0; row < m; row++) {
+            float v = df[(size_t)col * m + row];
+            if (read_c)
+                v += j.beta * load(C, j.c.type, (size_t)col * (size_t)j.c.ld + row);
+            if (bias)
+                v += load(j.d.bias, j.s.bias_type, (size_t)row);
+            store(D, j.o.type, (size_t)col * (size_t)j.o.ld + row, v);
+        }
+}
+
 void run_matmul(const matmul_job &j)
 {
     std::string why;
@@ -310,28 +353,13 @@ void run_matmul(const matmul_job &j)
         memset(j.ws, 0xab, j.ws_need);
     }
     stat_add(STAT_MATMULS);
-    const int m = (int)j.s.m, n = (int)j.s.n, k = (int)j.s.k;
-    std::vector<float> af = widen(j.A, j.a), bf = widen(j.B, j.b);
-    const CBLAS_TRANSPOSE ta = j.d.transa == CUBLAS_OP_T ? CblasTrans : CblasNoTrans;
-    const CBLAS_TRANSPOSE tb = j.d.transb == CUBLAS_OP_T ? CblasTrans : CblasNoTrans;
-    const bool bias = j.d.epilogue == CUBLASLT_EPILOGUE_BIAS;
-    if (j.o.type == CUDA_R_32F && !bias && (!read_c || (j.C == j.D && j.c.ld == j.o.ld))) {
-        /* fp32 D accumulated in place: straight into D. */
-        cblas_sgemm(CblasColMajor, ta, tb, m, n, k, j.alpha, af.data(), (int)j.a.rows, bf.data(), (int)j.b.rows,
-                    j.beta, static_cast<float *>(j.D), (int)j.o.ld);
-    } else {
-        std::vector<float> df((size_t)m * n);
-        cblas_sgemm(CblasColMajor, ta, tb, m, n, k, j.alpha, af.data(), (int)j.a.rows, bf.data(), (int)j.b.rows,
-                    0.0f, df.data(), m);
-        for (int col = 0; col < n; col++)
-            for (int row = 0; row < m; row++) {
-                float v = df[(size_t)col * m + row];
-                if (read_c)
-                    v += j.beta * load(j.C, j.c.type, (size_t)col * (size_t)j.c.ld + row);
-                if (bias)
-                    v += load(j.d.bias, j.s.bias_type, (size_t)row);
-                store(j.D, j.o.type, (size_t)col * (size_t)j.o.ld + row, v);
-            }
+    for (int32_t b = 0; b < j.o.batch; b++) {
+        const char *A = static_cast<const char *>(j.A) + (size_t)b * j.a.batch_stride * type_size(j.a.type);
+        const char *B = static_cast<const char *>(j.B) + (size_t)b * j.b.batch_stride * type_size(j.b.type);
+        const char *C = j.C ? static_cast<const char *>(j.C) + (size_t)b * j.c.batch_stride * type_size(j.c.type)
+                            : nullptr;
+        char *D = static_cast<char *>(j.D) + (size_t)b * j.o.batch_stride * type_size(j.o.type);
+        one_matmul(j, A, B, C, D);
     }
     if (j.ws_need) {
         std::lock_guard<std::mutex> g(g_mu);
@@ -527,6 +555,8 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout, c
     switch (attr) {
     case CUBLASLT_MATRIX_LAYOUT_ORDER: return set_attr(&l->order, buf, size, "CUBLASLT_MATRIX_LAYOUT_ORDER");
     case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: return set_attr(&l->batch, buf, size, "CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT");
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET:
+        return set_attr(&l->batch_stride, buf, size, "CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET");
     default: return refuse(CUBLAS_STATUS_INVALID_VALUE, "layout attribute %d is not simulated", (int)attr);
     }
 }

@@ -20,18 +20,23 @@ product source:
      simulator's messages about accesses out of its bounds or racing);
   extern __shared__ [__align__(A)] T name[];
       -> T *const name = ::cudasim::dynamic_shared<T>(A);
+  asm [volatile] ("template" : outputs : inputs);
+      -> a call of the simulator's PTX (gen_asm.py; include/cudasim/ptx.h);
 
 Written for ferry's backend/ops/*.cu and the simulator's own tests; a construct it
 does not understand (a __shared__ variable outside a kernel body, a launch
 whose kernel expression it cannot find) ends the build with a message naming
 the file and line rather than being passed through.
 
-usage: gen_cu.py INPUT.cu OUTPUT.cpp [SOURCE-ROOT]
+usage: gen_cu.py INPUT.cu OUTPUT.cpp [SOURCE-ROOT [DEPFILE]]
 """
 import os
 import re
 import sys
 import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gen_asm  # noqa: E402  (the inline PTX's rewrite, beside this file)
 
 
 class GenError(Exception):
@@ -513,6 +518,7 @@ def generate(text, path):
         edits.append((f.body_close + 1, f.body_close + 1, smem_helper(f)))
     device_calls(text, m, path, kernels, device_fns)
     find_launches(text, m, path, edits)
+    edits += gen_asm.rewrite(text, m, path, match_close)
     for k in kernels:
         edits.append((k.body_open + 1, k.body_open + 1, prologue(k)))
     edits.sort(key=lambda e: (e[0], e[1]))
@@ -529,22 +535,28 @@ def generate(text, path):
 
 
 def main(argv):
-    if len(argv) not in (3, 4):
-        sys.stderr.write('usage: gen_cu.py INPUT.cu OUTPUT.cpp [SOURCE-ROOT]\n')
+    if len(argv) not in (3, 4, 5):
+        sys.stderr.write('usage: gen_cu.py INPUT.cu OUTPUT.cpp [SOURCE-ROOT [DEPFILE]]\n')
         return 2
     src, dst = argv[1], argv[2]
-    shown = os.path.relpath(src, argv[3]) if len(argv) == 4 else src
+    shown = os.path.relpath(src, argv[3]) if len(argv) >= 4 else src
     with open(src, encoding='utf-8') as f:
         text = f.read()
+    deps = []
     try:
+        if len(argv) >= 4:
+            text = gen_asm.inline_headers(text, src, argv[3], shown, deps)
         result = generate(text, shown)
-    except GenError as e:
+    except (GenError, gen_asm.AsmError) as e:
         sys.stderr.write('gen_cu.py: %s\n' % e)
         return 1
     tmp = dst + '.tmp'
     with open(tmp, 'w', encoding='utf-8') as f:
         f.write(result)
     os.replace(tmp, dst)
+    if len(argv) == 5:  # the headers inlined, for the build to remake dst when one changes
+        with open(argv[4], 'w', encoding='utf-8') as f:
+            f.write('%s: %s\n' % (dst.replace(' ', '\\ '), ' '.join([src] + deps)))
     return 0
 
 

@@ -37,24 +37,29 @@ ENGINE = ["engine-sim", "review-sim"]
 
 # name, what it plants, file, the exact text, its replacement, the tests, expected caught
 MUTATIONS = [
-    ("syncthreads-colsum", "removed __syncthreads: the column sum's tree reads partial sums before they are written",
-     "backend/ops/matmul.cu",
-     "    part[threadIdx.y][threadIdx.x] = sum;\n    __syncthreads();\n",
-     "    part[threadIdx.y][threadIdx.x] = sum;\n", OPS, True),
-    ("syncthreads-layernorm", "removed __syncthreads: layernorm's dweight/dbias tree, likewise",
+    ("syncthreads-strip", "removed __syncthreads: the 16-column strip sums (matmul's dbias, layernorm's "
+     "dweight/dbias) read the row slots' partial sums before they are written",
+     "backend/ops/cuda_util.cuh",
+     "        sm.slot[slot][8 * half + j] = acc[j];\n    __syncthreads();\n",
+     "        sm.slot[slot][8 * half + j] = acc[j];\n", OPS, True),
+    ("chunks-layernorm", "layernorm's register-row dinp given a chunk too few: the last 256-column chunk of a "
+     "row (C = 520) never computed",
      "backend/ops/layernorm.cu",
-     "    pb[ty][tx] = sb;\n    __syncthreads();\n",
-     "    pb[ty][tx] = sb;\n", OPS, True),
-    ("syncwarp-attention", "removed __syncwarp: attention forward reads the P V product another lane stored",
-     "backend/ops/attention.cu",
+     "            const int chunks = (C + 255) / 256;\n",
+     "            const int chunks = C / 256 > 0 ? C / 256 : 1;\n", OPS, True),
+    ("syncwarp-attention", "removed __syncwarp: the WMMA attention forward (Volta's; lab variants 1 and 2) reads "
+     "the P V product another lane stored",
+     "backend/ops/attention_wmma.cu",
      "            wmma::store_matrix_sync(Uf + n * 16, acc[n], D::LDO, wmma::mem_row_major);\n        __syncwarp();\n",
      "            wmma::store_matrix_sync(Uf + n * 16, acc[n], D::LDO, wmma::mem_row_major);\n", OPS, True),
-    ("syncwarp-before-shuffle", "removed __syncwarp between lanes that only shuffles separate: a GPU's shuffle "
-     "does not order memory, and the race check orders lanes by __syncwarp alone",
-     "backend/ops/attention.cu",
+    ("syncwarp-before-shuffle", "removed __syncwarp between lanes that only shuffles separate in the WMMA attention "
+     "(Volta's; lab variants 1 and 2): a GPU's shuffle does not order memory, and the race check orders lanes by "
+     "__syncwarp alone",
+     "backend/ops/attention_wmma.cu",
      "        __syncwarp(); /* Pb complete, Uf's scores consumed */\n", "", OPS, True),
-    ("shuffle-lane-attention", "wrong shuffle lane: attention's row maximum taken with lane ^ 2 instead of lane ^ 1",
-     "backend/ops/attention.cu",
+    ("shuffle-lane-attention", "wrong shuffle lane: the WMMA attention's row maximum taken with lane ^ 2 instead of "
+     "lane ^ 1",
+     "backend/ops/attention_wmma.cu",
      "tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));",
      "tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));", OPS, True),
     ("shuffle-warp-sum", "wrong shuffle lanes: the warp sum stops one step short (lane ^ 1 never added)",
@@ -68,10 +73,10 @@ MUTATIONS = [
      "    return cu_with_type(act, \"layernorm_forward\"",
      "    const unsigned blocks = (unsigned)(N / ROWS_PER_BLOCK);\n"
      "    return cu_with_type(act, \"layernorm_forward\"", OPS, True),
-    ("grid-colsum", "off-by-one grid: the column sum launches cols / 32 blocks",
+    ("grid-colsum", "off-by-one grid: the column sum launches cols / 16 strips",
      "backend/ops/matmul.cu",
-     "colsum_add_kernel<T><<<(cols + 31) / 32, dim3(32, 32), 0, stream>>>",
-     "colsum_add_kernel<T><<<cols / 32, dim3(32, 32), 0, stream>>>", OPS, True),
+     "colsum_add_kernel<T><<<(cols + CU_STRIP - 1) / CU_STRIP, 1024, 0, stream>>>",
+     "colsum_add_kernel<T><<<cols / CU_STRIP, 1024, 0, stream>>>", OPS, True),
     ("transpose-matmul", "swapped cuBLASLt transpose: the forward's weight not transposed",
      "backend/ops/matmul.cu",
      "return cuda_gemm(cu_stream(stream), act, true, false, OC, N, C,",
@@ -80,10 +85,31 @@ MUTATIONS = [
      "backend/ops/matmul.cu",
      "st = cuda_gemm(s, act, false, false, C, N, OC, weight, C, dout, OC, dinp, C, 1.0f, nullptr);",
      "st = cuda_gemm(s, act, false, false, C, N, OC, weight, C, dout, OC + 8, dinp, C, 1.0f, nullptr);", OPS, True),
-    ("smem-optin", "missing shared-memory opt-in: attention launched with 87 KiB and no cudaFuncSetAttribute",
-     "backend/ops/attention.cu",
+    ("smem-optin", "missing shared-memory opt-in: the attention kernels launched with up to 102 KiB and no "
+     "cudaFuncSetAttribute",
+     "backend/ops/cuda_util.cuh",
      "    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));\n",
      "", OPS, True),
+    ("cp-async-wait", "the attention forward no longer waits for its K/V tile's cp.async before the barrier: the "
+     "warps read a tile still in flight",
+     "backend/ops/attention.cu",
+     "                cu_cp_commit<ARCH>();\n                cu_cp_wait<ARCH, 1>();\n            } else {\n"
+     "                cu_cp_wait<ARCH, 0>();\n            }\n        } else if (j > 0) {\n"
+     "            load_rows<T, HSP, BKV, THREADS, ARCH>(Kt,",
+     "                cu_cp_commit<ARCH>();\n            } else {\n"
+     "                cu_cp_wait<ARCH, 0>();\n            }\n        } else if (j > 0) {\n"
+     "            load_rows<T, HSP, BKV, THREADS, ARCH>(Kt,", OPS, True),
+    ("stage-barrier", "removed the barrier that ends a K/V tile: the next tile's copy overwrites a stage other "
+     "warps still read",
+     "backend/ops/attention.cu",
+     "        __syncthreads(); /* every warp is done with this stage */\n", "", OPS, True),
+    ("ldmatrix-trans", "P @ V reads V through ldmatrix without .trans: the B fragments of V's transpose",
+     "backend/ops/attention.cu",
+     "            cu_ldsm4<true>(b, cu_smem(y + ", "            cu_ldsm4<false>(b, cu_smem(y + ", OPS, True),
+    ("mma-k8-turing", "Turing's m16n8k16 as two m16n8k8: the second half multiplied by the first half's B",
+     "backend/ops/mma.cuh",
+     '                     : "r"(a[2]), "r"(a[3]), "r"(b1));',
+     '                     : "r"(a[2]), "r"(a[3]), "r"(b0));', ["ops-sim-f16-sm75"], True),
     ("d2h-before-kernel", "a D2H recorded before the kernel that writes the buffer: the drain of a group's "
      "gradients no longer waits for its backward",
      "engine/drain.c",
@@ -114,9 +140,9 @@ MUTATIONS = [
      "__device__ __forceinline__ int clamp_token(int32_t t, int V) { return t < 0 || t >= V ? 0 : t; }",
      "__device__ __forceinline__ int clamp_token(int32_t t, int V) { return t < 0 && V > 0 ? 0 : t; }",
      ["review-sim"], True),
-    ("f16-wmma-tile32", "attention's 32-query tiles (Turing's) with the row maximum taken over half the lanes "
-     "of a row pair",
-     "backend/ops/attention.cu",
+    ("f16-wmma-tile32", "the WMMA attention's 32-query tiles (Turing's before the mma.sync kernels) with the row "
+     "maximum taken over half the lanes of a row pair",
+     "backend/ops/attention_wmma.cu",
      "tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));",
      "tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, BQ == 32 ? 0 : 1));",
      ["ops-sim-f16-sm75"], True),
@@ -132,10 +158,10 @@ MUTATIONS = [
      "warp-serial schedule shows it)",
      "backend/ops/classifier.cu",
      "    __syncthreads(); /* row[target] is read above before it is overwritten */\n", "", WARP, True),
-    ("syncthreads-overwrite-attention", "removed __syncthreads before attention loads the next K/V tile over "
-     "the one other warps still multiply",
-     "backend/ops/attention.cu",
-     "        __syncthreads(); /* every warp is done with the previous K/V */\n", "", WARP, True),
+    ("syncthreads-overwrite-attention", "removed __syncthreads before the WMMA attention (Volta's) loads the next "
+     "K/V tile over the one other warps still multiply",
+     "backend/ops/attention_wmma.cu",
+     "        __syncthreads(); /* every warp is done with the previous K/V */\n", "", ["ops-sim-f16-sm70"], True),
     # A non-atomic read-modify-write.
     ("rmw-warp-count", "a non-atomic read-modify-write: the encoder's per-warp match count taken by every "
      "matching lane incrementing one shared counter, where lane 0 stored the ballot's popcount (gcc checks "

@@ -163,6 +163,14 @@ void shared_access(size_t off, size_t n, bool write, uintptr_t pc);
 size_t func_max_dynamic_smem(const void *fn);
 cudaError_t func_set_max_dynamic_smem(const void *fn, int bytes);
 
+/* ---- what ptx.cpp asks of the running thread's block (block.cpp) ---- */
+/* The block's shared memory: [base, base + bytes), offsets as
+ * __cvta_generic_to_shared gives them; and its launch's sequence number. */
+void running_shared_window(char **base, size_t *bytes, uint64_t *launch_seq);
+/* Stops the running thread, its block failed with `e` and `what` (the
+ * thread named after it). */
+[[noreturn]] void running_thread_fault(cudaError_t e, const char *what);
+
 /* ---- fibers (fiber.cpp) ---- */
 struct fiber_stack {
     char *lo;   /* usable [lo, hi) */

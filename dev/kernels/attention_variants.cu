@@ -1,11 +1,12 @@
 /* Kernel lab: a variant of the attention backward (backend/ops/attention.cu),
  * checked and timed by dev/kernels/attention.c.
- *   1: the production dK/dV kernel recomputes D = rowsum(dO * O) for every
- *      query tile it visits, once per key block (T / 64 times each row at
- *      T = 1024), and the dQ kernel once more; this variant computes D once,
- *      into [B, NH, T] fp32 scratch (one warp per row), and both kernels
- *      read it. The kernels and helpers are the production ones otherwise,
- *      copied here so the two can be timed side by side.
+ *   1 (the lab's variant 3): the WMMA dK/dV kernel (attention_wmma.cu,
+ *      variants 1 and 2) recomputes D = rowsum(dO * O) for every query tile
+ *      it visits, once per key block (T / 64 times each row at T = 1024),
+ *      and the dQ kernel once more; this variant takes D computed once
+ *      (attention.cu's first pass, into [B, NH, T] fp32 scratch), and both
+ *      kernels read it. The kernels and their functions are the WMMA ones
+ *      otherwise, copied here so the two can be timed side by side.
  * Scratch: lab_attention_backward1_scratch_bytes(B, T, NH). */
 #include <mma.h>
 
@@ -304,24 +305,6 @@ ferry_status allow_smem(const void *kernel, size_t bytes, int HS)
 }
 
 
-/* D[b, h, t] = sum over the head of dO * O: one warp per row. */
-__global__ void rowdot_kernel(float *Dsum, const bf16 *dout, const bf16 *out, int B, int T, int C, int NH)
-{
-    const int lane = threadIdx.x % 32;
-    const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    const int HS = C / NH;
-    if (row >= (size_t)B * NH * T)
-        return;
-    const int t = (int)(row % T), h = (int)(row / T % NH), b = (int)(row / ((size_t)T * NH));
-    const size_t at = ((size_t)b * T + t) * C + (size_t)h * HS;
-    float acc = 0.0f;
-    for (int c = lane; c < HS; c += 32)
-        acc += __bfloat162float(dout[at + c]) * __bfloat162float(out[at + c]);
-    acc = cu_warp_sum(acc);
-    if (lane == 0)
-        Dsum[row] = acc;
-}
-
 template <int ND>
 ferry_status launch1(cudaStream_t s, int B, int T, int C, int NH, bf16 *dqkv, const bf16 *dout, const bf16 *qkv,
                      const bf16 *out, const float *lse, float *Dsum, bool vec)
@@ -333,9 +316,9 @@ ferry_status launch1(cudaStream_t s, int B, int T, int C, int NH, bf16 *dqkv, co
         st = allow_smem(reinterpret_cast<const void *>(attention_dkv_kernel<ND>), smem, HS);
     if (st != FERRY_OK)
         return st;
-    const size_t rows = (size_t)B * NH * T;
-    rowdot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, s>>>(Dsum, dout, out, B, T, C, NH);
-    CUDA_CHECK_LAUNCH();
+    st = cudaop_attention_delta(s, FERRY_DTYPE_BF16, Dsum, dout, out, B, T, C, NH);
+    if (st != FERRY_OK)
+        return st;
     const float scale = 1.0f / sqrtf((float)HS);
     dim3 grid((T + BR - 1) / BR, NH, B);
     attention_dq_kernel<ND><<<grid, THREADS, smem, s>>>(dqkv, dout, qkv, Dsum, lse, T, C, NH, scale, vec);

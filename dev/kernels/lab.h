@@ -118,11 +118,13 @@ ferry_status lab_gelu_forward1(void *stream, void *out, const void *inp, size_t 
  * the rows over LAB_ROW_SLICES blocks per 32 columns; its scratch holds
  * LAB_ROW_SLICES x cols floats (twice that for layernorm's two sums). */
 #define LAB_ROW_SLICES 16
-/* dst[c] += sum over rows of src (matmul's dbias): variant 0 production, 1 row slices. */
+/* dst[c] += sum over rows of src (matmul's dbias): variant 0 production, 1 row slices, 2 the previous
+ * production (32-column blocks). */
 ferry_status lab_colsum_add(void *stream, int variant, void *dst, const void *src, int rows, int cols,
                             void *scratch);
-/* layernorm's backward with its dinp kernel (0 production, 1 in registers) and
- * its dweight/dbias kernel (0 production, 1 row slices) chosen apart. */
+/* layernorm's backward with its dinp kernel (0 the previous production, 1 in
+ * registers) and its dweight/dbias kernel (0 the previous production, 1 row
+ * slices) chosen apart. */
 ferry_status lab_layernorm_backward_v(void *stream, int dinp_variant, int dparams_variant, void *dinp,
                                       void *dweight, void *dbias, const void *dout, const void *inp,
                                       const void *weight, const float *mean, const float *rstd, int N, int C,
@@ -133,11 +135,19 @@ size_t lab_classifier1_scratch_bytes(int chunk, int group, int Vp, int C);
 ferry_status lab_classifier1(void *stream, float *losses, void *dinp, void *dwte, const void *inp, const void *wte,
                              const int32_t *targets, float grad_scale, int N, int C, int V, int Vp, void *scratch,
                              int chunk, int group);
-/* dev/kernels/attention_variants.cu: the attention backward reading
+/* dev/kernels/attention_variants.cu: the WMMA attention backward reading
  * D = rowsum(dO * O) computed once. */
 size_t lab_attention_backward1_scratch_bytes(int B, int T, int NH);
 ferry_status lab_attention_backward1(void *stream, void *dqkv, const void *dout, const void *qkv, const void *out,
                                      const float *lse, int B, int T, int C, int NH, void *scratch);
+/* dev/kernels/attention_unfused.cu: llm.c's unfused attention (cuBLASLt
+ * strided-batched products and a fused causal softmax), bf16 or f16; the
+ * backward reads the probabilities its forward left in `scratch`. */
+size_t lab_attention_unfused_scratch_bytes(int B, int T, int C, int NH);
+ferry_status lab_attention_unfused_forward(void *stream, ferry_dtype act, void *out, float *lse, const void *qkv,
+                                           int B, int T, int C, int NH, void *scratch);
+ferry_status lab_attention_unfused_backward(void *stream, ferry_dtype act, void *dqkv, const void *dout, int B, int T,
+                                            int C, int NH, void *scratch);
 
 #ifdef __cplusplus
 }

@@ -1,19 +1,19 @@
 /* Kernel lab: variants of the column reductions and of layernorm's dinp,
  * beside the production kernels (backend/ops/matmul.cu, backend/ops/layernorm.cu),
- * checked by dev/kernels/matmul.c and dev/kernels/layernorm.c:
- *   colsum 1 and layernorm dparams 1: the production kernels give each block
- *     32 columns and every row (C / 32 = 50 blocks at C = 1600, far fewer
- *     than a card's SMs); these split the rows over LAB_ROW_SLICES blocks per
- *     column group too, write fp32 partial sums to scratch, and add the
- *     slices in a fixed order in a second kernel (still deterministic, no
- *     atomics);
- *   layernorm dinp 1: the production kernel's per-thread arrays have a
- *     run-time length (8 or 1 elements), so the compiler keeps them in local
- *     memory; here the length is a template parameter and the loops unroll
- *     into registers.
- * Variant 0 of each is the production kernel (the column sum called, the two
- * layernorm kernels copied, being private to backend/ops/layernorm.cu), so that
- * each change is timed alone: lab_layernorm_backward_v(dinp 0|1, dparams 0|1). */
+ * checked by dev/kernels/matmul.c and dev/kernels/layernorm.c. The kernels
+ * production ran before its 16-column strips (cuda_util.cuh's cu_strip_sum)
+ * and its register-row dinp, copied here (they are private to the backend's
+ * files), and the variants measured against them on the H200:
+ *   colsum 2 and layernorm dparams 0: each block 32 columns and every row
+ *     (C / 32 = 50 blocks at C = 1600, far fewer than a card's SMs);
+ *   colsum 1 and layernorm dparams 1: the rows also split over
+ *     LAB_ROW_SLICES blocks per column group, fp32 partial sums in scratch
+ *     added in a fixed order by a second kernel (deterministic, no atomics);
+ *   layernorm dinp 0: per-thread arrays of run-time length (8 or 1), which
+ *     the compiler keeps in local memory; dinp 1: the length a template
+ *     parameter, the loops unrolled into registers (measured 1.9x dinp 0).
+ * Each change is timed alone: lab_layernorm_backward_v(dinp 0|1, dparams
+ * 0|1); lab_colsum_add(0 production, 1 row slices, 2 the previous). */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -25,7 +25,28 @@ namespace {
 typedef __nv_bfloat16 bf16;
 constexpr int ROWS_PER_BLOCK = 8;
 
-/* ---- copies of the production layernorm backward kernels (variant 0) ---- */
+/* ---- copies of the previous production kernels ---- */
+
+/* dst[c] += sum_r src[r, c]: a block owns 32 columns, its 32 x 32 threads
+ * stride over the rows, and a fixed tree adds the 32 partial sums. */
+__global__ void colsum_prev_kernel(bf16 *dst, const bf16 *src, int rows, int cols)
+{
+    __shared__ float part[32][33];
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    float sum = 0.0f;
+    if (c < cols)
+        for (int r = threadIdx.y; r < rows; r += 32)
+            sum += __bfloat162float(src[(size_t)r * cols + c]);
+    part[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    for (int s = 16; s > 0; s >>= 1) {
+        if ((int)threadIdx.y < s)
+            part[threadIdx.y][threadIdx.x] += part[threadIdx.y + s][threadIdx.x];
+        __syncthreads();
+    }
+    if (threadIdx.y == 0 && c < cols)
+        dst[c] = __float2bfloat16_rn(__bfloat162float(dst[c]) + part[0][threadIdx.x]);
+}
 
 /* Row loops visit c = lane*per, lane*per + 32*per, ... with per = 8 (one
  * 16-byte access) when the row allows, 1 otherwise. */
@@ -270,6 +291,12 @@ extern "C" ferry_status lab_colsum_add(void *stream, int variant, void *dst, con
         return FERRY_OK;
     if (variant == 0)
         return cuda_colsum_add(static_cast<cudaStream_t>(stream), FERRY_DTYPE_BF16, dst, src, rows, cols);
+    if (variant == 2) {
+        colsum_prev_kernel<<<(cols + 31) / 32, dim3(32, 32), 0, static_cast<cudaStream_t>(stream)>>>(
+            static_cast<bf16 *>(dst), static_cast<const bf16 *>(src), rows, cols);
+        CUDA_CHECK_LAUNCH();
+        return FERRY_OK;
+    }
     return slices(stream, static_cast<bf16 *>(dst), nullptr, static_cast<const bf16 *>(src), nullptr, nullptr,
                   nullptr, rows, cols, scratch);
 }

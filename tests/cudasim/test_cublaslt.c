@@ -1,7 +1,8 @@
 /* The simulated device's cuBLASLt subset (dev/cudasim/cublaslt.cpp), through
  * the library's own C API: results against a double-precision reference for
  * every transpose, bf16 and fp16 operands, bf16, fp16 and fp32 D, the bias
- * epilogue, beta = 0 over an uninitialised (NaN) C and beta = 1 accumulating;
+ * epilogue, beta = 0 over an uninitialised (NaN) C and beta = 1 accumulating,
+ * strided batches;
  * then each descriptor mistake the library refuses, with its status: shapes
  * that disagree, a leading dimension below the rows, types that do not go
  * together, a bias of another type or without its pointer, an attribute of
@@ -203,6 +204,69 @@ static void product(int ta, int tb, cudaDataType_t ab, cudaDataType_t dt, int bi
     free(va), free(vb), free(vbias), free(vc), free(ha), free(hb), free(hbias), free(hc), free(got);
 }
 
+/* Strided batches (attention's unfused baseline in the kernel lab): 3
+ * products of m x k by k x n, each batch's operands `stride` elements after
+ * the last's (a gap between them), every batch against double; and batch
+ * counts that disagree, refused. */
+static void batched(void)
+{
+    const int m = 20, n = 12, k = 24, batch = 3;
+    const int64_t sa = (int64_t)m * k + 40, sb = (int64_t)k * n + 8, sd = (int64_t)m * n + 16;
+    const size_t na = (size_t)sa * batch, nb = (size_t)sb * batch, nd = (size_t)sd * batch;
+    float *va = malloc(na * 4), *vb = malloc(nb * 4);
+    uint16_t *ha = rand16(na, CUDA_R_16BF, va), *hb = rand16(nb, CUDA_R_16BF, vb);
+    void *da = up(ha, na * 2), *db = up(hb, nb * 2), *dd = NULL;
+    cudaMalloc(&dd, nd * 4); /* NaN until written: the gaps stay so */
+    plan p;
+    cublasStatus_t st = make_plan(&p, 1, 0, m, n, k, k, k, m, CUDA_R_16BF, CUDA_R_32F, 0, -1, 256, 0);
+    const int64_t strides[3] = {sa, sb, sd};
+    cublasLtMatrixLayout_t ls[3] = {p.a, p.b, p.c};
+    for (int i = 0; i < 3 && !st; i++) {
+        st = cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch);
+        if (!st)
+            st = cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+                                                  sizeof strides[i]);
+    }
+    /* the heuristic again, for the batched layouts */
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    cublasLtMatmulHeuristicResult_t r;
+    int found = 0;
+    if (!st)
+        st = cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &r, &found);
+    const float one = 1, zero = 0;
+    if (!st)
+        st = cublasLtMatmul(lt, p.op, &one, da, p.a, db, p.b, &zero, dd, p.c, dd, p.c, &r.algo, NULL, 0, 0);
+    is_status(st, CUBLAS_STATUS_SUCCESS, "3 strided batches of A^T B (bf16 -> fp32)");
+    float *got = malloc(nd * 4);
+    cudaMemcpy(got, dd, nd * 4, cudaMemcpyDeviceToHost);
+    double worst = 0;
+    for (int b = 0; b < batch; b++)
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                double s = 0;
+                for (int l = 0; l < k; l++)
+                    s += (double)va[b * sa + (size_t)i * k + l] * vb[b * sb + (size_t)j * k + l];
+                double e = fabs(s - got[b * sd + (size_t)j * m + i]);
+                worst = e > worst || e != e ? e : worst;
+            }
+    tap_ok(worst <= 1e-5, "every batch's product against double (max err %.2g)", worst);
+    tap_ok(isnan(got[sd - 1]) && isnan(got[2 * sd - 1]), "the gaps between batches of D are never written");
+    const int two = 2;
+    cublasLtMatrixLayoutSetAttribute(p.b, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &two, sizeof two);
+    is_status(cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &r, &found),
+              CUBLAS_STATUS_INVALID_VALUE, "batch counts 3, 2, 3, 3");
+    const int64_t back = -1;
+    cublasLtMatrixLayoutSetAttribute(p.b, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch);
+    cublasLtMatrixLayoutSetAttribute(p.b, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &back, sizeof back);
+    is_status(cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &r, &found),
+              CUBLAS_STATUS_INVALID_VALUE, "a negative batch stride");
+    cublasLtMatmulPreferenceDestroy(pref);
+    drop_plan(&p);
+    cudaFree(da), cudaFree(db), cudaFree(dd);
+    free(va), free(vb), free(ha), free(hb), free(got);
+}
+
 static void mistakes(void)
 {
     plan p;
@@ -296,6 +360,7 @@ int main(void)
     product(0, 1, CUDA_R_16BF, CUDA_R_32F, 0, 0.0f);
     product(1, 0, CUDA_R_16F, CUDA_R_16F, 1, 0.0f);
     product(0, 0, CUDA_R_16F, CUDA_R_32F, 0, 1.0f);
+    batched();
     mistakes();
     cublasLtDestroy(lt);
     return tap_done();

@@ -296,26 +296,32 @@ static void test_elementwise(size_t n, size_t offset)
     free(x), free(y), free(dinp), free(out), free(pad);
 }
 
-/* One tile size (0: the card's choice; 64 or 32), or a skip line when the
- * card cannot hold it. */
-static void test_attention_tile(int B, int T, int C, int NH, int tile)
+/* One kernel family with one tile size, or a skip line when the card
+ * cannot hold it or lacks the kernel: "mma" (attention.cu) with `tile`
+ * queries per forward block (0: the card's choice, 64 or 128; its backward
+ * has one shape, run when `backward`), "wmma" (attention_wmma.cu: Volta's,
+ * and the lab's earlier variants) with `tile` queries per block (32 or 64). */
+static void test_attention_kernel(int B, int T, int C, int NH, const char *kernel, int tile, bool backward)
 {
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C,
                  nlse = (size_t)B * NH * T;
+    const bool mma = strcmp(kernel, "mma") == 0;
     float *qkv = gpu_rand_array(&rng, nqkv, -2, 2), *dout = gpu_rand_array(&rng, nout, -1, 1);
     float *dqkv = gpu_rand_array(&rng, nqkv, -1, 1);
-    float *out = malloc(nout * 4), *lse = malloc(nlse * 4);
+    float *out = malloc(nout * 4), *lse = malloc(nlse * 4), *delta = malloc(nlse * 4);
     void *d_qkv = dev(qkv, nqkv), *d_dout = dev(dout, nout), *d_dqkv = dev(dqkv, nqkv),
          *d_out = NULL;
-    float *d_lse = NULL;
+    float *d_lse = NULL, *d_delta = NULL;
     backend_alloc(be, nout * 2, &d_out);
     backend_alloc(be, nlse * 4, (void **)&d_lse);
+    backend_alloc(be, nlse * 4, (void **)&d_delta);
     char what[128];
-    snprintf(what, sizeof what, "B=%d T=%d C=%d NH=%d (HS %d), tiles %d", B, T, C, NH, C / NH, tile);
+    snprintf(what, sizeof what, "B=%d T=%d C=%d NH=%d (HS %d), %s tiles %d", B, T, C, NH, C / NH, kernel, tile);
     void *cs = backend_stream_native(st);
-    ferry_status fs = cudaop_attention_forward_tiled(cs, act, tile, d_out, d_lse, d_qkv, B, T, C, NH);
-    if (fs == FERRY_ERR_UNSUPPORTED && tile) {
-        tap_skip("attention %s: this card cannot hold the tile: %s", what, ferry_last_error());
+    ferry_status fs = mma ? cudaop_attention_forward_mma(cs, act, tile, d_out, d_lse, d_qkv, B, T, C, NH)
+                          : cudaop_attention_forward_wmma(cs, act, tile, d_out, d_lse, d_qkv, B, T, C, NH);
+    if (fs == FERRY_ERR_UNSUPPORTED && (tile || !mma)) {
+        tap_skip("attention %s: this card cannot run it: %s", what, ferry_last_error());
         goto done;
     }
     TAP_IS_STATUS(hostop_attention_forward(out, lse, qkv, B, T, C, NH), FERRY_OK, "host attention");
@@ -329,13 +335,17 @@ static void test_attention_tile(int B, int T, int C, int NH, int tile)
     snprintf(name, sizeof name, "attention_forward lse %s", what);
     check(name, g, lse, nlse, TOL_ELEM);
     free(g);
+    if (!backward)
+        goto done;
     /* The backward from the device's own forward output, as training does:
      * the host gets the same (16-bit) out and lse. */
     float *out_dev = back(d_out, nout), *lse_dev = gpu_download_f32(st, d_lse, nlse);
-    TAP_IS_STATUS(hostop_attention_backward(dqkv, dout, qkv, out_dev, lse_dev, B, T, C, NH),
+    TAP_IS_STATUS(hostop_attention_backward(dqkv, dout, qkv, out_dev, lse_dev, delta, B, T, C, NH),
                   FERRY_OK, "host attention backward");
-    fs = cudaop_attention_backward_tiled(cs, act, tile, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
-    if (fs == FERRY_ERR_UNSUPPORTED && tile) { /* the backward's tiles are larger than the forward's */
+    fs = mma ? cudaop_attention_backward_mma(cs, act, d_dqkv, d_dout, d_qkv, d_out, d_lse, d_delta, B, T, C, NH)
+             : cudaop_attention_backward_wmma(cs, act, tile, d_dqkv, d_dout, d_qkv, d_out, d_lse, d_delta, B, T, C,
+                                              NH);
+    if (fs == FERRY_ERR_UNSUPPORTED && !mma) { /* the backward's tiles are larger than the forward's */
         tap_skip("attention backward %s: this card cannot hold the tile: %s", what, ferry_last_error());
         free(out_dev), free(lse_dev);
         goto done;
@@ -345,17 +355,23 @@ static void test_attention_tile(int B, int T, int C, int NH, int tile)
     snprintf(name, sizeof name, "attention_backward dqkv (+=) %s", what);
     check(name, g, dqkv, nqkv, TOL_MIXED);
     free(g);
+    g = gpu_download_f32(st, d_delta, nlse);
+    snprintf(name, sizeof name, "attention_backward delta %s", what);
+    check(name, g, delta, nlse, TOL_ELEM);
+    free(g);
     free(out_dev), free(lse_dev);
 done:
-    release(d_qkv), release(d_dout), release(d_dqkv), release(d_out), release(d_lse);
-    free(qkv), free(dout), free(dqkv), free(out), free(lse);
+    release(d_qkv), release(d_dout), release(d_dqkv), release(d_out), release(d_lse), release(d_delta);
+    free(qkv), free(dout), free(dqkv), free(out), free(lse), free(delta);
 }
 
-/* Each tile size (the op front, the card's own choice, is the registry's). */
+/* Each kernel and tile size (the op front, the card's own choice, is the registry's). */
 static void test_attention(int B, int T, int C, int NH)
 {
-    test_attention_tile(B, T, C, NH, 64);
-    test_attention_tile(B, T, C, NH, 32);
+    test_attention_kernel(B, T, C, NH, "mma", 128, true);
+    test_attention_kernel(B, T, C, NH, "mma", 64, false);
+    test_attention_kernel(B, T, C, NH, "wmma", 64, true);
+    test_attention_kernel(B, T, C, NH, "wmma", 32, true);
 }
 
 /* Every op of the registry (backend/ops/op_list.h) over the shape table
@@ -650,6 +666,7 @@ int main(int argc, char **argv)
     test_attention(1, 130, 128, 2); /* HS 64, as GPT-2 */
     test_attention(2, 40, 36, 3);   /* HS 12: scalar loads */
     test_attention(1, 70, 256, 2);  /* HS 128 */
+    test_attention(1, 200, 128, 2); /* HS 64, 64-key tiles crossing 128-query blocks */
     test_classifier(37, 64, 1000, 1024, 16, true, 1.0f); /* with ignored (negative) targets */
     if (act == FERRY_DTYPE_F16) {
         test_classifier(37, 64, 1000, 1024, 16, true, 1024.0f); /* a loss scale's grad_scale */

@@ -46,6 +46,7 @@ PRIVATE = {
     "backend/ops/ops_host.h",
     "backend/ops/ops_cuda.h",
     "backend/ops/cuda_util.cuh",
+    "backend/ops/mma.cuh",
     "backend/cuda_check.h",
     "optim/kernels.h",
     "models/gpt2_internal.h",

@@ -176,8 +176,9 @@ static void ref_attention_forward(opref_attention_forward *a)
     free(p);
 }
 
-/* With out and lse as given (the forward's, in training): P_ij = exp(S_ij -
- * lse_i) over j <= i, dS_ij = P_ij (dout_i . v_j - dout_i . out_i),
+/* With out and lse as given (the forward's, in training): delta_i = D =
+ * dout_i . out_i, P_ij = exp(S_ij - lse_i) over j <= i, dS_ij = P_ij
+ * (dout_i . v_j - D),
  * dq_i += scale sum_j dS_ij k_j, dk_j += scale sum_i dS_ij q_i,
  * dv_j += sum_i P_ij dout_i. */
 static void ref_attention_backward(opref_attention_backward *a)
@@ -191,6 +192,7 @@ static void ref_attention_backward(opref_attention_backward *a)
                 const double *dy = a->dout + ((size_t)b * T + i) * C + (size_t)h * HS;
                 const double *y = a->out + ((size_t)b * T + i) * C + (size_t)h * HS;
                 double D = ref_dot(dy, y, HS), lse = a->lse[((size_t)b * NH + h) * T + i];
+                a->delta[((size_t)b * NH + h) * T + i] = D;
                 double *dq = (double *)ref_qkv(a->dqkv, T, C, HS, b, i, 0, h);
                 for (int j = 0; j <= i; j++) {
                     const double *k = ref_qkv(a->qkv, T, C, HS, b, j, 1, h), *v = ref_qkv(a->qkv, T, C, HS, b, j, 2, h);

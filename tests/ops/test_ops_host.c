@@ -329,9 +329,23 @@ static void test_attention(void)
     attention_reference(&c, wout, wlse);
     check_forward("attention out forward", c.out, wout, nout);
     check_forward("attention lse forward", c.lse, wlse, nlse);
-    float *dqkv = zerov(nqkv);
-    TAP_IS_STATUS(hostop_attention_backward(dqkv, c.R, c.qkv, c.out, c.lse, B, T, C, NH),
+    float *dqkv = zerov(nqkv), *delta = zerov(nlse);
+    TAP_IS_STATUS(hostop_attention_backward(dqkv, c.R, c.qkv, c.out, c.lse, delta, B, T, C, NH),
                   FERRY_OK, "attention backward runs");
+    /* delta: each query row's D = dout . out over its head, in double here */
+    double worst = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                double d = 0;
+                for (int e = 0; e < C / NH; e++) {
+                    size_t at = ((size_t)b * T + t) * C + (size_t)h * (C / NH) + e;
+                    d += (double)c.R[at] * c.out[at];
+                }
+                double err = fabs(d - delta[((size_t)b * NH + h) * T + t]);
+                worst = err > worst || err != err ? err : worst;
+            }
+    tap_ok(worst <= 1e-5, "attention backward writes delta = dout . out per row and head (max err %.2g)", worst);
     fd_check("attention dqkv (q, k and v)", c.qkv, nqkv, dqkv, att_objective, &c, 1e-3, 400);
     /* causality: the last position's inputs cannot change earlier outputs */
     float *out0 = malloc(nout * sizeof *out0);
@@ -342,7 +356,7 @@ static void test_attention(void)
     att_objective(&c);
     int same = memcmp(out0, c.out, (size_t)(T - 1) * C * sizeof *out0) == 0;
     tap_ok(same, "attention is causal: changing position T-1 leaves positions < T-1 unchanged");
-    free(out0), free(wout), free(wlse), free(dqkv);
+    free(out0), free(wout), free(wlse), free(dqkv), free(delta);
     free(c.out), free(c.lse), free(c.qkv), free(c.R);
 }
 
@@ -462,20 +476,23 @@ static void test_dispatch(void)
     float *h_out = zerov(nout), *h_lse = zerov(nlse), *h_dqkv = randv(nqkv, 1.0);
     float *d_qkv = dev_from(be, s, qkv, nqkv), *d_R = dev_from(be, s, R, nout);
     float *d_out = dev_from(be, s, h_out, nout), *d_lse = dev_from(be, s, h_lse, nlse);
-    float *d_dqkv = dev_from(be, s, h_dqkv, nqkv);
+    float *d_dqkv = dev_from(be, s, h_dqkv, nqkv), *h_delta = zerov(nlse);
+    float *d_delta = dev_from(be, s, h_delta, nlse);
     TAP_IS_STATUS(ops_attention_forward(s, d_out, d_lse, d_qkv, B, T, C, NH), FERRY_OK,
                   "ops_attention_forward launches");
-    TAP_IS_STATUS(ops_attention_backward(s, d_dqkv, d_R, d_qkv, d_out, d_lse, B, T, C, NH),
+    TAP_IS_STATUS(ops_attention_backward(s, d_dqkv, d_R, d_qkv, d_out, d_lse, d_delta, B, T, C, NH),
                   FERRY_OK, "ops_attention_backward launches");
     TAP_IS_STATUS(backend_stream_synchronize(s), FERRY_OK, "the stream runs them");
     hostop_attention_forward(h_out, h_lse, qkv, B, T, C, NH);
-    hostop_attention_backward(h_dqkv, R, qkv, h_out, h_lse, B, T, C, NH);
+    hostop_attention_backward(h_dqkv, R, qkv, h_out, h_lse, h_delta, B, T, C, NH);
     float *got = zerov(nqkv);
     to_host(s, got, d_out, nout);
     tap_ok(memcmp(got, h_out, nout * 4) == 0, "ops_attention_forward gives hostop's bits");
     to_host(s, got, d_dqkv, nqkv);
     tap_ok(memcmp(got, h_dqkv, nqkv * 4) == 0,
            "ops_attention_backward gives hostop's bits (added onto the same start)");
+    to_host(s, got, d_delta, nlse);
+    tap_ok(memcmp(got, h_delta, nlse * 4) == 0, "ops_attention_backward's delta is hostop's bits");
 
     /* misuse */
     float stray[16];
@@ -504,7 +521,7 @@ static void test_dispatch(void)
                   "the stream reports the bad token: %s", ferry_last_error());
     TAP_IS_STATUS(backend_stream_synchronize(s), FERRY_OK, "and is clean afterwards");
 
-    free(got), free(qkv), free(R), free(h_out), free(h_lse), free(h_dqkv);
+    free(got), free(qkv), free(R), free(h_out), free(h_lse), free(h_dqkv), free(h_delta);
     backend_stream_destroy(s);
     ops_shutdown(be);
     backend_close(be);

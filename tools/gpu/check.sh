@@ -17,7 +17,9 @@
 # card emulated here (24 GiB less the CUDA context's and cuBLASLt's share,
 # measured on this card) at the largest batch the planner gives for that
 # budget (confirmed by one step there and a clean out-of-memory one batch
-# above), with tokens/s, MFU and step / max(compute, update).
+# above), with tokens/s, MFU and step / max(compute, update). With
+# FERRY_CHECK_PEERS=1, then PyTorch beside ferry on GPT-2 XL (the peers'
+# block near the end: tools/gpu/peer_*.py) and one table of both.
 #
 #   tools/gpu/check.sh PACK.tar.xz OUT_DIR        (on the GPU machine, in the tree's root)
 #
@@ -64,16 +66,16 @@ failed=0
 export FERRY_BACKEND=cuda
 
 # Each test's limit, seconds (a test the table does not name gets 30).
-declare -A test_limit=([backend-cuda]=10 [ops-gpu]=15 [ops-gpu-f16]=12 [ops-gpu-xl]=15 [cuda-card]=6
-                       [engine-gpu]=20 [engine-gpu-f16]=15 [hf-gpu]=25 [gpt2-cuda]=12 [gpt2-cuda-f16]=10
-                       [cuda-mlp]=5 [dp-gpu]=10)
+declare -A test_limit=([backend-cuda]=15 [ops-gpu]=25 [ops-gpu-f16]=20 [ops-gpu-xl]=15 [cuda-card]=10
+                       [engine-gpu]=35 [engine-gpu-f16]=25 [hf-gpu]=45 [gpt2-cuda]=20 [gpt2-cuda-f16]=15
+                       [cuda-mlp]=5 [dp-gpu]=15)
 # The other steps' limits. GPT-2 XL gets the most: its setup draws 1.56B
 # values, copies 6.2 GB and pins 23 GiB before its first step. The
 # sanitizers slow a program ten- to a hundredfold: each runs the few
 # programs named below.
-declare -A limit=([unpack]=8 [cublas]=6 [nccl]=5 [libraries]=5 [gpu-info]=5 [ferry-info]=5 [transfer]=8
+declare -A limit=([unpack]=8 [cublas]=6 [nccl]=5 [libraries]=5 [gpu-info]=5 [ferry-info]=5 [transfer]=10
                   [sanitize-memcheck]=75 [sanitize-racecheck]=40 [sanitize-synccheck]=25 [sanitize-initcheck]=60
-                  [kernel-lab]=20 [kernel-lab-f16]=10 [memprof-plan]=5 [engine-gpt2]=20 [engine-xl]=110
+                  [kernel-lab]=30 [kernel-lab-f16]=10 [memprof-plan]=5 [engine-gpt2]=20 [engine-xl]=110
                   [memprof-capacity]=5 [capacity]=150)
 # The whole check ends within this many seconds (FERRY_CHECK_BOUND): a step
 # gets the least of its limit and what is left, and a step reached with
@@ -81,7 +83,19 @@ declare -A limit=([unpack]=8 [cublas]=6 [nccl]=5 [libraries]=5 [gpu-info]=5 [fer
 # less than their limits (the first run: 24 steps in 45 s; GPT-2 XL's two
 # modes about a minute, the capacity run about two); the limits are for a
 # step that hangs.
-bound=${FERRY_CHECK_BOUND:-530}
+# The peers' block (PyTorch beside ferry, near the end), run when
+# FERRY_CHECK_PEERS=1: ferry's GPT-2 XL row without offload, the two peers,
+# torch.compile's row, and the table. The two Python peers import torch and
+# transformers and build GPT-2 XL; torch.compile gives up by itself ten
+# seconds before its limit, the FSDP2 ladder starts no batch in its last
+# minute. The bound doubles with them: 18 minutes at most.
+peers=${FERRY_CHECK_PEERS:-0}
+max_bound=540
+if [ "$peers" = 1 ]; then
+  limit+=([engine-xl-none]=45 [peer-torch]=60 [peer-torch-compile]=150 [peer-fsdp]=180 [peer-table]=5)
+  max_bound=1080
+fi
+bound=${FERRY_CHECK_BOUND:-$((max_bound - 10))}
 
 say() { printf '%s\n' "$*" | tee -a "$results"; }
 
@@ -300,8 +314,8 @@ sed 's/^/  /' "$pack/MANIFEST" | tee -a "$log" | head -3 | tee -a "$results"
 sum=$(( $(tests_total) ))
 for k in "${!limit[@]}"; do sum=$((sum + limit[$k])); done
 say "step limits sum to ${sum}s; each step gets the least of its limit and what is left; the check ends within ${bound}s"
-if ! [ "$bound" -ge 60 ] 2>/dev/null || [ "$bound" -gt 540 ]; then
-  say "FAIL: FERRY_CHECK_BOUND=$bound: give 60 to 540 s, so the check stays under 9 minutes"
+if ! [ "$bound" -ge 60 ] 2>/dev/null || [ "$bound" -gt "$max_bound" ]; then
+  say "FAIL: FERRY_CHECK_BOUND=$bound: give 60 to $max_bound s, so the check stays under $((max_bound / 60)) minutes"
   exit 1
 fi
 
@@ -437,6 +451,35 @@ if [ -n "$cap_model" ]; then
 else
   judge capacity 1 1 0 "${limit[capacity]}"
   say "  capacity | no model: memprof plan gave none for ${host_gib:-?} GiB of host memory"
+fi
+
+# ---- the peers: PyTorch beside ferry, GPT-2 XL at seq 1024, the same tokens
+# per step (tools/gpu/peer_*.py; python3 with torch and transformers, no
+# network). Ferry's rows first: no offload on the whole card at batch 16, and
+# engine-xl's optimizer and params mode (recompute, the planner's largest
+# batch, confirmed) on the emulated 24 GiB card;
+# then PyTorch without offload at batch 16 (eager, then torch.compile), and
+# FSDP2 with CPU offload capped at 24 GiB with its batch ladder; then one
+# table of tokens/s, MFU and batch, with ferry's ratio to each.
+if [ "$peers" = 1 ]; then
+  tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  step engine-xl-none "${limit[engine-xl-none]}" 1 "$show" \
+    bin/bench_engine --backend cuda --model gpt2-xl --seq 1024 --batch 16 --modes none --steps 3 --warmup 1 \
+    "${peak_flag[@]}"
+  pshow='^(PEER|peer_)'
+  step peer-torch "${limit[peer-torch]}" 1 "$pshow" \
+    python3 "$tree/tools/gpu/peer_torch.py" --model gpt2-xl --batch 16 --seq 1024 --steps 3 --warmup 2 \
+    "${peak_flag[@]}"
+  step peer-torch-compile "${limit[peer-torch-compile]}" 1 "$pshow" \
+    python3 "$tree/tools/gpu/peer_torch.py" --model gpt2-xl --batch 16 --seq 1024 --steps 3 --warmup 1 --compile \
+    --time-limit $((limit[peer-torch-compile] - 10)) "${peak_flag[@]}"
+  step peer-fsdp "${limit[peer-fsdp]}" 1 "$pshow" \
+    python3 "$tree/tools/gpu/peer_fsdp.py" --model gpt2-xl --seq 1024 --card 24GiB --batches 8,16,24,32,48 \
+    --steps 2 --warmup 1 --time-limit $((limit[peer-fsdp] - 60)) "${peak_flag[@]}"
+  step peer-table "${limit[peer-table]}" 0 '.' \
+    python3 "$tree/tools/gpu/peer_table.py" --ferry "no offload, full card=$work/engine-xl-none.out" \
+    --ferry "24GiB card=$work/engine-xl.out" \
+    --peer "$work/peer-torch.out" --peer "$work/peer-torch-compile.out" --peer "$work/peer-fsdp.out"
 fi
 
 say "done in $SECONDS s: $failed step(s) failed; whole outputs in $log"

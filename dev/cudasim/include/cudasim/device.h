@@ -27,6 +27,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "ptx.h" /* inline PTX: tensor-core loads and products, asynchronous copies */
+
 /* Annotations nvcc reads; here they have been used by gen_cu.py already. */
 #define __launch_bounds__(...)
 
