@@ -1261,7 +1261,13 @@ static int cleanup(trainer *t, int rc)
         ops_shutdown(t->sample_be);
     backend_close(t->sample_be);
     bool traced = t->engine && t->o.trace;
-    if (ferry_engine_close(t->engine) != FERRY_OK)
+    /* Closed here, failed or not: fail() below must not ask the closed
+     * engine its mode, so the mode it ran in is kept in the options. */
+    ferry_engine *e = t->engine;
+    if (e)
+        t->o.offload = ferry_engine_offload(e);
+    t->engine = NULL;
+    if (ferry_engine_close(e) != FERRY_OK)
         rc = fail("the memory trace is incomplete");
     else if (traced && t->world > 1 && leader(t))
         printf("memory traces: %s for rank 0, %s.rankR for rank R (read them with: memprof %s)\n", t->o.trace,
