@@ -270,9 +270,14 @@ namespace {
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    std::string head = trim(in.text);
-    size_t cut = head.find_first_of(" \t\n;");
-    snprintf(buf, sizeof buf, "%s at %s:%d: %s", head.substr(0, cut).c_str(), in.file ? in.file : "?", in.line, what);
+    /* The opcode, from a plain buffer: running_thread_fault does not return
+     * and the thread's stack is abandoned, so nothing here may own heap
+     * memory (a std::string would leak). */
+    const char *t = in.text ? in.text : "";
+    while (*t && isspace((unsigned char)*t))
+        t++;
+    const int op_len = (int)strcspn(t, " \t\n;");
+    snprintf(buf, sizeof buf, "%.*s at %s:%d: %s", op_len, t, in.file ? in.file : "?", in.line, what);
     running_thread_fault(e, buf);
 }
 
@@ -552,9 +557,18 @@ void run_cp_async(const ptx_insn &in, std::initializer_list<ptx_arg> ops)
     if (dst_off + (uint64_t)bytes > b.smem_bytes)
         fault(cudaErrorIllegalAddress, in, "destination [0x%llx, +%ld) is past the block's %zu bytes of shared "
               "memory", (unsigned long long)dst_off, bytes, b.smem_bytes);
-    std::string why;
-    if (src_bytes > 0 && !device_range_ok(src, (size_t)src_bytes, &why))
-        fault(cudaErrorIllegalAddress, in, "source [%p, +%ld): %s", (const void *)src, src_bytes, why.c_str());
+    if (src_bytes > 0) {
+        /* The reason moves to a plain buffer before the fault, which
+         * abandons this stack (a std::string left on it would leak). */
+        char why_buf[256] = "";
+        {
+            std::string why;
+            if (!device_range_ok(src, (size_t)src_bytes, &why))
+                snprintf(why_buf, sizeof why_buf, "%s", why.empty() ? "not device memory" : why.c_str());
+        }
+        if (why_buf[0])
+            fault(cudaErrorIllegalAddress, in, "source [%p, +%ld): %s", (const void *)src, src_bytes, why_buf);
+    }
     pending_copy c = {b.smem + dst_off, src, (unsigned)bytes, (unsigned)src_bytes, -1};
     memset(c.dst, 0xff, c.bytes); /* undefined until the wait: NaN */
     list.push_back(c);
