@@ -194,6 +194,14 @@ def main():
                     print("ok %d - %s # SKIP %s" % (n, what, why))
                     continue
                 env["FERRY_DOC_BACKEND"] = "cuda" if "gpu" in marks else "host"
+                # Under a sanitizer build, Open MPI's plugins leak at exit as
+                # in the suite's own MPI tests: the same suppressions.
+                env.pop("LSAN_OPTIONS", None)
+                if "LSAN_OPTIONS" in os.environ:
+                    env["LSAN_OPTIONS"] = os.environ["LSAN_OPTIONS"]
+                if "mpirun" in marks:
+                    env["LSAN_OPTIONS"] = ("suppressions=" + os.path.join(source, "tests", "mpi_lsan.supp") +
+                                           ":fast_unwind_on_malloc=0")
                 try:
                     r = subprocess.run(["bash", "-euo", "pipefail", "-c", text], cwd=work, env=env,
                                        capture_output=True, text=True, errors="replace", timeout=TIMEOUT_S)
