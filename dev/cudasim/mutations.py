@@ -330,6 +330,11 @@ def main():
     # A copy's build kept from an earlier run keeps its options: the cards
     # the simulated backend accepts are gpu_archs's (auto: every one).
     run(["meson", "configure", build, "-Dgpu_archs=auto"])
+    # The copy's meson files may have changed since its build: regenerated
+    # first, so the test list read below is this tree's.
+    rc, out = run(["ninja", "-C", build, "build.ninja"])
+    if rc:
+        sys.exit("mutations: the copy's build does not regenerate:\n" + out[-3000:])
     tests = sorted({t for m in chosen for t in m[5]})
     targets = test_targets(build, tests)
     rc, out = run(["ninja", "-C", build] + targets)
