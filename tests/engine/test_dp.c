@@ -608,8 +608,8 @@ static void check_load(const char *file, const char *resaved, const double *read
     }
     gpt2_destroy(m);
     tap_ok(off < 0 && most < 2.0 * (double)n1,
-           "%s: each rank read its part to check and its slots, within 16 KiB, of the %ld-byte file: %s bytes (as "
-           "expected); the most %.2f of the file, where every rank read it whole twice before", what, n1, each,
+           "%s: each rank read its part to check and its slots, within 16 KiB, of the %ld-byte file: %s bytes (the "
+           "expected in brackets); the most %.2f of the file, where every rank read it whole twice before", what, n1, each,
            most / (double)n1);
 }
 
