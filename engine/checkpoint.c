@@ -172,11 +172,13 @@ static ferry_status copy_chunk(const ckpt_env *e, void *state, bool on_device, v
     return st != FERRY_OK ? st : backend_stream_synchronize(e->ctx->compute);
 }
 
-static ferry_status read_all(int fd, void *data, size_t n, const char *path)
+/* n bytes at offset `at`, or from the file position (which they advance)
+ * when `at` is negative. */
+static ferry_status read_bytes(int fd, void *data, size_t n, int64_t at, const char *path)
 {
     char *p = data;
     while (n > 0) {
-        ssize_t r = read(fd, p, n);
+        ssize_t r = at < 0 ? read(fd, p, n) : pread(fd, p, n, (off_t)at);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0)
@@ -185,27 +187,16 @@ static ferry_status read_all(int fd, void *data, size_t n, const char *path)
             return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' is truncated: it ends %zu bytes early", path, n);
         p += r;
         n -= (size_t)r;
+        at += at < 0 ? 0 : r;
     }
     return FERRY_OK;
 }
 
-/* n bytes at offset `at`, whatever the file position. */
+static ferry_status read_all(int fd, void *data, size_t n, const char *path) { return read_bytes(fd, data, n, -1, path); }
+
 static ferry_status read_at(int fd, void *data, size_t n, uint64_t at, const char *path)
 {
-    char *p = data;
-    while (n > 0) {
-        ssize_t r = pread(fd, p, n, (off_t)at);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return err_set(FERRY_ERR_IO, "reading checkpoint '%s': %s", path, strerror(errno));
-        if (r == 0)
-            return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' is truncated: it ends %zu bytes early", path, n);
-        p += r;
-        at += (uint64_t)r;
-        n -= (size_t)r;
-    }
-    return FERRY_OK;
+    return read_bytes(fd, data, n, (int64_t)at, path);
 }
 
 /* ---- walking the payload ---- */
