@@ -56,7 +56,7 @@ for victim in 1 0; do
   # From step 2 on, every write 60 ms late: step 4's save takes seconds.
   # With recovery on, mpirun's own status does not say how the survivor
   # ended: each rank's is written to $d.exit.
-  FERRY_COMM_TIMEOUT=$T FERRY_FAULT_WRITE_DELAY_MS=60 timeout 120 "$mpirun" --allow-run-as-root --oversubscribe \
+  FERRY_COMM_TIMEOUT=$T FERRY_FAULT_WRITE_DELAY_MS=60 timeout 60 "$mpirun" --allow-run-as-root --oversubscribe \
     --bind-to none --mca orte_enable_recovery 1 -x FERRY_COMM_TIMEOUT -x FERRY_FAULT_WRITE_DELAY_MS \
     -x OPENBLAS_NUM_THREADS=1 -np 2 bash -c '"$@"; echo "rank $OMPI_COMM_WORLD_RANK exit $?" >>"'"$d.exit"'"' rank \
     "$train" "${common[@]}" --steps 6 --resume "$d" >"$d.out" 2>&1 &
