@@ -1,6 +1,7 @@
 /* CRC-32C (Castagnoli: reflected polynomial 0x82F63B78, as iSCSI, ext4 and
  * SCTP use), the one implementation of the tree: the NVMe store's block
- * checksums and the memory trace's record checksums both come from here.
+ * checksums, the memory trace's record checksums and the checkpoints' come
+ * from here.
  * Chosen once at run time from what the CPU has:
  *   x86-64   three crc32 (SSE4.2) streams over a buffer's thirds, folded
  *            together with carry-less multiplication (PCLMULQDQ); SSE4.2's
@@ -37,6 +38,11 @@ typedef enum crc32c_impl {
  * crc32c(crc32c(0, a, k), a + k, n - k) is crc32c(0, a, n). With the
  * fastest form this CPU has. */
 uint32_t crc32c(uint32_t crc, const void *data, size_t n);
+
+/* The CRC-32C of a + b from crc1 = crc32c(0, a, len1) and crc2 =
+ * crc32c(0, b, len2), without the bytes: parts of one file checksummed
+ * apart (by several processes) give the file's. O(log len2). */
+uint32_t crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
 
 /* The same with a given form; false from crc32c_supported (and the table is
  * used instead) when this CPU lacks it. For tests and benchmarks. */

@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -59,6 +60,7 @@ static _Atomic int refused_errno;
 static _Atomic bool short_io;
 static _Atomic int again_left;
 static _Atomic size_t dio_align;
+static _Atomic long write_delay_ms; /* FERRY_FAULT_WRITE_DELAY_MS */
 
 /* "KIND at FILE:LINE FUNCTION", or the address where no symbolizer is. */
 static void describe(const char *kind, void *pc, char *out, size_t cap)
@@ -171,9 +173,11 @@ static void log_calls(void)
 __attribute__((constructor)) static void arm_from_environment(void)
 {
     const char *at = getenv("FERRY_FAULT_AT"), *p = getenv("FERRY_FAULT_PERSIST");
-    const char *logfile = getenv("FERRY_FAULT_LOG");
+    const char *logfile = getenv("FERRY_FAULT_LOG"), *delay = getenv("FERRY_FAULT_WRITE_DELAY_MS");
     if (logfile)
         snprintf(log_path, sizeof log_path, "%s", logfile);
+    if (delay && *delay)
+        atomic_store(&write_delay_ms, strtol(delay, NULL, 10));
     if (!at || !*at)
         return;
     fault_arm(strtoull(at, NULL, 10), p && strcmp(p, "1") == 0);
@@ -275,13 +279,23 @@ ssize_t fault_pread(int fd, void *buf, size_t n, off_t offset)
     FAULT_CALL("pread", EIO, -1, pread(fd, buf, short_len(n), offset));
 }
 
+/* A slow disk: every write and pwrite waits FERRY_FAULT_WRITE_DELAY_MS first. */
+static void write_delay(void)
+{
+    long ms = atomic_load(&write_delay_ms);
+    if (ms > 0)
+        nanosleep(&(struct timespec){ms / 1000, ms % 1000 * 1000000L}, NULL);
+}
+
 ssize_t fault_write(int fd, const void *buf, size_t n)
 {
+    write_delay();
     FAULT_CALL("write", ENOSPC, -1, write(fd, buf, n));
 }
 
 ssize_t fault_pwrite(int fd, const void *buf, size_t n, off_t offset)
 {
+    write_delay();
     FAULT_CALL("pwrite", ENOSPC, -1, pwrite(fd, buf, short_len(n), offset));
 }
 

@@ -16,6 +16,9 @@
  *   FERRY_FAULT_LOG=FILE   the failed call is appended there as one line,
  *                          "N KIND at WHERE", so the test knows it was
  *                          reached, and at exit "calls N", what was counted
+ *   FERRY_FAULT_WRITE_DELAY_MS=N  a slow disk: every write and pwrite waits
+ *                          N ms first (uncounted, armed or not), so a test
+ *                          can act while a checkpoint is being written
  * Thread-safe: calls from every thread are counted, in the order they reach
  * the counter. */
 #ifndef FERRY_COMMON_FAULT_H

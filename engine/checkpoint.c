@@ -9,7 +9,7 @@
  * the blob means the embedder's.
  *
  * Layout (little-endian):
- *   header   72 bytes: magic "FERRYCKP", u32 version (3), u32 groups,
+ *   header   72 bytes: magic "FERRYCKP", u32 version (4), u32 groups,
  *            i64 step, u64 user_bytes, u64 payload_bytes, u64 checksum,
  *            u64 user_checksum, u32 dtype of the device copy, u32 flags,
  *            u32 head_crc, u32 reserved (0)
@@ -25,10 +25,16 @@
  * reserved word), then the group table, so no byte of the header (the step
  * count included) changes unnoticed; version 2 files, whose CRC left out
  * bytes 68..71, are still read, with the reserved word required to be 0;
- * checksum is a
- * 64-bit multiply-xor hash of the payload before the blob, user_checksum the
- * same hash of the blob. All are checked before anything is applied, so a
- * damaged file changes nothing. */
+ * checksum is the CRC-32C of the payload before the blob (common/crc32c.h,
+ * in the low 32 bits), user_checksum that of the blob; versions 2 and 3
+ * hold a 64-bit multiply-xor hash in both places, still read. All are
+ * checked before anything is applied, so a damaged file changes nothing.
+ *
+ * With data parallelism no rank reads the whole file twice: from version 4
+ * on (a CRC of parts combines into the whole's, crc32c_combine), each rank
+ * checks 1/N of the payload's bytes, the ranks agree on the file's CRC, and
+ * each then reads what it keeps (its slot of every array in the sharded
+ * modes). Older files are read whole by every rank, as before. */
 #include <errno.h>
 #include <float.h>
 #include <fcntl.h>
@@ -41,12 +47,14 @@
 
 #include "engine/checkpoint.h"
 
+#include "common/crc32c.h"
 #include "common/error.h"
 #include "common/fileio.h"
 
 #define CKPT_MAGIC "FERRYCKP"
-#define CKPT_VERSION 3u
+#define CKPT_VERSION 4u
 #define CKPT_VERSION_OLDEST 2u /* read too: the same layout, its CRC without bytes 68..71 */
+#define CKPT_VERSION_CRC 4u    /* from here the payload's and the blob's checksums are CRC-32C */
 #define CKPT_FLAG_DELAYED 1u
 #define CKPT_FLAG_SCALING 2u
 #define CKPT_FLAGS_KNOWN (CKPT_FLAG_DELAYED | CKPT_FLAG_SCALING)
@@ -95,6 +103,15 @@ static uint64_t hash_update(uint64_t h, const void *data, size_t n)
     for (; i < n; i++)
         h = (h ^ p[i]) * 0x100000001B3ull;
     return h;
+}
+
+/* The payload's and the blob's checksum as a file of `version` computes
+ * it: start from sum_seed, go on with sum_update. */
+static uint64_t sum_seed(uint32_t version) { return version >= CKPT_VERSION_CRC ? 0 : CKPT_HASH_SEED; }
+
+static uint64_t sum_update(uint32_t version, uint64_t sum, const void *data, size_t n)
+{
+    return version >= CKPT_VERSION_CRC ? crc32c((uint32_t)sum, data, n) : hash_update(sum, data, n);
 }
 
 /* CRC-32 as zlib computes it (reflected polynomial 0xEDB88320), four bits
@@ -155,11 +172,13 @@ static ferry_status copy_chunk(const ckpt_env *e, void *state, bool on_device, v
     return st != FERRY_OK ? st : backend_stream_synchronize(e->ctx->compute);
 }
 
-static ferry_status read_all(int fd, void *data, size_t n, const char *path)
+/* n bytes at offset `at`, or from the file position (which they advance)
+ * when `at` is negative. */
+static ferry_status read_bytes(int fd, void *data, size_t n, int64_t at, const char *path)
 {
     char *p = data;
     while (n > 0) {
-        ssize_t r = read(fd, p, n);
+        ssize_t r = at < 0 ? read(fd, p, n) : pread(fd, p, n, (off_t)at);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0)
@@ -168,8 +187,16 @@ static ferry_status read_all(int fd, void *data, size_t n, const char *path)
             return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' is truncated: it ends %zu bytes early", path, n);
         p += r;
         n -= (size_t)r;
+        at += at < 0 ? 0 : r;
     }
     return FERRY_OK;
+}
+
+static ferry_status read_all(int fd, void *data, size_t n, const char *path) { return read_bytes(fd, data, n, -1, path); }
+
+static ferry_status read_at(int fd, void *data, size_t n, uint64_t at, const char *path)
+{
+    return read_bytes(fd, data, n, (int64_t)at, path);
 }
 
 /* ---- walking the payload ---- */
@@ -254,7 +281,7 @@ static ferry_status save_chunk(void *p, void *state, bool on_device, void *buf, 
     ferry_status st = copy_chunk(c->e, state, on_device, buf, bytes, false);
     if (st != FERRY_OK)
         return st;
-    c->hash = hash_update(c->hash, buf, bytes);
+    c->hash = sum_update(CKPT_VERSION, c->hash, buf, bytes);
     c->written += bytes;
     dp_save_progress(c->e->dp, c->written);
     return fileio_atomic_write(c->file, buf, bytes);
@@ -285,7 +312,7 @@ static ferry_status save_payload(const ckpt_env *e, save_ctx *c, bool delayed)
     const engine_scaling *es = e->scaling;
     ckpt_scaling sc = {es->on ? es->scaler.scale : 0.0f, es->on ? es->scaler.tracker : 0, es->skipped_steps,
                        es->skips_in_row, {0, 0, 0}};
-    c->hash = hash_update(c->hash, &sc, sizeof sc);
+    c->hash = sum_update(CKPT_VERSION, c->hash, &sc, sizeof sc);
     return fileio_atomic_write(c->file, &sc, sizeof sc);
 }
 
@@ -302,7 +329,7 @@ static ferry_status save_body(const ckpt_env *e, fileio_atomic *file, const void
     ckpt_group *table = group_table(e);
     if (!table)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "saving a checkpoint: out of host memory for the group table");
-    save_ctx c = {.e = e, .file = file, .hash = CKPT_HASH_SEED};
+    save_ctx c = {.e = e, .file = file, .hash = sum_seed(CKPT_VERSION)};
     ferry_status st = fileio_atomic_write(file, &h, sizeof h);
     if (st == FERRY_OK)
         st = fileio_atomic_write(file, table, (size_t)e->groups->n * sizeof *table);
@@ -311,7 +338,7 @@ static ferry_status save_body(const ckpt_env *e, fileio_atomic *file, const void
     if (st == FERRY_OK && user_bytes)
         st = fileio_atomic_write(file, user, user_bytes);
     h.checksum = c.hash;
-    h.user_checksum = hash_update(CKPT_HASH_SEED, user, user_bytes);
+    h.user_checksum = sum_update(CKPT_VERSION, sum_seed(CKPT_VERSION), user, user_bytes);
     h.head_crc = head_crc(&h, table);
     free(table);
     if (st == FERRY_OK)
@@ -468,7 +495,7 @@ static ferry_status read_blob(const ckpt_file *f, void *user, size_t cap)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "checkpoint '%s': out of host memory for its %llu-byte user blob",
                        f->path, (unsigned long long)f->h.user_bytes);
     ferry_status st = read_all(f->fd, blob, f->h.user_bytes, f->path);
-    if (st == FERRY_OK && hash_update(CKPT_HASH_SEED, blob, f->h.user_bytes) != f->h.user_checksum)
+    if (st == FERRY_OK && sum_update(f->h.version, sum_seed(f->h.version), blob, f->h.user_bytes) != f->h.user_checksum)
         st = err_set(FERRY_ERR_FORMAT, "checkpoint '%s' is damaged: the checksum of its user blob does not match; "
                                        "nothing was loaded",
                      f->path);
@@ -503,6 +530,7 @@ typedef struct load_ctx {
     bool use_weights;   /* this engine takes them (delayed update on, same device type) */
     bool has_scaling;   /* the file has the loss scale section (flag 2) */
     ckpt_scaling scaling; /* read by the first pass */
+    bool parts;         /* several ranks, a CRC-32C file: each checks a part and reads what it keeps */
 } load_ctx;
 
 static ferry_status load_chunk(void *p, void *state, bool on_device, void *buf, size_t bytes)
@@ -512,10 +540,34 @@ static ferry_status load_chunk(void *p, void *state, bool on_device, void *buf, 
     if (st != FERRY_OK)
         return st;
     if (!c->apply) {
-        c->hash = hash_update(c->hash, buf, bytes);
+        c->hash = sum_update(c->f->h.version, c->hash, buf, bytes);
         return FERRY_OK;
     }
     return state ? copy_chunk(c->e, state, on_device, buf, bytes, true) : FERRY_OK;
+}
+
+/* This rank's slot of every array, straight from where the file holds it
+ * (the sharded modes, applying a checked file): the rank reads its 1/N of
+ * the state, nothing else of it. */
+static ferry_status take_own_slots(const load_ctx *c, void *buf)
+{
+    const ckpt_env *e = c->e;
+    uint64_t at = head_bytes(c->f->h.groups);
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < e->groups->n && st == FERRY_OK; i++) {
+        engine_group *g = &e->groups->g[i];
+        float *arrays[3] = {g->master, g->m, g->v};
+        size_t lo = g->shard_lo < g->numel ? g->shard_lo : g->numel;
+        size_t n = g->numel - lo < g->shard_n ? g->numel - lo : g->shard_n; /* the last slot may be padded */
+        for (int k = 0; k < 3 && st == FERRY_OK; k++, at += g->numel * sizeof(float))
+            for (size_t done = 0; done < n * sizeof(float) && st == FERRY_OK; done += CKPT_CHUNK) {
+                size_t bytes = n * sizeof(float) - done < CKPT_CHUNK ? n * sizeof(float) - done : CKPT_CHUNK;
+                st = read_at(c->f->fd, buf, bytes, at + lo * sizeof(float) + done, c->f->path);
+                if (st == FERRY_OK)
+                    memcpy((char *)arrays[k] + done, buf, bytes);
+            }
+    }
+    return st;
 }
 
 /* One pass over the payload before the blob. Applying, the device copies
@@ -525,22 +577,58 @@ static ferry_status load_chunk(void *p, void *state, bool on_device, void *buf, 
 static ferry_status load_pass(load_ctx *c)
 {
     const ckpt_env *e = c->e;
-    off_t start = (off_t)head_bytes(c->f->h.groups);
+    off_t start = (off_t)head_bytes(c->f->h.groups), weights = start + (off_t)state_bytes(e);
     if (lseek(c->f->fd, start, SEEK_SET) != start)
         return err_set(FERRY_ERR_IO, "seeking in checkpoint '%s': %s", c->f->path, strerror(errno));
     void *buf = malloc(CKPT_CHUNK);
     if (!buf)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "loading a checkpoint: out of host memory");
-    ferry_status st = for_each_state_chunk(e, buf, load_chunk, c, c->apply ? 2 : 0);
+    ferry_status st = c->apply && c->parts && dp_sharded(e->dp, ctx_mode(e->ctx))
+                          ? take_own_slots(c, buf)
+                          : for_each_state_chunk(e, buf, load_chunk, c, c->apply ? 2 : 0);
     for (int i = 0; c->apply && i < e->groups->n && st == FERRY_OK; i++)
         st = update_write_weights(e->update, &e->groups->g[i]);
+    if (st == FERRY_OK && lseek(c->f->fd, weights, SEEK_SET) != weights)
+        st = err_set(FERRY_ERR_IO, "seeking in checkpoint '%s': %s", c->f->path, strerror(errno));
     if (st == FERRY_OK && c->weight_elem)
         st = for_each_weight_chunk(e, c->weight_elem, c->apply && c->use_weights, buf, load_chunk, c);
     free(buf);
     if (st == FERRY_OK && c->has_scaling && !c->apply) {
         st = read_all(c->f->fd, &c->scaling, sizeof c->scaling, c->f->path);
-        c->hash = hash_update(c->hash, &c->scaling, sizeof c->scaling);
+        c->hash = sum_update(c->f->h.version, c->hash, &c->scaling, sizeof c->scaling);
     }
+    return st;
+}
+
+/* The bytes before the blob, cut into one part per rank: part r is
+ * [P r / N, P (r + 1) / N). */
+static uint64_t part_start(const ckpt_file *f, int r, int n)
+{
+    uint64_t p = f->h.payload_bytes - f->h.user_bytes;
+    return p / (uint64_t)n * (uint64_t)r + p % (uint64_t)n * (uint64_t)r / (uint64_t)n;
+}
+
+/* The checking pass of a rank that checks its part only: its part's CRC
+ * into *crc, and the loss scale section (whose bytes some part covers). */
+static ferry_status check_part(load_ctx *c, uint32_t *crc)
+{
+    const ckpt_file *f = c->f;
+    int r = dp_rank(c->e->dp), n = dp_world(c->e->dp);
+    uint64_t base = head_bytes(f->h.groups), lo = part_start(f, r, n), hi = part_start(f, r + 1, n);
+    void *buf = malloc(CKPT_CHUNK);
+    if (!buf)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "loading a checkpoint: out of host memory");
+    ferry_status st = FERRY_OK;
+    *crc = 0;
+    for (uint64_t at = lo; at < hi && st == FERRY_OK; at += CKPT_CHUNK) {
+        size_t bytes = hi - at < CKPT_CHUNK ? (size_t)(hi - at) : CKPT_CHUNK;
+        st = read_at(f->fd, buf, bytes, base + at, f->path);
+        if (st == FERRY_OK)
+            *crc = crc32c(*crc, buf, bytes);
+    }
+    free(buf);
+    if (st == FERRY_OK && c->has_scaling)
+        st = read_at(f->fd, &c->scaling, sizeof c->scaling, base + part_start(f, n, n) - sizeof c->scaling, f->path);
     return st;
 }
 
@@ -574,25 +662,30 @@ static void apply_scaling(const ckpt_env *e, const load_ctx *c)
     if (es->on && c->scaling.scale > 0)
         loss_scale_restore(&es->scaler, c->scaling.scale, c->scaling.tracker); /* checked above */
 }
-static ferry_status load_agree(const ckpt_env *e, ferry_status st, const char *path);
+static ferry_status load_agree(const ckpt_env *e, ferry_status st, const char *path, const ckpt_file *f, bool parts,
+                               uint32_t part_crc);
 
 /* Both passes, the hash check between them. */
 static ferry_status load_checked(const ckpt_env *e, const ckpt_file *f, void *user, size_t user_cap)
 {
-    load_ctx c = {e, f, CKPT_HASH_SEED, false, 0, false, (f->h.flags & CKPT_FLAG_SCALING) != 0, {0, 0, 0, 0, {0, 0, 0}}};
+    load_ctx c = {e, f, sum_seed(f->h.version), false, 0, false, (f->h.flags & CKPT_FLAG_SCALING) != 0,
+                  {0, 0, 0, 0, {0, 0, 0}}, e->dp && f->h.version >= CKPT_VERSION_CRC};
+    uint32_t part_crc = 0;
     ferry_status st = check_model(e, f, &c.weight_elem);
     if (st == FERRY_OK)
-        st = load_pass(&c);
-    if (st == FERRY_OK && c.hash != f->h.checksum)
+        st = c.parts ? check_part(&c, &part_crc) : load_pass(&c);
+    if (st == FERRY_OK && !c.parts && c.hash != f->h.checksum)
         st = err_set(FERRY_ERR_FORMAT, "checkpoint '%s' is damaged: its checksum does not match its contents; "
                                        "nothing was loaded",
                      f->path);
-    if (st == FERRY_OK)
+    if (st == FERRY_OK && !c.parts)
         st = check_scaling(&c);
     if (st == FERRY_OK)
         st = read_blob(f, NULL, 0);
-    if (e->dp) /* every rank checked the file before any applies it */
-        st = load_agree(e, st, f->path);
+    if (e->dp) /* every rank checked the file (or its part) before any applies it */
+        st = load_agree(e, st, f->path, f, c.parts, part_crc);
+    if (st == FERRY_OK && c.parts) /* its bytes are checked now */
+        st = check_scaling(&c);
     if (st != FERRY_OK)
         return st;
     c.apply = true;
@@ -710,16 +803,56 @@ ferry_status ckpt_save(const ckpt_env *e, const char *path, const void *user, si
 /* Whether this rank took part in its load's agreement yet. */
 static _Thread_local bool load_agreed;
 
-/* Once per load on every rank, before any rank applies the file: if one
- * could not read or check it, none goes on. */
-static ferry_status load_agree(const ckpt_env *e, ferry_status st, const char *path)
+/* Every rank read the header `f` has; with `parts`, the ranks' parts
+ * combined in rank order make the file's checksum. */
+static ferry_status check_parts(const ckpt_file *f, bool parts, const double *crcs, const double *heads, int n)
 {
-    (void)e;
+    for (int r = 0; r < n; r++)
+        if (heads[r] != (double)f->h.head_crc + 1)
+            return err_set(FERRY_ERR_FORMAT, "loading '%s': rank %d read another file there (its header's CRC is "
+                                             "%08llx, this rank's %08x); every rank must reach the same checkpoint",
+                           f->path, r, heads[r] > 0 ? (unsigned long long)heads[r] - 1 : 0ull, f->h.head_crc);
+    if (!parts)
+        return FERRY_OK;
+    uint32_t crc = (uint32_t)crcs[0];
+    for (int r = 1; r < n; r++)
+        crc = crc32c_combine(crc, (uint32_t)crcs[r], part_start(f, r + 1, n) - part_start(f, r, n));
+    if (crc != (uint32_t)f->h.checksum)
+        return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' is damaged: its checksum does not match its contents "
+                                         "(CRC-32C %08x, the header says %08x; %d ranks each checked a part); "
+                                         "nothing was loaded",
+                       f->path, crc, (unsigned)f->h.checksum, n);
+    return FERRY_OK;
+}
+
+/* Once per load on every rank, before any rank applies the file: if one
+ * could not read or check it, none goes on, and every rank read the same
+ * header. `f`: the file this rank checked (NULL: it failed first); with
+ * `parts` it checked only its part, whose CRC is `part_crc`: the ranks'
+ * parts make the file's, checked here on every rank alike. One all-reduce
+ * of 1 + 2N values: the ranks that failed, each rank's CRC and its
+ * header's (+ 1: 0 is none), each in its own place, so the sum is exact. */
+static ferry_status load_agree(const ckpt_env *e, ferry_status st, const char *path, const ckpt_file *f, bool parts,
+                               uint32_t part_crc)
+{
     load_agreed = true;
     char mine[ERR_MESSAGE_MAX];
     snprintf(mine, sizeof mine, "%s", ferry_last_error());
-    double failed = st != FERRY_OK ? 1 : 0;
-    ferry_status agreed = ferry_world_all_reduce(&failed, 1);
+    int n = dp_world(e->dp), r = dp_rank(e->dp);
+    double *v = calloc(1 + 2 * (size_t)n, sizeof *v);
+    if (!v) /* this rank cannot agree: its abort tells the others, whose all-reduce fails */
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "loading '%s': out of host memory to agree with the other ranks",
+                       path ? path : "");
+    v[0] = st != FERRY_OK ? 1 : 0;
+    if (st == FERRY_OK && f) {
+        v[1 + r] = part_crc;
+        v[1 + n + r] = (double)f->h.head_crc + 1;
+    }
+    ferry_status agreed = ferry_world_all_reduce(v, 1 + 2 * (size_t)n);
+    double failed = v[0];
+    ferry_status checked =
+        agreed == FERRY_OK && failed == 0 && st == FERRY_OK && f ? check_parts(f, parts, v + 1, v + 1 + n, n) : FERRY_OK;
+    free(v);
     if (agreed != FERRY_OK)
         return err_wrap(agreed, "loading '%s'", path ? path : "");
     if (st != FERRY_OK)
@@ -728,7 +861,7 @@ static ferry_status load_agree(const ckpt_env *e, ferry_status st, const char *p
         return err_set(FERRY_ERR_IO, "loading '%s': %.0f other rank%s could not read or check it (see their "
                                      "messages); every rank must reach the same checkpoint",
                        path ? path : "", failed, failed > 1 ? "s" : "");
-    return FERRY_OK;
+    return checked;
 }
 
 ferry_status ckpt_load(const ckpt_env *e, const char *path, void *user, size_t user_cap, size_t *user_bytes)
@@ -737,5 +870,5 @@ ferry_status ckpt_load(const ckpt_env *e, const char *path, void *user, size_t u
     ferry_status st = load_file(e, path, user, user_cap, user_bytes);
     if (!e->dp || load_agreed)
         return st;
-    return load_agree(e, st, path); /* failed before checking the file */
+    return load_agree(e, st, path, NULL, false, 0); /* failed before checking the file */
 }

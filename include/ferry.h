@@ -710,7 +710,10 @@ FERRY_API ferry_status ferry_engine_abandon_step(ferry_engine *e);
  * message naming the ranks it waited for; a rank that fails calls
  * ferry_world_abort() so that every other rank's next collective fails
  * with its message instead of waiting. After a failure, end the process
- * (the world cannot be joined again).
+ * (the world cannot be joined again). The watchdog, FERRY_COMM_TIMEOUT
+ * (comm_timeout_s), FERRY_COMM_SAVE_TIMEOUT and what a rank that dies,
+ * hangs or diverges (during a save or a load too) does to the others:
+ * docs/scaling.md, "When a rank dies, hangs or diverges".
  * ====================================================================== */
 
 typedef struct ferry_world_info {

@@ -576,10 +576,11 @@ ferry_status hf_read_config(const char *config_json, gpt2_config *out)
 
 ferry_status hf_read_ferry_meta(const char *safetensors, hf_ferry_info *out)
 {
-    return hf_read_weights_identity(safetensors, out, NULL);
+    return hf_read_weights_identity(safetensors, out, NULL, 0, 1);
 }
 
-ferry_status hf_read_weights_identity(const char *safetensors, hf_ferry_info *out, sft_checksum *sum)
+ferry_status hf_read_weights_identity(const char *safetensors, hf_ferry_info *out, sft_checksum *sum, int part,
+                                      int parts)
 {
     sft_file *f = NULL;
     out->run[0] = '\0';
@@ -587,8 +588,10 @@ ferry_status hf_read_weights_identity(const char *safetensors, hf_ferry_info *ou
     ferry_status st = sft_open(safetensors, &f);
     if (st != FERRY_OK)
         return st;
-    if (sum)
-        sft_data_checksum(f, sum);
+    if (sum && (st = sft_data_checksum_part(f, part, parts, sum)) != FERRY_OK) {
+        sft_close(f);
+        return st;
+    }
     const char *run = sft_metadata(f, "ferry_run"), *step = sft_metadata(f, "ferry_step");
     char *end = NULL;
     long long v = step ? strtoll(step, &end, 10) : -1;

@@ -52,7 +52,9 @@ ferry_status hf_read_config_ferry(const char *config_json, gpt2_config *out, hf_
 /* The ferry_run and ferry_step metadata of a safetensors file (run "" and
  * step -1 when absent), from its header alone. */
 ferry_status hf_read_ferry_meta(const char *safetensors, hf_ferry_info *out);
-/* The same, and *sum (may be NULL) the checksum of its tensors' bytes. */
-ferry_status hf_read_weights_identity(const char *safetensors, hf_ferry_info *out, sft_checksum *sum);
+/* The same, and *sum (may be NULL) the checksum of part `part` of `parts`
+ * of its tensors' bytes (sft_data_checksum_part; 0 of 1: all of them). */
+ferry_status hf_read_weights_identity(const char *safetensors, hf_ferry_info *out, sft_checksum *sum, int part,
+                                      int parts);
 
 #endif

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/crc32c.h"
 #include "common/error.h"
 #include "common/fileio.h"
 #include "train/hf_checkpoint.h"
@@ -678,10 +679,10 @@ static ferry_status weights_checksum(const char *tmp, train_resume *r)
         st = sft_open(path, &f);
     if (st != FERRY_OK)
         return err_wrap(st, "reading back the weights just written");
-    sft_data_checksum(f, &r->weights);
-    r->weights_known = 1;
+    st = sft_data_checksum(f, &r->weights);
+    r->weights_known = st == FERRY_OK;
     sft_close(f);
-    return FERRY_OK;
+    return st != FERRY_OK ? err_wrap(st, "reading back the weights just written") : FERRY_OK;
 }
 
 /* What a failed save leaves a reader with: the folder's latest checkpoint,
@@ -873,7 +874,7 @@ ferry_status run_state_check_weights(const char *safetensors)
         snprintf(dir, sizeof dir, ".");
     if (run_state_join(state, sizeof state, dir, "state.ferry") != FERRY_OK || access(state, F_OK) != 0)
         return FERRY_OK;
-    ferry_status st = hf_read_weights_identity(safetensors, &meta, &sum);
+    ferry_status st = hf_read_weights_identity(safetensors, &meta, &sum, 0, 1);
     if (st != FERRY_OK)
         return st;
     /* A state.ferry that is not a run state of ferry's, or of another run or
@@ -931,6 +932,46 @@ ferry_status run_state_run_folder(const char *resume, char *out, size_t cap)
     return FERRY_OK;
 }
 
+/* With several ranks each checksums its part of the weights file
+ * (sft_data_checksum_part), and the parts, exchanged, make the whole's on
+ * every rank: the file is read once in all, not once per rank. Collective
+ * when the world has several ranks, whatever `st` (a rank that failed
+ * before says so here, and every rank fails); alone, *sum is already the
+ * whole's. */
+static ferry_status weights_sum_agreed(const char *file, ferry_status st, int part, int parts, sft_checksum *sum)
+{
+    if (parts == 1)
+        return st;
+    char mine[ERR_MESSAGE_MAX];
+    snprintf(mine, sizeof mine, "%s", ferry_last_error());
+    double *v = calloc(1 + 2 * (size_t)parts, sizeof *v); /* failed; each part's CRC; each part's length */
+    if (!v) /* this rank cannot take part: the trainer's abort fails the others' exchange */
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "'%s': out of memory to agree on its checksum", file);
+    v[0] = st != FERRY_OK;
+    if (st == FERRY_OK) {
+        v[1 + part] = sum->crc32c;
+        v[1 + parts + part] = (double)sum->bytes;
+    }
+    ferry_status agreed = ferry_world_all_reduce(v, 1 + 2 * (size_t)parts);
+    sum->crc32c = (uint32_t)v[1];
+    sum->bytes = (uint64_t)v[1 + parts];
+    for (int r = 1; r < parts; r++) {
+        sum->crc32c = crc32c_combine(sum->crc32c, (uint32_t)v[1 + r], (uint64_t)v[1 + parts + r]);
+        sum->bytes += (uint64_t)v[1 + parts + r];
+    }
+    double failed = v[0];
+    free(v);
+    if (agreed != FERRY_OK)
+        return err_wrap(agreed, "checksumming '%s' with the other ranks", file);
+    if (st != FERRY_OK)
+        return err_set(st, "%s", mine);
+    if (failed > 0)
+        return err_set(FERRY_ERR_IO, "'%s': %.0f other rank%s could not read or check the checkpoint (see their "
+                                     "messages); every rank must reach the same checkpoint",
+                       file, failed, failed > 1 ? "s" : "");
+    return FERRY_OK;
+}
+
 ferry_status run_state_inspect(const char *ckpt_dir, gpt2_config *out, train_resume *resume)
 {
     char path[PATH_MAX], state[PATH_MAX], weights[PATH_MAX];
@@ -944,7 +985,12 @@ ferry_status run_state_inspect(const char *ckpt_dir, gpt2_config *out, train_res
     if (st == FERRY_OK) st = run_state_check_model(&r, out, path);
     if (st == FERRY_OK) st = check_binding(path, &conf, &r, state);
     sft_checksum sum;
-    if (st == FERRY_OK) st = hf_read_weights_identity(weights, &meta, &sum);
+    ferry_world_info world = FERRY_WORLD_INFO_INIT;
+    int part = 0, parts = 1;
+    if (ferry_world_probe(&world) == FERRY_OK && world.joined && world.world_size > 1)
+        part = world.rank, parts = world.world_size;
+    if (st == FERRY_OK) st = hf_read_weights_identity(weights, &meta, &sum, part, parts);
+    st = weights_sum_agreed(weights, st, part, parts, &sum);
     if (st == FERRY_OK) st = check_binding(weights, &meta, &r, state);
     if (st == FERRY_OK) st = check_sum(weights, &sum, &r, state);
     if (st == FERRY_OK) st = hf_check_torch_dtype(path, weights);

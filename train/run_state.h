@@ -149,7 +149,9 @@ ferry_status run_state_config(const char *ckpt_dir, gpt2_config *out);
  * named step_N must hold step N, and model.safetensors' tensor data must be
  * what was saved with state.ferry (its length and CRC-32C, where the run
  * state records them); any mismatch is FERRY_ERR_FORMAT naming both values.
- * *resume (may be NULL) gets the run state, read without an engine. */
+ * *resume (may be NULL) gets the run state, read without an engine. In a
+ * joined world of several ranks it is collective: each rank reads 1/N of
+ * the weights' bytes, and the ranks' CRCs combine into the file's. */
 ferry_status run_state_inspect(const char *ckpt_dir, gpt2_config *out, train_resume *resume);
 
 /* For weights outside a checkpoint read (--init-from FILE): when a

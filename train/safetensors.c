@@ -1,6 +1,7 @@
 /* safetensors writer and checked reader (see safetensors.h). The header is
  * built and parsed with cJSON; the file is written through fileio.h's atomic
- * writer and read through one read-only mapping. */
+ * writer and read through one read-only mapping, its tensors' checksum
+ * through pread (a file cut short under the mapping would be a SIGBUS). */
 #include "train/safetensors.h"
 
 #include <cjson/cJSON.h>
@@ -256,6 +257,7 @@ struct sft_file {
     char **meta;          /* key, value, key, value, ... */
     size_t n_meta;
     uint64_t data_off;    /* where the tensors' bytes start: 8 + the header's length */
+    int fd;               /* the file, open for the checksum's reads (-1: none) */
 };
 
 static ferry_status fmt(const sft_file *f, const char *tensor, const char *what)
@@ -461,7 +463,7 @@ static ferry_status map_file(sft_file *f, uint64_t *size)
     }
     f->map = mmap(NULL, (size_t)*size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
-    close(fd);
+    f->fd = fd; /* the checksum reads through it: a file cut short is an error there, not a SIGBUS */
     if (f->map == MAP_FAILED) {
         f->map = NULL;
         return err_set(FERRY_ERR_IO, "cannot map safetensors '%s': %s", f->path, strerror(e));
@@ -480,6 +482,7 @@ ferry_status sft_open(const char *path, sft_file **out)
         free(f);
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot allocate a safetensors reader for '%s'", path);
     }
+    f->fd = -1;
     uint64_t size = 0, hlen = 0;
     ferry_status st = map_file(f, &size);
     if (st == FERRY_OK) {
@@ -509,6 +512,8 @@ void sft_close(sft_file *f)
         return;
     if (f->map)
         munmap(f->map, f->map_len);
+    if (f->fd >= 0)
+        close(f->fd);
     for (size_t i = 0; i < f->n; i++)
         free((char *)f->tensors[i].name);
     free(f->tensors);
@@ -555,11 +560,40 @@ ferry_status sft_expect(const sft_file *f, const char *name, ferry_dtype dtype, 
     return FERRY_OK;
 }
 
-void sft_data_checksum(const sft_file *f, sft_checksum *out)
+/* Part `part` of `parts` of n bytes: [n part / parts, n (part + 1) / parts). */
+static uint64_t part_start(uint64_t n, int part, int parts)
 {
-    out->bytes = f->map_len - f->data_off;
-    out->crc32c = crc32c(0, (const char *)f->map + f->data_off, (size_t)out->bytes);
+    return n / (uint64_t)parts * (uint64_t)part + n % (uint64_t)parts * (uint64_t)part / (uint64_t)parts;
 }
+
+ferry_status sft_data_checksum_part(const sft_file *f, int part, int parts, sft_checksum *out)
+{
+    enum { CHUNK = 1 << 20 };
+    uint64_t all = f->map_len - f->data_off, lo = part_start(all, part, parts), hi = part_start(all, part + 1, parts);
+    out->bytes = hi - lo;
+    out->crc32c = 0;
+    char *buf = malloc(CHUNK);
+    if (!buf)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "checksumming safetensors '%s': out of host memory", f->path);
+    ferry_status st = FERRY_OK;
+    for (uint64_t at = lo; at < hi && st == FERRY_OK;) {
+        size_t n = hi - at < CHUNK ? (size_t)(hi - at) : CHUNK;
+        ssize_t r = pread(f->fd, buf, n, (off_t)(f->data_off + at));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            st = err_set(r < 0 ? FERRY_ERR_IO : FERRY_ERR_FORMAT, "reading safetensors '%s': %s", f->path,
+                         r < 0 ? strerror(errno) : "it became shorter while it was read");
+        else {
+            out->crc32c = crc32c(out->crc32c, buf, (size_t)r);
+            at += (uint64_t)r;
+        }
+    }
+    free(buf);
+    return st;
+}
+
+ferry_status sft_data_checksum(const sft_file *f, sft_checksum *out) { return sft_data_checksum_part(f, 0, 1, out); }
 
 const char *sft_metadata(const sft_file *f, const char *key)
 {

@@ -85,7 +85,11 @@ typedef struct sft_checksum {
     uint64_t bytes;
     uint32_t crc32c;
 } sft_checksum;
-void sft_data_checksum(const sft_file *f, sft_checksum *out);
+ferry_status sft_data_checksum(const sft_file *f, sft_checksum *out);
+/* The same of part `part` (0 .. parts - 1) of the tensors' bytes alone,
+ * [B part / parts, B (part + 1) / parts) of B: each of several processes
+ * reads its part, and crc32c_combine in part order gives the whole's. */
+ferry_status sft_data_checksum_part(const sft_file *f, int part, int parts, sft_checksum *out);
 
 /* A "__metadata__" value, or NULL. */
 const char *sft_metadata(const sft_file *f, const char *key);

@@ -75,6 +75,23 @@ int main(void)
                crc32c_name(impl), before, after);
         buf[40000] ^= 0x08;
     }
+    /* Parts checksummed apart, combined: the whole one, at every cut
+     * (empty parts included) and across three parts. */
+    int cuts_bad = 0;
+    uint32_t whole = ref_crc32c(0, buf, 100003);
+    for (size_t cut = 0; cut <= 100003; cut += cut < 64 ? 1 : 997) {
+        uint32_t a = ref_crc32c(0, buf, cut), b = ref_crc32c(0, buf + cut, 100003 - cut);
+        if (crc32c_combine(a, b, 100003 - cut) != whole) {
+            if (!cuts_bad)
+                tap_diag("cut at %zu: 0x%08x, the whole 0x%08x", cut, crc32c_combine(a, b, 100003 - cut), whole);
+            cuts_bad++;
+        }
+    }
+    tap_ok(cuts_bad == 0, "combining two parts' CRCs gives the whole one at every cut tried (%d differ)", cuts_bad);
+    uint32_t three = crc32c_combine(crc32c_combine(ref_crc32c(0, buf, 33333), ref_crc32c(0, buf + 33333, 33334), 33334),
+                                    ref_crc32c(0, buf + 66667, 33336), 33336);
+    TAP_IS_INT(three, whole, "three parts combined in order give the whole one");
+    TAP_IS_INT(crc32c_combine(0xE3069283u, 0, 0), 0xE3069283u, "an empty second part changes nothing");
     free(buf);
     return tap_done();
 }

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "engine/intree.h"
 #include "common/dtype.h"
+#include "ref_crc32c.h"
 #include "tap.h"
 #include "test_dtype.h"
 
@@ -230,8 +231,57 @@ static void forge_copy(const char *from, const char *to, long at, int64_t value,
     forge_bytes(from, to, at, &value, 8, fix);
 }
 
+/* Versions 2 and 3 checksum the payload and the blob with a 64-bit
+ * multiply-xor hash (as the format said then): 8-byte words, then bytes,
+ * continuing from h (0x51ED2701A3F9C4B5 to start). */
+static uint64_t old_hash(uint64_t h, const unsigned char *p, size_t n)
+{
+    uint64_t w;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001B3ull;
+    return h;
+}
+
+/* A copy of a version 4 file `from` as version `version` (2 or 3) writes it:
+ * the payload's and the blob's checksums in the old hash, the header's CRC
+ * as that version computes it. */
+static void forge_old_version(const char *from, const char *to, uint32_t version)
+{
+    long size;
+    unsigned char *b = slurp(from, &size);
+    uint64_t user, payload;
+    memcpy(&user, b + 24, 8);
+    memcpy(&payload, b + 32, 8);
+    long start = 72 + GROUPS * 72, blob = start + (long)(payload - user), at = start;
+    /* The writer hashed each array in pieces of 8 MiB, then the rest (the
+     * loss scale section): a piece's last bytes short of a word go one by one. */
+    uint64_t sum = 0x51ED2701A3F9C4B5ull, usum = old_hash(0x51ED2701A3F9C4B5ull, b + blob, (size_t)user);
+    for (int g = 0; g < GROUPS; g++)
+        for (int k = 0; k < 3; k++)
+            for (size_t done = 0, bytes = numel[g] * 4; done < bytes; done += 8u << 20) {
+                size_t n = bytes - done < (8u << 20) ? bytes - done : 8u << 20;
+                sum = old_hash(sum, b + at, n);
+                at += (long)n;
+            }
+    sum = old_hash(sum, b + at, (size_t)(blob - at));
+    memcpy(b + 8, &version, 4);
+    memcpy(b + 40, &sum, 8);
+    memcpy(b + 48, &usum, 8);
+    uint32_t crc = header_crc(b, (int)version);
+    memcpy(b + 64, &crc, 4);
+    spit(to, b, size);
+    free(b);
+}
+
 /* Header bytes 68..71 (the reserved word) are under the CRC since version 3;
- * version 2 files still load. */
+ * version 4 checksums the payload and the blob with CRC-32C; version 2 and
+ * 3 files still load. */
 static void test_reserved_word(void)
 {
     char good[300], bad[300];
@@ -243,10 +293,21 @@ static void test_reserved_word(void)
     long size;
     unsigned char *b = slurp(good, &size);
     uint32_t version, crc;
+    uint64_t sum, usum, user, payload;
     memcpy(&version, b + 8, 4);
     memcpy(&crc, b + 64, 4);
-    TAP_IS_INT(version, 3, "the file is version 3");
-    TAP_IS_INT(crc, header_crc(b, 3), "its header CRC covers bytes 0..63, 68..71 and the group table");
+    memcpy(&user, b + 24, 8);
+    memcpy(&payload, b + 32, 8);
+    memcpy(&sum, b + 40, 8);
+    memcpy(&usum, b + 48, 8);
+    TAP_IS_INT(version, 4, "the file is version 4");
+    TAP_IS_INT(crc, header_crc(b, 4), "its header CRC covers bytes 0..63, 68..71 and the group table");
+    long start = 72 + GROUPS * 72;
+    uint64_t want = ref_crc32c(0, b + start, (size_t)(payload - user));
+    tap_ok(sum == want && usum == ref_crc32c(0, b + start + (long)(payload - user), (size_t)user),
+           "its payload's checksum is the CRC-32C of the %llu bytes before the blob (0x%llx, the reference 0x%llx), "
+           "the blob's that of the blob", (unsigned long long)(payload - user), (unsigned long long)sum,
+           (unsigned long long)want);
     free(b);
     for (long at = 68; at < 72; at++) {
         unsigned char v = 0x40;
@@ -260,10 +321,17 @@ static void test_reserved_word(void)
     ferry_status st = ferry_engine_load(f, bad, NULL, 0, NULL);
     tap_ok(st == FERRY_ERR_FORMAT && strstr(ferry_last_error(), "reserved"),
            "a reserved word of 7 with a CRC made to match: refused (%s)", ferry_last_error());
-    uint32_t two = 2;
-    forge_bytes(good, bad, 8, &two, 4, 1);
-    TAP_IS_STATUS(ferry_engine_load(f, bad, NULL, 0, NULL), FERRY_OK, "a version 2 file (its CRC without 68..71) loads");
-    TAP_IS_INT(ferry_engine_steps(f), 1, "at its step");
+    uint32_t three = 3;
+    forge_bytes(good, bad, 8, &three, 4, 1);
+    st = ferry_engine_load(f, bad, NULL, 0, NULL);
+    tap_ok(st == FERRY_ERR_FORMAT && strstr(ferry_last_error(), "damaged"),
+           "a version 4 file relabelled version 3 (its CRC-32C read as the old hash): refused (%s)", ferry_last_error());
+    for (uint32_t v = 2; v <= 3; v++) {
+        forge_old_version(good, bad, v);
+        TAP_IS_STATUS(ferry_engine_load(f, bad, NULL, 0, NULL), FERRY_OK,
+                      "a version %u file (the old hash%s) loads", v, v == 2 ? ", its header CRC without 68..71" : "");
+        TAP_IS_INT(ferry_engine_steps(f), 1, "at its step");
+    }
     ferry_engine_destroy(e);
     ferry_engine_destroy(f);
 }

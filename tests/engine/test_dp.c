@@ -54,6 +54,7 @@ typedef struct run_result {
     uint64_t expected_host;    /* what its slots should take */
     uint64_t device_peak;
     double comm_bytes;
+    uint64_t load_read;        /* bytes this process read while loading (rchar of /proc/self/io) */
 } run_result;
 
 typedef struct run_opts {
@@ -65,7 +66,20 @@ typedef struct run_opts {
     int first, last;   /* steps [first, last) */
     const char *save;  /* save after the last step, when not NULL */
     int per_rank;      /* micro-batches per rank (0: 1); alone, world x that */
+    const char *resave; /* save right after the load, when not NULL: the state loaded */
 } run_opts;
+
+/* The bytes this process has read through read(2) and its kind (rchar in
+ * /proc/self/io), every thread's; UINT64_MAX where the kernel does not say. */
+static uint64_t bytes_read(void)
+{
+    FILE *f = fopen("/proc/self/io", "r");
+    unsigned long long v = 0;
+    int got = f ? fscanf(f, "rchar: %llu", &v) : 0;
+    if (f)
+        fclose(f);
+    return got == 1 ? (uint64_t)v : UINT64_MAX;
+}
 
 /* Deterministic text-like tokens of micro-batch `micro` at `step`. */
 static void batch_tokens(int step, int micro, int32_t *tokens, int32_t *targets)
@@ -117,7 +131,11 @@ static ferry_status run(const run_opts *ro, run_result *out)
     if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
     if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED, NULL);
     if (st == FERRY_OK) st = ferry_engine_setup(e);
+    uint64_t before = bytes_read();
     if (st == FERRY_OK && ro->load) st = ferry_engine_load(e, ro->load, NULL, 0, NULL);
+    uint64_t after = bytes_read();
+    out->load_read = before == UINT64_MAX || after == UINT64_MAX ? UINT64_MAX : after - before;
+    if (st == FERRY_OK && ro->resave) st = ferry_engine_save(e, ro->resave, NULL, 0);
     gpt2_allocator alloc = e ? gpt2_engine_allocator(e) : (gpt2_allocator){0};
     if (st == FERRY_OK) st = gpt2_activations_create(m, engine_embed_backend(e), B, T, false, &alloc, &act);
     gpt2_hooks hooks = e ? gpt2_engine_hooks(e) : (gpt2_hooks){0};
@@ -228,14 +246,14 @@ static void test_mode(ferry_offload mode, int delayed, int prefetch)
     snprintf(what, sizeof what, "%d ranks, offload %s%s%s", world, ferry_offload_name(mode),
              delayed ? ", delayed update" : "", mode == FERRY_OFFLOAD_PARAMS && prefetch ? ", prefetch 1" : "");
     run_result dp = {0}, ref = {0};
-    run_opts o = {mode, delayed, prefetch, 1, NULL, 0, STEPS, NULL, 1};
+    run_opts o = {mode, delayed, prefetch, 1, NULL, 0, STEPS, NULL, 1, NULL};
     ferry_status st = run(&o, &dp);
     int ran = ranks_ok(st == FERRY_OK);
     int host_ok = ranks_ok(dp.host_bytes == dp.expected_host);
     uint64_t host_max = dp.host_bytes;
     if (rank == 0) {
         tap_ok(ran == world, "%s: all %d ranks trained (%d did)", what, world, ran);
-        run_opts r = {mode, delayed, prefetch, -1, NULL, 0, STEPS, NULL, 1};
+        run_opts r = {mode, delayed, prefetch, -1, NULL, 0, STEPS, NULL, 1, NULL};
         tap_ok(run(&r, &ref) == FERRY_OK, "%s: the one-process reference with %d micro-batches ran", what, world);
         compare(&dp, &ref, 0, what);
         if (mode != FERRY_OFFLOAD_NONE)
@@ -278,10 +296,10 @@ static void test_accumulation(ferry_offload mode)
     char what[96];
     snprintf(what, sizeof what, "%d ranks x 2 micro-batches, offload %s", world, ferry_offload_name(mode));
     run_result dp = {0}, ref = {0};
-    run_opts o = {mode, 0, 2, 1, NULL, 0, STEPS, NULL, 2};
+    run_opts o = {mode, 0, 2, 1, NULL, 0, STEPS, NULL, 2, NULL};
     int ran = ranks_ok(run(&o, &dp) == FERRY_OK);
     if (rank == 0) {
-        run_opts r = {mode, 0, 2, -1, NULL, 0, STEPS, NULL, 2};
+        run_opts r = {mode, 0, 2, -1, NULL, 0, STEPS, NULL, 2, NULL};
         tap_ok(ran == world && run(&r, &ref) == FERRY_OK, "%s: ran, and one process with %d micro-batches", what,
                2 * world);
         double worst_loss = 0, worst_w = 0;
@@ -316,7 +334,7 @@ static void test_abandon(ferry_offload mode, int delayed)
     snprintf(what, sizeof what, "%d ranks x 2 micro-batches, offload %s%s, step 2 dropped after 1 and taken again",
              world, ferry_offload_name(mode), delayed ? ", delayed update" : "");
     run_result cut = {0}, whole = {0};
-    run_opts o = {mode, delayed, 2, 1, NULL, 0, STEPS, NULL, 2};
+    run_opts o = {mode, delayed, 2, 1, NULL, 0, STEPS, NULL, 2, NULL};
     int ran = ranks_ok(run(&o, &whole) == FERRY_OK);
     abandon_in_step = 2;
     ran += ranks_ok(run(&o, &cut) == FERRY_OK);
@@ -518,6 +536,108 @@ static void shared_dir(char *path, size_t cap)
     comm_world_broadcast(path, cap, 0);
 }
 
+static unsigned char *slurp(const char *path, long *size)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *b = NULL;
+    *size = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (*size = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (b = malloc((size_t)*size + 1)) && fread(b, 1, (size_t)*size, f) != (size_t)*size) {
+        free(b);
+        b = NULL;
+    }
+    if (f)
+        fclose(f);
+    return b;
+}
+
+/* What rank r reads loading a file of `bytes` whose blob is empty, by the
+ * format and the layout rule (not the engine's code): the header and group
+ * table once, its 1/N of the bytes after them to check (part r of N, as
+ * the format cuts them), then its slot of each group's master, m and v
+ * (slots of whole tiles, rank r's starting at r x slot, the last one cut at
+ * the group's end, so a small group is rank 0's alone). */
+static double expected_read(const gpt2_model *m, long bytes, int r)
+{
+    int groups = gpt2_num_groups(m);
+    uint64_t head = 72 + 72 * (uint64_t)groups, p = (uint64_t)bytes - head, n = (uint64_t)world;
+    uint64_t part = p / n * (uint64_t)(r + 1) + p % n * (uint64_t)(r + 1) / n - (p / n * (uint64_t)r + p % n * (uint64_t)r / n);
+    uint64_t own = 0;
+    for (int g = 0; g < groups; g++) {
+        size_t numel = gpt2_group_numel(m, g), tiles = (numel + NUMERICS_TILE - 1) / NUMERICS_TILE;
+        size_t slot = (tiles + n - 1) / n * NUMERICS_TILE, lo = (size_t)r * slot;
+        own += 3 * 4 * (uint64_t)(lo >= numel ? 0 : numel - lo < slot ? numel - lo : slot);
+    }
+    return (double)(head + part + own);
+}
+
+/* The N ranks' load of `file` (saved by one process): the state each took is
+ * the file's, bit for bit (saved again at once, the same bytes), and each
+ * rank read what expected_read says, within 16 KiB (measured by the
+ * kernel's count of the bytes the process read), never the whole file
+ * twice, as every rank did before. */
+static void check_load(const char *file, const char *resaved, const double *reads, const char *what)
+{
+    long n1, n2;
+    unsigned char *a = slurp(file, &n1), *b = slurp(resaved, &n2);
+    tap_ok(a && b && n1 == n2 && memcmp(a, b, (size_t)n1) == 0,
+           "%s: the state loaded is the file's, bit for bit (saved again at once: %ld bytes, %ld before)", what, n2, n1);
+    free(a);
+    free(b);
+    gpt2_model *m = NULL;
+    if (reads[0] >= (double)UINT64_MAX || gpt2_create(&model, &m) != FERRY_OK) {
+        tap_skip("%s: the bytes read per rank: this kernel has no /proc/self/io", what);
+        return;
+    }
+    int off = -1;
+    double most = 0;
+    char each[320] = "";
+    for (int r = 0; r < world; r++) {
+        double want = expected_read(m, n1, r);
+        if (fabs(reads[r] - want) > 16384 && off < 0)
+            off = r;
+        most = reads[r] > most ? reads[r] : most;
+        snprintf(each + strlen(each), sizeof each - strlen(each), "%s%.0f (%.0f)", r ? ", " : "", reads[r], want);
+    }
+    gpt2_destroy(m);
+    tap_ok(off < 0 && most < 2.0 * (double)n1,
+           "%s: each rank read its part to check and its slots, within 16 KiB, of the %ld-byte file: %s bytes (the "
+           "expected in brackets); the most %.2f of the file, where every rank read it whole twice before", what, n1, each,
+           most / (double)n1);
+}
+
+/* A byte of the last rank's part of the payload changed: every rank refuses
+ * the file, naming the damage, though only that rank read the byte. */
+static void test_damaged_at_ranks(ferry_offload mode, const char *file, const char *dir)
+{
+    char bad[160];
+    snprintf(bad, sizeof bad, "%s/damaged.ferry", dir);
+    if (rank == 0) {
+        long n;
+        unsigned char *b = slurp(file, &n);
+        FILE *f = b ? fopen(bad, "wb") : NULL;
+        if (b && n > 1000)
+            b[n - 100] ^= 0x10; /* in the loss scale section: the last part */
+        if (f) {
+            fwrite(b, 1, (size_t)n, f);
+            fclose(f);
+        }
+        free(b);
+    }
+    ferry_world_barrier();
+    run_result r = {0};
+    run_opts load = {mode, 0, 0, 1, bad, HALF, HALF, NULL, 1, NULL};
+    ferry_status st = run(&load, &r);
+    int refused = ranks_ok(st == FERRY_ERR_FORMAT && strstr(ferry_last_error(), "is damaged") &&
+                           strstr(ferry_last_error(), "nothing was loaded"));
+    if (rank == 0) {
+        tap_ok(refused == world, "offload %s: a byte changed in the last rank's part: all %d ranks refuse the file "
+               "(%d did): %s", ferry_offload_name(mode), world, refused, ferry_last_error());
+        unlink(bad);
+    }
+    free_result(&r);
+}
+
 /* Saved by N ranks, continued alone; saved alone, continued by N ranks. */
 static void test_checkpoint_across_worlds(ferry_offload mode)
 {
@@ -526,12 +646,12 @@ static void test_checkpoint_across_worlds(ferry_offload mode)
     snprintf(file, sizeof file, "%s/state.ferry", dir);
     run_result whole = {0}, a = {0}, b = {0};
     /* N ranks, steps 0..HALF, save; then one process continues to STEPS. */
-    run_opts first = {mode, 0, 0, 1, NULL, 0, HALF, file, 1};
+    run_opts first = {mode, 0, 0, 1, NULL, 0, HALF, file, 1, NULL};
     ferry_status st = run(&first, &a);
     int saved = ranks_ok(st == FERRY_OK);
     if (rank == 0) {
-        run_opts ref = {mode, 0, 0, -1, NULL, 0, STEPS, NULL, 1};
-        run_opts rest = {mode, 0, 0, -1, file, HALF, STEPS, NULL, 1};
+        run_opts ref = {mode, 0, 0, -1, NULL, 0, STEPS, NULL, 1, NULL};
+        run_opts rest = {mode, 0, 0, -1, file, HALF, STEPS, NULL, 1, NULL};
         char what[96];
         snprintf(what, sizeof what, "offload %s: saved by %d ranks at step %d, resumed alone", ferry_offload_name(mode),
                  world, HALF);
@@ -540,15 +660,20 @@ static void test_checkpoint_across_worlds(ferry_offload mode)
         memcpy(b.norm, whole.norm, sizeof b.norm[0] * HALF);
         compare(&b, &whole, HALF, what);
         /* and back: one process saves at HALF, the N ranks continue */
-        run_opts alone = {mode, 0, 0, -1, NULL, 0, HALF, file, 1};
+        run_opts alone = {mode, 0, 0, -1, NULL, 0, HALF, file, 1, NULL};
         free_result(&b);
         tap_ok(run(&alone, &b) == FERRY_OK, "offload %s: one process saved step %d", ferry_offload_name(mode), HALF);
     }
     ferry_world_barrier();
     free_result(&a);
-    run_opts again = {mode, 0, 0, 1, file, HALF, STEPS, NULL, 1};
+    char resaved[160];
+    snprintf(resaved, sizeof resaved, "%s/resaved.ferry", dir);
+    run_opts again = {mode, 0, 0, 1, file, HALF, STEPS, NULL, 1, resaved};
     st = run(&again, &a);
     int resumed = ranks_ok(st == FERRY_OK);
+    double reads[MAXR] = {0};
+    reads[rank] = (double)a.load_read;
+    ferry_world_all_reduce(reads, (size_t)world);
     if (rank == 0) {
         char what[96];
         snprintf(what, sizeof what, "offload %s: saved alone at step %d, resumed by %d ranks", ferry_offload_name(mode),
@@ -557,7 +682,13 @@ static void test_checkpoint_across_worlds(ferry_offload mode)
         memcpy(a.loss, whole.loss, sizeof a.loss[0] * HALF);
         memcpy(a.norm, whole.norm, sizeof a.norm[0] * HALF);
         compare(&a, &whole, HALF, what);
+        check_load(file, resaved, reads, what);
+    }
+    ferry_world_barrier();
+    test_damaged_at_ranks(mode, file, dir);
+    if (rank == 0) {
         unlink(file);
+        unlink(resaved);
         rmdir(dir);
     }
     free_result(&whole);
