@@ -168,7 +168,7 @@ long res_next_use(const engine_residency *r, int h)
 }
 
 /* Gives group `victim`'s slot back to its class, once its last use is done. */
-static ferry_status give_back(engine_residency *r, int victim)
+static ferry_status vacate_slot(engine_residency *r, int victim)
 {
     engine_group *g = &r->gs->g[victim];
     /* The slot is reused at once: the kernels reading it must be done. */
@@ -206,7 +206,7 @@ ferry_status res_evict(engine_residency *r, int keep_group, int max_resident, in
     int evicted = 0, v;
     ferry_status st = FERRY_OK;
     while (st == FERRY_OK && r->resident_now > max_resident && (v = victim_of(r, -1, keep_group, -1)) >= 0)
-        if ((st = give_back(r, v)) == FERRY_OK)
+        if ((st = vacate_slot(r, v)) == FERRY_OK)
             evicted++;
     if (evicted_out)
         *evicted_out = evicted;
@@ -264,7 +264,7 @@ uint64_t res_shrink(engine_residency *r)
     for (int k = 0; r->classes && k < r->nclasses; k++) {
         res_class *x = &r->classes[k];
         for (int g = 0; g < r->gs->n; g++)
-            if (r->cls[g] == k && r->slot[g] >= x->planned && r->state[g] == RES_RETIRING && give_back(r, g) != FERRY_OK)
+            if (r->cls[g] == k && r->slot[g] >= x->planned && r->state[g] == RES_RETIRING && vacate_slot(r, g) != FERRY_OK)
                 err_clear();
         /* Free slots past the plan's go back, the highest first, while nothing above them is held. */
         for (int s = x->slots - 1; s >= x->planned; s--) {
@@ -292,7 +292,7 @@ ferry_status res_make_room(engine_residency *r, int keep_group, int target, long
     int v = victim_of(r, cls, keep_group, dist);
     if (v < 0)
         return FERRY_OK;
-    ferry_status st = give_back(r, v);
+    ferry_status st = vacate_slot(r, v);
     *met = st == FERRY_OK;
     return st;
 }
@@ -303,7 +303,7 @@ ferry_status res_alloc_weights(engine_residency *r, int gi, long dist)
     res_class *x = &r->classes[r->cls[gi]];
     if (x->nfree == 0) {
         int v = victim_of(r, r->cls[gi], gi, dist > 0 ? dist : -1);
-        ferry_status st = v >= 0 ? give_back(r, v) : FERRY_OK;
+        ferry_status st = v >= 0 ? vacate_slot(r, v) : FERRY_OK;
         if (st != FERRY_OK)
             return st;
         if (x->nfree == 0)

@@ -352,21 +352,23 @@ static void test_abandon(ferry_offload mode, int delayed)
  * weights; the next step trains again everywhere. The last rank writes a
  * NaN into group 1's gradient just before its backward release. */
 typedef struct poison {
+    gpt2_hooks inner; /* first: the forwarders below take the wrapper as it */
     ferry_engine *e;
-    gpt2_hooks inner;
     bool armed;
 } poison;
 
-static ferry_status poison_acquire_params(void *ctx, int g, ferry_phase ph, backend_stream *s, const act_t **p)
+/* The acquires of a wrapper whose first member is the engine's hooks,
+ * passed through (the poison and swap wrappers change releases only). */
+static ferry_status forward_acquire_params(void *ctx, int g, ferry_phase ph, backend_stream *s, const act_t **p)
 {
-    poison *x = ctx;
-    return x->inner.acquire_params(x->inner.ctx, g, ph, s, p);
+    const gpt2_hooks *inner = ctx;
+    return inner->acquire_params(inner->ctx, g, ph, s, p);
 }
 
-static ferry_status poison_acquire_grads(void *ctx, int g, backend_stream *s, act_t **grads)
+static ferry_status forward_acquire_grads(void *ctx, int g, backend_stream *s, act_t **grads)
 {
-    poison *x = ctx;
-    return x->inner.acquire_grads(x->inner.ctx, g, s, grads);
+    const gpt2_hooks *inner = ctx;
+    return inner->acquire_grads(inner->ctx, g, s, grads);
 }
 
 static ferry_status poison_release(void *ctx, int g, ferry_phase ph, backend_stream *s)
@@ -403,8 +405,8 @@ static void test_skip_agreed(ferry_offload mode)
     if (st == FERRY_OK) st = ferry_engine_setup(e);
     gpt2_allocator alloc = e ? gpt2_engine_allocator(e) : (gpt2_allocator){0};
     if (st == FERRY_OK) st = gpt2_activations_create(m, engine_embed_backend(e), B, T, false, &alloc, &act);
-    poison px = {e, e ? gpt2_engine_hooks(e) : (gpt2_hooks){0}, false};
-    gpt2_hooks hooks = {&px, poison_acquire_params, poison_acquire_grads, poison_release};
+    poison px = {e ? gpt2_engine_hooks(e) : (gpt2_hooks){0}, e, false};
+    gpt2_hooks hooks = {&px, forward_acquire_params, forward_acquire_grads, poison_release};
     backend_stream *s = e ? engine_embed_stream(e) : NULL;
     ferry_step_options o = step_options();
     int32_t tokens[B * T], targets[B * T];
@@ -453,21 +455,9 @@ static void test_skip_agreed(ferry_offload mode)
  * must stop every rank in that step, naming the first collective that
  * differs. The world is failed afterwards: run alone (argument "diverge"). */
 typedef struct swap_hooks {
-    gpt2_hooks inner;
+    gpt2_hooks inner; /* first: forward_acquire_* take the wrapper as it */
     bool armed, held;
 } swap_hooks;
-
-static ferry_status swap_acquire_params(void *ctx, int g, ferry_phase ph, backend_stream *s, const act_t **p)
-{
-    swap_hooks *x = ctx;
-    return x->inner.acquire_params(x->inner.ctx, g, ph, s, p);
-}
-
-static ferry_status swap_acquire_grads(void *ctx, int g, backend_stream *s, act_t **grads)
-{
-    swap_hooks *x = ctx;
-    return x->inner.acquire_grads(x->inner.ctx, g, s, grads);
-}
 
 static ferry_status swap_release(void *ctx, int g, ferry_phase ph, backend_stream *s)
 {
@@ -502,7 +492,7 @@ static void test_divergence(ferry_offload mode)
     gpt2_allocator alloc = e ? gpt2_engine_allocator(e) : (gpt2_allocator){0};
     if (st == FERRY_OK) st = gpt2_activations_create(m, engine_embed_backend(e), B, T, false, &alloc, &act);
     swap_hooks sw = {e ? gpt2_engine_hooks(e) : (gpt2_hooks){0}, rank == world - 1, false};
-    gpt2_hooks hooks = {&sw, swap_acquire_params, swap_acquire_grads, swap_release};
+    gpt2_hooks hooks = {&sw, forward_acquire_params, forward_acquire_grads, swap_release};
     backend_stream *s = e ? engine_embed_stream(e) : NULL;
     ferry_step_options o = step_options();
     int32_t tokens[B * T], targets[B * T];
