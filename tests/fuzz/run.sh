@@ -5,13 +5,14 @@
 # build-fuzz/corpus/<harness>/, never into the tree). Prints one line per
 # harness: executions, and "ok" or the crash and the input that caused it
 # (build-fuzz/artifacts/<harness>/). Exit status: 0 when no harness crashed,
-# leaked or timed out, 1 otherwise, 2 on a usage or build error.
+# leaked or timed out, 1 otherwise, 2 on a usage or build error. SECONDS 0
+# builds the harnesses and fuzzes nothing.
 #   tests/fuzz/run.sh SECONDS [-j JOBS] [HARNESS...]
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 usage() { echo "usage: tests/fuzz/run.sh SECONDS [-j JOBS] [HARNESS...]" >&2; exit 2; }
-[ $# -ge 1 ] && [[ $1 =~ ^[1-9][0-9]*$ ]] || usage
+[ $# -ge 1 ] && [[ $1 =~ ^(0|[1-9][0-9]*)$ ]] || usage
 seconds=$1; shift
 jobs=1
 if [ "${1:-}" = "-j" ]; then
@@ -36,6 +37,7 @@ fi
 targets=$(for h in $harnesses; do echo "tests/fuzz/fuzz_$h"; done)
 ninja -C "$build" $targets >"$build/fuzz-build.log" 2>&1 ||
   { tail -40 "$build/fuzz-build.log"; echo "run.sh: building the harnesses failed" >&2; exit 2; }
+[ "$seconds" -gt 0 ] || { echo "run.sh: the harnesses are built in $build/ (SECONDS 0: nothing fuzzed)"; exit 0; }
 
 export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1

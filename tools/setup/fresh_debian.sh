@@ -13,8 +13,10 @@
 #              tools/setup/run_demo.sh && tools/setup/run_tests.sh
 #
 # From this machine the root takes its apt configuration (/etc/apt: the
-# sources and their settings), its name resolution (/etc/resolv.conf) and
-# its CA bundle (/etc/ssl/certs/ca-certificates.crt, installed as a local
+# sources and their settings), its name resolution (/etc/resolv.conf, and
+# /etc/hosts, which an installed Debian always has and debootstrap does not
+# write: without it every mpirun waits 5 s for a DNS answer about the
+# machine's own name, 2-3 minutes over the suite) and its CA bundle (/etc/ssl/certs/ca-certificates.crt, installed as a local
 # CA, so a network that inspects TLS is trusted there as here), nothing
 # else; the commands run with an empty environment but for HOME, PATH and
 # the proxy variables. The root is bind-mounted on itself (so that "/" is a
@@ -69,6 +71,7 @@ say "the minimal root is made ($((SECONDS - start)) s)"
 rm -f "$root"/etc/apt/sources.list
 cp -a /etc/apt/. "$root/etc/apt/"
 cp -L /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+cp -L /etc/hosts "$root/etc/hosts" 2>/dev/null || true
 if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
   mkdir -p "$root/usr/local/share/ca-certificates" "$root/etc/ssl/certs"
   cp /etc/ssl/certs/ca-certificates.crt "$root/usr/local/share/ca-certificates/this-machine.crt"
