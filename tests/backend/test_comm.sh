@@ -41,16 +41,55 @@ launch() {
   date +%s.%N >"$work/$name.end"
   return $rc
 }
+# The scenarios run side by side: each mostly waits out the timeouts it
+# tests (one after another they took 56 s on the host backend, 27 s on the
+# simulated device, at 6% of two cores), and each is judged against its own
+# clock (a rank's failure within T + 10 s of the last rank stopping). They
+# start a second apart, so that no two jobs' starts (MPI's, ASan's) pile
+# up on the cores while another job's ranks must answer within T.
+# start NAME NP SCENARIO [mpirun flags]: launch in the background; its exit
+# status lands in $work/NAME.rc, which rc_of reads once `wait` returned.
+start() {
+  local name=$1
+  { launch "$@"; echo $? >"$work/$name.rc"; } &
+  sleep "${FERRY_TEST_COMM_STAGGER:-1}"
+}
+rc_of() { cat "$work/$1.rc" 2>/dev/null || echo 255; }
 # The time a rank said WORDS at: "rank R: WORDS 1796417120.670 ..."
 said_at() { sed -n "s/^rank $2: $3 \([0-9.]*\).*/\1/p" "$work/$1" | head -1; }
 # a - b <= c, in seconds with decimals
 within() { awk -v a="$1" -v b="$2" -v c="$3" 'BEGIN { exit !(a != "" && b != "" && a - b <= c && a - b >= 0) }'; }
 line() { grep -m1 "^rank $2: $3" "$work/$1" | cut -c1-400; }
 
+# ---- every scenario under way, the longest first ----
+for np in $ranks; do start ok$np $np ok; done
+start diverge 3 diverge
+for np in $ranks; do start stop$np $np stop; done
+# Open MPI would end every rank at once when one is killed; with recovery
+# on, the others live on and must find out for themselves.
+for np in $ranks; do start kill$np $np kill --mca orte_enable_recovery 1; done
+np_hang=${ranks##* }
+start hang $np_hang hang
+if [ "$backend" = host ]; then
+  start idle 3 stop-idle
+  FERRY_COMM_TIMEOUT=2 FERRY_COMM_SAVE_TIMEOUT=5s start stall 2 save-stall
+  # Refused at join: these end at once.
+  FERRY_TEST_COMM_STAGGER=0
+  for bad in inf abc 0 -5 10x 1e300; do FERRY_COMM_TIMEOUT=$bad start "bad$bad" 2 ok; done
+  FERRY_COMM_SAVE_TIMEOUT=0 start badsave 2 ok
+fi
+if [ "$backend" = cuda ]; then
+  start late 3 start-hang
+  FERRY_SHARE_GPUS=0 start share 2 ok
+  { timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x FERRY_SHARE_GPUS \
+      -x FERRY_COMM_TIMEOUT=$T -np 2 "$prog" cuda start-fail : -np 1 -x FERRY_CUDASIM_FAIL=ncclCommInitRankConfig:1 \
+      "$prog" cuda start-fail >"$work/startfail" 2>&1; } &
+fi
+wait
+
 # ---- ranks that behave ----
 for np in $ranks; do
-  launch ok$np $np ok
-  rc=$?
+  rc=$(rc_of ok$np)
   hashes=$(sed -n 's/^rank [0-9]*: done: [0-9]* collectives, ledger \([0-9a-f]*\)$/\1/p' "$work/ok$np" | sort -u)
   [ $rc -eq 0 ] && [ "$(grep -c ': done: ' "$work/ok$np")" -eq $np ] && [ "$(echo "$hashes" | wc -l)" -eq 1 ]
   ok $? "$np ranks: three steps of collectives over groups of one size, summed right, every ledger alike ($hashes; exit $rc) $(grep -m1 'failed' "$work/ok$np")"
@@ -60,7 +99,6 @@ for np in $ranks; do
 done
 
 # ---- a rank that issues another group's collectives ----
-launch diverge 3 diverge
 want="the first that differs is collective #[0-9]+: ranks 0, 1 issued an all-reduce of 'weights' \(4096 f32, group 2\); rank 2 issued an all-reduce of 'weights' \(4096 f32, group 3\)"
 good=0
 for r in 0 1 2; do
@@ -100,21 +138,16 @@ judge() {
   return $bad
 }
 for np in $ranks; do
-  launch stop$np $np stop
   judge stop$np $np collective
   ok $? "$np ranks, the last stopped (SIGSTOP) before a collective: the others fail within $T + 10 s naming it, the collective and its age, their waiting threads woken: $(line stop$np 0 failed)"
 done
 for np in $ranks; do
-  # Open MPI would end every rank at once when one is killed; with recovery
-  # on, the others live on and must find out for themselves.
-  launch kill$np $np kill --mca orte_enable_recovery 1
   judge kill$np $np collective
   ok $? "$np ranks, the last killed (SIGKILL) before a collective: the others fail within $T + 10 s naming it, the collective and its age: $(line kill$np 0 failed)"
 done
 # Every rank alive, the last stuck in its own work: only the watchdog's
 # bound on a collective's age ends the others' wait.
-np=${ranks##* }
-launch hang $np hang
+np=$np_hang
 hung=$(said_at hang $((np - 1)) "hanging at")
 bad=0
 for r in $(seq 0 $((np - 2))); do
@@ -124,44 +157,35 @@ done
 ok $bad "$np ranks, the last stuck in its own work with its heartbeat on time: the age of the others' collective fails them within $T + 10 s: $(line hang 0 failed)"
 
 if [ "$backend" = host ]; then
-launch idle 3 stop-idle
 judge idle 3 idle && grep "^rank 0: failed" "$work/idle" | grep -q "rank 2 sent no heartbeat"
 ok $? "3 ranks, the last stopped while the others wait outside any collective: its heartbeat's silence fails them, and the wakers end their waits: $(line idle 0 failed)"
 
 # ---- a checkpoint writer that shows no progress ----
-FERRY_COMM_TIMEOUT=2 FERRY_COMM_SAVE_TIMEOUT=5s launch stall 2 save-stall
 begin=$(said_at stall 1 "save begins at"); t=$(said_at stall 1 "failed at")
 within "$t" "$begin" 15 && ! within "$t" "$begin" 4.9 && grep "^rank 1: failed" "$work/stall" | grep -q "rank 0 wrote a checkpoint that showed no progress for [0-9]* s"
 ok $? "a writer that shows no progress fails the others after FERRY_COMM_SAVE_TIMEOUT (5 s), not the collective timeout (2 s): $(line stall 1 failed)"
 
 # ---- timeouts ----
 for bad in inf abc 0 -5 10x 1e300; do
-  FERRY_COMM_TIMEOUT=$bad launch bad 2 ok
-  rc=$?
-  [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c "refused at join: FERRY_COMM_TIMEOUT='$bad' is refused: .*; give seconds, or a number with a unit: 90, 20s, 15m, 1.5h" "$work/bad")" -eq 2 ]
-  ok $? "FERRY_COMM_TIMEOUT=$bad is refused at join by every rank, saying why (exit $rc): $(grep -m1 refused "$work/bad")"
+  rc=$(rc_of "bad$bad")
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c "refused at join: FERRY_COMM_TIMEOUT='$bad' is refused: .*; give seconds, or a number with a unit: 90, 20s, 15m, 1.5h" "$work/bad$bad")" -eq 2 ]
+  ok $? "FERRY_COMM_TIMEOUT=$bad is refused at join by every rank, saying why (exit $rc): $(grep -m1 refused "$work/bad$bad")"
 done
-FERRY_COMM_SAVE_TIMEOUT=0 launch bad 2 ok
-rc=$?
-[ $rc -ne 0 ] && grep -q "FERRY_COMM_SAVE_TIMEOUT='0' is refused: a timeout must be above zero" "$work/bad"
-ok $? "FERRY_COMM_SAVE_TIMEOUT=0 is refused at join (exit $rc): $(grep -m1 refused "$work/bad")"
+rc=$(rc_of badsave)
+[ $rc -ne 0 ] && grep -q "FERRY_COMM_SAVE_TIMEOUT='0' is refused: a timeout must be above zero" "$work/badsave"
+ok $? "FERRY_COMM_SAVE_TIMEOUT=0 is refused at join (exit $rc): $(grep -m1 refused "$work/badsave")"
 fi
 
 # ---- the simulated device: NCCL's start ----
 if [ "$backend" = cuda ]; then
-  FERRY_SHARE_GPUS=0 launch share 2 ok
-  rc=$?
+  rc=$(rc_of share)
   [ $rc -ne 0 ] && [ "$(grep -c "on this machine, which shows 1 GPU: ranks would share a GPU.*or set FERRY_SHARE_GPUS=1 to share on purpose" "$work/share")" -eq 2 ]
   ok $? "two ranks on the simulator's one GPU are refused, saying what to do (exit $rc): $(grep -m1 'shows 1 GPU' "$work/share" | cut -c1-300)"
-  launch late 3 start-hang
   good=0
   for r in 0 1; do
     grep "^rank $r: failed" "$work/late" | grep -q "did not start in [0-9]* s" || good=1
   done
   ok $good "3 ranks, the last starting its communicator past the timeout: the others' non-blocking start gives up, saying so: $(line late 0 failed)"
-  timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -x FERRY_SHARE_GPUS -x FERRY_COMM_TIMEOUT=$T \
-    -np 2 "$prog" cuda start-fail : -np 1 -x FERRY_CUDASIM_FAIL=ncclCommInitRankConfig:1 "$prog" cuda start-fail \
-    >"$work/startfail" 2>&1
   good=0
   for r in 0 1; do
     grep "^rank $r: failed" "$work/startfail" | grep -q "rank 2 failed: ncclCommInitRankConfig (rank 2 of 3, communicator 'weights') failed" || good=1

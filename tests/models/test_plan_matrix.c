@@ -20,8 +20,10 @@
  * f32, a 400 MiB budget: 256 MiB chunks leave the activations no room).
  * --xl runs the cuda backend (the simulated device, where this program is
  * built against it) at GPT-2 XL's widths (1600 wide, 25 heads; two layers,
- * so a step fits a CPU), in bf16 and f16, at the middle budget above (a
- * simulated step at that width takes seconds).
+ * so a step fits a CPU), in bf16 and f16 (or those --dtypes names), at the
+ * middle budget above (a simulated step at that width takes seconds). Each
+ * list is of whole names, comma-separated; a name that matches nothing
+ * bails out.
  *   test_plan_matrix [d2,d4,...] [--seqs 64,256] [--dtypes f32,bf16,f16] [--undeclared] [--fragment] [--xl] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +48,38 @@ static ferry_backend_kind kind = FERRY_BACKEND_HOST;
 
 /* One run: setup with budget, activations, one step. *peak and *host the
  * engine's high-water marks. */
+/* The model's initial weights (seed 7), made once per model and handed to
+ * every run: GPT-2's normal initialisation is most of a small step's time. */
+static float **values;
+static int nvalues;
+
+static void free_values(void)
+{
+    for (int g = 0; g < nvalues; g++)
+        free(values[g]);
+    free(values);
+    values = NULL;
+    nvalues = 0;
+}
+
+static ferry_status make_values(const gpt2_config *c)
+{
+    gpt2_model *m = NULL;
+    free_values();
+    ferry_status st = gpt2_create(c, &m);
+    int n = st == FERRY_OK ? gpt2_num_groups(m) : 0;
+    if (st == FERRY_OK && !(values = calloc((size_t)n, sizeof *values)))
+        st = err_set(FERRY_ERR_OUT_OF_MEMORY, "initial weights");
+    for (int g = 0; st == FERRY_OK && g < n; g++, nvalues++) {
+        values[g] = malloc(gpt2_group_numel(m, g) * sizeof(float));
+        st = values[g] ? gpt2_init_group(m, g, 7, values[g]) : err_set(FERRY_ERR_OUT_OF_MEMORY, "initial weights");
+    }
+    gpt2_destroy(m);
+    if (st != FERRY_OK)
+        free_values();
+    return st;
+}
+
 static ferry_status run(const gpt2_config *c, ferry_offload mode, bool recompute, ferry_dtype dtype, int B, int T,
                         uint64_t budget, uint64_t *peak, uint64_t *host)
 {
@@ -68,7 +102,7 @@ static ferry_status run(const gpt2_config *c, ferry_offload mode, bool recompute
     if (st == FERRY_OK && !undeclared)
         ec.auto_activation_bytes = gpt2_activations_bytes(m, dtype, B, T, recompute);
     if (st == FERRY_OK) st = ferry_engine_create(&ec, &e);
-    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, 7, NULL);
+    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, 7, values);
     if (st == FERRY_OK) st = ferry_engine_setup(e);
     gpt2_allocator alloc = e ? gpt2_engine_allocator(e) : (gpt2_allocator){0};
     if (st == FERRY_OK) st = gpt2_activations_create(m, engine_embed_backend(e), B, T, recompute, &alloc, &act);
@@ -147,11 +181,19 @@ static void one_case(const char *model, const gpt2_config *c, ferry_offload mode
         tap_diag("  status %d: %s", (int)st, st == FERRY_OK ? "it trained" : msg);
 }
 
-static int parse_list(const char *arg, const char *const *names, int n, bool *on)
+/* A comma-separated list of names, each matched whole ("bf16" is not "f16"). */
+static bool parse_list(const char *arg, const char *const *names, int n, bool *on)
 {
-    for (int i = 0; i < n; i++)
-        on[i] = strstr(arg, names[i]) != NULL;
-    return 0;
+    bool any = false;
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(names[i]);
+        on[i] = false;
+        for (const char *p = arg; *p; p += strcspn(p, ","), p += *p == ',')
+            if (strncmp(p, names[i], len) == 0 && (p[len] == ',' || p[len] == '\0'))
+                on[i] = true;
+        any |= on[i];
+    }
+    return any;
 }
 
 int main(int argc, char **argv)
@@ -159,7 +201,7 @@ int main(int argc, char **argv)
     static const char *const model_names[] = {"d2", "d4", "d12", "xl-wide"};
     static const int model_n[] = {2, 4, 12, 2};
     bool models[4] = {true, true, false, false}, seqs[2] = {true, true}, dtypes[3] = {true, true, true};
-    bool fragment = false;
+    bool fragment = false, ok = true;
     static const char *const seq_names[] = {"64", "256"}, *const dtype_names[] = {"f32", "bf16", "f16"};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--undeclared"))
@@ -173,11 +215,16 @@ int main(int argc, char **argv)
             dtypes[0] = false; /* the cuda backend stores bf16 or f16 */
         }
         else if (!strcmp(argv[i], "--seqs") && i + 1 < argc)
-            parse_list(argv[++i], seq_names, 2, seqs);
+            ok = parse_list(argv[++i], seq_names, 2, seqs);
         else if (!strcmp(argv[i], "--dtypes") && i + 1 < argc)
-            parse_list(argv[++i], dtype_names, 3, dtypes);
+            ok = parse_list(argv[++i], dtype_names, 3, dtypes);
         else
-            parse_list(argv[i], model_names, 3, models);
+            ok = parse_list(argv[i], model_names, 3, models);
+        if (!ok) {
+            printf("Bail out! '%s' names nothing this program runs (models d2, d4, d12; --seqs 64,256; "
+                   "--dtypes f32,bf16,f16)\n", argv[i]);
+            return 1;
+        }
     }
     if (kind == FERRY_BACKEND_CUDA) { /* skipped only where there is no device at all */
         backend *be = NULL;
@@ -200,7 +247,12 @@ int main(int argc, char **argv)
         gpt2_config c;
         if (gpt2_config_from_fields(4, 4, 256, 50257, 0, CTX, &c) != FERRY_OK)
             return 1;
+        if (make_values(&c) != FERRY_OK) {
+            printf("Bail out! %s\n", ferry_last_error());
+            return 1;
+        }
         one_case("d4 (GPT-2's vocabulary)", &c, FERRY_OFFLOAD_OPTIMIZER, true, FERRY_DTYPE_F32, 256, 0, 400u << 20);
+        free_values();
         rmdir(nvme_dir);
         return tap_done();
     }
@@ -216,6 +268,10 @@ int main(int argc, char **argv)
         if (gpt2_config_from_fields(model_n[mi], xl ? 25 : model_n[mi], xl ? 1600 : 64 * model_n[mi], VOCAB, 0, CTX,
                                     &c) != FERRY_OK)
             return 1;
+        if (make_values(&c) != FERRY_OK) {
+            printf("Bail out! %s\n", ferry_last_error());
+            return 1;
+        }
         for (int ti = 0; ti < 2; ti++)
             for (int di = 0; di < 3; di++)
                 for (size_t o = 0; o < sizeof modes / sizeof modes[0]; o++)
@@ -238,6 +294,7 @@ int main(int argc, char **argv)
                             one_case(model_names[mi], &c, modes[o], rc, dts[di], Ts[ti], ks[ki],
                                      one.device_total + (uint64_t)(ks[ki] - 1) * one.activations + 4096);
                     }
+        free_values();
     }
     rmdir(nvme_dir);
     if (undeclared)
