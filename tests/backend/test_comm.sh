@@ -49,10 +49,11 @@ launch() {
 # up on the cores while another job's ranks must answer within T.
 # start NAME NP SCENARIO [mpirun flags]: launch in the background; its exit
 # status lands in $work/NAME.rc, which rc_of reads once `wait` returned.
+stagger=1
 start() {
   local name=$1
   { launch "$@"; echo $? >"$work/$name.rc"; } &
-  sleep "${FERRY_TEST_COMM_STAGGER:-1}"
+  sleep "$stagger"
 }
 rc_of() { cat "$work/$1.rc" 2>/dev/null || echo 255; }
 # The time a rank said WORDS at: "rank R: WORDS 1796417120.670 ..."
@@ -73,8 +74,7 @@ start hang $np_hang hang
 if [ "$backend" = host ]; then
   start idle 3 stop-idle
   FERRY_COMM_TIMEOUT=2 FERRY_COMM_SAVE_TIMEOUT=5s start stall 2 save-stall
-  # Refused at join: these end at once.
-  FERRY_TEST_COMM_STAGGER=0
+  stagger=0 # refused at join: these end at once
   for bad in inf abc 0 -5 10x 1e300; do FERRY_COMM_TIMEOUT=$bad start "bad$bad" 2 ok; done
   FERRY_COMM_SAVE_TIMEOUT=0 start badsave 2 ok
 fi

@@ -46,8 +46,6 @@ static bool undeclared;
 static int failures_oom;
 static ferry_backend_kind kind = FERRY_BACKEND_HOST;
 
-/* One run: setup with budget, activations, one step. *peak and *host the
- * engine's high-water marks. */
 /* The model's initial weights (seed 7), made once per model and handed to
  * every run: GPT-2's normal initialisation is most of a small step's time. */
 static float **values;
@@ -62,7 +60,8 @@ static void free_values(void)
     nvalues = 0;
 }
 
-static ferry_status make_values(const gpt2_config *c)
+/* The weights of model c in `values`; false (bailing out) when they cannot be made. */
+static bool make_values(const gpt2_config *c)
 {
     gpt2_model *m = NULL;
     free_values();
@@ -75,11 +74,15 @@ static ferry_status make_values(const gpt2_config *c)
         st = values[g] ? gpt2_init_group(m, g, 7, values[g]) : err_set(FERRY_ERR_OUT_OF_MEMORY, "initial weights");
     }
     gpt2_destroy(m);
-    if (st != FERRY_OK)
+    if (st != FERRY_OK) {
         free_values();
-    return st;
+        printf("Bail out! %s\n", ferry_last_error());
+    }
+    return st == FERRY_OK;
 }
 
+/* One run: setup with budget, activations, one step. *peak and *host the
+ * engine's high-water marks. */
 static ferry_status run(const gpt2_config *c, ferry_offload mode, bool recompute, ferry_dtype dtype, int B, int T,
                         uint64_t budget, uint64_t *peak, uint64_t *host)
 {
@@ -245,12 +248,8 @@ int main(int argc, char **argv)
     }
     if (fragment) {
         gpt2_config c;
-        if (gpt2_config_from_fields(4, 4, 256, 50257, 0, CTX, &c) != FERRY_OK)
+        if (gpt2_config_from_fields(4, 4, 256, 50257, 0, CTX, &c) != FERRY_OK || !make_values(&c))
             return 1;
-        if (make_values(&c) != FERRY_OK) {
-            printf("Bail out! %s\n", ferry_last_error());
-            return 1;
-        }
         one_case("d4 (GPT-2's vocabulary)", &c, FERRY_OFFLOAD_OPTIMIZER, true, FERRY_DTYPE_F32, 256, 0, 400u << 20);
         free_values();
         rmdir(nvme_dir);
@@ -266,12 +265,9 @@ int main(int argc, char **argv)
         gpt2_config c;
         bool xl = mi == 3;
         if (gpt2_config_from_fields(model_n[mi], xl ? 25 : model_n[mi], xl ? 1600 : 64 * model_n[mi], VOCAB, 0, CTX,
-                                    &c) != FERRY_OK)
+                                    &c) != FERRY_OK ||
+            !make_values(&c))
             return 1;
-        if (make_values(&c) != FERRY_OK) {
-            printf("Bail out! %s\n", ferry_last_error());
-            return 1;
-        }
         for (int ti = 0; ti < 2; ti++)
             for (int di = 0; di < 3; di++)
                 for (size_t o = 0; o < sizeof modes / sizeof modes[0]; o++)
