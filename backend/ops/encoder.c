@@ -1,4 +1,4 @@
-/* Host version of the token + position embedding (backend/ops/encoder.cu is the
+/* Host version of the token (+ position, when wpe is given) embedding (backend/ops/encoder.cu is the
  * CUDA one): forward gathers rows of wte and adds wpe, backward scatters the
  * gradient back into the rows the tokens selected. */
 #include "backend/ops/ops_host.h"
@@ -18,9 +18,9 @@ ferry_status hostop_encoder_forward(float *out, const int32_t *tokens, const flo
                                (int)tok, b, t, V);
             float *o = out + ((size_t)b * T + t) * C;
             const float *w = wte + (size_t)tok * C;
-            const float *p = wpe + (size_t)t * C;
+            const float *p = wpe ? wpe + (size_t)t * C : NULL;
             for (int i = 0; i < C; i++)
-                o[i] = w[i] + p[i];
+                o[i] = p ? w[i] + p[i] : w[i];
         }
     }
     return FERRY_OK;
@@ -37,11 +37,11 @@ void hostop_encoder_backward(float *dwte, float *dwpe, const float *dout, const 
             const float *d = dout + ((size_t)b * T + t) * C;
             int32_t tok = tokens[(size_t)b * T + t];
             float *w = dwte + (size_t)(tok < 0 || tok >= V ? 0 : tok) * C; /* as the forward reads it */
-            float *p = dwpe + (size_t)t * C;
-            for (int i = 0; i < C; i++) {
+            float *p = dwpe ? dwpe + (size_t)t * C : NULL;
+            for (int i = 0; i < C; i++)
                 w[i] += d[i];
+            for (int i = 0; p && i < C; i++)
                 p[i] += d[i];
-            }
         }
     }
 }

@@ -1,8 +1,9 @@
 /* Token + position embedding on cuda, in either storage type (bf16 or f16):
- * forward gathers rows of wte and wpe;
- * backward adds dout into dwpe (a sum over the batch) and into the dwte rows
- * of the tokens seen, deterministically and without atomics or scratch.
- * Host version: encoder.c.
+ * forward gathers rows of wte and adds those of wpe (wpe NULL: the token
+ * embedding alone, as Llama's);
+ * backward adds dout into dwpe (a sum over the batch; dwpe NULL: none) and
+ * into the dwte rows of the tokens seen, deterministically and without
+ * atomics or scratch. Host version: encoder.c.
  *
  * The dwte backward: one block per token position i. The block scans the
  * token list in order; if its token id occurs at an earlier position it
@@ -33,17 +34,19 @@ __global__ void encoder_forward_kernel(E *out, const int32_t *tokens, const E *w
                 atomicAdd(&g_bad_tokens, 1u);
             tok = 0;
         }
-        const E *w = wte + (size_t)tok * C + c, *p = wpe + (size_t)t * C + c;
+        const E *w = wte + (size_t)tok * C + c, *p = wpe ? wpe + (size_t)t * C + c : nullptr;
         E *o = out + (size_t)row * C + c;
         if (vec) {
             float a[8], b[8];
             cu_load8(a, w);
-            cu_load8(b, p);
-            for (int j = 0; j < 8; j++)
-                a[j] += b[j];
+            if (p) {
+                cu_load8(b, p);
+                for (int j = 0; j < 8; j++)
+                    a[j] += b[j];
+            }
             cu_store8(o, a);
         } else {
-            *o = cu_round<E>(cu_f32(*w) + cu_f32(*p));
+            *o = p ? cu_round<E>(cu_f32(*w) + cu_f32(*p)) : *w;
         }
     }
 }

@@ -59,21 +59,28 @@
     OP(convert_to_f32, OPC_ACT, FERRY_OK)                                                               \
     OP(adamw, OPC_OWN, opx_adamw(op, s, grad_dtype, hp, step, grad_scale))                              \
     OP(sumsq, OPC_OWN, opx_grad_dtype(op, s, grad_dtype))                                               \
-    OP(accumulate, OPC_ACT, FERRY_OK)
+    OP(accumulate, OPC_ACT, FERRY_OK)                                                                   \
+    OP(rmsnorm_forward, OPC_ACT, FERRY_OK)                                                              \
+    OP(rmsnorm_backward, OPC_ACT, FERRY_OK)                                                             \
+    OP(rope_forward, OPC_ACT, opx_rope(op, NH, NKV, HS))                                                \
+    OP(rope_backward, OPC_ACT, opx_rope(op, NH, NKV, HS))                                               \
+    OP(swiglu_forward, OPC_ACT, FERRY_OK)                                                               \
+    OP(swiglu_backward, OPC_ACT, FERRY_OK)
 
-/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; wte has at least V rows. A
+/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] (wpe NULL: no position
+ * embedding, as Llama's token embedding alone); wte has at least V rows. A
  * token outside [0, V) makes the stream fail with FERRY_ERR_INVALID_ARGUMENT
  * (host) or is read as token 0 and counted (cuda: see
  * cudaop_encoder_take_bad_tokens); callers check tokens before upload. */
 #define FERRY_OP_ARGS_encoder_forward(A)                                                                \
     A(ACT_OUT, out, (size_t)B * T * C, 0) A(I32_IN, tokens, (size_t)B * T, V)                           \
-    A(ACT_IN, wte, (size_t)V * C, 0) A(ACT_IN, wpe, (size_t)T * C, 0)                                   \
+    A(ACT_IN, wte, (size_t)V * C, 0) A(ACT_IN_OPT, wpe, (size_t)T * C, 0)                               \
     A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, C, 0, 0) A(DIM, V, 0, 0)
-/* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum over b of dout[b,t,:].
- * dwte has V rows; a token outside [0, V) adds into row 0, the row the
+/* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum over b of dout[b,t,:]
+ * (dwpe NULL: none). dwte has V rows; a token outside [0, V) adds into row 0, the row the
  * forward read for it (never outside dwte). */
 #define FERRY_OP_ARGS_encoder_backward(A)                                                               \
-    A(ACT_ADD, dwte, (size_t)V * C, 0) A(ACT_ADD, dwpe, (size_t)T * C, 0)                               \
+    A(ACT_ADD, dwte, (size_t)V * C, 0) A(ACT_ADD_OPT, dwpe, (size_t)T * C, 0)                           \
     A(ACT_IN, dout, (size_t)B * T * C, 0) A(I32_IN, tokens, (size_t)B * T, V)                           \
     A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, C, 0, 0) A(DIM, V, 0, 0)
 
@@ -183,6 +190,51 @@
  * CPU's acc += widen(g). */
 #define FERRY_OP_ARGS_accumulate(A)                                                                     \
     A(F32_ADD, acc, n, 0) A(ACT_IN, g, n, 0) A(COUNT0, n, 0, 0) A(BOOLV, first, 0, 0)
+
+/* RMSNorm (Llama's): N rows of C; rstd[i] = 1 / sqrt(mean(inp[i,:]^2) + eps)
+ * in fp32, saved for backward; out = inp * rstd * weight, computed in fp32
+ * and rounded once. The backward adds into dinp and dweight (the sum over
+ * rows of dout * inp * rstd). */
+#define FERRY_OP_ARGS_rmsnorm_forward(A)                                                                \
+    A(ACT_OUT, out, (size_t)N * C, 0) A(F32_OUT, rstd, (size_t)N, 0) A(ACT_IN, inp, (size_t)N * C, 0)   \
+    A(ACT_IN, weight, (size_t)C, 0) A(DIM, N, 0, 0) A(DIM, C, 0, 0) A(F32V, eps, 0, 0)
+#define FERRY_OP_ARGS_rmsnorm_backward(A)                                                               \
+    A(ACT_ADD, dinp, (size_t)N * C, 0) A(ACT_ADD, dweight, (size_t)C, 0)                                \
+    A(ACT_IN, dout, (size_t)N * C, 0) A(ACT_IN, inp, (size_t)N * C, 0) A(ACT_IN, weight, (size_t)C, 0)  \
+    A(F32_IN, rstd, (size_t)N, 0) A(DIM, N, 0, 0) A(DIM, C, 0, 0)
+
+/* Rotary position embedding in Hugging Face's convention (the two halves of
+ * each head rotated, not interleaved pairs), with grouped-query heads laid
+ * out for ops_attention_*. inp is [B, T, (NH + 2 NKV) HS]: NH query heads,
+ * then NKV key heads, then NKV value heads (the fused q/k/v projection's
+ * output); out is [B, T, 3, NH, HS] (attention's qkv with C = NH HS): query
+ * head h rotated, key head h / (NH / NKV) rotated, value head h / (NH / NKV)
+ * copied. A rotation by angle a_i = pos[b,t] * inv_freq[i] (fp32 product,
+ * then cos and sin in fp32) maps x to x_i cos a_i - x_{i+HS/2} sin a_i and
+ * x_{i+HS/2} cos a_i + x_i sin a_i for i < HS/2. inv_freq is [HS/2] fp32
+ * (the model's, scaling applied); pos is [B, T], each in [0, T) in the op
+ * tests (any value >= 0 is valid). NH % NKV == 0, HS even. The backward adds
+ * into dinp the inverse rotation of dout, each key and value head summing
+ * the NH / NKV query heads that share it in ascending order. */
+#define FERRY_OP_ARGS_rope_forward(A)                                                                   \
+    A(ACT_OUT, out, (size_t)B * T * 3 * NH * HS, 0) A(ACT_IN, inp, (size_t)B * T * (NH + 2 * NKV) * HS, 0) \
+    A(F32_IN, inv_freq, (size_t)HS / 2, 0) A(I32_IN, pos, (size_t)B * T, T)                             \
+    A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, NH, 0, 0) A(DIM, NKV, 0, 0) A(DIM, HS, 0, 0)
+#define FERRY_OP_ARGS_rope_backward(A)                                                                  \
+    A(ACT_ADD, dinp, (size_t)B * T * (NH + 2 * NKV) * HS, 0) A(ACT_IN, dout, (size_t)B * T * 3 * NH * HS, 0) \
+    A(F32_IN, inv_freq, (size_t)HS / 2, 0) A(I32_IN, pos, (size_t)B * T, T)                             \
+    A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, NH, 0, 0) A(DIM, NKV, 0, 0) A(DIM, HS, 0, 0)
+
+/* The SiLU-gated MLP's activation: inp is [N, 2I] (the fused gate and up
+ * projections: the gate's I columns, then the up's), out[n,i] =
+ * silu(inp[n,i]) * inp[n,I+i] with silu(x) = x / (1 + exp(-x)), in fp32.
+ * The backward adds d(gate) = dout * up * silu'(gate) and d(up) = dout *
+ * silu(gate) into dinp. */
+#define FERRY_OP_ARGS_swiglu_forward(A)                                                                 \
+    A(ACT_OUT, out, (size_t)N * I, 0) A(ACT_IN, inp, (size_t)N * 2 * I, 0) A(DIM, N, 0, 0) A(DIM, I, 0, 0)
+#define FERRY_OP_ARGS_swiglu_backward(A)                                                                \
+    A(ACT_ADD, dinp, (size_t)N * 2 * I, 0) A(ACT_IN, inp, (size_t)N * 2 * I, 0)                         \
+    A(ACT_IN, dout, (size_t)N * I, 0) A(DIM, N, 0, 0) A(DIM, I, 0, 0)
 
 /* ---- what the kinds are, and the expansions the files above use ---- */
 

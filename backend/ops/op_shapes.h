@@ -32,6 +32,9 @@ static const op_shape op_shapes[] = {
     {"encoder_forward", "B=3 T=33 C=20 V=3", OPTOL_ELEM, NULL}, /* C not a multiple of 8; 3 ids, long runs */
     {"encoder_backward", "B=2 T=67 C=96 V=50", OPTOL_ELEM, NULL},
     {"encoder_backward", "B=3 T=33 C=20 V=3", OPTOL_ELEM, NULL}, /* 3 ids, long runs */
+    {"encoder_forward", "B=2 T=67 C=96 V=50 wpe=none", OPTOL_ELEM, NULL}, /* no position embedding (Llama) */
+    {"encoder_forward", "B=3 T=33 C=20 V=3 wpe=none", OPTOL_ELEM, NULL},
+    {"encoder_backward", "B=2 T=67 C=96 V=50 dwpe=none", OPTOL_ELEM, NULL},
     {"layernorm_forward", "N=131 C=96", OPTOL_ELEM, "mean=1e-5 rstd=1e-4"},
     {"layernorm_forward", "N=37 C=50", OPTOL_ELEM, "mean=1e-5 rstd=1e-4"},
     {"layernorm_backward", "N=131 C=96", OPTOL_ELEM, NULL},
@@ -65,6 +68,28 @@ static const op_shape op_shapes[] = {
     {"sumsq", "n=5003", OPTOL_ELEM, NULL},
     {"accumulate", "n=1001 first=0", OPTOL_ELEM, NULL},
     {"accumulate", "n=1001 first=1", OPTOL_ELEM, NULL},
+    {"rmsnorm_forward", "N=131 C=96 eps=1e-5", OPTOL_ELEM, "rstd=1e-5"},
+    {"rmsnorm_forward", "N=37 C=50 eps=1e-6", OPTOL_ELEM, "rstd=1e-5"},   /* C not a multiple of 8: scalar */
+    {"rmsnorm_forward", "N=64 C=1030 eps=1e-5", OPTOL_ELEM, "rstd=1e-5"}, /* wide, scalar */
+    {"rmsnorm_forward", "N=16 C=1040 eps=1e-5", OPTOL_ELEM, "rstd=1e-5"}, /* wide, a partial last 256-column pass */
+    {"rmsnorm_backward", "N=131 C=96", OPTOL_ELEM, NULL},
+    {"rmsnorm_backward", "N=37 C=50", OPTOL_ELEM, NULL},
+    {"rmsnorm_backward", "N=64 C=1030", OPTOL_ELEM, NULL},
+    {"rmsnorm_backward", "N=1030 C=520", OPTOL_ELEM, NULL}, /* dweight: rows past one pass of 512 */
+    {"rope_forward", "B=2 T=33 NH=4 NKV=2 HS=64", OPTOL_ELEM, NULL},  /* grouped-query heads */
+    {"rope_forward", "B=1 T=17 NH=3 NKV=1 HS=128", OPTOL_ELEM, NULL}, /* one key/value head (MQA) */
+    {"rope_forward", "B=2 T=19 NH=2 NKV=2 HS=12", OPTOL_ELEM, NULL},  /* half of 6: scalar */
+    {"rope_forward", "B=1 T=9 NH=6 NKV=3 HS=40", OPTOL_ELEM, NULL},   /* half of 20: scalar, grouped */
+    {"rope_backward", "B=2 T=33 NH=4 NKV=2 HS=64", OPTOL_ELEM, NULL},
+    {"rope_backward", "B=1 T=17 NH=3 NKV=1 HS=128", OPTOL_ELEM, NULL},
+    {"rope_backward", "B=2 T=19 NH=2 NKV=2 HS=12", OPTOL_ELEM, NULL},
+    {"rope_backward", "B=1 T=9 NH=6 NKV=3 HS=40", OPTOL_ELEM, NULL},
+    {"swiglu_forward", "N=37 I=100", OPTOL_ELEM, NULL}, /* I not a multiple of 8: scalar */
+    {"swiglu_forward", "N=5 I=1030", OPTOL_ELEM, NULL},
+    {"swiglu_forward", "N=9 I=344", OPTOL_ELEM, NULL},  /* 16-byte accesses */
+    {"swiglu_backward", "N=37 I=100", OPTOL_ELEM, NULL},
+    {"swiglu_backward", "N=5 I=1030", OPTOL_ELEM, NULL},
+    {"swiglu_backward", "N=9 I=344", OPTOL_ELEM, NULL},
 };
 
 #define OP_SHAPES (sizeof op_shapes / sizeof op_shapes[0])

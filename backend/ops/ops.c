@@ -178,6 +178,16 @@ static ferry_status opx_heads(const char *op, int C, int NH)
     return FERRY_OK;
 }
 
+static ferry_status opx_rope(const char *op, int NH, int NKV, int HS)
+{
+    if (NH % NKV != 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "%s: NH = %d query heads are not a multiple of NKV = %d key/value heads", op, NH, NKV);
+    if (HS % 2 != 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: head size HS = %d is odd; rotary needs two halves", op, HS);
+    return FERRY_OK;
+}
+
 static ferry_status opx_classifier(const char *op, int V, int Vp, const act_t *dinp, const act_t *dwte)
 {
     if (Vp < V)

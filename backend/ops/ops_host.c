@@ -566,6 +566,162 @@ static ferry_status host_accumulate(backend_stream *s, float *acc, const act_t *
     return backend_launch_host(s, accumulate_run, &a, sizeof a);
 }
 
+/* ---- Llama's: rmsnorm, rope, swiglu ---- */
+
+typedef struct rmsnorm_args {
+    float *out, *rstd, *dinp, *dweight;
+    const float *inp, *weight, *dout, *frstd;
+    int N, C;
+    float eps;
+    ferry_dtype act;
+} rmsnorm_args;
+
+static ferry_status rmsnorm_fwd_run(void *p)
+{
+    rmsnorm_args *a = p;
+    hostop_rmsnorm_forward(a->out, a->rstd, a->inp, a->weight, a->N, a->C, a->eps);
+    return FERRY_OK;
+}
+
+static ferry_status rmsnorm_fwd_run_narrow(void *p)
+{
+    rmsnorm_args *a = p;
+    size_t NC = (size_t)a->N * a->C;
+    view v[] = {{&a->out, NC, VIEW_OUT}, {&a->inp, NC, VIEW_IN}, {&a->weight, (size_t)a->C, VIEW_IN}};
+    return run_widened(a, rmsnorm_fwd_run, v, 3, a->act);
+}
+
+static ferry_status host_rmsnorm_forward(backend_stream *s, act_t *out, float *rstd, const act_t *inp,
+                                         const act_t *weight, int N, int C, float eps)
+{
+    rmsnorm_args a = {.out = out, .rstd = rstd, .inp = inp, .weight = weight, .N = N, .C = C, .eps = eps,
+                      .act = s->be->act};
+    return launch(s, rmsnorm_fwd_run, rmsnorm_fwd_run_narrow, &a, sizeof a);
+}
+
+static ferry_status rmsnorm_bwd_run(void *p)
+{
+    rmsnorm_args *a = p;
+    hostop_rmsnorm_backward(a->dinp, a->dweight, a->dout, a->inp, a->weight, a->frstd, a->N, a->C);
+    return FERRY_OK;
+}
+
+static ferry_status rmsnorm_bwd_run_narrow(void *p)
+{
+    rmsnorm_args *a = p;
+    size_t NC = (size_t)a->N * a->C, C = (size_t)a->C;
+    view v[] = {{&a->dinp, NC, VIEW_ADD}, {&a->dweight, C, VIEW_ADD}, {&a->dout, NC, VIEW_IN},
+                {&a->inp, NC, VIEW_IN},   {&a->weight, C, VIEW_IN}};
+    return run_widened(a, rmsnorm_bwd_run, v, 5, a->act);
+}
+
+static ferry_status host_rmsnorm_backward(backend_stream *s, act_t *dinp, act_t *dweight, const act_t *dout,
+                                          const act_t *inp, const act_t *weight, const float *rstd, int N, int C)
+{
+    rmsnorm_args a = {.dinp = dinp, .dweight = dweight, .dout = dout, .inp = inp, .weight = weight, .frstd = rstd,
+                      .N = N, .C = C, .act = s->be->act};
+    return launch(s, rmsnorm_bwd_run, rmsnorm_bwd_run_narrow, &a, sizeof a);
+}
+
+typedef struct rope_args {
+    float *out;      /* forward: [B T 3 NH HS]; backward: dinp, [B T (NH + 2 NKV) HS] */
+    const float *in; /* forward: inp; backward: dout */
+    const float *inv_freq;
+    const int32_t *pos;
+    int B, T, NH, NKV, HS;
+    ferry_dtype act;
+} rope_args;
+
+static ferry_status rope_fwd_run(void *p)
+{
+    rope_args *a = p;
+    hostop_rope_forward(a->out, a->in, a->inv_freq, a->pos, a->B, a->T, a->NH, a->NKV, a->HS);
+    return FERRY_OK;
+}
+
+static ferry_status rope_bwd_run(void *p)
+{
+    rope_args *a = p;
+    hostop_rope_backward(a->out, a->in, a->inv_freq, a->pos, a->B, a->T, a->NH, a->NKV, a->HS);
+    return FERRY_OK;
+}
+
+static ferry_status rope_narrow(rope_args *a, backend_host_fn fp32_run, bool forward)
+{
+    size_t BT = (size_t)a->B * a->T, wide = BT * 3 * a->NH * a->HS, grouped = BT * (a->NH + 2 * a->NKV) * a->HS;
+    view v[] = {{&a->out, forward ? wide : grouped, forward ? VIEW_OUT : VIEW_ADD},
+                {&a->in, forward ? grouped : wide, VIEW_IN}};
+    return run_widened(a, fp32_run, v, 2, a->act);
+}
+
+static ferry_status rope_fwd_run_narrow(void *p) { return rope_narrow(p, rope_fwd_run, true); }
+static ferry_status rope_bwd_run_narrow(void *p) { return rope_narrow(p, rope_bwd_run, false); }
+
+static ferry_status host_rope_forward(backend_stream *s, act_t *out, const act_t *inp, const float *inv_freq,
+                                      const int32_t *pos, int B, int T, int NH, int NKV, int HS)
+{
+    rope_args a = {out, inp, inv_freq, pos, B, T, NH, NKV, HS, s->be->act};
+    return launch(s, rope_fwd_run, rope_fwd_run_narrow, &a, sizeof a);
+}
+
+static ferry_status host_rope_backward(backend_stream *s, act_t *dinp, const act_t *dout, const float *inv_freq,
+                                       const int32_t *pos, int B, int T, int NH, int NKV, int HS)
+{
+    rope_args a = {dinp, dout, inv_freq, pos, B, T, NH, NKV, HS, s->be->act};
+    return launch(s, rope_bwd_run, rope_bwd_run_narrow, &a, sizeof a);
+}
+
+typedef struct swiglu_args {
+    float *out;
+    const float *inp, *dout;
+    int N, I;
+    ferry_dtype act;
+} swiglu_args;
+
+static ferry_status swiglu_fwd_run(void *p)
+{
+    swiglu_args *a = p;
+    hostop_swiglu_forward(a->out, a->inp, a->N, a->I);
+    return FERRY_OK;
+}
+
+static ferry_status swiglu_bwd_run(void *p)
+{
+    swiglu_args *a = p;
+    hostop_swiglu_backward(a->out, a->inp, a->dout, a->N, a->I);
+    return FERRY_OK;
+}
+
+static ferry_status swiglu_fwd_run_narrow(void *p)
+{
+    swiglu_args *a = p;
+    size_t NI = (size_t)a->N * a->I;
+    view v[] = {{&a->out, NI, VIEW_OUT}, {&a->inp, 2 * NI, VIEW_IN}};
+    return run_widened(a, swiglu_fwd_run, v, 2, a->act);
+}
+
+static ferry_status swiglu_bwd_run_narrow(void *p)
+{
+    swiglu_args *a = p;
+    size_t NI = (size_t)a->N * a->I;
+    view v[] = {{&a->out, 2 * NI, VIEW_ADD}, {&a->inp, 2 * NI, VIEW_IN}, {&a->dout, NI, VIEW_IN}};
+    return run_widened(a, swiglu_bwd_run, v, 3, a->act);
+}
+
+static ferry_status host_swiglu_forward(backend_stream *s, act_t *out, const act_t *inp, int N, int I)
+{
+    swiglu_args a = {.out = out, .inp = inp, .N = N, .I = I, .act = s->be->act};
+    return launch(s, swiglu_fwd_run, swiglu_fwd_run_narrow, &a, sizeof a);
+}
+
+/* dinp is the args' `out` (added into). */
+static ferry_status host_swiglu_backward(backend_stream *s, act_t *dinp, const act_t *inp, const act_t *dout, int N,
+                                         int I)
+{
+    swiglu_args a = {.out = dinp, .inp = inp, .dout = dout, .N = N, .I = I, .act = s->be->act};
+    return launch(s, swiglu_bwd_run, swiglu_bwd_run_narrow, &a, sizeof a);
+}
+
 #define HOST_ENTRY(NAME, CUDA, EXTRA) .NAME = host_##NAME,
 const backend_ops backend_host_ops = {
     .act_dtypes = 1u << FERRY_DTYPE_F32 | 1u << FERRY_DTYPE_BF16 | 1u << FERRY_DTYPE_F16,

@@ -24,13 +24,14 @@
 extern "C" {
 #endif
 
-/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. `V` is the number of rows of
+/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] (wpe NULL: none). `V` is the number of rows of
  * wte a token may select (V <= 0: only negative tokens are rejected; the
  * caller vouches for the upper bound). A token outside [0, V) is
  * FERRY_ERR_INVALID_ARGUMENT naming its position and value. */
 ferry_status hostop_encoder_forward(float *out, const int32_t *tokens, const float *wte,
                                     const float *wpe, int B, int T, int C, int V);
-/* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. Tokens are
+/* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:] (dwpe NULL:
+ * none). Tokens are
  * those of the forward (already checked). */
 void hostop_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                              int B, int T, int C, int V);
@@ -70,6 +71,18 @@ ferry_status hostop_classifier(float *losses, float *dinp, float *dwte, const fl
 ferry_status hostop_classifier_stored(float *losses, float *dinp, float *dwte, const float *inp,
                                       const float *wte, const int32_t *targets, float grad_scale, int N,
                                       int C, int V, int Vp, float *scratch, int chunk, ferry_dtype stored);
+
+/* Llama's ops (backend/ops/op_list.h says what each computes). */
+void hostop_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
+                            float eps);
+void hostop_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                             const float *rstd, int N, int C);
+void hostop_rope_forward(float *out, const float *inp, const float *inv_freq, const int32_t *pos, int B, int T,
+                         int NH, int NKV, int HS);
+void hostop_rope_backward(float *dinp, const float *dout, const float *inv_freq, const int32_t *pos, int B, int T,
+                          int NH, int NKV, int HS);
+void hostop_swiglu_forward(float *out, const float *inp, int N, int I);
+void hostop_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int I);
 
 void hostop_convert_copy(float *dst, const float *src, size_t n);
 

@@ -137,7 +137,7 @@ static void test_encoder(int B, int T, int C, int V)
     check("encoder_backward dwpe", g, dwpe, (size_t)T * C, TOL_ELEM);
     free(g);
     /* Determinism: a second backward from the same start gives the same bits
-     * (and not the start's: the backward really ran). dwpe is required. */
+     * (and not the start's: the backward really ran), with dwpe given. */
     void *d_dwte2 = dev(dwte, (size_t)V * C), *d_dwte3 = dev(dwte, (size_t)V * C);
     void *d_dwpe2 = dev(dwpe, (size_t)T * C);
     OK(ops_encoder_backward(st, d_dwte2, d_dwpe2, d_dout, d_tok, B, T, C, V));
@@ -659,6 +659,8 @@ int main(int argc, char **argv)
     }
     test_registry();
     test_deterministic("encoder_backward"); /* without atomics, by construction */
+    test_deterministic("rmsnorm_backward"); /* dweight in strip sums */
+    test_deterministic("rope_backward");    /* shared key/value heads summed in one thread */
     test_convert();
     test_elementwise(1003, 3);      /* pointers not aligned to a vector */
     test_matmul_unaligned(6, 24, 40, 1); /* cuBLASLt told 2-byte alignment */

@@ -19,7 +19,8 @@ static void ref_encoder_forward(opref_encoder_forward *a)
         for (int t = 0; t < a->T; t++) {
             size_t bt = (size_t)b * a->T + t;
             for (int c = 0; c < a->C; c++)
-                a->out[bt * a->C + c] = a->wte[(size_t)a->tokens[bt] * a->C + c] + a->wpe[(size_t)t * a->C + c];
+                a->out[bt * a->C + c] = a->wte[(size_t)a->tokens[bt] * a->C + c] +
+                                        (a->wpe ? a->wpe[(size_t)t * a->C + c] : 0.0);
         }
 }
 
@@ -31,7 +32,8 @@ static void ref_encoder_backward(opref_encoder_backward *a)
             for (int c = 0; c < a->C; c++) {
                 double d = a->dout[bt * a->C + c];
                 a->dwte[(size_t)a->tokens[bt] * a->C + c] += d;
-                a->dwpe[(size_t)t * a->C + c] += d;
+                if (a->dwpe)
+                    a->dwpe[(size_t)t * a->C + c] += d;
             }
         }
 }
@@ -285,6 +287,122 @@ static void ref_accumulate(opref_accumulate *a)
 {
     for (size_t i = 0; i < a->n; i++)
         a->acc[i] = (a->first ? 0.0 : a->acc[i]) + a->g[i];
+}
+
+/* rstd = (mean(x^2) + eps)^-1/2, out = x rstd w. */
+static void ref_rmsnorm_forward(opref_rmsnorm_forward *a)
+{
+    int C = a->C;
+    for (int i = 0; i < a->N; i++) {
+        const double *x = a->inp + (size_t)i * C;
+        double ss = 0;
+        for (int c = 0; c < C; c++)
+            ss += x[c] * x[c];
+        double r = 1.0 / sqrt(ss / C + (double)a->eps);
+        for (int c = 0; c < C; c++)
+            a->out[(size_t)i * C + c] = x[c] * r * a->weight[c];
+        a->rstd[i] = r;
+    }
+}
+
+/* With the saved rstd r as given: y_c = w_c x_c r and dr/dx_c = -r^3 x_c / C,
+ * so dinp_c += r w_c dy_c - x_c r^3 (sum_k w_k dy_k x_k) / C; dweight_c +=
+ * dy_c x_c r. */
+static void ref_rmsnorm_backward(opref_rmsnorm_backward *a)
+{
+    int C = a->C;
+    for (int i = 0; i < a->N; i++) {
+        const double *x = a->inp + (size_t)i * C, *dy = a->dout + (size_t)i * C;
+        double r = a->rstd[i], dot = 0;
+        for (int c = 0; c < C; c++)
+            dot += a->weight[c] * dy[c] * x[c];
+        for (int c = 0; c < C; c++) {
+            a->dinp[(size_t)i * C + c] += r * a->weight[c] * dy[c] - x[c] * r * r * r * dot / C;
+            a->dweight[c] += dy[c] * x[c] * r;
+        }
+    }
+}
+
+/* The angle of frequency i at position p: the fp32 product the definition
+ * names (a product of two floats is exact in double, so rounding it to
+ * float is the fp32 multiply), its cosine and sine then in double. */
+static double ref_rope_angle(int32_t p, double inv_freq) { return (double)(float)((double)p * inv_freq); }
+
+/* dst (+)= R(sign a) src over one head: with h = HS/2, for i < h,
+ * dst_i = src_i cos - src_{i+h} sin, dst_{i+h} = src_{i+h} cos + src_i sin. */
+static void ref_rope_head(double *dst, const double *src, const double *inv_freq, int32_t p, int HS, double sign,
+                          bool add)
+{
+    int h = HS / 2;
+    for (int i = 0; i < h; i++) {
+        double a = ref_rope_angle(p, inv_freq[i]), c = cos(a), s = sign * sin(a);
+        double lo = src[i] * c - src[i + h] * s, hi = src[i + h] * c + src[i] * s;
+        dst[i] = add ? dst[i] + lo : lo;
+        dst[i + h] = add ? dst[i + h] + hi : hi;
+    }
+}
+
+/* inp row: NH query heads, NKV key heads, NKV value heads; out row [3][NH][HS]:
+ * query head h rotated, key and value head h / (NH / NKV) (rotated, copied). */
+static void ref_rope_forward(opref_rope_forward *a)
+{
+    int NH = a->NH, NKV = a->NKV, HS = a->HS, group = NH / NKV;
+    size_t C = (size_t)NH * HS, in_row = (size_t)(NH + 2 * NKV) * HS;
+    for (size_t n = 0; n < (size_t)a->B * a->T; n++) {
+        const double *x = a->inp + n * in_row;
+        double *o = a->out + n * 3 * C;
+        for (int h = 0; h < NH; h++) {
+            size_t kv = (size_t)(h / group) * HS;
+            ref_rope_head(o + (size_t)h * HS, x + (size_t)h * HS, a->inv_freq, a->pos[n], HS, 1.0, false);
+            ref_rope_head(o + C + (size_t)h * HS, x + C + kv, a->inv_freq, a->pos[n], HS, 1.0, false);
+            for (int i = 0; i < HS; i++)
+                o[2 * C + (size_t)h * HS + i] = x[C + (size_t)NKV * HS + kv + i];
+        }
+    }
+}
+
+/* The forward is linear in inp: its transpose rotates each gradient back
+ * (R(a)^T = R(-a)) and adds it to the head it came from, so a key or value
+ * head gathers the gradients of every query head that read it. */
+static void ref_rope_backward(opref_rope_backward *a)
+{
+    int NH = a->NH, NKV = a->NKV, HS = a->HS, group = NH / NKV;
+    size_t C = (size_t)NH * HS, in_row = (size_t)(NH + 2 * NKV) * HS;
+    for (size_t n = 0; n < (size_t)a->B * a->T; n++) {
+        double *dx = a->dinp + n * in_row;
+        const double *d = a->dout + n * 3 * C;
+        for (int h = 0; h < NH; h++) {
+            size_t kv = (size_t)(h / group) * HS;
+            ref_rope_head(dx + (size_t)h * HS, d + (size_t)h * HS, a->inv_freq, a->pos[n], HS, -1.0, true);
+            ref_rope_head(dx + C + kv, d + C + (size_t)h * HS, a->inv_freq, a->pos[n], HS, -1.0, true);
+            for (int i = 0; i < HS; i++)
+                dx[C + (size_t)NKV * HS + kv + i] += d[2 * C + (size_t)h * HS + i];
+        }
+    }
+}
+
+/* silu(g) = g / (1 + e^-g); out = silu(gate) up. */
+static void ref_swiglu_forward(opref_swiglu_forward *a)
+{
+    size_t I = (size_t)a->I;
+    for (size_t r = 0; r < (size_t)a->N; r++)
+        for (size_t i = 0; i < I; i++) {
+            double g = a->inp[r * 2 * I + i], u = a->inp[r * 2 * I + I + i];
+            a->out[r * I + i] = g / (1 + exp(-g)) * u;
+        }
+}
+
+/* d silu(g)/dg = sigma(g) + g sigma(g) (1 - sigma(g)), sigma(g) = 1 / (1 + e^-g). */
+static void ref_swiglu_backward(opref_swiglu_backward *a)
+{
+    size_t I = (size_t)a->I;
+    for (size_t r = 0; r < (size_t)a->N; r++)
+        for (size_t i = 0; i < I; i++) {
+            double g = a->inp[r * 2 * I + i], u = a->inp[r * 2 * I + I + i], d = a->dout[r * I + i];
+            double sg = 1 / (1 + exp(-g));
+            a->dinp[r * 2 * I + i] += d * u * (sg + g * sg * (1 - sg));
+            a->dinp[r * 2 * I + I + i] += d * g * sg;
+        }
 }
 
 /* Every op's reference, in the registry's order. */
