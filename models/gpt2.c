@@ -5,7 +5,6 @@
  * the host and the cuda backend. Layout and init: models/gpt2_layout.c. */
 #include "models/gpt2_internal.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +13,6 @@
 
 /* Classifier scratch target: chunk rows of Vp logits fit in this many bytes. */
 #define GPT2_CLASSIFIER_SCRATCH_BYTES (32u << 20)
-#define GPT2_ALLOC_ALIGN 256
 
 #define CHECK(expr)                                                                             \
     do {                                                                                        \
@@ -31,18 +29,13 @@ typedef struct block_acts {
 
 struct gpt2_activations {
     backend *be;       /* NULL when only planning */
-    gpt2_allocator alloc;
     ferry_dtype act;   /* the storage type */
     size_t es;         /* bytes of one act_t */
     int B, T;
     bool recompute;
-    /* planning: with `dry`, take() only adds up bytes (and names each to `list`) */
-    bool dry;
-    void (*list)(void *ctx, const char *what, size_t bytes);
-    void *list_ctx;
-    size_t planned_bytes;
-    void **owned;
-    size_t owned_count, owned_cap;
+    /* the buffers, allocated or (planning) only counted and named */
+    model_take tk;
+    char who[64];
 
     act_t **x;          /* [L + 1] residual stream: block l's input is x[l] */
     block_acts *blocks; /* [L], or [1] shared when recomputing */
@@ -67,48 +60,7 @@ struct gpt2_activations {
 
 /* ---- allocation ---- */
 
-static ferry_status take(gpt2_activations *a, void *out_ptr, size_t bytes, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static ferry_status take(gpt2_activations *a, void *out_ptr, size_t bytes, const char *fmt, ...)
-{
-    void **out = out_ptr;
-    bytes = (bytes + GPT2_ALLOC_ALIGN - 1) / GPT2_ALLOC_ALIGN * GPT2_ALLOC_ALIGN;
-    if (a->dry) {
-        *out = NULL;
-        if (a->list) {
-            char what[96];
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(what, sizeof what, fmt, ap);
-            va_end(ap);
-            a->list(a->list_ctx, what, bytes);
-        }
-        if (__builtin_add_overflow(a->planned_bytes, bytes, &a->planned_bytes))
-            return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                           "gpt2 activations (B=%d, T=%d): more bytes than a size_t can count", a->B, a->T);
-        return FERRY_OK;
-    }
-    char what[96];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    if (a->owned_count == a->owned_cap) {
-        size_t cap = a->owned_cap ? 2 * a->owned_cap : 64;
-        void **grown = realloc(a->owned, cap * sizeof *grown);
-        if (!grown)
-            return err_set(FERRY_ERR_OUT_OF_MEMORY, "gpt2 activations: out of host memory");
-        a->owned = grown;
-        a->owned_cap = cap;
-    }
-    ferry_status st = a->alloc.alloc(a->alloc.ctx, what, bytes, out);
-    if (st != FERRY_OK)
-        return err_wrap(st, "gpt2 activations '%s' (B=%d, T=%d%s)", what, a->B, a->T,
-                        a->recompute ? ", recompute" : "");
-    a->owned[a->owned_count++] = *out;
-    a->planned_bytes += bytes;
-    return FERRY_OK;
-}
+#define take(a, out, bytes, ...) model_take_buf(&(a)->tk, (out), (bytes), __VA_ARGS__)
 
 static ferry_status plan_block(gpt2_activations *a, block_acts *k, const gpt2_config *c,
                                const char *who)
@@ -195,6 +147,8 @@ static void init_shape(gpt2_activations *a, const gpt2_model *m, ferry_dtype act
     a->B = B;
     a->T = T;
     a->recompute = recompute;
+    snprintf(a->who, sizeof a->who, "gpt2 activations (B=%d, T=%d%s)", B, T, recompute ? ", recompute" : "");
+    a->tk.who = a->who;
     size_t per_row = (size_t)m->cfg.padded_vocab_size * dtype_size(act); /* one row of logits */
     a->chunk = classifier_chunk(per_row, B * T);
 }
@@ -212,30 +166,19 @@ size_t gpt2_activations_list(const gpt2_model *m, ferry_dtype act, int B, int T,
         return 0;
     }
     gpt2_activations a = {0};
-    a.dry = true;
-    a.list = fn;
-    a.list_ctx = ctx;
+    a.tk.dry = true;
+    a.tk.list = fn;
+    a.tk.list_ctx = ctx;
     init_shape(&a, m, act, B, T, recompute);
     a.x = calloc((size_t)m->cfg.n_layer + 1, sizeof *a.x);
     a.blocks = calloc(recompute ? 1 : (size_t)m->cfg.n_layer, sizeof *a.blocks);
-    size_t bytes = a.x && a.blocks && plan(&a, &m->cfg) == FERRY_OK ? a.planned_bytes : 0;
+    size_t bytes = a.x && a.blocks && plan(&a, &m->cfg) == FERRY_OK ? a.tk.bytes : 0;
     free(a.x);
     free(a.blocks);
     return bytes;
 }
 
-static ferry_status backend_allocator_alloc(void *ctx, const char *what, size_t bytes, void **out)
-{
-    ferry_status st = backend_alloc(ctx, bytes, out);
-    return st == FERRY_OK ? st : err_wrap(st, "%s", what);
-}
-
-static void backend_allocator_free(void *ctx, void *ptr) { backend_free(ctx, ptr); }
-
-gpt2_allocator gpt2_backend_allocator(backend *be)
-{
-    return (gpt2_allocator){be, backend_allocator_alloc, backend_allocator_free};
-}
+gpt2_allocator gpt2_backend_allocator(backend *be) { return model_backend_allocator(be); }
 
 static ferry_status host_staging(gpt2_activations *a, const gpt2_config *c)
 {
@@ -260,7 +203,7 @@ ferry_status gpt2_activations_create(const gpt2_model *m, backend *be, int B, in
     if (!a)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "gpt2 activations: out of host memory");
     a->be = be;
-    a->alloc = *alloc;
+    a->tk.alloc = *alloc;
     init_shape(a, m, backend_act_dtype(be), B, T, recompute);
     a->x = calloc((size_t)m->cfg.n_layer + 1, sizeof *a->x);
     a->blocks = calloc(recompute ? 1 : (size_t)m->cfg.n_layer, sizeof *a->blocks);
@@ -283,9 +226,7 @@ void gpt2_activations_destroy(gpt2_activations *a)
 {
     if (!a)
         return;
-    for (size_t i = 0; i < a->owned_count; i++)
-        a->alloc.free(a->alloc.ctx, a->owned[i]);
-    free(a->owned);
+    model_take_free(&a->tk);
     if (a->h_tokens)
         backend_host_free(a->be, a->h_tokens);
     if (a->h_targets)
@@ -322,42 +263,19 @@ static block_view block_of(const gpt2_model *m, const gpt2_activations *a, const
     return v;
 }
 
-static ferry_status check_hooks(const gpt2_hooks *h)
+static ferry_status acquire(const gpt2_hooks *h, int g, ferry_phase phase, backend_stream *s, const act_t **p)
 {
-    if (!h || !h->acquire_params || !h->acquire_grads || !h->release)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "gpt2: hooks are NULL or incomplete (acquire_params, acquire_grads and "
-                       "release are all needed; gpt2_resident_hooks() gives a ready set)");
-    return FERRY_OK;
-}
-
-static ferry_status acquire(const gpt2_hooks *h, int g, ferry_phase phase, backend_stream *s,
-                            const act_t **p)
-{
-    *p = NULL;
-    ferry_status st = h->acquire_params(h->ctx, g, phase, s, p);
-    if (st != FERRY_OK)
-        return err_wrap(st, "gpt2: acquiring the params of group %d", g);
-    if (!*p)
-        return err_set(FERRY_ERR_STATE, "gpt2: acquire_params gave NULL for group %d", g);
-    return FERRY_OK;
+    return model_acquire(h, "gpt2", g, phase, s, p);
 }
 
 static ferry_status acquire_grads(const gpt2_hooks *h, int g, backend_stream *s, act_t **p)
 {
-    *p = NULL;
-    ferry_status st = h->acquire_grads(h->ctx, g, s, p);
-    if (st != FERRY_OK)
-        return err_wrap(st, "gpt2: acquiring the grads of group %d", g);
-    if (!*p)
-        return err_set(FERRY_ERR_STATE, "gpt2: acquire_grads gave NULL for group %d", g);
-    return FERRY_OK;
+    return model_acquire_grads(h, "gpt2", g, s, p);
 }
 
 static ferry_status release(const gpt2_hooks *h, int g, ferry_phase phase, backend_stream *s)
 {
-    ferry_status st = h->release(h->ctx, g, phase, s);
-    return st == FERRY_OK ? st : err_wrap(st, "gpt2: releasing group %d", g);
+    return model_release(h, "gpt2", g, phase, s);
 }
 
 /* ---- forward ---- */
@@ -398,22 +316,8 @@ static ferry_status block_forward(const gpt2_model *m, gpt2_activations *a, back
 static ferry_status stage_inputs(const gpt2_model *m, gpt2_activations *a, backend_stream *s,
                                  const int32_t *tokens, const int32_t *targets)
 {
-    int N = a->B * a->T, V = m->cfg.vocab_size;
-    for (int i = 0; i < N; i++)
-        if (tokens[i] < 0 || tokens[i] >= V)
-            return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                           "gpt2_forward: token %d at batch row %d, position %d is outside the "
-                           "vocabulary [0, %d); check the token data",
-                           (int)tokens[i], i / a->T, i % a->T, V);
-    int n_valid = 0;
-    for (int i = 0; targets && i < N; i++) {
-        if (targets[i] >= V)
-            return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                           "gpt2_forward: target %d at batch row %d, position %d is outside the "
-                           "vocabulary [0, %d) (negative targets are ignored)",
-                           (int)targets[i], i / a->T, i % a->T, V);
-        n_valid += targets[i] >= 0;
-    }
+    int N = a->B * a->T, n_valid = 0;
+    CHECK(model_check_batch("gpt2_forward", tokens, targets, a->B, a->T, m->cfg.vocab_size, &n_valid));
     CHECK(backend_event_synchronize(a->staged));
     size_t bytes = (size_t)N * sizeof(int32_t);
     memcpy(a->h_tokens, tokens, bytes);
@@ -433,15 +337,9 @@ static float loss_grad_scale(const gpt2_activations *a, float grad_scale)
     return a->n_valid > 0 ? grad_scale / (float)a->n_valid : 0.0f;
 }
 
-static ferry_status check_run(const gpt2_model *m, gpt2_activations *a, const gpt2_hooks *h,
-                              backend_stream *s, const char *who)
+static ferry_status check_run(const gpt2_model *m, gpt2_activations *a, const gpt2_hooks *h, backend_stream *s, const char *who)
 {
-    if (!m || !a || !s)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: NULL model, activations or stream", who);
-    if (backend_stream_backend(s) != a->be)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "%s: the stream belongs to another backend than the activations", who);
-    return check_hooks(h);
+    return model_check_run(who, m, a, s, a ? a->be : NULL, h);
 }
 
 ferry_status gpt2_forward(const gpt2_model *m, gpt2_activations *a, const gpt2_hooks *h,
@@ -590,11 +488,7 @@ ferry_status gpt2_loss(gpt2_activations *a, backend_stream *s, float *loss)
                        "gpt2_loss: no losses computed: run gpt2_forward with targets (and, with "
                        "for_backward, gpt2_backward) first");
     CHECK(backend_stream_synchronize(s));
-    double sum = 0.0;
-    int N = a->B * a->T;
-    for (int i = 0; i < N; i++)
-        sum += a->h_losses[i];
-    *loss = a->n_valid > 0 ? (float)(sum / a->n_valid) : 0.0f;
+    *loss = model_mean_loss(a->h_losses, a->B * a->T, a->n_valid);
     return FERRY_OK;
 }
 

@@ -26,6 +26,7 @@
 #include "ferry.h"
 #include "backend/backend.h"
 #include "backend/ops/ops.h"
+#include "models/model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -119,31 +120,12 @@ ferry_status gpt2_init_group(const gpt2_model *m, int group, uint64_t seed, floa
  * wte). Backward: acquire_params(0) and acquire_grads(0) first (the tied head
  * reads wte and adds into its gradient), then L+1, then blocks L..1 (each
  * acquire_params, acquire_grads, ..., release), release(0) last. */
-typedef struct gpt2_hooks {
-    void *ctx;
-    /* Device pointer of group g's params (act_t, layout above), after making
-     * stream s wait until they are there. */
-    ferry_status (*acquire_params)(void *ctx, int group, ferry_phase phase, backend_stream *s,
-                                   const act_t **params);
-    /* Group g's device gradient buffer: zeroed by the caller before the first
-     * micro-batch, accumulated into by backward. */
-    ferry_status (*acquire_grads)(void *ctx, int group, backend_stream *s, act_t **grads);
-    /* The model is done with group g in this phase (forward: params not
-     * needed until backward; backward: params and grads complete for this
-     * micro-batch): the caller may record an event on s and release/drain. */
-    ferry_status (*release)(void *ctx, int group, ferry_phase phase, backend_stream *s);
-} gpt2_hooks;
+typedef model_hooks gpt2_hooks;
 
 /* ---- activations ---- */
 
-/* Device memory for activations comes from the caller, so its arena can
- * account for it. `what` names the tensor ("block 3 qkv"); the memory must be
- * valid device memory of the backend, 256-byte aligned. */
-typedef struct gpt2_allocator {
-    void *ctx;
-    ferry_status (*alloc)(void *ctx, const char *what, size_t bytes, void **out);
-    void (*free)(void *ctx, void *ptr);
-} gpt2_allocator;
+/* Device memory for activations comes from the caller (models/model.h). */
+typedef model_allocator gpt2_allocator;
 
 /* An allocator on backend_alloc/backend_free of `be` (tests, tools). */
 gpt2_allocator gpt2_backend_allocator(backend *be);

@@ -7,11 +7,14 @@
 
 #include "engine/intree.h"
 #include "models/gpt2.h"
+#include "models/model_engine.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* GPT-2 described for models/model_engine.c (m must outlive it). */
+model_desc gpt2_desc(const gpt2_model *m);
 /* Hooks that route every acquire/release through engine e. */
 gpt2_hooks gpt2_engine_hooks(ferry_engine *e);
 /* An allocator on the engine's arena (category activations). */

@@ -7,11 +7,9 @@
 
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/error.h"
 
@@ -310,128 +308,6 @@ ferry_status gpt2_find_tensor(const gpt2_model *m, const char *name, int *group,
 
 /* ---- initialisation ---- */
 
-/* The draws of a tensor come in chunks of this many elements, each from its
- * own stream, so the chunks can be filled on every core at once and the bits
- * never depend on the number of threads. Even, so that a Box-Muller pair
- * never straddles two chunks. Chunk 0 draws from the tensor's own stream:
- * a tensor of at most one chunk has the values it always had. */
-#define INIT_CHUNK ((size_t)1 << 16)
-
-static uint64_t mix64(uint64_t z)
-{
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Unit normals, two per Box-Muller draw, from a splitmix64 stream. */
-static void fill_normal(float *out, size_t n, double std, uint64_t state)
-{
-    const double two_pi = 6.283185307179586;
-    for (size_t i = 0; i < n; i += 2) {
-        state = mix64(state);
-        double u1 = ((double)(state >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
-        state = mix64(state);
-        double u2 = (double)(state >> 11) * 0x1.0p-53;
-        double r = sqrt(-2.0 * log(u1));
-        out[i] = (float)(std * r * cos(two_pi * u2));
-        if (i + 1 < n)
-            out[i + 1] = (float)(std * r * sin(two_pi * u2));
-    }
-}
-
-/* One chunk of one tensor: elements [begin, end) of its span in the group. */
-typedef struct init_job {
-    float *dst;       /* the tensor's first element */
-    size_t begin, end;
-    size_t drawn;     /* elements [0, drawn) are real; the rest (wte's padded rows) stay 0 */
-    init_kind kind;
-    double std;
-    uint64_t stream;  /* the tensor's stream */
-} init_job;
-
-static void run_job(const init_job *j)
-{
-    size_t real_end = j->end < j->drawn ? j->end : j->drawn;
-    size_t real = real_end > j->begin ? real_end - j->begin : 0;
-    float *dst = j->dst + j->begin;
-    if (j->kind == INIT_NORMAL || j->kind == INIT_NORMAL_RESIDUAL) {
-        size_t chunk = j->begin / INIT_CHUNK;
-        fill_normal(dst, real, j->std, chunk == 0 ? j->stream : mix64(j->stream ^ mix64(chunk)));
-    } else {
-        for (size_t k = 0; k < real; k++)
-            dst[k] = j->kind == INIT_ONE ? 1.0f : 0.0f;
-    }
-    memset(dst + real, 0, (j->end - j->begin - real) * sizeof *dst);
-}
-
-typedef struct init_work {
-    const init_job *jobs;
-    size_t count;
-    size_t next; /* the next job to claim (atomic) */
-} init_work;
-
-static void *init_worker(void *arg)
-{
-    init_work *w = arg;
-    for (size_t j; (j = __atomic_fetch_add(&w->next, 1, __ATOMIC_RELAXED)) < w->count;)
-        run_job(&w->jobs[j]);
-    return NULL;
-}
-
-/* Threads to fill with: $FERRY_INIT_THREADS if set (1..1024), else every
- * online CPU; never more than there are jobs. */
-static int init_threads(size_t jobs)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *env = getenv("FERRY_INIT_THREADS");
-    if (env && atol(env) >= 1 && atol(env) <= 1024)
-        n = atol(env);
-    if (n < 1)
-        n = 1;
-    return (size_t)n > jobs ? (int)jobs : (int)n;
-}
-
-/* Runs every job on up to init_threads() threads, the caller among them.
- * A thread the system refuses only means fewer threads. */
-static void run_jobs(const init_job *jobs, size_t count)
-{
-    init_work w = {jobs, count, 0};
-    pthread_t tid[1024];
-    int started = 0, want = init_threads(count);
-    while (started < want - 1 && pthread_create(&tid[started], NULL, init_worker, &w) == 0)
-        started++;
-    init_worker(&w);
-    for (int i = 0; i < started; i++)
-        pthread_join(tid[i], NULL);
-}
-
-/* The chunk jobs of every tensor of a group, and the alignment gaps zeroed. */
-static size_t plan_jobs(const gpt2_model *m, int group, uint64_t seed, float *out, init_job *jobs)
-{
-    const gpt2_group *grp = &m->groups[group];
-    double residual_std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
-    size_t count = 0;
-    for (int i = 0; i < grp->count; i++) {
-        const gpt2_tensor *t = &grp->tensors[i];
-        size_t end = i + 1 < grp->count ? grp->tensors[i + 1].info.offset : grp->numel;
-        memset(out + t->info.offset + t->info.numel, 0, (end - t->info.offset - t->info.numel) * sizeof *out);
-        init_job j = {out + t->info.offset, 0, 0,
-                      /* only real rows are drawn: wte's padded rows stay 0 */
-                      t->info.ndim == 2 ? (size_t)t->info.hf_shape[0] * t->info.hf_shape[1] : t->info.numel,
-                      t->init, t->init == INIT_NORMAL_RESIDUAL ? residual_std : 0.02,
-                      mix64(mix64(seed) ^ ((uint64_t)group << 20) ^ (uint64_t)i)};
-        for (size_t b = 0; b < t->info.numel; b += INIT_CHUNK, count++) {
-            j.begin = b;
-            j.end = t->info.numel - b < INIT_CHUNK ? t->info.numel : b + INIT_CHUNK;
-            if (jobs)
-                jobs[count] = j;
-        }
-    }
-    return count;
-}
-
 ferry_status gpt2_init_group(const gpt2_model *m, int group, uint64_t seed, float *out)
 {
     if (!m || !out)
@@ -439,12 +315,23 @@ ferry_status gpt2_init_group(const gpt2_model *m, int group, uint64_t seed, floa
     if (group < 0 || group >= m->num_groups)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "gpt2_init_group: group %d does not exist (0..%d)",
                        group, m->num_groups - 1);
-    size_t count = plan_jobs(m, group, seed, out, NULL);
-    init_job *jobs = malloc((count ? count : 1) * sizeof *jobs);
-    if (!jobs)
-        return err_set(FERRY_ERR_OUT_OF_MEMORY, "gpt2_init_group: out of host memory for %zu chunks", count);
-    plan_jobs(m, group, seed, out, jobs);
-    run_jobs(jobs, count);
-    free(jobs);
-    return FERRY_OK;
+    const gpt2_group *grp = &m->groups[group];
+    model_init_tensor *ts = malloc((size_t)(grp->count ? grp->count : 1) * sizeof *ts);
+    if (!ts)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "gpt2_init_group: out of host memory");
+    double residual_std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
+    for (int i = 0; i < grp->count; i++) {
+        const gpt2_tensor *t = &grp->tensors[i];
+        bool normal = t->init == INIT_NORMAL || t->init == INIT_NORMAL_RESIDUAL;
+        ts[i] = (model_init_tensor){
+            .offset = t->info.offset,
+            .numel = t->info.numel,
+            /* only real rows are drawn: wte's padded rows stay 0 */
+            .drawn = t->info.ndim == 2 ? (size_t)t->info.hf_shape[0] * t->info.hf_shape[1] : t->info.numel,
+            .kind = normal ? MODEL_INIT_NORMAL : t->init == INIT_ONE ? MODEL_INIT_ONE : MODEL_INIT_ZERO,
+            .std = t->init == INIT_NORMAL_RESIDUAL ? residual_std : 0.02};
+    }
+    ferry_status st = model_init_fill(ts, grp->count, grp->numel, seed, group, out);
+    free(ts);
+    return st;
 }

@@ -1,5 +1,6 @@
-/* GPT-2 training's memory, predicted (see gpt2_plan.h): the model's group
- * sizes and activation plan, and the engine's memory plan, added up. */
+/* Training's memory, predicted (see gpt2_plan.h), for GPT-2 or the Llama
+ * family: the model's group sizes and activation plan, and the engine's
+ * memory plan, added up. */
 #include "models/gpt2_plan.h"
 
 #include <stdio.h>
@@ -19,35 +20,49 @@ static ferry_dtype device_dtype(ferry_backend_kind backend, ferry_dtype dtype)
     return backend == FERRY_BACKEND_CUDA ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F32;
 }
 
-/* The model's share: group sizes (for the engine), parameters. */
+/* The model's share: group sizes (for the engine), parameters, and its
+ * activation plan (GPT-2's, or the Llama family's when lm is set). */
 typedef struct plan_model {
     gpt2_model *m;
+    llama_model *lm;
+    int max_seq_len;
     size_t *numel;
     char (*names)[32];
     const char **name_of;
     int ngroups;
 } plan_model;
 
-static ferry_status model_open(const gpt2_config *cfg, plan_model *pm)
+static ferry_status model_open(const gpt2_plan_request *rq, plan_model *pm)
 {
     memset(pm, 0, sizeof *pm);
-    if (!cfg)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "gpt2 plan: the model configuration is NULL");
-    ferry_status st = gpt2_create(cfg, &pm->m);
+    if (!rq->cfg && !rq->llama)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "plan: the model configuration is NULL");
+    ferry_status st = rq->llama ? llama_create(rq->llama, &pm->lm) : gpt2_create(rq->cfg, &pm->m);
     if (st != FERRY_OK)
-        return err_wrap(st, "gpt2 plan: model");
-    pm->ngroups = gpt2_num_groups(pm->m);
+        return err_wrap(st, "plan: model");
+    pm->ngroups = pm->lm ? llama_num_groups(pm->lm) : gpt2_num_groups(pm->m);
+    pm->max_seq_len = pm->lm ? llama_get_config(pm->lm)->max_seq_len : gpt2_get_config(pm->m)->max_seq_len;
     pm->numel = calloc((size_t)pm->ngroups, sizeof *pm->numel);
     pm->names = calloc((size_t)pm->ngroups, sizeof *pm->names);
     pm->name_of = calloc((size_t)pm->ngroups, sizeof *pm->name_of);
     if (!pm->numel || !pm->names || !pm->name_of)
-        return err_set(FERRY_ERR_OUT_OF_MEMORY, "gpt2 plan: out of host memory");
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "plan: out of host memory");
     for (int g = 0; g < pm->ngroups; g++) {
-        pm->numel[g] = gpt2_group_numel(pm->m, g);
-        gpt2_group_label(pm->m, g, pm->names[g], sizeof pm->names[g]);
+        pm->numel[g] = pm->lm ? llama_group_numel(pm->lm, g) : gpt2_group_numel(pm->m, g);
+        if (pm->lm)
+            llama_group_label(pm->lm, g, pm->names[g], sizeof pm->names[g]);
+        else
+            gpt2_group_label(pm->m, g, pm->names[g], sizeof pm->names[g]);
         pm->name_of[g] = pm->names[g];
     }
     return FERRY_OK;
+}
+
+static size_t model_acts(const plan_model *pm, ferry_dtype act, int B, int T, bool recompute,
+                         void (*fn)(void *ctx, const char *what, size_t bytes), void *ctx)
+{
+    return pm->lm ? llama_activations_list(pm->lm, act, B, T, recompute, fn, ctx)
+                  : gpt2_activations_list(pm->m, act, B, T, recompute, fn, ctx);
 }
 
 static void model_close(plan_model *pm)
@@ -56,16 +71,17 @@ static void model_close(plan_model *pm)
     free(pm->names);
     free(pm->name_of);
     gpt2_destroy(pm->m);
+    llama_destroy(pm->lm);
     memset(pm, 0, sizeof *pm);
 }
 
-static ferry_status check_args(const gpt2_config *c, int B, int T)
+static ferry_status check_args(const plan_model *pm, int B, int T)
 {
-    if (B < 1 || T < 1 || T > c->max_seq_len)
+    if (B < 1 || T < 1 || T > pm->max_seq_len)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "gpt2 plan: batch %d x sequence %d; need batch >= 1 and 1 <= sequence <= the model's "
                        "context (%d)",
-                       B, T, c->max_seq_len);
+                       B, T, pm->max_seq_len);
     if ((int64_t)B * T > INT32_MAX)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "gpt2 plan: batch x sequence = %lld tokens is more than one micro-batch can hold (2^31 - 1)",
@@ -87,15 +103,14 @@ static ferry_status add_up(uint64_t *total, const uint64_t *parts)
 static ferry_status engine_request(const plan_model *pm, const gpt2_plan_request *r, const gpt2_plan_disk *disk, int B,
                                    engine_plan_request *rq, uint64_t *acts)
 {
-    const gpt2_config *c = gpt2_get_config(pm->m);
-    ferry_status st = check_args(c, B, r->seq);
+    ferry_status st = check_args(pm, B, r->seq);
     if (st != FERRY_OK)
         return st;
     ferry_dtype act = device_dtype(r->backend, r->dtype);
-    *acts = gpt2_activations_bytes(pm->m, act, B, r->seq, r->recompute);
+    *acts = model_acts(pm, act, B, r->seq, r->recompute, NULL, NULL);
     if (*acts == 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "gpt2 plan: the activations of batch %d x %d do not fit in 64 bits", B, r->seq);
+                       "plan: the activations of batch %d x %d do not fit in 64 bits (or the sequence is past the model's sliding window)", B, r->seq);
     *rq = (engine_plan_request){.backend = r->backend,
                                 .dtype = act,
                                 .offload = r->offload,
@@ -138,7 +153,7 @@ static ferry_status predict(const plan_model *pm, const gpt2_plan_request *r, co
     p.device_min_bytes = mode == FERRY_OFFLOAD_PARAMS ? ep.device_min_bytes : p.device_total;
     p.region_bytes = ep.region_bytes;
     p.prefetch_depth = ep.prefetch_depth;
-    p.num_params = gpt2_num_params(pm->m);
+    p.num_params = pm->lm ? llama_num_params(pm->lm) : gpt2_num_params(pm->m);
     for (int g = 0; g < pm->ngroups; g++)
         p.group_elems += pm->numel[g];
     p.groups = pm->ngroups;
@@ -175,7 +190,7 @@ ferry_status gpt2_plan_predict_disk(const gpt2_plan_request *rq, const gpt2_plan
     ferry_status st = check_request(rq, "gpt2_plan_predict");
     plan_model pm = {0};
     if (st == FERRY_OK)
-        st = model_open(rq->cfg, &pm);
+        st = model_open(rq, &pm);
     if (st == FERRY_OK)
         st = predict(&pm, rq, disk, rq->batch, out);
     model_close(&pm);
@@ -190,7 +205,7 @@ ferry_status gpt2_plan_max_batch(const gpt2_plan_request *rq, uint64_t device_bu
     ferry_status st = check_request(rq, "gpt2_plan_max_batch");
     plan_model pm = {0};
     if (st == FERRY_OK)
-        st = model_open(rq->cfg, &pm);
+        st = model_open(rq, &pm);
     gpt2_plan r;
     if (st == FERRY_OK)
         st = predict(&pm, rq, NULL, 1, &r);
@@ -248,7 +263,8 @@ ferry_status gpt2_plan_largest_model(const gpt2_plan_request *rq, const gpt2_pla
                                      uint64_t host_budget, uint64_t disk_budget, int *layers, gpt2_plan *plan)
 {
     if (!layers || !rq || !rq->cfg)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "gpt2_plan_largest_model: NULL argument");
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "gpt2_plan_largest_model: NULL argument (it searches GPT-2's dN shapes: a GPT-2 cfg is needed)");
     *layers = 0;
     ferry_status st = check_request(rq, "gpt2_plan_largest_model");
     if (st != FERRY_OK)
@@ -279,15 +295,14 @@ ferry_status gpt2_plan_largest_model(const gpt2_plan_request *rq, const gpt2_pla
 static ferry_status auto_at(const plan_model *pm, const gpt2_plan_request *r, const gpt2_plan_disk *disk,
                             uint64_t budget, uint64_t host, int B, bool recompute, gpt2_plan_auto_result *out)
 {
-    const gpt2_config *c = gpt2_get_config(pm->m);
-    ferry_status st = check_args(c, B, r->seq);
+    ferry_status st = check_args(pm, B, r->seq);
     if (st != FERRY_OK)
         return st;
     ferry_dtype act = device_dtype(r->backend, r->dtype);
-    uint64_t acts = gpt2_activations_bytes(pm->m, act, B, r->seq, recompute);
+    uint64_t acts = model_acts(pm, act, B, r->seq, recompute, NULL, NULL);
     if (acts == 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "gpt2 plan: the activations of batch %d x %d do not fit in 64 bits", B, r->seq);
+                       "plan: the activations of batch %d x %d do not fit in 64 bits (or the sequence is past the model's sliding window)", B, r->seq);
     engine_auto_request rq = {
         .plan = {.backend = r->backend,
                  .dtype = act,
@@ -363,7 +378,7 @@ ferry_status gpt2_plan_auto(const gpt2_plan_request *rq, const gpt2_plan_disk *d
     ferry_status st = auto_check(rq, device_budget, "gpt2_plan_auto");
     plan_model pm = {0};
     if (st == FERRY_OK)
-        st = model_open(rq->cfg, &pm);
+        st = model_open(rq, &pm);
     if (st == FERRY_OK)
         st = auto_pick(&pm, rq, disk, device_budget, host_available, rq->batch, out);
     model_close(&pm);
@@ -379,7 +394,7 @@ ferry_status gpt2_plan_auto_max_batch(const gpt2_plan_request *rq, const gpt2_pl
     ferry_status st = auto_check(rq, device_budget, "gpt2_plan_auto_max_batch");
     plan_model pm = {0};
     if (st == FERRY_OK)
-        st = model_open(rq->cfg, &pm);
+        st = model_open(rq, &pm);
     gpt2_plan_auto_result r;
     int lo = 0, hi = PLAN_MAX_BATCH;
     if (st == FERRY_OK && hi > INT32_MAX / rq->seq)
@@ -457,7 +472,7 @@ ferry_status gpt2_plan_layout(const gpt2_plan_request *rq, const gpt2_plan_disk 
     ferry_status st = check_request(rq, "gpt2_plan_layout");
     plan_model pm = {0};
     if (st == FERRY_OK)
-        st = model_open(rq->cfg, &pm);
+        st = model_open(rq, &pm);
     engine_plan_request er;
     uint64_t acts;
     engine_layout_entry *eng = NULL;
@@ -474,7 +489,7 @@ ferry_status gpt2_plan_layout(const gpt2_plan_request *rq, const gpt2_plan_disk 
         }
         /* The embedder's range: GPT-2's activations in the order it asks for them. */
         l.at = eng[i].offset;
-        gpt2_activations_list(pm.m, er.dtype, rq->batch, rq->seq, rq->recompute, add_activation, &l);
+        model_acts(&pm, er.dtype, rq->batch, rq->seq, rq->recompute, add_activation, &l);
     }
     free(eng);
     model_close(&pm);

@@ -1,4 +1,4 @@
-/* The memory of training GPT-2 through the engine, predicted without
+/* The memory of training GPT-2 or a Llama-family model through the engine, predicted without
  * allocating anything: the engine's state from engine_plan_memory (the same
  * layout table setup allocates from) and the activations from
  * gpt2_activations_bytes (the same plan gpt2_activations_create allocates
@@ -21,6 +21,7 @@
 #include "engine/intree.h"
 #include "ferry.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -57,7 +58,8 @@ typedef struct gpt2_plan {
  * the state (data parallelism: each rank's host holds 1/ranks of it in the
  * optimizer and params modes, and the device the reduce buffers). */
 typedef struct gpt2_plan_request {
-    const gpt2_config *cfg;
+    const gpt2_config *cfg;    /* GPT-2 ... */
+    const llama_config *llama; /* ... or, when not NULL, a model of the Llama family (cfg is then ignored) */
     int batch, seq;
     ferry_offload offload;
     bool recompute;

@@ -50,6 +50,7 @@ PRIVATE = {
     "backend/cuda_check.h",
     "optim/kernels.h",
     "models/gpt2_internal.h",
+    "models/llama_internal.h",
 }
 
 # Headers outside the layers' rules, with the test folders that may include them.
