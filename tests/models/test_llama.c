@@ -368,7 +368,41 @@ static void test_modes(const llama_config *c, const char *what)
         tap_diag("could not remove %s", dir);
 }
 
-int main(void)
+/* memprof plan's answer for Llama 3.1 8B on a 24 GiB card (params mode,
+ * recompute, seq 2048): it fits, and its host pool and largest batch are
+ * the planner's (the engine allocates the planner's pool: check_plan). */
+static void test_memprof(const char *memprof)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "'%s' plan --model llama3.1-8b --seq 2048 --gpu-mem 24GiB --offload params --recompute --batch 1 --json",
+             memprof);
+    FILE *p = popen(cmd, "r");
+    static char out[1 << 16];
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = '\0';
+    int rc = p ? pclose(p) : -1;
+    tap_ok(rc == 0, "memprof plan --model llama3.1-8b --seq 2048 --gpu-mem 24GiB --offload params --recompute: "
+                    "exit 0 (fits)");
+    llama_config c;
+    llama_config_preset("llama3.1-8b", &c);
+    gpt2_plan pl;
+    gpt2_plan_request rq = {.llama = &c, .batch = 1, .seq = 2048, .offload = FERRY_OFFLOAD_PARAMS, .recompute = true,
+                            .prefetch_groups = 2, .micro_batches = 1, .backend = FERRY_BACKEND_CUDA,
+                            .dtype = FERRY_DTYPE_AUTO, .ranks = 1, .device_budget = (uint64_t)24 << 30};
+    gpt2_plan_predict(&rq, &pl);
+    int max_b = 0;
+    gpt2_plan_max_batch(&rq, (uint64_t)24 << 30, &max_b);
+    char want[160];
+    snprintf(want, sizeof want, "\"host\":\t{\n\t\t\"total_bytes\":\t%llu", (unsigned long long)pl.host_total);
+    tap_ok(strstr(out, want) != NULL, "its host pool is the planner's: %.1f GiB, %.2f bytes a parameter",
+           (double)pl.host_total / (1 << 30), (double)pl.host_total / (double)pl.num_params);
+    snprintf(want, sizeof want, "\"max_batch\":\t%d", max_b);
+    tap_ok(max_b >= 1 && strstr(out, want) != NULL && strstr(out, "\"fits\":\ttrue"),
+           "it fits, largest batch %d x 2048", max_b);
+}
+
+int main(int argc, char **argv)
 {
     tap_diag("seed %llu", (unsigned long long)SEED);
     test_presets();
@@ -380,5 +414,7 @@ int main(void)
     test_recompute(&qwen2, "qwen2 (biases, tied)");
     test_modes(&llama3, "llama3");
     test_modes(&qwen2, "qwen2");
+    if (argc > 1)
+        test_memprof(argv[1]);
     return tap_done();
 }

@@ -381,9 +381,15 @@ static void plan_print_text(const mp_plan_args *a, const gpt2_config *c, const g
                             const plan_largest *big)
 {
     char x[32], y[32], z[32];
-    printf("model: %d layers, %d heads, %d wide, vocab %d (padded %d), context %d: %.1fM parameters\n",
-           c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->padded_vocab_size, c->max_seq_len,
-           (double)p->num_params / 1e6);
+    if (a->llama)
+        printf("model: %s (%s), %d layers, %d heads (%d key/value), %d wide, vocab %d (padded %d), context %d: "
+               "%.1fM parameters\n",
+               a->model, a->llama_cfg.model_type, c->n_layer, c->n_head, a->llama_cfg.n_kv_head, c->n_embd,
+               c->vocab_size, c->padded_vocab_size, c->max_seq_len, (double)p->num_params / 1e6);
+    else
+        printf("model: %d layers, %d heads, %d wide, vocab %d (padded %d), context %d: %.1fM parameters\n",
+               c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->padded_vocab_size, c->max_seq_len,
+               (double)p->num_params / 1e6);
     bool f16 = p->act_size == 2 && a->dtype == FERRY_DTYPE_F16;
     if (a->auto_asked)
         printf("auto: %s\n", a->auto_reason);
@@ -536,6 +542,9 @@ static void plan_print_json(const mp_plan_args *a, const gpt2_config *c, const g
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *m = cJSON_AddObjectToObject(o, "model");
+    cJSON_AddStringToObject(m, "family", a->llama ? a->llama_cfg.model_type : "gpt2");
+    if (a->llama)
+        cJSON_AddNumberToObject(m, "kv_heads", a->llama_cfg.n_kv_head);
     cJSON_AddNumberToObject(m, "layers", c->n_layer);
     cJSON_AddNumberToObject(m, "heads", c->n_head);
     cJSON_AddNumberToObject(m, "width", c->n_embd);
@@ -634,7 +643,8 @@ static int plan_auto(mp_plan_args *a, const gpt2_config *c, int *max_b)
         fprintf(stderr, "memprof plan: --offload auto chooses for a device budget; give --gpu-mem or --card\n");
         return 2;
     }
-    gpt2_plan_request rq = {.cfg = c, .batch = a->batch, .seq = a->seq, .offload = FERRY_OFFLOAD_AUTO,
+    gpt2_plan_request rq = {.cfg = c, .llama = a->llama ? &a->llama_cfg : NULL, .batch = a->batch, .seq = a->seq,
+                            .offload = FERRY_OFFLOAD_AUTO,
                             .recompute = a->recompute, .prefetch_groups = a->prefetch, .micro_batches = a->grad_accum,
                             .backend = a->backend, .dtype = a->dtype, .ranks = a->ranks, .device_budget = a->gpu_mem};
     gpt2_plan_disk tier = {a->nvme_master, a->nvme_window, a->nvme_block};
@@ -684,13 +694,14 @@ static int cmd_plan(int argc, char **argv)
     int max_b = 0;
     if (a.offload == FERRY_OFFLOAD_AUTO && (rc = plan_auto(&a, &c, &max_b)) != 0)
         return rc;
-    gpt2_plan_request rq = {.cfg = &c, .batch = a.batch, .seq = a.seq, .offload = a.offload, .recompute = a.recompute,
+    gpt2_plan_request rq = {.cfg = &c, .llama = a.llama ? &a.llama_cfg : NULL, .batch = a.batch, .seq = a.seq,
+                            .offload = a.offload, .recompute = a.recompute,
                             .prefetch_groups = a.prefetch, .micro_batches = a.grad_accum, .backend = a.backend,
                             .dtype = a.dtype, .ranks = a.ranks, .device_budget = a.gpu_mem};
     gpt2_plan_disk tier = {a.nvme_master, a.nvme_window, a.nvme_block}, *disk = plan_disk(&a) ? &tier : NULL;
     plan_largest big;
     memset(&big, 0, sizeof big);
-    big.asked = a.gpu_mem || a.host_mem || a.disk;
+    big.asked = !a.llama && (a.gpu_mem || a.host_mem || a.disk); /* the dN search is GPT-2's */
     ferry_status st = gpt2_plan_predict_disk(&rq, disk, &p);
     if (st == FERRY_OK && a.gpu_mem && !a.auto_asked)
         st = gpt2_plan_max_batch(&rq, a.gpu_mem, &max_b);

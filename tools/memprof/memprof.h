@@ -14,6 +14,7 @@
 #include "ferry.h"
 #include "engine/intree.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 #include "offload/trace.h"
 
 #define MP_POOLS 3 /* device, host, disk (trace_pool) */
@@ -205,7 +206,10 @@ typedef struct mp_report_args {
 } mp_report_args;
 
 typedef struct mp_plan_args {
-    const char *model;
+    const char *model;          /* a GPT-2 or Llama-family name, or a Hugging Face folder */
+    bool llama;                 /* the model is of the Llama family: llama_cfg (the gpt2_config filled for
+                                   the printouts only: layers, heads, width, vocabulary, context) */
+    llama_config llama_cfg;
     int layers, heads, width, vocab, context, batch, seq, prefetch, grad_accum;
     ferry_offload offload;
     ferry_backend_kind backend;

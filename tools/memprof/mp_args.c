@@ -129,15 +129,19 @@ void mp_plan_usage(FILE *f)
           "                    [--nvme-window SIZE] [--nvme-block SIZE] [--disk SIZE]\n"
           "\n"
           "Predicts, without running anything, the peak device and host memory of\n"
-          "training GPT-2 with train_gpt2's settings (its flags and defaults, but for\n"
-          "--backend: a plan is for a GPU, so cuda, where train_gpt2's auto runs on the\n"
-          "host backend on a machine without one), by category, from the sizes the\n"
-          "engine and the model allocate, and with --offload nvme the bytes the state\n"
-          "takes on disk. With --gpu-mem it says whether the run fits and the largest\n"
-          "batch that does; with any budget, the largest GPT-2-shaped model (dN) that\n"
-          "fits them all.\n"
+          "training GPT-2 or a Llama-family model with the trainer's settings (its\n"
+          "flags and defaults, but for --backend: a plan is for a GPU, so cuda, where\n"
+          "the trainer's auto runs on the host backend on a machine without one), by\n"
+          "category, from the sizes the engine and the model allocate, and with\n"
+          "--offload nvme the bytes the state takes on disk. With --gpu-mem it says\n"
+          "whether the run fits and the largest batch that does; with any budget, for\n"
+          "GPT-2, the largest GPT-2-shaped model (dN) that fits them all.\n"
           "\n"
-          "  --model NAME    gpt2, gpt2-medium, gpt2-large, gpt2-xl or dN (default d6)\n"
+          "  --model NAME    gpt2, gpt2-medium, gpt2-large, gpt2-xl or dN (default d6);\n"
+          "                  or of the Llama family, with its own vocabulary and context:\n"
+          "                  smollm2-135m, smollm2-360m, tinyllama-1.1b, llama3.2-1b,\n"
+          "                  llama3.2-3b, llama3.1-8b, llama2-7b, mistral-7b, qwen2.5-0.5b,\n"
+          "                  qwen2.5-1.5b, qwen2.5-7b or llama-dN\n"
           "  --layers L --heads H --width C   a custom model instead (all three)\n"
           "  --vocab V       vocabulary (default 50257, padded to a multiple of 128)\n"
           "  --context T     longest sequence the model supports (default 1024)\n"
@@ -329,9 +333,38 @@ static int plan_card(mp_plan_args *a)
     return 0;
 }
 
-/* The model from the flags, checked; 0 or 2. */
-static int plan_model_config(const mp_plan_args *a, gpt2_config *c)
+/* A Llama-family model by name: its config, and the figures the
+ * printouts share with GPT-2's in *c. 0 or 2. */
+static int plan_llama_config(mp_plan_args *a, gpt2_config *c)
 {
+    ferry_status st = llama_config_preset(a->model, &a->llama_cfg);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "memprof plan: %s\n", train_last_error());
+        return 2;
+    }
+    const llama_config *l = &a->llama_cfg;
+    a->llama = true;
+    *c = (gpt2_config){.n_layer = l->n_layer, .n_head = l->n_head, .n_embd = l->n_embd, .vocab_size = l->vocab_size,
+                       .padded_vocab_size = l->padded_vocab_size, .max_seq_len = l->max_seq_len};
+    if (a->layers || a->heads || a->width) {
+        fprintf(stderr, "memprof plan: --layers, --heads and --width make a GPT-2 shape; %s is a Llama-family model "
+                        "of its own shape\n", a->model);
+        return 2;
+    }
+    if (a->seq > l->max_seq_len || (l->sliding_window > 0 && a->seq > l->sliding_window)) {
+        fprintf(stderr, "memprof plan: --seq %d is longer than %s's %s (%d)\n", a->seq, a->model,
+                a->seq > l->max_seq_len ? "context" : "sliding window",
+                a->seq > l->max_seq_len ? l->max_seq_len : l->sliding_window);
+        return 2;
+    }
+    return 0;
+}
+
+/* The model from the flags, checked; 0 or 2. */
+static int plan_model_config(mp_plan_args *a, gpt2_config *c)
+{
+    if (llama_is_preset(a->model))
+        return plan_llama_config(a, c);
     int custom = (a->layers > 0) + (a->heads > 0) + (a->width > 0);
     if (custom && custom < 3)
         return plan_fail("a custom model needs --layers, --heads and --width together%s%s", "", "");
