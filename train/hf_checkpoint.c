@@ -11,8 +11,8 @@
 
 #include "common/error.h"
 #include "optim/half.h"
-#include "common/fileio.h"
 #include "train/bpe.h"
+#include "train/hf_json.h"
 #include "train/safetensors.h"
 
 /* Our [rows, cols] tensor to its HF form (transposed, or only the first rows). */
@@ -48,6 +48,9 @@ static size_t hf_numel(const gpt2_tensor_info *t)
     return t->ndim == 2 ? (size_t)t->hf_shape[0] * (size_t)t->hf_shape[1] : (size_t)t->hf_shape[0];
 }
 
+/* What a GPT-2 config.json looks like, for messages. */
+#define GPT2_EXAMPLE "{\"n_layer\": 12, ...}"
+
 static int count_tensors(const gpt2_model *m)
 {
     int n = 0;
@@ -77,31 +80,12 @@ static ferry_status write_config(const char *dir, const gpt2_model *m, const hf_
     }
     cJSON_AddBoolToObject(j, "tie_word_embeddings", 1);
     cJSON_AddStringToObject(j, "torch_dtype", "float32");
-    if (ferry && (ferry->run[0] || ferry->step >= 0)) {
-        cJSON *f = cJSON_AddObjectToObject(j, "ferry");
-        if (ferry->run[0])
-            cJSON_AddStringToObject(f, "run", ferry->run);
-        if (ferry->step >= 0)
-            cJSON_AddNumberToObject(f, "step", (double)ferry->step);
-    }
-    char *text = cJSON_Print(j);
-    cJSON_Delete(j);
-    if (!text)
-        return err_set(FERRY_ERR_OUT_OF_MEMORY, "writing config.json: out of memory");
+    hf_json_add_ferry(j, ferry);
     char path[4096];
-    fileio_atomic a;
-    int len = snprintf(path, sizeof path, "%s/config.json", dir);
-    ferry_status st = len > 0 && (size_t)len < sizeof path
-                          ? fileio_atomic_open(&a, path)
-                          : err_set(FERRY_ERR_INVALID_ARGUMENT, "the folder name '%s' is too long", dir);
-    if (st == FERRY_OK) {
-        st = fileio_atomic_write(&a, text, strlen(text));
-        if (st == FERRY_OK)
-            st = fileio_atomic_commit(&a);
-        else
-            fileio_atomic_abort(&a);
-    }
-    free(text);
+    ferry_status st = hf_path(path, sizeof path, dir, "config.json");
+    if (st == FERRY_OK)
+        st = hf_json_write(path, j);
+    cJSON_Delete(j);
     return st;
 }
 
@@ -128,22 +112,12 @@ ferry_status hf_save(const char *dir, const gpt2_model *m, float *const *groups,
         }
     char path[4096];
     char step[24];
-    snprintf(step, sizeof step, "%lld", ferry ? (long long)ferry->step : -1LL);
-    const char *meta[8] = {"format", "pt", "producer", "ferry train_gpt2"};
-    size_t n_meta = 2;
-    if (ferry && ferry->run[0]) {
-        meta[2 * n_meta] = "ferry_run";
-        meta[2 * n_meta++ + 1] = ferry->run;
-    }
-    if (ferry && ferry->step >= 0) {
-        meta[2 * n_meta] = "ferry_step";
-        meta[2 * n_meta++ + 1] = step;
-    }
+    const char *meta[8];
+    size_t n_meta = hf_ferry_metadata(ferry, "ferry train_gpt2", meta, step);
     sft_writer *w = NULL;
-    int len = snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    ferry_status st = len > 0 && (size_t)len < sizeof path
-                          ? sft_writer_begin(path, ts, (size_t)n, meta, n_meta, &w)
-                          : err_set(FERRY_ERR_INVALID_ARGUMENT, "the folder name '%s' is too long", dir);
+    ferry_status st = hf_path(path, sizeof path, dir, "model.safetensors");
+    if (st == FERRY_OK)
+        st = sft_writer_begin(path, ts, (size_t)n, meta, n_meta, &w);
     for (k = 0; k < n && st == FERRY_OK; k++) {
         size_t count = hf_numel(&info[k]);
         float *buf = malloc(count * sizeof(float));
@@ -248,18 +222,6 @@ ferry_status hf_load(const char *path, const gpt2_model *m, float *const *groups
     return st;
 }
 
-/* What a JSON value is, for a message: "the string \"2\"", "true", ... */
-static void describe(const cJSON *v, char *buf, size_t cap)
-{
-    if (cJSON_IsString(v))
-        snprintf(buf, cap, "the string \"%.40s\"", v->valuestring);
-    else if (cJSON_IsNumber(v))
-        snprintf(buf, cap, "%.15g", v->valuedouble);
-    else
-        snprintf(buf, cap, "%s", cJSON_IsBool(v) ? (cJSON_IsTrue(v) ? "true" : "false")
-                                 : cJSON_IsNull(v) ? "null" : cJSON_IsArray(v) ? "an array" : "an object");
-}
-
 /* config[key] as a whole number in 1..2^30; `fallback` when absent (or
  * FERRY_ERR_FORMAT if fallback < 0: the key is required). */
 static ferry_status json_int(const char *path, const cJSON *j, const char *key, int fallback, int *out)
@@ -271,64 +233,13 @@ static ferry_status json_int(const char *path, const cJSON *j, const char *key, 
                              : err_set(FERRY_ERR_FORMAT, "model config '%s' has no \"%s\"; a GPT-2 config.json gives "
                                        "n_layer, n_head and n_embd as whole numbers", path, key);
     }
-    double d = cJSON_IsNumber(v) ? v->valuedouble : 0;
-    if (!cJSON_IsNumber(v) || !(d >= 1 && d <= (double)(1 << 30)) || d != (double)(int)d) {
+    if (!hf_json_whole(v, 1, (double)(1 << 30))) {
         char what[64];
-        describe(v, what, sizeof what);
+        hf_json_describe(v, what, sizeof what);
         return err_set(FERRY_ERR_FORMAT, "model config '%s': \"%s\" is %s, not a whole number from 1 to 2^30; "
                        "write it as a JSON number, e.g. \"%s\": 12", path, key, what, key);
     }
-    *out = (int)d;
-    return FERRY_OK;
-}
-
-/* The first key that appears twice in an object, at any depth, or NULL:
- * cJSON keeps both, and which one a reader takes is anyone's guess. */
-static const char *duplicate_key(const cJSON *j)
-{
-    for (const cJSON *a = j ? j->child : NULL; a; a = a->next) {
-        if (cJSON_IsObject(j))
-            for (const cJSON *b = a->next; b; b = b->next)
-                if (a->string && b->string && strcmp(a->string, b->string) == 0)
-                    return a->string;
-        const char *inner = cJSON_IsObject(a) || cJSON_IsArray(a) ? duplicate_key(a) : NULL;
-        if (inner)
-            return inner;
-    }
-    return NULL;
-}
-
-/* Parses text as one JSON object, with nothing but blanks after it and no
- * key twice. `what` names the file in messages. */
-static ferry_status parse_object(const char *path, const char *text, size_t len, cJSON **out)
-{
-    const char *end = NULL;
-    *out = NULL;
-    cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (!j) {
-        size_t at = end && end >= text ? (size_t)(end - text) : 0;
-        return err_set(FERRY_ERR_FORMAT, "model config '%s' is not valid JSON (at byte %zu of %zu): cut short, or "
-                       "edited by hand? A config.json is {\"n_layer\": 12, ...}", path, at, len);
-    }
-    size_t at = end ? (size_t)(end - text) : len;
-    while (at < len && (text[at] == ' ' || text[at] == '\t' || text[at] == '\n' || text[at] == '\r'))
-        at++;
-    const char *dup = duplicate_key(j);
-    ferry_status st = FERRY_OK;
-    if (!cJSON_IsObject(j))
-        st = err_set(FERRY_ERR_FORMAT, "'%s' is not a JSON object: cut short, not JSON, or not {...} "
-                     "(a config.json is {\"n_layer\": 12, ...})", path);
-    else if (at < len)
-        st = err_set(FERRY_ERR_FORMAT, "model config '%s' has %zu bytes after its JSON object (from byte %zu): two "
-                     "files run together, or a bad edit; a config.json is one object", path, len - at, at);
-    else if (dup)
-        st = err_set(FERRY_ERR_FORMAT, "model config '%s' gives \"%s\" twice; which one is meant cannot be told: "
-                     "keep one", path, dup);
-    if (st != FERRY_OK) {
-        cJSON_Delete(j);
-        return st;
-    }
-    *out = j;
+    *out = (int)v->valuedouble;
     return FERRY_OK;
 }
 
@@ -344,7 +255,7 @@ static ferry_status expect_string(const char *path, const cJSON *j, const char *
         if (strcmp(v->valuestring, allowed[i]) == 0)
             return FERRY_OK;
     char what[64];
-    describe(v, what, sizeof what);
+    hf_json_describe(v, what, sizeof what);
     return err_set(FERRY_ERR_FORMAT, "model config '%s': \"%s\" is %s; ferry implements only \"%s\" (%s)", path, key,
                    what, allowed[0], says);
 }
@@ -355,18 +266,10 @@ static ferry_status expect_bool(const char *path, const cJSON *j, const char *ke
     if (!v || (cJSON_IsBool(v) && (bool)cJSON_IsTrue(v) == want))
         return FERRY_OK;
     char what[64];
-    describe(v, what, sizeof what);
+    hf_json_describe(v, what, sizeof what);
     return err_set(FERRY_ERR_FORMAT, "model config '%s': \"%s\" is %s; ferry implements only %s (%s)", path, key,
                    what, want ? "true" : "false", says);
 }
-
-/* Keys that change what GPT-2 computes, each to the one value ferry
- * implements; dropout rates are read as numbers and not applied (ferry
- * trains without dropout). */
-/* The dtype names of config.json's torch_dtype and the safetensors type of
- * each; NULL ends it. */
-static const struct { const char *name; ferry_dtype dtype; } torch_dtypes[] = {
-    {"float32", FERRY_DTYPE_F32}, {"float16", FERRY_DTYPE_F16}, {"bfloat16", FERRY_DTYPE_BF16}, {NULL, FERRY_DTYPE_F32}};
 
 /* torch_dtype, when given, names a type GPT-2 weights are stored in; *dtype
  * gets it (F32 when absent; *given says whether it was). */
@@ -375,15 +278,10 @@ static ferry_status read_torch_dtype(const char *path, const cJSON *j, ferry_dty
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "torch_dtype");
     *dtype = FERRY_DTYPE_F32;
     *given = v != NULL;
-    for (int i = 0; v && cJSON_IsString(v) && torch_dtypes[i].name; i++)
-        if (strcmp(v->valuestring, torch_dtypes[i].name) == 0) {
-            *dtype = torch_dtypes[i].dtype;
-            return FERRY_OK;
-        }
-    if (!v)
+    if (!v || (cJSON_IsString(v) && hf_torch_dtype_parse(v->valuestring, dtype)))
         return FERRY_OK;
     char what[64];
-    describe(v, what, sizeof what);
+    hf_json_describe(v, what, sizeof what);
     return err_set(FERRY_ERR_FORMAT, "model config '%s': \"torch_dtype\" is %s; GPT-2 weights are \"float32\", "
                    "\"float16\" or \"bfloat16\"", path, what);
 }
@@ -399,7 +297,7 @@ static ferry_status check_token_id(const char *path, const cJSON *j, const char 
          v->valuedouble == (double)(int32_t)v->valuedouble))
         return FERRY_OK;
     char what[64];
-    describe(v, what, sizeof what);
+    hf_json_describe(v, what, sizeof what);
     return err_set(FERRY_ERR_FORMAT, "model config '%s': \"%s\" is %s, not a token id (a whole number >= 0); "
                    "GPT-2's is 50256", path, key, what);
 }
@@ -424,14 +322,14 @@ static ferry_status check_semantics(const char *path, const cJSON *j, int n_embd
     const cJSON *eps = cJSON_GetObjectItemCaseSensitive(j, "layer_norm_epsilon");
     if (eps && !(cJSON_IsNumber(eps) && fabs(eps->valuedouble - 1e-5) <= 1e-12)) {
         char what[64];
-        describe(eps, what, sizeof what);
+        hf_json_describe(eps, what, sizeof what);
         return err_set(FERRY_ERR_FORMAT, "model config '%s': \"layer_norm_epsilon\" is %s; ferry's layer norm uses "
                        "1e-05 (GPT-2's), and a model trained with another would compute differently here", path, what);
     }
     const cJSON *inner = cJSON_GetObjectItemCaseSensitive(j, "n_inner");
     if (inner && !cJSON_IsNull(inner) && !(cJSON_IsNumber(inner) && inner->valuedouble == 4.0 * n_embd)) {
         char what[64];
-        describe(inner, what, sizeof what);
+        hf_json_describe(inner, what, sizeof what);
         return err_set(FERRY_ERR_FORMAT, "model config '%s': \"n_inner\" is %s; ferry's MLP is 4 x n_embd = %d wide "
                        "(null means that too)", path, what, 4 * n_embd);
     }
@@ -448,7 +346,7 @@ static ferry_status check_semantics(const char *path, const cJSON *j, int n_embd
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, rates[i]);
         if (v && !(cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 1)) {
             char what[64];
-            describe(v, what, sizeof what);
+            hf_json_describe(v, what, sizeof what);
             return err_set(FERRY_ERR_FORMAT, "model config '%s': \"%s\" is %s, not a rate in [0, 1)", path, rates[i],
                            what);
         }
@@ -466,51 +364,13 @@ static ferry_status check_semantics(const char *path, const cJSON *j, int n_embd
     return FERRY_OK;
 }
 
-/* run: 32 hex digits. */
-static bool is_run_id(const char *s)
-{
-    size_t n = 0;
-    while (s[n] && strchr("0123456789abcdef", s[n]))
-        n++;
-    return n == 32 && !s[n];
-}
-
-/* The "ferry" object, if any: {"run": "<32 hex digits>", "step": N}. */
-static ferry_status read_ferry(const char *path, const cJSON *j, hf_ferry_info *out)
-{
-    out->run[0] = '\0';
-    out->step = -1;
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(j, "ferry");
-    if (!f)
-        return FERRY_OK;
-    const cJSON *run = cJSON_GetObjectItemCaseSensitive(f, "run");
-    const cJSON *step = cJSON_GetObjectItemCaseSensitive(f, "step");
-    if (!cJSON_IsObject(f) || (run && !(cJSON_IsString(run) && is_run_id(run->valuestring))) ||
-        (step && !(cJSON_IsNumber(step) && step->valuedouble >= 0 && step->valuedouble < 9.0e15 &&
-                   step->valuedouble == (double)(int64_t)step->valuedouble)))
-        return err_set(FERRY_ERR_FORMAT, "model config '%s': its \"ferry\" fields are damaged (a run is 32 hex "
-                       "digits, a step a whole number >= 0): put back the config.json saved with the checkpoint",
-                       path);
-    if (run)
-        snprintf(out->run, sizeof out->run, "%s", run->valuestring);
-    if (step)
-        out->step = (int64_t)step->valuedouble;
-    return FERRY_OK;
-}
-
 ferry_status hf_read_config_ferry(const char *config_json, gpt2_config *out, hf_ferry_info *ferry)
 {
-    char *text = NULL;
-    size_t len = 0;
     hf_ferry_info none;
     if (!ferry)
         ferry = &none;
-    ferry_status st = fileio_read(config_json, "model config", &text, &len);
-    if (st != FERRY_OK)
-        return st;
     cJSON *j = NULL;
-    st = parse_object(config_json, text, len, &j);
-    free(text);
+    ferry_status st = hf_json_read_object(config_json, "model config", GPT2_EXAMPLE, &j);
     if (st != FERRY_OK)
         return st;
     int L = 0, H = 0, C = 0, V = 0, T = 0;
@@ -526,7 +386,7 @@ ferry_status hf_read_config_ferry(const char *config_json, gpt2_config *out, hf_
     if (st == FERRY_OK)
         st = check_semantics(config_json, j, C, T);
     if (st == FERRY_OK)
-        st = read_ferry(config_json, j, ferry);
+        st = hf_json_read_ferry(config_json, j, ferry);
     cJSON_Delete(j);
     if (st != FERRY_OK)
         return st;
@@ -536,15 +396,10 @@ ferry_status hf_read_config_ferry(const char *config_json, gpt2_config *out, hf_
 
 ferry_status hf_check_torch_dtype(const char *config_json, const char *safetensors)
 {
-    char *text = NULL;
-    size_t len = 0;
     cJSON *j = NULL;
     ferry_dtype want;
     bool given = false;
-    ferry_status st = fileio_read(config_json, "model config", &text, &len);
-    if (st == FERRY_OK)
-        st = parse_object(config_json, text, len, &j);
-    free(text);
+    ferry_status st = hf_json_read_object(config_json, "model config", GPT2_EXAMPLE, &j);
     if (st == FERRY_OK)
         st = read_torch_dtype(config_json, j, &want, &given);
     cJSON_Delete(j);
@@ -553,10 +408,7 @@ ferry_status hf_check_torch_dtype(const char *config_json, const char *safetenso
     sft_file *f = NULL;
     if ((st = sft_open(safetensors, &f)) != FERRY_OK)
         return st;
-    const char *said = "";
-    for (int i = 0; torch_dtypes[i].name; i++)
-        if (torch_dtypes[i].dtype == want)
-            said = torch_dtypes[i].name;
+    const char *said = hf_torch_dtype_name(want);
     for (size_t i = 0; i < sft_count(f) && st == FERRY_OK; i++) {
         const sft_tensor *t = sft_tensor_at(f, i);
         if (!ignorable(t->name) && t->dtype != want)
@@ -595,7 +447,7 @@ ferry_status hf_read_weights_identity(const char *safetensors, hf_ferry_info *ou
     const char *run = sft_metadata(f, "ferry_run"), *step = sft_metadata(f, "ferry_step");
     char *end = NULL;
     long long v = step ? strtoll(step, &end, 10) : -1;
-    if ((run && !is_run_id(run)) || (step && (!*step || *end || v < 0)))
+    if ((run && !hf_is_run_id(run)) || (step && (!*step || *end || v < 0)))
         st = err_set(FERRY_ERR_FORMAT, "'%s': its ferry_run / ferry_step metadata are damaged (\"%s\", \"%s\")",
                      safetensors, run ? run : "", step ? step : "");
     else {

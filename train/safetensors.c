@@ -1,7 +1,8 @@
 /* safetensors writer and checked reader (see safetensors.h). The header is
  * built and parsed with cJSON; the file is written through fileio.h's atomic
- * writer and read through one read-only mapping, its tensors' checksum
- * through pread (a file cut short under the mapping would be a SIGBUS). */
+ * writer and read through one read-only mapping (the header), its tensors'
+ * bytes and checksum through pread (a file cut short under the mapping
+ * would be a SIGBUS). */
 #include "train/safetensors.h"
 
 #include <cjson/cJSON.h>
@@ -566,6 +567,23 @@ static uint64_t part_start(uint64_t n, int part, int parts)
     return n / (uint64_t)parts * (uint64_t)part + n % (uint64_t)parts * (uint64_t)part / (uint64_t)parts;
 }
 
+/* n bytes of the tensors' data from `at` into buf, through pread; `tensor`
+ * (may be NULL) names what is read in messages. */
+static ferry_status read_data(const sft_file *f, const char *tensor, char *buf, size_t n, uint64_t at)
+{
+    for (size_t done = 0; done < n;) {
+        ssize_t r = pread(f->fd, buf + done, n - done, (off_t)(f->data_off + at + done));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return err_set(r < 0 ? FERRY_ERR_IO : FERRY_ERR_FORMAT, "reading safetensors '%s'%s%s%s: %s", f->path,
+                           tensor ? ", tensor '" : "", tensor ? tensor : "", tensor ? "'" : "",
+                           r < 0 ? strerror(errno) : "it became shorter while it was read");
+        done += (size_t)r;
+    }
+    return FERRY_OK;
+}
+
 ferry_status sft_data_checksum_part(const sft_file *f, int part, int parts, sft_checksum *out)
 {
     enum { CHUNK = 1 << 20 };
@@ -578,19 +596,23 @@ ferry_status sft_data_checksum_part(const sft_file *f, int part, int parts, sft_
     ferry_status st = FERRY_OK;
     for (uint64_t at = lo; at < hi && st == FERRY_OK;) {
         size_t n = hi - at < CHUNK ? (size_t)(hi - at) : CHUNK;
-        ssize_t r = pread(f->fd, buf, n, (off_t)(f->data_off + at));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            st = err_set(r < 0 ? FERRY_ERR_IO : FERRY_ERR_FORMAT, "reading safetensors '%s': %s", f->path,
-                         r < 0 ? strerror(errno) : "it became shorter while it was read");
-        else {
-            out->crc32c = crc32c(out->crc32c, buf, (size_t)r);
-            at += (uint64_t)r;
+        if ((st = read_data(f, NULL, buf, n, at)) == FERRY_OK) {
+            out->crc32c = crc32c(out->crc32c, buf, n);
+            at += n;
         }
     }
     free(buf);
     return st;
+}
+
+ferry_status sft_read(const sft_file *f, const sft_tensor *t, uint64_t offset, void *buf, uint64_t len)
+{
+    if (!f || !t || t < f->tensors || t >= f->tensors + f->n || offset > t->nbytes || len > t->nbytes - offset ||
+        (len && !buf))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "sft_read: bytes [%llu, +%llu) of a tensor that is not the "
+                       "file's, outside it, or into no buffer", (unsigned long long)offset, (unsigned long long)len);
+    uint64_t begin = (uint64_t)((const char *)t->data - (const char *)f->map) - f->data_off;
+    return read_data(f, t->name, buf, (size_t)len, begin + offset);
 }
 
 ferry_status sft_data_checksum(const sft_file *f, sft_checksum *out) { return sft_data_checksum_part(f, 0, 1, out); }

@@ -91,6 +91,12 @@ ferry_status sft_data_checksum(const sft_file *f, sft_checksum *out);
  * reads its part, and crc32c_combine in part order gives the whole's. */
 ferry_status sft_data_checksum_part(const sft_file *f, int part, int parts, sft_checksum *out);
 
+/* Reads bytes [offset, offset + len) of tensor t (one of f's) into buf
+ * through the file, not the mapping: nothing of the file stays resident
+ * in the process after it, and a file cut short since sft_open is
+ * FERRY_ERR_FORMAT naming it and the tensor, not a SIGBUS. Any thread. */
+ferry_status sft_read(const sft_file *f, const sft_tensor *t, uint64_t offset, void *buf, uint64_t len);
+
 /* A "__metadata__" value, or NULL. */
 const char *sft_metadata(const sft_file *f, const char *key);
 

@@ -32,6 +32,7 @@
 #include "tests/tap.h"
 #include "train/safetensors.h"
 #include "train/hf_checkpoint.h"
+#include "tests/train/sft_edit.h"
 
 #define B_ 2
 #define T_ 64
@@ -183,37 +184,6 @@ static void test_round_trip(fixture *fx, float **groups, const gpt2_config *cfg)
 
 /* ---- bad files ---- */
 
-typedef struct edit {
-    const char *drop;    /* leave this tensor out */
-    const char *reshape; /* give this one shape {s0, s1} (same element count) */
-    int64_t s0, s1;
-    const char *retype;  /* make this one I32 (same bytes) */
-} edit;
-
-static ferry_status rewrite(const char *src, const char *dst, const edit *ed)
-{
-    sft_file *f = NULL;
-    ferry_status st = sft_open(src, &f);
-    if (st != FERRY_OK)
-        return st;
-    size_t n = sft_count(f), k = 0;
-    sft_tensor *ts = calloc(n, sizeof *ts);
-    for (size_t i = 0; i < n; i++) {
-        sft_tensor t = *sft_tensor_at(f, i);
-        if (ed->drop && strcmp(t.name, ed->drop) == 0)
-            continue;
-        if (ed->reshape && strcmp(t.name, ed->reshape) == 0)
-            t.ndim = 2, t.shape[0] = ed->s0, t.shape[1] = ed->s1;
-        if (ed->retype && strcmp(t.name, ed->retype) == 0)
-            t.dtype = FERRY_DTYPE_I32;
-        ts[k++] = t;
-    }
-    st = sft_write(dst, ts, k, NULL, 0);
-    free(ts);
-    sft_close(f);
-    return st;
-}
-
 static void expect_refused(const char *file, const gpt2_model *m, const char *names, const char *what)
 {
     float **g = groups_alloc(m);
@@ -314,18 +284,18 @@ static void test_bad_files(const gpt2_model *m)
     char ours[300], bad[300];
     path_in(ours, sizeof ours, "ours/model.safetensors");
     path_in(bad, sizeof bad, "bad.safetensors");
-    static const struct { edit e; const char *name, *what; } cases[] = {
-        {{NULL, "transformer.h.1.mlp.c_fc.weight", 256, 64, NULL}, "transformer.h.1.mlp.c_fc.weight",
+    static const struct { sft_edit e; const char *name, *what; } cases[] = {
+        {{.reshape = "transformer.h.1.mlp.c_fc.weight", .s0 = 256, .s1 = 64}, "transformer.h.1.mlp.c_fc.weight",
          "a Conv1D weight stored [out, in]"},
-        {{NULL, "transformer.wte.weight", 250, 128, NULL}, "transformer.wte.weight", "wte of another shape"},
-        {{"transformer.h.1.ln_2.bias", NULL, 0, 0, NULL}, "transformer.h.1.ln_2.bias", "a missing tensor"},
-        {{NULL, NULL, 0, 0, "transformer.ln_f.weight"}, "transformer.ln_f.weight", "an I32 tensor"},
+        {{.reshape = "transformer.wte.weight", .s0 = 250, .s1 = 128}, "transformer.wte.weight", "wte of another shape"},
+        {{.drop = "transformer.h.1.ln_2.bias"}, "transformer.h.1.ln_2.bias", "a missing tensor"},
+        {{.retype = "transformer.ln_f.weight"}, "transformer.ln_f.weight", "an I32 tensor"},
         /* A 1-D tensor stored 2-D: the message printed [8, 8] and "[640]" for [64]. */
-        {{NULL, "transformer.ln_f.weight", 8, 8, NULL}, "has shape [8, 8], the model expects [64]",
+        {{.reshape = "transformer.ln_f.weight", .s0 = 8, .s1 = 8}, "has shape [8, 8], the model expects [64]",
          "a 1-D weight stored as 8 x 8"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (!tap_is_status(rewrite(ours, bad, &cases[i].e), FERRY_OK, "bad file: %s written", cases[i].what))
+        if (!tap_is_status(sft_rewrite(ours, bad, &cases[i].e), FERRY_OK, "bad file: %s written", cases[i].what))
             continue;
         expect_refused(bad, m, cases[i].name, cases[i].what);
     }
