@@ -1,8 +1,8 @@
-/* The batch loader over llm.c token shards (see dataloader.h): opening and
- * checking shards, the window index, the per-epoch permutation and the
- * saved/restored position. Shards are read with pread into a buffer, never
- * mapped: a shard cut short or rewritten while training is an error message,
- * not a SIGBUS. */
+/* The batch loader over llm.c token shards of either format (see
+ * dataloader.h): opening and checking shards, the window index, the
+ * per-epoch permutation and the saved/restored position. Shards are read
+ * with pread into a buffer, never mapped: a shard cut short or rewritten
+ * while training is an error message, not a SIGBUS. */
 #include "train/dataloader.h"
 
 #include <errno.h>
@@ -23,6 +23,8 @@ typedef struct loader_shard {
     uint64_t size;      /* bytes when opened; any change later is an error */
     struct timespec mtime;
     uint64_t count;
+    tok_shard_format format;
+    size_t tok_bytes;   /* 2 or 4, as the format says */
     uint64_t hash;      /* of the tokens' bytes, taken while checking them at open */
     uint64_t first_window; /* global index of its first window */
     uint64_t windows;
@@ -36,11 +38,13 @@ struct tok_loader {
     uint64_t epoch, index;
     uint32_t *perm;     /* this epoch's window order (shuffled mode) */
     uint64_t perm_epoch;
-    uint16_t *window;   /* B*T+1 tokens read for one batch */
+    uint32_t vocab;     /* every token is below it: cfg.vocab_size, or the format's range when that is 0 */
+    void *window;       /* B*T+1 tokens read for one batch, as the shards hold them */
     tok_loader_batch_info last;
 };
 
 #define SCAN_TOKENS ((size_t)1 << 16) /* tokens read at a time when checking a shard */
+#define INT32_RANGE 0x80000000u       /* tokens come out as int32: a uint32 one must be below 2^31 */
 
 static uint64_t mix64(uint64_t z)
 {
@@ -115,15 +119,23 @@ static ferry_status open_shard(tok_loader *l, const char *path)
         return err_set(FERRY_ERR_IO, "cannot read token shard '%s': %s", path, strerror(errno));
     s->size = (uint64_t)sb.st_size;
     s->mtime = sb.st_mtim;
-    return tok_shard_check_header(path, head, (size_t)got, s->size, &s->count);
+    if ((st = tok_shard_check_header(path, head, (size_t)got, s->size, &s->count, &s->format)) != FERRY_OK)
+        return st;
+    s->tok_bytes = tok_shard_token_bytes(s->format);
+    const loader_shard *first = &l->shards[0];
+    if (s->format != first->format)
+        return err_set(FERRY_ERR_FORMAT, "token shards '%s' (%s) and '%s' (%s) are of two formats; one loader "
+                       "reads shards of one format, written with one tokenizer: give shards of one kind",
+                       first->path, tok_shard_format_name(first->format), path, tok_shard_format_name(s->format));
+    return FERRY_OK;
 }
 
 /* Reads n tokens from token index `first` of s into buf; FERRY_ERR_IO naming
  * the shard when the file no longer has them. */
-static ferry_status read_tokens(const loader_shard *s, uint64_t first, size_t n, uint16_t *buf)
+static ferry_status read_tokens(const loader_shard *s, uint64_t first, size_t n, void *buf)
 {
-    size_t want = n * sizeof *buf, done = 0;
-    off_t at = (off_t)(TOK_SHARD_HEADER_BYTES + 2 * first);
+    size_t want = n * s->tok_bytes, done = 0;
+    off_t at = (off_t)(TOK_SHARD_HEADER_BYTES + s->tok_bytes * first);
     while (done < want) {
         ssize_t r = pread(s->fd, (char *)buf + done, want - done, at + (off_t)done);
         if (r < 0 && errno == EINTR)
@@ -139,34 +151,49 @@ static ferry_status read_tokens(const loader_shard *s, uint64_t first, size_t n,
     return FERRY_OK;
 }
 
-static ferry_status check_range(const loader_shard *s, const uint16_t *t, size_t n, uint64_t first, uint32_t vocab)
+static uint32_t token_at(const void *t, size_t tok_bytes, size_t i)
 {
-    for (size_t i = 0; i < n; i++)
-        if (t[i] >= vocab) {
-            uint64_t k = first + i;
-            return err_set(FERRY_ERR_FORMAT, "token shard '%s': token %u at index %llu (byte offset %llu) is not "
-                           "below the vocabulary size %u; wrong tokenizer or a corrupt file",
-                           s->path, t[i], (unsigned long long)k,
-                           (unsigned long long)(TOK_SHARD_HEADER_BYTES + 2 * k), vocab);
-        }
-    return FERRY_OK;
+    return tok_bytes == 2 ? ((const uint16_t *)t)[i] : ((const uint32_t *)t)[i];
+}
+
+/* Every token of t[0..n), the shard's tokens from index `first` on, must be
+ * below the loader's bound; FERRY_ERR_FORMAT naming the first that is not. */
+static ferry_status check_range(const tok_loader *l, const loader_shard *s, const void *t, size_t n, uint64_t first)
+{
+    size_t i = 0;
+    if (s->tok_bytes == 2)
+        for (const uint16_t *p = t; i < n && p[i] < l->vocab; i++)
+            ;
+    else
+        for (const uint32_t *p = t; i < n && p[i] < l->vocab; i++)
+            ;
+    if (i == n)
+        return FERRY_OK;
+    uint64_t k = first + i;
+    return err_set(FERRY_ERR_FORMAT, "token shard '%s': token %u at index %llu (byte offset %llu) is not below %s "
+                   "%u; wrong tokenizer or a corrupt file", s->path, token_at(t, s->tok_bytes, i),
+                   (unsigned long long)k, (unsigned long long)(TOK_SHARD_HEADER_BYTES + s->tok_bytes * k),
+                   l->cfg.vocab_size ? "the vocabulary size" : "2^31, the range of the loader's int32 batches",
+                   l->vocab);
 }
 
 /* Reads every token once: each must be below the vocabulary, and their bytes
- * give the shard's content hash (part of the loader's layout). */
-static ferry_status scan_shard(loader_shard *s, uint32_t vocab)
+ * give the shard's content hash (part of the loader's layout; GPT-2 shards'
+ * hash is what it was before Llama 3's format was read, so saved positions
+ * still seek). */
+static ferry_status scan_shard(const tok_loader *l, loader_shard *s)
 {
-    uint16_t *buf = malloc(SCAN_TOKENS * sizeof *buf);
+    void *buf = malloc(SCAN_TOKENS * s->tok_bytes);
     if (!buf)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot allocate a buffer to check token shard '%s'", s->path);
     ferry_status st = FERRY_OK;
-    uint64_t h = mix64(s->count ^ 0x5EED5EED5EED5EEDull);
+    uint64_t h = mix64(s->count ^ 0x5EED5EED5EED5EEDull ^ ((uint64_t)s->format << 62));
     for (uint64_t at = 0; st == FERRY_OK && at < s->count; at += SCAN_TOKENS) {
         size_t n = s->count - at < SCAN_TOKENS ? (size_t)(s->count - at) : SCAN_TOKENS;
         st = read_tokens(s, at, n, buf);
         if (st == FERRY_OK)
-            st = check_range(s, buf, n, at, vocab);
-        h = hash_bytes(h, (const unsigned char *)buf, n * sizeof *buf);
+            st = check_range(l, s, buf, n, at);
+        h = hash_bytes(h, buf, n * s->tok_bytes);
     }
     free(buf);
     s->hash = h;
@@ -237,8 +264,9 @@ static ferry_status check_config(const tok_loader_config *c)
     if (c->batch < 1 || c->seq_len < 1 || (uint64_t)c->batch * (uint64_t)c->seq_len > (1ull << 31))
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "batch %d x seq_len %d: both must be >= 1 and B*T <= 2^31",
                        c->batch, c->seq_len);
-    if (c->vocab_size < 1 || c->vocab_size > 65536)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "vocab_size %u must be in 1..65536 (uint16 shards)", c->vocab_size);
+    if (c->vocab_size > INT32_RANGE)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "vocab_size %u must be at most 2^31 (tokens come out as int32), "
+                       "or 0 for the shards' whole range", c->vocab_size);
     return FERRY_OK;
 }
 
@@ -255,8 +283,10 @@ ferry_status tok_loader_open(const tok_loader_config *cfg, tok_loader **out)
     l->cfg.paths = NULL; /* not kept: the caller's array may go away */
     for (size_t i = 0; st == FERRY_OK && i < cfg->npaths; i++)
         st = add_pattern(l, cfg->paths[i]);
+    if (st == FERRY_OK)
+        l->vocab = cfg->vocab_size ? cfg->vocab_size : l->shards[0].format == TOK_SHARD_GPT2 ? 65536 : INT32_RANGE;
     for (size_t i = 0; st == FERRY_OK && i < l->nshards; i++)
-        st = scan_shard(&l->shards[i], cfg->vocab_size);
+        st = scan_shard(l, &l->shards[i]);
     if (st == FERRY_OK) {
         index_windows(l);
         if (l->windows == 0)
@@ -268,7 +298,8 @@ ferry_status tok_loader_open(const tok_loader_config *cfg, tok_loader **out)
             st = err_set(FERRY_ERR_INVALID_ARGUMENT, "%llu batches per epoch exceed 2^32; use a larger batch",
                          (unsigned long long)l->windows);
     }
-    if (st == FERRY_OK && !(l->window = malloc(((size_t)cfg->batch * (size_t)cfg->seq_len + 1) * sizeof *l->window)))
+    if (st == FERRY_OK &&
+        !(l->window = malloc(((size_t)cfg->batch * (size_t)cfg->seq_len + 1) * l->shards[0].tok_bytes)))
         st = err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot allocate a batch of %d x %d tokens", cfg->batch, cfg->seq_len);
     if (st == FERRY_OK && cfg->shuffle) {
         l->perm = malloc(l->windows * sizeof *l->perm);
@@ -302,6 +333,7 @@ void tok_loader_close(tok_loader *l)
 }
 
 uint64_t tok_loader_batches_per_epoch(const tok_loader *l) { return l->windows; }
+tok_shard_format tok_loader_format(const tok_loader *l) { return l->shards[0].format; }
 uint64_t tok_loader_tokens(const tok_loader *l) { return l->tokens; }
 size_t tok_loader_shard_count(const tok_loader *l) { return l->nshards; }
 tok_loader_batch_info tok_loader_last(const tok_loader *l) { return l->last; }
@@ -338,6 +370,26 @@ static ferry_status check_unchanged(const loader_shard *s)
     return FERRY_OK;
 }
 
+/* Inputs are w[0..bt), targets w[1..bt]; returns the largest token of
+ * w[0..bt], taken in the same pass, for the caller's vocabulary check. */
+static uint32_t convert_window(const void *w, size_t tok_bytes, size_t bt, int32_t *inputs, int32_t *targets)
+{
+    uint32_t top = token_at(w, tok_bytes, 0);
+    if (tok_bytes == 2)
+        for (const uint16_t *p = w; bt > 0; bt--, p++, inputs++, targets++) {
+            *inputs = p[0];
+            *targets = p[1];
+            top = p[1] > top ? p[1] : top;
+        }
+    else
+        for (const uint32_t *p = w; bt > 0; bt--, p++, inputs++, targets++) {
+            *inputs = (int32_t)p[0];
+            *targets = (int32_t)p[1];
+            top = p[1] > top ? p[1] : top;
+        }
+    return top;
+}
+
 ferry_status tok_loader_next(tok_loader *l, int32_t *inputs, int32_t *targets)
 {
     if (!inputs || !targets)
@@ -351,15 +403,10 @@ ferry_status tok_loader_next(tok_loader *l, int32_t *inputs, int32_t *targets)
     ferry_status st = check_unchanged(s);
     if (st == FERRY_OK)
         st = read_tokens(s, off, bt + 1, l->window);
-    if (st == FERRY_OK)
-        st = check_range(s, l->window, bt + 1, off, l->cfg.vocab_size);
+    if (st == FERRY_OK && convert_window(l->window, s->tok_bytes, bt, inputs, targets) >= l->vocab)
+        st = check_range(l, s, l->window, bt + 1, off); /* only to name the token: the batch is refused */
     if (st != FERRY_OK)
         return st;
-    const uint16_t *src = l->window;
-    for (size_t i = 0; i < bt; i++) {
-        inputs[i] = src[i];
-        targets[i] = src[i + 1];
-    }
     l->last = (tok_loader_batch_info){s->path, off, l->epoch, l->index};
     if (++l->index == l->windows) {
         l->index = 0;

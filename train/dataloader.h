@@ -1,5 +1,7 @@
 /* Batches of tokens for training and evaluation, read from llm.c token shards
- * (see token_shard.h). The dataset is cut into windows of B*T+1 tokens, each
+ * in either format, GPT-2's (uint16 tokens) or Llama 3's (uint32), told apart
+ * by each header's magic and version (see token_shard.h); one loader's shards
+ * are all of one format. The dataset is cut into windows of B*T+1 tokens, each
  * starting B*T tokens after the previous one inside a shard (a shard's tail
  * shorter than a window is not used); a batch is one window: inputs are its
  * first B*T tokens, targets the same shifted by one, as int32, row-major B x T.
@@ -15,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "ferry.h"
+#include "train/token_shard.h"
 
 typedef struct tok_loader tok_loader;
 
@@ -24,7 +27,9 @@ typedef struct tok_loader_config {
     size_t npaths;
     int batch;                /* B >= 1 */
     int seq_len;              /* T >= 1 */
-    uint32_t vocab_size;      /* 1..65536; a token >= vocab_size is a format error */
+    uint32_t vocab_size;      /* the model's vocabulary, at most 2^31: a token >= vocab_size is a format
+                                 error; 0: the shards' whole range (65536 for uint16 tokens, 2^31 for
+                                 uint32 ones, the most an int32 batch holds) */
     int shuffle;              /* 1: shuffled windows per epoch; 0: sequential */
     uint64_t seed;            /* the shuffle's seed (unused when sequential) */
 } tok_loader_config;
@@ -45,19 +50,22 @@ typedef struct tok_loader_batch_info {
     uint64_t epoch, index; /* the position it was served at */
 } tok_loader_batch_info;
 
-/* Opens and checks every shard: header against file size (magic, version,
- * count * 2 + 1024 == size) and every token < vocab_size, each a
- * FERRY_ERR_FORMAT naming the file (and the token's offset); a missing file
- * or one that is not a regular file (a FIFO is refused, never waited on) is
- * FERRY_ERR_IO; a dataset with no full window (fewer than B*T+1 tokens in
- * every shard) is FERRY_ERR_INVALID_ARGUMENT. Reads every token once, and
- * hashes them on the way for the layout. On success *out is at epoch 0,
- * batch 0; release it with tok_loader_close. */
+/* Opens and checks every shard: header against file size (a known magic with
+ * its version, count * 2 or 4 + 1024 == size), every shard of the first's
+ * format (a mix names both files), and every token < vocab_size (naming its
+ * index, its value and the vocabulary), each a FERRY_ERR_FORMAT naming the
+ * file; a missing file or one that is not a regular file (a FIFO is refused,
+ * never waited on) is FERRY_ERR_IO; a dataset with no full window (fewer than
+ * B*T+1 tokens in every shard) is FERRY_ERR_INVALID_ARGUMENT. Reads every
+ * token once, and hashes them on the way for the layout. On success *out is
+ * at epoch 0, batch 0; release it with tok_loader_close. */
 ferry_status tok_loader_open(const tok_loader_config *cfg, tok_loader **out);
 void tok_loader_close(tok_loader *l);
 
 /* Batches in one epoch (= windows in the dataset), and tokens in all shards. */
 uint64_t tok_loader_batches_per_epoch(const tok_loader *l);
+/* The format of the loader's shards. */
+tok_shard_format tok_loader_format(const tok_loader *l);
 uint64_t tok_loader_tokens(const tok_loader *l);
 size_t tok_loader_shard_count(const tok_loader *l);
 
@@ -66,7 +74,8 @@ size_t tok_loader_shard_count(const tok_loader *l);
  * shuffled). FERRY_ERR_IO naming the shard, and no advance, when the shard
  * was cut short or rewritten since it was opened (its size or modification
  * time changed, or its tokens are gone); FERRY_ERR_FORMAT for a token that is
- * no longer below the vocabulary. */
+ * no longer below the vocabulary, found as the batch is converted (inputs and
+ * targets may then hold part of it; the position does not advance). */
 ferry_status tok_loader_next(tok_loader *l, int32_t *inputs, int32_t *targets);
 
 /* Info about the batch the last tok_loader_next returned (zeroed before any). */

@@ -1,5 +1,5 @@
-/* Writing and checking llm.c token shards, and replacing a folder's shard
- * set as a whole (see token_shard.h). */
+/* Writing and checking llm.c token shards in both formats, and replacing a
+ * folder's shard set as a whole (see token_shard.h). */
 #include "train/token_shard.h"
 
 #include <dirent.h>
@@ -15,25 +15,48 @@
 #include "common/error.h"
 #include "common/fileio.h"
 
-ferry_status tok_shard_write(const char *path, const uint16_t *tokens, size_t n)
+static const struct {
+    int32_t magic, version;
+    size_t token_bytes;
+    const char *name;
+} formats[] = {
+    [TOK_SHARD_GPT2] = {TOK_SHARD_MAGIC, TOK_SHARD_VERSION, 2, "GPT-2 (uint16 tokens)"},
+    [TOK_SHARD_LLAMA3] = {TOK_SHARD_LLAMA3_MAGIC, TOK_SHARD_LLAMA3_VERSION, 4, "Llama 3 (uint32 tokens)"},
+};
+#define NFORMATS (sizeof formats / sizeof *formats)
+
+size_t tok_shard_token_bytes(tok_shard_format f) { return formats[f].token_bytes; }
+const char *tok_shard_format_name(tok_shard_format f) { return formats[f].name; }
+
+static ferry_status write_shard(const char *path, tok_shard_format f, const void *tokens, size_t n)
 {
     if (n > TOK_SHARD_MAX_TOKENS)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "shard '%s': %zu tokens exceed the format's %u per shard; "
                        "use a smaller --shard-tokens", path, n, TOK_SHARD_MAX_TOKENS);
     int32_t header[256];
     memset(header, 0, sizeof header);
-    header[0] = TOK_SHARD_MAGIC;
-    header[1] = TOK_SHARD_VERSION;
+    header[0] = formats[f].magic;
+    header[1] = formats[f].version;
     header[2] = (int32_t)n;
     fileio_atomic a;
     ferry_status st = fileio_atomic_open(&a, path);
     if (st == FERRY_OK)
         st = fileio_atomic_write(&a, header, sizeof header);
     if (st == FERRY_OK)
-        st = fileio_atomic_write(&a, tokens, n * sizeof *tokens);
+        st = fileio_atomic_write(&a, tokens, n * formats[f].token_bytes);
     if (st == FERRY_OK)
         st = fileio_atomic_commit(&a);
     return st;
+}
+
+ferry_status tok_shard_write(const char *path, const uint16_t *tokens, size_t n)
+{
+    return write_shard(path, TOK_SHARD_GPT2, tokens, n);
+}
+
+ferry_status tok_shard_write_u32(const char *path, const uint32_t *tokens, size_t n)
+{
+    return write_shard(path, TOK_SHARD_LLAMA3, tokens, n);
 }
 
 /* The head of a file is text: printable ASCII, blanks, or bytes of UTF-8
@@ -48,13 +71,28 @@ static bool looks_like_text(const void *head, size_t have)
     return n > 0;
 }
 
+/* The format whose magic heads the file, or NFORMATS for none. */
+static size_t format_of_magic(const void *head, size_t have)
+{
+    int32_t magic;
+    if (have < sizeof magic)
+        return NFORMATS;
+    memcpy(&magic, head, sizeof magic);
+    size_t f = 0;
+    while (f < NFORMATS && formats[f].magic != magic)
+        f++;
+    return f;
+}
+
 ferry_status tok_shard_check_header(const char *path, const void *head, size_t have, uint64_t file_size,
-                                    uint64_t *count)
+                                    uint64_t *count, tok_shard_format *format)
 {
     *count = 0;
+    size_t f = format_of_magic(head, have);
     if (file_size == 0)
-        return err_set(FERRY_ERR_FORMAT, "token shard '%s' is empty; expected a 1024-byte header and uint16 tokens", path);
-    if ((have < 4 || memcmp(head, &(int32_t){TOK_SHARD_MAGIC}, 4) != 0) && looks_like_text(head, have))
+        return err_set(FERRY_ERR_FORMAT, "token shard '%s' is empty; expected a 1024-byte header and uint16 or "
+                       "uint32 tokens", path);
+    if (f == NFORMATS && looks_like_text(head, have))
         return err_set(FERRY_ERR_FORMAT, "'%s' is text, not token shards: run tokenize on it first (build/tools/"
                        "tokenize/tokenize --out-dir DIR %s) and give the shards it writes", path, path);
     if (file_size < TOK_SHARD_HEADER_BYTES || have < TOK_SHARD_HEADER_BYTES)
@@ -62,20 +100,24 @@ ferry_status tok_shard_check_header(const char *path, const void *head, size_t h
                        "the file is truncated or not a shard", path, (unsigned long long)file_size);
     int32_t h[3];
     memcpy(h, head, sizeof h);
-    if (h[0] != TOK_SHARD_MAGIC)
-        return err_set(FERRY_ERR_FORMAT, "token shard '%s' has magic %d, not %d: not an llm.c token shard",
-                       path, h[0], TOK_SHARD_MAGIC);
-    if (h[1] != TOK_SHARD_VERSION)
-        return err_set(FERRY_ERR_FORMAT, "token shard '%s' has version %d; only version %d (uint16 tokens) is read",
-                       path, h[1], TOK_SHARD_VERSION);
+    if (f == NFORMATS)
+        return err_set(FERRY_ERR_FORMAT, "token shard '%s' has magic %d, not %d (GPT-2, uint16 tokens) or %d "
+                       "(Llama 3, uint32 tokens): not an llm.c token shard", path, h[0], TOK_SHARD_MAGIC,
+                       TOK_SHARD_LLAMA3_MAGIC);
+    if (h[1] != formats[f].version)
+        return err_set(FERRY_ERR_FORMAT, "token shard '%s' has magic %d and version %d; that magic's version is %d "
+                       "(%s), the only one read", path, h[0], h[1], formats[f].version, formats[f].name);
     if (h[2] < 0)
         return err_set(FERRY_ERR_FORMAT, "token shard '%s' claims a negative token count %d", path, h[2]);
-    uint64_t want = (uint64_t)h[2] * 2 + TOK_SHARD_HEADER_BYTES;
+    uint64_t want = (uint64_t)h[2] * formats[f].token_bytes + TOK_SHARD_HEADER_BYTES;
     if (want != file_size)
-        return err_set(FERRY_ERR_FORMAT, "token shard '%s' claims %d tokens (%llu bytes with the header) but the file has "
-                       "%llu bytes: %s", path, h[2], (unsigned long long)want, (unsigned long long)file_size,
+        return err_set(FERRY_ERR_FORMAT, "token shard '%s' claims %d tokens (%llu bytes with the header, %zu per "
+                       "token) but the file has %llu bytes: %s", path, h[2], (unsigned long long)want,
+                       formats[f].token_bytes, (unsigned long long)file_size,
                        want > file_size ? "truncated" : "trailing bytes after the tokens");
     *count = (uint64_t)h[2];
+    if (format)
+        *format = (tok_shard_format)f;
     return FERRY_OK;
 }
 
@@ -89,6 +131,7 @@ struct tok_shard_set {
     char **names; /* final paths, DIR/NAME, in the order added */
     size_t n, cap;
     int count[SET_SPLITS];
+    tok_shard_format format; /* of the shards added so far (when n > 0) */
 };
 
 static char *join(const char *dir, const char *name)
@@ -239,19 +282,23 @@ static ferry_status add_name(tok_shard_set *s, const char *name)
     return FERRY_OK;
 }
 
-ferry_status tok_shard_set_add(tok_shard_set *s, const char *split, const uint16_t *tokens, size_t n,
-                               const char **name)
+static ferry_status set_add(tok_shard_set *s, const char *split, tok_shard_format f, const void *tokens,
+                            size_t n, const char **name)
 {
     int k = 0;
     while (k < SET_SPLITS && strcmp(split, set_splits[k]) != 0)
         k++;
     if (k == SET_SPLITS)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "shard split '%s': a shard set has 'val' and 'train'", split);
+    if (s->n > 0 && f != s->format)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "shard set '%s': a %s shard after %s ones; a set holds one "
+                       "format", s->dir, formats[f].name, formats[s->format].name);
+    s->format = f;
     char base[64];
     snprintf(base, sizeof base, "%s_%06d.bin", set_splits[k], s->count[k]);
     char *staged = join(s->staging, base);
     ferry_status st = staged ? add_name(s, base) : err_set(FERRY_ERR_OUT_OF_MEMORY, "shard path '%s'", base);
-    if (st == FERRY_OK && (st = tok_shard_write(staged, tokens, n)) != FERRY_OK)
+    if (st == FERRY_OK && (st = write_shard(staged, f, tokens, n)) != FERRY_OK)
         st = err_wrap(st, "staging %s of the new shard set of '%s' (the folder's earlier shards are left as they "
                       "were)", base, s->dir);
     free(staged);
@@ -261,6 +308,18 @@ ferry_status tok_shard_set_add(tok_shard_set *s, const char *split, const uint16
     if (name)
         *name = s->names[s->n - 1];
     return FERRY_OK;
+}
+
+ferry_status tok_shard_set_add(tok_shard_set *s, const char *split, const uint16_t *tokens, size_t n,
+                               const char **name)
+{
+    return set_add(s, split, TOK_SHARD_GPT2, tokens, n, name);
+}
+
+ferry_status tok_shard_set_add_u32(tok_shard_set *s, const char *split, const uint32_t *tokens, size_t n,
+                                   const char **name)
+{
+    return set_add(s, split, TOK_SHARD_LLAMA3, tokens, n, name);
 }
 
 static int in_new_set(const tok_shard_set *s, const char *name)

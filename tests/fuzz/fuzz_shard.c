@@ -1,6 +1,7 @@
-/* libFuzzer harness: token shards and the batch loader (train/token_shard.c,
- * train/dataloader.c). The input is a shard file; the loader opens it
- * sequential and shuffled, serves batches across an epoch boundary, and
+/* libFuzzer harness: token shards of both formats and the batch loader
+ * (train/token_shard.c, train/dataloader.c). The input is a shard file; the
+ * loader opens it sequential and shuffled, with a vocabulary bound or with
+ * the format's whole range (0), serves batches across an epoch boundary, and
  * seeks back to a saved position, which must give the same batch again. */
 #include "tests/fuzz/fuzz_util.h"
 #include "train/dataloader.h"
@@ -14,6 +15,7 @@ static void serve(const char *path, int B, int T, uint32_t vocab, int shuffle)
     if (tok_loader_open(&c, &l) != FERRY_OK)
         return;
     size_t bt = (size_t)B * (size_t)T;
+    uint32_t bound = vocab ? vocab : tok_loader_format(l) == TOK_SHARD_GPT2 ? 65536 : 0x80000000u;
     int32_t *in = malloc(bt * sizeof *in), *tg = malloc(bt * sizeof *tg), *again = malloc(bt * sizeof *again);
     if (!in || !tg || !again)
         abort();
@@ -23,7 +25,7 @@ static void serve(const char *path, int B, int T, uint32_t vocab, int shuffle)
         if (tok_loader_next(l, in, tg) != FERRY_OK)
             abort(); /* the file does not change under the harness */
         for (size_t i = 0; i < bt; i++)
-            if ((uint32_t)in[i] >= vocab || (uint32_t)tg[i] >= vocab)
+            if (in[i] < 0 || tg[i] < 0 || (uint32_t)in[i] >= bound || (uint32_t)tg[i] >= bound)
                 abort();
         if (tok_loader_seek(l, &pos) != FERRY_OK || tok_loader_next(l, again, tg) != FERRY_OK ||
             memcmp(in, again, bt * sizeof *in) != 0)
@@ -39,10 +41,13 @@ static void serve(const char *path, int B, int T, uint32_t vocab, int shuffle)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     uint64_t count;
-    (void)tok_shard_check_header("fuzz", data, size, size, &count);
+    tok_shard_format format;
+    (void)tok_shard_check_header("fuzz", data, size, size, &count, &format);
     const char *path = fuzz_as_file(data, size);
     serve(path, 1, 4, 50257, 0);
     serve(path, 2, 3, 1000, 1);
     serve(path, 1, 1, 65536, 1);
+    serve(path, 2, 2, 151936, 0);
+    serve(path, 1, 3, 0, 1);
     return 0;
 }

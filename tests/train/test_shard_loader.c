@@ -1,6 +1,7 @@
 /* Tests of llm.c token shards and the batch loader (train/token_shard.c,
- * dataloader.c): write/read round trip with hand-computed batches, every
- * malformed shard, resume from a saved position, seeded shuffles, shards
+ * dataloader.c): write/read round trip with hand-computed batches in both
+ * formats (GPT-2's uint16, Llama 3's uint32), every malformed shard, mixed
+ * formats, the vocabulary bound at open and while serving, resume from a saved position, seeded shuffles, shards
  * that change under a running loader or between runs, and the `tokenize`
  * program end to end. */
 #include <fcntl.h>
@@ -33,14 +34,17 @@ static const char *path_in(const char *name)
 
 static uint16_t tok_at(size_t i) { return (uint16_t)((i * 7 + 3) % 1000); }
 
-static void write_raw(const char *path, const int32_t *hdr, const uint16_t *toks, size_t ntoks, size_t hdr_bytes)
+/* A file of hdr_bytes of the header {hdr[0], hdr[1], hdr[2], 0...} and
+ * ntoks tokens of tok_bytes each, whatever the header says. */
+static void write_raw(const char *path, const int32_t *hdr, const void *toks, size_t tok_bytes, size_t ntoks,
+                      size_t hdr_bytes)
 {
     FILE *f = fopen(path, "wb");
     int32_t h[256] = {0};
     memcpy(h, hdr, 3 * sizeof *h);
     fwrite(h, 1, hdr_bytes, f);
     if (ntoks)
-        fwrite(toks, 2, ntoks, f);
+        fwrite(toks, tok_bytes, ntoks, f);
     fclose(f);
 }
 
@@ -53,26 +57,57 @@ static tok_loader *open1(const char *path, int B, int T, int shuffle, uint64_t s
     return l;
 }
 
+/* The file at p is the header {magic, version, n, 0 ...} and then the n
+ * tokens of toks, tok_bytes each, byte for byte. */
+static void check_shard_file(const char *what, const char *p, int32_t magic, int32_t version, const void *toks,
+                             size_t tok_bytes, size_t n)
+{
+    struct stat sb;
+    TAP_IS_INT(stat(p, &sb) == 0 ? sb.st_size : -1, 1024 + tok_bytes * n, "%s: shard size = 1024 + %zu * count",
+               what, tok_bytes);
+    FILE *f = fopen(p, "rb");
+    int32_t h[256];
+    unsigned char *back = malloc(tok_bytes * n);
+    size_t got = f && back ? fread(h, 4, 256, f) + fread(back, tok_bytes, n, f) : 0;
+    if (f)
+        fclose(f);
+    TAP_IS_INT(got, 256 + n, "%s: read back header and tokens", what);
+    if (got == 256 + n) {
+        TAP_IS_INT(h[0], magic, "%s: magic", what);
+        TAP_IS_INT(h[1], version, "%s: version", what);
+        TAP_IS_INT(h[2], n, "%s: count", what);
+        int zeros = 1;
+        for (int i = 3; i < 256; i++)
+            zeros &= h[i] == 0;
+        tap_ok(zeros, "%s: the header's other 253 words are 0", what);
+        TAP_IS_INT(memcmp(back, toks, tok_bytes * n), 0, "%s: tokens as written, little-endian", what);
+    }
+    free(back);
+}
+
+/* A sequential loader of B*T = 10 serves windows k = 0..nb-1 of want:
+ * inputs want[10k + i], targets want[10k + i + 1]. */
+static int serves_in_order(tok_loader *l, const int32_t *want, uint64_t nb)
+{
+    int32_t in[10], tg[10];
+    int ok = 1;
+    for (uint64_t b = 0; b < nb; b++) {
+        ok &= tok_loader_next(l, in, tg) == FERRY_OK;
+        for (size_t i = 0; i < 10; i++)
+            ok &= in[i] == want[10 * b + i] && tg[i] == want[10 * b + i + 1];
+    }
+    return ok;
+}
+
 static void test_round_trip(void)
 {
     uint16_t toks[1000];
+    int32_t want[1000];
     for (size_t i = 0; i < 1000; i++)
-        toks[i] = tok_at(i);
+        want[i] = toks[i] = tok_at(i);
     const char *p = path_in("a.bin");
     TAP_IS_STATUS(tok_shard_write(p, toks, 1000), FERRY_OK, "write a 1000-token shard");
-    struct stat sb;
-    stat(p, &sb);
-    TAP_IS_INT(sb.st_size, 1024 + 2000, "shard size = 1024 + 2 * count");
-    FILE *f = fopen(p, "rb");
-    int32_t h[256];
-    uint16_t back[1000];
-    size_t got = fread(h, 4, 256, f) + fread(back, 2, 1000, f);
-    fclose(f);
-    TAP_IS_INT(got, 1256, "read back header and tokens");
-    TAP_IS_INT(h[0], 20240520, "magic");
-    TAP_IS_INT(h[1], 1, "version");
-    TAP_IS_INT(h[2], 1000, "count");
-    TAP_IS_INT(memcmp(back, toks, sizeof toks), 0, "tokens as written");
+    check_shard_file("gpt2", p, 20240520, 1, toks, 2, 1000);
 
     ferry_status st;
     tok_loader *l = open1(p, 2, 5, 0, 0, 50257, &st);
@@ -80,14 +115,8 @@ static void test_round_trip(void)
     if (!l)
         return;
     TAP_IS_INT(tok_loader_batches_per_epoch(l), 99, "windows = (1000 - 1) / 10");
+    tap_ok(serves_in_order(l, want, 99), "every batch k: inputs = t[10k + i], targets = t[10k + i + 1]");
     int32_t in[10], tg[10];
-    int ok = 1;
-    for (uint64_t b = 0; b < 99; b++) {
-        tok_loader_next(l, in, tg);
-        for (size_t i = 0; i < 10; i++)
-            ok &= in[i] == tok_at(10 * b + i) && tg[i] == tok_at(10 * b + i + 1);
-    }
-    tap_ok(ok, "every batch k: inputs = t[10k + i], targets = t[10k + i + 1]");
     tok_loader_pos pos = tok_loader_tell(l);
     TAP_IS_INT(pos.epoch, 1, "epoch 1 after 99 batches");
     TAP_IS_INT(pos.index, 0, "batch 0 of it");
@@ -216,15 +245,15 @@ static void test_bad_shards(void)
     uint16_t toks[100];
     for (int i = 0; i < 100; i++)
         toks[i] = (uint16_t)i;
-    write_raw(path_in("magic.bin"), (int32_t[]){12345, 1, 100}, toks, 100, 1024);
-    write_raw(path_in("version.bin"), (int32_t[]){20240520, 2, 100}, toks, 100, 1024);
-    write_raw(path_in("truncated.bin"), (int32_t[]){20240520, 1, 100}, toks, 60, 1024);
-    write_raw(path_in("count.bin"), (int32_t[]){20240520, 1, 5000}, toks, 100, 1024);
-    write_raw(path_in("trailing.bin"), (int32_t[]){20240520, 1, 90}, toks, 100, 1024);
-    write_raw(path_in("short.bin"), (int32_t[]){20240520, 1, 0}, toks, 0, 500);
-    write_raw(path_in("empty.bin"), (int32_t[]){0, 0, 0}, toks, 0, 0);
+    write_raw(path_in("magic.bin"), (int32_t[]){12345, 1, 100}, toks, 2, 100, 1024);
+    write_raw(path_in("version.bin"), (int32_t[]){20240520, 2, 100}, toks, 2, 100, 1024);
+    write_raw(path_in("truncated.bin"), (int32_t[]){20240520, 1, 100}, toks, 2, 60, 1024);
+    write_raw(path_in("count.bin"), (int32_t[]){20240520, 1, 5000}, toks, 2, 100, 1024);
+    write_raw(path_in("trailing.bin"), (int32_t[]){20240520, 1, 90}, toks, 2, 100, 1024);
+    write_raw(path_in("short.bin"), (int32_t[]){20240520, 1, 0}, toks, 2, 0, 500);
+    write_raw(path_in("empty.bin"), (int32_t[]){0, 0, 0}, toks, 2, 0, 0);
     toks[17] = 600;
-    write_raw(path_in("vocab.bin"), (int32_t[]){20240520, 1, 100}, toks, 100, 1024);
+    write_raw(path_in("vocab.bin"), (int32_t[]){20240520, 1, 100}, toks, 2, 100, 1024);
     expect_bad("magic.bin", "magic 12345", 50257, FERRY_ERR_FORMAT);
     expect_bad("version.bin", "version 2", 50257, FERRY_ERR_FORMAT);
     expect_bad("truncated.bin", "truncated", 50257, FERRY_ERR_FORMAT);
@@ -234,7 +263,7 @@ static void test_bad_shards(void)
     expect_bad("empty.bin", "empty", 50257, FERRY_ERR_FORMAT);
     expect_bad("vocab.bin", "token 600 at index 17 (byte offset 1058)", 500, FERRY_ERR_FORMAT);
     expect_bad("missing.bin", "No such file", 50257, FERRY_ERR_IO);
-    write_raw(path_in("tiny.bin"), (int32_t[]){20240520, 1, 4}, toks, 4, 1024);
+    write_raw(path_in("tiny.bin"), (int32_t[]){20240520, 1, 4}, toks, 2, 4, 1024);
     expect_bad("tiny.bin", "no batch of B*T+1 = 5", 50257, FERRY_ERR_INVALID_ARGUMENT);
 }
 
@@ -340,6 +369,248 @@ static void test_fifo_shard(void)
     waitpid(pid, &ws, 0);
     tap_ok(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "fifo: a FIFO given as a shard is refused at once, not waited on "
            "(child status %d)", ws);
+}
+
+/* ---- Llama 3's format: uint32 tokens ---- */
+
+/* Tokens spread over Qwen2's vocabulary (151,936): most are above 65,535. */
+static uint32_t tok32_at(size_t i) { return (uint32_t)((i * 40009 + 3) % 151936); }
+
+static void test_llama3_round_trip(void)
+{
+    enum { N = 1000 };
+    uint32_t toks[N];
+    int32_t want[N];
+    size_t wide = 0;
+    for (size_t i = 0; i < N; i++)
+        toks[i] = tok32_at(i);
+    toks[1] = 151935; /* the vocabulary's last token */
+    toks[2] = 65536;  /* the first that needs 17 bits */
+    toks[3] = 65535;
+    for (size_t i = 0; i < N; i++) {
+        want[i] = (int32_t)toks[i];
+        wide += toks[i] > 65535;
+    }
+    const char *p = path_in("l3.bin");
+    TAP_IS_STATUS(tok_shard_write_u32(p, toks, N), FERRY_OK, "llama3: write a 1000-token shard");
+    check_shard_file("llama3", p, 20240801, 7, toks, 4, N);
+
+    ferry_status st;
+    tok_loader *l = open1(p, 2, 5, 0, 0, 151936, &st);
+    TAP_IS_STATUS(st, FERRY_OK, "llama3: open a sequential loader B=2 T=5, vocabulary 151936");
+    if (!l)
+        return;
+    TAP_IS_INT(tok_loader_format(l), TOK_SHARD_LLAMA3, "llama3: the loader says the shards' format");
+    TAP_IS_INT(tok_loader_batches_per_epoch(l), 99, "llama3: windows = (1000 - 1) / 10");
+    tap_ok(serves_in_order(l, want, 99) && wide > 500, "llama3: every batch k: inputs = t[10k + i], targets = "
+           "t[10k + i + 1], exact, %zu of the 1000 tokens above 65535", wide);
+    int32_t in[10], tg[10];
+    tok_loader_reset(l);
+    tok_loader_next(l, in, tg);
+    tap_ok(in[1] == 151935 && in[2] == 65536 && in[3] == 65535 && tg[0] == 151935,
+           "llama3: tokens 151935, 65536, 65535 exact (%d %d %d, target %d)", in[1], in[2], in[3], tg[0]);
+    tok_loader_close(l);
+
+    l = open1(p, 2, 5, 0, 0, 0, &st);
+    TAP_IS_STATUS(st, FERRY_OK, "llama3: vocabulary 0 opens with the format's whole range");
+    if (l) {
+        tok_loader_next(l, in, tg);
+        tap_ok(in[0] == (int32_t)toks[0] && in[1] == 151935 && tg[9] == (int32_t)toks[10],
+               "llama3: and serves the same batch");
+        tok_loader_close(l);
+    }
+
+    /* resume: a saved position gives the same batches on a fresh loader */
+    tok_loader *a = open1(p, 2, 4, 1, 5, 151936, &st), *b = open1(p, 2, 4, 1, 5, 151936, &st);
+    if (!a || !b) {
+        tap_ok(0, "llama3: open two shuffled loaders (%s)", ferry_last_error());
+    } else {
+        int32_t skip[7], want[20], again[20];
+        collect(a, 7, skip);
+        tok_loader_pos pos = tok_loader_tell(a);
+        collect(a, 20, want);
+        TAP_IS_STATUS(tok_loader_seek(b, &pos), FERRY_OK, "llama3: seek to the position after 7 batches");
+        collect(b, 20, again);
+        TAP_IS_INT(memcmp(want, again, sizeof want), 0, "llama3: resumed, the next 20 batches match");
+    }
+    tok_loader_close(a);
+    tok_loader_close(b);
+}
+
+/* GPT-2 shards read as before: the format, and the layout fingerprint the
+ * loader gave this shard before it read Llama 3's (a saved position still
+ * seeks). */
+static void test_gpt2_as_before(void)
+{
+    ferry_status st;
+    tok_loader *l = open1(path_in("a.bin"), 2, 4, 1, 1, 50257, &st);
+    TAP_IS_STATUS(st, FERRY_OK, "gpt2: open the 1000-token shard shuffled, seed 1");
+    if (!l)
+        return;
+    TAP_IS_INT(tok_loader_format(l), TOK_SHARD_GPT2, "gpt2: the loader says GPT-2's format");
+    tok_loader_pos pos = tok_loader_tell(l);
+    tap_ok(pos.layout == 0x7ec8fb1981c1e1a9ull, "gpt2: layout %016llx, as before Llama 3's format (7ec8fb1981c1e1a9)",
+           (unsigned long long)pos.layout);
+    tok_loader_close(l);
+    l = open1(path_in("a.bin"), 1, 4, 0, 0, 0, &st);
+    TAP_IS_STATUS(st, FERRY_OK, "gpt2: vocabulary 0 opens with uint16's whole range");
+    int32_t in[4], tg[4];
+    if (l && tok_loader_next(l, in, tg) == FERRY_OK)
+        tap_ok(in[0] == tok_at(0) && tg[3] == tok_at(4), "gpt2: and serves tokens 0..4 (%d .. %d)", in[0], tg[3]);
+    tok_loader_close(l);
+}
+
+/* Each case: a header, its tokens (uint32 70000 + i, or uint16 i when
+ * tok_bytes is 2; token `at` set to `value` when at >= 0), the vocabulary it
+ * is opened with, and what the message must say. */
+static const struct {
+    const char *name;
+    int32_t hdr[3];
+    size_t tok_bytes, ntoks;
+    int at;
+    uint32_t value, vocab;
+    const char *needle;
+} llama3_bad[] = {
+    {"l3_version.bin", {20240801, 1, 100}, 4, 100, -1, 0, 151936,
+     "has magic 20240801 and version 1; that magic's version is 7"},
+    {"l3_cut.bin", {20240801, 7, 100}, 4, 60, -1, 0, 151936,
+     "claims 100 tokens (1424 bytes with the header, 4 per token) but the file has 1264 bytes: truncated"},
+    {"l3_narrow.bin", {20240801, 7, 100}, 2, 100, -1, 0, 151936,
+     "claims 100 tokens (1424 bytes with the header, 4 per token) but the file has 1224 bytes: truncated"},
+    {"gpt2_wide.bin", {20240520, 1, 100}, 4, 100, -1, 0, 151936,
+     "claims 100 tokens (1224 bytes with the header, 2 per token) but the file has 1424 bytes: trailing bytes"},
+    {"l3_vocab.bin", {20240801, 7, 100}, 4, 100, 37, 151936, 151936,
+     "token 151936 at index 37 (byte offset 1172) is not below the vocabulary size 151936"},
+    {"l3_high.bin", {20240801, 7, 100}, 4, 100, 3, 0x80000000u, 0,
+     "token 2147483648 at index 3 (byte offset 1036) is not below 2^31"},
+};
+
+static void test_llama3_bad_shards(void)
+{
+    for (size_t k = 0; k < sizeof llama3_bad / sizeof *llama3_bad; k++) {
+        uint32_t wide[100];
+        uint16_t narrow[100];
+        for (int i = 0; i < 100; i++) {
+            wide[i] = 70000u + (uint32_t)i;
+            narrow[i] = (uint16_t)i;
+        }
+        if (llama3_bad[k].at >= 0)
+            wide[llama3_bad[k].at] = llama3_bad[k].value;
+        write_raw(path_in(llama3_bad[k].name), llama3_bad[k].hdr, llama3_bad[k].tok_bytes == 4 ? (void *)wide : narrow,
+                  llama3_bad[k].tok_bytes, llama3_bad[k].ntoks, 1024);
+        expect_bad(llama3_bad[k].name, llama3_bad[k].needle, llama3_bad[k].vocab, FERRY_ERR_FORMAT);
+    }
+    ferry_status st;
+    tok_loader *l = open1(path_in("l3.bin"), 1, 4, 0, 0, 0x80000001u, &st);
+    TAP_IS_STATUS(st, FERRY_ERR_INVALID_ARGUMENT, "llama3: a vocabulary above 2^31 (int32 batches) is refused");
+    tok_loader_close(l);
+}
+
+/* One loader, one format: a pattern matching both is refused, naming both. */
+static void test_mixed_formats(void)
+{
+    uint16_t a[40];
+    uint32_t b[40];
+    for (int i = 0; i < 40; i++) {
+        a[i] = (uint16_t)i;
+        b[i] = 100000u + (uint32_t)i;
+    }
+    tok_shard_write(path_in("mix_000.bin"), a, 40);
+    tok_shard_write_u32(path_in("mix_001.bin"), b, 40);
+    ferry_status st;
+    tok_loader *l = open1(path_in("mix_*.bin"), 1, 4, 0, 0, 151936, &st);
+    TAP_IS_STATUS(st, FERRY_ERR_FORMAT, "mixed: GPT-2 and Llama 3 shards under one pattern are refused");
+    const char *m = ferry_last_error();
+    if (!tap_ok(l == NULL && strstr(m, "mix_000.bin' (GPT-2 (uint16 tokens))") &&
+                strstr(m, "mix_001.bin' (Llama 3 (uint32 tokens))") && strstr(m, "two formats"),
+                "mixed: the message names both files and their formats"))
+        tap_diag("  message: %s", m);
+    tok_loader_close(l);
+}
+
+/* A token at the vocabulary found while serving, not at open: the shard was
+ * rewritten in place with its modification time put back, so only the
+ * conversion's check can see it. */
+static void test_vocab_while_serving(void)
+{
+    uint32_t toks[200];
+    for (int i = 0; i < 200; i++)
+        toks[i] = 128000u + (uint32_t)i;
+    const char *p = path_in("l3_serve.bin");
+    tok_shard_write_u32(p, toks, 200);
+    struct timespec old[2] = {{978307200, 0}, {978307200, 0}};
+    utimensat(AT_FDCWD, p, old, 0);
+    ferry_status st;
+    tok_loader *l = open1(p, 2, 5, 0, 0, 128256, &st);
+    TAP_IS_STATUS(st, FERRY_OK, "serving: open a Llama 3 shard, vocabulary 128256");
+    if (!l)
+        return;
+    FILE *f = fopen(p, "r+b");
+    uint32_t bad = 128256;
+    if (f) {
+        fseek(f, 1024 + 4 * 17, SEEK_SET);
+        fwrite(&bad, 4, 1, f);
+        fclose(f);
+    }
+    utimensat(AT_FDCWD, p, old, 0);
+    int32_t in[10], tg[10];
+    TAP_IS_STATUS(tok_loader_next(l, in, tg), FERRY_OK, "serving: batch 0 (tokens 0..10) is read");
+    tap_ok(in[0] == 128000 && tg[9] == 128010, "serving: and holds tokens 128000 .. 128010 (%d .. %d)", in[0], tg[9]);
+    TAP_IS_STATUS(tok_loader_next(l, in, tg), FERRY_ERR_FORMAT, "serving: batch 1 holds token 128256: refused");
+    const char *m = ferry_last_error();
+    if (!tap_ok(strstr(m, "l3_serve.bin") && strstr(m, "token 128256 at index 17 (byte offset 1092) is not below "
+                "the vocabulary size 128256"), "serving: the message names the file, position, value and vocabulary"))
+        tap_diag("  message: %s", m);
+    TAP_IS_INT(tok_loader_tell(l).index, 1, "serving: the refused batch did not advance the position");
+    tok_loader_close(l);
+}
+
+/* A shard set in Llama 3's format, read back; a GPT-2 shard added to it is
+ * refused. */
+static void test_llama3_set(void)
+{
+    char d[600];
+    snprintf(d, sizeof d, "%s/set32", dir);
+    uint32_t val[30], train[50];
+    for (int i = 0; i < 30; i++)
+        val[i] = 150000u + (uint32_t)i;
+    for (int i = 0; i < 50; i++)
+        train[i] = 140000u + 3u * (uint32_t)i;
+    tok_shard_set *s = NULL;
+    TAP_IS_STATUS(tok_shard_set_begin(d, &s), FERRY_OK, "set32: begin a set");
+    if (!s)
+        return;
+    const char *name = NULL;
+    TAP_IS_STATUS(tok_shard_set_add_u32(s, "val", val, 30, &name), FERRY_OK, "set32: add a Llama 3 val shard");
+    tap_ok(name && strstr(name, "set32/val_000000.bin"), "set32: named %s", name ? name : "(none)");
+    TAP_IS_STATUS(tok_shard_set_add_u32(s, "train", train, 50, NULL), FERRY_OK, "set32: add a Llama 3 train shard");
+    uint16_t narrow[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    TAP_IS_STATUS(tok_shard_set_add(s, "train", narrow, 10, NULL), FERRY_ERR_INVALID_ARGUMENT,
+                  "set32: a GPT-2 shard after Llama 3 ones is refused");
+    tap_ok(strstr(ferry_last_error(), "a GPT-2 (uint16 tokens) shard after Llama 3 (uint32 tokens) ones") != NULL,
+           "set32: and the message says so (%s)", ferry_last_error());
+    TAP_IS_STATUS(tok_shard_set_commit(s, NULL, NULL), FERRY_OK, "set32: commit");
+    char pat[700];
+    snprintf(pat, sizeof pat, "%s/train_*.bin", d);
+    ferry_status st;
+    tok_loader *l = open1(pat, 1, 7, 0, 0, 151936, &st);
+    TAP_IS_STATUS(st, FERRY_OK, "set32: open its train shards");
+    if (!l)
+        return;
+    TAP_IS_INT(tok_loader_shard_count(l), 1, "set32: one train shard, the refused one not written");
+    TAP_IS_INT(tok_loader_tokens(l), 50, "set32: of 50 tokens");
+    int32_t in[7], tg[7];
+    int ok = 1;
+    for (int b = 0; b < 7; b++) {
+        ok &= tok_loader_next(l, in, tg) == FERRY_OK;
+        for (int i = 0; i < 7; i++)
+            ok &= in[i] == 140000 + 3 * (7 * b + i) && tg[i] == 140000 + 3 * (7 * b + i + 1);
+    }
+    tap_ok(ok, "set32: its 7 batches are the tokens written, exact");
+    tok_loader_close(l);
+    struct stat sb;
+    snprintf(pat, sizeof pat, "%s/val_000000.bin", d);
+    TAP_IS_INT(stat(pat, &sb) == 0 ? sb.st_size : -1, 1024 + 4 * 30, "set32: the val shard holds 30 uint32 tokens");
 }
 
 
@@ -582,6 +853,12 @@ int main(void)
     test_changed_under_loader();
     test_content_fingerprint();
     test_fifo_shard();
+    test_llama3_round_trip();
+    test_gpt2_as_before();
+    test_llama3_bad_shards();
+    test_mixed_formats();
+    test_vocab_while_serving();
+    test_llama3_set();
     test_tokenize_program();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
