@@ -16,6 +16,15 @@
 
 /* OpenBLAS's own: how many threads it multiplies with. */
 int openblas_get_num_threads(void);
+void openblas_set_num_threads(int num_threads);
+
+/* One OpenBLAS thread for every product (see blas.h). Idempotent, and only
+ * a store once it holds. */
+static void one_thread(void)
+{
+    if (openblas_get_num_threads() != 1)
+        openblas_set_num_threads(1);
+}
 
 #define WARMUP_N 256 /* large enough that OpenBLAS splits it over all its threads */
 
@@ -86,8 +95,10 @@ ferry_status blas_prepare(void)
         if (st == FERRY_OK)
             st = warm_up();
     }
-    if (st == FERRY_OK)
+    if (st == FERRY_OK) {
+        one_thread();
         __atomic_store_n(&prepared, 1, __ATOMIC_RELEASE);
+    }
     pthread_mutex_unlock(&prepare_lock);
     return st;
 }
@@ -96,14 +107,18 @@ void blas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, co
                 const float *B, int ldb, float beta, float *C, int ldc)
 {
     enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
-    int head = K - K % BLAS_K_STEP;
-    if (head > 0)
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, head, alpha, A, lda, B, ldb, beta, C, ldc);
-    if (head == K && K > 0)
+    one_thread();
+    if (K == 0) { /* K = 0 still scales C by beta, as sgemm does */
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, 0, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
-    /* The tail [head, K): columns of A (rows when transposed), rows of B
-     * (columns when transposed); K = 0 still scales C by beta, as sgemm does. */
-    const float *a = trans_a ? A + (size_t)head * lda : A + head;
-    const float *b = trans_b ? B + head : B + (size_t)head * ldb;
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K - head, alpha, a, lda, b, ldb, head > 0 ? 1.0f : beta, C, ldc);
+    }
+    /* K in blocks of BLAS_K_BLOCK, each one block for either driver, added
+     * into C in order: columns of A (rows when transposed), rows of B
+     * (columns when transposed). */
+    for (int k = 0; k < K; k += BLAS_K_BLOCK) {
+        int kb = K - k < BLAS_K_BLOCK ? K - k : BLAS_K_BLOCK;
+        const float *a = trans_a ? A + (size_t)k * lda : A + k;
+        const float *b = trans_b ? B + k : B + (size_t)k * ldb;
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, kb, alpha, a, lda, b, ldb, k == 0 ? beta : 1.0f, C, ldc);
+    }
 }

@@ -39,19 +39,18 @@
 ferry_status blas_prepare(void);
 
 /* Row-major C = alpha op(A) op(B) + beta C, as cblas_sgemm, with the same
- * bits whatever OpenBLAS's thread count. OpenBLAS sums the K dimension in
- * cache blocks of GEMM_Q; a remainder between one and two blocks is halved,
- * and its single-threaded driver rounds the half up to its kernel's step
- * where the multi-threaded one does not, so for a K that is not a multiple
- * of twice that step the two add in different groupings and differ in the
- * last bit (GPT-2's classifier reduces over the 50257 tokens of the
- * vocabulary, a weight gradient over B x T rows). A rank its launcher binds
- * to one core runs OpenBLAS on one thread, a single process on all of them:
- * N ranks would not train as one process with N micro-batches. Here K goes
- * as a head of a multiple of BLAS_K_STEP (every x86 kernel's GEMM_Q and
- * twice its step divide it, so both drivers cut it alike) and the tail
- * below it (one block in either), two calls at most. */
-#define BLAS_K_STEP 64
+ * bits whatever OpenBLAS's thread count was set to. OpenBLAS's
+ * multi-threaded driver does not add as its single-threaded one does: it
+ * halves a K remainder between one and two cache blocks differently, and
+ * on some kernels (Zen's) the tiles at the edges of each thread's share of
+ * M and N sum in another grouping, so the last bit of a product depended
+ * on the thread count, and N ranks (one core each) did not train as one
+ * process with N micro-batches. So every product here runs on one OpenBLAS
+ * thread (the host backend's streams are its parallelism; a program run
+ * with OPENBLAS_NUM_THREADS=1, as the tests are, loses nothing), and K goes
+ * in blocks of BLAS_K_BLOCK, below every x86 kernel's GEMM_Q, added into C
+ * in order: each call is one block whatever the driver. */
+#define BLAS_K_BLOCK 128
 void blas_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                 const float *B, int ldb, float beta, float *C, int ldc);
 
