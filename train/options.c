@@ -1,5 +1,7 @@
-/* train_gpt2's flags: one table gives parsing, checking and --help, so the
- * documentation of a flag and its default cannot drift from the code. */
+/* The trainer's flags: one table gives parsing, checking and --help, so the
+ * documentation of a flag and its default cannot drift from the code; the
+ * program (train_gpt2, ferry-train) gives its name and the words that are
+ * its own. */
 #include "train/options.h"
 
 #include <ctype.h>
@@ -14,6 +16,7 @@
 
 #include "common/fileio.h"
 #include "common/units.h"
+#include "models/llama.h"
 
 typedef enum opt_kind { OPT_INT, OPT_FLOAT, OPT_STR, OPT_BOOL, OPT_BYTES, OPT_U64, OPT_OFFLOAD, OPT_BACKEND, OPT_DTYPE } opt_kind;
 
@@ -98,6 +101,9 @@ static const opt_spec specs[] = {
                                          "goes on with it)"},
     {"--peak-tflops", OPT_FLOAT, F(peak_tflops), "0", 0, 100000, "the GPU's dense bf16 peak for MFU (0 = from its name)"},
     {"--sample", OPT_BOOL, F(sample_only), "off", 0, 0, "generate text from --resume or --init-from and exit"},
+    {"--eval-only", OPT_BOOL, F(eval_only), "off", 0, 0, "evaluate the initial (or --resume, --init-from) weights on "
+                                                        "--val-data over --eval-batches batches, log and print the "
+                                                        "loss, and exit without training"},
     {"--quiet", OPT_BOOL, F(quiet), "off", 0, 0, "no progress lines (errors and the summary only)"},
     {"--max-skips", OPT_INT, F(max_skips), "20", 0, 1000000000, "stop after this many steps in a row skipped for "
                                                                "non-finite gradients (0 = never)"},
@@ -131,32 +137,37 @@ static const char *placeholder(const opt_spec *s)
     return s->field == F(prompt) ? " TEXT" : " PATH";
 }
 
-static void print_help(void)
+static void print_help(const trainer_program *p)
 {
-    printf("usage: train_gpt2 [flags]\n"
-           "Trains GPT-2 on one GPU (or the CPU host backend) with ferry's ZeRO-style offload.\n\n");
+    printf("usage: %s [flags]\n%s\n\n", p->name,
+           p->about ? p->about : "Trains GPT-2 on one GPU (or the CPU host backend) with ferry's ZeRO-style offload.");
     for (size_t i = 0; i < NSPECS; i++) {
         const opt_spec *s = &specs[i];
+        const char *help = s->field == F(model) && p->model_help       ? p->model_help
+                           : s->field == F(init_from) && p->init_help ? p->init_help
+                                                                      : s->help;
         char left[48];
         snprintf(left, sizeof left, "%s%s", s->flag, placeholder(s));
         /* A flag whose help says its default (one that depends on others) gets no second one. */
-        if (strstr(s->help, "(default:"))
-            printf("  %-24s %s\n", left, s->help);
+        if (strstr(help, "(default:"))
+            printf("  %-24s %s\n", left, help);
         else
-            printf("  %-24s %s (default: %s)\n", left, s->help, *s->def ? s->def : "none");
+            printf("  %-24s %s (default: %s)\n", left, help, *s->def ? s->def : "none");
     }
     printf("\n" UNITS_SIZE_HELP);
-    printf("\nExample: train_gpt2 --data 'data/train_*.bin' --val-data 'data/val_*.bin' --model gpt2 "
-           "--batch 8 --seq 1024 --gpu-mem 24GiB\n");
+    printf("\nExample: %s %s\n", p->name,
+           p->example ? p->example
+                      : "--data 'data/train_*.bin' --val-data 'data/val_*.bin' --model gpt2 --batch 8 --seq 1024 "
+                        "--gpu-mem 24GiB");
 }
 
 /* A size, by the rule every program's size flags share (common/units.h). */
-static int apply_bytes(const opt_spec *s, const char *text, uint64_t *field)
+static int apply_bytes(const char *prog, const opt_spec *s, const char *text, uint64_t *field)
 {
     uint64_t v = 0;
     if (s->min > 0) { /* a size with a range of its own (the disk's block and window) */
         if (units_parse_bytes(text, &v) != FERRY_OK) {
-            fprintf(stderr, "train_gpt2: %s: %s\n", s->flag, ferry_last_error());
+            fprintf(stderr, "%s: %s: %s\n", prog, s->flag, ferry_last_error());
             return 2;
         }
         bool block = s->field == F(nvme_block);
@@ -167,7 +178,7 @@ static int apply_bytes(const opt_spec *s, const char *text, uint64_t *field)
                 snprintf(range, sizeof range, "from %s to %s", lo, units_fmt_bytes(hi, sizeof hi, (uint64_t)s->max));
             else
                 snprintf(range, sizeof range, "at least %s", lo);
-            fprintf(stderr, "train_gpt2: %s '%s' is %llu bytes; give %s%s\n", s->flag, text, (unsigned long long)v,
+            fprintf(stderr, "%s: %s '%s' is %llu bytes; give %s%s\n", prog, s->flag, text, (unsigned long long)v,
                     block ? "a multiple of 4KiB " : "", range);
             return 2;
         }
@@ -177,7 +188,7 @@ static int apply_bytes(const opt_spec *s, const char *text, uint64_t *field)
     /* The rule every program's size flags share (common/units.h). */
     if (units_parse_size_flag(s->flag, text, s->field == F(gpu_mem) ? "what the device has free" : "no cap", &v) !=
         FERRY_OK) {
-        fprintf(stderr, "train_gpt2: %s\n", ferry_last_error());
+        fprintf(stderr, "%s: %s\n", prog, ferry_last_error());
         return 2;
     }
     *field = v;
@@ -187,6 +198,7 @@ static int apply_bytes(const opt_spec *s, const char *text, uint64_t *field)
 /* Stores `text` into the field of spec s. 0 on success, 2 with a message. */
 static int apply(const opt_spec *s, const char *text, train_options *o)
 {
+    const char *prog = o->program->name;
     char *field = (char *)o + s->field;
     char *end = NULL;
     errno = 0;
@@ -200,7 +212,7 @@ static int apply(const opt_spec *s, const char *text, train_options *o)
     case OPT_INT: {
         long v = strtol(text, &end, 10);
         if (errno || end == text || *end || v < s->min || v > s->max) {
-            fprintf(stderr, "train_gpt2: %s '%s' is not a whole number in %.0f..%.0f\n", s->flag, text, s->min, s->max);
+            fprintf(stderr, "%s: %s '%s' is not a whole number in %.0f..%.0f\n", prog, s->flag, text, s->min, s->max);
             return 2;
         }
         *(int *)field = (int)v;
@@ -210,7 +222,7 @@ static int apply(const opt_spec *s, const char *text, train_options *o)
         /* Digits only: strtoull would skip blanks and wrap " -1" to 2^64-1. */
         unsigned long long v = strtoull(text, &end, 10);
         if (errno || !isdigit((unsigned char)*text) || *end) {
-            fprintf(stderr, "train_gpt2: %s '%s' is not a whole number in 0..18446744073709551615 (digits only)\n",
+            fprintf(stderr, "%s: %s '%s' is not a whole number in 0..18446744073709551615 (digits only)\n", prog,
                     s->flag, text);
             return 2;
         }
@@ -220,7 +232,7 @@ static int apply(const opt_spec *s, const char *text, train_options *o)
     case OPT_FLOAT: {
         double v = strtod(text, &end);
         if (errno || end == text || *end || !isfinite(v) || v < s->min || v > s->max) {
-            fprintf(stderr, "train_gpt2: %s '%s' is not a number in %g..%g\n", s->flag, text, s->min, s->max);
+            fprintf(stderr, "%s: %s '%s' is not a number in %g..%g\n", prog, s->flag, text, s->min, s->max);
             return 2;
         }
         if (s->field == F(peak_tflops))
@@ -230,16 +242,16 @@ static int apply(const opt_spec *s, const char *text, train_options *o)
         return 0;
     }
     case OPT_BYTES:
-        return apply_bytes(s, text, (uint64_t *)field);
+        return apply_bytes(prog, s, text, (uint64_t *)field);
     case OPT_OFFLOAD:
         if (ferry_offload_parse(text, (ferry_offload *)field) != FERRY_OK) {
-            fprintf(stderr, "train_gpt2: %s: %s\n", s->flag, ferry_last_error());
+            fprintf(stderr, "%s: %s: %s\n", prog, s->flag, ferry_last_error());
             return 2;
         }
         return 0;
     case OPT_BACKEND:
         if (ferry_backend_parse(text, (ferry_backend_kind *)field) != FERRY_OK) {
-            fprintf(stderr, "train_gpt2: %s: %s\n", s->flag, ferry_last_error());
+            fprintf(stderr, "%s: %s: %s\n", prog, s->flag, ferry_last_error());
             return 2;
         }
         return 0;
@@ -247,7 +259,7 @@ static int apply(const opt_spec *s, const char *text, train_options *o)
         ferry_dtype t;
         if (ferry_dtype_parse(text, &t) != FERRY_OK || (t != FERRY_DTYPE_AUTO && t != FERRY_DTYPE_F32 &&
                                                          t != FERRY_DTYPE_BF16 && t != FERRY_DTYPE_F16)) {
-            fprintf(stderr, "train_gpt2: %s '%s': use auto, f32, bf16 or f16\n", s->flag, text);
+            fprintf(stderr, "%s: %s '%s': use auto, f32, bf16 or f16\n", prog, s->flag, text);
             return 2;
         }
         *(ferry_dtype *)field = t;
@@ -277,73 +289,112 @@ bool train_option_range(const char *flag, double *min, double *max)
 
 /* "--checkpoint-dir --quiet": the value is missing and the next flag would
  * become a folder. Only --prompt takes text that may start with "--". */
-static bool looks_like_flag(const opt_spec *s, const char *value)
+static bool looks_like_flag(const char *prog, const opt_spec *s, const char *value)
 {
     if (strncmp(value, "--", 2) != 0 || s->field == F(prompt))
         return false;
-    fprintf(stderr, "train_gpt2: %s needs a value, but the next argument is '%s', which looks like a flag; give the "
-                    "value (a path that starts with '--' can be written ./%s)\n",
+    fprintf(stderr, "%s: %s needs a value, but the next argument is '%s', which looks like a flag; give the "
+                    "value (a path that starts with '--' can be written ./%s)\n", prog,
             s->flag, value, value);
     return true;
+}
+
+int train_options_refuse_llama(const train_options *o, const char *what)
+{
+    const char *prog = o->program->name;
+    const char *flag = o->sample_only ? "--sample" : "--sample-every";
+    if (!o->program->llama)
+        fprintf(stderr, "%s: %s a model of the Llama family, which %s does not train: use ferry-train, which takes "
+                        "the same flags and trains GPT-2 too\n",
+                prog, what, prog);
+    else if (o->sample_only || o->sample_every)
+        fprintf(stderr, "%s: %s: samples need the model's tokenizer, and ferry reads only GPT-2's (encoder.json and "
+                        "vocab.bpe); the Llama family's tokenizer (Hugging Face tokenizer.json) cannot be read yet, "
+                        "so a model of the Llama family is not sampled: leave out %s\n",
+                prog, flag, flag);
+    else
+        return 0;
+    return 2;
 }
 
 /* Checks that need several flags at once. */
 static int check_together(train_options *o)
 {
+    const trainer_program *p = o->program;
+    const char *prog = p->name;
     bool custom = o->layers || o->heads || o->width;
     if (custom && !(o->layers && o->heads && o->width)) {
-        fprintf(stderr, "train_gpt2: a custom model needs all of --layers, --heads and --width\n");
+        fprintf(stderr, "%s: a custom model needs all of --layers, --heads and --width\n", prog);
         return 2;
     }
     if (custom)
         o->model = NULL;
-    if (o->seq > o->context) {
-        fprintf(stderr, "train_gpt2: --seq %d is longer than the model's --context %d\n", o->seq, o->context);
+    char what[128];
+    snprintf(what, sizeof what, "--model %s is", o->model ? o->model : "");
+    if (o->model && llama_is_preset(o->model) && train_options_refuse_llama(o, what) != 0)
+        return 2;
+    /* --context is GPT-2's: a model of the Llama family (a preset, or one a
+     * folder or checkpoint names) has its own, checked once it is read. */
+    bool own_context = p->llama && !train_options_given(o, "--context") &&
+                       (o->resume || o->init_from || (o->model && llama_is_preset(o->model)));
+    if (o->seq > o->context && !own_context) {
+        fprintf(stderr, "%s: --seq %d is longer than the model's --context %d\n", prog, o->seq, o->context);
         return 2;
     }
     /* Sizes are products of these: computed in 64 bits, each range-checked. */
     int64_t per_micro = (int64_t)o->batch * o->seq;
     if (per_micro > INT32_MAX) {
-        fprintf(stderr, "train_gpt2: --batch %d x --seq %d is %lld tokens per micro-batch; at most %d fit (the "
-                        "kernels count rows in 32 bits): lower --batch and raise --grad-accum for the same step\n",
+        fprintf(stderr, "%s: --batch %d x --seq %d is %lld tokens per micro-batch; at most %d fit (the "
+                        "kernels count rows in 32 bits): lower --batch and raise --grad-accum for the same step\n", prog,
                 o->batch, o->seq, (long long)per_micro, INT32_MAX);
         return 2;
     }
-    if (!o->sample_only && !o->data) {
-        fprintf(stderr, "train_gpt2: --data is required (token shards; make them with the tokenize program)\n");
+    if (o->eval_only && (o->sample_only || !o->val_data || o->checkpoint_dir || o->checkpoint_every ||
+                         o->find_max_batch)) {
+        fprintf(stderr, "%s: --eval-only %s\n", prog,
+                o->sample_only      ? "and --sample exclude each other: one evaluates, the other generates text"
+                : !o->val_data      ? "needs --val-data, the token shards it evaluates on"
+                : o->find_max_batch ? "trains nothing, so --find-max-batch has no training batch to size: give "
+                                      "--batch"
+                                    : "trains nothing and saves nothing: leave out --checkpoint-dir and "
+                                      "--checkpoint-every");
+        return 2;
+    }
+    if (!o->sample_only && !o->eval_only && !o->data) {
+        fprintf(stderr, "%s: --data is required (token shards; make them with the tokenize program)\n", prog);
         return 2;
     }
     if (o->sample_only && !o->resume && !o->init_from) {
-        fprintf(stderr, "train_gpt2: --sample needs a model: --resume DIR or --init-from FILE.safetensors\n");
+        fprintf(stderr, "%s: --sample needs a model: --resume DIR or --init-from FILE.safetensors\n", prog);
         return 2;
     }
     if (o->eval_every && !o->val_data) {
-        fprintf(stderr, "train_gpt2: --eval-every needs --val-data\n");
+        fprintf(stderr, "%s: --eval-every needs --val-data\n", prog);
         return 2;
     }
     if (o->checkpoint_every && !o->checkpoint_dir && (!o->resume || o->sample_only)) {
-        fprintf(stderr, "train_gpt2: --checkpoint-every needs --checkpoint-dir (or --resume, which saves into the "
-                        "checkpoint's run folder)\n");
+        fprintf(stderr, "%s: --checkpoint-every needs --checkpoint-dir (or --resume, which saves into the "
+                        "checkpoint's run folder)\n", prog);
         return 2;
     }
     if (o->delayed_update && o->offload == FERRY_OFFLOAD_AUTO && !train_options_given(o, "--offload"))
         o->offload = FERRY_OFFLOAD_OPTIMIZER; /* the delayed update runs in optimizer mode only */
     if (o->delayed_update && o->offload != FERRY_OFFLOAD_OPTIMIZER) {
-        fprintf(stderr, "train_gpt2: --delayed-update needs --offload optimizer\n");
+        fprintf(stderr, "%s: --delayed-update needs --offload optimizer\n", prog);
         return 2;
     }
     if (o->offload == FERRY_OFFLOAD_NVME && !o->nvme_path) {
-        fprintf(stderr, "train_gpt2: --offload nvme needs --nvme-path, a folder on a fast disk for the optimizer state\n");
+        fprintf(stderr, "%s: --offload nvme needs --nvme-path, a folder on a fast disk for the optimizer state\n", prog);
         return 2;
     }
     if (o->nvme_path && o->offload != FERRY_OFFLOAD_NVME && o->offload != FERRY_OFFLOAD_PARAMS &&
         o->offload != FERRY_OFFLOAD_AUTO) {
-        fprintf(stderr, "train_gpt2: --nvme-path puts the state on disk with --offload nvme (or params, or auto), not with "
-                        "--offload %s\n", ferry_offload_name(o->offload));
+        fprintf(stderr, "%s: --nvme-path puts the state on disk with --offload nvme (or params, or auto), not with "
+                        "--offload %s\n", prog, ferry_offload_name(o->offload));
         return 2;
     }
     if (o->init_from && o->resume) {
-        fprintf(stderr, "train_gpt2: --init-from and --resume exclude each other (a resumed run has its weights)\n");
+        fprintf(stderr, "%s: --init-from and --resume exclude each other (a resumed run has its weights)\n", prog);
         return 2;
     }
     if (o->warmup > o->steps)
@@ -353,18 +404,26 @@ static int check_together(train_options *o)
 
 int train_options_parse(int argc, char **argv, train_options *o)
 {
+    static const trainer_program train_gpt2 = {.name = "train_gpt2"};
+    return train_options_parse_for(&train_gpt2, argc, argv, o);
+}
+
+int train_options_parse_for(const trainer_program *p, int argc, char **argv, train_options *o)
+{
+    const char *prog = p->name;
     memset(o, 0, sizeof *o);
+    o->program = p;
     for (size_t i = 0; i < NSPECS; i++)
         if (apply(&specs[i], specs[i].kind == OPT_BOOL ? "off" : specs[i].def, o) != 0)
             return 2;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            print_help();
+            print_help(p);
             return 1;
         }
         const opt_spec *s = find(argv[i]);
         if (!s) {
-            fprintf(stderr, "train_gpt2: unknown flag '%s'; see train_gpt2 --help\n", argv[i]);
+            fprintf(stderr, "%s: unknown flag '%s'; see %s --help\n", prog, argv[i], prog);
             return 2;
         }
         if (s->kind == OPT_BOOL) {
@@ -372,10 +431,10 @@ int train_options_parse(int argc, char **argv, train_options *o)
             continue;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "train_gpt2: %s needs a value\n", s->flag);
+            fprintf(stderr, "%s: %s needs a value\n", prog, s->flag);
             return 2;
         }
-        if (looks_like_flag(s, argv[i + 1]) || apply(s, argv[++i], o) != 0)
+        if (looks_like_flag(prog, s, argv[i + 1]) || apply(s, argv[++i], o) != 0)
             return 2;
         o->given |= (uint64_t)1 << (s - specs);
     }
@@ -395,6 +454,7 @@ bool train_options_given(const train_options *o, const char *flag)
  * folders missing between are made when the run starts). */
 int train_options_check_outputs(const train_options *o)
 {
+    const char *prog = o->program ? o->program->name : "train_gpt2";
     ferry_status st = FERRY_OK;
     if (o->checkpoint_dir)
         st = fileio_check_output_dir(o->checkpoint_dir, "--checkpoint-dir");
@@ -406,20 +466,20 @@ int train_options_check_outputs(const train_options *o)
      * is created in it. */
     struct stat sb;
     if (st == FERRY_OK && o->nvme_path && stat(o->nvme_path, &sb) != 0) {
-        fprintf(stderr, "train_gpt2: --nvme-path '%s': %s; the folder is not created (it names a disk): create it on "
-                "a fast disk first, and the state file is made in it\n", o->nvme_path, strerror(errno));
+        fprintf(stderr, "%s: --nvme-path '%s': %s; the folder is not created (it names a disk): create it on "
+                "a fast disk first, and the state file is made in it\n", prog, o->nvme_path, strerror(errno));
         return 2;
     }
     if (st == FERRY_OK && o->nvme_path && !S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "train_gpt2: --nvme-path '%s' is %s; give an existing folder on a fast disk: the state file is "
-                "created in it\n", o->nvme_path, fileio_type_name(sb.st_mode));
+        fprintf(stderr, "%s: --nvme-path '%s' is %s; give an existing folder on a fast disk: the state file is "
+                "created in it\n", prog, o->nvme_path, fileio_type_name(sb.st_mode));
         return 2;
     }
     if (st == FERRY_OK && o->nvme_path)
         st = fileio_check_output_dir(o->nvme_path, "--nvme-path");
     if (st == FERRY_OK)
         return 0;
-    fprintf(stderr, "train_gpt2: %s\n", ferry_last_error());
+    fprintf(stderr, "%s: %s\n", prog, ferry_last_error());
     return 2;
 }
 

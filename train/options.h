@@ -1,5 +1,6 @@
-/* train_gpt2's command line: every flag with its default, parsed and checked
- * before any work starts, and the --help text generated from the same table. */
+/* The trainer's command line (train_gpt2's, ferry-train's): every flag with
+ * its default, parsed and checked before any work starts, and the --help
+ * text generated from the same table, naming the program. */
 #ifndef FERRY_TRAIN_OPTIONS_H
 #define FERRY_TRAIN_OPTIONS_H
 
@@ -9,6 +10,18 @@
 #include "ferry.h"
 
 #define TRAIN_MAX_PATHS 64
+
+/* A program the trainer serves (train/trainer.h): its name in every message
+ * and in --help, and the model families it trains. The texts left NULL are
+ * GPT-2's, train_gpt2's words. */
+typedef struct trainer_program {
+    const char *name;        /* "train_gpt2", "ferry-train" */
+    bool llama;              /* trains the Llama family too (--model llama-dN, --init-from DIR) */
+    const char *about;       /* --help's line under the usage */
+    const char *model_help;  /* --help's words for --model */
+    const char *init_help;   /* --help's words for --init-from */
+    const char *example;     /* --help's example, the flags after the program's name */
+} trainer_program;
 
 typedef struct train_options {
     /* model */
@@ -45,6 +58,7 @@ typedef struct train_options {
     const char *log;
     double peak_tflops;      /* for MFU; 0 = from the GPU's name */
     bool sample_only;        /* --sample: generate from --resume/--init-from and exit */
+    bool eval_only;          /* --eval-only: evaluate the initial or resumed weights on --val-data and exit */
     bool quiet;
     uint64_t given;          /* bit i: the i-th flag of the table was on the command line */
     float loss_scale;        /* first dynamic loss scale with f16 storage; 0 = off */
@@ -54,11 +68,22 @@ typedef struct train_options {
     bool nvme_master;        /* the master weights on disk too */
     uint64_t nvme_window, nvme_block;
     int nvme_queue_depth;
+    const trainer_program *program; /* whose command line it is: messages name it */
 } train_options;
 
-/* Fills *o from argv. Returns 0 to go on, 1 after --help (printed), 2 on a
- * bad flag or value (the message printed to stderr names it). */
+/* Fills *o from argv for program p (which must outlive o). Returns 0 to go
+ * on, 1 after --help (printed), 2 on a bad flag or value (the message
+ * printed to stderr, after the program's name, names it). */
+int train_options_parse_for(const trainer_program *p, int argc, char **argv, train_options *o);
+/* The same for train_gpt2. */
 int train_options_parse(int argc, char **argv, train_options *o);
+
+/* Refuses, on stderr, a model of the Llama family where o's program does
+ * not train it, or where o asks to sample it (--sample, --sample-every:
+ * ferry reads only GPT-2's tokenizer). `what` names the model with its
+ * verb ("--model llama-d2 is", "--resume 'runs/x' holds"). Returns 0 when
+ * neither, else 2. */
+int train_options_refuse_llama(const train_options *o, const char *what);
 
 /* The range train_gpt2 accepts for a numeric flag ("--heads"), so other
  * tools that take the same flags (memprof plan) accept exactly the same

@@ -21,6 +21,8 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "train/hf_checkpoint.h"
+#include "train/hf_json.h"
+#include "train/hf_llama.h"
 
 ferry_status run_state_join(char *out, size_t cap, const char *dir, const char *name)
 {
@@ -33,11 +35,13 @@ ferry_status run_state_join(char *out, size_t cap, const char *dir, const char *
 /* ---- the run state, field by field ---- */
 
 #define RUN_STATE_MAGIC "FERRYRUN"
-enum { RUN_STATE_U64S = 6, RUN_STATE_I32S = 9, RUN_STATE_SET_I32S = 5, RUN_STATE_SET_F32S = 7 };
+enum { RUN_STATE_U64S = 6, RUN_STATE_I32S = 9, RUN_STATE_SET_I32S = 5, RUN_STATE_SET_F32S = 7, RUN_STATE_LLAMA_I32S = 5 };
 _Static_assert(RUN_STATE_V2_BYTES == 8 + 4 + 8 * RUN_STATE_U64S + 4 * RUN_STATE_I32S, "the documented layout");
 _Static_assert(RUN_STATE_V3_BYTES == RUN_STATE_V2_BYTES + 16 + 8 + 4 * RUN_STATE_SET_I32S + 4 * RUN_STATE_SET_F32S,
                "the documented layout");
 _Static_assert(RUN_STATE_BYTES == RUN_STATE_V3_BYTES + 8 + 4 + 4, "the documented layout");
+_Static_assert(RUN_STATE_V5_BYTES == RUN_STATE_BYTES + 4 + 16 + 4 * RUN_STATE_LLAMA_I32S, "the documented layout");
+_Static_assert(sizeof(((llama_config *)0)->model_type) == 16, "version 5 keeps model_type in 16 bytes");
 
 void run_state_new_run(char out[33])
 {
@@ -92,15 +96,30 @@ static uint64_t get_le(const unsigned char **p, int bytes)
     return v;
 }
 
-void run_state_encode(const train_resume *r, unsigned char out[RUN_STATE_BYTES])
+/* The six model fields every version has: layers, heads, width,
+ * vocabulary, padded vocabulary and context, in either family. */
+static void model_fields(const model_spec *s, int32_t out[6])
 {
-    const gpt2_config *m = &r->model;
+    const gpt2_config *g = &s->gpt2;
+    const llama_config *l = &s->llama;
+    bool llama = s->family == MODEL_FAMILY_LLAMA;
+    const int32_t f[6] = {llama ? l->n_layer : g->n_layer,       llama ? l->n_head : g->n_head,
+                          llama ? l->n_embd : g->n_embd,         llama ? l->vocab_size : g->vocab_size,
+                          llama ? l->padded_vocab_size : g->padded_vocab_size,
+                          llama ? l->max_seq_len : g->max_seq_len};
+    memcpy(out, f, sizeof f);
+}
+
+size_t run_state_encode(const train_resume *r, unsigned char *out)
+{
+    bool llama = r->model.family == MODEL_FAMILY_LLAMA;
+    int32_t m[6];
+    model_fields(&r->model, m);
     const uint64_t u64s[RUN_STATE_U64S] = {(uint64_t)r->step, (uint64_t)r->engine_step, r->data.epoch,
                                            r->data.index, r->data.layout, r->sample_rng};
-    const int32_t i32s[RUN_STATE_I32S] = {m->n_layer, m->n_head, m->n_embd, m->vocab_size, m->padded_vocab_size,
-                                          m->max_seq_len, r->batch, r->seq, r->grad_accum};
+    const int32_t i32s[RUN_STATE_I32S] = {m[0], m[1], m[2], m[3], m[4], m[5], r->batch, r->seq, r->grad_accum};
     memcpy(out, RUN_STATE_MAGIC, 8);
-    unsigned char *p = put_le(out + 8, RUN_STATE_VERSION, 4);
+    unsigned char *p = put_le(out + 8, llama ? RUN_STATE_VERSION : 4u, 4);
     for (int i = 0; i < RUN_STATE_U64S; i++)
         p = put_le(p, u64s[i], 8);
     for (int i = 0; i < RUN_STATE_I32S; i++)
@@ -121,7 +140,19 @@ void run_state_encode(const train_resume *r, unsigned char out[RUN_STATE_BYTES])
         p = put_le(p, f32_bits(set_f32s[i]), 4);
     p = put_le(p, r->weights.bytes, 8);
     p = put_le(p, r->weights.crc32c, 4);
-    put_le(p, (uint32_t)t->checkpoint_every, 4);
+    p = put_le(p, (uint32_t)t->checkpoint_every, 4);
+    if (!llama)
+        return RUN_STATE_BYTES;
+    const llama_config *l = &r->model.llama;
+    p = put_le(p, MODEL_FAMILY_LLAMA, 4);
+    memset(p, 0, 16);
+    memcpy(p, l->model_type, strnlen(l->model_type, 16));
+    p += 16;
+    const int32_t shape[RUN_STATE_LLAMA_I32S] = {l->n_kv_head, l->head_dim, l->intermediate_size, l->qkv_bias,
+                                                 l->tied_embeddings};
+    for (int i = 0; i < RUN_STATE_LLAMA_I32S; i++)
+        p = put_le(p, (uint32_t)shape[i], 4);
+    return RUN_STATE_V5_BYTES;
 }
 
 /* A run's identity is 32 lowercase hex digits, not all zero. */
@@ -149,6 +180,23 @@ static ferry_status check_settings(const train_settings *t, const char *where)
     return FERRY_OK;
 }
 
+/* The shape a version-5 run state records is one the Llama family can
+ * have: checked as a config with it and the defaults of the rest. */
+static ferry_status check_llama_shape(const llama_config *shape)
+{
+    llama_config c = *shape;
+    c.rms_norm_eps = 1e-5f;
+    c.rope_theta = 10000.0f;
+    c.rope_scaling = (llama_rope_scaling){LLAMA_ROPE_DEFAULT, 0, 0, 0, 0};
+    c.initializer_range = 0.02f;
+    c.sliding_window = 0;
+    bool known = strcmp(c.model_type, "llama") == 0 || strcmp(c.model_type, "mistral") == 0 ||
+                 strcmp(c.model_type, "qwen2") == 0;
+    if (!known)
+        return err_set(FERRY_ERR_FORMAT, "its model_type '%.16s' is none of llama, mistral, qwen2", c.model_type);
+    return llama_config_validate(&c);
+}
+
 /* Every field of a decoded run state is one a run can have. */
 static ferry_status check_resume(const train_resume *r, const char *where)
 {
@@ -159,12 +207,15 @@ static ferry_status check_resume(const train_resume *r, const char *where)
         return err_set(FERRY_ERR_FORMAT, "'%s': the run state records %lld optimizer steps in %lld steps (at most "
                                          "one per step): it is damaged",
                        where, (long long)r->engine_step, (long long)r->step);
-    if (gpt2_config_validate(&r->model) != FERRY_OK)
+    if (r->model.family == MODEL_FAMILY_GPT2 && gpt2_config_validate(&r->model.gpt2) != FERRY_OK)
         return err_wrap(FERRY_ERR_FORMAT, "'%s': the run state's model is damaged", where);
-    if (r->batch < 1 || r->seq < 1 || r->grad_accum < 1 || r->seq > r->model.max_seq_len)
+    if (r->model.family == MODEL_FAMILY_LLAMA && check_llama_shape(&r->model.llama) != FERRY_OK)
+        return err_wrap(FERRY_ERR_FORMAT, "'%s': the run state's model is damaged", where);
+    int context = model_spec_context(&r->model);
+    if (r->batch < 1 || r->seq < 1 || r->grad_accum < 1 || r->seq > context)
         return err_set(FERRY_ERR_FORMAT, "'%s': the run state's batch %d, sequence %d and accumulation %d do not "
                                          "fit its model (context %d): it is damaged",
-                       where, r->batch, r->seq, r->grad_accum, r->model.max_seq_len);
+                       where, r->batch, r->seq, r->grad_accum, context);
     return FERRY_OK;
 }
 
@@ -176,9 +227,12 @@ ferry_status run_state_decode(const unsigned char *in, size_t len, const char *w
     const unsigned char *p = in + 8;
     uint32_t version = (uint32_t)get_le(&p, 4);
     if (version < 2 || version > RUN_STATE_VERSION)
-        return err_set(FERRY_ERR_FORMAT, "'%s' holds run state version %u; this train_gpt2 reads versions 2 to %u",
+        return err_set(FERRY_ERR_FORMAT, "'%s' holds run state version %u; this ferry reads versions 2 to %u",
                        where, version, RUN_STATE_VERSION);
-    size_t want = version == 2 ? RUN_STATE_V2_BYTES : version == 3 ? RUN_STATE_V3_BYTES : RUN_STATE_BYTES;
+    size_t want = version == 2   ? RUN_STATE_V2_BYTES
+                  : version == 3 ? RUN_STATE_V3_BYTES
+                  : version == 4 ? RUN_STATE_BYTES
+                                 : RUN_STATE_V5_BYTES;
     if (len != want)
         return err_set(FERRY_ERR_FORMAT, "'%s' holds %zu bytes of run state; version %u has %zu: it is damaged", where,
                        len, version, want);
@@ -194,8 +248,36 @@ ferry_status run_state_decode(const unsigned char *in, size_t len, const char *w
     r.engine_step = (int64_t)u64s[1];
     r.data = (tok_loader_pos){u64s[2], u64s[3], u64s[4]};
     r.sample_rng = u64s[5];
-    r.model = (gpt2_config){i32s[0], i32s[1], i32s[2], i32s[3], i32s[4], i32s[5]};
+    r.model.family = MODEL_FAMILY_GPT2;
+    r.model.gpt2 = (gpt2_config){i32s[0], i32s[1], i32s[2], i32s[3], i32s[4], i32s[5]};
     r.batch = i32s[6], r.seq = i32s[7], r.grad_accum = i32s[8];
+    if (version >= 5) {
+        /* The family and the Llama shape close the state: read ahead, so
+         * that the model is checked whole below. */
+        const unsigned char *q = in + RUN_STATE_BYTES;
+        uint32_t family = (uint32_t)get_le(&q, 4);
+        if (family != MODEL_FAMILY_GPT2 && family != MODEL_FAMILY_LLAMA)
+            return err_set(FERRY_ERR_FORMAT, "'%s': the run state's model family %u is none ferry trains (0 GPT-2, "
+                                             "1 the Llama family): it is damaged", where, family);
+        if (family == MODEL_FAMILY_LLAMA) {
+            llama_config *l = &r.model.llama;
+            r.model.family = MODEL_FAMILY_LLAMA;
+            memset(&r.model.gpt2, 0, sizeof r.model.gpt2);
+            memcpy(l->model_type, q, 16);
+            l->model_type[15] = '\0';
+            q += 16;
+            l->n_layer = i32s[0], l->n_head = i32s[1], l->n_embd = i32s[2];
+            l->vocab_size = i32s[3], l->padded_vocab_size = i32s[4], l->max_seq_len = i32s[5];
+            int32_t shape[RUN_STATE_LLAMA_I32S];
+            for (int i = 0; i < RUN_STATE_LLAMA_I32S; i++)
+                shape[i] = (int32_t)(uint32_t)get_le(&q, 4);
+            l->n_kv_head = shape[0], l->head_dim = shape[1], l->intermediate_size = shape[2];
+            if ((shape[3] != 0 && shape[3] != 1) || (shape[4] != 0 && shape[4] != 1))
+                return err_set(FERRY_ERR_FORMAT, "'%s': the run state's q/k/v bias %d and tied embeddings %d are "
+                                                 "not 0 or 1: it is damaged", where, shape[3], shape[4]);
+            l->qkv_bias = shape[3] == 1, l->tied_embeddings = shape[4] == 1;
+        }
+    }
     ferry_status st = check_resume(&r, where);
     if (st == FERRY_OK && version >= 3) {
         for (int i = 0; i < 16; i++)
@@ -231,8 +313,47 @@ ferry_status run_state_decode(const unsigned char *in, size_t len, const char *w
     return st;
 }
 
-ferry_status run_state_check_model(const train_resume *r, const gpt2_config *cfg, const char *config_json)
+/* A model's family as a message names it. */
+static const char *family_words(const model_spec *s)
 {
+    return s->family == MODEL_FAMILY_LLAMA ? "a model of the Llama family" : "GPT-2";
+}
+
+ferry_status run_state_check_model(const train_resume *r, const model_spec *spec, const char *config_json)
+{
+    if (spec->family != r->model.family)
+        return err_set(FERRY_ERR_FORMAT, "'%s' describes %s (model_type %s), but the state.ferry beside it was "
+                                         "trained with %s: config.json was replaced or comes from another "
+                                         "checkpoint; put back the one saved with it",
+                       config_json, family_words(spec), model_spec_type(spec), family_words(&r->model));
+    if (spec->family == MODEL_FAMILY_LLAMA) {
+        const llama_config *c = &spec->llama, *t = &r->model.llama;
+        if (strcmp(c->model_type, t->model_type) != 0)
+            return err_set(FERRY_ERR_FORMAT, "'%s' says model_type %s, but the state.ferry beside it was trained "
+                                             "with model_type %s: config.json was edited or comes from another "
+                                             "checkpoint; put back the one saved with it",
+                           config_json, c->model_type, t->model_type);
+        const struct { const char *name; int said, trained; } fields[] = {
+            {"num_hidden_layers", c->n_layer, t->n_layer},
+            {"num_attention_heads", c->n_head, t->n_head},
+            {"num_key_value_heads", c->n_kv_head, t->n_kv_head},
+            {"hidden_size", c->n_embd, t->n_embd},
+            {"head_dim", c->head_dim, t->head_dim},
+            {"intermediate_size", c->intermediate_size, t->intermediate_size},
+            {"vocab_size", c->vocab_size, t->vocab_size},
+            {"max_position_embeddings", c->max_seq_len, t->max_seq_len},
+            {"padded vocabulary", c->padded_vocab_size, t->padded_vocab_size},
+            {"q/k/v bias", c->qkv_bias, t->qkv_bias},
+            {"tie_word_embeddings", c->tied_embeddings, t->tied_embeddings},
+        };
+        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+            if (fields[i].said != fields[i].trained)
+                return err_set(FERRY_ERR_FORMAT, "'%s' says %s %d, but the state.ferry beside it was trained with "
+                                                 "%s %d: config.json was edited or comes from another checkpoint; "
+                                                 "put back the one saved with it",
+                               config_json, fields[i].name, fields[i].said, fields[i].name, fields[i].trained);
+        return FERRY_OK;
+    }
     static const struct { const char *name; size_t at; } fields[] = {
         {"n_layer", offsetof(gpt2_config, n_layer)},       {"n_head", offsetof(gpt2_config, n_head)},
         {"n_embd", offsetof(gpt2_config, n_embd)},         {"vocab_size", offsetof(gpt2_config, vocab_size)},
@@ -240,8 +361,8 @@ ferry_status run_state_check_model(const train_resume *r, const gpt2_config *cfg
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         int said, trained;
-        memcpy(&said, (const char *)cfg + fields[i].at, sizeof said);
-        memcpy(&trained, (const char *)&r->model + fields[i].at, sizeof trained);
+        memcpy(&said, (const char *)&spec->gpt2 + fields[i].at, sizeof said);
+        memcpy(&trained, (const char *)&r->model.gpt2 + fields[i].at, sizeof trained);
         if (said != trained)
             return err_set(FERRY_ERR_FORMAT, "'%s' says %s %d, but the state.ferry beside it was trained with %s %d: "
                                              "config.json was edited or comes from another checkpoint; put back the "
@@ -249,6 +370,24 @@ ferry_status run_state_check_model(const train_resume *r, const gpt2_config *cfg
                            config_json, fields[i].name, said, fields[i].name, trained);
     }
     return FERRY_OK;
+}
+
+model_family run_state_folder_family(const char *dir)
+{
+    char path[PATH_MAX];
+    cJSON *j = NULL;
+    model_family f = MODEL_FAMILY_GPT2;
+    if (run_state_join(path, sizeof path, dir, "config.json") != FERRY_OK || access(path, F_OK) != 0 ||
+        hf_json_read_object(path, "model config", "{\"model_type\": ...}", &j) != FERRY_OK) {
+        err_clear();
+        return f;
+    }
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    if (cJSON_IsString(type) && (strcmp(type->valuestring, "llama") == 0 || strcmp(type->valuestring, "mistral") == 0 ||
+                                 strcmp(type->valuestring, "qwen2") == 0))
+        f = MODEL_FAMILY_LLAMA;
+    cJSON_Delete(j);
+    return f;
 }
 
 /* A folder of the run's own (a step folder being filled): one that is there
@@ -456,18 +595,24 @@ static ferry_status list_steps(const char *dir, long long **steps, size_t *n)
     return FERRY_OK;
 }
 
-/* The files every step folder a save puts in place holds. */
-static const char *const step_files[] = {"config.json", "model.safetensors", "state.ferry"};
+/* The files every step folder a save puts in place holds, and its weights:
+ * model.safetensors, or (the Llama family's shards) the index naming them. */
+static const char *const step_files[] = {"config.json", "state.ferry"};
+static const char *const weights_files[] = {"model.safetensors", "model.safetensors.index.json"};
 
-/* Whether a step folder holds every one of step_files, each a regular file. */
-static bool folder_whole(const char *path)
+static bool regular_in(const char *dir, const char *name)
 {
     char file[PATH_MAX];
     struct stat sb;
-    bool whole = true;
+    return run_state_join(file, sizeof file, dir, name) == FERRY_OK && lstat(file, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* Whether a step folder holds every one of step_files and its weights, each a regular file. */
+static bool folder_whole(const char *path)
+{
+    bool whole = regular_in(path, weights_files[0]) || regular_in(path, weights_files[1]);
     for (size_t k = 0; k < sizeof step_files / sizeof step_files[0]; k++)
-        whole &= run_state_join(file, sizeof file, path, step_files[k]) == FERRY_OK && lstat(file, &sb) == 0 &&
-                 S_ISREG(sb.st_mode);
+        whole &= regular_in(path, step_files[k]);
     return whole;
 }
 
@@ -487,6 +632,7 @@ ferry_status run_state_folder_run(const char *step_dir, char run[33])
     train_resume r;
     hf_ferry_info f;
     gpt2_config c;
+    llama_config l;
     run[0] = '\0';
     ferry_status st = run_state_join(state, sizeof state, step_dir, "state.ferry");
     if (st == FERRY_OK && (st = peek(state, &r)) == FERRY_OK) {
@@ -494,8 +640,9 @@ ferry_status run_state_folder_run(const char *step_dir, char run[33])
         return FERRY_OK;
     }
     snprintf(why, sizeof why, "%s", ferry_last_error());
+    bool llama = run_state_folder_family(step_dir) == MODEL_FAMILY_LLAMA;
     if (run_state_join(conf, sizeof conf, step_dir, "config.json") == FERRY_OK &&
-        hf_read_config_ferry(conf, &c, &f) == FERRY_OK) {
+        (llama ? hf_llama_read_config_ferry(conf, &l, NULL, &f) : hf_read_config_ferry(conf, &c, &f)) == FERRY_OK) {
         snprintf(run, 33, "%s", f.run);
         err_clear();
         return FERRY_OK;
@@ -544,7 +691,7 @@ ferry_status run_state_claim(const char *dir, const char *run, bool resumed)
     return FERRY_OK;
 }
 
-/* Removes step folders that lack one of step_files (a retention killed
+/* Removes step folders that lack one of step_files or their weights (a retention killed
  * midway, by a ferry from before retention renamed first), except the one
  * latest names; only with the lock held. A save never makes one: it fills a
  * temporary folder and renames it whole. */
@@ -613,22 +760,149 @@ ferry_status run_state_prune(const char *dir, int keep, const char *run)
     return st != FERRY_OK ? st : failed;
 }
 
-static ferry_status save_weights(const char *tmp, ferry_engine *e, const gpt2_model *m, const hf_ferry_info *ferry)
+/* Room for the largest group of m, in fp32. */
+static float *group_buffer(const lmodel *m)
 {
-    int G = gpt2_num_groups(m);
+    size_t most = 0;
+    for (int g = 0; g < lmodel_num_groups(m); g++)
+        most = lmodel_group_numel(m, g) > most ? lmodel_group_numel(m, g) : most;
+    return malloc(most * sizeof(float));
+}
+
+/* GPT-2's weights in one file from every group at once (hf_save); the
+ * Llama family's streamed a group at a time (hf_llama_save_group), as F32,
+ * in shards of transformers' default size. Either way the groups are read
+ * from the engine in order, as the other ranks take part (save_as_follower). */
+static ferry_status save_weights(const char *tmp, ferry_engine *e, const lmodel *m, const hf_ferry_info *ferry)
+{
+    int G = lmodel_num_groups(m);
+    if (lmodel_llama(m)) {
+        hf_llama_writer *w = NULL;
+        float *buf = group_buffer(m);
+        ferry_status st = buf ? FERRY_OK : err_set(FERRY_ERR_OUT_OF_MEMORY, "saving: out of memory");
+        if (st == FERRY_OK)
+            st = hf_llama_save_begin(tmp, lmodel_llama(m), FERRY_DTYPE_F32, HF_LLAMA_SHARD_BYTES, ferry, &w);
+        for (int g = 0; g < G && st == FERRY_OK; g++) {
+            st = ferry_engine_get_weights(e, g, buf);
+            if (st == FERRY_OK)
+                st = hf_llama_save_group(w, g, buf);
+        }
+        free(buf);
+        if (st != FERRY_OK) {
+            hf_llama_save_abort(w);
+            return st;
+        }
+        return hf_llama_save_commit(w);
+    }
     float **groups = calloc((size_t)G, sizeof *groups);
     ferry_status st = groups ? FERRY_OK : err_set(FERRY_ERR_OUT_OF_MEMORY, "saving: out of memory");
     for (int g = 0; g < G && st == FERRY_OK; g++) {
-        groups[g] = malloc(gpt2_group_numel(m, g) * sizeof(float));
+        groups[g] = malloc(lmodel_group_numel(m, g) * sizeof(float));
         st = groups[g] ? ferry_engine_get_weights(e, g, groups[g])
                        : err_set(FERRY_ERR_OUT_OF_MEMORY, "saving: out of memory for group %d", g);
     }
     if (st == FERRY_OK)
-        st = hf_save(tmp, m, groups, ferry);
+        st = hf_save(tmp, lmodel_gpt2(m), groups, ferry);
     for (int g = 0; groups && g < G; g++)
         free(groups[g]);
     free(groups);
     return st;
+}
+
+/* The weights files of a Hugging Face folder, in the order their tensor
+ * data is checksummed: DIR/model.safetensors when it is there (as readers
+ * prefer it), else the files DIR/model.safetensors.index.json's weight_map
+ * names, sorted by name (shards model-0000i-of-0000n sort in order). *n of
+ * them in *paths (malloc'd, each and the array; free with free_paths). */
+static ferry_status weights_paths(const char *dir, bool shards, char ***paths, int *n)
+{
+    char single[PATH_MAX], index[PATH_MAX];
+    *paths = NULL;
+    *n = 0;
+    ferry_status st = run_state_join(single, sizeof single, dir, weights_files[0]);
+    if (st == FERRY_OK)
+        st = run_state_join(index, sizeof index, dir, weights_files[1]);
+    if (st != FERRY_OK)
+        return st;
+    if (!shards || access(single, F_OK) == 0 || access(index, F_OK) != 0) { /* its reader says if it is missing */
+        char **one = malloc(sizeof *one);
+        if (!one || !(one[0] = strdup(single))) {
+            free(one);
+            return err_set(FERRY_ERR_OUT_OF_MEMORY, "'%s': out of memory", dir);
+        }
+        *paths = one;
+        *n = 1;
+        return FERRY_OK;
+    }
+    cJSON *j = NULL;
+    if ((st = hf_json_read_object(index, "weights index", "{\"weight_map\": {\"model.norm.weight\": "
+                                  "\"model-00001-of-00002.safetensors\", ...}}", &j)) != FERRY_OK)
+        return st;
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(j, "weight_map"), *v;
+    int count = cJSON_IsObject(map) ? cJSON_GetArraySize(map) : 0;
+    char **names = calloc((size_t)count + 1, sizeof *names);
+    if (!cJSON_IsObject(map))
+        st = err_set(FERRY_ERR_FORMAT, "'%s' has no \"weight_map\" object naming the file of each tensor", index);
+    else if (!names)
+        st = err_set(FERRY_ERR_OUT_OF_MEMORY, "'%s': out of memory", index);
+    int k = 0;
+    cJSON_ArrayForEach(v, map)
+    {
+        if (st != FERRY_OK)
+            break;
+        if (!cJSON_IsString(v) || !*v->valuestring || strchr(v->valuestring, '/')) {
+            st = err_set(FERRY_ERR_FORMAT, "'%s': the file of '%s' is not a file name of the folder", index,
+                         v->string ? v->string : "?");
+            break;
+        }
+        bool seen = false;
+        for (int i = 0; i < k && !seen; i++)
+            seen = strcmp(names[i], v->valuestring) == 0;
+        if (!seen)
+            names[k++] = v->valuestring;
+    }
+    for (int i = 1; i < k; i++) /* a few names: insertion sort */
+        for (int b = i; b > 0 && strcmp(names[b - 1], names[b]) > 0; b--) {
+            char *tmp = names[b];
+            names[b] = names[b - 1];
+            names[b - 1] = tmp;
+        }
+    char **out = st == FERRY_OK ? calloc((size_t)k + 1, sizeof *out) : NULL;
+    if (st == FERRY_OK && !out)
+        st = err_set(FERRY_ERR_OUT_OF_MEMORY, "'%s': out of memory", index);
+    for (int i = 0; i < k && st == FERRY_OK; i++) {
+        char path[PATH_MAX];
+        st = run_state_join(path, sizeof path, dir, names[i]);
+        if (st == FERRY_OK && !(out[i] = strdup(path)))
+            st = err_set(FERRY_ERR_OUT_OF_MEMORY, "'%s': out of memory", index);
+    }
+    if (st == FERRY_OK && k == 0)
+        st = err_set(FERRY_ERR_FORMAT, "'%s' names no weights file", index);
+    free(names);
+    cJSON_Delete(j);
+    if (st != FERRY_OK) {
+        for (int i = 0; out && i < k; i++)
+            free(out[i]);
+        free(out);
+        return st;
+    }
+    *paths = out;
+    *n = k;
+    return FERRY_OK;
+}
+
+static void free_paths(char **paths, int n)
+{
+    for (int i = 0; paths && i < n; i++)
+        free(paths[i]);
+    free(paths);
+}
+
+/* Adds the checksum of one file's tensor data to that of the files before it. */
+static void sum_append(sft_checksum *all, const sft_checksum *next, bool first)
+{
+    all->crc32c = first ? next->crc32c : crc32c_combine(all->crc32c, next->crc32c, next->bytes);
+    all->bytes = first ? next->bytes : all->bytes + next->bytes;
 }
 
 static ferry_status point_latest(const char *dir, const char *name)
@@ -668,20 +942,25 @@ static ferry_status install(const char *tmp, const char *final, const char *asid
     return FERRY_OK;
 }
 
-/* The checksum of the tensors' bytes of the model.safetensors just written
- * into the folder `tmp`, into the run state saved beside it. */
+/* The checksum of the tensors' bytes of the weights just written into the
+ * folder `tmp` (every file, in order), into the run state saved beside it. */
 static ferry_status weights_checksum(const char *tmp, train_resume *r)
 {
-    char path[PATH_MAX];
-    sft_file *f = NULL;
-    ferry_status st = run_state_join(path, sizeof path, tmp, "model.safetensors");
-    if (st == FERRY_OK)
-        st = sft_open(path, &f);
-    if (st != FERRY_OK)
-        return err_wrap(st, "reading back the weights just written");
-    st = sft_data_checksum(f, &r->weights);
+    char **paths = NULL;
+    int n = 0;
+    ferry_status st = weights_paths(tmp, true, &paths, &n);
+    for (int i = 0; i < n && st == FERRY_OK; i++) {
+        sft_file *f = NULL;
+        sft_checksum one;
+        st = sft_open(paths[i], &f);
+        if (st == FERRY_OK)
+            st = sft_data_checksum(f, &one);
+        sft_close(f);
+        if (st == FERRY_OK)
+            sum_append(&r->weights, &one, i == 0);
+    }
+    free_paths(paths, n);
     r->weights_known = st == FERRY_OK;
-    sft_close(f);
     return st != FERRY_OK ? err_wrap(st, "reading back the weights just written") : FERRY_OK;
 }
 
@@ -701,14 +980,11 @@ static const char *describe_kept(const char *dir, char *buf, size_t cap)
 /* Data parallelism: rank 0 writes the checkpoint; every other rank takes
  * part in the collectives that gather the state to it, in its order (the
  * weights of each group, then the engine's state), and writes nothing. */
-static ferry_status save_as_follower(const char *dir, ferry_engine *e, const gpt2_model *m)
+static ferry_status save_as_follower(const char *dir, ferry_engine *e, const lmodel *m)
 {
-    size_t most = 0;
-    for (int g = 0; g < gpt2_num_groups(m); g++)
-        most = gpt2_group_numel(m, g) > most ? gpt2_group_numel(m, g) : most;
-    float *buf = malloc(most * sizeof(float));
+    float *buf = group_buffer(m);
     ferry_status st = buf ? FERRY_OK : err_set(FERRY_ERR_OUT_OF_MEMORY, "saving: out of memory");
-    for (int g = 0; g < gpt2_num_groups(m) && st == FERRY_OK; g++)
+    for (int g = 0; g < lmodel_num_groups(m) && st == FERRY_OK; g++)
         st = ferry_engine_get_weights(e, g, buf);
     free(buf);
     if (st == FERRY_OK)
@@ -716,13 +992,13 @@ static ferry_status save_as_follower(const char *dir, ferry_engine *e, const gpt
     return st;
 }
 
-ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, const gpt2_model *m,
+ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, const lmodel *m,
                             const train_resume *resume)
 {
     if (ferry_engine_rank(e) > 0)
         return save_as_follower(dir, e, m);
     char name[64], hidden[80], old[80], tmp[PATH_MAX], final[PATH_MAX], aside[PATH_MAX], state[PATH_MAX];
-    unsigned char blob[RUN_STATE_BYTES];
+    unsigned char blob[RUN_STATE_MAX_BYTES];
     train_resume r = *resume;
     r.engine_step = ferry_engine_steps(e);
     if (step < 0)
@@ -768,8 +1044,8 @@ ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, cons
     if (st == FERRY_OK)
         st = weights_checksum(tmp, &r);
     if (st == FERRY_OK) {
-        run_state_encode(&r, blob);
-        st = ferry_engine_save(e, state, blob, sizeof blob);
+        size_t len = run_state_encode(&r, blob);
+        st = ferry_engine_save(e, state, blob, len);
     }
     if (st == FERRY_OK)
         st = install(tmp, final, aside);
@@ -810,7 +1086,7 @@ ferry_status run_state_locate(const char *path, char *out, size_t cap)
 /* The run state of a checkpoint's state.ferry, read without an engine. */
 static ferry_status peek(const char *state, train_resume *r)
 {
-    unsigned char blob[RUN_STATE_BYTES];
+    unsigned char blob[RUN_STATE_MAX_BYTES];
     size_t n = 0;
     ferry_status st = ferry_engine_load_user(state, blob, sizeof blob, &n);
     return st == FERRY_OK ? run_state_decode(blob, n, state, r) : st;
@@ -860,30 +1136,47 @@ static ferry_status check_sum(const char *file, const sft_checksum *sum, const t
                    (unsigned long long)r->weights.bytes, (unsigned)r->weights.crc32c);
 }
 
-ferry_status run_state_check_weights(const char *safetensors)
+ferry_status run_state_check_weights(const char *weights)
 {
     char dir[PATH_MAX], state[PATH_MAX];
-    hf_ferry_info meta;
-    sft_checksum sum;
     train_resume r;
-    snprintf(dir, sizeof dir, "%s", safetensors);
+    struct stat sb;
+    bool folder = stat(weights, &sb) == 0 && S_ISDIR(sb.st_mode);
+    snprintf(dir, sizeof dir, "%s", weights);
     char *slash = strrchr(dir, '/');
-    if (slash)
+    if (folder)
+        ;
+    else if (slash)
         *slash = '\0';
     else
         snprintf(dir, sizeof dir, ".");
     if (run_state_join(state, sizeof state, dir, "state.ferry") != FERRY_OK || access(state, F_OK) != 0)
         return FERRY_OK;
-    ferry_status st = hf_read_weights_identity(safetensors, &meta, &sum, 0, 1);
+    char **paths = NULL, *one[1] = {(char *)weights};
+    int n = 1;
+    ferry_status st = folder ? weights_paths(dir, true, &paths, &n) : FERRY_OK;
+    /* A state.ferry that is not a run state of ferry's, or of another run or
+     * step than the files say they were saved with, says nothing of them. */
+    bool ours = st == FERRY_OK && peek(state, &r) == FERRY_OK;
+    sft_checksum sum = {0, 0};
+    for (int i = 0; i < n && st == FERRY_OK && ours; i++) {
+        hf_ferry_info meta;
+        sft_checksum part;
+        st = hf_read_weights_identity(folder ? paths[i] : one[0], &meta, &part, 0, 1);
+        ours = st == FERRY_OK && meta.run[0] && strcmp(meta.run, r.run) == 0 && meta.step == r.step;
+        if (ours)
+            sum_append(&sum, &part, i == 0);
+    }
+    char label[PATH_MAX];
+    snprintf(label, sizeof label, "%s", folder && n == 1 ? paths[0] : weights);
+    free_paths(paths, folder ? n : 0);
     if (st != FERRY_OK)
         return st;
-    /* A state.ferry that is not a run state of ferry's, or of another run or
-     * step than the file says it was saved with, says nothing of the file. */
-    if (peek(state, &r) != FERRY_OK || !meta.run[0] || strcmp(meta.run, r.run) != 0 || meta.step != r.step) {
+    if (!ours) {
         err_clear();
         return FERRY_OK;
     }
-    return check_sum(safetensors, &sum, &r, state);
+    return check_sum(label, &sum, &r, state);
 }
 
 /* A path as the user wrote it without trailing "/" and "/." (runs/x/step_5/. is runs/x/step_5). */
@@ -972,28 +1265,65 @@ static ferry_status weights_sum_agreed(const char *file, ferry_status st, int pa
     return FERRY_OK;
 }
 
-ferry_status run_state_inspect(const char *ckpt_dir, gpt2_config *out, train_resume *resume)
+/* The Llama family's weights of a checkpoint, opened as a resume will read
+ * them: every tensor in its file with its shape and type, and config.json's
+ * torch_dtype the type they are stored in (hf_llama_open). */
+static ferry_status check_llama_weights(const char *dir, const llama_config *cfg)
+{
+    llama_model *m = NULL;
+    hf_llama_reader *rd = NULL;
+    ferry_status st = llama_create(cfg, &m);
+    if (st == FERRY_OK)
+        st = hf_llama_open(dir, m, &rd);
+    hf_llama_close(rd);
+    llama_destroy(m);
+    return st;
+}
+
+ferry_status run_state_inspect(const char *ckpt_dir, model_spec *out, train_resume *resume)
 {
     char path[PATH_MAX], state[PATH_MAX], weights[PATH_MAX];
     train_resume r;
-    hf_ferry_info conf, meta;
+    hf_ferry_info conf;
+    bool llama = run_state_folder_family(ckpt_dir) == MODEL_FAMILY_LLAMA;
+    memset(out, 0, sizeof *out);
+    out->family = llama ? MODEL_FAMILY_LLAMA : MODEL_FAMILY_GPT2;
     ferry_status st = run_state_join(path, sizeof path, ckpt_dir, "config.json");
     if (st == FERRY_OK) st = run_state_join(state, sizeof state, ckpt_dir, "state.ferry");
     if (st == FERRY_OK) st = run_state_join(weights, sizeof weights, ckpt_dir, "model.safetensors");
-    if (st == FERRY_OK) st = hf_read_config_ferry(path, out, &conf);
+    if (st == FERRY_OK)
+        st = llama ? hf_llama_read_config_ferry(path, &out->llama, NULL, &conf)
+                   : hf_read_config_ferry(path, &out->gpt2, &conf);
     if (st == FERRY_OK) st = peek(state, &r);
     if (st == FERRY_OK) st = run_state_check_model(&r, out, path);
     if (st == FERRY_OK) st = check_binding(path, &conf, &r, state);
-    sft_checksum sum;
     ferry_world_info world = FERRY_WORLD_INFO_INIT;
     int part = 0, parts = 1;
     if (ferry_world_probe(&world) == FERRY_OK && world.joined && world.world_size > 1)
         part = world.rank, parts = world.world_size;
-    if (st == FERRY_OK) st = hf_read_weights_identity(weights, &meta, &sum, part, parts);
-    st = weights_sum_agreed(weights, st, part, parts, &sum);
-    if (st == FERRY_OK) st = check_binding(weights, &meta, &r, state);
+    /* Each weights file (GPT-2's one, the Llama family's one or shards):
+     * its run and step, and its part of the checksum, agreed with the other
+     * ranks (collective: one round per file, failed or not). */
+    char **paths = NULL;
+    int n = 0;
+    if (st == FERRY_OK) st = weights_paths(ckpt_dir, llama, &paths, &n);
+    sft_checksum sum = {0, 0};
+    for (int i = 0; i < (n > 0 ? n : 1); i++) {
+        const char *file = n > 0 ? paths[i] : weights;
+        hf_ferry_info meta;
+        sft_checksum one = {0, 0};
+        if (st == FERRY_OK) st = hf_read_weights_identity(file, &meta, &one, part, parts);
+        st = weights_sum_agreed(file, st, part, parts, &one);
+        if (st == FERRY_OK) st = check_binding(file, &meta, &r, state);
+        if (st == FERRY_OK) sum_append(&sum, &one, i == 0);
+    }
+    if (n > 1 && run_state_join(weights, sizeof weights, ckpt_dir, weights_files[1]) != FERRY_OK)
+        snprintf(weights, sizeof weights, "%s", ckpt_dir);
+    else if (n == 1)
+        snprintf(weights, sizeof weights, "%s", paths[0]);
+    free_paths(paths, n);
     if (st == FERRY_OK) st = check_sum(weights, &sum, &r, state);
-    if (st == FERRY_OK) st = hf_check_torch_dtype(path, weights);
+    if (st == FERRY_OK) st = llama ? check_llama_weights(ckpt_dir, &out->llama) : hf_check_torch_dtype(path, weights);
     long long named = named_step(ckpt_dir);
     if (st == FERRY_OK && named >= 0 && named != r.step)
         st = err_set(FERRY_ERR_FORMAT, "'%s' holds the state of step %lld, but the folder is named for step %lld: a "
@@ -1005,7 +1335,7 @@ ferry_status run_state_inspect(const char *ckpt_dir, gpt2_config *out, train_res
     return st;
 }
 
-ferry_status run_state_config(const char *ckpt_dir, gpt2_config *out)
+ferry_status run_state_config(const char *ckpt_dir, model_spec *out)
 {
     return run_state_inspect(ckpt_dir, out, NULL);
 }
@@ -1013,7 +1343,7 @@ ferry_status run_state_config(const char *ckpt_dir, gpt2_config *out)
 ferry_status run_state_load(const char *ckpt_dir, ferry_engine *e, train_resume *resume)
 {
     char path[PATH_MAX];
-    unsigned char blob[RUN_STATE_BYTES];
+    unsigned char blob[RUN_STATE_MAX_BYTES];
     size_t got = 0;
     ferry_status st = run_state_join(path, sizeof path, ckpt_dir, "state.ferry");
     if (st == FERRY_OK) st = ferry_engine_load(e, path, blob, sizeof blob, &got);

@@ -8,7 +8,7 @@
 
 #include "common/error.h"
 #include "engine/intree.h"
-#include "models/gpt2_engine.h"
+#include "models/model_engine.h"
 
 
 static uint64_t next_u64(uint64_t *state)
@@ -102,11 +102,11 @@ int sampler_pick(sampler *s, const float *logits, int V)
     return pick;
 }
 
-static ferry_status generate(const gpt2_model *m, gpt2_activations *a, const gpt2_hooks *h, backend_stream *stream,
-                             int B, int T, tok_ids *ids, int n, sampler *s)
+static ferry_status generate(const lmodel *m, lmodel_acts *a, const model_hooks *h, backend_stream *stream, int B,
+                             int T, tok_ids *ids, int n, sampler *s)
 {
-    int V = gpt2_get_config(m)->vocab_size;
-    gpt2_hooks hooks = *h;
+    int V = lmodel_vocab(m);
+    model_hooks hooks = *h;
     int32_t *tokens = malloc((size_t)B * (size_t)T * sizeof *tokens);
     float *logits = malloc((size_t)V * sizeof *logits);
     ferry_status st = tokens && logits ? FERRY_OK : err_set(FERRY_ERR_OUT_OF_MEMORY, "sampling: out of memory");
@@ -119,9 +119,9 @@ static ferry_status generate(const gpt2_model *m, gpt2_activations *a, const gpt
             tokens[j] = (int32_t)TOK_GPT2_EOT;
         for (size_t j = 0; j < used; j++)
             tokens[j] = (int32_t)ids->ids[start + j];
-        st = gpt2_forward(m, a, &hooks, stream, tokens, NULL, false);
+        st = lmodel_forward(m, a, &hooks, stream, tokens, NULL, false);
         if (st == FERRY_OK)
-            st = gpt2_logits(m, a, &hooks, stream, 0, (int)used - 1, logits);
+            st = lmodel_logits(m, a, &hooks, stream, 0, (int)used - 1, logits);
         if (st != FERRY_OK)
             break;
         if (ids->len == ids->cap) {
@@ -143,7 +143,7 @@ static ferry_status generate(const gpt2_model *m, gpt2_activations *a, const gpt
 
 /* The prompt's tokens, the generation (between begin and end when e is
  * not NULL), and the text. */
-static ferry_status sample_on(ferry_engine *e, const gpt2_model *m, gpt2_activations *a, const gpt2_hooks *h,
+static ferry_status sample_on(ferry_engine *e, const lmodel *m, lmodel_acts *a, const model_hooks *h,
                               backend_stream *stream, int B, int T, tok_bpe *tok, const char *prompt, int n,
                               sampler *s, char **text)
 {
@@ -175,16 +175,15 @@ static ferry_status sample_on(ferry_engine *e, const gpt2_model *m, gpt2_activat
     return st;
 }
 
-ferry_status sample_text(ferry_engine *e, const gpt2_model *m, gpt2_activations *a, int B, int T, tok_bpe *tok,
+ferry_status sample_text(ferry_engine *e, const lmodel *m, lmodel_acts *a, int B, int T, tok_bpe *tok,
                          const char *prompt, int n, sampler *s, char **text)
 {
-    gpt2_hooks hooks = gpt2_engine_hooks(e);
+    model_hooks hooks = model_engine_hooks(e);
     return sample_on(e, m, a, &hooks, engine_embed_stream(e), B, T, tok, prompt, n, s, text);
 }
 
-ferry_status sample_text_hooks(const gpt2_model *m, gpt2_activations *a, const gpt2_hooks *hooks,
-                               backend_stream *stream, int B, int T, tok_bpe *tok, const char *prompt, int n,
-                               sampler *s, char **text)
+ferry_status sample_text_hooks(const lmodel *m, lmodel_acts *a, const model_hooks *hooks, backend_stream *stream,
+                               int B, int T, tok_bpe *tok, const char *prompt, int n, sampler *s, char **text)
 {
     return sample_on(NULL, m, a, hooks, stream, B, T, tok, prompt, n, s, text);
 }

@@ -1,7 +1,9 @@
-/* Text generation from a GPT-2 on the engine: top-k sampling with a
- * temperature from next-token logits, a seeded generator, and the loop that
- * feeds each token back (a window of the last T tokens; no KV cache, so each
- * token costs one forward pass over the window). */
+/* Text generation from a model on the engine (models/lmodel.h, either
+ * family; the text through the GPT-2 tokenizer, the only one ferry reads):
+ * top-k sampling with a temperature from next-token logits, a seeded
+ * generator, and the loop that feeds each token back (a window of the last
+ * T tokens; no KV cache, so each token costs one forward pass over the
+ * window). */
 #ifndef FERRY_TRAIN_SAMPLE_H
 #define FERRY_TRAIN_SAMPLE_H
 
@@ -10,7 +12,7 @@
 #include <stdint.h>
 
 #include "ferry.h"
-#include "models/gpt2.h"
+#include "models/lmodel.h"
 #include "train/bpe.h"
 
 typedef struct sampler {
@@ -40,12 +42,11 @@ int sampler_top_k(const float *logits, int V, int k, int *idx);
  * between steps: it brackets itself with ferry_engine_begin/end_inference.
  * When s->stop is set, or s->before_token says to stop, it ends after the
  * token under way, with the text so far. */
-ferry_status sample_text(ferry_engine *e, const gpt2_model *m, gpt2_activations *a, int B, int T, tok_bpe *tok,
+ferry_status sample_text(ferry_engine *e, const lmodel *m, lmodel_acts *a, int B, int T, tok_bpe *tok,
                          const char *prompt, int n, sampler *s, char **text);
-/* The same with weights of the caller's (gpt2_resident's hooks, say), on
+/* The same with weights of the caller's (model_resident's hooks, say), on
  * `stream`, without an engine: what sampling alone needs. */
-ferry_status sample_text_hooks(const gpt2_model *m, gpt2_activations *a, const gpt2_hooks *hooks,
-                               backend_stream *stream, int B, int T, tok_bpe *tok, const char *prompt, int n,
-                               sampler *s, char **text);
+ferry_status sample_text_hooks(const lmodel *m, lmodel_acts *a, const model_hooks *hooks, backend_stream *stream,
+                               int B, int T, tok_bpe *tok, const char *prompt, int n, sampler *s, char **text);
 
 #endif

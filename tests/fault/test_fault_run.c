@@ -26,11 +26,13 @@
 #include "tests/fault/fixture.h"
 #include "tests/fault/walk.h"
 #include "train/hf_checkpoint.h"
+#include "models/lmodel.h"
 #include "train/run_state.h"
 
 #define RUN_ID "0123456789abcdef0123456789abcdef" /* the run every save here belongs to */
 
 static fixture fx;
+static lmodel *saved; /* fx.model, as run_state_save takes it */
 static char dir[] = "/tmp/ferry-fault-run-XXXXXX";
 static char run[300], pristine[300], reference[300];
 
@@ -42,7 +44,7 @@ static train_resume resume_at(int64_t step)
     r.data.epoch = 1;
     r.data.index = 40 + (uint64_t)step;
     r.sample_rng = 777;
-    r.model = *gpt2_get_config(fx.model);
+    r.model = (model_spec){.family = MODEL_FAMILY_GPT2, .gpt2 = *gpt2_get_config(fx.model)};
     r.batch = 2, r.seq = 16, r.grad_accum = 1;
     snprintf(r.run, sizeof r.run, "%s", RUN_ID);
     r.settings = (train_settings){1, 1337, FERRY_DTYPE_F32, FERRY_OFFLOAD_OPTIMIZER, 0, 10, 100, 6e-4f, 0.1f, 0.1f,
@@ -55,7 +57,7 @@ static ferry_status save_into(ferry_engine *e, const char *d, int v, int64_t ste
 {
     train_resume r = resume_at(step);
     ferry_status st = fixture_set(&fx, e, v);
-    return st == FERRY_OK ? run_state_save(d, step, e, fx.model, &r) : st;
+    return st == FERRY_OK ? run_state_save(d, step, e, saved, &r) : st;
 }
 
 static bool link_is(const char *link, const char *want)
@@ -137,7 +139,7 @@ static ferry_status save_act(void *p, uint64_t at, bool persistent)
     (void)at, (void)persistent;
     save_ctx *c = p;
     train_resume r = resume_at(c->step);
-    return run_state_save(run, c->step, c->e, fx.model, &r);
+    return run_state_save(run, c->step, c->e, saved, &r);
 }
 
 /* Whether run/name is the step folder of `from` (pristine or reference). */
@@ -234,7 +236,7 @@ static int walk_save(bool again)
 typedef struct load_ctx {
     ferry_engine *e;
     char ckpt[PATH_MAX];
-    gpt2_config cfg;
+    model_spec cfg;
     train_resume resume;
     float **groups; /* what hf_load read */
     int failed_in;  /* 0: run_state_config, 1: run_state_load, 2: hf_load */
@@ -271,9 +273,11 @@ static bool load_right(load_ctx *c, char *why, size_t cap)
 {
     train_resume want = resume_at(2);
     const gpt2_config *m = gpt2_get_config(fx.model);
-    if (c->cfg.n_layer != m->n_layer || c->cfg.n_embd != m->n_embd || c->cfg.vocab_size != m->vocab_size) {
-        snprintf(why, cap, "config.json read as %d layers, %d wide, %d tokens", c->cfg.n_layer, c->cfg.n_embd,
-                 c->cfg.vocab_size);
+    const gpt2_config *read = &c->cfg.gpt2;
+    if (c->cfg.family != MODEL_FAMILY_GPT2 || read->n_layer != m->n_layer || read->n_embd != m->n_embd ||
+        read->vocab_size != m->vocab_size) {
+        snprintf(why, cap, "config.json read as %d layers, %d wide, %d tokens", read->n_layer, read->n_embd,
+                 read->vocab_size);
         return false;
     }
     if (c->resume.step != 2 || c->resume.data.index != want.data.index || c->resume.sample_rng != want.sample_rng) {
@@ -353,6 +357,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "test_fault_run: cannot make '%s' or the model: %s\n", dir, ferry_last_error());
         return 1;
     }
+    model_spec spec = {.family = MODEL_FAMILY_GPT2, .gpt2 = *gpt2_get_config(fx.model)};
+    if (lmodel_create(&spec, &saved) != FERRY_OK) {
+        fprintf(stderr, "test_fault_run: the model as the run state saves it: %s\n", ferry_last_error());
+        return 1;
+    }
     snprintf(run, sizeof run, "%s/run", dir);
     snprintf(pristine, sizeof pristine, "%s/pristine", dir);
     snprintf(reference, sizeof reference, "%s/reference", dir);
@@ -365,6 +374,7 @@ int main(int argc, char **argv)
     } else {
         fprintf(stderr, "usage: test_fault_run save|resave|load\n");
     }
+    lmodel_destroy(saved);
     fixture_close(&fx);
     rm_rf(dir);
     return rc == 0 ? tap_done() : rc;

@@ -101,7 +101,7 @@ static bool train_and_save(ferry_backend_kind kind, const char *run_dir, const c
     train_resume r;
     memset(&r, 0, sizeof r);
     r.step = STEPS;
-    r.model = c;
+    r.model = (model_spec){.family = MODEL_FAMILY_GPT2, .gpt2 = c};
     r.batch = B_, r.seq = T_, r.grad_accum = 1;
     run_state_new_run(r.run);
     /* The run's settings, as train_gpt2 records them: this one's steps, at a
@@ -111,8 +111,12 @@ static bool train_and_save(ferry_backend_kind kind, const char *run_dir, const c
     t->dtype = ok ? ferry_engine_dtype(f.e) : FERRY_DTYPE_F32;
     t->warmup = 0, t->steps = STEPS, t->lr = so.lr, t->lr_min_frac = 1.0f, t->weight_decay = so.weight_decay;
     t->beta1 = so.beta1, t->beta2 = so.beta2, t->eps = so.eps, t->clip = so.max_grad_norm;
+    lmodel *saved = NULL; /* f.m, as run_state_save takes it */
     if (ok)
-        ok = tap_is_status(run_state_save(run_dir, STEPS, f.e, f.m, &r), FERRY_OK, "checkpoint saved in %s", run_dir);
+        ok = tap_is_status(lmodel_create(&r.model, &saved), FERRY_OK, "the model as the run state saves it");
+    if (ok)
+        ok = tap_is_status(run_state_save(run_dir, STEPS, f.e, saved, &r), FERRY_OK, "checkpoint saved in %s", run_dir);
+    lmodel_destroy(saved);
     efix_close(&f);
     return ok;
 }

@@ -51,6 +51,7 @@ PRIVATE = {
     "optim/kernels.h",
     "models/gpt2_internal.h",
     "models/llama_internal.h",
+    "train/trainer_internal.h",
 }
 
 # Headers outside the layers' rules, with the test folders that may include them.

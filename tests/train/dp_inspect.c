@@ -36,7 +36,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "joining the world: %s\n", ferry_last_error());
         return 1;
     }
-    gpt2_config cfg;
+    model_spec cfg;
     train_resume r;
     long long before = bytes_read();
     ferry_status st = run_state_inspect(argv[1], &cfg, &r);

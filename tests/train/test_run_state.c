@@ -1,4 +1,4 @@
-/* train_gpt2's checkpoint folders (train/run_state.c): a save
+/* The trainer's checkpoint folders (train/run_state.c): a save
  * killed at any moment leaves DIR/latest on a whole checkpoint.
  * - Kill rounds: a child sets up an engine (host backend, optimizer offload)
  *   with a GPT-2 of ~3.4M parameters (~55 MB per checkpoint) and saves in a
@@ -15,9 +15,10 @@
  *   leaves latest as it was, and no temporary behind.
  * - run_state_locate on a checkpoint folder, a run folder, a dangling
  *   latest; run_state_load of a state.ferry from another program.
- * - The run state's encoding, byte by byte, and the decoder's refusal of
- *   every field a run cannot have; a state.ferry whose engine step and run
- *   state disagree; a config.json edited after the save.
+ * - The run state's encoding, byte by byte (GPT-2's version 4, the Llama
+ *   family's version 5), and the decoder's refusal of every field a run
+ *   cannot have; a state.ferry whose engine step and run state disagree; a
+ *   config.json edited after the save.
  * - The run folder's lock: a second holder is refused naming the first, and
  *   temporaries of killed saves go once the lock is held. */
 #include <cjson/cJSON.h>
@@ -41,6 +42,7 @@
 #include "common/fileio.h"
 #include "engine/intree.h"
 #include "models/gpt2_engine.h"
+#include "models/lmodel.h"
 #include "tests/tap.h"
 #include "train/hf_checkpoint.h"
 #include "train/run_state.h"
@@ -51,6 +53,7 @@ static char dir[] = "/tmp/ferry-runstate-XXXXXX";
 static char run[300];
 
 static gpt2_model *model;
+static lmodel *saved; /* the same model, as run_state_save takes it */
 static float **init; /* the seeded init of every group */
 
 
@@ -96,7 +99,7 @@ static train_resume resume_of(int64_t step, uint64_t version)
     memset(&r, 0, sizeof r);
     r.step = step;
     r.sample_rng = version;
-    r.model = *gpt2_get_config(model);
+    r.model = (model_spec){.family = MODEL_FAMILY_GPT2, .gpt2 = *gpt2_get_config(model)};
     r.batch = 1, r.seq = 64, r.grad_accum = 1;
     snprintf(r.run, sizeof r.run, "%s", RUN_ID);
     r.settings = some_settings();
@@ -144,7 +147,7 @@ static void child(int fd, int64_t first, uint64_t first_version, int same_step)
                 _exit(4);
         }
         train_resume r = resume_of(step, v);
-        if (run_state_save(run, step, e, model, &r) != FERRY_OK) {
+        if (run_state_save(run, step, e, saved, &r) != FERRY_OK) {
             fprintf(stderr, "child: save of step %lld: %s\n", (long long)step, ferry_last_error());
             _exit(5);
         }
@@ -210,9 +213,10 @@ static int64_t check_latest(ferry_engine *e, const char *when, uint64_t *version
     snprintf(file, sizeof file, "%s/model.safetensors", ckpt);
     if (tap_is_status(hf_load(file, model, got), FERRY_OK, "%s: its model.safetensors loads", when))
         tap_ok(weights_are(got, r.sample_rng, want), "%s: model.safetensors holds the same weights", when);
-    gpt2_config c;
+    model_spec c;
     if (tap_is_status(run_state_config(ckpt, &c), FERRY_OK, "%s: its config.json reads", when))
-        tap_ok(memcmp(&c, gpt2_get_config(model), sizeof c) == 0, "%s: config.json is the model's", when);
+        tap_ok(c.family == MODEL_FAMILY_GPT2 && memcmp(&c.gpt2, gpt2_get_config(model), sizeof c.gpt2) == 0,
+               "%s: config.json is the model's", when);
     for (int g = 0; g < G; g++)
         free(got[g]);
     free(got);
@@ -354,7 +358,7 @@ static void test_failed_saves(ferry_engine *e)
     small.rlim_max = old.rlim_max;
     signal(SIGXFSZ, SIG_IGN);
     setrlimit(RLIMIT_FSIZE, &small);
-    ferry_status st = run_state_save(run, 99999, e, model, &r);
+    ferry_status st = run_state_save(run, 99999, e, saved, &r);
     setrlimit(RLIMIT_FSIZE, &old);
     tap_is_status(st, FERRY_ERR_IO, "a save that hits the file size limit (a full disk) fails: %s", ferry_last_error());
     TAP_IS_INT(latest_step(after, sizeof after), step0, "latest still names %s", before);
@@ -374,7 +378,7 @@ static void test_failed_saves(ferry_engine *e)
         fclose(f);
     snprintf(under, sizeof under, "%s/run", file);
     r.step = 1;
-    st = run_state_save(under, 1, e, model, &r);
+    st = run_state_save(under, 1, e, saved, &r);
     tap_is_status(st, FERRY_ERR_IO, "a run folder under a regular file: %s", ferry_last_error());
     tap_ok(strstr(ferry_last_error(), under) != NULL, "the message names the folder: %s", ferry_last_error());
 
@@ -382,7 +386,7 @@ static void test_failed_saves(ferry_engine *e)
     if (geteuid() != 0) {
         chmod(run, 0555);
         r.step = 99998;
-        st = run_state_save(run, 99998, e, model, &r);
+        st = run_state_save(run, 99998, e, saved, &r);
         chmod(run, 0755);
         tap_is_status(st, FERRY_ERR_IO, "a save into a read-only run folder fails: %s", ferry_last_error());
         TAP_IS_INT(latest_step(after, sizeof after), step0, "latest still names %s", before);
@@ -456,7 +460,7 @@ static uint64_t le_at(const unsigned char *p, int bytes)
 static train_resume sample_resume(void)
 {
     train_resume r = {0x0000000102030405ll, 77, {3, 41, 0xA1B2C3D4E5F60718ull}, 0xFEDCBA9876543210ull,
-                      *gpt2_get_config(model), 4, 64, 2, RUN_ID, some_settings(), 1, {0x1122334455ull, 0xCAFEF00Du}};
+                      {.family = MODEL_FAMILY_GPT2, .gpt2 = *gpt2_get_config(model)}, 4, 64, 2, RUN_ID, some_settings(), 1, {0x1122334455ull, 0xCAFEF00Du}};
     return r;
 }
 
@@ -532,6 +536,55 @@ static void test_encoding(void)
     TAP_IS_STATUS(run_state_decode(v2, sizeof v2, "test", &back), FERRY_OK, "a version-2 run state decodes");
     tap_ok(back.step == r.step && back.batch == r.batch && back.run[0] == '\0' && !back.settings.known,
            "with no run identity and its settings unknown");
+    tap_ok(back.model.family == MODEL_FAMILY_GPT2 && memcmp(&back.model.gpt2, &r.model.gpt2, sizeof r.model.gpt2) == 0,
+           "versions 2 to 4 are GPT-2's");
+
+    /* A Llama-family run: version 5, the family and the shape after version 4's fields. */
+    train_resume l = sample_resume();
+    memset(&l.model, 0, sizeof l.model);
+    l.model.family = MODEL_FAMILY_LLAMA;
+    if (!tap_is_status(llama_config_preset("llama-d2", &l.model.llama), FERRY_OK, "a Llama shape to record"))
+        return;
+    l.model.llama.qkv_bias = true; /* not llama-d2's: the field is written, not assumed */
+    unsigned char v5[RUN_STATE_MAX_BYTES];
+    size_t n5 = run_state_encode(&l, v5);
+    tap_ok(n5 == RUN_STATE_V5_BYTES && n5 == 224 && le_at(v5 + 8, 4) == 5, "a Llama run state is version 5, %zu bytes",
+           n5);
+    tap_ok(memcmp(v5 + 12, b + 12, 48) == 0 && memcmp(v5 + 84, b + 84, RUN_STATE_BYTES - 84) == 0,
+           "with version 4's fields in their places");
+    tap_ok(le_at(v5 + 60, 4) == 2 && le_at(v5 + 64, 4) == 2 && le_at(v5 + 68, 4) == 128 && le_at(v5 + 72, 4) == 128256 &&
+               le_at(v5 + 76, 4) == 128256 && le_at(v5 + 80, 4) == 131072,
+           "the model's layers, heads, width, vocabulary, padded vocabulary and context where GPT-2's are");
+    tap_ok(le_at(v5 + 184, 4) == 1 && memcmp(v5 + 188, "llama\0", 6) == 0 && le_at(v5 + 204, 4) == 1 &&
+               le_at(v5 + 208, 4) == 64 && le_at(v5 + 212, 4) == 384 && le_at(v5 + 216, 4) == 1 &&
+               le_at(v5 + 220, 4) == 0,
+           "then family 1, model_type, key/value heads, head size, MLP width, q/k/v bias and tied embeddings");
+    TAP_IS_STATUS(run_state_decode(v5, n5, "test", &back), FERRY_OK, "it decodes");
+    const llama_config *got = &back.model.llama, *want = &l.model.llama;
+    tap_ok(back.model.family == MODEL_FAMILY_LLAMA && strcmp(got->model_type, "llama") == 0 &&
+               got->n_layer == want->n_layer && got->n_head == want->n_head && got->n_kv_head == want->n_kv_head &&
+               got->n_embd == want->n_embd && got->head_dim == want->head_dim &&
+               got->intermediate_size == want->intermediate_size && got->vocab_size == want->vocab_size &&
+               got->padded_vocab_size == want->padded_vocab_size && got->max_seq_len == want->max_seq_len &&
+               got->qkv_bias && !got->tied_embeddings && back.step == l.step && strcmp(back.run, RUN_ID) == 0 &&
+               back.weights.crc32c == l.weights.crc32c,
+           "to the family, the shape and every other field it was made from");
+    static const struct { int at, bytes; int64_t value; const char *says; } bad5[] = {
+        {184, 4, 2, "model family 2"}, {204, 4, 3, "damaged"}, {188, 1, 'x', "model_type"},
+        {216, 4, 2, "q/k/v bias 2"},
+    };
+    for (size_t i = 0; i < sizeof bad5 / sizeof bad5[0]; i++) {
+        unsigned char c[RUN_STATE_MAX_BYTES];
+        memcpy(c, v5, n5);
+        for (int k = 0; k < bad5[i].bytes; k++)
+            c[bad5[i].at + k] = (unsigned char)((uint64_t)bad5[i].value >> (8 * k));
+        ferry_status st = run_state_decode(c, n5, "test", &back);
+        tap_ok(st == FERRY_ERR_FORMAT && strstr(ferry_last_error(), bad5[i].says),
+               "version 5: bytes %d..%d set to %lld are refused, saying '%s': %s", bad5[i].at,
+               bad5[i].at + bad5[i].bytes - 1, (long long)bad5[i].value, bad5[i].says, ferry_last_error());
+    }
+    TAP_IS_STATUS(run_state_decode(v5, RUN_STATE_BYTES, "test", &back), FERRY_ERR_FORMAT,
+                  "a version-5 run state cut to version 4's size is refused");
 }
 
 /* A state.ferry whose engine step and run state disagree (written by hand:
@@ -588,8 +641,8 @@ static void test_edited_config(ferry_engine *e)
     snprintf(folder, sizeof folder, "%s/edited", dir);
     snprintf(ckpt, sizeof ckpt, "%s/step_00000003", folder);
     train_resume r = resume_of(3, 0);
-    gpt2_config c;
-    if (!tap_is_status(run_state_save(folder, 3, e, model, &r), FERRY_OK, "a checkpoint to edit"))
+    model_spec c;
+    if (!tap_is_status(run_state_save(folder, 3, e, saved, &r), FERRY_OK, "a checkpoint to edit"))
         return;
     TAP_IS_STATUS(run_state_config(ckpt, &c), FERRY_OK, "its config.json checks out against its state.ferry");
     edit_config(ckpt, "n_head", 4);
@@ -793,6 +846,8 @@ int main(void)
     gpt2_config cfg;
     ferry_status st = gpt2_config_from_fields(2, 2, 64, 50257, 0, 1024, &cfg);
     if (st == FERRY_OK) st = gpt2_create(&cfg, &model);
+    model_spec spec = {.family = MODEL_FAMILY_GPT2, .gpt2 = cfg};
+    if (st == FERRY_OK) st = lmodel_create(&spec, &saved);
     int G = model ? gpt2_num_groups(model) : 0;
     init = calloc((size_t)G + 1, sizeof *init);
     for (int g = 0; g < G && st == FERRY_OK; g++) {
@@ -824,6 +879,7 @@ int main(void)
         free(init[g]);
     free(init);
     gpt2_destroy(model);
+    lmodel_destroy(saved);
     rm_rf(dir);
     return tap_done();
 }
