@@ -28,20 +28,18 @@ static ferry_status mark(trainer *t, int64_t step, const char *phase)
 
 /* With several ranks: the step's loss over all of them, and whether any
  * rank has had a signal (then no evaluation or sample follows the step). */
-static ferry_status agree_on_step(trainer *t, float *sum)
-{
-    double v = *sum;
-    ferry_status st = trainer_agree(t, &v, 1);
-    *sum = (float)v;
-    return st;
-}
+/* The step's losses summed over the ranks, in rank order, in double: each
+ * rank's sum is of its micro-batches in order, in double too, so N ranks
+ * and one process with N times the micro-batches add the same numbers in
+ * the same order and report the same loss. */
+static ferry_status agree_on_step(trainer *t, double *sum) { return trainer_agree(t, sum, 1); }
 
 static ferry_status train_step(trainer *t, step_figures *f)
 {
     model_hooks hooks = model_engine_hooks(t->engine);
     backend_stream *s = engine_embed_stream(t->engine);
     double t0 = clock_now_ms();
-    float sum = 0;
+    double sum = 0;
     /* The step's world x --grad-accum windows, rank r taking the r-th
      * --grad-accum; every rank reads them all, so every loader stays where
      * one process's would be. Gradients are summed over all of them: the
@@ -99,7 +97,7 @@ static ferry_status train_step(trainer *t, step_figures *f)
     f->skipped_steps = rep.skipped_steps;
     t->pos = tok_loader_tell(t->train);
     double t2 = clock_now_ms();
-    f->loss = sum / (float)M;
+    f->loss = (float)(sum / M);
     f->grad_norm = rep.grad_norm;
     f->skipped = rep.skipped;
     char group[48] = "";
