@@ -30,7 +30,8 @@
  *   the diagonal to the end, Q and dO (and their rows' lse and D) two
  *   stages deep by cp.async, and forms per tile S^T = K Q^T, P^T =
  *   exp(scale S^T - lse), dP^T = V dO^T, dS^T = P^T (dP^T - D), then
- *   accumulates dV += P^T dO and dK += dS^T Q in registers;
+ *   accumulates dV += P^T dO and dK += dS^T Q in registers (on Turing at
+ *   HSP 128, 16 queries of the tile at a time, for registers);
  * - dQ: a block of 4 warps per (b, h, 64 queries) walks the key tiles up
  *   to the diagonal (64 keys; 32 at HSP 128), recomputes P and dP = dO V^T,
  *   and accumulates dQ += dS K.
@@ -45,7 +46,16 @@
  *     and D rows: 55.0 KiB at HSP 64 (BI 64), 68.5 KiB at HSP 128 (BI 32);
  *   one stage (Turing) at HSP 128: 51.0 KiB forward, 51.5 KiB backward.
  * Launch order puts the longest blocks first (the last query tiles of the
- * forward and dQ, the first key tiles of dK/dV). */
+ * forward and dQ, the first key tiles of dK/dV).
+ *
+ * Registers: every loop over a fragment array (scores, outputs, the
+ * softmax's max and sum, the operands of a product) has a trip count known
+ * at compile time and is unrolled, so that each array element is a
+ * register; ptxas gives every kernel here no stack frame and no spills, on
+ * every card (tools/build/kernel_resources.py fails a kernel of the
+ * training step that has either; docs/perf.md has the registers per card).
+ * An index known only at run time would put the array in local memory, on
+ * the L1 path ldmatrix shares. */
 #include "backend/ops/mma.cuh"
 
 namespace {
@@ -66,6 +76,20 @@ template <int HSP> struct hdim {
 
 template <int ARCH> constexpr int stages() { return ARCH >= 80 ? 2 : 1; }
 
+/* Whether the machine code being compiled can run the kernels written for
+ * ARCH: ARCH 80's need sm_80's instructions, and ARCH 75's run on Turing
+ * alone (every later card launches ARCH 80's), so each compiles to a trap
+ * on the other cards instead of machine code that never runs there. The
+ * host pass and the simulated device have both. */
+template <int ARCH> __host__ __device__ constexpr bool runs_here()
+{
+#if defined(__CUDA_ARCH__)
+    return ARCH >= 80 ? __CUDA_ARCH__ >= 800 : __CUDA_ARCH__ < 800;
+#else
+    return true;
+#endif
+}
+
 template <int HSP, int BQ, int ARCH> constexpr size_t forward_smem()
 {
     return (size_t)(BQ + 2 * stages<ARCH>() * BKV) * hdim<HSP>::LDH * 2;
@@ -82,14 +106,19 @@ template <int HSP, int ARCH> constexpr size_t backward_smem()
 /* Rows row0.. of a [*, stride] matrix, head columns [0, HS), into a ROWS x
  * LDH tile; zeros past T rows and HS columns. `vec`: 16-byte copies (HS,
  * stride and the base allow them; asynchronous with ARCH 80), else element
- * by element. */
+ * by element. Copy i of 16 bytes goes to row i / CH, chunk i % CH, except
+ * at HSP 32 (4 chunks a row): there the 8 copies of each quarter-warp go
+ * to one chunk of 8 rows, (i / 32) 8 + i % 8, chunk (i / 8) % 4, which
+ * puts them on distinct banks (rows of 80 bytes are 5 chunks apart, while
+ * two rows of 4 chunks would meet) and reads the same 8 rows a warp. */
 template <typename T, int HSP, int ROWS, int THREADS, int ARCH>
 __device__ __forceinline__ void load_rows(T *dst, const T *src, size_t stride, int row0, int T_, int HS, bool vec)
 {
     using H = hdim<HSP>;
     if (vec) {
         for (int i = threadIdx.x; i < ROWS * H::CH; i += THREADS) {
-            const int r = i / H::CH, c = (i % H::CH) * 8;
+            const int r = H::CH == 4 ? (i / 32) * 8 + i % 8 : i / H::CH;
+            const int c = (H::CH == 4 ? (i / 8) % 4 : i % H::CH) * 8;
             const bool ok = row0 + r < T_ && c < HS;
             cu_cp16<ARCH>(dst + r * H::LDH + c, ok ? src + (size_t)(row0 + r) * stride + c : src, ok);
         }
@@ -115,6 +144,7 @@ template <int HSP> __device__ __forceinline__ void load_a(uint32_t (&f)[hdim<HSP
     using H = hdim<HSP>;
     const int lane = threadIdx.x % 32;
     const char *base = static_cast<const char *>(tile);
+#pragma unroll
     for (int ks = 0; ks < H::KS; ks++)
         cu_ldsm4<false>(f[ks], cu_smem(base + 2 * ((r0 + lane % 16) * H::LDH + ks * 16 + (lane / 16) * 8)));
 }
@@ -129,11 +159,14 @@ __device__ __forceinline__ void mm_abt(float (&acc)[MT][2 * NP][4], const uint32
 {
     using H = hdim<HSP>;
     const int lane = threadIdx.x % 32;
+#pragma unroll
     for (int np = 0; np < NP; np++)
+#pragma unroll
         for (int ks = 0; ks < H::KS; ks++) {
             uint32_t b[4];
             cu_ldsm4<false>(b, cu_smem(x + (x0 + np * 16 + lane % 8 + (lane / 16) * 8) * H::LDH + ks * 16 +
                                 ((lane / 8) % 2) * 8));
+#pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 cu_mma16816<T, ARCH>(acc[mt][2 * np], a[mt][ks], b[0], b[1]);
                 cu_mma16816<T, ARCH>(acc[mt][2 * np + 1], a[mt][ks], b[2], b[3]);
@@ -151,18 +184,22 @@ __device__ __forceinline__ void mm_pv(float (&acc)[MT][hdim<HSP>::DT][4], const 
 {
     using H = hdim<HSP>;
     const int lane = threadIdx.x % 32;
+#pragma unroll
     for (int kk = 0; kk < KP; kk++) {
         uint32_t a[MT][4];
+#pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             a[mt][0] = cu_pack2<T>(p[mt][2 * kk][0], p[mt][2 * kk][1]);
             a[mt][1] = cu_pack2<T>(p[mt][2 * kk][2], p[mt][2 * kk][3]);
             a[mt][2] = cu_pack2<T>(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
             a[mt][3] = cu_pack2<T>(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
         }
+#pragma unroll
         for (int dp = 0; dp < H::DT / 2; dp++) {
             uint32_t b[4];
             cu_ldsm4<true>(b, cu_smem(y + (y0 + kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * H::LDH + dp * 16 +
                                   (lane / 16) * 8));
+#pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 cu_mma16816<T, ARCH>(acc[mt][2 * dp], a[mt], b[0], b[1]);
                 cu_mma16816<T, ARCH>(acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
@@ -194,6 +231,7 @@ __device__ __forceinline__ void store_rows(T *dst, size_t stride, const float (&
 {
     using H = hdim<HSP>;
     const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+#pragma unroll
     for (int dt = 0; dt < H::DT; dt++) {
         const int c = dt * 8 + 2 * t;
         *reinterpret_cast<uint32_t *>(stage + g * H::LDH + c) = cu_pack2<T>(acc[dt][0] * factor, acc[dt][1] * factor);
@@ -211,6 +249,7 @@ __device__ __forceinline__ void store_rows(T *dst, size_t stride, const float (&
             cu_load8(v, stage + r * H::LDH + c);
             if (accumulate) {
                 cu_load8(w, p);
+#pragma unroll
                 for (int j = 0; j < 8; j++)
                     v[j] += w[j];
             }
@@ -260,7 +299,9 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
     uint32_t qf[MT][H::KS][4];
     float o[MT][H::DT][4];
     float m[MT][2], l[MT][2];
+#pragma unroll
     for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
         for (int dt = 0; dt < H::DT; dt++)
             o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.0f;
         m[mt][0] = m[mt][1] = -INFINITY;
@@ -286,19 +327,25 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
         }
         __syncthreads();
         if (j == 0)
+#pragma unroll
             for (int mt = 0; mt < MT; mt++)
                 load_a<HSP>(qf[mt], Qs, warp * 16 * MT + 16 * mt);
         if (kv0 <= wq + 16 * MT - 1) { /* some key of the tile is at or before one of the warp's queries */
             float s[MT][2 * NP][4];
+#pragma unroll
             for (int mt = 0; mt < MT; mt++)
+#pragma unroll
                 for (int n = 0; n < 2 * NP; n++)
                     s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
             mm_abt<T, HSP, NP, MT, ARCH>(s, qf, Kt, 0);
             const bool edge = kv0 + BKV - 1 > wq || kv0 + BKV > T_;
+#pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 const int row[2] = {wq + 16 * mt + g, wq + 16 * mt + g + 8};
                 float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
                 for (int n = 0; n < 2 * NP; n++)
+#pragma unroll
                     for (int i = 0; i < 4; i++) {
                         const int key = kv0 + n * 8 + 2 * t + (i & 1);
                         float x = s[mt][n][i] * scale_log2;
@@ -307,18 +354,22 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
                         s[mt][n][i] = x;
                         mx[i / 2] = fmaxf(mx[i / 2], x);
                     }
+#pragma unroll
                 for (int r = 0; r < 2; r++) {
                     /* finite: every row meets key 0 in its first tile */
                     const float m_new = fmaxf(m[mt][r], quad_max(mx[r]));
                     const float alpha = exp2f(m[mt][r] - m_new);
                     m[mt][r] = m_new;
                     l[mt][r] *= alpha;
+#pragma unroll
                     for (int dt = 0; dt < H::DT; dt++) {
                         o[mt][dt][2 * r] *= alpha;
                         o[mt][dt][2 * r + 1] *= alpha;
                     }
                 }
+#pragma unroll
                 for (int n = 0; n < 2 * NP; n++)
+#pragma unroll
                     for (int i = 0; i < 4; i++) {
                         const float p = exp2f(s[mt][n][i] - m[mt][i / 2]);
                         s[mt][n][i] = p;
@@ -329,8 +380,10 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
         }
         __syncthreads(); /* every warp is done with this stage */
     }
+#pragma unroll
     for (int mt = 0; mt < MT; mt++) {
         float inv[2];
+#pragma unroll
         for (int r = 0; r < 2; r++) {
             const int row = wq + 16 * mt + g + 8 * r;
             const float sum = quad_sum(l[mt][r]);
@@ -338,6 +391,7 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
                 lse[((size_t)b * NH + h) * T_ + row] = (m[mt][r] + log2f(sum)) * LN2;
             inv[r] = 1.0f / sum;
         }
+#pragma unroll
         for (int dt = 0; dt < H::DT; dt++) {
             o[mt][dt][0] *= inv[0];
             o[mt][dt][1] *= inv[0];
@@ -354,7 +408,10 @@ template <typename T, int HSP, int BQ, int ARCH>
 __global__ void __launch_bounds__(fwd_threads<HSP, BQ>())
     attention_fwd_kernel(T *out, float *lse, const T *qkv, int T_, int C, int NH, float scale_log2, bool vec)
 {
-    forward_body<T, HSP, BQ, ARCH>(out, lse, qkv, T_, C, NH, scale_log2, vec);
+    if constexpr (runs_here<ARCH>())
+        forward_body<T, HSP, BQ, ARCH>(out, lse, qkv, T_, C, NH, scale_log2, vec);
+    else
+        __trap();
 }
 
 /* ---- backward ---- */
@@ -384,6 +441,7 @@ __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const float *lse,
 {
     using H = hdim<HSP>;
     constexpr int THREADS = 128, ST = stages<ARCH>(), BI = H::BI, NP = BI / 16;
+    constexpr int NPC = ARCH < 80 && HSP > 64 ? 1 : NP; /* 16-query blocks a pass (below) */
     extern __shared__ __align__(128) unsigned char smem[];
     T *Ks = reinterpret_cast<T *>(smem);
     T *Vs = Ks + BK * H::LDH, *Qs = Vs + BK * H::LDH, *dOs = Qs + ST * BI * H::LDH;
@@ -407,7 +465,9 @@ __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const float *lse,
     cu_cp_commit<ARCH>();
 
     float dk[1][H::DT][4], dv[1][H::DT][4]; /* one 16-row tile a warp (the products' MT = 1) */
+#pragma unroll
     for (int dt = 0; dt < H::DT; dt++)
+#pragma unroll
         for (int i = 0; i < 4; i++)
             dk[0][dt][i] = dv[0][dt][i] = 0.0f;
     const int key[2] = {wk + g, wk + g + 8};
@@ -435,27 +495,39 @@ __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const float *lse,
         }
         __syncthreads();
         if (q0 + BI - 1 >= wk && wk < T_) { /* some query of the tile is at or after one of the warp's keys */
-            uint32_t kf[1][H::KS][4];
-            float s[1][2 * NP][4], dp[1][2 * NP][4];
-            for (int n = 0; n < 2 * NP; n++)
-                for (int i = 0; i < 4; i++)
-                    s[0][n][i] = dp[0][n][i] = 0.0f;
-            load_a<HSP>(kf[0], Ks, warp * 16);
-            mm_abt<T, HSP, NP, 1, ARCH>(s, kf, Qt, 0); /* S^T: the warp's keys x the tile's queries */
-            load_a<HSP>(kf[0], Vs, warp * 16);
-            mm_abt<T, HSP, NP, 1, ARCH>(dp, kf, dOt, 0); /* dP^T = V dO^T */
             const bool edge = q0 < wk + 15 || q0 + BI > T_;
-            for (int n = 0; n < 2 * NP; n++)
-                for (int i = 0; i < 4; i++) {
-                    const int qc = n * 8 + 2 * t + (i & 1), q = q0 + qc;
-                    float p = exp2f(s[0][n][i] * scale_log2 - Lt[qc]);
-                    if (edge && (q < key[i / 2] || q >= T_))
-                        p = 0.0f;
-                    s[0][n][i] = p;                          /* P^T */
-                    dp[0][n][i] = p * (dp[0][n][i] - Dt[qc]); /* dS^T */
-                }
-            mm_pv<T, HSP, NP, 1, ARCH>(dv, s, dOt, 0);
-            mm_pv<T, HSP, NP, 1, ARCH>(dk, dp, Qt, 0);
+            /* The tile's queries in passes of 16 NPC: one pass, but two on
+             * Turing at HSP 128, where the whole tile's S^T and dP^T beside
+             * dK, dV and the K fragments take more than 255 registers and
+             * spill. dK and dV receive their products in the same order
+             * either way. */
+#pragma unroll 1
+            for (int c0 = 0; c0 < 16 * NP; c0 += 16 * NPC) {
+                uint32_t kf[1][H::KS][4];
+                float s[1][2 * NPC][4], dp[1][2 * NPC][4];
+#pragma unroll
+                for (int n = 0; n < 2 * NPC; n++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        s[0][n][i] = dp[0][n][i] = 0.0f;
+                load_a<HSP>(kf[0], Ks, warp * 16);
+                mm_abt<T, HSP, NPC, 1, ARCH>(s, kf, Qt, c0); /* S^T: the warp's keys x the pass's queries */
+                load_a<HSP>(kf[0], Vs, warp * 16);
+                mm_abt<T, HSP, NPC, 1, ARCH>(dp, kf, dOt, c0); /* dP^T = V dO^T */
+#pragma unroll
+                for (int n = 0; n < 2 * NPC; n++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const int qc = c0 + n * 8 + 2 * t + (i & 1), q = q0 + qc;
+                        float p = exp2f(s[0][n][i] * scale_log2 - Lt[qc]);
+                        if (edge && (q < key[i / 2] || q >= T_))
+                            p = 0.0f;
+                        s[0][n][i] = p;                          /* P^T */
+                        dp[0][n][i] = p * (dp[0][n][i] - Dt[qc]); /* dS^T */
+                    }
+                mm_pv<T, HSP, NPC, 1, ARCH>(dv, s, dOt, c0);
+                mm_pv<T, HSP, NPC, 1, ARCH>(dk, dp, Qt, c0);
+            }
         }
         __syncthreads();
     }
@@ -470,7 +542,10 @@ __global__ void __launch_bounds__(128)
     attention_dkv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *delta, int T_, int C,
                          int NH, float scale, bool vec)
 {
-    dkv_body<T, HSP, ARCH>(dqkv, dout, qkv, lse, delta, T_, C, NH, scale, vec);
+    if constexpr (runs_here<ARCH>())
+        dkv_body<T, HSP, ARCH>(dqkv, dout, qkv, lse, delta, T_, C, NH, scale, vec);
+    else
+        __trap();
 }
 
 template <typename T, int HSP, int ARCH>
@@ -502,6 +577,7 @@ __device__ void dq_body(T *dqkv, const T *dout, const T *qkv, const float *lse, 
 
     uint32_t qf[1][H::KS][4], dof[1][H::KS][4]; /* one 16-row tile a warp (the products' MT = 1) */
     float dq[1][H::DT][4];
+#pragma unroll
     for (int dt = 0; dt < H::DT; dt++)
         dq[0][dt][0] = dq[0][dt][1] = dq[0][dt][2] = dq[0][dt][3] = 0.0f;
     const int row[2] = {wq + g, wq + g + 8};
@@ -528,6 +604,7 @@ __device__ void dq_body(T *dqkv, const T *dout, const T *qkv, const float *lse, 
         if (j == 0) {
             load_a<HSP>(qf[0], Qs, warp * 16);
             load_a<HSP>(dof[0], dOs, warp * 16);
+#pragma unroll
             for (int r = 0; r < 2; r++) {
                 lr[r] = Ls[warp * 16 + g + 8 * r];
                 dr[r] = Ds[warp * 16 + g + 8 * r];
@@ -535,13 +612,17 @@ __device__ void dq_body(T *dqkv, const T *dout, const T *qkv, const float *lse, 
         }
         if (kv0 <= wq + 15) {
             float s[1][2 * NP][4], dp[1][2 * NP][4];
+#pragma unroll
             for (int n = 0; n < 2 * NP; n++)
+#pragma unroll
                 for (int i = 0; i < 4; i++)
                     s[0][n][i] = dp[0][n][i] = 0.0f;
             mm_abt<T, HSP, NP, 1, ARCH>(s, qf, Kt, 0);
             mm_abt<T, HSP, NP, 1, ARCH>(dp, dof, Vt, 0); /* dP = dO V^T */
             const bool edge = kv0 + BI - 1 > wq || kv0 + BI > T_;
+#pragma unroll
             for (int n = 0; n < 2 * NP; n++)
+#pragma unroll
                 for (int i = 0; i < 4; i++) {
                     const int key = kv0 + n * 8 + 2 * t + (i & 1);
                     float p = exp2f(s[0][n][i] * scale_log2 - lr[i / 2]);
@@ -562,7 +643,10 @@ __global__ void __launch_bounds__(128)
     attention_dq_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *delta, int T_, int C,
                         int NH, float scale, bool vec)
 {
-    dq_body<T, HSP, ARCH>(dqkv, dout, qkv, lse, delta, T_, C, NH, scale, vec);
+    if constexpr (runs_here<ARCH>())
+        dq_body<T, HSP, ARCH>(dqkv, dout, qkv, lse, delta, T_, C, NH, scale, vec);
+    else
+        __trap();
 }
 
 /* ---- launches ---- */

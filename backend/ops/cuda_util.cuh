@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/cuda_check.h"
 #include "backend/ops/ops_cuda.h"
@@ -30,13 +31,18 @@ template <> struct cu_type<bf16> {
     static constexpr cudaDataType_t cuda = CUDA_R_16BF;
     static __device__ __forceinline__ float widen(bf16 x) { return __bfloat162float(x); }
     static __device__ __forceinline__ bf16 round(float x) { return __float2bfloat16_rn(x); }
-#if __CUDACC_VER_MAJOR__ < 12 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    /* CUDA 11 (the last to build Volta) declares __bfloat1622float2 for sm_80
-     * and newer only; each half widens exactly, so the result is the same. */
-    static __device__ __forceinline__ float2 widen2(pair p) { return make_float2(__low2float(p), __high2float(p)); }
-#else
-    static __device__ __forceinline__ float2 widen2(pair p) { return __bfloat1622float2(p); }
-#endif
+    /* A bf16 is the upper half of the fp32 it widens to, so the pair widens
+     * exactly by a shift and a mask of its 32 bits. (__bfloat1622float2 is
+     * cvt.f32.bf16 on each 16-bit half on sm_90, where ptxas gives each half
+     * a register of its own: layernorm's dinp, which keeps its row packed,
+     * took 156 registers there instead of about 100; and CUDA 11, the last
+     * to build Volta, declares it for sm_80 and newer only.) */
+    static __device__ __forceinline__ float2 widen2(pair p)
+    {
+        uint32_t u;
+        memcpy(&u, &p, 4);
+        return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+    }
     static __device__ __forceinline__ pair round2(float a, float b) { return __floats2bfloat162_rn(a, b); }
 };
 template <> struct cu_type<f16> {
@@ -178,27 +184,44 @@ static __device__ __forceinline__ float cu_block_max(float v, float *shared)
  * slot t / 2 (of 512), half t % 2 (8 columns). cu_strip_sum takes each
  * thread's 8 partial sums and returns, in threads 0..15, the sum of column
  * t over the 512 slots (0 elsewhere): the slots' sums go to shared memory,
- * 256 threads add 32 slots each, 16 add those 16 in order (deterministic;
- * two barriers, two shared-memory passes of 32 KiB). A padded row keeps
- * the adders off each other's banks. A second call may follow at once: the
- * first call's last reads of sm.slot come before its second barrier, and
- * the second call writes sm.part only after its own first one. */
+ * 256 threads add 32 slots each (thread t the slots of part t / 16, column
+ * t % 16), 16 add those 16 parts in order (deterministic; two barriers,
+ * two shared-memory passes of 32 KiB). A second call may follow at once:
+ * the first call's last reads of sm.slot come before its second barrier,
+ * and the second call writes sm.part only after its own first one.
+ *
+ * Banks (32 of 4 bytes): a part's 32 slots are rows of 16 words, then 16
+ * words of padding, with column c of slot k at word c ^ ((k / 2) % 8) of
+ * its row. Each warp's accesses then fall on 32 distinct banks: a write
+ * (16 slots of one part, both halves, one column each) has the slot's
+ * parity in bank bit 4, the half in bit 3 and the slot pair through the
+ * XOR in bits 0-2; a read (row k of two parts, 16 columns) has the parts
+ * 16 banks apart and the 16 columns a permutation of 16 banks.
+ * (Padding rows alone cannot: with rows of 17 words, slot k of parts p and
+ * p + 1 are 32 x 17 words apart, on one bank, and a write's two halves meet
+ * on 8 banks.) */
 #define CU_STRIP 16
 struct cu_strip_smem {
-    float slot[512][CU_STRIP + 1];
+    float slot[16][32 * CU_STRIP + 16];
     float part[16][CU_STRIP];
 };
+static __device__ __forceinline__ float *cu_strip_at(cu_strip_smem &sm, int slot, int col)
+{
+    const int k = slot % 32;
+    return &sm.slot[slot / 32][k * CU_STRIP + (col ^ ((k / 2) % 8))];
+}
 static __device__ __forceinline__ float cu_strip_sum(const float (&acc)[8], cu_strip_smem &sm)
 {
     const int tid = threadIdx.x, slot = tid / 2, half = tid & 1;
+#pragma unroll
     for (int j = 0; j < 8; j++)
-        sm.slot[slot][8 * half + j] = acc[j];
+        *cu_strip_at(sm, slot, 8 * half + j) = acc[j];
     __syncthreads();
     if (tid < 256) {
         const int col = tid % CU_STRIP, part = tid / CU_STRIP;
         float s = 0.0f;
         for (int k = 0; k < 32; k++)
-            s += sm.slot[part * 32 + k][col];
+            s += *cu_strip_at(sm, part * 32 + k, col);
         sm.part[part][col] = s;
     }
     __syncthreads();

@@ -19,59 +19,63 @@ namespace {
 constexpr float LN_EPS = 1e-5f;
 constexpr int ROWS_PER_BLOCK = 8; /* warps per block, one row each */
 
-/* Row loops visit c = lane*per, lane*per + 32*per, ... with per = 8 (one
- * 16-byte access) when the row allows, 1 otherwise. */
-template <typename T> __device__ __forceinline__ void load_n(float *v, const T *p, int per)
+/* Row loops visit c = lane PER, lane PER + 32 PER, ... with PER = 8 (one
+ * 16-byte access) when the row allows, 1 otherwise; PER is a template
+ * argument so that the loops over the 8-value arrays unroll and the arrays
+ * stay in registers (a count known only at run time put them on the
+ * stack). */
+template <int PER, typename T> __device__ __forceinline__ void load_n(float *v, const T *p)
 {
-    if (per == 8) {
+    if (PER == 8)
         cu_load8(v, p);
-    } else {
+    else
         v[0] = cu_f32(*p);
-    }
 }
 
-template <typename T> __device__ __forceinline__ void store_n(T *p, const float *v, int per)
+template <int PER, typename T> __device__ __forceinline__ void store_n(T *p, const float *v)
 {
-    if (per == 8) {
+    if (PER == 8)
         cu_store8(p, v);
-    } else {
+    else
         *p = cu_round<T>(v[0]);
-    }
 }
 
-template <typename T>
-__global__ void layernorm_forward_kernel(T *out, float *mean_out, float *rstd_out, const T *inp, const T *weight,
-                                         const T *bias, int N, int C, bool vec)
+template <typename T, int PER>
+__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
+    layernorm_forward_kernel(T *out, float *mean_out, float *rstd_out, const T *inp, const T *weight, const T *bias,
+                             int N, int C)
 {
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (row >= N)
         return;
-    const int per = vec ? 8 : 1;
     const T *x = inp + (size_t)row * C;
     float v[8];
     float sum = 0.0f;
-    for (int c = lane * per; c < C; c += 32 * per) {
-        load_n(v, x + c, per);
-        for (int j = 0; j < per; j++)
+    for (int c = lane * PER; c < C; c += 32 * PER) {
+        load_n<PER>(v, x + c);
+#pragma unroll
+        for (int j = 0; j < PER; j++)
             sum += v[j];
     }
     const float mean = cu_warp_sum(sum) / C;
     float sq = 0.0f;
-    for (int c = lane * per; c < C; c += 32 * per) {
-        load_n(v, x + c, per);
-        for (int j = 0; j < per; j++)
+    for (int c = lane * PER; c < C; c += 32 * PER) {
+        load_n<PER>(v, x + c);
+#pragma unroll
+        for (int j = 0; j < PER; j++)
             sq += (v[j] - mean) * (v[j] - mean);
     }
     const float rstd = rsqrtf(cu_warp_sum(sq) / C + LN_EPS);
-    for (int c = lane * per; c < C; c += 32 * per) {
+    for (int c = lane * PER; c < C; c += 32 * PER) {
         float w[8], b[8];
-        load_n(v, x + c, per);
-        load_n(w, weight + c, per);
-        load_n(b, bias + c, per);
-        for (int j = 0; j < per; j++)
+        load_n<PER>(v, x + c);
+        load_n<PER>(w, weight + c);
+        load_n<PER>(b, bias + c);
+#pragma unroll
+        for (int j = 0; j < PER; j++)
             v[j] = (v[j] - mean) * rstd * w[j] + b[j];
-        store_n(out + (size_t)row * C + c, v, per);
+        store_n<PER>(out + (size_t)row * C + c, v);
     }
     if (lane == 0) {
         if (mean_out)
@@ -82,25 +86,26 @@ __global__ void layernorm_forward_kernel(T *out, float *mean_out, float *rstd_ou
 }
 
 /* dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * w. */
-template <typename T>
-__global__ void layernorm_dinp_kernel(T *dinp, const T *dout, const T *inp, const T *weight, const float *mean,
-                                      const float *rstd, int N, int C, bool vec)
+template <typename T, int PER>
+__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
+    layernorm_dinp_kernel(T *dinp, const T *dout, const T *inp, const T *weight, const float *mean,
+                          const float *rstd, int N, int C)
 {
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (row >= N)
         return;
-    const int per = vec ? 8 : 1;
     const float mu = mean[row], rs = rstd[row];
     const T *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
     T *dx = dinp + (size_t)row * C;
     float a[8], g[8], w[8];
     float sum_dn = 0.0f, sum_dnx = 0.0f;
-    for (int c = lane * per; c < C; c += 32 * per) {
-        load_n(a, x + c, per);
-        load_n(g, dy + c, per);
-        load_n(w, weight + c, per);
-        for (int j = 0; j < per; j++) {
+    for (int c = lane * PER; c < C; c += 32 * PER) {
+        load_n<PER>(a, x + c);
+        load_n<PER>(g, dy + c);
+        load_n<PER>(w, weight + c);
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
             float dn = g[j] * w[j];
             sum_dn += dn;
             sum_dnx += dn * (a[j] - mu) * rs;
@@ -108,25 +113,36 @@ __global__ void layernorm_dinp_kernel(T *dinp, const T *dout, const T *inp, cons
     }
     const float mean_dn = cu_warp_sum(sum_dn) / C;
     const float mean_dnx = cu_warp_sum(sum_dnx) / C;
-    for (int c = lane * per; c < C; c += 32 * per) {
+    for (int c = lane * PER; c < C; c += 32 * PER) {
         float d[8];
-        load_n(a, x + c, per);
-        load_n(g, dy + c, per);
-        load_n(w, weight + c, per);
-        load_n(d, dx + c, per);
-        for (int j = 0; j < per; j++) {
+        load_n<PER>(a, x + c);
+        load_n<PER>(g, dy + c);
+        load_n<PER>(w, weight + c);
+        load_n<PER>(d, dx + c);
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
             float xhat = (a[j] - mu) * rs;
             d[j] += (g[j] * w[j] - mean_dn - xhat * mean_dnx) * rs;
         }
-        store_n(dx + c, d, per);
+        store_n<PER>(dx + c, d);
     }
 }
+
+/* Blocks an SM is to hold of the row kernel below (its __launch_bounds__),
+ * so that ptxas keeps its registers within their share, 65,536 / (256 x
+ * blocks): the kernel is bound by memory, where warps in flight matter
+ * more than registers. The row's 2 x CHUNKS 16-byte words take 8 CHUNKS
+ * registers: at 8 chunks the share is 128 (2 blocks, 16 warps; it needs
+ * 96), at 4 chunks 64 (4 blocks, 32 warps; it needs 64). At 1 or 2 chunks
+ * no minimum (0): it needs 40 or fewer, and a minimum of 8 blocks is more
+ * than sm_75, 86 and 89 hold, which ptxas warns of. */
+constexpr int dinp_rows_blocks(int chunks) { return chunks >= 8 ? 2 : chunks >= 4 ? 4 : 0; }
 
 /* The same with the row in registers: lane l holds columns (k 32 + l) 8 ..
  * + 8 for k < CHUNKS (C <= 256 CHUNKS, C % 8 == 0, 16-byte aligned rows),
  * as raw 16-byte words; inp and dout are read once. */
 template <typename T, int CHUNKS>
-__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
+__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK, dinp_rows_blocks(CHUNKS))
     layernorm_dinp_rows_kernel(T *dinp, const T *dout, const T *inp, const T *weight, const float *mean,
                                const float *rstd, int N, int C)
 {
@@ -240,9 +256,14 @@ extern "C" ferry_status cudaop_layernorm_forward(void *stream, ferry_dtype act, 
     const unsigned blocks = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
     return cu_with_type(act, "layernorm_forward", [&](auto tag) {
         using T = decltype(tag);
-        layernorm_forward_kernel<T><<<blocks, 32 * ROWS_PER_BLOCK, 0, cu_stream(stream)>>>(
-            static_cast<T *>(out), mean, rstd, static_cast<const T *>(inp), static_cast<const T *>(weight),
-            static_cast<const T *>(bias), N, C, vec);
+        cudaStream_t s = cu_stream(stream);
+        T *o = static_cast<T *>(out);
+        const T *x = static_cast<const T *>(inp), *w = static_cast<const T *>(weight);
+        const T *b = static_cast<const T *>(bias);
+        if (vec)
+            layernorm_forward_kernel<T, 8><<<blocks, 32 * ROWS_PER_BLOCK, 0, s>>>(o, mean, rstd, x, w, b, N, C);
+        else
+            layernorm_forward_kernel<T, 1><<<blocks, 32 * ROWS_PER_BLOCK, 0, s>>>(o, mean, rstd, x, w, b, N, C);
         CUDA_CHECK_LAUNCH();
         return FERRY_OK;
     });
@@ -274,8 +295,10 @@ extern "C" ferry_status cudaop_layernorm_backward(void *stream, ferry_dtype act,
                 layernorm_dinp_rows_kernel<T, 4><<<blocks, 32 * ROWS_PER_BLOCK, 0, s>>>(dx, dy, x, w, mean, rstd, N, C);
             else if (vec && chunks <= 8)
                 layernorm_dinp_rows_kernel<T, 8><<<blocks, 32 * ROWS_PER_BLOCK, 0, s>>>(dx, dy, x, w, mean, rstd, N, C);
+            else if (vec)
+                layernorm_dinp_kernel<T, 8><<<blocks, 32 * ROWS_PER_BLOCK, 0, s>>>(dx, dy, x, w, mean, rstd, N, C);
             else
-                layernorm_dinp_kernel<T><<<blocks, 32 * ROWS_PER_BLOCK, 0, s>>>(dx, dy, x, w, mean, rstd, N, C, vec);
+                layernorm_dinp_kernel<T, 1><<<blocks, 32 * ROWS_PER_BLOCK, 0, s>>>(dx, dy, x, w, mean, rstd, N, C);
             CUDA_CHECK_LAUNCH();
         }
         if (dweight || dbias) {

@@ -14,7 +14,14 @@
  *   backward: a thread per (token, head of dinp, pairs): a query head adds
  *     the inverse rotation of its gradient; a key (value) head adds those
  *     (the gradients) of the NH / NKV query heads sharing it in ascending
- *     order, each thread summing its own elements, so no atomics. */
+ *     order, each thread summing its own elements, so no atomics.
+ *
+ * Both kernels have a 32-byte stack frame, sincosf's: its slow path, the
+ * Payne-Hanek reduction of angles above 105615 (positions past 105615 at
+ * inv_freq 1), keeps its array of the angle's bits times 2/pi there;
+ * smaller angles never touch it (with __sincosf the frame is gone). It is
+ * the one frame on the training step's path that
+ * tools/build/kernel_resources.py allows. */
 #include "backend/ops/cuda_util.cuh"
 
 namespace {

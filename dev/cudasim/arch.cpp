@@ -31,7 +31,8 @@
  *                            handle takes 2 MiB more, as measured there
  *   FERRY_CUDASIM_LAUNCH_LOG a file to which each process adds one line per kernel
  *                            and launch shape: card, kernel, threads a block,
- *                            dynamic shared memory, __launch_bounds__, launch site
+ *                            dynamic shared memory, __launch_bounds__, launch site,
+ *                            the kernel's object, address and the object's mtime
  *   FERRY_CUDASIM_STACK_KIB  a CUDA thread's stack (default 64, 256 under ASan)
  *   FERRY_CUDASIM_NO_DEVICE  1: no driver, as on a machine without a GPU
  *   FERRY_CUDASIM_FAIL       faults to inject (runtime.cpp)

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <stdarg.h>
@@ -143,9 +144,11 @@ void code_object(const void *fn, std::string *object, unsigned long *address)
 }
 
 /* Adds "sm_NN<TAB>kernel<TAB>threads<TAB>dynamic bytes<TAB>launch bounds<TAB>
- * file:line<TAB>object<TAB>address" to the launch log, once per distinct line
- * in this process; each line is one write to a file opened for appending, so
- * the processes of a test run can share it. */
+ * file:line<TAB>object<TAB>address<TAB>object's mtime" to the launch log, once
+ * per distinct line in this process; each line is one write to a file opened
+ * for appending, so the processes of a test run can share it. The mtime (in
+ * seconds) tells the reader whether the object was relinked since, which
+ * moves its kernels' addresses. */
 void log_launch(const launch_site &site, const kernel_info &k, unsigned long long threads, size_t smem)
 {
     static std::mutex mu;
@@ -154,9 +157,11 @@ void log_launch(const launch_site &site, const kernel_info &k, unsigned long lon
     std::string object;
     unsigned long address = 0;
     code_object(k.fn, &object, &address);
+    struct stat sb;
+    const long long mtime = stat(object.c_str(), &sb) == 0 ? (long long)sb.st_mtime : 0;
     char line[4096 + 1024];
-    snprintf(line, sizeof line, "sm_%d\t%s\t%llu\t%zu\t%d\t%s:%d\t%s\t0x%lx\n", arch().cc, k.name, threads, smem,
-             k.max_threads, site.file, site.line, object.c_str(), address);
+    snprintf(line, sizeof line, "sm_%d\t%s\t%llu\t%zu\t%d\t%s:%d\t%s\t0x%lx\t%lld\n", arch().cc, k.name, threads,
+             smem, k.max_threads, site.file, site.line, object.c_str(), address, mtime);
     std::lock_guard<std::mutex> g(mu);
     if (!seen.insert(line).second)
         return;

@@ -40,8 +40,8 @@ MUTATIONS = [
     ("syncthreads-strip", "removed __syncthreads: the 16-column strip sums (matmul's dbias, layernorm's "
      "dweight/dbias) read the row slots' partial sums before they are written",
      "backend/ops/cuda_util.cuh",
-     "        sm.slot[slot][8 * half + j] = acc[j];\n    __syncthreads();\n",
-     "        sm.slot[slot][8 * half + j] = acc[j];\n", OPS, True),
+     "        *cu_strip_at(sm, slot, 8 * half + j) = acc[j];\n    __syncthreads();\n",
+     "        *cu_strip_at(sm, slot, 8 * half + j) = acc[j];\n", OPS, True),
     ("chunks-layernorm", "layernorm's register-row dinp given a chunk too few: the last 256-column chunk of a "
      "row (C = 520) never computed",
      "backend/ops/layernorm.cu",
@@ -211,10 +211,10 @@ MUTATIONS = [
     ("tail-read-layernorm", "an out-of-bounds read of a row's tail: layernorm's mean reads one element past "
      "the end of each row (the next row's first, or past the buffer)",
      "backend/ops/layernorm.cu",
-     "    for (int c = lane * per; c < C; c += 32 * per) {\n        load_n(v, x + c, per);\n"
-     "        for (int j = 0; j < per; j++)\n            sum += v[j];",
-     "    for (int c = lane * per; c <= C; c += 32 * per) {\n        load_n(v, x + c, per);\n"
-     "        for (int j = 0; j < per; j++)\n            sum += v[j];", OPS, True),
+     "    for (int c = lane * PER; c < C; c += 32 * PER) {\n        load_n<PER>(v, x + c);\n#pragma unroll\n"
+     "        for (int j = 0; j < PER; j++)\n            sum += v[j];",
+     "    for (int c = lane * PER; c <= C; c += 32 * PER) {\n        load_n<PER>(v, x + c);\n#pragma unroll\n"
+     "        for (int j = 0; j < PER; j++)\n            sum += v[j];", OPS, True),
 ]
 
 

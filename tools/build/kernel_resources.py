@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Every kernel's resources on every card it is built for, against what the
 card allows at the launches the product makes: the check that a launch a
-card would refuse ("too many resources requested for launch") or a kernel
-that spills is caught at build time, not on the card.
+card would refuse ("too many resources requested for launch"), or a kernel
+that spills or keeps arrays in local memory, is caught at build time, not
+on the card.
 
 Reads
   - ptxas -v output (nvcc -Xptxas -v) of the kernels' sources, any number
@@ -14,15 +15,18 @@ Reads
     kernel, threads a block, dynamic shared memory, __launch_bounds__ (0:
     none), the launch site, and the program and address of the kernel's
     instantiation, which `nm` turns into its name with its template
-    arguments.
+    arguments, and the program's mtime then: a line from before the
+    program was relinked (the log grows across runs) names its kernel
+    alone, since the address may now be another instantiation's.
 A kernel instantiation (`k<__nv_bfloat16, 4, 64>`) is held to the largest
 block its launches used on any card, and to the largest dynamic shared
 memory they used on that card; an instantiation the log never launched, to
 those of its kernel's other instantiations. It is on the training step's
-path on a card when a program that runs training steps launched it on that
-card (train_gpt2, the engine's, data parallelism's and the checkpoint's
-tests on the simulated device: RTX 3090, RTX 4090 and T4 limits): the
-machine code that card runs in training.
+path when a program that runs training steps launched it (train_gpt2, the
+engine's, data parallelism's and the checkpoint's tests on the simulated
+device, on RTX 3090, RTX 4090 and T4 limits), and then on every card it is
+compiled for: the A100's and H100's machine code too, which no simulated
+training run covers.
 
 Checks, each failure a sentence naming the kernel, the card and the numbers:
   - registers: a warp's registers are allocated in units of 256
@@ -33,15 +37,27 @@ Checks, each failure a sentence naming the kernel, the card and the numbers:
     all that 255 registers a thread guarantee);
   - static shared memory at most 48 KiB, and static plus the largest dynamic
     shared memory launched on a card at most that card's opt-in limit;
-  - no spill stores or loads in an instantiation on the step's path (the
-    others' spills are reported, not failed);
+  - no spill stores or loads, and no stack frame (local memory: an array
+    indexed at run time, a call's frame), in an instantiation on the step's
+    path, but a kernel of STACK_ALLOWED within its bytes there (the
+    others' are reported, not failed);
   - every kernel compiled was launched by the suite (else its block size is
     unknown and nothing above can be checked).
 Prints a line per card (kernels, the largest registers x block, the largest
-shared memory, spills) and exits 1 on any failure.
+shared memory, spills, stack frames) and exits 1 on any failure.
 
-usage: kernel_resources.py --launch-log FILE [--step KERNEL]... PTXAS_OUTPUT...
-  --step KERNEL  every instantiation of KERNEL is on the step's path too
+usage: kernel_resources.py --launch-log FILE [--step KERNEL]... [--occupancy REGEX] PTXAS_OUTPUT...
+  --step KERNEL      every instantiation of KERNEL is on the step's path too
+  --occupancy REGEX  also print, for each instantiation whose name matches,
+                     a markdown table of its registers, stack frame, block
+                     and the warps an SM holds on each card (by registers,
+                     shared memory, threads and blocks, whichever binds
+                     first), at the largest launch the log has of it (on
+                     that card, else on any); "-" where its shared memory
+                     is over the card's. Instantiations the log never
+                     launched are left out. Pass the outputs of the cards
+                     a kernel is written for (an ARCH 75 attention kernel
+                     compiles to a trap on sm_80).
 """
 import argparse
 import os
@@ -57,10 +73,28 @@ BOUNDS_NEEDED_ABOVE = 256
 # card: NVIDIA's table of compute capabilities (dev/cudasim/arch.cpp holds
 # the same numbers for the simulated device; the check here is independent).
 OPTIN_SMEM = {70: 96 * 1024, 75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024, 89: 99 * 1024, 90: 227 * 1024}
+# For --occupancy, from the same table: shared memory an SM has for blocks,
+# what the system reserves of it per block, and the warps and blocks an SM
+# may hold at once.
+SM_SMEM = {70: 96 * 1024, 75: 64 * 1024, 80: 164 * 1024, 86: 100 * 1024, 89: 100 * 1024, 90: 228 * 1024}
+SMEM_RESERVED = {70: 0, 75: 0, 80: 1024, 86: 1024, 89: 1024, 90: 1024}
+SM_WARPS = {70: 64, 75: 32, 80: 64, 86: 48, 89: 48, 90: 64}
+SM_BLOCKS = {70: 32, 75: 16, 80: 32, 86: 16, 89: 24, 90: 32}
 # The simulated device's programs that run training steps: what they launch
 # is on the step's path.
 STEP_PROGRAMS = ("train_gpt2_sim", "test_engine_sim", "test_engine_gpu_sim", "test_dp_sim", "test_dp_gpu_sim",
                  "test_hf_gpu_sim", "test_split_sim")
+# Kernels on the step's path whose machine code may keep a stack frame, by
+# name: the most bytes it may have on any card and why. Nothing else on the
+# path may have one.
+STACK_ALLOWED = {
+    # sincosf's slow path (Payne-Hanek's reduction, only for |angle| >
+    # 105615, i.e. positions past 105615 at inv_freq 1) keeps an array of
+    # the angle's bits on the stack, 32 bytes on every card; every smaller
+    # angle takes the fast path, which touches none (backend/ops/rope.cu).
+    "rope_forward_kernel": (32, "sincosf's Payne-Hanek reduction for angles above 105615"),
+    "rope_backward_kernel": (32, "sincosf's Payne-Hanek reduction for angles above 105615"),
+}
 
 
 def read_ptxas(paths):
@@ -140,6 +174,13 @@ def symbols(obj, cache={}):
     return cache[obj]
 
 
+def mtime_of(path):
+    try:
+        return int(os.stat(path).st_mtime)
+    except OSError:
+        return None
+
+
 def read_launches(path):
     """{key: {"threads", "bounds", "dyn": {arch: bytes}, "sites", "step"}} by kernel name and by
     instantiation (where the line names its program and address); "step": the cards on which a
@@ -148,14 +189,15 @@ def read_launches(path):
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             parts = line.rstrip("\n").split("\t")
-            if len(parts) not in (6, 8) or not parts[0].startswith("sm_"):
+            if len(parts) not in (6, 8, 9) or not parts[0].startswith("sm_"):
                 sys.exit("kernel_resources: %s:%d is not a launch log line: %r" % (path, n, line))
             arch, name, threads, dyn, bounds, site = parts[:6]
             keys = [base_name(name)]
             step = False
-            if len(parts) == 8:
-                sym = symbols(parts[6]).get(int(parts[7], 16))
-                if sym:
+            if len(parts) >= 8:
+                current = len(parts) == 8 or mtime_of(parts[6]) == int(parts[8])
+                sym = symbols(parts[6]).get(int(parts[7], 16)) if current else None
+                if sym and base_name(sym) == keys[0]:
                     keys.append(split_name(sym)[1])
                 step = os.path.basename(parts[6]) in STEP_PROGRAMS
             for key in keys:
@@ -175,26 +217,79 @@ def regs_needed(regs, threads):
     return -(-threads // 32) * per_warp
 
 
+def occupancy(arch, regs, threads, smem):
+    """(blocks an SM holds, what limits it) for a kernel of `regs` registers a
+    thread launched with `threads` a block and `smem` bytes of shared memory."""
+    warps = -(-threads // 32)
+    per_warp = -(-regs * 32 // REG_UNIT) * REG_UNIT
+    limits = [(SM_BLOCKS[arch], "blocks an SM"), (SM_WARPS[arch] // warps, "warps an SM")]
+    if per_warp:
+        limits.append(((REGS_PER_BLOCK // per_warp) // warps, "registers"))
+    if smem:
+        limits.append((SM_SMEM[arch] // (smem + SMEM_RESERVED[arch]), "shared memory"))
+    return min(limits, key=lambda l: l[0])  # on a tie, the first named
+
+
+def occupancy_table(res, launches, names, pattern):
+    """Markdown: a row per matching instantiation, a column per card."""
+    archs = sorted({a for a, _ in res if a in SM_WARPS})
+    rows = {}
+    for (arch, mangled), r in res.items():
+        name, inst = split_name(names.get(mangled, mangled))
+        L = launches.get(inst)
+        if not re.search(pattern, inst) or L is None or arch not in SM_WARPS:
+            continue
+        smem = r["smem"] + L["dyn"].get(arch, max(L["dyn"].values(), default=0))
+        if smem > OPTIN_SMEM[arch]:
+            continue  # the card cannot launch it
+        blocks, limit = occupancy(arch, r["regs"], L["threads"], smem)
+        cell = "%d regs, %s; %d warps (%s)" % (r["regs"], "frame %d B" % r["stack"] if r["stack"] else "no frame",
+                                              blocks * -(-L["threads"] // 32), limit)
+        rows.setdefault(inst, {})[arch] = cell
+        rows[inst]["block"] = "%d, %.1f KiB" % (L["threads"], smem / 1024)
+    out = ["| kernel | threads, shared memory | " + " | ".join("sm_%d" % a for a in archs) + " |",
+           "| --- | --- | " + " | ".join("---" for _ in archs) + " |"]
+    for inst in sorted(rows):
+        out.append("| %s | %s | %s |" % (inst, rows[inst]["block"], " | ".join(rows[inst].get(a, "-") for a in archs)))
+    return "\n".join(out)
+
+
 def check(res, launches, names, step_names=()):
     fails, notes, rows = [], [], {}
     for (arch, mangled), r in sorted(res.items()):
         sig = names.get(mangled, mangled)
         name, inst = split_name(sig)
-        row = rows.setdefault(arch, {"kernels": 0, "regs": (0, ""), "smem": (0, ""), "spills": 0})
+        row = rows.setdefault(arch, {"kernels": 0, "regs": (0, ""), "smem": (0, ""), "spills": 0, "frames": 0})
         row["kernels"] += 1
         where = "%s on sm_%d" % (inst, arch)
         L = launches.get(inst) or launches.get(name)
-        on_step = arch in launches.get(inst, {}).get("step", ()) or name in step_names
+        step_cards = sorted(launches.get(inst, {}).get("step", ()))
+        on_step = bool(step_cards) or name in step_names
+        path = ("it is on the training step's path (launched by a training step on %s)"
+                % ", ".join("sm_%d" % a for a in step_cards) if step_cards else "it is on the training step's path")
         if inst not in launches and L is not None:
             where += " (not launched itself: held to its kernel's largest launch)"
-        if r["spill_st"] or r["spill_ld"]:
+        spills = r["spill_st"] or r["spill_ld"]
+        if spills:
             row["spills"] += 1
             said = "%s spills: %d bytes of spill stores and %d of spill loads (%d registers)" % (
                 where, r["spill_st"], r["spill_ld"], r["regs"])
             if on_step:
-                fails.append(said + "; it is on the training step's path, which must not spill")
+                fails.append(said + "; " + path + ", which must not spill")
             else:
-                notes.append(said + " (not launched on this card by a training step the suite runs)")
+                notes.append(said + " (not launched by a training step the suite runs)")
+        if r["stack"] and not spills:
+            row["frames"] += 1
+            said = "%s has a %d-byte stack frame (local memory, %d registers)" % (where, r["stack"], r["regs"])
+            allowed = STACK_ALLOWED.get(name)
+            if allowed and r["stack"] <= allowed[0]:
+                notes.append("%s: allowed, up to %d bytes: %s" % (said, allowed[0], allowed[1]))
+            elif on_step:
+                fails.append(said + "; " + path + ", which must keep its arrays in registers: unroll the loops "
+                             "over them (#pragma unroll, trip counts known at compile time)" +
+                             (" (its allowance is %d bytes: %s)" % allowed if allowed else ""))
+            else:
+                notes.append(said + " (not launched by a training step the suite runs)")
         if r["smem"] > STATIC_SMEM:
             fails.append("%s has %d bytes of static shared memory, above the %d a block may have"
                          % (where, r["smem"], STATIC_SMEM))
@@ -229,6 +324,7 @@ def main():
     ap = argparse.ArgumentParser(usage=__doc__)
     ap.add_argument("--launch-log", required=True)
     ap.add_argument("--step", action="append", default=[])
+    ap.add_argument("--occupancy")
     ap.add_argument("ptxas", nargs="+")
     a = ap.parse_args()
     res = read_ptxas(a.ptxas)
@@ -240,11 +336,14 @@ def main():
     for arch in sorted(rows):
         r = rows[arch]
         print("sm_%d: %d kernels; at most %d of %d registers a block (%s); at most %d bytes of shared memory a block "
-              "(%s; the card allows %d); %d spilling (failing only on the step's path)" % (arch, r["kernels"], r["regs"][0], REGS_PER_BLOCK,
-                                                        r["regs"][1] or "-", r["smem"][0], r["smem"][1] or "-",
-                                                        OPTIN_SMEM.get(arch, 0), r["spills"]))
+              "(%s; the card allows %d); %d spilling, %d more with a stack frame (failing only on the step's "
+              "path, but the allowed)" % (arch, r["kernels"], r["regs"][0], REGS_PER_BLOCK, r["regs"][1] or "-",
+                                    r["smem"][0], r["smem"][1] or "-", OPTIN_SMEM.get(arch, 0), r["spills"],
+                                    r["frames"]))
     for n in notes:
         print("kernel_resources: note: " + n)
+    if a.occupancy:
+        print(occupancy_table(res, launches, names, a.occupancy))
     for f in fails:
         print("kernel_resources: " + f, file=sys.stderr)
     if fails:
