@@ -2,6 +2,7 @@
  * on the spec's family. */
 #include "models/lmodel.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,11 +113,11 @@ ferry_status lmodel_group_tensor(const lmodel *m, int group, int index, lmodel_t
     if (m->l) {
         llama_tensor_info t;
         ferry_status st = llama_group_tensor(m->l, group, index, &t);
-        if (st == FERRY_OK)
+        if (st == FERRY_OK) {
             *out = (lmodel_tensor){.offset = t.offset, .numel = t.numel, .ndim = t.ndim,
                                    .shape = {t.shape[0], t.shape[1]}, .decay = t.decay};
-        memcpy(out->name, t.name, sizeof out->name < sizeof t.name ? sizeof out->name : sizeof t.name);
-        out->name[sizeof out->name - 1] = '\0';
+            snprintf(out->name, sizeof out->name, "%s", t.name);
+        }
         return st;
     }
     gpt2_tensor_info t;
@@ -124,7 +125,7 @@ ferry_status lmodel_group_tensor(const lmodel *m, int group, int index, lmodel_t
     if (st == FERRY_OK) {
         *out = (lmodel_tensor){.offset = t.offset, .numel = t.numel, .ndim = t.ndim,
                                .shape = {t.shape[0], t.shape[1]}, .decay = t.decay};
-        memcpy(out->name, t.name, sizeof t.name);
+        snprintf(out->name, sizeof out->name, "%s", t.name);
     }
     return st;
 }
