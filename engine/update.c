@@ -367,7 +367,7 @@ static ferry_status submit_segment(engine_update *u, engine_group *g, size_t fir
     const char *grads = group_step_grads(g, ctx_mode(c), u->env.prog->accumulating, u->env.dp != NULL, c->act, &gt);
     size_t at = first - g->shard_lo; /* the host state holds this rank's part */
     adamw_job job = {g->master + at, g->m + at, g->v + at, grads + at * dtype_size(gt), gt, n,
-                     u->env.prog->step + 1, hp, clip, (char *)g->host_weights + at * c->act_size, c->act};
+                     u->env.prog->step + 1, hp, clip, (char *)g->host_weights + at * c->act_size, c->act, .moments = FERRY_MOMENTS_F32};
     ferry_status st = adamw_check(&job);
     if (st != FERRY_OK)
         return st;

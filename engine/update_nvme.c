@@ -112,7 +112,7 @@ static ferry_status run_range(const tile_ctx *c, size_t a, size_t b, adamw_hpara
     const engine_ctx *x = c->u->env.ctx;
     adamw_job j = {c->master + k, c->t->array[ARRAY_M] + k, c->t->array[ARRAY_V] + k,
                    (const char *)c->grads + a * dtype_size(c->gt), c->gt, b - a, c->job->step, hp, c->job->clip,
-                   (char *)c->g->host_weights + a * x->act_size, x->act};
+                   (char *)c->g->host_weights + a * x->act_size, x->act, .moments = FERRY_MOMENTS_F32};
     return adamw_run(N(c->u)->threads, &j);
 }
 

@@ -255,6 +255,28 @@ FERRY_API const char *ferry_offload_name(ferry_offload mode);
 /* Parses those names; FERRY_ERR_INVALID_ARGUMENT on anything else. */
 FERRY_API ferry_status ferry_offload_parse(const char *name, ferry_offload *out);
 
+/* How the Adam moments are stored in host memory (and in checkpoints and
+ * the NVMe tier), per parameter:
+ *   F32   both moments fp32: 8 bytes; torch.optim.AdamW to the last bit.
+ *   BF16  both moments bf16, stochastically rounded from the fp32 update
+ *         with random bits hashed from (moments_seed, step, element
+ *         index): 4 bytes; deterministic whatever the threads, bitwise on
+ *         resume.
+ *   8BIT  bitsandbytes' blockwise 8-bit Adam: one byte a moment through a
+ *         dynamic map (signed for m, unsigned for v) and an fp32 absmax per
+ *         block of 2048 elements: 2 bytes + 8/2048.
+ * optim/moments.h documents the maps, the rounding and the layout. */
+typedef enum ferry_moments {
+    FERRY_MOMENTS_F32 = 0,
+    FERRY_MOMENTS_BF16,
+    FERRY_MOMENTS_8BIT,
+} ferry_moments;
+
+/* "f32", "bf16", "8bit"; never NULL. */
+FERRY_API const char *ferry_moments_name(ferry_moments form);
+/* Parses those names; FERRY_ERR_INVALID_ARGUMENT on anything else. */
+FERRY_API ferry_status ferry_moments_parse(const char *name, ferry_moments *out);
+
 /* Element types. The engine stores weights, gradients and activations on
  * the device in F32, BF16 or F16; I32 and I64 are for files and
  * conversions. */

@@ -1,6 +1,7 @@
 /* optim/adamw.h: the CPU AdamW update, exactly torch.optim.AdamW's arithmetic
  * (decoupled weight decay, bias correction, eps after the square root), over
- * fp32 master weights and fp32 moments held in host memory. Owns the update
+ * fp32 master weights and moments held in host memory, fp32 or in a compact
+ * form read and written as it is (optim/moments.h). Owns the update
  * kernels (AVX-512, AVX2+FMA+F16C, scalar; chosen at run time) and their
  * split into fixed tiles on the thread pool. Does not own any buffer, decide
  * when to step, or know about devices.
@@ -33,6 +34,7 @@
 #include "common/numerics.h"
 #include "ferry.h"
 #include "optim/half.h"
+#include "optim/moments.h"
 #include "optim/threadpool.h"
 
 #ifdef __cplusplus
@@ -59,6 +61,22 @@ typedef struct adamw_job {
     float grad_scale;       /* multiplies g before the moments: the clip coefficient; 1 for none */
     void *copy_out;         /* NULL, or n elements receiving the updated weights */
     ferry_dtype copy_dtype; /* BF16 or F16 (F32 allowed: a plain copy) */
+    /* The moments' form (optim/moments.h). F32 (0): m and v above. BF16 and
+     * 8BIT: m and v above are unused (NULL) and the update reads and writes
+     * mq and vq, each one moment in the form's layout for this job's n
+     * elements: BF16 n uint16; 8BIT n codes, with m_absmax and v_absmax
+     * holding one fp32 per block of MOMENTS_Q8_BLOCK from element 0 (a job
+     * of 8BIT starts on a block). */
+    ferry_moments moments;
+    void *mq, *vq;
+    float *m_absmax, *v_absmax;
+    uint64_t seed;          /* BF16: the stochastic rounding's seed */
+    uint64_t index0;        /* BF16: the global index of element 0 (the rounding's counter) */
+    /* Ranges [off, off + len) of this job (sorted, disjoint, inside n)
+     * updated with weight decay 0 whatever hp says: a block of 8BIT may
+     * hold weights with and without decay. NULL: none. */
+    const size_t (*no_decay)[2];
+    size_t no_decay_count;
 } adamw_job;
 
 /* Checks a job: non-NULL buffers for n > 0, step >= 1, hyperparameters in
@@ -71,7 +89,8 @@ ferry_status adamw_check(const adamw_job *job);
 ferry_status adamw_run(tp_pool *pool, const adamw_job *job);
 
 /* Queues the update on the pool and returns at once; the job struct is
- * copied, the buffers must stay untouched until tp_wait(*ticket) returns. */
+ * copied, the buffers (and the no-decay ranges) must stay untouched until
+ * tp_wait(*ticket) returns. */
 ferry_status adamw_submit(tp_pool *pool, const adamw_job *job, tp_ticket **ticket);
 
 /* adamw_run with an explicit SIMD level (tests, benchmarks); a level above

@@ -10,10 +10,12 @@
 #define FERRY_OPTIM_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/cpu.h"
 #include "common/numerics.h"
 #include "optim/half.h"
+#include "optim/moments.h"
 
 /* An empty asm that claims to change x: the product is materialised, never
  * fused into the add that follows. */
@@ -29,9 +31,37 @@ typedef struct adamw_span {
     size_t n;
 } adamw_span;
 
+/* A range of a job with compact moments (optim/moments.h). */
+typedef struct adamw_cspan {
+    float *p;
+    void *m, *v;          /* BF16: uint16 values; 8BIT: codes */
+    const void *g;
+    ferry_dtype gt;
+    void *copy;           /* NULL: no copy */
+    ferry_dtype ct;
+    size_t n;
+    uint32_t key_m, key_v; /* BF16: moments_key of the step */
+    uint64_t index0;      /* BF16: the global index of element 0 */
+    const float *map_m, *map_v; /* 8BIT: the signed and unsigned maps */
+    float m_absmax, v_absmax;   /* 8BIT: the block's absmax before the update */
+    float *m_new, *v_new; /* 8BIT: the block's updated fp32 moments, n each */
+} adamw_cspan;
+
 void optim_adamw_scalar(const adamw_consts *c, const adamw_span *s);
 void optim_adamw_avx2(const adamw_consts *c, const adamw_span *s);
 void optim_adamw_avx512(const adamw_consts *c, const adamw_span *s);
+
+/* BF16: the update, its moments stored with stochastic rounding. */
+void optim_adamw_bf16_scalar(const adamw_consts *c, const adamw_cspan *s);
+void optim_adamw_bf16_avx2(const adamw_consts *c, const adamw_cspan *s);
+/* 8BIT, part of one block: dequantize, update (weights and copy written),
+ * the new fp32 moments into m_new / v_new; max_out[0], [1] raised to the
+ * largest |m|, |v| (NaN ignored). */
+void optim_adamw_q8_scalar(const adamw_consts *c, const adamw_cspan *s, float max_out[2]);
+void optim_adamw_q8_avx2(const adamw_consts *c, const adamw_cspan *s, float max_out[2]);
+/* 8BIT: n values into codes by absmax (0: every code of 0 / 0 -> 0.0f). */
+void optim_q8_quantize_scalar(uint8_t *codes, const float *x, size_t n, float absmax, const float *thr);
+void optim_q8_quantize_avx2(uint8_t *codes, const float *x, size_t n, float absmax, const float *thr);
 
 /* Sum of squares of one tile, in the order of numerics_sumsq_tile (common/
  * numerics.h), which every ISA follows. */

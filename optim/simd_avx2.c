@@ -58,18 +58,25 @@ typedef struct c256 {
     __m256 b1, omb1, b2, omb2, bc2s, eps, nstep, decay, gs;
 } c256;
 
-INL256 void adamw8(const c256 *c, const adamw_span *s, size_t i, ferry_dtype gt, bool copy, ferry_dtype ct, bool nt)
+/* adamw_element on 8 lanes: g as loaded, m and v updated in place; the new weights. */
+INL256 __m256 update8(const c256 *c, __m256 g, __m256 p, __m256 *mp, __m256 *vp)
 {
-    __m256 g = _mm256_mul_ps(ld256(s->g, gt, i), c->gs);
-    __m256 p = _mm256_loadu_ps(s->p + i);
-    __m256 m = _mm256_loadu_ps(s->m + i);
-    __m256 v = _mm256_loadu_ps(s->v + i);
-    m = _mm256_fmadd_ps(c->omb1, g, _mm256_mul_ps(c->b1, m));
-    v = _mm256_fmadd_ps(_mm256_mul_ps(c->omb2, g), g, _mm256_mul_ps(c->b2, v));
+    g = _mm256_mul_ps(g, c->gs);
+    __m256 m = _mm256_fmadd_ps(c->omb1, g, _mm256_mul_ps(c->b1, *mp));
+    __m256 v = _mm256_fmadd_ps(_mm256_mul_ps(c->omb2, g), g, _mm256_mul_ps(c->b2, *vp));
     __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v), c->bc2s), c->eps);
     __m256 pd = _mm256_mul_ps(p, c->decay); /* torch: param.mul_(decay) */
     OPTIM_NO_CONTRACT(pd);
-    p = _mm256_add_ps(pd, _mm256_div_ps(_mm256_mul_ps(c->nstep, m), denom)); /* addcdiv */
+    *mp = m;
+    *vp = v;
+    return _mm256_add_ps(pd, _mm256_div_ps(_mm256_mul_ps(c->nstep, m), denom)); /* addcdiv */
+}
+
+INL256 void adamw8(const c256 *c, const adamw_span *s, size_t i, ferry_dtype gt, bool copy, ferry_dtype ct, bool nt)
+{
+    __m256 m = _mm256_loadu_ps(s->m + i);
+    __m256 v = _mm256_loadu_ps(s->v + i);
+    __m256 p = update8(c, ld256(s->g, gt, i), _mm256_loadu_ps(s->p + i), &m, &v);
     _mm256_storeu_ps(s->p + i, p);
     _mm256_storeu_ps(s->m + i, m);
     _mm256_storeu_ps(s->v + i, v);
@@ -77,11 +84,17 @@ INL256 void adamw8(const c256 *c, const adamw_span *s, size_t i, ferry_dtype gt,
         st256(s->copy, ct, i, p, nt);
 }
 
-INL256 void adamw256_body(const adamw_consts *ac, const adamw_span *s, ferry_dtype gt, bool copy, ferry_dtype ct)
+INL256 c256 consts256(const adamw_consts *ac)
 {
     c256 c = {_mm256_set1_ps(ac->beta1), _mm256_set1_ps(ac->one_minus_beta1), _mm256_set1_ps(ac->beta2),
               _mm256_set1_ps(ac->one_minus_beta2), _mm256_set1_ps(ac->bc2_sqrt), _mm256_set1_ps(ac->eps),
               _mm256_set1_ps(ac->neg_step), _mm256_set1_ps(ac->decay), _mm256_set1_ps(ac->grad_scale)};
+    return c;
+}
+
+INL256 void adamw256_body(const adamw_consts *ac, const adamw_span *s, ferry_dtype gt, bool copy, ferry_dtype ct)
+{
+    c256 c = consts256(ac);
     size_t n = s->n, i = 0;
     size_t vbytes = copy ? 8 * dtype_size(ct) : 0;
     bool nt = copy && ((uintptr_t)s->copy % vbytes) == 0; /* write-only copy: skip the line reads */
@@ -197,4 +210,208 @@ T256 void optim_convert_avx2(void *dst, ferry_dtype dt, const void *src, ferry_d
         convert256_body(dst, FERRY_DTYPE_F32, src, FERRY_DTYPE_F16, n);
     else
         optim_convert_scalar(dst, dt, src, st, n);
+}
+
+/* ---- compact moments (optim/moments.h): the same update8, other loads and stores ---- */
+
+INL256 __m256i mix32_256(__m256i x)
+{
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+    x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb352d));
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+    x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)0x846ca68bU));
+    return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+}
+
+/* moments_random(key, index + lane) in lanes 0..7. */
+INL256 __m256i random256(uint32_t key, uint64_t index)
+{
+    __m256i lo = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)index), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i hi;
+    if ((uint32_t)index > UINT32_MAX - 7) { /* the low half wraps inside the vector */
+        uint32_t h[8];
+        for (int j = 0; j < 8; j++)
+            h[j] = (uint32_t)((index + (uint64_t)j) >> 32);
+        hi = _mm256_loadu_si256((const __m256i *)h);
+    } else {
+        hi = _mm256_set1_epi32((int)(uint32_t)(index >> 32));
+    }
+    return mix32_256(_mm256_xor_si256(lo, mix32_256(_mm256_xor_si256(hi, _mm256_set1_epi32((int)key)))));
+}
+
+/* moments_bf16_round on 8 lanes. */
+INL256 __m128i bf16_sr256(__m256 x, __m256i r)
+{
+    __m256i u = _mm256_castps_si256(x);
+    __m256i t = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_and_si256(r, _mm256_set1_epi32(0xffff))), 16);
+    __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    t = _mm256_blendv_epi8(t, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), nan);
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(t, t), 0x08));
+}
+
+INL256 void bf16_8(const c256 *c, const adamw_cspan *s, size_t i, ferry_dtype gt, bool copy, ferry_dtype ct)
+{
+    __m256 m = ld256(s->m, FERRY_DTYPE_BF16, i), v = ld256(s->v, FERRY_DTYPE_BF16, i);
+    __m256 p = update8(c, ld256(s->g, gt, i), _mm256_loadu_ps(s->p + i), &m, &v);
+    _mm256_storeu_ps(s->p + i, p);
+    _mm_storeu_si128((__m128i *)((uint16_t *)s->m + i), bf16_sr256(m, random256(s->key_m, s->index0 + i)));
+    _mm_storeu_si128((__m128i *)((uint16_t *)s->v + i), bf16_sr256(v, random256(s->key_v, s->index0 + i)));
+    if (copy)
+        st256(s->copy, ct, i, p, false);
+}
+
+INL256 void bf16_body(const adamw_consts *ac, const adamw_cspan *s, ferry_dtype gt, bool copy, ferry_dtype ct)
+{
+    c256 c = consts256(ac);
+    size_t n = s->n, i = 0;
+    for (; i + 8 <= n; i += 8)
+        bf16_8(&c, s, i, gt, copy, ct);
+    if (i == n)
+        return;
+    size_t r = n - i, gsz = dtype_size(gt), csz = copy ? dtype_size(ct) : 0;
+    float p[8] = {0}, gbuf[8] = {0}, cbuf[8];
+    uint16_t m[8] = {0}, v[8] = {0};
+    memcpy(p, s->p + i, r * 4);
+    memcpy(m, (const uint16_t *)s->m + i, r * 2);
+    memcpy(v, (const uint16_t *)s->v + i, r * 2);
+    memcpy(gbuf, (const char *)s->g + i * gsz, r * gsz);
+    adamw_cspan t = *s;
+    t.p = p, t.m = m, t.v = v, t.g = gbuf, t.copy = cbuf, t.n = 8, t.index0 = s->index0 + i;
+    bf16_8(&c, &t, 0, gt, copy, ct);
+    memcpy(s->p + i, p, r * 4);
+    memcpy((uint16_t *)s->m + i, m, r * 2);
+    memcpy((uint16_t *)s->v + i, v, r * 2);
+    if (copy)
+        memcpy((char *)s->copy + i * csz, cbuf, r * csz);
+}
+
+INL256 __m256 absmax_step(__m256 x, __m256 acc)
+{
+    /* maxps returns its second operand when the first is NaN: NaN is skipped, as in the scalar loop */
+    return _mm256_max_ps(_mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))), acc);
+}
+
+INL256 __m256 dequant256(const void *codes, size_t i, const float *map, float absmax)
+{
+    __m256i k = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)((const uint8_t *)codes + i)));
+    return _mm256_mul_ps(_mm256_i32gather_ps(map, k, 4), _mm256_set1_ps(absmax));
+}
+
+INL256 void q8_8(const c256 *c, const adamw_cspan *s, size_t i, ferry_dtype gt, bool copy, ferry_dtype ct, __m256 *mx,
+                 __m256 *vx)
+{
+    __m256 m = dequant256(s->m, i, s->map_m, s->m_absmax), v = dequant256(s->v, i, s->map_v, s->v_absmax);
+    __m256 p = update8(c, ld256(s->g, gt, i), _mm256_loadu_ps(s->p + i), &m, &v);
+    _mm256_storeu_ps(s->p + i, p);
+    _mm256_storeu_ps(s->m_new + i, m);
+    _mm256_storeu_ps(s->v_new + i, v);
+    *mx = absmax_step(m, *mx);
+    *vx = absmax_step(v, *vx);
+    if (copy)
+        st256(s->copy, ct, i, p, false);
+}
+
+INL256 float hmax256(__m256 x, float acc)
+{
+    float l[8];
+    _mm256_storeu_ps(l, x);
+    for (int j = 0; j < 8; j++)
+        acc = l[j] > acc ? l[j] : acc;
+    return acc;
+}
+
+INL256 void q8_body(const adamw_consts *ac, const adamw_cspan *s, float max_out[2], ferry_dtype gt, bool copy,
+                    ferry_dtype ct)
+{
+    c256 c = consts256(ac);
+    __m256 mx = _mm256_setzero_ps(), vx = _mm256_setzero_ps();
+    size_t n = s->n, i = 0;
+    for (; i + 8 <= n; i += 8)
+        q8_8(&c, s, i, gt, copy, ct, &mx, &vx);
+    max_out[0] = hmax256(mx, max_out[0]);
+    max_out[1] = hmax256(vx, max_out[1]);
+    if (i == n)
+        return;
+    size_t r = n - i, gsz = dtype_size(gt), csz = copy ? dtype_size(ct) : 0;
+    float p[8] = {0}, gbuf[8] = {0}, cbuf[8], mn[8], vn[8];
+    uint8_t m[8] = {0}, v[8] = {0};
+    memcpy(p, s->p + i, r * 4);
+    memcpy(m, (const uint8_t *)s->m + i, r);
+    memcpy(v, (const uint8_t *)s->v + i, r);
+    memcpy(gbuf, (const char *)s->g + i * gsz, r * gsz);
+    adamw_cspan t = *s;
+    t.p = p, t.m = m, t.v = v, t.g = gbuf, t.copy = cbuf, t.n = 8, t.m_new = mn, t.v_new = vn;
+    __m256 tm = _mm256_setzero_ps(), tv = _mm256_setzero_ps();
+    q8_8(&c, &t, 0, gt, copy, ct, &tm, &tv);
+    for (size_t j = 0; j < r; j++) { /* the staged lanes past r are not the block's */
+        float a = __builtin_fabsf(mn[j]), b = __builtin_fabsf(vn[j]);
+        max_out[0] = a > max_out[0] ? a : max_out[0];
+        max_out[1] = b > max_out[1] ? b : max_out[1];
+    }
+    memcpy(s->p + i, p, r * 4);
+    memcpy(s->m_new + i, mn, r * 4);
+    memcpy(s->v_new + i, vn, r * 4);
+    if (copy)
+        memcpy((char *)s->copy + i * csz, cbuf, r * csz);
+}
+
+#define COMPACT256_CT(BODY, GT, ...)                                                                     \
+    case GT:                                                                                             \
+        if (!s->copy)                                                                                    \
+            BODY(__VA_ARGS__, GT, false, FERRY_DTYPE_F32);                                               \
+        else if (s->ct == FERRY_DTYPE_BF16)                                                              \
+            BODY(__VA_ARGS__, GT, true, FERRY_DTYPE_BF16);                                               \
+        else if (s->ct == FERRY_DTYPE_F16)                                                               \
+            BODY(__VA_ARGS__, GT, true, FERRY_DTYPE_F16);                                                \
+        else                                                                                             \
+            BODY(__VA_ARGS__, GT, true, FERRY_DTYPE_F32);                                                \
+        return;
+
+T256 void optim_adamw_bf16_avx2(const adamw_consts *c, const adamw_cspan *s)
+{
+    switch (s->gt) {
+        COMPACT256_CT(bf16_body, FERRY_DTYPE_F32, c, s)
+        COMPACT256_CT(bf16_body, FERRY_DTYPE_BF16, c, s)
+        COMPACT256_CT(bf16_body, FERRY_DTYPE_F16, c, s)
+    default: break; /* checked by adamw_check */
+    }
+}
+
+T256 void optim_adamw_q8_avx2(const adamw_consts *c, const adamw_cspan *s, float max_out[2])
+{
+    switch (s->gt) {
+        COMPACT256_CT(q8_body, FERRY_DTYPE_F32, c, s, max_out)
+        COMPACT256_CT(q8_body, FERRY_DTYPE_BF16, c, s, max_out)
+        COMPACT256_CT(q8_body, FERRY_DTYPE_F16, c, s, max_out)
+    default: break;
+    }
+}
+
+/* moments_q8_code on 8 lanes: the same 8 halvings, the thresholds gathered. */
+INL256 void codes256(uint8_t *dst, const float *thr, __m256 x)
+{
+    __m256i idx = _mm256_setzero_si256();
+    for (int s = 128; s > 0; s >>= 1) {
+        __m256 t = _mm256_i32gather_ps(thr, _mm256_add_epi32(idx, _mm256_set1_epi32(s - 1)), 4);
+        __m256i up = _mm256_castps_si256(_mm256_cmp_ps(x, t, _CMP_GT_OQ));
+        idx = _mm256_add_epi32(idx, _mm256_and_si256(up, _mm256_set1_epi32(s)));
+    }
+    __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(idx), _mm256_extracti128_si256(idx, 1));
+    _mm_storel_epi64((__m128i *)dst, _mm_packus_epi16(w, w));
+}
+
+T256 void optim_q8_quantize_avx2(uint8_t *codes, const float *x, size_t n, float absmax, const float *thr)
+{
+    bool zero = !(absmax > 0.0f);
+    __m256 a = _mm256_set1_ps(absmax);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        codes256(codes + i, thr, zero ? _mm256_setzero_ps() : _mm256_div_ps(_mm256_loadu_ps(x + i), a));
+    if (i < n) {
+        float buf[8] = {0};
+        uint8_t out[8];
+        memcpy(buf, x + i, (n - i) * 4);
+        codes256(out, thr, zero ? _mm256_setzero_ps() : _mm256_div_ps(_mm256_loadu_ps(buf), a));
+        memcpy(codes + i, out, n - i);
+    }
 }

@@ -69,7 +69,7 @@ static void test_op(ferry_dtype grad_dtype)
         for (size_t i = 0; i < n; i++)
             dtype_store_f32(g, grad_dtype, i, (float)(tap_rand_unit(&rng) - 0.5) * 3.0f);
         float clip = 0.37f;
-        adamw_job job = {p, m, v, g, grad_dtype, n, step, hp, clip, copy, FERRY_DTYPE_BF16};
+        adamw_job job = {p, m, v, g, grad_dtype, n, step, hp, clip, copy, FERRY_DTYPE_BF16, .moments = FERRY_MOMENTS_F32};
         ok = adamw_run(NULL, &job) == FERRY_OK &&
              backend_memcpy_async(q, dg, g, n * dtype_size(grad_dtype), BACKEND_COPY_H2D) == FERRY_OK &&
              ops_adamw(q, dp, dm, dv, dg, grad_dtype, dout, n, &hp, step, clip) == FERRY_OK &&

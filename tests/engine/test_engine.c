@@ -212,7 +212,7 @@ static ferry_status run_reference(int accum, bool delay, run_result *out)
                 adamw_job j = {master[g] + ti.offset, mom[g] + ti.offset, vel[g] + ti.offset, grad[g] + ti.offset,
                                FERRY_DTYPE_F32, ti.numel, taken + 1,
                                {o.lr, o.beta1, o.beta2, o.eps, ti.decay ? o.weight_decay : 0.0f}, clip, NULL,
-                               FERRY_DTYPE_F32};
+                               FERRY_DTYPE_F32, .moments = FERRY_MOMENTS_F32};
                 st = adamw_run(NULL, &j);
             }
         }

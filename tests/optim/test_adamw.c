@@ -164,7 +164,7 @@ static size_t run_and_check(state *s, adamw_job job, int steps, cpu_simd level, 
 
 static adamw_job make_job(state *s, ferry_dtype gt, adamw_hparams hp, float gscale, ferry_dtype ct, bool copy)
 {
-    adamw_job j = {s->p, s->m, s->v, s->grad, gt, s->n, 1, hp, gscale, copy ? s->copy : NULL, ct};
+    adamw_job j = {s->p, s->m, s->v, s->grad, gt, s->n, 1, hp, gscale, copy ? s->copy : NULL, ct, .moments = FERRY_MOMENTS_F32};
     return j;
 }
 
@@ -217,7 +217,7 @@ static void check_hand_case(void)
 {
     float p[3] = {1.0f, -2.0f, 0.5f}, m[3] = {0}, v[3] = {0}, g[3] = {0.5f, -4.0f, 0.0f};
     adamw_hparams hp = {0.01, 0.9, 0.999, 1e-8, 0.1};
-    adamw_job j = {p, m, v, g, FERRY_DTYPE_F32, 3, 1, hp, 1.0f, NULL, FERRY_DTYPE_BF16};
+    adamw_job j = {p, m, v, g, FERRY_DTYPE_F32, 3, 1, hp, 1.0f, NULL, FERRY_DTYPE_BF16, .moments = FERRY_MOMENTS_F32};
     TAP_IS_STATUS(adamw_run(NULL, &j), FERRY_OK, "hand case runs");
     double d = 1.0 - 0.01 * 0.1;
     TAP_IS_CLOSE(p[0], 1.0 * d - 0.01 * 0.5 / (0.5 + 1e-8), 0, 1e-6, "hand case: p[0] after step 1");
@@ -266,7 +266,7 @@ static void check_bad_jobs(void)
 {
     float x[4] = {0};
     adamw_hparams hp = ADAMW_HPARAMS_DEFAULT;
-    adamw_job good = {x, x + 1, x + 2, x + 3, FERRY_DTYPE_F32, 1, 1, hp, 1.0f, NULL, FERRY_DTYPE_BF16};
+    adamw_job good = {x, x + 1, x + 2, x + 3, FERRY_DTYPE_F32, 1, 1, hp, 1.0f, NULL, FERRY_DTYPE_BF16, .moments = FERRY_MOMENTS_F32};
     adamw_job j;
     j = good; j.step = 0;
     TAP_IS_STATUS(adamw_run(NULL, &j), FERRY_ERR_INVALID_ARGUMENT, "step 0 refused");

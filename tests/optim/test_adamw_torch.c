@@ -141,7 +141,7 @@ int main(int argc, char **argv)
         gradnorm_decision r = gradnorm_decide(sums, bad, G, (float)max_norm);
         ferry_status st = FERRY_OK;
         for (int i = 0; i < G && !r.skipped && st == FERRY_OK; i++) {
-            adamw_job job = {p[i], m[i], v[i], g[i], gt[i], n[i], taken + 1, hp[i], r.clip_coef, NULL, FERRY_DTYPE_BF16};
+            adamw_job job = {p[i], m[i], v[i], g[i], gt[i], n[i], taken + 1, hp[i], r.clip_coef, NULL, FERRY_DTYPE_BF16, .moments = FERRY_MOMENTS_F32};
             st = adamw_run(pool, &job);
         }
         TAP_IS_STATUS(st, FERRY_OK, "step %d", s);

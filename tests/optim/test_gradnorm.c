@@ -150,7 +150,7 @@ static void check_step_groups(uint64_t *rng)
             g[i][k] = (float)(0.1 * gauss(rng));
         }
         memcpy(p0[i], p[i], n[i] * 4); memcpy(m0[i], m[i], n[i] * 4); memcpy(v0[i], v[i], n[i] * 4);
-        jobs[i] = (adamw_job){p[i], m[i], v[i], g[i], FERRY_DTYPE_F32, n[i], 5, hp, 123.0f, NULL, FERRY_DTYPE_BF16};
+        jobs[i] = (adamw_job){p[i], m[i], v[i], g[i], FERRY_DTYPE_F32, n[i], 5, hp, 123.0f, NULL, FERRY_DTYPE_BF16, .moments = FERRY_MOMENTS_F32};
     }
     tp_pool *pool = NULL;
     tp_pool_create(2, -1, &pool);

@@ -152,7 +152,7 @@ static void run_ideal(bench *b, int level, int64_t step)
 
 static void run_adamw(bench *b, int level, int64_t step)
 {
-    adamw_job j = {b->p, b->m, b->v, b->g, b->gt, b->n, step, ADAMW_HPARAMS_DEFAULT, 1.0f, b->copy, FERRY_DTYPE_BF16};
+    adamw_job j = {b->p, b->m, b->v, b->g, b->gt, b->n, step, ADAMW_HPARAMS_DEFAULT, 1.0f, b->copy, FERRY_DTYPE_BF16, .moments = FERRY_MOMENTS_F32};
     if (adamw_run_level(b->pool, &j, (cpu_simd)level) != FERRY_OK) {
         fprintf(stderr, "bench_adam: adamw failed: %s\n", ferry_last_error());
         exit(1);

@@ -450,7 +450,7 @@ static int bench_step(const opts *o)
         double peer_ms = 1e3 * 2.0 * D / both;
         peer_ratio[k] = ms_step / peer_ms;
         adamw_hparams hp = {1e-3, 0.9, 0.999, 1e-8, 0.01};
-        adamw_job j = {ap, am, av, ag, FERRY_DTYPE_BF16, slice, r, hp, 1.0f, aw, FERRY_DTYPE_BF16};
+        adamw_job j = {ap, am, av, ag, FERRY_DTYPE_BF16, slice, r, hp, 1.0f, aw, FERRY_DTYPE_BF16, .moments = FERRY_MOMENTS_F32};
         double a0 = clock_now_ms();
         if ((st = adamw_run(threads, &j)) != FERRY_OK)
             break;
