@@ -49,9 +49,40 @@ static const size_t config_fields[] = {
     SIZED_END(ferry_engine_config, data_parallel),     SIZED_END(ferry_engine_config, comm_timeout_s),
     SIZED_END(ferry_engine_config, device_update_groups), SIZED_END(ferry_engine_config, device_update_warmup),
     SIZED_END(ferry_engine_config, auto_activation_bytes), SIZED_END(ferry_engine_config, auto_micro_batches),
-    SIZED_END(ferry_engine_config, reserved_auto),
+    SIZED_END(ferry_engine_config, reserved_auto),     SIZED_END(ferry_engine_config, moments),
+    SIZED_END(ferry_engine_config, reserved_moments),  SIZED_END(ferry_engine_config, moments_seed),
 };
-SIZED_NO_TAIL_PADDING(ferry_engine_config, reserved_auto);
+SIZED_NO_TAIL_PADDING(ferry_engine_config, moments_seed);
+
+/* The moments' form known, and where the CPU's update can hold it. */
+static ferry_status check_moments_config(const ferry_engine_config *c)
+{
+    if (c->moments != FERRY_MOMENTS_F32 && c->moments != FERRY_MOMENTS_BF16 && c->moments != FERRY_MOMENTS_8BIT)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: moments %d; use FERRY_MOMENTS_F32, _BF16 or _8BIT",
+                       (int)c->moments);
+    if (c->reserved_moments != 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: reserved_moments %d; leave it 0",
+                       c->reserved_moments);
+    if (c->moments == FERRY_MOMENTS_F32)
+        return FERRY_OK;
+    if (c->offload != FERRY_OFFLOAD_OPTIMIZER && c->offload != FERRY_OFFLOAD_PARAMS)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: moments %s with offload '%s': compact moments are read and written by the "
+                       "CPU AdamW, so they need the state in host memory; use offload 'optimizer' or 'params', or "
+                       "moments f32",
+                       ferry_moments_name(c->moments), ferry_offload_name(c->offload));
+    if (c->nvme_path)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: moments %s with nvme_path '%s': the NVMe tier streams fp32 moments; drop the "
+                       "disk or use moments f32",
+                       ferry_moments_name(c->moments), c->nvme_path);
+    if (c->device_update_groups > 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: moments %s with device_update_groups %d: the device's update holds fp32 "
+                       "moments; use 0 or -1 (auto keeps every update on the CPU), or moments f32",
+                       ferry_moments_name(c->moments), c->device_update_groups);
+    return FERRY_OK;
+}
 
 /* The split update's fields in range. */
 static ferry_status check_split_config(const ferry_engine_config *c)
@@ -152,7 +183,7 @@ static ferry_status check_config(const ferry_engine_config *c)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: comm_timeout_s %d is negative (0 = $FERRY_COMM_TIMEOUT, else 600 s)",
                        c->comm_timeout_s);
-    if ((st = check_split_config(c)) != FERRY_OK)
+    if ((st = check_split_config(c)) != FERRY_OK || (st = check_moments_config(c)) != FERRY_OK)
         return st;
     if (c->delayed_update && c->offload != FERRY_OFFLOAD_OPTIMIZER)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
@@ -466,6 +497,7 @@ static ferry_status plan_request(ferry_engine *e, engine_plan_request *rq, size_
         .embedder_bytes = e->cfg.auto_activation_bytes,
         .split_groups = forced_split(e),
         .group_names = *names,
+        .moments = e->cfg.moments,
     };
     if (!rq->split_groups)
         return FERRY_OK;
@@ -767,6 +799,18 @@ ferry_status ferry_engine_set_weights(ferry_engine *e, int group, const float *v
 
 /* ---- checkpoints ---- */
 
+/* The checkpoint's state file holds fp32 moments: a compact form is
+ * refused rather than widened (a resume would not be exact). */
+static ferry_status check_ckpt_moments(const ferry_engine *e, const char *who)
+{
+    if (e->cfg.moments == FERRY_MOMENTS_F32)
+        return FERRY_OK;
+    return err_set(FERRY_ERR_UNSUPPORTED,
+                   "%s: the checkpoint holds fp32 moments and this engine keeps them in %s; train with moments f32 "
+                   "to save and resume",
+                   who, ferry_moments_name(e->cfg.moments));
+}
+
 static ckpt_env ckpt_of(ferry_engine *e)
 {
     return (ckpt_env){&e->ctx, &e->groups, &e->prog, e->dp, e->update, e->sched, &e->scaling};
@@ -775,6 +819,8 @@ static ckpt_env ckpt_of(ferry_engine *e)
 ferry_status ferry_engine_save(ferry_engine *e, const char *path, const void *user, size_t user_bytes)
 {
     ferry_status st = check_group(e, 0, "ferry_engine_save");
+    if (st == FERRY_OK)
+        st = check_ckpt_moments(e, "ferry_engine_save");
     if (st != FERRY_OK)
         return st;
     ckpt_env env = ckpt_of(e);
@@ -784,6 +830,8 @@ ferry_status ferry_engine_save(ferry_engine *e, const char *path, const void *us
 ferry_status ferry_engine_load(ferry_engine *e, const char *path, void *user, size_t user_cap, size_t *user_bytes)
 {
     ferry_status st = check_group(e, 0, "ferry_engine_load");
+    if (st == FERRY_OK)
+        st = check_ckpt_moments(e, "ferry_engine_load");
     if (st != FERRY_OK)
         return st;
     ckpt_env env = ckpt_of(e);

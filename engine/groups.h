@@ -37,6 +37,9 @@ typedef struct engine_group {
     /* fp32 master weights and Adam moments: host pool (offload modes; NULL
      * where the NVMe tier holds them) or device arena (offload none). */
     float *master, *m, *v;
+    /* Compact moments (engine config `moments` BF16 or 8BIT; m and v are
+     * then NULL): each one moment in optim/moments.h's layout, host pool. */
+    void *mq, *vq;
     /* Host copies in the device type: gradients as drained, weights for upload. */
     void *host_grads, *host_weights;
     /* Device buffers; in params mode present only while fetched or retiring. */

@@ -63,6 +63,7 @@ typedef struct engine_plan_request {
     uint64_t embedder_bytes;
     int split_groups;           /* optimizer mode: the first groups updated on the device (forced; 0: none) */
     const char *const *group_names; /* for the layout's and the trace's names (NULL: "group N") */
+    ferry_moments moments;      /* the host moments' form (ferry_engine_config's); F32 = 0 */
 } engine_plan_request;
 
 /* What the engine allocates, by category, charged as its allocators charge

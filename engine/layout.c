@@ -11,7 +11,9 @@
  *
  * With bf16 on the device that is 16 bytes per parameter on the host in the
  * offload modes (12 fp32 + 2 drained gradient + 2 upload copy), and 4 on the
- * device in optimizer mode.
+ * device in optimizer mode. Compact moments (engine config `moments`) hold
+ * m and v in 4 bytes (bf16) or 2 + 8/2048 (8bit) instead of 8: 12 and
+ * about 10 bytes per parameter on the host.
  *
  * The NVMe tier (offload nvme, or params with a disk) moves Adam m and v
  * (8 bytes per parameter), and with nvme_master the master weights too (12),
@@ -26,6 +28,7 @@
 #include "backend/ops/ops.h"
 #include "common/error.h"
 #include "common/numerics.h"
+#include "optim/moments.h"
 
 #define SLOT(field) offsetof(engine_group, field)
 
@@ -33,23 +36,39 @@ int engine_group_buffers(ferry_offload mode, size_t act, engine_buffer out[ENGIN
 {
     int n = 0;
     if (mode == FERRY_OFFLOAD_NONE) {
-        out[n++] = (engine_buffer){true, FERRY_MEM_PARAMS, act, "weights", SLOT(dev_weights)};
-        out[n++] = (engine_buffer){true, FERRY_MEM_GRADS, act, "grads", SLOT(dev_grads)};
-        out[n++] = (engine_buffer){true, FERRY_MEM_PARAMS, 4, "master", SLOT(master)};
-        out[n++] = (engine_buffer){true, FERRY_MEM_OPTIMIZER, 4, "adam m", SLOT(m)};
-        out[n++] = (engine_buffer){true, FERRY_MEM_OPTIMIZER, 4, "adam v", SLOT(v)};
+        out[n++] = (engine_buffer){true, FERRY_MEM_PARAMS, act, "weights", SLOT(dev_weights), FERRY_MOMENTS_F32};
+        out[n++] = (engine_buffer){true, FERRY_MEM_GRADS, act, "grads", SLOT(dev_grads), FERRY_MOMENTS_F32};
+        out[n++] = (engine_buffer){true, FERRY_MEM_PARAMS, 4, "master", SLOT(master), FERRY_MOMENTS_F32};
+        out[n++] = (engine_buffer){true, FERRY_MEM_OPTIMIZER, 4, "adam m", SLOT(m), FERRY_MOMENTS_F32};
+        out[n++] = (engine_buffer){true, FERRY_MEM_OPTIMIZER, 4, "adam v", SLOT(v), FERRY_MOMENTS_F32};
         return n;
     }
-    out[n++] = (engine_buffer){false, FERRY_MEM_PARAMS, 4, "master", SLOT(master)};
-    out[n++] = (engine_buffer){false, FERRY_MEM_OPTIMIZER, 4, "adam m", SLOT(m)};
-    out[n++] = (engine_buffer){false, FERRY_MEM_OPTIMIZER, 4, "adam v", SLOT(v)};
-    out[n++] = (engine_buffer){false, FERRY_MEM_GRADS, act, "grads", SLOT(host_grads)};
-    out[n++] = (engine_buffer){false, FERRY_MEM_STAGING, act, "weights", SLOT(host_weights)};
+    out[n++] = (engine_buffer){false, FERRY_MEM_PARAMS, 4, "master", SLOT(master), FERRY_MOMENTS_F32};
+    out[n++] = (engine_buffer){false, FERRY_MEM_OPTIMIZER, 4, "adam m", SLOT(m), FERRY_MOMENTS_F32};
+    out[n++] = (engine_buffer){false, FERRY_MEM_OPTIMIZER, 4, "adam v", SLOT(v), FERRY_MOMENTS_F32};
+    out[n++] = (engine_buffer){false, FERRY_MEM_GRADS, act, "grads", SLOT(host_grads), FERRY_MOMENTS_F32};
+    out[n++] = (engine_buffer){false, FERRY_MEM_STAGING, act, "weights", SLOT(host_weights), FERRY_MOMENTS_F32};
     if (mode == FERRY_OFFLOAD_OPTIMIZER) {
-        out[n++] = (engine_buffer){true, FERRY_MEM_PARAMS, act, "weights", SLOT(dev_weights)};
-        out[n++] = (engine_buffer){true, FERRY_MEM_GRADS, act, "grads", SLOT(dev_grads)};
+        out[n++] = (engine_buffer){true, FERRY_MEM_PARAMS, act, "weights", SLOT(dev_weights), FERRY_MOMENTS_F32};
+        out[n++] = (engine_buffer){true, FERRY_MEM_GRADS, act, "grads", SLOT(dev_grads), FERRY_MOMENTS_F32};
     }
     return n;
+}
+
+void engine_buffers_moments(engine_buffer *b, int n, ferry_moments form)
+{
+    for (int i = 0; form != FERRY_MOMENTS_F32 && i < n; i++) {
+        if (b[i].device || (b[i].slot != SLOT(m) && b[i].slot != SLOT(v)))
+            continue;
+        b[i].slot = b[i].slot == SLOT(m) ? SLOT(mq) : SLOT(vq);
+        b[i].elem_bytes = form == FERRY_MOMENTS_BF16 ? 2 : 1;
+        b[i].form = form;
+    }
+}
+
+size_t engine_buffer_bytes(const engine_buffer *b, size_t elems)
+{
+    return b->form == FERRY_MOMENTS_F32 ? elems * b->elem_bytes : moments_bytes(b->form, elems);
 }
 
 unsigned engine_disk_buffers(const engine_buffer *b, int n, bool disk, bool master_on_disk)
@@ -87,7 +106,7 @@ int engine_global_buffers(ferry_backend_kind kind, ferry_offload mode, int ngrou
 
 engine_buffer engine_accumulator_buffer(ferry_offload mode)
 {
-    return (engine_buffer){mode == FERRY_OFFLOAD_NONE, FERRY_MEM_GRADS, 4, "grads fp32 sum", SLOT(grad_acc)};
+    return (engine_buffer){mode == FERRY_OFFLOAD_NONE, FERRY_MEM_GRADS, 4, "grads fp32 sum", SLOT(grad_acc), FERRY_MOMENTS_F32};
 }
 
 int engine_weight_window(int prefetch_groups) { return prefetch_groups + 2; }

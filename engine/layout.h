@@ -17,6 +17,7 @@ typedef struct engine_buffer {
     size_t elem_bytes;      /* bytes per parameter of the group (4: fp32; else the device type's) */
     const char *what;       /* "weights", "adam m", ... in names and traces */
     size_t slot;            /* offsetof(engine_group, field) of the pointer */
+    ferry_moments form;     /* a moment in a compact form (its bytes: engine_buffer_bytes); else F32 */
 } engine_buffer;
 #define ENGINE_GROUP_BUFFERS_MAX 8
 
@@ -34,6 +35,12 @@ unsigned engine_disk_buffers(const engine_buffer *b, int n, bool disk, bool mast
  * disk), and in *on_disk which of them its NVMe tier holds. */
 int engine_layout_buffers(ferry_offload mode, size_t act_size, bool sharded, bool disk, bool master_on_disk,
                           engine_buffer out[ENGINE_GROUP_BUFFERS_MAX], unsigned *on_disk);
+/* The host pool's Adam moments in `form`: with BF16 or 8BIT each host m
+ * and v buffer of b[0..n) becomes the form's (slot mq, vq; its bytes the
+ * layout of optim/moments.h). F32 changes nothing. */
+void engine_buffers_moments(engine_buffer *b, int n, ferry_moments form);
+/* The bytes of `elems` elements of buffer b. */
+size_t engine_buffer_bytes(const engine_buffer *b, size_t elems);
 /* How many elements buffer b holds for a group: the device weights
  * `padded`, the other device buffers `numel`, the host buffers `shard_cap`
  * (all numel alone). */

@@ -21,7 +21,9 @@
 static int where_buffers(const engine_ctx *c, engine_where w, engine_buffer b[ENGINE_GROUP_BUFFERS_MAX],
                          unsigned *on_disk)
 {
-    return engine_layout_buffers(ctx_mode(c), c->act_size, w.sharded, w.disk, w.master_on_disk, b, on_disk);
+    int n = engine_layout_buffers(ctx_mode(c), c->act_size, w.sharded, w.disk, w.master_on_disk, b, on_disk);
+    engine_buffers_moments(b, n, c->cfg->moments);
+    return n;
 }
 
 void placement_bytes_per_param(const engine_ctx *c, engine_where w, double *device, double *host)
@@ -275,7 +277,7 @@ ferry_status placement_group(const engine_ctx *c, engine_group *g, engine_where 
         if ((on_disk & (1u << i)) || b[i].device)
             continue; /* in the store's file; in the plan's region */
         void *ptr = NULL;
-        size_t bytes = engine_buffer_elems(&b[i], w.sharded, g->numel, g->shard_cap, g->padded) * b[i].elem_bytes;
+        size_t bytes = engine_buffer_bytes(&b[i], engine_buffer_elems(&b[i], w.sharded, g->numel, g->shard_cap, g->padded));
         st = host_alloc(c, g, bytes, b[i].cat, b[i].what, &ptr);
         if (st != FERRY_OK)
             return st;

@@ -22,6 +22,8 @@
 #include "offload/nvme.h"
 #include "offload/pool.h"
 
+static bool on_disk(const engine_plan_request *rq);
+
 static ferry_status check_request(const engine_plan_request *rq)
 {
     if (!rq || (rq->ngroups > 0 && !rq->group_numel))
@@ -44,6 +46,14 @@ static ferry_status check_request(const engine_plan_request *rq)
     if (rq->disk && rq->offload != FERRY_OFFLOAD_PARAMS && rq->offload != FERRY_OFFLOAD_NVME)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: the state on disk with offload %s; use nvme or params",
                        ferry_offload_name(rq->offload));
+    if (rq->moments != FERRY_MOMENTS_F32 && rq->moments != FERRY_MOMENTS_BF16 && rq->moments != FERRY_MOMENTS_8BIT)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: moments form %d; f32, bf16 or 8bit", (int)rq->moments);
+    if (rq->moments != FERRY_MOMENTS_F32 &&
+        (rq->offload == FERRY_OFFLOAD_NONE || on_disk(rq) || rq->ranks > 1 || rq->collective || rq->split_groups > 0))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine plan: moments %s are updated by the CPU in host memory: plan offload optimizer or "
+                       "params, alone, without the NVMe tier or a split (offload %s)",
+                       ferry_moments_name(rq->moments), ferry_offload_name(rq->offload));
     if (rq->micro_batches < 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: %d micro-batches per step", rq->micro_batches);
     if (rq->prefetch_groups < 0 || rq->prefetch_groups > 64)
@@ -112,6 +122,7 @@ static ferry_status plan_host(const engine_plan_request *rq, size_t act_size, en
     bool sharded = plan_sharded(rq);
     int nb = engine_group_buffers_sharded(mode, act_size, sharded, b);
     unsigned disk = engine_disk_buffers(b, nb, on_disk(rq), rq->disk_master);
+    engine_buffers_moments(b, nb, rq->moments);
     if (accumulates(rq))
         b[nb++] = engine_accumulator_buffer(mode);
     for (int g = 0; g < rq->ngroups; g++) {
@@ -119,7 +130,7 @@ static ferry_status plan_host(const engine_plan_request *rq, size_t act_size, en
         for (int i = 0; i < nb; i++)
             if (!b[i].device && !(disk & (1u << i)))
                 m->host_bytes[b[i].cat] +=
-                    pool_charge(engine_buffer_elems(&b[i], sharded, rq->group_numel[g], cap, padded) * b[i].elem_bytes);
+                    pool_charge(engine_buffer_bytes(&b[i], engine_buffer_elems(&b[i], sharded, rq->group_numel[g], cap, padded)));
     }
     return on_disk(rq) ? plan_disk(rq, rq->disk_master ? 3 : 2, m) : FERRY_OK;
 }

@@ -29,6 +29,8 @@ static const char *split_unavailable(const update_env *env)
         return "the delayed update overlaps the whole update with the next step";
     if (env->dp)
         return "with data parallelism each rank owns a shard of the host state";
+    if (cfg->moments != FERRY_MOMENTS_F32)
+        return "the device's update holds fp32 moments, not compact ones";
     return NULL;
 }
 
@@ -36,6 +38,15 @@ ferry_status update_open(const update_env *env, engine_update **out)
 {
     const update_ops *ops;
     ferry_offload mode = ctx_mode(env->ctx);
+    ferry_moments form = env->ctx->cfg->moments;
+    if (form != FERRY_MOMENTS_F32 && (env->dp || env->nvme_dir || mode == FERRY_OFFLOAD_NONE))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "ferry_engine_setup: moments %s %s; compact moments train alone, in offload 'optimizer' or "
+                       "'params' without the NVMe tier; use moments f32 here",
+                       ferry_moments_name(form),
+                       env->dp ? "with data parallelism (each rank's shard is fp32 state)"
+                               : env->nvme_dir ? "with the NVMe tier (it streams fp32 moments)"
+                                               : "with offload 'none' (the device's update holds fp32 moments)");
     if (mode == FERRY_OFFLOAD_NONE)
         ops = &update_resident_ops;
     else if (env->nvme_dir)
@@ -340,6 +351,7 @@ ferry_status update_ticket_barrier(engine_update *u, engine_group *g)
 typedef struct segment_job {
     engine_update *u;
     adamw_job job;
+    size_t ranges[][2]; /* job.no_decay_count no-decay ranges, from the job's first element */
 } segment_job;
 
 static void segment_tile(void *ctx, size_t tile, int worker)
@@ -350,8 +362,33 @@ static void segment_tile(void *ctx, size_t tile, int worker)
     size_t first = tile * OPTIM_TILE, esize = dtype_size(part.grad_dtype);
     part.n = sj->job.n - first < OPTIM_TILE ? sj->job.n - first : OPTIM_TILE;
     part.master += first;
-    part.m += first;
-    part.v += first;
+    if (part.moments == FERRY_MOMENTS_F32) {
+        part.m += first;
+        part.v += first;
+    } else {
+        size_t esz = part.moments == FERRY_MOMENTS_BF16 ? 2 : 1;
+        part.mq = (char *)part.mq + first * esz;
+        part.vq = (char *)part.vq + first * esz;
+        part.index0 += first;
+        if (part.moments == FERRY_MOMENTS_8BIT) {
+            part.m_absmax += first / MOMENTS_Q8_BLOCK;
+            part.v_absmax += first / MOMENTS_Q8_BLOCK;
+        }
+    }
+    /* the no-decay ranges of this tile, from its first element */
+    size_t len = sj->job.n - first < OPTIM_TILE ? sj->job.n - first : OPTIM_TILE, k = 0;
+    size_t ranges[sj->job.no_decay_count > 0 ? sj->job.no_decay_count : 1][2];
+    for (size_t r = 0; r < sj->job.no_decay_count; r++) {
+        size_t a = sj->ranges[r][0], b = a + sj->ranges[r][1];
+        a = a > first ? a : first;
+        b = b < first + len ? b : first + len;
+        if (a < b) {
+            ranges[k][0] = a - first;
+            ranges[k++][1] = b - a;
+        }
+    }
+    part.no_decay = (const size_t(*)[2])ranges;
+    part.no_decay_count = k;
     part.grad = (const char *)part.grad + first * esize;
     part.copy_out = (char *)part.copy_out + first * dtype_size(part.copy_dtype);
     adamw_run(NULL, &part); /* checked whole before submission */
@@ -359,21 +396,19 @@ static void segment_tile(void *ctx, size_t tile, int worker)
         atomic_store(&sj->u->end_us, (uint64_t)(clock_now_ms() * 1e3));
 }
 
-static ferry_status submit_segment(engine_update *u, engine_group *g, size_t first, size_t n, adamw_hparams hp,
-                                   float clip)
+/* Queues one job on the pool, tile by tile (`ranges`: its no-decay ranges). */
+static ferry_status submit_job(engine_update *u, engine_group *g, adamw_job job, const size_t (*ranges)[2])
 {
     const engine_ctx *c = u->env.ctx;
-    ferry_dtype gt;
-    const char *grads = group_step_grads(g, ctx_mode(c), u->env.prog->accumulating, u->env.dp != NULL, c->act, &gt);
-    size_t at = first - g->shard_lo; /* the host state holds this rank's part */
-    adamw_job job = {g->master + at, g->m + at, g->v + at, grads + at * dtype_size(gt), gt, n,
-                     u->env.prog->step + 1, hp, clip, (char *)g->host_weights + at * c->act_size, c->act, .moments = FERRY_MOMENTS_F32};
+    size_t n = job.n, nr = job.no_decay_count;
+    job.no_decay = ranges;
     ferry_status st = adamw_check(&job);
     if (st != FERRY_OK)
         return st;
+    job.no_decay = NULL; /* the tiles take theirs from sj->ranges */
     update_tickets *t = &u->tickets[g - u->env.groups->g];
     tp_ticket **grown = realloc(t->t, (size_t)(t->count + 1) * sizeof *grown);
-    segment_job *sj = malloc(sizeof *sj);
+    segment_job *sj = malloc(sizeof *sj + nr * sizeof sj->ranges[0]);
     if (grown)
         t->t = grown;
     if (!grown || !sj) {
@@ -382,6 +417,8 @@ static ferry_status submit_segment(engine_update *u, engine_group *g, size_t fir
     }
     sj->u = u;
     sj->job = job;
+    if (nr)
+        memcpy(sj->ranges, ranges, nr * sizeof sj->ranges[0]);
     size_t ntiles = (n + OPTIM_TILE - 1) / OPTIM_TILE;
     atomic_fetch_add(&u->tiles_left, ntiles);
     st = tp_submit(c->threads, ntiles, segment_tile, sj, free, &t->t[t->count]);
@@ -392,11 +429,52 @@ static ferry_status submit_segment(engine_update *u, engine_group *g, size_t fir
     return st;
 }
 
+static ferry_status submit_segment(engine_update *u, engine_group *g, size_t first, size_t n, adamw_hparams hp,
+                                   float clip)
+{
+    const engine_ctx *c = u->env.ctx;
+    ferry_dtype gt;
+    const char *grads = group_step_grads(g, ctx_mode(c), u->env.prog->accumulating, u->env.dp != NULL, c->act, &gt);
+    size_t at = first - g->shard_lo; /* the host state holds this rank's part */
+    adamw_job job = {g->master + at, g->m + at, g->v + at, grads + at * dtype_size(gt), gt, n,
+                     u->env.prog->step + 1, hp, clip, (char *)g->host_weights + at * c->act_size, c->act,
+                     .moments = FERRY_MOMENTS_F32};
+    return submit_job(u, g, job, NULL);
+}
+
+/* Compact moments: one job over the group, its no-decay tensors as ranges
+ * (an 8-bit block may span a weight and a bias); the rounding's counter is
+ * the element's index in the whole model. */
+static ferry_status submit_compact(engine_update *u, engine_group *g, const ferry_step_options *o, float clip)
+{
+    const engine_ctx *c = u->env.ctx;
+    ferry_moments form = c->cfg->moments;
+    ferry_dtype gt;
+    const char *grads = group_step_grads(g, ctx_mode(c), u->env.prog->accumulating, false, c->act, &gt);
+    adamw_hparams hp = update_hparams(g, o, true);
+    uint64_t index0 = 0;
+    for (const engine_group *h = u->env.groups->g; h < g; h++)
+        index0 += h->numel;
+    adamw_job job = {
+        .master = g->master, .grad = grads, .grad_dtype = gt, .n = g->numel, .step = u->env.prog->step + 1,
+        .hp = hp, .grad_scale = clip, .copy_out = g->host_weights, .copy_dtype = c->act,
+        .moments = form, .mq = g->mq, .vq = g->vq, .seed = c->cfg->moments_seed, .index0 = index0,
+        .no_decay_count = hp.weight_decay > 0.0f ? g->no_decay_count : 0,
+    };
+    if (form == FERRY_MOMENTS_8BIT) {
+        job.m_absmax = moments_q8_absmax(g->mq, g->numel);
+        job.v_absmax = moments_q8_absmax(g->vq, g->numel);
+    }
+    return submit_job(u, g, job, (const size_t(*)[2])g->no_decay);
+}
+
 ferry_status update_submit_cpu(engine_update *u, const ferry_step_options *o, float clip, int first)
 {
     ferry_status st = FERRY_OK;
     for (int i = first; i < u->env.groups->n && st == FERRY_OK; i++)
-        st = update_for_each_segment(u, &u->env.groups->g[i], o, clip, submit_segment);
+        st = u->env.ctx->cfg->moments != FERRY_MOMENTS_F32
+                 ? submit_compact(u, &u->env.groups->g[i], o, clip)
+                 : update_for_each_segment(u, &u->env.groups->g[i], o, clip, submit_segment);
     return st;
 }
 
@@ -414,8 +492,11 @@ ferry_status update_fill_offloaded(engine_update *u, engine_group *g)
     ferry_status st;
     /* First touch from the optimizer's threads puts the pages on its node;
      * the master weights are first touched by the copy, on the same threads. */
+    size_t mbytes = moments_bytes(c->cfg->moments, g->shard_cap); /* zero bytes: zero moments in every form */
     if ((g->m && (st = tp_first_touch(c->threads, g->m, f32)) != FERRY_OK) ||
         (g->v && (st = tp_first_touch(c->threads, g->v, f32)) != FERRY_OK) ||
+        (g->mq && (st = tp_first_touch(c->threads, g->mq, mbytes)) != FERRY_OK) ||
+        (g->vq && (st = tp_first_touch(c->threads, g->vq, mbytes)) != FERRY_OK) ||
         (st = tp_first_touch(c->threads, g->host_grads, grads)) != FERRY_OK ||
         (ranks && (st = tp_first_touch(c->threads, g->master, f32)) != FERRY_OK) ||
         (ranks && (st = tp_first_touch(c->threads, g->host_weights, g->shard_cap * c->act_size)) != FERRY_OK) ||

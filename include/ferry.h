@@ -362,6 +362,15 @@ typedef struct ferry_engine_config {
                                        at its peak (activations, scratch); 0 = none */
     int auto_micro_batches;        /* micro-batches per step it will run; 0 = 1 */
     int reserved_auto;             /* 0; keeps the struct free of tail padding */
+    /* How the Adam moments are stored (ferry_moments above). F32 (the
+     * default) is bitwise what it always was. BF16 and 8BIT are read and
+     * written by the CPU AdamW as they are, so they need the state on the
+     * host: offload OPTIMIZER or PARAMS, alone (not NONE, the NVMe tier,
+     * data parallelism or a forced split; the split's auto keeps every
+     * update on the CPU), and checkpoints are refused with them. */
+    ferry_moments moments;
+    int reserved_moments;          /* 0 */
+    uint64_t moments_seed;         /* BF16: the stochastic rounding's seed */
 } ferry_engine_config;
 
 #define FERRY_ENGINE_CONFIG_INIT                                                              \
@@ -397,6 +406,9 @@ typedef struct ferry_engine_config {
         0,                           /* auto_activation_bytes: none */                        \
         0,                           /* auto_micro_batches: 1 */                              \
         0,                           /* reserved_auto */                                      \
+        FERRY_MOMENTS_F32,           /* moments: fp32 */                                      \
+        0,                           /* reserved_moments */                                   \
+        0,                           /* moments_seed */                                       \
     }
 
 /* Creates an engine: opens the backend, its streams and the optimizer thread

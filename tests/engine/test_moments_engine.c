@@ -1,0 +1,138 @@
+/* Compact Adam moments in the engine (engine config `moments`): with bf16
+ * and 8bit, optimizer and params modes give bitwise the same master
+ * weights, moments and upload copies over the split fixture's steps
+ * (clipping, weight decay with an exempt group and range, micro-batches),
+ * a second run and another thread count the same bits, the weights within
+ * a tenth of what the steps can move them of the fp32 moments' run; the host pool holds the
+ * compact moments (by hand: moments_bytes of each group, pool-rounded) and
+ * exactly what the plan counts; f32 keeps fp32 moments; the combinations
+ * the CPU's update cannot serve (offload none, the NVMe tier, a forced
+ * split, data parallelism, checkpoints) are refused with a sentence. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "engine/engine.h"
+#include "engine/split_fixture.h"
+#include "offload/pool.h"
+#include "optim/moments.h"
+#include "tap.h"
+
+static ferry_engine *make_form(ferry_moments form, ferry_offload mode, int threads)
+{
+    ferry_engine_config cfg = config_on(FERRY_BACKEND_HOST, FERRY_DTYPE_F32, 0);
+    cfg.moments = form;
+    cfg.offload = mode;
+    cfg.optimizer_threads = threads;
+    cfg.moments_seed = 99;
+    return make_cfg(&cfg);
+}
+
+static bool same_state(ferry_engine *a, ferry_engine *b, ferry_moments form)
+{
+    if (ferry_engine_synchronize(a) != FERRY_OK || ferry_engine_synchronize(b) != FERRY_OK)
+        return false;
+    for (int g = 0; g < GROUPS; g++) {
+        engine_group *x = &a->groups.g[g], *y = &b->groups.g[g];
+        size_t mb = moments_bytes(form, numel[g]);
+        if (memcmp(x->master, y->master, numel[g] * 4) || memcmp(x->mq, y->mq, mb) || memcmp(x->vq, y->vq, mb) ||
+            memcmp(x->host_weights, y->host_weights, numel[g] * a->ctx.act_size)) {
+            tap_diag("  group %d differs", g);
+            return false;
+        }
+    }
+    return true;
+}
+
+static void test_form(ferry_moments form, ferry_engine *f32)
+{
+    const char *name = ferry_moments_name(form);
+    ferry_engine *opt = make_form(form, FERRY_OFFLOAD_OPTIMIZER, 2);
+    tap_ok(opt != NULL, "%s: optimizer mode sets up", name);
+    if (!opt)
+        return;
+    bool compact = true;
+    uint64_t want = 0;
+    for (int g = 0; g < GROUPS; g++) {
+        compact &= opt->groups.g[g].m == NULL && opt->groups.g[g].mq != NULL && opt->groups.g[g].vq != NULL;
+        want += 2 * pool_charge(moments_bytes(form, numel[g]));
+    }
+    tap_ok(compact, "%s: the groups hold compact moments, no fp32 ones", name);
+    engine_memory_plan plan;
+    ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
+    size_t n[GROUPS];
+    memcpy(n, numel, sizeof n);
+    engine_plan_request rq = {.backend = FERRY_BACKEND_HOST, .dtype = FERRY_DTYPE_F32,
+                              .offload = FERRY_OFFLOAD_OPTIMIZER, .prefetch_groups = 2, .micro_batches = 1,
+                              .group_numel = n, .ngroups = GROUPS, .moments = form};
+    ferry_status st = engine_plan_memory(&rq, &plan);
+    uint64_t planned = 0;
+    for (int c = 0; c < FERRY_MEM_CATEGORY_COUNT; c++)
+        planned += plan.host_bytes[c];
+    ferry_engine_memory_stats(opt, &ms);
+    tap_ok(st == FERRY_OK && plan.host_bytes[FERRY_MEM_OPTIMIZER] == want,
+           "%s: the plan's host moments %llu bytes, by hand %llu", name,
+           (unsigned long long)plan.host_bytes[FERRY_MEM_OPTIMIZER], (unsigned long long)want);
+    tap_ok(ms.host_in_use_bytes == planned, "%s: the engine allocates what the plan says: %llu host bytes, planned %llu",
+           name, (unsigned long long)ms.host_in_use_bytes, (unsigned long long)planned);
+    ferry_engine *par = make_form(form, FERRY_OFFLOAD_PARAMS, 2), *one = make_form(form, FERRY_OFFLOAD_OPTIMIZER, 1);
+    ferry_engine *again = make_form(form, FERRY_OFFLOAD_OPTIMIZER, 2);
+    st = train(opt, 0, STEPS);
+    tap_ok(st == FERRY_OK, "%s: optimizer mode trains %d steps", name, STEPS);
+    tap_ok(par && train(par, 0, STEPS) == FERRY_OK && same_state(opt, par, form),
+           "%s: params mode bitwise as optimizer mode", name);
+    tap_ok(one && train(one, 0, STEPS) == FERRY_OK && same_state(opt, one, form),
+           "%s: one optimizer thread bitwise as two", name);
+    tap_ok(again && train(again, 0, STEPS) == FERRY_OK && same_state(opt, again, form),
+           "%s: a second run bitwise as the first", name);
+    /* close to the fp32 moments' run: within a tenth of the most the steps can move a weight */
+    double diff = 0;
+    for (int g = 0; g < GROUPS && st == FERRY_OK; g++)
+        for (size_t i = 0; i < numel[g]; i++)
+            diff = fmax(diff, fabs((double)opt->groups.g[g].master[i] - f32->groups.g[g].master[i]));
+    double lr_steps = 0.01 * STEPS; /* Adam moves each weight by at most about lr per step */
+    tap_ok(st == FERRY_OK && diff > 0 && diff < 0.1 * lr_steps, "%s: weights within %.2g of the fp32 moments' run (%d steps of lr 0.01 move them up "
+                                  "to %.2g)", name, diff, STEPS, lr_steps);
+    ferry_status sv = ferry_engine_save(opt, "/nonexistent-moments-ckpt", NULL, 0);
+    tap_ok(sv == FERRY_ERR_UNSUPPORTED, "%s: a checkpoint refused: %s", name, ferry_last_error());
+    ferry_engine_destroy(opt), ferry_engine_destroy(par), ferry_engine_destroy(one), ferry_engine_destroy(again);
+}
+
+static void test_refusals(void)
+{
+    static const char *what[] = {"offload none", "the NVMe tier", "a forced split", "data parallelism",
+                                 "an unknown form"};
+    for (int k = 0; k < 5; k++) {
+        ferry_engine_config cfg = config_on(FERRY_BACKEND_HOST, FERRY_DTYPE_F32, 0);
+        cfg.moments = k == 4 ? (ferry_moments)7 : FERRY_MOMENTS_8BIT;
+        if (k == 0)
+            cfg.offload = FERRY_OFFLOAD_NONE;
+        if (k == 1)
+            cfg.offload = FERRY_OFFLOAD_NVME, cfg.nvme_path = "/tmp";
+        if (k == 2)
+            cfg.device_update_groups = 1;
+        if (k == 3)
+            cfg.data_parallel = 1;
+        ferry_engine *e = NULL;
+        ferry_status st = ferry_engine_create(&cfg, &e);
+        if (st == FERRY_OK && (st = add_groups(e)) == FERRY_OK)
+            st = ferry_engine_setup(e);
+        tap_ok(st == FERRY_ERR_INVALID_ARGUMENT, "8bit with %s refused: %s", what[k], ferry_last_error());
+        ferry_engine_destroy(e);
+    }
+}
+
+int main(void)
+{
+    ferry_engine *f32 = make_form(FERRY_MOMENTS_F32, FERRY_OFFLOAD_OPTIMIZER, 2);
+    tap_ok(f32 && f32->groups.g[0].m && !f32->groups.g[0].mq, "f32: fp32 moments as before");
+    tap_ok(f32 && train(f32, 0, STEPS) == FERRY_OK, "f32: trains");
+    test_form(FERRY_MOMENTS_BF16, f32);
+    test_form(FERRY_MOMENTS_8BIT, f32);
+    test_refusals();
+    ferry_engine_destroy(f32);
+    return tap_done();
+}
