@@ -14,7 +14,11 @@
  *            u64 user_checksum, u32 dtype of the device copy, u32 flags,
  *            u32 head_crc, u32 reserved (0)
  *   groups   groups x {char name[64]; u64 numel}
- *   payload  for each group: master, m, v (numel fp32 each); then, with flag
+ *   payload  for each group: master (numel fp32), m, v (numel fp32 each, or
+ *            with flag bits 8..15 a compact form: those bits are the
+ *            ferry_moments, each moment in optim/moments.h's layout, as the
+ *            engine holds it: bf16 2 x numel bytes; 8bit numel codes padded
+ *            to 4, then an fp32 absmax per 2048); then, with flag
  *            1 (a delayed update pending), each group's device weights
  *            (numel elements of the dtype): what the next forward reads,
  *            one update behind the master weights; then, with flag 2, the
@@ -50,6 +54,7 @@
 #include "common/crc32c.h"
 #include "common/error.h"
 #include "common/fileio.h"
+#include "optim/moments.h"
 
 #define CKPT_MAGIC "FERRYCKP"
 #define CKPT_VERSION 4u
@@ -57,7 +62,9 @@
 #define CKPT_VERSION_CRC 4u    /* from here the payload's and the blob's checksums are CRC-32C */
 #define CKPT_FLAG_DELAYED 1u
 #define CKPT_FLAG_SCALING 2u
-#define CKPT_FLAGS_KNOWN (CKPT_FLAG_DELAYED | CKPT_FLAG_SCALING)
+#define CKPT_FLAG_FORM_SHIFT 8
+#define CKPT_FLAG_FORM_MASK (0xffu << CKPT_FLAG_FORM_SHIFT)
+#define CKPT_FLAGS_KNOWN (CKPT_FLAG_DELAYED | CKPT_FLAG_SCALING | CKPT_FLAG_FORM_MASK)
 #define CKPT_CHUNK ((size_t)8 << 20)
 #define CKPT_HASH_SEED 0x51ED2701A3F9C4B5ull
 
@@ -219,21 +226,51 @@ static ferry_status for_each_chunk_of(void *base, size_t bytes, bool on_device, 
 
 static ferry_status for_each_state_chunk_sharded(const ckpt_env *e, void *buf, chunk_fn fn, void *ctx);
 
-/* Every group's master weights, then m, then v. Arrays the NVMe tier holds
- * are read from disk (`disk` 1: saving), written to it (2: loading), or
- * only walked (0: the file's bytes alone). */
-static ferry_status for_each_state_chunk(const ckpt_env *e, void *buf, chunk_fn fn, void *ctx, int disk)
+static ferry_moments engine_form(const ckpt_env *e) { return e->ctx->cfg->moments; }
+
+/* One moment of a group read in the file's form `ff` and converted to the
+ * engine's through a scratch of the file's bytes (a resume with another
+ * form; the engine holds the state in host memory, checked before). */
+static ferry_status load_converted(const ckpt_env *e, engine_group *g, int k, ferry_moments ff, void *buf,
+                                   chunk_fn fn, void *ctx)
+{
+    size_t bytes = moments_bytes(ff, g->numel);
+    void *scratch = malloc(bytes ? bytes : 1);
+    if (!scratch)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory for %zu bytes converting group '%s' "
+                       "'s moments", bytes, g->name);
+    ferry_status st = for_each_chunk_of(scratch, bytes, false, buf, fn, ctx);
+    ferry_moments ef = engine_form(e);
+    void *dst = ef == FERRY_MOMENTS_F32 ? (void *)(k == 1 ? g->m : g->v) : (k == 1 ? g->mq : g->vq);
+    if (st == FERRY_OK)
+        st = moments_convert(dst, ef, scratch, ff, g->numel, k == 1);
+    free(scratch);
+    return st;
+}
+
+/* Every group's master weights, then m, then v, the moments in the file's
+ * form `ff` (saving: the engine's). Arrays the NVMe tier holds are read
+ * from disk (`disk` 1: saving), written to it (2: loading), or only walked
+ * (0: the file's bytes alone); a load of another form converts. */
+static ferry_status for_each_state_chunk(const ckpt_env *e, void *buf, chunk_fn fn, void *ctx, int disk,
+                                         ferry_moments ff)
 {
     if (dp_sharded(e->dp, ctx_mode(e->ctx))) /* each rank holds part of every array */
         return for_each_state_chunk_sharded(e, buf, fn, ctx);
     ferry_status st = FERRY_OK;
+    bool compact = engine_form(e) != FERRY_MOMENTS_F32;
     for (int i = 0; i < e->groups->n && st == FERRY_OK; i++) {
         engine_group *g = &e->groups->g[i];
-        float *arrays[3] = {g->master, g->m, g->v};
-        for (int k = 0; k < 3 && st == FERRY_OK; k++)
-            st = !arrays[k] && disk
-                     ? update_state_chunks(e->update, g, k, disk == 2, buf, CKPT_CHUNK, fn, ctx)
-                     : for_each_chunk_of(arrays[k], g->numel * sizeof(float), state_on_device(e), buf, fn, ctx);
+        void *arrays[3] = {g->master, compact ? g->mq : (void *)g->m, compact ? g->vq : (void *)g->v};
+        for (int k = 0; k < 3 && st == FERRY_OK; k++) {
+            size_t bytes = k == 0 ? g->numel * sizeof(float) : moments_bytes(ff, g->numel);
+            if (k > 0 && disk == 2 && ff != engine_form(e))
+                st = load_converted(e, g, k, ff, buf, fn, ctx);
+            else if (!arrays[k] && disk)
+                st = update_state_chunks(e->update, g, k, disk == 2, buf, CKPT_CHUNK, fn, ctx);
+            else
+                st = for_each_chunk_of(disk ? arrays[k] : NULL, bytes, state_on_device(e), buf, fn, ctx);
+        }
     }
     return st;
 }
@@ -250,12 +287,18 @@ static ferry_status for_each_weight_chunk(const ckpt_env *e, size_t elem, bool a
     return st;
 }
 
-static uint64_t state_bytes(const ckpt_env *e)
+/* The bytes of every group's master weights and moments in form ff. */
+static uint64_t state_bytes(const ckpt_env *e, ferry_moments ff)
 {
     uint64_t n = 0;
     for (int i = 0; i < e->groups->n; i++)
-        n += 3 * (uint64_t)e->groups->g[i].numel * sizeof(float);
+        n += (uint64_t)e->groups->g[i].numel * sizeof(float) + 2 * (uint64_t)moments_bytes(ff, e->groups->g[i].numel);
     return n;
+}
+
+static ferry_moments file_form(const ckpt_header *h)
+{
+    return (ferry_moments)((h->flags & CKPT_FLAG_FORM_MASK) >> CKPT_FLAG_FORM_SHIFT);
 }
 
 static uint64_t weight_bytes(const ckpt_env *e, size_t elem)
@@ -303,7 +346,7 @@ static ferry_status save_payload(const ckpt_env *e, save_ctx *c, bool delayed)
     void *buf = malloc(CKPT_CHUNK);
     if (!buf)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "saving a checkpoint: out of host memory");
-    ferry_status st = for_each_state_chunk(e, buf, save_chunk, c, 1);
+    ferry_status st = for_each_state_chunk(e, buf, save_chunk, c, 1, engine_form(e));
     if (st == FERRY_OK && delayed)
         st = for_each_weight_chunk(e, e->ctx->act_size, true, buf, save_chunk, c);
     free(buf);
@@ -322,9 +365,12 @@ static ferry_status save_body(const ckpt_env *e, fileio_atomic *file, const void
 {
     bool delayed = update_delayed_pending(e->update);
     uint64_t payload =
-        state_bytes(e) + (delayed ? weight_bytes(e, e->ctx->act_size) : 0) + sizeof(ckpt_scaling) + user_bytes;
+        state_bytes(e, engine_form(e)) + (delayed ? weight_bytes(e, e->ctx->act_size) : 0) + sizeof(ckpt_scaling) +
+        user_bytes;
+    uint32_t flags = (delayed ? CKPT_FLAG_DELAYED : 0) | CKPT_FLAG_SCALING |
+                     (uint32_t)engine_form(e) << CKPT_FLAG_FORM_SHIFT; /* f32: 0, the files as before */
     ckpt_header h = {{0}, CKPT_VERSION, (uint32_t)e->groups->n, e->prog->step, user_bytes, payload, 0, 0,
-                     (uint32_t)e->ctx->act, (delayed ? CKPT_FLAG_DELAYED : 0) | CKPT_FLAG_SCALING, 0, 0};
+                     (uint32_t)e->ctx->act, flags, 0, 0};
     memcpy(h.magic, CKPT_MAGIC, 8);
     ckpt_group *table = group_table(e);
     if (!table)
@@ -414,6 +460,10 @@ static ferry_status check_fields(const ckpt_file *f)
         return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' has flags 0x%x, of which this ferry knows only 0x%x: it "
                                          "is from a newer ferry",
                        f->path, h->flags, CKPT_FLAGS_KNOWN);
+    if (moments_check_form(file_form(h), "checkpoint") != FERRY_OK)
+        return err_set(FERRY_ERR_FORMAT, "checkpoint '%s' records moments form %u, which this ferry does not know: it "
+                                         "is from a newer ferry or damaged",
+                       f->path, (unsigned)file_form(h));
     struct stat sb;
     uint64_t want = head_bytes(h->groups) + h->payload_bytes;
     if (fstat(f->fd, &sb) != 0)
@@ -469,8 +519,20 @@ static ferry_status check_model(const ckpt_env *e, const ckpt_file *f, size_t *w
                            "it is from another model",
                            f->path, i, ENGINE_NAME_MAX, f->table[i].name, (unsigned long long)f->table[i].numel,
                            e->groups->g[i].name, e->groups->g[i].numel);
+    ferry_moments ff = file_form(&f->h), ef = engine_form(e);
+    bool on_disk = false;
+    for (int i = 0; i < e->groups->n; i++)
+        on_disk |= ef == FERRY_MOMENTS_F32 && !e->groups->g[i].m;
+    if (ff != ef && (dp_sharded(e->dp, ctx_mode(e->ctx)) || state_on_device(e) || on_disk))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "checkpoint '%s' holds %s moments and this engine keeps %s ones %s; resume with moments %s "
+                       "(or convert it in a run alone in offload optimizer or params)",
+                       f->path, ferry_moments_name(ff), ferry_moments_name(ef),
+                       state_on_device(e) ? "on the device" : on_disk ? "on the NVMe tier" : "sharded across ranks",
+                       ferry_moments_name(ff));
     uint64_t scaling = f->h.flags & CKPT_FLAG_SCALING ? sizeof(ckpt_scaling) : 0;
-    uint64_t states = state_bytes(e), numel = weight_bytes(e, 1), fixed = states + scaling + f->h.user_bytes;
+    uint64_t states = state_bytes(e, file_form(&f->h)), numel = weight_bytes(e, 1);
+    uint64_t fixed = states + scaling + f->h.user_bytes;
     uint64_t rest = f->h.payload_bytes >= fixed ? f->h.payload_bytes - fixed : UINT64_MAX;
     bool delayed = (f->h.flags & CKPT_FLAG_DELAYED) != 0;
     *weight_elem = delayed && rest % numel == 0 ? (size_t)(rest / numel) : 0;
@@ -577,7 +639,7 @@ static ferry_status take_own_slots(const load_ctx *c, void *buf)
 static ferry_status load_pass(load_ctx *c)
 {
     const ckpt_env *e = c->e;
-    off_t start = (off_t)head_bytes(c->f->h.groups), weights = start + (off_t)state_bytes(e);
+    off_t start = (off_t)head_bytes(c->f->h.groups), weights = start + (off_t)state_bytes(e, file_form(&c->f->h));
     if (lseek(c->f->fd, start, SEEK_SET) != start)
         return err_set(FERRY_ERR_IO, "seeking in checkpoint '%s': %s", c->f->path, strerror(errno));
     void *buf = malloc(CKPT_CHUNK);
@@ -585,7 +647,7 @@ static ferry_status load_pass(load_ctx *c)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "loading a checkpoint: out of host memory");
     ferry_status st = c->apply && c->parts && dp_sharded(e->dp, ctx_mode(e->ctx))
                           ? take_own_slots(c, buf)
-                          : for_each_state_chunk(e, buf, load_chunk, c, c->apply ? 2 : 0);
+                          : for_each_state_chunk(e, buf, load_chunk, c, c->apply ? 2 : 0, file_form(&c->f->h));
     for (int i = 0; c->apply && i < e->groups->n && st == FERRY_OK; i++)
         st = update_write_weights(e->update, &e->groups->g[i]);
     if (st == FERRY_OK && lseek(c->f->fd, weights, SEEK_SET) != weights)
@@ -695,6 +757,10 @@ static ferry_status load_checked(const ckpt_env *e, const ckpt_file *f, void *us
         (st = read_blob(f, user, user_cap)) != FERRY_OK)
         return err_wrap(st, "loading '%s' failed midway, so the engine now holds part of it and part of its "
                             "earlier state; load a checkpoint again before training", f->path);
+    if (file_form(&f->h) != engine_form(e))
+        fprintf(stderr, "ferry: warning: checkpoint '%s' holds %s Adam moments and this engine keeps %s ones: "
+                        "converted, so the run goes on close to, not bitwise as, the one saved\n",
+                f->path, ferry_moments_name(file_form(&f->h)), ferry_moments_name(engine_form(e)));
     e->prog->step = f->h.step;
     e->prog->micro_index = -1;
     update_set_delayed_pending(e->update, c.use_weights);

@@ -799,18 +799,6 @@ ferry_status ferry_engine_set_weights(ferry_engine *e, int group, const float *v
 
 /* ---- checkpoints ---- */
 
-/* The checkpoint's state file holds fp32 moments: a compact form is
- * refused rather than widened (a resume would not be exact). */
-static ferry_status check_ckpt_moments(const ferry_engine *e, const char *who)
-{
-    if (e->cfg.moments == FERRY_MOMENTS_F32)
-        return FERRY_OK;
-    return err_set(FERRY_ERR_UNSUPPORTED,
-                   "%s: the checkpoint holds fp32 moments and this engine keeps them in %s; train with moments f32 "
-                   "to save and resume",
-                   who, ferry_moments_name(e->cfg.moments));
-}
-
 static ckpt_env ckpt_of(ferry_engine *e)
 {
     return (ckpt_env){&e->ctx, &e->groups, &e->prog, e->dp, e->update, e->sched, &e->scaling};
@@ -819,8 +807,6 @@ static ckpt_env ckpt_of(ferry_engine *e)
 ferry_status ferry_engine_save(ferry_engine *e, const char *path, const void *user, size_t user_bytes)
 {
     ferry_status st = check_group(e, 0, "ferry_engine_save");
-    if (st == FERRY_OK)
-        st = check_ckpt_moments(e, "ferry_engine_save");
     if (st != FERRY_OK)
         return st;
     ckpt_env env = ckpt_of(e);
@@ -830,8 +816,6 @@ ferry_status ferry_engine_save(ferry_engine *e, const char *path, const void *us
 ferry_status ferry_engine_load(ferry_engine *e, const char *path, void *user, size_t user_cap, size_t *user_bytes)
 {
     ferry_status st = check_group(e, 0, "ferry_engine_load");
-    if (st == FERRY_OK)
-        st = check_ckpt_moments(e, "ferry_engine_load");
     if (st != FERRY_OK)
         return st;
     ckpt_env env = ckpt_of(e);

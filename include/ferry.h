@@ -367,7 +367,9 @@ typedef struct ferry_engine_config {
      * written by the CPU AdamW as they are, so they need the state on the
      * host: offload OPTIMIZER or PARAMS, alone (not NONE, the NVMe tier,
      * data parallelism or a forced split; the split's auto keeps every
-     * update on the CPU), and checkpoints are refused with them. */
+     * update on the CPU). Checkpoints save the form as it is (a resume is
+     * bitwise); loading a file of another form converts it, with a warning
+     * on stderr. */
     ferry_moments moments;
     int reserved_moments;          /* 0 */
     uint64_t moments_seed;         /* BF16: the stochastic rounding's seed */

@@ -18,7 +18,7 @@
 #include "common/units.h"
 #include "models/llama.h"
 
-typedef enum opt_kind { OPT_INT, OPT_FLOAT, OPT_STR, OPT_BOOL, OPT_BYTES, OPT_U64, OPT_OFFLOAD, OPT_BACKEND, OPT_DTYPE } opt_kind;
+typedef enum opt_kind { OPT_INT, OPT_FLOAT, OPT_STR, OPT_BOOL, OPT_BYTES, OPT_U64, OPT_OFFLOAD, OPT_BACKEND, OPT_DTYPE, OPT_MOMENTS } opt_kind;
 
 typedef struct opt_spec {
     const char *flag;
@@ -70,6 +70,12 @@ static const opt_spec specs[] = {
     {"--dtype", OPT_DTYPE, F(dtype), "auto", 0, 0, "device storage: auto (on cuda bf16 from sm_80, f16 on sm_70/75; f32 on "
                                                    "host), f32 (host only), bf16, or f16 (with dynamic loss scaling); on the "
                                                    "host backend 16-bit types round where the CUDA ops store them"},
+    {"--moments", OPT_MOMENTS, F(moments), "f32", 0, 0, "how the Adam moments are stored on the host: f32 (8 bytes a "
+                                                       "parameter), bf16 (4, stochastic rounding seeded by --seed) or "
+                                                       "8bit (2, bitsandbytes' blockwise 8-bit); bf16 and 8bit need "
+                                                       "--offload optimizer or params (auto picks optimizer), alone; "
+                                                       "checkpoints keep the form, and a resume with another "
+                                                       "converts, with a warning"},
     {"--loss-scale", OPT_FLOAT, F(loss_scale), "65536", 0, 1e38, "first dynamic loss scale with f16 storage (torch "
                                                                "GradScaler's rule); 0 = no loss scaling"},
     {"--gpu-mem", OPT_BYTES, F(gpu_mem), "0", 0, 0, "hard device memory budget, e.g. 24GiB (0 = what is free)"},
@@ -130,6 +136,7 @@ static const char *placeholder(const opt_spec *s)
     case OPT_OFFLOAD: return " MODE";
     case OPT_BACKEND: return " NAME";
     case OPT_DTYPE: return " TYPE";
+    case OPT_MOMENTS: return " FORM";
     case OPT_STR: break;
     }
     if (s->field == F(model))
@@ -245,6 +252,12 @@ static int apply(const opt_spec *s, const char *text, train_options *o)
         return apply_bytes(prog, s, text, (uint64_t *)field);
     case OPT_OFFLOAD:
         if (ferry_offload_parse(text, (ferry_offload *)field) != FERRY_OK) {
+            fprintf(stderr, "%s: %s: %s\n", prog, s->flag, ferry_last_error());
+            return 2;
+        }
+        return 0;
+    case OPT_MOMENTS:
+        if (ferry_moments_parse(text, (ferry_moments *)field) != FERRY_OK) {
             fprintf(stderr, "%s: %s: %s\n", prog, s->flag, ferry_last_error());
             return 2;
         }
@@ -381,6 +394,16 @@ static int check_together(train_options *o)
         o->offload = FERRY_OFFLOAD_OPTIMIZER; /* the delayed update runs in optimizer mode only */
     if (o->delayed_update && o->offload != FERRY_OFFLOAD_OPTIMIZER) {
         fprintf(stderr, "%s: --delayed-update needs --offload optimizer\n", prog);
+        return 2;
+    }
+    if (o->moments != FERRY_MOMENTS_F32 && o->offload == FERRY_OFFLOAD_AUTO && !train_options_given(o, "--offload"))
+        o->offload = FERRY_OFFLOAD_OPTIMIZER; /* compact moments are the CPU update's */
+    if (o->moments != FERRY_MOMENTS_F32 &&
+        ((o->offload != FERRY_OFFLOAD_OPTIMIZER && o->offload != FERRY_OFFLOAD_PARAMS) || o->nvme_path)) {
+        fprintf(stderr, "%s: --moments %s needs --offload optimizer or params without --nvme-path (the CPU AdamW "
+                        "reads and writes them in host memory); got --offload %s%s\n",
+                prog, ferry_moments_name(o->moments), ferry_offload_name(o->offload),
+                o->nvme_path ? " with --nvme-path" : "");
         return 2;
     }
     if (o->offload == FERRY_OFFLOAD_NVME && !o->nvme_path) {

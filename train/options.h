@@ -41,6 +41,7 @@ typedef struct train_options {
     ferry_backend_kind backend;
     ferry_offload offload;
     ferry_dtype dtype;       /* device storage: AUTO, F32, BF16 or F16 */
+    ferry_moments moments;   /* the host Adam moments' form (--moments) */
     uint64_t gpu_mem, host_mem;
     int prefetch, threads;
     bool recompute, delayed_update;

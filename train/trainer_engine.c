@@ -222,6 +222,8 @@ static ferry_status create_engine(trainer *t)
     c.backend = t->o.backend;
     c.offload = t->o.offload;
     c.dtype = t->o.dtype;
+    c.moments = t->o.moments;
+    c.moments_seed = t->o.seed;
     c.loss_scaling = t->o.loss_scale > 0 ? FERRY_LOSS_SCALING_AUTO : FERRY_LOSS_SCALING_OFF;
     if (t->o.loss_scale > 0)
         c.loss_scale_init = t->o.loss_scale;

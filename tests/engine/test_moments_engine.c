@@ -3,16 +3,19 @@
  * weights, moments and upload copies over the split fixture's steps
  * (clipping, weight decay with an exempt group and range, micro-batches),
  * a second run and another thread count the same bits, the weights within
- * a tenth of what the steps can move them of the fp32 moments' run; the host pool holds the
- * compact moments (by hand: moments_bytes of each group, pool-rounded) and
+ * a tenth of what the steps can move them of the fp32 moments' run; the
+ * host pool holds the compact moments (by hand: moments_bytes of each group, pool-rounded) and
  * exactly what the plan counts; f32 keeps fp32 moments; the combinations
  * the CPU's update cannot serve (offload none, the NVMe tier, a forced
- * split, data parallelism, checkpoints) are refused with a sentence. */
+ * split, data parallelism) are refused with a sentence; a checkpoint saves
+ * the compact state as it is and resumes bitwise, and resuming with another
+ * form converts. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "engine/engine.h"
@@ -46,6 +49,8 @@ static bool same_state(ferry_engine *a, ferry_engine *b, ferry_moments form)
     }
     return true;
 }
+
+static void test_resume(ferry_moments form, ferry_engine *ref);
 
 static void test_form(ferry_moments form, ferry_engine *f32)
 {
@@ -96,9 +101,52 @@ static void test_form(ferry_moments form, ferry_engine *f32)
     double lr_steps = 0.01 * STEPS; /* Adam moves each weight by at most about lr per step */
     tap_ok(st == FERRY_OK && diff > 0 && diff < 0.1 * lr_steps, "%s: weights within %.2g of the fp32 moments' run (%d steps of lr 0.01 move them up "
                                   "to %.2g)", name, diff, STEPS, lr_steps);
-    ferry_status sv = ferry_engine_save(opt, "/nonexistent-moments-ckpt", NULL, 0);
-    tap_ok(sv == FERRY_ERR_UNSUPPORTED, "%s: a checkpoint refused: %s", name, ferry_last_error());
-    ferry_engine_destroy(opt), ferry_engine_destroy(par), ferry_engine_destroy(one), ferry_engine_destroy(again);
+    ferry_engine_destroy(par), ferry_engine_destroy(one), ferry_engine_destroy(again);
+    test_resume(form, opt);
+    ferry_engine_destroy(opt);
+}
+
+/* Saved after 3 steps in `form`, resumed by a new engine of the same form:
+ * the next 3 steps bitwise those of the run that went on (`ref`, 6 steps).
+ * Resumed with the other forms: converted, the moments those of the file's
+ * values in the new form. */
+static void test_resume(ferry_moments form, ferry_engine *ref)
+{
+    const char *name = ferry_moments_name(form);
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/ferry-moments-%d-%s.ckpt", (int)getpid(), name);
+    ferry_engine *a = make_form(form, FERRY_OFFLOAD_OPTIMIZER, 2), *b = make_form(form, FERRY_OFFLOAD_PARAMS, 2);
+    ferry_status st = a ? train(a, 0, 3) : FERRY_ERR_STATE;
+    if (st == FERRY_OK)
+        st = ferry_engine_save(a, path, "u", 1);
+    tap_ok(st == FERRY_OK, "%s: saved after 3 steps (%s)", name, st == FERRY_OK ? "ok" : ferry_last_error());
+    st = b ? ferry_engine_load(b, path, NULL, 0, NULL) : FERRY_ERR_STATE;
+    if (st == FERRY_OK)
+        st = train(b, 3, STEPS);
+    tap_ok(st == FERRY_OK && same_state(ref, b, form), "%s: resumed (in params mode) at step 3, steps 4..%d bitwise "
+                                                       "the run that went on", name, STEPS);
+    for (int other = FERRY_MOMENTS_F32; other <= FERRY_MOMENTS_8BIT; other++) {
+        if (other == (int)form)
+            continue;
+        ferry_engine *c = make_form((ferry_moments)other, FERRY_OFFLOAD_OPTIMIZER, 2);
+        st = c ? ferry_engine_load(c, path, NULL, 0, NULL) : FERRY_ERR_STATE;
+        size_t bad = 0;
+        for (int g = 0; g < GROUPS && st == FERRY_OK; g++) {
+            engine_group *x = &a->groups.g[g], *y = &c->groups.g[g];
+            size_t n = numel[g], fb = moments_bytes((ferry_moments)other, n);
+            unsigned char *want = malloc(fb);
+            moments_convert(want, (ferry_moments)other, x->mq, form, n, 1);
+            const void *got = other == FERRY_MOMENTS_F32 ? (void *)y->m : y->mq;
+            bad += memcmp(want, got, fb) != 0 || memcmp(x->master, y->master, n * 4) != 0;
+            free(want);
+        }
+        tap_ok(st == FERRY_OK && bad == 0, "%s checkpoint resumed with moments %s: converted (%s)", name,
+               ferry_moments_name((ferry_moments)other), st == FERRY_OK ? "master and m as converted" : ferry_last_error());
+        tap_ok(c && train(c, 3, 4) == FERRY_OK, "... and trains on");
+        ferry_engine_destroy(c);
+    }
+    unlink(path);
+    ferry_engine_destroy(a), ferry_engine_destroy(b);
 }
 
 static void test_refusals(void)
