@@ -126,7 +126,8 @@ static ferry_status engine_request(const plan_model *pm, const gpt2_plan_request
                                 .device_budget = r->device_budget,
                                 .embedder_bytes = *acts,
                                 .split_groups = r->split_groups,
-                                .group_names = pm->name_of};
+                                .group_names = pm->name_of,
+                                .moments = r->moments};
     return FERRY_OK;
 }
 

@@ -73,6 +73,7 @@ typedef struct gpt2_plan_request {
                                fit); 0: only the window prefetch_groups asks for */
     int split_groups;       /* optimizer mode: the first groups updated on the device (device_update_groups
                                forced; 0: none, or auto, whose choice the plan leaves out) */
+    ferry_moments moments;  /* the host Adam moments' form (F32 = 0; BF16, 8BIT: offload optimizer or params) */
 } gpt2_plan_request;
 
 /* The NVMe tier, as the engine config's nvme_ fields: with offload NVME (a

@@ -345,7 +345,7 @@ ferry_status trainer_find_max_batch(trainer *t)
     gpt2_plan_request rq = {.batch = 1, .seq = t->o.seq, .offload = t->o.offload, .recompute = t->o.recompute,
                             .prefetch_groups = t->o.prefetch, .micro_batches = t->o.grad_accum,
                             .backend = t->o.backend, .dtype = trainer_planned_dtype(t), .ranks = t->world,
-                            .device_budget = budget};
+                            .device_budget = budget, .moments = t->o.moments};
     model_spec_plan_request(&t->spec, &rq);
     if (rq.backend == FERRY_BACKEND_AUTO)
         rq.backend = rq.dtype == FERRY_DTYPE_F32 ? FERRY_BACKEND_HOST : FERRY_BACKEND_CUDA;

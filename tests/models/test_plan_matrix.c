@@ -23,8 +23,11 @@
  * so a step fits a CPU), in bf16 and f16 (or those --dtypes names), at the
  * middle budget above (a simulated step at that width takes seconds). Each
  * list is of whole names, comma-separated; a name that matches nothing
- * bails out.
- *   test_plan_matrix [d2,d4,...] [--seqs 64,256] [--dtypes f32,bf16,f16] [--undeclared] [--fragment] [--xl] */
+ * bails out. --moments f32,bf16,8bit runs the optimizer and params cases
+ * with each form of the host Adam moments (default f32; the compact forms
+ * are the CPU update's, so none and nvme keep f32).
+ *   test_plan_matrix [d2,d4,...] [--seqs 64,256] [--dtypes f32,bf16,f16] [--moments f32,bf16,8bit]
+ *                    [--undeclared] [--fragment] [--xl] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +86,8 @@ static bool make_values(const gpt2_config *c)
 
 /* One run: setup with budget, activations, one step. *peak and *host the
  * engine's high-water marks. */
+static ferry_moments form = FERRY_MOMENTS_F32; /* of the case being run */
+
 static ferry_status run(const gpt2_config *c, ferry_offload mode, bool recompute, ferry_dtype dtype, int B, int T,
                         uint64_t budget, uint64_t *peak, uint64_t *host)
 {
@@ -97,6 +102,7 @@ static ferry_status run(const gpt2_config *c, ferry_offload mode, bool recompute
     ec.device_budget_bytes = budget;
     ec.optimizer_threads = 2;
     ec.device_update_groups = 0; /* auto's split would take what the plan leaves spare */
+    ec.moments = form;
     if (mode == FERRY_OFFLOAD_NVME) {
         ec.nvme_path = nvme_dir;
         ec.nvme_window_bytes = 1 << 20;
@@ -145,11 +151,12 @@ static void one_case(const char *model, const gpt2_config *c, ferry_offload mode
                      int T, int k, uint64_t budget)
 {
     char what[160];
-    snprintf(what, sizeof what, "%s T=%d %s%s %s, budget %d (%.2f MiB)", model, T, ferry_offload_name(mode),
-             recompute ? " recompute" : "", dtype_name(dtype), k, (double)budget / (1 << 20));
+    snprintf(what, sizeof what, "%s T=%d %s%s %s, %s moments, budget %d (%.2f MiB)", model, T,
+             ferry_offload_name(mode), recompute ? " recompute" : "", dtype_name(dtype), ferry_moments_name(form), k,
+             (double)budget / (1 << 20));
     gpt2_plan_request rq = {.cfg = c, .batch = 1, .seq = T, .offload = mode, .recompute = recompute,
                             .prefetch_groups = 2, .micro_batches = 1, .backend = kind, .dtype = dtype,
-                            .ranks = 1, .device_budget = budget};
+                            .ranks = 1, .device_budget = budget, .moments = form};
     gpt2_plan_disk disk = {false, 1 << 20, 0};
     int maxB = 0;
     gpt2_plan p;
@@ -204,7 +211,8 @@ int main(int argc, char **argv)
     static const char *const model_names[] = {"d2", "d4", "d12", "xl-wide"};
     static const int model_n[] = {2, 4, 12, 2};
     bool models[4] = {true, true, false, false}, seqs[2] = {true, true}, dtypes[3] = {true, true, true};
-    bool fragment = false, ok = true;
+    bool fragment = false, ok = true, forms[3] = {true, false, false};
+    static const char *const form_names[] = {"f32", "bf16", "8bit"};
     static const char *const seq_names[] = {"64", "256"}, *const dtype_names[] = {"f32", "bf16", "f16"};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--undeclared"))
@@ -221,6 +229,8 @@ int main(int argc, char **argv)
             ok = parse_list(argv[++i], seq_names, 2, seqs);
         else if (!strcmp(argv[i], "--dtypes") && i + 1 < argc)
             ok = parse_list(argv[++i], dtype_names, 3, dtypes);
+        else if (!strcmp(argv[i], "--moments") && i + 1 < argc)
+            ok = parse_list(argv[++i], form_names, 3, forms);
         else
             ok = parse_list(argv[i], model_names, 3, models);
         if (!ok) {
@@ -271,15 +281,19 @@ int main(int argc, char **argv)
         for (int ti = 0; ti < 2; ti++)
             for (int di = 0; di < 3; di++)
                 for (size_t o = 0; o < sizeof modes / sizeof modes[0]; o++)
+                    for (int fi = 0; fi < 3; fi++)
                     for (int rc = 0; rc < 2; rc++) {
-                        if (!seqs[ti] || !dtypes[di])
+                        bool cpu = modes[o] == FERRY_OFFLOAD_OPTIMIZER || modes[o] == FERRY_OFFLOAD_PARAMS;
+                        if (!seqs[ti] || !dtypes[di] || !forms[fi] || (fi > 0 && !cpu))
                             continue;
+                        form = (ferry_moments)fi;
                         /* The plan of one sample (params: no weights kept), then room for one and
                          * for three samples' activations more. */
                         gpt2_plan one;
                         gpt2_plan_request r1 = {.cfg = &c, .batch = 1, .seq = Ts[ti], .offload = modes[o],
                                                 .recompute = rc, .prefetch_groups = 2, .micro_batches = 1,
-                                                .backend = kind, .dtype = dts[di], .ranks = 1};
+                                                .backend = kind, .dtype = dts[di], .ranks = 1,
+                                                .moments = form};
                         gpt2_plan_disk disk = {false, 1 << 20, 0};
                         if (gpt2_plan_predict_disk(&r1, modes[o] == FERRY_OFFLOAD_NVME ? &disk : NULL, &one) !=
                             FERRY_OK) {

@@ -697,7 +697,8 @@ static int cmd_plan(int argc, char **argv)
     gpt2_plan_request rq = {.cfg = &c, .llama = a.llama ? &a.llama_cfg : NULL, .batch = a.batch, .seq = a.seq,
                             .offload = a.offload, .recompute = a.recompute,
                             .prefetch_groups = a.prefetch, .micro_batches = a.grad_accum, .backend = a.backend,
-                            .dtype = a.dtype, .ranks = a.ranks, .device_budget = a.gpu_mem};
+                            .dtype = a.dtype, .ranks = a.ranks, .device_budget = a.gpu_mem,
+                            .moments = a.moments};
     gpt2_plan_disk tier = {a.nvme_master, a.nvme_window, a.nvme_block}, *disk = plan_disk(&a) ? &tier : NULL;
     plan_largest big;
     memset(&big, 0, sizeof big);

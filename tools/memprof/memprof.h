@@ -214,6 +214,7 @@ typedef struct mp_plan_args {
     ferry_offload offload;
     ferry_backend_kind backend;
     ferry_dtype dtype;
+    ferry_moments moments;      /* --moments: the host Adam moments' form */
     bool recompute, json;
     bool layout;                /* --layout: every planned device buffer's offset, size and lifetime */
     const char *layout_svg;     /* --layout-svg FILE: the layout drawn; NULL = not asked */

@@ -123,7 +123,7 @@ void mp_plan_usage(FILE *f)
           "                    [--context T] [--batch B] [--seq T]\n"
           "                    [--offload none|optimizer|params|nvme|auto]\n"
           "                    [--recompute] [--prefetch K] [--grad-accum K] [--backend cuda|host|auto]\n"
-          "                    [--dtype auto|f32|bf16|f16] [--ranks N]\n"
+          "                    [--dtype auto|f32|bf16|f16] [--ranks N] [--moments f32|bf16|8bit]\n"
           "                    [--gpu-mem SIZE | --card SIZE [--card-reserve SIZE]] [--host-mem SIZE]\n"
           "                    [--json] [--layout] [--layout-svg FILE] [--nvme-path DIR] [--nvme-master]\n"
           "                    [--nvme-window SIZE] [--nvme-block SIZE] [--disk SIZE]\n"
@@ -159,6 +159,8 @@ void mp_plan_usage(FILE *f)
           "                  train_gpt2 would choose here: cuda where a GPU is present, else host)\n"
           "  --dtype TYPE    device storage: auto (the backend's), f32 (host), bf16, or f16\n"
           "                  (Volta and Turing cards; the same bytes as bf16)\n"
+          "  --moments FORM  the host Adam moments: f32 (8 bytes a parameter; default), bf16\n"
+          "                  (4) or 8bit (2 + 8/2048), with --offload optimizer or params\n"
           "  --ranks N       data parallel ranks (mpirun -np N): each rank's memory, its\n"
           "                  1/N of the host state in optimizer and params modes; --batch\n"
           "                  and --gpu-mem are per rank (default 1)\n"
@@ -259,7 +261,7 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
                                          "--batch", "--seq", "--offload", "--prefetch", "--backend",
                                          "--gpu-mem", "--host-mem", "--grad-accum", "--dtype", "--nvme-path",
                                          "--nvme-window", "--nvme-block", "--disk", "--card", "--card-reserve",
-                                         "--ranks", "--layout-svg"};
+                                         "--ranks", "--layout-svg", "--moments"};
     bool known = false;
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
         known |= !strcmp(f, valued[k]);
@@ -298,6 +300,8 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
         a->card_reserve_given = true;
         return 0;
     }
+    if (!strcmp(f, "--moments") && ferry_moments_parse(v, &a->moments) != FERRY_OK)
+        return plan_fail("--moments '%s': use f32, bf16 or 8bit%s", v, "");
     if (!strcmp(f, "--offload") && ferry_offload_parse(v, &a->offload) != FERRY_OK)
         return plan_fail("--offload '%s': use none, optimizer, params, nvme or auto%s", v, "");
     if (!strcmp(f, "--backend") && ferry_backend_parse(v, &a->backend) != FERRY_OK)
@@ -406,6 +410,11 @@ int mp_parse_plan_args(int argc, char **argv, mp_plan_args *a, gpt2_config *c)
     }
     bool disk = a->offload == FERRY_OFFLOAD_NVME ||
                 ((a->offload == FERRY_OFFLOAD_PARAMS || a->offload == FERRY_OFFLOAD_AUTO) && a->nvme_path);
+    if (a->moments != FERRY_MOMENTS_F32 &&
+        ((a->offload != FERRY_OFFLOAD_OPTIMIZER && a->offload != FERRY_OFFLOAD_PARAMS) || disk || a->ranks > 1))
+        return plan_fail("--moments %s is updated by the CPU in host memory: plan it with --offload optimizer or "
+                         "params, alone, without the NVMe tier (got --offload %s)",
+                         ferry_moments_name(a->moments), ferry_offload_name(a->offload));
     if (!disk && (a->nvme_path || a->nvme_master || a->nvme_window || a->nvme_block || a->disk))
         return plan_fail("the --nvme-* and --disk options plan the state on disk: with --offload nvme, or params "
                          "or auto with --nvme-path%s%s", "", "");
