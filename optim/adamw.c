@@ -85,7 +85,7 @@ typedef struct adamw_ctx {
     void (*kernel)(const adamw_consts *, const adamw_span *);
     void (*bf16)(const adamw_consts *, const adamw_cspan *);
     void (*q8)(const adamw_consts *, const adamw_cspan *, float[2]);
-    void (*quantize)(uint8_t *, const float *, size_t, float, const float *);
+    void (*quantize)(uint8_t *, const float *, size_t, float, const moments_q8_buckets *);
 } adamw_ctx;
 
 /* The end of the piece of constant decay that starts at `at` (before hi),
@@ -146,8 +146,8 @@ static void q8_block(const adamw_ctx *x, size_t lo, size_t hi)
     }
     j->m_absmax[b] = mx[0];
     j->v_absmax[b] = mx[1];
-    x->quantize((uint8_t *)j->mq + lo, mnew, hi - lo, mx[0], moments_q8_thresholds(1));
-    x->quantize((uint8_t *)j->vq + lo, vnew, hi - lo, mx[1], moments_q8_thresholds(0));
+    x->quantize((uint8_t *)j->mq + lo, mnew, hi - lo, mx[0], moments_q8_buckets_of(1));
+    x->quantize((uint8_t *)j->vq + lo, vnew, hi - lo, mx[1], moments_q8_buckets_of(0));
 }
 
 static void adamw_range(const adamw_ctx *x, size_t lo, size_t hi)

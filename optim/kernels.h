@@ -60,8 +60,8 @@ void optim_adamw_bf16_avx2(const adamw_consts *c, const adamw_cspan *s);
 void optim_adamw_q8_scalar(const adamw_consts *c, const adamw_cspan *s, float max_out[2]);
 void optim_adamw_q8_avx2(const adamw_consts *c, const adamw_cspan *s, float max_out[2]);
 /* 8BIT: n values into codes by absmax (0: every code of 0 / 0 -> 0.0f). */
-void optim_q8_quantize_scalar(uint8_t *codes, const float *x, size_t n, float absmax, const float *thr);
-void optim_q8_quantize_avx2(uint8_t *codes, const float *x, size_t n, float absmax, const float *thr);
+void optim_q8_quantize_scalar(uint8_t *codes, const float *x, size_t n, float absmax, const moments_q8_buckets *q);
+void optim_q8_quantize_avx2(uint8_t *codes, const float *x, size_t n, float absmax, const moments_q8_buckets *q);
 
 /* Sum of squares of one tile, in the order of numerics_sumsq_tile (common/
  * numerics.h), which every ISA follows. */

@@ -13,6 +13,8 @@
 #include "common/error.h"
 
 static float q8_map[2][256], q8_thr[2][255];
+static moments_q8_buckets q8_buckets[2];
+static int q8_fill[2];
 static pthread_once_t q8_once = PTHREAD_ONCE_INIT;
 
 static int cmp_double(const void *a, const void *b)
@@ -50,10 +52,55 @@ static void build_map(int is_signed, float *out, float *thr)
     }
 }
 
+static float from_bits(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* The buckets of moments.h over [-1, 1]: each bucket's base, and the most
+ * thresholds one holds. */
+static void build_buckets(const float *thr, moments_q8_buckets *q, int *fill)
+{
+    *fill = 0;
+    for (uint32_t b = 0; b < 65536; b++) {
+        float a = from_bits(b << 16), z = from_bits((b << 16) | 0xffffu);
+        float lo = a < z ? a : z, hi = a < z ? z : a;
+        if (isnan(a) || isnan(z) || lo > 1.0f || hi < -1.0f) {
+            q->base[b] = lo > 1.0f ? 255 : 0; /* never looked up: x is clamped */
+            continue;
+        }
+        int below = 0, inside = 0;
+        for (int k = 0; k < 255; k++) {
+            below += thr[k] < lo;
+            inside += thr[k] >= lo && thr[k] <= hi;
+        }
+        q->base[b] = (uint8_t)below;
+        *fill = inside > *fill ? inside : *fill;
+    }
+    for (int k = 0; k < 255 + MOMENTS_Q8_BUCKET_MAX + 1; k++)
+        q->thr[k] = k < 255 ? thr[k] : INFINITY;
+}
+
 static void build_maps(void)
 {
     build_map(1, q8_map[1], q8_thr[1]);
     build_map(0, q8_map[0], q8_thr[0]);
+    build_buckets(q8_thr[1], &q8_buckets[1], &q8_fill[1]);
+    build_buckets(q8_thr[0], &q8_buckets[0], &q8_fill[0]);
+}
+
+const moments_q8_buckets *moments_q8_buckets_of(int is_signed)
+{
+    pthread_once(&q8_once, build_maps);
+    return &q8_buckets[is_signed ? 1 : 0];
+}
+
+int moments_q8_bucket_fill(int is_signed)
+{
+    pthread_once(&q8_once, build_maps);
+    return q8_fill[is_signed ? 1 : 0];
 }
 
 const float *moments_q8_map(int is_signed)
@@ -111,7 +158,7 @@ static float load_one(const void *src, ferry_moments f, size_t n, size_t i, cons
 }
 
 /* One block of values into codes and its absmax, as the update stores it. */
-static void quantize_block(uint8_t *codes, float *absmax, const float *x, size_t len, const float *thr)
+static void quantize_block(uint8_t *codes, float *absmax, const float *x, size_t len, const moments_q8_buckets *thr)
 {
     float mx = 0.0f;
     for (size_t i = 0; i < len; i++)
@@ -135,7 +182,8 @@ ferry_status moments_convert(void *dst, ferry_moments df, const void *src, ferry
         memcpy(dst, src, moments_bytes(df, n));
         return FERRY_OK;
     }
-    const float *map = moments_q8_map(signed_map), *thr = moments_q8_thresholds(signed_map);
+    const float *map = moments_q8_map(signed_map);
+    const moments_q8_buckets *thr = moments_q8_buckets_of(signed_map);
     float block[MOMENTS_Q8_BLOCK];
     for (size_t b0 = 0; b0 < n; b0 += MOMENTS_Q8_BLOCK) {
         size_t len = n - b0 < MOMENTS_Q8_BLOCK ? n - b0 : MOMENTS_Q8_BLOCK;

@@ -79,14 +79,33 @@ const float *moments_q8_map(int is_signed);
  * that for every fp32 x, x > threshold[k] exactly when x is nearer
  * map[k + 1] than map[k] (a tie stays at map[k]). */
 const float *moments_q8_thresholds(int is_signed);
-/* The code of normalized value x (nearest map value, ties to the lower
- * code): the number of thresholds below x. NaN -> 0. */
-static inline uint8_t moments_q8_code(const float *thresholds, float x)
+/* The search for a code in two steps: x clamped to [-1, 1] (NaN to -1),
+ * its top 16 bits name a bucket (sign, exponent, 7 bits of mantissa);
+ * base[bucket] is the number of thresholds below the bucket's lowest
+ * value, and at most MOMENTS_Q8_BUCKET_MAX thresholds lie inside any
+ * bucket, so the code is base plus how many of the next ones x exceeds:
+ * a table and a few independent comparisons where a binary search takes
+ * 8 dependent ones. thr holds the 255 thresholds then +inf. */
+#define MOMENTS_Q8_BUCKET_MAX 1
+typedef struct moments_q8_buckets {
+    uint8_t base[65536 + 4]; /* + 4: a vector gather reads 4 bytes at each */
+    float thr[255 + MOMENTS_Q8_BUCKET_MAX + 1];
+} moments_q8_buckets;
+const moments_q8_buckets *moments_q8_buckets_of(int is_signed);
+/* The most thresholds inside one bucket (<= MOMENTS_Q8_BUCKET_MAX; tests). */
+int moments_q8_bucket_fill(int is_signed);
+
+/* The code of normalized value x: the nearest map value (ties to the lower
+ * code), the number of thresholds below x; NaN -> 0. */
+static inline uint8_t moments_q8_code(const moments_q8_buckets *q, float x)
 {
-    unsigned idx = 0;
-    for (unsigned s = 128; s > 0; s >>= 1)
-        if (x > thresholds[idx + s - 1])
-            idx += s;
+    x = x >= -1.0f ? x : -1.0f;
+    x = x > 1.0f ? 1.0f : x;
+    uint32_t u;
+    __builtin_memcpy(&u, &x, 4);
+    unsigned idx = q->base[u >> 16];
+    for (int k = 0, b = (int)idx; k < MOMENTS_Q8_BUCKET_MAX; k++)
+        idx += x > q->thr[b + k];
     return (uint8_t)idx;
 }
 

@@ -227,16 +227,16 @@ INL256 __m256i mix32_256(__m256i x)
 INL256 __m256i random256(uint32_t key, uint64_t index)
 {
     __m256i lo = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)index), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    __m256i hi;
+    __m256i hk;
     if ((uint32_t)index > UINT32_MAX - 7) { /* the low half wraps inside the vector */
         uint32_t h[8];
         for (int j = 0; j < 8; j++)
-            h[j] = (uint32_t)((index + (uint64_t)j) >> 32);
-        hi = _mm256_loadu_si256((const __m256i *)h);
-    } else {
-        hi = _mm256_set1_epi32((int)(uint32_t)(index >> 32));
+            h[j] = moments_mix32((uint32_t)((index + (uint64_t)j) >> 32) ^ key);
+        hk = _mm256_loadu_si256((const __m256i *)h);
+    } else { /* one high half: its mix once */
+        hk = _mm256_set1_epi32((int)moments_mix32((uint32_t)(index >> 32) ^ key));
     }
-    return mix32_256(_mm256_xor_si256(lo, mix32_256(_mm256_xor_si256(hi, _mm256_set1_epi32((int)key)))));
+    return mix32_256(_mm256_xor_si256(lo, hk));
 }
 
 /* moments_bf16_round on 8 lanes. */
@@ -387,20 +387,24 @@ T256 void optim_adamw_q8_avx2(const adamw_consts *c, const adamw_cspan *s, float
     }
 }
 
-/* moments_q8_code on 8 lanes: the same 8 halvings, the thresholds gathered. */
-INL256 void codes256(uint8_t *dst, const float *thr, __m256 x)
+/* moments_q8_code on 8 lanes through the map's buckets (moments.h): the
+ * bucket's first code, then its few thresholds, gathered side by side. */
+INL256 void codes256(uint8_t *dst, const moments_q8_buckets *q, __m256 x)
 {
-    __m256i idx = _mm256_setzero_si256();
-    for (int s = 128; s > 0; s >>= 1) {
-        __m256 t = _mm256_i32gather_ps(thr, _mm256_add_epi32(idx, _mm256_set1_epi32(s - 1)), 4);
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-1.0f)), _mm256_set1_ps(1.0f)); /* NaN -> -1 */
+    __m256i bucket = _mm256_srli_epi32(_mm256_castps_si256(x), 16);
+    __m256i idx = _mm256_and_si256(_mm256_i32gather_epi32((const int *)(const void *)q->base, bucket, 1),
+                                   _mm256_set1_epi32(0xff));
+    for (int k = 0; k < MOMENTS_Q8_BUCKET_MAX; k++) {
+        __m256 t = _mm256_i32gather_ps(q->thr, _mm256_add_epi32(idx, _mm256_set1_epi32(k)), 4);
         __m256i up = _mm256_castps_si256(_mm256_cmp_ps(x, t, _CMP_GT_OQ));
-        idx = _mm256_add_epi32(idx, _mm256_and_si256(up, _mm256_set1_epi32(s)));
+        idx = _mm256_sub_epi32(idx, up); /* up is -1 where x lies above */
     }
     __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(idx), _mm256_extracti128_si256(idx, 1));
     _mm_storel_epi64((__m128i *)dst, _mm_packus_epi16(w, w));
 }
 
-T256 void optim_q8_quantize_avx2(uint8_t *codes, const float *x, size_t n, float absmax, const float *thr)
+T256 void optim_q8_quantize_avx2(uint8_t *codes, const float *x, size_t n, float absmax, const moments_q8_buckets *thr)
 {
     bool zero = !(absmax > 0.0f);
     __m256 a = _mm256_set1_ps(absmax);

@@ -55,7 +55,7 @@ void optim_adamw_q8_scalar(const adamw_consts *c, const adamw_cspan *s, float ma
     max_out[1] = vx;
 }
 
-void optim_q8_quantize_scalar(uint8_t *codes, const float *x, size_t n, float absmax, const float *thr)
+void optim_q8_quantize_scalar(uint8_t *codes, const float *x, size_t n, float absmax, const moments_q8_buckets *thr)
 {
     for (size_t i = 0; i < n; i++)
         codes[i] = moments_q8_code(thr, absmax > 0.0f ? x[i] / absmax : 0.0f);

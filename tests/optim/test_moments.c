@@ -295,13 +295,18 @@ static void check_maps(void)
             x = (float)(x * pow(10.0, -6.0 * tap_rand_unit(&rng)));
         if (t % 101 == 0)
             x = moments_q8_thresholds(s)[t % 255]; /* exactly on a threshold: the lower code */
-        int code = moments_q8_code(moments_q8_thresholds(s), x), best = 0;
+        int code = moments_q8_code(moments_q8_buckets_of(s), x), best = 0;
         for (int k = 1; k < 256; k++)
             if (fabs((double)x - map[k]) < fabs((double)x - map[best]))
                 best = k;
         bad += code != best;
     }
     TAP_IS_INT(bad, 0, "codes of 20000 values are the nearest map values (ties lower)");
+    tap_ok(moments_q8_bucket_fill(1) <= MOMENTS_Q8_BUCKET_MAX && moments_q8_bucket_fill(0) <= MOMENTS_Q8_BUCKET_MAX,
+           "at most %d thresholds in a bucket (signed %d, unsigned %d)", MOMENTS_Q8_BUCKET_MAX,
+           moments_q8_bucket_fill(1), moments_q8_bucket_fill(0));
+    TAP_IS_INT(moments_q8_code(moments_q8_buckets_of(1), NAN), 0, "NaN: code 0");
+    TAP_IS_INT(moments_q8_code(moments_q8_buckets_of(1), 3.0f), 255, "above 1: the top code");
 }
 
 /* ---- bitwise agreement ---- */

@@ -8,6 +8,11 @@
  * round-robin in each of --steps rounds after a warm-up (medians; ratios are
  * medians of per-round ratios, so bandwidth drift cancels), and prints parameters/s,
  * GB/s (bytes AdamW must read plus write) and the ratio to the ceilings.
+ * Then, again round-robin with the triad, AdamW at the best level with
+ * each form of the moments (optim/moments.h: f32, bf16, 8bit), each as a
+ * ratio to its own ideal-traffic ceiling: the triad's bandwidth over the
+ * bytes the form moves per parameter (p read and written, g, the copy, and
+ * m and v each read and written in the form, 8bit's absmax included).
  * Usage: bench_adam [--params N] [--threads T] [--steps S] [--grad f32|bf16|f16] */
 #include <immintrin.h>
 #include <math.h>
@@ -159,6 +164,71 @@ static void run_adamw(bench *b, int level, int64_t step)
     }
 }
 
+/* AdamW with the moments in `form`, held in b->m and b->v's memory (the
+ * compact forms take less than the fp32 arrays). */
+static void run_form(bench *b, int level, int64_t step, ferry_moments form)
+{
+    adamw_job j = {b->p, b->m, b->v, b->g, b->gt, b->n, step, ADAMW_HPARAMS_DEFAULT, 1.0f, b->copy, FERRY_DTYPE_BF16,
+                   .moments = form};
+    if (form != FERRY_MOMENTS_F32) {
+        j.m = j.v = NULL;
+        j.mq = b->m, j.vq = b->v;
+        if (form == FERRY_MOMENTS_8BIT) {
+            j.m_absmax = moments_q8_absmax(b->m, b->n);
+            j.v_absmax = moments_q8_absmax(b->v, b->n);
+        }
+    }
+    if (adamw_run_level(b->pool, &j, (cpu_simd)level) != FERRY_OK) {
+        fprintf(stderr, "bench_adam: adamw (%s moments) failed: %s\n", ferry_moments_name(form), ferry_last_error());
+        exit(1);
+    }
+}
+
+/* The bytes one parameter's update moves with moments in `form`. */
+static double form_bytes(ferry_moments form, size_t gsz)
+{
+    double moments = 2.0 * 2.0 * (double)moments_bytes(form, MOMENTS_Q8_BLOCK) / (double)MOMENTS_Q8_BLOCK;
+    return 8.0 + (double)gsz + 2.0 + moments;
+}
+
+/* Round-robin rounds of the triad and each form; prints each form's figure
+ * and its ratio to its ceiling (medians of per-round ratios). */
+static void bench_forms(bench *b, int level, int steps, size_t gsz)
+{
+    double tt[64], tf[3][64], r[3][64];
+    for (int f = 0; f < 3; f++) { /* zero moments in each form, then a warm-up */
+        memset(b->m, 0, b->n * 4);
+        memset(b->v, 0, b->n * 4);
+        run_form(b, level, 1, (ferry_moments)f);
+    }
+    for (int s = 0; s < steps; s++) {
+        double t0 = clock_now_ms() / 1e3;
+        run_triad(b, 0, 0);
+        tt[s] = clock_now_ms() / 1e3 - t0;
+        for (int f = 0; f < 3; f++) {
+            memset(b->m, 0, b->n * 4); /* each form from zero moments: the buffers are shared */
+            memset(b->v, 0, b->n * 4);
+            t0 = clock_now_ms() / 1e3;
+            run_form(b, level, s + 2, (ferry_moments)f);
+            tf[f][s] = clock_now_ms() / 1e3 - t0;
+            double ceiling = 12.0 / tt[s] / form_bytes((ferry_moments)f, gsz); /* params/s at triad bandwidth */
+            r[f][s] = (1.0 / tf[f][s]) / ceiling;
+        }
+    }
+    qsort(tt, (size_t)steps, sizeof(double), cmp_double);
+    double triad_gbs = 12.0 * (double)b->n / tt[steps / 2] / 1e9;
+    printf("moments forms at %s, against the triad's %.2f GB/s in the same rounds:\n", cpu_simd_name((cpu_simd)level),
+           triad_gbs);
+    for (int f = 0; f < 3; f++) {
+        qsort(tf[f], (size_t)steps, sizeof(double), cmp_double);
+        qsort(r[f], (size_t)steps, sizeof(double), cmp_double);
+        double t = tf[f][steps / 2], bytes = form_bytes((ferry_moments)f, gsz);
+        printf("  adamw %-4s moments %6.2f B/param  %8.3f s  %6.2f Gparam/s  ceiling %6.2f Gparam/s  %.2f of it\n",
+               ferry_moments_name((ferry_moments)f), bytes, t, (double)b->n / t / 1e9, triad_gbs / bytes,
+               r[f][steps / 2]);
+    }
+}
+
 static void run_naive(bench *b, int level, int64_t step)
 {
     (void)level;
@@ -300,6 +370,7 @@ int main(int argc, char **argv)
         if (l == best)
             t_best = t, ratio_best = r_ideal[l][steps / 2];
     }
+    bench_forms(&b, best, steps, gsz);
     printf("RESULT adamw %s: %.2f Gparam/s, %.1f GB/s = %.2f of the ideal-traffic ceiling (%.1f GB/s), "
            "%.1fx the naive scalar loop\n", cpu_simd_name((cpu_simd)best), (double)n / t_best / 1e9,
            adam_bytes * (double)n / t_best / 1e9, ratio_best, ideal_gbs, t_naive / t_best);
