@@ -581,6 +581,18 @@ ferry_status ferry_engine_load_user(const char *path, void *user, size_t user_ca
     return st;
 }
 
+ferry_status ferry_engine_checkpoint_moments(const char *path, ferry_moments *out)
+{
+    if (!path || !out)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "ferry_engine_checkpoint_moments: NULL path or out");
+    ckpt_file f;
+    ferry_status st = ckpt_open(path, &f);
+    if (st == FERRY_OK)
+        *out = file_form(&f.h);
+    ckpt_close(&f);
+    return st;
+}
+
 /* ---- load ---- */
 
 typedef struct load_ctx {

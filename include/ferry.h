@@ -703,6 +703,10 @@ FERRY_API ferry_status ferry_engine_load(ferry_engine *e, const char *path, void
  * is not read. Copies and sizes as ferry_engine_load. Any thread. */
 FERRY_API ferry_status ferry_engine_load_user(const char *path, void *user, size_t user_cap,
                                               size_t *user_bytes);
+/* The form of the Adam moments a checkpoint written by ferry_engine_save
+ * holds (its header and group table checked), without an engine: what a
+ * resume passes as config `moments` to go on exactly. */
+FERRY_API ferry_status ferry_engine_checkpoint_moments(const char *path, ferry_moments *out);
 /* Drops the step in progress, for a stop between its micro-batches (a
  * signal) that should not wait for the rest: the gradients of every
  * micro-batch begun since the last ferry_engine_step() are discarded, once

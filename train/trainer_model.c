@@ -87,7 +87,7 @@ static void note_change(char *buf, size_t cap, const char *flag, const char *now
 
 /* The device type, the offload mode and the delayed update of the
  * checkpoint (of one that records its settings), as take_checkpoint_settings
- * says. */
+ * says; and its moments' form, from the engine's checkpoint. */
 static ferry_status take_engine_settings(trainer *t, char *changed, size_t cap)
 {
     train_options *o = &t->o;
@@ -104,6 +104,17 @@ static ferry_status take_engine_settings(trainer *t, char *changed, size_t cap)
     else if (o->offload != (ferry_offload)c->offload)
         note_change(changed, cap, "--offload", ferry_offload_name(o->offload),
                     ferry_offload_name((ferry_offload)c->offload));
+    char state[PATH_MAX];
+    ferry_moments form = FERRY_MOMENTS_F32;
+    ferry_status st = run_state_join(state, sizeof state, t->ckpt, "state.ferry");
+    if (st == FERRY_OK)
+        st = ferry_engine_checkpoint_moments(state, &form);
+    if (st != FERRY_OK)
+        return st;
+    if (!train_options_given(o, "--moments"))
+        o->moments = form; /* the run goes on in its own form, exactly */
+    else if (o->moments != form)
+        note_change(changed, cap, "--moments", ferry_moments_name(o->moments), ferry_moments_name(form));
     if (c->delayed_update && !o->delayed_update)
         o->delayed_update = true; /* a flag can only turn it on: the checkpoint's stays */
     else if (!c->delayed_update && o->delayed_update)

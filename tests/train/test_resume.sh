@@ -3,7 +3,8 @@
 # + 10 give bitwise the same losses and the same saved weights, in every
 # offload mode, with the delayed update, and in f16 storage with a loss
 # scale that starts far too high, so the run skips steps and backs off
-# before the save (the engine state, the loss scale and its counts, the
+# before the save, and with compact moments (bf16, 8bit: the resume takes
+# the checkpoint's form) (the engine state, the loss scale and its counts, the
 # data position and the schedule all resume exactly). A checkpoint whose
 # config.json was edited, or model flags that differ from it, are refused.
 # A resumed run takes its settings from the checkpoint: changes that keep it
@@ -23,12 +24,16 @@ common=(--data "$work/train.bin" --layers 2 --heads 2 --width 32 --vocab 500 --c
 losses() { $python -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1]) if "\"step\"" in l and "\"loss\"" in l))' "$1"; }
 scales() { $python -c 'import json,sys; print(" ".join("%g/%d" % (j.get("loss_scale", 0), j["skipped_steps"]) for j in map(json.loads, open(sys.argv[1])) if j["kind"] == "step"))' "$1"; }
 
-for mode in none optimizer params delayed f16; do
+for mode in none optimizer params delayed f16 bf16 8bit; do
   d=$work/$mode
   mkdir -p "$d"
   flags=(--offload $mode)
   [ $mode = delayed ] && flags=(--offload optimizer --delayed-update)
   [ $mode = f16 ] && flags=(--offload optimizer --dtype f16 --loss-scale 1e9)
+  [ $mode = bf16 ] && flags=(--offload params --moments bf16)
+  [ $mode = 8bit ] && flags=(--offload optimizer --moments 8bit)
+  resume_flags=("${flags[@]}")
+  [ $mode = bf16 ] || [ $mode = 8bit ] && resume_flags=(--offload "${flags[1]}") # the form is the checkpoint's
   "$train" "${common[@]}" "${flags[@]}" --checkpoint-dir "$d/full" --log "$d/full.jsonl" >/dev/null 2>"$d/err" \
     || { ok 1 "$mode: 20-step run ($(cat "$d/err"))"; continue; }
   # The same run checkpointed at step 10; then everything after that
@@ -37,8 +42,8 @@ for mode in none optimizer params delayed f16; do
     >/dev/null 2>"$d/err"
   rm -rf "$d/split/step_00000020"; ln -sfn step_00000010 "$d/split/latest"
   head -n 10 "$d/split.jsonl" > "$d/resumed.jsonl"
-  "$train" "${common[@]}" "${flags[@]}" --checkpoint-dir "$d/split" --resume "$d/split" --log "$d/resumed.jsonl" \
-    >/dev/null 2>"$d/err"
+  "$train" "${common[@]}" "${resume_flags[@]}" --checkpoint-dir "$d/split" --resume "$d/split" \
+    --log "$d/resumed.jsonl" >/dev/null 2>"$d/err"
   ok $? "$mode: resumed from step 10 $(cat "$d/err")"
   a=$(losses "$d/full.jsonl"); b=$(losses "$d/resumed.jsonl")
   [ -n "$a" ] && [ "$a" = "$b" ]; ok $? "$mode: 20 losses identical (last: ${a##* })"
@@ -51,6 +56,12 @@ for mode in none optimizer params delayed f16; do
     ok $? "f16: the loss scale and the skipped steps of every step identical after resume (from ${first%/*}: $last)"
   fi
 done
+# A compact run resumed with another --moments converts its state, says so,
+# and trains on.
+"$train" "${common[@]}" --offload optimizer --moments f32 --steps 21 --resume "$work/8bit/full" \
+  --checkpoint-dir "$work/8bit/conv" >/dev/null 2>"$work/err"
+rc=$?; [ $rc -eq 0 ] && grep -q "holds 8bit Adam moments and this engine keeps f32 ones: converted" "$work/err"
+ok $? "8bit checkpoint resumed with --moments f32: converted, with a warning (rc $rc)"
 # A config.json edited after the save is refused before anything else, with
 # both values; a changed vocabulary is config.json's fault, not the data's.
 ck=$work/none/full/step_00000020
