@@ -18,7 +18,7 @@
  *            with flag bits 8..15 a compact form: those bits are the
  *            ferry_moments, each moment in optim/moments.h's layout, as the
  *            engine holds it: bf16 2 x numel bytes; 8bit numel codes padded
- *            to 4, then an fp32 absmax per 2048); then, with flag
+ *            to 4, then an fp32 absmax per 256); then, with flag
  *            1 (a delayed update pending), each group's device weights
  *            (numel elements of the dtype): what the next forward reads,
  *            one update behind the master weights; then, with flag 2, the

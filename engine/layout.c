@@ -12,8 +12,8 @@
  * With bf16 on the device that is 16 bytes per parameter on the host in the
  * offload modes (12 fp32 + 2 drained gradient + 2 upload copy), and 4 on the
  * device in optimizer mode. Compact moments (engine config `moments`) hold
- * m and v in 4 bytes (bf16) or 2 + 8/2048 (8bit) instead of 8: 12 and
- * about 10 bytes per parameter on the host.
+ * m and v in 4 bytes (bf16) or 2 + 8/256 (8bit) instead of 8: 12 and
+ * about 10.03 bytes per parameter on the host.
  *
  * The NVMe tier (offload nvme, or params with a disk) moves Adam m and v
  * (8 bytes per parameter), and with nvme_master the master weights too (12),

@@ -264,7 +264,7 @@ FERRY_API ferry_status ferry_offload_parse(const char *name, ferry_offload *out)
  *         resume.
  *   8BIT  bitsandbytes' blockwise 8-bit Adam: one byte a moment through a
  *         dynamic map (signed for m, unsigned for v) and an fp32 absmax per
- *         block of 2048 elements: 2 bytes + 8/2048.
+ *         block of 256 elements: 2 bytes + 8/256.
  * optim/moments.h documents the maps, the rounding and the layout. */
 typedef enum ferry_moments {
     FERRY_MOMENTS_F32 = 0,

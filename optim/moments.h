@@ -19,7 +19,7 @@
  * 8BIT: bitsandbytes' blockwise 8-bit Adam (Dettmers et al., "8-bit
  * Optimizers via Block-wise Quantization", 2022). Each moment is n uint8
  * codes and one fp32 absmax per block of MOMENTS_Q8_BLOCK elements (block b
- * covers elements [b * 2048, (b + 1) * 2048) of the array); an element's
+ * covers elements [b * 256, (b + 1) * 256) of the array); an element's
  * value is map[code] * absmax. m uses the signed dynamic map, v the
  * unsigned one, both exactly bitsandbytes' create_dynamic_map(signed,
  * max_exponent_bits 7, total_bits 8): for i = 0..6, the midpoints of
@@ -47,7 +47,14 @@
 extern "C" {
 #endif
 
-#define MOMENTS_Q8_BLOCK ((size_t)2048)
+/* 256, not 2048: bitsandbytes' blockwise optimizers have used both. With
+ * 2048, d6 GPT-2 on the demo corpus diverged at step 9 (loss 89.7 where
+ * fp32 moments give 13.7): a block then spans five rows of the token
+ * embedding, and in a row of rare tokens v, whose range is the square of
+ * m's, rounds to 0 while m does not, so m / (sqrt(v) + eps) explodes; with
+ * 256 (a block within a row) the step is fp32's to 3 digits (docs/perf.md).
+ * It costs 8/256 bytes a parameter for both moments' absmax. */
+#define MOMENTS_Q8_BLOCK ((size_t)256)
 
 static inline size_t moments_q8_blocks(size_t n) { return (n + MOMENTS_Q8_BLOCK - 1) / MOMENTS_Q8_BLOCK; }
 static inline size_t moments_q8_codes_bytes(size_t n) { return (n + 3) & ~(size_t)3; }

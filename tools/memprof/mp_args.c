@@ -160,7 +160,7 @@ void mp_plan_usage(FILE *f)
           "  --dtype TYPE    device storage: auto (the backend's), f32 (host), bf16, or f16\n"
           "                  (Volta and Turing cards; the same bytes as bf16)\n"
           "  --moments FORM  the host Adam moments: f32 (8 bytes a parameter; default), bf16\n"
-          "                  (4) or 8bit (2 + 8/2048), with --offload optimizer or params\n"
+          "                  (4) or 8bit (2 + 8/256), with --offload optimizer or params\n"
           "  --ranks N       data parallel ranks (mpirun -np N): each rank's memory, its\n"
           "                  1/N of the host state in optimizer and params modes; --batch\n"
           "                  and --gpu-mem are per rank (default 1)\n"
