@@ -387,21 +387,22 @@ T256 void optim_adamw_q8_avx2(const adamw_consts *c, const adamw_cspan *s, float
     }
 }
 
-/* moments_q8_code on 8 lanes through the map's buckets (moments.h): the
- * bucket's first code, then its few thresholds, gathered side by side. */
+/* moments_q8_code on 8 lanes: the clamp in the vector, the bucket's
+ * lookups one lane at a time (AVX2's gathers are slower than 8 loads on
+ * the CPUs measured). */
 INL256 void codes256(uint8_t *dst, const moments_q8_buckets *q, __m256 x)
 {
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-1.0f)), _mm256_set1_ps(1.0f)); /* NaN -> -1 */
-    __m256i bucket = _mm256_srli_epi32(_mm256_castps_si256(x), 16);
-    __m256i idx = _mm256_and_si256(_mm256_i32gather_epi32((const int *)(const void *)q->base, bucket, 1),
-                                   _mm256_set1_epi32(0xff));
-    for (int k = 0; k < MOMENTS_Q8_BUCKET_MAX; k++) {
-        __m256 t = _mm256_i32gather_ps(q->thr, _mm256_add_epi32(idx, _mm256_set1_epi32(k)), 4);
-        __m256i up = _mm256_castps_si256(_mm256_cmp_ps(x, t, _CMP_GT_OQ));
-        idx = _mm256_sub_epi32(idx, up); /* up is -1 where x lies above */
+    float xs[8];
+    uint32_t us[8];
+    _mm256_storeu_ps(xs, x);
+    _mm256_storeu_si256((__m256i *)us, _mm256_srli_epi32(_mm256_castps_si256(x), 16));
+    for (int j = 0; j < 8; j++) {
+        unsigned idx = q->base[us[j]];
+        for (int k = 0, b = (int)idx; k < MOMENTS_Q8_BUCKET_MAX; k++)
+            idx += xs[j] > q->thr[b + k];
+        dst[j] = (uint8_t)idx;
     }
-    __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(idx), _mm256_extracti128_si256(idx, 1));
-    _mm_storel_epi64((__m128i *)dst, _mm_packus_epi16(w, w));
 }
 
 T256 void optim_q8_quantize_avx2(uint8_t *codes, const float *x, size_t n, float absmax, const moments_q8_buckets *thr)
