@@ -44,7 +44,8 @@ static void build_map(int is_signed, float *out, float *thr)
     for (int i = 0; i < 256; i++)
         out[i] = (float)d[i];
     for (int i = 0; i < 255; i++) {
-        double mid = ((double)out[i] + (double)out[i + 1]) / 2.0;
+        /* m: the midpoint (nearest); v: the value itself (rounds up) */
+        double mid = is_signed ? ((double)out[i] + (double)out[i + 1]) / 2.0 : (double)out[i];
         float t = (float)mid;
         if ((double)t > mid)
             t = nextafterf(t, -INFINITY);

@@ -28,9 +28,16 @@
  * values, sorted, computed in double and rounded to fp32. The update
  * dequantizes a block, updates it in fp32 as the F32 form does (the weights
  * step with these fp32 moments), takes the new absmax of each moment over
- * the block, and stores the code nearest to value / absmax (the quotient in
- * fp32; ties to the lower code; an all-zero block keeps absmax 0). Zeroed
- * codes and absmax are zero moments.
+ * the block, and stores for m the code nearest to value / absmax (the
+ * quotient in fp32; ties to the lower code) and for v the smallest code
+ * not below it (an all-zero block keeps absmax 0). v rounding up is our
+ * one departure from bitsandbytes, which rounds v to nearest too: v's
+ * range is the square of m's, so in a block of large values a small v
+ * rounds to 0 while its m does not, and m / (sqrt(v) + eps) blows the
+ * step up (d6 GPT-2 spiked at step 15 with it, docs/perf.md); rounded up,
+ * no stored v is below the fp32 update's, so no step is larger than the
+ * fp32 moments would take with the same m. Zeroed codes and absmax are
+ * zero moments.
  *
  * Layout of one moment of n elements in a buffer (what the engine
  * allocates, checkpoints and streams): F32 n floats; BF16 n uint16; 8BIT n
@@ -81,10 +88,11 @@ ferry_status moments_check_form(ferry_moments form, const char *who);
 
 /* The 256 values of the signed (m) or unsigned (v) map, ascending. */
 const float *moments_q8_map(int is_signed);
-/* The 255 thresholds between neighbours of a map: threshold[k] is the
- * largest fp32 not above the exact midpoint of map[k] and map[k + 1], so
- * that for every fp32 x, x > threshold[k] exactly when x is nearer
- * map[k + 1] than map[k] (a tie stays at map[k]). */
+/* The 255 thresholds between neighbours of a map. Signed (m, nearest):
+ * threshold[k] is the largest fp32 not above the exact midpoint of map[k]
+ * and map[k + 1], so that for every fp32 x, x > threshold[k] exactly when
+ * x is nearer map[k + 1] than map[k] (a tie stays at map[k]). Unsigned (v,
+ * up): threshold[k] = map[k], so x goes to the first value not below it. */
 const float *moments_q8_thresholds(int is_signed);
 /* The search for a code in two steps: x clamped to [-1, 1] (NaN to -1),
  * its top 16 bits name a bucket (sign, exponent, 7 bits of mantissa);
@@ -102,8 +110,9 @@ const moments_q8_buckets *moments_q8_buckets_of(int is_signed);
 /* The most thresholds inside one bucket (<= MOMENTS_Q8_BUCKET_MAX; tests). */
 int moments_q8_bucket_fill(int is_signed);
 
-/* The code of normalized value x: the nearest map value (ties to the lower
- * code), the number of thresholds below x; NaN -> 0. */
+/* The code of normalized value x, the number of thresholds below x: the
+ * nearest map value (ties to the lower code) for m's map, the first not
+ * below x for v's; NaN -> 0. */
 static inline uint8_t moments_q8_code(const moments_q8_buckets *q, float x)
 {
     x = x >= -1.0f ? x : -1.0f;

@@ -2,14 +2,15 @@
  * against a double-precision reference of the same quantized algorithm,
  * written here: dequantize exactly, update in double with the job's fp32
  * factors, requantize in double (bf16: the same random bits; 8bit: the
- * block's absmax and the nearest map value). The fp32 update and the double
+ * block's absmax, the nearest map value for m, the first not below for v).
+ * The fp32 update and the double
  * one differ by a few fp32 ulps, so a stored value may differ exactly where
  * that can move it across a rounding point, by one step: bf16 where the
  * double moment lies within the fp32 update's error bound (a few fp32 ulps
  * of the terms b * m and (1 - b) * g summed) of its stochastic threshold or
  * of a bf16 value, 8bit where the normalized value lies within that bound
- * (over the block's absmax, whose error it adds) of the midpoint between
- * two codes. Every other element must
+ * (over the block's absmax, whose error it adds) of its rounding point
+ * (m: the midpoint between two codes; v: a map value). Every other element must
  * match, and the test counts and prints the exceptions. Then: the maps'
  * hand-computed values, the scalar and AVX2 paths and 1, 2, 3 threads
  * bitwise equal, a job split in two bitwise equal to one, no-decay ranges
@@ -145,20 +146,29 @@ static uint16_t ref_bf16_round(double x, uint32_t r, double tol, int *near)
     return (uint16_t)(u >> 16);
 }
 
-/* The nearest map value to x in double, ties to the lower; *near: within
- * `tol` of a midpoint. */
-static int ref_code(const float *map, double x, double tol, int *near)
+/* The nearest map value to x in double, ties to the lower (`up`: the first
+ * map value not below x, v's rounding); *near: within `tol` of a rounding
+ * point (a midpoint; up: a map value). */
+static int ref_code_of(const float *map, double x, double tol, int *near, int up)
 {
     int best = 0;
     *near = 0;
-    for (int k = 1; k < 256; k++)
-        if (fabs(x - map[k]) < fabs(x - map[best]))
-            best = k;
+    if (up) {
+        x = x > 1.0 ? 1.0 : x;
+        while (best < 255 && map[best] < x)
+            best++;
+    } else {
+        for (int k = 1; k < 256; k++)
+            if (fabs(x - map[k]) < fabs(x - map[best]))
+                best = k;
+    }
     for (int k = 0; k < 255; k++)
-        if (fabs(x - ((double)map[k] + map[k + 1]) / 2.0) <= tol)
+        if (fabs(x - (up ? (double)map[k] : ((double)map[k] + map[k + 1]) / 2.0)) <= tol)
             *near = 1;
     return best;
 }
+
+static int ref_code(const float *map, double x, double tol, int *near) { return ref_code_of(map, x, tol, near, 0); }
 
 typedef struct ref_count {
     size_t bad, near_diff, p_bad;
@@ -214,7 +224,7 @@ static ref_count check_step(const cstate *before, const cstate *after, const ada
             for (size_t i = 0; i < len; i++) {
                 double xn = amax > 0 ? x[b0 + i] / amax : 0.0;
                 double tol = amax > 0 ? (e[b0 + i] + emax) / amax + 2 * FLT_EPSILON * fabs(xn) : 0.0;
-                int near, want = ref_code(map, xn, tol, &near);
+                int near, want = ref_code_of(map, xn, tol, &near, w);
                 int got = (w ? after->v : after->m)[b0 + i];
                 if (got == want)
                     continue;
@@ -295,13 +305,20 @@ static void check_maps(void)
             x = (float)(x * pow(10.0, -6.0 * tap_rand_unit(&rng)));
         if (t % 101 == 0)
             x = moments_q8_thresholds(s)[t % 255]; /* exactly on a threshold: the lower code */
+        if (t % 103 == 0 && !s)
+            x = map[t % 256]; /* exactly a value: that code */
         int code = moments_q8_code(moments_q8_buckets_of(s), x), best = 0;
-        for (int k = 1; k < 256; k++)
-            if (fabs((double)x - map[k]) < fabs((double)x - map[best]))
-                best = k;
+        if (s) {
+            for (int k = 1; k < 256; k++)
+                if (fabs((double)x - map[k]) < fabs((double)x - map[best]))
+                    best = k;
+        } else {
+            while (best < 255 && map[best] < x)
+                best++;
+        }
         bad += code != best;
     }
-    TAP_IS_INT(bad, 0, "codes of 20000 values are the nearest map values (ties lower)");
+    TAP_IS_INT(bad, 0, "codes of 20000 values: m's the nearest map values (ties lower), v's the first not below");
     tap_ok(moments_q8_bucket_fill(1) <= MOMENTS_Q8_BUCKET_MAX && moments_q8_bucket_fill(0) <= MOMENTS_Q8_BUCKET_MAX,
            "at most %d thresholds in a bucket (signed %d, unsigned %d)", MOMENTS_Q8_BUCKET_MAX,
            moments_q8_bucket_fill(1), moments_q8_bucket_fill(0));
