@@ -39,8 +39,8 @@
  * backend/ops/op_shapes.h and its double-precision reference in
  * tests/ops/op_refs.h; the checks, the tables, the op tests and the
  * lab's check follow. */
-#ifndef FERRY_KERNELS_OP_LIST_H
-#define FERRY_KERNELS_OP_LIST_H
+#ifndef FERRY_BACKEND_OPS_OP_LIST_H
+#define FERRY_BACKEND_OPS_OP_LIST_H
 
 #define FERRY_OPS(OP)                                                                                   \
     OP(encoder_forward, OPC_ACT, FERRY_OK)                                                              \

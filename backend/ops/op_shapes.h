@@ -9,8 +9,8 @@
  * a multiple of a warp, head sizes that pad) are met; every op has at least
  * one row (tests/ops checks it).
  * Header-only data; not used by the library. */
-#ifndef FERRY_KERNELS_OP_SHAPES_H
-#define FERRY_KERNELS_OP_SHAPES_H
+#ifndef FERRY_BACKEND_OPS_OP_SHAPES_H
+#define FERRY_BACKEND_OPS_OP_SHAPES_H
 
 #include <stdlib.h>
 #include <string.h>

@@ -10,8 +10,8 @@
  * a double-precision reference of the op (opdrive_reference), which is what
  * holds the host backend itself to the op's definition. Header-only; not
  * used by the library. */
-#ifndef FERRY_KERNELS_OPDRIVE_H
-#define FERRY_KERNELS_OPDRIVE_H
+#ifndef FERRY_BACKEND_OPS_OPDRIVE_H
+#define FERRY_BACKEND_OPS_OPDRIVE_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -6,8 +6,8 @@
  * tensor's bound, a typed tensor's type); and opref_<name>, the same
  * arguments as a double-precision reference takes them (every float tensor
  * as doubles, token ids as they are, the scratch NULL). Header-only. */
-#ifndef FERRY_KERNELS_OPINFO_H
-#define FERRY_KERNELS_OPINFO_H
+#ifndef FERRY_BACKEND_OPS_OPINFO_H
+#define FERRY_BACKEND_OPS_OPINFO_H
 
 #include <stddef.h>
 #include <string.h>

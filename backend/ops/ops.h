@@ -25,8 +25,8 @@
  *
  * Every function returns FERRY_OK or the status of a failed launch; errors
  * inside a running host op are reported by the stream's next synchronize. */
-#ifndef FERRY_KERNELS_OPS_H
-#define FERRY_KERNELS_OPS_H
+#ifndef FERRY_BACKEND_OPS_OPS_H
+#define FERRY_BACKEND_OPS_OPS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -11,8 +11,8 @@
  * arguments (the cuBLASLt workspace, the classifier's logits, the sum of
  * squares' partials) is passed in by the caller, so it counts against the
  * engine's budget. Plain C: ops.c includes it; no CUDA header needed. */
-#ifndef FERRY_KERNELS_OPS_CUDA_H
-#define FERRY_KERNELS_OPS_CUDA_H
+#ifndef FERRY_BACKEND_OPS_OPS_CUDA_H
+#define FERRY_BACKEND_OPS_OPS_CUDA_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -10,8 +10,8 @@
  * with fixed shapes and summation orders do not depend on any thread count).
  * Functions that can fail (bad token, bad target, out of host memory for a
  * scratch row) return a status with err_set(); the others cannot fail. */
-#ifndef FERRY_KERNELS_OPS_HOST_H
-#define FERRY_KERNELS_OPS_HOST_H
+#ifndef FERRY_BACKEND_OPS_OPS_HOST_H
+#define FERRY_BACKEND_OPS_OPS_HOST_H
 
 #include <stdbool.h>
 #include <stddef.h>
