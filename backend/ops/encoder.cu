@@ -18,6 +18,7 @@ namespace {
 /* Negative token ids met by the forward, read as id 0 (see ops_cuda.h). */
 __device__ unsigned int g_bad_tokens;
 
+/* occupancy floor: 32 warps/SM: `encoder_forward_kernel<.*>` (memory-bound) */
 template <typename E>
 __global__ void encoder_forward_kernel(E *out, const int32_t *tokens, const E *wte, const E *wpe, int N, int T,
                                        int C, int V, bool vec)
@@ -52,6 +53,7 @@ __global__ void encoder_forward_kernel(E *out, const int32_t *tokens, const E *w
 }
 
 /* dwpe[t, c] += sum_b dout[b, t, c], b in order. */
+/* occupancy floor: 32 warps/SM: `wpe_backward_kernel<.*>` (memory-bound) */
 template <typename E> __global__ void wpe_backward_kernel(E *dwpe, const E *dout, int B, int T, int C)
 {
     const size_t tc = (size_t)blockIdx.x * blockDim.x + threadIdx.x;

@@ -80,6 +80,7 @@ __device__ __forceinline__ void rotate(float *alo, float *ahi, const float *lo, 
     }
 }
 
+/* occupancy floor: 32 warps/SM: `rope_forward_kernel<.*>` (memory-bound) */
 template <typename T, int PER>
 __global__ void rope_forward_kernel(T *out, const T *inp, const float *inv_freq, const int32_t *pos, size_t BT,
                                     int NH, int NKV, int HS)
@@ -106,6 +107,8 @@ __global__ void rope_forward_kernel(T *out, const T *inp, const float *inv_freq,
     }
 }
 
+/* occupancy floor: 24 warps/SM: `rope_backward_kernel<.*>`
+ * (the 8-wide variant sums a shared head's query heads in 72 registers) */
 template <typename T, int PER>
 __global__ void rope_backward_kernel(T *dinp, const T *dout, const float *inv_freq, const int32_t *pos, size_t BT,
                                      int NH, int NKV, int HS)

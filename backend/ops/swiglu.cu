@@ -30,6 +30,7 @@ template <int PER, typename T> __device__ __forceinline__ void store_n(T *p, con
 }
 
 /* A thread per PER columns of one row: g = inp[r, i..], u = inp[r, I + i..]. */
+/* occupancy floor: 32 warps/SM: `swiglu_forward_kernel<.*>` (memory-bound) */
 template <typename T, int PER> __global__ void swiglu_forward_kernel(T *out, const T *inp, size_t N, int I)
 {
     const int groups = I / PER;
@@ -49,6 +50,7 @@ template <typename T, int PER> __global__ void swiglu_forward_kernel(T *out, con
 }
 
 /* d(gate) += dout up s (1 + gate (1 - s)), d(up) += dout gate s, s = sigmoid(gate). */
+/* occupancy floor: 32 warps/SM: `swiglu_backward_kernel<.*>` (memory-bound) */
 template <typename T, int PER>
 __global__ void swiglu_backward_kernel(T *dinp, const T *inp, const T *dout, size_t N, int I)
 {
