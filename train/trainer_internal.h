@@ -34,6 +34,7 @@ typedef struct trainer {
     int eval_batch;       /* rows of a validation batch: --batch, or fewer for a short validation set */
     tok_loader *train, *val;
     tok_bpe *tok;
+    char tok_dir[PATH_MAX]; /* the folder GPT-2's tokenizer was read from, "" without one */
     sampler smp;
     FILE *log;
     int32_t *inputs, *targets;

