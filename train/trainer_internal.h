@@ -35,6 +35,7 @@ typedef struct trainer {
     tok_loader *train, *val;
     tok_bpe *tok;
     sampler smp;
+    bool kv_refused;      /* a sample's key/value cache did not fit the engine's arena (said once) */
     FILE *log;
     int32_t *inputs, *targets;
     int64_t step;         /* steps done */
