@@ -296,8 +296,10 @@ static ferry_status sample_on(ferry_engine *e, const lmodel *m, lmodel_kv *kv, l
         st = push(&ids, (int)TOK_GPT2_EOT);
     size_t prompt_len = ids.len;
     if (st == FERRY_OK && (!e || (st = ferry_engine_begin_inference(e)) == FERRY_OK)) {
-        st = kv ? sample_generate(m, kv, h, stream, tok, &ids, n, s)
-                : sample_generate_recompute(m, a, h, stream, B, T, tok, &ids, n, s);
+        /* More than the cache holds (a long or endless sample) goes by the window, as before the cache. */
+        bool fits = kv && (n < 1 || ids.len + (size_t)n - 1 <= (size_t)lmodel_kv_capacity(kv));
+        st = fits || !a ? sample_generate(m, kv, h, stream, tok, &ids, n, s)
+                        : sample_generate_recompute(m, a, h, stream, B, T, tok, &ids, n, s);
         ferry_status end = e ? ferry_engine_end_inference(e) : FERRY_OK;
         if (st == FERRY_OK)
             st = end;

@@ -67,8 +67,11 @@ ferry_status sample_generate_recompute(const lmodel *m, lmodel_acts *a, const mo
                                        int B, int T, const tok_bpe *tok, tok_ids *ids, int n, sampler *s);
 
 /* Generates n tokens after `prompt` (NULL or "" = <|endoftext|>) with the
- * model on engine e through the cache kv (one row), or, kv NULL, by
- * recomputing over activations a (B rows, sequence T), and returns the
+ * model on engine e through the cache kv (one row), or, when kv is NULL or
+ * the prompt and the n tokens do not fit it (and a is given), by
+ * recomputing the last T tokens for each one over activations a (B rows,
+ * sequence T: a sample of any length, as long as it is not stopped), and
+ * returns the
  * decoded text (prompt included, up to a stop text) in *text (malloc'd).
  * Runs between steps: it brackets itself with
  * ferry_engine_begin/end_inference. When s->stop is set, or s->before_token
