@@ -5,7 +5,9 @@
  * token and logits within a tight tolerance at every step, over a prompt
  * prefilled in several chunks and two batch rows of different prompts;
  * then the cache's refusals (a full cache, a prompt longer than it, a
- * step before any prompt, a cache past the model's context). */
+ * step before any prompt, a cache past the model's context); and through
+ * the engine's hooks in offload none, optimizer and params, the same
+ * tokens and logits as resident weights. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include "tap.h"
 #include "common/error.h"
 #include "models/lmodel_decode.h"
+#include "models/model_engine.h"
 
 enum { B = 2, P = 7, N_NEW = 17, TMAX = P + N_NEW };
 
@@ -168,6 +171,73 @@ static void check_family(const char *name, const model_spec *spec)
     fixture_close(&f);
 }
 
+/* Greedy tokens and last logits of `steps` decode steps after a prompt. */
+static ferry_status greedy_run(const lmodel *m, lmodel_kv *kv, const model_hooks *h, backend_stream *s, int steps,
+                               int32_t *tokens, float *logits)
+{
+    int V = lmodel_vocab(m);
+    int32_t prompt[P];
+    for (int t = 0; t < P; t++)
+        prompt[t] = (int32_t)((t * 37 + 5) % V);
+    ferry_status st = lmodel_prefill(m, kv, h, s, prompt, P, logits);
+    for (int i = 0; i < steps && st == FERRY_OK; i++) {
+        tokens[i] = argmax(logits, V);
+        st = lmodel_decode_step(m, kv, h, s, &tokens[i], logits);
+    }
+    return st;
+}
+
+/* The cache through the engine in `mode` against resident weights of the
+ * same init: the engine hands the groups out as its mode places them. */
+static void check_engine(const char *name, const model_spec *spec, ferry_offload mode)
+{
+    enum { STEPS = 10 };
+    fixture f;
+    ferry_status st = fixture_open(&f, spec, 1.0f);
+    int V = f.m ? lmodel_vocab(f.m) : 1;
+    int32_t want[STEPS], got[STEPS];
+    float *lw = malloc((size_t)V * sizeof *lw), *lg = malloc((size_t)V * sizeof *lg);
+    lmodel_kv *kv = NULL;
+    if (st == FERRY_OK) st = lmodel_kv_create(f.m, f.be, 1, TMAX, 0, &f.alloc, &kv);
+    if (st == FERRY_OK) st = greedy_run(f.m, kv, &f.h, f.s, STEPS, want, lw);
+    lmodel_kv_destroy(kv);
+    kv = NULL;
+    ferry_engine *e = NULL;
+    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
+    cfg.backend = FERRY_BACKEND_HOST;
+    cfg.offload = mode;
+    cfg.optimizer_threads = 1;
+    cfg.device_budget_bytes = (uint64_t)1 << 30;
+    cfg.device_update_groups = 0;
+    model_desc d = f.m ? lmodel_desc(f.m) : (model_desc){0};
+    if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
+    if (st == FERRY_OK) st = model_engine_add_groups(&d, e, 1234, NULL);
+    if (st == FERRY_OK) st = ferry_engine_setup(e);
+    model_allocator alloc = e ? model_engine_allocator(e) : (model_allocator){0};
+    model_hooks hooks = e ? model_engine_hooks(e) : (model_hooks){0};
+    if (st == FERRY_OK) st = lmodel_kv_create(f.m, engine_embed_backend(e), 1, TMAX, 0, &alloc, &kv);
+    if (st == FERRY_OK) st = ferry_engine_begin_inference(e);
+    if (st == FERRY_OK) {
+        st = greedy_run(f.m, kv, &hooks, engine_embed_stream(e), STEPS, got, lg);
+        ferry_status end = ferry_engine_end_inference(e);
+        st = st == FERRY_OK ? end : st;
+    }
+    double diff = 0;
+    for (int v = 0; st == FERRY_OK && v < V; v++)
+        diff = fmax(diff, fabs(lw[v] - lg[v]));
+    tap_ok(st == FERRY_OK && memcmp(want, got, sizeof want) == 0 && diff <= 1e-6,
+           "%s through the engine, offload %s: the same %d greedy tokens and last logits (max diff %.3g) as resident "
+           "weights%s%s", name, ferry_offload_name(mode), STEPS, diff, st == FERRY_OK ? "" : ": ",
+           st == FERRY_OK ? "" : ferry_last_error());
+    if (e)
+        ferry_engine_synchronize(e);
+    lmodel_kv_destroy(kv);
+    ferry_engine_destroy(e);
+    free(lw);
+    free(lg);
+    fixture_close(&f);
+}
+
 static model_spec llama_spec(const char *preset, int V, bool bias, bool tied)
 {
     model_spec s;
@@ -198,5 +268,10 @@ int main(void)
     if (gpt2_config_from_fields(2, 2, 128, 700, 0, 64, &g.gpt2) != FERRY_OK)
         abort();
     check_family("gpt2 d2", &g);
+    const ferry_offload modes[] = {FERRY_OFFLOAD_NONE, FERRY_OFFLOAD_OPTIMIZER, FERRY_OFFLOAD_PARAMS};
+    for (int i = 0; i < 3; i++) {
+        check_engine("llama-d4", &l4, modes[i]);
+        check_engine("gpt2 d2", &g, modes[i]);
+    }
     return tap_done();
 }
