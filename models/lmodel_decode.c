@@ -38,6 +38,10 @@ static ferry_status check_args(const lmodel *m, int B, int Tmax, int chunk)
                        "context, %d", B, Tmax, lmodel_context(m));
     if (chunk < 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "kv cache: prefill chunk %d; give 0 (the default) or more", chunk);
+    model_kv_shape sh = shape_of(m);
+    if (sh.HS > 256)
+        return err_set(FERRY_ERR_UNSUPPORTED,
+                       "kv cache: head size %d; the cache's attention takes heads of at most 256", sh.HS);
     const llama_model *l = lmodel_llama(m);
     if (l && llama_get_config(l)->sliding_window > 0 && Tmax > llama_get_config(l)->sliding_window)
         return err_set(FERRY_ERR_UNSUPPORTED,

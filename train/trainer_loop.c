@@ -203,8 +203,9 @@ ferry_status trainer_eval_only(trainer *t)
 /* The key/value cache of one sample: the prompt and the new tokens within
  * the training sequence plus --sample-tokens (at most the model's context
  * and sliding window), on the sampling backend or the engine's arena. In
- * the engine's arena it may not fit beside training's buffers: then NULL,
- * said once, and the sample recomputes over the training activations. */
+ * the engine's arena it may not fit beside training's buffers, and a head
+ * above 256 has no cache attention: then NULL, said once, and the sample
+ * recomputes over the training activations. */
 static ferry_status sample_cache(trainer *t, lmodel_kv **kv)
 {
     *kv = NULL;
@@ -217,11 +218,10 @@ static ferry_status sample_cache(trainer *t, lmodel_kv **kv)
     model_allocator alloc = t->resident ? model_backend_allocator(t->sample_be) : model_engine_allocator(t->engine);
     backend *be = t->resident ? t->sample_be : engine_embed_backend(t->engine);
     ferry_status st = lmodel_kv_create(t->model, be, 1, Tmax, 0, &alloc, kv);
-    if (st == FERRY_ERR_OUT_OF_MEMORY && !t->resident) {
+    if ((st == FERRY_ERR_OUT_OF_MEMORY && !t->resident) || st == FERRY_ERR_UNSUPPORTED) {
         if (!t->kv_refused && trainer_leader(t))
-            fprintf(stderr, "%s: the key/value cache of a sample (%d positions) does not fit beside training's "
-                            "buffers (%s); samples recompute the sequence for each token\n",
-                    t->prog->name, Tmax, ferry_last_error());
+            fprintf(stderr, "%s: no key/value cache for samples (%d positions): %s; samples recompute the "
+                            "sequence for each token\n", t->prog->name, Tmax, ferry_last_error());
         t->kv_refused = true;
         err_clear();
         return FERRY_OK;

@@ -268,6 +268,19 @@ int main(void)
     if (gpt2_config_from_fields(2, 2, 128, 700, 0, 64, &g.gpt2) != FERRY_OK)
         abort();
     check_family("gpt2 d2", &g);
+    model_spec wide;
+    memset(&wide, 0, sizeof wide);
+    wide.family = MODEL_FAMILY_GPT2;
+    if (gpt2_config_from_fields(1, 2, 600, 50, 0, 16, &wide.gpt2) != FERRY_OK) /* heads of 300 */
+        abort();
+    fixture fw;
+    lmodel_kv *none = NULL;
+    ferry_status st = fixture_open(&fw, &wide, 1.0f);
+    if (st == FERRY_OK)
+        st = lmodel_kv_create(fw.m, fw.be, 1, 16, 0, &fw.alloc, &none);
+    tap_ok(st == FERRY_ERR_UNSUPPORTED && !none && strstr(ferry_last_error(), "300"),
+           "heads of 300 get no cache, said so (%s)", ferry_last_error());
+    fixture_close(&fw);
     const ferry_offload modes[] = {FERRY_OFFLOAD_NONE, FERRY_OFFLOAD_OPTIMIZER, FERRY_OFFLOAD_PARAMS};
     for (int i = 0; i < 3; i++) {
         check_engine("llama-d4", &l4, modes[i]);
