@@ -7,7 +7,13 @@
  * then the cache's refusals (a full cache, a prompt longer than it, a
  * step before any prompt, a cache past the model's context); and through
  * the engine's hooks in offload none, optimizer and params, the same
- * tokens and logits as resident weights. */
+ * tokens and logits as resident weights.
+ * Usage: test_decode [cuda]: with `cuda`, the families' comparisons on the
+ * cuda backend in bf16 (the recompute's flash attention against the
+ * cache's kernels, both rounding to bf16): logits within 1e-1 of their
+ * largest and greedy tokens equal at all but 4 of the 34 steps (a position
+ * or a head out of place misses by more than 1 at most steps); exit 77
+ * without a usable device. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +25,9 @@
 #include "models/model_engine.h"
 
 enum { B = 2, P = 7, N_NEW = 17, TMAX = P + N_NEW };
+
+static ferry_backend_kind kind = FERRY_BACKEND_HOST;
+static ferry_dtype act = FERRY_DTYPE_AUTO;
 
 typedef struct fixture {
     backend *be;
@@ -48,7 +57,8 @@ static void fixture_close(fixture *f)
 static ferry_status fixture_open(fixture *f, const model_spec *spec, float gain)
 {
     memset(f, 0, sizeof *f);
-    ferry_status st = backend_open(FERRY_BACKEND_HOST, &f->be);
+    ferry_status st = backend_open(kind, &f->be);
+    if (st == FERRY_OK) st = backend_set_act_dtype(f->be, act);
     if (st == FERRY_OK) st = ops_init(f->be, NULL, 0);
     if (st == FERRY_OK) st = backend_stream_create(f->be, "decode test", &f->s);
     if (st == FERRY_OK) st = lmodel_create(spec, &f->m);
@@ -87,7 +97,12 @@ static void check_family(const char *name, const model_spec *spec)
 {
     fixture f;
     ferry_status st = fixture_open(&f, spec, 4.0f);
-    if (!tap_ok(st == FERRY_OK, "%s: model on the host backend", name)) {
+    if (kind == FERRY_BACKEND_CUDA && st == FERRY_ERR_UNSUPPORTED) {
+        tap_diag("cuda: %s", ferry_last_error());
+        fixture_close(&f);
+        tap_plan_skip("no usable CUDA device");
+    }
+    if (!tap_ok(st == FERRY_OK, "%s: model on the %s backend", name, kind == FERRY_BACKEND_CUDA ? "cuda" : "host")) {
         tap_diag("%s", ferry_last_error());
         fixture_close(&f);
         return;
@@ -108,7 +123,7 @@ static void check_family(const char *name, const model_spec *spec)
         st = lmodel_prefill(f.m, kv, &f.h, f.s, prompt, P, lk);
     TAP_IS_STATUS(st, FERRY_OK, "%s: prefill of %d prompt tokens in %d rows", name, P, B);
     double worst = 0;
-    int mismatched = -1, len = P;
+    int mismatched = -1, mismatches = 0, len = P;
     for (int i = 0; i < N_NEW && st == FERRY_OK; i++, len++) {
         for (int j = 0; j < B * TMAX; j++)
             full[j] = 0;
@@ -124,6 +139,7 @@ static void check_family(const char *name, const model_spec *spec)
             }
             worst = fmax(worst, diff / fmax(scale, 1e-30));
             int tk = argmax(lk + (size_t)b * V, V), tr = argmax(lr, V);
+            mismatches += tk != tr;
             if (tk != tr && mismatched < 0)
                 mismatched = i;
             seq[b][len] = step_tok[b] = tr;
@@ -132,9 +148,13 @@ static void check_family(const char *name, const model_spec *spec)
             st = lmodel_decode_step(f.m, kv, &f.h, f.s, step_tok, lk);
     }
     TAP_IS_STATUS(st, FERRY_OK, "%s: %d greedy tokens by decode steps and by recompute", name, N_NEW);
-    tap_ok(mismatched < 0, "%s: the cache's greedy tokens equal the recompute's, token for token (first "
-                           "difference at step %d; -1 = none)", name, mismatched);
-    tap_ok(worst < 2e-5, "%s: logits at every step within 2e-5 of the largest (worst %.3g)", name, worst);
+    bool wide = kind == FERRY_BACKEND_CUDA;
+    int allowed = wide ? 4 : 0;
+    double tol = wide ? 1e-1 : 2e-5;
+    tap_ok(mismatches <= allowed, "%s: the cache's greedy tokens equal the recompute's, token for token (%d of %d "
+           "steps differ, %d allowed; the first at step %d, -1 = none)", name, mismatches, N_NEW * B, allowed,
+           mismatched);
+    tap_ok(worst < tol, "%s: logits at every step within %.0e of the largest (worst %.3g)", name, tol, worst);
     TAP_IS_INT(lmodel_kv_len(kv), TMAX, "%s: the cache holds the prompt and every new token", name);
     /* the cache's capacity */
     st = lmodel_decode_step(f.m, kv, &f.h, f.s, step_tok, lk);
@@ -255,8 +275,16 @@ static model_spec llama_spec(const char *preset, int V, bool bias, bool tied)
     return s;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "cuda") != 0) {
+        printf("Bail out! usage: test_decode [cuda]\n");
+        return 1;
+    }
+    if (argc > 1) {
+        kind = FERRY_BACKEND_CUDA;
+        act = FERRY_DTYPE_BF16;
+    }
     model_spec l4 = llama_spec("llama-d4", 1000, false, false); /* 4 query heads, 2 key/value heads */
     TAP_IS_INT(l4.llama.n_head / l4.llama.n_kv_head, 2, "llama-d4 groups 2 query heads on each key/value head");
     check_family("llama-d4 (GQA, untied head)", &l4);
@@ -268,6 +296,8 @@ int main(void)
     if (gpt2_config_from_fields(2, 2, 128, 700, 0, 64, &g.gpt2) != FERRY_OK)
         abort();
     check_family("gpt2 d2", &g);
+    if (kind == FERRY_BACKEND_CUDA)
+        return tap_done();
     model_spec wide;
     memset(&wide, 0, sizeof wide);
     wide.family = MODEL_FAMILY_GPT2;
