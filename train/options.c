@@ -86,6 +86,10 @@ static const opt_spec specs[] = {
     {"--sample-tokens", OPT_INT, F(sample_tokens), "64", 1, 1000000, "tokens to generate per sample"},
     {"--temperature", OPT_FLOAT, F(temperature), "1.0", 0, 100, "sampling temperature (0 = greedy)"},
     {"--top-k", OPT_INT, F(top_k), "40", 0, 65536, "sample among the k likeliest tokens (0 = all)"},
+    {"--top-p", OPT_FLOAT, F(top_p), "1.0", 0, 1, "nucleus sampling: after top-k, sample among the likeliest tokens "
+                                                   "whose probabilities first sum to p (1 = all)"},
+    {"--stop", OPT_STR, F(stop_text), "", 0, 0, "a sample ends where its new text holds this string (cut before it); "
+                                                 "it also ends at the model's end-of-sequence token"},
     {"--prompt", OPT_STR, F(prompt), "", 0, 0, "text the samples start from (default: <|endoftext|>)"},
     {"--checkpoint-dir", OPT_STR, F(checkpoint_dir), "", 0, 0, "folder for checkpoints (model.safetensors, config.json, "
                                                                "state.ferry); with --resume, the checkpoint's run "

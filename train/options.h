@@ -48,7 +48,8 @@ typedef struct train_options {
     /* outputs */
     int eval_every, eval_batches;
     int sample_every, sample_tokens, top_k;
-    float temperature;
+    float temperature, top_p;
+    const char *stop_text;   /* --stop: generation ends where the sample's new text holds it; "" = none */
     const char *prompt;
     const char *checkpoint_dir;
     int checkpoint_every;

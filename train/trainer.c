@@ -35,6 +35,13 @@
 #include "train/flag_words.h"
 #include "train/trainer_internal.h"
 
+/* Where generation ends by itself: GPT-2's <|endoftext|>, the Llama
+ * config's eos_token_id (-1: none). */
+static int trainer_eos_token(const trainer *t)
+{
+    return t->spec.family == MODEL_FAMILY_GPT2 ? (int)TOK_GPT2_EOT : t->spec.llama.eos_token_id;
+}
+
 /* Prints the failure; in a world of several ranks, says which and tells the
  * others, who stop with this message (a failure that came from another rank
  * is not sent back). A failure every rank reached alike (agreed_failure) is
@@ -134,9 +141,10 @@ static int prepare(trainer *t)
     /* Alone, a signal ends sampling after the token under way; with
      * several ranks, which sample alike through collectives, they agree on
      * it before each token. */
-    t->smp = (sampler){t->o.seed ^ 0x5A5A5A5Aull, t->o.temperature, t->o.top_k,
-                       t->world > 1 ? NULL : trainer_stop_flag(), t->world > 1 ? trainer_agree_before_token : NULL,
-                       t};
+    t->smp = (sampler){.rng = t->o.seed ^ 0x5A5A5A5Aull, .temperature = t->o.temperature, .top_k = t->o.top_k,
+                       .stop = t->world > 1 ? NULL : trainer_stop_flag(),
+                       .before_token = t->world > 1 ? trainer_agree_before_token : NULL, .before_token_ctx = t,
+                       .top_p = t->o.top_p, .eos = trainer_eos_token(t), .stop_text = t->o.stop_text};
     train_skips_init(&t->skips, t->o.max_skips);
     return 0;
 }

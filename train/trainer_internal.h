@@ -36,6 +36,7 @@ typedef struct trainer {
     tok_bpe *tok;
     char tok_dir[PATH_MAX]; /* the folder GPT-2's tokenizer was read from, "" without one */
     sampler smp;
+    bool kv_refused;      /* a sample's key/value cache did not fit the engine's arena (said once) */
     FILE *log;
     int32_t *inputs, *targets;
     int64_t step;         /* steps done */

@@ -200,21 +200,52 @@ ferry_status trainer_eval_only(trainer *t)
     return evaluate_and_say(t, &cut);
 }
 
+/* The key/value cache of one sample: the prompt and the new tokens within
+ * the training sequence plus --sample-tokens (at most the model's context
+ * and sliding window), on the sampling backend or the engine's arena. In
+ * the engine's arena it may not fit beside training's buffers, and a head
+ * above 256 has no cache attention: then NULL, said once, and the sample
+ * recomputes over the training activations. */
+static ferry_status sample_cache(trainer *t, lmodel_kv **kv)
+{
+    *kv = NULL;
+    long long want = (long long)t->o.seq + t->o.sample_tokens;
+    int ctx = lmodel_context(t->model);
+    const llama_model *l = lmodel_llama(t->model);
+    if (l && llama_get_config(l)->sliding_window > 0 && llama_get_config(l)->sliding_window < ctx)
+        ctx = llama_get_config(l)->sliding_window;
+    int Tmax = want < ctx ? (int)want : ctx;
+    model_allocator alloc = t->resident ? model_backend_allocator(t->sample_be) : model_engine_allocator(t->engine);
+    backend *be = t->resident ? t->sample_be : engine_embed_backend(t->engine);
+    ferry_status st = lmodel_kv_create(t->model, be, 1, Tmax, 0, &alloc, kv);
+    if ((st == FERRY_ERR_OUT_OF_MEMORY && !t->resident) || st == FERRY_ERR_UNSUPPORTED) {
+        if (!t->kv_refused && trainer_leader(t))
+            fprintf(stderr, "%s: no key/value cache for samples (%d positions): %s; samples recompute the "
+                            "sequence for each token\n", t->prog->name, Tmax, ferry_last_error());
+        t->kv_refused = true;
+        err_clear();
+        return FERRY_OK;
+    }
+    return st;
+}
+
 ferry_status trainer_print_sample(trainer *t)
 {
     char *text = NULL;
-    ferry_status st;
-    if (t->resident) {
+    lmodel_kv *kv = NULL;
+    ferry_status st = sample_cache(t, &kv);
+    if (st == FERRY_OK && t->resident) {
         model_hooks hooks = model_resident_hooks(t->resident);
-        st = sample_text_hooks(t->model, t->acts, &hooks, t->sample_stream, 1, t->o.seq, t->tok, t->o.prompt,
+        st = sample_text_hooks(t->model, kv, t->acts, &hooks, t->sample_stream, 1, t->o.seq, t->tok, t->o.prompt,
                                t->o.sample_tokens, &t->smp, &text);
-    } else {
-        st = sample_text(t->engine, t->model, t->acts, t->o.batch, t->o.seq, t->tok, t->o.prompt,
+    } else if (st == FERRY_OK) {
+        st = sample_text(t->engine, t->model, kv, t->acts, t->o.batch, t->o.seq, t->tok, t->o.prompt,
                          t->o.sample_tokens, &t->smp, &text);
     }
+    lmodel_kv_destroy(kv);
     if (st == FERRY_OK && trainer_leader(t)) { /* every rank samples alike; one prints */
-        printf("---- sample at step %lld (temperature %.2f, top-k %d) ----\n%s\n----\n", (long long)t->step,
-               (double)t->o.temperature, t->o.top_k, text);
+        printf("---- sample at step %lld (temperature %.2f, top-k %d, top-p %.2f) ----\n%s\n----\n",
+               (long long)t->step, (double)t->o.temperature, t->o.top_k, (double)t->o.top_p, text);
         st = trainer_stdout_written(t);
     }
     free(text);

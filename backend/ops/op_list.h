@@ -65,7 +65,10 @@
     OP(rope_forward, OPC_ACT, opx_rope(op, NH, NKV, HS))                                                \
     OP(rope_backward, OPC_ACT, opx_rope(op, NH, NKV, HS))                                               \
     OP(swiglu_forward, OPC_ACT, FERRY_OK)                                                               \
-    OP(swiglu_backward, OPC_ACT, FERRY_OK)
+    OP(swiglu_backward, OPC_ACT, FERRY_OK)                                                              \
+    OP(kv_append, OPC_ACT, opx_kv(op, NH, NKV, HS, pos0, Tq, Tmax, false))                              \
+    OP(kv_append_rope, OPC_ACT, opx_kv(op, NH, NKV, HS, pos0, Tq, Tmax, true))                          \
+    OP(attention_decode, OPC_ACT, opx_kv(op, NH, NKV, HS, pos0, Tq, Tmax, false))
 
 /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] (wpe NULL: no position
  * embedding, as Llama's token embedding alone); wte has at least V rows. A
@@ -235,6 +238,40 @@
 #define FERRY_OP_ARGS_swiglu_backward(A)                                                                \
     A(ACT_ADD, dinp, (size_t)N * 2 * I, 0) A(ACT_IN, inp, (size_t)N * 2 * I, 0)                         \
     A(ACT_IN, dout, (size_t)N * I, 0) A(DIM, N, 0, 0) A(DIM, I, 0, 0)
+
+/* Generation with a key/value cache. A cache is one layer's keys or values,
+ * [B, NKV, Tmax, HS]: batch row b, key/value head j, position p. Tq new
+ * tokens of each batch row take positions pos0 .. pos0 + Tq - 1 (pos0 >= 0,
+ * pos0 + Tq <= Tmax; every row at the same positions); qkv is their fused
+ * projection, [B, Tq, (NH + 2 NKV) HS] (NH query heads, NKV key heads, NKV
+ * value heads: GPT-2's [q | k | v] is NKV = NH). NH % NKV == 0, HS <= 256.
+ *
+ * kv_append: q [B, Tq, NH HS] = the query heads; the key and value heads
+ * written into kcache and vcache at their positions, every other position
+ * left as it is. kv_append_rope: the same with the query and key heads
+ * rotated as rope_forward rotates them (HS even, angle pos * inv_freq[i] in
+ * fp32, its cosine and sine in fp32), at pos = pos0 + t. */
+#define FERRY_OP_ARGS_kv_append(A)                                                                      \
+    A(ACT_OUT, q, (size_t)B * Tq * NH * HS, 0) A(ACT_ADD, kcache, (size_t)B * NKV * Tmax * HS, 0)       \
+    A(ACT_ADD, vcache, (size_t)B * NKV * Tmax * HS, 0) A(ACT_IN, qkv, (size_t)B * Tq * (NH + 2 * NKV) * HS, 0) \
+    A(INT, pos0, 0, 0) A(DIM, B, 0, 0) A(DIM, Tq, 0, 0) A(DIM, NH, 0, 0) A(DIM, NKV, 0, 0)              \
+    A(DIM, HS, 0, 0) A(DIM, Tmax, 0, 0)
+#define FERRY_OP_ARGS_kv_append_rope(A)                                                                 \
+    A(ACT_OUT, q, (size_t)B * Tq * NH * HS, 0) A(ACT_ADD, kcache, (size_t)B * NKV * Tmax * HS, 0)       \
+    A(ACT_ADD, vcache, (size_t)B * NKV * Tmax * HS, 0) A(ACT_IN, qkv, (size_t)B * Tq * (NH + 2 * NKV) * HS, 0) \
+    A(F32_IN, inv_freq, (size_t)HS / 2, 0) A(INT, pos0, 0, 0) A(DIM, B, 0, 0) A(DIM, Tq, 0, 0)          \
+    A(DIM, NH, 0, 0) A(DIM, NKV, 0, 0) A(DIM, HS, 0, 0) A(DIM, Tmax, 0, 0)
+/* Causal attention of the Tq new queries against the cache: query t of
+ * batch row b, head h (q [B, Tq, NH HS]) at position p = pos0 + t attends
+ * to the keys and values 0 .. p of key/value head h / (NH / NKV) (read as
+ * they are, not expanded per query head), scale 1/sqrt(HS), softmax in
+ * fp32; out is [B, Tq, NH HS], as attention_forward's out. Positions past p
+ * are never read. */
+#define FERRY_OP_ARGS_attention_decode(A)                                                               \
+    A(ACT_OUT, out, (size_t)B * Tq * NH * HS, 0) A(ACT_IN, q, (size_t)B * Tq * NH * HS, 0)              \
+    A(ACT_IN, kcache, (size_t)B * NKV * Tmax * HS, 0) A(ACT_IN, vcache, (size_t)B * NKV * Tmax * HS, 0) \
+    A(INT, pos0, 0, 0) A(DIM, B, 0, 0) A(DIM, Tq, 0, 0) A(DIM, NH, 0, 0) A(DIM, NKV, 0, 0)              \
+    A(DIM, HS, 0, 0) A(DIM, Tmax, 0, 0)
 
 /* ---- what the kinds are, and the expansions the files above use ---- */
 

@@ -90,6 +90,15 @@ static const op_shape op_shapes[] = {
     {"swiglu_backward", "N=37 I=100", OPTOL_ELEM, NULL},
     {"swiglu_backward", "N=5 I=1030", OPTOL_ELEM, NULL},
     {"swiglu_backward", "N=9 I=344", OPTOL_ELEM, NULL},
+    {"kv_append", "B=2 Tq=5 NH=4 NKV=4 HS=16 Tmax=12 pos0=3", OPTOL_ELEM, NULL},      /* GPT-2's: a prompt chunk */
+    {"kv_append", "B=3 Tq=1 NH=6 NKV=2 HS=64 Tmax=9 pos0=8", OPTOL_ELEM, NULL},       /* one token, the last slot */
+    {"kv_append_rope", "B=2 Tq=7 NH=4 NKV=2 HS=64 Tmax=20 pos0=0", OPTOL_ELEM, NULL}, /* a prompt from 0, grouped */
+    {"kv_append_rope", "B=1 Tq=1 NH=3 NKV=1 HS=12 Tmax=40 pos0=33", OPTOL_ELEM, NULL}, /* one token, MQA, half 6 */
+    {"kv_append_rope", "B=2 Tq=3 NH=2 NKV=2 HS=128 Tmax=8 pos0=5", OPTOL_ELEM, NULL},
+    {"attention_decode", "B=2 Tq=1 NH=4 NKV=2 HS=64 Tmax=70 pos0=66", OPTOL_MIXED, NULL},  /* a token at 66: 67 keys */
+    {"attention_decode", "B=1 Tq=9 NH=6 NKV=3 HS=40 Tmax=20 pos0=3", OPTOL_MIXED, NULL},   /* a chunk: 4..12 keys */
+    {"attention_decode", "B=3 Tq=1 NH=3 NKV=1 HS=12 Tmax=300 pos0=290", OPTOL_MIXED, NULL}, /* keys past a 256 tile, MQA */
+    {"attention_decode", "B=1 Tq=2 NH=2 NKV=2 HS=256 Tmax=5 pos0=0", OPTOL_MIXED, NULL},   /* the largest head */
 };
 
 #define OP_SHAPES (sizeof op_shapes / sizeof op_shapes[0])

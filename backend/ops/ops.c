@@ -188,6 +188,24 @@ static ferry_status opx_rope(const char *op, int NH, int NKV, int HS)
     return FERRY_OK;
 }
 
+/* The cache ops' shapes: grouped heads, the new positions inside the
+ * cache, a head attention_decode's block covers, and two halves for rope. */
+static ferry_status opx_kv(const char *op, int NH, int NKV, int HS, int pos0, int Tq, int Tmax, bool rope)
+{
+    if (NH % NKV != 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "%s: NH = %d query heads are not a multiple of NKV = %d key/value heads", op, NH, NKV);
+    if (pos0 < 0 || pos0 > Tmax - Tq)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "%s: positions %d .. %lld do not fit a cache of Tmax = %d positions (pos0 >= 0 and "
+                       "pos0 + Tq <= Tmax)", op, pos0, (long long)pos0 + Tq - 1, Tmax);
+    if (HS > 256)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: head size HS = %d; the cache's ops take HS <= 256", op, HS);
+    if (rope && HS % 2 != 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: head size HS = %d is odd; rotary needs two halves", op, HS);
+    return FERRY_OK;
+}
+
 static ferry_status opx_classifier(const char *op, int V, int Vp, const act_t *dinp, const act_t *dwte)
 {
     if (Vp < V)

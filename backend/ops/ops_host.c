@@ -722,6 +722,74 @@ static ferry_status host_swiglu_backward(backend_stream *s, act_t *dinp, const a
     return launch(s, swiglu_bwd_run, swiglu_bwd_run_narrow, &a, sizeof a);
 }
 
+/* ---- generation's cache ops ---- */
+
+typedef struct kv_args {
+    float *out, *kcache, *vcache; /* kv_append: out is q; attention_decode: kcache and vcache only read */
+    const float *in, *inv_freq;   /* kv_append: qkv; attention_decode: q */
+    int pos0, B, Tq, NH, NKV, HS, Tmax;
+    ferry_dtype act;
+} kv_args;
+
+static ferry_status kv_append_run(void *p)
+{
+    kv_args *a = p;
+    hostop_kv_append(a->out, a->kcache, a->vcache, a->in, a->inv_freq, a->pos0, a->B, a->Tq, a->NH, a->NKV, a->HS,
+                     a->Tmax);
+    return FERRY_OK;
+}
+
+static ferry_status attention_decode_run(void *p)
+{
+    kv_args *a = p;
+    return hostop_attention_decode(a->out, a->in, a->kcache, a->vcache, a->pos0, a->B, a->Tq, a->NH, a->NKV, a->HS,
+                                   a->Tmax);
+}
+
+static size_t kv_rows(const kv_args *a) { return (size_t)a->B * a->Tq; }
+static size_t kv_cache_n(const kv_args *a) { return (size_t)a->B * a->NKV * a->Tmax * a->HS; }
+
+static ferry_status kv_append_run_narrow(void *p)
+{
+    kv_args *a = p;
+    size_t Q = (size_t)a->NH * a->HS, row = (size_t)(a->NH + 2 * a->NKV) * a->HS;
+    view v[] = {{&a->out, kv_rows(a) * Q, VIEW_OUT}, {&a->kcache, kv_cache_n(a), VIEW_ADD},
+                {&a->vcache, kv_cache_n(a), VIEW_ADD}, {&a->in, kv_rows(a) * row, VIEW_IN}};
+    return run_widened(a, kv_append_run, v, 4, a->act);
+}
+
+static ferry_status attention_decode_run_narrow(void *p)
+{
+    kv_args *a = p;
+    size_t Q = (size_t)a->NH * a->HS;
+    view v[] = {{&a->out, kv_rows(a) * Q, VIEW_OUT}, {&a->in, kv_rows(a) * Q, VIEW_IN},
+                {&a->kcache, kv_cache_n(a), VIEW_IN}, {&a->vcache, kv_cache_n(a), VIEW_IN}};
+    return run_widened(a, attention_decode_run, v, 4, a->act);
+}
+
+static ferry_status host_kv_append(backend_stream *s, act_t *q, act_t *kcache, act_t *vcache, const act_t *qkv,
+                                   int pos0, int B, int Tq, int NH, int NKV, int HS, int Tmax)
+{
+    kv_args a = {q, kcache, vcache, qkv, NULL, pos0, B, Tq, NH, NKV, HS, Tmax, s->be->act};
+    return launch(s, kv_append_run, kv_append_run_narrow, &a, sizeof a);
+}
+
+static ferry_status host_kv_append_rope(backend_stream *s, act_t *q, act_t *kcache, act_t *vcache, const act_t *qkv,
+                                        const float *inv_freq, int pos0, int B, int Tq, int NH, int NKV, int HS,
+                                        int Tmax)
+{
+    kv_args a = {q, kcache, vcache, qkv, inv_freq, pos0, B, Tq, NH, NKV, HS, Tmax, s->be->act};
+    return launch(s, kv_append_run, kv_append_run_narrow, &a, sizeof a);
+}
+
+static ferry_status host_attention_decode(backend_stream *s, act_t *out, const act_t *q, const act_t *kcache,
+                                          const act_t *vcache, int pos0, int B, int Tq, int NH, int NKV, int HS,
+                                          int Tmax)
+{
+    kv_args a = {out, (float *)kcache, (float *)vcache, q, NULL, pos0, B, Tq, NH, NKV, HS, Tmax, s->be->act};
+    return launch(s, attention_decode_run, attention_decode_run_narrow, &a, sizeof a);
+}
+
 #define HOST_ENTRY(NAME, CUDA, EXTRA) .NAME = host_##NAME,
 const backend_ops backend_host_ops = {
     .act_dtypes = 1u << FERRY_DTYPE_F32 | 1u << FERRY_DTYPE_BF16 | 1u << FERRY_DTYPE_F16,

@@ -84,6 +84,13 @@ void hostop_rope_backward(float *dinp, const float *dout, const float *inv_freq,
 void hostop_swiglu_forward(float *out, const float *inp, int N, int I);
 void hostop_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int I);
 
+/* Generation's cache ops (backend/ops/attention_decode.c); inv_freq NULL:
+ * kv_append, no rotation. */
+void hostop_kv_append(float *q, float *kcache, float *vcache, const float *qkv, const float *inv_freq, int pos0,
+                      int B, int Tq, int NH, int NKV, int HS, int Tmax);
+ferry_status hostop_attention_decode(float *out, const float *q, const float *kcache, const float *vcache, int pos0,
+                                     int B, int Tq, int NH, int NKV, int HS, int Tmax);
+
 void hostop_convert_copy(float *dst, const float *src, size_t n);
 
 /* AdamW over n elements (common/numerics.h's arithmetic): grad holds

@@ -405,6 +405,95 @@ static void ref_swiglu_backward(opref_swiglu_backward *a)
         }
 }
 
+/* Generation's cache ops. Cache index of batch row b, key/value head j,
+ * position p: ((b NKV + j) Tmax + p) HS. */
+static size_t ref_kv_at(int b, int j, int p, int NKV, int Tmax, int HS)
+{
+    return (((size_t)b * NKV + (size_t)j) * (size_t)Tmax + (size_t)p) * (size_t)HS;
+}
+
+/* q = the query heads, the keys and values into the cache at pos0 + t
+ * (rotated by the rope angles when inv_freq is given); the rest of the
+ * cache is the input's. */
+static void ref_kv_write(double *q, double *kc, double *vc, const double *qkv, const double *inv_freq, int pos0,
+                         int B, int Tq, int NH, int NKV, int HS, int Tmax)
+{
+    size_t row = (size_t)(NH + 2 * NKV) * HS, Q = (size_t)NH * HS;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < Tq; t++) {
+            size_t n = (size_t)b * Tq + t;
+            const double *x = qkv + n * row;
+            for (int h = 0; h < NH; h++) {
+                double *o = q + n * Q + (size_t)h * HS;
+                if (inv_freq)
+                    ref_rope_head(o, x + (size_t)h * HS, inv_freq, pos0 + t, HS, 1.0, false);
+                else
+                    for (int i = 0; i < HS; i++)
+                        o[i] = x[(size_t)h * HS + i];
+            }
+            for (int j = 0; j < NKV; j++) {
+                size_t at = ref_kv_at(b, j, pos0 + t, NKV, Tmax, HS);
+                const double *k = x + Q + (size_t)j * HS, *v = k + (size_t)NKV * HS;
+                if (inv_freq)
+                    ref_rope_head(kc + at, k, inv_freq, pos0 + t, HS, 1.0, false);
+                else
+                    for (int i = 0; i < HS; i++)
+                        kc[at + i] = k[i];
+                for (int i = 0; i < HS; i++)
+                    vc[at + i] = v[i];
+            }
+        }
+}
+
+static void ref_kv_append(opref_kv_append *a)
+{
+    ref_kv_write(a->q, a->kcache, a->vcache, a->qkv, NULL, a->pos0, a->B, a->Tq, a->NH, a->NKV, a->HS, a->Tmax);
+}
+
+static void ref_kv_append_rope(opref_kv_append_rope *a)
+{
+    ref_kv_write(a->q, a->kcache, a->vcache, a->qkv, a->inv_freq, a->pos0, a->B, a->Tq, a->NH, a->NKV, a->HS,
+                 a->Tmax);
+}
+
+/* softmax(q . k_j / sqrt(HS)) over j <= pos0 + t, in double, of key/value
+ * head h / (NH / NKV), weighting its values. */
+static void ref_attention_decode(opref_attention_decode *a)
+{
+    int NH = a->NH, NKV = a->NKV, HS = a->HS, group = NH / NKV;
+    size_t Q = (size_t)NH * HS;
+    double scale = 1.0 / sqrt((double)HS);
+    double *w = (double *)malloc((size_t)a->Tmax * sizeof *w);
+    if (!w)
+        return;
+    for (int b = 0; b < a->B; b++)
+        for (int t = 0; t < a->Tq; t++)
+            for (int h = 0; h < NH; h++) {
+                size_t n = (size_t)b * a->Tq + t;
+                const double *q = a->q + n * Q + (size_t)h * HS;
+                double *o = a->out + n * Q + (size_t)h * HS, max = -INFINITY, sum = 0;
+                int p = a->pos0 + t;
+                for (int j = 0; j <= p; j++) {
+                    const double *k = a->kcache + ref_kv_at(b, h / group, j, NKV, a->Tmax, HS);
+                    double dot = 0;
+                    for (int i = 0; i < HS; i++)
+                        dot += q[i] * k[i];
+                    w[j] = dot * scale;
+                    max = w[j] > max ? w[j] : max;
+                }
+                for (int j = 0; j <= p; j++)
+                    sum += (w[j] = exp(w[j] - max));
+                for (int i = 0; i < HS; i++)
+                    o[i] = 0;
+                for (int j = 0; j <= p; j++) {
+                    const double *v = a->vcache + ref_kv_at(b, h / group, j, NKV, a->Tmax, HS);
+                    for (int i = 0; i < HS; i++)
+                        o[i] += w[j] / sum * v[i];
+                }
+            }
+    free(w);
+}
+
 /* Every op's reference, in the registry's order. */
 #define OP_REF_CALL(NAME, CUDA, EXTRA)                                                          \
     static void ref_call_##NAME(void *p) { ref_##NAME((opref_##NAME *)p); }

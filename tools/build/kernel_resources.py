@@ -100,6 +100,8 @@ STACK_ALLOWED = {
     # angle takes the fast path, which touches none (backend/ops/rope.cu).
     "rope_forward_kernel": (32, "sincosf's Payne-Hanek reduction for angles above 105615"),
     "rope_backward_kernel": (32, "sincosf's Payne-Hanek reduction for angles above 105615"),
+    # generation's rotation of the new token, the same sincosf (backend/ops/attention_decode.cu)
+    "kv_append_kernel": (32, "sincosf's Payne-Hanek reduction for angles above 105615"),
 }
 
 
