@@ -10,7 +10,7 @@
 static void serve(const char *path, int B, int T, uint32_t vocab, int shuffle)
 {
     const char *paths[1] = {path};
-    tok_loader_config c = {paths, 1, B, T, vocab, shuffle, 42};
+    tok_loader_config c = {paths, 1, B, T, vocab, shuffle, 42, 0, TOK_TOO_LONG_REFUSE};
     tok_loader *l = NULL;
     if (tok_loader_open(&c, &l) != FERRY_OK)
         return;
