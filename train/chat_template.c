@@ -103,9 +103,7 @@ static ferry_status mistral_message(chat_segments *s, const tok_message *m)
         return st == FERRY_OK ? push(s, CHAT_SEG_SPECIAL, LIT("</s>"), true) : st;
     }
     ferry_status st = push(s, CHAT_SEG_MARKER, LIT("[INST]"), false);
-    if (st == FERRY_OK) st = push(s, CHAT_SEG_TEXT, LIT(" "), false);
     if (st == FERRY_OK && m->len > 0) st = push(s, CHAT_SEG_TEXT, m->content, m->len, false);
-    if (st == FERRY_OK) st = push(s, CHAT_SEG_TEXT, LIT(" "), false);
     if (st == FERRY_OK) st = push(s, CHAT_SEG_MARKER, LIT("[/INST]"), false);
     return st;
 }
@@ -308,6 +306,13 @@ static ferry_status encode_all(const tok_text_encoder *enc, const chat_segments 
         bool skip;
         if ((st = one_token(enc, g, &id, &skip)) != FERRY_OK || skip)
             continue;
+        if (id == TOK_NO_TOKEN && g->kind == CHAT_SEG_MARKER) { /* a marker as text: encoded alone */
+            if (run->len)
+                st = flush(enc, run, ids, flags);
+            if (st == FERRY_OK)
+                st = encode_run(enc, g->text, g->len, g->target, ids, flags);
+            continue;
+        }
         if (id == TOK_NO_TOKEN) { /* text: joins the run when the flag is the same */
             if (run->len && run->target != g->target)
                 st = flush(enc, run, ids, flags);

@@ -8,10 +8,11 @@
  *            <|end_header_id|> "\n\n" CONTENT (trimmed) <|eot_id|>;
  *   chatml   per message <|im_start|> "ROLE\n" CONTENT <|im_end|> "\n"
  *            (Qwen2's, without its default system message);
- *   mistral  <s>, then per user/assistant pair [INST] " USER " [/INST]
- *            ASSISTANT </s> (Mistral-7B-Instruct's; no system role, the
- *            roles alternate from user; [INST] and [/INST] are special
- *            tokens where the vocabulary has them, text otherwise).
+ *   mistral  <s>, then per user/assistant pair [INST] USER [/INST]
+ *            ASSISTANT </s>, each piece encoded on its own as Mistral's
+ *            reference tokenizes (no system role, the roles alternate from
+ *            user; [INST] and [/INST] are special tokens where the
+ *            vocabulary has them, text otherwise).
  * A prompt/completion record under a chat template is one user message and
  * one assistant message. The targets are each assistant message's content
  * (a completion) and the token that closes it (<|eot_id|>, <|im_end|>,
@@ -93,9 +94,9 @@ typedef struct tok_flags {
 void tok_flags_free(tok_flags *f);
 
 /* Appends the tokens of the segments to *ids and their flags to *flags.
- * Consecutive text (and markers encoded as text) with the same flag are
- * encoded as one text, so a boundary only falls where the flag changes or a
- * special token stands. FERRY_ERR_INVALID_ARGUMENT naming the token when a
+ * Consecutive text with the same flag is encoded as one text, so a boundary
+ * only falls where the flag changes or a special token stands; a marker the
+ * tokenizer does not have is encoded as text on its own. FERRY_ERR_INVALID_ARGUMENT naming the token when a
  * special token or EOS the template needs is not the tokenizer's, or an id
  * the encoder gave is not below its vocabulary; on failure ids and flags
  * keep what they held before. */

@@ -692,7 +692,8 @@ ferry_status tok_loader_seek(tok_loader *l, const tok_loader_pos *pos)
     if (!pos || pos->layout != l->layout)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "loader position was saved for other data or settings "
                        "(layout %016llx, this loader %016llx): the same shards with the same tokens, batch, "
-                       "seq_len, shuffle and seed are needed",
+                       "seq_len, shuffle and seed (and for instruction data the same --no-pack and --too-long) are "
+                       "needed",
                        pos ? (unsigned long long)pos->layout : 0ull, (unsigned long long)l->layout);
     if (pos->index >= l->windows)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "loader position batch %llu is past the epoch's %llu batches",

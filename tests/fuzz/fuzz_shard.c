@@ -22,18 +22,18 @@ static void serve_as(const char *path, int B, int T, uint32_t vocab, int shuffle
     int masked = tok_shard_is_masked(f);
     uint32_t bound = vocab ? vocab : tok_shard_token_bytes(f) == 2 ? 65536 : 0x80000000u;
     int32_t *in = malloc(bt * sizeof *in), *tg = malloc(bt * sizeof *tg), *again = malloc(bt * sizeof *again);
-    int32_t *pos = malloc(bt * sizeof *pos);
-    if (!in || !tg || !again || !pos)
+    int32_t *at = malloc(bt * sizeof *at);
+    if (!in || !tg || !again || !at)
         abort();
     uint64_t n = tok_loader_batches_per_epoch(l) + 2;
     for (uint64_t k = 0; k < n && k < 64; k++) {
         tok_loader_pos pos = tok_loader_tell(l);
-        if (tok_loader_next_ex(l, in, tg, pos) != FERRY_OK)
+        if (tok_loader_next_ex(l, in, tg, at) != FERRY_OK)
             abort(); /* the file does not change under the harness */
         for (size_t i = 0; i < bt; i++)
             if (in[i] < 0 || (tg[i] < 0 && (!masked || tg[i] != -1)) || (uint32_t)in[i] >= bound ||
-                (tg[i] >= 0 && (uint32_t)tg[i] >= bound) || pos[i] < 0 || pos[i] >= T ||
-                (i % (size_t)T == 0 && pos[i] != 0) || (i % (size_t)T && pos[i] != 0 && pos[i] != pos[i - 1] + 1))
+                (tg[i] >= 0 && (uint32_t)tg[i] >= bound) || at[i] < 0 || at[i] >= T ||
+                (i % (size_t)T == 0 && at[i] != 0) || (i % (size_t)T && at[i] != 0 && at[i] != at[i - 1] + 1))
                 abort();
         if (tok_loader_seek(l, &pos) != FERRY_OK || tok_loader_next(l, again, tg) != FERRY_OK ||
             memcmp(in, again, bt * sizeof *in) != 0)
@@ -43,7 +43,7 @@ static void serve_as(const char *path, int B, int T, uint32_t vocab, int shuffle
     free(in);
     free(tg);
     free(again);
-    free(pos);
+    free(at);
     tok_loader_close(l);
 }
 

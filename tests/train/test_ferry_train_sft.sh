@@ -7,7 +7,8 @@
 # train shard holds (read here from its mask), and to fewer than its
 # tokens; the progress lines and the setup say the same; an evaluation on
 # the masked validation shard logs a finite loss. An example longer than
-# --seq + 1 is refused naming it, or truncated with --too-long truncate.
+# --seq + 1 is refused naming it, or truncated with --too-long truncate. A
+# resumed run on packed data goes on exactly.
 # Usage: test_ferry_train_sft.sh FERRY_TRAIN TOKENIZE
 set -u
 ferry=$1
@@ -75,6 +76,24 @@ steps=$(( (examples + 3) / 4 ))
 rc=$?; read -r nrec t_sum k_sum < <(sums "$work/nopack.jsonl")
 [ $rc -eq 0 ] && [ "$nrec" -eq $steps ] && [ "$t_sum" -eq "$targets" ]
 ok $? "--no-pack: $steps steps (one epoch) log $t_sum targets, the shard's $targets (exit $rc): $(cat "$work/err")"
+
+# Resume on packed data: 2 steps + save + resume + 2 give the losses of 4 in a row.
+losses() { $python -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1]) if "\"step\"" in l and "\"loss\"" in l))' "$1"; }
+"$ferry" "${base[@]}" --steps 4 --log "$work/full.jsonl" --quiet >/dev/null 2>"$work/err"
+a=$(losses "$work/full.jsonl")
+"$ferry" "${base[@]}" --steps 4 --checkpoint-dir "$work/split" --checkpoint-every 2 --log "$work/split.jsonl" \
+  --quiet >/dev/null 2>>"$work/err"
+rm -rf "$work/split/step_00000004"; ln -sfn step_00000002 "$work/split/latest"
+head -n 2 "$work/split.jsonl" >"$work/resumed.jsonl"
+"$ferry" --data "$work/data/train_*.bin" --resume "$work/split" --log "$work/resumed.jsonl" --backend host \
+  --threads 2 --quiet >/dev/null 2>>"$work/err"
+rc=$?; b=$(losses "$work/resumed.jsonl")
+[ $rc -eq 0 ] && [ "$(echo $a | wc -w)" -eq 4 ] && [ "$a" = "$b" ]
+ok $? "packed: resumed at step 2, the 4 losses are the uninterrupted run's, bit for bit ($a | $b): $(cat "$work/err")"
+"$ferry" --data "$work/data/train_*.bin" --resume "$work/split/step_00000002" --no-pack --backend host --threads 2 \
+  --quiet --steps 3 --checkpoint-dir "$work/other" >/dev/null 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q -- "--no-pack and --too-long" "$work/err"
+ok $? "a resume with --no-pack of a packed run is refused (exit $rc): $(cat "$work/err")"
 
 # Too long for --seq 4: refused naming the example, or truncated.
 "$ferry" "${base[@]}" --seq 4 --steps 1 --quiet >"$work/out" 2>"$work/err"

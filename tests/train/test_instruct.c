@@ -205,7 +205,7 @@ static const toy_entry specials[] = {
 static const toy_entry texts[] = {
     {"system", 10}, {"user", 11}, {"assistant", 12}, {"\n\n", 13}, {"\n", 14}, {"Be brief.", 20}, {"2+2?", 21},
     {"4", 22}, {"And 3+3?", 23}, {"6", 24}, {"system\n", 30}, {"user\n", 31}, {"assistant\n", 32},
-    {" 2+2? ", 40}, {" And 3+3? ", 41}, {"Q", 50}, {" A", 51}, {"[INST] 2+2? [/INST]", 60}, {" 2+2? [/INST]", 61},
+    {"Q", 50}, {" A", 51}, {"[INST]", 60}, {"[/INST]", 61},
     {"\n\nBe brief.", 70}, {"\n\n2+2?", 71}, {"system\nBe brief.", 72}, {"user\n2+2?", 73}, {"user\nQ", 74},
     {NULL, 0}};
 
@@ -264,18 +264,18 @@ static void test_templates(void)
     }
     /* mistral: <s> [INST] " user " [/INST] assistant </s> ... */
     {
-        uint32_t want[] = {1, 3, 40, 4, 22, 2, 3, 41, 4, 24, 2};
+        uint32_t want[] = {1, 3, 21, 4, 22, 2, 3, 23, 4, 24, 2};
         uint8_t flags[] = {0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1};
         expect_render("mistral, two turns", CHAT_MISTRAL, conv2, specials, want, flags, 11);
     }
-    /* mistral with a vocabulary without [INST]: the markers are text, joined with the user's text */
+    /* mistral with a vocabulary without [INST]: the markers are text, each encoded alone */
     {
         static const toy_entry few[] = {{"<s>", 1}, {"</s>", 2}, {NULL, 0}};
         const char line[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"2+2?\"}, {\"role\": \"assistant\", "
                             "\"content\": \"4\"}]}";
-        uint32_t want[] = {1, 60, 22, 2};
-        uint8_t flags[] = {0, 0, 1, 1};
-        expect_render("mistral, [INST] as text", CHAT_MISTRAL, line, few, want, flags, 4);
+        uint32_t want[] = {1, 60, 21, 61, 22, 2};
+        uint8_t flags[] = {0, 0, 0, 0, 1, 1};
+        expect_render("mistral, [INST] as text", CHAT_MISTRAL, line, few, want, flags, 6);
     }
     /* plain: BOS prompt completion EOS */
     {
