@@ -347,18 +347,23 @@ static ferry_status shard_rows(tok_loader *l, uint32_t si, uint64_t *cap)
         bool over = slots > T;
         if (over && l->cfg.too_long == TOK_TOO_LONG_REFUSE)
             return too_long(l, s, k, len);
-        l->truncated += over;
         if (cur.count > 0 && (over || l->cfg.no_pack || used + slots > T)) {
             st = push_row(l, cap, cur);
             cur.count = 0;
+        }
+        if (st == FERRY_OK && over) { /* its first T+1 tokens, alone in a row */
+            l->truncated++;
+            l->span = (size_t)T + 1 > l->span ? (size_t)T + 1 : l->span;
+            st = push_row(l, cap, (loader_row){si, (uint32_t)k, 1});
+            continue;
         }
         if (cur.count == 0) {
             cur.first = (uint32_t)k;
             used = 0;
         }
         cur.count++;
-        used += over ? T : slots;
-        uint64_t span = over ? T + 1 : (uint64_t)s->starts[k + 1] - s->starts[cur.first];
+        used += slots;
+        uint64_t span = (uint64_t)s->starts[k + 1] - s->starts[cur.first];
         l->span = span > l->span ? (size_t)span : l->span;
     }
     if (st == FERRY_OK && cur.count > 0)
@@ -601,7 +606,7 @@ static ferry_status fill_row(tok_loader *l, const loader_row *r, int32_t *in, in
     uint32_t top = 0;
     for (uint32_t e = r->first; e < r->first + r->count; e++) {
         size_t es = s->starts[e] - a, ee = s->starts[e + 1] - a < span ? s->starts[e + 1] - a : span;
-        for (size_t i = es; i + 1 < ee; i++, j++) {
+        for (size_t i = es; i + 1 < ee && j < T; i++, j++) { /* j < T: only a truncated example reaches it */
             uint32_t x = token_at(l->window, s->tok_bytes, i), y = token_at(l->window, s->tok_bytes, i + 1);
             top = x > top ? x : top;
             top = y > top ? y : top;

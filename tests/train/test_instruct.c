@@ -604,6 +604,26 @@ static void test_too_long(void)
     rows_equal("too long: C's first 5 tokens (targets)", tg, c_tg, 4);
     rows_equal("too long: C's first 5 tokens (positions)", pos, c_pos, 4);
     tok_loader_close(l);
+
+    /* a one-token example (no pair) after a truncated one starts the next row */
+    const uint32_t tk[] = {30, 31, 32, 33, 34, 35, 50, 60, 61, 62};
+    const uint8_t fl[] = {0, 1, 1, 1, 1, 1, 0, 0, 1, 1};
+    const uint32_t sts[] = {0, 6, 7};
+    tok_shard_examples ex = {tk, fl, 10, sts, 3};
+    tok_shard_write_masked(path_in("one.bin"), TOK_SHARD_MASKED16, &ex);
+    l = open_masked(path_in("one.bin"), 2, 4, 0, 0, TOK_TOO_LONG_TRUNCATE, &st);
+    TAP_IS_STATUS(st, FERRY_OK, "too long then one token: opens");
+    if (!l)
+        return;
+    TAP_IS_INT(tok_loader_rows(l), 2, "too long then one token: the truncated example alone, then the other two");
+    int32_t i2[8], t2[8], p2[8];
+    tok_loader_next_ex(l, i2, t2, p2);
+    const int32_t w_in[8] = {30, 31, 32, 33, 60, 61, 0, 0}, w_tg[8] = {31, 32, 33, 34, 61, 62, -1, -1};
+    const int32_t w_pos[8] = {0, 1, 2, 3, 0, 1, 0, 1};
+    rows_equal("too long then one token: inputs", i2, w_in, 8);
+    rows_equal("too long then one token: targets", t2, w_tg, 8);
+    rows_equal("too long then one token: positions", p2, w_pos, 8);
+    tok_loader_close(l);
 }
 
 static void test_stream_positions_and_resume(void)
