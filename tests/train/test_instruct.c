@@ -802,6 +802,16 @@ static void test_tokenize_jsonl(void)
            "tokenize --too-long truncate: says what it cut: %s", out);
     TAP_IS_INT(stat(path_in("tok2/train_000000.bin"), &sb) == 0 ? sb.st_size : -1,
                1024 + 3 * (long)(wstart[2] + 9) + 4 * 3, "tokenize --too-long truncate: the third example is 9 tokens");
+    /* --shard-tokens: whole examples a shard, a larger example alone */
+    snprintf(cmd, sizeof cmd, "'%s' --encoder '%s' --vocab '%s' --out-dir '%s/tok4' --jsonl '%s' --val-fraction 0 "
+             "--shard-tokens %u 2>&1", exe, enc, voc, dir, path_in("d.jsonl"), wstart[2]);
+    TAP_IS_INT(run(cmd, out, sizeof out), 0, "tokenize --shard-tokens %u: runs", wstart[2]);
+    long s0 = stat(path_in("tok4/train_000000.bin"), &sb) == 0 ? sb.st_size : -1;
+    long s1 = stat(path_in("tok4/train_000001.bin"), &sb) == 0 ? sb.st_size : -1;
+    tap_ok(s0 == 1024 + 3 * (long)wstart[2] + 8 && s1 == 1024 + 3 * (long)len3 + 4 &&
+               access(path_in("tok4/train_000002.bin"), F_OK) != 0,
+           "tokenize --shard-tokens: examples 1-2 fill one shard, example 3 (%zu tokens) the next (%ld, %ld "
+           "bytes)", len3, s0, s1);
     /* bad input on the command line and in the file */
     write_file(path_in("e.jsonl"), "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \"a\"}\n", 51);
     snprintf(cmd, sizeof cmd, "'%s' --encoder '%s' --vocab '%s' --out-dir '%s/tok3' --jsonl '%s' 2>&1", exe, enc, voc,
