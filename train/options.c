@@ -47,7 +47,7 @@ static const opt_spec specs[] = {
     {"--seq", OPT_INT, F(seq), "256", 1, 1048576, "tokens per sequence (T), at most --context"},
     {"--no-pack", OPT_BOOL, F(no_pack), "off", 0, 0, "instruction data (masked shards): one example per sequence, "
                                                     "padded, instead of packing examples into each --seq window"},
-    {"--too-long", OPT_STR, F(too_long), "refuse", 0, 0, "instruction data: an example longer than --seq + 1 tokens is "
+    {"--too-long", OPT_STR, F(too_long), "refuse", 0, 0, "instruction data: refuse or truncate: an example longer than --seq + 1 tokens is "
                                                         "refused (naming it) or truncated to its first --seq + 1"},
     {"--grad-accum", OPT_INT, F(grad_accum), "1", 1, 65536, "micro-batches per optimizer step"},
     {"--steps", OPT_INT, F(steps), "100", 1, 100000000, "optimizer steps to take"},
@@ -139,7 +139,7 @@ static const char *placeholder(const opt_spec *s)
     if (s->field == F(model))
         return " NAME";
     if (s->field == F(too_long))
-        return " truncate|refuse";
+        return " MODE";
     return s->field == F(prompt) ? " TEXT" : " PATH";
 }
 
