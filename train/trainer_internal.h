@@ -48,6 +48,7 @@ typedef struct trainer {
     int64_t start_step;
     double tokens_done;
     double targets_done;  /* of tokens_done, the targets (masked data: fewer) */
+    double val_targets;   /* masked data: the targets the last evaluation's loss is the mean over */
     char ckpt[PATH_MAX];  /* checkpoint folder to resume from, or "" */
     train_resume from;    /* its run state (read before setup) */
     char home[PATH_MAX];  /* the run folder the resumed checkpoint is in: the default --checkpoint-dir */

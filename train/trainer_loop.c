@@ -191,6 +191,7 @@ static ferry_status evaluate(trainer *t, float *val_loss, bool *cut)
     if (st == FERRY_OK && end == FERRY_OK && W > 1 && !*cut)
         st = ferry_world_all_reduce(v, 2);
     *val_loss = v[1] > 0 ? (float)(v[0] / v[1]) : 0;
+    t->val_targets = t->masked ? v[1] : 0;
     return st != FERRY_OK ? st : end;
 }
 
@@ -208,7 +209,9 @@ static ferry_status evaluate_and_say(trainer *t, bool *cut)
                             "reported\n", t->prog->name, (long long)t->step);
         return FERRY_OK;
     }
-    if (trainer_leader(t))
+    if (trainer_leader(t) && t->masked)
+        printf("step %lld | val loss %.4f over %.0f targets\n", (long long)t->step, (double)val, t->val_targets);
+    else if (trainer_leader(t))
         printf("step %lld | val loss %.4f\n", (long long)t->step, (double)val);
     if ((st = trainer_stdout_written(t)) != FERRY_OK)
         return st;

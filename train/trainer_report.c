@@ -162,6 +162,8 @@ ferry_status trainer_log_record(trainer *t, const char *kind, const step_figures
         cJSON_AddNumberToObject(j, "comm_bytes", f->timing.comm_bytes);
     } else {
         cJSON_AddNumberToObject(j, "val_loss", val_loss);
+        if (t->masked)
+            cJSON_AddNumberToObject(j, "targets", t->val_targets); /* the loss is the mean over them */
     }
     return log_write(t, j);
 }

@@ -44,7 +44,7 @@ print(e, n, sum(flags))
 PY
 )
 sums() { $python -c 'import json,sys
-r=[json.loads(l) for l in open(sys.argv[1]) if "\"targets\"" in l]
+r=[x for x in map(json.loads, open(sys.argv[1])) if "tokens" in x]
 print(len(r), int(sum(x["targets"] for x in r)), int(sum(x["tokens"] for x in r)))' "$1"; }
 base=(--model llama-d2 --seq 32 --batch 4 --data "$work/data/train_*.bin" --backend host --threads 2)
 
@@ -61,12 +61,15 @@ rc=$?; read -r nrec t_sum k_sum < <(sums "$work/packed.jsonl")
 ok $? "packed: $steps steps (one epoch) log $t_sum targets in all, the train shard's $targets, of $k_sum tokens (exit $rc): $(cat "$work/err")"
 grep -q -E "^step +1/$steps \| loss +[0-9.]+ \| [0-9]+ of $((4 * 32)) tokens targets" "$work/out"
 ok $? "packed: the progress line says the step's targets: $(grep -m1 '^step' "$work/out")"
-$python - "$work/packed.jsonl" <<'PY'
+vtargets=$($python -c 'import struct,sys
+b=open(sys.argv[1],"rb").read(); h=struct.unpack("<256i",b[:1024]); print(h[5])' "$work/data/val_000000.bin")
+$python - "$work/packed.jsonl" "$vtargets" <<'PY'
 import json, math, sys
 r = [json.loads(l) for l in open(sys.argv[1]) if '"eval"' in l]
-sys.exit(0 if len(r) == 1 and math.isfinite(r[0]["val_loss"]) and r[0]["val_loss"] > 0 else 1)
+sys.exit(0 if len(r) == 1 and math.isfinite(r[0]["val_loss"]) and r[0]["val_loss"] > 0 and
+         0 < r[0]["targets"] <= int(sys.argv[2]) else 1)
 PY
-ok $? "packed: the evaluation on the masked validation shard logs a finite loss"
+ok $? "packed: the evaluation on the masked validation shard logs a finite loss over its targets: $(grep 'val loss' "$work/out")"
 grep -q "^done: $steps steps, $((steps * 4 * 32)) tokens ($targets of them targets)" "$work/out"
 ok $? "packed: the summary says the targets: $(grep '^done' "$work/out")"
 
