@@ -46,6 +46,10 @@ static const opt_spec specs[] = {
                                                      "share/ferry/gpt2, the source tree's)"},
     {"--batch", OPT_INT, F(batch), "4", 1, 65536, "sequences per micro-batch (B)"},
     {"--seq", OPT_INT, F(seq), "256", 1, 1048576, "tokens per sequence (T), at most --context"},
+    {"--no-pack", OPT_BOOL, F(no_pack), "off", 0, 0, "instruction data (masked shards): one example per sequence, "
+                                                    "padded, instead of packing examples into each --seq window"},
+    {"--too-long", OPT_STR, F(too_long), "refuse", 0, 0, "instruction data: refuse or truncate: an example longer than --seq + 1 tokens is "
+                                                        "refused (naming it) or truncated to its first --seq + 1"},
     {"--grad-accum", OPT_INT, F(grad_accum), "1", 1, 65536, "micro-batches per optimizer step"},
     {"--steps", OPT_INT, F(steps), "100", 1, 100000000, "optimizer steps to take"},
     {"--seed", OPT_U64, F(seed), "1337", 0, 0, "seed of the initialisation, the data order and sampling"},
@@ -139,6 +143,8 @@ static const char *placeholder(const opt_spec *s)
     }
     if (s->field == F(model))
         return " NAME";
+    if (s->field == F(too_long))
+        return " MODE";
     return s->field == F(prompt) ? " TEXT" : " PATH";
 }
 
@@ -400,6 +406,10 @@ static int check_together(train_options *o)
     }
     if (o->init_from && o->resume) {
         fprintf(stderr, "%s: --init-from and --resume exclude each other (a resumed run has its weights)\n", prog);
+        return 2;
+    }
+    if (!o->too_long || (strcmp(o->too_long, "refuse") != 0 && strcmp(o->too_long, "truncate") != 0)) {
+        fprintf(stderr, "%s: --too-long '%s' must be 'truncate' or 'refuse'\n", prog, o->too_long ? o->too_long : "");
         return 2;
     }
     if (o->warmup > o->steps)

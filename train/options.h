@@ -33,6 +33,8 @@ typedef struct train_options {
     const char *val_data;    /* validation shards */
     const char *tokenizer;   /* folder with encoder.json and vocab.bpe */
     int batch, seq, grad_accum, steps;
+    bool no_pack;            /* masked shards: one example per row, padded, instead of packed */
+    const char *too_long;    /* masked shards: "refuse" or "truncate" an example over --seq + 1 tokens */
     uint64_t seed;
     /* optimizer */
     float lr, lr_min_frac, weight_decay, beta1, beta2, eps, clip;

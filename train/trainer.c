@@ -134,7 +134,10 @@ static int prepare(trainer *t)
     size_t n = (size_t)t->o.batch * (size_t)t->o.seq;
     t->inputs = malloc(n * sizeof *t->inputs);
     t->targets = malloc(n * sizeof *t->targets);
-    if (!t->inputs || !t->targets) {
+    t->positions = malloc(n * sizeof *t->positions);
+    t->masked = (t->train && tok_shard_is_masked(tok_loader_format(t->train))) ||
+                (t->val && tok_shard_is_masked(tok_loader_format(t->val)));
+    if (!t->inputs || !t->targets || !t->positions) {
         fprintf(stderr, "%s: out of memory for a batch of %zu tokens\n", prog, n);
         return 1;
     }
@@ -189,6 +192,7 @@ static int cleanup(trainer *t, int rc)
     run_state_unlock(t->lock_fd);
     free(t->inputs);
     free(t->targets);
+    free(t->positions);
     return rc;
 }
 

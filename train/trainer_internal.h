@@ -39,6 +39,8 @@ typedef struct trainer {
     bool kv_refused;      /* a sample's key/value cache did not fit the engine's arena (said once) */
     FILE *log;
     int32_t *inputs, *targets;
+    int32_t *positions;   /* each input's position in its example (tok_loader_next_ex), for the model */
+    bool masked;          /* the training (or validation) data is instruction data: masked shards */
     int64_t step;         /* steps done */
     tok_loader_pos pos;   /* the data position after the last complete step */
     int cut_micro;        /* a step cut short by a signal: the micro-batches it had done; 0: none */
@@ -47,6 +49,8 @@ typedef struct trainer {
     double started_ms;
     int64_t start_step;
     double tokens_done;
+    double targets_done;  /* of tokens_done, the targets (masked data: fewer) */
+    double val_targets;   /* masked data: the targets the last evaluation's loss is the mean over */
     char ckpt[PATH_MAX];  /* checkpoint folder to resume from, or "" */
     train_resume from;    /* its run state (read before setup) */
     char home[PATH_MAX];  /* the run folder the resumed checkpoint is in: the default --checkpoint-dir */
@@ -72,6 +76,7 @@ typedef struct trainer {
 typedef struct step_figures {
     float loss, lr;
     double grad_norm, step_ms, compute_ms, tokens_per_s, mfu;
+    double tokens, targets; /* the step's tokens (every micro-batch of every rank) and, of them, targets */
     int skipped;
     bool too_many_skips; /* the skip limit was reached: ferry_last_error() says so */
     ferry_step_timing timing;

@@ -34,6 +34,20 @@ static ferry_status mark(trainer *t, int64_t step, const char *phase)
  * the same order and report the same loss. */
 static ferry_status agree_on_step(trainer *t, double *sum) { return trainer_agree(t, sum, 1); }
 
+/* The next batch of `l` into the trainer's buffers: inputs, targets (-1
+ * where the data's mask says no target) and positions; *targets counts the
+ * targets. The positions restart at each example of packed instruction
+ * data (0..T-1 for token streams); the model's forward is to take them
+ * with the inputs, and until it does the rows of a packed batch attend
+ * across their examples (--no-pack avoids it). */
+static ferry_status next_batch(trainer *t, tok_loader *l, double *targets)
+{
+    ferry_status st = tok_loader_next_ex(l, t->inputs, t->targets, t->positions);
+    if (st == FERRY_OK)
+        *targets += (double)tok_loader_last(l).targets;
+    return st;
+}
+
 static ferry_status train_step(trainer *t, step_figures *f)
 {
     model_hooks hooks = model_engine_hooks(t->engine);
@@ -46,6 +60,7 @@ static ferry_status train_step(trainer *t, step_figures *f)
      * loss scale (1 without loss scaling), over the step's micro-batches of
      * every rank, rides on the backward's start. */
     int K = t->o.grad_accum, M = K * t->world, read = 0;
+    f->targets = 0;
     float grad_scale = ferry_engine_loss_scale(t->engine) / (float)M;
     ferry_status st = FERRY_OK;
     for (int k = 0; k < K && st == FERRY_OK; k++) {
@@ -62,7 +77,7 @@ static ferry_status train_step(trainer *t, step_figures *f)
             return ferry_engine_abandon_step(t->engine);
         }
         for (; read <= t->rank * K + k && st == FERRY_OK; read++) /* up to this rank's k-th window */
-            st = tok_loader_next(t->train, t->inputs, t->targets);
+            st = next_batch(t, t->train, &f->targets);
         if (st == FERRY_OK) st = ferry_engine_begin_micro_batch(t->engine, k, K);
         /* Each pass marked in the trace (memprof --step shows them); a
          * failed trace stops the run. */
@@ -74,7 +89,7 @@ static ferry_status train_step(trainer *t, step_figures *f)
         sum += loss;
     }
     for (; read < M && st == FERRY_OK; read++) /* the later ranks' windows */
-        st = tok_loader_next(t->train, t->inputs, t->targets);
+        st = next_batch(t, t->train, &f->targets);
     double t1 = clock_now_ms();
     ferry_step_options so = FERRY_STEP_OPTIONS_INIT;
     so.lr = f->lr = train_lr_at(&t->o, (int)t->step);
@@ -114,6 +129,8 @@ static ferry_status train_step(trainer *t, step_figures *f)
     f->compute_ms = (t1 - t0) - tm.compute_wait_transfer_ms - tm.compute_wait_optimizer_ms;
     double tokens = (double)t->o.batch * t->o.seq * M;
     t->tokens_done += tokens;
+    t->targets_done += f->targets;
+    f->tokens = tokens;
     f->tokens_per_s = tokens / (f->step_ms / 1e3);
     double peak = trainer_peak_tflops(&t->o);
     f->mfu = peak > 0 && ferry_engine_backend(t->engine) == FERRY_BACKEND_CUDA
@@ -145,7 +162,7 @@ static ferry_status evaluate(trainer *t, float *val_loss, bool *cut)
     tok_loader_reset(t->val);
     lmodel_acts *acts = t->eval_acts ? t->eval_acts : t->acts;
     int E = t->o.eval_batches, W = t->world, rounds = (E + W - 1) / W, mine = 0;
-    double v[2] = {0, 0}; /* loss sum, batches */
+    double v[2] = {0, 0}; /* loss sum, batches (masked data: loss x targets, targets) */
     *cut = false;
     for (int i = 0; i < E && st == FERRY_OK; i++) {
         float loss = 0;
@@ -155,13 +172,17 @@ static ferry_status evaluate(trainer *t, float *val_loss, bool *cut)
             *cut = true;
             break;
         }
-        st = tok_loader_next(t->val, t->inputs, t->targets);
+        double n = 0;
+        st = next_batch(t, t->val, &n);
         if (st != FERRY_OK || i % W != t->rank)
             continue;
         if (st == FERRY_OK) st = lmodel_forward(t->model, acts, &hooks, s, t->inputs, t->targets, false);
         if (st == FERRY_OK) st = lmodel_loss(acts, s, &loss);
-        v[0] += loss;
-        v[1]++;
+        /* Masked data: the mean over every target of the batches (a batch
+         * holds as many as its examples' answers); token streams: the mean
+         * of the batches' means, as before (each has B*T targets). */
+        v[0] += t->masked ? (double)loss * n : loss;
+        v[1] += t->masked ? n : 1;
         mine++;
     }
     for (; !*cut && mine < rounds && st == FERRY_OK; mine++)
@@ -170,6 +191,7 @@ static ferry_status evaluate(trainer *t, float *val_loss, bool *cut)
     if (st == FERRY_OK && end == FERRY_OK && W > 1 && !*cut)
         st = ferry_world_all_reduce(v, 2);
     *val_loss = v[1] > 0 ? (float)(v[0] / v[1]) : 0;
+    t->val_targets = t->masked ? v[1] : 0;
     return st != FERRY_OK ? st : end;
 }
 
@@ -187,7 +209,9 @@ static ferry_status evaluate_and_say(trainer *t, bool *cut)
                             "reported\n", t->prog->name, (long long)t->step);
         return FERRY_OK;
     }
-    if (trainer_leader(t))
+    if (trainer_leader(t) && t->masked)
+        printf("step %lld | val loss %.4f over %.0f targets\n", (long long)t->step, (double)val, t->val_targets);
+    else if (trainer_leader(t))
         printf("step %lld | val loss %.4f\n", (long long)t->step, (double)val);
     if ((st = trainer_stdout_written(t)) != FERRY_OK)
         return st;

@@ -419,8 +419,11 @@ ferry_status trainer_open_tokenizer(trainer *t)
 static ferry_status open_loader_rows(trainer *t, const char *pattern, int rows, int shuffle, tok_loader **out)
 {
     const char *paths[1] = {pattern};
-    tok_loader_config c = {paths, 1, rows, t->o.seq, (uint32_t)model_spec_vocab(&t->spec), shuffle, t->o.seed};
-    return tok_loader_open(&c, out);
+    tok_too_long too_long = TOK_TOO_LONG_REFUSE;
+    ferry_status st = tok_too_long_parse(t->o.too_long, &too_long);
+    tok_loader_config c = {paths, 1, rows, t->o.seq, (uint32_t)model_spec_vocab(&t->spec), shuffle, t->o.seed,
+                           t->o.no_pack, too_long};
+    return st == FERRY_OK ? tok_loader_open(&c, out) : st;
 }
 
 ferry_status trainer_open_loader(trainer *t, const char *pattern, int shuffle, tok_loader **out)

@@ -1,4 +1,5 @@
-/* tokenize: text files -> llm.c token shards (train_NNNNNN.bin, val_NNNNNN.bin).
+/* tokenize: text files -> llm.c token shards (train_NNNNNN.bin, val_NNNNNN.bin);
+ * --jsonl: instruction data -> masked shards (train/instruct.h does the work).
  * Every document starts with <|endoftext|> (50256), as in llm.c. The first
  * ceil(val_fraction * total) tokens of the stream form the validation split
  * (llm.c's convention: the first shard is validation); the rest is training.
@@ -18,6 +19,7 @@
 #include "ferry.h"
 #include "common/error.h"
 #include "train/bpe.h"
+#include "train/instruct.h"
 #include "common/fileio.h"
 #include "train/token_shard.h"
 #include "tools/tokenize/tokenize_cli.h"
@@ -162,6 +164,36 @@ static ferry_status tokenize_all(const tokenize_opts *o, tok_bpe *t, tok_ids *id
     return FERRY_OK;
 }
 
+/* --jsonl: the records to examples, then (unless --bench) to masked shards. */
+static ferry_status tokenize_jsonl(const tokenize_opts *o, const tok_text_encoder *enc, tok_shard_set *set)
+{
+    tok_instruct_options io = {CHAT_PLAIN, o->seq, TOK_TOO_LONG_REFUSE, o->val_fraction, o->shard_tokens};
+    ferry_status st = chat_template_parse(o->template_name ? o->template_name : "plain", &io.tpl);
+    if (st == FERRY_OK && o->too_long)
+        st = tok_too_long_parse(o->too_long, &io.too_long);
+    tok_examples ex = {0};
+    tok_instruct_report rep = {0};
+    double t0 = clock_now_ms() / 1e3;
+    if (st == FERRY_OK)
+        st = tok_instruct_read(o->jsonl, enc, &io, &ex, &rep);
+    double dt = clock_now_ms() / 1e3 - t0;
+    if (st == FERRY_OK)
+        printf("tokenized %zu examples (%zu bytes of text, template %s) into %zu tokens, %zu of them targets, in "
+               "%.3f s: %.1f MB/s\n", rep.examples, rep.bytes, chat_template_name(io.tpl), rep.tokens, rep.targets,
+               dt, dt > 0 ? (double)rep.bytes / dt / 1e6 : 0.0);
+    if (st == FERRY_OK && rep.truncated)
+        printf("truncated %zu example(s) to --seq %d + 1 tokens; %zu example(s) have no target left\n",
+               rep.truncated, o->seq, rep.untargeted);
+    if (st == FERRY_OK && set)
+        st = tok_instruct_write(&ex, &io, tok_instruct_format(enc->vocab_size), set, &rep, stdout);
+    if (st == FERRY_OK && set)
+        printf("val: %zu examples, %zu tokens in %d shard(s); train: %zu examples, %zu tokens in %d shard(s)\n",
+               rep.val_examples, rep.val_tokens, rep.val_shards, rep.train_examples, rep.train_tokens,
+               rep.train_shards);
+    tok_examples_free(&ex);
+    return st;
+}
+
 static int fail(ferry_status st)
 {
     fprintf(stderr, "tokenize: %s (%s)\n", ferry_last_error(), ferry_status_string(st));
@@ -188,9 +220,14 @@ int main(int argc, char **argv)
         st = err_set(FERRY_ERR_FORMAT, "a vocabulary of %u tokens does not fit uint16 shards", tok_bpe_vocab_size(t));
     if (st == FERRY_OK && !o.bench)
         st = tok_shard_set_begin(o.out_dir, &set);
-    if (st == FERRY_OK)
+    tok_text_encoder enc;
+    if (st == FERRY_OK && o.jsonl)
+        tok_text_encoder_gpt2(t, &enc);
+    if (st == FERRY_OK && o.jsonl)
+        st = tokenize_jsonl(&o, &enc, set);
+    else if (st == FERRY_OK)
         st = tokenize_all(&o, t, &ids);
-    if (st == FERRY_OK && !o.bench)
+    if (st == FERRY_OK && !o.bench && !o.jsonl)
         st = write_shards(&o, set, &ids);
     if (st == FERRY_OK && !o.bench) {
         size_t replaced = 0, removed = 0;

@@ -15,6 +15,8 @@ void tokenize_usage(FILE *f)
             "usage: tokenize --encoder encoder.json --vocab vocab.bpe --out-dir DIR\n"
             "                [--val-fraction F] [--shard-tokens N] [--doc-sep file|blank-lines] INPUT...\n"
             "       tokenize --encoder encoder.json --vocab vocab.bpe --bench INPUT...\n"
+            "       tokenize --encoder encoder.json --vocab vocab.bpe --out-dir DIR --jsonl FILE\n"
+            "                [--template plain|llama3|chatml|mistral] [--seq N [--too-long refuse|truncate]]\n"
             "Writes DIR/val_000000.bin, DIR/train_000000.bin, ... (llm.c shards: 1024-byte header, uint16\n"
             "tokens). Each document starts with <|endoftext|>; documents are whole files (--doc-sep file,\n"
             "the default) or paragraphs separated by blank lines. --val-fraction (default 0.01): the first\n"
@@ -24,7 +26,12 @@ void tokenize_usage(FILE *f)
             "failure leaves the earlier set as it was. Options may come before or after the INPUTs;\n"
             "after -- every argument is an INPUT (regular files only).\n"
             "--bench tokenizes the inputs and prints MB/s without writing.\n"
-            "encoder.json and vocab.bpe: tools/setup/fetch_tokenizer.sh installs them.\n");
+            "encoder.json and vocab.bpe: tools/setup/fetch_tokenizer.sh installs them.\n"
+            "--jsonl FILE: instruction data, one JSON object a line, {\"prompt\": ..., \"completion\": ...} or\n"
+            "{\"messages\": [{\"role\": ..., \"content\": ...}, ...]}, each record one example rendered with\n"
+            "--template (plain: BOS prompt completion EOS; see docs/data.md) into masked shards whose only\n"
+            "targets are the completion and the assistant's tokens. --seq N: an example of more than N + 1\n"
+            "tokens is refused naming its line (--too-long refuse, the default) or cut to N + 1 (truncate).\n");
 }
 
 static int bad(const char *fmt, const char *a)
@@ -59,6 +66,36 @@ static int parse_shard_tokens(const char *v, uint64_t *out)
     return 0;
 }
 
+static int is_instruct(const char *a)
+{
+    return !strcmp(a, "--jsonl") || !strcmp(a, "--template") || !strcmp(a, "--seq") || !strcmp(a, "--too-long");
+}
+
+/* The instruction data's options: --jsonl, --template, --seq, --too-long. */
+static int instruct_value(tokenize_opts *o, const char *a, const char *v)
+{
+    if (!strcmp(a, "--jsonl"))
+        o->jsonl = v;
+    else if (!strcmp(a, "--template") && strcmp(v, "plain") && strcmp(v, "llama3") && strcmp(v, "chatml") &&
+             strcmp(v, "mistral"))
+        return bad("--template '%s' must be plain, llama3, chatml or mistral", v);
+    else if (!strcmp(a, "--template"))
+        o->template_name = v;
+    else if (!strcmp(a, "--too-long") && strcmp(v, "refuse") && strcmp(v, "truncate"))
+        return bad("--too-long '%s' must be 'refuse' or 'truncate'", v);
+    else if (!strcmp(a, "--too-long"))
+        o->too_long = v;
+    else {
+        char *end = NULL;
+        errno = 0;
+        long n = strtol(v, &end, 10);
+        if (errno || end == v || *end || n < 1 || n > 1048576)
+            return bad("--seq '%s' must be a whole number in 1..1048576", v);
+        o->seq = (int)n;
+    }
+    return 0;
+}
+
 /* One option taking a value (is_valued(a)): 0 on success, 2 with a message. */
 static int option_value(tokenize_opts *o, const char *a, const char *v)
 {
@@ -74,6 +111,8 @@ static int option_value(tokenize_opts *o, const char *a, const char *v)
         return parse_fraction(v, &o->val_fraction);
     else if (!strcmp(a, "--shard-tokens"))
         return parse_shard_tokens(v, &o->shard_tokens);
+    else if (is_instruct(a))
+        return instruct_value(o, a, v);
     else if (strcmp(v, "file") && strcmp(v, "blank-lines")) /* --doc-sep */
         return bad("--doc-sep '%s' must be 'file' or 'blank-lines'", v);
     else
@@ -88,16 +127,33 @@ static int is_valued(const char *a)
     for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
         if (!strcmp(a, valued[k]))
             return 1;
+    return is_instruct(a);
+}
+
+/* --jsonl takes its one file; the instruction options need it. */
+static int check_instruct(const tokenize_opts *o)
+{
+    if (o->jsonl && o->ninputs > 0)
+        return bad("--jsonl reads its one file; give the text INPUTs ('%s', ...) in a run of their own", o->inputs[0]);
+    if (!o->jsonl && (o->template_name || o->seq || o->too_long))
+        return bad("%s is for instruction data: give --jsonl FILE",
+                   o->template_name ? "--template" : o->seq ? "--seq" : "--too-long");
+    if (o->too_long && !o->seq)
+        return bad("--too-long %s needs --seq N, the length it applies to", o->too_long);
     return 0;
 }
 
 static int check_required(const tokenize_opts *o)
 {
-    if (o->encoder && o->vocab && o->ninputs > 0 && (o->bench || o->out_dir))
+    if (check_instruct(o))
+        return 2;
+    int has_input = o->ninputs > 0 || o->jsonl;
+    if (o->encoder && o->vocab && has_input && (o->bench || o->out_dir))
         return 0;
-    fprintf(stderr, "tokenize: --encoder, --vocab, %sand at least one INPUT are required (missing:%s%s%s%s)\n",
+    fprintf(stderr, "tokenize: --encoder, --vocab, %sand at least one INPUT (or --jsonl FILE) are required "
+            "(missing:%s%s%s%s)\n",
             o->bench ? "" : "--out-dir ", o->encoder ? "" : " --encoder", o->vocab ? "" : " --vocab",
-            o->bench || o->out_dir ? "" : " --out-dir", o->ninputs ? "" : " INPUT");
+            o->bench || o->out_dir ? "" : " --out-dir", has_input ? "" : " INPUT");
     return 2;
 }
 

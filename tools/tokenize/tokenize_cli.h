@@ -13,6 +13,9 @@ typedef struct tokenize_opts {
     uint64_t shard_tokens;  /* 1..TOK_SHARD_MAX_TOKENS */
     int doc_blank_lines;    /* 0: each file is one document */
     int bench;
+    /* instruction data: --jsonl FILE, rendered with --template (default plain) */
+    const char *jsonl, *template_name, *too_long;
+    int seq;                /* --seq: 0 = no length limit */
     const char **inputs;    /* in the order given; options may come before or after them */
     int ninputs;
 } tokenize_opts;
