@@ -4,6 +4,8 @@
 #ifndef FERRY_TRAIN_HF_TOK_INTERNAL_H
 #define FERRY_TRAIN_HF_TOK_INTERNAL_H
 
+#include <cjson/cJSON.h>
+
 #include "train/hf_pretok.h"
 #include "train/hf_tokenizer.h"
 #include "train/tok_map.h"
@@ -61,5 +63,29 @@ struct hf_tok {
     char *norm;         /* a normalized segment */
     size_t norm_cap;
 };
+
+/* ---- hf_tok_config.c: the parts around the model ---- */
+
+/* What the decoder does, beyond the tokenizer's own fields. */
+typedef struct hf_dec_flags {
+    int byte_level, meta, byte_fallback, fuse;
+} hf_dec_flags;
+
+/* The sentence every refusal ends with: what ferry reads. */
+extern const char hf_supported[];
+
+const cJSON *hf_get(const cJSON *o, const char *k);
+const char *hf_type_of(const cJSON *o);        /* the "type" string or NULL */
+int hf_is_true(const cJSON *o, const char *k);
+const char *hf_str_or_null(const cJSON *o, const char *k);
+/* FERRY_ERR_FORMAT: "<what> \"<name>\" is not supported (ferry knows <known>)". */
+ferry_status hf_refuse(const char *path, const char *what, const char *name, const char *known);
+
+ferry_status hf_read_normalizer(hf_tok *t, const char *path, const cJSON *n);
+/* *byte_level, *metaspace: set when a ByteLevel or Metaspace part is seen. */
+ferry_status hf_read_pretok(hf_tok *t, const char *path, const cJSON *p, int *byte_level, int *metaspace);
+ferry_status hf_read_decoder(hf_tok *t, const char *path, const cJSON *d, hf_dec_flags *f);
+/* BOS and EOS from a TemplateProcessing; needs the added tokens loaded. */
+ferry_status hf_read_post(hf_tok *t, const char *path, const cJSON *p);
 
 #endif

@@ -13,8 +13,7 @@
 #include "common/error.h"
 #include "common/fileio.h"
 
-static const char supported[] = "ferry reads BPE tokenizer.json files: byte-level (GPT-2, Llama 3, Qwen2) and "
-                                "SentencePiece-style with byte fallback (Llama 2, Mistral, TinyLlama)";
+static const char meta[] = "\xE2\x96\x81"; /* ▁ U+2581 */
 
 /* ---- GPT-2's byte <-> code point map ---------------------------------------- */
 
@@ -59,274 +58,28 @@ static long byte_decode(const char *key, unsigned char *raw)
     return n;
 }
 
-/* ---- small JSON helpers ---------------------------------------------------------- */
-
-static const cJSON *get(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
-
-static const char *type_of(const cJSON *o)
-{
-    const cJSON *ty = get(o, "type");
-    return cJSON_IsString(ty) ? ty->valuestring : NULL;
-}
-
-static int is_true(const cJSON *o, const char *k) { return cJSON_IsTrue(get(o, k)); }
-
-/* A string field, or NULL when it is absent or null. */
-static const char *str_or_null(const cJSON *o, const char *k)
-{
-    const cJSON *v = get(o, k);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static const char *pattern_string(const cJSON *o, int *is_regex)
-{
-    const cJSON *p = get(o, "pattern");
-    const cJSON *re = get(p, "Regex"), *st = get(p, "String");
-    *is_regex = cJSON_IsString(re);
-    return cJSON_IsString(re) ? re->valuestring : cJSON_IsString(st) ? st->valuestring : NULL;
-}
-
-static ferry_status refuse(const char *path, const char *what, const char *name, const char *known)
-{
-    return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s': %s \"%s\" is not supported (ferry knows %s); %s", path,
-                   what, name ? name : "(no type)", known, supported);
-}
-
-/* ---- normalizer, pre-tokenizer, decoder, post-processor ------------------------- */
-
-static const char meta[] = "\xE2\x96\x81"; /* ▁ U+2581 */
-
-static ferry_status read_normalizer(hf_tok *t, const char *path, const cJSON *n)
-{
-    if (!n || cJSON_IsNull(n))
-        return FERRY_OK;
-    const char *ty = type_of(n);
-    static const char known[] = "none, NFC, Prepend \"▁\", Replace \" \" -> \"▁\" and a Sequence of them";
-    if (ty && !strcmp(ty, "Sequence")) {
-        const cJSON *list = get(n, "normalizers");
-        if (!cJSON_IsArray(list))
-            return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s': the Sequence normalizer has no \"normalizers\" "
-                           "array", path);
-        for (const cJSON *it = list->child; it; it = it->next) {
-            ferry_status st = read_normalizer(t, path, it);
-            if (st != FERRY_OK)
-                return st;
-        }
-        return FERRY_OK;
-    }
-    if (ty && !strcmp(ty, "NFC")) {
-        t->nfc = 1;
-        return FERRY_OK;
-    }
-    if (ty && !strcmp(ty, "Prepend")) {
-        const char *p = str_or_null(n, "prepend");
-        if (!p || strcmp(p, meta))
-            return refuse(path, "a Prepend normalizer of", p, "Prepend \"▁\" only");
-        t->prepend = HF_PREPEND_NORMALIZER;
-        return FERRY_OK;
-    }
-    if (ty && !strcmp(ty, "Replace")) {
-        int re;
-        const char *p = pattern_string(n, &re), *c = str_or_null(n, "content");
-        if (!p || re || strcmp(p, " ") || !c || strcmp(c, meta))
-            return refuse(path, "a Replace normalizer of the pattern", p, "Replace the string \" \" with \"▁\" only");
-        t->meta_replace = 1;
-        return FERRY_OK;
-    }
-    return refuse(path, "the normalizer", ty, known);
-}
-
-static ferry_status set_split(hf_tok *t, const char *path, hf_split s)
-{
-    if (t->split != HF_SPLIT_NONE)
-        return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s': two splitting patterns (%s, then %s): ferry runs one; "
-                       "%s", path, hf_split_name(t->split), hf_split_name(s), supported);
-    t->split = s;
-    return FERRY_OK;
-}
-
-static ferry_status read_metaspace(hf_tok *t, const char *path, const cJSON *p, int decoder)
-{
-    const char *rep = str_or_null(p, "replacement");
-    if (rep && strcmp(rep, meta))
-        return refuse(path, "a Metaspace replacement", rep, "\"▁\" only");
-    const char *scheme = str_or_null(p, "prepend_scheme");
-    hf_prepend pre = HF_PREPEND_ALWAYS;
-    if (scheme && !strcmp(scheme, "first"))
-        pre = HF_PREPEND_FIRST;
-    else if (scheme && !strcmp(scheme, "never"))
-        pre = HF_PREPEND_NEVER;
-    else if (scheme && strcmp(scheme, "always"))
-        return refuse(path, "a Metaspace prepend_scheme", scheme, "always, first, never");
-    else if (!scheme && get(p, "add_prefix_space") && !is_true(p, "add_prefix_space"))
-        pre = HF_PREPEND_NEVER;
-    if (decoder) {
-        t->dec_strip = pre != HF_PREPEND_NEVER;
-        return FERRY_OK;
-    }
-    t->prepend = pre;
-    t->meta_replace = 1;
-    t->meta_split = !get(p, "split") || is_true(p, "split");
-    return FERRY_OK;
-}
-
-static ferry_status read_pretok(hf_tok *t, const char *path, const cJSON *p, int *byte_level, int *metaspace)
-{
-    if (!p || cJSON_IsNull(p))
-        return FERRY_OK;
-    const char *ty = type_of(p);
-    if (ty && !strcmp(ty, "Sequence")) {
-        const cJSON *list = get(p, "pretokenizers");
-        if (!cJSON_IsArray(list))
-            return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s': the Sequence pre-tokenizer has no "
-                           "\"pretokenizers\" array", path);
-        for (const cJSON *it = list->child; it; it = it->next) {
-            ferry_status st = read_pretok(t, path, it, byte_level, metaspace);
-            if (st != FERRY_OK)
-                return st;
-        }
-        return FERRY_OK;
-    }
-    if (ty && !strcmp(ty, "ByteLevel")) {
-        *byte_level = 1;
-        t->prefix_space = is_true(p, "add_prefix_space");
-        const cJSON *re = get(p, "use_regex");
-        return !re || cJSON_IsTrue(re) ? set_split(t, path, HF_SPLIT_GPT2) : FERRY_OK;
-    }
-    if (ty && !strcmp(ty, "Split")) {
-        int is_re;
-        const char *pat = pattern_string(p, &is_re);
-        const char *beh = str_or_null(p, "behavior");
-        int s = pat && is_re ? hf_split_from_pattern(pat) : -1;
-        if (s < 0)
-            return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s': the Split pattern %s%s%s is not one ferry knows "
-                           "(it knows the Regex patterns of GPT-2, Llama 3 and Qwen2, compared as strings); %s", path,
-                           pat ? "\"" : "", pat ? pat : "(none)", pat ? "\"" : "", supported);
-        if (!beh || strcmp(beh, "Isolated") || is_true(p, "invert"))
-            return refuse(path, "a Split behavior", beh, "Isolated, not inverted");
-        return set_split(t, path, (hf_split)s);
-    }
-    if (ty && !strcmp(ty, "Metaspace")) {
-        *metaspace = 1;
-        return read_metaspace(t, path, p, 0);
-    }
-    return refuse(path, "the pre-tokenizer", ty, "ByteLevel, Split (GPT-2, Llama 3, Qwen2 patterns), Metaspace and a "
-                  "Sequence of them");
-}
-
-typedef struct dec_flags {
-    int byte_level, meta, byte_fallback, fuse;
-} dec_flags;
-
-static ferry_status read_decoder(hf_tok *t, const char *path, const cJSON *d, dec_flags *f)
-{
-    if (!d || cJSON_IsNull(d))
-        return FERRY_OK;
-    const char *ty = type_of(d);
-    if (ty && !strcmp(ty, "Sequence")) {
-        const cJSON *list = get(d, "decoders");
-        if (!cJSON_IsArray(list))
-            return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s': the Sequence decoder has no \"decoders\" array",
-                           path);
-        for (const cJSON *it = list->child; it; it = it->next) {
-            ferry_status st = read_decoder(t, path, it, f);
-            if (st != FERRY_OK)
-                return st;
-        }
-        return FERRY_OK;
-    }
-    if (ty && !strcmp(ty, "ByteLevel"))
-        f->byte_level = 1;
-    else if (ty && !strcmp(ty, "ByteFallback"))
-        f->byte_fallback = 1;
-    else if (ty && !strcmp(ty, "Fuse"))
-        f->fuse = 1;
-    else if (ty && !strcmp(ty, "Metaspace")) {
-        f->meta = 1;
-        return read_metaspace(t, path, d, 1);
-    } else if (ty && !strcmp(ty, "Replace")) {
-        int re;
-        const char *p = pattern_string(d, &re), *c = str_or_null(d, "content");
-        if (!p || re || strcmp(p, meta) || !c || strcmp(c, " "))
-            return refuse(path, "a Replace decoder of the pattern", p, "Replace \"▁\" with \" \" only");
-        f->meta = 1;
-    } else if (ty && !strcmp(ty, "Strip")) {
-        const char *c = str_or_null(d, "content");
-        const cJSON *start = get(d, "start"), *stop = get(d, "stop");
-        if (!c || strcmp(c, " ") || !cJSON_IsNumber(start) || start->valuedouble < 0 || start->valuedouble > 8 ||
-            (cJSON_IsNumber(stop) && stop->valuedouble != 0))
-            return refuse(path, "a Strip decoder of", c, "Strip \" \" from the start (stop 0)");
-        t->dec_strip = (int)start->valuedouble;
-    } else
-        return refuse(path, "the decoder", ty, "ByteLevel, Replace \"▁\" -> \" \", ByteFallback, Fuse, Strip, "
-                      "Metaspace and a Sequence of them");
-    return FERRY_OK;
-}
-
-/* The id of the name a TemplateProcessing gives, from its special_tokens
- * map or the added tokens. */
-static int64_t template_id(const hf_tok *t, const cJSON *tp, const char *name)
-{
-    const cJSON *ids = get(get(get(tp, "special_tokens"), name), "ids");
-    if (cJSON_IsArray(ids) && cJSON_GetArraySize(ids) == 1 && cJSON_IsNumber(ids->child))
-        return (int64_t)ids->child->valuedouble;
-    return hf_tok_token_id(t, name, strlen(name));
-}
-
-static ferry_status read_post(hf_tok *t, const char *path, const cJSON *p)
-{
-    if (!p || cJSON_IsNull(p))
-        return FERRY_OK;
-    const char *ty = type_of(p);
-    if (ty && !strcmp(ty, "Sequence")) {
-        const cJSON *list = get(p, "processors");
-        for (const cJSON *it = cJSON_IsArray(list) ? list->child : NULL; it; it = it->next) {
-            ferry_status st = read_post(t, path, it);
-            if (st != FERRY_OK)
-                return st;
-        }
-        return FERRY_OK;
-    }
-    if (ty && !strcmp(ty, "ByteLevel"))
-        return FERRY_OK;
-    if (!ty || strcmp(ty, "TemplateProcessing"))
-        return refuse(path, "the post-processor", ty, "ByteLevel, TemplateProcessing and a Sequence of them");
-    const cJSON *single = get(p, "single");
-    int seen_a = 0;
-    for (const cJSON *it = cJSON_IsArray(single) ? single->child : NULL; it; it = it->next) {
-        const char *name = str_or_null(get(it, "SpecialToken"), "id");
-        if (get(it, "Sequence"))
-            seen_a = 1;
-        else if (name && !seen_a)
-            t->bos = template_id(t, p, name);
-        else if (name)
-            t->eos = template_id(t, p, name);
-    }
-    return FERRY_OK;
-}
-
 /* ---- the model: vocabulary and merges --------------------------------------------- */
 
 static ferry_status check_model_fields(const char *path, const cJSON *m)
 {
-    const char *ty = type_of(m);
+    const char *ty = hf_type_of(m);
     if (!cJSON_IsObject(m))
-        return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s' has no \"model\" object; %s", path, supported);
+        return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s' has no \"model\" object; %s", path, hf_supported);
     if (!ty || strcmp(ty, "BPE"))
         return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s': model type \"%s\" is not supported; %s (model type "
-                       "\"BPE\"), not WordPiece, Unigram or WordLevel", path, ty ? ty : "(none)", supported);
-    const cJSON *drop = get(m, "dropout");
-    const char *pre = str_or_null(m, "continuing_subword_prefix"), *suf = str_or_null(m, "end_of_word_suffix");
+                       "\"BPE\"), not WordPiece, Unigram or WordLevel", path, ty ? ty : "(none)", hf_supported);
+    const cJSON *drop = hf_get(m, "dropout");
+    const char *pre = hf_str_or_null(m, "continuing_subword_prefix"), *suf = hf_str_or_null(m, "end_of_word_suffix");
     if (cJSON_IsNumber(drop) && drop->valuedouble != 0)
         return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s': BPE dropout %g is not supported (ferry encodes "
                        "deterministically); set \"dropout\": null", path, drop->valuedouble);
     if ((pre && *pre) || (suf && *suf))
-        return refuse(path, "a BPE subword prefix or word suffix", pre && *pre ? pre : suf,
+        return hf_refuse(path, "a BPE subword prefix or word suffix", pre && *pre ? pre : suf,
                       "none (the GPT-2, Llama and Qwen2 files have none)");
-    if (!cJSON_IsObject(get(m, "vocab")))
+    if (!cJSON_IsObject(hf_get(m, "vocab")))
         return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s': model.vocab is missing or not an object of token -> "
                        "id", path);
-    if (!cJSON_IsArray(get(m, "merges")))
+    if (!cJSON_IsArray(hf_get(m, "merges")))
         return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s': model.merges is missing or not an array: a BPE "
                        "tokenizer.json lists its merges (\"a b\" or [\"a\", \"b\"])", path);
     return FERRY_OK;
@@ -475,11 +228,11 @@ static ferry_status read_added(hf_tok *t, const char *path, const cJSON *list, u
         return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s': added_tokens is not an array", path);
     size_t n = (size_t)cJSON_GetArraySize(list), total = 0;
     for (const cJSON *it = list->child; it; it = it->next) {
-        const char *c = str_or_null(it, "content");
-        if (!c || !*c || !id_ok(get(it, "id")))
+        const char *c = hf_str_or_null(it, "content");
+        if (!c || !*c || !id_ok(hf_get(it, "id")))
             return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s': an added token lacks its \"content\" (a non-empty "
                            "string) or its \"id\" (a whole number)", path);
-        if (is_true(it, "single_word") || is_true(it, "lstrip") || is_true(it, "rstrip"))
+        if (hf_is_true(it, "single_word") || hf_is_true(it, "lstrip") || hf_is_true(it, "rstrip"))
             return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s': added token \"%.60s\" sets single_word, lstrip or "
                            "rstrip, which ferry does not implement (the GPT-2, Llama and Qwen2 files set none)", path, c);
         total += strlen(c);
@@ -490,12 +243,12 @@ static ferry_status read_added(hf_tok *t, const char *path, const cJSON *list, u
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot allocate %zu added tokens", n);
     size_t used = 0;
     for (const cJSON *it = list->child; it; it = it->next) {
-        const char *c = str_or_null(it, "content");
+        const char *c = hf_str_or_null(it, "content");
         hf_added *a = &t->added[t->nadded++];
-        a->id = (uint32_t)get(it, "id")->valuedouble;
+        a->id = (uint32_t)hf_get(it, "id")->valuedouble;
         a->off = (uint32_t)used;
         a->len = (uint32_t)strlen(c);
-        a->special = is_true(it, "special");
+        a->special = hf_is_true(it, "special");
         memcpy(t->added_text + used, c, a->len);
         used += a->len;
         *max_id = *max_id == HF_NO_ID || a->id > *max_id ? a->id : *max_id;
@@ -547,7 +300,7 @@ static ferry_status place_added(hf_tok *t)
 
 /* SentencePiece: <0xNN> tokens, and each token's decoded bytes (▁ as a
  * space when the decoder says so, <0xNN> as its byte with ByteFallback). */
-static ferry_status finish_sentencepiece(hf_tok *t, const char *path, const dec_flags *f)
+static ferry_status finish_sentencepiece(hf_tok *t, const char *path, const hf_dec_flags *f)
 {
     for (unsigned b = 0; b < 256; b++) {
         char name[8];
@@ -617,50 +370,50 @@ static int64_t first_known(const hf_tok *t, const char *const *names)
 
 static ferry_status read_model(hf_tok *t, const char *path, const cJSON *root)
 {
-    const cJSON *m = get(root, "model");
+    const cJSON *m = hf_get(root, "model");
     ferry_status st = check_model_fields(path, m);
     int byte_level = 0, metaspace = 0;
-    dec_flags f = {0};
+    hf_dec_flags f = {0};
     if (st == FERRY_OK)
-        st = read_normalizer(t, path, get(root, "normalizer"));
+        st = hf_read_normalizer(t, path, hf_get(root, "normalizer"));
     if (st == FERRY_OK)
-        st = read_pretok(t, path, get(root, "pre_tokenizer"), &byte_level, &metaspace);
+        st = hf_read_pretok(t, path, hf_get(root, "pre_tokenizer"), &byte_level, &metaspace);
     if (st != FERRY_OK)
         return st;
     t->kind = byte_level ? HF_BYTE_LEVEL : HF_SENTENCEPIECE;
     if (byte_level && (metaspace || t->prepend || t->meta_replace))
         return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s' mixes the ByteLevel pre-tokenizer with the \"▁\" "
-                       "convention; %s", path, supported);
+                       "convention; %s", path, hf_supported);
     if (!byte_level && (t->split != HF_SPLIT_NONE || t->nfc || !t->meta_replace))
         return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s' is neither byte-level (a ByteLevel pre-tokenizer) nor "
                        "SentencePiece-style (Prepend \"▁\" + Replace \" \" -> \"▁\", or Metaspace)%s; %s", path,
-                       t->split != HF_SPLIT_NONE ? ": a Split pattern without ByteLevel" : "", supported);
-    st = read_decoder(t, path, get(root, "decoder"), &f);
+                       t->split != HF_SPLIT_NONE ? ": a Split pattern without ByteLevel" : "", hf_supported);
+    st = hf_read_decoder(t, path, hf_get(root, "decoder"), &f);
     if (st == FERRY_OK && f.byte_level != byte_level)
         st = err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s': the %s decoder does not fit the %s pre-tokenizer", path,
                      f.byte_level ? "ByteLevel" : "non-ByteLevel", byte_level ? "ByteLevel" : "non-ByteLevel");
-    t->ignore_merges = is_true(m, "ignore_merges");
-    t->byte_fallback = is_true(m, "byte_fallback");
+    t->ignore_merges = hf_is_true(m, "ignore_merges");
+    t->byte_fallback = hf_is_true(m, "byte_fallback");
     uint32_t max_added = HF_NO_ID;
     if (st == FERRY_OK)
-        st = read_added(t, path, get(root, "added_tokens"), &max_added);
+        st = read_added(t, path, hf_get(root, "added_tokens"), &max_added);
     if (st == FERRY_OK)
-        st = read_vocab(t, path, get(m, "vocab"), max_added);
+        st = read_vocab(t, path, hf_get(m, "vocab"), max_added);
     if (st == FERRY_OK)
         st = byte_level ? finish_byte_level(t, path) : finish_sentencepiece(t, path, &f);
     if (st == FERRY_OK)
         st = place_added(t);
     if (st == FERRY_OK)
-        st = read_merges(t, path, get(m, "merges"));
+        st = read_merges(t, path, hf_get(m, "merges"));
     if (st != FERRY_OK)
         return st;
-    const char *unk = str_or_null(m, "unk_token");
+    const char *unk = hf_str_or_null(m, "unk_token");
     int64_t unk_id = unk ? hf_tok_token_id(t, unk, strlen(unk)) : -1;
     if (unk && unk_id < 0)
         return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s': unk_token \"%.60s\" is not a token", path, unk);
     t->unk = unk_id < 0 ? HF_NO_ID : (uint32_t)unk_id;
     t->bos = t->eos = -1;
-    st = read_post(t, path, get(root, "post_processor"));
+    st = hf_read_post(t, path, hf_get(root, "post_processor"));
     static const char *const bos_names[] = {"<|begin_of_text|>", "<s>", "<|endoftext|>", NULL};
     static const char *const eos_names[] = {"<|end_of_text|>", "</s>", "<|endoftext|>", NULL};
     if (t->bos < 0)
