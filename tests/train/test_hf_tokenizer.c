@@ -303,6 +303,62 @@ static void test_patterns(void)
     tap_ok(!hf_nfc_stable("\xe2\x84\xab", 3, &at, &cp) && cp == 0x212B, "NFC: the Angstrom sign U+212B is not");
 }
 
+/* tokenize --tokenizer: each document starts with the BOS; Llama 3's
+ * vocabulary writes uint32 shards (magic 20240801), Llama 2's uint16. */
+static void test_tokenize_program(const char *family, int32_t magic, uint32_t bos)
+{
+    const char *exe = getenv("FERRY_TOKENIZE_EXE");
+    if (!tap_ok(exe != NULL, "%s: FERRY_TOKENIZE_EXE names the tokenize program", family))
+        return;
+    char in[128], json[128], out[128], cmd[9000], shard[160];
+    snprintf(in, sizeof in, "%s/docs.txt", tmpdir);
+    snprintf(json, sizeof json, "%s/%s.json", tmpdir, family);
+    snprintf(out, sizeof out, "%s/shards-%s", tmpdir, family);
+    const char *d1 = "In the beginning God created the heaven and the earth.\n", *d2 = "Ünïcödé <|eot_id|> <s> too.\n";
+    char text[256];
+    snprintf(text, sizeof text, "%s\n%s", d1, d2);
+    write_file(in, text, strlen(text));
+    snprintf(cmd, sizeof cmd, "'%s' --tokenizer '%s' --out-dir '%s' --val-fraction 0 --doc-sep blank-lines '%s' "
+             "> /dev/null", exe, json, out, in);
+    TAP_IS_INT(system(cmd), 0, "%s: tokenize --tokenizer ran", family);
+    tok_tokenizer *t = NULL;
+    tok_open(json, NULL, &t);
+    tok_ids want = {0};
+    snprintf(shard, sizeof shard, "%s/train_000000.bin", out);
+    FILE *f = fopen(shard, "rb");
+    int32_t head[256] = {0};
+    size_t wide = magic == 20240801 ? 4 : 2, got = 0;
+    uint32_t ids[256];
+    if (f && fread(head, 4, 256, f) == 256) {
+        unsigned char tok[4];
+        while (got < 256 && fread(tok, wide, 1, f) == 1)
+            ids[got++] = wide == 4 ? (uint32_t)tok[0] | tok[1] << 8 | tok[2] << 16 | (uint32_t)tok[3] << 24
+                                   : (uint32_t)tok[0] | tok[1] << 8;
+    }
+    if (f)
+        fclose(f);
+    TAP_IS_INT(head[0], magic, "%s: the shard's magic", family);
+    TAP_IS_INT(head[2], got, "%s: the header's count is the tokens in the file", family);
+    /* The expectation: BOS, d1's tokens, BOS, d2's tokens (plain text). */
+    for (int d = 0; t && d < 2; d++) {
+        if (want.len == want.cap) {
+            want.cap = want.cap ? want.cap * 2 : 256;
+            want.ids = realloc(want.ids, want.cap * sizeof *want.ids);
+        }
+        want.ids[want.len++] = bos;
+        tok_encode(t, d ? d2 : d1, strlen(d ? d2 : d1), &want);
+    }
+    int same = want.len == got;
+    for (size_t i = 0; same && i < got; i++)
+        same = want.ids[i] == ids[i];
+    if (!tap_ok(same, "%s: the shard holds BOS %u + document 1, BOS + document 2 (%zu tokens, want %zu)", family, bos,
+                got, want.len))
+        for (size_t i = 0; i < got && i < 40; i++)
+            tap_diag("  shard[%zu] = %u, want %u", i, ids[i], i < want.len ? want.ids[i] : 0);
+    tok_ids_free(&want);
+    tok_close(t);
+}
+
 /* ---- refusals ----------------------------------------------------------------- */
 
 static const char sp_norm[] = "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":\"\xe2\x96\x81\"},"
@@ -441,6 +497,8 @@ int main(void)
     test_family("llama2", &bible, 32000, 1, 2, "Hello world", (const uint32_t[]){15043, 3186}, 2);
     test_llama3_special();
     test_llama2_bytes();
+    test_tokenize_program("llama3", 20240801, 128000);
+    test_tokenize_program("llama2", 20240520, 1);
     test_refusals();
     test_nfc_file();
     free(bible.p);
