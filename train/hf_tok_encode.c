@@ -268,6 +268,30 @@ static ferry_status encode_byte_level(hf_tok *t, const char *s, size_t n, size_t
     return FERRY_OK;
 }
 
+/* Encodes s[0..n) as one pre-token, exactly, by cutting it where no merge
+ * can join the characters on either side (t->junctions): merges on one side
+ * never change the pairs on the other, so the pieces merge as the whole
+ * would, and short pieces come from the cache. */
+static ferry_status encode_unjoined(hf_tok *t, const unsigned char *s, size_t n, tok_ids *out)
+{
+    size_t start = 0, prev = 0, prev_len = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t l = hf_utf8_next(s, n, i, &cp);
+        uint64_t v;
+        if (prev_len && (prev_len + l > 8 || !tok_map_get(&t->junctions, s + prev, prev_len + l, &v))) {
+            ferry_status st = encode_word(t, s + start, i - start, out);
+            if (st != FERRY_OK)
+                return st;
+            start = i;
+        }
+        prev = i;
+        prev_len = l;
+        i += l;
+    }
+    return encode_word(t, s + start, n - start, out);
+}
+
 static ferry_status encode_sentencepiece(hf_tok *t, const char *s, size_t n, size_t at, tok_ids *out)
 {
     if (n == 0)
@@ -292,7 +316,7 @@ static ferry_status encode_sentencepiece(hf_tok *t, const char *s, size_t n, siz
         }
     }
     if (!t->meta_split)
-        return encode_word(t, (const unsigned char *)d, k, out);
+        return encode_unjoined(t, (const unsigned char *)d, k, out);
     size_t start = 0; /* Metaspace split: a pre-token starts at each ▁ */
     for (size_t i = 3; st == FERRY_OK && i + 3 <= k; i++)
         if (!memcmp(d + i, meta, 3)) {

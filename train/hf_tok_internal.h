@@ -45,6 +45,10 @@ struct hf_tok {
     uint8_t *known;     /* 1 for the ids the file gives a token */
     tok_map vocab;      /* byte-level: a token's bytes -> id; SentencePiece: its text */
     tok_map pairs;      /* (id a, id b) -> rank << 32 | merged id */
+    tok_map junctions;  /* SentencePiece: the characters x y (bytes of x, then of
+                         * y) where some merge (A, B) has A ending in x and B
+                         * starting with y; no merge crosses between any
+                         * other two characters */
     uint32_t byte_id[256]; /* byte-level: each byte's token; SentencePiece: <0xNN> */
     hf_added *added;    /* longest content first */
     size_t nadded;

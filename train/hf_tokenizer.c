@@ -180,9 +180,25 @@ static int merge_parts(const cJSON *m, char *buf, size_t cap, const char **a, co
     return 1;
 }
 
+/* Records where merge (a, b) joins two characters: a's last, b's first. */
+static ferry_status add_junction(hf_tok *t, const unsigned char *a, size_t na, const unsigned char *b, size_t nb)
+{
+    size_t from = na - 1, blen = 1;
+    while (from > 0 && (a[from] & 0xC0) == 0x80 && na - from < 4)
+        from--;
+    while (blen < nb && blen < 4 && (b[blen] & 0xC0) == 0x80)
+        blen++;
+    unsigned char key[8];
+    memcpy(key, a + from, na - from);
+    memcpy(key + (na - from), b, blen);
+    return tok_map_put(&t->junctions, key, na - from + blen, 1);
+}
+
 static ferry_status read_merges(hf_tok *t, const char *path, const cJSON *merges)
 {
     ferry_status st = tok_map_init(&t->pairs, (size_t)cJSON_GetArraySize(merges) + 16);
+    if (st == FERRY_OK && t->kind == HF_SENTENCEPIECE)
+        st = tok_map_init(&t->junctions, 4096);
     char buf[1024];
     unsigned char ka[1024], kb[1024], kab[2048];
     uint32_t rank = 0;
@@ -205,6 +221,11 @@ static ferry_status read_merges(hf_tok *t, const char *path, const cJSON *merges
                            "token that model.vocab lacks", path, rank, a, b);
         uint32_t pair[2] = {(uint32_t)x, (uint32_t)y};
         uint64_t old;
+        if (t->kind == HF_SENTENCEPIECE) {
+            st = add_junction(t, ka, (size_t)na, kb, (size_t)nb);
+            if (st != FERRY_OK)
+                return st;
+        }
         if (!tok_map_get(&t->pairs, pair, sizeof pair, &old)) /* a repeated merge keeps its first rank */
             st = tok_map_put(&t->pairs, pair, sizeof pair, (uint64_t)rank << 32 | xy);
     }
@@ -468,6 +489,7 @@ void hf_tok_destroy(hf_tok *t)
         return;
     tok_map_free(&t->vocab);
     tok_map_free(&t->pairs);
+    tok_map_free(&t->junctions);
     tok_map_free(&t->cache);
     tok_ids_free(&t->cache_ids);
     free(t->tok_off);

@@ -1,6 +1,7 @@
 // The reference side of bench_tokenize: encodes TEXT_FILE ROUNDS times with a
 // family's npm encoder (as tests/train/hf_tok_ref.js calls it) and prints
-// each round's seconds and the token count, one round a line: "SECONDS TOKENS".
+// each round's CPU seconds (the process's, user + system) and the token
+// count, one round a line: "SECONDS TOKENS".
 // The package is loaded and warmed on a first round that is not printed.
 // usage: node bench_ref.js gpt2|llama3|llama2 NODE_MODULES_DIR TEXT_FILE ROUNDS
 'use strict';
@@ -37,9 +38,10 @@ async function main() {
   const encode = await encoder(family, mods);
   encode(text.slice(0, 10000));
   for (let r = 0; r < Number(rounds || 3); r++) {
-    const t0 = process.hrtime.bigint();
+    const t0 = process.cpuUsage();
     const n = encode(text).length;
-    const dt = Number(process.hrtime.bigint() - t0) / 1e9;
+    const u = process.cpuUsage(t0);
+    const dt = (u.user + u.system) / 1e6;
     process.stdout.write(`${dt} ${n}\n`);
   }
 }
