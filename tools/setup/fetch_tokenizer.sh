@@ -52,8 +52,8 @@ install() {
         exit 1
     fi
     rm -f "$log"
-    for f in "$@"; do
-        if [[ ! -s "$pkg/$f" ]]; then
+    for f in "$@"; do # the data files non-empty, the code files present
+        if [[ ! -f "$pkg/$f" || ( "$f" != *.js && "$f" != *.cjs && ! -s "$pkg/$f" ) ]]; then
             echo "fetch_tokenizer: $step: $pkg/$f is missing after npm install; remove $prefix and run this again" >&2
             exit 1
         fi
