@@ -434,6 +434,34 @@ static void test_refusals(void)
     expect_refusal("a missing file", p, FERRY_ERR_IO, "none.json");
 }
 
+/* Added tokens: one the file does not mark special is recognised in plain
+ * text too (as Hugging Face does), a special one only when asked. Without
+ * byte fallback a character with no token is unk (here "▁", 0). */
+static void test_added_tokens(void)
+{
+    char p[128];
+    snprintf(p, sizeof p, "%s/added.json", tmpdir);
+    write_sp(p, "BPE", sp_norm, "null", "null", "[\"a b\"]", "[{\"id\":4,\"content\":\"<x>\",\"special\":false},"
+             "{\"id\":5,\"content\":\"<y>\",\"special\":true}]");
+    tok_tokenizer *t = NULL;
+    if (!tap_is_status(tok_open(p, NULL, &t), FERRY_OK, "a small SentencePiece-style file opens"))
+        return;
+    tok_ids ids = {0};
+    tok_encode(t, "ab<x>b<y>", 9, &ids);
+    /* "▁ab": unk, "ab" (merged); <x>; "▁b<y>": unk, "b", then "<", "y", ">" unk each */
+    const uint32_t want[] = {0, 3, 4, 0, 2, 0, 0, 0};
+    int same = ids.len == 8 && !memcmp(ids.ids, want, sizeof want);
+    tap_ok(same, "plain: \"ab<x>b<y>\" is 0 3 4 0 2 0 0 0 (<x> recognised, <y> text; got %zu tokens)", ids.len);
+    ids.len = 0;
+    tok_encode_special(t, "ab<x>b<y>", 9, &ids);
+    const uint32_t want_s[] = {0, 3, 4, 0, 2, 5};
+    same = ids.len == 6 && !memcmp(ids.ids, want_s, sizeof want_s);
+    tap_ok(same, "specials: \"ab<x>b<y>\" is 0 3 4 0 2 5 (got %zu tokens)", ids.len);
+    TAP_IS_INT(tok_bos(t), -1, "no BOS in a file without one");
+    tok_ids_free(&ids);
+    tok_close(t);
+}
+
 /* A byte-level file with an NFC normalizer and Qwen2's pattern, made here
  * from GPT-2's byte map: 256 byte tokens, no merges. */
 static void test_nfc_file(void)
@@ -500,6 +528,7 @@ int main(void)
     test_tokenize_program("llama3", 20240801, 128000);
     test_tokenize_program("llama2", 20240520, 1);
     test_refusals();
+    test_added_tokens();
     test_nfc_file();
     free(bible.p);
     char cmd[128];
