@@ -316,9 +316,10 @@ static ferry_status encode_sentencepiece(hf_tok *t, const char *s, size_t n, siz
         }
     }
     if (!t->meta_split)
-        return encode_unjoined(t, (const unsigned char *)d, k, out);
+        return t->junctions_exact ? encode_unjoined(t, (const unsigned char *)d, k, out)
+                                  : encode_word(t, (const unsigned char *)d, k, out);
     size_t start = 0; /* Metaspace split: a pre-token starts at each ▁ */
-    for (size_t i = 3; st == FERRY_OK && i + 3 <= k; i++)
+    for (size_t i = 1; st == FERRY_OK && i + 3 <= k; i++)
         if (!memcmp(d + i, meta, 3)) {
             st = encode_word(t, (const unsigned char *)d + start, i - start, out);
             start = i;

@@ -49,6 +49,9 @@ struct hf_tok {
                          * y) where some merge (A, B) has A ending in x and B
                          * starting with y; no merge crosses between any
                          * other two characters */
+    int junctions_exact; /* no merge takes a <0xNN> or unk symbol, whose
+                          * characters are not its text: then the junctions
+                          * tell where text may be cut */
     uint32_t byte_id[256]; /* byte-level: each byte's token; SentencePiece: <0xNN> */
     hf_added *added;    /* longest content first */
     size_t nadded;

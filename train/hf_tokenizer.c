@@ -113,6 +113,9 @@ static ferry_status read_vocab(hf_tok *t, const char *path, const cJSON *vocab, 
     }
     if (count == 0)
         return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s': model.vocab is empty", path);
+    if ((uint64_t)max_id >= 2 * ((uint64_t)count + t->nadded) + 1024)
+        return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s' gives id %u with only %zu tokens (and %zu added): ids "
+                       "are numbered from 0 with few gaps; is the file damaged?", path, max_id, count, t->nadded);
     t->vocab_size = max_id + 1;
     t->tok_off = calloc((size_t)t->vocab_size + 1, sizeof *t->tok_off);
     t->known = calloc(t->vocab_size, 1);
@@ -194,8 +197,18 @@ static ferry_status add_junction(hf_tok *t, const unsigned char *a, size_t na, c
     return tok_map_put(&t->junctions, key, na - from + blen, 1);
 }
 
-static ferry_status read_merges(hf_tok *t, const char *path, const cJSON *merges)
+/* A symbol whose characters are not its text: a <0xNN> token or unk. */
+static int stands_for_bytes(const hf_tok *t, uint32_t id, const char *text, const char *unk)
 {
+    for (unsigned b = 0; b < 256; b++)
+        if (t->byte_id[b] == id)
+            return 1;
+    return unk && !strcmp(text, unk);
+}
+
+static ferry_status read_merges(hf_tok *t, const char *path, const cJSON *merges, const char *unk)
+{
+    t->junctions_exact = t->kind == HF_SENTENCEPIECE;
     ferry_status st = tok_map_init(&t->pairs, (size_t)cJSON_GetArraySize(merges) + 16);
     if (st == FERRY_OK && t->kind == HF_SENTENCEPIECE)
         st = tok_map_init(&t->junctions, 4096);
@@ -221,7 +234,9 @@ static ferry_status read_merges(hf_tok *t, const char *path, const cJSON *merges
                            "token that model.vocab lacks", path, rank, a, b);
         uint32_t pair[2] = {(uint32_t)x, (uint32_t)y};
         uint64_t old;
-        if (t->kind == HF_SENTENCEPIECE) {
+        if (t->junctions_exact && (stands_for_bytes(t, (uint32_t)x, a, unk) || stands_for_bytes(t, (uint32_t)y, b, unk)))
+            t->junctions_exact = 0;
+        if (t->junctions_exact) {
             st = add_junction(t, ka, (size_t)na, kb, (size_t)nb);
             if (st != FERRY_OK)
                 return st;
@@ -424,11 +439,11 @@ static ferry_status read_model(hf_tok *t, const char *path, const cJSON *root)
         st = byte_level ? finish_byte_level(t, path) : finish_sentencepiece(t, path, &f);
     if (st == FERRY_OK)
         st = place_added(t);
+    const char *unk = hf_str_or_null(m, "unk_token");
     if (st == FERRY_OK)
-        st = read_merges(t, path, hf_get(m, "merges"));
+        st = read_merges(t, path, hf_get(m, "merges"), unk);
     if (st != FERRY_OK)
         return st;
-    const char *unk = hf_str_or_null(m, "unk_token");
     int64_t unk_id = unk ? hf_tok_token_id(t, unk, strlen(unk)) : -1;
     if (unk && unk_id < 0)
         return err_set(FERRY_ERR_FORMAT, "tokenizer.json '%s': unk_token \"%.60s\" is not a token", path, unk);

@@ -460,6 +460,25 @@ static void test_added_tokens(void)
     TAP_IS_INT(tok_bos(t), -1, "no BOS in a file without one");
     tok_ids_free(&ids);
     tok_close(t);
+    /* Metaspace with split: a pre-token starts at each ▁, so the merge
+     * "a" + "▁" never applies: "a b" is "a" "▁" "b", not "a▁" "b". */
+    const char *j = "{\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"\xe2\x96\x81\",\"prepend_scheme\":"
+                    "\"never\",\"split\":true},\"decoder\":{\"type\":\"Metaspace\",\"prepend_scheme\":\"never\"},"
+                    "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"\xe2\x96\x81\":1,\"b\":2,\"a\xe2\x96\x81\":3},"
+                    "\"merges\":[[\"a\",\"\xe2\x96\x81\"]]}}";
+    write_file(p, j, strlen(j));
+    if (!tap_is_status(tok_open(p, NULL, &t), FERRY_OK, "a Metaspace file opens"))
+        return;
+    tok_encode(t, "a b", 3, &ids);
+    tap_ok(ids.len == 3 && ids.ids[0] == 0 && ids.ids[1] == 1 && ids.ids[2] == 2,
+           "Metaspace split: \"a b\" is 0 1 2 (got %zu tokens)", ids.len);
+    char *back;
+    size_t n;
+    tok_decode(t, ids.ids, ids.len, &back, &n);
+    tap_ok(n == 3 && !memcmp(back, "a b", 3), "Metaspace: decodes back to \"a b\"");
+    free(back);
+    tok_ids_free(&ids);
+    tok_close(t);
 }
 
 /* A byte-level file with an NFC normalizer and Qwen2's pattern, made here
