@@ -12,6 +12,12 @@
  * text that NFC could change (FERRY_ERR_INVALID_ARGUMENT naming the
  * character), since ferry does not implement NFC.
  *
+ * The pre-tokenizers follow the JavaScript reference encoders the tests
+ * compare with: node's character classes (train/unicode_tables.h) and, in
+ * Llama 3's and Qwen2's (?i:'s|'t|...), ASCII case only. Hugging Face's
+ * Rust library can split differently on rare characters (Unicode case
+ * folding such as "'ſ", white space such as U+0085).
+ *
  * Usage:
  *     tok_tokenizer *t;
  *     if (tok_open("tokenizer.json", NULL, &t) != FERRY_OK) ... ferry_last_error()

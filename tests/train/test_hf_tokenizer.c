@@ -508,7 +508,9 @@ static void test_added_tokens(void)
 static void test_nfc_file(void)
 {
     char j[16384];
-    size_t k = (size_t)snprintf(j, sizeof j, "{\"normalizer\":{\"type\":\"NFC\"},\"pre_tokenizer\":{\"type\":"
+    size_t k = (size_t)snprintf(j, sizeof j, "{\"added_tokens\":[{\"id\":256,\"content\":\"<|endoftext|>\",\"special\":"
+                                "true},{\"id\":257,\"content\":\"<|im_start|>\",\"special\":true}],\"post_processor\":"
+                                "{\"type\":\"ByteLevel\"},\"normalizer\":{\"type\":\"NFC\"},\"pre_tokenizer\":{\"type\":"
                                 "\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"");
     for (const char *c = hf_pattern_qwen2; *c; c++) {
         if (*c == '\\' || *c == '"')
@@ -538,6 +540,11 @@ static void test_nfc_file(void)
     tok_tokenizer *t = NULL;
     if (!tap_is_status(tok_open(p, NULL, &t), FERRY_OK, "a Qwen2-style byte-level file with NFC opens"))
         return;
+    /* Qwen2's files have no BOS template: <|endoftext|> is both. */
+    TAP_IS_INT(tok_bos(t), 256, "Qwen2-style: BOS is <|endoftext|>");
+    TAP_IS_INT(tok_eos(t), 256, "Qwen2-style: EOS is <|endoftext|>");
+    TAP_IS_INT(tok_token_id(t, "<|im_start|>", 12), 257, "Qwen2-style: <|im_start|> is 257");
+    TAP_IS_INT(tok_vocab_size(t), 258, "Qwen2-style: 258 ids");
     tok_ids ids = {0};
     TAP_IS_STATUS(tok_encode(t, "caf\xc3\xa9", 5, &ids), FERRY_OK, "NFC file: precomposed text encodes");
     TAP_IS_INT(ids.len, 5, "NFC file: one token per byte without merges");
