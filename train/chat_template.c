@@ -3,6 +3,8 @@
  * target flag; the segments become token ids through a tok_text_encoder. */
 #include "train/chat_template.h"
 
+#include "train/tokenizer.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -361,4 +363,22 @@ static int64_t gpt2_special(void *ctx, const char *s, size_t n)
 void tok_text_encoder_gpt2(tok_bpe *t, tok_text_encoder *out)
 {
     *out = (tok_text_encoder){t, gpt2_encode, gpt2_special, TOK_GPT2_EOT, TOK_GPT2_EOT, tok_bpe_vocab_size(t)};
+}
+
+/* Any tokenizer train/tokenizer.h opens. */
+static ferry_status face_encode(void *ctx, const char *s, size_t n, tok_ids *out)
+{
+    return tok_encode(ctx, s, n, out);
+}
+
+static int64_t face_special(void *ctx, const char *s, size_t n)
+{
+    return tok_token_id(ctx, s, n);
+}
+
+void tok_text_encoder_of(tok_tokenizer *t, tok_text_encoder *out)
+{
+    int64_t bos = tok_bos(t), eos = tok_eos(t);
+    *out = (tok_text_encoder){t, face_encode, face_special, bos < 0 ? TOK_NO_TOKEN : (uint32_t)bos,
+                              eos < 0 ? TOK_NO_TOKEN : (uint32_t)eos, tok_vocab_size(t)};
 }

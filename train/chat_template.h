@@ -48,6 +48,11 @@ typedef struct tok_text_encoder {
 /* GPT-2's tokenizer (borrowed; it must outlive *out): encode is
  * tok_bpe_encode, the one special token <|endoftext|> (50256) is BOS and EOS. */
 void tok_text_encoder_gpt2(tok_bpe *t, tok_text_encoder *out);
+/* The same for any tokenizer train/tokenizer.h opens (a tokenizer.json or
+ * GPT-2's two files): its BOS and EOS (TOK_NO_TOKEN where it has none), and
+ * special tokens looked up by their text. */
+typedef struct tok_tokenizer tok_tokenizer;
+void tok_text_encoder_of(tok_tokenizer *t, tok_text_encoder *out);
 
 typedef enum chat_template_id { CHAT_PLAIN = 0, CHAT_LLAMA3, CHAT_CHATML, CHAT_MISTRAL } chat_template_id;
 

@@ -8,7 +8,9 @@
 #include <stdio.h>
 
 typedef struct tokenize_opts {
-    const char *encoder, *vocab, *out_dir;
+    const char *tokenizer;  /* a tokenizer.json, or */
+    const char *encoder, *vocab; /* GPT-2's encoder.json and vocab.bpe */
+    const char *out_dir;
     double val_fraction;    /* in [0, 1) */
     uint64_t shard_tokens;  /* 1..TOK_SHARD_MAX_TOKENS */
     int doc_blank_lines;    /* 0: each file is one document */
