@@ -41,9 +41,10 @@ static const opt_spec specs[] = {
     {"--init-from", OPT_STR, F(init_from), "", 0, 0, "start from Hugging Face GPT-2 weights (model.safetensors)"},
     {"--data", OPT_STR, F(data), "", 0, 0, "training shards: a file or a glob such as 'data/train_*.bin'"},
     {"--val-data", OPT_STR, F(val_data), "", 0, 0, "validation shards (for --eval-every)"},
-    {"--tokenizer", OPT_STR, F(tokenizer), "", 0, 0, "GPT-2's encoder.json (vocab.bpe beside it), or their folder (default: the "
-                                                     "checkpoint's own copy, $FERRY_TOKENIZER_DIR, the install's "
-                                                     "share/ferry/gpt2, the source tree's)"},
+    {"--tokenizer", OPT_STR, F(tokenizer), "", 0, 0, "a tokenizer.json, GPT-2's encoder.json (vocab.bpe beside it), or their "
+                                                     "folder (default: the checkpoint's or --init-from's own, "
+                                                     "$FERRY_TOKENIZER_DIR, for GPT-2 the install's share/ferry/gpt2 "
+                                                     "and the source tree's)"},
     {"--batch", OPT_INT, F(batch), "4", 1, 65536, "sequences per micro-batch (B)"},
     {"--seq", OPT_INT, F(seq), "256", 1, 1048576, "tokens per sequence (T), at most --context"},
     {"--no-pack", OPT_BOOL, F(no_pack), "off", 0, 0, "instruction data (masked shards): one example per sequence, "
@@ -313,18 +314,11 @@ static bool looks_like_flag(const char *prog, const opt_spec *s, const char *val
 int train_options_refuse_llama(const train_options *o, const char *what)
 {
     const char *prog = o->program->name;
-    const char *flag = o->sample_only ? "--sample" : "--sample-every";
-    if (!o->program->llama)
-        fprintf(stderr, "%s: %s a model of the Llama family, which %s does not train: use ferry-train, which takes "
-                        "the same flags and trains GPT-2 too\n",
-                prog, what, prog);
-    else if (o->sample_only || o->sample_every)
-        fprintf(stderr, "%s: %s: samples need the model's tokenizer, and ferry reads only GPT-2's (encoder.json and "
-                        "vocab.bpe); the Llama family's tokenizer (Hugging Face tokenizer.json) cannot be read yet, "
-                        "so a model of the Llama family is not sampled: leave out %s\n",
-                prog, flag, flag);
-    else
+    if (o->program->llama)
         return 0;
+    fprintf(stderr, "%s: %s a model of the Llama family, which %s does not train: use ferry-train, which takes "
+                    "the same flags and trains GPT-2 too\n",
+            prog, what, prog);
     return 2;
 }
 

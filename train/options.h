@@ -82,10 +82,9 @@ int train_options_parse_for(const trainer_program *p, int argc, char **argv, tra
 int train_options_parse(int argc, char **argv, train_options *o);
 
 /* Refuses, on stderr, a model of the Llama family where o's program does
- * not train it, or where o asks to sample it (--sample, --sample-every:
- * ferry reads only GPT-2's tokenizer). `what` names the model with its
- * verb ("--model llama-d2 is", "--resume 'runs/x' holds"). Returns 0 when
- * neither, else 2. */
+ * not train it (train_gpt2: use ferry-train). `what` names the model with
+ * its verb ("--model llama-d2 is", "--resume 'runs/x' holds"). Returns 0
+ * when it does, else 2. */
 int train_options_refuse_llama(const train_options *o, const char *what);
 
 /* The range train_gpt2 accepts for a numeric flag ("--heads"), so other

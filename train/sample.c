@@ -149,7 +149,7 @@ static ferry_status push(tok_ids *ids, int token)
 }
 
 /* Where s->stop_text starts in the text of ids[from..] (-1: nowhere, or no stop text). */
-static ferry_status stop_at(const sampler *s, const tok_bpe *tok, const uint32_t *ids, size_t n, long *at)
+static ferry_status stop_at(const sampler *s, const tok_tokenizer *tok, const uint32_t *ids, size_t n, long *at)
 {
     *at = -1;
     if (!s->stop_text || !*s->stop_text || n == 0)
@@ -158,7 +158,7 @@ static ferry_status stop_at(const sampler *s, const tok_bpe *tok, const uint32_t
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "sampling: a stop text needs the tokenizer to read the tokens");
     char *text = NULL;
     size_t len = 0;
-    ferry_status st = tok_bpe_decode(tok, ids, n, &text, &len);
+    ferry_status st = tok_decode(tok, ids, n, &text, &len);
     if (st != FERRY_OK)
         return st;
     const char *hit = strstr(text, s->stop_text);
@@ -178,7 +178,7 @@ static ferry_status should_end(sampler *s, bool *end)
 
 /* The token picked from logits appended, unless it ends generation (the
  * end-of-sequence token, or the text reaching the stop string). */
-static ferry_status take_token(sampler *s, const tok_bpe *tok, tok_ids *ids, size_t prompt_len, const float *logits,
+static ferry_status take_token(sampler *s, const tok_tokenizer *tok, tok_ids *ids, size_t prompt_len, const float *logits,
                                int V, bool *done)
 {
     int next = sampler_pick(s, logits, V);
@@ -196,7 +196,7 @@ static ferry_status take_token(sampler *s, const tok_bpe *tok, tok_ids *ids, siz
 }
 
 ferry_status sample_generate(const lmodel *m, lmodel_kv *kv, const model_hooks *h, backend_stream *stream,
-                             const tok_bpe *tok, tok_ids *ids, int n, sampler *s)
+                             const tok_tokenizer *tok, tok_ids *ids, int n, sampler *s)
 {
     if (!m || !kv || !h || !stream || !ids || !s || n < 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "sample_generate: NULL argument or n = %d < 0", n);
@@ -233,7 +233,7 @@ ferry_status sample_generate(const lmodel *m, lmodel_kv *kv, const model_hooks *
 }
 
 ferry_status sample_generate_recompute(const lmodel *m, lmodel_acts *a, const model_hooks *h, backend_stream *stream,
-                                       int B, int T, const tok_bpe *tok, tok_ids *ids, int n, sampler *s)
+                                       int B, int T, const tok_tokenizer *tok, tok_ids *ids, int n, sampler *s)
 {
     if (!m || !a || !h || !stream || !ids || !s || n < 0 || B < 1 || T < 1 || ids->len < 1)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
@@ -265,15 +265,15 @@ ferry_status sample_generate_recompute(const lmodel *m, lmodel_acts *a, const mo
 }
 
 /* The text of ids, cut before the stop text in what follows the prompt. */
-static ferry_status text_of(const sampler *s, const tok_bpe *tok, const tok_ids *ids, size_t skip, size_t prompt_len,
+static ferry_status text_of(const sampler *s, const tok_tokenizer *tok, const tok_ids *ids, size_t skip, size_t prompt_len,
                             char **text)
 {
     size_t len = 0, plen = 0;
     char *prompt_text = NULL;
-    ferry_status st = tok_bpe_decode(tok, ids->ids + skip, prompt_len - skip, &prompt_text, &plen);
+    ferry_status st = tok_decode(tok, ids->ids + skip, prompt_len - skip, &prompt_text, &plen);
     free(prompt_text);
     if (st == FERRY_OK)
-        st = tok_bpe_decode(tok, ids->ids + skip, ids->len - skip, text, &len);
+        st = tok_decode(tok, ids->ids + skip, ids->len - skip, text, &len);
     long at = -1;
     if (st == FERRY_OK)
         st = stop_at(s, tok, ids->ids + prompt_len, ids->len - prompt_len, &at);
@@ -285,15 +285,21 @@ static ferry_status text_of(const sampler *s, const tok_bpe *tok, const tok_ids 
 /* The prompt's tokens, the generation (between begin and end when e is
  * not NULL), and the text. */
 static ferry_status sample_on(ferry_engine *e, const lmodel *m, lmodel_kv *kv, lmodel_acts *a, const model_hooks *h,
-                              backend_stream *stream, int B, int T, tok_bpe *tok, const char *prompt, int n,
+                              backend_stream *stream, int B, int T, tok_tokenizer *tok, const char *prompt, int n,
                               sampler *s, char **text)
 {
     tok_ids ids = {0};
     ferry_status st = FERRY_OK;
-    if (prompt && *prompt)
-        st = tok_bpe_encode(tok, prompt, strlen(prompt), &ids);
+    int64_t bos = tok_bos(tok);
+    bool empty = !prompt || !*prompt;
+    size_t skip = bos >= 0 && (empty || bos != tok_eos(tok)) ? 1 : 0; /* the BOS added: not part of the text */
+    if (skip)
+        st = push(&ids, (int)bos);
+    if (st == FERRY_OK && !empty)
+        st = tok_encode(tok, prompt, strlen(prompt), &ids);
     if (st == FERRY_OK && ids.len == 0)
-        st = push(&ids, (int)TOK_GPT2_EOT);
+        st = err_set(FERRY_ERR_INVALID_ARGUMENT, "sampling needs a prompt or a tokenizer with a BOS token, and "
+                                                 "%s has none", tok_describe(tok));
     size_t prompt_len = ids.len;
     if (st == FERRY_OK && (!e || (st = ferry_engine_begin_inference(e)) == FERRY_OK)) {
         /* More than the cache holds (a long or endless sample) goes by the window, as before the cache. */
@@ -304,15 +310,13 @@ static ferry_status sample_on(ferry_engine *e, const lmodel *m, lmodel_kv *kv, l
         if (st == FERRY_OK)
             st = end;
     }
-    /* The leading <|endoftext|> we added is not part of the text. */
-    size_t skip = (!prompt || !*prompt) && prompt_len == 1 ? 1 : 0;
     if (st == FERRY_OK)
         st = text_of(s, tok, &ids, skip, prompt_len, text);
     tok_ids_free(&ids);
     return st;
 }
 
-ferry_status sample_text(ferry_engine *e, const lmodel *m, lmodel_kv *kv, lmodel_acts *a, int B, int T, tok_bpe *tok,
+ferry_status sample_text(ferry_engine *e, const lmodel *m, lmodel_kv *kv, lmodel_acts *a, int B, int T, tok_tokenizer *tok,
                          const char *prompt, int n, sampler *s, char **text)
 {
     model_hooks hooks = model_engine_hooks(e);
@@ -320,7 +324,7 @@ ferry_status sample_text(ferry_engine *e, const lmodel *m, lmodel_kv *kv, lmodel
 }
 
 ferry_status sample_text_hooks(const lmodel *m, lmodel_kv *kv, lmodel_acts *a, const model_hooks *hooks,
-                               backend_stream *stream, int B, int T, tok_bpe *tok, const char *prompt, int n,
+                               backend_stream *stream, int B, int T, tok_tokenizer *tok, const char *prompt, int n,
                                sampler *s, char **text)
 {
     return sample_on(NULL, m, kv, a, hooks, stream, B, T, tok, prompt, n, s, text);

@@ -1,5 +1,5 @@
 /* Text generation from a model on the engine (models/lmodel.h, either
- * family; the text through the GPT-2 tokenizer, the only one ferry reads):
+ * family; the text through its tokenizer, train/tokenizer.h):
  * the sampler (temperature, top-k, top-p, a seeded generator) over
  * next-token logits, and the loop that feeds each token back, through the
  * key/value cache (models/lmodel_decode.h: one forward of the prompt, then
@@ -17,7 +17,7 @@
 #include "ferry.h"
 #include "models/lmodel.h"
 #include "models/lmodel_decode.h"
-#include "train/bpe.h"
+#include "train/tokenizer.h"
 
 typedef struct sampler {
     uint64_t rng;
@@ -59,29 +59,33 @@ int sampler_top_k(const float *logits, int V, int k, int *idx);
  * decodes the new tokens; NULL when there is no stop text), at s->stop or
  * when s->before_token says so. */
 ferry_status sample_generate(const lmodel *m, lmodel_kv *kv, const model_hooks *h, backend_stream *stream,
-                             const tok_bpe *tok, tok_ids *ids, int n, sampler *s);
+                             const tok_tokenizer *tok, tok_ids *ids, int n, sampler *s);
 /* The same by recomputing: for each token one forward over the last T
  * tokens (activations a of B >= 1 rows and sequence T), the logits of row 0
  * at the last one. The reference the cache is held to. */
 ferry_status sample_generate_recompute(const lmodel *m, lmodel_acts *a, const model_hooks *h, backend_stream *stream,
-                                       int B, int T, const tok_bpe *tok, tok_ids *ids, int n, sampler *s);
+                                       int B, int T, const tok_tokenizer *tok, tok_ids *ids, int n, sampler *s);
 
-/* Generates n tokens after `prompt` (NULL or "" = <|endoftext|>) with the
+/* Generates n tokens after `prompt` with the
  * model on engine e through the cache kv (one row), or, when kv is NULL or
  * the prompt and the n tokens do not fit it (and a is given), by
  * recomputing the last T tokens for each one over activations a (B rows,
  * sequence T: a sample of any length, as long as it is not stopped), and
  * returns the
  * decoded text (prompt included, up to a stop text) in *text (malloc'd).
+ * The prompt starts with the tokenizer's BOS when it has one that is not
+ * also its EOS (Llama 2 and 3 add theirs, as their tokenizers do), and an
+ * empty prompt is the BOS alone (GPT-2's <|endoftext|>); the text leaves
+ * out the token added.
  * Runs between steps: it brackets itself with
  * ferry_engine_begin/end_inference. When s->stop is set, or s->before_token
  * says to stop, it ends after the token under way, with the text so far. */
-ferry_status sample_text(ferry_engine *e, const lmodel *m, lmodel_kv *kv, lmodel_acts *a, int B, int T, tok_bpe *tok,
+ferry_status sample_text(ferry_engine *e, const lmodel *m, lmodel_kv *kv, lmodel_acts *a, int B, int T, tok_tokenizer *tok,
                          const char *prompt, int n, sampler *s, char **text);
 /* The same with weights of the caller's (model_resident's hooks, say), on
  * `stream`, without an engine: what sampling alone needs. */
 ferry_status sample_text_hooks(const lmodel *m, lmodel_kv *kv, lmodel_acts *a, const model_hooks *hooks,
-                               backend_stream *stream, int B, int T, tok_bpe *tok, const char *prompt, int n,
+                               backend_stream *stream, int B, int T, tok_tokenizer *tok, const char *prompt, int n,
                                sampler *s, char **text);
 
 #endif

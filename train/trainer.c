@@ -109,22 +109,12 @@ static int prepare(trainer *t)
     }
     if (t->o.find_max_batch && trains && trainer_find_max_batch(t) != FERRY_OK)
         return trainer_fail(t, "--find-max-batch");
-    /* Samples need the tokenizer, GPT-2's (the only one read; another
-     * family's sampling is refused above); without one, a run that asked
-     * for none just skips the final sample. --eval-only takes none. */
-    bool gpt2 = t->spec.family == MODEL_FAMILY_GPT2;
-    if (gpt2 && !t->o.eval_only && trainer_open_tokenizer(t) != FERRY_OK && (t->o.sample_every || t->o.sample_only))
+    /* Samples need the model's tokenizer; without one, a run that asked
+     * for none just skips the final sample (and its checkpoints keep no
+     * tokenizer). --eval-only takes none. */
+    if (!t->o.eval_only && trainer_open_tokenizer(t) != FERRY_OK && (t->o.sample_every || t->o.sample_only))
         return trainer_fail(t, "tokenizer");
     err_clear();
-    if (t->tok && tok_bpe_vocab_size(t->tok) != (uint32_t)model_spec_vocab(&t->spec)) {
-        if (t->o.sample_every || t->o.sample_only) {
-            fprintf(stderr, "%s: samples need the GPT-2 vocabulary (%u tokens); this model has %d\n", prog,
-                    tok_bpe_vocab_size(t->tok), model_spec_vocab(&t->spec));
-            return 2;
-        }
-        tok_bpe_destroy(t->tok);
-        t->tok = NULL;
-    }
     if (trains && trainer_open_loader(t, t->o.data, 1, &t->train) != FERRY_OK)
         return trainer_fail(t, "training data");
     if (t->train)
@@ -183,7 +173,7 @@ static int cleanup(trainer *t, int rc)
     lmodel_destroy(t->model);
     tok_loader_close(t->train);
     tok_loader_close(t->val);
-    tok_bpe_destroy(t->tok);
+    tok_close(t->tok);
     if (t->log && fclose(t->log) != 0) {
         fprintf(stderr, "%s: closing the log '%s': %s; it may be incomplete\n", t->prog->name, t->o.log,
                 strerror(errno));

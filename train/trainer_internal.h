@@ -20,6 +20,7 @@
 #include "train/options.h"
 #include "train/run_state.h"
 #include "train/sample.h"
+#include "train/tok_find.h"
 #include "train/skips.h"
 
 typedef struct trainer {
@@ -33,8 +34,8 @@ typedef struct trainer {
     lmodel_acts *eval_acts; /* the validation batch's, when it has fewer rows than --batch; else NULL */
     int eval_batch;       /* rows of a validation batch: --batch, or fewer for a short validation set */
     tok_loader *train, *val;
-    tok_bpe *tok;
-    char tok_dir[PATH_MAX]; /* the folder GPT-2's tokenizer was read from, "" without one */
+    tok_tokenizer *tok;
+    tok_found tok_found; /* where the tokenizer was read from (its files go with each checkpoint) */
     sampler smp;
     bool kv_refused;      /* a sample's key/value cache did not fit the engine's arena (said once) */
     FILE *log;
@@ -107,6 +108,7 @@ int trainer_report_stop(const trainer *t, int rc);
 /* trainer_model.c: which model, the resumed run's settings, the data. */
 ferry_status trainer_choose_model(trainer *t);
 int trainer_refuse_family(const trainer *t);
+int trainer_tokenizer_files(const trainer *t, const char **files, char (*buf)[PATH_MAX + 32], int cap);
 ferry_status trainer_open_tokenizer(trainer *t);
 ferry_status trainer_open_loader(trainer *t, const char *pattern, int shuffle, tok_loader **out);
 ferry_status trainer_open_validation(trainer *t);

@@ -293,12 +293,10 @@ ferry_status trainer_save(trainer *t)
                                   o->beta1, o->beta2, o->eps, o->clip, o->checkpoint_every};
     ferry_engine_mark(t->engine, t->step, "checkpoint"); /* a failed trace is said at the next step, after the save */
     /* The tokenizer goes with the checkpoint, so that it samples from any folder. */
-    char enc[PATH_MAX + 16], bpe[PATH_MAX + 16];
-    snprintf(enc, sizeof enc, "%s/encoder.json", t->tok_dir);
-    snprintf(bpe, sizeof bpe, "%s/vocab.bpe", t->tok_dir);
-    const char *tok_files[2] = {enc, bpe};
-    ferry_status st = run_state_save_files(t->o.checkpoint_dir, t->step, t->engine, t->model, &r, tok_files,
-                                           t->tok_dir[0] ? 2 : 0);
+    const char *tok_files[3];
+    char beside[2][PATH_MAX + 32];
+    int ntok = trainer_tokenizer_files(t, tok_files, beside, 3);
+    ferry_status st = run_state_save_files(t->o.checkpoint_dir, t->step, t->engine, t->model, &r, tok_files, ntok);
     if (st != FERRY_OK)
         return st;
     t->saved_step = t->step;

@@ -380,14 +380,18 @@ ferry_status trainer_choose_model(trainer *t)
 
 /* ---- the tokenizer and the data ---- */
 
-/* GPT-2's tokenizer, found where train/tok_find.h says: --tokenizer, the
- * checkpoint's (or --init-from's) folder, $FERRY_TOKENIZER_DIR, the
- * install's share/ferry/gpt2, the source tree. */
+/* The model's tokenizer, found where train/tok_find.h says: --tokenizer,
+ * the checkpoint's (or --init-from's) folder, $FERRY_TOKENIZER_DIR, and
+ * for GPT-2 the install's share/ferry/gpt2 and the source tree. A model of
+ * the Llama family takes a tokenizer.json alone. */
 ferry_status trainer_open_tokenizer(trainer *t)
 {
+    bool llama = t->spec.family == MODEL_FAMILY_LLAMA;
     char model_dir[PATH_MAX] = "";
     if (t->ckpt[0])
         snprintf(model_dir, sizeof model_dir, "%s", t->ckpt);
+    else if (t->init_dir[0])
+        snprintf(model_dir, sizeof model_dir, "%s", t->init_dir);
     else if (t->o.init_from) {
         snprintf(model_dir, sizeof model_dir, "%s", t->o.init_from);
         char *slash = strrchr(model_dir, '/');
@@ -396,24 +400,50 @@ ferry_status trainer_open_tokenizer(trainer *t)
         else
             snprintf(model_dir, sizeof model_dir, ".");
     }
-    tok_places where = {.given = t->o.tokenizer, .model_dir = model_dir[0] ? model_dir : NULL, .json_only = false};
-    tok_found found;
-    ferry_status st = tok_find(&where, &found);
-    if (st == FERRY_OK && found.json[0])
-        st = err_set(FERRY_ERR_FORMAT, "%s '%s' is a tokenizer.json; GPT-2's sampling reads encoder.json and "
-                                       "vocab.bpe: give --tokenizer the folder that holds them", found.place,
-                     found.json);
+    tok_places where = {.given = t->o.tokenizer, .model_dir = model_dir[0] ? model_dir : NULL, .json_only = llama};
+    tok_found *found = &t->tok_found;
+    ferry_status st = tok_find(&where, found);
     if (st == FERRY_OK)
-        st = tok_bpe_load(found.encoder, found.vocab_bpe, &t->tok);
+        st = found->json[0] ? tok_open(found->json, NULL, &t->tok) : tok_open(found->encoder, found->vocab_bpe, &t->tok);
+    if (st == FERRY_OK && tok_vocab_size(t->tok) > (uint32_t)model_spec_vocab(&t->spec)) {
+        st = err_set(FERRY_ERR_INVALID_ARGUMENT, "%s has %u tokens, more than the model's vocabulary of %d: it is "
+                     "another model's tokenizer", tok_describe(t->tok), tok_vocab_size(t->tok),
+                     model_spec_vocab(&t->spec));
+        tok_close(t->tok);
+        t->tok = NULL;
+    }
     if (st != FERRY_OK)
-        return err_wrap(st, "the GPT-2 tokenizer");
-    snprintf(t->tok_dir, sizeof t->tok_dir, "%s", found.encoder);
-    char *slash = strrchr(t->tok_dir, '/');
-    if (slash)
-        *slash = '\0';
+        return err_wrap(st, "the model's tokenizer");
     if ((t->o.sample_only || t->o.sample_every) && trainer_leader(t) && !t->o.quiet)
-        printf("tokenizer: GPT-2's encoder.json and vocab.bpe in '%s' (%s)\n", t->tok_dir, found.place);
+        printf("tokenizer: %s, '%s' (%s)\n", tok_describe(t->tok), found->json[0] ? found->json : found->encoder,
+               found->place);
     return FERRY_OK;
+}
+
+/* The tokenizer's files a checkpoint keeps (a tokenizer.json with the
+ * tokenizer_config.json and special_tokens_map.json beside it, or GPT-2's
+ * two files), into files[]; how many. */
+int trainer_tokenizer_files(const trainer *t, const char **files, char (*buf)[PATH_MAX + 32], int cap)
+{
+    const tok_found *f = &t->tok_found;
+    int n = 0;
+    if (!t->tok || cap < 3)
+        return 0;
+    if (!f->json[0]) {
+        files[n++] = f->encoder;
+        files[n++] = f->vocab_bpe;
+        return n;
+    }
+    files[n++] = f->json;
+    const char *slash = strrchr(f->json, '/');
+    int dir = slash ? (int)(slash - f->json) : 0;
+    static const char *const beside[] = {"tokenizer_config.json", "special_tokens_map.json"};
+    for (int i = 0; i < 2 && n < cap; i++) {
+        snprintf(buf[i], sizeof buf[i], "%.*s%s%s", dir, f->json, dir ? "/" : "", beside[i]);
+        if (access(buf[i], R_OK) == 0)
+            files[n++] = buf[i];
+    }
+    return n;
 }
 
 static ferry_status open_loader_rows(trainer *t, const char *pattern, int rows, int shuffle, tok_loader **out)

