@@ -404,7 +404,7 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
     }
 }
 
-/* occupancy floor: 4 warps/SM: `attention_fwd_kernel<__nv_bfloat16, \d+, \d+, 80>`
+/* occupancy floor: 4 warps/SM from sm_80: `attention_fwd_kernel<__nv_bfloat16, \d+, \d+, 80>`
  * (the 128-query block's 85 KiB of tiles leave one block an SM on sm_86/89) */
 template <typename T, int HSP, int BQ, int ARCH>
 __global__ void __launch_bounds__(fwd_threads<HSP, BQ>())
@@ -540,7 +540,7 @@ __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const float *lse,
     store_rows<T, HSP>(dbase + 2 * C, stride, dv[0], 1.0f, Ks + warp * 16 * H::LDH, wk, T_, HS, vec, true);
 }
 
-/* occupancy floor: 4 warps/SM: `attention_dkv_kernel<__nv_bfloat16, \d+, 80>`
+/* occupancy floor: 4 warps/SM from sm_80: `attention_dkv_kernel<__nv_bfloat16, \d+, 80>`
  * (one 128-thread block of 55-69 KiB an SM on sm_86/89) */
 template <typename T, int HSP, int ARCH>
 __global__ void __launch_bounds__(128)
@@ -643,7 +643,7 @@ __device__ void dq_body(T *dqkv, const T *dout, const T *qkv, const float *lse, 
                        Qs + warp * 16 * H::LDH, wq, T_, HS, vec, true);
 }
 
-/* occupancy floor: 4 warps/SM: `attention_dq_kernel<__nv_bfloat16, \d+, 80>` (as the dK/dV kernel's) */
+/* occupancy floor: 4 warps/SM from sm_80: `attention_dq_kernel<__nv_bfloat16, \d+, 80>` (as the dK/dV kernel's) */
 template <typename T, int HSP, int ARCH>
 __global__ void __launch_bounds__(128)
     attention_dq_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *delta, int T_, int C,

@@ -52,8 +52,10 @@ usage: kernel_resources.py --launch-log FILE [--step KERNEL]... [--occupancy REG
   --floors SOURCE... the kernels' sources: a comment "occupancy floor: N
                      warps/SM: `REGEX`" holds every instantiation whose name
                      REGEX matches whole to at least N warps an SM at its
-                     largest launch, on every card it can launch on; a
-                     floor that names no kernel compiled fails too
+                     largest launch, on every card it can launch on
+                     ("N warps/SM from sm_M: `REGEX`": on sm_M and up, for
+                     a kernel that traps below M); a floor that names no
+                     kernel compiled fails too
   --occupancy REGEX  also print, for each instantiation whose name matches,
                      a markdown table of its registers, stack frame, block
                      and the warps an SM holds on each card (by registers,
@@ -328,18 +330,20 @@ def check(res, launches, names, step_names=()):
     return fails, notes, rows
 
 
-FLOOR = re.compile(r"occupancy floor: (\d+) warps/SM: `([^`]+)`")
+FLOOR = re.compile(r"occupancy floor: (\d+) warps/SM(?: from sm_(\d+))?: `([^`]+)`")
 
 
 def read_floors(paths):
-    """[(warps, regex, "file:line")] from the sources' comments."""
+    """[(warps, first arch, regex, "file:line")] from the sources' comments;
+    "from sm_N" names the first card the floor holds on (a kernel whose body
+    is compiled for that card and up, a trap below it), 0 for every card."""
     floors = []
     for path in paths:
         with open(path, encoding="utf-8", errors="replace") as f:
             for i, line in enumerate(f, 1):
                 m = FLOOR.search(line)
                 if m:
-                    floors.append((int(m.group(1)), m.group(2), "%s:%d" % (path, i)))
+                    floors.append((int(m.group(1)), int(m.group(2) or 0), m.group(3), "%s:%d" % (path, i)))
     return floors
 
 
@@ -348,11 +352,11 @@ def check_floors(res, launches, names, floors):
     warps an SM, on every card it is compiled for and can launch on, at its
     largest launch; a floor naming nothing is stale. (failures, summary)"""
     fails, held = [], 0
-    for warps, pattern, where in floors:
+    for warps, first, pattern, where in floors:
         matched = 0
         for (arch, mangled), r in sorted(res.items()):
             name, inst = split_name(names.get(mangled, mangled))
-            if not re.fullmatch(pattern, inst) or arch not in SM_WARPS:
+            if not re.fullmatch(pattern, inst) or arch not in SM_WARPS or arch < first:
                 continue
             matched += 1
             L = launches.get(inst) or launches.get(name)
