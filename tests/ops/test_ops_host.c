@@ -105,7 +105,7 @@ static void test_encoder(void)
     int32_t tokens[6] = {1, 3, 1, 0, 1, 2}; /* token 1 three times */
     float *wte = randv((size_t)V * C, 1.0), *wpe = randv((size_t)T * C, 1.0);
     float *out = zerov((size_t)B * T * C);
-    TAP_IS_STATUS(hostop_encoder_forward(out, tokens, wte, wpe, B, T, C, V), FERRY_OK,
+    TAP_IS_STATUS(hostop_encoder_forward(out, tokens, wte, wpe, B, T, C, V, NULL), FERRY_OK,
                   "encoder forward runs");
     double want[30];
     for (int b = 0; b < B; b++)
@@ -127,15 +127,15 @@ static void test_encoder(void)
                 ewte[tokens[b * T + t] * C + i] += dout[(b * T + t) * C + i];
                 ewpe[t * C + i] += dout[(b * T + t) * C + i];
             }
-    hostop_encoder_backward(dwte, dwpe, dout, tokens, B, T, C, V);
+    hostop_encoder_backward(dwte, dwpe, dout, tokens, B, T, C, V, NULL);
     check_forward("encoder backward dwte (scatter-add)", dwte, ewte, 20);
     check_forward("encoder backward dwpe (sum over batch)", dwpe, ewpe, 15);
     int32_t bad[6] = {1, 3, 4, 0, 1, 2};
-    TAP_IS_STATUS(hostop_encoder_forward(out, bad, wte, wpe, B, T, C, V),
+    TAP_IS_STATUS(hostop_encoder_forward(out, bad, wte, wpe, B, T, C, V, NULL),
                   FERRY_ERR_INVALID_ARGUMENT, "token 4 with V = 4 is rejected: %s",
                   ferry_last_error());
     bad[2] = -1;
-    TAP_IS_STATUS(hostop_encoder_forward(out, bad, wte, wpe, B, T, C, V),
+    TAP_IS_STATUS(hostop_encoder_forward(out, bad, wte, wpe, B, T, C, V, NULL),
                   FERRY_ERR_INVALID_ARGUMENT, "token -1 is rejected");
     free(wte), free(wpe), free(out), free(dout), free(dwte), free(dwpe);
 }
@@ -285,7 +285,7 @@ typedef struct att_ctx {
 static double att_objective(void *p)
 {
     att_ctx *c = p;
-    hostop_attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->C, c->NH);
+    hostop_attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->C, c->NH, NULL);
     return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 
@@ -330,7 +330,7 @@ static void test_attention(void)
     check_forward("attention out forward", c.out, wout, nout);
     check_forward("attention lse forward", c.lse, wlse, nlse);
     float *dqkv = zerov(nqkv), *delta = zerov(nlse);
-    TAP_IS_STATUS(hostop_attention_backward(dqkv, c.R, c.qkv, c.out, c.lse, delta, B, T, C, NH),
+    TAP_IS_STATUS(hostop_attention_backward(dqkv, c.R, c.qkv, c.out, c.lse, delta, B, T, C, NH, NULL),
                   FERRY_OK, "attention backward runs");
     /* delta: each query row's D = dout . out over its head, in double here */
     double worst = 0;
@@ -478,13 +478,13 @@ static void test_dispatch(void)
     float *d_out = dev_from(be, s, h_out, nout), *d_lse = dev_from(be, s, h_lse, nlse);
     float *d_dqkv = dev_from(be, s, h_dqkv, nqkv), *h_delta = zerov(nlse);
     float *d_delta = dev_from(be, s, h_delta, nlse);
-    TAP_IS_STATUS(ops_attention_forward(s, d_out, d_lse, d_qkv, B, T, C, NH), FERRY_OK,
+    TAP_IS_STATUS(ops_attention_forward(s, d_out, d_lse, d_qkv, B, T, C, NH, NULL), FERRY_OK,
                   "ops_attention_forward launches");
-    TAP_IS_STATUS(ops_attention_backward(s, d_dqkv, d_R, d_qkv, d_out, d_lse, d_delta, B, T, C, NH),
+    TAP_IS_STATUS(ops_attention_backward(s, d_dqkv, d_R, d_qkv, d_out, d_lse, d_delta, B, T, C, NH, NULL),
                   FERRY_OK, "ops_attention_backward launches");
     TAP_IS_STATUS(backend_stream_synchronize(s), FERRY_OK, "the stream runs them");
-    hostop_attention_forward(h_out, h_lse, qkv, B, T, C, NH);
-    hostop_attention_backward(h_dqkv, R, qkv, h_out, h_lse, h_delta, B, T, C, NH);
+    hostop_attention_forward(h_out, h_lse, qkv, B, T, C, NH, NULL);
+    hostop_attention_backward(h_dqkv, R, qkv, h_out, h_lse, h_delta, B, T, C, NH, NULL);
     float *got = zerov(nqkv);
     to_host(s, got, d_out, nout);
     tap_ok(memcmp(got, h_out, nout * 4) == 0, "ops_attention_forward gives hostop's bits");
@@ -503,7 +503,7 @@ static void test_dispatch(void)
                   FERRY_ERR_INVALID_ARGUMENT, "a tensor larger than its buffer is rejected");
     TAP_IS_STATUS(ops_gelu_forward(NULL, d_out, d_qkv, 4), FERRY_ERR_INVALID_ARGUMENT,
                   "a NULL stream is rejected");
-    TAP_IS_STATUS(ops_attention_forward(s, d_out, d_lse, d_qkv, B, T, C, 3),
+    TAP_IS_STATUS(ops_attention_forward(s, d_out, d_lse, d_qkv, B, T, C, 3, NULL),
                   FERRY_ERR_INVALID_ARGUMENT, "C not divisible by NH is rejected: %s",
                   ferry_last_error());
     TAP_IS_STATUS(ops_layernorm_forward(s, d_out, d_lse, d_lse, d_qkv, d_qkv, d_qkv, 0, C),
@@ -515,7 +515,7 @@ static void test_dispatch(void)
     backend_alloc(be, sizeof htok, &d_tok);
     backend_memcpy_async(s, d_tok, htok, sizeof htok, BACKEND_COPY_H2D);
     float *d_wte = dev_from(be, s, R, 4 * (size_t)C);
-    TAP_IS_STATUS(ops_encoder_forward(s, d_out, d_tok, d_wte, d_R, 1, 2, C, 4), FERRY_OK,
+    TAP_IS_STATUS(ops_encoder_forward(s, d_out, d_tok, d_wte, d_R, 1, 2, C, 4, NULL), FERRY_OK,
                   "encoder launch with a bad token is accepted (checked on the stream)");
     TAP_IS_STATUS(backend_stream_synchronize(s), FERRY_ERR_INVALID_ARGUMENT,
                   "the stream reports the bad token: %s", ferry_last_error());
