@@ -78,8 +78,11 @@ template <typename E> __global__ void wpe_backward_kernel(E *dwpe, const E *dout
 
 /* With positions: dwpe[p, c] += the sum of dout[b, t, c] over the tokens
  * at position p, in (b, t) order. A thread per (p, c), a warp's threads on
- * one p (its position reads are one broadcast); token t can be at p only
- * from t = p on. */
+ * one p (its position reads are one broadcast). The walk along a row jumps
+ * over tokens that cannot be at p: from t, at position q, the next token at
+ * p is at t + p - q or later when q < p (this example's, or a later one's
+ * p-th token, past t + p), and at t + p + 1 or later when q >= p (the next
+ * example starts after t); about T / (p + 1) reads a row instead of T. */
 template <typename E>
 __global__ void wpe_backward_pos_kernel(E *dwpe, const E *dout, const int32_t *pos, int B, int T, int C)
 {
@@ -89,9 +92,12 @@ __global__ void wpe_backward_pos_kernel(E *dwpe, const E *dout, const int32_t *p
     const int p = (int)(tc / C), c = (int)(tc % C);
     float sum = 0.0f;
     for (int b = 0; b < B; b++)
-        for (int t = p; t < T; t++)
-            if (wpe_row(pos, b * T + t, T) == p)
+        for (int t = p; t < T;) {
+            const int q = wpe_row(pos, b * T + t, T);
+            if (q == p)
                 sum += cu_f32(dout[((size_t)b * T + t) * C + c]);
+            t += q < p ? p - q : p + 1;
+        }
     dwpe[tc] = cu_round<E>(cu_f32(dwpe[tc]) + sum);
 }
 
