@@ -29,11 +29,12 @@
  * last query tile whose first query's example can still reach its keys,
  * skips a warp's products on a tile wholly outside its rows' examples, and
  * masks the keys below a row's start in the tiles that cross one. The
- * online softmax then meets rows with no key in a tile: their max stays
- * -inf and the exponentials are taken against 0 (the same bits as before
- * wherever the max is finite, which it always is without positions). A
- * position outside [0, i] is clamped there. NULL positions: the kernels
- * as they were, bit for bit.
+ * online softmax then meets rows with no key in a tile: their running max
+ * starts at -1e30 instead of -inf, so it stays finite there (the same bits
+ * as before wherever a row has keys, which without positions is every
+ * tile). The forward keeps its rows' starts in shared memory, not
+ * registers. A position outside [0, i] is clamped there. NULL positions:
+ * the kernels' arithmetic as it was, bit for bit.
  *
  * Backward: a first pass writes delta = rowsum(dO * O) (D) once, one warp
  * per (row, head); then two kernels, neither with atomics, each owning the
@@ -116,7 +117,7 @@ template <int ARCH> __host__ __device__ constexpr bool runs_here()
 
 template <int HSP, int BQ, int ARCH> constexpr size_t forward_smem()
 {
-    return (size_t)(BQ + 2 * stages<ARCH>() * BKV) * hdim<HSP>::LDH * 2;
+    return (size_t)(BQ + 2 * stages<ARCH>() * BKV) * hdim<HSP>::LDH * 2 + (size_t)BQ * sizeof(int);
 }
 
 /* dK/dV's and dQ's: two tiles of 64 rows, two stages of two inner tiles,
@@ -309,6 +310,9 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
     extern __shared__ __align__(128) unsigned char smem[];
     T *Qs = reinterpret_cast<T *>(smem);
     T *Ks = Qs + BQ * H::LDH, *Vs = Ks + ST * BKV * H::LDH;
+    /* The block's rows' first keys, in shared memory rather than registers (at HSP 64 the loop's
+     * fragments leave none to spare): read where a tile needs them. */
+    int *Los = reinterpret_cast<int *>(Vs + ST * BKV * H::LDH);
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const int q0 = qt * BQ, wq = q0 + warp * 16 * MT; /* the warp's first query */
@@ -316,20 +320,15 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
     const T *base = qkv + (size_t)b * T_ * stride + (size_t)h * HS;
     const int32_t *pr = pos ? pos + (size_t)b * T_ : nullptr;
     const int j0 = first_key(pr, q0, T_) / BKV; /* the tile of the block's lowest start */
-    const int n_kv = (min(T_, q0 + BQ) + BKV - 1) / BKV - j0;
-    const int wlo = first_key(pr, wq, T_); /* the warp's lowest start */
-    int lo[MT][2], lo_hi = 0;               /* this thread's rows' starts */
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            lo[mt][r] = first_key(pr, wq + 16 * mt + g + 8 * r, T_);
-            lo_hi = max(lo_hi, lo[mt][r]);
-        }
+    const int n_kv = (min(T_, q0 + BQ) + BKV - 1) / BKV; /* tiles j0 .. n_kv - 1 */
+    /* (rows past T, never written, take the last row's, so that a warp's last row holds its highest start) */
+    for (int i = threadIdx.x; i < BQ; i += THREADS) /* ordered before its reads by the loop's first barrier */
+        Los[i] = first_key(pr, min(q0 + i, T_ - 1), T_);
 
+    const int s0 = ST == 2 ? j0 & 1 : 0; /* tile j's stage is j's parity */
     load_rows<T, HSP, BQ, THREADS, ARCH>(Qs, base, stride, q0, T_, HS, vec);
-    load_rows<T, HSP, BKV, THREADS, ARCH>(Ks, base + C, stride, j0 * BKV, T_, HS, vec);
-    load_rows<T, HSP, BKV, THREADS, ARCH>(Vs, base + 2 * C, stride, j0 * BKV, T_, HS, vec);
+    load_rows<T, HSP, BKV, THREADS, ARCH>(Ks + s0 * BKV * H::LDH, base + C, stride, j0 * BKV, T_, HS, vec);
+    load_rows<T, HSP, BKV, THREADS, ARCH>(Vs + s0 * BKV * H::LDH, base + 2 * C, stride, j0 * BKV, T_, HS, vec);
     cu_cp_commit<ARCH>();
 
     uint32_t qf[MT][H::KS][4];
@@ -340,11 +339,14 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
 #pragma unroll
         for (int dt = 0; dt < H::DT; dt++)
             o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.0f;
-        m[mt][0] = m[mt][1] = -INFINITY;
+        /* Finite, below every score: a row whose first tiles hold none of its keys (positions) keeps
+         * it, with alpha 1 and p 0 there, instead of a max of -inf and exp2(-inf + inf); at its
+         * first key, alpha = exp2(-1e30 - max) = 0 as exp2(-inf) was: the same bits. */
+        m[mt][0] = m[mt][1] = -1e30f;
         l[mt][0] = l[mt][1] = 0.0f;
     }
-    for (int j = 0; j < n_kv; j++) {
-        const int st = ST == 2 ? j & 1 : 0, kv0 = (j0 + j) * BKV;
+    for (int j = j0; j < n_kv; j++) {
+        const int st = ST == 2 ? j & 1 : 0, kv0 = j * BKV;
         T *Kt = Ks + st * BKV * H::LDH, *Vt = Vs + st * BKV * H::LDH;
         if constexpr (ST == 2) {
             if (j + 1 < n_kv) { /* the other stage was last read before the previous barrier */
@@ -357,17 +359,19 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
             } else {
                 cu_cp_wait<ARCH, 0>();
             }
-        } else if (j > 0) {
+        } else if (j > j0) {
             load_rows<T, HSP, BKV, THREADS, ARCH>(Kt, base + C, stride, kv0, T_, HS, vec);
             load_rows<T, HSP, BKV, THREADS, ARCH>(Vt, base + 2 * C, stride, kv0, T_, HS, vec);
         }
         __syncthreads();
-        if (j == 0)
+        if (j == j0)
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
                 load_a<HSP>(qf[mt], Qs, warp * 16 * MT + 16 * mt);
-        /* some key of the tile is at or before one of the warp's queries, and in one of their examples */
-        if (kv0 <= wq + 16 * MT - 1 && kv0 + BKV > wlo) {
+        /* some key of the tile is at or before one of the warp's queries, and in one of their examples
+         * (the warp's lowest start is its first row's: starts ascend) */
+        const int *wlos = Los + warp * 16 * MT;
+        if (kv0 <= wq + 16 * MT - 1 && kv0 + BKV > wlos[0]) {
             float s[MT][2 * NP][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
@@ -375,29 +379,33 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
                 for (int n = 0; n < 2 * NP; n++)
                     s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
             mm_abt<T, HSP, NP, MT, ARCH>(s, qf, Kt, 0);
-            const bool edge = kv0 + BKV - 1 > wq || kv0 + BKV > T_ || kv0 < lo_hi;
+            const bool edge = kv0 + BKV - 1 > wq || kv0 + BKV > T_ || kv0 < wlos[16 * MT - 1];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                const int row[2] = {wq + 16 * mt + g, wq + 16 * mt + g + 8};
+                /* row r sees keys lo .. min(row, T - 1): element (n, i) is key kv0 + 2t + 8n + (i & 1),
+                 * inside iff 8n + (i & 1) - (lo - kv0 - 2t), unsigned, is at most the range's width */
+                int first[2], width[2];
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int lo = edge ? wlos[16 * mt + g + 8 * r] : 0;
+                    first[r] = lo - kv0 - 2 * t;
+                    width[r] = min(wq + 16 * mt + g + 8 * r, T_ - 1) - lo;
+                }
                 float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
                 for (int n = 0; n < 2 * NP; n++)
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
-                        const int key = kv0 + n * 8 + 2 * t + (i & 1);
                         float x = s[mt][n][i] * scale_log2;
-                        if (edge && (key > row[i / 2] || key >= T_ || key < lo[mt][i / 2]))
+                        if (edge && (unsigned)(n * 8 + (i & 1) - first[i / 2]) > (unsigned)width[i / 2])
                             x = -INFINITY;
                         s[mt][n][i] = x;
                         mx[i / 2] = fmaxf(mx[i / 2], x);
                     }
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
-                    /* finite without positions (every row meets key 0 in its first tile); with them
-                     * -inf until a row meets its example's first key, and the exponentials are then
-                     * taken against 0 (alpha 0 of an l and o still 0, p 0) */
                     const float m_new = fmaxf(m[mt][r], quad_max(mx[r]));
-                    const float alpha = exp2f(m[mt][r] - (m_new == -INFINITY ? 0.0f : m_new));
+                    const float alpha = exp2f(m[mt][r] - m_new);
                     m[mt][r] = m_new;
                     l[mt][r] *= alpha;
 #pragma unroll
@@ -410,8 +418,7 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
                 for (int n = 0; n < 2 * NP; n++)
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
-                        const float mi = m[mt][i / 2];
-                        const float p = exp2f(s[mt][n][i] - (mi == -INFINITY ? 0.0f : mi));
+                        const float p = exp2f(s[mt][n][i] - m[mt][i / 2]);
                         s[mt][n][i] = p;
                         l[mt][i / 2] += p;
                     }
