@@ -54,11 +54,12 @@
  * registers, one stage deep, which keeps every kernel within its 64 KiB.
  *
  * Shared memory a block (LDH = HSP + 8 elements a row):
- *   forward (BQ + 2 stages x 2 x 64) x LDH x 2 bytes: 54.0 KiB at HSP 64
- *     and BQ 128, 102.0 KiB at HSP 128 and BQ 128, 85.0 KiB at BQ 64;
+ *   forward (BQ + 2 stages x 2 x 64) x LDH x 2 bytes + the BQ rows'
+ *     starts: 54.5 KiB at HSP 64 and BQ 128, 102.5 KiB at HSP 128 and BQ
+ *     128, 85.25 KiB at BQ 64;
  *   dK/dV and dQ (2 x 64 + 2 stages x 2 x BI) x LDH x 2 bytes + the lse
  *     and D rows: 55.0 KiB at HSP 64 (BI 64), 68.5 KiB at HSP 128 (BI 32);
- *   one stage (Turing) at HSP 128: 51.0 KiB forward, 51.5 KiB backward.
+ *   one stage (Turing) at HSP 128: 51.25 KiB forward, 51.5 KiB backward.
  * Launch order puts the longest blocks first (the last query tiles of the
  * forward and dQ, the first key tiles of dK/dV).
  *
@@ -489,7 +490,7 @@ __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const float *lse,
 {
     using H = hdim<HSP>;
     constexpr int THREADS = 128, ST = stages<ARCH>(), BI = H::BI, NP = BI / 16;
-    constexpr int NPC = ARCH < 80 && HSP > 64 ? 1 : NP; /* 16-query blocks a pass (below) */
+    constexpr int NPC = ARCH >= 80 ? NP : HSP > 64 ? 1 : NP / 2; /* 16-query blocks a pass (below) */
     extern __shared__ __align__(128) unsigned char smem[];
     T *Ks = reinterpret_cast<T *>(smem);
     T *Vs = Ks + BK * H::LDH, *Qs = Vs + BK * H::LDH, *dOs = Qs + ST * BI * H::LDH;
@@ -552,7 +553,8 @@ __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const float *lse,
             const bool lo_edge = pr && first_key(pr, min(q0 + BI, T_) - 1, T_) > wk;
             const bool edge = q0 < wk + 15 || q0 + BI > T_ || lo_edge;
             /* The tile's queries in passes of 16 NPC: one pass, but two on
-             * Turing at HSP 128, where the whole tile's S^T and dP^T beside
+             * Turing (at HSP 64 since positions, whose masking took 8 bytes
+             * of stack there), where the whole tile's S^T and dP^T beside
              * dK, dV and the K fragments take more than 255 registers and
              * spill. dK and dV receive their products in the same order
              * either way. */

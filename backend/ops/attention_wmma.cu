@@ -37,9 +37,9 @@
  * Tiles: BQ = 64 (4 warps) where the card's shared memory per block allows
  * it, else BQ = 32 (2 warps: a quarter of the tile memory and half the fp32
  * scratch), chosen at run time from cudaDevAttrMaxSharedMemoryPerBlockOptin:
- * at head size 64 the forward needs 70.5 KiB and the backward 79.5 KiB with
- * 64 (sm_70 allows 96 KiB, sm_80 163, sm_86 and sm_89 99, sm_90 227), 33.3
- * and 29.8 KiB with 32 (sm_75 allows 64 KiB); at head size 128, 64-query
+ * at head size 64 the forward needs 70.75 KiB and the backward 79.75 KiB with
+ * 64 (sm_70 allows 96 KiB, sm_80 163, sm_86 and sm_89 99, sm_90 227), 33.4
+ * and 29.9 KiB with 32 (sm_75 allows 64 KiB); at head size 128, 64-query
  * tiles fit only sm_80 and sm_90. */
 #include <mma.h>
 
