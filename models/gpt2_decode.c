@@ -63,7 +63,7 @@ ferry_status gpt2_decode_rows(const gpt2_model *m, lmodel_kv *kv, const model_ho
     const act_t *wte = tensor_at(m, kv, emb, 0, EMB_WTE);
     /* wpe's rows from the first new position: the encoder adds row t of what it is given */
     const act_t *wpe = model_kv_at(kv, tensor_at(m, kv, emb, 0, EMB_WPE), (size_t)kv->len * C);
-    CHECK(ops_encoder_forward(s, kv->x, kv->tokens, wte, wpe, kv->B, n, C, V));
+    CHECK(ops_encoder_forward(s, kv->x, kv->tokens, wte, wpe, kv->B, n, C, V, NULL));
     for (int l = 0; l < L; l++) {
         const act_t *pb;
         CHECK(model_acquire(h, WHO, l + 1, FERRY_PHASE_FORWARD, s, &pb));

@@ -82,7 +82,7 @@ ferry_status llama_decode_rows(const llama_model *m, lmodel_kv *kv, const model_
     const act_t *emb, *pf;
     CHECK(model_acquire(h, WHO, 0, FERRY_PHASE_FORWARD, s, &emb));
     CHECK(ops_encoder_forward(s, kv->x, kv->tokens, tensor_at(m, kv, emb, 0, 0), NULL, kv->B, n, c->n_embd,
-                              c->vocab_size));
+                              c->vocab_size, NULL));
     if (!tied)
         CHECK(model_release(h, WHO, 0, FERRY_PHASE_FORWARD, s));
     for (int l = 0; l < L; l++) {

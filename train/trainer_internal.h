@@ -112,6 +112,7 @@ int trainer_tokenizer_files(const trainer *t, const char **files, char (*buf)[PA
 ferry_status trainer_open_tokenizer(trainer *t);
 ferry_status trainer_open_loader(trainer *t, const char *pattern, int shuffle, tok_loader **out);
 ferry_status trainer_open_validation(trainer *t);
+int trainer_eval_batches(const trainer *t);
 
 /* trainer_engine.c: the engine, the weights, sampling's backend, the batch that fits. */
 ferry_dtype trainer_planned_dtype(const trainer *t);

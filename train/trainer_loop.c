@@ -37,15 +37,25 @@ static ferry_status agree_on_step(trainer *t, double *sum) { return trainer_agre
 /* The next batch of `l` into the trainer's buffers: inputs, targets (-1
  * where the data's mask says no target) and positions; *targets counts the
  * targets. The positions restart at each example of packed instruction
- * data (0..T-1 for token streams); the model's forward is to take them
- * with the inputs, and until it does the rows of a packed batch attend
- * across their examples (--no-pack avoids it). */
+ * data (0..T-1 for token streams); batch_forward hands them to the model,
+ * so a packed row's examples never see each other. */
 static ferry_status next_batch(trainer *t, tok_loader *l, double *targets)
 {
     ferry_status st = tok_loader_next_ex(l, t->inputs, t->targets, t->positions);
     if (st == FERRY_OK)
         *targets += (double)tok_loader_last(l).targets;
     return st;
+}
+
+/* The forward of the batch next_batch read, with its positions where the
+ * data is masked (packed examples: each attends to itself and its
+ * positions restart); token streams take none, the model bit for bit as
+ * without packing. */
+static ferry_status batch_forward(trainer *t, lmodel_acts *acts, const model_hooks *h, backend_stream *s,
+                                  bool for_backward)
+{
+    ferry_status st = lmodel_set_positions(acts, t->masked ? t->positions : NULL);
+    return st != FERRY_OK ? st : lmodel_forward(t->model, acts, h, s, t->inputs, t->targets, for_backward);
 }
 
 static ferry_status train_step(trainer *t, step_figures *f)
@@ -82,7 +92,7 @@ static ferry_status train_step(trainer *t, step_figures *f)
         /* Each pass marked in the trace (memprof --step shows them); a
          * failed trace stops the run. */
         if (st == FERRY_OK) st = mark(t, t->step + 1, "forward");
-        if (st == FERRY_OK) st = lmodel_forward(t->model, t->acts, &hooks, s, t->inputs, t->targets, true);
+        if (st == FERRY_OK) st = batch_forward(t, t->acts, &hooks, s, true);
         if (st == FERRY_OK) st = mark(t, t->step + 1, "backward");
         if (st == FERRY_OK) st = lmodel_backward(t->model, t->acts, &hooks, s, grad_scale);
         if (st == FERRY_OK) st = lmodel_loss(t->acts, s, &loss);
@@ -161,7 +171,7 @@ static ferry_status evaluate(trainer *t, float *val_loss, bool *cut)
     }
     tok_loader_reset(t->val);
     lmodel_acts *acts = t->eval_acts ? t->eval_acts : t->acts;
-    int E = t->o.eval_batches, W = t->world, rounds = (E + W - 1) / W, mine = 0;
+    int E = trainer_eval_batches(t), W = t->world, rounds = (E + W - 1) / W, mine = 0;
     double v[2] = {0, 0}; /* loss sum, batches (masked data: loss x targets, targets) */
     *cut = false;
     for (int i = 0; i < E && st == FERRY_OK; i++) {
@@ -176,7 +186,7 @@ static ferry_status evaluate(trainer *t, float *val_loss, bool *cut)
         st = next_batch(t, t->val, &n);
         if (st != FERRY_OK || i % W != t->rank)
             continue;
-        if (st == FERRY_OK) st = lmodel_forward(t->model, acts, &hooks, s, t->inputs, t->targets, false);
+        if (st == FERRY_OK) st = batch_forward(t, acts, &hooks, s, false);
         if (st == FERRY_OK) st = lmodel_loss(acts, s, &loss);
         /* Masked data: the mean over every target of the batches (a batch
          * holds as many as its examples' answers); token streams: the mean
@@ -186,7 +196,7 @@ static ferry_status evaluate(trainer *t, float *val_loss, bool *cut)
         mine++;
     }
     for (; !*cut && mine < rounds && st == FERRY_OK; mine++)
-        st = lmodel_forward(t->model, acts, &hooks, s, t->inputs, t->targets, false);
+        st = batch_forward(t, acts, &hooks, s, false);
     ferry_status end = ferry_engine_end_inference(t->engine);
     if (st == FERRY_OK && end == FERRY_OK && W > 1 && !*cut)
         st = ferry_world_all_reduce(v, 2);
@@ -258,6 +268,8 @@ ferry_status trainer_print_sample(trainer *t)
     char *text = NULL;
     lmodel_kv *kv = NULL;
     ferry_status st = sample_cache(t, &kv);
+    if (st == FERRY_OK) /* a sample is one sequence from position 0: no packed batch's positions */
+        st = lmodel_set_positions(t->acts, NULL);
     if (st == FERRY_OK && t->resident) {
         model_hooks hooks = model_resident_hooks(t->resident);
         st = sample_text_hooks(t->model, kv, t->acts, &hooks, t->sample_stream, 1, t->o.seq, t->tok, t->o.prompt,

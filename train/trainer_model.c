@@ -383,7 +383,8 @@ ferry_status trainer_choose_model(trainer *t)
 /* The model's tokenizer, found where train/tok_find.h says: --tokenizer,
  * the checkpoint's (or --init-from's) folder, $FERRY_TOKENIZER_DIR, and
  * for GPT-2 the install's share/ferry/gpt2 and the source tree. A model of
- * the Llama family takes a tokenizer.json alone. */
+ * the Llama family takes GPT-2's files only where they are named or kept
+ * beside it. */
 ferry_status trainer_open_tokenizer(trainer *t)
 {
     bool llama = t->spec.family == MODEL_FAMILY_LLAMA;
@@ -400,7 +401,7 @@ ferry_status trainer_open_tokenizer(trainer *t)
         else
             snprintf(model_dir, sizeof model_dir, ".");
     }
-    tok_places where = {.given = t->o.tokenizer, .model_dir = model_dir[0] ? model_dir : NULL, .json_only = llama};
+    tok_places where = {.given = t->o.tokenizer, .model_dir = model_dir[0] ? model_dir : NULL, .no_gpt2_places = llama};
     tok_found *found = &t->tok_found;
     ferry_status st = tok_find(&where, found);
     if (st == FERRY_OK)
@@ -459,6 +460,18 @@ static ferry_status open_loader_rows(trainer *t, const char *pattern, int rows, 
 ferry_status trainer_open_loader(trainer *t, const char *pattern, int shuffle, tok_loader **out)
 {
     return open_loader_rows(t, pattern, t->o.batch, shuffle, out);
+}
+
+/* The batches an evaluation takes: --eval-batches; of masked data, at
+ * most one pass over the validation set, since its evaluation is the mean
+ * over the set's targets and must not count an example twice (every rank
+ * holds the same set, so the same count on all). */
+int trainer_eval_batches(const trainer *t)
+{
+    uint64_t epoch = t->val ? tok_loader_batches_per_epoch(t->val) : 0;
+    if (t->masked && epoch > 0 && epoch < (uint64_t)t->o.eval_batches)
+        return (int)epoch;
+    return t->o.eval_batches;
 }
 
 /* The validation set: in batches of --batch rows, or, when it is shorter

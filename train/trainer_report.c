@@ -242,9 +242,10 @@ ferry_status trainer_say_setup(trainer *t)
     printf("model: %s: %.1fM parameters", model, (double)lmodel_num_params(t->model) / 1e6);
     if (t->o.sample_only)
         printf(" | sampling with a window of %d tokens\n", t->o.seq);
-    else if (t->o.eval_only)
-        printf(" | evaluating %d batches of %d x %d\n", t->o.eval_batches, t->eval_batch, t->o.seq);
-    else if (t->world > 1)
+    else if (t->o.eval_only) {
+        int e = trainer_eval_batches(t);
+        printf(" | evaluating %d batch%s of %d x %d\n", e, e == 1 ? "" : "es", t->eval_batch, t->o.seq);
+    } else if (t->world > 1)
         printf(" | batch %d x %d x %d accum x %d ranks = %lld tokens/step%s\n", t->o.batch, t->o.seq,
                t->o.grad_accum, t->world, (long long)t->o.batch * t->o.seq * t->o.grad_accum * t->world,
                t->o.recompute ? " | recompute" : "");

@@ -2,7 +2,8 @@
  * registry (backend/ops/op_list.h) over: per row an op, its sizes and scalars
  * ("name=value", the names of its arguments; scalars not named take the
  * driver's defaults, backend/ops/opdrive.h; an optional tensor named "=none" is
- * passed as NULL), the class of its tolerance, and where one tensor the op
+ * passed as NULL; positions, NULL unless named "pos=packed": examples of
+ * random lengths packed into each row), the class of its tolerance, and where one tensor the op
  * writes is held to another ("name=elem", "name=mixed", or a relative error
  * "name=1e-5": fp32 statistics computed from exact inputs).
  * Small, odd sizes, so that a kernel's edge cases (partial tiles, rows not
@@ -35,6 +36,10 @@ static const op_shape op_shapes[] = {
     {"encoder_forward", "B=2 T=67 C=96 V=50 wpe=none", OPTOL_ELEM, NULL}, /* no position embedding (Llama) */
     {"encoder_forward", "B=3 T=33 C=20 V=3 wpe=none", OPTOL_ELEM, NULL},
     {"encoder_backward", "B=2 T=67 C=96 V=50 dwpe=none", OPTOL_ELEM, NULL},
+    {"encoder_forward", "B=2 T=67 C=96 V=50 pos=packed", OPTOL_ELEM, NULL}, /* positions restart per example */
+    {"encoder_forward", "B=3 T=33 C=20 V=3 pos=packed", OPTOL_ELEM, NULL},
+    {"encoder_backward", "B=2 T=67 C=96 V=50 pos=packed", OPTOL_ELEM, NULL},
+    {"encoder_backward", "B=3 T=33 C=20 V=3 pos=packed", OPTOL_ELEM, NULL},
     {"layernorm_forward", "N=131 C=96", OPTOL_ELEM, "mean=1e-5 rstd=1e-4"},
     {"layernorm_forward", "N=37 C=50", OPTOL_ELEM, "mean=1e-5 rstd=1e-4"},
     {"layernorm_backward", "N=131 C=96", OPTOL_ELEM, NULL},
@@ -59,6 +64,16 @@ static const op_shape op_shapes[] = {
     {"attention_backward", "B=1 T=70 C=256 NH=2", OPTOL_MIXED, NULL},  /* HS 128: 32-row inner tiles */
     {"attention_forward", "B=3 T=1 C=64 NH=1", OPTOL_MIXED, NULL},    /* one token: a tile of one row */
     {"attention_backward", "B=3 T=1 C=64 NH=1", OPTOL_MIXED, NULL},
+    /* Packed examples (positions): per-row lower bounds, tiles below a block's lowest start skipped, rows
+     * whose first tiles hold none of their keys. */
+    {"attention_forward", "B=2 T=67 C=96 NH=2 pos=packed", OPTOL_MIXED, NULL},
+    {"attention_forward", "B=2 T=200 C=128 NH=2 pos=packed", OPTOL_MIXED, NULL}, /* HS 64, four key tiles */
+    {"attention_forward", "B=2 T=40 C=36 NH=3 pos=packed", OPTOL_MIXED, NULL},
+    {"attention_forward", "B=1 T=150 C=256 NH=2 pos=packed", OPTOL_MIXED, NULL}, /* HS 128 */
+    {"attention_backward", "B=2 T=67 C=96 NH=2 pos=packed", OPTOL_MIXED, NULL},
+    {"attention_backward", "B=2 T=200 C=128 NH=2 pos=packed", OPTOL_MIXED, NULL},
+    {"attention_backward", "B=2 T=40 C=36 NH=3 pos=packed", OPTOL_MIXED, NULL},
+    {"attention_backward", "B=1 T=150 C=256 NH=2 pos=packed", OPTOL_MIXED, NULL}, /* HS 128: 32-row inner tiles */
     {"classifier", "N=37 C=64 V=1000 Vp=1024 chunk=16 grad_scale=0.5", OPTOL_MIXED, "losses=elem"},
     {"classifier", "N=20 C=32 V=250 Vp=256 chunk=64", OPTOL_MIXED, "losses=elem"},
     {"classifier", "N=20 C=32 V=250 Vp=256 chunk=64 dinp=none dwte=none", OPTOL_MIXED, "losses=elem"}, /* loss only */

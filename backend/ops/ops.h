@@ -105,6 +105,12 @@ ferry_status ops_all_reduce(backend_stream *s, backend_comm *c, const void *send
                             ferry_dtype t);
 size_t ops_sumsq_scratch_bytes(void);
 
+/* Checks positions pos[B T] (host memory; NULL passes) against
+ * op_list.h's rule: pos[b T] = 0 and each next one 0 (an example starts)
+ * or the previous + 1. FERRY_ERR_INVALID_ARGUMENT names `who`, the row,
+ * the index in the row, the value and what was allowed there. */
+ferry_status ops_check_positions(const char *who, const int32_t *pos, int B, int T);
+
 /* Device memory the backend's matmuls want as workspace (cuBLASLt's, so its
  * heuristics may pick split-K and stream-K kernels): 32 MiB on cuda, 0 on
  * host. Given to ops_init; counts against the caller's budget. */

@@ -105,12 +105,20 @@ static ferry_status host_init(backend *be, void *workspace, size_t workspace_byt
 
 static void host_shutdown(backend *be) { (void)be; }
 
+/* Positions that break op_list.h's rule fail the op, by row, index and value. */
+#define CHECK_POSITIONS(who, pos, B, T)                                                         \
+    do {                                                                                        \
+        ferry_status pst_ = ops_check_positions((who), (pos), (B), (T));                        \
+        if (pst_ != FERRY_OK)                                                                   \
+            return pst_;                                                                        \
+    } while (0)
+
 /* ---- encoder ---- */
 
 typedef struct encoder_args {
     float *out, *dwte, *dwpe;
     const float *wte, *wpe, *dout;
-    const int32_t *tokens;
+    const int32_t *tokens, *pos;
     int B, T, C, V;
     ferry_dtype act;
 } encoder_args;
@@ -118,7 +126,8 @@ typedef struct encoder_args {
 static ferry_status encoder_fwd_run(void *p)
 {
     encoder_args *a = p;
-    return hostop_encoder_forward(a->out, a->tokens, a->wte, a->wpe, a->B, a->T, a->C, a->V);
+    CHECK_POSITIONS("ops_encoder_forward", a->pos, a->B, a->T);
+    return hostop_encoder_forward(a->out, a->tokens, a->wte, a->wpe, a->B, a->T, a->C, a->V, a->pos);
 }
 
 static ferry_status encoder_fwd_run_narrow(void *p)
@@ -131,17 +140,18 @@ static ferry_status encoder_fwd_run_narrow(void *p)
 
 static ferry_status host_encoder_forward(backend_stream *s, act_t *out, const int32_t *tokens,
                                          const act_t *wte, const act_t *wpe, int B, int T, int C,
-                                         int V)
+                                         int V, const int32_t *pos)
 {
-    encoder_args a = {.out = out, .wte = wte, .wpe = wpe, .tokens = tokens, .B = B, .T = T, .C = C, .V = V,
-                      .act = s->be->act};
+    encoder_args a = {.out = out, .wte = wte, .wpe = wpe, .tokens = tokens, .pos = pos, .B = B, .T = T, .C = C,
+                      .V = V, .act = s->be->act};
     return launch(s, encoder_fwd_run, encoder_fwd_run_narrow, &a, sizeof a);
 }
 
 static ferry_status encoder_bwd_run(void *p)
 {
     encoder_args *a = p;
-    hostop_encoder_backward(a->dwte, a->dwpe, a->dout, a->tokens, a->B, a->T, a->C, a->V);
+    CHECK_POSITIONS("ops_encoder_backward", a->pos, a->B, a->T);
+    hostop_encoder_backward(a->dwte, a->dwpe, a->dout, a->tokens, a->B, a->T, a->C, a->V, a->pos);
     return FERRY_OK;
 }
 
@@ -159,10 +169,10 @@ static ferry_status encoder_bwd_run_narrow(void *p)
 
 static ferry_status host_encoder_backward(backend_stream *s, act_t *dwte, act_t *dwpe,
                                           const act_t *dout, const int32_t *tokens, int B, int T,
-                                          int C, int V)
+                                          int C, int V, const int32_t *pos)
 {
-    encoder_args a = {.dwte = dwte, .dwpe = dwpe, .dout = dout, .tokens = tokens, .B = B, .T = T, .C = C, .V = V,
-                      .act = s->be->act};
+    encoder_args a = {.dwte = dwte, .dwpe = dwpe, .dout = dout, .tokens = tokens, .pos = pos, .B = B, .T = T,
+                      .C = C, .V = V, .act = s->be->act};
     return launch(s, encoder_bwd_run, encoder_bwd_run_narrow, &a, sizeof a);
 }
 
@@ -351,6 +361,7 @@ static ferry_status host_residual_forward(backend_stream *s, act_t *out, const a
 typedef struct attention_args {
     float *out, *lse, *dqkv, *delta;
     const float *qkv, *dout, *fwd_out, *fwd_lse;
+    const int32_t *pos;
     int B, T, C, NH;
     ferry_dtype act;
 } attention_args;
@@ -358,14 +369,16 @@ typedef struct attention_args {
 static ferry_status attention_fwd_run(void *p)
 {
     attention_args *a = p;
-    return hostop_attention_forward(a->out, a->lse, a->qkv, a->B, a->T, a->C, a->NH);
+    CHECK_POSITIONS("ops_attention_forward", a->pos, a->B, a->T);
+    return hostop_attention_forward(a->out, a->lse, a->qkv, a->B, a->T, a->C, a->NH, a->pos);
 }
 
 static ferry_status attention_bwd_run(void *p)
 {
     attention_args *a = p;
+    CHECK_POSITIONS("ops_attention_backward", a->pos, a->B, a->T);
     return hostop_attention_backward(a->dqkv, a->dout, a->qkv, a->fwd_out, a->fwd_lse, a->delta,
-                                     a->B, a->T, a->C, a->NH);
+                                     a->B, a->T, a->C, a->NH, a->pos);
 }
 
 static ferry_status attention_fwd_run_narrow(void *p)
@@ -386,19 +399,19 @@ static ferry_status attention_bwd_run_narrow(void *p)
 }
 
 static ferry_status host_attention_forward(backend_stream *s, act_t *out, float *lse,
-                                           const act_t *qkv, int B, int T, int C, int NH)
+                                           const act_t *qkv, int B, int T, int C, int NH, const int32_t *pos)
 {
-    attention_args a = {.out = out, .lse = lse, .qkv = qkv, .B = B, .T = T, .C = C, .NH = NH,
+    attention_args a = {.out = out, .lse = lse, .qkv = qkv, .pos = pos, .B = B, .T = T, .C = C, .NH = NH,
                         .act = s->be->act};
     return launch(s, attention_fwd_run, attention_fwd_run_narrow, &a, sizeof a);
 }
 
 static ferry_status host_attention_backward(backend_stream *s, act_t *dqkv, const act_t *dout,
                                             const act_t *qkv, const act_t *out, const float *lse,
-                                            float *delta, int B, int T, int C, int NH)
+                                            float *delta, int B, int T, int C, int NH, const int32_t *pos)
 {
     attention_args a = {.dqkv = dqkv, .dout = dout, .qkv = qkv, .fwd_out = out, .fwd_lse = lse,
-                        .delta = delta, .B = B, .T = T, .C = C, .NH = NH, .act = s->be->act};
+                        .delta = delta, .pos = pos, .B = B, .T = T, .C = C, .NH = NH, .act = s->be->act};
     return launch(s, attention_bwd_run, attention_bwd_run_narrow, &a, sizeof a);
 }
 

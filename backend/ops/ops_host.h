@@ -24,17 +24,18 @@
 extern "C" {
 #endif
 
-/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] (wpe NULL: none). `V` is the number of rows of
+/* out[b,t,:] = wte[tokens[b,t],:] + wpe[p,:], p = pos[b,t] (pos NULL: t;
+ * wpe NULL: none). `V` is the number of rows of
  * wte a token may select (V <= 0: only negative tokens are rejected; the
  * caller vouches for the upper bound). A token outside [0, V) is
  * FERRY_ERR_INVALID_ARGUMENT naming its position and value. */
 ferry_status hostop_encoder_forward(float *out, const int32_t *tokens, const float *wte,
-                                    const float *wpe, int B, int T, int C, int V);
-/* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:] (dwpe NULL:
- * none). Tokens are
- * those of the forward (already checked). */
+                                    const float *wpe, int B, int T, int C, int V, const int32_t *pos);
+/* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[p,:] += dout[b,t,:] (dwpe NULL:
+ * none). Tokens and positions are those of the forward (already checked;
+ * here a position outside [0, t] is clamped there). */
 void hostop_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                             int B, int T, int C, int V);
+                             int B, int T, int C, int V, const int32_t *pos);
 
 void hostop_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C);
@@ -53,13 +54,15 @@ void hostop_gelu_backward(float *dinp, const float *inp, const float *dout, size
 void hostop_residual_forward(float *out, const float *a, const float *b, size_t n);
 
 /* Materialises one T x T score matrix per (batch, head) in a malloc'd
- * scratch, so these can fail with FERRY_ERR_OUT_OF_MEMORY. */
+ * scratch, so these can fail with FERRY_ERR_OUT_OF_MEMORY. pos (NULL: one
+ * example a row) as op_list.h's positions; one outside [0, t] is clamped
+ * there (ops_attention_* on the host backend refuses it first). */
 ferry_status hostop_attention_forward(float *out, float *lse, const float *qkv, int B, int T,
-                                      int C, int NH);
+                                      int C, int NH, const int32_t *pos);
 /* The backward also writes delta [B, NH, T] (D_i = dout_i . out_i). */
 ferry_status hostop_attention_backward(float *dqkv, const float *dout, const float *qkv,
                                        const float *out, const float *lse, float *delta, int B,
-                                       int T, int C, int NH);
+                                       int T, int C, int NH, const int32_t *pos);
 
 /* `scratch` holds chunk x Vp floats. A target >= V is FERRY_ERR_INVALID_ARGUMENT. */
 ferry_status hostop_classifier(float *losses, float *dinp, float *dwte, const float *inp,

@@ -13,6 +13,24 @@
 
 #include "backend/ops/opdrive.h"
 
+/* The row of wpe (b, t) reads: its position, or t without positions. */
+static size_t ref_wpe_row(const int32_t *pos, int T, int b, int t)
+{
+    return pos ? (size_t)pos[(size_t)b * T + t] : (size_t)t;
+}
+
+/* The first key query i of row b sees: i - pos (by hand from the rule:
+ * back from i while the positions count down to 0), or 0 without them. */
+static int ref_first_key(const int32_t *pos, int T, int b, int i)
+{
+    if (!pos)
+        return 0;
+    int j = i;
+    while (j > 0 && pos[(size_t)b * T + j] != 0)
+        j--;
+    return j;
+}
+
 static void ref_encoder_forward(opref_encoder_forward *a)
 {
     for (int b = 0; b < a->B; b++)
@@ -20,7 +38,7 @@ static void ref_encoder_forward(opref_encoder_forward *a)
             size_t bt = (size_t)b * a->T + t;
             for (int c = 0; c < a->C; c++)
                 a->out[bt * a->C + c] = a->wte[(size_t)a->tokens[bt] * a->C + c] +
-                                        (a->wpe ? a->wpe[(size_t)t * a->C + c] : 0.0);
+                                        (a->wpe ? a->wpe[ref_wpe_row(a->pos, a->T, b, t) * a->C + c] : 0.0);
         }
 }
 
@@ -33,7 +51,7 @@ static void ref_encoder_backward(opref_encoder_backward *a)
                 double d = a->dout[bt * a->C + c];
                 a->dwte[(size_t)a->tokens[bt] * a->C + c] += d;
                 if (a->dwpe)
-                    a->dwpe[(size_t)t * a->C + c] += d;
+                    a->dwpe[ref_wpe_row(a->pos, a->T, b, t) * a->C + c] += d;
             }
         }
 }
@@ -157,18 +175,19 @@ static void ref_attention_forward(opref_attention_forward *a)
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
                 const double *q = ref_qkv(a->qkv, T, C, HS, b, i, 0, h);
+                const int lo = ref_first_key(a->pos, T, b, i);
                 double mx = -INFINITY, sum = 0;
-                for (int j = 0; j <= i; j++) {
+                for (int j = lo; j <= i; j++) {
                     p[j] = scale * ref_dot(q, ref_qkv(a->qkv, T, C, HS, b, j, 1, h), HS);
                     mx = fmax(mx, p[j]);
                 }
-                for (int j = 0; j <= i; j++)
+                for (int j = lo; j <= i; j++)
                     sum += exp(p[j] - mx);
                 double lse = mx + log(sum);
                 double *o = a->out + ((size_t)b * T + i) * C + (size_t)h * HS;
                 for (int d = 0; d < HS; d++)
                     o[d] = 0;
-                for (int j = 0; j <= i; j++) {
+                for (int j = lo; j <= i; j++) {
                     const double *v = ref_qkv(a->qkv, T, C, HS, b, j, 2, h);
                     for (int d = 0; d < HS; d++)
                         o[d] += exp(p[j] - lse) * v[d];
@@ -196,7 +215,7 @@ static void ref_attention_backward(opref_attention_backward *a)
                 double D = ref_dot(dy, y, HS), lse = a->lse[((size_t)b * NH + h) * T + i];
                 a->delta[((size_t)b * NH + h) * T + i] = D;
                 double *dq = (double *)ref_qkv(a->dqkv, T, C, HS, b, i, 0, h);
-                for (int j = 0; j <= i; j++) {
+                for (int j = ref_first_key(a->pos, T, b, i); j <= i; j++) {
                     const double *k = ref_qkv(a->qkv, T, C, HS, b, j, 1, h), *v = ref_qkv(a->qkv, T, C, HS, b, j, 2, h);
                     double *dk = (double *)ref_qkv(a->dqkv, T, C, HS, b, j, 1, h);
                     double *dv = (double *)ref_qkv(a->dqkv, T, C, HS, b, j, 2, h);

@@ -8,7 +8,8 @@
 # tokens; the progress lines and the setup say the same; an evaluation on
 # the masked validation shard logs a finite loss. An example longer than
 # --seq + 1 is refused naming it, or truncated with --too-long truncate. A
-# resumed run on packed data goes on exactly.
+# resumed run on packed data goes on exactly, and evaluated packed or one
+# example a row, a checkpoint gives the same validation loss.
 # Usage: test_ferry_train_sft.sh FERRY_TRAIN TOKENIZE
 set -u
 ferry=$1
@@ -97,6 +98,29 @@ ok $? "packed: resumed at step 2, the 4 losses are the uninterrupted run's, bit 
   --quiet --steps 3 --checkpoint-dir "$work/other" >/dev/null 2>"$work/err"
 rc=$?; [ $rc -eq 1 ] && grep -q -- "--no-pack and --too-long" "$work/err"
 ok $? "a resume with --no-pack of a packed run is refused (exit $rc): $(cat "$work/err")"
+
+# Packed examples do not see each other: evaluated packed (several
+# examples a row, positions restarting at each) and with --no-pack (one a
+# row), the same checkpoint gives the same mean over the validation set's
+# targets, each counted once. Positions not given to the model would let
+# an example attend to the one before it in its row, and the two differ.
+for mode in packed nopack; do
+  flag=(); [ $mode = nopack ] && flag=(--no-pack)
+  "$ferry" --eval-only --resume "$work/split/step_00000002" --val-data "$work/data/val_*.bin" --batch 4 --seq 32 \
+    --backend host --threads 2 "${flag[@]}" --log "$work/eval_$mode.jsonl" >"$work/out_$mode" 2>"$work/err"
+  [ $? -eq 0 ] || echo "# eval $mode: $(cat "$work/err")"
+done
+$python - "$work/eval_packed.jsonl" "$work/eval_nopack.jsonl" "$vtargets" <<'PY'
+import json, sys
+ev = [[json.loads(l) for l in open(p) if '"eval"' in l] for p in sys.argv[1:3]]
+ok = all(len(e) == 1 for e in ev)
+a, b = (e[0] for e in ev) if ok else ({}, {})
+ok = ok and a["targets"] == b["targets"] == int(sys.argv[3])
+ok = ok and abs(a["val_loss"] - b["val_loss"]) <= 1e-5 * abs(b["val_loss"])
+print("# packed %s, --no-pack %s" % (a, b))
+sys.exit(0 if ok else 1)
+PY
+ok $? "packed and one a row, the validation loss is the same over the set's $vtargets targets once: $(grep -h 'val loss' "$work/out_packed" "$work/out_nopack" | tr '\n' ' ')"
 
 # Too long for --seq 4: refused naming the example, or truncated.
 "$ferry" "${base[@]}" --seq 4 --steps 1 --quiet >"$work/out" 2>"$work/err"
