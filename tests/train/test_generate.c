@@ -117,7 +117,9 @@ int main(void)
               "temperature 0.8, top-k 50, top-p 0.9, seeded", NULL);
 
     /* The end-of-sequence token: the greedy run's 6th new token, by its first appearance. */
-    size_t p = prompt_ids("In the beginning").len;
+    tok_ids prompt = prompt_ids("In the beginning");
+    size_t p = prompt.len;
+    tok_ids_free(&prompt);
     if (greedy.len >= p + 6) {
         uint32_t eos = greedy.ids[p + 5];
         size_t first = 0;
