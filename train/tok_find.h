@@ -12,7 +12,9 @@
  *      tools/setup/fetch_tokenizer.sh, in build-deps/).
  * In a folder, a tokenizer.json is taken first, then GPT-2's encoder.json
  * with its vocab.bpe; places 4 and 5 hold GPT-2's alone, so a model of the
- * Llama family (json_only) never falls back on them. Owns nothing; opening
+ * Llama family (no_gpt2_places) never falls back on them: it takes GPT-2's
+ * files only where they are named or kept beside it (a Llama trained on
+ * GPT-2's tokens). Owns nothing; opening
  * the files is train/tokenizer.h's job. */
 #ifndef FERRY_TRAIN_TOK_FIND_H
 #define FERRY_TRAIN_TOK_FIND_H
@@ -25,7 +27,7 @@
 typedef struct tok_places {
     const char *given;     /* --tokenizer: a tokenizer.json, GPT-2's encoder.json, or a folder; NULL: not given */
     const char *model_dir; /* the checkpoint's or --init-from's folder; NULL: none */
-    bool json_only;        /* the model needs a tokenizer.json (the Llama family) */
+    bool no_gpt2_places;   /* places 4 and 5 are not tried (the Llama family) */
 } tok_places;
 
 typedef struct tok_found {

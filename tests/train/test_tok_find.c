@@ -89,11 +89,12 @@ int main(void)
     st = tok_find(&p, &f);
     tap_ok(st == FERRY_ERR_IO && strstr(ferry_last_error(), "needs its vocab.bpe beside it"),
            "an encoder.json without its vocab.bpe is refused, naming it: %s", ferry_last_error());
-    p = (tok_places){.given = file, .json_only = true};
+    p = (tok_places){.given = file, .no_gpt2_places = true};
     snprintf(file, sizeof file, "%s/encoder.json", sub("gpt2"));
     st = tok_find(&p, &f);
-    tap_ok(st == FERRY_ERR_INVALID_ARGUMENT && strstr(ferry_last_error(), "needs its tokenizer.json"),
-           "a Llama-family model given GPT-2's encoder.json is refused: %s", ferry_last_error());
+    tap_ok(st == FERRY_OK && !strcmp(f.encoder, file) && ends_with(f.vocab_bpe, "/gpt2/vocab.bpe") && !f.json[0],
+           "a Llama-family model trained on GPT-2's tokens takes the encoder.json it names (%s)",
+           st ? ferry_last_error() : f.encoder);
     p = (tok_places){.given = sub("both"), .model_dir = sub("gpt2")};
     st = tok_find(&p, &f);
     tap_ok(st == FERRY_OK && ends_with(f.json, "/both/tokenizer.json") && !strcmp(f.place, "--tokenizer"),
@@ -116,13 +117,18 @@ int main(void)
            "then $FERRY_TOKENIZER_DIR (%s)", st ? ferry_last_error() : f.place);
     unsetenv("FERRY_TOKENIZER_DIR");
 
-    p = (tok_places){.model_dir = sub("gpt2"), .json_only = true};
+    p = (tok_places){.model_dir = sub("gpt2"), .no_gpt2_places = true};
+    st = tok_find(&p, &f);
+    tap_ok(st == FERRY_OK && ends_with(f.encoder, "/gpt2/encoder.json") && !strcmp(f.place, "the model's folder"),
+           "a Llama-family checkpoint that kept GPT-2's files is sampled with them (%s)",
+           st ? ferry_last_error() : f.place);
+    p = (tok_places){.model_dir = sub("empty"), .no_gpt2_places = true};
     st = tok_find(&p, &f);
     const char *m = ferry_last_error();
-    tap_ok(st == FERRY_ERR_IO && strstr(m, "the model's folder '") && strstr(m, "(no tokenizer.json)") &&
+    tap_ok(st == FERRY_ERR_IO && strstr(m, "the model's folder '") && strstr(m, "(no tokenizer.json") &&
                strstr(m, "$FERRY_TOKENIZER_DIR (not set)") && !strstr(m, "source tree") &&
                !strstr(m, "data folder") && strstr(m, "Give --tokenizer"),
-           "a Llama-family model with no tokenizer.json anywhere: every place tried is named, and GPT-2's places are "
+           "a Llama-family model with no tokenizer anywhere: every place tried is named, and GPT-2's places are "
            "not among them: %s", m);
 
     char data[PATH_MAX], exe[PATH_MAX];
