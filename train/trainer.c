@@ -37,8 +37,15 @@
 
 /* Where generation ends by itself: GPT-2's <|endoftext|>, the Llama
  * config's eos_token_id (-1: none). */
+/* Where a sample ends: the tokenizer's end of text, the token the chat
+ * templates end each answer with (so a model fine-tuned on them stops
+ * where it learned to, even a Llama trained on GPT-2's tokens), else the
+ * model's own. */
 static int trainer_eos_token(const trainer *t)
 {
+    int64_t eos = t->tok ? tok_eos(t->tok) : -1;
+    if (eos >= 0 && eos < model_spec_vocab(&t->spec))
+        return (int)eos;
     return t->spec.family == MODEL_FAMILY_GPT2 ? (int)TOK_GPT2_EOT : t->spec.llama.eos_token_id;
 }
 
