@@ -18,8 +18,8 @@
  *
  * Threads: a backend and its streams may be used from several threads, but
  * one stream's submissions must come from one thread at a time. */
-#ifndef FERRY_KERNELS_BACKEND_H
-#define FERRY_KERNELS_BACKEND_H
+#ifndef FERRY_BACKEND_BACKEND_H
+#define FERRY_BACKEND_BACKEND_H
 
 #include <stdbool.h>
 #include <stddef.h>

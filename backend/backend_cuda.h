@@ -3,8 +3,8 @@
  * a storage type a card cannot compute in, and the type it stores by
  * default, so a test can ask about cards this machine does not have. Only
  * in builds with CUDA. */
-#ifndef FERRY_KERNELS_BACKEND_CUDA_H
-#define FERRY_KERNELS_BACKEND_CUDA_H
+#ifndef FERRY_BACKEND_BACKEND_CUDA_H
+#define FERRY_BACKEND_BACKEND_CUDA_H
 
 #include "ferry.h"
 

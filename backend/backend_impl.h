@@ -4,8 +4,8 @@
  * live device buffers). Only backend/ includes this; every other layer sees
  * the opaque handles of backend/backend.h and the checked front of
  * backend/ops/ops.h. */
-#ifndef FERRY_KERNELS_BACKEND_IMPL_H
-#define FERRY_KERNELS_BACKEND_IMPL_H
+#ifndef FERRY_BACKEND_BACKEND_IMPL_H
+#define FERRY_BACKEND_BACKEND_IMPL_H
 
 #include <pthread.h>
 

@@ -23,8 +23,8 @@
  * Every collective is also written in the rank's ledger (below), so ranks
  * that issue different collectives are caught by comparing a hash instead
  * of hanging or pairing one rank's data with another's. */
-#ifndef FERRY_KERNELS_COMM_H
-#define FERRY_KERNELS_COMM_H
+#ifndef FERRY_BACKEND_COMM_H
+#define FERRY_BACKEND_COMM_H
 
 #include <stdbool.h>
 #include <stddef.h>

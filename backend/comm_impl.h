@@ -4,8 +4,8 @@
  * of collectives in flight (comm_watch.c), and the two backends' comm
  * entries of their op tables (comm_host.c, comm_nccl.c). No MPI or NCCL
  * type appears here. */
-#ifndef FERRY_KERNELS_COMM_IMPL_H
-#define FERRY_KERNELS_COMM_IMPL_H
+#ifndef FERRY_BACKEND_COMM_IMPL_H
+#define FERRY_BACKEND_COMM_IMPL_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -7,8 +7,8 @@
  * check (cudaGetLastError) would report as its own: CUDA_CHECK takes it, so a
  * recovered error blames no later kernel (a sticky one stays: every later
  * call returns it anyway). Only .cu files include this header. */
-#ifndef FERRY_KERNELS_CUDA_CHECK_H
-#define FERRY_KERNELS_CUDA_CHECK_H
+#ifndef FERRY_BACKEND_CUDA_CHECK_H
+#define FERRY_BACKEND_CUDA_CHECK_H
 
 #include <cublasLt.h>
 #include <cublas_v2.h>

@@ -43,20 +43,26 @@ struct gpt2_activations {
     act_t *lnf;
     float *lnf_mean, *lnf_rstd;
     float *losses;
-    int32_t *tokens, *targets;
+    int32_t *tokens, *targets, *pos;
     void *cls_scratch;
     int chunk;
     act_t *logits;
     float *logits_f32;
     act_t *dres, *dbig1, *dbig2, *dsmall; /* backward: residual gradient and scratch */
 
-    int32_t *h_tokens, *h_targets; /* host staging (backend_host_alloc) */
+    int32_t *h_tokens, *h_targets, *h_pos; /* host staging (backend_host_alloc) */
+    int32_t *set_pos; /* gpt2_set_positions' copy (malloc'd), or NULL: one example a row */
+    bool fwd_packed;  /* the last forward uploaded set_pos to pos (its backward and recompute use it) */
     float *h_losses, *h_logits;
     backend_event *staged; /* the H2D copies out of the staging */
 
     bool have_forward, have_targets, losses_enqueued;
     int n_valid;
 };
+
+/* The positions the ops of the last forward and its backward take: NULL
+ * for one example a row (the plain ops, bit for bit). */
+static const int32_t *positions(const gpt2_activations *a) { return a->fwd_packed ? a->pos : NULL; }
 
 /* ---- allocation ---- */
 
@@ -103,6 +109,7 @@ static ferry_status plan(gpt2_activations *a, const gpt2_config *c)
     CHECK(take(a, &a->losses, N * 4, "losses"));
     CHECK(take(a, &a->tokens, N * 4, "tokens"));
     CHECK(take(a, &a->targets, N * 4, "targets"));
+    CHECK(take(a, &a->pos, N * 4, "positions"));
     CHECK(take(a, &a->cls_scratch,
                ops_classifier_scratch_bytes_for(a->act, a->chunk, c->padded_vocab_size, c->n_embd),
                "classifier logits (%d rows)", a->chunk));
@@ -185,6 +192,7 @@ static ferry_status host_staging(gpt2_activations *a, const gpt2_config *c)
     size_t N = (size_t)a->B * a->T;
     CHECK(backend_host_alloc(a->be, N * 4, (void **)&a->h_tokens));
     CHECK(backend_host_alloc(a->be, N * 4, (void **)&a->h_targets));
+    CHECK(backend_host_alloc(a->be, N * 4, (void **)&a->h_pos));
     CHECK(backend_host_alloc(a->be, N * 4, (void **)&a->h_losses));
     CHECK(backend_host_alloc(a->be, (size_t)c->vocab_size * 4, (void **)&a->h_logits));
     return backend_event_create(a->be, &a->staged);
@@ -231,6 +239,9 @@ void gpt2_activations_destroy(gpt2_activations *a)
         backend_host_free(a->be, a->h_tokens);
     if (a->h_targets)
         backend_host_free(a->be, a->h_targets);
+    if (a->h_pos)
+        backend_host_free(a->be, a->h_pos);
+    free(a->set_pos);
     if (a->h_losses)
         backend_host_free(a->be, a->h_losses);
     if (a->h_logits)
@@ -297,7 +308,7 @@ static ferry_status block_forward(const gpt2_model *m, gpt2_activations *a, back
     CHECK(ops_layernorm_forward(s, k->ln1, k->ln1_mean, k->ln1_rstd, x, p->t[BLK_LN1W],
                                 p->t[BLK_LN1B], N, C));
     CHECK(ops_matmul_forward(s, k->qkv, k->ln1, p->t[BLK_QKVW], p->t[BLK_QKVB], N, C, 3 * C));
-    CHECK(ops_attention_forward(s, k->atty, k->lse, k->qkv, B, T, C, NH));
+    CHECK(ops_attention_forward(s, k->atty, k->lse, k->qkv, B, T, C, NH, positions(a)));
     CHECK(ops_matmul_forward(s, a->proj, k->atty, p->t[BLK_ATTPROJW], p->t[BLK_ATTPROJB], N, C, C));
     CHECK(ops_residual_forward(s, k->res2, x, a->proj, NC));
     CHECK(ops_layernorm_forward(s, k->ln2, k->ln2_mean, k->ln2_rstd, k->res2, p->t[BLK_LN2W],
@@ -326,9 +337,31 @@ static ferry_status stage_inputs(const gpt2_model *m, gpt2_activations *a, backe
         memcpy(a->h_targets, targets, bytes);
         CHECK(backend_memcpy_async(s, a->targets, a->h_targets, bytes, BACKEND_COPY_H2D));
     }
+    if (a->set_pos) {
+        memcpy(a->h_pos, a->set_pos, bytes);
+        CHECK(backend_memcpy_async(s, a->pos, a->h_pos, bytes, BACKEND_COPY_H2D));
+    }
+    a->fwd_packed = a->set_pos != NULL;
     CHECK(backend_event_record(a->staged, s));
     a->n_valid = n_valid;
     a->have_targets = targets != NULL;
+    return FERRY_OK;
+}
+
+ferry_status gpt2_set_positions(gpt2_activations *a, const int32_t *pos)
+{
+    if (!a)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "gpt2_set_positions: activations are NULL");
+    if (!pos) {
+        free(a->set_pos);
+        a->set_pos = NULL;
+        return FERRY_OK;
+    }
+    CHECK(ops_check_positions("gpt2_set_positions", pos, a->B, a->T));
+    size_t bytes = (size_t)a->B * a->T * sizeof *pos;
+    if (!a->set_pos && !(a->set_pos = malloc(bytes)))
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "gpt2_set_positions: out of host memory for %zu bytes", bytes);
+    memcpy(a->set_pos, pos, bytes);
     return FERRY_OK;
 }
 
@@ -358,7 +391,7 @@ ferry_status gpt2_forward(const gpt2_model *m, gpt2_activations *a, const gpt2_h
     const act_t *emb;
     CHECK(acquire(h, 0, FERRY_PHASE_FORWARD, s, &emb));
     CHECK(ops_encoder_forward(s, a->x[0], a->tokens, tensor_at(m, a, emb, 0, EMB_WTE),
-                              tensor_at(m, a, emb, 0, EMB_WPE), a->B, a->T, C, m->cfg.vocab_size));
+                              tensor_at(m, a, emb, 0, EMB_WPE), a->B, a->T, C, m->cfg.vocab_size, positions(a)));
     for (int l = 0; l < L; l++) {
         const act_t *pb;
         CHECK(acquire(h, l + 1, FERRY_PHASE_FORWARD, s, &pb));
@@ -419,7 +452,7 @@ static ferry_status block_backward(const gpt2_model *m, gpt2_activations *a, bac
     CHECK(zero(s, a->dbig1, NC * 3 * es));
     /* dbig2 (the MLP's gradient, spent) holds the backward's delta: B NH T floats <= N 4C of 16 bits. */
     CHECK(ops_attention_backward(s, a->dbig1, a->dsmall, k->qkv, k->atty, k->lse, (float *)a->dbig2, B,
-                                 T, C, NH));
+                                 T, C, NH, positions(a)));
     CHECK(zero(s, a->dsmall, NC * es));
     CHECK(ops_matmul_backward(s, a->dsmall, g->t[BLK_QKVW], g->t[BLK_QKVB], a->dbig1, k->ln1,
                               p->t[BLK_QKVW], N, C, 3 * C));
@@ -475,7 +508,7 @@ ferry_status gpt2_backward(const gpt2_model *m, gpt2_activations *a, const gpt2_
     }
     CHECK(ops_encoder_backward(s, tensor_at(m, a, demb, 0, EMB_WTE),
                                tensor_at(m, a, demb, 0, EMB_WPE), a->dres, a->tokens, a->B, a->T,
-                               C, m->cfg.vocab_size));
+                               C, m->cfg.vocab_size, positions(a)));
     return release(h, 0, FERRY_PHASE_BACKWARD, s);
 }
 

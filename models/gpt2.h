@@ -154,6 +154,20 @@ size_t gpt2_activations_list(const gpt2_model *m, ferry_dtype act, int B, int T,
 
 /* ---- running ---- */
 
+/* Packed examples: pos[B*T] (host memory, copied before return) gives each
+ * token its index within its example, pos[b T + t] = 0 where an example
+ * starts (always at t = 0) and the previous + 1 inside it. From the next
+ * gpt2_forward on, until set again, the position embedding reads row
+ * pos[b T + t] of wpe and attention lets token t see only tokens t -
+ * pos[b T + t] .. t, its own example's: each example computes what it
+ * would alone at the start of a row (targets crossing an example's end are
+ * the caller's to ignore, -1). The backward of that forward, and its
+ * recompute, use the same positions. NULL: one example a row (positions
+ * 0..T-1, the ops' plain forms, bit for bit). Positions that break the
+ * rule are FERRY_ERR_INVALID_ARGUMENT naming row, index and value, and
+ * leave the previous ones in force. */
+ferry_status gpt2_set_positions(gpt2_activations *a, const int32_t *pos);
+
 /* Forward pass on stream s over tokens[B*T] (host memory, each in [0, V);
  * copied before return). targets[B*T] (host, may be NULL): next tokens,
  * < 0 = ignored, else in [0, V). Bad tokens or targets are

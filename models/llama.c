@@ -52,6 +52,8 @@ struct llama_activations {
     act_t *dres, *dbig1, *dbig2, *dsmall; /* backward: residual gradient and scratch */
 
     int32_t *h_tokens, *h_targets, *h_pos; /* host staging (backend_host_alloc) */
+    int32_t *set_pos; /* llama_set_positions' copy (malloc'd), or NULL: 0..T-1 in each row */
+    bool fwd_packed;  /* the last forward uploaded set_pos (its backward and recompute use it) */
     float *h_losses, *h_logits, *h_freq;
     backend_event *staged;
 
@@ -235,6 +237,7 @@ void llama_activations_destroy(llama_activations *a)
         if (staging[i])
             backend_host_free(a->be, staging[i]);
     backend_event_destroy(a->staged);
+    free(a->set_pos);
     free(a->x);
     free(a->layers);
     free(a);
@@ -272,6 +275,10 @@ static const char WHO[] = "llama";
 static layer_acts *acts_of(llama_activations *a, int l) { return a->recompute ? &a->layers[0] : &a->layers[l]; }
 
 /* Layer l from its input x[l]; with write_out also its output x[l+1]. */
+/* The positions attention takes: NULL for one example a row (the plain
+ * op, bit for bit); rope always takes pos (0..T-1 a row by default). */
+static const int32_t *attn_positions(const llama_activations *a) { return a->fwd_packed ? a->pos : NULL; }
+
 static ferry_status layer_forward(const llama_model *m, llama_activations *a, backend_stream *s, int l,
                                   const layer_view *p, bool write_out)
 {
@@ -284,7 +291,7 @@ static ferry_status layer_forward(const llama_model *m, llama_activations *a, ba
     CHECK(ops_rmsnorm_forward(s, k->norm1, k->rstd1, x, p->t[LB_NORM1], N, C, c->rms_norm_eps));
     CHECK(ops_matmul_forward(s, a->qkvg, k->norm1, p->t[LB_Q], p->t[LB_QB], N, C, (int)qkv_width(c)));
     CHECK(ops_rope_forward(s, k->qkv, a->qkvg, a->inv_freq, a->pos, B, T, NH, c->n_kv_head, HS));
-    CHECK(ops_attention_forward(s, k->atty, k->lse, k->qkv, B, T, Q, NH));
+    CHECK(ops_attention_forward(s, k->atty, k->lse, k->qkv, B, T, Q, NH, attn_positions(a)));
     CHECK(ops_matmul_forward(s, a->proj, k->atty, p->t[LB_O], NULL, N, Q, C));
     CHECK(ops_residual_forward(s, k->res2, x, a->proj, NC));
     CHECK(ops_rmsnorm_forward(s, k->norm2, k->rstd2, k->res2, p->t[LB_NORM2], N, C, c->rms_norm_eps));
@@ -307,6 +314,12 @@ static ferry_status stage_inputs(const llama_model *m, llama_activations *a, bac
     size_t bytes = (size_t)N * sizeof(int32_t);
     memcpy(a->h_tokens, tokens, bytes);
     CHECK(backend_memcpy_async(s, a->tokens, a->h_tokens, bytes, BACKEND_COPY_H2D));
+    if (a->set_pos)
+        memcpy(a->h_pos, a->set_pos, bytes);
+    else
+        for (size_t i = 0; a->fwd_packed && i < (size_t)N; i++)
+            a->h_pos[i] = (int32_t)(i % (size_t)a->T); /* back to one example a row */
+    a->fwd_packed = a->set_pos != NULL;
     CHECK(backend_memcpy_async(s, a->pos, a->h_pos, bytes, BACKEND_COPY_H2D));
     CHECK(backend_memcpy_async(s, a->inv_freq, a->h_freq, (size_t)m->cfg.head_dim / 2 * 4, BACKEND_COPY_H2D));
     if (targets) {
@@ -316,6 +329,23 @@ static ferry_status stage_inputs(const llama_model *m, llama_activations *a, bac
     CHECK(backend_event_record(a->staged, s));
     a->n_valid = n_valid;
     a->have_targets = targets != NULL;
+    return FERRY_OK;
+}
+
+ferry_status llama_set_positions(llama_activations *a, const int32_t *pos)
+{
+    if (!a)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "llama_set_positions: activations are NULL");
+    if (!pos) {
+        free(a->set_pos);
+        a->set_pos = NULL;
+        return FERRY_OK;
+    }
+    CHECK(ops_check_positions("llama_set_positions", pos, a->B, a->T));
+    size_t bytes = (size_t)a->B * a->T * sizeof *pos;
+    if (!a->set_pos && !(a->set_pos = malloc(bytes)))
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "llama_set_positions: out of host memory for %zu bytes", bytes);
+    memcpy(a->set_pos, pos, bytes);
     return FERRY_OK;
 }
 
@@ -339,7 +369,8 @@ ferry_status llama_forward(const llama_model *m, llama_activations *a, const mod
 
     const act_t *emb, *pf;
     CHECK(model_acquire(h, WHO, 0, FERRY_PHASE_FORWARD, s, &emb));
-    CHECK(ops_encoder_forward(s, a->x[0], a->tokens, tensor_at(m, a, emb, 0, 0), NULL, a->B, a->T, C, c->vocab_size));
+    CHECK(ops_encoder_forward(s, a->x[0], a->tokens, tensor_at(m, a, emb, 0, 0), NULL, a->B, a->T, C, c->vocab_size,
+                              NULL));
     if (!tied) /* the embedding is read once: let it go */
         CHECK(model_release(h, WHO, 0, FERRY_PHASE_FORWARD, s));
     for (int l = 0; l < L; l++) {
@@ -393,7 +424,8 @@ static ferry_status layer_backward(const llama_model *m, llama_activations *a, b
     CHECK(ops_matmul_backward(s, a->dsmall, g->t[LB_O], NULL, a->dres, k->atty, p->t[LB_O], N, Q, C));
     CHECK(zero(s, a->dbig1, (size_t)N * 3 * Q * es));
     /* dbig2 (spent) holds the backward's delta, B NH T floats: less than N (NH + 2 NKV) HS of 16 bits. */
-    CHECK(ops_attention_backward(s, a->dbig1, a->dsmall, k->qkv, k->atty, k->lse, (float *)a->dbig2, B, T, Q, NH));
+    CHECK(ops_attention_backward(s, a->dbig1, a->dsmall, k->qkv, k->atty, k->lse, (float *)a->dbig2, B, T, Q, NH,
+                                 attn_positions(a)));
     CHECK(zero(s, a->dbig2, (size_t)N * QKV * es));
     CHECK(ops_rope_backward(s, a->dbig2, a->dbig1, a->inv_freq, a->pos, B, T, NH, c->n_kv_head, HS));
     CHECK(zero(s, a->dsmall, (size_t)N * C * es));
@@ -447,7 +479,7 @@ ferry_status llama_backward(const llama_model *m, llama_activations *a, const mo
         CHECK(model_acquire_grads(h, WHO, 0, s, &demb));
     }
     CHECK(ops_encoder_backward(s, tensor_at(m, a, demb, 0, 0), NULL, a->dres, a->tokens, a->B, a->T, C,
-                               c->vocab_size));
+                               c->vocab_size, NULL));
     return model_release(h, WHO, 0, FERRY_PHASE_BACKWARD, s);
 }
 

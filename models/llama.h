@@ -153,7 +153,13 @@ size_t llama_activations_bytes(const llama_model *m, ferry_dtype act, int B, int
 size_t llama_activations_list(const llama_model *m, ferry_dtype act, int B, int T, bool recompute,
                               void (*fn)(void *ctx, const char *what, size_t bytes), void *ctx);
 
-/* ---- running (as gpt2_forward and friends; positions are 0..T-1 in each row) ---- */
+/* ---- running (as gpt2_forward and friends; positions are 0..T-1 in each row
+ * unless llama_set_positions gives others) ---- */
+
+/* As gpt2_set_positions (models/gpt2.h): per-token positions pos[B T] of
+ * packed examples for the next forward (rope rotates by them, attention
+ * keeps each example to itself); NULL: 0..T-1 a row again. */
+ferry_status llama_set_positions(llama_activations *a, const int32_t *pos);
 
 ferry_status llama_forward(const llama_model *m, llama_activations *a, const model_hooks *h, backend_stream *s,
                            const int32_t *tokens, const int32_t *targets, bool for_backward);

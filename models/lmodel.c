@@ -177,6 +177,13 @@ size_t lmodel_acts_bytes(const lmodel *m, ferry_dtype act, int B, int T, bool re
                 : gpt2_activations_bytes(m->g, act, B, T, recompute);
 }
 
+ferry_status lmodel_set_positions(lmodel_acts *a, const int32_t *pos)
+{
+    if (!a)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "lmodel_set_positions: activations are NULL");
+    return a->l ? llama_set_positions(a->l, pos) : gpt2_set_positions(a->g, pos);
+}
+
 ferry_status lmodel_forward(const lmodel *m, lmodel_acts *a, const model_hooks *h, backend_stream *s,
                             const int32_t *tokens, const int32_t *targets, bool for_backward)
 {

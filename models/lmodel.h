@@ -78,6 +78,17 @@ ferry_status lmodel_acts_create(const lmodel *m, backend *be, int B, int T, bool
 void lmodel_acts_destroy(lmodel_acts *a);
 size_t lmodel_acts_bytes(const lmodel *m, ferry_dtype act, int B, int T, bool recompute);
 
+/* Packed examples for the next lmodel_forward (and its backward and
+ * recompute), until set again: pos[B*T] (host memory, copied before
+ * return), each token's index within its example, 0 where one starts (at
+ * t = 0 always) and the previous + 1 inside it. Attention then keeps every
+ * example to itself and the positions (GPT-2's wpe rows, Llama's rope
+ * angles) restart with each: a packed row computes what its examples
+ * would alone, each at the start of a row of its own. NULL: one example a
+ * row, the default, bit for bit the model without this call. Bad
+ * positions are FERRY_ERR_INVALID_ARGUMENT naming row, index and value
+ * (the previous ones stay). gpt2_set_positions, llama_set_positions. */
+ferry_status lmodel_set_positions(lmodel_acts *a, const int32_t *pos);
 ferry_status lmodel_forward(const lmodel *m, lmodel_acts *a, const model_hooks *h, backend_stream *s,
                             const int32_t *tokens, const int32_t *targets, bool for_backward);
 ferry_status lmodel_backward(const lmodel *m, lmodel_acts *a, const model_hooks *h, backend_stream *s,

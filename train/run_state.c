@@ -992,8 +992,35 @@ static ferry_status save_as_follower(const char *dir, ferry_engine *e, const lmo
     return st;
 }
 
+/* files[0..n) copied into the folder `tmp` under their own names. */
+static ferry_status copy_files(const char *tmp, const char *const *files, int n)
+{
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < n && st == FERRY_OK; i++) {
+        const char *base = strrchr(files[i], '/');
+        base = base ? base + 1 : files[i];
+        char dest[PATH_MAX], *data = NULL;
+        size_t len = 0;
+        fileio_atomic a = {0};
+        st = run_state_join(dest, sizeof dest, tmp, base);
+        if (st == FERRY_OK) st = fileio_read(files[i], "a file the checkpoint keeps", &data, &len);
+        if (st == FERRY_OK) st = fileio_atomic_open(&a, dest);
+        if (st == FERRY_OK) st = fileio_atomic_write(&a, data, len);
+        if (st == FERRY_OK) st = fileio_atomic_commit(&a);
+        else fileio_atomic_abort(&a);
+        free(data);
+    }
+    return st;
+}
+
 ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, const lmodel *m,
                             const train_resume *resume)
+{
+    return run_state_save_files(dir, step, e, m, resume, NULL, 0);
+}
+
+ferry_status run_state_save_files(const char *dir, int64_t step, ferry_engine *e, const lmodel *m,
+                                  const train_resume *resume, const char *const *files, int nfiles)
 {
     if (ferry_engine_rank(e) > 0)
         return save_as_follower(dir, e, m);
@@ -1043,6 +1070,8 @@ ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, cons
     st = save_weights(tmp, e, m, &ferry);
     if (st == FERRY_OK)
         st = weights_checksum(tmp, &r);
+    if (st == FERRY_OK)
+        st = copy_files(tmp, files, nfiles);
     if (st == FERRY_OK) {
         size_t len = run_state_encode(&r, blob);
         st = ferry_engine_save(e, state, blob, len);

@@ -111,6 +111,12 @@ ferry_status run_state_join(char *out, size_t cap, const char *dir, const char *
  * (its latest checkpoint, or none). */
 ferry_status run_state_save(const char *dir, int64_t step, ferry_engine *e, const lmodel *m,
                             const train_resume *resume);
+/* The same, with files[0..nfiles) copied into the step folder under their
+ * own names before it is put in place (the tokenizer the run was trained
+ * with: a checkpoint then samples from any folder). A file that cannot be
+ * read fails the save as any other part would. */
+ferry_status run_state_save_files(const char *dir, int64_t step, ferry_engine *e, const lmodel *m,
+                                  const train_resume *resume, const char *const *files, int nfiles);
 
 /* Takes the run folder for this process: creates dir if missing (with the
  * folders above it, as mkdir -p) and holds an exclusive lock on dir/.lock

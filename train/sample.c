@@ -70,24 +70,56 @@ int sampler_top_k(const float *logits, int V, int k, int *idx)
     return k;
 }
 
+/* Nucleus cut: the first `keep` of p[n] whose sum reaches top_p. */
+static int nucleus(double top_p, const double *p, int n)
+{
+    double c = 0;
+    for (int i = 0; i < n; i++) {
+        c += p[i];
+        if (c >= top_p)
+            return i + 1;
+    }
+    return n;
+}
+
+static int kept_room(const sampler *s, int V)
+{
+    return s->temperature <= 0.0f ? 1 : s->top_k > 0 && s->top_k < V ? s->top_k : V;
+}
+
+int sampler_kept(const sampler *s, const float *logits, int V, int *idx, double *p)
+{
+    int n = sampler_top_k(logits, V, kept_room(s, V), idx);
+    double sum = 0, t = s->temperature > 0.0f ? s->temperature : 1.0f;
+    for (int i = 0; i < n; i++)
+        sum += p[i] = exp(((double)logits[idx[i]] - (double)logits[idx[0]]) / t);
+    for (int i = 0; i < n; i++)
+        p[i] /= sum;
+    if (s->top_p > 0.0f && s->top_p < 1.0f) {
+        n = nucleus(s->top_p, p, n);
+        sum = 0;
+        for (int i = 0; i < n; i++)
+            sum += p[i];
+        for (int i = 0; i < n; i++)
+            p[i] /= sum;
+    }
+    return n;
+}
+
 int sampler_pick(sampler *s, const float *logits, int V)
 {
-    int k = s->top_k > 0 && s->top_k < V ? s->top_k : V;
-    if (s->temperature <= 0.0f)
-        k = 1;
-    int *idx = malloc((size_t)k * sizeof *idx);
-    double *p = malloc((size_t)k * sizeof *p);
+    int room = kept_room(s, V);
+    int *idx = malloc((size_t)room * sizeof *idx);
+    double *p = malloc((size_t)room * sizeof *p);
     if (!idx || !p) {
         free(idx);
         free(p);
-        return (int32_t)TOK_GPT2_EOT;
+        return -1;
     }
-    int n = sampler_top_k(logits, V, k, idx);
-    double sum = 0, t = s->temperature > 0.0f ? s->temperature : 1.0f;
-    for (int i = 0; i < n; i++) {
-        p[i] = exp(((double)logits[idx[i]] - (double)logits[idx[0]]) / t);
+    int n = sampler_kept(s, logits, V, idx, p);
+    double sum = 0;
+    for (int i = 0; i < n; i++)
         sum += p[i];
-    }
     double u = (double)(next_u64(&s->rng) >> 11) * 0x1.0p-53 * sum;
     int pick = idx[n - 1];
     for (int i = 0; i < n; i++) {
@@ -102,88 +134,198 @@ int sampler_pick(sampler *s, const float *logits, int V)
     return pick;
 }
 
-static ferry_status generate(const lmodel *m, lmodel_acts *a, const model_hooks *h, backend_stream *stream, int B,
-                             int T, tok_ids *ids, int n, sampler *s)
+static ferry_status push(tok_ids *ids, int token)
 {
+    if (ids->len == ids->cap) {
+        size_t cap = ids->cap ? ids->cap * 2 : 64;
+        uint32_t *grown = realloc(ids->ids, cap * sizeof *grown);
+        if (!grown)
+            return err_set(FERRY_ERR_OUT_OF_MEMORY, "sampling: out of memory");
+        ids->ids = grown;
+        ids->cap = cap;
+    }
+    ids->ids[ids->len++] = (uint32_t)token;
+    return FERRY_OK;
+}
+
+/* Where s->stop_text starts in the text of ids[from..] (-1: nowhere, or no stop text). */
+static ferry_status stop_at(const sampler *s, const tok_tokenizer *tok, const uint32_t *ids, size_t n, long *at)
+{
+    *at = -1;
+    if (!s->stop_text || !*s->stop_text || n == 0)
+        return FERRY_OK;
+    if (!tok)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "sampling: a stop text needs the tokenizer to read the tokens");
+    char *text = NULL;
+    size_t len = 0;
+    ferry_status st = tok_decode(tok, ids, n, &text, &len);
+    if (st != FERRY_OK)
+        return st;
+    const char *hit = strstr(text, s->stop_text);
+    *at = hit ? (long)(hit - text) : -1;
+    free(text);
+    return FERRY_OK;
+}
+
+/* Whether to end before the next token: the flag, or the ranks' agreement. */
+static ferry_status should_end(sampler *s, bool *end)
+{
+    *end = s->stop && atomic_load(s->stop);
+    if (!*end && s->before_token)
+        return s->before_token(s->before_token_ctx, end);
+    return FERRY_OK;
+}
+
+/* The token picked from logits appended, unless it ends generation (the
+ * end-of-sequence token, or the text reaching the stop string). */
+static ferry_status take_token(sampler *s, const tok_tokenizer *tok, tok_ids *ids, size_t prompt_len, const float *logits,
+                               int V, bool *done)
+{
+    int next = sampler_pick(s, logits, V);
+    if (next < 0)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "sampling: out of memory");
+    *done = next == s->eos;
+    if (*done)
+        return FERRY_OK;
+    ferry_status st = push(ids, next);
+    long at = -1;
+    if (st == FERRY_OK)
+        st = stop_at(s, tok, ids->ids + prompt_len, ids->len - prompt_len, &at);
+    *done = at >= 0;
+    return st;
+}
+
+ferry_status sample_generate(const lmodel *m, lmodel_kv *kv, const model_hooks *h, backend_stream *stream,
+                             const tok_tokenizer *tok, tok_ids *ids, int n, sampler *s)
+{
+    if (!m || !kv || !h || !stream || !ids || !s || n < 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "sample_generate: NULL argument or n = %d < 0", n);
+    if (lmodel_kv_batch(kv) != 1)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "sample_generate: the cache has %d rows; generation uses one",
+                       lmodel_kv_batch(kv));
+    size_t prompt_len = ids->len, cap = (size_t)lmodel_kv_capacity(kv);
+    if (prompt_len < 1)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "sample_generate: the prompt has no token");
+    if (n > 0 && prompt_len + (size_t)n - 1 > cap)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "sampling: a prompt of %zu tokens and %d new ones need %zu positions of the key/value cache, "
+                       "which holds %zu: shorten the prompt or generate fewer tokens",
+                       prompt_len, n, prompt_len + (size_t)n - 1, cap);
     int V = lmodel_vocab(m);
-    model_hooks hooks = *h;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    int32_t *prompt = malloc(prompt_len * sizeof *prompt);
+    ferry_status st = logits && prompt ? FERRY_OK : err_set(FERRY_ERR_OUT_OF_MEMORY, "sampling: out of memory");
+    for (size_t j = 0; st == FERRY_OK && j < prompt_len; j++)
+        prompt[j] = (int32_t)ids->ids[j];
+    bool done = false;
+    for (int i = 0; i < n && st == FERRY_OK && !done; i++) {
+        if ((st = should_end(s, &done)) != FERRY_OK || done)
+            break;
+        int32_t last = (int32_t)ids->ids[ids->len - 1];
+        st = i == 0 ? lmodel_prefill(m, kv, h, stream, prompt, (int)prompt_len, logits)
+                    : lmodel_decode_step(m, kv, h, stream, &last, logits);
+        if (st == FERRY_OK)
+            st = take_token(s, tok, ids, prompt_len, logits, V, &done);
+    }
+    free(prompt);
+    free(logits);
+    return st;
+}
+
+ferry_status sample_generate_recompute(const lmodel *m, lmodel_acts *a, const model_hooks *h, backend_stream *stream,
+                                       int B, int T, const tok_tokenizer *tok, tok_ids *ids, int n, sampler *s)
+{
+    if (!m || !a || !h || !stream || !ids || !s || n < 0 || B < 1 || T < 1 || ids->len < 1)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "sample_generate_recompute: NULL argument, an empty prompt, n = %d < 0 or B = %d, T = %d "
+                       "below 1", n, B, T);
+    int V = lmodel_vocab(m);
+    size_t prompt_len = ids->len;
     int32_t *tokens = malloc((size_t)B * (size_t)T * sizeof *tokens);
     float *logits = malloc((size_t)V * sizeof *logits);
     ferry_status st = tokens && logits ? FERRY_OK : err_set(FERRY_ERR_OUT_OF_MEMORY, "sampling: out of memory");
-    for (int i = 0; i < n && st == FERRY_OK && !(s->stop && atomic_load(s->stop)); i++) {
-        bool end = false;
-        if (s->before_token && ((st = s->before_token(s->before_token_ctx, &end)) != FERRY_OK || end))
+    bool done = false;
+    for (int i = 0; i < n && st == FERRY_OK && !done; i++) {
+        if ((st = should_end(s, &done)) != FERRY_OK || done)
             break;
         size_t len = ids->len, start = len > (size_t)T ? len - (size_t)T : 0, used = len - start;
         for (size_t j = 0; j < (size_t)B * (size_t)T; j++)
-            tokens[j] = (int32_t)TOK_GPT2_EOT;
+            tokens[j] = (int32_t)TOK_GPT2_EOT % V;
         for (size_t j = 0; j < used; j++)
             tokens[j] = (int32_t)ids->ids[start + j];
-        st = lmodel_forward(m, a, &hooks, stream, tokens, NULL, false);
+        st = lmodel_forward(m, a, h, stream, tokens, NULL, false);
         if (st == FERRY_OK)
-            st = lmodel_logits(m, a, &hooks, stream, 0, (int)used - 1, logits);
-        if (st != FERRY_OK)
-            break;
-        if (ids->len == ids->cap) {
-            size_t cap = ids->cap ? ids->cap * 2 : 64;
-            uint32_t *grown = realloc(ids->ids, cap * sizeof *grown);
-            if (!grown) {
-                st = err_set(FERRY_ERR_OUT_OF_MEMORY, "sampling: out of memory");
-                break;
-            }
-            ids->ids = grown;
-            ids->cap = cap;
-        }
-        ids->ids[ids->len++] = (uint32_t)sampler_pick(s, logits, V);
+            st = lmodel_logits(m, a, h, stream, 0, (int)used - 1, logits);
+        if (st == FERRY_OK)
+            st = take_token(s, tok, ids, prompt_len, logits, V, &done);
     }
     free(tokens);
     free(logits);
     return st;
 }
 
+/* The text of ids, cut before the stop text in what follows the prompt. */
+static ferry_status text_of(const sampler *s, const tok_tokenizer *tok, const tok_ids *ids, size_t skip, size_t prompt_len,
+                            char **text)
+{
+    size_t len = 0, plen = 0;
+    char *prompt_text = NULL;
+    ferry_status st = tok_decode(tok, ids->ids + skip, prompt_len - skip, &prompt_text, &plen);
+    free(prompt_text);
+    if (st == FERRY_OK)
+        st = tok_decode(tok, ids->ids + skip, ids->len - skip, text, &len);
+    long at = -1;
+    if (st == FERRY_OK)
+        st = stop_at(s, tok, ids->ids + prompt_len, ids->len - prompt_len, &at);
+    if (st == FERRY_OK && at >= 0)
+        (*text)[plen + (size_t)at] = '\0';
+    return st;
+}
+
 /* The prompt's tokens, the generation (between begin and end when e is
  * not NULL), and the text. */
-static ferry_status sample_on(ferry_engine *e, const lmodel *m, lmodel_acts *a, const model_hooks *h,
-                              backend_stream *stream, int B, int T, tok_bpe *tok, const char *prompt, int n,
+static ferry_status sample_on(ferry_engine *e, const lmodel *m, lmodel_kv *kv, lmodel_acts *a, const model_hooks *h,
+                              backend_stream *stream, int B, int T, tok_tokenizer *tok, const char *prompt, int n,
                               sampler *s, char **text)
 {
     tok_ids ids = {0};
     ferry_status st = FERRY_OK;
-    if (prompt && *prompt)
-        st = tok_bpe_encode(tok, prompt, strlen(prompt), &ids);
-    if (st == FERRY_OK && ids.len == 0) {
-        ids.ids = malloc(64 * sizeof *ids.ids);
-        ids.cap = ids.ids ? 64 : 0;
-        if (ids.ids)
-            ids.ids[ids.len++] = (int32_t)TOK_GPT2_EOT;
-    }
-    size_t prompt_len = ids.len;
+    int64_t bos = tok_bos(tok);
+    bool empty = !prompt || !*prompt;
+    size_t skip = bos >= 0 && (empty || bos != tok_eos(tok)) ? 1 : 0; /* the BOS added: not part of the text */
+    if (skip)
+        st = push(&ids, (int)bos);
+    if (st == FERRY_OK && !empty)
+        st = tok_encode(tok, prompt, strlen(prompt), &ids);
     if (st == FERRY_OK && ids.len == 0)
-        st = err_set(FERRY_ERR_OUT_OF_MEMORY, "sampling: out of memory");
+        st = err_set(FERRY_ERR_INVALID_ARGUMENT, "sampling needs a prompt or a tokenizer with a BOS token, and "
+                                                 "%s has none", tok_describe(tok));
+    size_t prompt_len = ids.len;
     if (st == FERRY_OK && (!e || (st = ferry_engine_begin_inference(e)) == FERRY_OK)) {
-        st = generate(m, a, h, stream, B, T, &ids, n, s);
+        /* More than the cache holds (a long or endless sample) goes by the window, as before the cache. */
+        bool fits = kv && (n < 1 || ids.len + (size_t)n - 1 <= (size_t)lmodel_kv_capacity(kv));
+        st = fits || !a ? sample_generate(m, kv, h, stream, tok, &ids, n, s)
+                        : sample_generate_recompute(m, a, h, stream, B, T, tok, &ids, n, s);
         ferry_status end = e ? ferry_engine_end_inference(e) : FERRY_OK;
         if (st == FERRY_OK)
             st = end;
     }
-    /* The leading <|endoftext|> we added is not part of the text. */
-    size_t skip = (!prompt || !*prompt) && prompt_len == 1 ? 1 : 0;
-    size_t out_len = 0;
     if (st == FERRY_OK)
-        st = tok_bpe_decode(tok, ids.ids + skip, ids.len - skip, text, &out_len);
+        st = text_of(s, tok, &ids, skip, prompt_len, text);
     tok_ids_free(&ids);
     return st;
 }
 
-ferry_status sample_text(ferry_engine *e, const lmodel *m, lmodel_acts *a, int B, int T, tok_bpe *tok,
+ferry_status sample_text(ferry_engine *e, const lmodel *m, lmodel_kv *kv, lmodel_acts *a, int B, int T, tok_tokenizer *tok,
                          const char *prompt, int n, sampler *s, char **text)
 {
     model_hooks hooks = model_engine_hooks(e);
-    return sample_on(e, m, a, &hooks, engine_embed_stream(e), B, T, tok, prompt, n, s, text);
+    return sample_on(e, m, kv, a, &hooks, engine_embed_stream(e), B, T, tok, prompt, n, s, text);
 }
 
-ferry_status sample_text_hooks(const lmodel *m, lmodel_acts *a, const model_hooks *hooks, backend_stream *stream,
-                               int B, int T, tok_bpe *tok, const char *prompt, int n, sampler *s, char **text)
+ferry_status sample_text_hooks(const lmodel *m, lmodel_kv *kv, lmodel_acts *a, const model_hooks *hooks,
+                               backend_stream *stream, int B, int T, tok_tokenizer *tok, const char *prompt, int n,
+                               sampler *s, char **text)
 {
-    return sample_on(NULL, m, a, hooks, stream, B, T, tok, prompt, n, s, text);
+    return sample_on(NULL, m, kv, a, hooks, stream, B, T, tok, prompt, n, s, text);
 }

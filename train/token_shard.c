@@ -22,11 +22,15 @@ static const struct {
 } formats[] = {
     [TOK_SHARD_GPT2] = {TOK_SHARD_MAGIC, TOK_SHARD_VERSION, 2, "GPT-2 (uint16 tokens)"},
     [TOK_SHARD_LLAMA3] = {TOK_SHARD_LLAMA3_MAGIC, TOK_SHARD_LLAMA3_VERSION, 4, "Llama 3 (uint32 tokens)"},
+    [TOK_SHARD_MASKED16] = {TOK_SHARD_MASKED_MAGIC, TOK_SHARD_MASKED_VERSION, 2, "masked (uint16 tokens)"},
+    [TOK_SHARD_MASKED32] = {TOK_SHARD_MASKED_MAGIC, TOK_SHARD_MASKED_VERSION, 4, "masked (uint32 tokens)"},
 };
 #define NFORMATS (sizeof formats / sizeof *formats)
+#define MASKED_WORDS 6 /* header words the masked format uses; the rest are zero */
 
 size_t tok_shard_token_bytes(tok_shard_format f) { return formats[f].token_bytes; }
 const char *tok_shard_format_name(tok_shard_format f) { return formats[f].name; }
+int tok_shard_is_masked(tok_shard_format f) { return f == TOK_SHARD_MASKED16 || f == TOK_SHARD_MASKED32; }
 
 static ferry_status write_shard(const char *path, tok_shard_format f, const void *tokens, size_t n)
 {
@@ -59,6 +63,71 @@ ferry_status tok_shard_write_u32(const char *path, const uint32_t *tokens, size_
     return write_shard(path, TOK_SHARD_LLAMA3, tokens, n);
 }
 
+/* Examples the masked format can hold, checked before a byte is written. */
+static ferry_status check_examples(const char *path, tok_shard_format f, const tok_shard_examples *ex)
+{
+    if (ex->n > TOK_SHARD_MAX_TOKENS || ex->nexamples > ex->n || (ex->n > 0 && ex->nexamples == 0))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "masked shard '%s': %zu tokens in %zu examples; a shard holds "
+                       "1..%u tokens in 1..tokens examples (or none of either)", path, ex->n, ex->nexamples,
+                       TOK_SHARD_MAX_TOKENS);
+    tok_shard_header h = {f, ex->n, ex->nexamples, 0};
+    ferry_status st = tok_shard_check_starts(path, &h, ex->starts);
+    size_t next = 0;
+    if (st == FERRY_OK)
+        st = tok_shard_check_flags(path, &h, ex->starts, ex->target, ex->n, 0, &next, &h.targets);
+    for (size_t i = 0; st == FERRY_OK && f == TOK_SHARD_MASKED16 && i < ex->n; i++)
+        if (ex->tokens[i] > UINT16_MAX)
+            st = err_set(FERRY_ERR_INVALID_ARGUMENT, "masked shard '%s': token %u at %zu does not fit uint16; "
+                         "write the uint32 format", path, ex->tokens[i], i);
+    return st == FERRY_OK ? st : err_set(FERRY_ERR_INVALID_ARGUMENT, "%s", ferry_last_error());
+}
+
+/* The tokens in the format's width, a block at a time. */
+static ferry_status write_tokens(fileio_atomic *a, tok_shard_format f, const uint32_t *t, size_t n)
+{
+    if (formats[f].token_bytes == 4)
+        return fileio_atomic_write(a, t, n * 4);
+    uint16_t buf[4096];
+    ferry_status st = FERRY_OK;
+    for (size_t at = 0; st == FERRY_OK && at < n; at += 4096) {
+        size_t k = n - at < 4096 ? n - at : 4096;
+        for (size_t i = 0; i < k; i++)
+            buf[i] = (uint16_t)t[at + i];
+        st = fileio_atomic_write(a, buf, k * 2);
+    }
+    return st;
+}
+
+ferry_status tok_shard_write_masked(const char *path, tok_shard_format f, const tok_shard_examples *ex)
+{
+    if (!tok_shard_is_masked(f))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "masked shard '%s': format %s is not a masked one", path,
+                       formats[f].name);
+    ferry_status st = check_examples(path, f, ex);
+    if (st != FERRY_OK)
+        return st;
+    size_t targets = 0;
+    for (size_t i = 0; i < ex->n; i++)
+        targets += ex->target[i];
+    int32_t header[256];
+    memset(header, 0, sizeof header);
+    header[0] = TOK_SHARD_MASKED_MAGIC;
+    header[1] = TOK_SHARD_MASKED_VERSION;
+    header[2] = (int32_t)ex->n;
+    header[3] = (int32_t)formats[f].token_bytes;
+    header[4] = (int32_t)ex->nexamples;
+    header[5] = (int32_t)targets;
+    fileio_atomic a;
+    st = fileio_atomic_open(&a, path);
+    if (st == FERRY_OK) st = fileio_atomic_write(&a, header, sizeof header);
+    if (st == FERRY_OK) st = write_tokens(&a, f, ex->tokens, ex->n);
+    if (st == FERRY_OK) st = fileio_atomic_write(&a, ex->target, ex->n);
+    if (st == FERRY_OK) st = fileio_atomic_write(&a, ex->starts, ex->nexamples * 4);
+    if (st == FERRY_OK)
+        st = fileio_atomic_commit(&a);
+    return st;
+}
+
 /* The head of a file is text: printable ASCII, blanks, or bytes of UTF-8
  * above 0x7F, and no NUL (a shard's header is mostly zeros). */
 static bool looks_like_text(const void *head, size_t have)
@@ -84,10 +153,43 @@ static size_t format_of_magic(const void *head, size_t have)
     return f;
 }
 
-ferry_status tok_shard_check_header(const char *path, const void *head, size_t have, uint64_t file_size,
-                                    uint64_t *count, tok_shard_format *format)
+/* A masked header past its magic and version: the token width, the counts,
+ * the reserved words and the size. */
+static ferry_status check_masked(const char *path, const int32_t *h, uint64_t file_size, tok_shard_header *out)
 {
-    *count = 0;
+    if (h[3] != 2 && h[3] != 4)
+        return err_set(FERRY_ERR_FORMAT, "masked token shard '%s' says %d bytes per token; the format has 2 or 4",
+                       path, h[3]);
+    for (int k = MASKED_WORDS; k < 256; k++)
+        if (h[k] != 0)
+            return err_set(FERRY_ERR_FORMAT, "masked token shard '%s' has %d in reserved header word %d, which "
+                           "version %d keeps 0: a damaged header, or a newer ferry's", path, h[k], k,
+                           TOK_SHARD_MASKED_VERSION);
+    if (h[2] < 0 || h[4] < 0 || h[5] < 0)
+        return err_set(FERRY_ERR_FORMAT, "masked token shard '%s' claims a negative count (tokens %d, examples %d, "
+                       "targets %d)", path, h[2], h[4], h[5]);
+    if (h[4] > h[2] || h[5] > h[2] || (h[2] > 0 && h[4] == 0))
+        return err_set(FERRY_ERR_FORMAT, "masked token shard '%s' claims %d examples and %d targets for %d tokens: "
+                       "every token belongs to an example, and there are no more examples or targets than tokens",
+                       path, h[4], h[5], h[2]);
+    out->format = h[3] == 2 ? TOK_SHARD_MASKED16 : TOK_SHARD_MASKED32;
+    out->count = (uint64_t)h[2];
+    out->examples = (uint64_t)h[4];
+    out->targets = (uint64_t)h[5];
+    uint64_t want = tok_shard_starts_offset(out) + 4 * out->examples;
+    if (want != file_size)
+        return err_set(FERRY_ERR_FORMAT, "masked token shard '%s' claims %d tokens (%d bytes each, and a flag byte "
+                       "each) and %d example starts, %llu bytes with the header, but the file has %llu bytes: %s",
+                       path, h[2], h[3], h[4], (unsigned long long)want, (unsigned long long)file_size,
+                       want > file_size ? "the tokens, the mask or the starts are cut short"
+                                        : "trailing bytes after the example starts");
+    return FERRY_OK;
+}
+
+ferry_status tok_shard_read_header(const char *path, const void *head, size_t have, uint64_t file_size,
+                                   tok_shard_header *out)
+{
+    *out = (tok_shard_header){0};
     size_t f = format_of_magic(head, have);
     if (file_size == 0)
         return err_set(FERRY_ERR_FORMAT, "token shard '%s' is empty; expected a 1024-byte header and uint16 or "
@@ -98,15 +200,18 @@ ferry_status tok_shard_check_header(const char *path, const void *head, size_t h
     if (file_size < TOK_SHARD_HEADER_BYTES || have < TOK_SHARD_HEADER_BYTES)
         return err_set(FERRY_ERR_FORMAT, "token shard '%s' has %llu bytes, shorter than the 1024-byte header; "
                        "the file is truncated or not a shard", path, (unsigned long long)file_size);
-    int32_t h[3];
+    int32_t h[256];
     memcpy(h, head, sizeof h);
     if (f == NFORMATS)
-        return err_set(FERRY_ERR_FORMAT, "token shard '%s' has magic %d, not %d (GPT-2, uint16 tokens) or %d "
-                       "(Llama 3, uint32 tokens): not an llm.c token shard", path, h[0], TOK_SHARD_MAGIC,
-                       TOK_SHARD_LLAMA3_MAGIC);
+        return err_set(FERRY_ERR_FORMAT, "token shard '%s' has magic %d, not %d (GPT-2, uint16 tokens), %d "
+                       "(Llama 3, uint32 tokens) or %d (masked): not a token shard", path, h[0], TOK_SHARD_MAGIC,
+                       TOK_SHARD_LLAMA3_MAGIC, TOK_SHARD_MASKED_MAGIC);
     if (h[1] != formats[f].version)
         return err_set(FERRY_ERR_FORMAT, "token shard '%s' has magic %d and version %d; that magic's version is %d "
-                       "(%s), the only one read", path, h[0], h[1], formats[f].version, formats[f].name);
+                       "(%s), the only one read", path, h[0], h[1], formats[f].version,
+                       tok_shard_is_masked((tok_shard_format)f) ? "the masked format" : formats[f].name);
+    if (tok_shard_is_masked((tok_shard_format)f))
+        return check_masked(path, h, file_size, out);
     if (h[2] < 0)
         return err_set(FERRY_ERR_FORMAT, "token shard '%s' claims a negative token count %d", path, h[2]);
     uint64_t want = (uint64_t)h[2] * formats[f].token_bytes + TOK_SHARD_HEADER_BYTES;
@@ -115,9 +220,62 @@ ferry_status tok_shard_check_header(const char *path, const void *head, size_t h
                        "token) but the file has %llu bytes: %s", path, h[2], (unsigned long long)want,
                        formats[f].token_bytes, (unsigned long long)file_size,
                        want > file_size ? "truncated" : "trailing bytes after the tokens");
-    *count = (uint64_t)h[2];
-    if (format)
-        *format = (tok_shard_format)f;
+    out->format = (tok_shard_format)f;
+    out->count = out->targets = (uint64_t)h[2];
+    return FERRY_OK;
+}
+
+ferry_status tok_shard_check_header(const char *path, const void *head, size_t have, uint64_t file_size,
+                                    uint64_t *count, tok_shard_format *format)
+{
+    tok_shard_header h;
+    ferry_status st = tok_shard_read_header(path, head, have, file_size, &h);
+    *count = h.count;
+    if (st == FERRY_OK && format)
+        *format = h.format;
+    return st;
+}
+
+uint64_t tok_shard_flags_offset(const tok_shard_header *h)
+{
+    return TOK_SHARD_HEADER_BYTES + h->count * formats[h->format].token_bytes;
+}
+
+uint64_t tok_shard_starts_offset(const tok_shard_header *h) { return tok_shard_flags_offset(h) + h->count; }
+
+ferry_status tok_shard_check_starts(const char *path, const tok_shard_header *h, const uint32_t *starts)
+{
+    for (uint64_t k = 0; k < h->examples; k++) {
+        uint64_t lo = k == 0 ? 0 : (uint64_t)starts[k - 1] + 1;
+        if ((k == 0 && starts[0] != 0) || starts[k] < lo || starts[k] >= h->count)
+            return err_set(FERRY_ERR_FORMAT, "masked token shard '%s': example %llu starts at token %u; %s", path,
+                           (unsigned long long)k, starts[k],
+                           k == 0 && starts[0] != 0 ? "the first example starts at 0"
+                           : starts[k] >= h->count ? "past the shard's tokens"
+                                                   : "the starts must increase, one example after the other");
+    }
+    return FERRY_OK;
+}
+
+ferry_status tok_shard_check_flags(const char *path, const tok_shard_header *h, const uint32_t *starts,
+                                   const uint8_t *flags, size_t n, uint64_t first, size_t *next, uint64_t *targets)
+{
+    uint64_t ones = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t k = first + i;
+        while (*next < h->examples && starts[*next] < k)
+            (*next)++;
+        bool starts_here = *next < h->examples && starts[*next] == k;
+        if (flags[i] > 1 || (starts_here && flags[i]))
+            return err_set(FERRY_ERR_FORMAT, "masked token shard '%s': the target flag of token %llu (byte offset "
+                           "%llu) is %u; %s", path, (unsigned long long)k,
+                           (unsigned long long)(tok_shard_flags_offset(h) + k), flags[i],
+                           flags[i] > 1 ? "a flag is 0 or 1: a damaged mask"
+                                        : "it starts an example, and nothing in its example predicts it: a mask "
+                                          "that does not match its tokens");
+        ones += flags[i];
+    }
+    *targets += ones;
     return FERRY_OK;
 }
 
@@ -283,7 +441,7 @@ static ferry_status add_name(tok_shard_set *s, const char *name)
 }
 
 static ferry_status set_add(tok_shard_set *s, const char *split, tok_shard_format f, const void *tokens,
-                            size_t n, const char **name)
+                            size_t n, const tok_shard_examples *ex, const char **name)
 {
     int k = 0;
     while (k < SET_SPLITS && strcmp(split, set_splits[k]) != 0)
@@ -298,7 +456,8 @@ static ferry_status set_add(tok_shard_set *s, const char *split, tok_shard_forma
     snprintf(base, sizeof base, "%s_%06d.bin", set_splits[k], s->count[k]);
     char *staged = join(s->staging, base);
     ferry_status st = staged ? add_name(s, base) : err_set(FERRY_ERR_OUT_OF_MEMORY, "shard path '%s'", base);
-    if (st == FERRY_OK && (st = write_shard(staged, f, tokens, n)) != FERRY_OK)
+    if (st == FERRY_OK && (st = ex ? tok_shard_write_masked(staged, f, ex) : write_shard(staged, f, tokens, n)) !=
+                              FERRY_OK)
         st = err_wrap(st, "staging %s of the new shard set of '%s' (the folder's earlier shards are left as they "
                       "were)", base, s->dir);
     free(staged);
@@ -313,13 +472,22 @@ static ferry_status set_add(tok_shard_set *s, const char *split, tok_shard_forma
 ferry_status tok_shard_set_add(tok_shard_set *s, const char *split, const uint16_t *tokens, size_t n,
                                const char **name)
 {
-    return set_add(s, split, TOK_SHARD_GPT2, tokens, n, name);
+    return set_add(s, split, TOK_SHARD_GPT2, tokens, n, NULL, name);
 }
 
 ferry_status tok_shard_set_add_u32(tok_shard_set *s, const char *split, const uint32_t *tokens, size_t n,
                                    const char **name)
 {
-    return set_add(s, split, TOK_SHARD_LLAMA3, tokens, n, name);
+    return set_add(s, split, TOK_SHARD_LLAMA3, tokens, n, NULL, name);
+}
+
+ferry_status tok_shard_set_add_masked(tok_shard_set *s, const char *split, tok_shard_format f,
+                                      const tok_shard_examples *ex, const char **name)
+{
+    if (!tok_shard_is_masked(f))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "shard set '%s': format %s is not a masked one", s->dir,
+                       formats[f].name);
+    return set_add(s, split, f, NULL, 0, ex, name);
 }
 
 static int in_new_set(const tok_shard_set *s, const char *name)

@@ -35,6 +35,20 @@
 #include "train/flag_words.h"
 #include "train/trainer_internal.h"
 
+/* Where generation ends by itself: GPT-2's <|endoftext|>, the Llama
+ * config's eos_token_id (-1: none). */
+/* Where a sample ends: the tokenizer's end of text, the token the chat
+ * templates end each answer with (so a model fine-tuned on them stops
+ * where it learned to, even a Llama trained on GPT-2's tokens), else the
+ * model's own. */
+static int trainer_eos_token(const trainer *t)
+{
+    int64_t eos = t->tok ? tok_eos(t->tok) : -1;
+    if (eos >= 0 && eos < model_spec_vocab(&t->spec))
+        return (int)eos;
+    return t->spec.family == MODEL_FAMILY_GPT2 ? (int)TOK_GPT2_EOT : t->spec.llama.eos_token_id;
+}
+
 /* Prints the failure; in a world of several ranks, says which and tells the
  * others, who stop with this message (a failure that came from another rank
  * is not sent back). A failure every rank reached alike (agreed_failure) is
@@ -102,22 +116,12 @@ static int prepare(trainer *t)
     }
     if (t->o.find_max_batch && trains && trainer_find_max_batch(t) != FERRY_OK)
         return trainer_fail(t, "--find-max-batch");
-    /* Samples need the tokenizer, GPT-2's (the only one read; another
-     * family's sampling is refused above); without one, a run that asked
-     * for none just skips the final sample. --eval-only takes none. */
-    bool gpt2 = t->spec.family == MODEL_FAMILY_GPT2;
-    if (gpt2 && !t->o.eval_only && trainer_open_tokenizer(t) != FERRY_OK && (t->o.sample_every || t->o.sample_only))
+    /* Samples need the model's tokenizer; without one, a run that asked
+     * for none just skips the final sample (and its checkpoints keep no
+     * tokenizer). --eval-only takes none. */
+    if (!t->o.eval_only && trainer_open_tokenizer(t) != FERRY_OK && (t->o.sample_every || t->o.sample_only))
         return trainer_fail(t, "tokenizer");
     err_clear();
-    if (t->tok && tok_bpe_vocab_size(t->tok) != (uint32_t)model_spec_vocab(&t->spec)) {
-        if (t->o.sample_every || t->o.sample_only) {
-            fprintf(stderr, "%s: samples need the GPT-2 vocabulary (%u tokens); this model has %d\n", prog,
-                    tok_bpe_vocab_size(t->tok), model_spec_vocab(&t->spec));
-            return 2;
-        }
-        tok_bpe_destroy(t->tok);
-        t->tok = NULL;
-    }
     if (trains && trainer_open_loader(t, t->o.data, 1, &t->train) != FERRY_OK)
         return trainer_fail(t, "training data");
     if (t->train)
@@ -127,16 +131,20 @@ static int prepare(trainer *t)
     size_t n = (size_t)t->o.batch * (size_t)t->o.seq;
     t->inputs = malloc(n * sizeof *t->inputs);
     t->targets = malloc(n * sizeof *t->targets);
-    if (!t->inputs || !t->targets) {
+    t->positions = malloc(n * sizeof *t->positions);
+    t->masked = (t->train && tok_shard_is_masked(tok_loader_format(t->train))) ||
+                (t->val && tok_shard_is_masked(tok_loader_format(t->val)));
+    if (!t->inputs || !t->targets || !t->positions) {
         fprintf(stderr, "%s: out of memory for a batch of %zu tokens\n", prog, n);
         return 1;
     }
     /* Alone, a signal ends sampling after the token under way; with
      * several ranks, which sample alike through collectives, they agree on
      * it before each token. */
-    t->smp = (sampler){t->o.seed ^ 0x5A5A5A5Aull, t->o.temperature, t->o.top_k,
-                       t->world > 1 ? NULL : trainer_stop_flag(), t->world > 1 ? trainer_agree_before_token : NULL,
-                       t};
+    t->smp = (sampler){.rng = t->o.seed ^ 0x5A5A5A5Aull, .temperature = t->o.temperature, .top_k = t->o.top_k,
+                       .stop = t->world > 1 ? NULL : trainer_stop_flag(),
+                       .before_token = t->world > 1 ? trainer_agree_before_token : NULL, .before_token_ctx = t,
+                       .top_p = t->o.top_p, .eos = trainer_eos_token(t), .stop_text = t->o.stop_text};
     train_skips_init(&t->skips, t->o.max_skips);
     return 0;
 }
@@ -172,7 +180,7 @@ static int cleanup(trainer *t, int rc)
     lmodel_destroy(t->model);
     tok_loader_close(t->train);
     tok_loader_close(t->val);
-    tok_bpe_destroy(t->tok);
+    tok_close(t->tok);
     if (t->log && fclose(t->log) != 0) {
         fprintf(stderr, "%s: closing the log '%s': %s; it may be incomplete\n", t->prog->name, t->o.log,
                 strerror(errno));
@@ -181,6 +189,7 @@ static int cleanup(trainer *t, int rc)
     run_state_unlock(t->lock_fd);
     free(t->inputs);
     free(t->targets);
+    free(t->positions);
     return rc;
 }
 

@@ -150,11 +150,33 @@ static ferry_status add_weights(trainer *t)
     return st;
 }
 
+/* A Llama-family model's Hugging Face folder onto the sampling backend, a
+ * group at a time (each checked finite). */
+static ferry_status resident_from_folder(trainer *t, const char *dir)
+{
+    hf_llama_reader *r = NULL;
+    size_t most = 0;
+    for (int g = 0; g < lmodel_num_groups(t->model); g++)
+        if (lmodel_group_numel(t->model, g) > most)
+            most = lmodel_group_numel(t->model, g);
+    float *buf = malloc(most * sizeof *buf);
+    ferry_status st = buf ? hf_llama_open(dir, lmodel_llama(t->model), &r)
+                          : err_set(FERRY_ERR_OUT_OF_MEMORY, "out of memory for a group of %zu values", most);
+    for (int g = 0; g < lmodel_num_groups(t->model) && st == FERRY_OK; g++) {
+        st = hf_llama_read_group(r, g, buf);
+        if (st == FERRY_OK) st = check_finite_group(t->model, g, buf, dir);
+        if (st == FERRY_OK) st = model_resident_set_params(t->resident, t->sample_stream, g, buf);
+    }
+    hf_llama_close(r);
+    free(buf);
+    return st;
+}
+
 /* --sample needs the weights only: they go on a backend of their own
- * (model_resident), from the checkpoint's model.safetensors or --init-from,
- * with activations for one sequence; no engine, so no optimizer state, no
- * master copy, no pinned pool. GPT-2's alone: ferry reads only its
- * tokenizer (trainer_refuse_family). */
+ * (model_resident), from the checkpoint's weights or --init-from's (GPT-2's
+ * model.safetensors, the Llama family's Hugging Face folder), with
+ * activations for one sequence; no engine, so no optimizer state, no master
+ * copy, no pinned pool. */
 ferry_status trainer_setup_sampling(trainer *t)
 {
     char weights[PATH_MAX];
@@ -174,13 +196,18 @@ ferry_status trainer_setup_sampling(trainer *t)
         st = err_set(FERRY_ERR_OUT_OF_MEMORY, "out of memory");
     for (int g = 0; g < G && st == FERRY_OK; g++)
         numel[g] = lmodel_group_numel(t->model, g);
-    if (st == FERRY_OK) st = model_resident_create(t->sample_be, G, numel, "gpt2", &t->resident);
+    if (st == FERRY_OK) st = model_resident_create(t->sample_be, G, numel, lmodel_llama(t->model) ? "llama" : "gpt2",
+                                                         &t->resident);
     free(numel);
-    float **groups = NULL;
-    if (st == FERRY_OK) st = load_gpt2(t->model, weights, &groups);
-    for (int g = 0; g < G && st == FERRY_OK; g++)
-        st = model_resident_set_params(t->resident, t->sample_stream, g, groups[g]);
-    free_groups(groups, G);
+    if (st == FERRY_OK && lmodel_llama(t->model))
+        st = resident_from_folder(t, t->o.init_from ? t->init_dir : t->ckpt);
+    else if (st == FERRY_OK) {
+        float **groups = NULL;
+        st = load_gpt2(t->model, weights, &groups);
+        for (int g = 0; g < G && st == FERRY_OK; g++)
+            st = model_resident_set_params(t->resident, t->sample_stream, g, groups[g]);
+        free_groups(groups, G);
+    }
     model_allocator alloc = model_backend_allocator(t->sample_be);
     if (st == FERRY_OK)
         st = lmodel_acts_create(t->model, t->sample_be, 1, t->o.seq, false, &alloc, &t->acts);

@@ -20,6 +20,7 @@
 #include "train/options.h"
 #include "train/run_state.h"
 #include "train/sample.h"
+#include "train/tok_find.h"
 #include "train/skips.h"
 
 typedef struct trainer {
@@ -33,10 +34,14 @@ typedef struct trainer {
     lmodel_acts *eval_acts; /* the validation batch's, when it has fewer rows than --batch; else NULL */
     int eval_batch;       /* rows of a validation batch: --batch, or fewer for a short validation set */
     tok_loader *train, *val;
-    tok_bpe *tok;
+    tok_tokenizer *tok;
+    tok_found tok_found; /* where the tokenizer was read from (its files go with each checkpoint) */
     sampler smp;
+    bool kv_refused;      /* a sample's key/value cache did not fit the engine's arena (said once) */
     FILE *log;
     int32_t *inputs, *targets;
+    int32_t *positions;   /* each input's position in its example (tok_loader_next_ex), for the model */
+    bool masked;          /* the training (or validation) data is instruction data: masked shards */
     int64_t step;         /* steps done */
     tok_loader_pos pos;   /* the data position after the last complete step */
     int cut_micro;        /* a step cut short by a signal: the micro-batches it had done; 0: none */
@@ -45,6 +50,8 @@ typedef struct trainer {
     double started_ms;
     int64_t start_step;
     double tokens_done;
+    double targets_done;  /* of tokens_done, the targets (masked data: fewer) */
+    double val_targets;   /* masked data: the targets the last evaluation's loss is the mean over */
     char ckpt[PATH_MAX];  /* checkpoint folder to resume from, or "" */
     train_resume from;    /* its run state (read before setup) */
     char home[PATH_MAX];  /* the run folder the resumed checkpoint is in: the default --checkpoint-dir */
@@ -70,6 +77,7 @@ typedef struct trainer {
 typedef struct step_figures {
     float loss, lr;
     double grad_norm, step_ms, compute_ms, tokens_per_s, mfu;
+    double tokens, targets; /* the step's tokens (every micro-batch of every rank) and, of them, targets */
     int skipped;
     bool too_many_skips; /* the skip limit was reached: ferry_last_error() says so */
     ferry_step_timing timing;
@@ -100,9 +108,11 @@ int trainer_report_stop(const trainer *t, int rc);
 /* trainer_model.c: which model, the resumed run's settings, the data. */
 ferry_status trainer_choose_model(trainer *t);
 int trainer_refuse_family(const trainer *t);
+int trainer_tokenizer_files(const trainer *t, const char **files, char (*buf)[PATH_MAX + 32], int cap);
 ferry_status trainer_open_tokenizer(trainer *t);
 ferry_status trainer_open_loader(trainer *t, const char *pattern, int shuffle, tok_loader **out);
 ferry_status trainer_open_validation(trainer *t);
+int trainer_eval_batches(const trainer *t);
 
 /* trainer_engine.c: the engine, the weights, sampling's backend, the batch that fits. */
 ferry_dtype trainer_planned_dtype(const trainer *t);

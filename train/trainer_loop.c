@@ -34,6 +34,30 @@ static ferry_status mark(trainer *t, int64_t step, const char *phase)
  * the same order and report the same loss. */
 static ferry_status agree_on_step(trainer *t, double *sum) { return trainer_agree(t, sum, 1); }
 
+/* The next batch of `l` into the trainer's buffers: inputs, targets (-1
+ * where the data's mask says no target) and positions; *targets counts the
+ * targets. The positions restart at each example of packed instruction
+ * data (0..T-1 for token streams); batch_forward hands them to the model,
+ * so a packed row's examples never see each other. */
+static ferry_status next_batch(trainer *t, tok_loader *l, double *targets)
+{
+    ferry_status st = tok_loader_next_ex(l, t->inputs, t->targets, t->positions);
+    if (st == FERRY_OK)
+        *targets += (double)tok_loader_last(l).targets;
+    return st;
+}
+
+/* The forward of the batch next_batch read, with its positions where the
+ * data is masked (packed examples: each attends to itself and its
+ * positions restart); token streams take none, the model bit for bit as
+ * without packing. */
+static ferry_status batch_forward(trainer *t, lmodel_acts *acts, const model_hooks *h, backend_stream *s,
+                                  bool for_backward)
+{
+    ferry_status st = lmodel_set_positions(acts, t->masked ? t->positions : NULL);
+    return st != FERRY_OK ? st : lmodel_forward(t->model, acts, h, s, t->inputs, t->targets, for_backward);
+}
+
 static ferry_status train_step(trainer *t, step_figures *f)
 {
     model_hooks hooks = model_engine_hooks(t->engine);
@@ -46,6 +70,7 @@ static ferry_status train_step(trainer *t, step_figures *f)
      * loss scale (1 without loss scaling), over the step's micro-batches of
      * every rank, rides on the backward's start. */
     int K = t->o.grad_accum, M = K * t->world, read = 0;
+    f->targets = 0;
     float grad_scale = ferry_engine_loss_scale(t->engine) / (float)M;
     ferry_status st = FERRY_OK;
     for (int k = 0; k < K && st == FERRY_OK; k++) {
@@ -62,19 +87,19 @@ static ferry_status train_step(trainer *t, step_figures *f)
             return ferry_engine_abandon_step(t->engine);
         }
         for (; read <= t->rank * K + k && st == FERRY_OK; read++) /* up to this rank's k-th window */
-            st = tok_loader_next(t->train, t->inputs, t->targets);
+            st = next_batch(t, t->train, &f->targets);
         if (st == FERRY_OK) st = ferry_engine_begin_micro_batch(t->engine, k, K);
         /* Each pass marked in the trace (memprof --step shows them); a
          * failed trace stops the run. */
         if (st == FERRY_OK) st = mark(t, t->step + 1, "forward");
-        if (st == FERRY_OK) st = lmodel_forward(t->model, t->acts, &hooks, s, t->inputs, t->targets, true);
+        if (st == FERRY_OK) st = batch_forward(t, t->acts, &hooks, s, true);
         if (st == FERRY_OK) st = mark(t, t->step + 1, "backward");
         if (st == FERRY_OK) st = lmodel_backward(t->model, t->acts, &hooks, s, grad_scale);
         if (st == FERRY_OK) st = lmodel_loss(t->acts, s, &loss);
         sum += loss;
     }
     for (; read < M && st == FERRY_OK; read++) /* the later ranks' windows */
-        st = tok_loader_next(t->train, t->inputs, t->targets);
+        st = next_batch(t, t->train, &f->targets);
     double t1 = clock_now_ms();
     ferry_step_options so = FERRY_STEP_OPTIONS_INIT;
     so.lr = f->lr = train_lr_at(&t->o, (int)t->step);
@@ -114,6 +139,8 @@ static ferry_status train_step(trainer *t, step_figures *f)
     f->compute_ms = (t1 - t0) - tm.compute_wait_transfer_ms - tm.compute_wait_optimizer_ms;
     double tokens = (double)t->o.batch * t->o.seq * M;
     t->tokens_done += tokens;
+    t->targets_done += f->targets;
+    f->tokens = tokens;
     f->tokens_per_s = tokens / (f->step_ms / 1e3);
     double peak = trainer_peak_tflops(&t->o);
     f->mfu = peak > 0 && ferry_engine_backend(t->engine) == FERRY_BACKEND_CUDA
@@ -144,8 +171,8 @@ static ferry_status evaluate(trainer *t, float *val_loss, bool *cut)
     }
     tok_loader_reset(t->val);
     lmodel_acts *acts = t->eval_acts ? t->eval_acts : t->acts;
-    int E = t->o.eval_batches, W = t->world, rounds = (E + W - 1) / W, mine = 0;
-    double v[2] = {0, 0}; /* loss sum, batches */
+    int E = trainer_eval_batches(t), W = t->world, rounds = (E + W - 1) / W, mine = 0;
+    double v[2] = {0, 0}; /* loss sum, batches (masked data: loss x targets, targets) */
     *cut = false;
     for (int i = 0; i < E && st == FERRY_OK; i++) {
         float loss = 0;
@@ -155,21 +182,26 @@ static ferry_status evaluate(trainer *t, float *val_loss, bool *cut)
             *cut = true;
             break;
         }
-        st = tok_loader_next(t->val, t->inputs, t->targets);
+        double n = 0;
+        st = next_batch(t, t->val, &n);
         if (st != FERRY_OK || i % W != t->rank)
             continue;
-        if (st == FERRY_OK) st = lmodel_forward(t->model, acts, &hooks, s, t->inputs, t->targets, false);
+        if (st == FERRY_OK) st = batch_forward(t, acts, &hooks, s, false);
         if (st == FERRY_OK) st = lmodel_loss(acts, s, &loss);
-        v[0] += loss;
-        v[1]++;
+        /* Masked data: the mean over every target of the batches (a batch
+         * holds as many as its examples' answers); token streams: the mean
+         * of the batches' means, as before (each has B*T targets). */
+        v[0] += t->masked ? (double)loss * n : loss;
+        v[1] += t->masked ? n : 1;
         mine++;
     }
     for (; !*cut && mine < rounds && st == FERRY_OK; mine++)
-        st = lmodel_forward(t->model, acts, &hooks, s, t->inputs, t->targets, false);
+        st = batch_forward(t, acts, &hooks, s, false);
     ferry_status end = ferry_engine_end_inference(t->engine);
     if (st == FERRY_OK && end == FERRY_OK && W > 1 && !*cut)
         st = ferry_world_all_reduce(v, 2);
     *val_loss = v[1] > 0 ? (float)(v[0] / v[1]) : 0;
+    t->val_targets = t->masked ? v[1] : 0;
     return st != FERRY_OK ? st : end;
 }
 
@@ -187,7 +219,9 @@ static ferry_status evaluate_and_say(trainer *t, bool *cut)
                             "reported\n", t->prog->name, (long long)t->step);
         return FERRY_OK;
     }
-    if (trainer_leader(t))
+    if (trainer_leader(t) && t->masked)
+        printf("step %lld | val loss %.4f over %.0f targets\n", (long long)t->step, (double)val, t->val_targets);
+    else if (trainer_leader(t))
         printf("step %lld | val loss %.4f\n", (long long)t->step, (double)val);
     if ((st = trainer_stdout_written(t)) != FERRY_OK)
         return st;
@@ -200,21 +234,54 @@ ferry_status trainer_eval_only(trainer *t)
     return evaluate_and_say(t, &cut);
 }
 
+/* The key/value cache of one sample: the prompt and the new tokens within
+ * the training sequence plus --sample-tokens (at most the model's context
+ * and sliding window), on the sampling backend or the engine's arena. In
+ * the engine's arena it may not fit beside training's buffers, and a head
+ * above 256 has no cache attention: then NULL, said once, and the sample
+ * recomputes over the training activations. */
+static ferry_status sample_cache(trainer *t, lmodel_kv **kv)
+{
+    *kv = NULL;
+    long long want = (long long)t->o.seq + t->o.sample_tokens;
+    int ctx = lmodel_context(t->model);
+    const llama_model *l = lmodel_llama(t->model);
+    if (l && llama_get_config(l)->sliding_window > 0 && llama_get_config(l)->sliding_window < ctx)
+        ctx = llama_get_config(l)->sliding_window;
+    int Tmax = want < ctx ? (int)want : ctx;
+    model_allocator alloc = t->resident ? model_backend_allocator(t->sample_be) : model_engine_allocator(t->engine);
+    backend *be = t->resident ? t->sample_be : engine_embed_backend(t->engine);
+    ferry_status st = lmodel_kv_create(t->model, be, 1, Tmax, 0, &alloc, kv);
+    if ((st == FERRY_ERR_OUT_OF_MEMORY && !t->resident) || st == FERRY_ERR_UNSUPPORTED) {
+        if (!t->kv_refused && trainer_leader(t))
+            fprintf(stderr, "%s: no key/value cache for samples (%d positions): %s; samples recompute the "
+                            "sequence for each token\n", t->prog->name, Tmax, ferry_last_error());
+        t->kv_refused = true;
+        err_clear();
+        return FERRY_OK;
+    }
+    return st;
+}
+
 ferry_status trainer_print_sample(trainer *t)
 {
     char *text = NULL;
-    ferry_status st;
-    if (t->resident) {
+    lmodel_kv *kv = NULL;
+    ferry_status st = sample_cache(t, &kv);
+    if (st == FERRY_OK) /* a sample is one sequence from position 0: no packed batch's positions */
+        st = lmodel_set_positions(t->acts, NULL);
+    if (st == FERRY_OK && t->resident) {
         model_hooks hooks = model_resident_hooks(t->resident);
-        st = sample_text_hooks(t->model, t->acts, &hooks, t->sample_stream, 1, t->o.seq, t->tok, t->o.prompt,
+        st = sample_text_hooks(t->model, kv, t->acts, &hooks, t->sample_stream, 1, t->o.seq, t->tok, t->o.prompt,
                                t->o.sample_tokens, &t->smp, &text);
-    } else {
-        st = sample_text(t->engine, t->model, t->acts, t->o.batch, t->o.seq, t->tok, t->o.prompt,
+    } else if (st == FERRY_OK) {
+        st = sample_text(t->engine, t->model, kv, t->acts, t->o.batch, t->o.seq, t->tok, t->o.prompt,
                          t->o.sample_tokens, &t->smp, &text);
     }
+    lmodel_kv_destroy(kv);
     if (st == FERRY_OK && trainer_leader(t)) { /* every rank samples alike; one prints */
-        printf("---- sample at step %lld (temperature %.2f, top-k %d) ----\n%s\n----\n", (long long)t->step,
-               (double)t->o.temperature, t->o.top_k, text);
+        printf("---- sample at step %lld (temperature %.2f, top-k %d, top-p %.2f) ----\n%s\n----\n",
+               (long long)t->step, (double)t->o.temperature, t->o.top_k, (double)t->o.top_p, text);
         st = trainer_stdout_written(t);
     }
     free(text);
@@ -237,7 +304,11 @@ ferry_status trainer_save(trainer *t)
                                   o->delayed_update, o->warmup, o->steps, o->lr, o->lr_min_frac, o->weight_decay,
                                   o->beta1, o->beta2, o->eps, o->clip, o->checkpoint_every};
     ferry_engine_mark(t->engine, t->step, "checkpoint"); /* a failed trace is said at the next step, after the save */
-    ferry_status st = run_state_save(t->o.checkpoint_dir, t->step, t->engine, t->model, &r);
+    /* The tokenizer goes with the checkpoint, so that it samples from any folder. */
+    const char *tok_files[3];
+    char beside[2][PATH_MAX + 32];
+    int ntok = trainer_tokenizer_files(t, tok_files, beside, 3);
+    ferry_status st = run_state_save_files(t->o.checkpoint_dir, t->step, t->engine, t->model, &r, tok_files, ntok);
     if (st != FERRY_OK)
         return st;
     t->saved_step = t->step;

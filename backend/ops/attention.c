@@ -1,6 +1,7 @@
 /* Host version of causal multi-head self-attention; backend/ops/attention.cu is
  * the CUDA (flash) one. Per (batch, head) the T x T score matrix is formed in
- * a scratch with sgemm, only its causal lower triangle is used, and forward
+ * a scratch with sgemm, only its causal lower triangle is used (with
+ * positions, only each row's own example: keys i - pos[i] .. i), and forward
  * keeps the log-sum-exp of each query row. Backward has the shape of
  * FlashAttention's: it recomputes the probabilities from q, k and lse
  * (P = exp(S - lse)), uses D_i = rowsum(dO_i * O_i) (written to delta, as
@@ -12,6 +13,17 @@
 #include <stdlib.h>
 
 #include "common/error.h"
+
+/* The first key query i of row b may see: its example's first token (0
+ * without positions). A position outside [0, i] is clamped there (the
+ * launch refused it already). */
+static int first_key(const int32_t *pos, int b, int T, int i)
+{
+    if (!pos)
+        return 0;
+    int32_t p = pos[(size_t)b * T + i];
+    return i - (p < 0 ? 0 : p > i ? i : (int)p);
+}
 
 static ferry_status scratch_alloc(float **out, size_t count, const char *who, int T)
 {
@@ -32,7 +44,7 @@ static void scores(float *S, const float *q, const float *k, int T, int HS, int 
 }
 
 ferry_status hostop_attention_forward(float *out, float *lse, const float *qkv, int B, int T,
-                                      int C, int NH)
+                                      int C, int NH, const int32_t *pos)
 {
     int HS = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)HS);
@@ -49,17 +61,20 @@ ferry_status hostop_attention_forward(float *out, float *lse, const float *qkv, 
             scores(S, q, k, T, HS, ld, scale);
             for (int i = 0; i < T; i++) {
                 float *row = S + (size_t)i * T;
-                float mx = row[0];
-                for (int j = 1; j <= i; j++)
+                const int lo = first_key(pos, b, T, i);
+                float mx = row[lo];
+                for (int j = lo + 1; j <= i; j++)
                     mx = row[j] > mx ? row[j] : mx;
                 double sum = 0.0;
-                for (int j = 0; j <= i; j++) {
+                for (int j = lo; j <= i; j++) {
                     row[j] = expf(row[j] - mx);
                     sum += row[j];
                 }
                 float inv = (float)(1.0 / sum);
-                for (int j = 0; j <= i; j++)
+                for (int j = lo; j <= i; j++)
                     row[j] *= inv;
+                for (int j = 0; j < lo; j++)
+                    row[j] = 0.0f; /* another example's keys get no weight */
                 for (int j = i + 1; j < T; j++)
                     row[j] = 0.0f; /* causal: later keys get no weight */
                 l[i] = mx + (float)log(sum);
@@ -74,7 +89,7 @@ ferry_status hostop_attention_forward(float *out, float *lse, const float *qkv, 
 
 ferry_status hostop_attention_backward(float *dqkv, const float *dout, const float *qkv,
                                        const float *out, const float *lse, float *delta, int B, int T,
-                                       int C, int NH)
+                                       int C, int NH, const int32_t *pos)
 {
     int HS = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)HS);
@@ -95,11 +110,14 @@ ferry_status hostop_attention_backward(float *dqkv, const float *dout, const flo
             const float *o = out + obase, *dO = dout + obase;
             const float *l = lse + ((size_t)b * NH + h) * T;
             float *D = delta + ((size_t)b * NH + h) * T;
-            /* P = exp(scale Q K^T - lse), causal */
+            /* P = exp(scale Q K^T - lse), causal, within each example */
             scores(P, q, k, T, HS, ld, scale);
             for (int i = 0; i < T; i++) {
                 float *row = P + (size_t)i * T;
-                for (int j = 0; j <= i; j++)
+                const int lo = first_key(pos, b, T, i);
+                for (int j = 0; j < lo; j++)
+                    row[j] = 0.0f;
+                for (int j = lo; j <= i; j++)
                     row[j] = expf(row[j] - l[i]);
                 for (int j = i + 1; j < T; j++)
                     row[j] = 0.0f;
@@ -115,7 +133,10 @@ ferry_status hostop_attention_backward(float *dqkv, const float *dout, const flo
             for (int i = 0; i < T; i++) {
                 float *drow = dP + (size_t)i * T;
                 const float *prow = P + (size_t)i * T;
-                for (int j = 0; j <= i; j++)
+                const int lo = first_key(pos, b, T, i);
+                for (int j = 0; j < lo; j++)
+                    drow[j] = 0.0f;
+                for (int j = lo; j <= i; j++)
                     drow[j] = prow[j] * (drow[j] - D[i]);
                 for (int j = i + 1; j < T; j++)
                     drow[j] = 0.0f;

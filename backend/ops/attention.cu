@@ -22,6 +22,20 @@
  * whose rows all precede a tile skips its products. Writes O (through
  * shared memory, in 16-byte stores) and lse = m + log(l).
  *
+ * Positions (packed examples, op_list.h): query i sees keys i - pos[i] ..
+ * i, a per-row lower bound beside the causal upper one. Every kernel
+ * starts at the key tile (forward, dQ) holding its block's lowest start
+ * (its first query's: starts ascend along a row), ends (dK, dV) at the
+ * last query tile whose first query's example can still reach its keys,
+ * skips a warp's products on a tile wholly outside its rows' examples, and
+ * masks the keys below a row's start in the tiles that cross one. The
+ * online softmax then meets rows with no key in a tile: their running max
+ * starts at -1e30 instead of -inf, so it stays finite there (the same bits
+ * as before wherever a row has keys, which without positions is every
+ * tile). The forward keeps its rows' starts in shared memory, not
+ * registers. A position outside [0, i] is clamped there. NULL positions:
+ * the kernels' arithmetic as it was, bit for bit.
+ *
  * Backward: a first pass writes delta = rowsum(dO * O) (D) once, one warp
  * per (row, head); then two kernels, neither with atomics, each owning the
  * part of dqkv it adds to (deterministic):
@@ -40,11 +54,12 @@
  * registers, one stage deep, which keeps every kernel within its 64 KiB.
  *
  * Shared memory a block (LDH = HSP + 8 elements a row):
- *   forward (BQ + 2 stages x 2 x 64) x LDH x 2 bytes: 54.0 KiB at HSP 64
- *     and BQ 128, 102.0 KiB at HSP 128 and BQ 128, 85.0 KiB at BQ 64;
+ *   forward (BQ + 2 stages x 2 x 64) x LDH x 2 bytes + the BQ rows'
+ *     starts: 54.5 KiB at HSP 64 and BQ 128, 102.5 KiB at HSP 128 and BQ
+ *     128, 85.25 KiB at BQ 64;
  *   dK/dV and dQ (2 x 64 + 2 stages x 2 x BI) x LDH x 2 bytes + the lse
  *     and D rows: 55.0 KiB at HSP 64 (BI 64), 68.5 KiB at HSP 128 (BI 32);
- *   one stage (Turing) at HSP 128: 51.0 KiB forward, 51.5 KiB backward.
+ *   one stage (Turing) at HSP 128: 51.25 KiB forward, 51.5 KiB backward.
  * Launch order puts the longest blocks first (the last query tiles of the
  * forward and dQ, the first key tiles of dK/dV).
  *
@@ -64,6 +79,17 @@ constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 constexpr int BKV = 64; /* keys per forward tile */
 constexpr int BK = 64;  /* keys per dK/dV block, queries per dQ block */
+
+/* The first key query `row` may see: its example's first token (pr is the
+ * batch row's positions, NULL: none; 0 past T), the position clamped into
+ * [0, row]. */
+__device__ __forceinline__ int first_key(const int32_t *pr, int row, int T_)
+{
+    if (!pr || row >= T_)
+        return 0;
+    const int p = pr[row];
+    return row - (p < 0 ? 0 : p > row ? row : p);
+}
 
 template <int HSP> struct hdim {
     static constexpr int LDH = HSP + 8; /* a shared row: 16 bytes of padding */
@@ -92,7 +118,7 @@ template <int ARCH> __host__ __device__ constexpr bool runs_here()
 
 template <int HSP, int BQ, int ARCH> constexpr size_t forward_smem()
 {
-    return (size_t)(BQ + 2 * stages<ARCH>() * BKV) * hdim<HSP>::LDH * 2;
+    return (size_t)(BQ + 2 * stages<ARCH>() * BKV) * hdim<HSP>::LDH * 2 + (size_t)BQ * sizeof(int);
 }
 
 /* dK/dV's and dQ's: two tiles of 64 rows, two stages of two inner tiles,
@@ -277,23 +303,33 @@ template <int HSP> constexpr int fwd_mt() { return HSP <= 64 ? 2 : 1; }
 template <int HSP, int BQ> constexpr int fwd_threads() { return 32 * BQ / (16 * fwd_mt<HSP>()); }
 
 template <typename T, int HSP, int BQ, int ARCH>
-__device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, int NH, float scale_log2, bool vec)
+__device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, int NH, float scale_log2, bool vec,
+                             const int32_t *pos)
 {
     using H = hdim<HSP>;
     constexpr int MT = fwd_mt<HSP>(), THREADS = fwd_threads<HSP, BQ>(), ST = stages<ARCH>(), NP = BKV / 16;
     extern __shared__ __align__(128) unsigned char smem[];
     T *Qs = reinterpret_cast<T *>(smem);
     T *Ks = Qs + BQ * H::LDH, *Vs = Ks + ST * BKV * H::LDH;
+    /* The block's rows' first keys, in shared memory rather than registers (at HSP 64 the loop's
+     * fragments leave none to spare): read where a tile needs them. */
+    int *Los = reinterpret_cast<int *>(Vs + ST * BKV * H::LDH);
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, HS = C / NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const int q0 = qt * BQ, wq = q0 + warp * 16 * MT; /* the warp's first query */
     const size_t stride = 3 * (size_t)C;
     const T *base = qkv + (size_t)b * T_ * stride + (size_t)h * HS;
-    const int n_kv = (min(T_, q0 + BQ) + BKV - 1) / BKV;
+    const int32_t *pr = pos ? pos + (size_t)b * T_ : nullptr;
+    const int j0 = first_key(pr, q0, T_) / BKV; /* the tile of the block's lowest start */
+    const int n_kv = (min(T_, q0 + BQ) + BKV - 1) / BKV; /* tiles j0 .. n_kv - 1 */
+    /* (rows past T, never written, take the last row's, so that a warp's last row holds its highest start) */
+    for (int i = threadIdx.x; i < BQ; i += THREADS) /* ordered before its reads by the loop's first barrier */
+        Los[i] = first_key(pr, min(q0 + i, T_ - 1), T_);
 
+    const int s0 = ST == 2 ? j0 & 1 : 0; /* tile j's stage is j's parity */
     load_rows<T, HSP, BQ, THREADS, ARCH>(Qs, base, stride, q0, T_, HS, vec);
-    load_rows<T, HSP, BKV, THREADS, ARCH>(Ks, base + C, stride, 0, T_, HS, vec);
-    load_rows<T, HSP, BKV, THREADS, ARCH>(Vs, base + 2 * C, stride, 0, T_, HS, vec);
+    load_rows<T, HSP, BKV, THREADS, ARCH>(Ks + s0 * BKV * H::LDH, base + C, stride, j0 * BKV, T_, HS, vec);
+    load_rows<T, HSP, BKV, THREADS, ARCH>(Vs + s0 * BKV * H::LDH, base + 2 * C, stride, j0 * BKV, T_, HS, vec);
     cu_cp_commit<ARCH>();
 
     uint32_t qf[MT][H::KS][4];
@@ -304,10 +340,13 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
 #pragma unroll
         for (int dt = 0; dt < H::DT; dt++)
             o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.0f;
-        m[mt][0] = m[mt][1] = -INFINITY;
+        /* Finite, below every score: a row whose first tiles hold none of its keys (positions) keeps
+         * it, with alpha 1 and p 0 there, instead of a max of -inf and exp2(-inf + inf); at its
+         * first key, alpha = exp2(-1e30 - max) = 0 as exp2(-inf) was: the same bits. */
+        m[mt][0] = m[mt][1] = -1e30f;
         l[mt][0] = l[mt][1] = 0.0f;
     }
-    for (int j = 0; j < n_kv; j++) {
+    for (int j = j0; j < n_kv; j++) {
         const int st = ST == 2 ? j & 1 : 0, kv0 = j * BKV;
         T *Kt = Ks + st * BKV * H::LDH, *Vt = Vs + st * BKV * H::LDH;
         if constexpr (ST == 2) {
@@ -321,16 +360,19 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
             } else {
                 cu_cp_wait<ARCH, 0>();
             }
-        } else if (j > 0) {
+        } else if (j > j0) {
             load_rows<T, HSP, BKV, THREADS, ARCH>(Kt, base + C, stride, kv0, T_, HS, vec);
             load_rows<T, HSP, BKV, THREADS, ARCH>(Vt, base + 2 * C, stride, kv0, T_, HS, vec);
         }
         __syncthreads();
-        if (j == 0)
+        if (j == j0)
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
                 load_a<HSP>(qf[mt], Qs, warp * 16 * MT + 16 * mt);
-        if (kv0 <= wq + 16 * MT - 1) { /* some key of the tile is at or before one of the warp's queries */
+        /* some key of the tile is at or before one of the warp's queries, and in one of their examples
+         * (the warp's lowest start is its first row's: starts ascend) */
+        const int *wlos = Los + warp * 16 * MT;
+        if (kv0 <= wq + 16 * MT - 1 && kv0 + BKV > wlos[0]) {
             float s[MT][2 * NP][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
@@ -338,25 +380,31 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
                 for (int n = 0; n < 2 * NP; n++)
                     s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
             mm_abt<T, HSP, NP, MT, ARCH>(s, qf, Kt, 0);
-            const bool edge = kv0 + BKV - 1 > wq || kv0 + BKV > T_;
+            const bool edge = kv0 + BKV - 1 > wq || kv0 + BKV > T_ || kv0 < wlos[16 * MT - 1];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                const int row[2] = {wq + 16 * mt + g, wq + 16 * mt + g + 8};
+                /* row r sees keys lo .. min(row, T - 1): element (n, i) is key kv0 + 2t + 8n + (i & 1),
+                 * inside iff 8n + (i & 1) - (lo - kv0 - 2t), unsigned, is at most the range's width */
+                int first[2], width[2];
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int lo = edge ? wlos[16 * mt + g + 8 * r] : 0;
+                    first[r] = lo - kv0 - 2 * t;
+                    width[r] = min(wq + 16 * mt + g + 8 * r, T_ - 1) - lo;
+                }
                 float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
                 for (int n = 0; n < 2 * NP; n++)
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
-                        const int key = kv0 + n * 8 + 2 * t + (i & 1);
                         float x = s[mt][n][i] * scale_log2;
-                        if (edge && (key > row[i / 2] || key >= T_))
+                        if (edge && (unsigned)(n * 8 + (i & 1) - first[i / 2]) > (unsigned)width[i / 2])
                             x = -INFINITY;
                         s[mt][n][i] = x;
                         mx[i / 2] = fmaxf(mx[i / 2], x);
                     }
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
-                    /* finite: every row meets key 0 in its first tile */
                     const float m_new = fmaxf(m[mt][r], quad_max(mx[r]));
                     const float alpha = exp2f(m[mt][r] - m_new);
                     m[mt][r] = m_new;
@@ -404,12 +452,15 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
     }
 }
 
+/* occupancy floor: 4 warps/SM from sm_80: `attention_fwd_kernel<__nv_bfloat16, \d+, \d+, 80>`
+ * (the 128-query block's 85 KiB of tiles leave one block an SM on sm_86/89) */
 template <typename T, int HSP, int BQ, int ARCH>
 __global__ void __launch_bounds__(fwd_threads<HSP, BQ>())
-    attention_fwd_kernel(T *out, float *lse, const T *qkv, int T_, int C, int NH, float scale_log2, bool vec)
+    attention_fwd_kernel(T *out, float *lse, const T *qkv, int T_, int C, int NH, float scale_log2, bool vec,
+                         const int32_t *pos)
 {
     if constexpr (runs_here<ARCH>())
-        forward_body<T, HSP, BQ, ARCH>(out, lse, qkv, T_, C, NH, scale_log2, vec);
+        forward_body<T, HSP, BQ, ARCH>(out, lse, qkv, T_, C, NH, scale_log2, vec, pos);
     else
         __trap();
 }
@@ -417,6 +468,7 @@ __global__ void __launch_bounds__(fwd_threads<HSP, BQ>())
 /* ---- backward ---- */
 
 /* delta[b, h, t] = dout . out over the head: a warp per (row, head). */
+/* occupancy floor: 32 warps/SM: `attention_delta_kernel<.*>` (memory-bound) */
 template <typename T> __global__ void attention_delta_kernel(float *delta, const T *dout, const T *out, int B, int T_,
                                                               int C, int NH)
 {
@@ -437,11 +489,11 @@ template <typename T> __global__ void attention_delta_kernel(float *delta, const
 
 template <typename T, int HSP, int ARCH>
 __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *delta, int T_, int C,
-                         int NH, float scale, bool vec)
+                         int NH, float scale, bool vec, const int32_t *pos)
 {
     using H = hdim<HSP>;
     constexpr int THREADS = 128, ST = stages<ARCH>(), BI = H::BI, NP = BI / 16;
-    constexpr int NPC = ARCH < 80 && HSP > 64 ? 1 : NP; /* 16-query blocks a pass (below) */
+    constexpr int NPC = ARCH >= 80 ? NP : HSP > 64 ? 1 : NP / 2; /* 16-query blocks a pass (below) */
     extern __shared__ __align__(128) unsigned char smem[];
     T *Ks = reinterpret_cast<T *>(smem);
     T *Vs = Ks + BK * H::LDH, *Qs = Vs + BK * H::LDH, *dOs = Qs + ST * BI * H::LDH;
@@ -454,7 +506,11 @@ __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const float *lse,
     const T *dy = dout + (size_t)b * T_ * C + (size_t)h * HS;
     const float *lrow = lse + ((size_t)b * NH + h) * T_, *drow = delta + ((size_t)b * NH + h) * T_;
     const float scale_log2 = scale * LOG2E;
-    const int n_q = (T_ - k0 + BI - 1) / BI; /* query tiles from the diagonal on */
+    const int32_t *pr = pos ? pos + (size_t)b * T_ : nullptr;
+    int n_q = (T_ - k0 + BI - 1) / BI; /* query tiles from the diagonal on */
+    /* ... to the last whose first query's example starts at or before the block's last key */
+    while (pr && n_q > 1 && first_key(pr, k0 + (n_q - 1) * BI, T_) > k0 + BK - 1)
+        n_q--;
 
     load_rows<T, HSP, BK, THREADS, ARCH>(Ks, base + C, stride, k0, T_, HS, vec);
     load_rows<T, HSP, BK, THREADS, ARCH>(Vs, base + 2 * C, stride, k0, T_, HS, vec);
@@ -494,10 +550,14 @@ __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const float *lse,
             load_floats<THREADS>(Ds, drow, q0, BI, T_, 1.0f);
         }
         __syncthreads();
-        if (q0 + BI - 1 >= wk && wk < T_) { /* some query of the tile is at or after one of the warp's keys */
-            const bool edge = q0 < wk + 15 || q0 + BI > T_;
+        /* some query of the tile is at or after one of the warp's keys, and in one of their examples */
+        if (q0 + BI - 1 >= wk && wk < T_ && first_key(pr, q0, T_) <= wk + 15) {
+            /* with positions: some query of the tile starts after one of the warp's keys */
+            const bool lo_edge = pr && first_key(pr, min(q0 + BI, T_) - 1, T_) > wk;
+            const bool edge = q0 < wk + 15 || q0 + BI > T_ || lo_edge;
             /* The tile's queries in passes of 16 NPC: one pass, but two on
-             * Turing at HSP 128, where the whole tile's S^T and dP^T beside
+             * Turing (at HSP 64 since positions, whose masking took 8 bytes
+             * of stack there), where the whole tile's S^T and dP^T beside
              * dK, dV and the K fragments take more than 255 registers and
              * spill. dK and dV receive their products in the same order
              * either way. */
@@ -520,7 +580,7 @@ __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const float *lse,
                     for (int i = 0; i < 4; i++) {
                         const int qc = c0 + n * 8 + 2 * t + (i & 1), q = q0 + qc;
                         float p = exp2f(s[0][n][i] * scale_log2 - Lt[qc]);
-                        if (edge && (q < key[i / 2] || q >= T_))
+                        if (edge && (q < key[i / 2] || q >= T_ || (lo_edge && first_key(pr, q, T_) > key[i / 2])))
                             p = 0.0f;
                         s[0][n][i] = p;                          /* P^T */
                         dp[0][n][i] = p * (dp[0][n][i] - Dt[qc]); /* dS^T */
@@ -537,20 +597,22 @@ __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const float *lse,
     store_rows<T, HSP>(dbase + 2 * C, stride, dv[0], 1.0f, Ks + warp * 16 * H::LDH, wk, T_, HS, vec, true);
 }
 
+/* occupancy floor: 4 warps/SM from sm_80: `attention_dkv_kernel<__nv_bfloat16, \d+, 80>`
+ * (one 128-thread block of 55-69 KiB an SM on sm_86/89) */
 template <typename T, int HSP, int ARCH>
 __global__ void __launch_bounds__(128)
     attention_dkv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *delta, int T_, int C,
-                         int NH, float scale, bool vec)
+                         int NH, float scale, bool vec, const int32_t *pos)
 {
     if constexpr (runs_here<ARCH>())
-        dkv_body<T, HSP, ARCH>(dqkv, dout, qkv, lse, delta, T_, C, NH, scale, vec);
+        dkv_body<T, HSP, ARCH>(dqkv, dout, qkv, lse, delta, T_, C, NH, scale, vec, pos);
     else
         __trap();
 }
 
 template <typename T, int HSP, int ARCH>
 __device__ void dq_body(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *delta, int T_, int C,
-                        int NH, float scale, bool vec)
+                        int NH, float scale, bool vec, const int32_t *pos)
 {
     using H = hdim<HSP>;
     constexpr int THREADS = 128, ST = stages<ARCH>(), BI = H::BI, NP = BI / 16;
@@ -565,12 +627,16 @@ __device__ void dq_body(T *dqkv, const T *dout, const T *qkv, const float *lse, 
     const T *base = qkv + (size_t)b * T_ * stride + (size_t)h * HS;
     const T *dy = dout + (size_t)b * T_ * C + (size_t)h * HS;
     const float scale_log2 = scale * LOG2E;
-    const int n_k = (min(T_, q0 + BK) + BI - 1) / BI; /* key tiles up to the diagonal */
+    const int32_t *pr = pos ? pos + (size_t)b * T_ : nullptr;
+    const int j0 = first_key(pr, q0, T_) / BI;            /* from the tile of the block's lowest start */
+    const int n_k = (min(T_, q0 + BK) + BI - 1) / BI - j0; /* key tiles up to the diagonal */
+    const int wlo = first_key(pr, wq, T_);
+    const int lo[2] = {first_key(pr, wq + g, T_), first_key(pr, wq + g + 8, T_)};
 
     load_rows<T, HSP, BK, THREADS, ARCH>(Qs, base, stride, q0, T_, HS, vec);
     load_rows<T, HSP, BK, THREADS, ARCH>(dOs, dy, C, q0, T_, HS, vec);
-    load_rows<T, HSP, BI, THREADS, ARCH>(Ks, base + C, stride, 0, T_, HS, vec);
-    load_rows<T, HSP, BI, THREADS, ARCH>(Vs, base + 2 * C, stride, 0, T_, HS, vec);
+    load_rows<T, HSP, BI, THREADS, ARCH>(Ks, base + C, stride, j0 * BI, T_, HS, vec);
+    load_rows<T, HSP, BI, THREADS, ARCH>(Vs, base + 2 * C, stride, j0 * BI, T_, HS, vec);
     load_floats<THREADS>(Ls, lse + ((size_t)b * NH + h) * T_, q0, BK, T_, LOG2E);
     load_floats<THREADS>(Ds, delta + ((size_t)b * NH + h) * T_, q0, BK, T_, 1.0f);
     cu_cp_commit<ARCH>();
@@ -583,7 +649,7 @@ __device__ void dq_body(T *dqkv, const T *dout, const T *qkv, const float *lse, 
     const int row[2] = {wq + g, wq + g + 8};
     float lr[2] = {0.0f, 0.0f}, dr[2] = {0.0f, 0.0f};
     for (int j = 0; j < n_k; j++) {
-        const int st = ST == 2 ? j & 1 : 0, kv0 = j * BI;
+        const int st = ST == 2 ? j & 1 : 0, kv0 = (j0 + j) * BI;
         T *Kt = Ks + st * BI * H::LDH, *Vt = Vs + st * BI * H::LDH;
         if constexpr (ST == 2) {
             if (j + 1 < n_k) {
@@ -610,7 +676,7 @@ __device__ void dq_body(T *dqkv, const T *dout, const T *qkv, const float *lse, 
                 dr[r] = Ds[warp * 16 + g + 8 * r];
             }
         }
-        if (kv0 <= wq + 15) {
+        if (kv0 <= wq + 15 && kv0 + BI > wlo) {
             float s[1][2 * NP][4], dp[1][2 * NP][4];
 #pragma unroll
             for (int n = 0; n < 2 * NP; n++)
@@ -619,14 +685,14 @@ __device__ void dq_body(T *dqkv, const T *dout, const T *qkv, const float *lse, 
                     s[0][n][i] = dp[0][n][i] = 0.0f;
             mm_abt<T, HSP, NP, 1, ARCH>(s, qf, Kt, 0);
             mm_abt<T, HSP, NP, 1, ARCH>(dp, dof, Vt, 0); /* dP = dO V^T */
-            const bool edge = kv0 + BI - 1 > wq || kv0 + BI > T_;
+            const bool edge = kv0 + BI - 1 > wq || kv0 + BI > T_ || kv0 < max(lo[0], lo[1]);
 #pragma unroll
             for (int n = 0; n < 2 * NP; n++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     const int key = kv0 + n * 8 + 2 * t + (i & 1);
                     float p = exp2f(s[0][n][i] * scale_log2 - lr[i / 2]);
-                    if (edge && (key > row[i / 2] || key >= T_))
+                    if (edge && (key > row[i / 2] || key >= T_ || key < lo[i / 2]))
                         p = 0.0f;
                     s[0][n][i] = p * (dp[0][n][i] - dr[i / 2]); /* dS */
                 }
@@ -638,13 +704,14 @@ __device__ void dq_body(T *dqkv, const T *dout, const T *qkv, const float *lse, 
                        Qs + warp * 16 * H::LDH, wq, T_, HS, vec, true);
 }
 
+/* occupancy floor: 4 warps/SM from sm_80: `attention_dq_kernel<__nv_bfloat16, \d+, 80>` (as the dK/dV kernel's) */
 template <typename T, int HSP, int ARCH>
 __global__ void __launch_bounds__(128)
     attention_dq_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *delta, int T_, int C,
-                        int NH, float scale, bool vec)
+                        int NH, float scale, bool vec, const int32_t *pos)
 {
     if constexpr (runs_here<ARCH>())
-        dq_body<T, HSP, ARCH>(dqkv, dout, qkv, lse, delta, T_, C, NH, scale, vec);
+        dq_body<T, HSP, ARCH>(dqkv, dout, qkv, lse, delta, T_, C, NH, scale, vec, pos);
     else
         __trap();
 }
@@ -653,6 +720,7 @@ __global__ void __launch_bounds__(128)
 
 struct attn_args {
     cudaStream_t s;
+    const int32_t *pos; /* positions [B T], or NULL */
     int B, T, C, NH, HS, HSP;
     float scale;
     bool vec;
@@ -752,7 +820,7 @@ ferry_status launch_forward(const attn_args &a, T *out, float *lse, const T *qkv
     dim3 grid((a.T + BQ - 1) / BQ, a.NH, a.B);
     attention_fwd_kernel<T, HSP, BQ, ARCH><<<grid, fwd_threads<HSP, BQ>(), smem, a.s>>>(out, lse, qkv, a.T, a.C,
                                                                                          a.NH, a.scale * LOG2E,
-                                                                                         a.vec);
+                                                                                         a.vec, a.pos);
     CUDA_CHECK_LAUNCH();
     return FERRY_OK;
 }
@@ -769,10 +837,10 @@ ferry_status launch_backward(const attn_args &a, T *dqkv, const T *dout, const T
         return st;
     dim3 grid((a.T + BK - 1) / BK, a.NH, a.B);
     attention_dkv_kernel<T, HSP, ARCH><<<grid, 128, smem, a.s>>>(dqkv, dout, qkv, lse, delta, a.T, a.C, a.NH,
-                                                                 a.scale, a.vec);
+                                                                 a.scale, a.vec, a.pos);
     CUDA_CHECK_LAUNCH();
     attention_dq_kernel<T, HSP, ARCH><<<grid, 128, smem, a.s>>>(dqkv, dout, qkv, lse, delta, a.T, a.C, a.NH,
-                                                                a.scale, a.vec);
+                                                                a.scale, a.vec, a.pos);
     CUDA_CHECK_LAUNCH();
     return FERRY_OK;
 }
@@ -815,10 +883,12 @@ extern "C" ferry_status cudaop_attention_delta(void *stream, ferry_dtype act, fl
 }
 
 extern "C" ferry_status cudaop_attention_forward_mma(void *stream, ferry_dtype act, int bq, act_t *out, float *lse,
-                                                     const act_t *qkv, int B, int T, int C, int NH)
+                                                     const act_t *qkv, int B, int T, int C, int NH,
+                                                     const int32_t *pos)
 {
     attn_args a = {}; /* make_args fills it, or fails */
     ferry_status st = make_args("attention_forward", stream, act, B, T, C, NH, &a);
+    a.pos = pos;
     int q = 0;
     if (st == FERRY_OK)
         st = choose_bq(a, bq, &q);
@@ -839,10 +909,11 @@ extern "C" ferry_status cudaop_attention_forward_mma(void *stream, ferry_dtype a
 
 extern "C" ferry_status cudaop_attention_backward_mma(void *stream, ferry_dtype act, act_t *dqkv, const act_t *dout,
                                                       const act_t *qkv, const act_t *out, const float *lse,
-                                                      float *delta, int B, int T, int C, int NH)
+                                                      float *delta, int B, int T, int C, int NH, const int32_t *pos)
 {
     attn_args a = {}; /* make_args fills it, or fails */
     ferry_status st = make_args("attention_backward", stream, act, B, T, C, NH, &a);
+    a.pos = pos;
     if (st == FERRY_OK && backward_bytes(a) > (size_t)a.limit)
         st = err_set(FERRY_ERR_UNSUPPORTED,
                      "attention_backward: head size %d needs %zu bytes of shared memory per block, this GPU "
@@ -879,18 +950,18 @@ static bool has_mma(ferry_dtype act)
 }
 
 extern "C" ferry_status cudaop_attention_forward(void *stream, ferry_dtype act, act_t *out, float *lse,
-                                                 const act_t *qkv, int B, int T, int C, int NH)
+                                                 const act_t *qkv, int B, int T, int C, int NH, const int32_t *pos)
 {
     if (has_mma(act))
-        return cudaop_attention_forward_mma(stream, act, 0, out, lse, qkv, B, T, C, NH);
-    return cudaop_attention_forward_wmma(stream, act, 0, out, lse, qkv, B, T, C, NH);
+        return cudaop_attention_forward_mma(stream, act, 0, out, lse, qkv, B, T, C, NH, pos);
+    return cudaop_attention_forward_wmma(stream, act, 0, out, lse, qkv, B, T, C, NH, pos);
 }
 
 extern "C" ferry_status cudaop_attention_backward(void *stream, ferry_dtype act, act_t *dqkv, const act_t *dout,
                                                   const act_t *qkv, const act_t *out, const float *lse, float *delta,
-                                                  int B, int T, int C, int NH)
+                                                  int B, int T, int C, int NH, const int32_t *pos)
 {
     if (has_mma(act))
-        return cudaop_attention_backward_mma(stream, act, dqkv, dout, qkv, out, lse, delta, B, T, C, NH);
-    return cudaop_attention_backward_wmma(stream, act, 0, dqkv, dout, qkv, out, lse, delta, B, T, C, NH);
+        return cudaop_attention_backward_mma(stream, act, dqkv, dout, qkv, out, lse, delta, B, T, C, NH, pos);
+    return cudaop_attention_backward_wmma(stream, act, 0, dqkv, dout, qkv, out, lse, delta, B, T, C, NH, pos);
 }

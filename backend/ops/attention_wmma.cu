@@ -26,12 +26,20 @@
  *   from dO and O per tile), and accumulates dV += P^T dO and dK += dS^T Q.
  * Each part of dqkv is owned by one block, which adds its result once.
  *
+ * Positions (packed examples, op_list.h): query i sees keys i - pos[i] ..
+ * i. The forward and dQ start at the key tile of their block's lowest
+ * start (its first query's), dK/dV end at the last query tile whose first
+ * query's example reaches the block's keys, and each row masks the keys
+ * below its start; a row with no key in a tile keeps its max at -inf and
+ * takes the exponentials against 0 (the same bits as before wherever the
+ * max is finite, always without positions). NULL: the kernels as they were.
+ *
  * Tiles: BQ = 64 (4 warps) where the card's shared memory per block allows
  * it, else BQ = 32 (2 warps: a quarter of the tile memory and half the fp32
  * scratch), chosen at run time from cudaDevAttrMaxSharedMemoryPerBlockOptin:
- * at head size 64 the forward needs 70.5 KiB and the backward 79.5 KiB with
- * 64 (sm_70 allows 96 KiB, sm_80 163, sm_86 and sm_89 99, sm_90 227), 33.3
- * and 29.8 KiB with 32 (sm_75 allows 64 KiB); at head size 128, 64-query
+ * at head size 64 the forward needs 70.75 KiB and the backward 79.75 KiB with
+ * 64 (sm_70 allows 96 KiB, sm_80 163, sm_86 and sm_89 99, sm_90 227), 33.4
+ * and 29.9 KiB with 32 (sm_75 allows 64 KiB); at head size 128, 64-query
  * tiles fit only sm_80 and sm_90. */
 #include <mma.h>
 
@@ -158,8 +166,20 @@ __device__ void write_rows(T *dst, size_t stride, const float *src, int row0, in
     }
 }
 
+/* The first key query `row` may see: its example's first token (pr is the
+ * batch row's positions, NULL: none; 0 past T), the position clamped into
+ * [0, row]. */
+__device__ __forceinline__ int first_key(const int32_t *pr, int row, int T_)
+{
+    if (!pr || row >= T_)
+        return 0;
+    const int p = pr[row];
+    return row - (p < 0 ? 0 : p > row ? row : p);
+}
+
 template <typename T, int ND, int BQ>
-__device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, int NH, float scale, bool vec)
+__device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, int NH, float scale, bool vec,
+                             const int32_t *pos)
 {
     using D = dims<ND, BQ>;
     constexpr int WARPS = tiles<BQ>::WARPS, LDS = tiles<BQ>::LDS, LDP = tiles<BQ>::LDP, HALF = tiles<BQ>::HALF;
@@ -183,9 +203,11 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
     /* Lanes 2r and 2r+1 own row r: columns [HALF half, HALF half + HALF) of a tile. */
     const int r = lane / 2, half = lane % 2;
     const int qi = q0 + warp * 16 + r;
+    const int32_t *pr = pos ? pos + (size_t)b * T_ : nullptr;
+    const int lo = first_key(pr, qi, T_);
     float m = -INFINITY, l = 0.0f;
     const int kv_end = min(T_, q0 + BQ);
-    for (int kv0 = 0; kv0 < kv_end; kv0 += BQ) {
+    for (int kv0 = first_key(pr, q0, T_) / BQ * BQ; kv0 < kv_end; kv0 += BQ) {
         __syncthreads(); /* every warp is done with the previous K/V */
         load_tile<T, ND, BQ>(Ks, base + C, stride, kv0, T_, HS, vec);
         load_tile<T, ND, BQ>(Vs, base + 2 * C, stride, kv0, T_, HS, vec);
@@ -196,15 +218,18 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
         float tile_max = -INFINITY;
         for (int j = 0; j < HALF; j++) {
             const int col = half * HALF + j, kj = kv0 + col;
-            s[j] = kj <= qi && kj < T_ ? Uf[r * LDS + col] * scale : -INFINITY;
+            s[j] = kj <= qi && kj < T_ && kj >= lo ? Uf[r * LDS + col] * scale : -INFINITY;
             tile_max = fmaxf(tile_max, s[j]);
         }
         tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-        const float m_new = fmaxf(m, tile_max); /* finite: key 0 is in every row's first tile */
-        const float alpha = __expf(m - m_new);
+        /* finite without positions (key 0 is in every row's first tile); with them -inf until the
+         * row meets its example's first key, the exponentials then taken against 0 */
+        const float m_new = fmaxf(m, tile_max);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        const float alpha = __expf(m - m_use);
         float sum = 0.0f;
         for (int j = 0; j < HALF; j++) {
-            const float p = __expf(s[j] - m_new);
+            const float p = __expf(s[j] - m_use);
             sum += p;
             Pb[r * LDP + half * HALF + j] = cu_round<T>(p);
         }
@@ -234,10 +259,11 @@ __device__ void forward_body(T *out, float *lse, const T *qkv, int T_, int C, in
 
 template <typename T, int ND, int BQ>
 __global__ void __launch_bounds__(tiles<BQ>::THREADS)
-    attention_forward_kernel(T *out, float *lse, const T *qkv, int T_, int C, int NH, float scale, bool vec)
+    attention_forward_kernel(T *out, float *lse, const T *qkv, int T_, int C, int NH, float scale, bool vec,
+                             const int32_t *pos)
 {
     if constexpr (wmma_here<T>)
-        forward_body<T, ND, BQ>(out, lse, qkv, T_, C, NH, scale, vec);
+        forward_body<T, ND, BQ>(out, lse, qkv, T_, C, NH, scale, vec, pos);
     else
         __trap();
 }
@@ -254,7 +280,7 @@ template <typename T> __device__ float row_dot(const T *dOs_row, const T *o_row,
 
 template <typename T, int ND, int BQ>
 __device__ void dq_body(T *dqkv, const T *dout, const T *qkv, const T *out, const float *lse, int T_, int C,
-                        int NH, float scale, bool vec)
+                        int NH, float scale, bool vec, const int32_t *pos)
 {
     using D = dims<ND, BQ>;
     constexpr int WARPS = tiles<BQ>::WARPS, LDS = tiles<BQ>::LDS, LDP = tiles<BQ>::LDP, HALF = tiles<BQ>::HALF;
@@ -288,11 +314,13 @@ __device__ void dq_body(T *dqkv, const T *dout, const T *qkv, const T *out, cons
     const int r = lane / 2, half = lane % 2;
     const int qi = q0 + warp * 16 + r;
     const float Dr = Drow[warp * 16 + r], Lr = Lrow[warp * 16 + r];
+    const int32_t *pr = pos ? pos + (size_t)b * T_ : nullptr;
+    const int lo = first_key(pr, qi, T_);
     frag_c dq[ND];
     for (int n = 0; n < ND; n++)
         wmma::fill_fragment(dq[n], 0.0f);
     const int kv_end = min(T_, q0 + BQ);
-    for (int kv0 = 0; kv0 < kv_end; kv0 += BQ) {
+    for (int kv0 = first_key(pr, q0, T_) / BQ * BQ; kv0 < kv_end; kv0 += BQ) {
         __syncthreads();
         load_tile<T, ND, BQ>(Ks, base + C, stride, kv0, T_, HS, vec);
         load_tile<T, ND, BQ>(Vs, base + 2 * C, stride, kv0, T_, HS, vec);
@@ -303,7 +331,7 @@ __device__ void dq_body(T *dqkv, const T *dout, const T *qkv, const T *out, cons
         for (int j = 0; j < HALF; j++) {
             const int col = half * HALF + j, kj = kv0 + col;
             float ds = 0.0f;
-            if (kj <= qi && qi < T_) {
+            if (kj <= qi && qi < T_ && kj >= lo) {
                 const float p = __expf(Sf[r * LDS + col] * scale - Lr);
                 ds = p * (dPf[r * LDS + col] - Dr);
             }
@@ -323,17 +351,17 @@ __device__ void dq_body(T *dqkv, const T *dout, const T *qkv, const T *out, cons
 template <typename T, int ND, int BQ>
 __global__ void __launch_bounds__(tiles<BQ>::THREADS)
     attention_dq_kernel(T *dqkv, const T *dout, const T *qkv, const T *out, const float *lse, int T_, int C,
-                        int NH, float scale, bool vec)
+                        int NH, float scale, bool vec, const int32_t *pos)
 {
     if constexpr (wmma_here<T>)
-        dq_body<T, ND, BQ>(dqkv, dout, qkv, out, lse, T_, C, NH, scale, vec);
+        dq_body<T, ND, BQ>(dqkv, dout, qkv, out, lse, T_, C, NH, scale, vec, pos);
     else
         __trap();
 }
 
 template <typename T, int ND, int BQ>
 __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const T *out, const float *lse, int T_, int C,
-                         int NH, float scale, bool vec)
+                         int NH, float scale, bool vec, const int32_t *pos)
 {
     using D = dims<ND, BQ>;
     constexpr int WARPS = tiles<BQ>::WARPS, LDS = tiles<BQ>::LDS, LDP = tiles<BQ>::LDP, HALF = tiles<BQ>::HALF;
@@ -347,9 +375,15 @@ __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const T *out, con
     float *dPf = Sf + 16 * LDS;
     T *Pb = reinterpret_cast<T *>(reinterpret_cast<float *>(dOs + D::TILE) + WARPS * D::BWD_F) + warp * 16 * LDP;
     __shared__ float Dq[BQ], Lq[BQ];
+    __shared__ int Sq[BQ]; /* the tile's queries' first keys */
     const size_t stride = 3 * (size_t)C;
     const T *base = qkv + (size_t)b * T_ * stride + (size_t)h * HS;
     const size_t obase = (size_t)b * T_ * C + (size_t)h * HS;
+    const int32_t *pr = pos ? pos + (size_t)b * T_ : nullptr;
+    /* the query tiles from the diagonal to the last whose first query's example reaches the block's keys */
+    int q_tiles = (T_ - kv0 + BQ - 1) / BQ;
+    while (pr && q_tiles > 1 && first_key(pr, kv0 + (q_tiles - 1) * BQ, T_) > kv0 + BQ - 1)
+        q_tiles--;
 
     load_tile<T, ND, BQ>(Ks, base + C, stride, kv0, T_, HS, vec);
     load_tile<T, ND, BQ>(Vs, base + 2 * C, stride, kv0, T_, HS, vec);
@@ -361,7 +395,7 @@ __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const T *out, con
         wmma::fill_fragment(dk[n], 0.0f);
         wmma::fill_fragment(dv[n], 0.0f);
     }
-    for (int q0 = kv0; q0 < T_; q0 += BQ) {
+    for (int q0 = kv0; q0 < kv0 + q_tiles * BQ; q0 += BQ) {
         __syncthreads(); /* every warp is done with the previous Q/dO tile */
         load_tile<T, ND, BQ>(Qs, base, stride, q0, T_, HS, vec);
         load_tile<T, ND, BQ>(dOs, dout + obase, C, q0, T_, HS, vec);
@@ -372,6 +406,7 @@ __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const T *out, con
             if (lane == 0) {
                 Dq[rr] = d;
                 Lq[rr] = q < T_ ? lse[((size_t)b * NH + h) * T_ + q] : 0.0f;
+                Sq[rr] = first_key(pr, q, T_);
             }
         }
         __syncthreads();
@@ -381,7 +416,7 @@ __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const T *out, con
         for (int j = 0; j < HALF; j++) {
             const int col = half * HALF + j, qi = q0 + col;
             float p = 0.0f;
-            if (kj <= qi && qi < T_)
+            if (kj <= qi && qi < T_ && Sq[col] <= kj)
                 p = __expf(Sf[r * LDS + col] * scale - Lq[col]);
             Sf[r * LDS + col] = p;
             Pb[r * LDP + col] = cu_round<T>(p);
@@ -413,15 +448,15 @@ __device__ void dkv_body(T *dqkv, const T *dout, const T *qkv, const T *out, con
 template <typename T, int ND, int BQ>
 __global__ void __launch_bounds__(tiles<BQ>::THREADS)
     attention_dkv_kernel(T *dqkv, const T *dout, const T *qkv, const T *out, const float *lse, int T_, int C,
-                         int NH, float scale, bool vec)
+                         int NH, float scale, bool vec, const int32_t *pos)
 {
     if constexpr (wmma_here<T>)
-        dkv_body<T, ND, BQ>(dqkv, dout, qkv, out, lse, T_, C, NH, scale, vec);
+        dkv_body<T, ND, BQ>(dqkv, dout, qkv, out, lse, T_, C, NH, scale, vec, pos);
     else
         __trap();
 }
 
-/* Dynamic shared memory of each kernel, and the static rows (D, lse) beside it. */
+/* Dynamic shared memory of each kernel, and the static rows (D, lse and the first keys) beside it. */
 template <int ND, int BQ> size_t forward_smem()
 {
     using D = dims<ND, BQ>;
@@ -435,7 +470,7 @@ template <int ND, int BQ> size_t backward_smem()
     return 4 * D::TILE * 2 + tiles<BQ>::WARPS * D::BWD_F * sizeof(float) + tiles<BQ>::WARPS * 16 * tiles<BQ>::LDP * 2;
 }
 
-constexpr size_t static_smem(int BQ) { return 2 * (size_t)BQ * sizeof(float); }
+constexpr size_t static_smem(int BQ) { return 2 * (size_t)BQ * sizeof(float) + (size_t)BQ * sizeof(int); }
 
 /* The device's shared memory per block (opted in), for the tile choice and
  * the messages. */
@@ -449,6 +484,7 @@ ferry_status smem_limit(int *limit)
 
 struct attn_args {
     cudaStream_t s;
+    const int32_t *pos; /* positions [B T], or NULL */
     int B, T, C, NH, HS;
     float scale;
     bool vec;
@@ -462,7 +498,7 @@ template <typename T, int ND, int BQ> ferry_status launch_forward(const attn_arg
         return st;
     dim3 grid((a.T + BQ - 1) / BQ, a.NH, a.B);
     attention_forward_kernel<T, ND, BQ><<<grid, tiles<BQ>::THREADS, smem, a.s>>>(out, lse, qkv, a.T, a.C, a.NH,
-                                                                                 a.scale, a.vec);
+                                                                                 a.scale, a.vec, a.pos);
     CUDA_CHECK_LAUNCH();
     return FERRY_OK;
 }
@@ -479,10 +515,10 @@ ferry_status launch_backward(const attn_args &a, T *dqkv, const T *dout, const T
         return st;
     dim3 grid((a.T + BQ - 1) / BQ, a.NH, a.B);
     attention_dq_kernel<T, ND, BQ><<<grid, tiles<BQ>::THREADS, smem, a.s>>>(dqkv, dout, qkv, out, lse, a.T, a.C,
-                                                                            a.NH, a.scale, a.vec);
+                                                                            a.NH, a.scale, a.vec, a.pos);
     CUDA_CHECK_LAUNCH();
     attention_dkv_kernel<T, ND, BQ><<<grid, tiles<BQ>::THREADS, smem, a.s>>>(dqkv, dout, qkv, out, lse, a.T, a.C,
-                                                                             a.NH, a.scale, a.vec);
+                                                                             a.NH, a.scale, a.vec, a.pos);
     CUDA_CHECK_LAUNCH();
     return FERRY_OK;
 }
@@ -590,10 +626,12 @@ ferry_status backward_at(const attn_args &a, T *dx, const T *dy, const T *x, con
 } // namespace
 
 extern "C" ferry_status cudaop_attention_forward_wmma(void *stream, ferry_dtype act, int tile, act_t *out,
-                                                      float *lse, const act_t *qkv, int B, int T, int C, int NH)
+                                                      float *lse, const act_t *qkv, int B, int T, int C, int NH,
+                                                      const int32_t *pos)
 {
     attn_args a = {}; /* make_args fills it, or fails */
     ferry_status st = make_args("attention_forward", stream, B, T, C, NH, &a);
+    a.pos = pos;
     int bq = 0;
     if (st == FERRY_OK)
         st = choose_tile("attention_forward", a.HS, false, tile, &bq);
@@ -611,10 +649,11 @@ extern "C" ferry_status cudaop_attention_forward_wmma(void *stream, ferry_dtype 
 extern "C" ferry_status cudaop_attention_backward_wmma(void *stream, ferry_dtype act, int tile, act_t *dqkv,
                                                        const act_t *dout, const act_t *qkv, const act_t *out,
                                                        const float *lse, float *delta, int B, int T, int C,
-                                                       int NH)
+                                                       int NH, const int32_t *pos)
 {
     attn_args a = {}; /* make_args fills it, or fails */
     ferry_status st = make_args("attention_backward", stream, B, T, C, NH, &a);
+    a.pos = pos;
     int bq = 0;
     if (st == FERRY_OK)
         st = choose_tile("attention_backward", a.HS, true, tile, &bq);

@@ -21,8 +21,8 @@
  *
  * blas_sgemm() is the one multiply of the host ops, in an order of additions
  * that does not depend on how many threads OpenBLAS runs (below). */
-#ifndef FERRY_KERNELS_BLAS_H
-#define FERRY_KERNELS_BLAS_H
+#ifndef FERRY_BACKEND_OPS_BLAS_H
+#define FERRY_BACKEND_OPS_BLAS_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -6,6 +6,7 @@
 
 namespace {
 
+/* occupancy floor: 32 warps/SM: `from_f32_kernel<.*>` (memory-bound) */
 template <typename T> __global__ void from_f32_kernel(T *dst, const float *src, size_t n)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -13,6 +14,7 @@ template <typename T> __global__ void from_f32_kernel(T *dst, const float *src, 
         dst[i] = cu_round<T>(src[i]);
 }
 
+/* occupancy floor: 32 warps/SM: `to_f32_kernel<.*>` (memory-bound) */
 template <typename T> __global__ void to_f32_kernel(float *dst, const T *src, size_t n)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;

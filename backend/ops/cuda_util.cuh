@@ -6,8 +6,8 @@
  * one kernel source templated on its storage type T (bf16 or f16); math and
  * statistics are fp32 whichever it is. Owns no state; included only by .cu
  * files. */
-#ifndef FERRY_KERNELS_CUDA_UTIL_CUH
-#define FERRY_KERNELS_CUDA_UTIL_CUH
+#ifndef FERRY_BACKEND_OPS_CUDA_UTIL_CUH
+#define FERRY_BACKEND_OPS_CUDA_UTIL_CUH
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -1,7 +1,9 @@
 /* Token + position embedding on cuda, in either storage type (bf16 or f16):
  * forward gathers rows of wte and adds those of wpe (wpe NULL: the token
- * embedding alone, as Llama's);
- * backward adds dout into dwpe (a sum over the batch; dwpe NULL: none) and
+ * embedding alone, as Llama's), the row of each token's position: t, or
+ * with positions (packed examples) its place in its example;
+ * backward adds dout into dwpe (a sum over the batch, or with positions
+ * over every token at that position, in (b, t) order; dwpe NULL: none) and
  * into the dwte rows of the tokens seen, deterministically and without
  * atomics or scratch. Host version: encoder.c.
  *
@@ -18,16 +20,28 @@ namespace {
 /* Negative token ids met by the forward, read as id 0 (see ops_cuda.h). */
 __device__ unsigned int g_bad_tokens;
 
+/* The wpe row of token `row` (b T + t): t, or its position clamped into
+ * [0, t] (callers check positions before the upload). */
+__device__ __forceinline__ int wpe_row(const int32_t *pos, int row, int T)
+{
+    const int t = row % T;
+    if (!pos)
+        return t;
+    const int p = pos[row];
+    return p < 0 ? 0 : p > t ? t : p;
+}
+
+/* occupancy floor: 32 warps/SM: `encoder_forward_kernel<.*>` (memory-bound) */
 template <typename E>
 __global__ void encoder_forward_kernel(E *out, const int32_t *tokens, const E *wte, const E *wpe, int N, int T,
-                                       int C, int V, bool vec)
+                                       int C, int V, bool vec, const int32_t *pos)
 {
     const int per = vec ? 8 : 1;
     const int groups = C / per;
     const size_t total = (size_t)N * groups;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x; g < total; g += stride) {
-        const int row = (int)(g / groups), c = (int)(g % groups) * per, t = row % T;
+        const int row = (int)(g / groups), c = (int)(g % groups) * per, t = wpe_row(pos, row, T);
         int tok = tokens[row];
         if (tok < 0 || tok >= V) {
             if (c == 0)
@@ -52,6 +66,7 @@ __global__ void encoder_forward_kernel(E *out, const int32_t *tokens, const E *w
 }
 
 /* dwpe[t, c] += sum_b dout[b, t, c], b in order. */
+/* occupancy floor: 32 warps/SM: `wpe_backward_kernel<.*>` (memory-bound) */
 template <typename E> __global__ void wpe_backward_kernel(E *dwpe, const E *dout, int B, int T, int C)
 {
     const size_t tc = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -60,6 +75,31 @@ template <typename E> __global__ void wpe_backward_kernel(E *dwpe, const E *dout
     float sum = 0.0f;
     for (int b = 0; b < B; b++)
         sum += cu_f32(dout[(size_t)b * T * C + tc]);
+    dwpe[tc] = cu_round<E>(cu_f32(dwpe[tc]) + sum);
+}
+
+/* With positions: dwpe[p, c] += the sum of dout[b, t, c] over the tokens
+ * at position p, in (b, t) order. A thread per (p, c), a warp's threads on
+ * one p (its position reads are one broadcast). The walk along a row jumps
+ * over tokens that cannot be at p: from t, at position q, the next token at
+ * p is at t + p - q or later when q < p (this example's, or a later one's
+ * p-th token, past t + p), and at t + p + 1 or later when q >= p (the next
+ * example starts after t); about T / (p + 1) reads a row instead of T. */
+template <typename E>
+__global__ void wpe_backward_pos_kernel(E *dwpe, const E *dout, const int32_t *pos, int B, int T, int C)
+{
+    const size_t tc = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (tc >= (size_t)T * C)
+        return;
+    const int p = (int)(tc / C), c = (int)(tc % C);
+    float sum = 0.0f;
+    for (int b = 0; b < B; b++)
+        for (int t = p; t < T;) {
+            const int q = wpe_row(pos, b * T + t, T);
+            if (q == p)
+                sum += cu_f32(dout[((size_t)b * T + t) * C + c]);
+            t += q < p ? p - q : p + 1;
+        }
     dwpe[tc] = cu_round<E>(cu_f32(dwpe[tc]) + sum);
 }
 
@@ -131,7 +171,8 @@ ferry_status check_shape(const char *op, int B, int T, int C)
 } // namespace
 
 extern "C" ferry_status cudaop_encoder_forward(void *stream, ferry_dtype act, act_t *out, const int32_t *tokens,
-                                               const act_t *wte, const act_t *wpe, int B, int T, int C, int V)
+                                               const act_t *wte, const act_t *wpe, int B, int T, int C, int V,
+                                               const int32_t *pos)
 {
     ferry_status st = check_shape("encoder_forward", B, T, C);
     if (st != FERRY_OK)
@@ -142,7 +183,7 @@ extern "C" ferry_status cudaop_encoder_forward(void *stream, ferry_dtype act, ac
         using E = decltype(tag);
         encoder_forward_kernel<E><<<cu_blocks(work, 256, CU_GRID_STRIDE_BLOCKS), 256, 0, cu_stream(stream)>>>(
             static_cast<E *>(out), tokens, static_cast<const E *>(wte), static_cast<const E *>(wpe), B * T, T, C,
-            V, vec);
+            V, vec, pos);
         CUDA_CHECK_LAUNCH();
         return FERRY_OK;
     });
@@ -150,7 +191,7 @@ extern "C" ferry_status cudaop_encoder_forward(void *stream, ferry_dtype act, ac
 
 extern "C" ferry_status cudaop_encoder_backward(void *stream, ferry_dtype act, act_t *dwte, act_t *dwpe,
                                                 const act_t *dout, const int32_t *tokens, int B, int T, int C,
-                                                int V)
+                                                int V, const int32_t *pos)
 {
     ferry_status st = check_shape("encoder_backward", B, T, C);
     if (st == FERRY_OK && V <= 0)
@@ -163,8 +204,12 @@ extern "C" ferry_status cudaop_encoder_backward(void *stream, ferry_dtype act, a
         const E *dy = static_cast<const E *>(dout);
         if (dwpe) {
             const size_t tc = (size_t)T * C;
-            wpe_backward_kernel<E><<<(unsigned)((tc + 255) / 256), 256, 0, s>>>(static_cast<E *>(dwpe), dy, B, T,
-                                                                                C);
+            if (pos)
+                wpe_backward_pos_kernel<E><<<(unsigned)((tc + 255) / 256), 256, 0, s>>>(static_cast<E *>(dwpe), dy,
+                                                                                    pos, B, T, C);
+            else
+                wpe_backward_kernel<E><<<(unsigned)((tc + 255) / 256), 256, 0, s>>>(static_cast<E *>(dwpe), dy, B,
+                                                                                    T, C);
             CUDA_CHECK_LAUNCH();
         }
         if (dwte) {

@@ -23,6 +23,7 @@ __device__ __forceinline__ float gelu_grad(float x)
 }
 
 /* Elements [0, vec8 * 8) go 8 at a time, the rest one by one. */
+/* occupancy floor: 32 warps/SM: `gelu_forward_kernel<.*>` (memory-bound) */
 template <typename T> __global__ void gelu_forward_kernel(T *out, const T *inp, size_t n, size_t vec8)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -38,6 +39,7 @@ template <typename T> __global__ void gelu_forward_kernel(T *out, const T *inp, 
         out[i] = cu_round<T>(gelu(cu_f32(inp[i])));
 }
 
+/* occupancy floor: 32 warps/SM: `gelu_backward_kernel<.*>` (memory-bound) */
 template <typename T>
 __global__ void gelu_backward_kernel(T *dinp, const T *inp, const T *dout, size_t n, size_t vec8)
 {

@@ -40,6 +40,7 @@ template <int PER, typename T> __device__ __forceinline__ void store_n(T *p, con
         *p = cu_round<T>(v[0]);
 }
 
+/* occupancy floor: 32 warps/SM: `layernorm_forward_kernel<.*>` (memory-bound) */
 template <typename T, int PER>
 __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
     layernorm_forward_kernel(T *out, float *mean_out, float *rstd_out, const T *inp, const T *weight, const T *bias,
@@ -86,6 +87,7 @@ __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
 }
 
 /* dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * w. */
+/* occupancy floor: 32 warps/SM: `layernorm_dinp_kernel<.*>` (memory-bound) */
 template <typename T, int PER>
 __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
     layernorm_dinp_kernel(T *dinp, const T *dout, const T *inp, const T *weight, const float *mean,
@@ -141,6 +143,8 @@ constexpr int dinp_rows_blocks(int chunks) { return chunks >= 8 ? 2 : chunks >= 
 /* The same with the row in registers: lane l holds columns (k 32 + l) 8 ..
  * + 8 for k < CHUNKS (C <= 256 CHUNKS, C % 8 == 0, 16-byte aligned rows),
  * as raw 16-byte words; inp and dout are read once. */
+/* occupancy floor: 16 warps/SM: `layernorm_dinp_rows_kernel<.*>`
+ * (its launch bounds hold the 8-chunk rows, GPT-2 XL's, to 96 registers: 2 blocks of 256 an SM) */
 template <typename T, int CHUNKS>
 __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK, dinp_rows_blocks(CHUNKS))
     layernorm_dinp_rows_kernel(T *dinp, const T *dout, const T *inp, const T *weight, const float *mean,
@@ -199,6 +203,7 @@ __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK, dinp_rows_blocks(CHUNKS))
 /* dweight[c] += sum_r dout[r,c] xhat[r,c]; dbias[c] += sum_r dout[r,c]:
  * a block per strip of 16 columns, 512 row slots of two halves (8 columns,
  * one 16-byte load each when `vec`), partial sums met in a fixed order. */
+/* occupancy floor: 32 warps/SM: `layernorm_dparams_kernel<.*>` (one 1024-thread block) */
 template <typename T>
 __global__ void __launch_bounds__(1024)
     layernorm_dparams_kernel(T *dweight, T *dbias, const T *dout, const T *inp, const float *mean,

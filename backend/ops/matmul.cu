@@ -292,6 +292,7 @@ ferry_status cuda_gemm_f32(cudaStream_t stream, ferry_dtype act, bool transa, bo
 
 namespace {
 
+/* occupancy floor: 32 warps/SM: `add_f32_to_kernel<.*>` (memory-bound) */
 template <typename T> __global__ void add_f32_to_kernel(T *dst, const float *acc, size_t n)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;

@@ -23,8 +23,8 @@
  * only, m16n8k16 as two m16n8k8, copies through registers). Machine code
  * compiled for a card older than the instruction traps instead (that
  * kernel is never launched there). Owns no state; included by .cu files. */
-#ifndef FERRY_KERNELS_MMA_CUH
-#define FERRY_KERNELS_MMA_CUH
+#ifndef FERRY_BACKEND_OPS_MMA_CUH
+#define FERRY_BACKEND_OPS_MMA_CUH
 
 #include <string.h>
 

@@ -25,10 +25,27 @@
  *   ACT_IN_OPT, ACT_OUT_OPT, ACT_ADD_OPT     the same, NULL allowed
  *   F32_IN, F32_OUT, F32_ADD                 float tensors
  *   F64_ADD    double tensor                 I32_IN  int32 tensor
+ *   POS_IN_OPT int32 positions within each example (below), NULL allowed
  *   RAW        device bytes (scratch)        TYPED_IN const void *, of type `aux`
  * `extent` is the elements a tensor must hold (bytes for RAW), an
- * expression of the arguments; `aux` is a TYPED_IN's type and an I32_IN's
- * bound (the values are in [0, aux): the drivers draw them so), else 0.
+ * expression of the arguments; `aux` is a TYPED_IN's type, an I32_IN's
+ * bound (the values are in [0, aux): the drivers draw them so) and a
+ * POS_IN_OPT's row length T, else 0.
+ *
+ * Positions (POS_IN_OPT, the packing of several examples into one row of
+ * T tokens): pos[b T + t] is token t's index within its example: 0 at an
+ * example's first token, pos[b T + t - 1] + 1 inside it; so pos[b T] = 0
+ * and 0 <= pos[b T + t] <= t. The example of token t starts at t -
+ * pos[b T + t], and attention lets query t see the keys j with t -
+ * pos[b T + t] <= j <= t (its own example's prefix, nothing else). NULL
+ * is one example a row (pos = t), the op's plain form, with the same bits
+ * as before positions existed. The host ops refuse positions that break
+ * the rule (FERRY_ERR_INVALID_ARGUMENT naming row, index and value); the
+ * cuda ones clamp each into [0, t] and never read or write outside their
+ * tensors, but their result is then undefined: callers check positions on
+ * the host before the upload (ops_check_positions). The drivers draw
+ * examples of random lengths.
+ *
  * OUT tensors are written whole, ADD tensors added into (every backward op
  * accumulates), IN tensors only read.
  *
@@ -39,8 +56,8 @@
  * backend/ops/op_shapes.h and its double-precision reference in
  * tests/ops/op_refs.h; the checks, the tables, the op tests and the
  * lab's check follow. */
-#ifndef FERRY_KERNELS_OP_LIST_H
-#define FERRY_KERNELS_OP_LIST_H
+#ifndef FERRY_BACKEND_OPS_OP_LIST_H
+#define FERRY_BACKEND_OPS_OP_LIST_H
 
 #define FERRY_OPS(OP)                                                                                   \
     OP(encoder_forward, OPC_ACT, FERRY_OK)                                                              \
@@ -65,24 +82,29 @@
     OP(rope_forward, OPC_ACT, opx_rope(op, NH, NKV, HS))                                                \
     OP(rope_backward, OPC_ACT, opx_rope(op, NH, NKV, HS))                                               \
     OP(swiglu_forward, OPC_ACT, FERRY_OK)                                                               \
-    OP(swiglu_backward, OPC_ACT, FERRY_OK)
+    OP(swiglu_backward, OPC_ACT, FERRY_OK)                                                              \
+    OP(kv_append, OPC_ACT, opx_kv(op, NH, NKV, HS, pos0, Tq, Tmax, false))                              \
+    OP(kv_append_rope, OPC_ACT, opx_kv(op, NH, NKV, HS, pos0, Tq, Tmax, true))                          \
+    OP(attention_decode, OPC_ACT, opx_kv(op, NH, NKV, HS, pos0, Tq, Tmax, false))
 
-/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] (wpe NULL: no position
- * embedding, as Llama's token embedding alone); wte has at least V rows. A
+/* out[b,t,:] = wte[tokens[b,t],:] + wpe[p,:], p = pos[b,t] (pos NULL: p =
+ * t); wpe NULL: no position embedding, as Llama's token embedding alone;
+ * wte has at least V rows. A
  * token outside [0, V) makes the stream fail with FERRY_ERR_INVALID_ARGUMENT
  * (host) or is read as token 0 and counted (cuda: see
  * cudaop_encoder_take_bad_tokens); callers check tokens before upload. */
 #define FERRY_OP_ARGS_encoder_forward(A)                                                                \
     A(ACT_OUT, out, (size_t)B * T * C, 0) A(I32_IN, tokens, (size_t)B * T, V)                           \
     A(ACT_IN, wte, (size_t)V * C, 0) A(ACT_IN_OPT, wpe, (size_t)T * C, 0)                               \
-    A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, C, 0, 0) A(DIM, V, 0, 0)
-/* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum over b of dout[b,t,:]
+    A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, C, 0, 0) A(DIM, V, 0, 0) A(POS_IN_OPT, pos, (size_t)B * T, T)
+/* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[p,:] += the sum of dout[b,t,:]
+ * over every (b, t) with pos[b,t] = p (pos NULL: t = p), in (b, t) order
  * (dwpe NULL: none). dwte has V rows; a token outside [0, V) adds into row 0, the row the
  * forward read for it (never outside dwte). */
 #define FERRY_OP_ARGS_encoder_backward(A)                                                               \
     A(ACT_ADD, dwte, (size_t)V * C, 0) A(ACT_ADD_OPT, dwpe, (size_t)T * C, 0)                           \
     A(ACT_IN, dout, (size_t)B * T * C, 0) A(I32_IN, tokens, (size_t)B * T, V)                           \
-    A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, C, 0, 0) A(DIM, V, 0, 0)
+    A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, C, 0, 0) A(DIM, V, 0, 0) A(POS_IN_OPT, pos, (size_t)B * T, T)
 
 /* N rows of C; eps 1e-5 as GPT-2. mean and rstd are [N] fp32, saved for backward. */
 #define FERRY_OP_ARGS_layernorm_forward(A)                                                              \
@@ -118,7 +140,9 @@
 #define FERRY_OP_ARGS_residual_forward(A)                                                               \
     A(ACT_OUT, out, n, 0) A(ACT_IN, a, n, 0) A(ACT_IN, b, n, 0) A(COUNT, n, 0, 0)
 
-/* Causal multi-head self-attention. qkv is [B, T, 3C] (q, k, v each C = NH x
+/* Causal multi-head self-attention (with positions: each query sees only
+ * its own example's keys, the other examples of its row masked out, as
+ * FlashAttention's variable-length batches). qkv is [B, T, 3C] (q, k, v each C = NH x
  * HS, heads contiguous inside each); out is [B, T, C]; lse is [B, NH, T] fp32:
  * the log-sum-exp of each query's scaled scores, kept for backward so no T x T
  * matrix is ever stored. scale = 1/sqrt(HS). C must be a multiple of NH.
@@ -128,12 +152,12 @@
 #define FERRY_OP_ARGS_attention_forward(A)                                                              \
     A(ACT_OUT, out, (size_t)B * T * C, 0) A(F32_OUT, lse, (size_t)B * NH * T, 0)                        \
     A(ACT_IN, qkv, (size_t)B * T * 3 * C, 0)                                                            \
-    A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, C, 0, 0) A(DIM, NH, 0, 0)
+    A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, C, 0, 0) A(DIM, NH, 0, 0) A(POS_IN_OPT, pos, (size_t)B * T, T)
 #define FERRY_OP_ARGS_attention_backward(A)                                                             \
     A(ACT_ADD, dqkv, (size_t)B * T * 3 * C, 0) A(ACT_IN, dout, (size_t)B * T * C, 0)                    \
     A(ACT_IN, qkv, (size_t)B * T * 3 * C, 0) A(ACT_IN, out, (size_t)B * T * C, 0)                       \
     A(F32_IN, lse, (size_t)B * NH * T, 0) A(F32_OUT, delta, (size_t)B * NH * T, 0)                      \
-    A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, C, 0, 0) A(DIM, NH, 0, 0)
+    A(DIM, B, 0, 0) A(DIM, T, 0, 0) A(DIM, C, 0, 0) A(DIM, NH, 0, 0) A(POS_IN_OPT, pos, (size_t)B * T, T)
 
 /* The fused classifier. For N rows of inp [N, C] against wte [Vp, C] (only
  * the first V rows are real tokens; padded rows never enter the softmax):
@@ -236,6 +260,40 @@
     A(ACT_ADD, dinp, (size_t)N * 2 * I, 0) A(ACT_IN, inp, (size_t)N * 2 * I, 0)                         \
     A(ACT_IN, dout, (size_t)N * I, 0) A(DIM, N, 0, 0) A(DIM, I, 0, 0)
 
+/* Generation with a key/value cache. A cache is one layer's keys or values,
+ * [B, NKV, Tmax, HS]: batch row b, key/value head j, position p. Tq new
+ * tokens of each batch row take positions pos0 .. pos0 + Tq - 1 (pos0 >= 0,
+ * pos0 + Tq <= Tmax; every row at the same positions); qkv is their fused
+ * projection, [B, Tq, (NH + 2 NKV) HS] (NH query heads, NKV key heads, NKV
+ * value heads: GPT-2's [q | k | v] is NKV = NH). NH % NKV == 0, HS <= 256.
+ *
+ * kv_append: q [B, Tq, NH HS] = the query heads; the key and value heads
+ * written into kcache and vcache at their positions, every other position
+ * left as it is. kv_append_rope: the same with the query and key heads
+ * rotated as rope_forward rotates them (HS even, angle pos * inv_freq[i] in
+ * fp32, its cosine and sine in fp32), at pos = pos0 + t. */
+#define FERRY_OP_ARGS_kv_append(A)                                                                      \
+    A(ACT_OUT, q, (size_t)B * Tq * NH * HS, 0) A(ACT_ADD, kcache, (size_t)B * NKV * Tmax * HS, 0)       \
+    A(ACT_ADD, vcache, (size_t)B * NKV * Tmax * HS, 0) A(ACT_IN, qkv, (size_t)B * Tq * (NH + 2 * NKV) * HS, 0) \
+    A(INT, pos0, 0, 0) A(DIM, B, 0, 0) A(DIM, Tq, 0, 0) A(DIM, NH, 0, 0) A(DIM, NKV, 0, 0)              \
+    A(DIM, HS, 0, 0) A(DIM, Tmax, 0, 0)
+#define FERRY_OP_ARGS_kv_append_rope(A)                                                                 \
+    A(ACT_OUT, q, (size_t)B * Tq * NH * HS, 0) A(ACT_ADD, kcache, (size_t)B * NKV * Tmax * HS, 0)       \
+    A(ACT_ADD, vcache, (size_t)B * NKV * Tmax * HS, 0) A(ACT_IN, qkv, (size_t)B * Tq * (NH + 2 * NKV) * HS, 0) \
+    A(F32_IN, inv_freq, (size_t)HS / 2, 0) A(INT, pos0, 0, 0) A(DIM, B, 0, 0) A(DIM, Tq, 0, 0)          \
+    A(DIM, NH, 0, 0) A(DIM, NKV, 0, 0) A(DIM, HS, 0, 0) A(DIM, Tmax, 0, 0)
+/* Causal attention of the Tq new queries against the cache: query t of
+ * batch row b, head h (q [B, Tq, NH HS]) at position p = pos0 + t attends
+ * to the keys and values 0 .. p of key/value head h / (NH / NKV) (read as
+ * they are, not expanded per query head), scale 1/sqrt(HS), softmax in
+ * fp32; out is [B, Tq, NH HS], as attention_forward's out. Positions past p
+ * are never read. */
+#define FERRY_OP_ARGS_attention_decode(A)                                                               \
+    A(ACT_OUT, out, (size_t)B * Tq * NH * HS, 0) A(ACT_IN, q, (size_t)B * Tq * NH * HS, 0)              \
+    A(ACT_IN, kcache, (size_t)B * NKV * Tmax * HS, 0) A(ACT_IN, vcache, (size_t)B * NKV * Tmax * HS, 0) \
+    A(INT, pos0, 0, 0) A(DIM, B, 0, 0) A(DIM, Tq, 0, 0) A(DIM, NH, 0, 0) A(DIM, NKV, 0, 0)              \
+    A(DIM, HS, 0, 0) A(DIM, Tmax, 0, 0)
+
 /* ---- what the kinds are, and the expansions the files above use ---- */
 
 /* The C type of an argument of each kind. */
@@ -259,6 +317,7 @@
 #define OPK_TYPE_F32_ADD float *
 #define OPK_TYPE_F64_ADD double *
 #define OPK_TYPE_I32_IN const int32_t *
+#define OPK_TYPE_POS_IN_OPT const int32_t *
 #define OPK_TYPE_RAW void *
 #define OPK_TYPE_TYPED_IN const void *
 

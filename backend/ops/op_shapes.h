@@ -2,15 +2,16 @@
  * registry (backend/ops/op_list.h) over: per row an op, its sizes and scalars
  * ("name=value", the names of its arguments; scalars not named take the
  * driver's defaults, backend/ops/opdrive.h; an optional tensor named "=none" is
- * passed as NULL), the class of its tolerance, and where one tensor the op
+ * passed as NULL; positions, NULL unless named "pos=packed": examples of
+ * random lengths packed into each row), the class of its tolerance, and where one tensor the op
  * writes is held to another ("name=elem", "name=mixed", or a relative error
  * "name=1e-5": fp32 statistics computed from exact inputs).
  * Small, odd sizes, so that a kernel's edge cases (partial tiles, rows not
  * a multiple of a warp, head sizes that pad) are met; every op has at least
  * one row (tests/ops checks it).
  * Header-only data; not used by the library. */
-#ifndef FERRY_KERNELS_OP_SHAPES_H
-#define FERRY_KERNELS_OP_SHAPES_H
+#ifndef FERRY_BACKEND_OPS_OP_SHAPES_H
+#define FERRY_BACKEND_OPS_OP_SHAPES_H
 
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,10 @@ static const op_shape op_shapes[] = {
     {"encoder_forward", "B=2 T=67 C=96 V=50 wpe=none", OPTOL_ELEM, NULL}, /* no position embedding (Llama) */
     {"encoder_forward", "B=3 T=33 C=20 V=3 wpe=none", OPTOL_ELEM, NULL},
     {"encoder_backward", "B=2 T=67 C=96 V=50 dwpe=none", OPTOL_ELEM, NULL},
+    {"encoder_forward", "B=2 T=67 C=96 V=50 pos=packed", OPTOL_ELEM, NULL}, /* positions restart per example */
+    {"encoder_forward", "B=3 T=33 C=20 V=3 pos=packed", OPTOL_ELEM, NULL},
+    {"encoder_backward", "B=2 T=67 C=96 V=50 pos=packed", OPTOL_ELEM, NULL},
+    {"encoder_backward", "B=3 T=33 C=20 V=3 pos=packed", OPTOL_ELEM, NULL},
     {"layernorm_forward", "N=131 C=96", OPTOL_ELEM, "mean=1e-5 rstd=1e-4"},
     {"layernorm_forward", "N=37 C=50", OPTOL_ELEM, "mean=1e-5 rstd=1e-4"},
     {"layernorm_backward", "N=131 C=96", OPTOL_ELEM, NULL},
@@ -59,6 +64,16 @@ static const op_shape op_shapes[] = {
     {"attention_backward", "B=1 T=70 C=256 NH=2", OPTOL_MIXED, NULL},  /* HS 128: 32-row inner tiles */
     {"attention_forward", "B=3 T=1 C=64 NH=1", OPTOL_MIXED, NULL},    /* one token: a tile of one row */
     {"attention_backward", "B=3 T=1 C=64 NH=1", OPTOL_MIXED, NULL},
+    /* Packed examples (positions): per-row lower bounds, tiles below a block's lowest start skipped, rows
+     * whose first tiles hold none of their keys. */
+    {"attention_forward", "B=2 T=67 C=96 NH=2 pos=packed", OPTOL_MIXED, NULL},
+    {"attention_forward", "B=2 T=200 C=128 NH=2 pos=packed", OPTOL_MIXED, NULL}, /* HS 64, four key tiles */
+    {"attention_forward", "B=2 T=40 C=36 NH=3 pos=packed", OPTOL_MIXED, NULL},
+    {"attention_forward", "B=1 T=150 C=256 NH=2 pos=packed", OPTOL_MIXED, NULL}, /* HS 128 */
+    {"attention_backward", "B=2 T=67 C=96 NH=2 pos=packed", OPTOL_MIXED, NULL},
+    {"attention_backward", "B=2 T=200 C=128 NH=2 pos=packed", OPTOL_MIXED, NULL},
+    {"attention_backward", "B=2 T=40 C=36 NH=3 pos=packed", OPTOL_MIXED, NULL},
+    {"attention_backward", "B=1 T=150 C=256 NH=2 pos=packed", OPTOL_MIXED, NULL}, /* HS 128: 32-row inner tiles */
     {"classifier", "N=37 C=64 V=1000 Vp=1024 chunk=16 grad_scale=0.5", OPTOL_MIXED, "losses=elem"},
     {"classifier", "N=20 C=32 V=250 Vp=256 chunk=64", OPTOL_MIXED, "losses=elem"},
     {"classifier", "N=20 C=32 V=250 Vp=256 chunk=64 dinp=none dwte=none", OPTOL_MIXED, "losses=elem"}, /* loss only */
@@ -90,6 +105,15 @@ static const op_shape op_shapes[] = {
     {"swiglu_backward", "N=37 I=100", OPTOL_ELEM, NULL},
     {"swiglu_backward", "N=5 I=1030", OPTOL_ELEM, NULL},
     {"swiglu_backward", "N=9 I=344", OPTOL_ELEM, NULL},
+    {"kv_append", "B=2 Tq=5 NH=4 NKV=4 HS=16 Tmax=12 pos0=3", OPTOL_ELEM, NULL},      /* GPT-2's: a prompt chunk */
+    {"kv_append", "B=3 Tq=1 NH=6 NKV=2 HS=64 Tmax=9 pos0=8", OPTOL_ELEM, NULL},       /* one token, the last slot */
+    {"kv_append_rope", "B=2 Tq=7 NH=4 NKV=2 HS=64 Tmax=20 pos0=0", OPTOL_ELEM, NULL}, /* a prompt from 0, grouped */
+    {"kv_append_rope", "B=1 Tq=1 NH=3 NKV=1 HS=12 Tmax=40 pos0=33", OPTOL_ELEM, NULL}, /* one token, MQA, half 6 */
+    {"kv_append_rope", "B=2 Tq=3 NH=2 NKV=2 HS=128 Tmax=8 pos0=5", OPTOL_ELEM, NULL},
+    {"attention_decode", "B=2 Tq=1 NH=4 NKV=2 HS=64 Tmax=70 pos0=66", OPTOL_MIXED, NULL},  /* a token at 66: 67 keys */
+    {"attention_decode", "B=1 Tq=9 NH=6 NKV=3 HS=40 Tmax=20 pos0=3", OPTOL_MIXED, NULL},   /* a chunk: 4..12 keys */
+    {"attention_decode", "B=3 Tq=1 NH=3 NKV=1 HS=12 Tmax=300 pos0=290", OPTOL_MIXED, NULL}, /* keys past a 256 tile, MQA */
+    {"attention_decode", "B=1 Tq=2 NH=2 NKV=2 HS=256 Tmax=5 pos0=0", OPTOL_MIXED, NULL},   /* the largest head */
 };
 
 #define OP_SHAPES (sizeof op_shapes / sizeof op_shapes[0])

@@ -3,15 +3,17 @@
  * sizes and scalars set from the row, every tensor allocated at its extent
  * and filled from a seed (the same seed, the same values on every backend
  * and storage type: 16-bit-exact floats in [-1, 1), fp32 statistics in
- * [0, 1), token ids below their bound), the op launched through its checked
+ * [0, 1), token ids below their bound, positions (an optional tensor a row
+ * names "pos=packed"; NULL otherwise) restarting at examples of random
+ * lengths), the op launched through its checked
  * front, and each tensor it writes read back as floats. The op tests and
  * the kernel lab compare two such runs (cuda against the host backend, or
  * the host backend's 16-bit storage against its fp32), or one run against
  * a double-precision reference of the op (opdrive_reference), which is what
  * holds the host backend itself to the op's definition. Header-only; not
  * used by the library. */
-#ifndef FERRY_KERNELS_OPDRIVE_H
-#define FERRY_KERNELS_OPDRIVE_H
+#ifndef FERRY_BACKEND_OPS_OPDRIVE_H
+#define FERRY_BACKEND_OPS_OPDRIVE_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -56,6 +58,10 @@ static inline ferry_status opdrive_set_text(opdrive_run *r, int i, const char *t
         r->none[i] = true;
         return FERRY_OK;
     }
+    if (a->kind == OPINFO_POS_IN_OPT && strncmp(text, "packed", 6) == 0 && (!text[6] || text[6] == ' ')) {
+        r->none[i] = false;
+        return FERRY_OK;
+    }
     char *end = NULL;
     double v = strtod(text, &end);
     if (end == text || (*end && *end != ' '))
@@ -79,7 +85,8 @@ static inline ferry_status opdrive_set_text(opdrive_run *r, int i, const char *t
 }
 
 /* Sets every size and scalar (the row's, else the defaults: floats 1, steps
- * 1, bools false, a typed tensor's type the storage type), then allocates
+ * 1, bools false, a typed tensor's type the storage type, positions NULL
+ * unless "pos=packed"), then allocates
  * every tensor at its extent (uninitialised). */
 static inline ferry_status opdrive_setup(opdrive_run *r, const opinfo *info, const char *sizes, backend *be,
                                          backend_stream *s)
@@ -101,6 +108,7 @@ static inline ferry_status opdrive_setup(opdrive_run *r, const opinfo *info, con
         if (k == OPINFO_I64V) opdrive_set(r, i, &step, sizeof step);
         if (k == OPINFO_DTYPE) opdrive_set(r, i, &r->act, sizeof r->act);
         if (k == OPINFO_HPARAMS) opdrive_set(r, i, &hp, sizeof hp);
+        if (k == OPINFO_POS_IN_OPT) r->none[i] = true;
     }
     for (const char *p = sizes; p && *p;) {
         while (*p == ' ')
@@ -141,7 +149,7 @@ static inline ferry_status opdrive_setup(opdrive_run *r, const opinfo *info, con
     return FERRY_OK;
 }
 
-/* The element type of tensor i (not RAW, I32_IN or F64_ADD). */
+/* The element type of tensor i (not RAW, I32_IN, POS_IN_OPT or F64_ADD). */
 static inline ferry_dtype opdrive_type(const opdrive_run *r, int i)
 {
     opinfo_kind k = r->info->args[i].kind;
@@ -166,6 +174,19 @@ static inline void *opdrive_values(const opdrive_run *r, int i, uint64_t seed)
         long long bound = r->aux[i] > 0 ? r->aux[i] : 1;
         for (size_t j = 0; j < n; j++)
             ((int32_t *)h)[j] = (int32_t)(opcheck_rand_next(&rng) % (uint64_t)bound);
+    } else if (k == OPINFO_POS_IN_OPT) {
+        /* Rows of aux tokens, each cut into examples of 1 to aux / 2 + 1
+         * tokens (long ones cross tiles; some of one token). */
+        size_t row = r->aux[i] > 0 ? (size_t)r->aux[i] : 1, left = 0;
+        int32_t p = 0;
+        for (size_t j = 0; j < n; j++) {
+            if (j % row == 0 || left == 0) {
+                left = 1 + (size_t)(opcheck_rand_next(&rng) % (row / 2 + 1));
+                p = 0;
+            }
+            ((int32_t *)h)[j] = p++;
+            left--;
+        }
     } else if (k == OPINFO_F64_ADD) {
         for (size_t j = 0; j < n; j++)
             ((double *)h)[j] = 0.5;
@@ -296,7 +317,7 @@ static inline ferry_status opdrive_compare(const opinfo *all, const op_shape *sh
 typedef void (*opdrive_ref_fn)(void *ref_args);
 
 /* Tensor i of a run as the reference sees it: its values for `seed` as
- * doubles (int32 ids as they are; NULL for a scratch or a tensor the row
+ * doubles (int32 ids and positions as they are; NULL for a scratch or a tensor the row
  * passes as NULL). malloc'd; *fail set when memory ran out. */
 static inline void *opdrive_ref_tensor(const opdrive_run *r, int i, uint64_t seed, bool *fail)
 {
@@ -304,7 +325,7 @@ static inline void *opdrive_ref_tensor(const opdrive_run *r, int i, uint64_t see
     if (k == OPINFO_RAW || r->none[i])
         return NULL;
     void *h = opdrive_values(r, i, seed);
-    if (!h || k == OPINFO_I32_IN || k == OPINFO_F64_ADD) {
+    if (!h || k == OPINFO_I32_IN || k == OPINFO_POS_IN_OPT || k == OPINFO_F64_ADD) {
         *fail |= !h;
         return h;
     }

@@ -5,9 +5,10 @@
  * given sizes, each tensor's extent and each argument's `aux` (an int32
  * tensor's bound, a typed tensor's type); and opref_<name>, the same
  * arguments as a double-precision reference takes them (every float tensor
- * as doubles, token ids as they are, the scratch NULL). Header-only. */
-#ifndef FERRY_KERNELS_OPINFO_H
-#define FERRY_KERNELS_OPINFO_H
+ * as doubles, token ids and positions as they are, the scratch NULL).
+ * Header-only. */
+#ifndef FERRY_BACKEND_OPS_OPINFO_H
+#define FERRY_BACKEND_OPS_OPINFO_H
 
 #include <stddef.h>
 #include <string.h>
@@ -18,7 +19,7 @@ typedef enum opinfo_kind {
     OPINFO_DIM, OPINFO_COUNT, OPINFO_COUNT0, OPINFO_INT, OPINFO_F32V, OPINFO_I64V, OPINFO_BOOLV, OPINFO_DTYPE,
     OPINFO_HPARAMS, OPINFO_ACT_IN, OPINFO_ACT_OUT, OPINFO_ACT_ADD, OPINFO_ACT_IN_OPT, OPINFO_ACT_OUT_OPT,
     OPINFO_ACT_ADD_OPT, OPINFO_F32_IN, OPINFO_F32_OUT, OPINFO_F32_ADD, OPINFO_F64_ADD, OPINFO_I32_IN, OPINFO_RAW,
-    OPINFO_TYPED_IN,
+    OPINFO_TYPED_IN, OPINFO_POS_IN_OPT,
 } opinfo_kind;
 
 typedef struct opinfo_arg {
@@ -53,7 +54,7 @@ static inline bool opinfo_is_written(opinfo_kind k)
 }
 static inline bool opinfo_is_optional(opinfo_kind k)
 {
-    return k == OPINFO_ACT_IN_OPT || k == OPINFO_ACT_OUT_OPT || k == OPINFO_ACT_ADD_OPT;
+    return k == OPINFO_ACT_IN_OPT || k == OPINFO_ACT_OUT_OPT || k == OPINFO_ACT_ADD_OPT || k == OPINFO_POS_IN_OPT;
 }
 static inline bool opinfo_is_act(opinfo_kind k) { return k >= OPINFO_ACT_IN && k <= OPINFO_ACT_ADD_OPT; }
 
@@ -78,6 +79,7 @@ static inline bool opinfo_is_act(opinfo_kind k) { return k >= OPINFO_ACT_IN && k
 #define OPR_TYPE_F32_ADD double *
 #define OPR_TYPE_F64_ADD double *
 #define OPR_TYPE_I32_IN const int32_t *
+#define OPR_TYPE_POS_IN_OPT const int32_t *
 #define OPR_TYPE_RAW void *
 #define OPR_TYPE_TYPED_IN const double *
 

@@ -40,6 +40,28 @@ ferry_status backend_set_act_dtype(backend *be, ferry_dtype act)
     return FERRY_OK;
 }
 
+ferry_status ops_check_positions(const char *who, const int32_t *pos, int B, int T)
+{
+    for (int b = 0; pos && b < B; b++) {
+        const int32_t *row = pos + (size_t)b * T;
+        for (int t = 0; t < T; t++) {
+            int32_t p = row[t];
+            if (p == 0 || (t > 0 && (int64_t)p == (int64_t)row[t - 1] + 1))
+                continue;
+            if (t == 0)
+                return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                               "%s: position %d at batch row %d, index 0: a row starts an example, so its first "
+                               "position must be 0; positions count each token's place in its example",
+                               who, (int)p, b);
+            return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                           "%s: position %d at batch row %d, index %d follows %d: a position is 0 (an example "
+                           "starts) or the previous one + 1 (here %lld)",
+                           who, (int)p, b, t, (int)row[t - 1], (long long)row[t - 1] + 1);
+        }
+    }
+    return FERRY_OK;
+}
+
 ferry_status ops_init(backend *be, void *workspace, size_t workspace_bytes)
 {
     if (!be)
@@ -188,6 +210,24 @@ static ferry_status opx_rope(const char *op, int NH, int NKV, int HS)
     return FERRY_OK;
 }
 
+/* The cache ops' shapes: grouped heads, the new positions inside the
+ * cache, a head attention_decode's block covers, and two halves for rope. */
+static ferry_status opx_kv(const char *op, int NH, int NKV, int HS, int pos0, int Tq, int Tmax, bool rope)
+{
+    if (NH % NKV != 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "%s: NH = %d query heads are not a multiple of NKV = %d key/value heads", op, NH, NKV);
+    if (pos0 < 0 || pos0 > Tmax - Tq)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "%s: positions %d .. %lld do not fit a cache of Tmax = %d positions (pos0 >= 0 and "
+                       "pos0 + Tq <= Tmax)", op, pos0, (long long)pos0 + Tq - 1, Tmax);
+    if (HS > 256)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: head size HS = %d; the cache's ops take HS <= 256", op, HS);
+    if (rope && HS % 2 != 0)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s: head size HS = %d is odd; rotary needs two halves", op, HS);
+    return FERRY_OK;
+}
+
 static ferry_status opx_classifier(const char *op, int V, int Vp, const act_t *dinp, const act_t *dwte)
 {
     if (Vp < V)
@@ -238,6 +278,7 @@ static ferry_status opx_adamw(const char *op, backend_stream *s, ferry_dtype gra
 #define OPC_SIZE_F32_ADD(name)
 #define OPC_SIZE_F64_ADD(name)
 #define OPC_SIZE_I32_IN(name)
+#define OPC_SIZE_POS_IN_OPT(name)
 #define OPC_SIZE_RAW(name)
 #define OPC_SIZE_TYPED_IN(name)
 #define OPA_CHECK_SIZE(kind, name, extent, aux) OPC_SIZE_##kind(name)
@@ -266,6 +307,7 @@ static ferry_status opx_adamw(const char *op, backend_stream *s, ferry_dtype gra
 #define OPC_NOOP_F32_ADD(name)
 #define OPC_NOOP_F64_ADD(name)
 #define OPC_NOOP_I32_IN(name)
+#define OPC_NOOP_POS_IN_OPT(name)
 #define OPC_NOOP_RAW(name)
 #define OPC_NOOP_TYPED_IN(name)
 
@@ -285,6 +327,7 @@ static ferry_status opx_adamw(const char *op, backend_stream *s, ferry_dtype gra
 #define OPC_TEN_F32_ADD(name, extent, aux) OPC_TENSOR(name, extent, sizeof(float))
 #define OPC_TEN_F64_ADD(name, extent, aux) OPC_TENSOR(name, extent, sizeof(double))
 #define OPC_TEN_I32_IN(name, extent, aux) OPC_TENSOR(name, extent, sizeof(int32_t))
+#define OPC_TEN_POS_IN_OPT(name, extent, aux) OPC_TENSOR_OPT(name, extent, sizeof(int32_t))
 #define OPC_TEN_RAW(name, extent, aux) OPC_TENSOR(name, extent, 1)
 #define OPC_TEN_TYPED_IN(name, extent, aux) OPC_TENSOR(name, extent, dtype_size(aux))
 #define OPC_TEN_DIM(name, extent, aux)

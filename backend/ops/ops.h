@@ -25,8 +25,8 @@
  *
  * Every function returns FERRY_OK or the status of a failed launch; errors
  * inside a running host op are reported by the stream's next synchronize. */
-#ifndef FERRY_KERNELS_OPS_H
-#define FERRY_KERNELS_OPS_H
+#ifndef FERRY_BACKEND_OPS_OPS_H
+#define FERRY_BACKEND_OPS_OPS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -104,6 +104,12 @@ ferry_status ops_all_gather(backend_stream *s, backend_comm *c, const void *send
 ferry_status ops_all_reduce(backend_stream *s, backend_comm *c, const void *send, void *recv, size_t count,
                             ferry_dtype t);
 size_t ops_sumsq_scratch_bytes(void);
+
+/* Checks positions pos[B T] (host memory; NULL passes) against
+ * op_list.h's rule: pos[b T] = 0 and each next one 0 (an example starts)
+ * or the previous + 1. FERRY_ERR_INVALID_ARGUMENT names `who`, the row,
+ * the index in the row, the value and what was allowed there. */
+ferry_status ops_check_positions(const char *who, const int32_t *pos, int B, int T);
 
 /* Device memory the backend's matmuls want as workspace (cuBLASLt's, so its
  * heuristics may pick split-K and stream-K kernels): 32 MiB on cuda, 0 on

@@ -11,8 +11,8 @@
  * arguments (the cuBLASLt workspace, the classifier's logits, the sum of
  * squares' partials) is passed in by the caller, so it counts against the
  * engine's budget. Plain C: ops.c includes it; no CUDA header needed. */
-#ifndef FERRY_KERNELS_OPS_CUDA_H
-#define FERRY_KERNELS_OPS_CUDA_H
+#ifndef FERRY_BACKEND_OPS_OPS_CUDA_H
+#define FERRY_BACKEND_OPS_OPS_CUDA_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -55,7 +55,7 @@ FERRY_OPS(CUDAOP_PROTO)
  *   queries per forward block (0: the card's choice, 64 or 128), _wmma with
  *   `tile` queries per block (0: the card's choice, 32 or 64); a size the
  *   card cannot hold, or a kernel its architecture lacks, is
- *   FERRY_ERR_UNSUPPORTED.
+ *   FERRY_ERR_UNSUPPORTED. `pos` is the op's positions (NULL: none).
  * - the classifier's `scratch` is ops_classifier_scratch_bytes_for(act,
  *   chunk, Vp, C) bytes of device memory (chunk x Vp logits of the storage
  *   type, then their gradients in place; then the Vp x C fp32 accumulator
@@ -69,15 +69,15 @@ FERRY_OPS(CUDAOP_PROTO)
  * last call (they were read as token 0). Synchronizes `stream`; resets. */
 ferry_status cudaop_encoder_take_bad_tokens(void *stream, uint32_t *count);
 ferry_status cudaop_attention_forward_mma(void *stream, ferry_dtype act, int bq, act_t *out, float *lse,
-                                          const act_t *qkv, int B, int T, int C, int NH);
+                                          const act_t *qkv, int B, int T, int C, int NH, const int32_t *pos);
 ferry_status cudaop_attention_backward_mma(void *stream, ferry_dtype act, act_t *dqkv, const act_t *dout,
                                            const act_t *qkv, const act_t *out, const float *lse, float *delta, int B,
-                                           int T, int C, int NH);
+                                           int T, int C, int NH, const int32_t *pos);
 ferry_status cudaop_attention_forward_wmma(void *stream, ferry_dtype act, int tile, act_t *out, float *lse,
-                                           const act_t *qkv, int B, int T, int C, int NH);
+                                           const act_t *qkv, int B, int T, int C, int NH, const int32_t *pos);
 ferry_status cudaop_attention_backward_wmma(void *stream, ferry_dtype act, int tile, act_t *dqkv, const act_t *dout,
                                             const act_t *qkv, const act_t *out, const float *lse, float *delta,
-                                            int B, int T, int C, int NH);
+                                            int B, int T, int C, int NH, const int32_t *pos);
 /* delta[b, h, t] = dout[b, t, h] . out[b, t, h] over the head's HS values
  * (the attention backward's first pass). */
 ferry_status cudaop_attention_delta(void *stream, ferry_dtype act, float *delta, const act_t *dout,

@@ -105,12 +105,20 @@ static ferry_status host_init(backend *be, void *workspace, size_t workspace_byt
 
 static void host_shutdown(backend *be) { (void)be; }
 
+/* Positions that break op_list.h's rule fail the op, by row, index and value. */
+#define CHECK_POSITIONS(who, pos, B, T)                                                         \
+    do {                                                                                        \
+        ferry_status pst_ = ops_check_positions((who), (pos), (B), (T));                        \
+        if (pst_ != FERRY_OK)                                                                   \
+            return pst_;                                                                        \
+    } while (0)
+
 /* ---- encoder ---- */
 
 typedef struct encoder_args {
     float *out, *dwte, *dwpe;
     const float *wte, *wpe, *dout;
-    const int32_t *tokens;
+    const int32_t *tokens, *pos;
     int B, T, C, V;
     ferry_dtype act;
 } encoder_args;
@@ -118,7 +126,8 @@ typedef struct encoder_args {
 static ferry_status encoder_fwd_run(void *p)
 {
     encoder_args *a = p;
-    return hostop_encoder_forward(a->out, a->tokens, a->wte, a->wpe, a->B, a->T, a->C, a->V);
+    CHECK_POSITIONS("ops_encoder_forward", a->pos, a->B, a->T);
+    return hostop_encoder_forward(a->out, a->tokens, a->wte, a->wpe, a->B, a->T, a->C, a->V, a->pos);
 }
 
 static ferry_status encoder_fwd_run_narrow(void *p)
@@ -131,17 +140,18 @@ static ferry_status encoder_fwd_run_narrow(void *p)
 
 static ferry_status host_encoder_forward(backend_stream *s, act_t *out, const int32_t *tokens,
                                          const act_t *wte, const act_t *wpe, int B, int T, int C,
-                                         int V)
+                                         int V, const int32_t *pos)
 {
-    encoder_args a = {.out = out, .wte = wte, .wpe = wpe, .tokens = tokens, .B = B, .T = T, .C = C, .V = V,
-                      .act = s->be->act};
+    encoder_args a = {.out = out, .wte = wte, .wpe = wpe, .tokens = tokens, .pos = pos, .B = B, .T = T, .C = C,
+                      .V = V, .act = s->be->act};
     return launch(s, encoder_fwd_run, encoder_fwd_run_narrow, &a, sizeof a);
 }
 
 static ferry_status encoder_bwd_run(void *p)
 {
     encoder_args *a = p;
-    hostop_encoder_backward(a->dwte, a->dwpe, a->dout, a->tokens, a->B, a->T, a->C, a->V);
+    CHECK_POSITIONS("ops_encoder_backward", a->pos, a->B, a->T);
+    hostop_encoder_backward(a->dwte, a->dwpe, a->dout, a->tokens, a->B, a->T, a->C, a->V, a->pos);
     return FERRY_OK;
 }
 
@@ -159,10 +169,10 @@ static ferry_status encoder_bwd_run_narrow(void *p)
 
 static ferry_status host_encoder_backward(backend_stream *s, act_t *dwte, act_t *dwpe,
                                           const act_t *dout, const int32_t *tokens, int B, int T,
-                                          int C, int V)
+                                          int C, int V, const int32_t *pos)
 {
-    encoder_args a = {.dwte = dwte, .dwpe = dwpe, .dout = dout, .tokens = tokens, .B = B, .T = T, .C = C, .V = V,
-                      .act = s->be->act};
+    encoder_args a = {.dwte = dwte, .dwpe = dwpe, .dout = dout, .tokens = tokens, .pos = pos, .B = B, .T = T,
+                      .C = C, .V = V, .act = s->be->act};
     return launch(s, encoder_bwd_run, encoder_bwd_run_narrow, &a, sizeof a);
 }
 
@@ -351,6 +361,7 @@ static ferry_status host_residual_forward(backend_stream *s, act_t *out, const a
 typedef struct attention_args {
     float *out, *lse, *dqkv, *delta;
     const float *qkv, *dout, *fwd_out, *fwd_lse;
+    const int32_t *pos;
     int B, T, C, NH;
     ferry_dtype act;
 } attention_args;
@@ -358,14 +369,16 @@ typedef struct attention_args {
 static ferry_status attention_fwd_run(void *p)
 {
     attention_args *a = p;
-    return hostop_attention_forward(a->out, a->lse, a->qkv, a->B, a->T, a->C, a->NH);
+    CHECK_POSITIONS("ops_attention_forward", a->pos, a->B, a->T);
+    return hostop_attention_forward(a->out, a->lse, a->qkv, a->B, a->T, a->C, a->NH, a->pos);
 }
 
 static ferry_status attention_bwd_run(void *p)
 {
     attention_args *a = p;
+    CHECK_POSITIONS("ops_attention_backward", a->pos, a->B, a->T);
     return hostop_attention_backward(a->dqkv, a->dout, a->qkv, a->fwd_out, a->fwd_lse, a->delta,
-                                     a->B, a->T, a->C, a->NH);
+                                     a->B, a->T, a->C, a->NH, a->pos);
 }
 
 static ferry_status attention_fwd_run_narrow(void *p)
@@ -386,19 +399,19 @@ static ferry_status attention_bwd_run_narrow(void *p)
 }
 
 static ferry_status host_attention_forward(backend_stream *s, act_t *out, float *lse,
-                                           const act_t *qkv, int B, int T, int C, int NH)
+                                           const act_t *qkv, int B, int T, int C, int NH, const int32_t *pos)
 {
-    attention_args a = {.out = out, .lse = lse, .qkv = qkv, .B = B, .T = T, .C = C, .NH = NH,
+    attention_args a = {.out = out, .lse = lse, .qkv = qkv, .pos = pos, .B = B, .T = T, .C = C, .NH = NH,
                         .act = s->be->act};
     return launch(s, attention_fwd_run, attention_fwd_run_narrow, &a, sizeof a);
 }
 
 static ferry_status host_attention_backward(backend_stream *s, act_t *dqkv, const act_t *dout,
                                             const act_t *qkv, const act_t *out, const float *lse,
-                                            float *delta, int B, int T, int C, int NH)
+                                            float *delta, int B, int T, int C, int NH, const int32_t *pos)
 {
     attention_args a = {.dqkv = dqkv, .dout = dout, .qkv = qkv, .fwd_out = out, .fwd_lse = lse,
-                        .delta = delta, .B = B, .T = T, .C = C, .NH = NH, .act = s->be->act};
+                        .delta = delta, .pos = pos, .B = B, .T = T, .C = C, .NH = NH, .act = s->be->act};
     return launch(s, attention_bwd_run, attention_bwd_run_narrow, &a, sizeof a);
 }
 
@@ -720,6 +733,74 @@ static ferry_status host_swiglu_backward(backend_stream *s, act_t *dinp, const a
 {
     swiglu_args a = {.out = dinp, .inp = inp, .dout = dout, .N = N, .I = I, .act = s->be->act};
     return launch(s, swiglu_bwd_run, swiglu_bwd_run_narrow, &a, sizeof a);
+}
+
+/* ---- generation's cache ops ---- */
+
+typedef struct kv_args {
+    float *out, *kcache, *vcache; /* kv_append: out is q; attention_decode: kcache and vcache only read */
+    const float *in, *inv_freq;   /* kv_append: qkv; attention_decode: q */
+    int pos0, B, Tq, NH, NKV, HS, Tmax;
+    ferry_dtype act;
+} kv_args;
+
+static ferry_status kv_append_run(void *p)
+{
+    kv_args *a = p;
+    hostop_kv_append(a->out, a->kcache, a->vcache, a->in, a->inv_freq, a->pos0, a->B, a->Tq, a->NH, a->NKV, a->HS,
+                     a->Tmax);
+    return FERRY_OK;
+}
+
+static ferry_status attention_decode_run(void *p)
+{
+    kv_args *a = p;
+    return hostop_attention_decode(a->out, a->in, a->kcache, a->vcache, a->pos0, a->B, a->Tq, a->NH, a->NKV, a->HS,
+                                   a->Tmax);
+}
+
+static size_t kv_rows(const kv_args *a) { return (size_t)a->B * a->Tq; }
+static size_t kv_cache_n(const kv_args *a) { return (size_t)a->B * a->NKV * a->Tmax * a->HS; }
+
+static ferry_status kv_append_run_narrow(void *p)
+{
+    kv_args *a = p;
+    size_t Q = (size_t)a->NH * a->HS, row = (size_t)(a->NH + 2 * a->NKV) * a->HS;
+    view v[] = {{&a->out, kv_rows(a) * Q, VIEW_OUT}, {&a->kcache, kv_cache_n(a), VIEW_ADD},
+                {&a->vcache, kv_cache_n(a), VIEW_ADD}, {&a->in, kv_rows(a) * row, VIEW_IN}};
+    return run_widened(a, kv_append_run, v, 4, a->act);
+}
+
+static ferry_status attention_decode_run_narrow(void *p)
+{
+    kv_args *a = p;
+    size_t Q = (size_t)a->NH * a->HS;
+    view v[] = {{&a->out, kv_rows(a) * Q, VIEW_OUT}, {&a->in, kv_rows(a) * Q, VIEW_IN},
+                {&a->kcache, kv_cache_n(a), VIEW_IN}, {&a->vcache, kv_cache_n(a), VIEW_IN}};
+    return run_widened(a, attention_decode_run, v, 4, a->act);
+}
+
+static ferry_status host_kv_append(backend_stream *s, act_t *q, act_t *kcache, act_t *vcache, const act_t *qkv,
+                                   int pos0, int B, int Tq, int NH, int NKV, int HS, int Tmax)
+{
+    kv_args a = {q, kcache, vcache, qkv, NULL, pos0, B, Tq, NH, NKV, HS, Tmax, s->be->act};
+    return launch(s, kv_append_run, kv_append_run_narrow, &a, sizeof a);
+}
+
+static ferry_status host_kv_append_rope(backend_stream *s, act_t *q, act_t *kcache, act_t *vcache, const act_t *qkv,
+                                        const float *inv_freq, int pos0, int B, int Tq, int NH, int NKV, int HS,
+                                        int Tmax)
+{
+    kv_args a = {q, kcache, vcache, qkv, inv_freq, pos0, B, Tq, NH, NKV, HS, Tmax, s->be->act};
+    return launch(s, kv_append_run, kv_append_run_narrow, &a, sizeof a);
+}
+
+static ferry_status host_attention_decode(backend_stream *s, act_t *out, const act_t *q, const act_t *kcache,
+                                          const act_t *vcache, int pos0, int B, int Tq, int NH, int NKV, int HS,
+                                          int Tmax)
+{
+    kv_args a = {out, (float *)kcache, (float *)vcache, q, NULL, pos0, B, Tq, NH, NKV, HS, Tmax, s->be->act};
+    return launch(s, attention_decode_run, attention_decode_run_narrow, &a, sizeof a);
 }
 
 #define HOST_ENTRY(NAME, CUDA, EXTRA) .NAME = host_##NAME,

@@ -10,8 +10,8 @@
  * with fixed shapes and summation orders do not depend on any thread count).
  * Functions that can fail (bad token, bad target, out of host memory for a
  * scratch row) return a status with err_set(); the others cannot fail. */
-#ifndef FERRY_KERNELS_OPS_HOST_H
-#define FERRY_KERNELS_OPS_HOST_H
+#ifndef FERRY_BACKEND_OPS_OPS_HOST_H
+#define FERRY_BACKEND_OPS_OPS_HOST_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,17 +24,18 @@
 extern "C" {
 #endif
 
-/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] (wpe NULL: none). `V` is the number of rows of
+/* out[b,t,:] = wte[tokens[b,t],:] + wpe[p,:], p = pos[b,t] (pos NULL: t;
+ * wpe NULL: none). `V` is the number of rows of
  * wte a token may select (V <= 0: only negative tokens are rejected; the
  * caller vouches for the upper bound). A token outside [0, V) is
  * FERRY_ERR_INVALID_ARGUMENT naming its position and value. */
 ferry_status hostop_encoder_forward(float *out, const int32_t *tokens, const float *wte,
-                                    const float *wpe, int B, int T, int C, int V);
-/* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:] (dwpe NULL:
- * none). Tokens are
- * those of the forward (already checked). */
+                                    const float *wpe, int B, int T, int C, int V, const int32_t *pos);
+/* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[p,:] += dout[b,t,:] (dwpe NULL:
+ * none). Tokens and positions are those of the forward (already checked;
+ * here a position outside [0, t] is clamped there). */
 void hostop_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                             int B, int T, int C, int V);
+                             int B, int T, int C, int V, const int32_t *pos);
 
 void hostop_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C);
@@ -53,13 +54,15 @@ void hostop_gelu_backward(float *dinp, const float *inp, const float *dout, size
 void hostop_residual_forward(float *out, const float *a, const float *b, size_t n);
 
 /* Materialises one T x T score matrix per (batch, head) in a malloc'd
- * scratch, so these can fail with FERRY_ERR_OUT_OF_MEMORY. */
+ * scratch, so these can fail with FERRY_ERR_OUT_OF_MEMORY. pos (NULL: one
+ * example a row) as op_list.h's positions; one outside [0, t] is clamped
+ * there (ops_attention_* on the host backend refuses it first). */
 ferry_status hostop_attention_forward(float *out, float *lse, const float *qkv, int B, int T,
-                                      int C, int NH);
+                                      int C, int NH, const int32_t *pos);
 /* The backward also writes delta [B, NH, T] (D_i = dout_i . out_i). */
 ferry_status hostop_attention_backward(float *dqkv, const float *dout, const float *qkv,
                                        const float *out, const float *lse, float *delta, int B,
-                                       int T, int C, int NH);
+                                       int T, int C, int NH, const int32_t *pos);
 
 /* `scratch` holds chunk x Vp floats. A target >= V is FERRY_ERR_INVALID_ARGUMENT. */
 ferry_status hostop_classifier(float *losses, float *dinp, float *dwte, const float *inp,
@@ -83,6 +86,13 @@ void hostop_rope_backward(float *dinp, const float *dout, const float *inv_freq,
                           int NH, int NKV, int HS);
 void hostop_swiglu_forward(float *out, const float *inp, int N, int I);
 void hostop_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int I);
+
+/* Generation's cache ops (backend/ops/attention_decode.c); inv_freq NULL:
+ * kv_append, no rotation. */
+void hostop_kv_append(float *q, float *kcache, float *vcache, const float *qkv, const float *inv_freq, int pos0,
+                      int B, int Tq, int NH, int NKV, int HS, int Tmax);
+ferry_status hostop_attention_decode(float *out, const float *q, const float *kcache, const float *vcache, int pos0,
+                                     int B, int Tq, int NH, int NKV, int HS, int Tmax);
 
 void hostop_convert_copy(float *dst, const float *src, size_t n);
 

@@ -34,6 +34,7 @@ template <int PER, typename T> __device__ __forceinline__ void store_n(T *p, con
 }
 
 /* rstd = 1 / sqrt(mean(x^2) + eps); out = x rstd w. */
+/* occupancy floor: 32 warps/SM: `rmsnorm_forward_kernel<.*>` (memory-bound) */
 template <typename T, int PER>
 __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
     rmsnorm_forward_kernel(T *out, float *rstd_out, const T *inp, const T *weight, int N, int C, float eps)
@@ -66,6 +67,7 @@ __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
 }
 
 /* dinp += rstd w dout - x rstd^3 mean(w dout x). */
+/* occupancy floor: 32 warps/SM: `rmsnorm_dinp_kernel<.*>` (memory-bound) */
 template <typename T, int PER>
 __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
     rmsnorm_dinp_kernel(T *dinp, const T *dout, const T *inp, const T *weight, const float *rstd, int N, int C)
@@ -103,6 +105,7 @@ __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
 /* dweight[c] += sum_r dout[r,c] inp[r,c] rstd[r]: a block per strip of 16
  * columns, 512 row slots of two halves (8 columns, one 16-byte load each
  * when `vec`), partial sums met in a fixed order. */
+/* occupancy floor: 32 warps/SM: `rmsnorm_dweight_kernel<.*>` (one 1024-thread block) */
 template <typename T>
 __global__ void __launch_bounds__(1024)
     rmsnorm_dweight_kernel(T *dweight, const T *dout, const T *inp, const float *rstd, int N, int C, bool vec)

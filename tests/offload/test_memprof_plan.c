@@ -447,8 +447,25 @@ static void check_panel(void)
     mp_trace t;
     mp_plan p;
     mp_report r;
-    if (!read_plan(path, &t, &p))
+    if (mp_read(path, &t) != FERRY_OK) {
+        tap_diag("%s: %s", path, t.error);
         return;
+    }
+    /* The thin buffers are allocated one after another, as an engine does
+     * at setup: at one instant on the panel's time axis, however slowly
+     * this process ran (a sanitizer, a busy machine), so that what is
+     * checked is how neighbours are merged, not the clock. */
+    uint64_t thin_t = UINT64_MAX;
+    for (size_t i = 0; i < t.n; i++)
+        if (t.rec[i].kind == TRACE_ALLOC && !strncmp(t.rec[i].name, "ln ", 3)) {
+            thin_t = thin_t == UINT64_MAX ? t.rec[i].t_ns : thin_t;
+            t.rec[i].t_ns = thin_t;
+        }
+    if (mp_plan_check(&t, &p) != FERRY_OK) {
+        tap_diag("%s: %s", path, ferry_last_error());
+        mp_trace_free(&t);
+        return;
+    }
     bool drawn = mp_analyze(&t, 10, 600, &r) == FERRY_OK;
     if (drawn) {
         drawn = mp_write_svg(&r, &p, svg_path, "plan") == FERRY_OK;

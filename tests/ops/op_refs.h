@@ -13,6 +13,24 @@
 
 #include "backend/ops/opdrive.h"
 
+/* The row of wpe (b, t) reads: its position, or t without positions. */
+static size_t ref_wpe_row(const int32_t *pos, int T, int b, int t)
+{
+    return pos ? (size_t)pos[(size_t)b * T + t] : (size_t)t;
+}
+
+/* The first key query i of row b sees: i - pos (by hand from the rule:
+ * back from i while the positions count down to 0), or 0 without them. */
+static int ref_first_key(const int32_t *pos, int T, int b, int i)
+{
+    if (!pos)
+        return 0;
+    int j = i;
+    while (j > 0 && pos[(size_t)b * T + j] != 0)
+        j--;
+    return j;
+}
+
 static void ref_encoder_forward(opref_encoder_forward *a)
 {
     for (int b = 0; b < a->B; b++)
@@ -20,7 +38,7 @@ static void ref_encoder_forward(opref_encoder_forward *a)
             size_t bt = (size_t)b * a->T + t;
             for (int c = 0; c < a->C; c++)
                 a->out[bt * a->C + c] = a->wte[(size_t)a->tokens[bt] * a->C + c] +
-                                        (a->wpe ? a->wpe[(size_t)t * a->C + c] : 0.0);
+                                        (a->wpe ? a->wpe[ref_wpe_row(a->pos, a->T, b, t) * a->C + c] : 0.0);
         }
 }
 
@@ -33,7 +51,7 @@ static void ref_encoder_backward(opref_encoder_backward *a)
                 double d = a->dout[bt * a->C + c];
                 a->dwte[(size_t)a->tokens[bt] * a->C + c] += d;
                 if (a->dwpe)
-                    a->dwpe[(size_t)t * a->C + c] += d;
+                    a->dwpe[ref_wpe_row(a->pos, a->T, b, t) * a->C + c] += d;
             }
         }
 }
@@ -157,18 +175,19 @@ static void ref_attention_forward(opref_attention_forward *a)
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
                 const double *q = ref_qkv(a->qkv, T, C, HS, b, i, 0, h);
+                const int lo = ref_first_key(a->pos, T, b, i);
                 double mx = -INFINITY, sum = 0;
-                for (int j = 0; j <= i; j++) {
+                for (int j = lo; j <= i; j++) {
                     p[j] = scale * ref_dot(q, ref_qkv(a->qkv, T, C, HS, b, j, 1, h), HS);
                     mx = fmax(mx, p[j]);
                 }
-                for (int j = 0; j <= i; j++)
+                for (int j = lo; j <= i; j++)
                     sum += exp(p[j] - mx);
                 double lse = mx + log(sum);
                 double *o = a->out + ((size_t)b * T + i) * C + (size_t)h * HS;
                 for (int d = 0; d < HS; d++)
                     o[d] = 0;
-                for (int j = 0; j <= i; j++) {
+                for (int j = lo; j <= i; j++) {
                     const double *v = ref_qkv(a->qkv, T, C, HS, b, j, 2, h);
                     for (int d = 0; d < HS; d++)
                         o[d] += exp(p[j] - lse) * v[d];
@@ -196,7 +215,7 @@ static void ref_attention_backward(opref_attention_backward *a)
                 double D = ref_dot(dy, y, HS), lse = a->lse[((size_t)b * NH + h) * T + i];
                 a->delta[((size_t)b * NH + h) * T + i] = D;
                 double *dq = (double *)ref_qkv(a->dqkv, T, C, HS, b, i, 0, h);
-                for (int j = 0; j <= i; j++) {
+                for (int j = ref_first_key(a->pos, T, b, i); j <= i; j++) {
                     const double *k = ref_qkv(a->qkv, T, C, HS, b, j, 1, h), *v = ref_qkv(a->qkv, T, C, HS, b, j, 2, h);
                     double *dk = (double *)ref_qkv(a->dqkv, T, C, HS, b, j, 1, h);
                     double *dv = (double *)ref_qkv(a->dqkv, T, C, HS, b, j, 2, h);
@@ -403,6 +422,95 @@ static void ref_swiglu_backward(opref_swiglu_backward *a)
             a->dinp[r * 2 * I + i] += d * u * (sg + g * sg * (1 - sg));
             a->dinp[r * 2 * I + I + i] += d * g * sg;
         }
+}
+
+/* Generation's cache ops. Cache index of batch row b, key/value head j,
+ * position p: ((b NKV + j) Tmax + p) HS. */
+static size_t ref_kv_at(int b, int j, int p, int NKV, int Tmax, int HS)
+{
+    return (((size_t)b * NKV + (size_t)j) * (size_t)Tmax + (size_t)p) * (size_t)HS;
+}
+
+/* q = the query heads, the keys and values into the cache at pos0 + t
+ * (rotated by the rope angles when inv_freq is given); the rest of the
+ * cache is the input's. */
+static void ref_kv_write(double *q, double *kc, double *vc, const double *qkv, const double *inv_freq, int pos0,
+                         int B, int Tq, int NH, int NKV, int HS, int Tmax)
+{
+    size_t row = (size_t)(NH + 2 * NKV) * HS, Q = (size_t)NH * HS;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < Tq; t++) {
+            size_t n = (size_t)b * Tq + t;
+            const double *x = qkv + n * row;
+            for (int h = 0; h < NH; h++) {
+                double *o = q + n * Q + (size_t)h * HS;
+                if (inv_freq)
+                    ref_rope_head(o, x + (size_t)h * HS, inv_freq, pos0 + t, HS, 1.0, false);
+                else
+                    for (int i = 0; i < HS; i++)
+                        o[i] = x[(size_t)h * HS + i];
+            }
+            for (int j = 0; j < NKV; j++) {
+                size_t at = ref_kv_at(b, j, pos0 + t, NKV, Tmax, HS);
+                const double *k = x + Q + (size_t)j * HS, *v = k + (size_t)NKV * HS;
+                if (inv_freq)
+                    ref_rope_head(kc + at, k, inv_freq, pos0 + t, HS, 1.0, false);
+                else
+                    for (int i = 0; i < HS; i++)
+                        kc[at + i] = k[i];
+                for (int i = 0; i < HS; i++)
+                    vc[at + i] = v[i];
+            }
+        }
+}
+
+static void ref_kv_append(opref_kv_append *a)
+{
+    ref_kv_write(a->q, a->kcache, a->vcache, a->qkv, NULL, a->pos0, a->B, a->Tq, a->NH, a->NKV, a->HS, a->Tmax);
+}
+
+static void ref_kv_append_rope(opref_kv_append_rope *a)
+{
+    ref_kv_write(a->q, a->kcache, a->vcache, a->qkv, a->inv_freq, a->pos0, a->B, a->Tq, a->NH, a->NKV, a->HS,
+                 a->Tmax);
+}
+
+/* softmax(q . k_j / sqrt(HS)) over j <= pos0 + t, in double, of key/value
+ * head h / (NH / NKV), weighting its values. */
+static void ref_attention_decode(opref_attention_decode *a)
+{
+    int NH = a->NH, NKV = a->NKV, HS = a->HS, group = NH / NKV;
+    size_t Q = (size_t)NH * HS;
+    double scale = 1.0 / sqrt((double)HS);
+    double *w = (double *)malloc((size_t)a->Tmax * sizeof *w);
+    if (!w)
+        return;
+    for (int b = 0; b < a->B; b++)
+        for (int t = 0; t < a->Tq; t++)
+            for (int h = 0; h < NH; h++) {
+                size_t n = (size_t)b * a->Tq + t;
+                const double *q = a->q + n * Q + (size_t)h * HS;
+                double *o = a->out + n * Q + (size_t)h * HS, max = -INFINITY, sum = 0;
+                int p = a->pos0 + t;
+                for (int j = 0; j <= p; j++) {
+                    const double *k = a->kcache + ref_kv_at(b, h / group, j, NKV, a->Tmax, HS);
+                    double dot = 0;
+                    for (int i = 0; i < HS; i++)
+                        dot += q[i] * k[i];
+                    w[j] = dot * scale;
+                    max = w[j] > max ? w[j] : max;
+                }
+                for (int j = 0; j <= p; j++)
+                    sum += (w[j] = exp(w[j] - max));
+                for (int i = 0; i < HS; i++)
+                    o[i] = 0;
+                for (int j = 0; j <= p; j++) {
+                    const double *v = a->vcache + ref_kv_at(b, h / group, j, NKV, a->Tmax, HS);
+                    for (int i = 0; i < HS; i++)
+                        o[i] += w[j] / sum * v[i];
+                }
+            }
+    free(w);
 }
 
 /* Every op's reference, in the registry's order. */

@@ -105,7 +105,7 @@ static void test_encoder(void)
     int32_t tokens[6] = {1, 3, 1, 0, 1, 2}; /* token 1 three times */
     float *wte = randv((size_t)V * C, 1.0), *wpe = randv((size_t)T * C, 1.0);
     float *out = zerov((size_t)B * T * C);
-    TAP_IS_STATUS(hostop_encoder_forward(out, tokens, wte, wpe, B, T, C, V), FERRY_OK,
+    TAP_IS_STATUS(hostop_encoder_forward(out, tokens, wte, wpe, B, T, C, V, NULL), FERRY_OK,
                   "encoder forward runs");
     double want[30];
     for (int b = 0; b < B; b++)
@@ -127,15 +127,15 @@ static void test_encoder(void)
                 ewte[tokens[b * T + t] * C + i] += dout[(b * T + t) * C + i];
                 ewpe[t * C + i] += dout[(b * T + t) * C + i];
             }
-    hostop_encoder_backward(dwte, dwpe, dout, tokens, B, T, C, V);
+    hostop_encoder_backward(dwte, dwpe, dout, tokens, B, T, C, V, NULL);
     check_forward("encoder backward dwte (scatter-add)", dwte, ewte, 20);
     check_forward("encoder backward dwpe (sum over batch)", dwpe, ewpe, 15);
     int32_t bad[6] = {1, 3, 4, 0, 1, 2};
-    TAP_IS_STATUS(hostop_encoder_forward(out, bad, wte, wpe, B, T, C, V),
+    TAP_IS_STATUS(hostop_encoder_forward(out, bad, wte, wpe, B, T, C, V, NULL),
                   FERRY_ERR_INVALID_ARGUMENT, "token 4 with V = 4 is rejected: %s",
                   ferry_last_error());
     bad[2] = -1;
-    TAP_IS_STATUS(hostop_encoder_forward(out, bad, wte, wpe, B, T, C, V),
+    TAP_IS_STATUS(hostop_encoder_forward(out, bad, wte, wpe, B, T, C, V, NULL),
                   FERRY_ERR_INVALID_ARGUMENT, "token -1 is rejected");
     free(wte), free(wpe), free(out), free(dout), free(dwte), free(dwpe);
 }
@@ -285,8 +285,132 @@ typedef struct att_ctx {
 static double att_objective(void *p)
 {
     att_ctx *c = p;
-    hostop_attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->C, c->NH);
+    hostop_attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->C, c->NH, NULL);
     return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
+}
+
+/* ---- attention over packed examples ---- */
+
+/* Two rows of 12 tokens: examples of 5, 1 and 6 tokens, then of 3 and 9. */
+enum { PK_B = 2, PK_T = 12, PK_C = 12, PK_NH = 3, PK_EX = 5 };
+static const int pk_start[PK_EX] = {0, 5, 6, 0, 3}, pk_len[PK_EX] = {5, 1, 6, 3, 9}, pk_row[PK_EX] = {0, 0, 0, 1, 1};
+static const int32_t pk_pos[PK_B * PK_T] = {0, 1, 2, 3, 4, 0, 0, 1, 2, 3, 4, 5,
+                                            0, 1, 2, 0, 1, 2, 3, 4, 5, 6, 7, 8};
+
+typedef struct pk_ctx {
+    float *out, *lse, *qkv, *R;
+    const int32_t *pos;
+} pk_ctx;
+
+static double pk_objective(void *p)
+{
+    pk_ctx *c = p;
+    hostop_attention_forward(c->out, c->lse, c->qkv, PK_B, PK_T, PK_C, PK_NH, c->pos);
+    return dot(c->out, c->R, (size_t)PK_B * PK_T * PK_C);
+}
+
+/* By hand, from the example list (not the positions): each example is
+ * causal attention over its own tokens alone, in double. */
+static void pk_reference(const float *qkv, double *out, double *lse)
+{
+    const int C = PK_C, HS = PK_C / PK_NH;
+    double scale = 1.0 / sqrt((double)HS), s[PK_T];
+    for (int x = 0; x < PK_EX; x++)
+        for (int h = 0; h < PK_NH; h++)
+            for (int i = 0; i < pk_len[x]; i++) {
+                size_t qi = (size_t)pk_row[x] * PK_T + pk_start[x] + i;
+                double mx = -INFINITY, sum = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    size_t kj = (size_t)pk_row[x] * PK_T + pk_start[x] + j;
+                    double d = 0.0;
+                    for (int e = 0; e < HS; e++)
+                        d += (double)qkv[qi * 3 * C + h * HS + e] * qkv[kj * 3 * C + C + h * HS + e];
+                    s[j] = d * scale;
+                    mx = s[j] > mx ? s[j] : mx;
+                }
+                for (int j = 0; j <= i; j++)
+                    sum += exp(s[j] - mx);
+                lse[((size_t)pk_row[x] * PK_NH + h) * PK_T + pk_start[x] + i] = mx + log(sum);
+                for (int e = 0; e < HS; e++) {
+                    double o = 0.0;
+                    for (int j = 0; j <= i; j++)
+                        o += exp(s[j] - mx) / sum *
+                             qkv[((size_t)pk_row[x] * PK_T + pk_start[x] + j) * 3 * C + 2 * C + h * HS + e];
+                    out[qi * C + h * HS + e] = o;
+                }
+            }
+}
+
+/* Attention with positions: the forward against the reference by hand,
+ * the backward against finite differences of the packed forward, and no
+ * example's outputs moved by another example's inputs; through the op
+ * front on the host backend, its bits those of the host op, and positions
+ * that break the rule refused by row, index and value. */
+static void test_attention_packed(void)
+{
+    size_t nqkv = (size_t)PK_B * PK_T * 3 * PK_C, nout = (size_t)PK_B * PK_T * PK_C,
+           nlse = (size_t)PK_B * PK_NH * PK_T;
+    pk_ctx c = {zerov(nout), zerov(nlse), randv(nqkv, 1.5), randv(nout, 1.0), pk_pos};
+    TAP_IS_STATUS(ops_check_positions("test", pk_pos, PK_B, PK_T), FERRY_OK, "the packed positions follow the rule");
+    pk_objective(&c);
+    double *wout = malloc(nout * sizeof *wout), *wlse = malloc(nlse * sizeof *wlse);
+    pk_reference(c.qkv, wout, wlse);
+    check_forward("packed attention out forward (each example alone, by hand)", c.out, wout, nout);
+    check_forward("packed attention lse forward", c.lse, wlse, nlse);
+    float *dqkv = zerov(nqkv), *delta = zerov(nlse);
+    TAP_IS_STATUS(hostop_attention_backward(dqkv, c.R, c.qkv, c.out, c.lse, delta, PK_B, PK_T, PK_C, PK_NH, pk_pos),
+                  FERRY_OK, "packed attention backward runs");
+    fd_check("packed attention dqkv", c.qkv, nqkv, dqkv, pk_objective, &c, 1e-3, 400);
+    /* example 2 of row 0 (tokens 6..11) changed: examples 0 and 1 (tokens 0..5) keep their bits */
+    pk_objective(&c);
+    float *out0 = malloc(nout * sizeof *out0);
+    memcpy(out0, c.out, nout * sizeof *out0);
+    for (size_t e = 6 * 3 * PK_C; e < 12 * 3 * PK_C; e++)
+        c.qkv[e] += 1.0f;
+    pk_objective(&c);
+    tap_ok(memcmp(out0, c.out, 6 * PK_C * sizeof *out0) == 0 &&
+               memcmp(out0 + PK_T * PK_C, c.out + PK_T * PK_C, PK_T * PK_C * sizeof *out0) == 0,
+           "packed attention: an example's inputs do not reach the examples before it or another row");
+
+    backend *be = NULL;
+    backend_stream *s = NULL;
+    if (backend_open(FERRY_BACKEND_HOST, &be) != FERRY_OK || backend_stream_create(be, "ops", &s) != FERRY_OK) {
+        tap_ok(0, "host backend opens: %s", ferry_last_error());
+        return;
+    }
+    void *d_qkv = NULL, *d_out = NULL, *d_lse = NULL, *d_pos = NULL;
+    backend_alloc(be, nqkv * 4, &d_qkv);
+    backend_alloc(be, nout * 4, &d_out);
+    backend_alloc(be, nlse * 4, &d_lse);
+    backend_alloc(be, sizeof pk_pos, &d_pos);
+    backend_memcpy_async(s, d_qkv, c.qkv, nqkv * 4, BACKEND_COPY_H2D);
+    backend_memcpy_async(s, d_pos, pk_pos, sizeof pk_pos, BACKEND_COPY_H2D);
+    TAP_IS_STATUS(ops_attention_forward(s, d_out, d_lse, d_qkv, PK_B, PK_T, PK_C, PK_NH, d_pos), FERRY_OK,
+                  "ops_attention_forward with positions launches");
+    float *got = zerov(nout);
+    backend_memcpy_async(s, got, d_out, nout * 4, BACKEND_COPY_D2H);
+    TAP_IS_STATUS(backend_stream_synchronize(s), FERRY_OK, "and runs");
+    pk_objective(&c);
+    tap_ok(memcmp(got, c.out, nout * 4) == 0, "ops_attention_forward with positions gives hostop's bits");
+    int32_t bad[PK_B * PK_T];
+    memcpy(bad, pk_pos, sizeof bad);
+    bad[PK_T + 7] = 9; /* row 1, index 7, after 3 */
+    backend_memcpy_async(s, d_pos, bad, sizeof bad, BACKEND_COPY_H2D);
+    TAP_IS_STATUS(ops_attention_forward(s, d_out, d_lse, d_qkv, PK_B, PK_T, PK_C, PK_NH, d_pos), FERRY_OK,
+                  "a launch with a bad position is accepted (checked on the stream)");
+    ferry_status st = backend_stream_synchronize(s);
+    tap_ok(st == FERRY_ERR_INVALID_ARGUMENT && strstr(ferry_last_error(), "position 9 at batch row 1, index 7"),
+           "the stream reports the bad position by row, index and value: %s", ferry_last_error());
+    void *small = NULL;
+    backend_alloc(be, sizeof pk_pos - 4, &small);
+    TAP_IS_STATUS(ops_attention_forward(s, d_out, d_lse, d_qkv, PK_B, PK_T, PK_C, PK_NH, small),
+                  FERRY_ERR_INVALID_ARGUMENT, "positions one short are refused: %s", ferry_last_error());
+    backend_free(be, small), backend_free(be, d_qkv), backend_free(be, d_out), backend_free(be, d_lse);
+    backend_free(be, d_pos);
+    backend_stream_destroy(s);
+    backend_close(be);
+    free(got), free(out0), free(wout), free(wlse), free(dqkv), free(delta);
+    free(c.out), free(c.lse), free(c.qkv), free(c.R);
 }
 
 static void attention_reference(const att_ctx *c, double *out, double *lse)
@@ -330,7 +454,7 @@ static void test_attention(void)
     check_forward("attention out forward", c.out, wout, nout);
     check_forward("attention lse forward", c.lse, wlse, nlse);
     float *dqkv = zerov(nqkv), *delta = zerov(nlse);
-    TAP_IS_STATUS(hostop_attention_backward(dqkv, c.R, c.qkv, c.out, c.lse, delta, B, T, C, NH),
+    TAP_IS_STATUS(hostop_attention_backward(dqkv, c.R, c.qkv, c.out, c.lse, delta, B, T, C, NH, NULL),
                   FERRY_OK, "attention backward runs");
     /* delta: each query row's D = dout . out over its head, in double here */
     double worst = 0;
@@ -478,13 +602,13 @@ static void test_dispatch(void)
     float *d_out = dev_from(be, s, h_out, nout), *d_lse = dev_from(be, s, h_lse, nlse);
     float *d_dqkv = dev_from(be, s, h_dqkv, nqkv), *h_delta = zerov(nlse);
     float *d_delta = dev_from(be, s, h_delta, nlse);
-    TAP_IS_STATUS(ops_attention_forward(s, d_out, d_lse, d_qkv, B, T, C, NH), FERRY_OK,
+    TAP_IS_STATUS(ops_attention_forward(s, d_out, d_lse, d_qkv, B, T, C, NH, NULL), FERRY_OK,
                   "ops_attention_forward launches");
-    TAP_IS_STATUS(ops_attention_backward(s, d_dqkv, d_R, d_qkv, d_out, d_lse, d_delta, B, T, C, NH),
+    TAP_IS_STATUS(ops_attention_backward(s, d_dqkv, d_R, d_qkv, d_out, d_lse, d_delta, B, T, C, NH, NULL),
                   FERRY_OK, "ops_attention_backward launches");
     TAP_IS_STATUS(backend_stream_synchronize(s), FERRY_OK, "the stream runs them");
-    hostop_attention_forward(h_out, h_lse, qkv, B, T, C, NH);
-    hostop_attention_backward(h_dqkv, R, qkv, h_out, h_lse, h_delta, B, T, C, NH);
+    hostop_attention_forward(h_out, h_lse, qkv, B, T, C, NH, NULL);
+    hostop_attention_backward(h_dqkv, R, qkv, h_out, h_lse, h_delta, B, T, C, NH, NULL);
     float *got = zerov(nqkv);
     to_host(s, got, d_out, nout);
     tap_ok(memcmp(got, h_out, nout * 4) == 0, "ops_attention_forward gives hostop's bits");
@@ -503,7 +627,7 @@ static void test_dispatch(void)
                   FERRY_ERR_INVALID_ARGUMENT, "a tensor larger than its buffer is rejected");
     TAP_IS_STATUS(ops_gelu_forward(NULL, d_out, d_qkv, 4), FERRY_ERR_INVALID_ARGUMENT,
                   "a NULL stream is rejected");
-    TAP_IS_STATUS(ops_attention_forward(s, d_out, d_lse, d_qkv, B, T, C, 3),
+    TAP_IS_STATUS(ops_attention_forward(s, d_out, d_lse, d_qkv, B, T, C, 3, NULL),
                   FERRY_ERR_INVALID_ARGUMENT, "C not divisible by NH is rejected: %s",
                   ferry_last_error());
     TAP_IS_STATUS(ops_layernorm_forward(s, d_out, d_lse, d_lse, d_qkv, d_qkv, d_qkv, 0, C),
@@ -515,7 +639,7 @@ static void test_dispatch(void)
     backend_alloc(be, sizeof htok, &d_tok);
     backend_memcpy_async(s, d_tok, htok, sizeof htok, BACKEND_COPY_H2D);
     float *d_wte = dev_from(be, s, R, 4 * (size_t)C);
-    TAP_IS_STATUS(ops_encoder_forward(s, d_out, d_tok, d_wte, d_R, 1, 2, C, 4), FERRY_OK,
+    TAP_IS_STATUS(ops_encoder_forward(s, d_out, d_tok, d_wte, d_R, 1, 2, C, 4, NULL), FERRY_OK,
                   "encoder launch with a bad token is accepted (checked on the stream)");
     TAP_IS_STATUS(backend_stream_synchronize(s), FERRY_ERR_INVALID_ARGUMENT,
                   "the stream reports the bad token: %s", ferry_last_error());
@@ -538,6 +662,7 @@ int main(void)
     test_matmul();
     test_gelu();
     test_attention();
+    test_attention_packed();
     test_classifier();
     test_dispatch();
     return tap_done();

@@ -82,10 +82,12 @@ FERRY_CHECK_EXPECT=no-gpu FERRY_CHECK_DIR=$tmp/check bash "$src/tools/gpu/check.
 rc=$?
 ok "$rc" "tools/gpu/check.sh runs the whole check on the archive and expects no GPU (exit $rc)"
 [ "$rc" -eq 0 ] || diag <"$tmp/check.log"
-for name in ferry-info transfer kernel-lab kernel-lab-f16 engine-gpt2 engine-xl capacity \
+for name in ferry-info transfer kernel-lab-attention kernel-lab kernel-lab-f16 engine-gpt2 engine-xl capacity \
+            engine-xl-none llama-1b llama-big peer-fsdp peer-torch peer-torch-compile memprof-llama goals \
             sanitize-memcheck sanitize-racecheck \
             sanitize-synccheck sanitize-initcheck $(cut -f1 "$pack/tests.txt"); do
   gpu=$(awk -F'\t' -v n="$name" '$1 == n {print $3}' "$pack/tests.txt")
+  case $name in memprof-llama|goals) gpu=0 ;; esac
   if [ "${gpu:-1}" = 1 ]; then
     grep -qF "[$name]" "$tmp/out/results.txt" && grep -F "[$name]" "$tmp/out/results.txt" | grep -q 'PASS (exit 77'
     ok $? "$name ends with the clean no-GPU exit 77"
@@ -101,6 +103,12 @@ ok $? "the check finds NCCL on this machine and names its folder"
 bound=$(sed -n 's/.*the check ends within \([0-9]*\)s$/\1/p' "$tmp/out/results.txt")
 [ -n "$bound" ] && [ "$bound" -le 540 ]
 ok $? "the check's time bound, ${bound:-none} s, is at most 540 s"
+grep -q '^  memprof-llama | the largest Llama this card and [0-9]* GiB of host memory hold: [a-z]' "$tmp/out/results.txt"
+ok $? "memprof plan names the largest Llama the card and the host hold: $(grep -m1 'the largest Llama' "$tmp/out/results.txt")"
+grep -q '^  goals | | figure | ferry | peer | ratio | goal | verdict |$' "$tmp/out/results.txt" &&
+  grep -q '^  goals | goals: 0 of [0-9]* met, [0-9]* not measured$' "$tmp/out/results.txt" &&
+  ! grep -E '^  goals \| \|' "$tmp/out/results.txt" | grep -q '| PASS |'
+ok $? "the goals table ends the check, and with no GPU no goal is met: every figure is not measured"
 grep -F '[memprof-capacity]' "$tmp/out/results.txt" | grep -q 'PASS$' &&
   grep -q '^  memprof-capacity | largest GPT-2-shaped model that fits: d[0-9]' "$tmp/out/results.txt"
 ok $? "memprof plan gives the largest model the capacity step trains: $(grep -m1 'memprof-capacity |' "$tmp/out/results.txt")"

@@ -8,6 +8,8 @@ far as a machine without a GPU can take them (TAP):
   - peer_table: bench_engine's own "result" lines (a real run on the host
     backend) read back with their tokens/s and MFU, and set beside PEER
     lines with the ratio worked out by hand;
+  - goals: the check's one table of figures, peers, ratios and goals, on
+    outputs written here, each verdict worked out by hand;
   - the peers themselves with the Python that has torch (Debian's 1.13 here):
     a bad command line is exit 2, --device cuda without a GPU exit 77, and a
     dry run on the CPU at --model tiny trains (its first loss is ln V, what a
@@ -210,6 +212,61 @@ def test_peers(python):
         skip('the torch.compile skip', 'torch %s has torch.compile' % version)
 
 
+GOAL_FILES = {
+    'kl.out': """ceilings: cuBLASLt bf16 matmul 8192^3 787.6 TFLOP/s; device copy 3758 GB/s (read + write)
+time   attention_forward              production                     0.604 ms     44.5 TF/s    5.6% of matmul
+time   attention_forward              1 32-query                     0.300 ms     89.0 TF/s   50.0% of matmul
+time   attention_backward             production                     1.000 ms    250.0 TF/s   31.7% of matmul
+""",
+    'xl24.out': """bench_engine: gpt2-xl (1557.6M parameters, 50 groups), T=1024, recompute, cuda backend;
+result offload optimizer, batch 40 x 1024: 18549 tokens/s, 200.00 model TFLOP/s (MFU 0.240 of 787.6 TFLOP/s); \
+step 2200.0 ms = 1.11 x max(compute 1900.0, update 300.0); device peak 23.1 GiB
+result offload params, batch 96 x 1024: 36000 tokens/s, 210.00 model TFLOP/s (MFU 0.260 of 787.6 TFLOP/s); \
+step 4000.0 ms = 1.00 x max(compute 4000.0, update 300.0); device peak 23.0 GiB
+""".replace('\\\n', ''),
+    'fsdp.out': 'PEER {"system": "FSDP2 CPU offload", "mode": "offload, 24GiB card", "batch": 24, '
+                '"tokens_per_s": 14320.0, "mfu": 0.19, "best": true, "largest_batch": 24, "ladder": "32 oom"}\n',
+    'l1b.out': 'result offload none, batch 8 x 2048: 90000 tokens/s, 400.00 model TFLOP/s (MFU 0.500 of 787.6 '
+               'TFLOP/s); step 180.0 ms = 1.00 x max(compute 180.0, update 0.0); device peak 60.0 GiB\n',
+    'l8b.out': 'bench_engine: llama3.1-8b (8030.3M parameters, 34 groups), T=2048, recompute, cuda backend;\n'
+               'result offload params, batch 14 x 2048: 5000 tokens/s, 260.00 model TFLOP/s (MFU 0.330 of 787.6 '
+               'TFLOP/s); step 5700.0 ms = 1.05 x max(compute 5400.0, update 3000.0); device peak 23.2 GiB\n',
+}
+
+
+def test_goals():
+    """tools/gpu/goals.py on outputs written here, its verdicts worked out by hand."""
+    with tempfile.TemporaryDirectory() as d:
+        for name, text in GOAL_FILES.items():
+            with open(os.path.join(d, name), 'w') as f:
+                f.write(text)
+        f = lambda n: os.path.join(d, n)  # noqa: E731
+        rc, out = run([sys.executable, os.path.join(GPU, 'goals.py'), '--kernel-lab', f('kl.out'), '--xl-24',
+                       f('xl24.out'), '--fsdp', f('fsdp.out'), '--llama-1b', f('l1b.out'), '--llama-big',
+                       f('l8b.out'), '--xl-none', f('missing.out'), '--bench', f('xl24.out'), '--bench', f('l8b.out')])
+        rows = {r.split(' | ')[0].lstrip('| '): r for r in out.splitlines() if r.startswith('| ')}
+        get = lambda key: next((v for k, v in rows.items() if k.startswith(key)), '')  # noqa: E731
+        ok(rc == 0 and get('attention_forward').endswith('| 5.6% |  |  | >= 45% | FAIL |') and
+           get('attention_backward').endswith('| 31.7% |  |  | >= 30% | PASS |'),
+           'goals: the attention rows read the production variant alone, 5.6% fails 45%, 31.7% passes 30%', out)
+        ok('| 2.51x | >= 2.50x | PASS |' in get('GPT-2 XL, 24 GiB card'),
+           'goals: ferry\'s best at 24 GiB (params, 36000) over FSDP2\'s best (14320) is 2.51x, which meets 2.5x',
+           out)
+        ok(rows.get('GPT-2 XL without offload', '').endswith('| n/a |  |  | MFU >= 0.55 | not measured |'),
+           'goals: a step that did not run is "not measured", never a pass', out)
+        ok('| MFU 0.500 (batch 8) |  |  | MFU >= 0.50 | PASS |' in get('Llama 3.2 1B'),
+           'goals: Llama 3.2 1B at MFU 0.500 meets 0.5', out)
+        ok('| 0.88 | >= 0.80 | PASS |' in get('llama3.1-8b, 24 GiB card'),
+           'goals: the 8B\'s share of its bound is 4/3 x 0.330 / 0.500 = 0.88', out)
+        ok(get('gpt2-xl, optimizer (batch 40)').endswith('| 1.11x |  |  | <= 1.10x | FAIL |') and
+           get('llama3.1-8b, params (batch 14)').endswith('| 1.05x |  |  | <= 1.10x | PASS |'),
+           'goals: each mode\'s step against its overlap floor, 1.11x fails and 1.05x meets 1.10x', out)
+        ok('goals: 6 of 10 met, 2 not measured' in out,
+           'goals: the count line: 6 of the 10 rows with a goal met (attention backward, the 24 GiB ratio, the two '
+           'Llama rows, 2 of 3 floors), 2 not measured (GPT-2 XL without offload, its eager peer); torch.compile\'s '
+           'row has no goal', out)
+
+
 def main(argv):
     if len(argv) != 3:
         print('Bail out! usage: test_gpu_peers.py BENCH_ENGINE PYTHON_WITH_TORCH')
@@ -217,6 +274,7 @@ def main(argv):
     test_common()
     test_ladder()
     test_table(argv[1])
+    test_goals()
     test_peers(argv[2])
     print('1..%d' % n)
     return 1 if failed else 0

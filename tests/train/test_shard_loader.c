@@ -51,7 +51,7 @@ static void write_raw(const char *path, const int32_t *hdr, const void *toks, si
 static tok_loader *open1(const char *path, int B, int T, int shuffle, uint64_t seed, uint32_t vocab, ferry_status *st)
 {
     const char *paths[1] = {path};
-    tok_loader_config c = {paths, 1, B, T, vocab, shuffle, seed};
+    tok_loader_config c = {paths, 1, B, T, vocab, shuffle, seed, 0, TOK_TOO_LONG_REFUSE};
     tok_loader *l = NULL;
     *st = tok_loader_open(&c, &l);
     return l;

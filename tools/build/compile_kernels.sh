@@ -21,12 +21,21 @@
 #    static + dynamic shared memory within the card's opt-in limit,
 #    __launch_bounds__ on every kernel launched with more than 256 threads,
 #    and on the training step's path no spills and no stack frame (but the
-#    one allowed, rope's sincosf). A kernel over a limit fails the script
-#    with a sentence naming it, the card and the numbers.
+#    one allowed, rope's sincosf); the warps an SM holds at least the
+#    occupancy floor its source states ("occupancy floor: N warps/SM:
+#    `REGEX`" in a comment, REGEX over the instantiations' names). A kernel
+#    over a limit or under its floor fails the script with a sentence
+#    naming it, the card and the numbers; then the table of every kernel.
+# 4. With --cards-only, tools/build/sass_report.py: the mma.sync attention
+#    kernels' inner loop counted by instruction class (tensor-core MMA,
+#    ldmatrix, cp.async, the rest) for sm_80 and sm_90, and the
+#    tensor-core share.
 #
-#   tools/build/compile_kernels.sh [--launch-log FILE] [CUDA11_DIR] [BUILD_DIR]
+#   tools/build/compile_kernels.sh [--launch-log FILE] [--cards-from DIR] [CUDA11_DIR] [BUILD_DIR]
 #     defaults: build/meson-logs/cudasim-launches.txt (what `meson test
-#     --suite cudasim` in build/ wrote), build-deps/cuda-11.8, build-cuda11/
+#     --suite cudasim` in build/ wrote), build-deps/cuda-11.8, build-cuda11/;
+#     --cards-from DIR takes step 2's accounts that the kernel-cards test
+#     made (its OUT_DIR/ptxas) instead of compiling them again
 #   tools/build/compile_kernels.sh --cards-only [--launch-log FILE] [--nvcc NVCC] [--archs LIST] OUT_DIR
 #     steps 2 and 3 alone (no CUDA 11.8): the cards of LIST (default
 #     80,86,89,90; 75 too is CUDA 13's) by NVCC (default the nvcc on
@@ -37,6 +46,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 launch_log=$root/build/meson-logs/cudasim-launches.txt
 cards_only=0
+cards_from=""
 nvcc13=""
 new_archs=(80 86 89 90)
 while [ $# -gt 0 ]; do
@@ -45,6 +55,7 @@ while [ $# -gt 0 ]; do
     --cards-only) cards_only=1; shift ;;
     --nvcc) nvcc13=$2; shift 2 ;;
     --archs) IFS=, read -r -a new_archs <<<"$2"; shift 2 ;;
+    --cards-from) cards_from=$(realpath -m "$2"); shift 2 ;;
     *) break ;;
   esac
 done
@@ -133,13 +144,69 @@ cubin() {
 export -f cubin
 export ptx root nvcc13
 t0=$SECONDS
+# --cards-from DIR: the accounts the kernel-cards test already made of this
+# tree (its OUT_DIR/ptxas), taken where one exists for a source and card
+# and is newer than the source; the rest compiled here.
+reused=0 todo=""
 for src in $sources; do
-  for a in "${new_archs[@]}"; do echo "$a $src"; done
-done | xargs -P "$(nproc)" -n 2 bash -c 'cubin "$@"' _ ||
+  name=$(basename "$src" .cu)
+  for a in "${new_archs[@]}"; do
+    if [ -n "$cards_from" ] && [ -s "$cards_from/$name.sm_$a.txt" ] && [ "$cards_from/$name.sm_$a.txt" -nt "$root/$src" ] &&
+       grep -q "Compiling entry function" "$cards_from/$name.sm_$a.txt"; then
+      cp "$cards_from/$name.sm_$a.txt" "$ptx/$name.sm_$a.txt"
+      reused=$((reused + 1))
+    else
+      todo+="$a $src"$'\n'
+    fi
+  done
+done
+printf '%s' "$todo" | xargs -r -P "$(nproc)" -n 2 bash -c 'cubin "$@"' _ ||
   { echo "compile_kernels: the per-card compiles failed (above)" >&2; exit 1; }
 echo "compile_kernels: $(echo "$sources" | wc -w) kernel sources x ${#new_archs[@]} cards" \
   "($("$nvcc13" --version | sed -n 's/.*release \([0-9.]*\).*/CUDA \1/p'): sm_${new_archs[*]}) compiled in" \
-  "$((SECONDS - t0)) s on $(nproc) cores"
+  "$((SECONDS - t0)) s on $(nproc) cores${cards_from:+; $reused of them the accounts in $cards_from}"
 
-# 3. Each kernel on each card at the launches the suite made.
-/usr/bin/python3 "$root/tools/build/kernel_resources.py" --launch-log "$launch_log" "$ptx"/*.txt
+# 3. Each kernel on each card at the launches the suite made, held to the
+# occupancy floors its source states; the table of every kernel's
+# registers, frame, block and warps an SM on each card.
+(cd "$root" && /usr/bin/python3 tools/build/kernel_resources.py --launch-log "$launch_log" --occupancy . \
+  --floors $sources -- "$ptx"/*.txt)
+
+# 4. (--cards-only: the kernel-cards test; the six-card run leaves it to
+# that test) The attention kernels' inner loop by instruction class, from
+# machine code: CUDA 13's own cubins where its toolkit has cuobjdump (a
+# full install does; a minimal one has no disassembler), else CUDA 11.8's
+# machine code of the same source for the same cards (CUDA 11.8's
+# cuobjdump does not read CUDA 13's cubins). With neither, said and not
+# counted.
+[ "$cards_only" = 1 ] || exit 0
+sass_kernels='attention_(fwd|dq|dkv)_kernel<__nv_bfloat16, [0-9, ]*80>'
+sass_archs=(80 90)
+dis13=$(dirname "$nvcc13")/cuobjdump
+sass=$out/sass
+rm -rf "$sass"
+mkdir -p "$sass"
+if [ -x "$dis13" ]; then
+  for a in "${sass_archs[@]}"; do
+    "$dis13" -sass "$ptx/attention.sm_$a.cubin" >"$sass/attention.sm_$a.sass"
+  done
+  sass_from="CUDA 13's machine code"
+elif [ -x "${cuda:-$root/build-deps/cuda-11.8}/bin/cuobjdump" ] && [ -f "${cuda:-$root/build-deps/cuda-11.8}/host-compiler" ]; then
+  c11=${cuda:-$root/build-deps/cuda-11.8}
+  for a in "${sass_archs[@]}"; do
+    printf '#pragma once\n#define FERRY_CUDA_ARCHS %s\n#define FERRY_CUDA_LIBDIR ""\n' "$a" >"$sass/ferry_cuda_build.h"
+    (cd "$root" && "$c11/bin/nvcc" -ccbin "$(cat "$c11/host-compiler")" -cubin -arch="sm_$a" -O3 \
+      --expt-relaxed-constexpr -std=c++17 -DFERRY_HAVE_CUDA=1 -I"$sass" -I. -Iinclude backend/ops/attention.cu \
+      -o "$sass/attention.sm_$a.cubin") >"$sass/compile.sm_$a.log" 2>&1 ||
+      { tail -20 "$sass/compile.sm_$a.log" >&2; echo "compile_kernels: CUDA 11.8 does not compile attention.cu for sm_$a" >&2; exit 1; }
+    "$c11/bin/cuobjdump" -sass "$sass/attention.sm_$a.cubin" >"$sass/attention.sm_$a.sass"
+  done
+  sass_from="CUDA 11.8's machine code of the same source"
+fi
+if [ -n "${sass_from:-}" ]; then
+  echo "compile_kernels: the attention kernels' inner loop by instruction class ($sass_from, sm_${sass_archs[*]}):"
+  /usr/bin/python3 "$root/tools/build/sass_report.py" --kernel "$sass_kernels" "$sass"/attention.sm_*.sass
+else
+  echo "compile_kernels: no disassembler (CUDA 13's cuobjdump, or CUDA 11.8's from tools/setup/cuda11_compiler.sh):" \
+    "the attention kernels' instruction classes are not counted"
+fi

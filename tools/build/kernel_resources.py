@@ -46,8 +46,16 @@ Checks, each failure a sentence naming the kernel, the card and the numbers:
 Prints a line per card (kernels, the largest registers x block, the largest
 shared memory, spills, stack frames) and exits 1 on any failure.
 
-usage: kernel_resources.py --launch-log FILE [--step KERNEL]... [--occupancy REGEX] PTXAS_OUTPUT...
+usage: kernel_resources.py --launch-log FILE [--step KERNEL]... [--occupancy REGEX]
+                           [--floors SOURCE... --] PTXAS_OUTPUT...
   --step KERNEL      every instantiation of KERNEL is on the step's path too
+  --floors SOURCE... the kernels' sources: a comment "occupancy floor: N
+                     warps/SM: `REGEX`" holds every instantiation whose name
+                     REGEX matches whole to at least N warps an SM at its
+                     largest launch, on every card it can launch on
+                     ("N warps/SM from sm_M: `REGEX`": on sm_M and up, for
+                     a kernel that traps below M); a floor that names no
+                     kernel compiled fails too
   --occupancy REGEX  also print, for each instantiation whose name matches,
                      a markdown table of its registers, stack frame, block
                      and the warps an SM holds on each card (by registers,
@@ -94,6 +102,8 @@ STACK_ALLOWED = {
     # angle takes the fast path, which touches none (backend/ops/rope.cu).
     "rope_forward_kernel": (32, "sincosf's Payne-Hanek reduction for angles above 105615"),
     "rope_backward_kernel": (32, "sincosf's Payne-Hanek reduction for angles above 105615"),
+    # generation's rotation of the new token, the same sincosf (backend/ops/attention_decode.cu)
+    "kv_append_kernel": (32, "sincosf's Payne-Hanek reduction for angles above 105615"),
 }
 
 
@@ -320,11 +330,59 @@ def check(res, launches, names, step_names=()):
     return fails, notes, rows
 
 
+FLOOR = re.compile(r"occupancy floor: (\d+) warps/SM(?: from sm_(\d+))?: `([^`]+)`")
+
+
+def read_floors(paths):
+    """[(warps, first arch, regex, "file:line")] from the sources' comments;
+    "from sm_N" names the first card the floor holds on (a kernel whose body
+    is compiled for that card and up, a trap below it), 0 for every card."""
+    floors = []
+    for path in paths:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for i, line in enumerate(f, 1):
+                m = FLOOR.search(line)
+                if m:
+                    floors.append((int(m.group(1)), int(m.group(2) or 0), m.group(3), "%s:%d" % (path, i)))
+    return floors
+
+
+def check_floors(res, launches, names, floors):
+    """Each instantiation a floor's regex names holds at least that many
+    warps an SM, on every card it is compiled for and can launch on, at its
+    largest launch; a floor naming nothing is stale. (failures, summary)"""
+    fails, held = [], 0
+    for warps, first, pattern, where in floors:
+        matched = 0
+        for (arch, mangled), r in sorted(res.items()):
+            name, inst = split_name(names.get(mangled, mangled))
+            if not re.fullmatch(pattern, inst) or arch not in SM_WARPS or arch < first:
+                continue
+            matched += 1
+            L = launches.get(inst) or launches.get(name)
+            if L is None:
+                continue  # check() fails a kernel the suite never launched
+            smem = r["smem"] + L["dyn"].get(arch, max(L["dyn"].values(), default=0))
+            if smem > OPTIN_SMEM[arch]:
+                continue  # the card cannot launch it: the launch checks say so where it would
+            blocks, limit = occupancy(arch, r["regs"], L["threads"], smem)
+            got = blocks * -(-L["threads"] // 32)
+            held += 1
+            if got < warps:
+                fails.append("%s on sm_%d holds %d warps an SM (limited by %s: %d registers, %d threads, %.1f KiB of "
+                             "shared memory), under the floor of %d its source states (%s)"
+                             % (inst, arch, got, limit, r["regs"], L["threads"], smem / 1024, warps, where))
+        if matched == 0:
+            fails.append("the occupancy floor at %s names no kernel compiled (%s): a stale floor" % (where, pattern))
+    return fails, "occupancy floors: %d stated, %d kernel compiles held to them" % (len(floors), held)
+
+
 def main():
     ap = argparse.ArgumentParser(usage=__doc__)
     ap.add_argument("--launch-log", required=True)
     ap.add_argument("--step", action="append", default=[])
     ap.add_argument("--occupancy")
+    ap.add_argument("--floors", nargs="+", default=[])
     ap.add_argument("ptxas", nargs="+")
     a = ap.parse_args()
     res = read_ptxas(a.ptxas)
@@ -333,6 +391,10 @@ def main():
     launches = read_launches(a.launch_log)
     names = demangle(sorted({m for _, m in res}))
     fails, notes, rows = check(res, launches, names, set(a.step))
+    floor_fails, floor_summary = check_floors(res, launches, names, read_floors(a.floors))
+    fails += floor_fails
+    if a.floors:
+        notes.append(floor_summary)
     for arch in sorted(rows):
         r = rows[arch]
         print("sm_%d: %d kernels; at most %d of %d registers a block (%s); at most %d bytes of shared memory a block "

@@ -5,31 +5,45 @@
 # here; tools/gpu/README.md has the exact call. It unpacks the archive under
 # /tmp, finds cuBLAS(Lt) on the machine, and runs, each on the cuda backend
 # (FERRY_BACKEND=cuda: a missing GPU is an error, never a host run):
-# ferry-info, the gpu test suite (the ops, GPT-2 and the engine in fp16 too;
-# data parallelism's collectives through real NCCL at world size 1, with
-# the NCCL it finds on the machine),
-# compute-sanitizer's four tools over the GPU suite's programs (memcheck,
-# racecheck, synccheck, initcheck: a finding fails its step naming the
-# kernels), bench_transfer (pinned H2D/D2H GB/s), the kernel lab (each kernel against
-# the matmul and copy ceilings; then again in fp16, quick, for the attention
-# tiles Volta and Turing run and the fp16 matmuls), bench_engine
-# on GPT-2 124M in every offload mode, and GPT-2 XL at seq 1024 on a 24 GiB
-# card emulated here (24 GiB less the CUDA context's and cuBLASLt's share,
-# measured on this card) at the largest batch the planner gives for that
-# budget (confirmed by one step there and a clean out-of-memory one batch
-# above), with tokens/s, MFU and step / max(compute, update). With
-# FERRY_CHECK_PEERS=1, then PyTorch beside ferry on GPT-2 XL (the peers'
-# block near the end: tools/gpu/peer_*.py) and one table of both.
+# in this order, so that a check cut short still gives the verdicts that
+# matter most:
+#   1. correctness: ferry-info, the gpu test suite (the ops, both model
+#      families and the engine in fp16 too; data parallelism's collectives
+#      through real NCCL at world size 1, with the NCCL it finds on the
+#      machine), then compute-sanitizer's four tools over the GPU suite's
+#      programs (memcheck, racecheck, synccheck, initcheck: a finding fails
+#      its step naming the kernels);
+#   2. the attention's speed in the kernel lab (against the cuBLASLt matmul
+#      ceiling it measures);
+#   3. GPT-2 XL at seq 1024 on a 24 GiB card emulated here (24 GiB less the
+#      CUDA context's and cuBLASLt's share, measured on this card) at the
+#      largest batch the planner gives for that budget (confirmed by one
+#      step there and a clean out-of-memory one batch above), beside PyTorch
+#      FSDP2 with CPU offload on the same card;
+#   4. GPT-2 XL without offload beside PyTorch (eager) at the same batch;
+#   5. the Llama family: Llama 3.2 1B without offload, and the largest
+#      named Llama the card and this machine's host memory hold (Llama 3.1
+#      8B first) in params mode with recompute at seq 2048;
+#   6. the rest: bench_transfer (pinned H2D/D2H GB/s), the whole kernel lab
+#      (each kernel against the matmul and copy ceilings; then fp16, quick,
+#      for Volta's and Turing's tiles), bench_engine on GPT-2 124M in every
+#      offload mode, the largest GPT-2-shaped model the card and host hold,
+#      and torch.compile beside GPT-2 XL without offload;
+# then one table (tools/gpu/goals.py): each figure, its peer's, the ratio,
+# the goal and the verdict.
 #
 #   tools/gpu/check.sh PACK.tar.xz OUT_DIR        (on the GPU machine, in the tree's root)
 #
-# Time: every step runs under its own `timeout` (the limits below). They sum
-# to 512 s; with 1 s of grace after each of the 28 steps the check ends
-# within 540 s — 9 minutes — even when every step hits its limit. The
-# script refuses to start if that bound (the limits of the pack's steps plus
-# a second each) is above 540 s. The limits were cut to make room for the
-# sanitizer steps where the first run on a GPU (an H200, all 24 steps in
-# 45 s) left room.
+# Time: the whole check, the PyTorch peers included, ends within 540 s — 9
+# minutes: every step runs under its own `timeout` (the limits below) and
+# gets the least of its limit and what is left of the bound, less the few
+# seconds the table is kept; a step reached with less than 5 s left fails
+# unrun. The script refuses to start if the bound (FERRY_CHECK_BOUND,
+# default 530) is above 540 s. The limits are for a step that hangs: on an
+# H200 the first run's 24 steps took 45 s, GPT-2 XL's two modes about a
+# minute, the capacity run about two. The peers' ladders are cut to what
+# that run measured: FSDP2-offload's best batch was 24 (32 ran out of
+# memory), so it runs 24 and 32 alone.
 #
 # OUT_DIR gets two files:
 #   results.txt  the key lines and one verdict per step, each printed here
@@ -65,6 +79,7 @@ work=$(mktemp -d)
 failed=0
 export FERRY_BACKEND=cuda
 
+# FERRY_CHECK_PEERS=0 leaves the PyTorch peers out (a machine without torch).
 # Each test's limit, seconds (a test the table does not name gets 30).
 declare -A test_limit=([backend-cuda]=15 [ops-gpu]=25 [ops-gpu-f16]=20 [ops-gpu-xl]=15 [cuda-card]=10
                        [engine-gpu]=35 [engine-gpu-f16]=25 [hf-gpu]=45 [gpt2-cuda]=20 [gpt2-cuda-f16]=15
@@ -72,30 +87,19 @@ declare -A test_limit=([backend-cuda]=15 [ops-gpu]=25 [ops-gpu-f16]=20 [ops-gpu-
 # The other steps' limits. GPT-2 XL gets the most: its setup draws 1.56B
 # values, copies 6.2 GB and pins 23 GiB before its first step. The
 # sanitizers slow a program ten- to a hundredfold: each runs the few
-# programs named below.
+# programs named below. The two Python peers import torch and transformers
+# and build GPT-2 XL; torch.compile gives up by itself ten seconds before
+# its limit, the FSDP2 ladder starts no batch in its last 30 s.
 declare -A limit=([unpack]=8 [cublas]=6 [nccl]=5 [libraries]=5 [gpu-info]=5 [ferry-info]=5 [transfer]=10
                   [sanitize-memcheck]=75 [sanitize-racecheck]=40 [sanitize-synccheck]=25 [sanitize-initcheck]=60
-                  [kernel-lab]=30 [kernel-lab-f16]=10 [memprof-plan]=5 [engine-gpt2]=20 [engine-xl]=110
-                  [memprof-capacity]=5 [capacity]=150)
-# The whole check ends within this many seconds (FERRY_CHECK_BOUND): a step
-# gets the least of its limit and what is left, and a step reached with
-# less than 5 s left fails unrun. Measured on an H200, the steps take far
-# less than their limits (the first run: 24 steps in 45 s; GPT-2 XL's two
-# modes about a minute, the capacity run about two); the limits are for a
-# step that hangs.
-# The peers' block (PyTorch beside ferry, near the end), run when
-# FERRY_CHECK_PEERS=1: ferry's GPT-2 XL row without offload, the two peers,
-# torch.compile's row, and the table. The two Python peers import torch and
-# transformers and build GPT-2 XL; torch.compile gives up by itself ten
-# seconds before its limit, the FSDP2 ladder starts no batch in its last
-# minute. The bound doubles with them: 18 minutes at most.
-peers=${FERRY_CHECK_PEERS:-0}
+                  [kernel-lab-attention]=20 [memprof-plan]=5 [engine-xl]=110 [peer-fsdp]=120
+                  [engine-xl-none]=45 [peer-torch]=60 [llama-1b]=45 [memprof-llama]=10 [llama-big]=150
+                  [kernel-lab]=30 [kernel-lab-f16]=10 [engine-gpt2]=20 [memprof-capacity]=5 [capacity]=150
+                  [peer-torch-compile]=150 [goals]=5)
+peers=${FERRY_CHECK_PEERS:-1}
 max_bound=540
-if [ "$peers" = 1 ]; then
-  limit+=([engine-xl-none]=45 [peer-torch]=60 [peer-torch-compile]=150 [peer-fsdp]=180 [peer-table]=5)
-  max_bound=1080
-fi
 bound=${FERRY_CHECK_BOUND:-$((max_bound - 10))}
+keep=${limit[goals]} # seconds kept for the table at the end
 
 say() { printf '%s\n' "$*" | tee -a "$results"; }
 
@@ -124,6 +128,7 @@ judge() {
 # the regex SHOW also to the screen and results.txt, as they come.
 step() {
   local name=$1 lim=$2 gpu=$3 show=$4 t0=$SECONDS rc left=$((bound - SECONDS - 1)) # timeout -k 1: 1 s of grace
+  [ "$name" = goals ] || left=$((left - keep))
   shift 4
   if [ "$left" -lt 5 ]; then # the check's bound is spent: said, and failed
     say "$(printf '%-28s %5ss  %s' "[$name]" 0 "FAIL: not run: the check's ${bound}s bound was spent before it")"
@@ -395,36 +400,30 @@ for tool in memcheck racecheck synccheck initcheck; do
     bash -c "$sanitize_body" sanitize "$tool" "$sanitizer" "$here/sanitizer_kernels.py" "${runs[@]}"
 done
 
-step transfer "${limit[transfer]}" 1 '.' bin/bench_transfer
-step kernel-lab "${limit[kernel-lab]}" 1 '^(kernel|ceilings|check .*FAIL|time |PASS|FAIL)' bin/kernel_lab
-peak=$(sed -n 's/^ceilings: cuBLASLt bf16 matmul 8192^3 \([0-9.]*\) TFLOP.*/\1/p' "$work/kernel-lab.out")
-# fp16, the type of Volta and Turing: the attention tiles (both sizes, the
-# 32-query one being Turing's) and the fp16 matmuls, at the quick sizes.
-step kernel-lab-f16 "${limit[kernel-lab-f16]}" 1 '^(kernel|ceilings|check .*FAIL|time |skip |PASS|FAIL)' \
-  bin/kernel_lab --quick --dtype f16 --op attention --op matmul
+# ---- 2. the attention's speed: the kernel lab's attention alone, with the
+# ceilings it measures first (the cuBLASLt bf16 matmul rate MFU is a share of)
+step kernel-lab-attention "${limit[kernel-lab-attention]}" 1 '^(kernel|ceilings|check .*FAIL|time |PASS|FAIL)' \
+  bin/kernel_lab --op attention
+peak=$(sed -n 's/^ceilings: cuBLASLt bf16 matmul 8192^3 \([0-9.]*\) TFLOP.*/\1/p' "$work/kernel-lab-attention.out")
 peak_flag=()
 [ -n "$peak" ] && peak_flag=(--peak-tflops "$peak")
+tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+pshow='^(PEER|peer_)'
+show='^(bench_engine|offload .*(ready|first step)|round|result|confirm|loss|card|the planner|RESULT)'
 
-# GPT-2 XL on a 24 GiB card (an RTX 4090 or 3090, sold as "24 GB"): the
-# plan with the documented 0.5 GiB for the CUDA context and libraries, then
-# bench_engine --card 24GiB, which measures that share on this card, plans
-# the largest batch for what is left and confirms it (one step there runs,
-# one at batch + 1 runs out of memory cleanly), then says what a 24 GiB
-# card would have held.
+# ---- 3. GPT-2 XL on a 24 GiB card (an RTX 4090 or 3090, sold as "24 GB"):
+# the plan with the documented 0.5 GiB for the CUDA context and libraries,
+# then bench_engine --card 24GiB, which measures that share on this card,
+# plans the largest batch for what is left and confirms it (one step there
+# runs, one at batch + 1 runs out of memory cleanly), in optimizer and
+# params mode with recompute; bench_engine exits 1 when a mode's loss does
+# not fall, is not finite, or a step was skipped (a speed of a run that
+# learns nothing fails the step). Then FSDP2 with CPU offload capped at
+# 24 GiB, at the batches where the first H200 run found its best and its
+# end.
 step memprof-plan "${limit[memprof-plan]}" 0 'largest batch' \
   bin/memprof plan --model gpt2-xl --seq 1024 --offload optimizer --recompute --card 24GiB
-xl_batch=$(sed -n 's/.*largest batch that fits: \([0-9][0-9]*\).*/\1/p' "$work/memprof-plan.out")
-
-# bench_engine exits 1 when a mode's loss does not fall, is not finite, or a
-# step was skipped (its "loss" lines say which): a speed of a run that learns
-# nothing fails the step.
-show='^(bench_engine|offload .*(ready|first step)|round|result|confirm|loss|card|the planner|RESULT)'
-step engine-gpt2 "${limit[engine-gpt2]}" 1 "$show" \
-  bin/bench_engine --backend cuda --model gpt2 --batch 8 --seq 1024 --steps 3 --warmup 0 "${peak_flag[@]}"
-# Each mode at its own largest batch (the planner's at the measured budget:
-# optimizer about 74, params about 96), its tokens/s, then batch + 1 out of
-# memory, cleanly, at setup.
-if [ -n "$xl_batch" ]; then
+if grep -q 'largest batch that fits: [0-9]' "$work/memprof-plan.out"; then
   step engine-xl "${limit[engine-xl]}" 1 "$show" \
     bin/bench_engine --backend cuda --model gpt2-xl --seq 1024 --modes optimizer,params --recompute --card 24GiB \
     --confirm-max-batch --steps 2 --warmup 0 "${peak_flag[@]}"
@@ -432,14 +431,68 @@ else
   judge engine-xl 1 1 0 "${limit[engine-xl]}"
   say "  engine-xl | no batch: memprof plan gave none"
 fi
+if [ "$peers" = 1 ]; then
+  step peer-fsdp "${limit[peer-fsdp]}" 1 "$pshow" \
+    python3 "$tree/tools/gpu/peer_fsdp.py" --model gpt2-xl --seq 1024 --card 24GiB --batches 24,32 \
+    --steps 2 --warmup 1 --time-limit $((limit[peer-fsdp] - 30)) "${peak_flag[@]}"
+fi
 
+# ---- 4. GPT-2 XL without offload on the whole card, beside PyTorch eager
+# at the same batch (the same tokens per step)
+step engine-xl-none "${limit[engine-xl-none]}" 1 "$show" \
+  bin/bench_engine --backend cuda --model gpt2-xl --seq 1024 --batch 16 --modes none --steps 3 --warmup 1 \
+  "${peak_flag[@]}"
+if [ "$peers" = 1 ]; then
+  step peer-torch "${limit[peer-torch]}" 1 "$pshow" \
+    python3 "$tree/tools/gpu/peer_torch.py" --model gpt2-xl --batch 16 --seq 1024 --steps 3 --warmup 2 \
+    "${peak_flag[@]}"
+fi
+
+# ---- 5. the Llama family at seq 2048: Llama 3.2 1B without offload on the
+# whole card; then the largest named Llama that a 24 GiB card and nine
+# tenths of this machine's available host memory hold in params mode with
+# recompute (the planner's answer, Llama 3.1 8B first), at the planner's
+# largest batch, confirmed.
+step llama-1b "${limit[llama-1b]}" 1 "$show" \
+  bin/bench_engine --backend cuda --model llama3.2-1b --seq 2048 --batch 8 --modes none --recompute --steps 3 \
+  --warmup 1 --lr 1e-5 "${peak_flag[@]}"
+host_gib=$(awk '/^MemAvailable:/ {print int($2 * 0.9 / 1048576)}' /proc/meminfo)
+step memprof-llama "${limit[memprof-llama]}" 0 '^(largest|model:|host|the largest Llama)' bash -c '
+  for m in llama3.1-8b qwen2.5-7b mistral-7b llama2-7b llama3.2-3b qwen2.5-1.5b llama3.2-1b qwen2.5-0.5b \
+           smollm2-360m smollm2-135m; do
+    if bin/memprof plan --model "$m" --seq 2048 --batch 1 --offload params --recompute --card 24GiB \
+         --host-mem "$1GiB" >/tmp/ferry-check-llama.txt 2>&1; then
+      cat /tmp/ferry-check-llama.txt
+      echo "the largest Llama this card and $1 GiB of host memory hold: $m"
+      exit 0
+    fi
+    echo "$m: does not fit ($(grep -m1 "does not fit" /tmp/ferry-check-llama.txt))"
+  done
+  exit 1' llama "${host_gib:-0}"
+big=$(sed -n 's/^the largest Llama this card and .* hold: \(.*\)$/\1/p' "$work/memprof-llama.out")
+if [ -n "$big" ]; then
+  step llama-big "${limit[llama-big]}" 1 "$show" \
+    bin/bench_engine --backend cuda --model "$big" --seq 2048 --modes params --recompute --card 24GiB \
+    --confirm-max-batch --steps 2 --warmup 0 --lr 1e-5 "${peak_flag[@]}"
+else
+  judge llama-big 1 1 0 "${limit[llama-big]}"
+  say "  llama-big | no Llama: memprof plan fits none in ${host_gib:-?} GiB of host memory"
+fi
+
+# ---- 6. the rest
+step transfer "${limit[transfer]}" 1 '.' bin/bench_transfer
+step kernel-lab "${limit[kernel-lab]}" 1 '^(kernel|ceilings|check .*FAIL|time |PASS|FAIL)' bin/kernel_lab
+# fp16, the type of Volta and Turing: the attention tiles (both sizes, the
+# 32-query one being Turing's) and the fp16 matmuls, at the quick sizes.
+step kernel-lab-f16 "${limit[kernel-lab-f16]}" 1 '^(kernel|ceilings|check .*FAIL|time |skip |PASS|FAIL)' \
+  bin/kernel_lab --quick --dtype f16 --op attention --op matmul
+step engine-gpt2 "${limit[engine-gpt2]}" 1 "$show" \
+  bin/bench_engine --backend cuda --model gpt2 --batch 8 --seq 1024 --steps 3 --warmup 0 "${peak_flag[@]}"
 # Capacity: the largest GPT-2-shaped model (dN: N layers, 64N wide) the
 # planner says a 24 GiB card and this machine's host memory hold, in params
 # mode with recompute at batch 1 x 1024 (about 7B parameters with 128 GiB),
 # set up and trained two steps: its size (the banner), its host peak (the
-# result line) and its time to the first step. The host budget is nine
-# tenths of what /proc/meminfo says is available now.
-host_gib=$(awk '/^MemAvailable:/ {print int($2 * 0.9 / 1048576)}' /proc/meminfo)
+# result line) and its time to the first step.
 step memprof-capacity "${limit[memprof-capacity]}" 0 'largest GPT-2-shaped' \
   bin/memprof plan --model gpt2 --seq 1024 --batch 1 --offload params --recompute --card 24GiB \
   --host-mem "${host_gib:-0}GiB"
@@ -452,35 +505,23 @@ else
   judge capacity 1 1 0 "${limit[capacity]}"
   say "  capacity | no model: memprof plan gave none for ${host_gib:-?} GiB of host memory"
 fi
-
-# ---- the peers: PyTorch beside ferry, GPT-2 XL at seq 1024, the same tokens
-# per step (tools/gpu/peer_*.py; python3 with torch and transformers, no
-# network). Ferry's rows first: no offload on the whole card at batch 16, and
-# engine-xl's optimizer and params mode (recompute, the planner's largest
-# batch, confirmed) on the emulated 24 GiB card;
-# then PyTorch without offload at batch 16 (eager, then torch.compile), and
-# FSDP2 with CPU offload capped at 24 GiB with its batch ladder; then one
-# table of tokens/s, MFU and batch, with ferry's ratio to each.
 if [ "$peers" = 1 ]; then
-  tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-  step engine-xl-none "${limit[engine-xl-none]}" 1 "$show" \
-    bin/bench_engine --backend cuda --model gpt2-xl --seq 1024 --batch 16 --modes none --steps 3 --warmup 1 \
-    "${peak_flag[@]}"
-  pshow='^(PEER|peer_)'
-  step peer-torch "${limit[peer-torch]}" 1 "$pshow" \
-    python3 "$tree/tools/gpu/peer_torch.py" --model gpt2-xl --batch 16 --seq 1024 --steps 3 --warmup 2 \
-    "${peak_flag[@]}"
+  # torch.compile gives up 10 s before its limit or what is left, whichever comes first
+  tl=$((bound - SECONDS - keep - 12))
+  [ "$tl" -gt $((limit[peer-torch-compile] - 10)) ] && tl=$((limit[peer-torch-compile] - 10))
+  [ "$tl" -ge 1 ] || tl=1
   step peer-torch-compile "${limit[peer-torch-compile]}" 1 "$pshow" \
     python3 "$tree/tools/gpu/peer_torch.py" --model gpt2-xl --batch 16 --seq 1024 --steps 3 --warmup 1 --compile \
-    --time-limit $((limit[peer-torch-compile] - 10)) "${peak_flag[@]}"
-  step peer-fsdp "${limit[peer-fsdp]}" 1 "$pshow" \
-    python3 "$tree/tools/gpu/peer_fsdp.py" --model gpt2-xl --seq 1024 --card 24GiB --batches 8,16,24,32,48 \
-    --steps 2 --warmup 1 --time-limit $((limit[peer-fsdp] - 60)) "${peak_flag[@]}"
-  step peer-table "${limit[peer-table]}" 0 '.' \
-    python3 "$tree/tools/gpu/peer_table.py" --ferry "no offload, full card=$work/engine-xl-none.out" \
-    --ferry "24GiB card=$work/engine-xl.out" \
-    --peer "$work/peer-torch.out" --peer "$work/peer-torch-compile.out" --peer "$work/peer-fsdp.out"
+    --time-limit "$tl" "${peak_flag[@]}"
 fi
+
+# ---- the table: every figure beside its peer and its goal
+step goals "${limit[goals]}" 0 '.' \
+  python3 "$here/goals.py" --kernel-lab "$work/kernel-lab-attention.out" --xl-24 "$work/engine-xl.out" \
+  --fsdp "$work/peer-fsdp.out" --xl-none "$work/engine-xl-none.out" --torch "$work/peer-torch.out" \
+  --torch-compile "$work/peer-torch-compile.out" --llama-1b "$work/llama-1b.out" --llama-big "$work/llama-big.out" \
+  --bench "$work/engine-xl.out" --bench "$work/engine-xl-none.out" --bench "$work/llama-1b.out" \
+  --bench "$work/llama-big.out" --bench "$work/engine-gpt2.out"
 
 say "done in $SECONDS s: $failed step(s) failed; whole outputs in $log"
 rm -rf "$work"

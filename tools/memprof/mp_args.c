@@ -6,10 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include "common/units.h"
 #include "train/flag_words.h"
+#include "train/hf_llama.h"
 #include "train/options.h"
 #include "tools/memprof/memprof.h"
 
@@ -141,7 +143,9 @@ void mp_plan_usage(FILE *f)
           "                  or of the Llama family, with its own vocabulary and context:\n"
           "                  smollm2-135m, smollm2-360m, tinyllama-1.1b, llama3.2-1b,\n"
           "                  llama3.2-3b, llama3.1-8b, llama2-7b, mistral-7b, qwen2.5-0.5b,\n"
-          "                  qwen2.5-1.5b, qwen2.5-7b or llama-dN\n"
+          "                  qwen2.5-1.5b, qwen2.5-7b or llama-dN; or a Hugging Face\n"
+          "                  folder (or its config.json) of model_type llama, mistral\n"
+          "                  or qwen2\n"
           "  --layers L --heads H --width C   a custom model instead (all three)\n"
           "  --vocab V       vocabulary (default 50257, padded to a multiple of 128)\n"
           "  --context T     longest sequence the model supports (default 1024)\n"
@@ -337,13 +341,31 @@ static int plan_card(mp_plan_args *a)
     return 0;
 }
 
-/* A Llama-family model by name: its config, and the figures the
- * printouts share with GPT-2's in *c. 0 or 2. */
-static int plan_llama_config(mp_plan_args *a, gpt2_config *c)
+/* --model's Hugging Face folder (or its config.json), when it names one:
+ * the path of the config.json in *json. */
+static bool plan_model_is_folder(const char *model, char *json, size_t cap)
 {
-    ferry_status st = llama_config_preset(a->model, &a->llama_cfg);
+    struct stat st;
+    if (!model || stat(model, &st) != 0)
+        return false;
+    if (S_ISDIR(st.st_mode))
+        snprintf(json, cap, "%s/config.json", model);
+    else
+        snprintf(json, cap, "%s", model);
+    return true;
+}
+
+/* A Llama-family model by name, or read from a Hugging Face folder's
+ * config.json: its config, and the figures the printouts share with
+ * GPT-2's in *c. 0 or 2. */
+static int plan_llama_config(mp_plan_args *a, const char *config_json, gpt2_config *c)
+{
+    ferry_status st = config_json ? hf_llama_read_config(config_json, &a->llama_cfg)
+                                  : llama_config_preset(a->model, &a->llama_cfg);
     if (st != FERRY_OK) {
-        fprintf(stderr, "memprof plan: %s\n", train_last_error());
+        fprintf(stderr, "memprof plan: %s%s\n", train_last_error(),
+                config_json ? " (--model takes a preset's name or a Hugging Face folder whose config.json has "
+                              "model_type llama, mistral or qwen2)" : "");
         return 2;
     }
     const llama_config *l = &a->llama_cfg;
@@ -367,8 +389,13 @@ static int plan_llama_config(mp_plan_args *a, gpt2_config *c)
 /* The model from the flags, checked; 0 or 2. */
 static int plan_model_config(mp_plan_args *a, gpt2_config *c)
 {
+    char json[4096];
     if (llama_is_preset(a->model))
-        return plan_llama_config(a, c);
+        return plan_llama_config(a, NULL, c);
+    gpt2_config preset;
+    if (a->model && gpt2_config_preset(a->model, &preset) != FERRY_OK &&
+        plan_model_is_folder(a->model, json, sizeof json))
+        return plan_llama_config(a, json, c);
     int custom = (a->layers > 0) + (a->heads > 0) + (a->width > 0);
     if (custom && custom < 3)
         return plan_fail("a custom model needs --layers, --heads and --width together%s%s", "", "");

