@@ -109,7 +109,7 @@ rc=$?; [ $rc -eq 1 ] && grep -q "no tokenizer found; tried " "$work/err" && grep
   ! grep -q "source tree" "$work/err" && [ ! -s "$work/out" ]
 ok $? "ferry-train --model llama-d2 --sample-every with no tokenizer.json anywhere is refused, naming every place tried and not GPT-2's (exit $rc): $(cat "$work/err")"
 env -u FERRY_TOKENIZER_DIR "$ferry" --sample --resume "$work/full" --backend host >"$work/out" 2>"$work/err"
-rc=$?; [ $rc -eq 1 ] && grep -q "the model's folder '$work/full/step_00000004' (no tokenizer.json)" "$work/err"
+rc=$?; [ $rc -eq 1 ] && grep -q "the model's folder '$work/full/step_00000004' (no tokenizer.json, nor encoder.json with vocab.bpe)" "$work/err"
 ok $? "so is --sample of a Llama checkpoint saved without one (exit $rc): $(cat "$work/err")"
 llama3_tok=$(bash "$(dirname "$0")/../../tools/setup/fetch_tokenizer.sh" llama3 2>"$work/err")
 ok $? "fetch_tokenizer.sh llama3 gives Llama 3's tokenizer.json ($llama3_tok) $(cat "$work/err")"
