@@ -94,10 +94,10 @@ MUTATIONS = [
      "warps read a tile still in flight",
      "backend/ops/attention.cu",
      "                cu_cp_commit<ARCH>();\n                cu_cp_wait<ARCH, 1>();\n            } else {\n"
-     "                cu_cp_wait<ARCH, 0>();\n            }\n        } else if (j > 0) {\n"
+     "                cu_cp_wait<ARCH, 0>();\n            }\n        } else if (j > j0) {\n"
      "            load_rows<T, HSP, BKV, THREADS, ARCH>(Kt,",
      "                cu_cp_commit<ARCH>();\n            } else {\n"
-     "                cu_cp_wait<ARCH, 0>();\n            }\n        } else if (j > 0) {\n"
+     "                cu_cp_wait<ARCH, 0>();\n            }\n        } else if (j > j0) {\n"
      "            load_rows<T, HSP, BKV, THREADS, ARCH>(Kt,", OPS, True),
     ("stage-barrier", "removed the barrier that ends a K/V tile: the next tile's copy overwrites a stage other "
      "warps still read",
