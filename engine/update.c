@@ -417,7 +417,7 @@ static ferry_status submit_job(engine_update *u, engine_group *g, adamw_job job,
     }
     sj->u = u;
     sj->job = job;
-    if (nr)
+    if (nr && ranges)
         memcpy(sj->ranges, ranges, nr * sizeof sj->ranges[0]);
     size_t ntiles = (n + OPTIM_TILE - 1) / OPTIM_TILE;
     atomic_fetch_add(&u->tiles_left, ntiles);
