@@ -352,17 +352,7 @@ ferry_status gpt2_set_positions(gpt2_activations *a, const int32_t *pos)
 {
     if (!a)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "gpt2_set_positions: activations are NULL");
-    if (!pos) {
-        free(a->set_pos);
-        a->set_pos = NULL;
-        return FERRY_OK;
-    }
-    CHECK(ops_check_positions("gpt2_set_positions", pos, a->B, a->T));
-    size_t bytes = (size_t)a->B * a->T * sizeof *pos;
-    if (!a->set_pos && !(a->set_pos = malloc(bytes)))
-        return err_set(FERRY_ERR_OUT_OF_MEMORY, "gpt2_set_positions: out of host memory for %zu bytes", bytes);
-    memcpy(a->set_pos, pos, bytes);
-    return FERRY_OK;
+    return model_keep_positions("gpt2_set_positions", &a->set_pos, pos, a->B, a->T);
 }
 
 static float loss_grad_scale(const gpt2_activations *a, float grad_scale)

@@ -336,17 +336,7 @@ ferry_status llama_set_positions(llama_activations *a, const int32_t *pos)
 {
     if (!a)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "llama_set_positions: activations are NULL");
-    if (!pos) {
-        free(a->set_pos);
-        a->set_pos = NULL;
-        return FERRY_OK;
-    }
-    CHECK(ops_check_positions("llama_set_positions", pos, a->B, a->T));
-    size_t bytes = (size_t)a->B * a->T * sizeof *pos;
-    if (!a->set_pos && !(a->set_pos = malloc(bytes)))
-        return err_set(FERRY_ERR_OUT_OF_MEMORY, "llama_set_positions: out of host memory for %zu bytes", bytes);
-    memcpy(a->set_pos, pos, bytes);
-    return FERRY_OK;
+    return model_keep_positions("llama_set_positions", &a->set_pos, pos, a->B, a->T);
 }
 
 static ferry_status check_run(const llama_model *m, llama_activations *a, const model_hooks *h, backend_stream *s, const char *who)

@@ -56,6 +56,23 @@ ferry_status model_release(const model_hooks *h, const char *who, int g, ferry_p
     return st == FERRY_OK ? st : err_wrap(st, "%s: releasing group %d", who, g);
 }
 
+ferry_status model_keep_positions(const char *who, int32_t **keep, const int32_t *pos, int B, int T)
+{
+    if (!pos) {
+        free(*keep);
+        *keep = NULL;
+        return FERRY_OK;
+    }
+    ferry_status st = ops_check_positions(who, pos, B, T);
+    if (st != FERRY_OK)
+        return st;
+    size_t bytes = (size_t)B * T * sizeof *pos;
+    if (!*keep && !(*keep = malloc(bytes)))
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "%s: out of host memory for %zu bytes", who, bytes);
+    memcpy(*keep, pos, bytes);
+    return FERRY_OK;
+}
+
 /* ---- a batch's inputs and its loss ---- */
 
 ferry_status model_check_batch(const char *who, const int32_t *tokens, const int32_t *targets, int B, int T, int V,

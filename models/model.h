@@ -60,6 +60,10 @@ ferry_status model_release(const model_hooks *h, const char *who, int g, ferry_p
 
 /* ---- a batch's inputs and its loss ---- */
 
+/* A batch's per-token positions (B x T, checked by ops_check_positions)
+ * kept in *keep, a host copy allocated on first use; pos NULL frees it
+ * (the positions 0..T-1 of every row again). On error *keep is as before. */
+ferry_status model_keep_positions(const char *who, int32_t **keep, const int32_t *pos, int B, int T);
 /* Checks tokens[B T] (each in [0, V)) and targets (NULL, or each < V;
  * negative ones are ignored) before anything is launched:
  * FERRY_ERR_INVALID_ARGUMENT naming `who`, the value, its batch row and
