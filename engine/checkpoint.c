@@ -37,7 +37,7 @@
  * With data parallelism no rank reads the whole file twice: from version 4
  * on (a CRC of parts combines into the whole's, crc32c_combine), each rank
  * checks 1/N of the payload's bytes, the ranks agree on the file's CRC, and
- * each then reads what it keeps (its slot of every array in the sharded
+ * each then reads what it keeps (its slot of every array in the partitioned
  * modes). Older files are read whole by every rank, as before. */
 #include <errno.h>
 #include <float.h>
@@ -224,7 +224,7 @@ static ferry_status for_each_chunk_of(void *base, size_t bytes, bool on_device, 
     return FERRY_OK;
 }
 
-static ferry_status for_each_state_chunk_sharded(const ckpt_env *e, void *buf, chunk_fn fn, void *ctx);
+static ferry_status for_each_state_chunk_partitioned(const ckpt_env *e, void *buf, chunk_fn fn, void *ctx);
 
 static ferry_moments engine_form(const ckpt_env *e) { return e->ctx->cfg->moments; }
 
@@ -255,8 +255,8 @@ static ferry_status load_converted(const ckpt_env *e, engine_group *g, int k, fe
 static ferry_status for_each_state_chunk(const ckpt_env *e, void *buf, chunk_fn fn, void *ctx, int disk,
                                          ferry_moments ff)
 {
-    if (dp_sharded(e->dp, ctx_mode(e->ctx))) /* each rank holds part of every array */
-        return for_each_state_chunk_sharded(e, buf, fn, ctx);
+    if (dp_partitioned(e->dp, ctx_mode(e->ctx))) /* each rank holds part of every array */
+        return for_each_state_chunk_partitioned(e, buf, fn, ctx);
     ferry_status st = FERRY_OK;
     bool compact = engine_form(e) != FERRY_MOMENTS_F32;
     for (int i = 0; i < e->groups->n && st == FERRY_OK; i++) {
@@ -523,12 +523,12 @@ static ferry_status check_model(const ckpt_env *e, const ckpt_file *f, size_t *w
     bool on_disk = false;
     for (int i = 0; i < e->groups->n; i++)
         on_disk |= ef == FERRY_MOMENTS_F32 && !e->groups->g[i].m;
-    if (ff != ef && (dp_sharded(e->dp, ctx_mode(e->ctx)) || state_on_device(e) || on_disk))
+    if (ff != ef && (dp_partitioned(e->dp, ctx_mode(e->ctx)) || state_on_device(e) || on_disk))
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "checkpoint '%s' holds %s moments and this engine keeps %s ones %s; resume with moments %s "
                        "(or convert it in a run alone in offload optimizer or params)",
                        f->path, ferry_moments_name(ff), ferry_moments_name(ef),
-                       state_on_device(e) ? "on the device" : on_disk ? "on the NVMe tier" : "sharded across ranks",
+                       state_on_device(e) ? "on the device" : on_disk ? "on the NVMe tier" : "partitioned across ranks",
                        ferry_moments_name(ff));
     uint64_t scaling = f->h.flags & CKPT_FLAG_SCALING ? sizeof(ckpt_scaling) : 0;
     uint64_t states = state_bytes(e, file_form(&f->h)), numel = weight_bytes(e, 1);
@@ -621,7 +621,7 @@ static ferry_status load_chunk(void *p, void *state, bool on_device, void *buf, 
 }
 
 /* This rank's slot of every array, straight from where the file holds it
- * (the sharded modes, applying a checked file): the rank reads its 1/N of
+ * (the partitioned modes, applying a checked file): the rank reads its 1/N of
  * the state, nothing else of it. */
 static ferry_status take_own_slots(const load_ctx *c, void *buf)
 {
@@ -631,8 +631,8 @@ static ferry_status take_own_slots(const load_ctx *c, void *buf)
     for (int i = 0; i < e->groups->n && st == FERRY_OK; i++) {
         engine_group *g = &e->groups->g[i];
         float *arrays[3] = {g->master, g->m, g->v};
-        size_t lo = g->shard_lo < g->numel ? g->shard_lo : g->numel;
-        size_t n = g->numel - lo < g->shard_n ? g->numel - lo : g->shard_n; /* the last slot may be padded */
+        size_t lo = g->part_lo < g->numel ? g->part_lo : g->numel;
+        size_t n = g->numel - lo < g->part_n ? g->numel - lo : g->part_n; /* the last slot may be padded */
         for (int k = 0; k < 3 && st == FERRY_OK; k++, at += g->numel * sizeof(float))
             for (size_t done = 0; done < n * sizeof(float) && st == FERRY_OK; done += CKPT_CHUNK) {
                 size_t bytes = n * sizeof(float) - done < CKPT_CHUNK ? n * sizeof(float) - done : CKPT_CHUNK;
@@ -657,7 +657,7 @@ static ferry_status load_pass(load_ctx *c)
     void *buf = malloc(CKPT_CHUNK);
     if (!buf)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "loading a checkpoint: out of host memory");
-    ferry_status st = c->apply && c->parts && dp_sharded(e->dp, ctx_mode(e->ctx))
+    ferry_status st = c->apply && c->parts && dp_partitioned(e->dp, ctx_mode(e->ctx))
                           ? take_own_slots(c, buf)
                           : for_each_state_chunk(e, buf, load_chunk, c, c->apply ? 2 : 0, file_form(&c->f->h));
     for (int i = 0; c->apply && i < e->groups->n && st == FERRY_OK; i++)
@@ -800,7 +800,7 @@ static ferry_status load_file(const ckpt_env *e, const char *path, void *user, s
 /* ---- data parallelism: one whole file at any world size ----
  *
  * Rank 0 writes the file a single process would write, byte for byte: in
- * the sharded modes each chunk of each array is gathered from the ranks
+ * the partitioned modes each chunk of each array is gathered from the ranks
  * that own it (dp_gather_state) in the order the file holds it, the
  * other ranks sending their parts; in offload none every rank holds the
  * whole state and rank 0 writes its own. Every rank loads the whole file,
@@ -809,7 +809,7 @@ static ferry_status load_file(const ckpt_env *e, const char *path, void *user, s
  * rank 0's status of a save, and a load fails everywhere if it failed
  * anywhere. */
 
-/* The gathers of a sharded save all ran (rank 0 keeps receiving after a
+/* The gathers of a partitioned save all ran (rank 0 keeps receiving after a
  * failed write, so the other ranks are never left sending). */
 static _Thread_local bool gathered_whole;
 
@@ -817,7 +817,7 @@ static _Thread_local bool gathered_whole;
  * is save_chunk), each is first gathered from the ranks into a scratch;
  * loading (load_chunk), each is read whole and this rank keeps its part. A
  * failure of fn stops calling it but not the gathers. */
-static ferry_status for_each_state_chunk_sharded(const ckpt_env *e, void *buf, chunk_fn fn, void *ctx)
+static ferry_status for_each_state_chunk_partitioned(const ckpt_env *e, void *buf, chunk_fn fn, void *ctx)
 {
     bool saving = fn == save_chunk || fn == NULL;
     bool taking = fn == load_chunk && ((load_ctx *)ctx)->apply;
@@ -854,20 +854,20 @@ ferry_status ckpt_save(const ckpt_env *e, const char *path, const void *user, si
     ferry_status st = dp_save_begin(e->dp, path);
     if (st != FERRY_OK)
         return err_wrap(st, "saving the checkpoint");
-    bool sharded = dp_sharded(e->dp, ctx_mode(e->ctx));
+    bool partitioned = dp_partitioned(e->dp, ctx_mode(e->ctx));
     gathered_whole = false;
     if (dp_writes_files(e->dp)) {
         st = save_file(e, path, user, user_bytes);
-    } else if (sharded) {
+    } else if (partitioned) {
         /* this rank sends its parts, in the order rank 0 writes them */
         ferry_status ready = quiesce(e);
-        st = ready != FERRY_OK ? ready : for_each_state_chunk_sharded(e, NULL, NULL, NULL);
+        st = ready != FERRY_OK ? ready : for_each_state_chunk_partitioned(e, NULL, NULL, NULL);
     }
     /* rank 0 stopped before its gathers (a file it could not open): still take them */
-    if (dp_writes_files(e->dp) && sharded && !gathered_whole) {
+    if (dp_writes_files(e->dp) && partitioned && !gathered_whole) {
         char keep[ERR_MESSAGE_MAX];
         snprintf(keep, sizeof keep, "%s", ferry_last_error());
-        ferry_status drained = for_each_state_chunk_sharded(e, NULL, NULL, NULL);
+        ferry_status drained = for_each_state_chunk_partitioned(e, NULL, NULL, NULL);
         if (st == FERRY_OK)
             st = drained;
         else

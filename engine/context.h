@@ -2,9 +2,9 @@
  * orchestrator (engine.c) and only used by the components:
  * - engine_ctx: the backend and its three streams, where memory comes from
  *   (the device arena, the pinned host pool), the CPU threads, the memory
- *   trace, the device's element type and the offload mode the device side
- *   runs in (offload nvme runs it as optimizer mode), and the configuration
- *   as resolved at setup (read only);
+ *   trace, the device's element type, the offload mode as resolved once
+ *   (engine_mode), and the configuration as the embedder gave it (read
+ *   only);
  * - engine_progress: the step in progress (steps taken, which micro-batch,
  *   whether they accumulate, inference), which the orchestrator advances and
  *   the schedule, the drains and the step read, and the step's figures as
@@ -40,8 +40,20 @@
 #include "offload/trace.h"
 #include "optim/threadpool.h"
 
+/* The offload mode, resolved once: at ferry_engine_create from the
+ * configuration, then by offload auto at setup, before any byte is placed
+ * (engine.c writes it, nothing else does). Every component reads the mode
+ * here; cfg->offload and cfg->nvme_path stay as the embedder gave them. */
+typedef struct engine_mode {
+    ferry_offload asked;  /* NONE, OPTIMIZER, PARAMS or NVME once set up (AUTO until offload auto chose) */
+    ferry_offload device; /* NONE, OPTIMIZER or PARAMS: what the device side runs (nvme runs as optimizer) */
+    char *disk_dir;       /* the NVMe tier's folder (the engine's copy), NULL without the tier */
+    bool master_on_disk;  /* the tier holds the fp32 master weights too (nvme_master) */
+} engine_mode;
+
 typedef struct engine_ctx {
-    const ferry_engine_config *cfg; /* as resolved at setup: cfg->offload is the device side's mode */
+    const ferry_engine_config *cfg; /* as the embedder gave it (its strings not kept) */
+    engine_mode mode;
     backend *be;
     backend_stream *compute, *h2d, *d2h;
     arena *arena;
@@ -54,7 +66,9 @@ typedef struct engine_ctx {
 } engine_ctx;
 
 /* The device side's mode: NONE, OPTIMIZER or PARAMS. */
-static inline ferry_offload ctx_mode(const engine_ctx *c) { return c->cfg->offload; }
+static inline ferry_offload ctx_mode(const engine_ctx *c) { return c->mode.device; }
+/* The NVMe tier's folder, NULL without the tier. */
+static inline const char *ctx_disk(const engine_ctx *c) { return c->mode.disk_dir; }
 
 typedef struct engine_progress {
     int64_t step;                 /* optimizer steps taken */

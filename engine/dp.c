@@ -55,7 +55,7 @@ struct engine_dp {
     ferry_offload mode;
     backend_stream *grads_stream, *weights_stream;
     backend_comm *grads_comm, *weights_comm;
-    float *send[2], *recv[2];         /* sharded modes: a chunk of every rank's slot of the fp32
+    float *send[2], *recv[2];         /* partitioned modes: a chunk of every rank's slot of the fp32
                                          gradients, and this rank's chunk of their sum */
     size_t chunk;                     /* elements of each slot per reduce (engine_reduce_chunk) */
     backend_event *ring_ready[2];     /* recv[b] holds a reduced chunk (gradient comm stream) */
@@ -72,7 +72,7 @@ struct engine_dp {
     backend_event **wait_mid; /* compute stream: a timed weight wait is past the staged part */
 };
 
-bool dp_sharded(const engine_dp *d, ferry_offload mode) { return d && mode != FERRY_OFFLOAD_NONE; }
+bool dp_partitioned(const engine_dp *d, ferry_offload mode) { return d && mode != FERRY_OFFLOAD_NONE; }
 int dp_rank(const engine_dp *d) { return d ? d->rank : 0; }
 int dp_world(const engine_dp *d) { return d ? d->world : 1; }
 backend_event *dp_staged(const engine_dp *d, int gi) { return d && d->staged ? d->staged[gi] : NULL; }
@@ -98,7 +98,7 @@ ferry_status dp_join(const ferry_engine_config *cfg, bool nvme, engine_dp **out)
     if (nvme)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: the NVMe tier (offload nvme, or nvme_path) trains alone: with %d ranks "
-                       "each holds a shard of the state in host memory instead; leave nvme_path unset, or set "
+                       "each holds a part of the state in host memory instead; leave nvme_path unset, or set "
                        "data_parallel -1",
                        w.world_size);
     engine_dp *d = calloc(1, sizeof *d);
@@ -158,15 +158,15 @@ void dp_close(engine_dp *d)
 
 void dp_layout(const engine_dp *d, ferry_offload mode, engine_group *g)
 {
-    g->shard_lo = 0;
-    g->shard_n = g->shard_cap = g->padded = g->numel;
-    if (!dp_sharded(d, mode))
+    g->part_lo = 0;
+    g->part_n = g->part_cap = g->padded = g->numel;
+    if (!dp_partitioned(d, mode))
         return;
-    size_t cap = engine_shard_cap(g->numel, d->world), lo = (size_t)d->rank * cap;
-    g->shard_cap = cap;
+    size_t cap = engine_part_cap(g->numel, d->world), lo = (size_t)d->rank * cap;
+    g->part_cap = cap;
     g->padded = cap * (size_t)d->world;
-    g->shard_lo = lo;
-    g->shard_n = lo >= g->numel ? 0 : (g->numel - lo < cap ? g->numel - lo : cap);
+    g->part_lo = lo;
+    g->part_n = lo >= g->numel ? 0 : (g->numel - lo < cap ? g->numel - lo : cap);
 }
 
 ferry_status dp_place(engine_dp *d, const engine_ctx *c, const engine_groups *gs, void *const reduce[4])
@@ -194,7 +194,7 @@ ferry_status dp_place(engine_dp *d, const engine_ctx *c, const engine_groups *gs
         return st;
     size_t cap = 0;
     for (int i = 0; i < gs->n; i++)
-        cap = gs->g[i].shard_cap > cap ? gs->g[i].shard_cap : cap;
+        cap = gs->g[i].part_cap > cap ? gs->g[i].part_cap : cap;
     d->chunk = engine_reduce_chunk(d->world, cap);
     for (int b = 0; b < 2; b++) {
         d->send[b] = reduce[2 * b];
@@ -262,7 +262,7 @@ static ferry_status reduce_chunk(engine_dp *d, const engine_ctx *c, engine_progr
     d->next ^= 1;
     ferry_status st = backend_stream_wait_event(cs, d->ring_free[b]); /* its last drain has read recv[b] */
     for (int q = 0; q < d->world && st == FERRY_OK; q++) {
-        size_t from = (size_t)q * g->shard_cap + c0;
+        size_t from = (size_t)q * g->part_cap + c0;
         size_t valid = from >= g->numel ? 0 : (g->numel - from < x ? g->numel - from : x);
         float *to = d->send[b] + (size_t)q * x;
         if (valid)
@@ -286,8 +286,8 @@ ferry_status dp_reduce_and_drain(engine_dp *d, const engine_ctx *c, engine_progr
 {
     backend_comm_set_tag(d->grads_comm, gi); /* the ledger writes the group with each chunk */
     ferry_status st = backend_stream_wait_event(d->grads_stream, g->grads_done);
-    for (size_t c0 = 0; c0 < g->shard_cap && st == FERRY_OK; c0 += d->chunk)
-        st = reduce_chunk(d, c, p, g, c0, g->shard_cap - c0 < d->chunk ? g->shard_cap - c0 : d->chunk);
+    for (size_t c0 = 0; c0 < g->part_cap && st == FERRY_OK; c0 += d->chunk)
+        st = reduce_chunk(d, c, p, g, c0, g->part_cap - c0 < d->chunk ? g->part_cap - c0 : d->chunk);
     return st == FERRY_OK ? backend_event_record(g->drained, c->d2h) : st;
 }
 
@@ -296,8 +296,8 @@ ferry_status dp_reduce_and_drain(engine_dp *d, const engine_ctx *c, engine_progr
 ferry_status dp_upload(engine_dp *d, const engine_ctx *c, engine_progress *p, engine_group *g, int gi,
                        backend_event *also_wait)
 {
-    size_t bytes = act_bytes(c, g->shard_cap);
-    char *slot = (char *)g->dev_weights + act_bytes(c, g->shard_lo);
+    size_t bytes = act_bytes(c, g->part_cap);
+    char *slot = (char *)g->dev_weights + act_bytes(c, g->part_lo);
     ferry_status st;
     p->acc.transfer_h2d_bytes += (double)bytes;
     p->acc.comm_bytes += (double)(d->world - 1) * (double)bytes;
@@ -306,7 +306,7 @@ ferry_status dp_upload(engine_dp *d, const engine_ctx *c, engine_progress *p, en
         (st = backend_memcpy_async(c->h2d, slot, g->host_weights, bytes, BACKEND_COPY_H2D)) != FERRY_OK ||
         (st = backend_event_record(d->staged[gi], c->h2d)) != FERRY_OK ||
         (st = backend_stream_wait_event(d->weights_stream, d->staged[gi])) != FERRY_OK ||
-        (st = ops_all_gather(d->weights_stream, d->weights_comm, slot, g->dev_weights, g->shard_cap, c->act)) !=
+        (st = ops_all_gather(d->weights_stream, d->weights_comm, slot, g->dev_weights, g->part_cap, c->act)) !=
             FERRY_OK)
         return st;
     return backend_event_record(g->uploaded, d->weights_stream);
@@ -328,8 +328,8 @@ ferry_status dp_wait_reduced(engine_dp *d, const engine_ctx *c, const engine_gro
 /* The tiles of group g that rank p owns: [*t0, *t0 + *nt). */
 static void owned_tiles(const engine_group *g, int p, size_t *t0, size_t *nt)
 {
-    size_t lo = (size_t)p * g->shard_cap, n = lo >= g->numel ? 0 : g->numel - lo;
-    n = n < g->shard_cap ? n : g->shard_cap;
+    size_t lo = (size_t)p * g->part_cap, n = lo >= g->numel ? 0 : g->numel - lo;
+    n = n < g->part_cap ? n : g->part_cap;
     *t0 = lo / NUMERICS_TILE;
     *nt = (n + NUMERICS_TILE - 1) / NUMERICS_TILE;
 }
@@ -457,8 +457,8 @@ void dp_close_timing(engine_dp *d, ferry_step_timing *t)
 /* Rank p's part of a group: [lo, lo + n). */
 static void part_of(const engine_group *g, int p, size_t *lo, size_t *n)
 {
-    *lo = (size_t)p * g->shard_cap;
-    *n = *lo >= g->numel ? 0 : (g->numel - *lo < g->shard_cap ? g->numel - *lo : g->shard_cap);
+    *lo = (size_t)p * g->part_cap;
+    *n = *lo >= g->numel ? 0 : (g->numel - *lo < g->part_cap ? g->numel - *lo : g->part_cap);
 }
 
 ferry_status dp_get_master(engine_dp *d, engine_group *g, float *out)
@@ -478,7 +478,7 @@ ferry_status dp_get_master(engine_dp *d, engine_group *g, float *out)
 ferry_status dp_set_master(engine_dp *d, engine_group *g, const float *values)
 {
     (void)d;
-    memcpy(g->master, values + g->shard_lo, g->shard_n * sizeof(float));
+    memcpy(g->master, values + g->part_lo, g->part_n * sizeof(float));
     return FERRY_OK;
 }
 
@@ -509,7 +509,7 @@ ferry_status dp_gather_state(engine_dp *d, engine_group *g, int k, size_t at, si
 
 void dp_take_state(engine_group *g, int k, size_t at, size_t n, const float *buf)
 {
-    size_t lo = g->shard_lo, a = at > lo ? at : lo, b = at + n < lo + g->shard_n ? at + n : lo + g->shard_n;
+    size_t lo = g->part_lo, a = at > lo ? at : lo, b = at + n < lo + g->part_n ? at + n : lo + g->part_n;
     if (a < b)
         memcpy(state_array(g, k) + (a - lo), buf + (a - at), (b - a) * sizeof(float));
 }

@@ -32,11 +32,11 @@ ferry_status dp_open(engine_dp *d, const engine_ctx *c);
 void dp_close(engine_dp *d);
 
 /* The state is split across ranks: optimizer and params modes. */
-bool dp_sharded(const engine_dp *d, ferry_offload mode);
-/* Sets the group's shard fields (alone, or unsharded: the whole group). */
+bool dp_partitioned(const engine_dp *d, ferry_offload mode);
+/* Sets the group's part fields (alone, or unpartitioned: the whole group). */
 void dp_layout(const engine_dp *d, ferry_offload mode, engine_group *g);
 /* After placement: each group's events, and the reduce buffers the plan
- * gave (send 0, receive 0, send 1, receive 1; the sharded modes). */
+ * gave (send 0, receive 0, send 1, receive 1; the partitioned modes). */
 ferry_status dp_place(engine_dp *d, const engine_ctx *c, const engine_groups *gs, void *const reduce[4]);
 void dp_unplace(engine_dp *d);
 /* Group gi's events: its slot of the weights is on the device (h2d
@@ -81,7 +81,7 @@ ferry_status dp_synchronize(engine_dp *d);
 void dp_close_timing(engine_dp *d, ferry_step_timing *t);
 
 /* Master weights in and out: gathered from every rank / taken for this
- * rank's part (collective in the sharded modes). */
+ * rank's part (collective in the partitioned modes). */
 ferry_status dp_get_master(engine_dp *d, engine_group *g, float *out);
 ferry_status dp_set_master(engine_dp *d, engine_group *g, const float *values);
 

@@ -254,7 +254,7 @@ static void drain_tile(void *ctx, size_t tile, int worker)
         return;
     engine_group *g = job->g;
     size_t first = tile * OPTIM_TILE; /* in this rank's part of the group */
-    size_t n = g->shard_n - first < OPTIM_TILE ? g->shard_n - first : OPTIM_TILE;
+    size_t n = g->part_n - first < OPTIM_TILE ? g->part_n - first : OPTIM_TILE;
     const char *src = (const char *)g->host_grads + first * dtype_size(job->t);
     if (job->accumulate)
         numerics_accumulate(g->grad_acc + first, src, job->t, n, job->first);
@@ -325,14 +325,14 @@ static ferry_status submit_drain_job(engine_drain *d, int gi, bool last)
     j->first = p->micro_index == 0;
     j->last = last;
     j->t = d->env.dp ? FERRY_DTYPE_F32 : c->act;
-    j->tile0 = g->shard_lo / OPTIM_TILE;
+    j->tile0 = g->part_lo / OPTIM_TILE;
     pthread_mutex_init(&j->lock, NULL);
     pthread_cond_init(&j->landed_cond, NULL);
     if (d->env.dp && (st = comm_waker_add(drain_job_wake, j, &j->waker)) != FERRY_OK) {
         drain_job_free(j);
         return st;
     }
-    size_t ntiles = (g->shard_n + OPTIM_TILE - 1) / OPTIM_TILE;
+    size_t ntiles = (g->part_n + OPTIM_TILE - 1) / OPTIM_TILE;
     if ((st = tp_submit(c->threads, ntiles, drain_tile, j, drain_job_free, &dg->norm_ticket)) != FERRY_OK) {
         drain_job_free(j);
         return st;

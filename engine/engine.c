@@ -240,7 +240,7 @@ static ferry_status start_libraries(ferry_engine *e)
 static ferry_status open_parts(ferry_engine *e)
 {
     engine_ctx *c = &e->ctx;
-    ferry_status st = dp_join(&e->cfg, e->how.nvme_dir || e->how.nvme_asked, &e->dp); /* first: the rank picks the GPU */
+    ferry_status st = dp_join(&e->cfg, ctx_disk(c) || c->mode.asked == FERRY_OFFLOAD_NVME, &e->dp); /* first: the rank picks the GPU */
     if (st == FERRY_OK)
         st = backend_open(e->cfg.backend, &c->be);
     if (st != FERRY_OK)
@@ -274,6 +274,16 @@ static ferry_status open_parts(ferry_engine *e)
     return pool_create(&pc, &c->pool);
 }
 
+/* The mode asked and the device side's (offload nvme places the device side
+ * as optimizer mode does; what goes to disk is the update's business,
+ * update_nvme.c). */
+static void set_mode(engine_mode *m, ferry_offload asked, bool master_on_disk)
+{
+    m->asked = asked;
+    m->device = asked == FERRY_OFFLOAD_NVME ? FERRY_OFFLOAD_OPTIMIZER : asked;
+    m->master_on_disk = master_on_disk;
+}
+
 ferry_status ferry_engine_create(const ferry_engine_config *cfg, ferry_engine **out)
 {
     if (!cfg || !out)
@@ -292,16 +302,12 @@ ferry_status ferry_engine_create(const ferry_engine_config *cfg, ferry_engine **
     e->cfg = c;
     e->ctx.cfg = &e->cfg;
     e->prog.micro_index = -1;
-    /* Offload 'nvme' places the device side as 'optimizer' does; what goes to
-     * disk is the update's business (update_nvme.c). */
-    e->how.nvme_asked = c.offload == FERRY_OFFLOAD_NVME;
     e->how.auto_asked = c.offload == FERRY_OFFLOAD_AUTO; /* chosen at setup (auto.c) */
-    if (e->how.nvme_asked)
-        e->cfg.offload = FERRY_OFFLOAD_OPTIMIZER;
-    e->how.nvme_dir = c.nvme_path ? strdup(c.nvme_path) : NULL;
-    e->cfg.nvme_path = NULL; /* the copy is kept, not the caller's string */
-    st = c.nvme_path && !e->how.nvme_dir ? err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_create: out of host memory")
-                                         : open_parts(e);
+    set_mode(&e->ctx.mode, c.offload, c.nvme_master != 0);
+    e->ctx.mode.disk_dir = c.nvme_path ? strdup(c.nvme_path) : NULL;
+    e->cfg.nvme_path = NULL; /* the copy is kept (ctx.mode), not the caller's string */
+    st = c.nvme_path && !ctx_disk(&e->ctx) ? err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_create: out of host memory")
+                                           : open_parts(e);
     e->cfg.trace_path = NULL; /* the caller's string is used once, not kept */
     if (st != FERRY_OK) {
         ferry_engine_destroy(e);
@@ -350,7 +356,7 @@ ferry_status ferry_engine_close(ferry_engine *e)
     unplace(e);
     groups_free(&e->groups);
     free(e->user.p);
-    free(e->how.nvme_dir);
+    free(e->ctx.mode.disk_dir);
     pool_destroy(c->pool);
     tp_pool_destroy(c->threads);
     arena_destroy(c->arena);
@@ -388,18 +394,20 @@ static ferry_status resolve_auto(ferry_engine *e)
 {
     if (!e->how.auto_asked)
         return FERRY_OK;
-    engine_auto_setup in = {&e->groups, &e->cfg, backend_kind(e->ctx.be), e->ctx.act, arena_budget(e->ctx.arena),
-                            e->dp ? comm_world_size() : 1, e->dp != NULL, e->how.nvme_dir};
+    engine_auto_setup in = {.groups = &e->groups, .cfg = &e->cfg, .backend = backend_kind(e->ctx.be),
+                            .act = e->ctx.act, .device_budget = arena_budget(e->ctx.arena),
+                            .ranks = e->dp ? comm_world_size() : 1, .ranked = e->dp != NULL,
+                            .nvme_dir = ctx_disk(&e->ctx)};
     engine_auto_choice c;
     ferry_status st = engine_auto_resolve(&in, &c, e->how.auto_reason, sizeof e->how.auto_reason);
     if (st != FERRY_OK)
         return st;
-    e->cfg.offload = c.offload == FERRY_OFFLOAD_NVME ? FERRY_OFFLOAD_OPTIMIZER : c.offload;
-    e->how.nvme_asked = c.offload == FERRY_OFFLOAD_NVME;
-    if (!e->how.nvme_asked && !c.disk) { /* the folder was only in case the disk were needed */
-        free(e->how.nvme_dir);
-        e->how.nvme_dir = NULL;
+    engine_mode *m = &e->ctx.mode;
+    if (c.offload != FERRY_OFFLOAD_NVME && !c.disk) { /* the folder was only in case the disk were needed */
+        free(m->disk_dir);
+        m->disk_dir = NULL;
     }
+    set_mode(m, c.offload, m->disk_dir && m->master_on_disk);
     if (e->cfg.verbose)
         fprintf(stderr, "ferry: %s\n", e->how.auto_reason);
     return FERRY_OK;
@@ -407,7 +415,8 @@ static ferry_status resolve_auto(ferry_engine *e)
 
 static engine_where where(const ferry_engine *e)
 {
-    return (engine_where){dp_sharded(e->dp, e->cfg.offload), e->how.nvme_dir != NULL, e->cfg.nvme_master != 0};
+    return (engine_where){dp_partitioned(e->dp, ctx_mode(&e->ctx)), ctx_disk(&e->ctx) != NULL,
+                          e->ctx.mode.master_on_disk};
 }
 
 static void describe(ferry_engine *e)
@@ -443,17 +452,21 @@ static void describe_more(ferry_engine *e, const char *more)
 static ferry_status open_step_parts(ferry_engine *e)
 {
     engine_ctx *c = &e->ctx;
-    update_env ue = {c, &e->groups, &e->prog, e->dp, e->res, &e->placement, e->how.nvme_dir, e->how.nvme_asked};
+    update_env ue = {.ctx = c, .groups = &e->groups, .prog = &e->prog, .dp = e->dp, .res = e->res,
+                     .placement = &e->placement};
     ferry_status st = update_open(&ue, &e->update);
     if (st != FERRY_OK)
         return st;
-    drain_env de = {c, &e->groups, &e->prog, e->dp, e->update, &e->placement};
+    drain_env de = {.ctx = c, .groups = &e->groups, .prog = &e->prog, .dp = e->dp, .update = e->update,
+                    .placement = &e->placement};
     if ((st = drain_open(&de, &e->drain)) != FERRY_OK)
         return st;
-    sched_env se = {c, &e->groups, &e->prog, e->dp, e->res, e->update, e->drain};
+    sched_env se = {.ctx = c, .groups = &e->groups, .prog = &e->prog, .dp = e->dp, .res = e->res,
+                    .update = e->update, .drain = e->drain};
     if ((st = sched_open(&se, &e->sched)) != FERRY_OK)
         return st;
-    step_env te = {c, &e->groups, &e->prog, e->dp, e->res, e->update, e->drain, e->sched, &e->placement};
+    step_env te = {.ctx = c, .groups = &e->groups, .prog = &e->prog, .dp = e->dp, .res = e->res,
+                   .update = e->update, .drain = e->drain, .sched = e->sched, .placement = &e->placement};
     return step_open(&te, &e->scaling, &e->step);
 }
 
@@ -462,7 +475,7 @@ static ferry_status open_step_parts(ferry_engine *e)
 static int forced_split(const ferry_engine *e)
 {
     int n = e->cfg.device_update_groups;
-    bool available = e->cfg.offload == FERRY_OFFLOAD_OPTIMIZER && !e->how.nvme_dir && !e->how.nvme_asked &&
+    bool available = e->ctx.mode.asked == FERRY_OFFLOAD_OPTIMIZER && !ctx_disk(&e->ctx) &&
                      !e->cfg.delayed_update && !e->dp;
     return available && n > 0 && n <= e->groups.n ? n : 0;
 }
@@ -482,13 +495,13 @@ static ferry_status plan_request(ferry_engine *e, engine_plan_request *rq, size_
     *rq = (engine_plan_request){
         .backend = backend_kind(e->ctx.be),
         .dtype = e->ctx.act,
-        .offload = e->how.nvme_asked ? FERRY_OFFLOAD_NVME : e->cfg.offload,
+        .offload = e->ctx.mode.asked,
         .prefetch_groups = e->cfg.prefetch_groups,
         .micro_batches = e->cfg.auto_micro_batches > 0 ? e->cfg.auto_micro_batches : 1,
         .group_numel = *numel,
         .ngroups = e->groups.n,
-        .disk = e->how.nvme_dir != NULL,
-        .disk_master = e->cfg.nvme_master != 0,
+        .disk = ctx_disk(&e->ctx) != NULL,
+        .disk_master = e->ctx.mode.master_on_disk,
         .disk_window_bytes = e->cfg.nvme_window_bytes,
         .disk_block_bytes = e->cfg.nvme_block_bytes,
         .ranks = dp_world(e->dp),
@@ -525,7 +538,7 @@ static ferry_status place(ferry_engine *e)
     if (st == FERRY_OK)
         st = placement_check_fit(c, &e->groups, where(e));
     for (int i = 0; i < e->groups.n && st == FERRY_OK; i++)
-        dp_layout(e->dp, e->cfg.offload, &e->groups.g[i]);
+        dp_layout(e->dp, ctx_mode(c), &e->groups.g[i]);
     engine_plan_request rq;
     size_t *numel = NULL;
     const char **names = NULL;
@@ -538,7 +551,7 @@ static ferry_status place(ferry_engine *e)
                       e->cfg.auto_activation_bytes == 0, &e->res);
     if (st == FERRY_OK)
         st = dp_place(e->dp, c, &e->groups, e->placement.reduce); /* its events come before the first upload */
-    if (st == FERRY_OK && e->dp && e->cfg.offload == FERRY_OFFLOAD_NONE)
+    if (st == FERRY_OK && e->dp && ctx_mode(c) == FERRY_OFFLOAD_NONE)
         st = placement_accumulators(c, &e->groups, false); /* the sums the all-reduce works on, from setup on */
     if (st == FERRY_OK)
         st = open_step_parts(e);
@@ -605,13 +618,13 @@ ferry_status ferry_engine_begin_micro_batch(ferry_engine *e, int index, int coun
         (st = sched_micro_ready(e->sched, index, "ferry_engine_begin_micro_batch")) != FERRY_OK)
         return st;
     if (index == 0 && count > 1 &&
-        ((st = placement_accumulators(&e->ctx, &e->groups, dp_sharded(e->dp, e->cfg.offload))) != FERRY_OK ||
+        ((st = placement_accumulators(&e->ctx, &e->groups, dp_partitioned(e->dp, ctx_mode(&e->ctx)))) != FERRY_OK ||
          (st = update_accumulators(e->update)) != FERRY_OK))
         return st;
     p->micro_index = index;
     p->micro_count = count;
     p->accumulating = count > 1;
-    if (e->cfg.offload == FERRY_OFFLOAD_PARAMS)
+    if (ctx_mode(&e->ctx) == FERRY_OFFLOAD_PARAMS)
         return FERRY_OK;
     /* Resident gradients start each micro-batch at zero (several micro-batches
      * are summed in fp32, grad_acc), once the last drain has read them. */
@@ -694,7 +707,7 @@ void *ferry_engine_compute_stream(ferry_engine *e) { return e ? backend_stream_n
 ferry_backend_kind ferry_engine_backend(const ferry_engine *e) { return e ? backend_kind(e->ctx.be) : FERRY_BACKEND_AUTO; }
 ferry_offload ferry_engine_offload(const ferry_engine *e)
 {
-    return !e ? (ferry_offload)-1 : e->how.nvme_asked ? FERRY_OFFLOAD_NVME : e->cfg.offload;
+    return !e ? (ferry_offload)-1 : e->ctx.mode.asked;
 }
 ferry_dtype ferry_engine_dtype(const ferry_engine *e) { return e ? e->ctx.act : FERRY_DTYPE_AUTO; }
 int ferry_engine_group_count(const ferry_engine *e) { return e ? e->groups.n : 0; }
@@ -882,7 +895,7 @@ ferry_status ferry_engine_abandon_step(ferry_engine *e)
     if (st == FERRY_OK)
         st = w;
     sched_abandon(e->sched);
-    if (st == FERRY_OK && e->cfg.offload == FERRY_OFFLOAD_PARAMS)
+    if (st == FERRY_OK && ctx_mode(&e->ctx) == FERRY_OFFLOAD_PARAMS)
         st = res_retire_all(e->res);
     res_order_reset(e->res, false); /* a first step cut short recorded only part of the order */
     e->prog.micro_index = -1;

@@ -26,19 +26,15 @@ typedef struct engine_user_allocs {
     size_t count, cap;
 } engine_user_allocs;
 
-/* How the configuration was resolved: the NVMe tier's folder (copied;
- * NULL without a disk), whether offload 'nvme' was asked (the device side
- * then runs as in optimizer mode, cfg.offload says OPTIMIZER), and offload
- * auto's choice and its one line. */
+/* Offload auto: whether it was asked, and its one line (the mode it
+ * chose is ctx.mode). */
 typedef struct engine_resolution {
-    char *nvme_dir;
-    bool nvme_asked;
     bool auto_asked;
     char auto_reason[3072];
 } engine_resolution;
 
 struct ferry_engine {
-    ferry_engine_config cfg; /* as given, then resolved at setup */
+    ferry_engine_config cfg; /* as given (the mode resolved is ctx.mode) */
     engine_resolution how;
     engine_ctx ctx;
     engine_progress prog;

@@ -191,7 +191,7 @@ const void *group_step_grads(const engine_group *g, ferry_offload mode, bool acc
                              ferry_dtype act, ferry_dtype *dtype)
 {
     /* With data parallelism the gradients are summed across ranks in fp32:
-     * in the fp32 sum (offload none), or drained as fp32 (sharded modes). */
+     * in the fp32 sum (offload none), or drained as fp32 (partitioned modes). */
     bool acc = accumulating || (ranks && mode == FERRY_OFFLOAD_NONE);
     *dtype = acc || ranks ? FERRY_DTYPE_F32 : act;
     if (acc)

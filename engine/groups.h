@@ -28,11 +28,11 @@ typedef struct engine_group {
     size_t (*no_decay)[2];  /* sorted, disjoint {offset, count} ranges (copied) */
     size_t no_decay_count;
 
-    /* This rank's part of the group, [shard_lo, shard_lo + shard_n), in a
-     * slot of shard_cap elements (a whole number of NUMERICS_TILE); the
-     * device weights hold `padded` = world x shard_cap elements. Alone, and
+    /* This rank's part of the group, [part_lo, part_lo + part_n), in a
+     * slot of part_cap elements (a whole number of NUMERICS_TILE); the
+     * device weights hold `padded` = world x part_cap elements. Alone, and
      * in offload none: 0, numel, numel, numel (engine/dp.c sets them). */
-    size_t shard_lo, shard_n, shard_cap, padded;
+    size_t part_lo, part_n, part_cap, padded;
 
     /* fp32 master weights and Adam moments: host pool (offload modes; NULL
      * where the NVMe tier holds them) or device arena (offload none). */

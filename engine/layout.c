@@ -80,10 +80,10 @@ unsigned engine_disk_buffers(const engine_buffer *b, int n, bool disk, bool mast
     return mask;
 }
 
-int engine_layout_buffers(ferry_offload mode, size_t act_size, bool sharded, bool disk, bool master_on_disk,
+int engine_layout_buffers(ferry_offload mode, size_t act_size, bool partitioned, bool disk, bool master_on_disk,
                           engine_buffer out[ENGINE_GROUP_BUFFERS_MAX], unsigned *on_disk)
 {
-    int n = engine_group_buffers_sharded(mode, act_size, sharded, out);
+    int n = engine_group_buffers_partitioned(mode, act_size, partitioned, out);
     *on_disk = engine_disk_buffers(out, n, disk, master_on_disk);
     return n;
 }
@@ -123,19 +123,19 @@ int engine_drain_window(int prefetch_groups) { return prefetch_groups + 1; }
  * The gradients are reduced a chunk of every rank's slot at a time through
  * two pairs of device buffers (N x chunk fp32 to send, chunk fp32 received),
  * the chunk sized so the send buffer holds 64 MiB ($FERRY_REDUCE_KIB). */
-size_t engine_shard_cap(size_t numel, int world)
+size_t engine_part_cap(size_t numel, int world)
 {
     size_t tiles = (numel + NUMERICS_TILE - 1) / NUMERICS_TILE, n = world > 0 ? (size_t)world : 1;
     return (tiles + n - 1) / n * NUMERICS_TILE;
 }
 
-int engine_group_buffers_sharded(ferry_offload mode, size_t act, bool sharded,
+int engine_group_buffers_partitioned(ferry_offload mode, size_t act, bool partitioned,
                                  engine_buffer out[ENGINE_GROUP_BUFFERS_MAX])
 {
     int n = engine_group_buffers(mode, act, out);
-    for (int i = 0; sharded && i < n; i++)
+    for (int i = 0; partitioned && i < n; i++)
         if (!out[i].device && out[i].slot == SLOT(host_grads))
-            out[i].elem_bytes = 4; /* the reduced shard arrives as fp32 */
+            out[i].elem_bytes = 4; /* the reduced part arrives as fp32 */
     return n;
 }
 
@@ -152,13 +152,13 @@ size_t engine_reduce_chunk(int world, size_t most_cap)
     return per < most_cap ? per : most_cap;
 }
 
-size_t engine_buffer_elems(const engine_buffer *b, bool sharded, size_t numel, size_t shard_cap, size_t padded)
+size_t engine_buffer_elems(const engine_buffer *b, bool partitioned, size_t numel, size_t part_cap, size_t padded)
 {
-    if (!sharded)
+    if (!partitioned)
         return numel;
     if (b->device)
         return b->slot == SLOT(dev_weights) ? padded : numel;
-    return shard_cap;
+    return part_cap;
 }
 
 /* ---- the modes' names ---- */

@@ -23,17 +23,17 @@ typedef struct engine_buffer {
 
 /* The buffers every group holds from setup on in `mode`; returns the count. */
 int engine_group_buffers(ferry_offload mode, size_t act_size, engine_buffer out[ENGINE_GROUP_BUFFERS_MAX]);
-/* Data parallelism: the group buffers of `mode` when the state is sharded
+/* Data parallelism: the group buffers of `mode` when the state is partitioned
  * across ranks (the drained gradients arrive summed, in fp32). */
-int engine_group_buffers_sharded(ferry_offload mode, size_t act_size, bool sharded,
+int engine_group_buffers_partitioned(ferry_offload mode, size_t act_size, bool partitioned,
                                  engine_buffer out[ENGINE_GROUP_BUFFERS_MAX]);
 /* Which of those the NVMe tier holds on disk instead (bit i: b[i]; the
  * group's pointer stays NULL): with `disk`, the Adam moments, and with
  * `master_on_disk` the fp32 master weights too. */
 unsigned engine_disk_buffers(const engine_buffer *b, int n, bool disk, bool master_on_disk);
-/* The buffers of an engine's groups (its mode, device type, sharding and
+/* The buffers of an engine's groups (its mode, device type, partitioning and
  * disk), and in *on_disk which of them its NVMe tier holds. */
-int engine_layout_buffers(ferry_offload mode, size_t act_size, bool sharded, bool disk, bool master_on_disk,
+int engine_layout_buffers(ferry_offload mode, size_t act_size, bool partitioned, bool disk, bool master_on_disk,
                           engine_buffer out[ENGINE_GROUP_BUFFERS_MAX], unsigned *on_disk);
 /* The host pool's Adam moments in `form`: with BF16 or 8BIT each host m
  * and v buffer of b[0..n) becomes the form's (slot mq, vq; its bytes the
@@ -42,9 +42,9 @@ void engine_buffers_moments(engine_buffer *b, int n, ferry_moments form);
 /* The bytes of `elems` elements of buffer b. */
 size_t engine_buffer_bytes(const engine_buffer *b, size_t elems);
 /* How many elements buffer b holds for a group: the device weights
- * `padded`, the other device buffers `numel`, the host buffers `shard_cap`
+ * `padded`, the other device buffers `numel`, the host buffers `part_cap`
  * (all numel alone). */
-size_t engine_buffer_elems(const engine_buffer *b, bool sharded, size_t numel, size_t shard_cap, size_t padded);
+size_t engine_buffer_elems(const engine_buffer *b, bool partitioned, size_t numel, size_t part_cap, size_t padded);
 /* The fp32 sum of a step's micro-batch gradients, when a step has several:
  * on the device in offload none, in the host pool otherwise. */
 engine_buffer engine_accumulator_buffer(ferry_offload mode);
@@ -73,7 +73,7 @@ int engine_weight_window(int prefetch_groups);
 int engine_drain_window(int prefetch_groups);
 
 /* A rank's slot of a group of numel elements among `world` ranks. */
-size_t engine_shard_cap(size_t numel, int world);
+size_t engine_part_cap(size_t numel, int world);
 /* Elements of every rank's slot reduced at once (a multiple of 256, at most
  * the largest slot): the reduce buffers hold world x that, and that. */
 size_t engine_reduce_chunk(int world, size_t most_cap);

@@ -21,7 +21,7 @@
 static int where_buffers(const engine_ctx *c, engine_where w, engine_buffer b[ENGINE_GROUP_BUFFERS_MAX],
                          unsigned *on_disk)
 {
-    int n = engine_layout_buffers(ctx_mode(c), c->act_size, w.sharded, w.disk, w.master_on_disk, b, on_disk);
+    int n = engine_layout_buffers(ctx_mode(c), c->act_size, w.partitioned, w.disk, w.master_on_disk, b, on_disk);
     engine_buffers_moments(b, n, c->cfg->moments);
     return n;
 }
@@ -41,15 +41,15 @@ void placement_rank_bytes_per_param(const engine_ctx *c, const engine_groups *gs
                                     double *host_pp)
 {
     placement_bytes_per_param(c, w, dev_pp, host_pp);
-    if (!w.sharded)
+    if (!w.partitioned)
         return;
     engine_buffer b[ENGINE_GROUP_BUFFERS_MAX];
-    int n = engine_group_buffers_sharded(ctx_mode(c), c->act_size, true, b);
+    int n = engine_group_buffers_partitioned(ctx_mode(c), c->act_size, true, b);
     double dev = 0, host = 0;
     for (int g = 0; g < gs->n; g++)
         for (int i = 0; i < n; i++) {
             const engine_group *gr = &gs->g[g];
-            double bytes = (double)engine_buffer_elems(&b[i], true, gr->numel, gr->shard_cap, gr->padded) *
+            double bytes = (double)engine_buffer_elems(&b[i], true, gr->numel, gr->part_cap, gr->padded) *
                            (double)b[i].elem_bytes;
             *(b[i].device ? &dev : &host) += bytes;
         }
@@ -128,7 +128,7 @@ static ferry_status place_all(engine_placement *pl, const engine_ctx *c, engine_
     if (!pl->wslots || !pl->gslots || !pl->split)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_setup: out of host memory");
     engine_buffer b[ENGINE_GROUP_BUFFERS_MAX];
-    engine_group_buffers_sharded(rq->offload == FERRY_OFFLOAD_NVME ? FERRY_OFFLOAD_OPTIMIZER : rq->offload,
+    engine_group_buffers_partitioned(rq->offload == FERRY_OFFLOAD_NVME ? FERRY_OFFLOAD_OPTIMIZER : rq->offload,
                                  c->act_size, rq->ranks > 1 || rq->collective, b);
     int wat = 0, gat = 0;
     ferry_status st = FERRY_OK;
@@ -277,7 +277,7 @@ ferry_status placement_group(const engine_ctx *c, engine_group *g, engine_where 
         if ((on_disk & (1u << i)) || b[i].device)
             continue; /* in the store's file; in the plan's region */
         void *ptr = NULL;
-        size_t bytes = engine_buffer_bytes(&b[i], engine_buffer_elems(&b[i], w.sharded, g->numel, g->shard_cap, g->padded));
+        size_t bytes = engine_buffer_bytes(&b[i], engine_buffer_elems(&b[i], w.partitioned, g->numel, g->part_cap, g->padded));
         st = host_alloc(c, g, bytes, b[i].cat, b[i].what, &ptr);
         if (st != FERRY_OK)
             return st;
@@ -286,7 +286,7 @@ ferry_status placement_group(const engine_ctx *c, engine_group *g, engine_where 
     return FERRY_OK;
 }
 
-ferry_status placement_accumulators(const engine_ctx *c, engine_groups *gs, bool sharded)
+ferry_status placement_accumulators(const engine_ctx *c, engine_groups *gs, bool partitioned)
 {
     engine_buffer b = engine_accumulator_buffer(ctx_mode(c));
     for (int i = 0; i < gs->n; i++) {
@@ -294,7 +294,7 @@ ferry_status placement_accumulators(const engine_ctx *c, engine_groups *gs, bool
         if (g->grad_acc)
             continue;
         void *ptr = NULL;
-        size_t bytes = engine_buffer_elems(&b, sharded, g->numel, g->shard_cap, g->padded) * b.elem_bytes;
+        size_t bytes = engine_buffer_elems(&b, partitioned, g->numel, g->part_cap, g->padded) * b.elem_bytes;
         ferry_status st = b.device ? dev_alloc(c, g, bytes, b.cat, b.what, &ptr) : host_alloc(c, g, bytes, b.cat, b.what, &ptr);
         if (st == FERRY_OK && !b.device)
             st = tp_first_touch(c->threads, ptr, bytes);

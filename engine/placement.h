@@ -18,7 +18,7 @@
 /* Where the NVMe tier is and what it holds: decides which layout buffers
  * stay off the host. */
 typedef struct engine_where {
-    bool sharded;        /* data parallelism splits the state across ranks */
+    bool partitioned;        /* data parallelism splits the state across ranks */
     bool disk;           /* the NVMe tier holds the moments */
     bool master_on_disk; /* ... and the master weights */
 } engine_where;
@@ -44,7 +44,7 @@ typedef struct engine_placement {
 /* Bytes per parameter the mode keeps on the device and the host. */
 void placement_bytes_per_param(const engine_ctx *c, engine_where w, double *device, double *host);
 /* This rank's bytes per parameter of the model: with data parallelism in
- * the sharded modes its host slots hold about 1/N of them. */
+ * the partitioned modes its host slots hold about 1/N of them. */
 void placement_rank_bytes_per_param(const engine_ctx *c, const engine_groups *gs, engine_where w, double *device,
                                     double *host);
 /* Says before allocating anything whether the mode can fit the budget. */
@@ -70,7 +70,7 @@ bool placement_embedder_free(engine_placement *pl, const engine_ctx *c, void *pt
 /* Allocates every group's grad_acc (engine_accumulator_buffer) that is not
  * there yet: the first step with several micro-batches does (offload none
  * with data parallelism from setup on). */
-ferry_status placement_accumulators(const engine_ctx *c, engine_groups *gs, bool sharded);
+ferry_status placement_accumulators(const engine_ctx *c, engine_groups *gs, bool partitioned);
 /* Shuts the op set down, destroys the groups' events and frees the plan
  * (memory goes with the arena and the pool). */
 void placement_unplace(engine_placement *pl, const engine_ctx *c, engine_groups *gs);

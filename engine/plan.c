@@ -62,7 +62,7 @@ static ferry_status check_request(const engine_plan_request *rq)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: %d ranks; plan for 1..65536", rq->ranks);
     if (rq->ranks > 1 && (rq->disk || rq->offload == FERRY_OFFLOAD_NVME))
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: the NVMe tier trains alone, not with %d ranks "
-                       "(each rank holds a shard of the state in host memory instead)", rq->ranks);
+                       "(each rank holds a part of the state in host memory instead)", rq->ranks);
     if (rq->split_groups < 0 || rq->split_groups > rq->ngroups ||
         (rq->split_groups > 0 && rq->offload != FERRY_OFFLOAD_OPTIMIZER))
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: %d groups updated on the device; 0..%d, in "
@@ -74,15 +74,15 @@ static ferry_status check_request(const engine_plan_request *rq)
     return FERRY_OK;
 }
 
-/* Data parallelism in the sharded modes (engine/dp.c): a rank's slot of
+/* Data parallelism in the partitioned modes (engine/dp.c): a rank's slot of
  * a group, and the device weights of a group (every rank's slot). */
 static bool ranked(const engine_plan_request *rq) { return rq->ranks > 1 || rq->collective; }
 static int world(const engine_plan_request *rq) { return rq->ranks > 1 ? rq->ranks : 1; }
-static bool plan_sharded(const engine_plan_request *rq) { return ranked(rq) && rq->offload != FERRY_OFFLOAD_NONE; }
-static size_t plan_cap(const engine_plan_request *rq, int g) { return engine_shard_cap(rq->group_numel[g], world(rq)); }
+static bool plan_partitioned(const engine_plan_request *rq) { return ranked(rq) && rq->offload != FERRY_OFFLOAD_NONE; }
+static size_t plan_cap(const engine_plan_request *rq, int g) { return engine_part_cap(rq->group_numel[g], world(rq)); }
 static size_t plan_padded(const engine_plan_request *rq, int g)
 {
-    return plan_sharded(rq) ? plan_cap(rq, g) * (size_t)world(rq) : rq->group_numel[g];
+    return plan_partitioned(rq) ? plan_cap(rq, g) * (size_t)world(rq) : rq->group_numel[g];
 }
 
 /* The device side of a mode: offload nvme places it as optimizer mode does. */
@@ -119,18 +119,18 @@ static ferry_status plan_host(const engine_plan_request *rq, size_t act_size, en
 {
     ferry_offload mode = device_mode(rq);
     engine_buffer b[ENGINE_GROUP_BUFFERS_MAX + 1];
-    bool sharded = plan_sharded(rq);
-    int nb = engine_group_buffers_sharded(mode, act_size, sharded, b);
+    bool partitioned = plan_partitioned(rq);
+    int nb = engine_group_buffers_partitioned(mode, act_size, partitioned, b);
     unsigned disk = engine_disk_buffers(b, nb, on_disk(rq), rq->disk_master);
     engine_buffers_moments(b, nb, rq->moments);
     if (accumulates(rq))
         b[nb++] = engine_accumulator_buffer(mode);
     for (int g = 0; g < rq->ngroups; g++) {
-        size_t cap = sharded ? plan_cap(rq, g) : rq->group_numel[g], padded = plan_padded(rq, g);
+        size_t cap = partitioned ? plan_cap(rq, g) : rq->group_numel[g], padded = plan_padded(rq, g);
         for (int i = 0; i < nb; i++)
             if (!b[i].device && !(disk & (1u << i)))
                 m->host_bytes[b[i].cat] +=
-                    pool_charge(engine_buffer_bytes(&b[i], engine_buffer_elems(&b[i], sharded, rq->group_numel[g], cap, padded)));
+                    pool_charge(engine_buffer_bytes(&b[i], engine_buffer_elems(&b[i], partitioned, rq->group_numel[g], cap, padded)));
     }
     return on_disk(rq) ? plan_disk(rq, rq->disk_master ? 3 : 2, m) : FERRY_OK;
 }
@@ -253,23 +253,23 @@ static ferry_status plan_fixed(const engine_plan_request *rq, size_t act_size, e
     for (int i = 0; i < ng && st == FERRY_OK; i++)
         st = add(p, PLAN_GLOBAL, -1, gb[i].id, gb[i].cat, gb[i].bytes, "%s", gb[i].what);
     engine_buffer b[ENGINE_GROUP_BUFFERS_MAX];
-    bool sharded = plan_sharded(rq);
-    int nb = engine_group_buffers_sharded(mode, act_size, sharded, b);
+    bool partitioned = plan_partitioned(rq);
+    int nb = engine_group_buffers_partitioned(mode, act_size, partitioned, b);
     engine_buffer acc = engine_accumulator_buffer(mode);
     size_t most_cap = 0;
     for (int g = 0; g < rq->ngroups && st == FERRY_OK; g++) {
-        size_t cap = sharded ? plan_cap(rq, g) : rq->group_numel[g], padded = plan_padded(rq, g);
+        size_t cap = partitioned ? plan_cap(rq, g) : rq->group_numel[g], padded = plan_padded(rq, g);
         most_cap = cap > most_cap ? cap : most_cap;
         for (int i = 0; i < nb && st == FERRY_OK && mode != FERRY_OFFLOAD_PARAMS; i++)
             if (b[i].device)
                 st = add(p, PLAN_GROUP, g, i, b[i].cat,
-                         engine_buffer_elems(&b[i], sharded, rq->group_numel[g], cap, padded) * b[i].elem_bytes,
+                         engine_buffer_elems(&b[i], partitioned, rq->group_numel[g], cap, padded) * b[i].elem_bytes,
                          "%s %s", group_name(rq, g, gname, sizeof gname), b[i].what);
         if (st == FERRY_OK && acc.device && accumulates(rq))
             st = add(p, PLAN_ACC, g, 0, acc.cat, rq->group_numel[g] * acc.elem_bytes, "%s %s",
                      group_name(rq, g, gname, sizeof gname), acc.what);
     }
-    if (st == FERRY_OK && sharded) {
+    if (st == FERRY_OK && partitioned) {
         size_t chunk = engine_reduce_chunk(world(rq), most_cap);
         for (int k = 0; k < 2 && st == FERRY_OK; k++)
             if ((st = add(p, PLAN_REDUCE, -1, 2 * k, FERRY_MEM_STAGING, chunk * (size_t)world(rq) * 4,

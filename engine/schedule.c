@@ -90,7 +90,7 @@ static ferry_status issue_fetch(engine_sched *s, int gi, long dist)
     if (st != FERRY_OK)
         return st;
     if (s->env.dp) { /* this rank's slot up, the others' gathered */
-        p->acc.fetch_h2d_bytes += (double)(g->shard_cap * c->act_size);
+        p->acc.fetch_h2d_bytes += (double)(g->part_cap * c->act_size);
         if ((st = update_barrier(s->env.update, g)) != FERRY_OK)
             return st;
         return dp_upload(s->env.dp, c, p, g, gi, NULL);
@@ -152,10 +152,10 @@ static ferry_status wait_for_weights(engine_sched *s, int gi, ferry_phase phase,
     }
     if (timed && (rc = backend_event_record(sg->wait_begin, st)) != FERRY_OK)
         return rc;
-    /* Sharded: the weights came in two legs, this rank's slot up (the
+    /* Partitioned: the weights came in two legs, this rank's slot up (the
      * update, the transfer) and the others' gathered; the mark between them
      * tells the two waits apart. */
-    if (timed && dp_sharded(s->env.dp, ctx_mode(s->env.ctx)) &&
+    if (timed && dp_partitioned(s->env.dp, ctx_mode(s->env.ctx)) &&
         ((rc = backend_stream_wait_event(st, dp_staged(s->env.dp, gi))) != FERRY_OK ||
          (rc = backend_event_record(dp_wait_mid(s->env.dp, gi), st)) != FERRY_OK))
         return rc;
@@ -338,7 +338,7 @@ void sched_abandon(engine_sched *s)
 
 void sched_close_timing(engine_sched *s, ferry_step_timing *t)
 {
-    bool sharded = dp_sharded(s->env.dp, ctx_mode(s->env.ctx));
+    bool partitioned = dp_partitioned(s->env.dp, ctx_mode(s->env.ctx));
     for (int i = 0; i < s->env.groups->n; i++) {
         sched_group *sg = &s->g[i];
         float ms = 0;
@@ -347,8 +347,8 @@ void sched_close_timing(engine_sched *s, ferry_step_timing *t)
         float gathered = 0;
         if (backend_event_synchronize(sg->wait_end) == FERRY_OK &&
             backend_event_elapsed_ms(sg->wait_begin, sg->wait_end, &ms) == FERRY_OK && ms > 0) {
-            /* Sharded: the wait after this rank's slot arrived was for the others'. */
-            if (sharded &&
+            /* Partitioned: the wait after this rank's slot arrived was for the others'. */
+            if (partitioned &&
                 backend_event_elapsed_ms(dp_wait_mid(s->env.dp, i), sg->wait_end, &gathered) == FERRY_OK) {
                 gathered = gathered < 0 ? 0 : gathered > ms ? ms : gathered;
                 ms -= gathered;

@@ -21,14 +21,14 @@
 static const char *split_unavailable(const update_env *env)
 {
     const ferry_engine_config *cfg = env->ctx->cfg;
-    if (env->nvme_asked || env->nvme_dir)
+    if (ctx_disk(env->ctx))
         return "the NVMe tier keeps the optimizer state on disk";
     if (ctx_mode(env->ctx) != FERRY_OFFLOAD_OPTIMIZER)
         return "it splits offload 'optimizer' only";
     if (cfg->delayed_update)
         return "the delayed update overlaps the whole update with the next step";
     if (env->dp)
-        return "with data parallelism each rank owns a shard of the host state";
+        return "with data parallelism each rank owns a part of the host state";
     if (cfg->moments != FERRY_MOMENTS_F32)
         return "the device's update holds fp32 moments, not compact ones";
     return NULL;
@@ -39,17 +39,17 @@ ferry_status update_open(const update_env *env, engine_update **out)
     const update_ops *ops;
     ferry_offload mode = ctx_mode(env->ctx);
     ferry_moments form = env->ctx->cfg->moments;
-    if (form != FERRY_MOMENTS_F32 && (env->dp || env->nvme_dir || mode == FERRY_OFFLOAD_NONE))
+    if (form != FERRY_MOMENTS_F32 && (env->dp || ctx_disk(env->ctx) || mode == FERRY_OFFLOAD_NONE))
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "ferry_engine_setup: moments %s %s; compact moments train alone, in offload 'optimizer' or "
                        "'params' without the NVMe tier; use moments f32 here",
                        ferry_moments_name(form),
-                       env->dp ? "with data parallelism (each rank's shard is fp32 state)"
-                               : env->nvme_dir ? "with the NVMe tier (it streams fp32 moments)"
+                       env->dp ? "with data parallelism (each rank's part is fp32 state)"
+                               : ctx_disk(env->ctx) ? "with the NVMe tier (it streams fp32 moments)"
                                                : "with offload 'none' (the device's update holds fp32 moments)");
     if (mode == FERRY_OFFLOAD_NONE)
         ops = &update_resident_ops;
-    else if (env->nvme_dir)
+    else if (ctx_disk(env->ctx))
         ops = &update_nvme_ops;
     else if (!split_unavailable(env) && env->ctx->cfg->device_update_groups != 0)
         ops = &update_split_ops; /* the CPU's, until the split takes the first groups */
@@ -106,7 +106,7 @@ ferry_status update_master_io(engine_update *u, engine_group *g, float *host, bo
 {
     if (u->ops->master_io)
         return u->ops->master_io(u, g, host, to_engine);
-    if (dp_sharded(u->env.dp, update_mode(u)))
+    if (dp_partitioned(u->env.dp, update_mode(u)))
         return to_engine ? dp_set_master(u->env.dp, g, host) : dp_get_master(u->env.dp, g, host);
     size_t bytes = g->numel * sizeof(float);
     if (to_engine)
@@ -211,7 +211,7 @@ adamw_hparams update_hparams(const engine_group *g, const ferry_step_options *o,
 static ferry_status own_part(engine_update *u, engine_group *g, size_t first, size_t n, adamw_hparams hp, float clip,
                              update_segment_fn fn)
 {
-    size_t lo = g->shard_lo, hi = g->shard_lo + g->shard_n;
+    size_t lo = g->part_lo, hi = g->part_lo + g->part_n;
     size_t a = first > lo ? first : lo, b = first + n < hi ? first + n : hi;
     return a < b ? fn(u, g, a, b - a, hp, clip) : FERRY_OK;
 }
@@ -435,7 +435,7 @@ static ferry_status submit_segment(engine_update *u, engine_group *g, size_t fir
     const engine_ctx *c = u->env.ctx;
     ferry_dtype gt;
     const char *grads = group_step_grads(g, ctx_mode(c), u->env.prog->accumulating, u->env.dp != NULL, c->act, &gt);
-    size_t at = first - g->shard_lo; /* the host state holds this rank's part */
+    size_t at = first - g->part_lo; /* the host state holds this rank's part */
     adamw_job job = {g->master + at, g->m + at, g->v + at, grads + at * dtype_size(gt), gt, n,
                      u->env.prog->step + 1, hp, clip, (char *)g->host_weights + at * c->act_size, c->act,
                      .moments = FERRY_MOMENTS_F32};
@@ -485,23 +485,23 @@ ferry_status update_fill_offloaded(engine_update *u, engine_group *g)
     const engine_ctx *c = u->env.ctx;
     bool ranks = u->env.dp != NULL;
     /* This rank's part: the whole group alone; with data parallelism a slot
-     * of shard_cap elements holding shard_n of the group from shard_lo,
+     * of part_cap elements holding part_n of the group from part_lo,
      * zero past them, with the gradients drained as fp32. */
-    size_t f32 = g->shard_cap * sizeof(float), act = g->numel * c->act_size;
-    size_t grads = g->shard_cap * (ranks ? sizeof(float) : c->act_size);
+    size_t f32 = g->part_cap * sizeof(float), act = g->numel * c->act_size;
+    size_t grads = g->part_cap * (ranks ? sizeof(float) : c->act_size);
     ferry_status st;
     /* First touch from the optimizer's threads puts the pages on its node;
      * the master weights are first touched by the copy, on the same threads. */
-    size_t mbytes = moments_bytes(c->cfg->moments, g->shard_cap); /* zero bytes: zero moments in every form */
+    size_t mbytes = moments_bytes(c->cfg->moments, g->part_cap); /* zero bytes: zero moments in every form */
     if ((g->m && (st = tp_first_touch(c->threads, g->m, f32)) != FERRY_OK) ||
         (g->v && (st = tp_first_touch(c->threads, g->v, f32)) != FERRY_OK) ||
         (g->mq && (st = tp_first_touch(c->threads, g->mq, mbytes)) != FERRY_OK) ||
         (g->vq && (st = tp_first_touch(c->threads, g->vq, mbytes)) != FERRY_OK) ||
         (st = tp_first_touch(c->threads, g->host_grads, grads)) != FERRY_OK ||
         (ranks && (st = tp_first_touch(c->threads, g->master, f32)) != FERRY_OK) ||
-        (ranks && (st = tp_first_touch(c->threads, g->host_weights, g->shard_cap * c->act_size)) != FERRY_OK) ||
-        (g->master && (st = half_convert_pool(c->threads, g->master, FERRY_DTYPE_F32, g->init + g->shard_lo,
-                                              FERRY_DTYPE_F32, g->shard_n)) != FERRY_OK) ||
+        (ranks && (st = tp_first_touch(c->threads, g->host_weights, g->part_cap * c->act_size)) != FERRY_OK) ||
+        (g->master && (st = half_convert_pool(c->threads, g->master, FERRY_DTYPE_F32, g->init + g->part_lo,
+                                              FERRY_DTYPE_F32, g->part_n)) != FERRY_OK) ||
         (u->ops->fill_outside && (st = u->ops->fill_outside(u, g)) != FERRY_OK))
         return st;
     if (ctx_mode(c) == FERRY_OFFLOAD_OPTIMIZER &&
@@ -514,7 +514,7 @@ ferry_status update_write_offloaded(engine_update *u, engine_group *g)
 {
     const engine_ctx *c = u->env.ctx;
     ferry_status st = g->master ? half_convert_pool(c->threads, g->host_weights, c->act, g->master, FERRY_DTYPE_F32,
-                                                    g->shard_n)
+                                                    g->part_n)
                                 : u->ops->convert_master(u, g);
     if (st != FERRY_OK)
         return st;

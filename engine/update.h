@@ -11,7 +11,7 @@
  *   update_nvme.c      the NVMe tier: the moments (and master weights) in a file, updated through a window
  * A new strategy is one file with its update_ops (update_impl.h) and one
  * line in update_open. Floor 5: it uses the group table, data parallelism
- * (sharded uploads) and residency (params mode's copies on the device). */
+ * (partitioned uploads) and residency (params mode's copies on the device). */
 #ifndef FERRY_ENGINE_UPDATE_H
 #define FERRY_ENGINE_UPDATE_H
 
@@ -34,8 +34,6 @@ typedef struct update_env {
     engine_dp *dp;          /* NULL alone */
     engine_residency *res;  /* params mode's device weights */
     const engine_placement *placement; /* the planned split arrays (forced) */
-    const char *nvme_dir;   /* the NVMe tier's folder; NULL without one */
-    bool nvme_asked;        /* offload nvme was asked (the device side runs as optimizer) */
 } update_env;
 
 /* Chooses and opens the implementation for the mode (the NVMe tier opens

@@ -52,8 +52,7 @@ typedef struct nvme_state {
      * step's drain jobs, whose tiles wait for gradients that wait (through
      * the forward) for this update, so AdamW here must not queue behind them. */
     tp_pool *threads;
-    bool master_on_disk;
-    int narrays;
+    int narrays; /* 2, or 3 with the master weights on disk (ctx->mode) */
     nvme_span *spans;       /* every group, all of its arrays, in forward order */
     const void **grads;     /* per group: the gradients the job reads (taken at hand-over) */
     ferry_dtype grad_dtype;
@@ -164,8 +163,8 @@ static ferry_status run_job(engine_update *u, const nvme_job *job)
             bool done = false;
             if ((st = nvme_sweep_next(n->store, &t, &done)) != FERRY_OK)
                 break;
-            tile_ctx c = {u, g, &t, job, n->grads[i], n->grad_dtype,
-                          n->master_on_disk ? t.array[ARRAY_MASTER] : g->master + t.first};
+            tile_ctx c = {.u = u, .g = g, .t = &t, .job = job, .grads = n->grads[i], .gt = n->grad_dtype,
+                          .master = u->env.ctx->mode.master_on_disk ? t.array[ARRAY_MASTER] : g->master + t.first};
             st = update_tile(&c);
             ferry_status put = nvme_sweep_put(n->store, &t);
             if (st == FERRY_OK)
@@ -373,13 +372,13 @@ static ferry_status reserve_host(engine_update *u)
     engine_plan_request rq = {
         .backend = backend_kind(x->be),
         .dtype = x->act,
-        .offload = u->env.nvme_asked ? FERRY_OFFLOAD_NVME : ctx_mode(x),
+        .offload = x->mode.asked,
         .prefetch_groups = cfg->prefetch_groups,
         .micro_batches = 1,
         .group_numel = numel,
         .ngroups = gs->n,
         .disk = true,
-        .disk_master = cfg->nvme_master != 0,
+        .disk_master = x->mode.master_on_disk,
         .disk_window_bytes = cfg->nvme_window_bytes,
         .disk_block_bytes = cfg->nvme_block_bytes,
         .ranks = 1,
@@ -397,9 +396,9 @@ static ferry_status reserve_host(engine_update *u)
         char w[32];
         return err_wrap(st, "offload nvme keeps the drained gradients, the upload copy%s and a %s window in host "
                         "memory; raise host_budget_bytes, %sor give nvme_window_bytes less",
-                        cfg->nvme_master ? "" : ", the fp32 master weights",
+                        x->mode.master_on_disk ? "" : ", the fp32 master weights",
                         units_fmt_bytes(w, sizeof w, p.host_bytes[FERRY_MEM_NVME]),
-                        cfg->nvme_master ? "" : "put the master weights on disk too (nvme_master), ");
+                        x->mode.master_on_disk ? "" : "put the master weights on disk too (nvme_master), ");
     }
     return st;
 }
@@ -417,8 +416,7 @@ static ferry_status nvme_open_store(engine_update *u)
     const engine_ctx *x = u->env.ctx;
     nvme_state *n = N(u);
     int ng = u->env.groups->n > 0 ? u->env.groups->n : 1;
-    n->master_on_disk = x->cfg->nvme_master != 0;
-    n->narrays = n->master_on_disk ? 3 : 2;
+    n->narrays = x->mode.master_on_disk ? 3 : 2;
     n->spans = calloc((size_t)ng, sizeof *n->spans);
     n->grads = calloc((size_t)ng, sizeof *n->grads);
     n->region = calloc((size_t)ng, sizeof *n->region);
@@ -426,7 +424,7 @@ static ferry_status nvme_open_store(engine_update *u)
     if (!n->spans || !n->grads || !n->region || !n->wait)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "the NVMe tier: out of host memory");
     nvme_config c = NVME_CONFIG_INIT;
-    c.dir = u->env.nvme_dir;
+    c.dir = ctx_disk(u->env.ctx);
     c.window_bytes = x->cfg->nvme_window_bytes;
     c.block_bytes = (size_t)x->cfg->nvme_block_bytes;
     c.queue_depth = x->cfg->nvme_queue_depth;
@@ -443,16 +441,16 @@ static ferry_status nvme_open_store(engine_update *u)
         st = nvme_open(n->store);
     if (st == FERRY_OK)
         st = start_thread(u);
-    if (st == FERRY_ERR_IO && n->master_on_disk && strstr(ferry_last_error(), "is too small")) {
+    if (st == FERRY_ERR_IO && x->mode.master_on_disk && strstr(ferry_last_error(), "is too small")) {
         /* The store's advice is its own; the engine knows it put the master
          * weights there too, so they can come back to host memory. */
         char keep[ERR_MESSAGE_MAX];
         snprintf(keep, sizeof keep, "%s", ferry_last_error());
         return err_set(st, "setting up the NVMe tier in '%s': %s; or keep the master weights in host memory (leave "
-                       "nvme_master unset), which takes a third off the state on disk", u->env.nvme_dir, keep);
+                       "nvme_master unset), which takes a third off the state on disk", ctx_disk(u->env.ctx), keep);
     }
     if (st != FERRY_OK)
-        return err_wrap(st, "setting up the NVMe tier in '%s'", u->env.nvme_dir);
+        return err_wrap(st, "setting up the NVMe tier in '%s'", ctx_disk(u->env.ctx));
     return FERRY_OK;
 }
 
@@ -534,7 +532,7 @@ static ferry_status fill_tile(engine_update *u, engine_group *g, nvme_tile *t, v
     (void)ctx;
     memset(t->array[ARRAY_M], 0, t->n * sizeof(float));
     memset(t->array[ARRAY_V], 0, t->n * sizeof(float));
-    if (N(u)->master_on_disk)
+    if (u->env.ctx->mode.master_on_disk)
         memcpy(t->array[ARRAY_MASTER], g->init + t->first, t->n * sizeof(float));
     return FERRY_OK;
 }
@@ -544,7 +542,7 @@ static ferry_status fill_tile(engine_update *u, engine_group *g, nvme_tile *t, v
 static ferry_status nvme_fill(engine_update *u, engine_group *g)
 {
     ferry_status st = sweep_group(u, g, NVME_WRITE, (1u << N(u)->narrays) - 1, fill_tile, NULL);
-    if (st == FERRY_OK && N(u)->master_on_disk) {
+    if (st == FERRY_OK && u->env.ctx->mode.master_on_disk) {
         /* The initial values are on disk now: give their copy back at once,
          * not at the end of setup, so the host never holds the whole model
          * twice (its copy and the pool growing group by group). */
@@ -640,7 +638,7 @@ static void nvme_describe_update(const engine_update *u, char *buf, size_t cap)
 {
     size_t len = strlen(buf);
     snprintf(buf + len, cap - len, "; NVMe: Adam moments%s on disk, %s",
-             NC(u)->master_on_disk ? " and master weights" : "", nvme_describe(NC(u)->store));
+             u->env.ctx->mode.master_on_disk ? " and master weights" : "", nvme_describe(NC(u)->store));
 }
 
 const update_ops update_nvme_ops = {

@@ -178,7 +178,7 @@ static void test_refusals(void)
     cfg.nvme_path = dir;
     expect_setup_error(&cfg, FERRY_ERR_INVALID_ARGUMENT, "NVMe tier", "the split with the NVMe tier");
     cfg = config(1);
-    cfg.data_parallel = 1; /* the sharded paths at world size 1 */
+    cfg.data_parallel = 1; /* the partitioned paths at world size 1 */
     expect_setup_error(&cfg, FERRY_ERR_INVALID_ARGUMENT, "data parallelism", "the split with data parallelism");
     cfg = config(-2);
     ferry_engine *bad = NULL;

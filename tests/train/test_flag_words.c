@@ -173,9 +173,9 @@ static void check_replacing(void)
     char small[8];
     train_flag_words_translate("raise device_budget_bytes", small, sizeof small);
     tap_ok(strcmp(small, "raise -") == 0, "a cut keeps the string terminated: '%s'", small);
-    /* The engine's refusal of the NVMe tier under a launcher (engine/shard.c). */
+    /* The engine's refusal of the NVMe tier under a launcher (engine/dp.c). */
     train_flag_words_translate("the NVMe tier (offload nvme, or nvme_path) trains alone: with 2 ranks each holds a "
-                               "shard of the state in host memory instead; leave nvme_path unset, or set "
+                               "part of the state in host memory instead; leave nvme_path unset, or set "
                                "data_parallel -1", out, sizeof out);
     tap_ok(strstr(out, "leave --nvme-path unset, or start one process (without mpirun or srun)") &&
                !strstr(out, "data_parallel"),
