@@ -130,7 +130,7 @@ size_t engine_part_cap(size_t numel, int world)
 }
 
 int engine_group_buffers_partitioned(ferry_offload mode, size_t act, bool partitioned,
-                                 engine_buffer out[ENGINE_GROUP_BUFFERS_MAX])
+                                     engine_buffer out[ENGINE_GROUP_BUFFERS_MAX])
 {
     int n = engine_group_buffers(mode, act, out);
     for (int i = 0; partitioned && i < n; i++)

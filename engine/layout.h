@@ -26,7 +26,7 @@ int engine_group_buffers(ferry_offload mode, size_t act_size, engine_buffer out[
 /* Data parallelism: the group buffers of `mode` when the state is partitioned
  * across ranks (the drained gradients arrive summed, in fp32). */
 int engine_group_buffers_partitioned(ferry_offload mode, size_t act_size, bool partitioned,
-                                 engine_buffer out[ENGINE_GROUP_BUFFERS_MAX]);
+                                     engine_buffer out[ENGINE_GROUP_BUFFERS_MAX]);
 /* Which of those the NVMe tier holds on disk instead (bit i: b[i]; the
  * group's pointer stays NULL): with `disk`, the Adam moments, and with
  * `master_on_disk` the fp32 master weights too. */

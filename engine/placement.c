@@ -128,8 +128,7 @@ static ferry_status place_all(engine_placement *pl, const engine_ctx *c, engine_
     if (!pl->wslots || !pl->gslots || !pl->split)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "ferry_engine_setup: out of host memory");
     engine_buffer b[ENGINE_GROUP_BUFFERS_MAX];
-    engine_group_buffers_partitioned(rq->offload == FERRY_OFFLOAD_NVME ? FERRY_OFFLOAD_OPTIMIZER : rq->offload,
-                                 c->act_size, rq->ranks > 1 || rq->collective, b);
+    engine_group_buffers_partitioned(ctx_mode(c), c->act_size, rq->ranks > 1 || rq->collective, b);
     int wat = 0, gat = 0;
     ferry_status st = FERRY_OK;
     for (int i = 0; i < p->n && st == FERRY_OK; i++) {
