@@ -75,6 +75,24 @@ ferry_status nvme_failure(const nvme_store *s)
     return st;
 }
 
+/* The folder exists, is writable, and is on a disk. */
+static ferry_status check_folder(const char *dir)
+{
+    struct stat sb;
+    if (stat(dir, &sb) != 0)
+        return err_set(FERRY_ERR_IO, "NVMe folder '%s': %s; create it on a fast disk, or name another", dir,
+                       strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return err_set(FERRY_ERR_IO, "NVMe folder '%s' is not a folder; name a folder on a fast disk", dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return err_set(FERRY_ERR_IO, "NVMe folder '%s' is not writable: %s", dir, strerror(errno));
+    struct statfs fs;
+    char fsname[32], why[320];
+    if (statfs(dir, &fs) == 0 && nvme_not_a_disk(dir, &fs, fsname, sizeof fsname, why, sizeof why))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s", why);
+    return FERRY_OK;
+}
+
 ferry_status nvme_create(const nvme_config *cfg, nvme_store **out)
 {
     if (!cfg || !out || !cfg->dir || !cfg->pool)
@@ -90,20 +108,11 @@ ferry_status nvme_create(const nvme_config *cfg, nvme_store **out)
     if (qd < 1 || qd > NVME_MAX_QUEUE_DEPTH)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "NVMe queue depth %d is outside 1..%d (%d is the default)", qd,
                        NVME_MAX_QUEUE_DEPTH, NVME_DEFAULT_QUEUE_DEPTH);
-    struct stat sb;
-    if (stat(cfg->dir, &sb) != 0)
-        return err_set(FERRY_ERR_IO, "NVMe folder '%s': %s; create it on a fast disk, or name another", cfg->dir,
-                       strerror(errno));
-    if (!S_ISDIR(sb.st_mode))
-        return err_set(FERRY_ERR_IO, "NVMe folder '%s' is not a folder; name a folder on a fast disk", cfg->dir);
-    if (access(cfg->dir, W_OK | X_OK) != 0)
-        return err_set(FERRY_ERR_IO, "NVMe folder '%s' is not writable: %s", cfg->dir, strerror(errno));
-    struct statfs fs;
-    char fsname[32], why[320];
-    if (statfs(cfg->dir, &fs) == 0 && nvme_not_a_disk(cfg->dir, &fs, fsname, sizeof fsname, why, sizeof why))
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "%s", why);
+    ferry_status st = check_folder(cfg->dir);
+    if (st != FERRY_OK)
+        return st;
     nvme_io_path io;
-    ferry_status st = nvme_io_path_asked(cfg->io, &io);
+    st = nvme_io_path_asked(cfg->io, &io);
     if (st != FERRY_OK)
         return st;
     nvme_store *s = calloc(1, sizeof *s);
@@ -185,6 +194,26 @@ static void trace_regions(nvme_store *s, bool alloc)
     }
 }
 
+/* The sentence nvme_describe gives, with what fell back (`notes`). */
+static void describe(nvme_store *s, const char *notes)
+{
+    char fb[32], wb[32], bb[32], path[300], al[32];
+    if (s->io == NVME_IO_URING)
+        snprintf(path, sizeof path, "io_uring");
+    else if (s->io_note[0])
+        snprintf(path, sizeof path, "%d threads of pread/pwrite (io_uring refused: %.200s)", s->nthreads, s->io_note);
+    else
+        snprintf(path, sizeof path, "%d threads of pread/pwrite, as asked", s->nthreads);
+    snprintf(al, sizeof al, "%s%s", units_fmt_bytes(fb, sizeof fb, s->align),
+             s->align_told ? "" : ", the kernel does not say");
+    snprintf(s->describe, sizeof s->describe,
+             "'%s': %s on disk (%s aligned to %s, %s), window %s (%d tiles of %zu elements), blocks of %s, queue "
+             "depth %d, through %s%s",
+             s->path, units_fmt_bytes(fb, sizeof fb, s->file_bytes), s->direct ? "O_DIRECT" : "buffered", al,
+             s->fallocated ? "reserved" : "not reserved: no fallocate", units_fmt_bytes(wb, sizeof wb, s->window_bytes),
+             s->nslots, s->tile_elems, units_fmt_bytes(bb, sizeof bb, s->block), s->qd, path, notes);
+}
+
 ferry_status nvme_open(nvme_store *s)
 {
     if (!s)
@@ -208,21 +237,7 @@ ferry_status nvme_open(nvme_store *s)
         return st;
     s->opened = true;
     trace_regions(s, true);
-    char fb[32], wb[32], bb[32], path[300], al[32];
-    if (s->io == NVME_IO_URING)
-        snprintf(path, sizeof path, "io_uring");
-    else if (s->io_note[0])
-        snprintf(path, sizeof path, "%d threads of pread/pwrite (io_uring refused: %.200s)", s->nthreads, s->io_note);
-    else
-        snprintf(path, sizeof path, "%d threads of pread/pwrite, as asked", s->nthreads);
-    snprintf(al, sizeof al, "%s%s", units_fmt_bytes(fb, sizeof fb, s->align),
-             s->align_told ? "" : ", the kernel does not say");
-    snprintf(s->describe, sizeof s->describe,
-             "'%s': %s on disk (%s aligned to %s, %s), window %s (%d tiles of %zu elements), blocks of %s, queue "
-             "depth %d, through %s%s",
-             s->path, units_fmt_bytes(fb, sizeof fb, s->file_bytes), s->direct ? "O_DIRECT" : "buffered", al,
-             s->fallocated ? "reserved" : "not reserved: no fallocate", units_fmt_bytes(wb, sizeof wb, s->window_bytes),
-             s->nslots, s->tile_elems, units_fmt_bytes(bb, sizeof bb, s->block), s->qd, path, notes);
+    describe(s, notes);
     return FERRY_OK;
 }
 

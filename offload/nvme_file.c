@@ -205,6 +205,7 @@ ferry_status nvme_reserve(nvme_store *s)
     return FERRY_OK;
 }
 
+/* Before a sweep (under s->mu): the file is still there and whole. */
 ferry_status nvme_check_file(nvme_store *s)
 {
     struct stat sb;
@@ -224,6 +225,25 @@ ferry_status nvme_check_file(nvme_store *s)
 }
 
 /* ---- a folder, before any store ---- */
+
+/* The probe's one region written whole, then read whole. */
+static ferry_status write_then_read(nvme_store *s)
+{
+    ferry_status st = FERRY_OK;
+    nvme_span span = {0, 1};
+    for (int pass = 0; pass < 2 && st == FERRY_OK; pass++) {
+        st = nvme_sweep_begin(s, pass ? NVME_READ : NVME_WRITE, &span, 1);
+        for (bool done = false; st == FERRY_OK;) {
+            nvme_tile t;
+            if ((st = nvme_sweep_next(s, &t, &done)) != FERRY_OK || done)
+                break;
+            st = nvme_sweep_put(s, &t);
+        }
+        ferry_status end = s ? nvme_sweep_end(s) : FERRY_OK;
+        st = st != FERRY_OK ? st : end;
+    }
+    return st;
+}
 
 /* Moves `bytes` through a store of the folder's own, as a store there
  * would: written once, then read once; bytes read + written a second. */
@@ -248,18 +268,8 @@ static ferry_status measure_path(const char *dir, uint64_t bytes, size_t block, 
     if (st == FERRY_OK) st = nvme_open(s);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    nvme_span span = {0, 1};
-    for (int pass = 0; pass < 2 && st == FERRY_OK; pass++) {
-        st = nvme_sweep_begin(s, pass ? NVME_READ : NVME_WRITE, &span, 1);
-        for (bool done = false; st == FERRY_OK;) {
-            nvme_tile t;
-            if ((st = nvme_sweep_next(s, &t, &done)) != FERRY_OK || done)
-                break;
-            st = nvme_sweep_put(s, &t);
-        }
-        ferry_status end = s ? nvme_sweep_end(s) : FERRY_OK;
-        st = st != FERRY_OK ? st : end;
-    }
+    if (st == FERRY_OK)
+        st = write_then_read(s);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     if (st == FERRY_OK) {

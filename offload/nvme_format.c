@@ -208,24 +208,34 @@ static ferry_status crc_slot(nvme_store *s, nvme_slot *slot, size_t *nb, uint64_
     return FERRY_OK;
 }
 
-/* Computed for writing: kept as the blocks' checksums. */
-ferry_status nvme_checksum_tile(nvme_store *s, nvme_slot *slot)
+/* The failure for block j of array a of the slot's tile, whose CRC-32C
+ * `got` is not the one written; the segment is `seg` bytes. */
+static ferry_status mismatch(nvme_store *s, const nvme_slot *slot, int a, size_t j, uint64_t seg, uint32_t got)
 {
-    size_t nb, i = 0;
-    uint64_t seg;
-    ferry_status st = crc_slot(s, slot, &nb, &seg);
-    if (st != FERRY_OK)
-        return st;
-    nvme_region *r = &s->regions[slot->region];
-    for (int a = 0; a < r->narrays; a++)
-        for (size_t j = 0; (slot->arrays & (1u << a)) && j < nb; j++)
-            r->crc[nvme_crc_index(s, r, slot->tile, a, j)] = slot->crc[i++];
-    return FERRY_OK;
+    const nvme_region *r = &s->regions[slot->region];
+    size_t idx = nvme_crc_index(s, r, slot->tile, a, j);
+    uint32_t len = nvme_block_len(s, seg, j);
+    uint64_t start = nvme_seg_offset(s, r, slot->tile, a) + (uint64_t)j * s->block;
+    size_t e0 = slot->tile * s->tile_elems + j * (s->block / sizeof(float));
+    size_t e1 = e0 + len / sizeof(float);
+    if (e1 > slot->tile * s->tile_elems + nvme_tile_len(s, r, slot->tile))
+        e1 = slot->tile * s->tile_elems + nvme_tile_len(s, r, slot->tile);
+    pthread_mutex_lock(&s->mu);
+    ferry_status st = nvme_fail(s, FERRY_ERR_FORMAT,
+                                "checksum mismatch in the state file '%s' block %llu (bytes %llu..%llu: '%s' %s, "
+                                "elements %zu..%zu): CRC-32C 0x%08x read, 0x%08x written; the disk gave back other "
+                                "bytes than were written, so the state is damaged and the run stops (checkpoints "
+                                "saved before are whole)",
+                                s->path, (unsigned long long)(r->first_block + idx), (unsigned long long)start,
+                                (unsigned long long)(start + len), r->name, r->array_names[a], e0, e1, got,
+                                r->crc[idx]);
+    pthread_mutex_unlock(&s->mu);
+    return st;
 }
 
-/* Computed for reading: compared with the blocks' checksums, the first
- * difference (array by array, block by block) reported. */
-ferry_status nvme_verify_tile(nvme_store *s, nvme_slot *slot)
+/* The CRC-32C of every block of the slot's arrays, then, block by block,
+ * kept as its checksum (`keep`) or compared with it. */
+static ferry_status crc_tile(nvme_store *s, nvme_slot *slot, bool keep)
 {
     size_t nb, i = 0;
     uint64_t seg;
@@ -236,25 +246,19 @@ ferry_status nvme_verify_tile(nvme_store *s, nvme_slot *slot)
     for (int a = 0; a < r->narrays; a++) {
         for (size_t j = 0; (slot->arrays & (1u << a)) && j < nb; j++) {
             size_t idx = nvme_crc_index(s, r, slot->tile, a, j);
-            uint32_t got = slot->crc[i++], len = nvme_block_len(s, seg, j);
-            if (got == r->crc[idx])
-                continue;
-            uint64_t start = nvme_seg_offset(s, r, slot->tile, a) + (uint64_t)j * s->block;
-            size_t e0 = slot->tile * s->tile_elems + j * (s->block / sizeof(float));
-            size_t e1 = e0 + len / sizeof(float);
-            if (e1 > slot->tile * s->tile_elems + nvme_tile_len(s, r, slot->tile))
-                e1 = slot->tile * s->tile_elems + nvme_tile_len(s, r, slot->tile);
-            pthread_mutex_lock(&s->mu);
-            st = nvme_fail(s, FERRY_ERR_FORMAT,
-                           "checksum mismatch in the state file '%s' block %llu (bytes %llu..%llu: '%s' %s, elements "
-                           "%zu..%zu): CRC-32C 0x%08x read, 0x%08x written; the disk gave back other bytes than were "
-                           "written, so the state is damaged and the run stops (checkpoints saved before are whole)",
-                           s->path, (unsigned long long)(r->first_block + idx), (unsigned long long)start,
-                           (unsigned long long)(start + len), r->name, r->array_names[a], e0, e1, got, r->crc[idx]);
-            pthread_mutex_unlock(&s->mu);
-            return st;
+            uint32_t got = slot->crc[i++];
+            if (keep)
+                r->crc[idx] = got;
+            else if (got != r->crc[idx])
+                return mismatch(s, slot, a, j, seg, got);
         }
     }
     return FERRY_OK;
 }
 
+/* Computed for writing: kept as the blocks' checksums. */
+ferry_status nvme_checksum_tile(nvme_store *s, nvme_slot *slot) { return crc_tile(s, slot, true); }
+
+/* Computed for reading: compared with the blocks' checksums, the first
+ * difference (array by array, block by block) reported. */
+ferry_status nvme_verify_tile(nvme_store *s, nvme_slot *slot) { return crc_tile(s, slot, false); }

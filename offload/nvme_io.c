@@ -103,28 +103,37 @@ static ferry_status open_ring(nvme_store *s, char *notes, size_t cap)
 
 static atomic_flag uring_warned = ATOMIC_FLAG_INIT;
 
+/* s->io: io_uring where it works (or as asked), else the threads. */
+static ferry_status choose_path(nvme_store *s)
+{
+    s->io = NVME_IO_THREADS;
+    if (s->io_asked == NVME_IO_THREADS)
+        return FERRY_OK;
+    const char *what;
+    int r = nvme_ring_setup(&s->ring, (unsigned)s->qd, &what);
+    if (r == 0) {
+        s->ring_ok = true;
+        s->io = NVME_IO_URING;
+        return FERRY_OK;
+    }
+    nvme_uring_refusal(r, what, s->io_note, sizeof s->io_note);
+    if (s->io_asked == NVME_IO_URING)
+        return err_set(FERRY_ERR_UNSUPPORTED, "io_uring is refused here (%s), and the NVMe store was asked "
+                       "to use it alone", s->io_note);
+    if (!atomic_flag_test_and_set(&uring_warned))
+        fprintf(stderr, "ferry: io_uring is refused here (%s); the NVMe store reads and writes with %d "
+                "threads of pread/pwrite on its O_DIRECT file instead (the same checksums, the same bytes)\n",
+                s->io_note, s->qd < NVME_MAX_IO_THREADS ? s->qd : NVME_MAX_IO_THREADS);
+    return FERRY_OK;
+}
+
 /* io_uring where it works (or as asked), else the threads; then the
  * store's threads start. */
 ferry_status nvme_open_io(nvme_store *s, char *notes, size_t cap)
 {
-    s->io = NVME_IO_THREADS;
-    if (s->io_asked != NVME_IO_THREADS) {
-        const char *what;
-        int r = nvme_ring_setup(&s->ring, (unsigned)s->qd, &what);
-        if (r == 0) {
-            s->ring_ok = true;
-            s->io = NVME_IO_URING;
-        } else {
-            nvme_uring_refusal(r, what, s->io_note, sizeof s->io_note);
-            if (s->io_asked == NVME_IO_URING)
-                return err_set(FERRY_ERR_UNSUPPORTED, "io_uring is refused here (%s), and the NVMe store was asked "
-                               "to use it alone", s->io_note);
-            if (!atomic_flag_test_and_set(&uring_warned))
-                fprintf(stderr, "ferry: io_uring is refused here (%s); the NVMe store reads and writes with %d "
-                        "threads of pread/pwrite on its O_DIRECT file instead (the same checksums, the same bytes)\n",
-                        s->io_note, s->qd < NVME_MAX_IO_THREADS ? s->qd : NVME_MAX_IO_THREADS);
-        }
-    }
+    ferry_status st = choose_path(s);
+    if (st != FERRY_OK)
+        return st;
     if (s->io == NVME_IO_URING)
         open_ring(s, notes, cap);
     int want = s->io == NVME_IO_URING ? 1 : s->qd < NVME_MAX_IO_THREADS ? s->qd : NVME_MAX_IO_THREADS;
@@ -159,16 +168,10 @@ static nvme_io *queue_pop(nvme_store *s)
 /* Whether any I/O is queued or in flight: waiting can make progress. */
 bool nvme_busy(const nvme_store *s) { return s->q.inflight > 0 || s->q.prepared > 0 || s->q.len > 0; }
 
-/* Prepares what the queue depth allows and submits it in one call (the
- * ring), or wakes the workers (threads). A refusal for want of resources
- * is left to the ring's thread, which pauses and tries again. */
-void nvme_pump(nvme_store *s)
+/* Moves queued I/Os into the submission ring, as many as the queue depth
+ * and the ring allow. */
+static void prepare(nvme_store *s)
 {
-    if (s->io == NVME_IO_THREADS) {
-        if (s->q.len > 0)
-            pthread_cond_broadcast(&s->work_cv);
-        return;
-    }
     while (s->failed == FERRY_OK && s->q.len > 0 && s->q.inflight + s->q.prepared < s->qd) {
         struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
         if (!sqe)
@@ -188,6 +191,19 @@ void nvme_pump(nvme_store *s)
         io_uring_sqe_set_data(sqe, io);
         s->q.prepared++;
     }
+}
+
+/* Prepares what the queue depth allows and submits it in one call (the
+ * ring), or wakes the workers (threads). A refusal for want of resources
+ * is left to the ring's thread, which pauses and tries again. */
+void nvme_pump(nvme_store *s)
+{
+    if (s->io == NVME_IO_THREADS) {
+        if (s->q.len > 0)
+            pthread_cond_broadcast(&s->work_cv);
+        return;
+    }
+    prepare(s);
     if (s->q.prepared == 0 || (s->q.again && s->q.inflight == 0))
         return; /* nothing, or the ring's thread pauses first */
     int r;
@@ -256,6 +272,45 @@ static void io_failed(nvme_store *s, const nvme_io *io, int err)
                   r->array_names[io->array], strerror(err), err == EAGAIN ? " again and again" : "");
 }
 
+/* A read that moved nothing: the file ends before the block does. */
+static void truncated(nvme_store *s, const nvme_io *io)
+{
+    const nvme_region *r = &s->regions[io->region];
+    struct stat sb;
+    long long size = fstat(s->fd, &sb) == 0 ? (long long)sb.st_size : -1;
+    nvme_fail(s, FERRY_ERR_IO,
+              "%s the state file '%s' block %llu (bytes %llu..%llu, '%s' %s) stopped at byte %llu: the file is %lld "
+              "bytes, it was %llu: it was truncated underneath; the run cannot go on, and checkpoints saved "
+              "before are whole",
+              "reading", s->path, (unsigned long long)io->block,
+              (unsigned long long)io->start, (unsigned long long)(io->start + io->full), r->name,
+              r->array_names[io->array], (unsigned long long)io->off, size, (unsigned long long)s->file_bytes);
+}
+
+/* `res` bytes moved: counted; after a short transfer the rest is queued
+ * again (true) unless the store failed. */
+static bool moved(nvme_store *s, nvme_io *io, int res)
+{
+    io->again = 0;
+    if (io->write)
+        s->bytes_written += (uint64_t)res;
+    else
+        s->bytes_read += (uint64_t)res;
+    if ((uint32_t)res < io->len) {
+        /* A short transfer: the rest from where it stopped. */
+        io->buf += res;
+        io->off += (uint64_t)res;
+        io->len -= (uint32_t)res;
+        s->resumed++;
+        io->resumed = true;
+        if (s->failed == FERRY_OK) {
+            nvme_queue_push(s, io);
+            return true;
+        }
+    }
+    return false;
+}
+
 /* One I/O came back with `raw` (bytes moved, or -errno). */
 static void complete(nvme_store *s, nvme_io *io, int raw)
 {
@@ -279,37 +334,26 @@ static void complete(nvme_store *s, nvme_io *io, int raw)
     } else if (res == 0 && io->write) {
         io_failed(s, io, EIO); /* a write that made no progress will never finish */
     } else if (res == 0) {
-        const nvme_region *r = &s->regions[io->region];
-        struct stat sb;
-        long long size = fstat(s->fd, &sb) == 0 ? (long long)sb.st_size : -1;
-        nvme_fail(s, FERRY_ERR_IO,
-                  "%s the state file '%s' block %llu (bytes %llu..%llu, '%s' %s) stopped at byte %llu: the file is %lld "
-                  "bytes, it was %llu: it was truncated underneath; the run cannot go on, and checkpoints saved "
-                  "before are whole",
-                  "reading", s->path, (unsigned long long)io->block,
-                  (unsigned long long)io->start, (unsigned long long)(io->start + io->full), r->name,
-                  r->array_names[io->array], (unsigned long long)io->off, size, (unsigned long long)s->file_bytes);
-    } else {
-        io->again = 0;
-        if (io->write)
-            s->bytes_written += (uint64_t)res;
-        else
-            s->bytes_read += (uint64_t)res;
-        if ((uint32_t)res < io->len) {
-            /* A short transfer: the rest from where it stopped. */
-            io->buf += res;
-            io->off += (uint64_t)res;
-            io->len -= (uint32_t)res;
-            s->resumed++;
-            io->resumed = true;
-            if (s->failed == FERRY_OK) {
-                nvme_queue_push(s, io);
-                return;
-            }
-        }
+        truncated(s, io);
+    } else if (moved(s, io, res)) {
+        return;
     }
     if (--slot->pending == 0 && slot->state == SLOT_WRITING)
         slot->state = SLOT_FREE;
+}
+
+/* Takes every completion the ring holds. */
+static void reap(nvme_store *s)
+{
+    struct io_uring_cqe *cqe;
+    unsigned head, n = 0;
+    io_uring_for_each_cqe(&s->ring, head, cqe)
+    {
+        complete(s, io_uring_cqe_get_data(cqe), cqe->res);
+        n++;
+    }
+    io_uring_cq_advance(&s->ring, n);
+    s->q.inflight -= (int)n;
 }
 
 /* The ring's thread: waits for completions (without the lock: the ring's
@@ -346,14 +390,7 @@ static void *ring_thread(void *p)
             pthread_cond_broadcast(&s->done_cv);
             continue;
         }
-        unsigned head, n = 0;
-        io_uring_for_each_cqe(&s->ring, head, cqe)
-        {
-            complete(s, io_uring_cqe_get_data(cqe), cqe->res);
-            n++;
-        }
-        io_uring_cq_advance(&s->ring, n);
-        s->q.inflight -= (int)n;
+        reap(s);
         if (s->sweep.open)
             nvme_read_ahead(s); /* pumps too */
         else
@@ -400,6 +437,7 @@ void nvme_wait_progress(nvme_store *s)
     pthread_cond_wait(&s->done_cv, &s->mu);
 }
 
+/* Stops the store's threads and waits for them. */
 void nvme_stop_threads(nvme_store *s)
 {
     pthread_mutex_lock(&s->mu);

@@ -13,6 +13,8 @@
 
 /* ---- the window ---- */
 
+/* The window from the pool, cut into slots, each with its I/O list; the
+ * queue sized for every slot's blocks. */
 ferry_status nvme_take_window(nvme_store *s)
 {
     void *w = NULL;
@@ -127,6 +129,35 @@ static ferry_status unlock_with(nvme_store *s, ferry_status st)
     return st;
 }
 
+/* The spans name regions and arrays of the store, and a sweep that reads
+ * reads only arrays written before; their tiles into *total. */
+static ferry_status check_spans(const nvme_store *s, nvme_mode mode, const nvme_span *spans, int nspans,
+                                size_t *total)
+{
+    for (int i = 0; i < nspans; i++) {
+        const nvme_span *sp = &spans[i];
+        if (sp->region < 0 || sp->region >= s->nregions || sp->arrays == 0 ||
+            sp->arrays >= (1u << s->regions[sp->region].narrays))
+            return err_set(FERRY_ERR_INVALID_ARGUMENT, "nvme_sweep_begin: span %d (region %d, arrays 0x%x)", i,
+                           sp->region, sp->arrays);
+        for (int a = 0; mode != NVME_WRITE && a < s->regions[sp->region].narrays; a++)
+            if ((sp->arrays & (1u << a)) && !s->regions[sp->region].written[a])
+                return err_set(FERRY_ERR_STATE, "nvme_sweep_begin: '%s' %s is read before it was ever written",
+                               s->regions[sp->region].name, s->regions[sp->region].array_names[a]);
+        *total += s->regions[sp->region].ntiles;
+    }
+    return FERRY_OK;
+}
+
+/* A sweep that writes marks its arrays as written. */
+static void mark_written(nvme_store *s, nvme_mode mode, const nvme_span *spans, int nspans)
+{
+    for (int i = 0; mode != NVME_READ && i < nspans; i++)
+        for (int a = 0; a < s->regions[spans[i].region].narrays; a++)
+            if (spans[i].arrays & (1u << a))
+                s->regions[spans[i].region].written[a] = true;
+}
+
 ferry_status nvme_sweep_begin(nvme_store *s, nvme_mode mode, const nvme_span *spans, int nspans)
 {
     if (!s || (nspans > 0 && !spans) || nspans < 0)
@@ -142,20 +173,11 @@ ferry_status nvme_sweep_begin(nvme_store *s, nvme_mode mode, const nvme_span *sp
     if (mode != NVME_READ && mode != NVME_WRITE && mode != NVME_UPDATE)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "nvme_sweep_begin: mode %d", (int)mode);
     size_t total = 0;
-    for (int i = 0; i < nspans; i++) {
-        const nvme_span *sp = &spans[i];
-        if (sp->region < 0 || sp->region >= s->nregions || sp->arrays == 0 ||
-            sp->arrays >= (1u << s->regions[sp->region].narrays))
-            return err_set(FERRY_ERR_INVALID_ARGUMENT, "nvme_sweep_begin: span %d (region %d, arrays 0x%x)", i,
-                           sp->region, sp->arrays);
-        for (int a = 0; mode != NVME_WRITE && a < s->regions[sp->region].narrays; a++)
-            if ((sp->arrays & (1u << a)) && !s->regions[sp->region].written[a])
-                return err_set(FERRY_ERR_STATE, "nvme_sweep_begin: '%s' %s is read before it was ever written",
-                               s->regions[sp->region].name, s->regions[sp->region].array_names[a]);
-        total += s->regions[sp->region].ntiles;
-    }
+    ferry_status st = check_spans(s, mode, spans, nspans, &total);
+    if (st != FERRY_OK)
+        return st;
     pthread_mutex_lock(&s->mu);
-    ferry_status st = nvme_check_file(s);
+    st = nvme_check_file(s);
     if (st != FERRY_OK)
         return unlock_with(s, st);
     pthread_mutex_unlock(&s->mu);
@@ -163,10 +185,7 @@ ferry_status nvme_sweep_begin(nvme_store *s, nvme_mode mode, const nvme_span *sp
     if (!copy)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "nvme sweep: out of host memory");
     memcpy(copy, spans, (size_t)nspans * sizeof *copy);
-    for (int i = 0; mode != NVME_READ && i < nspans; i++)
-        for (int a = 0; a < s->regions[spans[i].region].narrays; a++)
-            if (spans[i].arrays & (1u << a))
-                s->regions[spans[i].region].written[a] = true;
+    mark_written(s, mode, spans, nspans);
     pthread_mutex_lock(&s->mu);
     s->sweep.spans = copy;
     s->sweep.nspans = nspans;
@@ -197,38 +216,33 @@ static void hand_over(nvme_store *s, nvme_slot *slot, nvme_tile *t)
             t->array[a] = (float *)(slot->buf + (size_t)a * s->seg_bytes);
 }
 
-ferry_status nvme_sweep_next(nvme_store *s, nvme_tile *t, bool *done)
+/* A WRITE sweep's next tile (under s->mu, which it unlocks): an empty
+ * slot, once one is free. */
+static ferry_status next_empty(nvme_store *s, nvme_tile *t)
 {
-    if (!s || !t || !done)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "nvme_sweep_next: NULL argument");
-    pthread_mutex_lock(&s->mu);
-    if (!s->sweep.open)
-        return unlock_with(s, err_set(FERRY_ERR_STATE, "nvme_sweep_next: no sweep is open"));
-    *done = false;
+    nvme_slot *slot = NULL;
+    while (s->failed == FERRY_OK && !assign_next(s, &slot)) {
+        if (!nvme_busy(s))
+            return unlock_with(s, all_held());
+        nvme_wait_progress(s);
+    }
     if (s->failed != FERRY_OK)
         return unlock_with(s, s->failed);
-    if (s->sweep.handed == s->sweep.total) {
-        *done = true;
-        return unlock_with(s, FERRY_OK);
-    }
+    hand_over(s, slot, t);
+    pthread_mutex_unlock(&s->mu);
+    /* The padding of a short last tile is written too: make it zeros. */
+    nvme_region *r = &s->regions[slot->region];
+    size_t used = nvme_tile_len(s, r, slot->tile) * sizeof(float);
+    for (int a = 0; a < r->narrays; a++)
+        memset(slot->buf + (size_t)a * s->seg_bytes + used, 0, (size_t)nvme_seg_bytes(s, r, slot->tile) - used);
+    return FERRY_OK;
+}
+
+/* A READ or UPDATE sweep's next tile (under s->mu, which it unlocks): the
+ * next in order, once its reads landed, verified. */
+static ferry_status next_read(nvme_store *s, nvme_tile *t)
+{
     nvme_slot *slot = NULL;
-    if (s->sweep.mode == NVME_WRITE) {
-        while (s->failed == FERRY_OK && !assign_next(s, &slot)) {
-            if (!nvme_busy(s))
-                return unlock_with(s, all_held());
-            nvme_wait_progress(s);
-        }
-        if (s->failed != FERRY_OK)
-            return unlock_with(s, s->failed);
-        hand_over(s, slot, t);
-        pthread_mutex_unlock(&s->mu);
-        /* The padding of a short last tile is written too: make it zeros. */
-        nvme_region *r = &s->regions[slot->region];
-        size_t used = nvme_tile_len(s, r, slot->tile) * sizeof(float);
-        for (int a = 0; a < r->narrays; a++)
-            memset(slot->buf + (size_t)a * s->seg_bytes + used, 0, (size_t)nvme_seg_bytes(s, r, slot->tile) - used);
-        return FERRY_OK;
-    }
     nvme_read_ahead(s);
     while (s->failed == FERRY_OK && (!(slot = slot_of_seq(s, s->sweep.handed)) || slot->pending > 0)) {
         if (!nvme_busy(s))
@@ -244,6 +258,23 @@ ferry_status nvme_sweep_next(nvme_store *s, nvme_tile *t, bool *done)
     if (st == FERRY_OK)
         *t = got;
     return st;
+}
+
+ferry_status nvme_sweep_next(nvme_store *s, nvme_tile *t, bool *done)
+{
+    if (!s || !t || !done)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "nvme_sweep_next: NULL argument");
+    pthread_mutex_lock(&s->mu);
+    if (!s->sweep.open)
+        return unlock_with(s, err_set(FERRY_ERR_STATE, "nvme_sweep_next: no sweep is open"));
+    *done = false;
+    if (s->failed != FERRY_OK)
+        return unlock_with(s, s->failed);
+    if (s->sweep.handed == s->sweep.total) {
+        *done = true;
+        return unlock_with(s, FERRY_OK);
+    }
+    return s->sweep.mode == NVME_WRITE ? next_empty(s, t) : next_read(s, t);
 }
 
 ferry_status nvme_sweep_put(nvme_store *s, nvme_tile *t)
@@ -272,20 +303,11 @@ ferry_status nvme_sweep_put(nvme_store *s, nvme_tile *t)
     return unlock_with(s, s->failed);
 }
 
-ferry_status nvme_sweep_end(nvme_store *s)
+/* Waits (under s->mu) until no I/O is queued or in flight: the writes
+ * land, the reads ahead queued are dropped, and after a failure nothing
+ * more is submitted. */
+static void drain(nvme_store *s)
 {
-    if (!s)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT, "nvme_sweep_end: store is NULL");
-    pthread_mutex_lock(&s->mu);
-    if (!s->sweep.open)
-        return unlock_with(s, err_set(FERRY_ERR_STATE, "nvme_sweep_end: no sweep is open"));
-    /* Tiles read ahead but never asked for are dropped; every write is
-     * waited for; after a failure nothing more is submitted, what is in
-     * flight still lands before the window may be reused. */
-    for (int i = 0; i < s->nslots; i++)
-        if (s->slots[i].state == SLOT_HELD)
-            s->slots[i].state = SLOT_FREE;
-    s->sweep.issued = s->sweep.total; /* no more reads ahead */
     for (;;) {
         bool writing = false;
         for (int i = 0; i < s->nslots && !writing; i++)
@@ -300,6 +322,23 @@ ferry_status nvme_sweep_end(nvme_store *s)
             break;
         nvme_wait_progress(s);
     }
+}
+
+ferry_status nvme_sweep_end(nvme_store *s)
+{
+    if (!s)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "nvme_sweep_end: store is NULL");
+    pthread_mutex_lock(&s->mu);
+    if (!s->sweep.open)
+        return unlock_with(s, err_set(FERRY_ERR_STATE, "nvme_sweep_end: no sweep is open"));
+    /* Tiles read ahead but never asked for are dropped; every write is
+     * waited for; after a failure nothing more is submitted, what is in
+     * flight still lands before the window may be reused. */
+    for (int i = 0; i < s->nslots; i++)
+        if (s->slots[i].state == SLOT_HELD)
+            s->slots[i].state = SLOT_FREE;
+    s->sweep.issued = s->sweep.total; /* no more reads ahead */
+    drain(s);
     s->q.head = 0;
     for (int i = 0; i < s->nslots; i++) {
         s->slots[i].state = SLOT_FREE;
