@@ -87,7 +87,7 @@ FAULT_API int fault_pthread_create(pthread_t *thread, const pthread_attr_t *attr
                                    void *arg);
 /* fallocate: a refused reservation is ENOSPC, the full disk. */
 FAULT_API int fault_fallocate(int fd, int mode, off_t offset, off_t len);
-/* An io_uring completion's result, as offload/nvme.c reads it (its
+/* An io_uring completion's result, as offload/nvme_io.c reads it (its
  * io_completion_result): counted as "io_uring read" or "io_uring write"; a
  * failing read completes with -EIO, a failing write with -ENOSPC. `len` is
  * the transfer asked for, `res` what the kernel did. */
@@ -97,12 +97,12 @@ FAULT_API int fault_io_result(int res, unsigned len, int is_write);
  * or more moves half of it, as a short read or write does: the store must
  * resume the rest. Uncounted; armed or not. */
 FAULT_API void fault_short_io(bool on);
-/* Before offload/nvme.c sets up io_uring: 0, or -EPERM when this call is
+/* Before offload/nvme_io.c sets up io_uring: 0, or -EPERM when this call is
  * the one to fail (counted as "io_uring_queue_init"; refused with
  * fault_refuse, every time), as a seccomp profile or the sysctl
  * kernel.io_uring_disabled answers. */
 FAULT_API int fault_io_uring_refusal(void);
-/* Before offload/nvme.c calls io_uring_submit: 0, or -EAGAIN for the next
+/* Before offload/nvme_io.c calls io_uring_submit: 0, or -EAGAIN for the next
  * `n` submissions after fault_again(n), as when the kernel has no memory
  * for the requests. Uncounted. */
 FAULT_API int fault_io_submit(void);

@@ -55,13 +55,13 @@
 #define mlock(...) fault_mlock(__VA_ARGS__)
 #define pthread_create(...) fault_pthread_create(__VA_ARGS__)
 #define fallocate(...) fault_fallocate(__VA_ARGS__)
-/* Not a system call: the hook offload/nvme.c passes each io_uring
- * completion's result through (it defines it as the result itself when this
- * header is not forced in). */
+/* Not a system call: the hook offload/nvme_io.c passes each io_uring
+ * completion's result through (offload/nvme_impl.h defines it as the result
+ * itself when this header is not forced in). */
 #define io_completion_result(...) fault_io_result(__VA_ARGS__)
-/* offload/nvme.c's other hooks: io_uring's setup (counted) and a
- * submission refused before they are made, the O_DIRECT alignment the
- * kernel gave. */
+/* The NVMe store's other hooks (offload/nvme_impl.h): io_uring's setup
+ * (counted) and a submission refused before they are made, the O_DIRECT
+ * alignment the kernel gave. */
 #define io_uring_refusal(...) fault_io_uring_refusal(__VA_ARGS__)
 #define io_submit_refusal(...) fault_io_submit(__VA_ARGS__)
 #define io_dio_align(...) fault_dio_align(__VA_ARGS__)

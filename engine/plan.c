@@ -98,8 +98,8 @@ static bool accumulates(const engine_plan_request *rq)
     return rq->micro_batches > 1 || (ranked(rq) && device_mode(rq) == FERRY_OFFLOAD_NONE);
 }
 
-/* The NVMe tier: the store's file (its regions as offload/nvme.c lays them
- * out) and its window, charged as the pool charges it. */
+/* The NVMe tier: the store's file (its regions as offload/nvme_format.c
+ * lays them out) and its window, charged as the pool charges it. */
 static ferry_status plan_disk(const engine_plan_request *rq, int arrays, engine_memory_plan *p)
 {
     size_t tile = nvme_tile_elems_for(rq->disk_window_bytes, (size_t)rq->disk_block_bytes, arrays);
