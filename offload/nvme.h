@@ -3,7 +3,7 @@
  * with io_uring (O_DIRECT, registered buffers, a fixed file, batched
  * submissions, at most `queue_depth` I/Os in flight). It owns the file, the
  * ring, the window and the checksums; it knows nothing of groups, AdamW or
- * the engine, which decides what lives here (engine/nvme_update.c).
+ * the engine, which decides what lives here (engine/update_nvme.c).
  *
  * What it holds: regions (one per parameter group), each `narrays` fp32
  * arrays of `numel` elements (Adam m and v, optionally the master weights).
