@@ -1,5 +1,5 @@
 /* Every op of the registry (backend/ops/op_list.h), driven over the shape table
- * (backend/ops/op_shapes.h) on the host backend, with no code per op here but
+ * (dev/ops/op_shapes.h) on the host backend, with no code per op here but
  * its double-precision reference (tests/ops/op_refs.h):
  * - the table covers every op, and names only ops of the registry;
  * - each row in fp32 storage against the op's reference in double, by
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "backend/ops/opdrive.h"
+#include "dev/ops/opdrive.h"
 #include "tests/ops/op_refs.h"
 #include "tests/tap.h"
 
