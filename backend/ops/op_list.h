@@ -52,10 +52,10 @@
  * Adding an op (docs/design.md, "How to add an op"): its entry and
  * argument list here (with what it computes), backend/ops/<name>.c (the host
  * reference, declared in ops_host.h) and its launch in ops_host.c,
- * backend/ops/<name>.cu, its name in backend/meson.build, a row of
- * dev/ops/op_shapes.h and its double-precision reference in
- * tests/ops/op_refs.h; the checks, the tables, the op tests and the
- * lab's check follow. */
+ * backend/ops/<name>.cu, its name in backend/meson.build, its ops_<name>
+ * line in ops.h's list of the generated ops, a row of dev/ops/op_shapes.h
+ * and its double-precision reference in tests/ops/op_refs.h; the checks,
+ * the tables, the op tests and the lab's check follow. */
 #ifndef FERRY_BACKEND_OPS_OP_LIST_H
 #define FERRY_BACKEND_OPS_OP_LIST_H
 
