@@ -1,8 +1,8 @@
 /* The device arena: the planned region (one buffer, each planned buffer at
  * its offset) and the dynamic region (chunks from backend_alloc carved by
  * the span heap) under one hard budget, with per-category accounting for
- * stats and for messages that explain a refusal. Also the names of the
- * memory categories. */
+ * stats and for messages that explain a refusal. The categories' names are
+ * offload/category.c's. */
 #include "offload/arena.h"
 
 #include <pthread.h>
@@ -14,22 +14,6 @@
 #include "common/units.h"
 
 #define CHUNK_DEFAULT ((uint64_t)256 << 20)
-
-const char *ferry_mem_category_name(ferry_mem_category category)
-{
-    switch (category) {
-    case FERRY_MEM_PARAMS: return "params";
-    case FERRY_MEM_GRADS: return "grads";
-    case FERRY_MEM_OPTIMIZER: return "optimizer";
-    case FERRY_MEM_ACTIVATIONS: return "activations";
-    case FERRY_MEM_STAGING: return "staging";
-    case FERRY_MEM_WORKSPACE: return "workspace";
-    case FERRY_MEM_OTHER: return "other";
-    case FERRY_MEM_NVME: return "nvme window";
-    case FERRY_MEM_CATEGORY_COUNT: break;
-    }
-    return "unknown";
-}
 
 /* A live planned buffer. */
 typedef struct planned {

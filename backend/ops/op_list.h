@@ -2,9 +2,9 @@
  * the slots of backend_ops (backend_impl.h), the declarations of ops.h, the
  * checked fronts of ops.c, the entries of both tables (ops_host.c,
  * ops_cuda.c), the cuda wrappers and cudaop_* prototypes of the ops that
- * follow the common binding (ops_cuda.h), and the descriptions the op
- * tests and the kernel lab drive over their shape tables (backend/ops/opinfo.h,
- * backend/ops/op_shapes.h).
+ * follow the common binding (ops_cuda.h), and, outside the product, the
+ * descriptions the op tests and the kernel lab drive over their shape
+ * tables (dev/ops/opinfo.h, dev/ops/op_shapes.h).
  *
  * FERRY_OPS(OP) lists OP(name, CUDA, extra) for each op:
  *   name   ops_<name>, the slot <name>, hostop_/cudaop_<name>;
@@ -52,10 +52,10 @@
  * Adding an op (docs/design.md, "How to add an op"): its entry and
  * argument list here (with what it computes), backend/ops/<name>.c (the host
  * reference, declared in ops_host.h) and its launch in ops_host.c,
- * backend/ops/<name>.cu, its name in backend/meson.build, a row of
- * backend/ops/op_shapes.h and its double-precision reference in
- * tests/ops/op_refs.h; the checks, the tables, the op tests and the
- * lab's check follow. */
+ * backend/ops/<name>.cu, its name in backend/meson.build, its ops_<name>
+ * line in ops.h's list of the generated ops, a row of dev/ops/op_shapes.h
+ * and its double-precision reference in tests/ops/op_refs.h; the checks,
+ * the tables, the op tests and the lab's check follow. */
 #ifndef FERRY_BACKEND_OPS_OP_LIST_H
 #define FERRY_BACKEND_OPS_OP_LIST_H
 

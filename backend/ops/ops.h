@@ -64,7 +64,36 @@ void ops_shutdown(backend *be);
 
 /* The ops, one per entry of the registry (backend/ops/op_list.h, which says what
  * each computes and what its arguments must hold): ops_<name>(stream, the
- * op's arguments). */
+ * op's arguments), declared by OPS_DECLARE below. So that grep finds each,
+ * here they are by name, in FERRY_OPS's order (tests/ops/test_op_registry.c
+ * fails when this list and the registry differ):
+ *   ops_encoder_forward     out = wte[token] + wpe[position]: the token (and position) embedding
+ *   ops_encoder_backward    adds dout into the rows of dwte (and dwpe) the forward read
+ *   ops_layernorm_forward   LayerNorm of N rows of C, saving mean and rstd
+ *   ops_layernorm_backward  adds LayerNorm's gradients into dinp, dweight and dbias
+ *   ops_matmul_forward      out = inp @ weight^T + bias: a linear layer
+ *   ops_matmul_backward     adds the linear layer's gradients into dinp, dweight and dbias
+ *   ops_gelu_forward        GELU, tanh form, element-wise
+ *   ops_gelu_backward       adds dout * gelu'(inp) into dinp
+ *   ops_residual_forward    out = a + b, element-wise
+ *   ops_attention_forward   causal multi-head self-attention, saving each query's log-sum-exp
+ *   ops_attention_backward  adds attention's gradient into dqkv
+ *   ops_classifier          the fused classifier: losses, and their gradients into dinp and dwte
+ *   ops_convert_from_f32    fp32 values to the storage type
+ *   ops_convert_to_f32      the storage type to fp32 values
+ *   ops_adamw               AdamW on one tensor on the device (offload none)
+ *   ops_sumsq               adds a gradient's sum of squares into one fp64, deterministically
+ *   ops_accumulate          a micro-batch's gradient into the step's fp32 sum
+ *   ops_rmsnorm_forward     RMSNorm of N rows of C, saving rstd
+ *   ops_rmsnorm_backward    adds RMSNorm's gradients into dinp and dweight
+ *   ops_rope_forward        rotary position embedding: query and key heads rotated into qkv, values copied
+ *   ops_rope_backward       adds the inverse rotation of dout into dinp
+ *   ops_swiglu_forward      the SiLU-gated MLP's activation: silu(gate) * up
+ *   ops_swiglu_backward     adds SwiGLU's gradients into dinp
+ *   ops_kv_append           the new tokens' keys and values into the cache, their queries out
+ *   ops_kv_append_rope      kv_append with the query and key heads rotated as rope_forward
+ *   ops_attention_decode    the new queries' causal attention against the cache
+ */
 #define OPS_DECLARE(NAME, CUDA, EXTRA) ferry_status ops_##NAME(OPS_PARAMS(NAME));
 FERRY_OPS(OPS_DECLARE)
 

@@ -13,7 +13,7 @@
  *              dev/cudasim, runs in CI)
  *     --dtype  the storage type (default: the card's, bf16 from sm_80)
  *     --op     only this op family (registry: every op of the registry
- *              checked over backend/ops/op_shapes.h; encoder, layernorm, matmul,
+ *              checked over dev/ops/op_shapes.h; encoder, layernorm, matmul,
  *              gelu, residual, attention, classifier, optimizer); repeatable
  *   FERRY_TEST_SEED sets the seed (printed either way).
  *
@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/ops/opdrive.h"
+#include "dev/ops/opdrive.h"
 #include "backend/ops/ops.h"
 
 void lab_must(ferry_status st, const char *what)
@@ -274,7 +274,7 @@ static void registry_report(void *p, const opdrive_result *r)
 }
 
 /* Every op of the registry (backend/ops/op_list.h) over the shape table
- * (backend/ops/op_shapes.h): the production kernel, through its front, against
+ * (dev/ops/op_shapes.h): the production kernel, through its front, against
  * the host backend storing the same type, from the same inputs. The op
  * files below time them and their variants. */
 static void lab_registry(lab *L)

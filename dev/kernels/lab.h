@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "backend/ops/opcheck.h"
+#include "dev/ops/opcheck.h"
 
 #ifdef __cplusplus
 extern "C" {

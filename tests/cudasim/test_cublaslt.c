@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "dev/cudasim/cudasim.h"
-#include "backend/ops/opcheck.h"
+#include "dev/ops/opcheck.h"
 #include "tests/tap.h"
 
 static cublasLtHandle_t lt;

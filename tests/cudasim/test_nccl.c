@@ -24,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/ops/opcheck.h"
+#include "dev/ops/opcheck.h"
 
 static int rank, nranks, tap_n, tap_failed;
 static cudaStream_t stream;

@@ -25,7 +25,7 @@
 #include "common/error.h"
 #include "dev/cudasim/cudasim.h"
 #include "engine/intree.h"
-#include "backend/ops/opcheck.h"
+#include "dev/ops/opcheck.h"
 #include "backend/ops/ops_host.h"
 #include "tests/gpu/gpu_util.h"
 #include "tests/tap.h"

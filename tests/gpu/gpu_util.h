@@ -1,4 +1,4 @@
-/* The gpu tests' side of backend/ops/opcheck.h: helpers that allocate what they
+/* The gpu tests' side of dev/ops/opcheck.h: helpers that allocate what they
  * return and end the test with a TAP "Bail out!" when the host or the backend
  * fails, since a test cannot go on without its buffers. */
 #ifndef FERRY_TESTS_GPU_UTIL_H
@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "backend/ops/opcheck.h"
+#include "dev/ops/opcheck.h"
 
 static inline void gpu_bail_unless(ferry_status st, const char *what, size_t n)
 {

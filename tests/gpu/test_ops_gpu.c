@@ -1,7 +1,7 @@
 /* The cuda ops (backend/ops/<op>.cu) against the host ones on the same random
  * inputs (exact in both 16-bit types), in one storage type (the argument:
  * bf16, the default, or f16): every op of the registry over the shape table
- * (backend/ops/op_shapes.h) against the host backend storing the same type;
+ * (dev/ops/op_shapes.h) against the host backend storing the same type;
  * then what is particular to some (encoder_backward gives the same bits
  * twice, conversion bits, unaligned elementwise and matmul pointers, attention with
  * each tile size, the classifier's ignored targets and loss scale), and the
@@ -31,7 +31,7 @@
 #include "backend/ops/ops.h"
 #include "backend/ops/ops_cuda.h"
 #include "backend/ops/ops_host.h"
-#include "backend/ops/opdrive.h"
+#include "dev/ops/opdrive.h"
 #include "tests/gpu/gpu_util.h"
 #include "tests/tap.h"
 
@@ -375,7 +375,7 @@ static void test_attention(int B, int T, int C, int NH)
 }
 
 /* Every op of the registry (backend/ops/op_list.h) over the shape table
- * (backend/ops/op_shapes.h): cuda against the host backend storing the same
+ * (dev/ops/op_shapes.h): cuda against the host backend storing the same
  * type, from the same inputs, through the same fronts. */
 static void report(void *ctx, const opdrive_result *r)
 {

@@ -10,7 +10,8 @@ belong to it alone, to its tests (tests/<folder>...) and to its lab
 decides; nobody above branches on CUDA). Examples see only ferry.h. The
 simulated CUDA device (dev/cudasim) is test infrastructure: its tests
 (tests/cudasim) test the cuda backend, and they alone may include its
-control header. Inside engine/, components sit on floors (ENGINE_FLOORS,
+control header. So are the op drivers (dev/ops), which the op tests and
+the kernel lab alone include. Inside engine/, components sit on floors (ENGINE_FLOORS,
 engine/context.h): a component includes only lower floors' headers.
 
 usage: check_layers.py ROOT          prints TAP; exit 1 on any violation
@@ -55,8 +56,15 @@ PRIVATE = {
 }
 
 # Headers outside the layers' rules, with the test folders that may include them.
+# The op drivers (dev/ops) are the op tests' and the kernel lab's, never the
+# product's.
+OP_DRIVER_USERS = {"tests/ops", "tests/gpu", "tests/cudasim", "dev/kernels"}
 TEST_ONLY = {
     "dev/cudasim/cudasim.h": {"tests/cudasim"},
+    "dev/ops/opcheck.h": OP_DRIVER_USERS,
+    "dev/ops/opdrive.h": OP_DRIVER_USERS,
+    "dev/ops/opinfo.h": OP_DRIVER_USERS,
+    "dev/ops/op_shapes.h": OP_DRIVER_USERS,
 }
 
 # Headers meson generates into the build tree, with the folder that owns them
@@ -235,6 +243,9 @@ def self_test():
         "decrement-ok": ({"engine/step.c": 'n = a[--i]; puts("rebuild with -Dcuda=enabled");\n'}, 0),
         "cudasim-test-ok": ({"tests/cudasim/t.c": '#include "dev/cudasim/cudasim.h"\n'}, 0),
         "cudasim-elsewhere": ({"tests/engine/t.c": '#include "dev/cudasim/cudasim.h"\n'}, 1),
+        "op-driver-test-ok": ({"tests/ops/t.c": '#include "dev/ops/opdrive.h"\n'}, 0),
+        "op-driver-lab-ok": ({"dev/kernels/k.c": '#include "dev/ops/opcheck.h"\n'}, 0),
+        "op-driver-in-product": ({"backend/ops/x.c": '#include "dev/ops/opdrive.h"\n'}, 1),
         "engine-floor-down-ok": ({"engine/step.c": '#include "engine/dp.h"\n', "engine/dp.h": ""}, 0),
         "engine-floor-up": ({"engine/dp.c": '#include "engine/step.h"\n', "engine/step.h": ""}, 1),
         "engine-floor-sibling": ({"engine/dp.c": '#include "engine/auto.h"\n', "engine/auto.h": ""}, 1),
@@ -252,6 +263,8 @@ def self_test():
         "engine/engine.c": '#include "engine/engine.h"\n#include "common/error.h"\n',
         "models/m.c": '#include "engine/intree.h"\n',
         "dev/cudasim/cudasim.h": "",
+        "dev/ops/opdrive.h": '#include "dev/ops/opcheck.h"\n',
+        "dev/ops/opcheck.h": '#include "backend/backend.h"\n',
     }
     failures = 0
     for i, (name, (extra, want)) in enumerate(cases.items(), 1):

@@ -2,7 +2,7 @@
  * written here from each op's definition and from nothing of backend/: the
  * expectation the host backend is held to over the shape table
  * (tests/ops/test_op_registry.c). One ref_<name> per op, taking the op's
- * arguments as backend/ops/opinfo.h's opref_<name> holds them (float tensors as
+ * arguments as dev/ops/opinfo.h's opref_<name> holds them (float tensors as
  * doubles) and writing what the op must write: forward ops overwrite their
  * outputs, backward ops add into theirs. An op of the registry without a
  * reference here does not compile (op_refs below names every one). */
@@ -11,7 +11,7 @@
 
 #include <math.h>
 
-#include "backend/ops/opdrive.h"
+#include "dev/ops/opdrive.h"
 
 /* The row of wpe (b, t) reads: its position, or t without positions. */
 static size_t ref_wpe_row(const int32_t *pos, int T, int b, int t)

@@ -1,5 +1,5 @@
 /* Every op of the registry (backend/ops/op_list.h), driven over the shape table
- * (backend/ops/op_shapes.h) on the host backend, with no code per op here but
+ * (dev/ops/op_shapes.h) on the host backend, with no code per op here but
  * its double-precision reference (tests/ops/op_refs.h):
  * - the table covers every op, and names only ops of the registry;
  * - each row in fp32 storage against the op's reference in double, by
@@ -14,12 +14,18 @@
  *   NULL tensor (refused, named; allowed where the argument is optional), a
  *   tensor one element too small (refused, named), a size of 0 (refused,
  *   named; a count that may be 0 makes the op do nothing, its outputs
- *   untouched). */
+ *   untouched);
+ * - backend/ops/ops.h names every generated ops_<name>, so grep finds it:
+ *   its list holds the registry's names in FERRY_OPS's order, nothing more
+ *   (the comparison proven first on a registry with an op the list lacks and
+ *   on a list with an op the registry lacks). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fileio.h"
 #include "backend/backend.h"
-#include "backend/ops/opdrive.h"
+#include "dev/ops/opdrive.h"
 #include "tests/ops/op_refs.h"
 #include "tests/tap.h"
 
@@ -40,6 +46,92 @@ static void coverage(void)
             tap_diag("row %zu names '%s', no op of the registry", k, op_shapes[k].op);
         }
     TAP_IS_INT(unknown, 0, "every row names an op of the registry (%d ops, %zu rows)", OPINFO_OPS, OP_SHAPES);
+}
+
+/* ops.h's list of the generated ops: after the line that holds LIST_MARK,
+ * one " *   ops_<name>  what it does" line each. */
+#define LIST_MARK "in FERRY_OPS's order"
+#define LIST_ITEM " *   ops_"
+enum { LIST_MAX = 2 * OPINFO_OPS + 8, NAME_MAX_LEN = 64 };
+
+/* The names ops.h lists (without "ops_"), into names[]; their count, or -1
+ * (said why) where the list is not found. */
+static int parse_list(const char *text, char names[][NAME_MAX_LEN])
+{
+    const char *p = strstr(text, LIST_MARK);
+    if (!p) {
+        tap_diag("no line holding \"%s\" in backend/ops/ops.h", LIST_MARK);
+        return -1;
+    }
+    int n = 0;
+    for (p = strchr(p, '\n'); p && p[1]; p = strchr(p + 1, '\n')) {
+        const char *line = p + 1;
+        if (strncmp(line, LIST_ITEM, strlen(LIST_ITEM)) != 0) {
+            if (n > 0 || strncmp(line, " */", 3) == 0)
+                break;
+            continue;
+        }
+        const char *name = line + strlen(LIST_ITEM);
+        size_t len = strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_");
+        if (n == LIST_MAX || len == 0 || len >= NAME_MAX_LEN) {
+            tap_diag("backend/ops/ops.h: list line %d is no ops_<name> or one too many", n + 1);
+            return -1;
+        }
+        memcpy(names[n], name, len);
+        names[n++][len] = '\0';
+    }
+    return n;
+}
+
+/* How many places the list and the registry's names differ in, position by
+ * position (a name missing from the list shifts what follows); each told
+ * when `say`. */
+static int list_drift(const char *const *reg, int nreg, char listed[][NAME_MAX_LEN], int nlisted, bool say)
+{
+    int bad = 0;
+    for (int i = 0; i < nreg || i < nlisted; i++) {
+        const char *want = i < nreg ? reg[i] : NULL, *got = i < nlisted ? listed[i] : NULL;
+        if (want && got && strcmp(want, got) == 0)
+            continue;
+        bad++;
+        if (say)
+            tap_diag("place %d: the registry has %s%s, backend/ops/ops.h's list %s%s", i + 1, want ? "ops_" : "",
+                     want ? want : "nothing", got ? "ops_" : "", got ? got : "nothing");
+    }
+    return bad;
+}
+
+static void listed(void)
+{
+    const char *root = getenv("FERRY_SOURCE_ROOT");
+    char path[4096], *text = NULL;
+    size_t len;
+    if (!root || snprintf(path, sizeof path, "%s/backend/ops/ops.h", root) >= (int)sizeof path ||
+        fileio_read(path, "backend/ops/ops.h", &text, &len) != FERRY_OK) {
+        tap_ok(0, "backend/ops/ops.h read (FERRY_SOURCE_ROOT %s): %s", root ? root : "unset",
+               root ? ferry_last_error() : "meson test sets it");
+        return;
+    }
+    static char names[LIST_MAX][NAME_MAX_LEN];
+    int n = parse_list(text, names);
+    free(text);
+    if (!tap_ok(n >= 0, "backend/ops/ops.h's list of the generated ops found (%d names)", n))
+        return;
+    const char *reg[OPINFO_OPS + 1];
+    for (int i = 0; i < OPINFO_OPS; i++)
+        reg[i] = all[i].name;
+    /* The comparison itself: an op added to the registry alone, and one
+     * listed that the registry lacks, are both differences. */
+    reg[OPINFO_OPS] = "not_listed";
+    tap_ok(list_drift(reg, OPINFO_OPS + 1, names, n, false) > 0,
+           "a registry with an op the list lacks differs from the list");
+    if (n < LIST_MAX) {
+        strcpy(names[n], "not_registered");
+        tap_ok(list_drift(reg, OPINFO_OPS, names, n + 1, false) > 0,
+               "a list with an op the registry lacks differs from the registry");
+    }
+    tap_ok(list_drift(reg, OPINFO_OPS, names, n, true) == 0,
+           "backend/ops/ops.h lists the %d ops of FERRY_OPS, in its order, and no other", OPINFO_OPS);
 }
 
 typedef struct cmp_ctx {
@@ -212,6 +304,7 @@ int main(void)
 {
     opinfo_all(all);
     coverage();
+    listed();
     backend *be = NULL;
     backend_stream *s = NULL;
     if (backend_open(FERRY_BACKEND_HOST, &be) != FERRY_OK || backend_stream_create(be, "f32", &s) != FERRY_OK ||

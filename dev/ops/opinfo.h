@@ -7,8 +7,8 @@
  * arguments as a double-precision reference takes them (every float tensor
  * as doubles, token ids and positions as they are, the scratch NULL).
  * Header-only. */
-#ifndef FERRY_BACKEND_OPS_OPINFO_H
-#define FERRY_BACKEND_OPS_OPINFO_H
+#ifndef FERRY_DEV_OPS_OPINFO_H
+#define FERRY_DEV_OPS_OPINFO_H
 
 #include <stddef.h>
 #include <string.h>

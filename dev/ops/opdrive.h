@@ -1,5 +1,5 @@
-/* Running an op of the registry from its description (backend/ops/opinfo.h)
- * and a row of a shape table (backend/ops/op_shapes.h), on any backend: the
+/* Running an op of the registry from its description (dev/ops/opinfo.h)
+ * and a row of a shape table (dev/ops/op_shapes.h), on any backend: the
  * sizes and scalars set from the row, every tensor allocated at its extent
  * and filled from a seed (the same seed, the same values on every backend
  * and storage type: 16-bit-exact floats in [-1, 1), fp32 statistics in
@@ -12,8 +12,8 @@
  * a double-precision reference of the op (opdrive_reference), which is what
  * holds the host backend itself to the op's definition. Header-only; not
  * used by the library. */
-#ifndef FERRY_BACKEND_OPS_OPDRIVE_H
-#define FERRY_BACKEND_OPS_OPDRIVE_H
+#ifndef FERRY_DEV_OPS_OPDRIVE_H
+#define FERRY_DEV_OPS_OPDRIVE_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -24,9 +24,9 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "backend/backend.h"
-#include "backend/ops/op_shapes.h"
-#include "backend/ops/opcheck.h"
-#include "backend/ops/opinfo.h"
+#include "dev/ops/op_shapes.h"
+#include "dev/ops/opcheck.h"
+#include "dev/ops/opinfo.h"
 
 /* One op with its arguments on one backend. */
 typedef struct opdrive_run {
@@ -312,7 +312,7 @@ static inline ferry_status opdrive_compare(const opinfo *all, const op_shape *sh
 }
 
 /* A double-precision reference of an op: it computes, from the arguments
- * in the op's opref_<name> view (backend/ops/opinfo.h), what the op must
+ * in the op's opref_<name> view (dev/ops/opinfo.h), what the op must
  * write, in place. */
 typedef void (*opdrive_ref_fn)(void *ref_args);
 

@@ -7,8 +7,8 @@
  * the relative error norm, and torch's AdamW in double. Header-only. The
  * functions that touch the backend return its status; whether a failure
  * ends the program is the caller's decision. */
-#ifndef FERRY_BACKEND_OPS_OPCHECK_H
-#define FERRY_BACKEND_OPS_OPCHECK_H
+#ifndef FERRY_DEV_OPS_OPCHECK_H
+#define FERRY_DEV_OPS_OPCHECK_H
 
 #include <math.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* The shape table the op tests and the kernel lab drive every op of the
  * registry (backend/ops/op_list.h) over: per row an op, its sizes and scalars
  * ("name=value", the names of its arguments; scalars not named take the
- * driver's defaults, backend/ops/opdrive.h; an optional tensor named "=none" is
+ * driver's defaults, dev/ops/opdrive.h; an optional tensor named "=none" is
  * passed as NULL; positions, NULL unless named "pos=packed": examples of
  * random lengths packed into each row), the class of its tolerance, and where one tensor the op
  * writes is held to another ("name=elem", "name=mixed", or a relative error
@@ -10,8 +10,8 @@
  * a multiple of a warp, head sizes that pad) are met; every op has at least
  * one row (tests/ops checks it).
  * Header-only data; not used by the library. */
-#ifndef FERRY_BACKEND_OPS_OP_SHAPES_H
-#define FERRY_BACKEND_OPS_OP_SHAPES_H
+#ifndef FERRY_DEV_OPS_OP_SHAPES_H
+#define FERRY_DEV_OPS_OP_SHAPES_H
 
 #include <stdlib.h>
 #include <string.h>
