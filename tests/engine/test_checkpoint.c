@@ -15,6 +15,7 @@
 #include "engine_fixture.h"
 #include "ref_crc32c.h"
 #include "tap.h"
+#include "test_files.h"
 #include "test_dtype.h"
 
 enum { GROUPS = 3 };
@@ -384,9 +385,6 @@ int main(void)
     test_header_fields();
     test_reserved_word();
     test_load_user();
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        tap_diag("could not remove %s", dir);
+    test_dir_remove(dir);
     return tap_done();
 }

@@ -26,6 +26,7 @@
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
 #include "engine/engine_fixture.h"
+#include "json_path.h"
 #include "run_program.h"
 #include "tap.h"
 #include "models/gpt2_plan.h"
@@ -40,16 +41,7 @@ typedef program_run run;
 
 static void run_memprof(const char *args, run *r) { program_run_in(dir, memprof, args, r); }
 
-static double num(const cJSON *o, const char *path)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    const cJSON *cur = o;
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ".", &save); tok && cur; tok = strtok_r(NULL, ".", &save))
-        cur = cJSON_GetObjectItemCaseSensitive(cur, tok);
-    return cJSON_IsNumber(cur) ? cur->valuedouble : -12345.0;
-}
+static double num(const cJSON *o, const char *path) { return json_num(o, path); }
 
 /* ---- the activations, against what the model asks for ---- */
 
@@ -521,11 +513,7 @@ static void check_cli_fit(void)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2)
-        tap_plan_skip("usage: test_gpt2_plan MEMPROF");
-    memprof = argv[1];
-    if (!mkdtemp(dir))
-        tap_plan_skip("no temporary directory");
+    memprof = program_setup(argc, argv, 2, "usage: test_gpt2_plan MEMPROF", dir);
     if (gpt2_config_from_fields(4, 4, 64, 1000, 0, 128, &model_cfg) != FERRY_OK)
         tap_plan_skip("model config refused");
 
@@ -544,11 +532,9 @@ int main(int argc, char **argv)
     check_cli_card();
     check_cli_layout();
 
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (getenv("FERRY_KEEP_TRACES"))
         tap_diag("traces kept in %s", dir);
-    else if (system(cmd) != 0)
-        tap_diag("could not remove %s", dir);
+    else
+        test_dir_remove(dir);
     return tap_done();
 }
