@@ -88,6 +88,7 @@ typedef struct shadow_allocator {
     void *ctx;
     ferry_status (*alloc)(void *ctx, size_t bytes, void **out);
     ferry_status (*free)(void *ctx, void *ptr);
+    uint64_t (*in_use)(void *ctx); /* the bytes its figures say are in use */
 } shadow_allocator;
 
 typedef struct shadow_worker {
@@ -133,10 +134,12 @@ static inline void *shadow_work(void *arg)
     return NULL;
 }
 
-/* Four threads through one allocator, thread i seeded with
- * seed + i * seed_step; their errors, summed. */
-static inline int shadow_threads(const shadow_allocator *a, size_t max_live, size_t max_bytes, uint64_t seed,
-                                 uint64_t seed_step)
+/* Four threads through one allocator at once, thread i seeded with
+ * seed + i * seed_step; two assertions: no call failed and no `what` (the
+ * allocator's word for a block) was overwritten, and at the end nothing is
+ * in use. */
+static inline void shadow_threads(const shadow_allocator *a, size_t max_live, size_t max_bytes, uint64_t seed,
+                                  uint64_t seed_step, const char *what)
 {
     shadow_worker w[4];
     pthread_t th[4];
@@ -149,7 +152,8 @@ static inline int shadow_threads(const shadow_allocator *a, size_t max_live, siz
         pthread_join(th[i], NULL);
         errors += w[i].errors;
     }
-    return errors;
+    TAP_IS_INT(errors, 0, "threads: 4 threads x 3000 ops, no failure and no overwritten %s", what);
+    TAP_IS_INT(a->in_use(a->ctx), 0, "threads: nothing in use at the end");
 }
 
 #endif
