@@ -4,13 +4,16 @@
  * one stream), resident parameters and gradients for a model of either
  * family through its model_desc (models/model_engine.h), the parameters
  * from the family's seeded init, and the teardown in the order the stream
- * needs; a random batch, and the gap between two backends' gradients.
+ * needs; for the tests of a backend against the host: their argument, a
+ * random batch, and the gap between two backends' gradients.
  * Activations and what a test runs stay with each test.
  * Header-only and plain C: the CUDA builds compile the model tests too. */
 #ifndef FERRY_TESTS_MODELS_MODEL_FIXTURE_H
 #define FERRY_TESTS_MODELS_MODEL_FIXTURE_H
 
 #include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +68,21 @@ static inline ferry_status mfix_init(const model_desc *d, model_resident *r, bac
         free(v);
     }
     return st;
+}
+
+/* The argument of a test of a backend against the host (cuda, the default,
+ * host-bf16, cuda-f16, host-f16); bails out on anything else. *on_host and
+ * *f16 say what it asks. */
+static inline const char *mfix_backends_arg(int argc, char **argv, const char *prog, bool *on_host, bool *f16)
+{
+    const char *name = argc > 1 ? argv[1] : "cuda";
+    *on_host = strncmp(name, "host", 4) == 0;
+    *f16 = strstr(name, "-f16") != NULL;
+    if (strcmp(name, "cuda") && strcmp(name, "host-bf16") && strcmp(name, "cuda-f16") && strcmp(name, "host-f16")) {
+        printf("Bail out! usage: %s [cuda|host-bf16|cuda-f16|host-f16]\n", prog);
+        exit(1);
+    }
+    return name;
 }
 
 /* n tokens below V and their targets (every 9th ignored: -1), drawn from

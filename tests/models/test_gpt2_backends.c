@@ -25,12 +25,8 @@
 
 int main(int argc, char **argv)
 {
-    const char *name = argc > 1 ? argv[1] : "cuda";
-    bool on_host = strncmp(name, "host", 4) == 0, f16 = strstr(name, "-f16") != NULL;
-    if (strcmp(name, "cuda") && strcmp(name, "host-bf16") && strcmp(name, "cuda-f16") && strcmp(name, "host-f16")) {
-        printf("Bail out! usage: test_gpt2_backends [cuda|host-bf16|cuda-f16|host-f16]\n");
-        return 1;
-    }
+    bool on_host, f16;
+    const char *name = mfix_backends_arg(argc, argv, "test_gpt2_backends", &on_host, &f16);
     const float loss_scale = f16 ? 1024.0f : 1.0f;
     const double tol_loss = f16 ? 3e-3 : 2e-2, tol_grad = f16 ? 1e-2 : 5e-2;
     gpt2_config cfg;

@@ -100,12 +100,8 @@ static void compare(const char *name, int which, bool on_host, bool f16)
 
 int main(int argc, char **argv)
 {
-    const char *name = argc > 1 ? argv[1] : "cuda";
-    bool on_host = strncmp(name, "host", 4) == 0, f16 = strstr(name, "-f16") != NULL;
-    if (strcmp(name, "cuda") && strcmp(name, "host-bf16") && strcmp(name, "cuda-f16") && strcmp(name, "host-f16")) {
-        printf("Bail out! usage: test_llama_backends [cuda|host-bf16|cuda-f16|host-f16]\n");
-        return 1;
-    }
+    bool on_host, f16;
+    const char *name = mfix_backends_arg(argc, argv, "test_llama_backends", &on_host, &f16);
     for (int which = 0; which < 3; which++)
         compare(name, which, on_host, f16);
     return tap_done();
