@@ -1,7 +1,8 @@
 /* A number in a parsed JSON document by its dotted path
  * ("device.total_bytes"), for the tests that read a program's --json
- * output (memprof's); -12345 where the path names no number. Header-only;
- * the test links cJSON. */
+ * output (memprof's); -12345 where the path names no number. The parsing
+ * and what a figure should be stay in each test. Header-only; the test
+ * links cJSON. */
 #ifndef FERRY_TESTS_JSON_PATH_H
 #define FERRY_TESTS_JSON_PATH_H
 

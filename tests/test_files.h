@@ -1,7 +1,8 @@
 /* The files a test keeps in its temporary folder: the folder made from the
  * test's own mkdtemp template, the path of a name in it (several at once),
  * a text written whole, a file's first bytes read back as a string, and
- * the folder removed with all it holds at the end. Header-only. */
+ * the folder removed with all it holds at the end. The folder's name and
+ * what goes in it stay each test's own. Header-only. */
 #ifndef FERRY_TESTS_TEST_FILES_H
 #define FERRY_TESTS_TEST_FILES_H
 

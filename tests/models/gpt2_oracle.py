@@ -21,7 +21,12 @@ OUTPUT:
   ntensors times: float64 grad[numel]   (gradient at step 0, same order/shapes)
 Each step: zero grads, loss on batch `step`, backward, torch.optim.AdamW.
 """
-from oracle_io import F, Input, paths, torch, train, write_output
+import os
+import sys
+
+# oracle_io.py lies beside this file, also when another test loads it by its path
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_io import F, Input, paths, torch, train, write_output  # noqa: E402
 
 
 def read_input(path):

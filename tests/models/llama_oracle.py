@@ -42,8 +42,12 @@ Each step: zero grads, loss on batch `step`, backward, torch.optim.AdamW with
 the weight decay on the tensors flagged decay and none on the others.
 """
 import math
+import os
+import sys
 
-from oracle_io import F, Input, paths, torch, train, write_output
+# oracle_io.py lies beside this file, also when another test loads it by its path
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_io import F, Input, paths, torch, train, write_output  # noqa: E402
 
 ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3 = 0, 1, 2
 
