@@ -2,7 +2,8 @@
  * stderr captured in files of the test's folder and read back (their first
  * 64 KiB and 4 KiB, stderr without its last newlines), and its exit status
  * (-1 when it did not exit: a signal); for the tests that check a program's
- * words and exit status (memprof's). Header-only. */
+ * words and exit status (memprof's), with the start they share: the
+ * program from the command line and the folder made. Header-only. */
 #ifndef FERRY_TESTS_RUN_PROGRAM_H
 #define FERRY_TESTS_RUN_PROGRAM_H
 
@@ -11,6 +12,9 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "tap.h"
+#include "test_files.h"
+
 typedef struct program_run {
     int status;
     char out[65536];
@@ -18,15 +22,18 @@ typedef struct program_run {
 } program_run;
 
 /* The first cap - 1 bytes of a file, NUL-terminated ("" when unreadable). */
-static inline void program_slurp(const char *path, char *buf, size_t cap)
+static inline void program_slurp(const char *path, char *buf, size_t cap) { test_read(path, buf, cap); }
+
+/* The program under test, argv[1], with the folder dir (a mkdtemp
+ * template) made; the test is skipped (exit 77) with `usage` when it has
+ * fewer than `need` arguments, or when the folder cannot be made. */
+static inline const char *program_setup(int argc, char **argv, int need, const char *usage, char *dir)
 {
-    buf[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return;
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
+    if (argc < need)
+        tap_plan_skip(usage);
+    if (!mkdtemp(dir))
+        tap_plan_skip("no temporary directory");
+    return argv[1];
 }
 
 /* `program` with `args` (shell words, quoted by the caller), its output in

@@ -28,6 +28,7 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "tap.h"
+#include "test_files.h"
 
 static char dir[] = "/tmp/ferry-fileio-XXXXXX";
 static char null_dev[300], full_dev[300];
@@ -69,24 +70,7 @@ static void kind_of(const char *path, char *buf, size_t cap)
         snprintf(buf, cap, "%s %u,%u", fileio_type_name(sb.st_mode), major(sb.st_rdev), minor(sb.st_rdev));
 }
 
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-}
-
-static const char *read_file(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-    return buf;
-}
+static void write_file(const char *path, const char *text) { test_put(path, text, strlen(text)); }
 
 /* The whole atomic write of `text` to path: open, write, commit. */
 static ferry_status save(const char *path, const char *text)
@@ -161,9 +145,9 @@ static void test_atomic_regular(void)
 {
     char p[300], q[300], link[300], got[64];
     TAP_IS_STATUS(save(in_dir(p, "new.txt"), "one"), FERRY_OK, "a new file is written");
-    tap_ok(strcmp(read_file(p, got, sizeof got), "one") == 0, "with its bytes ('%s')", got);
+    tap_ok(strcmp(test_read(p, got, sizeof got), "one") == 0, "with its bytes ('%s')", got);
     TAP_IS_STATUS(save(p, "two"), FERRY_OK, "a regular file is replaced");
-    tap_ok(strcmp(read_file(p, got, sizeof got), "two") == 0, "whole ('%s')", got);
+    tap_ok(strcmp(test_read(p, got, sizeof got), "two") == 0, "whole ('%s')", got);
     in_dir(q, ".new.txt.tmp");
     tap_ok(access(q, F_OK) != 0, "and no temporary is left");
 
@@ -175,7 +159,7 @@ static void test_atomic_regular(void)
     TAP_IS_STATUS(save(link, "new"), FERRY_OK, "a link to a regular file is written through");
     struct stat sb;
     tap_ok(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode), "the link is still a link");
-    tap_ok(strcmp(read_file(q, got, sizeof got), "new") == 0, "its target holds the new bytes ('%s')", got);
+    tap_ok(strcmp(test_read(q, got, sizeof got), "new") == 0, "its target holds the new bytes ('%s')", got);
 
     /* A temporary name that is a link: never written through. */
     in_dir(q, "victim.txt");
@@ -183,7 +167,7 @@ static void test_atomic_regular(void)
     if (symlink("victim.txt", in_dir(link, ".dest.txt.tmp")) != 0)
         tap_diag("symlink: %s", strerror(errno));
     TAP_IS_STATUS(save(in_dir(p, "dest.txt"), "fresh"), FERRY_OK, "a link at the temporary's name does not stop a save");
-    tap_ok(strcmp(read_file(q, got, sizeof got), "keep") == 0, "and the file it named is untouched ('%s')", got);
+    tap_ok(strcmp(test_read(q, got, sizeof got), "keep") == 0, "and the file it named is untouched ('%s')", got);
 }
 
 /* Every kind of thing that is not a regular file, for the atomic writer. */
@@ -291,12 +275,12 @@ static void test_in_place(void)
         (void)w;
         close(fd);
     }
-    tap_ok(st == FERRY_OK && strcmp(read_file(p, got, sizeof got), "first\nsecond\n") == 0,
+    tap_ok(st == FERRY_OK && strcmp(test_read(p, got, sizeof got), "first\nsecond\n") == 0,
            "a log is appended to ('%s')", got);
     st = fileio_open_output(p, "the trace", false, &fd);
     if (st == FERRY_OK)
         close(fd);
-    tap_ok(st == FERRY_OK && strcmp(read_file(p, got, sizeof got), "") == 0, "a trace is truncated");
+    tap_ok(st == FERRY_OK && strcmp(test_read(p, got, sizeof got), "") == 0, "a trace is truncated");
     /* A FIFO: neither opened to write (no reader) nor to read (no writer). */
     in_dir(p, "fifo");
     int rc = bounded(open_out_append, p, msg, sizeof msg);
@@ -396,9 +380,6 @@ int main(void)
     test_atomic_devices();
     test_in_place();
     test_checks_and_dirs();
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        tap_diag("could not remove %s", dir);
+    test_dir_remove(dir);
     return tap_done();
 }

@@ -29,6 +29,7 @@
 #include "engine/intree.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
+#include "tests/engine/engine_fixture.h"
 #include "tests/tap.h"
 #include "tests/token_batches.h"
 
@@ -55,83 +56,34 @@ static void batch_tokens(int step, int micro, int32_t *tokens, int32_t *targets)
     token_batch(&recipe, step, micro, B * T, model.vocab_size, tokens, targets);
 }
 
-static ferry_status all_weights(ferry_engine *e, gpt2_model *m, float **out, size_t *n)
-{
-    *n = 0;
-    for (int g = 0; g < gpt2_num_groups(m); g++)
-        *n += gpt2_group_numel(m, g);
-    *out = malloc(*n * sizeof(float));
-    if (!*out)
-        return FERRY_ERR_OUT_OF_MEMORY;
-    size_t at = 0;
-    ferry_status st = FERRY_OK;
-    for (int g = 0; g < gpt2_num_groups(m) && st == FERRY_OK; g++) {
-        st = ferry_engine_get_weights(e, g, *out + at);
-        at += gpt2_group_numel(m, g);
-    }
-    return st;
-}
-
 static ferry_status run(ferry_backend_kind kind, ferry_offload mode, run_result *out)
 {
-    gpt2_model *m = NULL;
-    ferry_engine *e = NULL;
-    gpt2_activations *act = NULL;
-    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
-    cfg.backend = kind;
-    cfg.offload = mode;
-    cfg.optimizer_threads = 1;
-    cfg.dtype = dtype;
+    ferry_engine_config cfg = efix_config(kind, mode, dtype, 1);
     cfg.data_parallel = 1;
     memset(out, 0, sizeof *out);
-    ferry_status st = gpt2_create(&model, &m);
-    if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
-    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED, NULL);
-    if (st == FERRY_OK) st = ferry_engine_setup(e);
-    gpt2_allocator alloc = e ? gpt2_engine_allocator(e) : (gpt2_allocator){0};
-    if (st == FERRY_OK) st = gpt2_activations_create(m, engine_embed_backend(e), B, T, false, &alloc, &act);
-    if (st == FERRY_OK) st = all_weights(e, m, &out->w0, &out->n);
-    gpt2_hooks hooks = e ? gpt2_engine_hooks(e) : (gpt2_hooks){0};
-    backend_stream *s = e ? engine_embed_stream(e) : NULL;
-    ferry_step_options o = FERRY_STEP_OPTIONS_INIT;
-    o.lr = 2e-3f;
-    o.weight_decay = 0.05f;
-    o.max_grad_norm = 0.5f; /* clips: the global norm matters */
-    int32_t tokens[B * T], targets[B * T];
+    efix f;
+    ferry_status st = efix_start(&f, &model, &cfg, SEED, B, T, false);
+    if (st == FERRY_OK) st = efix_get_weights(&f, &out->w0, &out->n);
+    ferry_step_options o = efix_options(2e-3f, 0.05f, 0.5f); /* clips: the global norm matters */
     for (int step = 0; step < STEPS && st == FERRY_OK; step++) {
         double losses[MAXR] = {0};
         float loss = 0;
-        batch_tokens(step, rank, tokens, targets);
-        st = ferry_engine_begin_micro_batch(e, 0, 1);
-        if (st == FERRY_OK) st = gpt2_forward(m, act, &hooks, s, tokens, targets, true);
-        if (st == FERRY_OK) st = gpt2_backward(m, act, &hooks, s, 1.0f / (float)world);
-        if (st == FERRY_OK) st = gpt2_loss(act, s, &loss);
+        st = efix_micro_batches(&f, batch_tokens, step, rank, 1, 1.0f / (float)world, &loss, NULL);
         losses[rank] = loss;
         ferry_step_report rep = FERRY_STEP_REPORT_INIT;
-        if (st == FERRY_OK) st = ferry_engine_step(e, &o, &rep);
+        if (st == FERRY_OK) st = ferry_engine_step(f.e, &o, &rep);
         if (st == FERRY_OK) st = ferry_world_all_reduce(losses, (size_t)world);
         for (int k = 0; k < world; k++)
             out->loss[step][k] = (float)losses[k];
         out->norm[step] = rep.grad_norm;
     }
     size_t n = 0;
-    if (st == FERRY_OK) st = all_weights(e, m, &out->w, &n);
+    if (st == FERRY_OK) st = efix_get_weights(&f, &out->w, &n);
     if (st != FERRY_OK)
         fprintf(stderr, "rank %d: %s run failed: %s\n", rank, kind == FERRY_BACKEND_CUDA ? "cuda" : "host",
                 ferry_last_error());
-    if (e)
-        ferry_engine_synchronize(e);
-    gpt2_activations_destroy(act);
-    ferry_engine_destroy(e);
-    gpt2_destroy(m);
+    efix_close(&f);
     return st;
-}
-
-/* Every rank's 0/1 summed: how many ranks saw `ok`. */
-static int ranks_ok(int ok)
-{
-    double v = ok ? 1 : 0;
-    return ferry_world_all_reduce(&v, 1) == FERRY_OK ? (int)v : 0;
 }
 
 /* Whether this rank's final weights are rank 0's, bit for bit (a checksum of
@@ -159,9 +111,9 @@ static void test_mode(ferry_offload mode)
     char what[96];
     snprintf(what, sizeof what, "%d ranks, %s, offload %s", world, ferry_dtype_name(dtype), ferry_offload_name(mode));
     run_result cu, ho;
-    int cu_ran = ranks_ok(run(FERRY_BACKEND_CUDA, mode, &cu) == FERRY_OK);
+    int cu_ran = efix_ranks_ok(run(FERRY_BACKEND_CUDA, mode, &cu) == FERRY_OK);
     int cu_same = same_as_rank0(&cu);
-    int ho_ran = ranks_ok(run(FERRY_BACKEND_HOST, mode, &ho) == FERRY_OK);
+    int ho_ran = efix_ranks_ok(run(FERRY_BACKEND_HOST, mode, &ho) == FERRY_OK);
     int ho_same = same_as_rank0(&ho);
     if (rank == 0) {
         tap_ok(cu_ran == world && ho_ran == world, "%s: every rank trained on cuda (%d) and on host (%d)", what,
@@ -213,20 +165,9 @@ int main(int argc, char **argv)
         printf("Bail out! usage: test_dp_sim bf16|f16\n");
         return 1;
     }
-    ferry_world_info w = FERRY_WORLD_INFO_INIT;
-    if (ferry_world_join(&w) != FERRY_OK) {
-        printf("Bail out! joining the world: %s\n", ferry_last_error());
-        return 1;
-    }
+    ferry_world_info w = efix_join(2, MAXR); /* under mpirun */
     rank = w.rank;
     world = w.world_size;
-    if (world < 2 || world > MAXR) {
-        if (rank == 0)
-            printf("Bail out! %d ranks; this test runs under mpirun with 2 to %d\n", world, MAXR);
-        return 1;
-    }
-    if (rank != 0 && !freopen("/dev/null", "w", stdout)) /* TAP comes from rank 0 alone */
-        return 1;
     if (gpt2_config_from_fields(2, 4, 64, 500, 0, T, &model) != FERRY_OK) {
         printf("Bail out! %s\n", ferry_last_error());
         return 1;

@@ -58,29 +58,11 @@ typedef struct run {
 static ferry_status open_engine(efix *f, const gpt2_config *cfg, ferry_backend_kind kind, ferry_offload mode,
                                 int delayed, int prefetch, uint64_t budget)
 {
-    memset(f, 0, sizeof *f);
-    f->B = B_;
-    f->T = T_;
-    ferry_engine_config ec = FERRY_ENGINE_CONFIG_INIT;
-    ec.backend = kind;
-    ec.offload = mode;
-    ec.dtype = FERRY_DTYPE_BF16;
+    ferry_engine_config ec = efix_config(kind, mode, FERRY_DTYPE_BF16, 0);
     ec.delayed_update = delayed;
     ec.prefetch_groups = prefetch;
     ec.device_budget_bytes = budget;
-    f->tokens = malloc((size_t)B_ * T_ * sizeof *f->tokens);
-    f->targets = malloc((size_t)B_ * T_ * sizeof *f->targets);
-    ferry_status st = f->tokens && f->targets ? gpt2_create(cfg, &f->m)
-                                              : err_set(FERRY_ERR_OUT_OF_MEMORY, "no host memory for tokens");
-    if (st == FERRY_OK) st = ferry_engine_create(&ec, &f->e);
-    if (st == FERRY_OK) st = gpt2_engine_add_groups(f->m, f->e, SEED, NULL);
-    if (st == FERRY_OK) st = ferry_engine_setup(f->e);
-    if (st != FERRY_OK)
-        return st;
-    f->alloc = gpt2_engine_allocator(f->e);
-    f->hooks = gpt2_engine_hooks(f->e);
-    efix_batch(f, BATCH_SEED);
-    return gpt2_activations_create(f->m, engine_embed_backend(f->e), B_, T_, false, &f->alloc, &f->act);
+    return efix_open_config(f, cfg, &ec, B_, T_, SEED, BATCH_SEED);
 }
 
 /* Three blocks: more than the two weight slots of their class params mode
@@ -106,10 +88,7 @@ static bool train(ferry_backend_kind kind, ferry_offload mode, int delayed, int 
         for (int g = 0; ok && g < r->groups; g++)
             r->group_numel[g] = gpt2_group_numel(f.m, g);
     }
-    ferry_step_options so = FERRY_STEP_OPTIONS_INIT;
-    so.lr = 3e-3f;
-    so.weight_decay = 0.1f;
-    so.max_grad_norm = 1.0f;
+    ferry_step_options so = efix_options(3e-3f, 0.1f, 1.0f);
     for (int s = 0; ok && s < STEPS; s++) {
         ok = tap_is_status(efix_step(&f, &so, &r->loss[s]), FERRY_OK, "%s on %s: step %d", name,
                            ferry_backend_name(kind), s);
@@ -140,13 +119,8 @@ static bool train(ferry_backend_kind kind, ferry_offload mode, int delayed, int 
 
 static void compare(const char *name, const run *dev, const run *host)
 {
-    double worst = 0;
     int at = 0;
-    for (int s = 0; s < STEPS; s++) {
-        double d = fabs((double)dev->loss[s] - host->loss[s]) / fabs((double)host->loss[s]);
-        if (!(d <= worst))
-            worst = d, at = s;
-    }
+    double worst = efix_worst_rel(dev->loss, host->loss, STEPS, &at);
     tap_ok(worst <= TOL_LOSS, "%s: every step's loss on cuda within %.0e of the host's (worst %.2e at step %d: %.5f vs %.5f)",
            name, TOL_LOSS, worst, at, dev->loss[at], host->loss[at]);
     tap_ok(dev->loss[STEPS - 1] < dev->loss[0], "%s: the loss falls on cuda, %.4f -> %.4f", name, dev->loss[0],

@@ -118,21 +118,6 @@ static float *run(ferry_backend_kind kind, int split, const char *path, int *cho
     return w;
 }
 
-static int same_file(const char *a, const char *b)
-{
-    FILE *x = fopen(a, "rb"), *y = fopen(b, "rb");
-    int same = x && y;
-    while (same) {
-        int cx = fgetc(x), cy = fgetc(y);
-        same = cx == cy;
-        if (cx == EOF)
-            break;
-    }
-    if (x) fclose(x);
-    if (y) fclose(y);
-    return same;
-}
-
 /* Each group's change from `init` in `w` against `ref`'s, relative norm. */
 static double worst_update(const float *init, const float *w, const float *ref)
 {
@@ -168,7 +153,7 @@ static void test_engine(const char *dir)
         goto done;
     tap_ok(memcmp(cpu, split, total() * sizeof(float)) == 0,
            "cuda: the split's master weights are bitwise the all-CPU update's");
-    tap_ok(same_file(p_cpu, p_split), "cuda: and so is its checkpoint (master weights, moments, weights), byte for byte");
+    tap_ok(efix_same_file(p_cpu, p_split), "cuda: and so is its checkpoint (master weights, moments, weights), byte for byte");
     tap_ok(memcmp(cpu, aut, total() * sizeof(float)) == 0, "cuda: auto's master weights too");
     /* The initial weights: the fixture's generator. */
     float *init = malloc(total() * sizeof(float)), *at = init;

@@ -33,8 +33,6 @@ common=("${base[@]}" --steps 6 --quiet)
 # f16: a first loss scale too high for fp16, so that steps 1 and 2 overflow,
 # are skipped and back the scale off before the save at step 3.
 [ "$dtype" = f16 ] && common+=(--loss-scale 1e6)
-losses() { $python -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1]) if "\"step\"" in l and "\"loss\"" in l))' "$1"; }
-scales() { $python -c 'import json,sys; print(" ".join("%g/%d" % (j.get("loss_scale", 0), j["skipped_steps"]) for j in map(json.loads, open(sys.argv[1])) if j["kind"] == "step"))' "$1"; }
 
 case "${FERRY_CUDASIM_ARCH:-90}" in
   70|75|sm_70|sm_75)

@@ -12,6 +12,7 @@
 
 #include "common/dtype.h"
 #include "engine/intree.h"
+#include "engine_fixture.h"
 #include "tap.h"
 
 enum { GROUPS = 4, STEPS = 6 };
@@ -23,11 +24,7 @@ static const size_t exempt[1][2] = {{100, 900}};
 
 static ferry_engine_config config_on(ferry_backend_kind kind, ferry_dtype dtype, int split)
 {
-    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
-    cfg.backend = kind;
-    cfg.offload = FERRY_OFFLOAD_OPTIMIZER;
-    cfg.optimizer_threads = 2;
-    cfg.dtype = dtype;
+    ferry_engine_config cfg = efix_config(kind, FERRY_OFFLOAD_OPTIMIZER, dtype, 2);
     cfg.device_update_groups = split;
     return cfg;
 }

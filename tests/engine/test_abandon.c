@@ -18,6 +18,7 @@
 
 #include "common/dtype.h"
 #include "common/error.h"
+#include "engine_fixture.h"
 #include "tap.h"
 #include "test_dtype.h"
 
@@ -27,28 +28,9 @@ static char dir[] = "/tmp/ferry-abandon-XXXXXX";
 
 static ferry_engine *make(ferry_offload mode, int delayed)
 {
-    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
-    cfg.backend = FERRY_BACKEND_HOST;
-    cfg.offload = mode;
+    ferry_engine_config cfg = efix_config(FERRY_BACKEND_HOST, mode, test_dtype(), 2);
     cfg.delayed_update = delayed;
-    cfg.optimizer_threads = 2;
-    cfg.dtype = test_dtype();
-    ferry_engine *e = NULL;
-    if (ferry_engine_create(&cfg, &e) != FERRY_OK)
-        return NULL;
-    uint64_t rng = 2024;
-    for (int g = 0; g < GROUPS; g++) {
-        float *w = malloc(numel[g] * sizeof(float));
-        for (size_t i = 0; i < numel[g]; i++)
-            w[i] = (float)(tap_rand_unit(&rng) - 0.5);
-        ferry_engine_add_group(e, "g", numel[g], w, NULL, NULL);
-        free(w);
-    }
-    if (ferry_engine_setup(e) != FERRY_OK) {
-        ferry_engine_destroy(e);
-        return NULL;
-    }
-    return e;
+    return efix_plain(&cfg, GROUPS, numel, 2024);
 }
 
 /* Backward of group g in micro-batch k: dw += (w - sin(i)) * (1 + k/10) * scale. */
@@ -91,13 +73,7 @@ static ferry_status full_step(ferry_engine *e)
     return st == FERRY_OK ? ferry_engine_step(e, &o, NULL) : st;
 }
 
-static float *weights(ferry_engine *e)
-{
-    float *all = malloc((numel[0] + numel[1]) * sizeof(float));
-    ferry_engine_get_weights(e, 0, all);
-    ferry_engine_get_weights(e, 1, all + numel[0]);
-    return all;
-}
+static float *weights(ferry_engine *e) { return efix_plain_weights(e, GROUPS, numel); }
 
 static size_t bytes(void) { return (numel[0] + numel[1]) * sizeof(float); }
 

@@ -22,6 +22,7 @@
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
 #include "models/gpt2_plan.h"
+#include "engine_fixture.h"
 #include "tap.h"
 #include "token_batches.h"
 
@@ -46,28 +47,18 @@ typedef struct run_opts {
     bool nvme;
 } run_opts;
 
-static void batch_tokens(int step, int32_t *tokens, int32_t *targets)
+static void batch_tokens(int step, int micro, int32_t *tokens, int32_t *targets)
 {
     static const token_recipe recipe = {91, 131, 0, 5, 1, 0, 89, 4};
-    token_batch(&recipe, step, 0, B * T, small.vocab_size, tokens, targets);
+    token_batch(&recipe, step, micro, B * T, small.vocab_size, tokens, targets);
 }
 
-static uint64_t activations(void)
-{
-    gpt2_model *m = NULL;
-    uint64_t a = gpt2_create(&small, &m) == FERRY_OK ? gpt2_activations_bytes(m, FERRY_DTYPE_F32, B, T, false) : 0;
-    gpt2_destroy(m);
-    return a;
-}
+static uint64_t activations(void) { return efix_acts_bytes(&small, FERRY_DTYPE_F32, B, T, false); }
 
 static ferry_engine_config config(const run_opts *ro)
 {
-    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
-    cfg.backend = FERRY_BACKEND_HOST;
-    cfg.dtype = FERRY_DTYPE_F32;
-    cfg.offload = ro->mode;
+    ferry_engine_config cfg = efix_config(FERRY_BACKEND_HOST, ro->mode, FERRY_DTYPE_F32, 2);
     cfg.prefetch_groups = 0;
-    cfg.optimizer_threads = 2;
     cfg.device_budget_bytes = ro->budget;
     cfg.host_budget_bytes = ro->host;
     cfg.auto_activation_bytes = activations();
@@ -79,80 +70,46 @@ static ferry_engine_config config(const run_opts *ro)
     return cfg;
 }
 
-static ferry_status train(ferry_engine *e, gpt2_model *m, run_result *out)
+/* STEPS steps of one micro-batch each, then the update landed. */
+static ferry_status train(efix *f, run_result *out)
 {
-    gpt2_activations *act = NULL;
-    gpt2_allocator alloc = gpt2_engine_allocator(e);
-    ferry_status st = gpt2_activations_create(m, engine_embed_backend(e), B, T, false, &alloc, &act);
-    gpt2_hooks hooks = gpt2_engine_hooks(e);
-    backend_stream *s = engine_embed_stream(e);
-    ferry_step_options o = FERRY_STEP_OPTIONS_INIT;
-    o.lr = 3e-3f;
-    o.weight_decay = 0.01f;
-    o.max_grad_norm = 1.0f;
-    int32_t tokens[B * T], targets[B * T];
+    ferry_status st = efix_acts(f);
+    ferry_step_options o = efix_options(3e-3f, 0.01f, 1.0f);
     for (int step = 0; step < STEPS && st == FERRY_OK; step++) {
-        batch_tokens(step, tokens, targets);
-        st = ferry_engine_begin_micro_batch(e, 0, 1);
-        if (st == FERRY_OK) st = gpt2_forward(m, act, &hooks, s, tokens, targets, true);
-        if (st == FERRY_OK) st = gpt2_backward(m, act, &hooks, s, 1.0f);
-        if (st == FERRY_OK) st = gpt2_loss(act, s, &out->loss[step]);
-        if (st == FERRY_OK) st = ferry_engine_step(e, &o, NULL);
+        st = efix_micro_batches(f, batch_tokens, step, 0, 1, 1.0f, &out->loss[step], NULL);
+        if (st == FERRY_OK) st = ferry_engine_step(f->e, &o, NULL);
     }
     if (st == FERRY_OK)
-        st = ferry_engine_synchronize(e);
-    gpt2_activations_destroy(act);
+        st = ferry_engine_synchronize(f->e);
     return st;
 }
 
 static ferry_status run(const run_opts *ro, run_result *out)
 {
     memset(out, 0, sizeof *out);
-    gpt2_model *m = NULL;
-    ferry_engine *e = NULL;
     ferry_engine_config cfg = config(ro);
-    ferry_status st = gpt2_create(&small, &m);
-    if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
-    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, 1234, NULL);
-    if (st == FERRY_OK) st = ferry_engine_setup(e);
+    efix f;
+    ferry_status st = efix_engine(&f, &small, &cfg, 1234, B, T, false);
     if (st == FERRY_OK) {
-        out->chosen = ferry_engine_offload(e);
-        snprintf(out->reason, sizeof out->reason, "%s", ferry_engine_auto_reason(e));
-        st = train(e, m, out);
+        out->chosen = ferry_engine_offload(f.e);
+        snprintf(out->reason, sizeof out->reason, "%s", ferry_engine_auto_reason(f.e));
+        st = train(&f, out);
     }
+    if (st == FERRY_OK) st = efix_get_weights(&f, &out->weights, &out->nweights);
     if (st == FERRY_OK) {
-        for (int g = 0; g < gpt2_num_groups(m); g++)
-            out->nweights += gpt2_group_numel(m, g);
-        out->weights = malloc(out->nweights * sizeof(float));
-        size_t at = 0;
-        for (int g = 0; g < gpt2_num_groups(m) && st == FERRY_OK; g++) {
-            st = ferry_engine_get_weights(e, g, out->weights + at);
-            at += gpt2_group_numel(m, g);
-        }
-        ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
-        ferry_engine_memory_stats(e, &ms);
+        ferry_memory_stats ms = efix_memory(&f);
         out->device_peak = ms.device_total_peak_bytes;
         out->budget = ms.device_budget_bytes;
     }
-    ferry_engine_destroy(e);
-    gpt2_destroy(m);
+    efix_close(&f);
     return st;
 }
 
 static void compare(const run_result *a, const run_result *b, const char *what)
 {
-    int first = -1;
-    for (int i = 0; i < STEPS && first < 0; i++)
-        if (memcmp(&a->loss[i], &b->loss[i], sizeof(float)) != 0)
-            first = i;
-    if (!tap_ok(first < 0, "%s: %d losses bitwise equal to none's (last %.7f)", what, STEPS,
-                (double)a->loss[STEPS - 1]))
-        tap_diag("  step %d: %.9g vs %.9g", first, (double)a->loss[first], (double)b->loss[first]);
-    size_t diff = 0;
-    for (size_t i = 0; i < a->nweights && i < b->nweights; i++)
-        diff += memcmp(&a->weights[i], &b->weights[i], sizeof(float)) != 0;
-    tap_ok(a->nweights == b->nweights && diff == 0, "%s: final weights bitwise equal (%zu of %zu differ)", what, diff,
-           a->nweights);
+    efix_same_losses(a->loss, b->loss, 0, STEPS, "%s: %d losses bitwise equal to none's (last %.7f)", what, STEPS,
+                     (double)a->loss[STEPS - 1]);
+    efix_same_weights(a->weights, a->nweights, b->weights, b->nweights, what);
 }
 
 /* The hand figures: parameters, the largest group, and each mode's bytes. */

@@ -12,8 +12,10 @@
 #include "common/error.h"
 #include "engine/intree.h"
 #include "common/dtype.h"
+#include "engine_fixture.h"
 #include "ref_crc32c.h"
 #include "tap.h"
+#include "test_files.h"
 #include "test_dtype.h"
 
 enum { GROUPS = 3 };
@@ -22,28 +24,9 @@ static char dir[256];
 
 static ferry_engine *make_engine(ferry_offload mode, int delayed, const size_t *sizes)
 {
-    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
-    cfg.backend = FERRY_BACKEND_HOST;
-    cfg.offload = mode;
+    ferry_engine_config cfg = efix_config(FERRY_BACKEND_HOST, mode, test_dtype(), 2);
     cfg.delayed_update = delayed;
-    cfg.optimizer_threads = 2;
-    cfg.dtype = test_dtype();
-    ferry_engine *e = NULL;
-    if (ferry_engine_create(&cfg, &e) != FERRY_OK)
-        return NULL;
-    uint64_t rng = 99;
-    for (int g = 0; g < GROUPS; g++) {
-        float *w = malloc(sizes[g] * sizeof(float));
-        for (size_t i = 0; i < sizes[g]; i++)
-            w[i] = (float)(tap_rand_unit(&rng) - 0.5);
-        ferry_engine_add_group(e, "g", sizes[g], w, NULL, NULL);
-        free(w);
-    }
-    if (ferry_engine_setup(e) != FERRY_OK) {
-        ferry_engine_destroy(e);
-        return NULL;
-    }
-    return e;
+    return efix_plain(&cfg, GROUPS, sizes, 99);
 }
 
 static ferry_engine *make(ferry_offload mode, const size_t *sizes) { return make_engine(mode, 0, sizes); }
@@ -68,20 +51,24 @@ static ferry_status train_step(ferry_engine *e)
     return st == FERRY_OK ? ferry_engine_step(e, &o, NULL) : st;
 }
 
-static float *weights(ferry_engine *e)
-{
-    size_t total = 0;
-    for (int g = 0; g < GROUPS; g++)
-        total += numel[g];
-    float *all = malloc(total * sizeof(float)), *at = all;
-    for (int g = 0; g < GROUPS; g++) {
-        ferry_engine_get_weights(e, g, at);
-        at += numel[g];
-    }
-    return all;
-}
+static float *weights(ferry_engine *e) { return efix_plain_weights(e, GROUPS, numel); }
 
 static size_t total_bytes(void) { return (numel[0] + numel[1] + numel[2]) * sizeof(float); }
+
+/* The paths dir/NAME.ckpt (good) and dir/NAME-bad.ckpt (bad), and an engine
+ * in `mode` that took `steps` steps and saved them to good with the blob
+ * (the assertion `said`). */
+static ferry_engine *saved_after(const char *name, ferry_offload mode, int steps, const char *blob, size_t blob_bytes,
+                                 char good[300], char bad[300], const char *said)
+{
+    snprintf(good, 300, "%s/%s.ckpt", dir, name);
+    snprintf(bad, 300, "%s/%s-bad.ckpt", dir, name);
+    ferry_engine *e = make(mode, numel);
+    for (int i = 0; i < steps; i++)
+        train_step(e);
+    TAP_IS_STATUS(ferry_engine_save(e, good, blob, blob_bytes), FERRY_OK, "%s", said);
+    return e;
+}
 
 static void test_round_trip(ferry_offload mode, int delayed)
 {
@@ -285,11 +272,8 @@ static void forge_old_version(const char *from, const char *to, uint32_t version
 static void test_reserved_word(void)
 {
     char good[300], bad[300];
-    snprintf(good, sizeof good, "%s/reserved.ckpt", dir);
-    snprintf(bad, sizeof bad, "%s/reserved-bad.ckpt", dir);
-    ferry_engine *e = make(FERRY_OFFLOAD_OPTIMIZER, numel), *f = make(FERRY_OFFLOAD_OPTIMIZER, numel);
-    train_step(e);
-    TAP_IS_STATUS(ferry_engine_save(e, good, NULL, 0), FERRY_OK, "save");
+    ferry_engine *e = saved_after("reserved", FERRY_OFFLOAD_OPTIMIZER, 1, NULL, 0, good, bad, "save");
+    ferry_engine *f = make(FERRY_OFFLOAD_OPTIMIZER, numel);
     long size;
     unsigned char *b = slurp(good, &size);
     uint32_t version, crc;
@@ -341,12 +325,7 @@ static void test_reserved_word(void)
 static void test_header_fields(void)
 {
     char good[300], bad[300];
-    snprintf(good, sizeof good, "%s/steps.ckpt", dir);
-    snprintf(bad, sizeof bad, "%s/steps-bad.ckpt", dir);
-    ferry_engine *e = make(FERRY_OFFLOAD_OPTIMIZER, numel);
-    for (int i = 0; i < 3; i++)
-        train_step(e);
-    TAP_IS_STATUS(ferry_engine_save(e, good, NULL, 0), FERRY_OK, "save after 3 steps");
+    ferry_engine *e = saved_after("steps", FERRY_OFFLOAD_OPTIMIZER, 3, NULL, 0, good, bad, "save after 3 steps");
     ferry_engine *f = make(FERRY_OFFLOAD_OPTIMIZER, numel);
     forge_copy(good, bad, 16, 99, 0);
     TAP_IS_STATUS(ferry_engine_load(f, bad, NULL, 0, NULL), FERRY_ERR_FORMAT, "a step count changed to 99 is found");
@@ -375,13 +354,8 @@ static void test_header_fields(void)
 static void test_load_user(void)
 {
     char good[300], bad[300];
-    snprintf(good, sizeof good, "%s/user.ckpt", dir);
-    snprintf(bad, sizeof bad, "%s/user-bad.ckpt", dir);
     const char blob[] = "data position 12345";
-    ferry_engine *e = make(FERRY_OFFLOAD_NONE, numel);
-    train_step(e);
-    TAP_IS_STATUS(ferry_engine_save(e, good, blob, sizeof blob), FERRY_OK, "save with a blob");
-    ferry_engine_destroy(e);
+    ferry_engine_destroy(saved_after("user", FERRY_OFFLOAD_NONE, 1, blob, sizeof blob, good, bad, "save with a blob"));
     char got[64] = {0};
     size_t n = 0;
     TAP_IS_STATUS(ferry_engine_load_user(good, got, sizeof got, &n), FERRY_OK, "ferry_engine_load_user reads it");
@@ -411,9 +385,6 @@ int main(void)
     test_header_fields();
     test_reserved_word();
     test_load_user();
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        tap_diag("could not remove %s", dir);
+    test_dir_remove(dir);
     return tap_done();
 }

@@ -22,6 +22,7 @@
 #include "optim/adamw.h"
 #include "optim/gradnorm.h"
 #include "optim/loss_scale.h"
+#include "engine_fixture.h"
 #include "tap.h"
 #include "token_batches.h"
 #include "test_dtype.h"
@@ -55,83 +56,36 @@ static void batch_tokens(int step, int micro, int32_t *tokens, int32_t *targets)
     token_batch(&recipe, step, micro, B * T, tiny.vocab_size, tokens, targets);
 }
 
-static ferry_step_options step_options(void)
-{
-    ferry_step_options o = FERRY_STEP_OPTIONS_INIT;
-    o.lr = 3e-3f;
-    o.weight_decay = 0.01f;
-    o.max_grad_norm = 1.0f;
-    return o;
-}
+static ferry_step_options step_options(void) { return efix_options(3e-3f, 0.01f, 1.0f); }
 
 static ferry_status run_engine(const run_opts *ro, run_result *out)
 {
-    gpt2_model *m = NULL;
-    ferry_engine *e = NULL;
-    gpt2_activations *act = NULL;
-    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
-    cfg.backend = FERRY_BACKEND_HOST;
-    cfg.offload = ro->mode;
+    ferry_engine_config cfg = efix_config(FERRY_BACKEND_HOST, ro->mode, test_dtype(), 2);
     cfg.prefetch_groups = ro->prefetch;
     cfg.delayed_update = ro->delayed;
     cfg.device_budget_bytes = ro->budget;
-    cfg.optimizer_threads = 2;
-    cfg.dtype = test_dtype();
-    ferry_status st = gpt2_create(&tiny, &m);
     /* The activations it will take, declared: the engine's plan holds them. */
-    if (st == FERRY_OK)
-        cfg.auto_activation_bytes = gpt2_activations_bytes(m, test_dtype(), B, T, false);
-    if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
-    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED, NULL);
-    if (st == FERRY_OK) st = ferry_engine_setup(e);
-    gpt2_allocator alloc = e ? gpt2_engine_allocator(e) : (gpt2_allocator){0};
-    if (st == FERRY_OK) st = gpt2_activations_create(m, engine_embed_backend(e), B, T, false, &alloc, &act);
-    gpt2_hooks hooks = e ? gpt2_engine_hooks(e) : (gpt2_hooks){0};
-    backend_stream *s = e ? engine_embed_stream(e) : NULL;
+    cfg.auto_activation_bytes = efix_acts_bytes(&tiny, test_dtype(), B, T, false);
+    efix f;
+    ferry_status st = efix_start(&f, &tiny, &cfg, SEED, B, T, false);
     ferry_step_options o = step_options();
-    int32_t tokens[B * T], targets[B * T];
     for (int step = 0; step < STEPS && st == FERRY_OK; step++) {
-        float sum = 0, scale = ferry_engine_loss_scale(e); /* 1 unless f16 */
-        for (int k = 0; k < ro->accum && st == FERRY_OK; k++) {
-            batch_tokens(step, k, tokens, targets);
-            float loss = 0;
-            st = ferry_engine_begin_micro_batch(e, k, ro->accum);
-            if (st == FERRY_OK) st = gpt2_forward(m, act, &hooks, s, tokens, targets, true);
-            if (st == FERRY_OK) st = gpt2_backward(m, act, &hooks, s, scale / (float)ro->accum);
-            if (st == FERRY_OK) st = gpt2_loss(act, s, &loss);
-            sum += loss;
-        }
-        out->loss[step] = sum / (float)ro->accum;
-        if (st == FERRY_OK) st = ferry_engine_step(e, &o, NULL);
+        float scale = ferry_engine_loss_scale(f.e); /* 1 unless f16 */
+        st = efix_micro_batches(&f, batch_tokens, step, 0, ro->accum, scale / (float)ro->accum, NULL, &out->loss[step]);
+        if (st == FERRY_OK) st = ferry_engine_step(f.e, &o, NULL);
         ferry_step_timing t = FERRY_STEP_TIMING_INIT;
-        if (st == FERRY_OK) st = ferry_engine_step_timing(e, &t);
+        if (st == FERRY_OK) st = ferry_engine_step_timing(f.e, &t);
         out->h2d[step] = t.transfer_h2d_bytes;
         out->fetched[step] = t.fetch_h2d_bytes;
     }
+    if (st == FERRY_OK) st = efix_get_weights(&f, &out->weights, &out->nweights);
     if (st == FERRY_OK) {
-        out->nweights = 0;
-        for (int g = 0; g < gpt2_num_groups(m); g++)
-            out->nweights += gpt2_group_numel(m, g);
-        out->weights = malloc(out->nweights * sizeof(float));
-        size_t at = 0;
-        for (int g = 0; g < gpt2_num_groups(m) && st == FERRY_OK; g++) {
-            st = ferry_engine_get_weights(e, g, out->weights + at);
-            at += gpt2_group_numel(m, g);
-        }
-        ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
-        ferry_engine_memory_stats(e, &ms);
-        out->device_peak = ms.device_total_peak_bytes;
-        ferry_step_timing t = FERRY_STEP_TIMING_INIT;
-        ferry_engine_step_timing(e, &t);
-        out->max_resident = t.max_resident_groups;
+        out->device_peak = efix_memory(&f).device_total_peak_bytes;
+        out->max_resident = efix_timing(&f).max_resident_groups;
     }
     if (st != FERRY_OK)
         tap_diag("run failed: %s", ferry_last_error());
-    if (e)
-        ferry_engine_synchronize(e);
-    gpt2_activations_destroy(act);
-    ferry_engine_destroy(e);
-    gpt2_destroy(m);
+    efix_close(&f);
     return st;
 }
 
@@ -246,17 +200,9 @@ static ferry_status run_reference(int accum, bool delay, run_result *out)
 
 static void compare(const run_result *a, const run_result *b, const char *what)
 {
-    int first_loss = -1;
-    for (int i = 0; i < STEPS && first_loss < 0; i++)
-        if (memcmp(&a->loss[i], &b->loss[i], sizeof(float)) != 0)
-            first_loss = i;
-    if (!tap_ok(first_loss < 0, "%s: %d losses bitwise equal (last %.7f)", what, STEPS, (double)a->loss[STEPS - 1]))
-        tap_diag("  step %d: %.9g vs %.9g", first_loss, (double)a->loss[first_loss], (double)b->loss[first_loss]);
-    size_t diff = 0;
-    for (size_t i = 0; i < a->nweights && i < b->nweights; i++)
-        diff += memcmp(&a->weights[i], &b->weights[i], sizeof(float)) != 0;
-    tap_ok(a->nweights == b->nweights && diff == 0, "%s: final weights bitwise equal (%zu of %zu differ)", what,
-           diff, a->nweights);
+    efix_same_losses(a->loss, b->loss, 0, STEPS, "%s: %d losses bitwise equal (last %.7f)", what, STEPS,
+                     (double)a->loss[STEPS - 1]);
+    efix_same_weights(a->weights, a->nweights, b->weights, b->nweights, what);
 }
 
 static void test_modes_agree(void)
@@ -305,10 +251,18 @@ static void test_delayed_update(void)
     free(got.weights);
 }
 
-static void test_params_beyond_budget(void)
+/* The deep model's figures in the storage type. */
+typedef struct deep_figures {
+    uint64_t weights; /* every group's weights */
+    size_t acts;               /* its activations at B x T */
+    int groups;
+} deep_figures;
+
+/* Puts a deeper, narrower GPT-2 in tiny's place (many small groups, so a
+ * window of a few fits where the whole model does not) and returns the
+ * config it replaced; *d gets its figures. */
+static gpt2_config use_deep(deep_figures *d)
 {
-    /* A deeper, narrower model: many small groups, so a window of a few fits
-     * where the whole model does not. */
     gpt2_config deep;
     gpt2_config_from_fields(24, 2, 32, 500, 512, 64, &deep);
     gpt2_config saved = tiny;
@@ -316,14 +270,21 @@ static void test_params_beyond_budget(void)
     gpt2_model *m;
     gpt2_create(&tiny, &m);
     size_t es = dtype_size(test_dtype());
-    uint64_t weights = 0, largest = 0;
-    for (int g = 0; g < gpt2_num_groups(m); g++) {
-        weights += gpt2_group_numel(m, g) * es;
-        if (gpt2_group_numel(m, g) * es > largest)
-            largest = gpt2_group_numel(m, g) * es;
-    }
-    size_t acts = gpt2_activations_bytes(m, test_dtype(), B, T, false);
+    memset(d, 0, sizeof *d);
+    d->groups = gpt2_num_groups(m);
+    for (int g = 0; g < d->groups; g++)
+        d->weights += gpt2_group_numel(m, g) * es;
+    d->acts = gpt2_activations_bytes(m, test_dtype(), B, T, false);
     gpt2_destroy(m);
+    return saved;
+}
+
+static void test_params_beyond_budget(void)
+{
+    deep_figures d;
+    gpt2_config saved = use_deep(&d);
+    uint64_t weights = d.weights;
+    size_t acts = d.acts;
     /* The smallest plan that runs (no fetch ahead: per size class of
      * groups, two blocks' weights and three blocks' gradients, one slot each
      * for the embeddings and the final layernorm) and the activations, with
@@ -351,22 +312,15 @@ static void test_params_beyond_budget(void)
     free(got.weights);
     tiny = saved;
 
-    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
-    cfg.backend = FERRY_BACKEND_HOST;
-    cfg.offload = FERRY_OFFLOAD_NONE;
-    cfg.dtype = test_dtype();
+    ferry_engine_config cfg = efix_config(FERRY_BACKEND_HOST, FERRY_OFFLOAD_NONE, test_dtype(), 0);
     cfg.device_budget_bytes = weights; /* the weights fit; with master and moments they do not */
-    ferry_engine *e = NULL;
-    gpt2_create(&tiny, &m);
-    st = ferry_engine_create(&cfg, &e);
-    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED, NULL);
-    if (st == FERRY_OK) st = ferry_engine_setup(e);
+    efix f;
+    st = efix_engine(&f, &tiny, &cfg, SEED, B, T, false);
     TAP_IS_STATUS(st, FERRY_ERR_OUT_OF_MEMORY, "offload none with too small a budget fails at setup");
     tap_ok(strstr(ferry_last_error(), "offload FERRY_OFFLOAD_OPTIMIZER") &&
                strstr(ferry_last_error(), "offload FERRY_OFFLOAD_PARAMS") && !strstr(ferry_last_error(), "--"),
            "and suggests the offload modes in the API's words, no trainer flag: %s", ferry_last_error());
-    ferry_engine_destroy(e);
-    gpt2_destroy(m);
+    efix_close(&f);
 }
 
 /* Params mode keeps released groups on the device while the budget holds
@@ -377,18 +331,10 @@ static void test_params_beyond_budget(void)
  * stays inside the budget and the bits are mode none's. */
 static void test_params_residency(void)
 {
-    gpt2_config deep;
-    gpt2_config_from_fields(24, 2, 32, 500, 512, 64, &deep);
-    gpt2_config saved = tiny;
-    tiny = deep;
-    gpt2_model *m;
-    gpt2_create(&tiny, &m);
-    size_t es = dtype_size(test_dtype());
-    double weights = 0;
-    int G = gpt2_num_groups(m);
-    for (int g = 0; g < G; g++)
-        weights += (double)(gpt2_group_numel(m, g) * es);
-    gpt2_destroy(m);
+    deep_figures d;
+    gpt2_config saved = use_deep(&d);
+    double weights = (double)d.weights;
+    int G = d.groups;
     /* The planner's peak with every group kept, and with the window alone. */
     gpt2_plan full, window;
     gpt2_plan_request rq = {.cfg = &tiny, .batch = B, .seq = T, .offload = FERRY_OFFLOAD_PARAMS, .recompute = false,

@@ -30,6 +30,7 @@
 #include "optim/gradnorm.h"
 #include "optim/loss_scale.h"
 #include "tests/tap.h"
+#include "tests/test_files.h"
 
 static const char *python = "/usr/bin/python3";
 static int have_torch = -1;
@@ -456,9 +457,6 @@ int main(int argc, char **argv)
     test_collapse();
     test_resume();
     test_config();
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        tap_diag("could not remove %s", dir);
+    test_dir_remove(dir);
     return tap_done();
 }

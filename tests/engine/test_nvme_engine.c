@@ -27,6 +27,7 @@
 #include "models/gpt2_engine.h"
 #include "models/gpt2_plan.h"
 #include "offload/nvme.h"
+#include "engine_fixture.h"
 #include "tap.h"
 #include "token_batches.h"
 #include "test_dtype.h"
@@ -68,12 +69,8 @@ static void batch_tokens(int step, int micro, int32_t *tokens, int32_t *targets)
 
 static ferry_engine_config config_of(const run_opts *ro)
 {
-    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
-    cfg.backend = FERRY_BACKEND_HOST;
-    cfg.offload = ro->mode;
+    ferry_engine_config cfg = efix_config(FERRY_BACKEND_HOST, ro->mode, test_dtype(), 2);
     cfg.prefetch_groups = ro->prefetch;
-    cfg.optimizer_threads = 2;
-    cfg.dtype = test_dtype();
     cfg.host_budget_bytes = ro->host_budget;
     if (ro->disk) {
         cfg.nvme_path = dir;
@@ -89,43 +86,21 @@ static ferry_engine_config config_of(const run_opts *ro)
 static ferry_status run(const run_opts *ro, run_result *out)
 {
     memset(out, 0, sizeof *out);
-    gpt2_model *m = NULL;
-    ferry_engine *e = NULL;
-    gpt2_activations *act = NULL;
     ferry_engine_config cfg = config_of(ro);
-    ferry_status st = gpt2_create(&tiny, &m);
-    if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
-    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED, NULL);
-    if (st == FERRY_OK) st = ferry_engine_setup(e);
-    if (st == FERRY_OK) snprintf(out->describe, sizeof out->describe, "%s", ferry_engine_describe(e));
-    gpt2_allocator alloc = e ? gpt2_engine_allocator(e) : (gpt2_allocator){0};
-    if (st == FERRY_OK) st = gpt2_activations_create(m, engine_embed_backend(e), B, T, false, &alloc, &act);
-    gpt2_hooks hooks = e ? gpt2_engine_hooks(e) : (gpt2_hooks){0};
-    backend_stream *s = e ? engine_embed_stream(e) : NULL;
-    ferry_step_options o = FERRY_STEP_OPTIONS_INIT;
-    o.lr = 3e-3f;
-    o.weight_decay = 0.01f;
-    o.max_grad_norm = 1.0f;
+    efix f;
+    ferry_status st = efix_engine(&f, &tiny, &cfg, SEED, B, T, false);
+    if (st == FERRY_OK) snprintf(out->describe, sizeof out->describe, "%s", ferry_engine_describe(f.e));
+    if (st == FERRY_OK) st = efix_acts(&f);
+    ferry_step_options o = efix_options(3e-3f, 0.01f, 1.0f);
     int first = ro->load ? HALF : 0, last = ro->save ? HALF : STEPS;
     if (st == FERRY_OK && ro->load)
-        st = ferry_engine_load(e, ro->load, NULL, 0, NULL);
+        st = ferry_engine_load(f.e, ro->load, NULL, 0, NULL);
     if (st != FERRY_OK)
         tap_diag("setup failed: %s", ferry_last_error());
-    int32_t tokens[B * T], targets[B * T];
     for (int step = first; step < last && st == FERRY_OK; step++) {
-        float sum = 0;
-        for (int k = 0; k < ro->accum && st == FERRY_OK; k++) {
-            batch_tokens(step, k, tokens, targets);
-            float loss = 0;
-            st = ferry_engine_begin_micro_batch(e, k, ro->accum);
-            if (st == FERRY_OK) st = gpt2_forward(m, act, &hooks, s, tokens, targets, true);
-            if (st == FERRY_OK) st = gpt2_backward(m, act, &hooks, s, 1.0f / (float)ro->accum);
-            if (st == FERRY_OK) st = gpt2_loss(act, s, &loss);
-            sum += loss;
-        }
-        out->loss[step] = sum / (float)ro->accum;
-        if (st == FERRY_OK) st = ferry_engine_step(e, &o, NULL);
-        if (st == FERRY_OK && ro->between) st = ro->between(e, step + 1);
+        st = efix_micro_batches(&f, batch_tokens, step, 0, ro->accum, 1.0f / (float)ro->accum, NULL, &out->loss[step]);
+        if (st == FERRY_OK) st = ferry_engine_step(f.e, &o, NULL);
+        if (st == FERRY_OK && ro->between) st = ro->between(f.e, step + 1);
         if (st != FERRY_OK) {
             out->failed = st;
             out->failed_at = step + 1;
@@ -133,44 +108,23 @@ static ferry_status run(const run_opts *ro, run_result *out)
         }
     }
     if (st == FERRY_OK && ro->save)
-        st = ferry_engine_save(e, ro->save, "blob", 4);
-    if (st == FERRY_OK) {
-        out->nweights = 0;
-        for (int g = 0; g < gpt2_num_groups(m); g++)
-            out->nweights += gpt2_group_numel(m, g);
-        out->weights = malloc(out->nweights * sizeof(float));
-        size_t at = 0;
-        for (int g = 0; g < gpt2_num_groups(m) && st == FERRY_OK; g++) {
-            st = ferry_engine_get_weights(e, g, out->weights + at);
-            at += gpt2_group_numel(m, g);
-        }
-        out->ms = (ferry_memory_stats)FERRY_MEMORY_STATS_INIT;
-        ferry_engine_memory_stats(e, &out->ms);
-    }
+        st = ferry_engine_save(f.e, ro->save, "blob", 4);
+    if (st == FERRY_OK) st = efix_get_weights(&f, &out->weights, &out->nweights);
+    if (st == FERRY_OK)
+        out->ms = efix_memory(&f);
     if (st != FERRY_OK && out->failed == FERRY_OK) {
         out->failed = st;
         snprintf(out->message, sizeof out->message, "%s", ferry_last_error());
     }
-    gpt2_activations_destroy(act);
-    ferry_engine_destroy(e);
-    gpt2_destroy(m);
+    efix_close(&f);
     return st;
 }
 
 static void compare(const run_result *a, const run_result *b, int from, const char *what)
 {
-    int bad = -1;
-    for (int i = from; i < STEPS && bad < 0; i++)
-        if (memcmp(&a->loss[i], &b->loss[i], sizeof(float)) != 0)
-            bad = i;
-    if (!tap_ok(bad < 0, "%s: losses of steps %d..%d bitwise equal (last %.7f)", what, from + 1, STEPS,
-                (double)a->loss[STEPS - 1]))
-        tap_diag("  step %d: %.9g vs %.9g", bad, (double)a->loss[bad], (double)b->loss[bad]);
-    size_t diff = 0;
-    for (size_t i = 0; i < a->nweights && i < b->nweights; i++)
-        diff += memcmp(&a->weights[i], &b->weights[i], sizeof(float)) != 0;
-    tap_ok(a->weights && b->weights && a->nweights == b->nweights && diff == 0,
-           "%s: final weights bitwise equal (%zu of %zu differ)", what, diff, a->nweights);
+    efix_same_losses(a->loss, b->loss, from, STEPS, "%s: losses of steps %d..%d bitwise equal (last %.7f)", what,
+                     from + 1, STEPS, (double)a->loss[STEPS - 1]);
+    efix_same_weights(a->weights, a->nweights, b->weights, b->nweights, what);
 }
 
 /* The state file of the one engine running in dir ("" if none). */
@@ -296,21 +250,6 @@ static void test_host_budget(void)
     tap_ok(strstr(got.message, "pinned host pool limit") != NULL, "naming the budget: %s", got.message);
 }
 
-static bool files_same(const char *a, const char *b)
-{
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    bool same = fa && fb;
-    while (same) {
-        int x = fgetc(fa), y = fgetc(fb);
-        same = x == y;
-        if (x == EOF || y == EOF)
-            break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return same;
-}
-
 /* Saved in one mode, resumed in another: the same as the unbroken run. */
 static void test_checkpoints(void)
 {
@@ -337,7 +276,7 @@ static void test_checkpoints(void)
         run_opts ro = {modes[i].mode, modes[i].disk, modes[i].master, 1, 1, 0, NULL, ckpt, NULL};
         ferry_status st = run(&ro, &r);
         free(r.weights);
-        tap_ok(st == FERRY_OK && files_same(ckpt, ckpt2),
+        tap_ok(st == FERRY_OK && efix_same_file(ckpt, ckpt2),
                "%s saved at step %d: byte for byte the checkpoint optimizer mode saves (%s)", modes[i].name, HALF,
                st ? r.message : "the state itself, no pointer to the file");
         for (size_t j = 0; j < sizeof modes / sizeof modes[0]; j++) {
@@ -420,18 +359,13 @@ static void test_damage(void)
                "%s: the message names the file and what happened: %s", cases[i].name, got.message);
         /* The checkpoint of step 5 is whole. */
         run_opts lo = {FERRY_OFFLOAD_OPTIMIZER, false, false, 1, 2, 0, NULL, NULL, NULL};
-        ferry_engine *e = NULL;
         ferry_engine_config cfg = config_of(&lo);
-        gpt2_model *m = NULL;
-        st = gpt2_create(&tiny, &m);
-        if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
-        if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED, NULL);
-        if (st == FERRY_OK) st = ferry_engine_setup(e);
-        if (st == FERRY_OK) st = ferry_engine_load(e, ckpt, NULL, 0, NULL);
+        efix f;
+        st = efix_engine(&f, &tiny, &cfg, SEED, B, T, false);
+        if (st == FERRY_OK) st = ferry_engine_load(f.e, ckpt, NULL, 0, NULL);
         TAP_IS_STATUS(st, FERRY_OK, "%s: the checkpoint saved before it loads whole", cases[i].name);
-        TAP_IS_INT(ferry_engine_steps(e), damage_at - 1, "%s: at step %d", cases[i].name, damage_at - 1);
-        ferry_engine_destroy(e);
-        gpt2_destroy(m);
+        TAP_IS_INT(ferry_engine_steps(f.e), damage_at - 1, "%s: at step %d", cases[i].name, damage_at - 1);
+        efix_close(&f);
         char left[4200];
         state_file(left, sizeof left);
         tap_ok(left[0] == '\0', "%s: no state file is left behind", cases[i].name);
@@ -442,14 +376,11 @@ static void test_damage(void)
  * it nothing goes on. */
 static void test_refusals_after_failure(void)
 {
-    gpt2_model *m = NULL;
-    ferry_engine *e = NULL;
     run_opts c = {FERRY_OFFLOAD_NVME, true, false, 1, 2, 0, NULL, NULL, NULL};
     ferry_engine_config cfg = config_of(&c);
-    ferry_status st = gpt2_create(&tiny, &m);
-    if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
-    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, SEED, NULL);
-    if (st == FERRY_OK) st = ferry_engine_setup(e);
+    efix f;
+    ferry_status st = efix_engine(&f, &tiny, &cfg, SEED, B, T, false);
+    ferry_engine *e = f.e;
     if (st == FERRY_OK) st = ferry_engine_save(e, ckpt2, NULL, 0);
     TAP_IS_STATUS(st, FERRY_OK, "an nvme engine saved its initial state");
     char path[4200];
@@ -471,11 +402,10 @@ static void test_refusals_after_failure(void)
     TAP_IS_STATUS(st, FERRY_ERR_FORMAT, "saving reads the damaged block and is refused");
     tap_ok(strstr(ferry_last_error(), "checksum mismatch") && strstr(ferry_last_error(), "any earlier"),
            "saying why and that the earlier file is intact: %s", ferry_last_error());
-    tap_ok(files_same(ckpt2, before), "the earlier checkpoint is byte for byte as it was");
+    tap_ok(efix_same_file(ckpt2, before), "the earlier checkpoint is byte for byte as it was");
     TAP_IS_STATUS(ferry_engine_synchronize(e), FERRY_ERR_FORMAT, "synchronize repeats the failure");
     TAP_IS_STATUS(ferry_engine_begin_micro_batch(e, 0, 1), FERRY_ERR_FORMAT, "and so does a new micro-batch");
-    ferry_engine_destroy(e);
-    gpt2_destroy(m);
+    efix_close(&f);
     unlink(before);
 }
 

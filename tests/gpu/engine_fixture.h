@@ -1,8 +1,12 @@
 /* A GPT-2 trained through the engine, as an embedder does it (ferry.h and
  * engine/intree.h, like tools/train_gpt2): the model, an engine in one
  * offload mode on one backend, activations from the engine's budget, and
- * one fixed batch; plus the one rule for skipping a GPU test. Header-only,
- * for the tests in tests/gpu. */
+ * one fixed batch; plus the one rule for skipping a GPU test. The model on
+ * its engine, its micro-batches, weights and teardown are
+ * tests/engine/engine_fixture.h's; what is here is the GPU tests' own: the
+ * skip, the backend argument, the fixed batch, the NVMe folder, a step
+ * and an evaluation on that batch. Header-only, for the tests in
+ * tests/gpu. */
 #ifndef FERRY_TESTS_GPU_ENGINE_FIXTURE_H
 #define FERRY_TESTS_GPU_ENGINE_FIXTURE_H
 
@@ -15,6 +19,7 @@
 #include "engine/intree.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
+#include "tests/engine/engine_fixture.h"
 #include "tests/tap.h"
 
 /* A GPU test may skip (exit 77) only when there is no GPU: the cuda
@@ -48,28 +53,6 @@ static inline ferry_backend_kind efix_backend_arg(int argc, char **argv)
     return kind;
 }
 
-typedef struct efix {
-    gpt2_model *m;
-    ferry_engine *e;
-    gpt2_activations *act;
-    gpt2_allocator alloc;
-    gpt2_hooks hooks;
-    int B, T;
-    int32_t *tokens, *targets; /* B x T each */
-} efix;
-
-static inline void efix_close(efix *f)
-{
-    if (f->e)
-        ferry_engine_synchronize(f->e);
-    gpt2_activations_destroy(f->act);
-    ferry_engine_destroy(f->e);
-    gpt2_destroy(f->m);
-    free(f->tokens);
-    free(f->targets);
-    memset(f, 0, sizeof *f);
-}
-
 /* Fills tokens and targets (the next token; every 9th ignored) from seed. */
 static inline void efix_batch(efix *f, uint64_t seed)
 {
@@ -95,6 +78,18 @@ static inline const char *efix_nvme_dir(void)
     return dir;
 }
 
+/* The model from cfg on an engine from ec, initialised from seed, set up,
+ * with activations for B x T and a batch drawn from batch_seed. */
+static inline ferry_status efix_open_config(efix *f, const gpt2_config *cfg, const ferry_engine_config *ec, int B,
+                                            int T, uint64_t seed, uint64_t batch_seed)
+{
+    ferry_status st = efix_engine(f, cfg, ec, seed, B, T, false);
+    if (st != FERRY_OK)
+        return st;
+    efix_batch(f, batch_seed);
+    return efix_acts(f);
+}
+
 /* The model from cfg on an engine of `kind` in `mode` with `budget` bytes of
  * device memory (0: all free), initialised from seed, set up, with
  * activations for B x T and a batch drawn from batch_seed. Offload nvme
@@ -104,42 +99,20 @@ static inline ferry_status efix_open(efix *f, const gpt2_config *cfg, ferry_back
                                      ferry_offload mode, uint64_t budget, int B, int T, uint64_t seed,
                                      uint64_t batch_seed)
 {
-    memset(f, 0, sizeof *f);
-    f->B = B;
-    f->T = T;
-    ferry_engine_config ec = FERRY_ENGINE_CONFIG_INIT;
-    ec.backend = kind;
-    ec.dtype = dtype;
-    ec.offload = mode;
+    ferry_engine_config ec = efix_config(kind, mode, dtype, 0);
     ec.device_budget_bytes = budget;
     if (mode == FERRY_OFFLOAD_NVME) {
         ec.nvme_path = efix_nvme_dir();
         ec.nvme_window_bytes = 1 << 20;
     }
-    f->tokens = malloc((size_t)B * T * sizeof *f->tokens);
-    f->targets = malloc((size_t)B * T * sizeof *f->targets);
-    ferry_status st = f->tokens && f->targets ? gpt2_create(cfg, &f->m)
-                                              : err_set(FERRY_ERR_OUT_OF_MEMORY, "no host memory for tokens");
-    if (st == FERRY_OK) st = ferry_engine_create(&ec, &f->e);
-    if (st == FERRY_OK) st = gpt2_engine_add_groups(f->m, f->e, seed, NULL);
-    if (st == FERRY_OK) st = ferry_engine_setup(f->e);
-    if (st != FERRY_OK)
-        return st;
-    f->alloc = gpt2_engine_allocator(f->e);
-    f->hooks = gpt2_engine_hooks(f->e);
-    efix_batch(f, batch_seed);
-    return gpt2_activations_create(f->m, engine_embed_backend(f->e), B, T, false, &f->alloc, &f->act);
+    return efix_open_config(f, cfg, &ec, B, T, seed, batch_seed);
 }
 
 /* One training step on the fixed batch (the backward under the engine's
  * loss scale: f16 on sm_70/75 turns it on); *loss is its mean loss. */
 static inline ferry_status efix_step(efix *f, const ferry_step_options *so, float *loss)
 {
-    backend_stream *s = engine_embed_stream(f->e);
-    ferry_status st = ferry_engine_begin_micro_batch(f->e, 0, 1);
-    if (st == FERRY_OK) st = gpt2_forward(f->m, f->act, &f->hooks, s, f->tokens, f->targets, true);
-    if (st == FERRY_OK) st = gpt2_backward(f->m, f->act, &f->hooks, s, ferry_engine_loss_scale(f->e));
-    if (st == FERRY_OK) st = gpt2_loss(f->act, s, loss);
+    ferry_status st = efix_micro_batch(f, 0, 1, ferry_engine_loss_scale(f->e), loss);
     if (st == FERRY_OK) st = ferry_engine_step(f->e, so, NULL);
     return st;
 }
@@ -153,25 +126,6 @@ static inline ferry_status efix_eval(efix *f, const int32_t *tokens, const int32
     if (st == FERRY_OK) st = gpt2_loss(f->act, s, loss);
     ferry_status end = ferry_engine_end_inference(f->e);
     return st == FERRY_OK ? end : st;
-}
-
-/* Every group's fp32 master weights, concatenated (malloc'd; *n elements). */
-static inline float *efix_weights(efix *f, size_t *n)
-{
-    size_t total = 0;
-    for (int g = 0; g < gpt2_num_groups(f->m); g++)
-        total += gpt2_group_numel(f->m, g);
-    float *w = malloc(total * sizeof *w);
-    size_t at = 0;
-    for (int g = 0; w && g < gpt2_num_groups(f->m); g++) {
-        if (ferry_engine_get_weights(f->e, g, w + at) != FERRY_OK) {
-            free(w);
-            return NULL;
-        }
-        at += gpt2_group_numel(f->m, g);
-    }
-    *n = total;
-    return w;
 }
 
 #endif

@@ -15,6 +15,7 @@
 #include "engine/intree.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
+#include "tests/engine/engine_fixture.h"
 #include "tests/gpu/engine_fixture.h"
 #include "tests/tap.h"
 
@@ -30,8 +31,9 @@ typedef struct result {
     double comm_bytes;
 } result;
 
-static void tokens_of(int step, int32_t *tokens, int32_t *targets)
+static void tokens_of(int step, int micro, int32_t *tokens, int32_t *targets)
 {
+    (void)micro; /* one micro-batch a step */
     uint64_t rng = 17 + (uint64_t)step * 7919;
     for (int i = 0; i < B * T + 1; i++) {
         int32_t tok = (int32_t)((i * 13 + step) % 251);
@@ -46,55 +48,23 @@ static void tokens_of(int step, int32_t *tokens, int32_t *targets)
 
 static ferry_status train(ferry_backend_kind kind, ferry_offload mode, int parallel, result *out)
 {
-    gpt2_model *m = NULL;
-    ferry_engine *e = NULL;
-    gpt2_activations *act = NULL;
-    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
-    cfg.backend = kind;
-    cfg.offload = mode;
-    cfg.optimizer_threads = 2;
+    ferry_engine_config cfg = efix_config(kind, mode, FERRY_DTYPE_AUTO, 2);
     cfg.device_budget_bytes = (uint64_t)2 << 30;
     cfg.data_parallel = parallel;
-    int32_t *tokens = malloc(B * T * sizeof *tokens), *targets = malloc(B * T * sizeof *targets);
-    ferry_status st = tokens && targets ? FERRY_OK : err_set(FERRY_ERR_OUT_OF_MEMORY, "tokens");
-    if (st == FERRY_OK) st = gpt2_create(&model, &m);
-    if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
-    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, 99, NULL);
-    if (st == FERRY_OK) st = ferry_engine_setup(e);
-    gpt2_allocator alloc = e ? gpt2_engine_allocator(e) : (gpt2_allocator){0};
-    if (st == FERRY_OK) st = gpt2_activations_create(m, engine_embed_backend(e), B, T, false, &alloc, &act);
-    gpt2_hooks hooks = e ? gpt2_engine_hooks(e) : (gpt2_hooks){0};
-    backend_stream *s = e ? engine_embed_stream(e) : NULL;
-    ferry_step_options o = FERRY_STEP_OPTIONS_INIT;
-    o.lr = 1e-3f;
-    o.weight_decay = 0.1f;
-    o.max_grad_norm = 1.0f;
+    efix f;
+    ferry_status st = efix_start(&f, &model, &cfg, 99, B, T, false);
+    ferry_step_options o = efix_options(1e-3f, 0.1f, 1.0f);
     for (int step = 0; step < STEPS && st == FERRY_OK; step++) {
         ferry_step_report rep = FERRY_STEP_REPORT_INIT;
-        tokens_of(step, tokens, targets);
-        st = ferry_engine_begin_micro_batch(e, 0, 1);
-        if (st == FERRY_OK) st = gpt2_forward(m, act, &hooks, s, tokens, targets, true);
-        if (st == FERRY_OK) st = gpt2_backward(m, act, &hooks, s, 1.0f);
-        if (st == FERRY_OK) st = gpt2_loss(act, s, &out->loss[step]);
-        if (st == FERRY_OK) st = ferry_engine_step(e, &o, &rep);
+        st = efix_micro_batches(&f, tokens_of, step, 0, 1, 1.0f, &out->loss[step], NULL);
+        if (st == FERRY_OK) st = ferry_engine_step(f.e, &o, &rep);
         out->norm[step] = rep.grad_norm;
     }
-    out->n = 0;
-    for (int g = 0; m && g < gpt2_num_groups(m); g++)
-        out->n += gpt2_group_numel(m, g);
-    out->weights = st == FERRY_OK ? malloc(out->n * sizeof(float)) : NULL;
-    for (int g = 0, at = 0; out->weights && g < gpt2_num_groups(m) && st == FERRY_OK; g++) {
-        st = ferry_engine_get_weights(e, g, out->weights + at);
-        at += (int)gpt2_group_numel(m, g);
-    }
+    if (st == FERRY_OK) st = efix_get_weights(&f, &out->weights, &out->n);
     ferry_step_timing t = FERRY_STEP_TIMING_INIT;
-    if (st == FERRY_OK && ferry_engine_step_timing(e, &t) == FERRY_OK)
+    if (st == FERRY_OK && ferry_engine_step_timing(f.e, &t) == FERRY_OK)
         out->comm_bytes = t.comm_bytes;
-    gpt2_activations_destroy(act);
-    ferry_engine_destroy(e);
-    gpt2_destroy(m);
-    free(tokens);
-    free(targets);
+    efix_close(&f);
     return st;
 }
 
@@ -130,11 +100,7 @@ int main(int argc, char **argv)
                     name, (double)alone.loss[STEPS - 1]) && bad >= 0)
             tap_diag("  step %d: loss %.9g vs %.9g, norm %.17g vs %.17g", bad, (double)alone.loss[bad],
                      (double)dp.loss[bad], alone.norm[bad], dp.norm[bad]);
-        size_t diff = 0;
-        for (size_t k = 0; alone.weights && dp.weights && k < alone.n; k++)
-            diff += memcmp(&alone.weights[k], &dp.weights[k], sizeof(float)) != 0;
-        tap_ok(alone.weights && dp.weights && diff == 0, "%s: final weights bitwise equal (%zu of %zu differ)", name,
-               diff, alone.n);
+        efix_same_weights(alone.weights, alone.n, dp.weights, dp.n, name);
         tap_ok(a == FERRY_OK && alone.loss[STEPS - 1] < alone.loss[0], "%s: and it learns: %.4f -> %.4f", name,
                (double)alone.loss[0], (double)alone.loss[STEPS - 1]);
         free(alone.weights);

@@ -57,14 +57,7 @@ static gpt2_config model_config(void)
     return c;
 }
 
-static ferry_step_options options(void)
-{
-    ferry_step_options so = FERRY_STEP_OPTIONS_INIT;
-    so.lr = 2e-3f;
-    so.weight_decay = 0.1f;
-    so.max_grad_norm = 1.0f;
-    return so;
-}
+static ferry_step_options options(void) { return efix_options(2e-3f, 0.1f, 1.0f); }
 
 /* memprof's predicted device peak plus an eighth (at least 8 MiB). */
 static uint64_t budget_for(const gpt2_config *c, ferry_backend_kind kind, ferry_offload mode)
@@ -164,13 +157,8 @@ static double update_error(const mode_run *r, const mode_run *ref)
 
 static void compare(const mode_run *r, const mode_run *none)
 {
-    double worst = 0;
     int at = 0;
-    for (int s = 0; s < STEPS; s++) {
-        double d = fabs((double)r->loss[s] - none->loss[s]) / fabs((double)none->loss[s]);
-        if (!(d <= worst))
-            worst = d, at = s;
-    }
+    double worst = efix_worst_rel(r->loss, none->loss, STEPS, &at);
     tap_ok(worst <= TOL_LOSS, "(a) %s vs none: every step's loss within %.0e relative (worst %.2e at step %d)",
            ferry_offload_name(r->mode), TOL_LOSS, worst, at);
     tap_ok(r->n == none->n && memcmp(r->w0, none->w0, r->n * sizeof *r->w0) == 0,

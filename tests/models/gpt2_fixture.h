@@ -1,5 +1,6 @@
 /* A GPT-2 on the host backend for the model tests: backend, stream, model,
- * resident params/grads, activations; plus reading all groups back. */
+ * resident params/grads, activations; plus reading all groups back. The
+ * backend and its teardown are model_fixture.h's. */
 #ifndef FERRY_TESTS_MODELS_GPT2_FIXTURE_H
 #define FERRY_TESTS_MODELS_GPT2_FIXTURE_H
 
@@ -9,6 +10,7 @@
 #include "backend/backend.h"
 #include "backend/ops/ops.h"
 #include "models/gpt2.h"
+#include "model_fixture.h"
 
 typedef struct fixture {
     backend *be;
@@ -23,15 +25,11 @@ typedef struct fixture {
 
 static inline void fixture_close(fixture *f)
 {
-    if (f->s)
-        backend_stream_synchronize(f->s); /* the stream may still use the buffers */
+    mfix_wait(f->s);
     gpt2_activations_destroy(f->a);
     gpt2_resident_destroy(f->r);
     gpt2_destroy(f->m);
-    backend_stream_destroy(f->s);
-    if (f->be)
-        ops_shutdown(f->be);
-    backend_close(f->be);
+    mfix_close(f->be, f->s, NULL);
     memset(f, 0, sizeof *f);
 }
 
@@ -43,13 +41,7 @@ static inline ferry_status fixture_open_as(fixture *f, ferry_backend_kind kind, 
     memset(f, 0, sizeof *f);
     f->B = B;
     f->T = T;
-    ferry_status st = backend_open(kind, &f->be);
-    if (st == FERRY_OK)
-        st = backend_set_act_dtype(f->be, act);
-    if (st == FERRY_OK)
-        st = ops_init(f->be, NULL, 0);
-    if (st == FERRY_OK)
-        st = backend_stream_create(f->be, "gpt2 test", &f->s);
+    ferry_status st = mfix_backend(kind, act, "gpt2 test", &f->be, &f->s);
     if (st == FERRY_OK)
         st = gpt2_create(cfg, &f->m);
     if (st == FERRY_OK)

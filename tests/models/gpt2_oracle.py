@@ -21,55 +21,25 @@ OUTPUT:
   ntensors times: float64 grad[numel]   (gradient at step 0, same order/shapes)
 Each step: zero grads, loss on batch `step`, backward, torch.optim.AdamW.
 """
-import struct
+import os
 import sys
 
-try:
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-except Exception as exc:  # torch or numpy missing: the test is skipped
-    print(f"# SKIP: cannot import torch/numpy: {exc}")
-    sys.exit(77)
+# oracle_io.py lies beside this file, also when another test loads it by its path
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_io import F, Input, paths, torch, train, write_output  # noqa: E402
 
 
 def read_input(path):
-    with open(path, "rb") as f:
-        buf = f.read()
-    if buf[:8] != b"FERRYGPT":
-        raise SystemExit(f"{path}: bad magic {buf[:8]!r}")
-    off = 8
-    hdr = struct.unpack_from("<11i", buf, off)
-    off += 44
-    version, L, NH, C, V, Vp, maxT, B, T, steps, ntensors = hdr
-    if version != 1:
-        raise SystemExit(f"{path}: version {version}, expected 1")
-    lr, b1, b2, eps, wd = struct.unpack_from("<5d", buf, off)
-    off += 40
-    n = steps * B * T
-    tokens = np.frombuffer(buf, dtype="<i4", count=n, offset=off).reshape(steps, B, T)
-    off += 4 * n
-    targets = np.frombuffer(buf, dtype="<i4", count=n, offset=off).reshape(steps, B, T)
-    off += 4 * n
-    tensors = []
-    for _ in range(ntensors):
-        (nl,) = struct.unpack_from("<i", buf, off)
-        off += 4
-        name = buf[off:off + nl].decode()
-        off += nl
-        (ndim,) = struct.unpack_from("<i", buf, off)
-        off += 4
-        shape = struct.unpack_from(f"<{ndim}i", buf, off)
-        off += 4 * ndim
-        count = int(np.prod(shape))
-        data = np.frombuffer(buf, dtype="<f4", count=count, offset=off).reshape(shape)
-        off += 4 * count
-        tensors.append((name, torch.tensor(data, dtype=torch.float64, requires_grad=True)))
-    if off != len(buf):
-        raise SystemExit(f"{path}: {len(buf) - off} trailing bytes")
+    r = Input(path, b"FERRYGPT")
+    version, L, NH, C, V, Vp, maxT, B, T, steps, ntensors = r.unpack("<11i")
+    r.version(version)
+    lr, b1, b2, eps, wd = r.unpack("<5d")
+    tokens, targets = r.batches(steps, B, T)
+    tensors = [(name, t) for name, t, _ in r.tensors(ntensors, with_decay=False)]
+    r.end()
     cfg = dict(L=L, NH=NH, C=C, V=V, Vp=Vp, maxT=maxT)
     opt = dict(lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
-    return cfg, opt, torch.tensor(tokens.astype(np.int64)), torch.tensor(targets.astype(np.int64)), tensors
+    return cfg, opt, tokens, targets, tensors
 
 
 def gpt2_loss(cfg, P, tokens, targets):
@@ -97,28 +67,14 @@ def gpt2_loss(cfg, P, tokens, targets):
 
 
 def main():
-    if len(sys.argv) != 3:
-        raise SystemExit("usage: gpt2_oracle.py INPUT OUTPUT")
+    inp, out = paths("gpt2_oracle.py")
     torch.manual_seed(0)
-    cfg, opt, tokens, targets, tensors = read_input(sys.argv[1])
+    cfg, opt, tokens, targets, tensors = read_input(inp)
     P = dict(tensors)
     params = [t for _, t in tensors]
     optim = torch.optim.AdamW(params, **opt)
-    losses, grads0 = [], None
-    for step in range(tokens.shape[0]):
-        optim.zero_grad(set_to_none=False)
-        loss = gpt2_loss(cfg, P, tokens[step], targets[step])
-        loss.backward()
-        losses.append(loss.item())
-        if grads0 is None:
-            grads0 = [t.grad.detach().clone() for t in params]
-        optim.step()
-    with open(sys.argv[2], "wb") as f:
-        f.write(b"FERRYREF")
-        f.write(struct.pack("<2i", len(losses), len(params)))
-        f.write(np.asarray(losses, dtype="<f8").tobytes())
-        for g in grads0:
-            f.write(g.numpy().astype("<f8").tobytes())
+    losses, grads0 = train(lambda tok, tgt: gpt2_loss(cfg, P, tok, tgt), params, optim, tokens, targets)
+    write_output(out, b"FERRYREF", [len(losses), len(params)], losses, grads0)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 /* A Llama-family model on a backend for the model tests: backend (storing
  * a chosen type), stream, model, resident params/grads from the seeded
- * init, activations; one training micro-batch, and every group read back. */
+ * init, activations; one training micro-batch, and every group read back.
+ * The backend, the resident state and the teardown are model_fixture.h's. */
 #ifndef FERRY_TESTS_MODELS_LLAMA_FIXTURE_H
 #define FERRY_TESTS_MODELS_LLAMA_FIXTURE_H
 
@@ -10,7 +11,9 @@
 #include "backend/backend.h"
 #include "backend/ops/ops.h"
 #include "models/llama.h"
+#include "models/llama_engine.h"
 #include "models/model.h"
+#include "model_fixture.h"
 
 typedef struct llama_fixture {
     backend *be;
@@ -25,15 +28,10 @@ typedef struct llama_fixture {
 
 static inline void llama_fixture_close(llama_fixture *f)
 {
-    if (f->s)
-        backend_stream_synchronize(f->s); /* the stream may still use the buffers */
+    mfix_wait(f->s);
     llama_activations_destroy(f->a);
-    model_resident_destroy(f->r);
     llama_destroy(f->m);
-    backend_stream_destroy(f->s);
-    if (f->be)
-        ops_shutdown(f->be);
-    backend_close(f->be);
+    mfix_close(f->be, f->s, f->r);
     memset(f, 0, sizeof *f);
 }
 
@@ -42,23 +40,11 @@ static inline ferry_status llama_fixture_open(llama_fixture *f, ferry_backend_ki
                                               const llama_config *cfg, int B, int T, bool recompute, uint64_t seed)
 {
     memset(f, 0, sizeof *f);
-    ferry_status st = backend_open(kind, &f->be);
-    if (st == FERRY_OK) st = backend_set_act_dtype(f->be, act);
-    if (st == FERRY_OK) st = ops_init(f->be, NULL, 0);
-    if (st == FERRY_OK) st = backend_stream_create(f->be, "llama test", &f->s);
+    ferry_status st = mfix_backend(kind, act, "llama test", &f->be, &f->s);
     if (st == FERRY_OK) st = llama_create(cfg, &f->m);
-    int G = f->m ? llama_num_groups(f->m) : 0;
-    size_t *numel = calloc((size_t)(G ? G : 1), sizeof *numel);
-    for (int g = 0; numel && g < G; g++)
-        f->total += numel[g] = llama_group_numel(f->m, g);
-    if (st == FERRY_OK) st = numel ? model_resident_create(f->be, G, numel, "llama", &f->r) : FERRY_ERR_OUT_OF_MEMORY;
-    for (int g = 0; g < G && st == FERRY_OK; g++) {
-        float *v = malloc(numel[g] * sizeof *v);
-        st = v ? llama_init_group(f->m, g, seed, v) : FERRY_ERR_OUT_OF_MEMORY;
-        if (st == FERRY_OK) st = model_resident_set_params(f->r, f->s, g, v);
-        free(v);
-    }
-    free(numel);
+    model_desc d = f->m ? llama_desc(f->m) : (model_desc){0};
+    if (st == FERRY_OK) st = mfix_resident(&d, f->be, "llama", &f->r, &f->total);
+    if (st == FERRY_OK) st = mfix_init(&d, f->r, f->s, seed, 1.0f);
     if (f->be)
         f->alloc = model_backend_allocator(f->be);
     if (st == FERRY_OK) st = llama_activations_create(f->m, f->be, B, T, recompute, &f->alloc, &f->a);

@@ -42,60 +42,26 @@ Each step: zero grads, loss on batch `step`, backward, torch.optim.AdamW with
 the weight decay on the tensors flagged decay and none on the others.
 """
 import math
-import struct
+import os
 import sys
 
-try:
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-except Exception as exc:  # torch or numpy missing: the test is skipped
-    print(f"# SKIP: cannot import torch/numpy: {exc}")
-    sys.exit(77)
+# oracle_io.py lies beside this file, also when another test loads it by its path
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_io import F, Input, paths, torch, train, write_output  # noqa: E402
 
 ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3 = 0, 1, 2
 
 
 def read_input(path):
-    with open(path, "rb") as f:
-        buf = f.read()
-    if buf[:8] != b"FERRYLLM":
-        raise SystemExit(f"{path}: bad magic {buf[:8]!r}")
-    off = 8
-    hdr = struct.unpack_from("<18i", buf, off)
-    off += 4 * 18
+    r = Input(path, b"FERRYLLM")
     (version, L, NH, NKV, C, HS, I, V, Vp, maxT, qkv_bias, tied, rope_kind, orig_max,
-     B, T, steps, ntensors) = hdr
-    if version != 1:
-        raise SystemExit(f"{path}: version {version}, expected 1")
-    eps, theta, factor, low, high = struct.unpack_from("<5d", buf, off)
-    off += 40
-    lr, b1, b2, adam_eps, wd = struct.unpack_from("<5d", buf, off)
-    off += 40
-    n = steps * B * T
-    tokens = np.frombuffer(buf, dtype="<i4", count=n, offset=off).reshape(steps, B, T)
-    off += 4 * n
-    targets = np.frombuffer(buf, dtype="<i4", count=n, offset=off).reshape(steps, B, T)
-    off += 4 * n
-    tensors = []
-    for _ in range(ntensors):
-        (nl,) = struct.unpack_from("<i", buf, off)
-        off += 4
-        name = buf[off:off + nl].decode()
-        off += nl
-        (ndim,) = struct.unpack_from("<i", buf, off)
-        off += 4
-        shape = struct.unpack_from(f"<{ndim}i", buf, off)
-        off += 4 * ndim
-        (decay,) = struct.unpack_from("<i", buf, off)
-        off += 4
-        count = int(np.prod(shape))
-        data = np.frombuffer(buf, dtype="<f4", count=count, offset=off).reshape(shape)
-        off += 4 * count
-        t = torch.tensor(data, dtype=torch.float64, requires_grad=True)
-        tensors.append((name, t, bool(decay)))
-    if off != len(buf):
-        raise SystemExit(f"{path}: {len(buf) - off} trailing bytes")
+     B, T, steps, ntensors) = r.unpack("<18i")
+    r.version(version)
+    eps, theta, factor, low, high = r.unpack("<5d")
+    lr, b1, b2, adam_eps, wd = r.unpack("<5d")
+    tokens, targets = r.batches(steps, B, T)
+    tensors = r.tensors(ntensors, with_decay=True)
+    r.end()
     if tokens.min() < 0 or tokens.max() >= V or targets.max() >= V:
         raise SystemExit(f"{path}: a token or target outside [0, {V})")
     cfg = dict(L=L, NH=NH, NKV=NKV, C=C, HS=HS, I=I, V=V, Vp=Vp, maxT=maxT,
@@ -103,8 +69,7 @@ def read_input(path):
                rope_kind=rope_kind, factor=factor, low_freq_factor=low,
                high_freq_factor=high, original_max_position_embeddings=orig_max)
     opt = dict(lr=lr, betas=(b1, b2), eps=adam_eps, weight_decay=wd)
-    return (cfg, opt, torch.tensor(tokens.astype(np.int64)),
-            torch.tensor(targets.astype(np.int64)), tensors)
+    return cfg, opt, tokens, targets, tensors
 
 
 def rope_inv_freq(cfg):
@@ -207,9 +172,8 @@ def llama_loss(cfg, P, tokens, targets):
 
 
 def main():
-    if len(sys.argv) != 3:
-        raise SystemExit("usage: llama_oracle.py INPUT OUTPUT")
-    cfg, opt, tokens, targets, tensors = read_input(sys.argv[1])
+    inp, out = paths("llama_oracle.py")
+    cfg, opt, tokens, targets, tensors = read_input(inp)
     names = [n for n, _, _ in tensors]
     if cfg["tied"] == ("lm_head.weight" in names):
         raise SystemExit("lm_head.weight must be present exactly when the head is untied")
@@ -221,22 +185,8 @@ def main():
     optim = torch.optim.AdamW([g for g in groups if g["params"]], **opt)
     with torch.no_grad():
         logits0 = llama_logits(cfg, P, tokens[0])[0, -1].clone()
-    losses, grads0 = [], None
-    for step in range(tokens.shape[0]):
-        optim.zero_grad(set_to_none=False)
-        loss = llama_loss(cfg, P, tokens[step], targets[step])
-        loss.backward()
-        losses.append(loss.item())
-        if grads0 is None:
-            grads0 = [t.grad.detach().clone() for t in params]
-        optim.step()
-    with open(sys.argv[2], "wb") as f:
-        f.write(b"FERRYLRF")
-        f.write(struct.pack("<3i", len(losses), len(params), cfg["V"]))
-        f.write(np.asarray(losses, dtype="<f8").tobytes())
-        f.write(logits0.numpy().astype("<f8").tobytes())
-        for g in grads0:
-            f.write(g.numpy().astype("<f8").tobytes())
+    losses, grads0 = train(lambda tok, tgt: llama_loss(cfg, P, tok, tgt), params, optim, tokens, targets)
+    write_output(out, b"FERRYLRF", [len(losses), len(params), cfg["V"]], losses, grads0, extra=[logits0])
 
 
 if __name__ == "__main__":

@@ -23,64 +23,19 @@
 #include "common/error.h"
 #include "models/lmodel_decode.h"
 #include "models/model_engine.h"
+#include "model_fixture.h"
 
 enum { B = 2, P = 7, N_NEW = 17, TMAX = P + N_NEW };
 
 static ferry_backend_kind kind = FERRY_BACKEND_HOST;
 static ferry_dtype act = FERRY_DTYPE_AUTO;
 
-typedef struct fixture {
-    backend *be;
-    backend_stream *s;
-    lmodel *m;
-    model_resident *r;
-    model_hooks h;
-    model_allocator alloc;
-} fixture;
-
-static void fixture_close(fixture *f)
-{
-    if (f->s)
-        backend_stream_synchronize(f->s);
-    model_resident_destroy(f->r);
-    lmodel_destroy(f->m);
-    backend_stream_destroy(f->s);
-    if (f->be)
-        ops_shutdown(f->be);
-    backend_close(f->be);
-    memset(f, 0, sizeof *f);
-}
-
 /* The spec's model with its seeded init scaled by `gain` (larger weights
  * than the init's 0.02 make the logits spread, so greedy picks are not
  * near ties). */
-static ferry_status fixture_open(fixture *f, const model_spec *spec, float gain)
+static ferry_status fixture_open(lfix *f, const model_spec *spec, float gain)
 {
-    memset(f, 0, sizeof *f);
-    ferry_status st = backend_open(kind, &f->be);
-    if (st == FERRY_OK) st = backend_set_act_dtype(f->be, act);
-    if (st == FERRY_OK) st = ops_init(f->be, NULL, 0);
-    if (st == FERRY_OK) st = backend_stream_create(f->be, "decode test", &f->s);
-    if (st == FERRY_OK) st = lmodel_create(spec, &f->m);
-    if (st != FERRY_OK)
-        return st;
-    int G = lmodel_num_groups(f->m);
-    size_t numel[512];
-    for (int g = 0; g < G; g++)
-        numel[g] = lmodel_group_numel(f->m, g);
-    st = model_resident_create(f->be, G, numel, "decode test", &f->r);
-    model_desc d = lmodel_desc(f->m);
-    for (int g = 0; g < G && st == FERRY_OK; g++) {
-        float *v = malloc(numel[g] * sizeof *v);
-        st = v ? d.init_group(d.m, g, 1234, v) : FERRY_ERR_OUT_OF_MEMORY;
-        for (size_t i = 0; st == FERRY_OK && i < numel[g]; i++)
-            v[i] *= gain;
-        if (st == FERRY_OK) st = model_resident_set_params(f->r, f->s, g, v);
-        free(v);
-    }
-    f->alloc = model_backend_allocator(f->be);
-    f->h = model_resident_hooks(f->r);
-    return st;
+    return lfix_open(f, kind, act, spec, "decode test", 1234, gain);
 }
 
 static int argmax(const float *l, int V)
@@ -95,16 +50,16 @@ static int argmax(const float *l, int V)
 /* Greedy generation both ways, compared step by step. */
 static void check_family(const char *name, const model_spec *spec)
 {
-    fixture f;
+    lfix f;
     ferry_status st = fixture_open(&f, spec, 4.0f);
     if (kind == FERRY_BACKEND_CUDA && st == FERRY_ERR_UNSUPPORTED) {
         tap_diag("cuda: %s", ferry_last_error());
-        fixture_close(&f);
+        lfix_close(&f);
         tap_plan_skip("no usable CUDA device");
     }
     if (!tap_ok(st == FERRY_OK, "%s: model on the %s backend", name, kind == FERRY_BACKEND_CUDA ? "cuda" : "host")) {
         tap_diag("%s", ferry_last_error());
-        fixture_close(&f);
+        lfix_close(&f);
         return;
     }
     int V = lmodel_vocab(f.m);
@@ -188,7 +143,7 @@ static void check_family(const char *name, const model_spec *spec)
     free(lk);
     free(lr);
     free(full);
-    fixture_close(&f);
+    lfix_close(&f);
 }
 
 /* Greedy tokens and last logits of `steps` decode steps after a prompt. */
@@ -212,7 +167,7 @@ static ferry_status greedy_run(const lmodel *m, lmodel_kv *kv, const model_hooks
 static void check_engine(const char *name, const model_spec *spec, ferry_offload mode)
 {
     enum { STEPS = 10 };
-    fixture f;
+    lfix f;
     ferry_status st = fixture_open(&f, spec, 1.0f);
     int V = f.m ? lmodel_vocab(f.m) : 1;
     int32_t want[STEPS], got[STEPS];
@@ -255,7 +210,7 @@ static void check_engine(const char *name, const model_spec *spec, ferry_offload
     ferry_engine_destroy(e);
     free(lw);
     free(lg);
-    fixture_close(&f);
+    lfix_close(&f);
 }
 
 static model_spec llama_spec(const char *preset, int V, bool bias, bool tied)
@@ -303,14 +258,14 @@ int main(int argc, char **argv)
     wide.family = MODEL_FAMILY_GPT2;
     if (gpt2_config_from_fields(1, 2, 600, 50, 0, 16, &wide.gpt2) != FERRY_OK) /* heads of 300 */
         abort();
-    fixture fw;
+    lfix fw;
     lmodel_kv *none = NULL;
     ferry_status st = fixture_open(&fw, &wide, 1.0f);
     if (st == FERRY_OK)
         st = lmodel_kv_create(fw.m, fw.be, 1, 16, 0, &fw.alloc, &none);
     tap_ok(st == FERRY_ERR_UNSUPPORTED && !none && strstr(ferry_last_error(), "300"),
            "heads of 300 get no cache, said so (%s)", ferry_last_error());
-    fixture_close(&fw);
+    lfix_close(&fw);
     const ferry_offload modes[] = {FERRY_OFFLOAD_NONE, FERRY_OFFLOAD_OPTIMIZER, FERRY_OFFLOAD_PARAMS};
     for (int i = 0; i < 3; i++) {
         check_engine("llama-d4", &l4, modes[i]);

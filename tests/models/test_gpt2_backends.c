@@ -25,12 +25,8 @@
 
 int main(int argc, char **argv)
 {
-    const char *name = argc > 1 ? argv[1] : "cuda";
-    bool on_host = strncmp(name, "host", 4) == 0, f16 = strstr(name, "-f16") != NULL;
-    if (strcmp(name, "cuda") && strcmp(name, "host-bf16") && strcmp(name, "cuda-f16") && strcmp(name, "host-f16")) {
-        printf("Bail out! usage: test_gpt2_backends [cuda|host-bf16|cuda-f16|host-f16]\n");
-        return 1;
-    }
+    bool on_host, f16;
+    const char *name = mfix_backends_arg(argc, argv, "test_gpt2_backends", &on_host, &f16);
     const float loss_scale = f16 ? 1024.0f : 1.0f;
     const double tol_loss = f16 ? 3e-3 : 2e-2, tol_grad = f16 ? 1e-2 : 5e-2;
     gpt2_config cfg;
@@ -52,10 +48,7 @@ int main(int argc, char **argv)
     uint64_t rng = 20240604;
     tap_diag("seed %llu", (unsigned long long)rng);
     int32_t tok[256], tgt[256];
-    for (int i = 0; i < 256; i++) {
-        tok[i] = (int32_t)(tap_rand_unit(&rng) * cfg.vocab_size);
-        tgt[i] = i % 9 == 8 ? -1 : (int32_t)(tap_rand_unit(&rng) * cfg.vocab_size);
-    }
+    mfix_tokens(tok, tgt, 256, cfg.vocab_size, &rng);
     float lh = 0, ld = 0;
     TAP_IS_STATUS(fixture_step(&host, tok, tgt, &lh), FERRY_OK, "host step");
     TAP_IS_STATUS(fixture_step_scaled(&dev, tok, tgt, &ld, loss_scale), FERRY_OK, "%s step: %s", name,
@@ -68,13 +61,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < gpt2_group_tensor_count(host.m, g); i++) {
             gpt2_tensor_info t;
             gpt2_group_tensor(host.m, g, i, &t);
-            double d2 = 0, r2 = 0;
-            for (size_t e = 0; e < t.numel; e++) {
-                double a = gd[base + t.offset + e] / loss_scale, b = gh[base + t.offset + e];
-                d2 += (a - b) * (a - b);
-                r2 += b * b;
-            }
-            double rel = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+            double rel = mfix_rel_error(gd + base + t.offset, gh + base + t.offset, t.numel, loss_scale, NULL);
             tap_ok(rel <= tol_grad, "grad %-36s %s vs host rel. norm error %.2e <= %.0e", t.name, name, rel,
                    tol_grad);
         }

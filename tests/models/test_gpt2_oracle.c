@@ -19,6 +19,7 @@
 
 #include "common/error.h"
 #include "tests/models/gpt2_fixture.h"
+#include "tests/models/oracle_files.h"
 #include "tests/tap.h"
 
 #define STEPS 10
@@ -27,8 +28,6 @@
 
 static const double LR = 3e-3, BETA1 = 0.9, BETA2 = 0.95, EPS = 1e-8, WD = 0.1;
 
-static void put(FILE *f, const void *p, size_t n) { fwrite(p, 1, n, f); }
-static void put_i32(FILE *f, int32_t v) { put(f, &v, 4); }
 
 static int write_input(const char *path, fixture *fx, float **groups, const int32_t *tok,
                        const int32_t *tgt)
@@ -40,25 +39,17 @@ static int write_input(const char *path, fixture *fx, float **groups, const int3
     int G = gpt2_num_groups(fx->m), ntensors = 0;
     for (int g = 0; g < G; g++)
         ntensors += gpt2_group_tensor_count(fx->m, g);
-    put(f, "FERRYGPT", 8);
+    oracle_put(f, "FERRYGPT", 8);
     int32_t hdr[11] = {1, c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->padded_vocab_size,
                        c->max_seq_len, B_, T_, STEPS, ntensors};
-    put(f, hdr, sizeof hdr);
-    double opt[5] = {LR, BETA1, BETA2, EPS, WD};
-    put(f, opt, sizeof opt);
-    for (int s = 0; s < STEPS; s++)
-        put(f, tok, B_ * T_ * 4);
-    for (int s = 0; s < STEPS; s++)
-        put(f, tgt, B_ * T_ * 4);
+    oracle_put(f, hdr, sizeof hdr);
+    const double opt[5] = {LR, BETA1, BETA2, EPS, WD};
+    oracle_put_run(f, opt, tok, tgt, STEPS, B_ * T_);
     for (int g = 0; g < G; g++)
         for (int i = 0; i < gpt2_group_tensor_count(fx->m, g); i++) {
             gpt2_tensor_info t;
             gpt2_group_tensor(fx->m, g, i, &t);
-            put_i32(f, (int32_t)strlen(t.name));
-            put(f, t.name, strlen(t.name));
-            put_i32(f, t.ndim);
-            put(f, t.shape, 4 * (size_t)t.ndim);
-            put(f, groups[g] + t.offset, t.numel * 4);
+            oracle_put_tensor(f, t.name, t.ndim, t.shape, -1, groups[g] + t.offset, t.numel);
         }
     return fclose(f) == 0;
 }
@@ -71,19 +62,12 @@ typedef struct reference {
 
 static int read_reference(const char *path, reference *ref, size_t total)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0;
-    char magic[8];
-    int32_t hdr[2];
     ref->grads = malloc(total * sizeof *ref->grads);
-    int ok = fread(magic, 1, 8, f) == 8 && memcmp(magic, "FERRYREF", 8) == 0 &&
-             fread(hdr, 4, 2, f) == 2 && hdr[0] == STEPS &&
-             fread(ref->losses, 8, STEPS, f) == STEPS &&
-             fread(ref->grads, 8, total, f) == total && fgetc(f) == EOF;
-    fclose(f);
     ref->count = total;
-    return ok;
+    const int32_t want[2] = {STEPS, -1};
+    double *const arrays[2] = {ref->losses, ref->grads};
+    const size_t counts[2] = {STEPS, total};
+    return oracle_read(path, "FERRYREF", want, 2, arrays, counts, 2);
 }
 
 /* torch.optim.AdamW, in double, on every element of every group. */
@@ -94,17 +78,11 @@ typedef struct adamw {
 static void adamw_step(adamw *o, float **params, float **grads, const size_t *numel, int G,
                        int step)
 {
-    double bc1 = 1.0 - pow(BETA1, step), bc2 = 1.0 - pow(BETA2, step);
+    const oracle_adamw cfg = {LR, BETA1, BETA2, EPS};
     for (int g = 0; g < G; g++)
-        for (size_t i = 0; i < numel[g]; i++) {
-            double gr = grads[g][i];
-            double *p = &o->master[g][i], *m = &o->m[g][i], *v = &o->v[g][i];
-            *p *= 1.0 - LR * WD;
-            *m = BETA1 * *m + (1.0 - BETA1) * gr;
-            *v = BETA2 * *v + (1.0 - BETA2) * gr * gr;
-            *p -= LR / bc1 * *m / (sqrt(*v) / sqrt(bc2) + EPS);
-            params[g][i] = (float)*p;
-        }
+        for (size_t i = 0; i < numel[g]; i++)
+            params[g][i] = oracle_adamw_element(&cfg, &o->master[g][i], &o->m[g][i], &o->v[g][i], grads[g][i], WD,
+                                                step);
 }
 
 static void compare_grads(fixture *fx, float **grads, const reference *ref)

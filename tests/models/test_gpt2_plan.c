@@ -25,6 +25,8 @@
 #include "engine/intree.h"
 #include "models/gpt2.h"
 #include "models/gpt2_engine.h"
+#include "engine/engine_fixture.h"
+#include "json_path.h"
 #include "run_program.h"
 #include "tap.h"
 #include "models/gpt2_plan.h"
@@ -39,16 +41,7 @@ typedef program_run run;
 
 static void run_memprof(const char *args, run *r) { program_run_in(dir, memprof, args, r); }
 
-static double num(const cJSON *o, const char *path)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    const cJSON *cur = o;
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ".", &save); tok && cur; tok = strtok_r(NULL, ".", &save))
-        cur = cJSON_GetObjectItemCaseSensitive(cur, tok);
-    return cJSON_IsNumber(cur) ? cur->valuedouble : -12345.0;
-}
+static double num(const cJSON *o, const char *path) { return json_num(o, path); }
 
 /* ---- the activations, against what the model asks for ---- */
 
@@ -160,67 +153,45 @@ static void tokens_for(int step, int32_t *tokens, int32_t *targets)
 
 static ferry_status train(const train_opts *o, measured *out)
 {
-    gpt2_model *m = NULL;
-    ferry_engine *e = NULL;
-    gpt2_activations *act = NULL;
-    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
-    cfg.backend = FERRY_BACKEND_HOST;
-    cfg.offload = o->mode;
+    ferry_engine_config cfg = efix_config(FERRY_BACKEND_HOST, o->mode, FERRY_DTYPE_AUTO, 2);
     cfg.prefetch_groups = o->prefetch;
     cfg.device_budget_bytes = o->budget ? o->budget : (uint64_t)1 << 30;
-    cfg.optimizer_threads = 2;
     cfg.trace_path = o->trace;
     /* The plan is the placement without the split update, whose device
      * state after the warm-up comes out of the budget the plan leaves
      * spare (docs/engine.md). */
     cfg.device_update_groups = 0;
-    ferry_status st = gpt2_create(&model_cfg, &m);
     /* The activations it will take, declared: the engine's plan holds them. */
-    if (st == FERRY_OK)
-        cfg.auto_activation_bytes = gpt2_activations_bytes(m, FERRY_DTYPE_F32, TB, TT, o->recompute);
-    if (st == FERRY_OK) st = ferry_engine_create(&cfg, &e);
-    if (st == FERRY_OK) st = gpt2_engine_add_groups(m, e, 99, NULL);
-    if (st == FERRY_OK) st = ferry_engine_setup(e);
-    gpt2_allocator alloc = e ? gpt2_engine_allocator(e) : (gpt2_allocator){0};
-    if (st == FERRY_OK)
-        st = gpt2_activations_create(m, engine_embed_backend(e), TB, TT, o->recompute, &alloc, &act);
-    gpt2_hooks hooks = e ? gpt2_engine_hooks(e) : (gpt2_hooks){0};
-    backend_stream *s = e ? engine_embed_stream(e) : NULL;
+    cfg.auto_activation_bytes = efix_acts_bytes(&model_cfg, FERRY_DTYPE_F32, TB, TT, o->recompute);
+    efix f;
+    ferry_status st = efix_start(&f, &model_cfg, &cfg, 99, TB, TT, o->recompute);
     ferry_step_options so = FERRY_STEP_OPTIONS_INIT;
     so.lr = 1e-3f;
-    static int32_t tokens[TB * TT], targets[TB * TT];
     int accum = o->accum > 0 ? o->accum : 1;
     for (int step = 0; step < STEPS && st == FERRY_OK; step++) {
-        tokens_for(step, tokens, targets);
+        tokens_for(step, f.tokens, f.targets);
         float loss = 0;
         for (int k = 0; k < accum && st == FERRY_OK; k++) {
-            st = ferry_engine_begin_micro_batch(e, k, accum);
-            if (st == FERRY_OK) st = ferry_engine_mark(e, step, "forward");
-            if (st == FERRY_OK) st = gpt2_forward(m, act, &hooks, s, tokens, targets, true);
-            if (st == FERRY_OK) st = ferry_engine_mark(e, step, "backward");
-            if (st == FERRY_OK) st = gpt2_backward(m, act, &hooks, s, 1.0f / (float)accum);
-            if (st == FERRY_OK) st = gpt2_loss(act, s, &loss);
+            st = ferry_engine_begin_micro_batch(f.e, k, accum);
+            if (st == FERRY_OK) st = ferry_engine_mark(f.e, step, "forward");
+            if (st == FERRY_OK) st = gpt2_forward(f.m, f.act, &f.hooks, f.s, f.tokens, f.targets, true);
+            if (st == FERRY_OK) st = ferry_engine_mark(f.e, step, "backward");
+            if (st == FERRY_OK) st = gpt2_backward(f.m, f.act, &f.hooks, f.s, 1.0f / (float)accum);
+            if (st == FERRY_OK) st = gpt2_loss(f.act, f.s, &loss);
         }
-        if (st == FERRY_OK) st = ferry_engine_mark(e, step, "optimizer");
-        if (st == FERRY_OK) st = ferry_engine_step(e, &so, NULL);
+        if (st == FERRY_OK) st = ferry_engine_mark(f.e, step, "optimizer");
+        if (st == FERRY_OK) st = ferry_engine_step(f.e, &so, NULL);
     }
     if (st == FERRY_OK) {
-        ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
-        ferry_engine_synchronize(e);
-        ferry_engine_memory_stats(e, &ms);
+        ferry_engine_synchronize(f.e);
+        ferry_memory_stats ms = efix_memory(&f);
         out->device_peak = ms.device_total_peak_bytes;
         out->host_peak = ms.host_peak_bytes;
-        ferry_step_timing t = FERRY_STEP_TIMING_INIT;
-        ferry_engine_step_timing(e, &t);
-        out->max_resident = t.max_resident_groups;
+        out->max_resident = efix_timing(&f).max_resident_groups;
     }
     if (st != FERRY_OK)
         tap_diag("training failed: %s", ferry_last_error());
-    if (e)
-        ferry_engine_synchronize(e);
-    gpt2_activations_destroy(act);
-    ferry_engine_destroy(e);
-    gpt2_destroy(m);
+    efix_close(&f);
     return st;
 }
 
@@ -542,11 +513,7 @@ static void check_cli_fit(void)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2)
-        tap_plan_skip("usage: test_gpt2_plan MEMPROF");
-    memprof = argv[1];
-    if (!mkdtemp(dir))
-        tap_plan_skip("no temporary directory");
+    memprof = program_setup(argc, argv, 2, "usage: test_gpt2_plan MEMPROF", dir);
     if (gpt2_config_from_fields(4, 4, 64, 1000, 0, 128, &model_cfg) != FERRY_OK)
         tap_plan_skip("model config refused");
 
@@ -565,11 +532,9 @@ int main(int argc, char **argv)
     check_cli_card();
     check_cli_layout();
 
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (getenv("FERRY_KEEP_TRACES"))
         tap_diag("traces kept in %s", dir);
-    else if (system(cmd) != 0)
-        tap_diag("could not remove %s", dir);
+    else
+        test_dir_remove(dir);
     return tap_done();
 }

@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 
 #include "common/error.h"
+#include "engine/engine_fixture.h"
 #include "engine/intree.h"
 #include "models/llama.h"
 #include "models/gpt2_plan.h"
@@ -256,10 +257,7 @@ static ferry_status run_engine(const llama_config *c, ferry_offload mode, const 
     llama_model *m = NULL;
     ferry_engine *e = NULL;
     llama_activations *act = NULL;
-    ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
-    cfg.backend = FERRY_BACKEND_HOST;
-    cfg.offload = mode;
-    cfg.optimizer_threads = 2;
+    ferry_engine_config cfg = efix_config(FERRY_BACKEND_HOST, mode, FERRY_DTYPE_AUTO, 2);
     cfg.nvme_path = nvme_dir;
     cfg.device_budget_bytes = BUDGET;
     /* The plan is the placement without the split update (docs/engine.md). */
@@ -274,10 +272,7 @@ static ferry_status run_engine(const llama_config *c, ferry_offload mode, const 
     if (st == FERRY_OK) st = llama_activations_create(m, engine_embed_backend(e), B, T, false, &alloc, &act);
     model_hooks hooks = e ? model_engine_hooks(e) : (model_hooks){0};
     backend_stream *s = e ? engine_embed_stream(e) : NULL;
-    ferry_step_options o = FERRY_STEP_OPTIONS_INIT;
-    o.lr = 3e-3f;
-    o.weight_decay = 0.1f;
-    o.max_grad_norm = 1.0f;
+    ferry_step_options o = efix_options(3e-3f, 0.1f, 1.0f);
     int32_t tok[B * T], tgt[B * T];
     for (int step = 0; step < STEPS && st == FERRY_OK; step++) {
         tokens_of(c, step, tok, tgt);

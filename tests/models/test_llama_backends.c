@@ -73,10 +73,7 @@ static void compare(const char *name, int which, bool on_host, bool f16)
     uint64_t rng = 20261206 + (uint64_t)which;
     tap_diag("%s: seed %llu", names[which], (unsigned long long)rng);
     int32_t tok[B * T], tgt[B * T];
-    for (int i = 0; i < B * T; i++) {
-        tok[i] = (int32_t)(tap_rand_unit(&rng) * cfg.vocab_size);
-        tgt[i] = i % 9 == 8 ? -1 : (int32_t)(tap_rand_unit(&rng) * cfg.vocab_size);
-    }
+    mfix_tokens(tok, tgt, B * T, cfg.vocab_size, &rng);
     float lh = 0, ld = 0;
     TAP_IS_STATUS(llama_fixture_step(&host, tok, tgt, 1.0f, &lh), FERRY_OK, "host step");
     TAP_IS_STATUS(llama_fixture_step(&dev, tok, tgt, loss_scale, &ld), FERRY_OK, "%s step: %s", name,
@@ -88,13 +85,8 @@ static void compare(const char *name, int which, bool on_host, bool f16)
         for (int i = 0; i < llama_group_tensor_count(host.m, g); i++) {
             llama_tensor_info t;
             llama_group_tensor(host.m, g, i, &t);
-            double d2 = 0, r2 = 0;
-            for (size_t e = 0; e < t.numel; e++) {
-                double a = gd[base + t.offset + e] / loss_scale, b = gh[base + t.offset + e];
-                d2 += (a - b) * (a - b);
-                r2 += b * b;
-            }
-            double rel = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+            double r2 = 0;
+            double rel = mfix_rel_error(gd + base + t.offset, gh + base + t.offset, t.numel, loss_scale, &r2);
             tap_ok(rel <= tol_grad && r2 > 0, "grad %-44s %s vs host rel. norm error %.2e <= %.0e", t.name, name,
                    rel, tol_grad);
         }
@@ -108,12 +100,8 @@ static void compare(const char *name, int which, bool on_host, bool f16)
 
 int main(int argc, char **argv)
 {
-    const char *name = argc > 1 ? argv[1] : "cuda";
-    bool on_host = strncmp(name, "host", 4) == 0, f16 = strstr(name, "-f16") != NULL;
-    if (strcmp(name, "cuda") && strcmp(name, "host-bf16") && strcmp(name, "cuda-f16") && strcmp(name, "host-f16")) {
-        printf("Bail out! usage: test_llama_backends [cuda|host-bf16|cuda-f16|host-f16]\n");
-        return 1;
-    }
+    bool on_host, f16;
+    const char *name = mfix_backends_arg(argc, argv, "test_llama_backends", &on_host, &f16);
     for (int which = 0; which < 3; which++)
         compare(name, which, on_host, f16);
     return tap_done();

@@ -36,6 +36,8 @@
 #include "common/error.h"
 #include "models/llama.h"
 #include "models/model.h"
+#include "tests/models/llama_fixture.h"
+#include "tests/models/oracle_files.h"
 #include "tests/tap.h"
 
 #define STEPS 3
@@ -90,9 +92,6 @@ static void config_for(const layout *ly, llama_config *c)
 
 /* ---- the oracle's files ---- */
 
-static void put(FILE *f, const void *p, size_t n) { fwrite(p, 1, n, f); }
-static void put_i32(FILE *f, int32_t v) { put(f, &v, 4); }
-
 static int write_input(const char *path, const llama_model *m, float **groups, const int32_t *tok,
                        const int32_t *tgt)
 {
@@ -103,31 +102,22 @@ static int write_input(const char *path, const llama_model *m, float **groups, c
     int G = llama_num_groups(m), ntensors = 0;
     for (int g = 0; g < G; g++)
         ntensors += llama_group_tensor_count(m, g);
-    put(f, "FERRYLLM", 8);
+    oracle_put(f, "FERRYLLM", 8);
     int32_t hdr[18] = {1, c->n_layer, c->n_head, c->n_kv_head, c->n_embd, c->head_dim,
                        c->intermediate_size, c->vocab_size, c->padded_vocab_size, c->max_seq_len,
                        c->qkv_bias, c->tied_embeddings, (int32_t)c->rope_scaling.kind,
                        c->rope_scaling.original_max_position_embeddings, B_, T_, STEPS, ntensors};
-    put(f, hdr, sizeof hdr);
+    oracle_put(f, hdr, sizeof hdr);
     double rope[5] = {c->rms_norm_eps, c->rope_theta, c->rope_scaling.factor, c->rope_scaling.low_freq_factor,
                       c->rope_scaling.high_freq_factor};
-    put(f, rope, sizeof rope);
-    double opt[5] = {LR, BETA1, BETA2, EPS, WD};
-    put(f, opt, sizeof opt);
-    for (int s = 0; s < STEPS; s++)
-        put(f, tok, B_ * T_ * 4);
-    for (int s = 0; s < STEPS; s++)
-        put(f, tgt, B_ * T_ * 4);
+    oracle_put(f, rope, sizeof rope);
+    const double opt[5] = {LR, BETA1, BETA2, EPS, WD};
+    oracle_put_run(f, opt, tok, tgt, STEPS, B_ * T_);
     for (int g = 0; g < G; g++)
         for (int i = 0; i < llama_group_tensor_count(m, g); i++) {
             llama_tensor_info t;
             llama_group_tensor(m, g, i, &t);
-            put_i32(f, (int32_t)strlen(t.name));
-            put(f, t.name, strlen(t.name));
-            put_i32(f, t.ndim);
-            put(f, t.shape, 4 * (size_t)t.ndim);
-            put_i32(f, t.decay);
-            put(f, groups[g] + t.offset, t.numel * 4);
+            oracle_put_tensor(f, t.name, t.ndim, t.shape, t.decay, groups[g] + t.offset, t.numel);
         }
     return fclose(f) == 0;
 }
@@ -140,19 +130,12 @@ typedef struct reference {
 
 static int read_reference(const char *path, reference *ref, int ntensors, int V, size_t total)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0;
-    char magic[8];
-    int32_t hdr[3];
     ref->logits = malloc((size_t)V * sizeof *ref->logits);
     ref->grads = malloc(total * sizeof *ref->grads);
-    int ok = ref->logits && ref->grads && fread(magic, 1, 8, f) == 8 && memcmp(magic, "FERRYLRF", 8) == 0 &&
-             fread(hdr, 4, 3, f) == 3 && hdr[0] == STEPS && hdr[1] == ntensors && hdr[2] == V &&
-             fread(ref->losses, 8, STEPS, f) == STEPS && fread(ref->logits, 8, (size_t)V, f) == (size_t)V &&
-             fread(ref->grads, 8, total, f) == total && fgetc(f) == EOF;
-    fclose(f);
-    return ok;
+    const int32_t want[3] = {STEPS, ntensors, V};
+    double *const arrays[3] = {ref->losses, ref->logits, ref->grads};
+    const size_t counts[3] = {STEPS, (size_t)V, total};
+    return oracle_read(path, "FERRYLRF", want, 3, arrays, counts, 3);
 }
 
 /* ---- torch.optim.AdamW in double, decay per tensor ---- */
@@ -163,21 +146,15 @@ typedef struct adamw {
 
 static void adamw_step(adamw *o, const llama_model *mod, float **params, float **grads, int step)
 {
-    double bc1 = 1.0 - pow(BETA1, step), bc2 = 1.0 - pow(BETA2, step);
+    const oracle_adamw cfg = {LR, BETA1, BETA2, EPS};
     for (int g = 0; g < llama_num_groups(mod); g++)
         for (int i = 0; i < llama_group_tensor_count(mod, g); i++) {
             llama_tensor_info t;
             llama_group_tensor(mod, g, i, &t);
             double wd = t.decay ? WD : 0.0;
-            for (size_t e = t.offset; e < t.offset + t.numel; e++) {
-                double gr = grads[g][e];
-                double *p = &o->master[g][e], *m = &o->m[g][e], *v = &o->v[g][e];
-                *p *= 1.0 - LR * wd;
-                *m = BETA1 * *m + (1.0 - BETA1) * gr;
-                *v = BETA2 * *v + (1.0 - BETA2) * gr * gr;
-                *p -= LR / bc1 * *m / (sqrt(*v) / sqrt(bc2) + EPS);
-                params[g][e] = (float)*p;
-            }
+            for (size_t e = t.offset; e < t.offset + t.numel; e++)
+                params[g][e] = oracle_adamw_element(&cfg, &o->master[g][e], &o->m[g][e], &o->v[g][e], grads[g][e], wd,
+                                                    step);
         }
 }
 
@@ -219,57 +196,6 @@ static double compare_grads(const layout *ly, const llama_model *m, float **grad
 }
 
 /* ---- the model on the host backend ---- */
-
-typedef struct bench {
-    backend *be;
-    backend_stream *s;
-    llama_model *m;
-    model_resident *r;
-    llama_activations *a;
-    model_allocator alloc;
-    model_hooks h;
-} bench;
-
-static void bench_close(bench *b)
-{
-    if (b->s)
-        backend_stream_synchronize(b->s);
-    llama_activations_destroy(b->a);
-    model_resident_destroy(b->r);
-    llama_destroy(b->m);
-    backend_stream_destroy(b->s);
-    if (b->be)
-        ops_shutdown(b->be);
-    backend_close(b->be);
-    memset(b, 0, sizeof *b);
-}
-
-static ferry_status bench_open(bench *b, const llama_config *cfg)
-{
-    memset(b, 0, sizeof *b);
-    ferry_status st = backend_open(FERRY_BACKEND_HOST, &b->be);
-    if (st == FERRY_OK)
-        st = backend_set_act_dtype(b->be, FERRY_DTYPE_F32);
-    if (st == FERRY_OK)
-        st = ops_init(b->be, NULL, 0);
-    if (st == FERRY_OK)
-        st = backend_stream_create(b->be, "llama oracle", &b->s);
-    if (st == FERRY_OK)
-        st = llama_create(cfg, &b->m);
-    if (st != FERRY_OK)
-        return st;
-    int G = llama_num_groups(b->m);
-    size_t numel[G];
-    for (int g = 0; g < G; g++)
-        numel[g] = llama_group_numel(b->m, g);
-    st = model_resident_create(b->be, G, numel, "llama", &b->r);
-    b->alloc = model_backend_allocator(b->be);
-    if (st == FERRY_OK)
-        st = llama_activations_create(b->m, b->be, B_, T_, false, &b->alloc, &b->a);
-    if (st == FERRY_OK)
-        b->h = model_resident_hooks(b->r);
-    return st;
-}
 
 static bool is_norm(const char *name) { return strstr(name, "norm.weight") != NULL; }
 static bool is_bias(const char *name)
@@ -331,11 +257,11 @@ static int run_layout(const layout *ly, const char *python, const char *script, 
              cfg.intermediate_size, cfg.vocab_size, cfg.padded_vocab_size, (double)cfg.rope_theta,
              (double)cfg.rms_norm_eps, (int)cfg.rope_scaling.kind, cfg.qkv_bias ? ", q/k/v biases" : "",
              cfg.tied_embeddings ? ", tied" : ", untied", (unsigned long long)seed);
-    bench b;
-    ferry_status st = bench_open(&b, &cfg);
+    llama_fixture b;
+    ferry_status st = llama_fixture_open(&b, FERRY_BACKEND_HOST, FERRY_DTYPE_F32, &cfg, B_, T_, false, seed);
     if (!tap_ok(st == FERRY_OK, "%s: the model opens on the host backend%s%s", ly->name,
                 st == FERRY_OK ? "" : ": ", st == FERRY_OK ? "" : ferry_last_error())) {
-        bench_close(&b);
+        llama_fixture_close(&b);
         return 1;
     }
     int G = llama_num_groups(b.m), ntensors = 0, V = cfg.vocab_size;
@@ -446,7 +372,7 @@ done:
         free(params[g]), free(grads[g]);
     free(ref.logits), free(ref.grads);
     remove(in), remove(out);
-    bench_close(&b);
+    llama_fixture_close(&b);
     return rc;
 }
 

@@ -39,6 +39,7 @@
 #include "common/error.h"
 #include "models/lmodel.h"
 #include "models/model.h"
+#include "tests/models/model_fixture.h"
 #include "tests/tap.h"
 
 enum { T = 40, BP = 2, NEX = 6, V = 500 };
@@ -47,56 +48,12 @@ enum { T = 40, BP = 2, NEX = 6, V = 500 };
 static const int lens[NEX] = {7, 13, 1, 19, 25, 15};
 static const int row_of[NEX] = {0, 0, 0, 0, 1, 1};
 
-typedef struct run {
-    backend *be;
-    backend_stream *s;
-    lmodel *m;
-    model_resident *r;
-    lmodel_acts *a;
-    model_hooks h;
-    model_allocator alloc;
-    size_t total;
-} run;
-
-static void run_close(run *f)
-{
-    if (f->s)
-        backend_stream_synchronize(f->s);
-    lmodel_acts_destroy(f->a);
-    model_resident_destroy(f->r);
-    lmodel_destroy(f->m);
-    backend_stream_destroy(f->s);
-    if (f->be)
-        ops_shutdown(f->be);
-    backend_close(f->be);
-    memset(f, 0, sizeof *f);
-}
+typedef lfix run;
 
 static ferry_status run_open(run *f, const model_spec *spec, ferry_backend_kind kind, int B, bool recompute)
 {
-    memset(f, 0, sizeof *f);
-    ferry_status st = backend_open(kind, &f->be);
-    if (st == FERRY_OK) st = ops_init(f->be, NULL, 0);
-    if (st == FERRY_OK) st = backend_stream_create(f->be, "packed test", &f->s);
-    if (st == FERRY_OK) st = lmodel_create(spec, &f->m);
-    int G = f->m ? lmodel_num_groups(f->m) : 0;
-    size_t *numel = calloc((size_t)(G ? G : 1), sizeof *numel);
-    for (int g = 0; numel && g < G; g++)
-        f->total += numel[g] = lmodel_group_numel(f->m, g);
-    if (st == FERRY_OK) st = numel ? model_resident_create(f->be, G, numel, "packed", &f->r) : FERRY_ERR_OUT_OF_MEMORY;
-    for (int g = 0; g < G && st == FERRY_OK; g++) {
-        float *v = malloc(numel[g] * sizeof *v);
-        st = !v ? FERRY_ERR_OUT_OF_MEMORY
-             : lmodel_llama(f->m) ? llama_init_group(lmodel_llama(f->m), g, 5, v)
-                                  : gpt2_init_group(lmodel_gpt2(f->m), g, 5, v);
-        if (st == FERRY_OK) st = model_resident_set_params(f->r, f->s, g, v);
-        free(v);
-    }
-    free(numel);
-    if (f->be)
-        f->alloc = model_backend_allocator(f->be);
+    ferry_status st = lfix_open(f, kind, FERRY_DTYPE_AUTO, spec, "packed test", 5, 1.0f);
     if (st == FERRY_OK) st = lmodel_acts_create(f->m, f->be, B, T, recompute, &f->alloc, &f->a);
-    if (st == FERRY_OK) f->h = model_resident_hooks(f->r);
     return st;
 }
 
@@ -195,14 +152,14 @@ static void family(const char *preset, ferry_backend_kind kind, const char *mode
     ferry_status st = run_open(&P, &spec, kind, BP, false);
     if (cuda && st == FERRY_ERR_UNSUPPORTED && !P.s) {
         tap_diag("cuda: %s", ferry_last_error());
-        run_close(&P);
+        lfix_close(&P);
         tap_plan_skip("no usable CUDA device");
     }
     if (!tap_is_status(st, FERRY_OK, "%s: the packed run opens", preset) ||
         !tap_is_status(run_open(&U, &spec, kind, NEX, false), FERRY_OK, "%s: the one-by-one run opens", preset) ||
         !tap_is_status(run_open(&R, &spec, kind, BP, true), FERRY_OK, "%s: the packed run with recompute opens",
                        preset)) {
-        run_close(&P), run_close(&U), run_close(&R);
+        lfix_close(&P), lfix_close(&U), lfix_close(&R);
         return;
     }
     float ln = 0, lp = 0, lu = 0, lr = 0, lc = 0, lk = 0;
@@ -273,11 +230,11 @@ static void family(const char *preset, ferry_backend_kind kind, const char *mode
                    worst, rg);
         }
         free(gh);
-        run_close(&H);
+        lfix_close(&H);
     }
 done:
     free(gn), free(gp), free(gu), free(gr), free(gc), free(gk);
-    run_close(&P), run_close(&U), run_close(&R);
+    lfix_close(&P), lfix_close(&U), lfix_close(&R);
 }
 
 int main(int argc, char **argv)

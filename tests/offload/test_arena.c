@@ -3,7 +3,6 @@
  * backend buffer, budget, per-category current and peak), the refusal
  * message and that a refusal changes nothing, fragmentation across chunks,
  * bad frees, the largest-allocations query, and several threads. */
-#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -15,18 +14,7 @@
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
-typedef struct sblock {
-    uint8_t *ptr;
-    size_t size, charged;
-    ferry_mem_category cat;
-    uint8_t fill;
-} sblock;
-
 static size_t charged_of(size_t bytes) { return ((bytes ? bytes : 1) + 255) & ~(size_t)255; }
-
-static void stamp(sblock *b) { shadow_stamp(b->ptr, b->size, b->fill); }
-
-static int intact(const sblock *b) { return shadow_intact(b->ptr, b->size, b->fill); }
 
 static void test_random(backend *be, uint64_t seed)
 {
@@ -40,15 +28,15 @@ static void test_random(backend *be, uint64_t seed)
     if (!a)
         return;
     enum { OPS = 6000, MAXLIVE = 300 };
-    static sblock live[MAXLIVE];
-    size_t nlive = 0;
+    static shadow_block live[MAXLIVE];
+    shadow_set set = {live, 0, MAXLIVE};
     uint64_t cur[FERRY_MEM_CATEGORY_COUNT] = {0}, peak[FERRY_MEM_CATEGORY_COUNT] = {0}, total = 0, total_peak = 0;
     uint64_t state = seed;
     int bad_align = 0, overlap = 0, not_owned = 0, corrupt = 0, over = 0, stats_off = 0, changed = 0, wrong = 0,
         refused = 0;
     for (int op = 0; op < OPS; op++) {
-        if (nlive == 0 || (nlive < MAXLIVE && tap_rand_unit(&state) < 0.55)) {
-            sblock b;
+        if (shadow_next_alloc(&set, &state, 0.55)) {
+            shadow_block b = {0};
             b.size = sizes[tap_rand_u64(&state) % 10];
             b.charged = charged_of(b.size);
             b.cat = (ferry_mem_category)(tap_rand_u64(&state) % FERRY_MEM_CATEGORY_COUNT);
@@ -73,12 +61,7 @@ static void test_random(backend *be, uint64_t seed)
                 bad_align++;
             if (!backend_owns(be, ptr, b.charged))
                 not_owned++;
-            for (size_t i = 0; i < nlive; i++)
-                if (b.ptr < live[i].ptr + live[i].charged && live[i].ptr < b.ptr + b.charged)
-                    overlap++;
-            if (b.size)
-                stamp(&b);
-            live[nlive++] = b;
+            overlap += shadow_add(&set, b);
             cur[b.cat] += b.charged;
             total += b.charged;
             if (cur[b.cat] > peak[b.cat])
@@ -86,12 +69,11 @@ static void test_random(backend *be, uint64_t seed)
             if (total > total_peak)
                 total_peak = total;
         } else {
-            size_t k = tap_rand_u64(&state) % nlive;
-            if ((live[k].size && !intact(&live[k])) || arena_free(a, live[k].ptr) != FERRY_OK)
+            shadow_block b;
+            if (!shadow_take(&set, &state, &b) || arena_free(a, b.ptr) != FERRY_OK)
                 corrupt++;
-            cur[live[k].cat] -= live[k].charged;
-            total -= live[k].charged;
-            live[k] = live[--nlive];
+            cur[b.cat] -= b.charged;
+            total -= b.charged;
         }
         ferry_memory_stats s = FERRY_MEMORY_STATS_INIT;
         arena_stats(a, &s);
@@ -111,7 +93,7 @@ static void test_random(backend *be, uint64_t seed)
     TAP_IS_INT(stats_off, 0, "random: per-category current/peak and totals match the shadow model");
     TAP_IS_INT(changed, 0, "random: a refused request leaves every figure unchanged");
     TAP_IS_INT(wrong, 0, "random: refusals only when the budget has no room for a chunk holding the request");
-    for (size_t i = 0; i < nlive; i++)
+    for (size_t i = 0; i < set.n; i++)
         arena_free(a, live[i].ptr);
     /* Everything reusable: the whole budget in one piece, which needs the
      * empty 8 MiB chunks given back and one 48 MiB chunk obtained. */
@@ -212,40 +194,18 @@ static void test_default_budget(backend *be)
     arena_destroy(a);
 }
 
-typedef struct worker {
-    arena *a;
-    uint64_t seed;
-    int errors;
-} worker;
-
-static void *work(void *arg)
+static ferry_status thread_alloc(void *a, size_t bytes, void **out)
 {
-    worker *w = arg;
-    sblock live[48];
-    size_t n = 0;
-    uint64_t state = w->seed;
-    for (int op = 0; op < 3000; op++) {
-        if (n < 48 && (n == 0 || tap_rand_unit(&state) < 0.5)) {
-            sblock b = {NULL, 1 + tap_rand_u64(&state) % 50000, 0, FERRY_MEM_WORKSPACE, (uint8_t)(w->seed + op)};
-            void *ptr;
-            if (arena_alloc(w->a, b.size, b.cat, "thread", &ptr) != FERRY_OK) {
-                w->errors++;
-                continue;
-            }
-            b.ptr = ptr;
-            stamp(&b);
-            live[n++] = b;
-        } else {
-            size_t k = tap_rand_u64(&state) % n;
-            if (!intact(&live[k]) || arena_free(w->a, live[k].ptr) != FERRY_OK)
-                w->errors++;
-            live[k] = live[--n];
-        }
-    }
-    for (size_t i = 0; i < n; i++)
-        if (!intact(&live[i]) || arena_free(w->a, live[i].ptr) != FERRY_OK)
-            w->errors++;
-    return NULL;
+    return arena_alloc(a, bytes, FERRY_MEM_WORKSPACE, "thread", out);
+}
+
+static ferry_status thread_free(void *a, void *ptr) { return arena_free(a, ptr); }
+
+static uint64_t thread_in_use(void *a)
+{
+    ferry_memory_stats s = FERRY_MEMORY_STATS_INIT;
+    arena_stats(a, &s);
+    return s.device_total_current_bytes;
 }
 
 static void test_threads(backend *be, uint64_t seed)
@@ -255,21 +215,8 @@ static void test_threads(backend *be, uint64_t seed)
     cfg.chunk_bytes = 2 * MiB;
     arena *a = NULL;
     arena_create(be, &cfg, &a);
-    worker w[4];
-    pthread_t th[4];
-    for (int i = 0; i < 4; i++) {
-        w[i] = (worker){a, seed + 77 * (uint64_t)i, 0};
-        pthread_create(&th[i], NULL, work, &w[i]);
-    }
-    int errors = 0;
-    for (int i = 0; i < 4; i++) {
-        pthread_join(th[i], NULL);
-        errors += w[i].errors;
-    }
-    TAP_IS_INT(errors, 0, "threads: 4 threads x 3000 ops, no failure and no overwritten allocation");
-    ferry_memory_stats s = FERRY_MEMORY_STATS_INIT;
-    arena_stats(a, &s);
-    TAP_IS_INT(s.device_total_current_bytes, 0, "threads: nothing in use at the end");
+    shadow_allocator sa = {a, thread_alloc, thread_free, thread_in_use};
+    shadow_threads(&sa, 48, 50000, seed, 77, "allocation");
     arena_destroy(a);
 }
 

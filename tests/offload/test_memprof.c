@@ -17,6 +17,7 @@
 #include "offload/arena.h"
 #include "offload/pool.h"
 #include "offload/trace.h"
+#include "json_path.h"
 #include "run_program.h"
 #include "tap.h"
 
@@ -29,15 +30,7 @@ typedef program_run run;
 
 static void run_memprof(const char *args, run *r) { program_run_in(dir, memprof, args, r); }
 
-static double num(const cJSON *o, const char *path)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    const cJSON *cur = o;
-    for (char *tok = strtok(buf, "."); tok && cur; tok = strtok(NULL, "."))
-        cur = cJSON_GetObjectItemCaseSensitive(cur, tok);
-    return cJSON_IsNumber(cur) ? cur->valuedouble : -12345.0;
-}
+static double num(const cJSON *o, const char *path) { return json_num(o, path); }
 
 static const char *str(const cJSON *o, const char *a, const char *b)
 {
@@ -277,11 +270,7 @@ static void check_cli(const char *path)
 
 int main(int argc, char **argv)
 {
-    if (argc < 3)
-        tap_plan_skip("usage: test_memprof MEMPROF PYTHON");
-    memprof = argv[1];
-    if (!mkdtemp(dir))
-        tap_plan_skip("no temporary directory");
+    memprof = program_setup(argc, argv, 3, "usage: test_memprof MEMPROF PYTHON", dir);
     backend *be = NULL;
     if (backend_open(FERRY_BACKEND_HOST, &be) != FERRY_OK)
         tap_plan_skip("the host backend cannot open");
@@ -296,9 +285,6 @@ int main(int argc, char **argv)
     check_damaged(path, n1);
     check_cli(path);
     backend_close(be);
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        tap_diag("could not remove %s", dir);
+    test_dir_remove(dir);
     return tap_done();
 }

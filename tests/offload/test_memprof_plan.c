@@ -516,20 +516,13 @@ static void check_panel(void)
 
 int main(int argc, char **argv)
 {
-    if (argc < 3)
-        tap_plan_skip("usage: test_memprof_plan MEMPROF PYTHON");
-    memprof = argv[1];
+    memprof = program_setup(argc, argv, 3, "usage: test_memprof_plan MEMPROF PYTHON", dir);
     python = argv[2];
-    if (!mkdtemp(dir))
-        tap_plan_skip("no temporary directory");
     check_kept();
     check_faults();
     check_without_plan();
     check_cli();
     check_panel();
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        tap_diag("could not remove %s", dir);
+    test_dir_remove(dir);
     return tap_done();
 }

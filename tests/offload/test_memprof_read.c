@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "offload/trace.h"
 #include "tap.h"
+#include "test_files.h"
 #include "tools/memprof/memprof.h"
 
 static char dir[] = "/tmp/ferry_memprof_read_XXXXXX";
@@ -397,9 +398,6 @@ int main(void)
     test_hostile();
     test_hostile_plan();
     test_not_traces();
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        tap_diag("could not remove %s", dir);
+    test_dir_remove(dir);
     return tap_done();
 }

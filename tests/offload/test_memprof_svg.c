@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "offload/trace.h"
 #include "tap.h"
+#include "test_files.h"
 #include "tools/memprof/memprof.h"
 
 #define MS 1000000ull
@@ -236,9 +237,6 @@ int main(int argc, char **argv)
     check_zoom(&t, dir);
     check_text(argv[1], dir);
     mp_trace_free(&t);
-    char rm[128];
-    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
-    if (system(rm) != 0)
-        tap_diag("could not remove %s", dir);
+    test_dir_remove(dir);
     return tap_done();
 }

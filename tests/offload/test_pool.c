@@ -2,7 +2,6 @@
  * alloc/free sequences checked against a shadow model kept here (no overlap,
  * alignment, limit, stats), coalescing and reuse, the limit's message, bad
  * frees, NUMA placement, and several threads at once. */
-#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -13,17 +12,7 @@
 
 #define MiB ((size_t)1 << 20)
 
-typedef struct shadow_block {
-    uint8_t *ptr;
-    size_t size, charged, align;
-    uint8_t fill;
-} shadow_block;
-
 static size_t charged_of(size_t bytes) { return ((bytes ? bytes : 1) + 4095) & ~(size_t)4095; }
-
-static void stamp(shadow_block *b) { shadow_stamp(b->ptr, b->size, b->fill); }
-
-static int intact(const shadow_block *b) { return shadow_intact(b->ptr, b->size, b->fill); }
 
 static void test_random(uint64_t seed)
 {
@@ -39,13 +28,12 @@ static void test_random(uint64_t seed)
         return;
     enum { OPS = 6000, MAXLIVE = 400 };
     static shadow_block live[MAXLIVE];
-    size_t nlive = 0;
+    shadow_set set = {live, 0, MAXLIVE};
     uint64_t in_use = 0, peak = 0, state = seed;
     int bad_align = 0, overlap = 0, corrupt = 0, over_limit = 0, stats_off = 0, wrong_oom = 0, ooms = 0;
     for (int op = 0; op < OPS; op++) {
-        bool do_alloc = nlive == 0 || (nlive < MAXLIVE && tap_rand_unit(&state) < 0.55);
-        if (do_alloc) {
-            shadow_block b;
+        if (shadow_next_alloc(&set, &state, 0.55)) {
+            shadow_block b = {0};
             b.size = sizes[tap_rand_u64(&state) % 8];
             b.align = aligns[tap_rand_u64(&state) % 5];
             b.charged = charged_of(b.size);
@@ -65,22 +53,17 @@ static void test_random(uint64_t seed)
             size_t want_align = b.align > 4096 ? b.align : 4096;
             if ((uintptr_t)ptr % want_align)
                 bad_align++;
-            for (size_t i = 0; i < nlive; i++)
-                if (b.ptr < live[i].ptr + live[i].charged && live[i].ptr < b.ptr + b.charged)
-                    overlap++;
-            stamp(&b);
-            live[nlive++] = b;
+            overlap += shadow_add(&set, b);
             in_use += b.charged;
             if (in_use > peak)
                 peak = in_use;
         } else {
-            size_t k = tap_rand_u64(&state) % nlive;
-            if (!intact(&live[k]))
+            shadow_block b;
+            if (!shadow_take(&set, &state, &b))
                 corrupt++;
-            if (pool_free(p, live[k].ptr) != FERRY_OK)
+            if (pool_free(p, b.ptr) != FERRY_OK)
                 corrupt++;
-            in_use -= live[k].charged;
-            live[k] = live[--nlive];
+            in_use -= b.charged;
         }
         ferry_memory_stats s = FERRY_MEMORY_STATS_INIT;
         pool_stats(p, &s);
@@ -97,7 +80,7 @@ static void test_random(uint64_t seed)
     TAP_IS_INT(over_limit, 0, "random: reserved bytes never exceed the limit");
     TAP_IS_INT(stats_off, 0, "random: in use, peak and pinned+unpinned agree with the shadow model");
     TAP_IS_INT(wrong_oom, 0, "random: refusals only when the limit leaves no room for a slab");
-    for (size_t i = 0; i < nlive; i++)
+    for (size_t i = 0; i < set.n; i++)
         pool_free(p, live[i].ptr);
     ferry_memory_stats s = FERRY_MEMORY_STATS_INIT;
     pool_stats(p, &s);
@@ -197,40 +180,18 @@ static void test_numa(void)
     tap_ok(strstr(ferry_last_error(), "4096") != NULL, "numa: the message names the node (%s)", ferry_last_error());
 }
 
-typedef struct worker {
-    pool *p;
-    uint64_t seed;
-    int errors;
-} worker;
-
-static void *work(void *arg)
+static ferry_status thread_alloc(void *p, size_t bytes, void **out)
 {
-    worker *w = arg;
-    shadow_block live[64];
-    size_t n = 0;
-    uint64_t state = w->seed;
-    for (int op = 0; op < 3000; op++) {
-        if (n < 64 && (n == 0 || tap_rand_unit(&state) < 0.5)) {
-            shadow_block b = {NULL, 1 + tap_rand_u64(&state) % 100000, 0, 0, (uint8_t)(w->seed + op)};
-            void *ptr;
-            if (pool_alloc(w->p, b.size, 0, FERRY_MEM_GRADS, "thread", &ptr) != FERRY_OK) {
-                w->errors++;
-                continue;
-            }
-            b.ptr = ptr;
-            stamp(&b);
-            live[n++] = b;
-        } else {
-            size_t k = tap_rand_u64(&state) % n;
-            if (!intact(&live[k]) || pool_free(w->p, live[k].ptr) != FERRY_OK)
-                w->errors++;
-            live[k] = live[--n];
-        }
-    }
-    for (size_t i = 0; i < n; i++)
-        if (!intact(&live[i]) || pool_free(w->p, live[i].ptr) != FERRY_OK)
-            w->errors++;
-    return NULL;
+    return pool_alloc(p, bytes, 0, FERRY_MEM_GRADS, "thread", out);
+}
+
+static ferry_status thread_free(void *p, void *ptr) { return pool_free(p, ptr); }
+
+static uint64_t thread_in_use(void *p)
+{
+    ferry_memory_stats s = FERRY_MEMORY_STATS_INIT;
+    pool_stats(p, &s);
+    return s.host_in_use_bytes;
 }
 
 static void test_threads(uint64_t seed)
@@ -239,21 +200,8 @@ static void test_threads(uint64_t seed)
     cfg.slab_bytes = 4 * MiB;
     pool *p = NULL;
     pool_create(&cfg, &p);
-    worker w[4];
-    pthread_t th[4];
-    for (int i = 0; i < 4; i++) {
-        w[i] = (worker){p, seed + (uint64_t)i * 1000, 0};
-        pthread_create(&th[i], NULL, work, &w[i]);
-    }
-    int errors = 0;
-    for (int i = 0; i < 4; i++) {
-        pthread_join(th[i], NULL);
-        errors += w[i].errors;
-    }
-    TAP_IS_INT(errors, 0, "threads: 4 threads x 3000 ops, no failure and no overwritten block");
-    ferry_memory_stats s = FERRY_MEMORY_STATS_INIT;
-    pool_stats(p, &s);
-    TAP_IS_INT(s.host_in_use_bytes, 0, "threads: nothing in use at the end");
+    shadow_allocator sa = {p, thread_alloc, thread_free, thread_in_use};
+    shadow_threads(&sa, 64, 100000, seed, 1000, "block");
     pool_destroy(p);
 }
 

@@ -15,6 +15,7 @@
 #include "offload/trace.h"
 #include "ref_crc32c.h"
 #include "tap.h"
+#include "test_files.h"
 
 static unsigned char *read_file(const char *path, size_t *len)
 {
@@ -288,9 +289,6 @@ int main(void)
     test_plan_records(dir);
     test_threads(dir);
     test_errors();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        tap_diag("could not remove %s", dir);
+    test_dir_remove(dir);
     return tap_done();
 }

@@ -19,6 +19,10 @@
 # at once ("Bail out!", which fails it) naming the program and the Debian
 # package that has it, instead of failing case by case or waiting out its
 # time; tools/setup/setup.sh installs every package a test needs.
+# losses LOG [AFTER]: the loss of every step record of a --log JSON Lines
+# file, in order, as Python prints them (repr), only the steps after AFTER
+# when it is given; scales LOG: each step's loss scale and skipped steps
+# (scale/skipped), for the f16 runs.
 # $private_mounts runs a command in a mount namespace of its own, where it
 # may mount a small or read-only file system for a full-disk or read-only
 # case: as root `unshare -m` (a chroot, where CI runs the README's commands,
@@ -104,3 +108,7 @@ def state(path):
 sys.exit(0 if state(sys.argv[1]) == state(sys.argv[2]) else 1)
 PY
 }
+losses() {
+  $python -c 'import json,sys; after=int(sys.argv[2]) if len(sys.argv) > 2 else None; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1]) if "\"step\"" in l and "\"loss\"" in l and (after is None or json.loads(l)["step"] > after)))' "$@"
+}
+scales() { $python -c 'import json,sys; print(" ".join("%g/%d" % (j.get("loss_scale", 0), j["skipped_steps"]) for j in map(json.loads, open(sys.argv[1])) if j["kind"] == "step"))' "$1"; }

@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "tests/tap.h"
 #include "train/bpe.h"
+#include "tokenizer_text.h"
 
 static char pkg[4096];
 
@@ -31,39 +32,9 @@ static void find_package(void)
         tap_plan_skip("node not found: apt-get install nodejs (the JS encoder is the oracle)");
 }
 
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-} buf;
-
-static void buf_add(buf *b, const char *s, size_t n)
+static void add_bible_logged(buf *b, size_t max)
 {
-    if (b->len + n + 1 > b->cap) {
-        b->cap = (b->len + n + 1) * 2;
-        b->p = realloc(b->p, b->cap);
-        if (!b->p)
-            abort();
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-static void buf_str(buf *b, const char *s) { buf_add(b, s, strlen(s)); }
-
-static void add_bible(buf *b, size_t max)
-{
-    FILE *p = popen("bible 'gen1:1-rev22:21' 2>/dev/null", "r");
-    size_t got = 0;
-    char chunk[65536];
-    while (p && got < max) {
-        size_t r = fread(chunk, 1, sizeof chunk < max - got ? sizeof chunk : max - got, p);
-        if (r == 0)
-            break;
-        buf_add(b, chunk, r);
-        got += r;
-    }
-    if (p)
-        pclose(p);
+    size_t got = add_bible(b, max);
     tap_diag("bible text: %zu bytes%s", got, got ? "" : " (bible-kjv not installed: apt-get install bible-kjv)");
 }
 
@@ -86,9 +57,7 @@ static void add_random(buf *b, uint64_t seed, size_t pieces)
                                 "\n\n", " \n", "\u00a0", "\u3000", "a", "the", "The", "HELLO", "123", "4", "½", "😀",
                                 "中", "é", "e\u0301", "Ω", ",", "\"", ",\"", "\",", "],[", "},{", "',", ".", "!?",
                                 "...", "(", "$", "€", "\u200b", "\x7f", "ا", "🇺🇸", "𝔘", "٣"};
-    uint64_t s = seed;
-    for (size_t i = 0; i < pieces; i++)
-        buf_str(b, pal[tap_rand_u64(&s) % (sizeof pal / sizeof *pal)]);
+    add_random_from(b, pal, sizeof pal / sizeof *pal, seed, pieces);
 }
 
 /* Token ids of `text` from the JS package, or NULL len 0 on failure. */
@@ -102,22 +71,8 @@ static uint32_t *encode_js(const buf *text, size_t *n)
     const char *root = getenv("FERRY_SOURCE_ROOT");
     char cmd[9000];
     snprintf(cmd, sizeof cmd, "node '%s/tests/train/encode_js.js' '%s' '%s'", root ? root : ".", pkg, tmp);
-    FILE *p = popen(cmd, "r");
-    size_t cap = 1 << 16, len = 0;
-    uint32_t *ids = malloc(cap * sizeof *ids);
-    unsigned v;
-    while (p && ids && fscanf(p, "%u", &v) == 1) {
-        if (len == cap)
-            ids = realloc(ids, (cap *= 2) * sizeof *ids);
-        ids[len++] = v;
-    }
-    int rc = p ? pclose(p) : -1;
+    uint32_t *ids = reference_ids(cmd, n);
     unlink(tmp);
-    *n = len;
-    if (rc != 0) {
-        free(ids);
-        return NULL;
-    }
     return ids;
 }
 
@@ -131,12 +86,7 @@ static void check_parity(tok_bpe *t, const char *what, const buf *text)
         tok_ids_free(&ids);
         return;
     }
-    size_t first = 0;
-    while (first < ids.len && first < njs && ids.ids[first] == js[first])
-        first++;
-    if (!tap_ok(ids.len == njs && first == njs, "%s: %zu C tokens == %zu JS tokens", what, ids.len, njs))
-        tap_diag("  first difference at token %zu: C %u, JS %u", first, first < ids.len ? ids.ids[first] : 0,
-                 first < njs ? js[first] : 0);
+    same_ids(&ids, js, njs, "%s: %zu C tokens == %zu JS tokens", what, ids.len, njs);
     char *back = NULL;
     size_t blen = 0;
     TAP_IS_STATUS(tok_bpe_decode(t, ids.ids, ids.len, &back, &blen), FERRY_OK, "%s: decode", what);
@@ -220,7 +170,7 @@ int main(void)
     buf fixed = {0}, bible = {0}, rnd = {0};
     buf_str(&fixed, fixed_text);
     check_parity(t, "unicode/whitespace/contractions", &fixed);
-    add_bible(&bible, 300000);
+    add_bible_logged(&bible, 300000);
     if (bible.len)
         check_parity(t, "bible 300 KB", &bible);
     uint64_t seed = 20240520;

@@ -40,7 +40,6 @@ make_shard "$work/train.bin"
 common=(--data "$work/train.bin" --layers 2 --heads 2 --width 32 --vocab 500 --context 64 --batch 2 --seq 32
         --steps 6 --warmup 2 --lr 3e-3 --backend host --threads 1 --val-data "$work/train.bin" --eval-every 3
         --eval-batches 3)
-losses() { $python -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1]) if "\"step\"" in l and "\"loss\"" in l))' "$1"; }
 evals() { grep -o 'val loss [0-9.]*' "$1" | tr '\n' ' '; }
 
 # ---- 2 ranks x 1 micro-batch = 1 process x 2 ----

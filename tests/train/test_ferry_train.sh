@@ -21,7 +21,6 @@ source "$(dirname "$0")/tap.sh"
 make_shard "$work/train.bin"
 make_shard "$work/val.bin"
 llama=(--model llama-d2 --seq 32 --batch 2 --steps 4 --data "$work/train.bin" --backend host --threads 2 --quiet)
-losses() { $python -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1]) if "\"step\"" in l and "\"loss\"" in l))' "$1"; }
 
 # ---- train, save, resume ----
 "$ferry" "${llama[@]}" --checkpoint-dir "$work/full" --log "$work/full.jsonl" >"$work/out" 2>"$work/err"

@@ -82,7 +82,6 @@ rc=$?; read -r nrec t_sum k_sum < <(sums "$work/nopack.jsonl")
 ok $? "--no-pack: $steps steps (one epoch) log $t_sum targets, the shard's $targets (exit $rc): $(cat "$work/err")"
 
 # Resume on packed data: 2 steps + save + resume + 2 give the losses of 4 in a row.
-losses() { $python -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1]) if "\"step\"" in l and "\"loss\"" in l))' "$1"; }
 "$ferry" "${base[@]}" --steps 4 --log "$work/full.jsonl" --quiet >/dev/null 2>"$work/err"
 a=$(losses "$work/full.jsonl")
 "$ferry" "${base[@]}" --steps 4 --checkpoint-dir "$work/split" --checkpoint-every 2 --log "$work/split.jsonl" \

@@ -17,8 +17,10 @@
 
 #include "ferry.h"
 #include "tests/tap.h"
+#include "tests/test_files.h"
 #include "train/hf_pretok.h"
 #include "train/tokenizer.h"
+#include "tokenizer_text.h"
 
 static char mods[4096], tmpdir[64];
 static const char *root;
@@ -47,39 +49,6 @@ static int find_packages(void)
     return ok;
 }
 
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-} buf;
-
-static void buf_add(buf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        b->cap = (b->len + n + 1) * 2;
-        b->p = realloc(b->p, b->cap);
-        if (!b->p)
-            abort();
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-static void buf_str(buf *b, const char *s) { buf_add(b, s, strlen(s)); }
-
-static void add_bible(buf *b, size_t max)
-{
-    FILE *p = popen("bible 'gen1:1-rev22:21' 2>/dev/null", "r");
-    char chunk[65536];
-    while (p && b->len < max) {
-        size_t r = fread(chunk, 1, sizeof chunk < max - b->len ? sizeof chunk : max - b->len, p);
-        if (r == 0)
-            break;
-        buf_add(b, chunk, r);
-    }
-    if (p)
-        pclose(p);
-}
-
 /* Real text beyond the Bible's ASCII. No JSON-like runs such as ",\" ": the
  * gpt-3-encoder package keys its merges "a,b", which merges a few such
  * pairs that GPT-2's own merges do not (train/bpe.c reproduces that; a
@@ -105,9 +74,7 @@ static void add_random(buf *b, uint64_t seed, size_t pieces)
                                 "\u00bd", "\U0001F600", "\u4e2d", "\u00e9", "e\u0301", "\u03a9", ",", ".", "!?", "...", "(",
                                 "$", "\u20ac", "\u200b", "\x7f", "\u0627", "\U0001F1FA\U0001F1F8", "\U0001D518", "\u0663",
                                 "-", "_", "#", "@", "/", "\\", ":", ";"};
-    uint64_t s = seed;
-    for (size_t i = 0; i < pieces; i++)
-        buf_str(b, pal[tap_rand_u64(&s) % (sizeof pal / sizeof *pal)]);
+    add_random_from(b, pal, sizeof pal / sizeof *pal, seed, pieces);
 }
 
 /* Ids of `path` from the family's JS reference, or NULL. */
@@ -115,28 +82,12 @@ static uint32_t *encode_js(const char *family, const char *path, size_t *n)
 {
     char cmd[9000];
     snprintf(cmd, sizeof cmd, "node '%s/tests/train/hf_tok_ref.js' %s '%s' '%s'", root, family, mods, path);
-    FILE *p = popen(cmd, "r");
-    size_t cap = 1 << 16, len = 0;
-    uint32_t *ids = malloc(cap * sizeof *ids);
-    unsigned v;
-    while (p && ids && fscanf(p, "%u", &v) == 1) {
-        if (len == cap)
-            ids = realloc(ids, (cap *= 2) * sizeof *ids);
-        ids[len++] = v;
-    }
-    int rc = p ? pclose(p) : -1;
-    *n = len;
-    if (rc != 0) {
-        free(ids);
-        return NULL;
-    }
-    return ids;
+    return reference_ids(cmd, n);
 }
 
 static void write_file(const char *path, const char *s, size_t n)
 {
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(s, 1, n, f) != n || fclose(f) != 0)
+    if (!test_put(path, s, n))
         abort();
 }
 
@@ -150,15 +101,9 @@ static void check_parity(tok_tokenizer *t, const char *family, const char *what,
                   FERRY_OK, "%s %s: encode", family, what);
     size_t njs = 0;
     uint32_t *js = encode_js(family, path, &njs);
-    if (tap_ok(js != NULL, "%s %s: node ran the reference encoder", family, what)) {
-        size_t first = 0;
-        while (first < ids.len && first < njs && ids.ids[first] == js[first])
-            first++;
-        if (!tap_ok(ids.len == njs && first == njs, "%s %s (%zu bytes): %zu C tokens == %zu JS tokens, id for id",
-                    family, what, text->len, ids.len, njs))
-            tap_diag("  first difference at token %zu: C %u, JS %u", first, first < ids.len ? ids.ids[first] : 0,
-                     first < njs ? js[first] : 0);
-    }
+    if (tap_ok(js != NULL, "%s %s: node ran the reference encoder", family, what))
+        same_ids(&ids, js, njs, "%s %s (%zu bytes): %zu C tokens == %zu JS tokens, id for id", family, what, text->len,
+                 ids.len, njs);
     if (!special) {
         char *back = NULL;
         size_t blen = 0;
@@ -579,9 +524,6 @@ int main(void)
     test_added_tokens();
     test_nfc_file();
     free(bible.p);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        tap_diag("could not remove %s", tmpdir);
+    test_dir_remove(tmpdir);
     return tap_done();
 }

@@ -17,6 +17,7 @@
 
 #include "ferry.h"
 #include "tests/tap.h"
+#include "tests/test_files.h"
 #include "train/bpe.h"
 #include "train/chat_template.h"
 #include "train/dataloader.h"
@@ -26,23 +27,7 @@
 
 static char dir[] = "/tmp/ferry_instruct_XXXXXX";
 
-static const char *path_in(const char *name)
-{
-    static char p[8][512];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
-    return p[k];
-}
-
-static void write_file(const char *path, const char *text, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (f) {
-        fwrite(text, 1, n, f);
-        fclose(f);
-    }
-}
+static const char *path_in(const char *name) { return test_path(dir, name); }
 
 static int contains(const char *hay, const char *needle) { return hay && strstr(hay, needle) != NULL; }
 
@@ -52,7 +37,7 @@ static int contains(const char *hay, const char *needle) { return hay && strstr(
 static ferry_status read_all(const char *text, size_t n, size_t *records)
 {
     const char *p = path_in("in.jsonl");
-    write_file(p, text, n);
+    test_put(p, text, n);
     tok_jsonl *r = NULL;
     ferry_status st = tok_jsonl_open(p, &r);
     *records = 0;
@@ -83,7 +68,7 @@ static void test_jsonl_good(void)
                         "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
                         "\"content\": \"2+2?\"}, {\"role\": \"assistant\", \"content\": \"4\", \"weight\": 1}]}\r\n";
     const char *p = path_in("good.jsonl");
-    write_file(p, text, sizeof text - 1);
+    test_put(p, text, sizeof text - 1);
     tok_jsonl *r = NULL;
     TAP_IS_STATUS(tok_jsonl_open(p, &r), FERRY_OK, "jsonl: opens a file");
     tok_record rec;
@@ -209,21 +194,33 @@ static const toy_entry texts[] = {
     {"\n\nBe brief.", 70}, {"\n\n2+2?", 71}, {"system\nBe brief.", 72}, {"user\n2+2?", 73}, {"user\nQ", 74},
     {NULL, 0}};
 
+/* `line`, line `lineno` of t.jsonl, parsed, rendered with template t and
+ * encoded by the toy encoder over ctx into ids and fl; the status of the
+ * first step that fails. */
+static ferry_status render_line(chat_template_id t, const char *line, size_t lineno, toy *ctx, tok_ids *ids,
+                                tok_flags *fl)
+{
+    tok_jsonl *r = NULL;
+    tok_record rec;
+    tok_text_encoder enc = {ctx, toy_encode, toy_special, 1, 2, 1000};
+    chat_segments segs = {0};
+    ferry_status st = tok_jsonl_open_text("t.jsonl", &r);
+    if (st == FERRY_OK) st = tok_jsonl_parse_line(r, line, strlen(line), lineno, &rec);
+    if (st == FERRY_OK) st = chat_render(t, &rec, "t.jsonl", &segs);
+    if (st == FERRY_OK) st = chat_encode(&enc, &segs, ids, fl);
+    chat_segments_free(&segs);
+    tok_jsonl_close(r);
+    return st;
+}
+
 /* Renders `line` with template t and compares ids and flags with want. */
 static void expect_render(const char *what, chat_template_id t, const char *line, const toy_entry *sp,
                           const uint32_t *want, const uint8_t *flags, size_t n)
 {
-    tok_jsonl *r = NULL;
-    tok_record rec;
     toy ctx = {texts, sp, ""};
-    tok_text_encoder enc = {&ctx, toy_encode, toy_special, 1, 2, 1000};
-    chat_segments segs = {0};
     tok_ids ids = {0};
     tok_flags fl = {0};
-    ferry_status st = tok_jsonl_open_text("t.jsonl", &r);
-    if (st == FERRY_OK) st = tok_jsonl_parse_line(r, line, strlen(line), 1, &rec);
-    if (st == FERRY_OK) st = chat_render(t, &rec, "t.jsonl", &segs);
-    if (st == FERRY_OK) st = chat_encode(&enc, &segs, &ids, &fl);
+    ferry_status st = render_line(t, line, 1, &ctx, &ids, &fl);
     if (!tap_is_status(st, FERRY_OK, "%s: renders and encodes", what))
         tap_diag("error: %s; text the toy encoder lacks: '%s'", ferry_last_error(), ctx.unknown);
     int same = ids.len == n && fl.len == n;
@@ -235,8 +232,6 @@ static void expect_render(const char *what, chat_template_id t, const char *line
                      i < fl.len ? fl.v[i] : -1, i < n ? (int)want[i] : -1, i < n ? flags[i] : -1);
     tok_ids_free(&ids);
     tok_flags_free(&fl);
-    chat_segments_free(&segs);
-    tok_jsonl_close(r);
 }
 
 static const char conv[] = "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
@@ -296,25 +291,16 @@ static void test_templates(void)
 static void expect_render_error(const char *what, chat_template_id t, const char *line, const toy_entry *sp,
                                 ferry_status want, const char *needle)
 {
-    tok_jsonl *r = NULL;
-    tok_record rec;
     toy ctx = {texts, sp, ""};
-    tok_text_encoder enc = {&ctx, toy_encode, toy_special, 1, 2, 1000};
-    chat_segments segs = {0};
     tok_ids ids = {0};
     tok_flags fl = {0};
-    ferry_status st = tok_jsonl_open_text("t.jsonl", &r);
-    if (st == FERRY_OK) st = tok_jsonl_parse_line(r, line, strlen(line), 3, &rec);
-    if (st == FERRY_OK) st = chat_render(t, &rec, "t.jsonl", &segs);
-    if (st == FERRY_OK) st = chat_encode(&enc, &segs, &ids, &fl);
+    ferry_status st = render_line(t, line, 3, &ctx, &ids, &fl);
     TAP_IS_STATUS(st, want, "%s: refused", what);
     if (!tap_ok(contains(ferry_last_error(), needle), "%s: says '%s'", what, needle))
         tap_diag("message: %s", ferry_last_error());
     tap_ok(ids.len == 0 && fl.len == 0, "%s: nothing appended", what);
     tok_ids_free(&ids);
     tok_flags_free(&fl);
-    chat_segments_free(&segs);
-    tok_jsonl_close(r);
 }
 
 static void test_template_errors(void)
@@ -431,7 +417,7 @@ static const char *damaged(const char *name, long at, uint32_t v, int word, long
     } else {
         n -= (size_t)cut;
     }
-    write_file(dst, (const char *)buf, n);
+    test_put(dst, (const char *)buf, n);
     return dst;
 }
 
@@ -732,7 +718,7 @@ static void test_tokenize_jsonl(void)
                         "{\"prompt\": \"Translate: dog\", \"completion\": \" chien\"}\n"
                         "{\"prompt\": \"Translate: a very long sentence indeed, with many words in it\", "
                         "\"completion\": \" une phrase\"}\n";
-    write_file(path_in("d.jsonl"), data, sizeof data - 1);
+    test_put(path_in("d.jsonl"), data, sizeof data - 1);
     char cmd[2048], out[8192];
     snprintf(cmd, sizeof cmd, "'%s' --encoder '%s' --vocab '%s' --out-dir '%s/tok' --jsonl '%s' --val-fraction 0.1 "
              "2>&1", exe, enc, voc, dir, path_in("d.jsonl"));
@@ -813,7 +799,7 @@ static void test_tokenize_jsonl(void)
            "tokenize --shard-tokens: examples 1-2 fill one shard, example 3 (%zu tokens) the next (%ld, %ld "
            "bytes)", len3, s0, s1);
     /* bad input on the command line and in the file */
-    write_file(path_in("e.jsonl"), "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \"a\"}\n", 51);
+    test_put(path_in("e.jsonl"), "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \"a\"}\n", 51);
     snprintf(cmd, sizeof cmd, "'%s' --encoder '%s' --vocab '%s' --out-dir '%s/tok3' --jsonl '%s' 2>&1", exe, enc, voc,
              dir, path_in("e.jsonl"));
     TAP_IS_INT(run(cmd, out, sizeof out), 1, "tokenize --jsonl: a bad record fails the run");
@@ -838,9 +824,7 @@ static void test_tokenize_jsonl(void)
 
 int main(void)
 {
-    if (!mkdtemp(dir))
-        tap_plan_skip("cannot create a temporary directory");
-    tap_diag("working in %s", dir);
+    test_dir_make(dir);
     test_jsonl_good();
     test_jsonl_errors();
     test_templates();
@@ -851,9 +835,6 @@ int main(void)
     test_too_long();
     test_stream_positions_and_resume();
     test_tokenize_jsonl();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        tap_diag("could not remove %s", dir);
+    test_dir_remove(dir);
     return tap_done();
 }

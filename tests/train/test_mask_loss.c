@@ -17,6 +17,7 @@
 
 #include "ferry.h"
 #include "tests/tap.h"
+#include "tests/test_files.h"
 #include "tests/models/llama_fixture.h"
 #include "train/dataloader.h"
 #include "train/token_shard.h"
@@ -207,9 +208,6 @@ int main(void)
     free(g_2);
     free(g_0);
     llama_fixture_close(&f);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        tap_diag("could not remove %s", dir);
+    test_dir_remove(dir);
     return tap_done();
 }

@@ -20,7 +20,6 @@ mkdir -p "$work/disk"
 common=(--data "$work/train.bin" --layers 2 --heads 2 --width 32 --vocab 500 --context 64 --batch 2 --seq 32
         --steps 20 --warmup 3 --lr 3e-3 --backend host --threads 2 --quiet)
 disk=(--nvme-path "$work/disk" --nvme-window 96KiB --nvme-block 4KiB --nvme-queue-depth 4)
-losses() { $python -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1]) if "\"step\"" in l and "\"loss\"" in l))' "$1"; }
 
 "$train" "${common[@]}" --offload optimizer --checkpoint-dir "$work/opt" --log "$work/opt.jsonl" >/dev/null 2>"$work/err"
 ok $? "optimizer mode: 20 steps $(cat "$work/err")"

@@ -21,8 +21,6 @@ source "$(dirname "$0")/tap.sh"
 make_shard "$work/train.bin"
 common=(--data "$work/train.bin" --layers 2 --heads 2 --width 32 --vocab 500 --context 64 --batch 2 --seq 32
         --grad-accum 2 --steps 20 --warmup 3 --lr 3e-3 --backend host --threads 2 --quiet)
-losses() { $python -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1]) if "\"step\"" in l and "\"loss\"" in l))' "$1"; }
-scales() { $python -c 'import json,sys; print(" ".join("%g/%d" % (j.get("loss_scale", 0), j["skipped_steps"]) for j in map(json.loads, open(sys.argv[1])) if j["kind"] == "step"))' "$1"; }
 
 for mode in none optimizer params delayed f16 bf16 8bit; do
   d=$work/$mode

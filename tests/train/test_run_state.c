@@ -44,6 +44,7 @@
 #include "models/gpt2_engine.h"
 #include "models/lmodel.h"
 #include "tests/tap.h"
+#include "tests/test_files.h"
 #include "train/hf_checkpoint.h"
 #include "train/run_state.h"
 
@@ -743,24 +744,7 @@ static void test_half_deleted(void)
 }
 
 /* Writes `text` into path; reads it back into buf (NUL-terminated, "" if none). */
-static void put_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-}
-
-static const char *get_text(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
-    buf[n] = '\0';
-    if (f)
-        fclose(f);
-    return buf;
-}
+static void put_text(const char *path, const char *text) { test_put(path, text, strlen(text)); }
 
 /* Nothing the run folder's upkeep removes, truncates or renames is reached
  * through a link, and a `latest` that is not a link is refused before any
@@ -783,7 +767,7 @@ static void test_links_left_alone(void)
     ferry_status st = run_state_lock(run_dir, &fd);
     tap_ok(st == FERRY_ERR_IO && strstr(ferry_last_error(), ".lock"), "a .lock that is a link is refused: %s",
            ferry_last_error());
-    tap_ok(strcmp(get_text(keep, got, sizeof got), "precious") == 0,
+    tap_ok(strcmp(test_read(keep, got, sizeof got), "precious") == 0,
            "and the file it names is not truncated ('%s')", got);
     run_state_unlock(fd);
     unlink(link);

@@ -12,18 +12,12 @@
 #include <unistd.h>
 
 #include "tests/tap.h"
+#include "tests/test_files.h"
 #include "train/safetensors.h"
 
 static char dir[] = "/tmp/ferry_st_XXXXXX";
 
-static const char *path_in(const char *name)
-{
-    static char p[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
-    return p[k];
-}
+static const char *path_in(const char *name) { return test_path(dir, name); }
 
 static float f32v[24], bf16f[24], f16f[24], scalar = 1.5f;
 static uint16_t bf16v[24];
@@ -279,9 +273,6 @@ int main(int argc, char **argv)
     test_corrupt();
     test_misuse();
     test_disk_full();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        tap_diag("could not remove %s", dir);
+    test_dir_remove(dir);
     return tap_done();
 }

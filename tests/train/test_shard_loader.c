@@ -17,20 +17,14 @@
 #include <unistd.h>
 
 #include "tests/tap.h"
+#include "tests/test_files.h"
 #include "train/bpe.h"
 #include "train/dataloader.h"
 #include "train/token_shard.h"
 
 static char dir[] = "/tmp/ferry_shards_XXXXXX";
 
-static const char *path_in(const char *name)
-{
-    static char p[8][512];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
-    return p[k];
-}
+static const char *path_in(const char *name) { return test_path(dir, name); }
 
 static uint16_t tok_at(size_t i) { return (uint16_t)((i * 7 + 3) % 1000); }
 
@@ -619,17 +613,6 @@ typedef struct tok_run {
     char out[8192], err[4096];
 } tok_run;
 
-static void slurp_into(const char *path, char *buf, size_t cap)
-{
-    buf[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return;
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-}
-
 /* Runs `exe args` with stdout and stderr kept; fsize > 0 caps the size of any
  * file it writes (RLIMIT_FSIZE, SIGXFSZ ignored: a write past it fails with
  * EFBIG, as on a full disk). A run that hangs is killed after 60 s. */
@@ -654,8 +637,8 @@ static void run_tok(const char *exe, const char *args, long fsize, tok_run *r)
     int ws = 0;
     waitpid(pid, &ws, 0);
     r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
-    slurp_into(out, r->out, sizeof r->out);
-    slurp_into(err, r->err, sizeof r->err);
+    test_read(out, r->out, sizeof r->out);
+    test_read(err, r->err, sizeof r->err);
 }
 
 /* The names in a folder, sorted, each with its size and an FNV-1a hash of its
@@ -843,9 +826,7 @@ static void test_tokenize_program(void)
 
 int main(void)
 {
-    if (!mkdtemp(dir))
-        tap_plan_skip("cannot create a temporary directory");
-    tap_diag("working in %s", dir);
+    test_dir_make(dir);
     test_round_trip();
     test_two_shards();
     test_shuffle_and_resume();
@@ -860,9 +841,6 @@ int main(void)
     test_vocab_while_serving();
     test_llama3_set();
     test_tokenize_program();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        tap_diag("could not remove %s", dir);
+    test_dir_remove(dir);
     return tap_done();
 }

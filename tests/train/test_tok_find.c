@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "train/tok_find.h"
 #include "tap.h"
+#include "test_files.h"
 
 static char root[] = "/tmp/ferry-tokfind-XXXXXX";
 
@@ -153,9 +154,6 @@ int main(void)
     else
         tap_ok(st == FERRY_ERR_IO && strstr(ferry_last_error(), "the source tree '"),
                "GPT-2's files are not in the source tree (%s): the message names it: %s", pkg, ferry_last_error());
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (system(cmd) != 0)
-        tap_diag("could not remove %s", root);
+    test_dir_remove(root);
     return tap_done();
 }
