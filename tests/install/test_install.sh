@@ -6,7 +6,9 @@
 # internal symbols are local (an embedder's own err_set or pool_create links
 # and is called; the layer archives as they were would not link); mlp.c
 # builds with cc and runs; cuda_mlp.cu builds with nvcc where the toolkit
-# is; the post-install step says how the loader finds the library.
+# is; the post-install step says how the loader finds the library; every
+# installed program runs from an empty folder (no path it defaults to is
+# taken relative to the working folder).
 # Usage: test_install.sh SOURCE BUILD MESON CC PREFIX LIBDIR [NVCC]
 set -u
 src=$1 build=$2 meson=$3 cc=$4 prefix=$5 libdir=$6 nvcc=${7:-}
@@ -135,4 +137,56 @@ if [ -x "$root/bin/train_gpt2" ] && [ -f "$src/build-deps/npm/node_modules/gpt-3
 else
   ok 1 "the installed train_gpt2 from an empty folder: not installed ($root/bin/train_gpt2) or GPT-2's tokenizer files not fetched (tools/setup/fetch_tokenizer.sh)"
 fi
+
+# The other installed programs, each from an empty folder with no
+# FERRY_TOKENIZER_DIR: tokenize writes where --out-dir says; ferry-train
+# trains a Llama and keeps its tokenizer.json in the checkpoint, samples
+# from another folder with that copy, and without it names each place it
+# tried (a Llama takes none of GPT-2's install places), then takes
+# $FERRY_TOKENIZER_DIR; memprof plans and ferry-info reports with no file.
+llama_json=$src/build-deps/npm/tokenizers/llama3/tokenizer.json
+inst() { local dir=$1 prog=$2; shift 2
+         (cd "$dir" && env -u FERRY_TOKENIZER_DIR LD_LIBRARY_PATH=$lib OPENBLAS_NUM_THREADS=1 "$root/bin/$prog" "$@"); }
+if [ -x "$root/bin/ferry-train" ] && [ -x "$root/bin/tokenize" ] && [ -f "$llama_json" ]; then
+  mkdir -p "$work/e3" "$work/e4" "$work/kept"
+  printf 'In the beginning was the word.\n\nA second document, with its own words.\n' >"$work/text.txt"
+  inst "$work/e3" tokenize --tokenizer "$llama_json" --out-dir "$work/tok" "$work/text.txt" >"$work/k.out" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && [ -s "$work/tok/train_000000.bin" ] && [ -z "$(ls -A "$work/e3")" ] &&
+    grep -q "Llama 3 (uint32 tokens)" "$work/k.out"
+  ok $? "the installed tokenize, from an empty folder, writes Llama 3's shards into --out-dir alone (exit $rc): $(tail -1 "$work/k.out")"
+  inst "$work/e3" ferry-train --model llama-d2 --data "$work/tok/train_*.bin" --tokenizer "$llama_json" --batch 1 \
+    --seq 8 --steps 1 --backend host --threads 1 --quiet --sample-every 0 --checkpoint-dir "$work/lrun" \
+    >"$work/l.out" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && cmp -s "$work/lrun/step_00000001/tokenizer.json" "$llama_json"
+  ok $? "the installed ferry-train trains a Llama from an empty folder, its checkpoint keeping the tokenizer.json (exit $rc) $(tail -1 "$work/l.out")"
+  inst "$work/e4" ferry-train --sample --resume "$work/lrun" --backend host --sample-tokens 4 >"$work/ls.out" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && grep -q "^tokenizer: byte-level BPE .*'$work/lrun/step_00000001/tokenizer.json'" "$work/ls.out" &&
+    grep -q "^---- sample at step 1" "$work/ls.out"
+  ok $? "... and samples from another empty folder with the checkpoint's copy (exit $rc): $(grep '^tokenizer' "$work/ls.out")"
+  mv "$work/lrun/step_00000001/tokenizer.json" "$work/kept/"
+  inst "$work/e4" ferry-train --sample --resume "$work/lrun" --backend host --sample-tokens 4 >"$work/ls.out" 2>&1
+  rc=$?
+  [ $rc -ne 0 ] && grep -q "no tokenizer found; tried the model's folder '$work/lrun/step_00000001'" "$work/ls.out" &&
+    grep -q 'FERRY_TOKENIZER_DIR (not set)' "$work/ls.out" && ! grep -q "share/ferry" "$work/ls.out"
+  ok $? "... without it, refused naming the places tried, none of GPT-2's (exit $rc): $(grep -m1 tokenizer "$work/ls.out")"
+  (cd "$work/e4" && FERRY_TOKENIZER_DIR=$work/kept LD_LIBRARY_PATH=$lib OPENBLAS_NUM_THREADS=1 \
+     "$root/bin/ferry-train" --sample --resume "$work/lrun" --backend host --sample-tokens 4) >"$work/ls.out" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && grep -q "^tokenizer: .*'$work/kept/tokenizer.json' (\$FERRY_TOKENIZER_DIR)" "$work/ls.out"
+  ok $? "... and with \$FERRY_TOKENIZER_DIR, from it (exit $rc): $(grep '^tokenizer' "$work/ls.out")"
+else
+  ok 1 "the installed tokenize and ferry-train from an empty folder: not installed ($root/bin) or Llama 3's tokenizer.json not fetched (tools/setup/fetch_tokenizer.sh llama3)"
+fi
+mkdir -p "$work/e5"
+inst "$work/e5" memprof plan --model llama3.2-1b --seq 2048 --gpu-mem 24GiB >"$work/m.out" 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -q "^--gpu-mem 24.0 GiB: fits" "$work/m.out" && [ -z "$(ls -A "$work/e5")" ]
+ok $? "the installed memprof plans from an empty folder, writing nothing there (exit $rc): $(tail -1 "$work/m.out")"
+(cd "$work/e5" && FERRY_BACKEND=host LD_LIBRARY_PATH=$lib "$root/bin/ferry-info") >"$work/i.out" 2>&1
+rc=$?
+[ $rc -eq 0 ] && [ -s "$work/i.out" ] && [ -z "$(ls -A "$work/e5")" ]
+ok $? "the installed ferry-info reports from an empty folder (exit $rc): $(head -1 "$work/i.out")"
 finish
