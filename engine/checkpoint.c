@@ -226,6 +226,27 @@ static ferry_status for_each_chunk_of(void *base, size_t bytes, bool on_device, 
 
 static ferry_status for_each_state_chunk_partitioned(const ckpt_env *e, void *buf, chunk_fn fn, void *ctx);
 
+/* Array k (0 master, 1 m, 2 v) of group g in form ff as the file holds it,
+ * cut into runs each rank owns a part of (dp.h), and where this rank keeps
+ * them: one run, or for 8bit the codes, *pad zero bytes (to 4), then the
+ * absmax, one per 256 codes (a slot starts on a block). Returns the runs. */
+static int state_runs(const engine_group *g, int k, ferry_moments ff, dp_run out[2], size_t *pad)
+{
+    void *arr = k == 0 ? (void *)g->master : ff == FERRY_MOMENTS_F32 ? (void *)(k == 1 ? g->m : g->v)
+                                                                      : (k == 1 ? g->mq : g->vq);
+    *pad = 0;
+    if (k == 0 || ff != FERRY_MOMENTS_8BIT) {
+        out[0] = (dp_run){arr, k == 0 || ff == FERRY_MOMENTS_F32 ? 4 : 2, g->numel, g->part_cap};
+        return 1;
+    }
+    out[0] = (dp_run){arr, 1, g->numel, g->part_cap};
+    *pad = moments_q8_codes_bytes(g->numel) - g->numel;
+    out[1] = (dp_run){arr ? moments_q8_absmax(arr, g->part_cap) : NULL, sizeof(float), moments_q8_blocks(g->numel),
+                      g->part_cap / MOMENTS_Q8_BLOCK};
+    return 2;
+}
+
+
 static ferry_moments engine_form(const ckpt_env *e) { return e->ctx->cfg->moments; }
 
 /* One moment of a group read in the file's form `ff` and converted to the
@@ -627,19 +648,29 @@ static ferry_status take_own_slots(const load_ctx *c, void *buf)
 {
     const ckpt_env *e = c->e;
     uint64_t at = head_bytes(c->f->h.groups);
+    ferry_moments ff = file_form(&c->f->h); /* the engine's (check_model) */
+    int rank = dp_rank(e->dp);
     ferry_status st = FERRY_OK;
     for (int i = 0; i < e->groups->n && st == FERRY_OK; i++) {
         engine_group *g = &e->groups->g[i];
-        float *arrays[3] = {g->master, g->m, g->v};
-        size_t lo = g->part_lo < g->numel ? g->part_lo : g->numel;
-        size_t n = g->numel - lo < g->part_n ? g->numel - lo : g->part_n; /* the last slot may be padded */
-        for (int k = 0; k < 3 && st == FERRY_OK; k++, at += g->numel * sizeof(float))
-            for (size_t done = 0; done < n * sizeof(float) && st == FERRY_OK; done += CKPT_CHUNK) {
-                size_t bytes = n * sizeof(float) - done < CKPT_CHUNK ? n * sizeof(float) - done : CKPT_CHUNK;
-                st = read_at(c->f->fd, buf, bytes, at + lo * sizeof(float) + done, c->f->path);
-                if (st == FERRY_OK)
-                    memcpy((char *)arrays[k] + done, buf, bytes);
+        for (int k = 0; k < 3 && st == FERRY_OK; k++) {
+            dp_run runs[2];
+            size_t pad;
+            int nr = state_runs(g, k, ff, runs, &pad);
+            for (int q = 0; q < nr && st == FERRY_OK; q++) {
+                const dp_run *r = &runs[q];
+                size_t lo = (size_t)rank * r->cap < r->len ? (size_t)rank * r->cap : r->len;
+                size_t n = r->len - lo < r->cap ? r->len - lo : r->cap; /* the last slot may be padded */
+                size_t own = n * r->esize;
+                for (size_t done = 0; done < own && st == FERRY_OK; done += CKPT_CHUNK) {
+                    size_t bytes = own - done < CKPT_CHUNK ? own - done : CKPT_CHUNK;
+                    st = read_at(c->f->fd, buf, bytes, at + lo * r->esize + done, c->f->path);
+                    if (st == FERRY_OK)
+                        memcpy((char *)r->local + done, buf, bytes);
+                }
+                at += r->len * r->esize + (q == 0 ? pad : 0);
             }
+        }
     }
     return st;
 }
@@ -821,25 +852,40 @@ static ferry_status for_each_state_chunk_partitioned(const ckpt_env *e, void *bu
 {
     bool saving = fn == save_chunk || fn == NULL;
     bool taking = fn == load_chunk && ((load_ctx *)ctx)->apply;
-    float *scratch = malloc(CKPT_CHUNK);
+    /* saving: the engine's form; loading: the file's, which is the engine's (check_model) */
+    ferry_moments form = fn == load_chunk ? file_form(&((load_ctx *)ctx)->f->h) : engine_form(e);
+    char *scratch = malloc(CKPT_CHUNK);
     if (!scratch)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "a checkpoint: out of host memory");
     ferry_status st = FERRY_OK, sent = FERRY_OK;
-    size_t per = CKPT_CHUNK / sizeof(float);
     for (int i = 0; i < e->groups->n && sent == FERRY_OK; i++) {
         engine_group *g = &e->groups->g[i];
-        for (int k = 0; k < 3 && sent == FERRY_OK; k++)
-            for (size_t at = 0; at < g->numel && sent == FERRY_OK; at += per) {
-                size_t n = g->numel - at < per ? g->numel - at : per;
-                if (saving)
-                    sent = dp_gather_state(e->dp, g, k, at, n, scratch);
-                if (sent == FERRY_OK && st == FERRY_OK && fn)
-                    st = fn(ctx, scratch, false, buf, n * sizeof(float));
-                if (st == FERRY_OK && taking)
-                    dp_take_state(g, k, at, n, scratch);
-                if (!saving && st != FERRY_OK)
-                    sent = st;
+        for (int k = 0; k < 3 && sent == FERRY_OK; k++) {
+            dp_run runs[2];
+            size_t pad;
+            int nr = state_runs(g, k, form, runs, &pad);
+            for (int q = 0; q < nr && sent == FERRY_OK; q++) {
+                const dp_run *r = &runs[q];
+                size_t per = CKPT_CHUNK / r->esize;
+                for (size_t at = 0; at < r->len && sent == FERRY_OK; at += per) {
+                    size_t n = r->len - at < per ? r->len - at : per;
+                    if (saving)
+                        sent = dp_gather_run(e->dp, r, at, n, scratch);
+                    if (sent == FERRY_OK && st == FERRY_OK && fn)
+                        st = fn(ctx, scratch, false, buf, n * r->esize);
+                    if (st == FERRY_OK && taking)
+                        dp_take_run(e->dp, r, at, n, scratch);
+                    if (!saving && st != FERRY_OK)
+                        sent = st;
+                }
+                if (q == 0 && pad && sent == FERRY_OK && st == FERRY_OK && fn) { /* the codes' padding: zeros */
+                    memset(scratch, 0, pad);
+                    st = fn(ctx, scratch, false, buf, pad);
+                    if (!saving && st != FERRY_OK)
+                        sent = st;
+                }
             }
+        }
     }
     free(scratch);
     if (saving && sent == FERRY_OK)
