@@ -831,9 +831,10 @@ static ferry_status load_file(const ckpt_env *e, const char *path, void *user, s
 /* ---- data parallelism: one whole file at any world size ----
  *
  * Rank 0 writes the file a single process would write, byte for byte: in
- * the partitioned modes each chunk of each array is gathered from the ranks
- * that own it (dp_gather_state) in the order the file holds it, the
- * other ranks sending their parts; in offload none every rank holds the
+ * the partitioned modes each chunk of each array (of each run of it, with
+ * compact moments: state_runs) is gathered from the ranks that own it
+ * (dp_gather_run) in the order the file holds it, the other ranks sending
+ * their parts; in offload none every rank holds the
  * whole state and rank 0 writes its own. Every rank loads the whole file,
  * checks it whole, and keeps its part. So a checkpoint saved by N ranks
  * loads at M, and the format is the one-process format. Every rank returns
