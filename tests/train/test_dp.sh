@@ -25,7 +25,8 @@
 # Adam moments (--moments bf16 and 8bit, on a model wide enough that every
 # rank owns part of a group) 2 ranks in optimizer and params mode and 3 in
 # params mode train bitwise as one process, the engine state they save
-# (in the compact form) the one process's; an 8bit checkpoint saved by 2
+# (in the compact form) the one process's, rank 0's host pool what memprof
+# plan --ranks N --moments predicts; an 8bit checkpoint saved by 2
 # ranks resumes in one process and the reverse, continuing exactly, and a
 # resume with another form under the ranks is refused.
 # Usage: test_dp.sh TRAIN_GPT2 MPIRUN MEMPROF FERRY_TRAIN
@@ -112,6 +113,11 @@ for moments in bf16 8bit; do
     f=$(form_of "$d/ranks/step_00000006/state.ferry")
     [ "$f" = $want_form ] && same_state "$d/ranks/step_00000006/state.ferry" "$d/one/step_00000006/state.ferry"
     ok $? "$moments $mode: $ranks ranks: the engine state holds $moments moments (form $f) and is the one process's, bit for bit but for the run identity"
+    got=$($python -c 'import json,sys; print([j for j in map(json.loads, open(sys.argv[1])) if j["kind"] == "step"][-1]["host_bytes"])' "$d/ranks.jsonl")
+    want=$("$memprof" plan --layers 2 --heads 2 --width 128 --vocab 500 --context 64 --batch 2 --seq 32 --backend host \
+      --offload $mode --moments $moments --ranks $ranks --json | $python -c 'import json,sys; print(json.load(sys.stdin)["host"]["total_bytes"])')
+    [ -n "$got" ] && [ "$got" = "$want" ]
+    ok $? "$moments $mode: memprof plan --ranks $ranks --moments $moments predicts rank 0's host pool: $want bytes (the run's $got)"
   done
 done
 # 8bit across world sizes: saved by 2 ranks at step 3, resumed by one
