@@ -371,8 +371,9 @@ typedef struct ferry_engine_config {
      * part in the compact form, and N ranks with one micro-batch each train
      * bitwise as one process with N on the host backend. Checkpoints save
      * the form as it is (a resume is bitwise, at any world size); loading a
-     * file of another form converts it, with a warning on stderr (alone:
-     * under data parallelism another form is refused). */
+     * file of another form converts it, with a warning on stderr (with
+     * data parallelism each rank converts its part, as one process
+     * converts the whole). */
     ferry_moments moments;
     int reserved_moments;          /* 0 */
     uint64_t moments_seed;         /* BF16: the stochastic rounding's seed */

@@ -19,7 +19,8 @@
  * by the element's global index, and 8bit, quantized per block of 256):
  * each rank updates its slot in the compact layout, and a checkpoint saved
  * by the N ranks is the file one process writes, which resumes at any
- * world size.
+ * world size, and one of another form is converted by each rank for its
+ * part, as one process converts the whole.
  *
  * Runs in f32, and in bf16 storage with FERRY_TEST_DTYPE=bf16. Only rank 0
  * writes TAP; every rank's own checks are summed across ranks and reported
@@ -627,6 +628,44 @@ static void test_checkpoint_across_worlds(ferry_offload mode)
     free_result(&b);
 }
 
+/* Saved alone with bf16 moments, resumed with 8bit ones by the N ranks:
+ * each converts its part as one process converts the whole group (per
+ * element, per block of 256, on which every slot starts), so the run goes
+ * on bitwise as one process resuming the file with 8bit moments. */
+static void test_convert_at_ranks(ferry_offload mode)
+{
+    char dir[128], file[160], what[96];
+    shared_dir(dir, sizeof dir);
+    snprintf(file, sizeof file, "%s/state.ferry", dir);
+    snprintf(what, sizeof what, "offload %s: saved alone in bf16, resumed in 8bit by %d ranks", ferry_offload_name(mode),
+             world);
+    run_result saved = {0}, ref = {0}, got = {0};
+    if (rank == 0) {
+        moments = FERRY_MOMENTS_BF16;
+        run_opts o = {mode, 0, 0, -1, NULL, 0, HALF, file, 1, NULL};
+        moments = run(&o, &saved) == FERRY_OK ? FERRY_MOMENTS_8BIT : FERRY_MOMENTS_F32;
+        run_opts r = {mode, 0, 0, -1, file, HALF, STEPS, NULL, 1, NULL};
+        tap_ok(moments == FERRY_MOMENTS_8BIT && run(&r, &ref) == FERRY_OK,
+               "%s: one process saved step %d in bf16 and resumed it in 8bit", what, HALF);
+    }
+    ferry_world_barrier();
+    moments = FERRY_MOMENTS_8BIT;
+    run_opts o = {mode, 0, 0, 1, file, HALF, STEPS, NULL, 1, NULL};
+    ferry_status st = run(&o, &got);
+    int resumed = efix_ranks_ok(st == FERRY_OK);
+    if (rank == 0) {
+        tap_ok(resumed == world, "%s: ran on every rank", what);
+        compare(&got, &ref, HALF, what);
+        unlink(file);
+        rmdir(dir);
+    }
+    ferry_world_barrier();
+    moments = FERRY_MOMENTS_F32;
+    free_result(&saved);
+    free_result(&ref);
+    free_result(&got);
+}
+
 int main(int argc, char **argv)
 {
     ferry_world_info w = efix_join(1, MAXR);
@@ -671,6 +710,7 @@ int main(int argc, char **argv)
     test_mode(FERRY_OFFLOAD_PARAMS, 0, 1);
     test_checkpoint_across_worlds(FERRY_OFFLOAD_OPTIMIZER);
     moments = FERRY_MOMENTS_F32;
+    test_convert_at_ranks(FERRY_OFFLOAD_PARAMS);
     int rc = rank == 0 ? tap_done() : 0;
     ferry_world_leave();
     return rc;

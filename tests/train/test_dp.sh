@@ -27,8 +27,9 @@
 # params mode train bitwise as one process, the engine state they save
 # (in the compact form) the one process's, rank 0's host pool what memprof
 # plan --ranks N --moments predicts; an 8bit checkpoint saved by 2
-# ranks resumes in one process and the reverse, continuing exactly, and a
-# resume with another form under the ranks is refused.
+# ranks resumes in one process and the reverse, continuing exactly, and
+# resumed with another form by the ranks it is converted as one process
+# converts it.
 # Usage: test_dp.sh TRAIN_GPT2 MPIRUN MEMPROF FERRY_TRAIN
 set -u
 train=$1
@@ -143,12 +144,25 @@ rc=$?; a=$(losses "$d/b1.jsonl"); b=$(losses "$d/one.jsonl")
 [ $rc -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ] &&
   same_weights "$d/b/step_00000006/model.safetensors" "$d/one/step_00000006/model.safetensors"
 ok $? "8bit: saved by one process at step 3, resumed by 2 ranks: 6 losses and the final weights those of the run that went on (exit $rc) $(cat "$d/err")"
-# Another form under the ranks: each would convert only its part, refused.
-mkdir -p "$d/c"; cp -r "$d/b3" "$d/c/step_00000003"; ln -sfn step_00000003 "$d/c/latest"
-run 2 "$train" "${wide[@]}" --offload optimizer --moments bf16 --grad-accum 1 --checkpoint-dir "$d/c" \
-  --resume "$d/c" --eval-every 0 >/dev/null 2>"$d/err"
-rc=$?; [ $rc -ne 0 ] && grep -q "holds 8bit moments and this engine keeps bf16 ones partitioned across ranks" "$d/err"
-ok $? "2 ranks resuming an 8bit checkpoint with --moments bf16 are refused (exit $rc): $(grep -m1 -o 'checkpoint .*' "$d/err" | head -c 250)"
+# Another form under the ranks: each rank converts its part, as one process
+# converts the whole, so 2 ranks resuming the 8bit checkpoint with --moments
+# bf16 continue as one process resuming it with --moments bf16, and say so once.
+for w in one ranks; do
+  mkdir -p "$d/c-$w"; cp -r "$d/b3" "$d/c-$w/step_00000003"; ln -sfn step_00000003 "$d/c-$w/latest"
+  head -n 4 "$d/b.jsonl" >"$d/c-$w.jsonl"
+done
+OPENBLAS_NUM_THREADS=2 "$train" "${wide[@]}" --offload optimizer --moments bf16 --grad-accum 2 --checkpoint-dir "$d/c-one" \
+  --resume "$d/c-one" --log "$d/c-one.jsonl" >/dev/null 2>"$d/err-one"
+rc1=$?
+run 2 "$train" "${wide[@]}" --offload optimizer --moments bf16 --grad-accum 1 --checkpoint-dir "$d/c-ranks" \
+  --resume "$d/c-ranks" --log "$d/c-ranks.jsonl" >/dev/null 2>"$d/err"
+rc=$?; a=$(losses "$d/c-ranks.jsonl"); b=$(losses "$d/c-one.jsonl")
+[ $rc -eq 0 ] && [ $rc1 -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$(losses "$d/one.jsonl")" ] &&
+  [ "$(grep -c 'holds 8bit Adam moments and this engine keeps bf16 ones: converted' "$d/err")" -eq 1 ] &&
+  [ "$(form_of "$d/c-ranks/step_00000006/state.ferry")" = 1 ] &&
+  same_weights "$d/c-ranks/step_00000006/model.safetensors" "$d/c-one/step_00000006/model.safetensors" &&
+  same_state "$d/c-ranks/step_00000006/state.ferry" "$d/c-one/step_00000006/state.ferry"
+ok $? "an 8bit checkpoint resumed with --moments bf16 by 2 ranks: converted part by part, the losses, weights and engine state those of one process converting it (exit $rc, $rc1; last loss ${a##* }): $(head -c 300 "$d/err")"
 
 # ---- the Llama family at 2 ranks (ferry-train, llama-d2: grouped-query
 # heads, an untied head, Llama 3's vocabulary) = 1 process x 2 ----
