@@ -248,7 +248,6 @@ static int state_runs(const engine_group *g, int k, ferry_moments ff, dp_run out
     return 2;
 }
 
-
 static ferry_moments engine_form(const ckpt_env *e) { return e->ctx->cfg->moments; }
 
 /* One moment of a group read in the file's form `ff` and converted to the
@@ -647,11 +646,11 @@ static ferry_status load_chunk(void *p, void *state, bool on_device, void *buf, 
     return state ? copy_chunk(c->e, state, on_device, buf, bytes, true) : FERRY_OK;
 }
 
+static ferry_status take_converted(const load_ctx *c, engine_group *g, int k, uint64_t at);
+
 /* This rank's slot of every array, straight from where the file holds it
  * (the partitioned modes, applying a checked file): the rank reads its 1/N of
  * the state, nothing else of it. */
-static ferry_status take_converted(const load_ctx *c, engine_group *g, int k, uint64_t at);
-
 static ferry_status take_own_slots(const load_ctx *c, void *buf)
 {
     const ckpt_env *e = c->e;
