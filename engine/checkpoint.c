@@ -38,7 +38,9 @@
  * on (a CRC of parts combines into the whole's, crc32c_combine), each rank
  * checks 1/N of the payload's bytes, the ranks agree on the file's CRC, and
  * each then reads what it keeps (its slot of every array in the partitioned
- * modes). Older files are read whole by every rank, as before. */
+ * modes: its part of each run of the array, dp.h; of a moment in another
+ * form, its part in that form, converted). Older files are read whole by
+ * every rank, as before. */
 #include <errno.h>
 #include <float.h>
 #include <fcntl.h>
@@ -225,6 +227,26 @@ static ferry_status for_each_chunk_of(void *base, size_t bytes, bool on_device, 
 }
 
 static ferry_status for_each_state_chunk_partitioned(const ckpt_env *e, void *buf, chunk_fn fn, void *ctx);
+
+/* Array k (0 master, 1 m, 2 v) of group g in form ff as the file holds it,
+ * cut into runs each rank owns a part of (dp.h), and where this rank keeps
+ * them: one run, or for 8bit the codes, *pad zero bytes (to 4), then the
+ * absmax, one per 256 codes (a slot starts on a block). Returns the runs. */
+static int state_runs(const engine_group *g, int k, ferry_moments ff, dp_run out[2], size_t *pad)
+{
+    void *arr = k == 0 ? (void *)g->master : ff == FERRY_MOMENTS_F32 ? (void *)(k == 1 ? g->m : g->v)
+                                                                      : (k == 1 ? g->mq : g->vq);
+    *pad = 0;
+    if (k == 0 || ff != FERRY_MOMENTS_8BIT) {
+        out[0] = (dp_run){arr, k == 0 || ff == FERRY_MOMENTS_F32 ? 4 : 2, g->numel, g->part_cap};
+        return 1;
+    }
+    out[0] = (dp_run){arr, 1, g->numel, g->part_cap};
+    *pad = moments_q8_codes_bytes(g->numel) - g->numel;
+    out[1] = (dp_run){arr ? moments_q8_absmax(arr, g->part_cap) : NULL, sizeof(float), moments_q8_blocks(g->numel),
+                      g->part_cap / MOMENTS_Q8_BLOCK};
+    return 2;
+}
 
 static ferry_moments engine_form(const ckpt_env *e) { return e->ctx->cfg->moments; }
 
@@ -523,12 +545,16 @@ static ferry_status check_model(const ckpt_env *e, const ckpt_file *f, size_t *w
     bool on_disk = false;
     for (int i = 0; i < e->groups->n; i++)
         on_disk |= ef == FERRY_MOMENTS_F32 && !e->groups->g[i].m;
-    if (ff != ef && (dp_partitioned(e->dp, ctx_mode(e->ctx)) || state_on_device(e) || on_disk))
+    /* under the ranks each converts its part, read from the file's own place (version 4 on) */
+    bool parts_unread = dp_partitioned(e->dp, ctx_mode(e->ctx)) && f->h.version < CKPT_VERSION_CRC;
+    if (ff != ef && (parts_unread || state_on_device(e) || on_disk))
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "checkpoint '%s' holds %s moments and this engine keeps %s ones %s; resume with moments %s "
                        "(or convert it in a run alone in offload optimizer or params)",
                        f->path, ferry_moments_name(ff), ferry_moments_name(ef),
-                       state_on_device(e) ? "on the device" : on_disk ? "on the NVMe tier" : "partitioned across ranks",
+                       state_on_device(e) ? "on the device"
+                       : on_disk          ? "on the NVMe tier"
+                                          : "partitioned across ranks (from a file of version 2 or 3)",
                        ferry_moments_name(ff));
     uint64_t scaling = f->h.flags & CKPT_FLAG_SCALING ? sizeof(ckpt_scaling) : 0;
     uint64_t states = state_bytes(e, file_form(&f->h)), numel = weight_bytes(e, 1);
@@ -620,6 +646,8 @@ static ferry_status load_chunk(void *p, void *state, bool on_device, void *buf, 
     return state ? copy_chunk(c->e, state, on_device, buf, bytes, true) : FERRY_OK;
 }
 
+static ferry_status take_converted(const load_ctx *c, engine_group *g, int k, uint64_t at);
+
 /* This rank's slot of every array, straight from where the file holds it
  * (the partitioned modes, applying a checked file): the rank reads its 1/N of
  * the state, nothing else of it. */
@@ -627,20 +655,75 @@ static ferry_status take_own_slots(const load_ctx *c, void *buf)
 {
     const ckpt_env *e = c->e;
     uint64_t at = head_bytes(c->f->h.groups);
+    ferry_moments ff = file_form(&c->f->h);
+    int rank = dp_rank(e->dp);
     ferry_status st = FERRY_OK;
     for (int i = 0; i < e->groups->n && st == FERRY_OK; i++) {
         engine_group *g = &e->groups->g[i];
-        float *arrays[3] = {g->master, g->m, g->v};
-        size_t lo = g->part_lo < g->numel ? g->part_lo : g->numel;
-        size_t n = g->numel - lo < g->part_n ? g->numel - lo : g->part_n; /* the last slot may be padded */
-        for (int k = 0; k < 3 && st == FERRY_OK; k++, at += g->numel * sizeof(float))
-            for (size_t done = 0; done < n * sizeof(float) && st == FERRY_OK; done += CKPT_CHUNK) {
-                size_t bytes = n * sizeof(float) - done < CKPT_CHUNK ? n * sizeof(float) - done : CKPT_CHUNK;
-                st = read_at(c->f->fd, buf, bytes, at + lo * sizeof(float) + done, c->f->path);
-                if (st == FERRY_OK)
-                    memcpy((char *)arrays[k] + done, buf, bytes);
+        for (int k = 0; k < 3 && st == FERRY_OK; k++) {
+            if (k > 0 && ff != engine_form(e)) {
+                st = take_converted(c, g, k, at);
+                at += moments_bytes(ff, g->numel);
+                continue;
             }
+            dp_run runs[2];
+            size_t pad;
+            int nr = state_runs(g, k, ff, runs, &pad);
+            for (int q = 0; q < nr && st == FERRY_OK; q++) {
+                const dp_run *r = &runs[q];
+                size_t lo = (size_t)rank * r->cap < r->len ? (size_t)rank * r->cap : r->len;
+                size_t n = r->len - lo < r->cap ? r->len - lo : r->cap; /* the last slot may be padded */
+                size_t own = n * r->esize;
+                for (size_t done = 0; done < own && st == FERRY_OK; done += CKPT_CHUNK) {
+                    size_t bytes = own - done < CKPT_CHUNK ? own - done : CKPT_CHUNK;
+                    st = read_at(c->f->fd, buf, bytes, at + lo * r->esize + done, c->f->path);
+                    if (st == FERRY_OK)
+                        memcpy((char *)r->local + done, buf, bytes);
+                }
+                at += r->len * r->esize + (q == 0 ? pad : 0);
+            }
+        }
     }
+    return st;
+}
+
+/* This rank's part of moment k of g from a file in another form, at `at`
+ * in it (a resume in another form under the ranks): the part read in the
+ * file's layout for its part_n elements, converted as a single process
+ * converts the whole group (element by element, or per block of 256, on
+ * which every slot starts), and laid into the slot's layout. */
+static ferry_status take_converted(const load_ctx *c, engine_group *g, int k, uint64_t at)
+{
+    ferry_moments ff = file_form(&c->f->h), ef = engine_form(c->e);
+    size_t n = g->part_n;
+    unsigned char *from = calloc(1, moments_bytes(ff, n) + 1), *to = malloc(moments_bytes(ef, n) + 1);
+    ferry_status st = FERRY_OK;
+    if (!from || !to)
+        st = err_set(FERRY_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory converting this rank's part of group "
+                                              "'%s''s moments", g->name);
+    dp_run runs[2];
+    size_t pad, into = 0;
+    int nr = state_runs(g, k, ff, runs, &pad);
+    for (int q = 0; q < nr && st == FERRY_OK; q++) {
+        const dp_run *r = &runs[q];
+        size_t lo = (size_t)dp_rank(c->e->dp) * r->cap < r->len ? (size_t)dp_rank(c->e->dp) * r->cap : r->len;
+        size_t own = r->len - lo < r->cap ? r->len - lo : r->cap;
+        if (own)
+            st = read_at(c->f->fd, from + into, own * r->esize, at + lo * r->esize, c->f->path);
+        into = moments_q8_codes_bytes(n); /* 8bit: the absmax after the part's codes, padded */
+        at += r->len * r->esize + (q == 0 ? pad : 0);
+    }
+    if (st == FERRY_OK)
+        st = moments_convert(to, ef, from, ff, n, k == 1);
+    if (st == FERRY_OK) {
+        void *slot = ef == FERRY_MOMENTS_F32 ? (void *)(k == 1 ? g->m : g->v) : (k == 1 ? g->mq : g->vq);
+        memcpy(slot, to, ef == FERRY_MOMENTS_8BIT ? n : moments_bytes(ef, n));
+        if (ef == FERRY_MOMENTS_8BIT)
+            memcpy(moments_q8_absmax(slot, g->part_cap), moments_q8_absmax(to, n),
+                   moments_q8_blocks(n) * sizeof(float));
+    }
+    free(from);
+    free(to);
     return st;
 }
 
@@ -769,7 +852,7 @@ static ferry_status load_checked(const ckpt_env *e, const ckpt_file *f, void *us
         (st = read_blob(f, user, user_cap)) != FERRY_OK)
         return err_wrap(st, "loading '%s' failed midway, so the engine now holds part of it and part of its "
                             "earlier state; load a checkpoint again before training", f->path);
-    if (file_form(&f->h) != engine_form(e))
+    if (file_form(&f->h) != engine_form(e) && dp_writes_files(e->dp)) /* said once, by rank 0 */
         fprintf(stderr, "ferry: warning: checkpoint '%s' holds %s Adam moments and this engine keeps %s ones: "
                         "converted, so the run goes on close to, not bitwise as, the one saved\n",
                 f->path, ferry_moments_name(file_form(&f->h)), ferry_moments_name(engine_form(e)));
@@ -800,9 +883,10 @@ static ferry_status load_file(const ckpt_env *e, const char *path, void *user, s
 /* ---- data parallelism: one whole file at any world size ----
  *
  * Rank 0 writes the file a single process would write, byte for byte: in
- * the partitioned modes each chunk of each array is gathered from the ranks
- * that own it (dp_gather_state) in the order the file holds it, the
- * other ranks sending their parts; in offload none every rank holds the
+ * the partitioned modes each chunk of each array (of each run of it, with
+ * compact moments: state_runs) is gathered from the ranks that own it
+ * (dp_gather_run) in the order the file holds it, the other ranks sending
+ * their parts; in offload none every rank holds the
  * whole state and rank 0 writes its own. Every rank loads the whole file,
  * checks it whole, and keeps its part. So a checkpoint saved by N ranks
  * loads at M, and the format is the one-process format. Every rank returns
@@ -821,25 +905,40 @@ static ferry_status for_each_state_chunk_partitioned(const ckpt_env *e, void *bu
 {
     bool saving = fn == save_chunk || fn == NULL;
     bool taking = fn == load_chunk && ((load_ctx *)ctx)->apply;
-    float *scratch = malloc(CKPT_CHUNK);
+    /* saving: the engine's form; loading: the file's, which is the engine's (check_model) */
+    ferry_moments form = fn == load_chunk ? file_form(&((load_ctx *)ctx)->f->h) : engine_form(e);
+    char *scratch = malloc(CKPT_CHUNK);
     if (!scratch)
         return err_set(FERRY_ERR_OUT_OF_MEMORY, "a checkpoint: out of host memory");
     ferry_status st = FERRY_OK, sent = FERRY_OK;
-    size_t per = CKPT_CHUNK / sizeof(float);
     for (int i = 0; i < e->groups->n && sent == FERRY_OK; i++) {
         engine_group *g = &e->groups->g[i];
-        for (int k = 0; k < 3 && sent == FERRY_OK; k++)
-            for (size_t at = 0; at < g->numel && sent == FERRY_OK; at += per) {
-                size_t n = g->numel - at < per ? g->numel - at : per;
-                if (saving)
-                    sent = dp_gather_state(e->dp, g, k, at, n, scratch);
-                if (sent == FERRY_OK && st == FERRY_OK && fn)
-                    st = fn(ctx, scratch, false, buf, n * sizeof(float));
-                if (st == FERRY_OK && taking)
-                    dp_take_state(g, k, at, n, scratch);
-                if (!saving && st != FERRY_OK)
-                    sent = st;
+        for (int k = 0; k < 3 && sent == FERRY_OK; k++) {
+            dp_run runs[2];
+            size_t pad;
+            int nr = state_runs(g, k, form, runs, &pad);
+            for (int q = 0; q < nr && sent == FERRY_OK; q++) {
+                const dp_run *r = &runs[q];
+                size_t per = CKPT_CHUNK / r->esize;
+                for (size_t at = 0; at < r->len && sent == FERRY_OK; at += per) {
+                    size_t n = r->len - at < per ? r->len - at : per;
+                    if (saving)
+                        sent = dp_gather_run(e->dp, r, at, n, scratch);
+                    if (sent == FERRY_OK && st == FERRY_OK && fn)
+                        st = fn(ctx, scratch, false, buf, n * r->esize);
+                    if (st == FERRY_OK && taking)
+                        dp_take_run(e->dp, r, at, n, scratch);
+                    if (!saving && st != FERRY_OK)
+                        sent = st;
+                }
+                if (q == 0 && pad && sent == FERRY_OK && st == FERRY_OK && fn) { /* the codes' padding: zeros */
+                    memset(scratch, 0, pad);
+                    st = fn(ctx, scratch, false, buf, pad);
+                    if (!saving && st != FERRY_OK)
+                        sent = st;
+                }
             }
+        }
     }
     free(scratch);
     if (saving && sent == FERRY_OK)

@@ -486,32 +486,41 @@ ferry_status dp_set_master(engine_dp *d, engine_group *g, const float *values)
 
 bool dp_writes_files(const engine_dp *d) { return !d || d->rank == 0; }
 
-static float *state_array(engine_group *g, int k) { return k == 0 ? g->master : k == 1 ? g->m : g->v; }
+/* Rank p's elements of a run: [*lo, *lo + *n). */
+static void run_part(const dp_run *r, int p, size_t *lo, size_t *n)
+{
+    *lo = (size_t)p * r->cap;
+    *n = *lo >= r->len ? 0 : (r->len - *lo < r->cap ? r->len - *lo : r->cap);
+}
 
-ferry_status dp_gather_state(engine_dp *d, engine_group *g, int k, size_t at, size_t n, float *buf)
+ferry_status dp_gather_run(engine_dp *d, const dp_run *r, size_t at, size_t n, void *buf)
 {
     ferry_status st = FERRY_OK;
+    size_t es = r->esize;
     for (int p = 0; p < d->world && st == FERRY_OK; p++) {
         size_t lo, pn;
-        part_of(g, p, &lo, &pn);
+        run_part(r, p, &lo, &pn);
         size_t a = at > lo ? at : lo, b = at + n < lo + pn ? at + n : lo + pn;
         if (a >= b)
             continue;
+        const char *mine = (const char *)r->local + (a - lo) * es;
         if (p == d->rank && d->rank == 0)
-            memcpy(buf + (a - at), state_array(g, k) + (a - lo), (b - a) * sizeof(float));
+            memcpy((char *)buf + (a - at) * es, mine, (b - a) * es);
         else if (p == d->rank)
-            st = comm_world_send(0, state_array(g, k) + (a - lo), (b - a) * sizeof(float));
+            st = comm_world_send(0, mine, (b - a) * es);
         else if (d->rank == 0)
-            st = comm_world_recv(p, buf + (a - at), (b - a) * sizeof(float));
+            st = comm_world_recv(p, (char *)buf + (a - at) * es, (b - a) * es);
     }
     return st;
 }
 
-void dp_take_state(engine_group *g, int k, size_t at, size_t n, const float *buf)
+void dp_take_run(const engine_dp *d, const dp_run *r, size_t at, size_t n, const void *buf)
 {
-    size_t lo = g->part_lo, a = at > lo ? at : lo, b = at + n < lo + g->part_n ? at + n : lo + g->part_n;
+    size_t lo, pn;
+    run_part(r, d->rank, &lo, &pn);
+    size_t a = at > lo ? at : lo, b = at + n < lo + pn ? at + n : lo + pn;
     if (a < b)
-        memcpy(state_array(g, k) + (a - lo), buf + (a - at), (b - a) * sizeof(float));
+        memcpy((char *)r->local + (a - lo) * r->esize, (const char *)buf + (a - at) * r->esize, (b - a) * r->esize);
 }
 
 ferry_status dp_save_begin(engine_dp *d, const char *path)

@@ -87,12 +87,21 @@ ferry_status dp_set_master(engine_dp *d, engine_group *g, const float *values);
 
 /* Checkpoints: rank 0 writes the whole state, the other ranks send it their parts. */
 bool dp_writes_files(const engine_dp *d);
-/* Elements [at, at + n) of array k (0 master, 1 m, 2 v) of the group into
- * buf on rank 0, from whichever ranks own them; other ranks send theirs.
- * Collective, in the same order on every rank. */
-ferry_status dp_gather_state(engine_dp *d, engine_group *g, int k, size_t at, size_t n, float *buf);
-/* Elements [at, at + n) of array k arrived from a file: keeps this rank's part. */
-void dp_take_state(engine_group *g, int k, size_t at, size_t n, const float *buf);
+/* One run of a group's state as the file holds it: len elements of esize
+ * bytes, rank p owning [p * cap, min(len, (p + 1) * cap)), which it keeps
+ * from `local` on (this rank's buffer). The master weights and fp32 or
+ * bf16 moments are one run each (cap the slot); 8-bit moments two, their
+ * codes (cap the slot) and their absmax (cap the slot's blocks). */
+typedef struct dp_run {
+    void *local;
+    size_t esize, len, cap;
+} dp_run;
+/* Elements [at, at + n) of the run into buf on rank 0, from whichever
+ * ranks own them; other ranks send theirs. Collective, in the same order
+ * on every rank. */
+ferry_status dp_gather_run(engine_dp *d, const dp_run *r, size_t at, size_t n, void *buf);
+/* Elements [at, at + n) of the run arrived from a file: keeps this rank's part. */
+void dp_take_run(const engine_dp *d, const dp_run *r, size_t at, size_t n, const void *buf);
 /* Makes rank 0's status every rank's: rank 0 sends whether it succeeded (and
  * its message). */
 ferry_status dp_agree_status(engine_dp *d, ferry_status st, const char *what);

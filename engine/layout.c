@@ -120,9 +120,13 @@ int engine_drain_window(int prefetch_groups) { return prefetch_groups + 1; }
  *   params     a window of weights (N x slot), grads as optimizer
  *
  * A rank's slot is a whole number of NUMERICS_TILE: ceil(tiles / N) tiles.
+ * Compact moments take the slot in their layout (bf16 2 x slot bytes; 8bit
+ * the slot's codes, then its absmax), and a slot starts on an 8-bit block.
  * The gradients are reduced a chunk of every rank's slot at a time through
  * two pairs of device buffers (N x chunk fp32 to send, chunk fp32 received),
  * the chunk sized so the send buffer holds 64 MiB ($FERRY_REDUCE_KIB). */
+_Static_assert(NUMERICS_TILE % MOMENTS_Q8_BLOCK == 0,
+               "a rank's part starts on an 8-bit block of the compact moments");
 size_t engine_part_cap(size_t numel, int world)
 {
     size_t tiles = (numel + NUMERICS_TILE - 1) / NUMERICS_TILE, n = world > 0 ? (size_t)world : 1;

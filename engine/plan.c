@@ -49,10 +49,10 @@ static ferry_status check_request(const engine_plan_request *rq)
     if (rq->moments != FERRY_MOMENTS_F32 && rq->moments != FERRY_MOMENTS_BF16 && rq->moments != FERRY_MOMENTS_8BIT)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: moments form %d; f32, bf16 or 8bit", (int)rq->moments);
     if (rq->moments != FERRY_MOMENTS_F32 &&
-        (rq->offload == FERRY_OFFLOAD_NONE || on_disk(rq) || rq->ranks > 1 || rq->collective || rq->split_groups > 0))
+        (rq->offload == FERRY_OFFLOAD_NONE || on_disk(rq) || rq->split_groups > 0))
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine plan: moments %s are updated by the CPU in host memory: plan offload optimizer or "
-                       "params, alone, without the NVMe tier or a split (offload %s)",
+                       "params, without the NVMe tier or a split (offload %s)",
                        ferry_moments_name(rq->moments), ferry_offload_name(rq->offload));
     if (rq->micro_batches < 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: %d micro-batches per step", rq->micro_batches);

@@ -39,14 +39,13 @@ ferry_status update_open(const update_env *env, engine_update **out)
     const update_ops *ops;
     ferry_offload mode = ctx_mode(env->ctx);
     ferry_moments form = env->ctx->cfg->moments;
-    if (form != FERRY_MOMENTS_F32 && (env->dp || ctx_disk(env->ctx) || mode == FERRY_OFFLOAD_NONE))
+    if (form != FERRY_MOMENTS_F32 && (ctx_disk(env->ctx) || mode == FERRY_OFFLOAD_NONE))
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "ferry_engine_setup: moments %s %s; compact moments train alone, in offload 'optimizer' or "
-                       "'params' without the NVMe tier; use moments f32 here",
+                       "ferry_engine_setup: moments %s %s; compact moments train in offload 'optimizer' or "
+                       "'params' without the NVMe tier (alone or with data parallelism); use moments f32 here",
                        ferry_moments_name(form),
-                       env->dp ? "with data parallelism (each rank's part is fp32 state)"
-                               : ctx_disk(env->ctx) ? "with the NVMe tier (it streams fp32 moments)"
-                                               : "with offload 'none' (the device's update holds fp32 moments)");
+                       ctx_disk(env->ctx) ? "with the NVMe tier (it streams fp32 moments)"
+                                          : "with offload 'none' (the device's update holds fp32 moments)");
     if (mode == FERRY_OFFLOAD_NONE)
         ops = &update_resident_ops;
     else if (ctx_disk(env->ctx))
@@ -442,30 +441,64 @@ static ferry_status submit_segment(engine_update *u, engine_group *g, size_t fir
     return submit_job(u, g, job, NULL);
 }
 
-/* Compact moments: one job over the group, its no-decay tensors as ranges
- * (an 8-bit block may span a weight and a bias); the rounding's counter is
- * the element's index in the whole model. */
+/* The no-decay ranges of g inside this rank's part, from part_lo; the
+ * count in *count (at most g->no_decay_count). */
+static void part_no_decay(const engine_group *g, size_t (*out)[2], size_t *count)
+{
+    size_t lo = g->part_lo, hi = g->part_lo + g->part_n, k = 0;
+    for (size_t r = 0; r < g->no_decay_count; r++) {
+        size_t a = g->no_decay[r][0], b = a + g->no_decay[r][1];
+        a = a > lo ? a : lo;
+        b = b < hi ? b : hi;
+        if (a < b) {
+            out[k][0] = a - lo;
+            out[k++][1] = b - a;
+        }
+    }
+    *count = k;
+}
+
+/* Compact moments: one job over the group's part this rank owns (the whole
+ * group alone), its no-decay tensors as ranges (an 8-bit block may span a
+ * weight and a bias); the rounding's counter is the element's index in the
+ * whole model, so every rank draws the bits one process draws. A part
+ * starts on a whole tile of the norm, so on an 8-bit block: its blocks are
+ * the ones a single process quantizes; its slot's padding stays zero. */
 static ferry_status submit_compact(engine_update *u, engine_group *g, const ferry_step_options *o, float clip)
 {
     const engine_ctx *c = u->env.ctx;
     ferry_moments form = c->cfg->moments;
     ferry_dtype gt;
-    const char *grads = group_step_grads(g, ctx_mode(c), u->env.prog->accumulating, false, c->act, &gt);
+    const char *grads = group_step_grads(g, ctx_mode(c), u->env.prog->accumulating, u->env.dp != NULL, c->act, &gt);
+    if (g->part_n == 0)
+        return FERRY_OK; /* a rank past the group's end owns none of it */
+    if (g->part_lo % MOMENTS_Q8_BLOCK != 0)
+        return err_set(FERRY_ERR_STATE, "update of group '%s': this rank's part starts at element %zu, not on a "
+                                        "block of %zu of the compact moments",
+                       g->name, g->part_lo, MOMENTS_Q8_BLOCK);
     adamw_hparams hp = update_hparams(g, o, true);
-    uint64_t index0 = 0;
+    uint64_t index0 = g->part_lo;
     for (const engine_group *h = u->env.groups->g; h < g; h++)
         index0 += h->numel;
+    size_t count = 0;
+    size_t(*ranges)[2] = g->no_decay_count ? malloc(g->no_decay_count * sizeof *ranges) : NULL;
+    if (g->no_decay_count && !ranges)
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "update of group '%s': out of host memory", g->name);
+    if (hp.weight_decay > 0.0f)
+        part_no_decay(g, ranges, &count);
     adamw_job job = {
-        .master = g->master, .grad = grads, .grad_dtype = gt, .n = g->numel, .step = u->env.prog->step + 1,
+        .master = g->master, .grad = grads, .grad_dtype = gt, .n = g->part_n, .step = u->env.prog->step + 1,
         .hp = hp, .grad_scale = clip, .copy_out = g->host_weights, .copy_dtype = c->act,
         .moments = form, .mq = g->mq, .vq = g->vq, .seed = c->cfg->moments_seed, .index0 = index0,
-        .no_decay_count = hp.weight_decay > 0.0f ? g->no_decay_count : 0,
+        .no_decay_count = count,
     };
-    if (form == FERRY_MOMENTS_8BIT) {
-        job.m_absmax = moments_q8_absmax(g->mq, g->numel);
-        job.v_absmax = moments_q8_absmax(g->vq, g->numel);
+    if (form == FERRY_MOMENTS_8BIT) { /* the slot's layout: part_cap codes, then their absmax */
+        job.m_absmax = moments_q8_absmax(g->mq, g->part_cap);
+        job.v_absmax = moments_q8_absmax(g->vq, g->part_cap);
     }
-    return submit_job(u, g, job, (const size_t(*)[2])g->no_decay);
+    ferry_status st = submit_job(u, g, job, (const size_t(*)[2])ranges);
+    free(ranges);
+    return st;
 }
 
 ferry_status update_submit_cpu(engine_update *u, const ferry_step_options *o, float clip, int first)

@@ -365,11 +365,15 @@ typedef struct ferry_engine_config {
     /* How the Adam moments are stored (ferry_moments above). F32 (the
      * default) is bitwise what it always was. BF16 and 8BIT are read and
      * written by the CPU AdamW as they are, so they need the state on the
-     * host: offload OPTIMIZER or PARAMS, alone (not NONE, the NVMe tier,
-     * data parallelism or a forced split; the split's auto keeps every
-     * update on the CPU). Checkpoints save the form as it is (a resume is
-     * bitwise); loading a file of another form converts it, with a warning
-     * on stderr. */
+     * host: offload OPTIMIZER or PARAMS, alone or with data parallelism
+     * (not NONE, the NVMe tier or a forced split; the split's auto keeps
+     * every update on the CPU). With data parallelism each rank holds its
+     * part in the compact form, and N ranks with one micro-batch each train
+     * bitwise as one process with N on the host backend. Checkpoints save
+     * the form as it is (a resume is bitwise, at any world size); loading a
+     * file of another form converts it, with a warning on stderr (with
+     * data parallelism each rank converts its part, as one process
+     * converts the whole). */
     ferry_moments moments;
     int reserved_moments;          /* 0 */
     uint64_t moments_seed;         /* BF16: the stochastic rounding's seed */

@@ -79,7 +79,8 @@ static const opt_spec specs[] = {
     {"--moments", OPT_MOMENTS, F(moments), "f32", 0, 0, "how the Adam moments are stored on the host: f32 (8 bytes a "
                                                        "parameter), bf16 (4, stochastic rounding seeded by --seed) or "
                                                        "8bit (2, bitsandbytes' blockwise 8-bit); bf16 and 8bit need "
-                                                       "--offload optimizer or params (auto picks optimizer), alone; "
+                                                       "--offload optimizer or params (auto picks optimizer), with "
+                                                       "or without mpirun; "
                                                        "checkpoints keep the form, and a resume with another "
                                                        "converts, with a warning"},
     {"--loss-scale", OPT_FLOAT, F(loss_scale), "65536", 0, 1e38, "first dynamic loss scale with f16 storage (torch "

@@ -15,6 +15,13 @@
  * signal's stop) by every rank after the same micro-batch leaves the
  * collectives paired and the run bitwise as if the step had never begun.
  *
+ * The same holds with compact Adam moments (bf16, stochastically rounded
+ * by the element's global index, and 8bit, quantized per block of 256):
+ * each rank updates its slot in the compact layout, and a checkpoint saved
+ * by the N ranks is the file one process writes, which resumes at any
+ * world size, and one of another form is converted by each rank for its
+ * part, as one process converts the whole.
+ *
  * Runs in f32, and in bf16 storage with FERRY_TEST_DTYPE=bf16. Only rank 0
  * writes TAP; every rank's own checks are summed across ranks and reported
  * there. */
@@ -41,6 +48,7 @@ enum { STEPS = 6, HALF = 3, B = 2, T = 32, MAXR = 8 };
 static gpt2_config model;
 static const uint64_t SEED = 4321;
 static int rank, world;
+static ferry_moments moments = FERRY_MOMENTS_F32; /* of the runs being made */
 /* run(), with several ranks: in this step every rank first takes its first
  * micro-batch and drops the step (ferry_engine_abandon_step), then takes
  * the step whole; -1: never. */
@@ -104,8 +112,11 @@ static uint64_t expected_host_bytes(const gpt2_model *m, ferry_offload mode, int
     for (int g = 0; g < gpt2_num_groups(m); g++) {
         size_t tiles = (gpt2_group_numel(m, g) + NUMERICS_TILE - 1) / NUMERICS_TILE;
         size_t slot = (tiles + (size_t)n - 1) / (size_t)n * NUMERICS_TILE;
+        /* m and v: 4 bytes an element, bf16 2, 8bit 1 and an fp32 absmax per 256 */
+        size_t mv = moments == FERRY_MOMENTS_F32 ? slot * 4 : moments == FERRY_MOMENTS_BF16 ? slot * 2
+                                                                                          : slot + slot / 256 * 4;
         /* master, m, v, the summed gradients (fp32), the upload copy (storage type) */
-        sum += 4 * pool_charge(slot * 4) + pool_charge(slot * act);
+        sum += 2 * pool_charge(slot * 4) + 2 * pool_charge(mv) + pool_charge(slot * act);
     }
     return sum;
 }
@@ -115,6 +126,8 @@ static ferry_engine_config config(ferry_offload mode, int parallel)
 {
     ferry_engine_config cfg = efix_config(FERRY_BACKEND_HOST, mode, test_dtype(), 1);
     cfg.data_parallel = parallel;
+    cfg.moments = moments;
+    cfg.moments_seed = 77;
     return cfg;
 }
 
@@ -196,8 +209,9 @@ static void free_result(run_result *r)
 static void test_mode(ferry_offload mode, int delayed, int prefetch)
 {
     char what[96];
-    snprintf(what, sizeof what, "%d ranks, offload %s%s%s", world, ferry_offload_name(mode),
-             delayed ? ", delayed update" : "", mode == FERRY_OFFLOAD_PARAMS && prefetch ? ", prefetch 1" : "");
+    snprintf(what, sizeof what, "%d ranks, offload %s%s%s%s%s", world, ferry_offload_name(mode),
+             delayed ? ", delayed update" : "", mode == FERRY_OFFLOAD_PARAMS && prefetch ? ", prefetch 1" : "",
+             moments != FERRY_MOMENTS_F32 ? ", moments " : "", moments != FERRY_MOMENTS_F32 ? ferry_moments_name(moments) : "");
     run_result dp = {0}, ref = {0};
     run_opts o = {mode, delayed, prefetch, 1, NULL, 0, STEPS, NULL, 1, NULL};
     ferry_status st = run(&o, &dp);
@@ -221,7 +235,8 @@ static void test_mode(ferry_offload mode, int delayed, int prefetch)
         /* The runs' budget is the free memory: params mode keeps every group. */
         gpt2_plan_request rq = {.cfg = &model, .batch = B, .seq = T, .offload = mode, .recompute = false,
                                 .prefetch_groups = prefetch, .micro_batches = 1, .backend = FERRY_BACKEND_HOST,
-                                .dtype = test_dtype(), .ranks = world, .device_budget = (uint64_t)1 << 40};
+                                .dtype = test_dtype(), .ranks = world, .device_budget = (uint64_t)1 << 40,
+                                .moments = moments};
         ferry_status planned = world > 1 ? gpt2_plan_predict(&rq, &p) : FERRY_ERR_STATE;
         if (world > 1 && tap_ok(planned == FERRY_OK, "%s: memory planned for %d ranks %s", what, world,
                                 planned == FERRY_OK ? "" : ferry_last_error())) {
@@ -471,7 +486,11 @@ static double expected_read(const gpt2_model *m, long bytes, int r)
     for (int g = 0; g < groups; g++) {
         size_t numel = gpt2_group_numel(m, g), tiles = (numel + NUMERICS_TILE - 1) / NUMERICS_TILE;
         size_t slot = (tiles + n - 1) / n * NUMERICS_TILE, lo = (size_t)r * slot;
-        own += 3 * 4 * (uint64_t)(lo >= numel ? 0 : numel - lo < slot ? numel - lo : slot);
+        uint64_t mine = lo >= numel ? 0 : numel - lo < slot ? numel - lo : slot;
+        /* master fp32; m and v in the form: bf16 2 bytes, 8bit the codes and their blocks' absmax */
+        uint64_t mv = moments == FERRY_MOMENTS_F32 ? 4 * mine : moments == FERRY_MOMENTS_BF16 ? 2 * mine
+                                                                                            : mine + (mine + 255) / 256 * 4;
+        own += 4 * mine + 2 * mv;
     }
     return (double)(head + part + own);
 }
@@ -558,16 +577,24 @@ static void test_checkpoint_across_worlds(ferry_offload mode)
         run_opts ref = {mode, 0, 0, -1, NULL, 0, STEPS, NULL, 1, NULL};
         run_opts rest = {mode, 0, 0, -1, file, HALF, STEPS, NULL, 1, NULL};
         char what[96];
-        snprintf(what, sizeof what, "offload %s: saved by %d ranks at step %d, resumed alone", ferry_offload_name(mode),
-                 world, HALF);
+        snprintf(what, sizeof what, "offload %s, moments %s: saved by %d ranks at step %d, resumed alone",
+                 ferry_offload_name(mode), ferry_moments_name(moments), world, HALF);
         tap_ok(saved == world && run(&ref, &whole) == FERRY_OK && run(&rest, &b) == FERRY_OK, "%s: ran", what);
         memcpy(b.loss, whole.loss, sizeof b.loss[0] * HALF);
         memcpy(b.norm, whole.norm, sizeof b.norm[0] * HALF);
         compare(&b, &whole, HALF, what);
+        long nr = -1, na = -1;
+        unsigned char *by_ranks = slurp(file, &nr), *by_one = NULL;
         /* and back: one process saves at HALF, the N ranks continue */
         run_opts alone = {mode, 0, 0, -1, NULL, 0, HALF, file, 1, NULL};
         free_result(&b);
         tap_ok(run(&alone, &b) == FERRY_OK, "offload %s: one process saved step %d", ferry_offload_name(mode), HALF);
+        by_one = slurp(file, &na);
+        tap_ok(by_ranks && by_one && nr == na && memcmp(by_ranks, by_one, (size_t)nr) == 0,
+               "offload %s, moments %s: the file %d ranks saved is byte for byte the one one process saves (%ld and "
+               "%ld bytes)", ferry_offload_name(mode), ferry_moments_name(moments), world, nr, na);
+        free(by_ranks);
+        free(by_one);
     }
     ferry_world_barrier();
     free_result(&a);
@@ -581,8 +608,8 @@ static void test_checkpoint_across_worlds(ferry_offload mode)
     ferry_world_all_reduce(reads, (size_t)world);
     if (rank == 0) {
         char what[96];
-        snprintf(what, sizeof what, "offload %s: saved alone at step %d, resumed by %d ranks", ferry_offload_name(mode),
-                 HALF, world);
+        snprintf(what, sizeof what, "offload %s, moments %s: saved alone at step %d, resumed by %d ranks",
+                 ferry_offload_name(mode), ferry_moments_name(moments), HALF, world);
         tap_ok(resumed == world, "%s: ran on every rank", what);
         memcpy(a.loss, whole.loss, sizeof a.loss[0] * HALF);
         memcpy(a.norm, whole.norm, sizeof a.norm[0] * HALF);
@@ -599,6 +626,44 @@ static void test_checkpoint_across_worlds(ferry_offload mode)
     free_result(&whole);
     free_result(&a);
     free_result(&b);
+}
+
+/* Saved alone with bf16 moments, resumed with 8bit ones by the N ranks:
+ * each converts its part as one process converts the whole group (per
+ * element, per block of 256, on which every slot starts), so the run goes
+ * on bitwise as one process resuming the file with 8bit moments. */
+static void test_convert_at_ranks(ferry_offload mode)
+{
+    char dir[128], file[160], what[96];
+    shared_dir(dir, sizeof dir);
+    snprintf(file, sizeof file, "%s/state.ferry", dir);
+    snprintf(what, sizeof what, "offload %s: saved alone in bf16, resumed in 8bit by %d ranks", ferry_offload_name(mode),
+             world);
+    run_result saved = {0}, ref = {0}, got = {0};
+    if (rank == 0) {
+        moments = FERRY_MOMENTS_BF16;
+        run_opts o = {mode, 0, 0, -1, NULL, 0, HALF, file, 1, NULL};
+        moments = run(&o, &saved) == FERRY_OK ? FERRY_MOMENTS_8BIT : FERRY_MOMENTS_F32;
+        run_opts r = {mode, 0, 0, -1, file, HALF, STEPS, NULL, 1, NULL};
+        tap_ok(moments == FERRY_MOMENTS_8BIT && run(&r, &ref) == FERRY_OK,
+               "%s: one process saved step %d in bf16 and resumed it in 8bit", what, HALF);
+    }
+    ferry_world_barrier();
+    moments = FERRY_MOMENTS_8BIT;
+    run_opts o = {mode, 0, 0, 1, file, HALF, STEPS, NULL, 1, NULL};
+    ferry_status st = run(&o, &got);
+    int resumed = efix_ranks_ok(st == FERRY_OK);
+    if (rank == 0) {
+        tap_ok(resumed == world, "%s: ran on every rank", what);
+        compare(&got, &ref, HALF, what);
+        unlink(file);
+        rmdir(dir);
+    }
+    ferry_world_barrier();
+    moments = FERRY_MOMENTS_F32;
+    free_result(&saved);
+    free_result(&ref);
+    free_result(&got);
 }
 
 int main(int argc, char **argv)
@@ -637,6 +702,15 @@ int main(int argc, char **argv)
     test_abandon(FERRY_OFFLOAD_PARAMS, 0);
     test_checkpoint_across_worlds(FERRY_OFFLOAD_OPTIMIZER);
     test_checkpoint_across_worlds(FERRY_OFFLOAD_PARAMS);
+    /* compact moments: each rank's slot in the compact layout */
+    moments = FERRY_MOMENTS_BF16;
+    test_mode(FERRY_OFFLOAD_OPTIMIZER, 0, 2);
+    test_checkpoint_across_worlds(FERRY_OFFLOAD_PARAMS);
+    moments = FERRY_MOMENTS_8BIT;
+    test_mode(FERRY_OFFLOAD_PARAMS, 0, 1);
+    test_checkpoint_across_worlds(FERRY_OFFLOAD_OPTIMIZER);
+    moments = FERRY_MOMENTS_F32;
+    test_convert_at_ranks(FERRY_OFFLOAD_PARAMS);
     int rc = rank == 0 ? tap_done() : 0;
     ferry_world_leave();
     return rc;

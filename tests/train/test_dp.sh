@@ -21,7 +21,15 @@
 # during setup with nothing trained or saved. --sample runs on rank 0
 # alone.
 # The same holds for ferry-train's Llama family (2 ranks in optimizer and
-# params mode), and at 3 ranks in optimizer and params mode.
+# params mode), and at 3 ranks in optimizer and params mode. With compact
+# Adam moments (--moments bf16 and 8bit, on a model wide enough that every
+# rank owns part of a group) 2 ranks in optimizer and params mode and 3 in
+# params mode train bitwise as one process, the engine state they save
+# (in the compact form) the one process's, rank 0's host pool what memprof
+# plan --ranks N --moments predicts; an 8bit checkpoint saved by 2
+# ranks resumes in one process and the reverse, continuing exactly, and
+# resumed with another form by the ranks it is converted as one process
+# converts it.
 # Usage: test_dp.sh TRAIN_GPT2 MPIRUN MEMPROF FERRY_TRAIN
 set -u
 train=$1
@@ -80,6 +88,81 @@ for mode in optimizer params; do
     same_state "$d/three/step_00000006/state.ferry" "$d/one/step_00000006/state.ferry"
   ok $? "$mode: 3 ranks: 6 losses, the saved weights and the engine state identical to one process with --grad-accum 3 (last loss: ${a##* })"
 done
+
+# ---- compact Adam moments: N ranks = 1 process x N ----
+# 128 wide, so a group spans several norm tiles and every rank owns part of
+# one (at 32 wide each group is rank 0's alone).
+wide=("${common[@]}" --width 128)
+form_of() { $python -c 'import struct,sys; print((struct.unpack_from("<I", open(sys.argv[1], "rb").read(), 60)[0] >> 8) & 255)' "$1"; }
+for moments in bf16 8bit; do
+  want_form=1; [ $moments = 8bit ] && want_form=2
+  for case in "2 optimizer" "2 params" "3 params"; do
+    read -r ranks mode <<<"$case" # (n is tap.sh's count)
+    d=$work/moments-$moments-$ranks-$mode
+    mkdir -p "$d"
+    run $ranks "$train" "${wide[@]}" --offload $mode --moments $moments --grad-accum 1 --checkpoint-dir "$d/ranks" \
+      --log "$d/ranks.jsonl" >"$d/ranks.out" 2>"$d/err"
+    ok $? "$moments $mode: $ranks ranks trained $(cat "$d/err")"
+    OPENBLAS_NUM_THREADS=2 "$train" "${wide[@]}" --offload $mode --moments $moments --grad-accum $ranks \
+      --checkpoint-dir "$d/one" --log "$d/one.jsonl" >"$d/one.out" 2>"$d/err"
+    ok $? "$moments $mode: 1 process with --grad-accum $ranks trained $(cat "$d/err")"
+    a=$(losses "$d/ranks.jsonl"); b=$(losses "$d/one.jsonl")
+    [ -n "$a" ] && [ "$a" = "$b" ] && [ "$(evals "$d/ranks.out")" = "$(evals "$d/one.out")" ]
+    ok $? "$moments $mode: $ranks ranks: 6 losses and the validation losses identical to one process with --grad-accum $ranks (last loss: ${a##* })"
+    same_weights "$d/ranks/step_00000006/model.safetensors" "$d/one/step_00000006/model.safetensors"
+    ok $? "$moments $mode: $ranks ranks: saved weights identical, bit for bit"
+    f=$(form_of "$d/ranks/step_00000006/state.ferry")
+    [ "$f" = $want_form ] && same_state "$d/ranks/step_00000006/state.ferry" "$d/one/step_00000006/state.ferry"
+    ok $? "$moments $mode: $ranks ranks: the engine state holds $moments moments (form $f) and is the one process's, bit for bit but for the run identity"
+    got=$($python -c 'import json,sys; print([j for j in map(json.loads, open(sys.argv[1])) if j["kind"] == "step"][-1]["host_bytes"])' "$d/ranks.jsonl")
+    want=$("$memprof" plan --layers 2 --heads 2 --width 128 --vocab 500 --context 64 --batch 2 --seq 32 --backend host \
+      --offload $mode --moments $moments --ranks $ranks --json | $python -c 'import json,sys; print(json.load(sys.stdin)["host"]["total_bytes"])')
+    [ -n "$got" ] && [ "$got" = "$want" ]
+    ok $? "$moments $mode: memprof plan --ranks $ranks --moments $moments predicts rank 0's host pool: $want bytes (the run's $got)"
+  done
+done
+# 8bit across world sizes: saved by 2 ranks at step 3, resumed by one
+# process; saved by one process, resumed by 2 ranks: both continue as the
+# uninterrupted run (one process with --grad-accum 2, above).
+d=$work/moments-8bit-2-optimizer
+run 2 "$train" "${wide[@]}" --offload optimizer --moments 8bit --grad-accum 1 --checkpoint-dir "$d/a" \
+  --checkpoint-every 3 --log "$d/a.jsonl" >/dev/null 2>"$d/err"
+rm -rf "$d/a/step_00000006"; ln -sfn step_00000003 "$d/a/latest"; head -n 4 "$d/a.jsonl" >"$d/a1.jsonl"
+"$train" "${wide[@]}" --offload optimizer --grad-accum 2 --checkpoint-dir "$d/a" --resume "$d/a" --log "$d/a1.jsonl" \
+  >/dev/null 2>"$d/err"
+rc=$?; a=$(losses "$d/a1.jsonl"); b=$(losses "$d/one.jsonl")
+[ $rc -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ] && [ "$(form_of "$d/a/step_00000006/state.ferry")" = 2 ] &&
+  same_weights "$d/a/step_00000006/model.safetensors" "$d/one/step_00000006/model.safetensors"
+ok $? "8bit: saved by 2 ranks at step 3, resumed by one process in 8bit: 6 losses and the final weights those of the run that went on (exit $rc) $(cat "$d/err")"
+"$train" "${wide[@]}" --offload optimizer --moments 8bit --grad-accum 2 --checkpoint-dir "$d/b" --checkpoint-every 3 \
+  --log "$d/b.jsonl" >/dev/null 2>"$d/err"
+rm -rf "$d/b/step_00000006"; ln -sfn step_00000003 "$d/b/latest"; head -n 4 "$d/b.jsonl" >"$d/b1.jsonl"
+cp -r "$d/b/step_00000003" "$d/b3"
+run 2 "$train" "${wide[@]}" --offload optimizer --grad-accum 1 --checkpoint-dir "$d/b" --resume "$d/b" \
+  --log "$d/b1.jsonl" >/dev/null 2>"$d/err"
+rc=$?; a=$(losses "$d/b1.jsonl"); b=$(losses "$d/one.jsonl")
+[ $rc -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ] &&
+  same_weights "$d/b/step_00000006/model.safetensors" "$d/one/step_00000006/model.safetensors"
+ok $? "8bit: saved by one process at step 3, resumed by 2 ranks: 6 losses and the final weights those of the run that went on (exit $rc) $(cat "$d/err")"
+# Another form under the ranks: each rank converts its part, as one process
+# converts the whole, so 2 ranks resuming the 8bit checkpoint with --moments
+# bf16 continue as one process resuming it with --moments bf16, and say so once.
+for w in one ranks; do
+  mkdir -p "$d/c-$w"; cp -r "$d/b3" "$d/c-$w/step_00000003"; ln -sfn step_00000003 "$d/c-$w/latest"
+  head -n 4 "$d/b.jsonl" >"$d/c-$w.jsonl"
+done
+OPENBLAS_NUM_THREADS=2 "$train" "${wide[@]}" --offload optimizer --moments bf16 --grad-accum 2 --checkpoint-dir "$d/c-one" \
+  --resume "$d/c-one" --log "$d/c-one.jsonl" >/dev/null 2>"$d/err-one"
+rc1=$?
+run 2 "$train" "${wide[@]}" --offload optimizer --moments bf16 --grad-accum 1 --checkpoint-dir "$d/c-ranks" \
+  --resume "$d/c-ranks" --log "$d/c-ranks.jsonl" >/dev/null 2>"$d/err"
+rc=$?; a=$(losses "$d/c-ranks.jsonl"); b=$(losses "$d/c-one.jsonl")
+[ $rc -eq 0 ] && [ $rc1 -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$(losses "$d/one.jsonl")" ] &&
+  [ "$(grep -c 'holds 8bit Adam moments and this engine keeps bf16 ones: converted' "$d/err")" -eq 1 ] &&
+  [ "$(form_of "$d/c-ranks/step_00000006/state.ferry")" = 1 ] &&
+  same_weights "$d/c-ranks/step_00000006/model.safetensors" "$d/c-one/step_00000006/model.safetensors" &&
+  same_state "$d/c-ranks/step_00000006/state.ferry" "$d/c-one/step_00000006/state.ferry"
+ok $? "an 8bit checkpoint resumed with --moments bf16 by 2 ranks: converted part by part, the losses, weights and engine state those of one process converting it (exit $rc, $rc1; last loss ${a##* }): $(head -c 300 "$d/err")"
 
 # ---- the Llama family at 2 ranks (ferry-train, llama-d2: grouped-query
 # heads, an untied head, Llama 3's vocabulary) = 1 process x 2 ----
