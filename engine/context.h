@@ -63,6 +63,7 @@ typedef struct engine_ctx {
     int numa_node;
     ferry_dtype act; /* the device's element type */
     size_t act_size;
+    struct engine_window *window; /* the upload window's ring (engine/window.h); NULL when it is off */
 } engine_ctx;
 
 /* The device side's mode: NONE, OPTIMIZER or PARAMS. */

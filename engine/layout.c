@@ -66,6 +66,34 @@ void engine_buffers_moments(engine_buffer *b, int n, ferry_moments form)
     }
 }
 
+bool engine_window_on(int setting, ferry_moments form, ferry_offload device_mode, bool disk, bool ranked)
+{
+    bool offloaded = device_mode == FERRY_OFFLOAD_OPTIMIZER || device_mode == FERRY_OFFLOAD_PARAMS;
+    if (setting == FERRY_UPLOAD_WINDOW_OFF || !offloaded || disk || ranked)
+        return false;
+    return setting == FERRY_UPLOAD_WINDOW_ON || form != FERRY_MOMENTS_F32;
+}
+
+void engine_window_shape(int chunks, uint64_t chunk_bytes, size_t act_size, size_t largest, size_t *chunk_elems,
+                         int *count)
+{
+    size_t want = chunks > 0 ? (size_t)chunks : ENGINE_WINDOW_CHUNKS;
+    size_t per = (size_t)(chunk_bytes ? chunk_bytes : ENGINE_WINDOW_CHUNK_BYTES) / (act_size ? act_size : 1);
+    per = per ? per : 1;
+    if (per > largest)
+        per = largest;
+    size_t need = per ? (largest + per - 1) / per : 0; /* chunks the largest group fills */
+    *chunk_elems = per;
+    *count = (int)(need < want ? need : want);
+}
+
+void engine_buffers_window(engine_buffer *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!b[i].device && b[i].slot == SLOT(host_weights))
+            b[i].elem_bytes = 0;
+}
+
 size_t engine_buffer_bytes(const engine_buffer *b, size_t elems)
 {
     return b->form == FERRY_MOMENTS_F32 ? elems * b->elem_bytes : moments_bytes(b->form, elems);
