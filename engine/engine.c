@@ -456,6 +456,8 @@ static engine_where where(const ferry_engine *e)
                           e->ctx.mode.master_on_disk};
 }
 
+static void describe_more(ferry_engine *e, const char *more);
+
 static void describe(ferry_engine *e)
 {
     const engine_ctx *c = &e->ctx;
@@ -475,6 +477,13 @@ static void describe(ferry_engine *e)
              host_pp < 10 && host_pp > 0 && host_pp != (int)host_pp ? 1 : 0, host_pp, rank,
              tp_pool_binding(c->threads), pin[0] ? "; " : "", pin);
     update_describe(e->update, e->describe, sizeof e->describe);
+    if (c->window) {
+        char ring[32], note[96];
+        units_fmt_bytes(ring, sizeof ring, engine_window_bytes(c->window));
+        snprintf(note, sizeof note, "; upload window of %d chunk%s (%s) in place of the upload copies",
+                 engine_window_chunks(c->window), engine_window_chunks(c->window) == 1 ? "" : "s", ring);
+        describe_more(e, note);
+    }
 }
 
 /* Appends a sentence to the description. */

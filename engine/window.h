@@ -24,9 +24,9 @@ ferry_status engine_window_open(const engine_ctx *c, size_t largest, engine_wind
 void engine_window_close(engine_window *w, backend_stream *h2d);
 /* Queues on the h2d stream, behind what is queued there already (the
  * group's update), the upload of group g's master weights into `dst` (the
- * device weights) chunk by chunk: each chunk converted on the optimizer
- * threads (round to nearest even, as the AdamW's copy) into the ring, then
- * copied. The next chunk is converted while a chunk copies; a chunk is
+ * device weights) chunk by chunk: each chunk converted (round to nearest
+ * even, as the AdamW's copy) into the ring, then copied. The window's
+ * converter thread converts the next chunk while a chunk copies; a chunk is
  * rewritten only after its last copy completed (the stream's order).
  * The master weights must not change until the stream has run it; g->uploaded
  * is the caller's to record. */

@@ -3,8 +3,8 @@
  * weight decay with exempt parts), window on and off give bitwise the same
  * losses (a sum over the weights each forward read), master weights and
  * device weights, in optimizer and params mode, with f32, bf16 and 8bit
- * moments, in fp32 and bf16 storage, through a ring of 4 small chunks (the
- * largest group passes through it many times) and a ring of one chunk; the
+ * moments, in fp32 and bf16 storage, through rings of 4 and 2 small chunks
+ * (the largest group passes through them many times) and of one chunk; the
  * device weights are the scalar round-to-nearest-even conversion of the
  * master weights; the host pool holds the ring (by hand) instead of the
  * upload copies, and exactly what the plan counts, both ways; the default
@@ -287,6 +287,7 @@ int main(void)
             test_case(FERRY_DTYPE_BF16, modes[m], (ferry_moments)form, RING_CHUNKS, RING_CHUNK_BYTES);
     for (int m = 0; m < 2; m++)
         test_case(FERRY_DTYPE_BF16, modes[m], FERRY_MOMENTS_8BIT, 1, ONE_CHUNK_BYTES);
+    test_case(FERRY_DTYPE_BF16, FERRY_OFFLOAD_PARAMS, FERRY_MOMENTS_BF16, 2, ONE_CHUNK_BYTES);
     test_case(FERRY_DTYPE_F32, FERRY_OFFLOAD_OPTIMIZER, FERRY_MOMENTS_BF16, 1, ONE_CHUNK_BYTES);
     test_case(FERRY_DTYPE_F32, FERRY_OFFLOAD_PARAMS, FERRY_MOMENTS_F32, RING_CHUNKS, RING_CHUNK_BYTES);
     test_default();
