@@ -4,7 +4,8 @@
  * losses (a sum over the weights each forward read), master weights and
  * device weights, in optimizer and params mode, with f32, bf16 and 8bit
  * moments, in fp32 and bf16 storage, through rings of 4 and 2 small chunks
- * (the largest group passes through them many times) and of one chunk; the
+ * (the largest group passes through them many times) and of one chunk, and
+ * with the delayed update; the
  * device weights are the scalar round-to-nearest-even conversion of the
  * master weights; the host pool holds the ring (by hand) instead of the
  * upload copies, and exactly what the plan counts, both ways; the default
@@ -32,6 +33,8 @@ typedef struct run_cfg {
     uint64_t chunk_bytes;
 } run_cfg;
 
+static bool delayed_case; /* the cases run with the delayed update */
+
 static ferry_engine_config config_of(const run_cfg *r)
 {
     ferry_engine_config cfg = config_on(FERRY_BACKEND_HOST, r->dtype, 0);
@@ -41,6 +44,7 @@ static ferry_engine_config config_of(const run_cfg *r)
     cfg.upload_window = r->window;
     cfg.upload_window_chunks = r->chunks;
     cfg.upload_window_chunk_bytes = r->chunk_bytes;
+    cfg.delayed_update = delayed_case;
     return cfg;
 }
 
@@ -188,8 +192,9 @@ static uint64_t planned_host(const run_cfg *r, uint64_t *staging)
 static void test_case(ferry_dtype dtype, ferry_offload mode, ferry_moments form, int chunks, uint64_t chunk_bytes)
 {
     char name[96];
-    snprintf(name, sizeof name, "%s storage, offload %s, moments %s, ring %d x %llu B", dtype_name(dtype),
-             ferry_offload_name(mode), ferry_moments_name(form), chunks, (unsigned long long)chunk_bytes);
+    snprintf(name, sizeof name, "%s storage, offload %s%s, moments %s, ring %d x %llu B", dtype_name(dtype),
+             ferry_offload_name(mode), delayed_case ? " (delayed update)" : "", ferry_moments_name(form), chunks,
+             (unsigned long long)chunk_bytes);
     run_cfg off = {dtype, mode, form, FERRY_UPLOAD_WINDOW_OFF, 0, 0};
     run_cfg on = {dtype, mode, form, FERRY_UPLOAD_WINDOW_ON, chunks, chunk_bytes};
     run_result a = run(&off), b = run(&on);
@@ -200,8 +205,9 @@ static void test_case(ferry_dtype dtype, ferry_offload mode, ferry_moments form,
            "%s: losses (last %.17g and %.17g), master and device weights bitwise alike (%zu differ)", name,
            a.loss[STEPS - 1], b.loss[STEPS - 1], diffs);
     size_t miss = rounding_misses(&b, dtype);
-    tap_ok(b.st == FERRY_OK && miss == 0, "%s: the device weights are the master's rounded to nearest even (%zu not)",
-           name, miss);
+    if (!delayed_case) /* there the device holds the weights of the update before */
+        tap_ok(b.st == FERRY_OK && miss == 0,
+               "%s: the device weights are the master's rounded to nearest even (%zu not)", name, miss);
     /* the pool: the ring (by hand) instead of the upload copies, as planned */
     size_t act = dtype_size(dtype), per = chunk_bytes / act, big = largest();
     per = per > big ? big : per;
@@ -351,6 +357,9 @@ int main(void)
     test_case(FERRY_DTYPE_BF16, FERRY_OFFLOAD_PARAMS, FERRY_MOMENTS_BF16, 2, ONE_CHUNK_BYTES);
     test_case(FERRY_DTYPE_F32, FERRY_OFFLOAD_OPTIMIZER, FERRY_MOMENTS_BF16, 1, ONE_CHUNK_BYTES);
     test_case(FERRY_DTYPE_F32, FERRY_OFFLOAD_PARAMS, FERRY_MOMENTS_F32, RING_CHUNKS, RING_CHUNK_BYTES);
+    delayed_case = true; /* its uploads wait for the next step's backward */
+    test_case(FERRY_DTYPE_BF16, FERRY_OFFLOAD_OPTIMIZER, FERRY_MOMENTS_8BIT, RING_CHUNKS, RING_CHUNK_BYTES);
+    delayed_case = false;
     for (int m = 0; m < 2; m++)
         test_gpt2(modes[m], FERRY_MOMENTS_8BIT);
     test_gpt2(FERRY_OFFLOAD_PARAMS, FERRY_MOMENTS_F32);
