@@ -161,6 +161,7 @@ ferry_status engine_window_open(const engine_ctx *c, size_t largest, engine_wind
     ferry_status st = w->count > 0 ? pool_alloc(c->pool, engine_window_bytes(w), 0, FERRY_MEM_STAGING,
                                                 "upload window", &ring)
                                    : FERRY_OK;
+    w->ring = ring;
     if (st == FERRY_OK && w->count >= 2) { /* one chunk: nothing to convert ahead */
         w->started = pthread_create(&w->thread, NULL, converter_main, w) == 0;
         if (!w->started)
@@ -171,7 +172,6 @@ ferry_status engine_window_open(const engine_ctx *c, size_t largest, engine_wind
         window_free(w);
         return err_wrap(st, "the upload window's ring");
     }
-    w->ring = ring;
     *out = w;
     return FERRY_OK;
 }
