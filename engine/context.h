@@ -16,7 +16,8 @@
  * checks it):
  *   0  context.h, groups.h    the shared data: this file; the group table
  *   1  layout, device_share   what each mode holds (a table); the card's share
- *   2  plan                   the memory plan: what setup and the schedule allocate
+ *   2  plan, window           the memory plan: what setup and the schedule allocate; the
+ *                             upload window's ring
  *   3  auto, dp               offload auto's choice; data parallelism (ranks, collectives)
  *   4  placement, residency   allocating what the layout lists; params mode's device weights
  *   5  update                 where the optimizer state lives and the AdamW update

@@ -3,7 +3,7 @@
  * fp32 master weights are converted to the device type as its upload
  * streams, in place of a whole host copy of the weights in the device type.
  * Whether it is on and its shape are the layout's rule (engine/layout.h);
- * this file owns the ring and queues the uploads through it. Floor 1. */
+ * this file owns the ring and queues the uploads through it. Floor 2. */
 #ifndef FERRY_ENGINE_WINDOW_H
 #define FERRY_ENGINE_WINDOW_H
 

@@ -79,8 +79,8 @@ GENERATED = {
 # orchestrator (engine.c) is on top and nothing calls back up into it.
 ENGINE_FLOORS = {
     "context": 0, "groups": 0, "intree": 0,
-    "layout": 1, "memplan": 1, "device_share": 1, "window": 1,
-    "plan": 2,
+    "layout": 1, "memplan": 1, "device_share": 1,
+    "plan": 2, "window": 2,
     "auto": 3, "dp": 3,
     "placement": 4, "residency": 4,
     "update": 5,
