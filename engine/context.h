@@ -16,7 +16,8 @@
  * checks it):
  *   0  context.h, groups.h    the shared data: this file; the group table
  *   1  layout, device_share   what each mode holds (a table); the card's share
- *   2  plan                   the memory plan: what setup and the schedule allocate
+ *   2  plan, window           the memory plan: what setup and the schedule allocate; the
+ *                             upload window's ring
  *   3  auto, dp               offload auto's choice; data parallelism (ranks, collectives)
  *   4  placement, residency   allocating what the layout lists; params mode's device weights
  *   5  update                 where the optimizer state lives and the AdamW update
@@ -63,6 +64,7 @@ typedef struct engine_ctx {
     int numa_node;
     ferry_dtype act; /* the device's element type */
     size_t act_size;
+    struct engine_window *window; /* the upload window's ring (engine/window.h); NULL when it is off */
 } engine_ctx;
 
 /* The device side's mode: NONE, OPTIMIZER or PARAMS. */

@@ -19,6 +19,7 @@
 #include "common/units.h"
 #include "engine/auto.h"
 #include "engine/layout.h"
+#include "engine/window.h"
 
 static ferry_status check_group(const ferry_engine *e, int group, const char *what)
 {
@@ -51,8 +52,41 @@ static const size_t config_fields[] = {
     SIZED_END(ferry_engine_config, auto_activation_bytes), SIZED_END(ferry_engine_config, auto_micro_batches),
     SIZED_END(ferry_engine_config, reserved_auto),     SIZED_END(ferry_engine_config, moments),
     SIZED_END(ferry_engine_config, reserved_moments),  SIZED_END(ferry_engine_config, moments_seed),
+    SIZED_END(ferry_engine_config, upload_window),     SIZED_END(ferry_engine_config, upload_window_chunks),
+    SIZED_END(ferry_engine_config, upload_window_chunk_bytes),
 };
-SIZED_NO_TAIL_PADDING(ferry_engine_config, moments_seed);
+SIZED_NO_TAIL_PADDING(ferry_engine_config, upload_window_chunk_bytes);
+
+/* The upload window's fields in range, and not asked for where nothing can
+ * use it (data parallelism joined from a launcher is seen at setup). */
+static ferry_status check_window_config(const ferry_engine_config *c)
+{
+    if (c->upload_window != FERRY_UPLOAD_WINDOW_AUTO && c->upload_window != FERRY_UPLOAD_WINDOW_ON &&
+        c->upload_window != FERRY_UPLOAD_WINDOW_OFF)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: upload_window %d; use FERRY_UPLOAD_WINDOW_AUTO (0), _ON (1) or _OFF (-1)",
+                       c->upload_window);
+    if (c->upload_window_chunks < 0 || c->upload_window_chunks > 64)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine config: upload_window_chunks %d is outside 0..64 (0 = %d)",
+                       c->upload_window_chunks, ENGINE_WINDOW_CHUNKS);
+    if (c->upload_window_chunk_bytes % 64 || c->upload_window_chunk_bytes > ((uint64_t)1 << 30))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: upload_window_chunk_bytes %llu; give a multiple of 64 up to 1 GiB (0 = 16 MiB)",
+                       (unsigned long long)c->upload_window_chunk_bytes);
+    if (c->upload_window != FERRY_UPLOAD_WINDOW_ON)
+        return FERRY_OK;
+    const char *why = c->offload == FERRY_OFFLOAD_NONE ? "offload 'none' keeps the weights on the device"
+                      : c->offload == FERRY_OFFLOAD_NVME || c->nvme_path
+                          ? "the NVMe tier converts the master weights from its file into the upload copy"
+                      : c->data_parallel == 1 ? "with data parallelism each rank uploads its slot of the copy"
+                                              : NULL;
+    if (why)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "engine config: upload_window on is not available here (%s); use FERRY_UPLOAD_WINDOW_AUTO or "
+                       "_OFF",
+                       why);
+    return FERRY_OK;
+}
 
 /* The moments' form known, and where the CPU's update can hold it. */
 static ferry_status check_moments_config(const ferry_engine_config *c)
@@ -183,7 +217,8 @@ static ferry_status check_config(const ferry_engine_config *c)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: comm_timeout_s %d is negative (0 = $FERRY_COMM_TIMEOUT, else 600 s)",
                        c->comm_timeout_s);
-    if ((st = check_split_config(c)) != FERRY_OK || (st = check_moments_config(c)) != FERRY_OK)
+    if ((st = check_split_config(c)) != FERRY_OK || (st = check_moments_config(c)) != FERRY_OK ||
+        (st = check_window_config(c)) != FERRY_OK)
         return st;
     if (c->delayed_update && c->offload != FERRY_OFFLOAD_OPTIMIZER)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
@@ -333,6 +368,8 @@ static void unplace(ferry_engine *e)
     e->update = NULL;
     e->res = NULL;
     dp_unplace(e->dp);
+    engine_window_close(e->ctx.window, e->ctx.h2d);
+    e->ctx.window = NULL;
     if (e->ctx.be)
         placement_unplace(&e->placement, &e->ctx, &e->groups);
 }
@@ -419,6 +456,8 @@ static engine_where where(const ferry_engine *e)
                           e->ctx.mode.master_on_disk};
 }
 
+static void describe_more(ferry_engine *e, const char *more);
+
 static void describe(ferry_engine *e)
 {
     const engine_ctx *c = &e->ctx;
@@ -438,6 +477,13 @@ static void describe(ferry_engine *e)
              host_pp < 10 && host_pp > 0 && host_pp != (int)host_pp ? 1 : 0, host_pp, rank,
              tp_pool_binding(c->threads), pin[0] ? "; " : "", pin);
     update_describe(e->update, e->describe, sizeof e->describe);
+    if (c->window) {
+        char ring[32], note[96];
+        units_fmt_bytes(ring, sizeof ring, engine_window_bytes(c->window));
+        snprintf(note, sizeof note, "; upload window of %d chunk%s (%s) in place of the upload copies",
+                 engine_window_chunks(c->window), engine_window_chunks(c->window) == 1 ? "" : "s", ring);
+        describe_more(e, note);
+    }
 }
 
 /* Appends a sentence to the description. */
@@ -511,6 +557,9 @@ static ferry_status plan_request(ferry_engine *e, engine_plan_request *rq, size_
         .split_groups = forced_split(e),
         .group_names = *names,
         .moments = e->cfg.moments,
+        .upload_window = e->cfg.upload_window,
+        .upload_window_chunks = e->cfg.upload_window_chunks,
+        .upload_window_chunk_bytes = e->cfg.upload_window_chunk_bytes,
     };
     if (!rq->split_groups)
         return FERRY_OK;
@@ -523,6 +572,22 @@ static ferry_status plan_request(ferry_engine *e, engine_plan_request *rq, size_
     return st != FERRY_OK ? st
                           : update_split_check_room(&e->groups, rq->split_groups, rq->micro_batches > 1,
                                                     m.region_bytes < budget ? budget - m.region_bytes : 0, budget);
+}
+
+/* The upload window's ring, where the mode resolved lets it be on (an
+ * explicit on where it cannot is refused with the reason). */
+static ferry_status open_window(ferry_engine *e)
+{
+    engine_ctx *c = &e->ctx;
+    bool on = engine_window_on(e->cfg.upload_window, e->cfg.moments, ctx_mode(c), ctx_disk(c) != NULL, e->dp != NULL);
+    if (!on && e->cfg.upload_window == FERRY_UPLOAD_WINDOW_ON)
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "ferry_engine_setup: upload_window on with offload '%s'%s: the window serves offload "
+                       "'optimizer' and 'params' alone, without the NVMe tier or data parallelism; use "
+                       "FERRY_UPLOAD_WINDOW_AUTO or _OFF",
+                       ferry_offload_name(c->mode.asked),
+                       e->dp ? " and data parallelism" : ctx_disk(c) ? " and the NVMe tier" : "");
+    return on ? engine_window_open(c, groups_largest(&e->groups), &c->window) : FERRY_OK;
 }
 
 /* Where every byte goes, in order: the mode (offload auto), each group's
@@ -555,6 +620,8 @@ static ferry_status place(ferry_engine *e)
         st = placement_accumulators(c, &e->groups, false); /* the sums the all-reduce works on, from setup on */
     if (st == FERRY_OK)
         st = open_step_parts(e);
+    if (st == FERRY_OK)
+        st = open_window(e);
     for (int i = 0; i < e->groups.n && st == FERRY_OK; i++) {
         engine_group *g = &e->groups.g[i];
         if ((st = placement_group(c, g, where(e))) == FERRY_OK)

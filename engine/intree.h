@@ -64,6 +64,10 @@ typedef struct engine_plan_request {
     int split_groups;           /* optimizer mode: the first groups updated on the device (forced; 0: none) */
     const char *const *group_names; /* for the layout's and the trace's names (NULL: "group N") */
     ferry_moments moments;      /* the host moments' form (ferry_engine_config's); F32 = 0 */
+    /* The upload window as ferry_engine_config has it (0, 0, 0: the
+     * default policy and sizes): the ring instead of the upload copies. */
+    int upload_window, upload_window_chunks;
+    uint64_t upload_window_chunk_bytes;
 } engine_plan_request;
 
 /* What the engine allocates, by category, charged as its allocators charge

@@ -20,6 +20,9 @@ typedef struct engine_buffer {
     ferry_moments form;     /* a moment in a compact form (its bytes: engine_buffer_bytes); else F32 */
 } engine_buffer;
 #define ENGINE_GROUP_BUFFERS_MAX 8
+/* The upload window's default ring: 4 chunks of 16 MiB. */
+#define ENGINE_WINDOW_CHUNKS 4
+#define ENGINE_WINDOW_CHUNK_BYTES ((size_t)16 << 20)
 
 /* The buffers every group holds from setup on in `mode`; returns the count. */
 int engine_group_buffers(ferry_offload mode, size_t act_size, engine_buffer out[ENGINE_GROUP_BUFFERS_MAX]);
@@ -39,6 +42,21 @@ int engine_layout_buffers(ferry_offload mode, size_t act_size, bool partitioned,
  * and v buffer of b[0..n) becomes the form's (slot mq, vq; its bytes the
  * layout of optim/moments.h). F32 changes nothing. */
 void engine_buffers_moments(engine_buffer *b, int n, ferry_moments form);
+/* The upload window (ferry_engine_config's upload_window): whether it is
+ * on for this setting, moments' form and run. AUTO is on with compact
+ * moments in offload optimizer or params without the NVMe tier or data
+ * parallelism; ON is on wherever it can be (engine.c refuses it where it
+ * cannot); OFF is off. */
+bool engine_window_on(int setting, ferry_moments form, ferry_offload device_mode, bool disk, bool ranked);
+/* The ring for groups of at most `largest` elements of `act_size` bytes:
+ * elements per chunk and chunks (`chunks`, `chunk_bytes` as configured,
+ * 0 = the defaults: 4 chunks of 16 MiB), never more than the largest group
+ * needs. Its host bytes are chunk_elems x act_size x count. */
+void engine_window_shape(int chunks, uint64_t chunk_bytes, size_t act_size, size_t largest, size_t *chunk_elems,
+                         int *count);
+/* With the window on: the host upload copy (host_weights) not held, its
+ * elem_bytes 0 (the allocators and the planner skip it). */
+void engine_buffers_window(engine_buffer *b, int n);
 /* The bytes of `elems` elements of buffer b. */
 size_t engine_buffer_bytes(const engine_buffer *b, size_t elems);
 /* How many elements buffer b holds for a group: the device weights

@@ -23,6 +23,8 @@ static int where_buffers(const engine_ctx *c, engine_where w, engine_buffer b[EN
 {
     int n = engine_layout_buffers(ctx_mode(c), c->act_size, w.partitioned, w.disk, w.master_on_disk, b, on_disk);
     engine_buffers_moments(b, n, c->cfg->moments);
+    if (c->window)
+        engine_buffers_window(b, n); /* the ring instead of the upload copies */
     return n;
 }
 
@@ -273,8 +275,8 @@ ferry_status placement_group(const engine_ctx *c, engine_group *g, engine_where 
     unsigned on_disk;
     int n = where_buffers(c, w, b, &on_disk);
     for (int i = 0; i < n; i++) {
-        if ((on_disk & (1u << i)) || b[i].device)
-            continue; /* in the store's file; in the plan's region */
+        if ((on_disk & (1u << i)) || b[i].device || !b[i].elem_bytes)
+            continue; /* in the store's file; in the plan's region; not held (the upload window) */
         void *ptr = NULL;
         size_t bytes = engine_buffer_bytes(&b[i], engine_buffer_elems(&b[i], w.partitioned, g->numel, g->part_cap, g->padded));
         st = host_alloc(c, g, bytes, b[i].cat, b[i].what, &ptr);

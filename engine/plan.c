@@ -115,6 +115,17 @@ static ferry_status plan_disk(const engine_plan_request *rq, int arrays, engine_
 
 /* ---- the host pool ---- */
 
+/* The upload window's ring, as engine/window.c allocates it. */
+static size_t plan_window_bytes(const engine_plan_request *rq, size_t act_size)
+{
+    size_t largest = 0, per;
+    int count;
+    for (int g = 0; g < rq->ngroups; g++)
+        largest = rq->group_numel[g] > largest ? rq->group_numel[g] : largest;
+    engine_window_shape(rq->upload_window_chunks, rq->upload_window_chunk_bytes, act_size, largest, &per, &count);
+    return per * act_size * (size_t)count;
+}
+
 static ferry_status plan_host(const engine_plan_request *rq, size_t act_size, engine_memory_plan *m)
 {
     ferry_offload mode = device_mode(rq);
@@ -123,12 +134,16 @@ static ferry_status plan_host(const engine_plan_request *rq, size_t act_size, en
     int nb = engine_group_buffers_partitioned(mode, act_size, partitioned, b);
     unsigned disk = engine_disk_buffers(b, nb, on_disk(rq), rq->disk_master);
     engine_buffers_moments(b, nb, rq->moments);
+    if (engine_window_on(rq->upload_window, rq->moments, mode, on_disk(rq), ranked(rq))) {
+        engine_buffers_window(b, nb); /* the ring instead of the upload copies */
+        m->host_bytes[FERRY_MEM_STAGING] += pool_charge(plan_window_bytes(rq, act_size));
+    }
     if (accumulates(rq))
         b[nb++] = engine_accumulator_buffer(mode);
     for (int g = 0; g < rq->ngroups; g++) {
         size_t cap = partitioned ? plan_cap(rq, g) : rq->group_numel[g], padded = plan_padded(rq, g);
         for (int i = 0; i < nb; i++)
-            if (!b[i].device && !(disk & (1u << i)))
+            if (!b[i].device && !(disk & (1u << i)) && b[i].elem_bytes)
                 m->host_bytes[b[i].cat] +=
                     pool_charge(engine_buffer_bytes(&b[i], engine_buffer_elems(&b[i], partitioned, rq->group_numel[g], cap, padded)));
     }

@@ -99,7 +99,7 @@ static ferry_status issue_fetch(engine_sched *s, int gi, long dist)
     p->acc.transfer_h2d_bytes += (double)bytes;
     p->acc.fetch_h2d_bytes += (double)bytes;
     if ((st = update_barrier(s->env.update, g)) != FERRY_OK ||
-        (st = backend_memcpy_async(c->h2d, g->dev_weights, g->host_weights, bytes, BACKEND_COPY_H2D)) != FERRY_OK)
+        (st = update_copy_up(c, g)) != FERRY_OK)
         return st;
     return backend_event_record(g->uploaded, c->h2d);
 }

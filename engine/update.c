@@ -254,6 +254,13 @@ ferry_status update_begin_offloaded(engine_update *u)
     return update_mode(u) == FERRY_OFFLOAD_PARAMS ? res_settle(u->env.res) : FERRY_OK;
 }
 
+ferry_status update_copy_up(const engine_ctx *c, const engine_group *g)
+{
+    if (c->window) /* converted from the master weights as it streams */
+        return engine_window_upload(c->window, c, g, g->dev_weights);
+    return backend_memcpy_async(c->h2d, g->dev_weights, g->host_weights, g->numel * c->act_size, BACKEND_COPY_H2D);
+}
+
 /* One group's upload queued on the h2d stream behind `wait_for` (when not
  * NULL) and its own update. */
 static ferry_status upload(engine_update *u, engine_group *g, backend_event *wait_for)
@@ -267,7 +274,7 @@ static ferry_status upload(engine_update *u, engine_group *g, backend_event *wai
     size_t bytes = g->numel * c->act_size;
     u->env.prog->acc.transfer_h2d_bytes += (double)bytes;
     if ((wait_for && (st = backend_stream_wait_event(c->h2d, wait_for)) != FERRY_OK) ||
-        (st = backend_memcpy_async(c->h2d, g->dev_weights, g->host_weights, bytes, BACKEND_COPY_H2D)) != FERRY_OK)
+        (st = update_copy_up(c, g)) != FERRY_OK)
         return st;
     return backend_event_record(g->uploaded, c->h2d);
 }
@@ -389,7 +396,8 @@ static void segment_tile(void *ctx, size_t tile, int worker)
     part.no_decay = (const size_t(*)[2])ranges;
     part.no_decay_count = k;
     part.grad = (const char *)part.grad + first * esize;
-    part.copy_out = (char *)part.copy_out + first * dtype_size(part.copy_dtype);
+    if (part.copy_out) /* none with the upload window */
+        part.copy_out = (char *)part.copy_out + first * dtype_size(part.copy_dtype);
     adamw_run(NULL, &part); /* checked whole before submission */
     if (atomic_fetch_sub(&sj->u->tiles_left, 1) == 1)
         atomic_store(&sj->u->end_us, (uint64_t)(clock_now_ms() * 1e3));
@@ -428,6 +436,13 @@ static ferry_status submit_job(engine_update *u, engine_group *g, adamw_job job,
     return st;
 }
 
+/* Where the AdamW writes the device type's copy of element `at` on: the
+ * upload copy, or nowhere with the upload window (it converts as it uploads). */
+static void *upload_copy(const engine_ctx *c, engine_group *g, size_t at)
+{
+    return c->window ? NULL : (char *)g->host_weights + at * c->act_size;
+}
+
 static ferry_status submit_segment(engine_update *u, engine_group *g, size_t first, size_t n, adamw_hparams hp,
                                    float clip)
 {
@@ -436,7 +451,7 @@ static ferry_status submit_segment(engine_update *u, engine_group *g, size_t fir
     const char *grads = group_step_grads(g, ctx_mode(c), u->env.prog->accumulating, u->env.dp != NULL, c->act, &gt);
     size_t at = first - g->part_lo; /* the host state holds this rank's part */
     adamw_job job = {g->master + at, g->m + at, g->v + at, grads + at * dtype_size(gt), gt, n,
-                     u->env.prog->step + 1, hp, clip, (char *)g->host_weights + at * c->act_size, c->act,
+                     u->env.prog->step + 1, hp, clip, upload_copy(c, g, at), c->act,
                      .moments = FERRY_MOMENTS_F32};
     return submit_job(u, g, job, NULL);
 }
@@ -488,7 +503,7 @@ static ferry_status submit_compact(engine_update *u, engine_group *g, const ferr
         part_no_decay(g, ranges, &count);
     adamw_job job = {
         .master = g->master, .grad = grads, .grad_dtype = gt, .n = g->part_n, .step = u->env.prog->step + 1,
-        .hp = hp, .grad_scale = clip, .copy_out = g->host_weights, .copy_dtype = c->act,
+        .hp = hp, .grad_scale = clip, .copy_out = upload_copy(c, g, 0), .copy_dtype = c->act,
         .moments = form, .mq = g->mq, .vq = g->vq, .seed = c->cfg->moments_seed, .index0 = index0,
         .no_decay_count = count,
     };
@@ -543,9 +558,24 @@ ferry_status update_fill_offloaded(engine_update *u, engine_group *g)
     return update_write_weights(u, g);
 }
 
+/* With the upload window: params mode's fetches convert; optimizer mode's
+ * device copy is uploaded through the ring now. */
+static ferry_status write_through_window(engine_update *u, engine_group *g)
+{
+    const engine_ctx *c = u->env.ctx;
+    ferry_status st;
+    if (ctx_mode(c) == FERRY_OFFLOAD_PARAMS)
+        return FERRY_OK;
+    if ((st = update_copy_up(c, g)) != FERRY_OK || (st = backend_event_record(g->uploaded, c->h2d)) != FERRY_OK)
+        return st;
+    return backend_stream_synchronize(c->h2d);
+}
+
 ferry_status update_write_offloaded(engine_update *u, engine_group *g)
 {
     const engine_ctx *c = u->env.ctx;
+    if (c->window)
+        return write_through_window(u, g);
     ferry_status st = g->master ? half_convert_pool(c->threads, g->host_weights, c->act, g->master, FERRY_DTYPE_F32,
                                                     g->part_n)
                                 : u->ops->convert_master(u, g);
@@ -558,9 +588,7 @@ ferry_status update_write_offloaded(engine_update *u, engine_group *g)
             return st;
         return dp_check(u->env.dp); /* the gather's failure, if any, is the caller's */
     }
-    if ((st = backend_memcpy_async(c->h2d, g->dev_weights, g->host_weights, g->numel * c->act_size,
-                                   BACKEND_COPY_H2D)) != FERRY_OK ||
-        (st = backend_event_record(g->uploaded, c->h2d)) != FERRY_OK)
+    if ((st = update_copy_up(c, g)) != FERRY_OK || (st = backend_event_record(g->uploaded, c->h2d)) != FERRY_OK)
         return st;
     return backend_stream_synchronize(c->h2d);
 }

@@ -23,6 +23,7 @@
 #include "engine/groups.h"
 #include "engine/placement.h"
 #include "engine/residency.h"
+#include "engine/window.h"
 
 typedef struct engine_update engine_update;
 
@@ -63,6 +64,10 @@ ferry_status update_prepare(engine_update *u);
 ferry_status update_run(engine_update *u, const ferry_step_options *o, float clip);
 /* The h2d stream waits until group g's update is done; records g->updated. */
 ferry_status update_barrier(engine_update *u, engine_group *g);
+/* Queues on the h2d stream the copy of group g's weights (alone, not
+ * partitioned) up to g->dev_weights: from the upload copy, or converted
+ * from the master weights through the upload window. Not the event. */
+ferry_status update_copy_up(const engine_ctx *c, const engine_group *g);
 /* Waits on the host until every group's update is done (writes included). */
 ferry_status update_wait(engine_update *u);
 /* The implementation's sticky failure (the NVMe tier's disk), FERRY_OK while none. */

@@ -377,7 +377,33 @@ typedef struct ferry_engine_config {
     ferry_moments moments;
     int reserved_moments;          /* 0 */
     uint64_t moments_seed;         /* BF16: the stochastic rounding's seed */
+    /* The upload window (offload OPTIMIZER and PARAMS): instead of a whole
+     * second host copy of the weights in the device type (2 bytes per
+     * parameter with bf16), the master weights are converted into a small
+     * ring of pinned chunks as each upload streams: after a group's CPU
+     * update (optimizer mode) and at every fetch (params mode). The device
+     * weights are bitwise the same either way (the same round-to-nearest-
+     * even conversion); the host pool holds the ring instead of the copies.
+     *   upload_window  FERRY_UPLOAD_WINDOW_AUTO (0, the default): on with
+     *                  compact moments (BF16, 8BIT: memory was asked for),
+     *                  off with F32 moments, with the NVMe tier and with
+     *                  data parallelism; _ON: on (refused with offload
+     *                  NONE, the NVMe tier or data parallelism); _OFF: off.
+     *   upload_window_chunks      chunks in the ring; 0 = 4, 1..64
+     *   upload_window_chunk_bytes bytes of a chunk; 0 = 16 MiB, else a
+     *                  multiple of 64 from 64 bytes to 1 GiB.
+     * The ring never holds more than the largest group needs. */
+    int upload_window;
+    int upload_window_chunks;
+    uint64_t upload_window_chunk_bytes;
 } ferry_engine_config;
+
+/* Values of ferry_engine_config.upload_window. */
+enum {
+    FERRY_UPLOAD_WINDOW_AUTO = 0,
+    FERRY_UPLOAD_WINDOW_ON = 1,
+    FERRY_UPLOAD_WINDOW_OFF = -1,
+};
 
 #define FERRY_ENGINE_CONFIG_INIT                                                              \
     {                                                                                         \
@@ -415,6 +441,9 @@ typedef struct ferry_engine_config {
         FERRY_MOMENTS_F32,           /* moments: fp32 */                                      \
         0,                           /* reserved_moments */                                   \
         0,                           /* moments_seed */                                       \
+        FERRY_UPLOAD_WINDOW_AUTO,    /* upload_window: on with compact moments */             \
+        0,                           /* upload_window_chunks: 4 */                            \
+        0,                           /* upload_window_chunk_bytes: 16 MiB */                  \
     }
 
 /* Creates an engine: opens the backend, its streams and the optimizer thread

@@ -127,7 +127,10 @@ static ferry_status engine_request(const plan_model *pm, const gpt2_plan_request
                                 .embedder_bytes = *acts,
                                 .split_groups = r->split_groups,
                                 .group_names = pm->name_of,
-                                .moments = r->moments};
+                                .moments = r->moments,
+                                .upload_window = r->upload_window,
+                                .upload_window_chunks = r->upload_window_chunks,
+                                .upload_window_chunk_bytes = r->upload_window_chunk_bytes};
     return FERRY_OK;
 }
 

@@ -74,6 +74,9 @@ typedef struct gpt2_plan_request {
     int split_groups;       /* optimizer mode: the first groups updated on the device (device_update_groups
                                forced; 0: none, or auto, whose choice the plan leaves out) */
     ferry_moments moments;  /* the host Adam moments' form (F32 = 0; BF16, 8BIT: offload optimizer or params) */
+    int upload_window;      /* ferry_engine_config's upload_window (0: the default policy) */
+    int upload_window_chunks;           /* its chunks (0 = 4) */
+    uint64_t upload_window_chunk_bytes; /* its chunks' size (0 = 16 MiB) */
 } gpt2_plan_request;
 
 /* The NVMe tier, as the engine config's nvme_ fields: with offload NVME (a

@@ -14,11 +14,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/error.h"
 #include "common/fileio.h"
 #include "common/units.h"
 #include "models/llama.h"
 
-typedef enum opt_kind { OPT_INT, OPT_FLOAT, OPT_STR, OPT_BOOL, OPT_BYTES, OPT_U64, OPT_OFFLOAD, OPT_BACKEND, OPT_DTYPE, OPT_MOMENTS } opt_kind;
+typedef enum opt_kind { OPT_INT, OPT_FLOAT, OPT_STR, OPT_BOOL, OPT_BYTES, OPT_U64, OPT_OFFLOAD, OPT_BACKEND, OPT_DTYPE, OPT_MOMENTS, OPT_WINDOW } opt_kind;
 
 typedef struct opt_spec {
     const char *flag;
@@ -83,6 +84,12 @@ static const opt_spec specs[] = {
                                                        "or without mpirun; "
                                                        "checkpoints keep the form, and a resume with another "
                                                        "converts, with a warning"},
+    {"--upload-window", OPT_WINDOW, F(upload_window), "auto", 0, 0, "convert the master weights into a small pinned "
+                                                                   "ring as each upload streams instead of keeping a "
+                                                                   "host copy in the device type (2 bytes a parameter "
+                                                                   "less; offload optimizer or params, alone): auto (on "
+                                                                   "with --moments bf16 or 8bit), on, off, or SIZE (on, "
+                                                                   "4 chunks of SIZE; default 16MiB)"},
     {"--loss-scale", OPT_FLOAT, F(loss_scale), "65536", 0, 1e38, "first dynamic loss scale with f16 storage (torch "
                                                                "GradScaler's rule); 0 = no loss scaling"},
     {"--gpu-mem", OPT_BYTES, F(gpu_mem), "0", 0, 0, "hard device memory budget, e.g. 24GiB (0 = what is free)"},
@@ -148,6 +155,7 @@ static const char *placeholder(const opt_spec *s)
     case OPT_BACKEND: return " NAME";
     case OPT_DTYPE: return " TYPE";
     case OPT_MOMENTS: return " FORM";
+    case OPT_WINDOW: return " auto|on|off|SIZE";
     case OPT_STR: break;
     }
     if (s->field == F(model))
@@ -215,6 +223,27 @@ static int apply_bytes(const char *prog, const opt_spec *s, const char *text, ui
     return 0;
 }
 
+ferry_status train_parse_upload_window(const char *text, int *window, uint64_t *chunk_bytes)
+{
+    static const struct { const char *name; int value; } words[] = {
+        {"auto", FERRY_UPLOAD_WINDOW_AUTO}, {"on", FERRY_UPLOAD_WINDOW_ON}, {"off", FERRY_UPLOAD_WINDOW_OFF}};
+    *chunk_bytes = 0;
+    for (size_t i = 0; text && i < sizeof words / sizeof words[0]; i++)
+        if (strcmp(text, words[i].name) == 0) {
+            *window = words[i].value;
+            return FERRY_OK;
+        }
+    uint64_t bytes = 0;
+    if (!text || units_parse_bytes(text, &bytes) != FERRY_OK || bytes == 0 || bytes % 64 || bytes > ((uint64_t)1 << 30))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "--upload-window '%s': use auto, on, off, or the size of its chunks (a multiple of 64 bytes "
+                       "up to 1GiB, e.g. 16MiB)",
+                       text ? text : "(null)");
+    *window = FERRY_UPLOAD_WINDOW_ON;
+    *chunk_bytes = bytes;
+    return FERRY_OK;
+}
+
 /* Stores `text` into the field of spec s. 0 on success, 2 with a message. */
 static int apply(const opt_spec *s, const char *text, train_options *o)
 {
@@ -271,6 +300,12 @@ static int apply(const opt_spec *s, const char *text, train_options *o)
         return 0;
     case OPT_MOMENTS:
         if (ferry_moments_parse(text, (ferry_moments *)field) != FERRY_OK) {
+            fprintf(stderr, "%s: %s: %s\n", prog, s->flag, ferry_last_error());
+            return 2;
+        }
+        return 0;
+    case OPT_WINDOW:
+        if (train_parse_upload_window(text, (int *)field, &o->upload_window_chunk_bytes) != FERRY_OK) {
             fprintf(stderr, "%s: %s: %s\n", prog, s->flag, ferry_last_error());
             return 2;
         }

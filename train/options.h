@@ -44,6 +44,8 @@ typedef struct train_options {
     ferry_offload offload;
     ferry_dtype dtype;       /* device storage: AUTO, F32, BF16 or F16 */
     ferry_moments moments;   /* the host Adam moments' form (--moments) */
+    int upload_window;       /* --upload-window: ferry_engine_config's upload_window */
+    uint64_t upload_window_chunk_bytes; /* --upload-window BYTES: its chunks' size (0 = 16 MiB) */
     uint64_t gpu_mem, host_mem;
     int prefetch, threads;
     bool recompute, delayed_update;
@@ -81,6 +83,10 @@ typedef struct train_options {
 int train_options_parse_for(const trainer_program *p, int argc, char **argv, train_options *o);
 /* The same for train_gpt2. */
 int train_options_parse(int argc, char **argv, train_options *o);
+/* --upload-window's value: auto, on, off, or a size (on, with chunks of that
+ * many bytes: a multiple of 64 up to 1GiB). FERRY_ERR_INVALID_ARGUMENT with
+ * a sentence otherwise. */
+ferry_status train_parse_upload_window(const char *text, int *window, uint64_t *chunk_bytes);
 
 /* Refuses, on stderr, a model of the Llama family where o's program does
  * not train it (train_gpt2: use ferry-train). `what` names the model with

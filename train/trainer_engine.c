@@ -251,6 +251,8 @@ static ferry_status create_engine(trainer *t)
     c.dtype = t->o.dtype;
     c.moments = t->o.moments;
     c.moments_seed = t->o.seed;
+    c.upload_window = t->o.upload_window;
+    c.upload_window_chunk_bytes = t->o.upload_window_chunk_bytes;
     c.loss_scaling = t->o.loss_scale > 0 ? FERRY_LOSS_SCALING_AUTO : FERRY_LOSS_SCALING_OFF;
     if (t->o.loss_scale > 0)
         c.loss_scale_init = t->o.loss_scale;
@@ -372,7 +374,9 @@ ferry_status trainer_find_max_batch(trainer *t)
     gpt2_plan_request rq = {.batch = 1, .seq = t->o.seq, .offload = t->o.offload, .recompute = t->o.recompute,
                             .prefetch_groups = t->o.prefetch, .micro_batches = t->o.grad_accum,
                             .backend = t->o.backend, .dtype = trainer_planned_dtype(t), .ranks = t->world,
-                            .device_budget = budget, .moments = t->o.moments};
+                            .device_budget = budget, .moments = t->o.moments,
+                            .upload_window = t->o.upload_window,
+                            .upload_window_chunk_bytes = t->o.upload_window_chunk_bytes};
     model_spec_plan_request(&t->spec, &rq);
     if (rq.backend == FERRY_BACKEND_AUTO)
         rq.backend = rq.dtype == FERRY_DTYPE_F32 ? FERRY_BACKEND_HOST : FERRY_BACKEND_CUDA;

@@ -46,7 +46,8 @@ static bool same_state(ferry_engine *a, ferry_engine *b, ferry_moments form)
         engine_group *x = &a->groups.g[g], *y = &b->groups.g[g];
         size_t mb = moments_bytes(form, numel[g]);
         if (memcmp(x->master, y->master, numel[g] * 4) || memcmp(x->mq, y->mq, mb) || memcmp(x->vq, y->vq, mb) ||
-            memcmp(x->host_weights, y->host_weights, numel[g] * a->ctx.act_size)) {
+            (x->host_weights && y->host_weights &&
+             memcmp(x->host_weights, y->host_weights, numel[g] * a->ctx.act_size))) {
             tap_diag("  group %d differs", g);
             return false;
         }

@@ -80,7 +80,7 @@ GENERATED = {
 ENGINE_FLOORS = {
     "context": 0, "groups": 0, "intree": 0,
     "layout": 1, "memplan": 1, "device_share": 1,
-    "plan": 2,
+    "plan": 2, "window": 2,
     "auto": 3, "dp": 3,
     "placement": 4, "residency": 4,
     "update": 5,

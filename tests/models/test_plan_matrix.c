@@ -25,8 +25,11 @@
  * list is of whole names, comma-separated; a name that matches nothing
  * bails out. --moments f32,bf16,8bit runs the optimizer and params cases
  * with each form of the host Adam moments (default f32; the compact forms
- * are the CPU update's, so none and nvme keep f32).
+ * are the CPU update's, so none and nvme keep f32). --upload-window on|off
+ * sets the engine's upload window in the optimizer and params cases
+ * (default: the engine's policy, on with compact moments).
  *   test_plan_matrix [d2,d4,...] [--seqs 64,256] [--dtypes f32,bf16,f16] [--moments f32,bf16,8bit]
+ *                    [--upload-window on|off]
  *                    [--undeclared] [--fragment] [--xl] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +90,13 @@ static bool make_values(const gpt2_config *c)
 /* One run: setup with budget, activations, one step. *peak and *host the
  * engine's high-water marks. */
 static ferry_moments form = FERRY_MOMENTS_F32; /* of the case being run */
+static int window_asked = FERRY_UPLOAD_WINDOW_AUTO; /* --upload-window on|off */
+
+/* The upload window of a case: as asked in the modes it serves, else the default. */
+static int window_of(ferry_offload mode)
+{
+    return mode == FERRY_OFFLOAD_OPTIMIZER || mode == FERRY_OFFLOAD_PARAMS ? window_asked : FERRY_UPLOAD_WINDOW_AUTO;
+}
 
 static ferry_status run(const gpt2_config *c, ferry_offload mode, bool recompute, ferry_dtype dtype, int B, int T,
                         uint64_t budget, uint64_t *peak, uint64_t *host)
@@ -103,6 +113,7 @@ static ferry_status run(const gpt2_config *c, ferry_offload mode, bool recompute
     ec.optimizer_threads = 2;
     ec.device_update_groups = 0; /* auto's split would take what the plan leaves spare */
     ec.moments = form;
+    ec.upload_window = window_of(mode);
     if (mode == FERRY_OFFLOAD_NVME) {
         ec.nvme_path = nvme_dir;
         ec.nvme_window_bytes = 1 << 20;
@@ -156,7 +167,8 @@ static void one_case(const char *model, const gpt2_config *c, ferry_offload mode
              (double)budget / (1 << 20));
     gpt2_plan_request rq = {.cfg = c, .batch = 1, .seq = T, .offload = mode, .recompute = recompute,
                             .prefetch_groups = 2, .micro_batches = 1, .backend = kind, .dtype = dtype,
-                            .ranks = 1, .device_budget = budget, .moments = form};
+                            .ranks = 1, .device_budget = budget, .moments = form,
+                            .upload_window = window_of(mode)};
     gpt2_plan_disk disk = {false, 1 << 20, 0};
     int maxB = 0;
     gpt2_plan p;
@@ -231,6 +243,11 @@ int main(int argc, char **argv)
             ok = parse_list(argv[++i], dtype_names, 3, dtypes);
         else if (!strcmp(argv[i], "--moments") && i + 1 < argc)
             ok = parse_list(argv[++i], form_names, 3, forms);
+        else if (!strcmp(argv[i], "--upload-window") && i + 1 < argc) {
+            const char *v = argv[++i];
+            ok = !strcmp(v, "on") || !strcmp(v, "off");
+            window_asked = !strcmp(v, "on") ? FERRY_UPLOAD_WINDOW_ON : FERRY_UPLOAD_WINDOW_OFF;
+        }
         else
             ok = parse_list(argv[i], model_names, 3, models);
         if (!ok) {
@@ -293,7 +310,7 @@ int main(int argc, char **argv)
                         gpt2_plan_request r1 = {.cfg = &c, .batch = 1, .seq = Ts[ti], .offload = modes[o],
                                                 .recompute = rc, .prefetch_groups = 2, .micro_batches = 1,
                                                 .backend = kind, .dtype = dts[di], .ranks = 1,
-                                                .moments = form};
+                                                .moments = form, .upload_window = window_of(modes[o])};
                         gpt2_plan_disk disk = {false, 1 << 20, 0};
                         if (gpt2_plan_predict_disk(&r1, modes[o] == FERRY_OFFLOAD_NVME ? &disk : NULL, &one) !=
                             FERRY_OK) {

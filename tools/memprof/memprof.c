@@ -646,7 +646,8 @@ static int plan_auto(mp_plan_args *a, const gpt2_config *c, int *max_b)
     gpt2_plan_request rq = {.cfg = c, .llama = a->llama ? &a->llama_cfg : NULL, .batch = a->batch, .seq = a->seq,
                             .offload = FERRY_OFFLOAD_AUTO,
                             .recompute = a->recompute, .prefetch_groups = a->prefetch, .micro_batches = a->grad_accum,
-                            .backend = a->backend, .dtype = a->dtype, .ranks = a->ranks, .device_budget = a->gpu_mem};
+                            .backend = a->backend, .dtype = a->dtype, .ranks = a->ranks, .device_budget = a->gpu_mem,
+                            .upload_window = a->upload_window, .upload_window_chunk_bytes = a->upload_window_chunk_bytes};
     gpt2_plan_disk tier = {a->nvme_master, a->nvme_window, a->nvme_block};
     gpt2_plan_auto_result r;
     ferry_status st = gpt2_plan_auto_max_batch(&rq, a->nvme_path ? &tier : NULL, a->gpu_mem, a->host_mem, max_b, NULL);
@@ -698,7 +699,8 @@ static int cmd_plan(int argc, char **argv)
                             .offload = a.offload, .recompute = a.recompute,
                             .prefetch_groups = a.prefetch, .micro_batches = a.grad_accum, .backend = a.backend,
                             .dtype = a.dtype, .ranks = a.ranks, .device_budget = a.gpu_mem,
-                            .moments = a.moments};
+                            .moments = a.moments, .upload_window = a.upload_window,
+                            .upload_window_chunk_bytes = a.upload_window_chunk_bytes};
     gpt2_plan_disk tier = {a.nvme_master, a.nvme_window, a.nvme_block}, *disk = plan_disk(&a) ? &tier : NULL;
     plan_largest big;
     memset(&big, 0, sizeof big);

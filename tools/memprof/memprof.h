@@ -215,6 +215,8 @@ typedef struct mp_plan_args {
     ferry_backend_kind backend;
     ferry_dtype dtype;
     ferry_moments moments;      /* --moments: the host Adam moments' form */
+    int upload_window;          /* --upload-window: ferry_engine_config's upload_window */
+    uint64_t upload_window_chunk_bytes; /* --upload-window SIZE: its chunks (0 = 16 MiB) */
     bool recompute, json;
     bool layout;                /* --layout: every planned device buffer's offset, size and lifetime */
     const char *layout_svg;     /* --layout-svg FILE: the layout drawn; NULL = not asked */

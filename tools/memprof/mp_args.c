@@ -126,6 +126,7 @@ void mp_plan_usage(FILE *f)
           "                    [--offload none|optimizer|params|nvme|auto]\n"
           "                    [--recompute] [--prefetch K] [--grad-accum K] [--backend cuda|host|auto]\n"
           "                    [--dtype auto|f32|bf16|f16] [--ranks N] [--moments f32|bf16|8bit]\n"
+          "                    [--upload-window auto|on|off|SIZE]\n"
           "                    [--gpu-mem SIZE | --card SIZE [--card-reserve SIZE]] [--host-mem SIZE]\n"
           "                    [--json] [--layout] [--layout-svg FILE] [--nvme-path DIR] [--nvme-master]\n"
           "                    [--nvme-window SIZE] [--nvme-block SIZE] [--disk SIZE]\n"
@@ -165,6 +166,10 @@ void mp_plan_usage(FILE *f)
           "                  (Volta and Turing cards; the same bytes as bf16)\n"
           "  --moments FORM  the host Adam moments: f32 (8 bytes a parameter; default), bf16\n"
           "                  (4) or 8bit (2 + 8/256), with --offload optimizer or params\n"
+          "  --upload-window W  the master weights converted into a small pinned ring as each\n"
+          "                  upload streams, instead of a host copy in the device type (2 bytes\n"
+          "                  a parameter less): auto (the engine's default: on with --moments\n"
+          "                  bf16 or 8bit), on, off, or SIZE (on, 4 chunks of SIZE; 16MiB)\n"
           "  --ranks N       data parallel ranks (mpirun -np N): each rank's memory, its\n"
           "                  1/N of the host state in optimizer and params modes; --batch\n"
           "                  and --gpu-mem are per rank (default 1)\n"
@@ -265,7 +270,8 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
                                          "--batch", "--seq", "--offload", "--prefetch", "--backend",
                                          "--gpu-mem", "--host-mem", "--grad-accum", "--dtype", "--nvme-path",
                                          "--nvme-window", "--nvme-block", "--disk", "--card", "--card-reserve",
-                                         "--ranks", "--layout-svg", "--moments"};
+                                         "--ranks", "--layout-svg", "--moments",
+                                         "--upload-window"};
     bool known = false;
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
         known |= !strcmp(f, valued[k]);
@@ -304,6 +310,9 @@ static int plan_option(int argc, char **argv, int *i, mp_plan_args *a)
         a->card_reserve_given = true;
         return 0;
     }
+    if (!strcmp(f, "--upload-window") &&
+        train_parse_upload_window(v, &a->upload_window, &a->upload_window_chunk_bytes) != FERRY_OK)
+        return plan_fail("%s%s", ferry_last_error(), "");
     if (!strcmp(f, "--moments") && ferry_moments_parse(v, &a->moments) != FERRY_OK)
         return plan_fail("--moments '%s': use f32, bf16 or 8bit%s", v, "");
     if (!strcmp(f, "--offload") && ferry_offload_parse(v, &a->offload) != FERRY_OK)

@@ -57,7 +57,7 @@
 #define MAX_BATCH 65536
 #define MAX_BUDGETS 4
 #define MAX_SPLITS 4
-#define MAX_RUNS (3 + MAX_BUDGETS + 1 + MAX_SPLITS)
+#define MAX_RUNS (3 + MAX_BUDGETS + 1 + MAX_SPLITS + 2)
 /* A run's device_update_groups left to the engine (its default, auto). */
 #define SPLIT_DEFAULT (-1000)
 
@@ -91,6 +91,12 @@ typedef struct bench_opts {
      * batch of each mode (by the index in modes), and each run's batch */
     int mode_B[3];
     int run_B[MAX_RUNS];
+    /* --moments, --dtype: the engine's; --upload-window-both: optimizer and
+     * params mode with the upload window off (the plain runs) and on */
+    ferry_moments moments;
+    ferry_dtype dtype;
+    bool window_both;
+    int run_window[MAX_RUNS]; /* each run's upload_window */
 } bench_opts;
 
 /* One engine with the model on it, and activations for one batch shape. */
@@ -111,6 +117,7 @@ typedef struct bench_run {
     int64_t skips;     /* steps the engine skipped (non-finite gradients) */
     int pct;           /* --params-budgets: the percent of the weights the budget holds; 0 otherwise */
     int split;         /* --split-groups: the run's device_update_groups; SPLIT_DEFAULT otherwise */
+    int window;        /* the run's upload_window */
 } bench_run;
 
 /* What one mode measured (medians, milliseconds). */
@@ -125,12 +132,17 @@ typedef struct bench_result {
     double h2d, fetched; /* bytes up in a step, and of them what fetches uploaded (medians) */
     int split;           /* as bench_run's */
     int split_chosen;    /* groups updated on the device at the end */
+    int window;          /* as bench_run's */
 } bench_result;
 
 /* A run's name: the mode, params mode's budget when one was set, and the
  * split update's groups when --split-groups set them. */
-static const char *run_label(ferry_offload mode, int pct, int split, char *buf, size_t cap)
+static const char *run_label(ferry_offload mode, int pct, int split, int window, char *buf, size_t cap)
 {
+    if (window == FERRY_UPLOAD_WINDOW_ON || window == FERRY_UPLOAD_WINDOW_OFF) {
+        snprintf(buf, cap, "%s/%s", ferry_offload_name(mode), window == FERRY_UPLOAD_WINDOW_ON ? "window" : "copy");
+        return buf;
+    }
     if (pct > 0)
         snprintf(buf, cap, "%s@%d%%", ferry_offload_name(mode), pct);
     else if (split == 0)
@@ -200,7 +212,11 @@ static ferry_status run_open(const bench_opts *o, int run, lmodel *m, bench_run 
     r->m = m;
     r->pct = o->run_pct[run];
     r->split = o->run_split[run];
+    r->window = o->run_window[run];
     ferry_engine_config cfg = FERRY_ENGINE_CONFIG_INIT;
+    cfg.moments = o->moments;
+    cfg.dtype = o->dtype;
+    cfg.upload_window = r->window;
     if (r->split != SPLIT_DEFAULT)
         cfg.device_update_groups = r->split;
     cfg.backend = o->backend;
@@ -371,7 +387,7 @@ static void summarize(bench_run *r, const bench_sample *smp, int n, bench_result
                         median(v[4], n), median(v[5], n), median(v[6], n), 0,
                         (double)ms.device_total_peak_bytes, (double)ms.host_peak_bytes, r->first_loss,
                         r->last_loss, r->skips, r->pct, median(v[7], n), median(v[8], n), r->split,
-                        ferry_engine_device_update_groups(r->e)};
+                        ferry_engine_device_update_groups(r->e), r->window};
     res.tok_s = (double)r->B * r->o->T / (res.step * 1e-3);
     *out = res;
 }
@@ -386,14 +402,15 @@ static void print_result_line(const bench_opts *o, const lmodel *m, const bench_
     char budget[32] = "all free", name[32];
     uint64_t cap = o->gpu_mem;
     for (int i = 0; i < o->nruns; i++)
-        if (o->run_mode[i] == r->mode && o->run_pct[i] == r->pct && o->run_split[i] == r->split)
+        if (o->run_mode[i] == r->mode && o->run_pct[i] == r->pct && o->run_split[i] == r->split &&
+            o->run_window[i] == r->window)
             cap = o->run_budget[i];
     if (cap)
         units_fmt_bytes(budget, sizeof budget, cap);
     printf("result offload %s, batch %d x %d: %.0f tokens/s, %.2f model TFLOP/s (%s); step %.1f ms = %.2f x "
            "max(compute %.1f, update %.1f); device peak %.2f GiB (budget %s), host peak %.2f GiB; %.0f bytes "
            "up a step, %.0f of them fetched\n",
-           run_label(r->mode, r->pct, r->split, name, sizeof name), r->B, o->T, r->tok_s, tflops, mfu, r->step,
+           run_label(r->mode, r->pct, r->split, r->window, name, sizeof name), r->B, o->T, r->tok_s, tflops, mfu, r->step,
            r->step / fmax(r->compute, r->update), r->compute, r->update, r->dev_peak / 1073741824.0, budget,
            r->host_peak / 1073741824.0, r->h2d, r->fetched);
     fflush(stdout);
@@ -497,7 +514,8 @@ static void usage(void)
             "                    [--modes none,optimizer,params | --offload MODE] [--backend host|cuda|auto]\n"
             "                    [--gpu-mem SIZE] [--threads N] [--recompute] [--delayed] [--find-max-batch]\n"
             "                    [--confirm-max-batch] [--peak-tflops X] [--lr X] [--card SIZE] [--params-budgets P,...]\n"
-            "                    [--split-groups N,...]\n"
+            "                    [--split-groups N,...] [--upload-window-both] [--moments f32|bf16|8bit]\n"
+            "                    [--dtype auto|f32|bf16|f16]\n"
             "  defaults: host: --model d4 --batch 4 --seq 64; cuda: --model gpt2 --batch 8 --seq 1024;\n"
             "            --steps 7 rounds, --warmup 1, --modes none,optimizer,params, budget all free\n"
             "  --model: gpt2, gpt2-medium, gpt2-large, gpt2-xl or dN (N layers, N heads, 64 N wide); or of\n"
@@ -518,6 +536,10 @@ static void usage(void)
             "  --split-groups: optimizer mode once more for each N (at most 4; -1 = auto): the first N groups\n"
             "                  updated on the device (the split update), each against optimizer mode with every\n"
             "                  update on the CPU, measured in the same run\n"
+            "  --upload-window-both: optimizer and params mode each twice, the upload window off (the host\n"
+            "                  copy in the device type) and on (converted as each upload streams), in the\n"
+            "                  same rounds; the last lines give the ratio\n"
+            "  --moments, --dtype: the engine's Adam moments' form and device storage (default f32, auto)\n"
             "  --card: emulate a card of SIZE (as nvidia-smi prints it: 24GiB for an RTX 4090): the budget is SIZE\n"
             "          less what the CUDA context and cuBLASLt take here; with --confirm-max-batch and no\n"
             "          --batch, the batch is the planner's largest at that budget\n"
@@ -561,7 +583,7 @@ static ferry_status parse_positive(const char *flag, const char *v, double *out)
 
 #define VALUED_FLAGS                                                                                 \
     " --model --batch --seq --steps --warmup --threads --modes --offload --backend --gpu-mem --peak-tflops --lr " \
-    "--card --params-budgets --split-groups "
+    "--card --params-budgets --split-groups --moments --dtype "
 
 /* A comma-separated list of at most `max` integers in lo..hi. */
 static ferry_status parse_int_list(const char *flag, const char *list, int lo, int hi, int max, int *out, int *n)
@@ -589,6 +611,7 @@ static ferry_status parse_args(int argc, char **argv, bench_opts *o)
         else if (!strcmp(a, "--delayed")) { o->delayed = true; takes = false; }
         else if (!strcmp(a, "--find-max-batch")) { o->find_max = true; takes = false; }
         else if (!strcmp(a, "--confirm-max-batch")) { o->confirm_max = true; takes = false; }
+        else if (!strcmp(a, "--upload-window-both")) { o->window_both = true; takes = false; }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); exit(0); }
         else if (!strstr(VALUED_FLAGS, a) || a[0] != '-' || strchr(a, ' '))
             return err_set(FERRY_ERR_INVALID_ARGUMENT, "unknown flag '%s'; see --help", a);
@@ -607,6 +630,8 @@ static ferry_status parse_args(int argc, char **argv, bench_opts *o)
         else if (!strcmp(a, "--card")) st = units_parse_size_flag(a, v, "no card to emulate", &o->card);
         else if (!strcmp(a, "--params-budgets"))
             st = parse_int_list(a, v, 1, 100, MAX_BUDGETS, o->budget_pct, &o->nbudgets);
+        else if (!strcmp(a, "--moments")) st = ferry_moments_parse(v, &o->moments);
+        else if (!strcmp(a, "--dtype")) st = ferry_dtype_parse(v, &o->dtype);
         else if (!strcmp(a, "--split-groups"))
             st = parse_int_list(a, v, -1, 65536, MAX_SPLITS, o->splits, &o->nsplits);
         else return err_set(FERRY_ERR_INVALID_ARGUMENT, "unknown flag '%s'; see --help", a);
@@ -633,7 +658,7 @@ static void print_row(const bench_result *r, double none_tok_s)
     if (none_tok_s > 0)
         snprintf(vs, sizeof vs, "%.2fx", r->tok_s / none_tok_s);
     printf("%-11s %5d %9.0f %7s %8.1f %8.1f %8.1f %8.1f %8.1f %7.2f %9.1f %7.2f %8.1f %8.1f %6.2f/%-6.2f\n",
-           run_label(r->mode, r->pct, r->split, name, sizeof name), r->B, r->tok_s, vs, r->step, r->fwd, bwd, r->update, r->engine_opt,
+           run_label(r->mode, r->pct, r->split, r->window, name, sizeof name), r->B, r->tok_s, vs, r->step, r->fwd, bwd, r->update, r->engine_opt,
            floor > 0 ? r->step / floor : 0, exact, exact > 0 ? r->step / exact : 0, r->wait_opt, r->wait_xfer,
            r->dev_peak / 1073741824.0, r->host_peak / 1073741824.0);
 }
@@ -887,7 +912,7 @@ static void print_result_summary(const bench_opts *o, const lmodel *m, const ben
     for (int i = 0; i < ok; i++) {
         const bench_result *r = &res[i];
         char name[32];
-        printf("%s %s %.0f tok/s", i ? ";" : "", run_label(r->mode, r->pct, r->split, name, sizeof name), r->tok_s);
+        printf("%s %s %.0f tok/s", i ? ";" : "", run_label(r->mode, r->pct, r->split, r->window, name, sizeof name), r->tok_s);
         if (o->find_max || o->confirm_max)
             printf(" at max batch %d", r->B);
         if (o->peak_tflops > 0)
@@ -898,6 +923,23 @@ static void print_result_summary(const bench_opts *o, const lmodel *m, const ben
             printf(", step %.2fx overlap floor", r->step / fmax(r->compute, r->update));
     }
     printf("\n");
+}
+
+/* --upload-window-both: each mode's step through the window against the
+ * same mode with the upload copy, measured in the same rounds. */
+static void print_window_summary(const bench_result *res, int ok)
+{
+    for (int i = 0; i < ok; i++) {
+        if (res[i].window != FERRY_UPLOAD_WINDOW_ON)
+            continue;
+        for (int k = 0; k < ok; k++)
+            if (res[k].window == FERRY_UPLOAD_WINDOW_OFF && res[k].mode == res[i].mode && res[k].B == res[i].B)
+                printf("upload window, offload %s: step %.1f ms through the window, %.1f ms with the upload copy: "
+                       "%.3f x (update alone %.1f / %.1f ms; host peak %.3f / %.3f GiB)\n",
+                       ferry_offload_name(res[i].mode), res[i].step, res[k].step, res[i].step / res[k].step,
+                       res[i].update, res[k].update, res[i].host_peak / 1073741824.0,
+                       res[k].host_peak / 1073741824.0);
+    }
 }
 
 /* --split-groups: each split's speed against the all-CPU update's run. */
@@ -913,7 +955,7 @@ static void print_split_summary(const bench_result *res, int ok)
         char name[32];
         printf("SPLIT %s (%d groups updated on the device): %.0f tok/s = %.2fx the all-CPU update's %.0f tok/s; "
                "the step waited %.1f ms for the CPU update (all-CPU: %.1f ms)\n",
-               run_label(res[i].mode, res[i].pct, res[i].split, name, sizeof name), res[i].split_chosen,
+               run_label(res[i].mode, res[i].pct, res[i].split, res[i].window, name, sizeof name), res[i].split_chosen,
                res[i].tok_s, res[i].tok_s / cpu->tok_s, cpu->tok_s, res[i].wait_opt, cpu->wait_opt);
     }
 }
@@ -944,7 +986,7 @@ static bool print_report(const bench_opts *o, const lmodel *m, const bench_resul
         bool good = learned(&res[i]);
         all &= good;
         char name[32];
-        printf("loss %s: %.3f -> %.3f (the same tokens every step)%s", run_label(res[i].mode, res[i].pct, res[i].split, name,
+        printf("loss %s: %.3f -> %.3f (the same tokens every step)%s", run_label(res[i].mode, res[i].pct, res[i].split, res[i].window, name,
                sizeof name), (double)res[i].first_loss, (double)res[i].last_loss, good ? ": falls\n" : "");
         if (!good)
             printf(": FAILED: %s; the speed above is of a run that learns nothing\n",
@@ -954,6 +996,7 @@ static bool print_report(const bench_opts *o, const lmodel *m, const bench_resul
     }
     print_result_summary(o, m, res, ok, none_tok_s);
     print_split_summary(res, ok);
+    print_window_summary(res, ok);
     return all;
 }
 
@@ -970,6 +1013,16 @@ static ferry_status plan_runs(bench_opts *o, const lmodel *m, ferry_backend_kind
         o->run_mode[o->nruns] = o->modes[i];
         o->run_budget[o->nruns] = o->gpu_mem;
         o->run_split[o->nruns] = SPLIT_DEFAULT;
+        bool pair = o->window_both && o->modes[i] != FERRY_OFFLOAD_NONE;
+        o->run_window[o->nruns] = pair ? FERRY_UPLOAD_WINDOW_OFF : FERRY_UPLOAD_WINDOW_AUTO;
+        o->run_pct[o->nruns++] = 0;
+        if (!pair)
+            continue;
+        o->run_B[o->nruns] = o->run_B[o->nruns - 1]; /* the same mode through the window, beside it */
+        o->run_mode[o->nruns] = o->modes[i];
+        o->run_budget[o->nruns] = o->gpu_mem;
+        o->run_split[o->nruns] = SPLIT_DEFAULT;
+        o->run_window[o->nruns] = FERRY_UPLOAD_WINDOW_ON;
         o->run_pct[o->nruns++] = 0;
     }
     /* The split update's runs: every update on the CPU first, the peer. */
