@@ -15,20 +15,18 @@ usage: dev/cudasim/mutations.py [--work DIR] [--only NAME]... [--ci] [--list | -
   --only NAME  run only this mutation (repeatable)
   --ci         the bounded run CI makes (the test 'mutations-ci'): only the
                rows of CI_ROWS (shared-memory hazards the simulator must
-               catch under any schedule), each with its one test, the rows
-               of one file one after another; fails when a row is not
-               caught
-The rows of NARROW run test_ops_gpu narrowed to the op planted
-(FERRY_TEST_ONLY).
+               catch under any schedule), each with its one test, in
+               CI_ROWS's order; fails when a row is not caught
   --list       print the mutations and exit
   --check      only check that every mutation still applies to this tree
                (its text found exactly once in its file, its tests known to
                the build's test list when --build is given): seconds, no
                build; exit 1 naming each that does not (CI runs it)
   --build DIR  with --check: the build folder whose tests the rows name
-Prints one line per mutation as it lands, then the table (markdown), also
-written to WORK/mutations.md. Exit status 0 when every mutation expected to
-be caught was caught.
+The rows of NARROW run test_ops_gpu narrowed to the op planted
+(FERRY_TEST_ONLY). Prints one line per mutation as it lands, then the table
+(markdown), also written to WORK/mutations.md. Exit status 0 when every
+mutation expected to be caught was caught.
 """
 import argparse
 import os
@@ -305,14 +303,17 @@ NARROW["syncthreads-strip-part"] = "rmsnorm_backward"
 # hazard of each kind in the kernels that depend on it, which the race
 # check catches whatever the schedule, so a thread-serial one is enough.
 # Chosen to keep the step within about five minutes on two cores (a row is
-# a compile of its file and a narrowed test): docs/cudasim.md has its time.
+# a compile of what includes its file, about 35 s for attention.cu, and a
+# narrowed test): docs/cudasim.md has its time. They run in this order:
+# attention_decode.cu's first, then attention.cu's, then mma.cuh's (which
+# attention.cu includes), so attention.cu is compiled once a row and once
+# more to put it back.
 CI_ROWS = {
-    "stage-barrier": "ops-sim-ascending",          # (c) the next tile's cp.async over a stage being read
-    "stage-barrier-dkv": "ops-sim-ascending",      # (c) the same in the backward's dK/dV kernel
-    "cp-async-barrier": "ops-sim-ascending",       # (c) no barrier after the wait
-    "cp-async-wait-wrapper": "ops-sim-ascending",  # (b) a wait count off by one, every attention kernel
-    "syncwarp-store-rows": "ops-sim-ascending",    # (a) lanes reusing a warp's tile without __syncwarp
     "syncthreads-decode-reduce": "decode-cuda-sim",  # (a) warps reusing a tile without __syncthreads
+    "stage-barrier": "ops-sim-ascending",          # (c) the next tile's cp.async over a stage being read
+    "cp-async-barrier": "ops-sim-ascending",       # (c) no barrier after the wait
+    "syncwarp-store-rows": "ops-sim-ascending",    # (a) lanes reusing a warp's tile without __syncwarp
+    "cp-async-wait-wrapper": "ops-sim-ascending",  # (b) a wait count off by one, every attention kernel
 }
 
 
@@ -438,9 +439,9 @@ def main():
     if a.check:
         return check_rows(os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")), a.build)
     chosen = [m for m in MUTATIONS if (not a.only or m[0] in a.only) and (not a.ci or m[0] in CI_ROWS)]
-    if a.ci:  # one test each, narrowed; a file's rows together (one compile each, one restore)
-        chosen = [m[:5] + ([CI_ROWS[m[0]]],) + m[6:] for m in chosen]
-        chosen.sort(key=lambda m: m[2])
+    if a.ci:  # one test each, in CI_ROWS's order
+        order = list(CI_ROWS)
+        chosen = sorted((m[:5] + ([CI_ROWS[m[0]]],) + m[6:] for m in chosen), key=lambda m: order.index(m[0]))
     t_start = time.time()
     unknown = set(a.only) - {m[0] for m in MUTATIONS}
     if unknown:
