@@ -159,6 +159,7 @@ struct block_state {
     size_t cursor, capacity;        /* where the next variable goes, and the arena's end */
     std::vector<smem_var> vars;     /* vars[0]: the dynamic part */
     uint32_t serial;                /* this block's number on its OS thread (bounds shadow) */
+    size_t copy_bytes;              /* bytes of cp.async in flight (race check), 0: none to look up */
     /* a failure stops the block */
     bool failed;
     cudaError_t err;
@@ -180,6 +181,15 @@ struct smem_cell {
     uintptr_t wpc, rpc, rpc0;   /* code addresses: the write, the last read, the first read */
 };
 
+/* The race check's record of a cp.async in flight over one byte of shared
+ * memory, across barrier intervals: the block (its serial) and the thread
+ * that issued it, and where; serial 0 or another block's: none. */
+struct copy_cell {
+    uint32_t serial;
+    uint16_t tid; /* thread index + 1 */
+    uintptr_t pc;
+};
+
 struct executor {
     std::vector<fiber_stack> stacks;
     std::vector<runner> runners;
@@ -195,6 +205,7 @@ struct executor {
      * placed a variable over it (bounds) and its race record. */
     std::vector<uint32_t> valid;
     std::vector<smem_cell> cells;
+    std::vector<copy_cell> copies;
     uint32_t blocks_run, epoch;
 
     executor()
@@ -677,6 +688,7 @@ bool ensure_arena(executor &ex, size_t bytes)
         if (access_hooks) {
             ex.valid.assign(bytes, 0);
             ex.cells.assign(bytes, smem_cell());
+            ex.copies.assign(bytes, copy_cell());
         }
     } catch (...) {
         ex.arena_bytes = 0;
@@ -801,6 +813,7 @@ void run_block(executor &ex, launch_rec *L, uint64_t linear, cudaError_t *err, s
     b.msg.clear();
     b.fault_pc[0] = b.fault_pc[1] = 0;
     b.vars.clear();
+    b.copy_bytes = 0;
     b.static_cap = L->k.static_smem;
     b.static_used = 0;
     b.capacity = arena_need(b.static_cap, L->dyn_smem);
@@ -812,6 +825,7 @@ void run_block(executor &ex, launch_rec *L, uint64_t linear, cudaError_t *err, s
     b.smem = ex.arena;
     if (++ex.blocks_run == 0 && access_hooks) { /* 2^32 blocks on this thread: the stamps start over */
         std::fill(ex.valid.begin(), ex.valid.end(), 0u);
+        std::fill(ex.copies.begin(), ex.copies.end(), copy_cell());
         ex.blocks_run = 1;
     }
     b.serial = ex.blocks_run;
@@ -1188,7 +1202,13 @@ namespace {
  * must not race: two accesses to one byte in one barrier interval, one of
  * them a write, from two threads, are a race unless both are lanes of one
  * warp and a __syncwarp naming both came between them. Shuffles, votes and
- * mma_sync order nothing here, as on a GPU; atomics are not checked. */
+ * mma_sync order nothing here, as on a GPU; atomics are not checked.
+ * ldmatrix's rows (ptx.cpp) are reads by the lanes that gave their
+ * addresses; a cp.async is a write by its issuing thread, checked at its
+ * issue against the interval's accesses, in flight until that thread's wait
+ * completes it (any other thread's access to its bytes meanwhile races,
+ * whatever barriers came between) and recorded again at that wait, so that
+ * only a barrier after the wait orders it before other threads' reads. */
 
 std::string hex(uintptr_t x)
 {
@@ -1264,7 +1284,7 @@ std::string describe_offset(const block_state &b, size_t off, size_t n)
              "memory: %zu bytes dynamic, %zu static)", thread_name(b, *t).c_str(), write ? "write" : "read", n,
              describe_offset(b, off, n).c_str(), b.L->dyn_smem, b.static_cap);
     b.fault_pc[0] = pc;
-    stop_thread(t, cudaErrorIllegalAddress, buf);
+    stop_thread(running("the bounds check"), cudaErrorIllegalAddress, buf);
 }
 
 /* Lanes `lanes` of warp w were ordered by a __syncwarp completed after
@@ -1306,7 +1326,24 @@ bool ordered_after(const block_state &b, const sim_thread &t, int other, uint32_
     (void)c;
     b.fault_pc[0] = pc;
     b.fault_pc[1] = other_pc;
-    stop_thread(t, cudaErrorLaunchFailure, buf);
+    stop_thread(running("the race check"), cudaErrorLaunchFailure, buf);
+}
+
+/* An access by t to a byte that another thread's cp.async is writing. */
+[[noreturn]] void copy_race(sim_thread *t, const copy_cell &c, size_t off, bool write, uintptr_t pc)
+{
+    block_state &b = *t->blk;
+    const sim_thread &o = b.th[(size_t)(c.tid - 1)];
+    char buf[1400];
+    snprintf(buf, sizeof buf, "shared memory race on %s: %s %ss it at \x01 while the cp.async that %s issued into "
+             "it at \x02 is in flight: that thread's cp.async.wait_group (or wait_all) completing it, and then a "
+             "%s, must come between them (%s hazard)", describe_offset(b, off, 1).c_str(),
+             thread_name(b, *t).c_str(), write ? "write" : "read", thread_name(b, o).c_str(),
+             o.warp != t->warp ? "__syncthreads" : "__syncthreads or a __syncwarp naming both",
+             write ? "write-after-write" : "read-after-write");
+    b.fault_pc[0] = pc;
+    b.fault_pc[1] = c.pc;
+    stop_thread(running("the race check"), cudaErrorLaunchFailure, buf);
 }
 
 /* The race check of one byte. */
@@ -1350,6 +1387,28 @@ void race_check(sim_thread *t, smem_cell &c, uint32_t epoch, size_t off, bool wr
     c.rwarps = c.rlanes = 0;
 }
 
+/* Thread t's access of n bytes at off: bounds, and races as the settings
+ * ask (a cp.async of another thread in flight there, then the interval's
+ * rule). */
+void check_access(sim_thread *t, size_t off, size_t n, bool write, uintptr_t pc)
+{
+    executor &ex = *t->blk->ex;
+    const uint32_t serial = t->blk->serial;
+    for (size_t i = 0; i < n; i++)
+        if (off + i >= ex.valid.size() || ex.valid[off + i] != serial)
+            shared_out_of_bounds(t, off, n, write, pc);
+    if (settings().shared_check != SHARED_CHECK_RACE)
+        return;
+    if (t->blk->copy_bytes)
+        for (size_t i = 0; i < n; i++) {
+            const copy_cell &c = ex.copies[off + i];
+            if (c.serial == serial && c.tid && c.tid - 1 != t->tid)
+                copy_race(t, c, off + i, write, pc);
+        }
+    for (size_t i = 0; i < n; i++)
+        race_check(t, ex.cells[off + i], ex.epoch, off + i, write, pc);
+}
+
 } // namespace
 
 void shared_access(size_t off, size_t n, bool write, uintptr_t pc)
@@ -1357,15 +1416,48 @@ void shared_access(size_t off, size_t n, bool write, uintptr_t pc)
     thread_ctx *ctx = tl_cur;
     if (!ctx || settings().shared_check == SHARED_CHECK_OFF)
         return;
-    sim_thread *t = static_cast<sim_thread *>(ctx);
-    executor &ex = *t->blk->ex;
-    const uint32_t serial = t->blk->serial;
+    check_access(static_cast<sim_thread *>(ctx), off, n, write, pc);
+}
+
+void shared_access_as(int tid, size_t off, size_t n, bool write, uintptr_t pc)
+{
+    sim_thread *me = running("PTX");
+    if (settings().shared_check == SHARED_CHECK_OFF)
+        return;
+    block_state &b = *me->blk;
+    check_access(&b.th[(size_t)tid], off, n, write, pc);
+}
+
+void shared_copy_issue(size_t off, size_t n, uintptr_t pc)
+{
+    sim_thread *t = running("cp.async");
+    if (settings().shared_check == SHARED_CHECK_OFF)
+        return;
+    check_access(t, off, n, true, pc);
+    if (settings().shared_check != SHARED_CHECK_RACE)
+        return;
+    block_state &b = *t->blk;
     for (size_t i = 0; i < n; i++)
-        if (off + i >= ex.valid.size() || ex.valid[off + i] != serial)
-            shared_out_of_bounds(t, off, n, write, pc);
-    if (settings().shared_check == SHARED_CHECK_RACE)
-        for (size_t i = 0; i < n; i++)
-            race_check(t, ex.cells[off + i], ex.epoch, off + i, write, pc);
+        b.ex->copies[off + i] = copy_cell{b.serial, (uint16_t)(t->tid + 1), pc};
+    b.copy_bytes += n;
+}
+
+void shared_copy_land(size_t off, size_t n, uintptr_t pc)
+{
+    sim_thread *t = running("cp.async");
+    if (settings().shared_check != SHARED_CHECK_RACE)
+        return;
+    block_state &b = *t->blk;
+    executor &ex = *b.ex;
+    for (size_t i = 0; i < n; i++) {
+        copy_cell &c = ex.copies[off + i];
+        if (c.serial == b.serial && c.tid == t->tid + 1) {
+            c.serial = 0;
+            b.copy_bytes--;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        race_check(t, ex.cells[off + i], ex.epoch, off + i, true, pc);
 }
 
 /* ---- for the PTX the simulator runs (ptx.cpp) ---- */

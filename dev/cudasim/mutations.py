@@ -9,23 +9,29 @@ runs the tests named for it on the simulator; a mutation is caught when a
 test fails (a build that fails is reported, not counted). The copy is
 restored after each. Nothing in the working tree is touched.
 
-usage: dev/cudasim/mutations.py [--work DIR] [--only NAME]... [--list | --check]
+usage: dev/cudasim/mutations.py [--work DIR] [--only NAME]... [--ci] [--list | --check]
   --work DIR   where the copy and its build live (default /tmp/ferry-mutations;
                kept between runs, so a second run rebuilds only what changed)
   --only NAME  run only this mutation (repeatable)
+  --ci         the bounded run CI makes (the test 'mutations-ci'): only the
+               rows of CI_ROWS (shared-memory hazards the simulator must
+               catch under any schedule), each with its one test, in
+               CI_ROWS's order; fails when a row is not caught
   --list       print the mutations and exit
   --check      only check that every mutation still applies to this tree
                (its text found exactly once in its file, its tests known to
                the build's test list when --build is given): seconds, no
                build; exit 1 naming each that does not (CI runs it)
   --build DIR  with --check: the build folder whose tests the rows name
-Prints one line per mutation as it lands, then the table (markdown), also
-written to WORK/mutations.md. Exit status 0 when every mutation expected to
-be caught was caught.
+The rows of NARROW run test_ops_gpu narrowed to the op planted
+(FERRY_TEST_ONLY). Prints one line per mutation as it lands, then the table
+(markdown), also written to WORK/mutations.md. Exit status 0 when every
+mutation expected to be caught was caught.
 """
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -98,11 +104,77 @@ MUTATIONS = [
      "            load_rows<T, HSP, BKV, THREADS, ARCH>(Kt,",
      "                cu_cp_commit<ARCH>();\n            } else {\n"
      "                cu_cp_wait<ARCH, 0>();\n            }\n        } else if (j > j0) {\n"
-     "            load_rows<T, HSP, BKV, THREADS, ARCH>(Kt,", OPS, True),
+     "            load_rows<T, HSP, BKV, THREADS, ARCH>(Kt,", OPS + WARP, True),
     ("stage-barrier", "removed the barrier that ends a K/V tile: the next tile's copy overwrites a stage other "
      "warps still read",
      "backend/ops/attention.cu",
-     "        __syncthreads(); /* every warp is done with this stage */\n", "", OPS, True),
+     "        __syncthreads(); /* every warp is done with this stage */\n", "", OPS + WARP, True),
+    ("stage-barrier-dkv", "removed the barrier that ends a query tile of the attention backward's dK/dV kernel: the "
+     "next tile's cp.async overwrites a Q/dO stage other warps still read",
+     "backend/ops/attention.cu",
+     "        __syncthreads();\n    }\n    /* The warp's own K rows of shared memory stage its results. */\n",
+     "    }\n    /* The warp's own K rows of shared memory stage its results. */\n", OPS + WARP, True),
+    ("stage-barrier-dq", "removed the barrier that ends a K/V tile of the attention backward's dQ kernel: the "
+     "next tile's cp.async overwrites a stage other warps still read",
+     "backend/ops/attention.cu",
+     "        __syncthreads();\n    }\n    store_rows<T, HSP>(dqkv + (size_t)b * T_ * stride",
+     "    }\n    store_rows<T, HSP>(dqkv + (size_t)b * T_ * stride", OPS + WARP, True),
+    ("cp-async-barrier", "removed the barrier after the attention forward's cp.async wait: each thread has its "
+     "own copies of the K/V tile, the other warps read them unordered",
+     "backend/ops/attention.cu",
+     "            load_rows<T, HSP, BKV, THREADS, ARCH>(Vt, base + 2 * C, stride, kv0, T_, HS, vec);\n        }\n"
+     "        __syncthreads();\n",
+     "            load_rows<T, HSP, BKV, THREADS, ARCH>(Vt, base + 2 * C, stride, kv0, T_, HS, vec);\n        }\n",
+     OPS + WARP, True),
+    ("cp-async-wait-last", "a wrong cp.async count: the attention forward's last K/V tile waited with "
+     "cp.async.wait_group 1 where 0 is needed, so the tile it reads is still in flight",
+     "backend/ops/attention.cu",
+     "                cu_cp_wait<ARCH, 0>();\n            }\n        } else if (j > j0) {",
+     "                cu_cp_wait<ARCH, 1>();\n            }\n        } else if (j > j0) {", OPS + WARP, True),
+    ("cp-async-wait-dkv", "a wrong cp.async count: the attention backward's dK/dV kernel waits with "
+     "cp.async.wait_group 2 where 1 is needed, so the K/V rows and the query tile it reads are still in flight",
+     "backend/ops/attention.cu",
+     "                load_floats<THREADS>(Ds + s2 * BI, drow, q0 + BI, BI, T_, 1.0f);\n"
+     "                cu_cp_commit<ARCH>();\n                cu_cp_wait<ARCH, 1>();\n",
+     "                load_floats<THREADS>(Ds + s2 * BI, drow, q0 + BI, BI, T_, 1.0f);\n"
+     "                cu_cp_commit<ARCH>();\n                cu_cp_wait<ARCH, 2>();\n", OPS + WARP, True),
+    ("cp-async-wait-dq-last", "a wrong cp.async count: the attention backward's dQ kernel waits for its last K/V "
+     "tile with cp.async.wait_group 1 where 0 is needed",
+     "backend/ops/attention.cu",
+     "                cu_cp_wait<ARCH, 0>();\n            }\n        } else if (j > 0) {\n"
+     "            load_rows<T, HSP, BI, THREADS, ARCH>(Kt,",
+     "                cu_cp_wait<ARCH, 1>();\n            }\n        } else if (j > 0) {\n"
+     "            load_rows<T, HSP, BI, THREADS, ARCH>(Kt,", OPS + WARP, True),
+    ("cp-async-wait-wrapper", "the cp.async wait wrapper's count off by one (wait_group N + 1 for cu_cp_wait<N>): "
+     "every attention kernel reads a tile still in flight",
+     "backend/ops/mma.cuh",
+     '        asm volatile("cp.async.wait_group %0;\\n" ::"n"(N));',
+     '        asm volatile("cp.async.wait_group %0;\\n" ::"n"(N + 1));', OPS + WARP, True),
+    ("syncwarp-store-rows", "removed the __syncwarp in the mma.sync attention's store_rows (the forward's output, "
+     "the backward's dK, dV and dQ): lanes read the staged rows other lanes of the warp have not written yet",
+     "backend/ops/attention.cu",
+     "            cu_pack2<T>(acc[dt][2] * factor, acc[dt][3] * factor);\n    }\n    __syncwarp();\n",
+     "            cu_pack2<T>(acc[dt][2] * factor, acc[dt][3] * factor);\n    }\n", OPS + WARP, True),
+    ("syncwarp-store-rows-reuse", "removed the __syncwarp that ends store_rows: the dK/dV kernel's dV overwrites "
+     "the warp's stage while other lanes still read dK from it (write-after-read)",
+     "backend/ops/attention.cu",
+     "            *p = cu_round<T>(accumulate ? v + cu_f32(*p) : v);\n        }\n    }\n    __syncwarp();\n}",
+     "            *p = cu_round<T>(accumulate ? v + cu_f32(*p) : v);\n        }\n    }\n}", OPS + WARP, True),
+    ("syncthreads-strip-part", "removed cu_strip_sum's second __syncthreads: threads 0..15 add the 16 parts "
+     "before the 256 threads have written them (rmsnorm's dweight, matmul's dbias, layernorm's dweight/dbias)",
+     "backend/ops/cuda_util.cuh",
+     "        sm.part[part][col] = s;\n    }\n    __syncthreads();\n",
+     "        sm.part[part][col] = s;\n    }\n", OPS + WARP, True),
+    ("syncthreads-decode-q", "removed the barrier that publishes attention_decode's query row in shared memory: "
+     "the dot products read it before the threads that load it have",
+     "backend/ops/attention_decode.cu",
+     "        qs[tid] = cu_f32(qrow[tid]);\n    __syncthreads();\n",
+     "        qs[tid] = cu_f32(qrow[tid]);\n", ["decode-cuda-sim"], True),
+    ("syncthreads-decode-reduce", "removed the barrier that ends attention_decode's block reduction: the next "
+     "reduction overwrites red[0] while other warps still read the last one's result (write-after-read)",
+     "backend/ops/attention_decode.cu",
+     "    const float r = red[0];\n    __syncthreads();\n",
+     "    const float r = red[0];\n", ["decode-cuda-sim"], True),
     ("ldmatrix-trans", "P @ V reads V through ldmatrix without .trans: the B fragments of V's transpose",
      "backend/ops/attention.cu",
      "            cu_ldsm4<true>(b, cu_smem(y + ", "            cu_ldsm4<false>(b, cu_smem(y + ", OPS, True),
@@ -218,8 +290,39 @@ MUTATIONS = [
 ]
 
 
-def run(cmd, cwd=None, timeout=None):
-    p = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+# The rows whose tests are narrowed to the op planted: FERRY_TEST_ONLY's
+# words for test_ops_gpu (the other programs ignore it). A test then stops
+# at the first part that can see the bug instead of running every op.
+NARROW = {name: "attention" for name in (
+    "stage-barrier", "stage-barrier-dkv", "stage-barrier-dq", "cp-async-wait", "cp-async-barrier",
+    "cp-async-wait-last", "cp-async-wait-dkv", "cp-async-wait-dq-last", "cp-async-wait-wrapper",
+    "syncwarp-store-rows", "syncwarp-store-rows-reuse")}
+NARROW["syncthreads-strip-part"] = "rmsnorm_backward"
+
+# The rows CI runs at every run (--ci), each with one test: a shared-memory
+# hazard of each kind in the kernels that depend on it, which the race
+# check catches whatever the schedule, so a thread-serial one is enough.
+# Chosen to keep the step within about five minutes on two cores (a row is
+# a compile of what includes its file, about 35 s for attention.cu, and a
+# narrowed test): docs/cudasim.md has its time. They run in this order:
+# attention_decode.cu's first, then attention.cu's, then mma.cuh's (which
+# attention.cu includes), so attention.cu is compiled once a row and once
+# more to put it back.
+CI_ROWS = {
+    "syncthreads-decode-reduce": "decode-cuda-sim",  # (a) warps reusing a tile without __syncthreads
+    "stage-barrier": "ops-sim-ascending",          # (c) the next tile's cp.async over a stage being read
+    "cp-async-barrier": "ops-sim-ascending",       # (c) no barrier after the wait
+    "syncwarp-store-rows": "ops-sim-ascending",    # (a) lanes reusing a warp's tile without __syncwarp
+    "cp-async-wait-wrapper": "ops-sim-ascending",  # (b) a wait count off by one, every attention kernel
+}
+
+
+JOBS = "-j%d" % max(1, len(os.sched_getaffinity(0)))  # the copy's builds: no more jobs than cores
+
+
+def run(cmd, cwd=None, timeout=None, env=None):
+    p = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                       env=env)
     return p.returncode, p.stdout
 
 
@@ -257,8 +360,12 @@ def test_targets(build, tests):
     return sorted(files)
 
 
-def meson_test(build, tests):
-    rc, out = run(["meson", "test", "-C", build, "--num-processes", "2", "--no-rebuild"] + tests, timeout=3600)
+def meson_test(build, tests, only=None):
+    env = dict(os.environ)
+    if only:
+        env["FERRY_TEST_ONLY"] = only
+    rc, out = run(["meson", "test", "-C", build, "--num-processes", "2", "--no-rebuild"] + tests, timeout=3600,
+                  env=env)
     failed = [t for t in tests if any(any(w in l for w in (" FAIL ", " ERROR ", " TIMEOUT "))
                                       for l in out.splitlines() if (" %s " % t) in l)]
     return rc == 0, failed, out
@@ -296,6 +403,18 @@ def check_rows(root, build):
         for p in problems:
             print("mutations: %s: %s" % (name, p))
         bad += bool(problems)
+    for name in sorted(set(NARROW) - names):
+        print("mutations: %s: NARROW names a row the table does not have" % name)
+        bad += 1
+    for name, test in sorted(CI_ROWS.items()):
+        problems = []
+        if name not in names:
+            problems.append("CI_ROWS names a row the table does not have")
+        if known is not None and test not in known:
+            problems.append("CI_ROWS names the test %s, which the build does not have" % test)
+        for p in problems:
+            print("mutations: %s: %s" % (name, p))
+        bad += bool(problems)
     print("mutations: %d rows, %d apply to this tree%s" % (len(MUTATIONS), len(MUTATIONS) - bad,
                                                           "" if not bad else "; fix the others"))
     return 1 if bad else 0
@@ -308,14 +427,22 @@ def main():
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--build")
+    ap.add_argument("--ci", action="store_true")
     a = ap.parse_args()
+    # A test's timeout ends this with SIGTERM: the planted file is put back
+    # on the way out (the finally below) rather than left in the copy.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("mutations: stopped (SIGTERM)"))
     if a.list:
         for m in MUTATIONS:
             print("%-24s %s (%s)" % (m[0], m[1], m[2]))
         return 0
     if a.check:
         return check_rows(os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")), a.build)
-    chosen = [m for m in MUTATIONS if not a.only or m[0] in a.only]
+    chosen = [m for m in MUTATIONS if (not a.only or m[0] in a.only) and (not a.ci or m[0] in CI_ROWS)]
+    if a.ci:  # one test each, in CI_ROWS's order
+        order = list(CI_ROWS)
+        chosen = sorted((m[:5] + ([CI_ROWS[m[0]]],) + m[6:] for m in chosen), key=lambda m: order.index(m[0]))
+    t_start = time.time()
     unknown = set(a.only) - {m[0] for m in MUTATIONS}
     if unknown:
         sys.exit("mutations: no mutation named %s (--list shows them)" % ", ".join(sorted(unknown)))
@@ -337,13 +464,15 @@ def main():
         sys.exit("mutations: the copy's build does not regenerate:\n" + out[-3000:])
     tests = sorted({t for m in chosen for t in m[5]})
     targets = test_targets(build, tests)
-    rc, out = run(["ninja", "-C", build] + targets)
+    rc, out = run(["ninja", "-C", build, JOBS] + targets)
     if rc:
         sys.exit("mutations: the unmutated tree does not build:\n" + out[-3000:])
-    ok, failed, out = meson_test(build, tests)
-    if not ok:
-        sys.exit("mutations: the unmutated tree fails %s; fix that first:\n%s" % (failed, out[-3000:]))
-    print("baseline: %s pass" % ", ".join(tests), flush=True)
+    for only in sorted({NARROW.get(m[0], "") for m in chosen}):  # the tests as the rows below run them
+        ok, failed, out = meson_test(build, sorted({t for m in chosen if NARROW.get(m[0], "") == only
+                                                    for t in m[5]}), only)
+        if not ok:
+            sys.exit("mutations: the unmutated tree fails %s; fix that first:\n%s" % (failed, out[-3000:]))
+    print("baseline: %s pass (%.0f s)" % (", ".join(tests), time.time() - t_start), flush=True)
     rows, bad = [], 0
     for name, what, rel, old, new, mtests, expect in chosen:
         path = os.path.join(src, rel)
@@ -356,11 +485,11 @@ def main():
         t0 = time.time()
         try:
             open(path, "w", encoding="utf-8").write(text.replace(old, new))
-            rc, out = run(["ninja", "-C", build] + test_targets(build, mtests))
+            rc, out = run(["ninja", "-C", build, JOBS] + test_targets(build, mtests))
             if rc:
                 result, caught = "does not build", None
             else:
-                ok, failed, out = meson_test(build, mtests)
+                ok, failed, out = meson_test(build, mtests, NARROW.get(name))
                 caught = not ok
                 result = ("caught by " + ", ".join(failed or ["a test"])) if caught else "not caught"
         finally:
@@ -369,7 +498,8 @@ def main():
         rows.append((name, what, rel, result, expect))
         print("%-24s %s (%.0f s)%s" % (name, result, time.time() - t0,
                                       "" if caught is expect else "  <-- UNEXPECTED"), flush=True)
-    run(["ninja", "-C", build] + targets)  # leave the copy's build unmutated
+    run(["ninja", "-C", build, JOBS] + targets)  # leave the copy's build unmutated
+    print("mutations: %d rows in %.0f s" % (len(rows), time.time() - t_start), flush=True)
     table = ["| mutation | file | result |", "| --- | --- | --- |"]
     for name, what, rel, result, expect in rows:
         table.append("| %s: %s | `%s` | %s%s |" % (name, what, rel, result,

@@ -43,7 +43,10 @@
  * are read while the next one's operands arrive.
  * Architectures: bf16 operands and m16n8k16 need sm_80, m16n8k8 f16 and
  * ldmatrix sm_75, cp.async sm_80; on an older card the kernel stops with
- * cudaErrorNoKernelImageForDevice, as nvcc would not have compiled it. */
+ * cudaErrorNoKernelImageForDevice, as nvcc would not have compiled it.
+ * The race check (block.cpp) sees ldmatrix's rows as reads of the lanes
+ * that gave them, and a cp.async as its thread's write, in flight from the
+ * issue to the wait that completes it. */
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -293,6 +296,8 @@ struct pending_copy {
     const char *src;
     unsigned bytes, src_bytes;
     long group; /* -1 until committed */
+    size_t off; /* dst's offset in shared memory */
+    uintptr_t pc; /* where it was issued */
 };
 
 /* One warp's meeting: two alternating tables of the lanes' operands and the
@@ -302,6 +307,7 @@ struct lane_slot {
     uint64_t serial;
     uint32_t in[12];
     uint32_t addr;
+    uintptr_t pc; /* the lane's call site, for the race check */
 };
 
 struct warp_table {
@@ -428,12 +434,19 @@ const char *ld_row(const ptx_insn &in, const block_tables &b, uint32_t off, int 
     return b.smem + off;
 }
 
-void compute_ldmatrix(const ptx_insn &in, const block_tables &b, warp_table &w, int p)
+void compute_ldmatrix(const ptx_insn &in, const block_tables &b, warp_table &w, int p, int warp)
 {
     const char *rows[4][8];
     for (int i = 0; i < in.matrices; i++)
         for (int r = 0; r < 8; r++)
             rows[i][r] = ld_row(in, b, w.slot[p][8 * i + r].addr, 8 * i + r);
+    /* each row a read of the lane that gave its address, checked as the
+     * kernel's own reads are (bounds, races) */
+    for (int i = 0; i < in.matrices; i++)
+        for (int r = 0; r < 8; r++) {
+            const lane_slot &s = w.slot[p][8 * i + r];
+            shared_access_as(warp * 32 + 8 * i + r, s.addr, 16, false, s.pc);
+        }
     for (int l = 0; l < 32; l++) {
         const int g = l >> 2, t = l & 3;
         for (int i = 0; i < in.matrices; i++) {
@@ -451,7 +464,7 @@ void compute_ldmatrix(const ptx_insn &in, const block_tables &b, warp_table &w, 
 }
 
 /* The warp instructions: operands into the table, the meeting, the results. */
-void run_warp_op(const ptx_insn &in, std::initializer_list<ptx_arg> ops)
+void run_warp_op(const ptx_insn &in, std::initializer_list<ptx_arg> ops, uintptr_t pc)
 {
     block_tables &b = tables();
     const me m = who();
@@ -463,6 +476,7 @@ void run_warp_op(const ptx_insn &in, std::initializer_list<ptx_arg> ops)
     lane_slot &s = w.slot[p][m.lane];
     s.insn = &in;
     s.serial = serial;
+    s.pc = pc;
     const ptx_arg *a = ops.begin();
     if (in.kind == ptx_insn::MMA) {
         int at = 0;
@@ -486,7 +500,7 @@ void run_warp_op(const ptx_insn &in, std::initializer_list<ptx_arg> ops)
         if (in.kind == ptx_insn::MMA)
             compute_mma(in, w, p);
         else
-            compute_ldmatrix(in, b, w, p);
+            compute_ldmatrix(in, b, w, p, m.warp);
         w.computed[p] = serial + 1;
     }
     for (int r = 0; r < in.ops[0].count; r++)
@@ -498,6 +512,7 @@ void complete(pending_copy &c)
     if (c.src_bytes)
         memcpy(c.dst, c.src, c.src_bytes);
     memset(c.dst + c.src_bytes, 0, c.bytes - c.src_bytes);
+    shared_copy_land(c.off, c.bytes, c.pc);
 }
 
 /* Completes the copies of `list` in groups <= `upto` (every copy when
@@ -516,7 +531,7 @@ void complete_upto(std::vector<pending_copy> &list, long upto, bool all)
 
 long value_of(const ptx_insn::operand &o, const ptx_arg *a) { return o.kind == 3 ? o.imm : (long)(int32_t)u32(a[o.first]); }
 
-void run_cp_async(const ptx_insn &in, std::initializer_list<ptx_arg> ops)
+void run_cp_async(const ptx_insn &in, std::initializer_list<ptx_arg> ops, uintptr_t pc)
 {
     need_arch(in, 80, "cp.async");
     block_tables &b = tables();
@@ -569,7 +584,8 @@ void run_cp_async(const ptx_insn &in, std::initializer_list<ptx_arg> ops)
         if (why_buf[0])
             fault(cudaErrorIllegalAddress, in, "source [%p, +%ld): %s", (const void *)src, src_bytes, why_buf);
     }
-    pending_copy c = {b.smem + dst_off, src, (unsigned)bytes, (unsigned)src_bytes, -1};
+    shared_copy_issue((size_t)dst_off, (size_t)bytes, pc);
+    pending_copy c = {b.smem + dst_off, src, (unsigned)bytes, (unsigned)src_bytes, -1, (size_t)dst_off, pc};
     memset(c.dst, 0xff, c.bytes); /* undefined until the wait: NaN */
     list.push_back(c);
 }
@@ -578,6 +594,7 @@ void run_cp_async(const ptx_insn &in, std::initializer_list<ptx_arg> ops)
 
 void ptx_insn::run(std::initializer_list<ptx_arg> args) const
 {
+    const uintptr_t pc = (uintptr_t)__builtin_return_address(0); /* the kernel's asm statement */
     if (kind == BAD)
         fault(cudaErrorLaunchFailure, *this, "%s", error);
     int need = 0;
@@ -615,13 +632,13 @@ void ptx_insn::run(std::initializer_list<ptx_arg> args) const
     case MMA:
         need_arch(*this, bf16 || k == 16 ? 80 : 75,
                   bf16 ? "mma.sync with bf16 operands" : "mma.sync.m16n8k16 with f16 operands");
-        run_warp_op(*this, args);
+        run_warp_op(*this, args, pc);
         break;
     case LDMATRIX:
         need_arch(*this, 75, "ldmatrix");
-        run_warp_op(*this, args);
+        run_warp_op(*this, args, pc);
         break;
-    default: run_cp_async(*this, args); break;
+    default: run_cp_async(*this, args, pc); break;
     }
 }
 

@@ -159,6 +159,16 @@ bool run_grid(launch_rec *L);
  * (the access hooks call it): bounds, then races, as the settings ask;
  * stops the thread with the block failed on a violation. */
 void shared_access(size_t off, size_t n, bool write, uintptr_t pc);
+/* The same for thread `tid` of the running block (ldmatrix's rows, read by
+ * the lanes that gave their addresses); the running thread stops on a
+ * violation. */
+void shared_access_as(int tid, size_t off, size_t n, bool write, uintptr_t pc);
+/* A cp.async of the running thread into [off, off + n): checked as its
+ * write at the issue, then in flight (another thread's access races) until
+ * shared_copy_land, at the wait that completes it, where it is that
+ * thread's write again. */
+void shared_copy_issue(size_t off, size_t n, uintptr_t pc);
+void shared_copy_land(size_t off, size_t n, uintptr_t pc);
 /* The opt-in a kernel was given by cudaFuncSetAttribute (0: none). */
 size_t func_max_dynamic_smem(const void *fn);
 cudaError_t func_set_max_dynamic_smem(const void *fn, int bytes);

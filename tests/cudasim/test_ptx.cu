@@ -15,6 +15,13 @@
  *     wait_group, wait_group N leaves exactly the N newest groups pending,
  *     wait_all also completes what was never committed, a short source
  *     zero-fills;
+ *   - the race check on both (whatever the schedule: the suite runs this
+ *     under the random one): another warp reading a copy in flight across
+ *     a barrier, a copy's bytes read with no barrier after the wait, a copy
+ *     over bytes another warp read in the same interval, a group left in
+ *     flight by a wait_group count one too high, ldmatrix reading a row
+ *     another warp wrote with no barrier between, each a race naming it;
+ *     the same with the barrier or the right count, none;
  *   - what a card refuses or a kernel gets wrong, each a sticky error naming
  *     it: ldmatrix by half a warp, lanes of a warp at different ldmatrix
  *     instructions, a misaligned row, cp.async and bf16 mma on sm_75 (the
@@ -391,6 +398,89 @@ static void test_cp_async(void)
     cudaFree(d_out);
 }
 
+/* ---- the race check on cp.async and ldmatrix ---- */
+
+/* Two warps; thread 0 copies 16 bytes into s[0..3] (and, in the count
+ * cases, another group into s[4..7]), thread 32 reads s[at]. */
+enum { CP_OK, CP_IN_FLIGHT, CP_NO_BARRIER, CP_OVER_READ, CP_COUNT_OK, CP_COUNT_HIGH };
+__global__ void cp_race_kernel(const float *src, float *out, int mode, int at)
+{
+    __shared__ __align__(16) float s[8];
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 8; i++)
+            s[i] = -1.0f;
+    }
+    __syncthreads();
+    if (mode == CP_OVER_READ && threadIdx.x == 32)
+        out[0] = s[at];
+    if (threadIdx.x == 0) {
+        cp16(smem_u32(&s[0]), src, 16);
+        commit();
+        if (mode == CP_COUNT_OK || mode == CP_COUNT_HIGH) {
+            cp16(smem_u32(&s[4]), src + 4, 16);
+            commit();
+            if (mode == CP_COUNT_OK)
+                wait_group<0>();
+            else
+                wait_group<1>(); /* leaves s[4..7]'s group in flight */
+        } else if (mode != CP_IN_FLIGHT) {
+            wait_group<0>();
+        }
+    }
+    if (mode != CP_NO_BARRIER && mode != CP_OVER_READ)
+        __syncthreads();
+    if (mode != CP_OVER_READ && threadIdx.x == 32)
+        out[0] = s[at];
+    if (threadIdx.x == 0)
+        wait_all();
+}
+
+/* Warp 1 writes the rows warp 0 reads through ldmatrix; `barrier`: with a
+ * __syncthreads between. */
+__global__ void ldmatrix_race_kernel(uint32_t *out, int barrier)
+{
+    __shared__ __align__(16) uint16_t s[8 * 8];
+    if (threadIdx.x >= 32)
+        for (int i = threadIdx.x - 32; i < 64; i += 32)
+            s[i] = (uint16_t)i;
+    if (barrier)
+        __syncthreads();
+    if (threadIdx.x < 32) {
+        uint32_t r[1];
+        ldm<1, false>(r, smem_u32(&s[(threadIdx.x % 8) * 8]));
+        out[threadIdx.x] = r[0];
+    }
+}
+
+static void test_races(void)
+{
+    float *d_src = nullptr, *d_out = nullptr;
+    cudaMalloc(&d_src, 64);
+    cudaMalloc(&d_out, 64 * 4);
+    cudaMemset(d_src, 0, 64);
+    cp_race_kernel<<<1, 64>>>(d_src, d_out, CP_OK, 0);
+    is_err(cudaDeviceSynchronize(), cudaSuccess, "cp.async: a copy read by another warp after the wait and a barrier");
+    cp_race_kernel<<<1, 64>>>(d_src, d_out, CP_IN_FLIGHT, 0);
+    expect_fault(cudaErrorLaunchFailure, "race", "cp.async: another warp reads a copy in flight across a barrier");
+    cp_race_kernel<<<1, 64>>>(d_src, d_out, CP_NO_BARRIER, 1);
+    expect_fault(cudaErrorLaunchFailure, "race", "cp.async: another warp reads a copy with no barrier after the wait");
+    cp_race_kernel<<<1, 64>>>(d_src, d_out, CP_OVER_READ, 2);
+    expect_fault(cudaErrorLaunchFailure, "race", "cp.async: a copy over bytes another warp read in the same interval");
+    cp_race_kernel<<<1, 64>>>(d_src, d_out, CP_COUNT_OK, 5);
+    is_err(cudaDeviceSynchronize(), cudaSuccess, "cp.async: wait_group 0 completes both groups");
+    cp_race_kernel<<<1, 64>>>(d_src, d_out, CP_COUNT_HIGH, 3);
+    is_err(cudaDeviceSynchronize(), cudaSuccess, "cp.async: wait_group 1 completes the older group");
+    cp_race_kernel<<<1, 64>>>(d_src, d_out, CP_COUNT_HIGH, 5);
+    expect_fault(cudaErrorLaunchFailure, "race", "cp.async: wait_group 1 where 0 is needed leaves a group in flight");
+    uint32_t *d_u = reinterpret_cast<uint32_t *>(d_out);
+    ldmatrix_race_kernel<<<1, 64>>>(d_u, 1);
+    is_err(cudaDeviceSynchronize(), cudaSuccess, "ldmatrix: rows another warp wrote before a barrier");
+    ldmatrix_race_kernel<<<1, 64>>>(d_u, 0);
+    expect_fault(cudaErrorLaunchFailure, "race", "ldmatrix: rows another warp writes with no barrier between");
+    cudaFree(d_src);
+    cudaFree(d_out);
+}
+
 /* ---- misuse ---- */
 
 __global__ void ldmatrix_any_kernel(uint32_t *out, int offset, int split)
@@ -459,6 +549,7 @@ int main(void)
     test_ldmatrix();
     test_mma();
     test_cp_async();
+    test_races();
     test_misuse();
     return tap_done();
 }

@@ -19,7 +19,12 @@
  *   test_ops_gpu [bf16|f16] xl   GPT-2 XL's widths (C = 1600, 25 heads of 64,
  *                                the 50257-token vocabulary padded to 50304)
  *                                with a small batch whose T is not a multiple
- *                                of the 64-row tile */
+ *                                of the 64-row tile
+ * FERRY_TEST_ONLY=WORD[,WORD...] runs only the parts whose name holds one of
+ * the words: the registry's ops by name (attention_forward,
+ * rmsnorm_backward, ...), and attention, classifier, convert, elementwise,
+ * matmul, adamw, sumsq (a planted bug's test, narrowed to its op:
+ * dev/cudasim/mutations.py --ci). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -59,6 +64,27 @@ static bool nan16(uint16_t h) { return (h & 0x7fffu) > (act == FERRY_DTYPE_F16 ?
 static void release(void *d) { backend_free(be, d); }
 
 #define OK(call) TAP_IS_STATUS((call), FERRY_OK, "%s", #call)
+
+/* Whether the part `name` runs: FERRY_TEST_ONLY unset, or one of its
+ * comma-separated words in the name. */
+static bool wanted(const char *name)
+{
+    const char *only = getenv("FERRY_TEST_ONLY");
+    if (!only || !*only)
+        return true;
+    for (const char *w = only; *w;) {
+        size_t n = strcspn(w, ",");
+        char word[64];
+        if (n > 0 && n < sizeof word) {
+            memcpy(word, w, n);
+            word[n] = 0;
+            if (strstr(name, word))
+                return true;
+        }
+        w += n + (w[n] == ',');
+    }
+    return false;
+}
 
 static void test_convert(void)
 {
@@ -399,6 +425,8 @@ static void test_registry(void)
         return;
     }
     for (size_t k = 0; k < OP_SHAPES; k++) {
+        if (!wanted(op_shapes[k].op))
+            continue;
         ferry_status fs = opdrive_compare(all, &op_shapes[k], be, st, host, hs, rng + k, report, (void *)&op_shapes[k]);
         if (fs != FERRY_OK)
             tap_ok(0, "%s %s: %s", op_shapes[k].op, op_shapes[k].sizes, ferry_last_error());
@@ -646,6 +674,8 @@ int main(int argc, char **argv)
         rng = strtoull(seed, NULL, 0);
     tap_diag("device %s, storage %s, seed 0x%llx", backend_device_name(be), dtype_name(act),
              (unsigned long long)rng);
+    if (getenv("FERRY_TEST_ONLY") && *getenv("FERRY_TEST_ONLY"))
+        tap_diag("only the parts named for %s (FERRY_TEST_ONLY)", getenv("FERRY_TEST_ONLY"));
     const size_t ws_bytes = 32u << 20;
     void *ws = NULL;
     if (backend_stream_create(be, "test", &st) != FERRY_OK || backend_alloc(be, ws_bytes, &ws) ||
@@ -658,24 +688,36 @@ int main(int argc, char **argv)
         goto done;
     }
     test_registry();
-    test_deterministic("encoder_backward"); /* without atomics, by construction */
-    test_deterministic("rmsnorm_backward"); /* dweight in strip sums */
-    test_deterministic("rope_backward");    /* shared key/value heads summed in one thread */
-    test_convert();
-    test_elementwise(1003, 3);      /* pointers not aligned to a vector */
-    test_matmul_unaligned(6, 24, 40, 1); /* cuBLASLt told 2-byte alignment */
-    test_attention(2, 67, 96, 2);   /* HS 48: padded to 64; T not a multiple of 64 */
-    test_attention(1, 130, 128, 2); /* HS 64, as GPT-2 */
-    test_attention(2, 40, 36, 3);   /* HS 12: scalar loads */
-    test_attention(1, 70, 256, 2);  /* HS 128 */
-    test_attention(1, 200, 128, 2); /* HS 64, 64-key tiles crossing 128-query blocks */
-    test_classifier(37, 64, 1000, 1024, 16, true, 1.0f); /* with ignored (negative) targets */
-    if (act == FERRY_DTYPE_F16) {
-        test_classifier(37, 64, 1000, 1024, 16, true, 1024.0f); /* a loss scale's grad_scale */
-        test_classifier_overflow();
+    const char *deterministic[] = {"encoder_backward", /* without atomics, by construction */
+                                   "rmsnorm_backward", /* dweight in strip sums */
+                                   "rope_backward"};   /* shared key/value heads summed in one thread */
+    for (size_t i = 0; i < sizeof deterministic / sizeof *deterministic; i++)
+        if (wanted(deterministic[i]))
+            test_deterministic(deterministic[i]);
+    if (wanted("convert"))
+        test_convert();
+    if (wanted("elementwise"))
+        test_elementwise(1003, 3); /* pointers not aligned to a vector */
+    if (wanted("matmul"))
+        test_matmul_unaligned(6, 24, 40, 1); /* cuBLASLt told 2-byte alignment */
+    if (wanted("attention")) {
+        test_attention(2, 67, 96, 2);   /* HS 48: padded to 64; T not a multiple of 64 */
+        test_attention(1, 130, 128, 2); /* HS 64, as GPT-2 */
+        test_attention(2, 40, 36, 3);   /* HS 12: scalar loads */
+        test_attention(1, 70, 256, 2);  /* HS 128 */
+        test_attention(1, 200, 128, 2); /* HS 64, 64-key tiles crossing 128-query blocks */
     }
-    test_adamw();
-    test_sumsq();
+    if (wanted("classifier")) {
+        test_classifier(37, 64, 1000, 1024, 16, true, 1.0f); /* with ignored (negative) targets */
+        if (act == FERRY_DTYPE_F16) {
+            test_classifier(37, 64, 1000, 1024, 16, true, 1024.0f); /* a loss scale's grad_scale */
+            test_classifier_overflow();
+        }
+    }
+    if (wanted("adamw"))
+        test_adamw();
+    if (wanted("sumsq"))
+        test_sumsq();
 done:
     ops_shutdown(be);
     backend_free(be, ws);
