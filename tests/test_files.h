@@ -1,7 +1,7 @@
 /* The files a test keeps in its temporary folder: the folder made from the
  * test's own mkdtemp template, the path of a name in it (several at once),
- * a text written whole, a file's first bytes read back as a string, and
- * the folder removed with all it holds at the end. The folder's name and
+ * a text written whole, a file's first bytes read back as a string, a
+ * whole file read into memory, and the folder removed with all it holds at the end. The folder's name and
  * what goes in it stay each test's own. Header-only. */
 #ifndef FERRY_TESTS_TEST_FILES_H
 #define FERRY_TESTS_TEST_FILES_H
@@ -63,6 +63,26 @@ static inline const char *test_read(const char *path, char *buf, size_t cap)
     if (f)
         fclose(f);
     return buf;
+}
+
+/* The whole of path in a malloc'd buffer (one byte more than *size, so it
+ * may be ended), *size its bytes; NULL and *size -1 where it cannot be
+ * read whole. */
+static inline unsigned char *test_slurp(const char *path, long *size)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *b = NULL;
+    *size = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (*size = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (b = malloc((size_t)*size + 1)) && fread(b, 1, (size_t)*size, f) != (size_t)*size) {
+        free(b);
+        b = NULL;
+    }
+    if (!b)
+        *size = -1;
+    if (f)
+        fclose(f);
+    return b;
 }
 
 #endif

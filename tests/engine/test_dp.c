@@ -42,6 +42,7 @@
 #include "tap.h"
 #include "token_batches.h"
 #include "test_dtype.h"
+#include "tests/test_files.h"
 
 enum { STEPS = 6, HALF = 3, B = 2, T = 32, MAXR = 8 };
 
@@ -456,21 +457,6 @@ static void shared_dir(char *path, size_t cap)
     comm_world_broadcast(path, cap, 0);
 }
 
-static unsigned char *slurp(const char *path, long *size)
-{
-    FILE *f = fopen(path, "rb");
-    unsigned char *b = NULL;
-    *size = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0 && (*size = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (b = malloc((size_t)*size + 1)) && fread(b, 1, (size_t)*size, f) != (size_t)*size) {
-        free(b);
-        b = NULL;
-    }
-    if (f)
-        fclose(f);
-    return b;
-}
-
 /* What rank r reads loading a file of `bytes` whose blob is empty, by the
  * format and the layout rule (not the engine's code): the header and group
  * table once, its 1/N of the bytes after them to check (part r of N, as
@@ -503,7 +489,7 @@ static double expected_read(const gpt2_model *m, long bytes, int r)
 static void check_load(const char *file, const char *resaved, const double *reads, const char *what)
 {
     long n1, n2;
-    unsigned char *a = slurp(file, &n1), *b = slurp(resaved, &n2);
+    unsigned char *a = test_slurp(file, &n1), *b = test_slurp(resaved, &n2);
     tap_ok(a && b && n1 == n2 && memcmp(a, b, (size_t)n1) == 0,
            "%s: the state loaded is the file's, bit for bit (saved again at once: %ld bytes, %ld before)", what, n2, n1);
     free(a);
@@ -538,7 +524,7 @@ static void test_damaged_at_ranks(ferry_offload mode, const char *file, const ch
     snprintf(bad, sizeof bad, "%s/damaged.ferry", dir);
     if (rank == 0) {
         long n;
-        unsigned char *b = slurp(file, &n);
+        unsigned char *b = test_slurp(file, &n);
         FILE *f = b ? fopen(bad, "wb") : NULL;
         if (b && n > 1000)
             b[n - 100] ^= 0x10; /* in the loss scale section: the last part */
@@ -584,12 +570,12 @@ static void test_checkpoint_across_worlds(ferry_offload mode)
         memcpy(b.norm, whole.norm, sizeof b.norm[0] * HALF);
         compare(&b, &whole, HALF, what);
         long nr = -1, na = -1;
-        unsigned char *by_ranks = slurp(file, &nr), *by_one = NULL;
+        unsigned char *by_ranks = test_slurp(file, &nr), *by_one = NULL;
         /* and back: one process saves at HALF, the N ranks continue */
         run_opts alone = {mode, 0, 0, -1, NULL, 0, HALF, file, 1, NULL};
         free_result(&b);
         tap_ok(run(&alone, &b) == FERRY_OK, "offload %s: one process saved step %d", ferry_offload_name(mode), HALF);
-        by_one = slurp(file, &na);
+        by_one = test_slurp(file, &na);
         tap_ok(by_ranks && by_one && nr == na && memcmp(by_ranks, by_one, (size_t)nr) == 0,
                "offload %s, moments %s: the file %d ranks saved is byte for byte the one one process saves (%ld and "
                "%ld bytes)", ferry_offload_name(mode), ferry_moments_name(moments), world, nr, na);
