@@ -458,25 +458,33 @@ static void test_races(void)
     cudaMalloc(&d_src, 64);
     cudaMalloc(&d_out, 64 * 4);
     cudaMemset(d_src, 0, 64);
+    uint32_t *d_u = reinterpret_cast<uint32_t *>(d_out);
     cp_race_kernel<<<1, 64>>>(d_src, d_out, CP_OK, 0);
     is_err(cudaDeviceSynchronize(), cudaSuccess, "cp.async: a copy read by another warp after the wait and a barrier");
-    cp_race_kernel<<<1, 64>>>(d_src, d_out, CP_IN_FLIGHT, 0);
-    expect_fault(cudaErrorLaunchFailure, "race", "cp.async: another warp reads a copy in flight across a barrier");
-    cp_race_kernel<<<1, 64>>>(d_src, d_out, CP_NO_BARRIER, 1);
-    expect_fault(cudaErrorLaunchFailure, "race", "cp.async: another warp reads a copy with no barrier after the wait");
-    cp_race_kernel<<<1, 64>>>(d_src, d_out, CP_OVER_READ, 2);
-    expect_fault(cudaErrorLaunchFailure, "race", "cp.async: a copy over bytes another warp read in the same interval");
     cp_race_kernel<<<1, 64>>>(d_src, d_out, CP_COUNT_OK, 5);
     is_err(cudaDeviceSynchronize(), cudaSuccess, "cp.async: wait_group 0 completes both groups");
     cp_race_kernel<<<1, 64>>>(d_src, d_out, CP_COUNT_HIGH, 3);
     is_err(cudaDeviceSynchronize(), cudaSuccess, "cp.async: wait_group 1 completes the older group");
-    cp_race_kernel<<<1, 64>>>(d_src, d_out, CP_COUNT_HIGH, 5);
-    expect_fault(cudaErrorLaunchFailure, "race", "cp.async: wait_group 1 where 0 is needed leaves a group in flight");
-    uint32_t *d_u = reinterpret_cast<uint32_t *>(d_out);
     ldmatrix_race_kernel<<<1, 64>>>(d_u, 1);
     is_err(cudaDeviceSynchronize(), cudaSuccess, "ldmatrix: rows another warp wrote before a barrier");
-    ldmatrix_race_kernel<<<1, 64>>>(d_u, 0);
-    expect_fault(cudaErrorLaunchFailure, "race", "ldmatrix: rows another warp writes with no barrier between");
+    if (cudasim_set_shared_check("race") == 0) {
+        cp_race_kernel<<<1, 64>>>(d_src, d_out, CP_IN_FLIGHT, 0);
+        expect_fault(cudaErrorLaunchFailure, "race", "cp.async: another warp reads a copy in flight across a barrier");
+        cp_race_kernel<<<1, 64>>>(d_src, d_out, CP_NO_BARRIER, 1);
+        expect_fault(cudaErrorLaunchFailure, "race", "cp.async: another warp reads a copy with no barrier after the wait");
+        cp_race_kernel<<<1, 64>>>(d_src, d_out, CP_OVER_READ, 2);
+        expect_fault(cudaErrorLaunchFailure, "race", "cp.async: a copy over bytes another warp read in the same interval");
+        cp_race_kernel<<<1, 64>>>(d_src, d_out, CP_COUNT_HIGH, 5);
+        expect_fault(cudaErrorLaunchFailure, "race", "cp.async: wait_group 1 where 0 is needed leaves a group in flight");
+        ldmatrix_race_kernel<<<1, 64>>>(d_u, 0);
+        expect_fault(cudaErrorLaunchFailure, "race", "ldmatrix: rows another warp writes with no barrier between");
+    } else {
+        /* The plain loads and stores that race the copies reach the checker
+         * through the access hooks, which an ASan build has not (its
+         * poisoned red zones bound shared memory there): the racy cases are
+         * the plain build's, which the CUDA build's suite runs. */
+        tap_diag("the race cases need the access hooks, which an ASan build has not: left to the plain build");
+    }
     cudaFree(d_src);
     cudaFree(d_out);
 }
