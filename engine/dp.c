@@ -23,6 +23,9 @@
  * only its slot. Each updated slot goes up on the h2d stream and is
  * all-gathered into every rank's device weights on the weight stream,
  * group by group: the next forward of group i waits for group i only.
+ * With the upload window (engine/window.h) the slot is converted from the
+ * rank's master weights, padding and all, as it goes up, in place of an
+ * upload copy of its own.
  *
  * Params mode (ZeRO-3 with offload): as optimizer mode, and the device
  * weights of a group exist only while fetched: a fetch uploads the rank's
@@ -49,6 +52,7 @@
 #include "common/error.h"
 #include "common/numerics.h"
 #include "engine/layout.h"
+#include "engine/window.h"
 
 struct engine_dp {
     int rank, world;
@@ -303,7 +307,8 @@ ferry_status dp_upload(engine_dp *d, const engine_ctx *c, engine_progress *p, en
     p->acc.comm_bytes += (double)(d->world - 1) * (double)bytes;
     backend_comm_set_tag(d->weights_comm, gi);
     if ((also_wait && (st = backend_stream_wait_event(c->h2d, also_wait)) != FERRY_OK) ||
-        (st = backend_memcpy_async(c->h2d, slot, g->host_weights, bytes, BACKEND_COPY_H2D)) != FERRY_OK ||
+        (st = c->window ? engine_window_upload_span(c->window, c, g->name, g->master, g->part_cap, slot)
+                        : backend_memcpy_async(c->h2d, slot, g->host_weights, bytes, BACKEND_COPY_H2D)) != FERRY_OK ||
         (st = backend_event_record(d->staged[gi], c->h2d)) != FERRY_OK ||
         (st = backend_stream_wait_event(d->weights_stream, d->staged[gi])) != FERRY_OK ||
         (st = ops_all_gather(d->weights_stream, d->weights_comm, slot, g->dev_weights, g->part_cap, c->act)) !=

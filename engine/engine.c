@@ -58,7 +58,7 @@ static const size_t config_fields[] = {
 SIZED_NO_TAIL_PADDING(ferry_engine_config, upload_window_chunk_bytes);
 
 /* The upload window's fields in range, and not asked for where nothing can
- * use it (data parallelism joined from a launcher is seen at setup). */
+ * use it (offload auto's choice is seen at setup). */
 static ferry_status check_window_config(const ferry_engine_config *c)
 {
     if (c->upload_window != FERRY_UPLOAD_WINDOW_AUTO && c->upload_window != FERRY_UPLOAD_WINDOW_ON &&
@@ -78,8 +78,7 @@ static ferry_status check_window_config(const ferry_engine_config *c)
     const char *why = c->offload == FERRY_OFFLOAD_NONE ? "offload 'none' keeps the weights on the device"
                       : c->offload == FERRY_OFFLOAD_NVME || c->nvme_path
                           ? "the NVMe tier converts the master weights from its file into the upload copy"
-                      : c->data_parallel == 1 ? "with data parallelism each rank uploads its slot of the copy"
-                                              : NULL;
+                          : NULL;
     if (why)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: upload_window on is not available here (%s); use FERRY_UPLOAD_WINDOW_AUTO or "
@@ -579,14 +578,12 @@ static ferry_status plan_request(ferry_engine *e, engine_plan_request *rq, size_
 static ferry_status open_window(ferry_engine *e)
 {
     engine_ctx *c = &e->ctx;
-    bool on = engine_window_on(e->cfg.upload_window, e->cfg.moments, ctx_mode(c), ctx_disk(c) != NULL, e->dp != NULL);
+    bool on = engine_window_on(e->cfg.upload_window, e->cfg.moments, ctx_mode(c), ctx_disk(c) != NULL);
     if (!on && e->cfg.upload_window == FERRY_UPLOAD_WINDOW_ON)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "ferry_engine_setup: upload_window on with offload '%s'%s: the window serves offload "
-                       "'optimizer' and 'params' alone, without the NVMe tier or data parallelism; use "
-                       "FERRY_UPLOAD_WINDOW_AUTO or _OFF",
-                       ferry_offload_name(c->mode.asked),
-                       e->dp ? " and data parallelism" : ctx_disk(c) ? " and the NVMe tier" : "");
+                       "'optimizer' and 'params' alone, without the NVMe tier; use FERRY_UPLOAD_WINDOW_AUTO or _OFF",
+                       ferry_offload_name(c->mode.asked), ctx_disk(c) ? " and the NVMe tier" : "");
     return on ? engine_window_open(c, groups_largest(&e->groups), &c->window) : FERRY_OK;
 }
 

@@ -72,10 +72,10 @@ void engine_buffers_moments(engine_buffer *b, int n, ferry_moments form)
     }
 }
 
-bool engine_window_on(int setting, ferry_moments form, ferry_offload device_mode, bool disk, bool ranked)
+bool engine_window_on(int setting, ferry_moments form, ferry_offload device_mode, bool disk)
 {
     bool offloaded = device_mode == FERRY_OFFLOAD_OPTIMIZER || device_mode == FERRY_OFFLOAD_PARAMS;
-    if (setting == FERRY_UPLOAD_WINDOW_OFF || !offloaded || disk || ranked)
+    if (setting == FERRY_UPLOAD_WINDOW_OFF || !offloaded || disk)
         return false;
     return setting == FERRY_UPLOAD_WINDOW_ON || form != FERRY_MOMENTS_F32;
 }

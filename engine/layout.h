@@ -44,10 +44,10 @@ int engine_layout_buffers(ferry_offload mode, size_t act_size, bool partitioned,
 void engine_buffers_moments(engine_buffer *b, int n, ferry_moments form);
 /* The upload window (ferry_engine_config's upload_window): whether it is
  * on for this setting, moments' form and run. AUTO is on with compact
- * moments in offload optimizer or params without the NVMe tier or data
- * parallelism; ON is on wherever it can be (engine.c refuses it where it
- * cannot); OFF is off. */
-bool engine_window_on(int setting, ferry_moments form, ferry_offload device_mode, bool disk, bool ranked);
+ * moments in offload optimizer or params without the NVMe tier (with data
+ * parallelism too: each rank's slot streams through its ring); ON is on
+ * wherever it can be (engine.c refuses it where it cannot); OFF is off. */
+bool engine_window_on(int setting, ferry_moments form, ferry_offload device_mode, bool disk);
 /* The ring for groups of at most `largest` elements of `act_size` bytes:
  * elements per chunk and chunks (`chunks`, `chunk_bytes` as configured,
  * 0 = the defaults: 4 chunks of 16 MiB), never more than the largest group

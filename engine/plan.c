@@ -134,7 +134,7 @@ static ferry_status plan_host(const engine_plan_request *rq, size_t act_size, en
     int nb = engine_group_buffers_partitioned(mode, act_size, partitioned, b);
     unsigned disk = engine_disk_buffers(b, nb, on_disk(rq), rq->disk_master);
     engine_buffers_moments(b, nb, rq->moments);
-    if (engine_window_on(rq->upload_window, rq->moments, mode, on_disk(rq), ranked(rq))) {
+    if (engine_window_on(rq->upload_window, rq->moments, mode, on_disk(rq))) {
         engine_buffers_window(b, nb); /* the ring instead of the upload copies */
         m->host_bytes[FERRY_MEM_STAGING] += pool_charge(plan_window_bytes(rq, act_size));
     }

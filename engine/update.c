@@ -547,7 +547,8 @@ ferry_status update_fill_offloaded(engine_update *u, engine_group *g)
         (g->vq && (st = tp_first_touch(c->threads, g->vq, mbytes)) != FERRY_OK) ||
         (st = tp_first_touch(c->threads, g->host_grads, grads)) != FERRY_OK ||
         (ranks && (st = tp_first_touch(c->threads, g->master, f32)) != FERRY_OK) ||
-        (ranks && (st = tp_first_touch(c->threads, g->host_weights, g->part_cap * c->act_size)) != FERRY_OK) ||
+        (ranks && g->host_weights &&
+         (st = tp_first_touch(c->threads, g->host_weights, g->part_cap * c->act_size)) != FERRY_OK) ||
         (g->master && (st = half_convert_pool(c->threads, g->master, FERRY_DTYPE_F32, g->init + g->part_lo,
                                               FERRY_DTYPE_F32, g->part_n)) != FERRY_OK) ||
         (u->ops->fill_outside && (st = u->ops->fill_outside(u, g)) != FERRY_OK))
@@ -558,32 +559,21 @@ ferry_status update_fill_offloaded(engine_update *u, engine_group *g)
     return update_write_weights(u, g);
 }
 
-/* With the upload window: params mode's fetches convert; optimizer mode's
- * device copy is uploaded through the ring now. */
-static ferry_status write_through_window(engine_update *u, engine_group *g)
-{
-    const engine_ctx *c = u->env.ctx;
-    ferry_status st;
-    if (ctx_mode(c) == FERRY_OFFLOAD_PARAMS)
-        return FERRY_OK;
-    if ((st = update_copy_up(c, g)) != FERRY_OK || (st = backend_event_record(g->uploaded, c->h2d)) != FERRY_OK)
-        return st;
-    return backend_stream_synchronize(c->h2d);
-}
-
+/* The host's weights to the device after setup or a load: the upload copy
+ * rewritten from the master weights, unless the upload window converts
+ * them as they go up; params mode's fetches then take them. Otherwise the
+ * device copy now (with data parallelism this rank's slot up and the
+ * others' gathered). */
 ferry_status update_write_offloaded(engine_update *u, engine_group *g)
 {
     const engine_ctx *c = u->env.ctx;
-    if (c->window)
-        return write_through_window(u, g);
-    ferry_status st = g->master ? half_convert_pool(c->threads, g->host_weights, c->act, g->master, FERRY_DTYPE_F32,
-                                                    g->part_n)
-                                : u->ops->convert_master(u, g);
-    if (st != FERRY_OK)
+    ferry_status st = FERRY_OK;
+    if (!c->window)
+        st = g->master ? half_convert_pool(c->threads, g->host_weights, c->act, g->master, FERRY_DTYPE_F32, g->part_n)
+                       : u->ops->convert_master(u, g);
+    if (st != FERRY_OK || ctx_mode(c) == FERRY_OFFLOAD_PARAMS)
         return st;
-    if (ctx_mode(c) == FERRY_OFFLOAD_PARAMS)
-        return FERRY_OK;
-    if (u->env.dp) { /* this rank's slot up, the others' gathered */
+    if (u->env.dp) {
         if ((st = upload(u, g, NULL)) != FERRY_OK)
             return st;
         return dp_check(u->env.dp); /* the gather's failure, if any, is the caller's */

@@ -188,20 +188,26 @@ void engine_window_close(engine_window *w, backend_stream *h2d)
     window_free(w);
 }
 
-ferry_status engine_window_upload(engine_window *w, const engine_ctx *c, const engine_group *g, void *dst)
+ferry_status engine_window_upload_span(engine_window *w, const engine_ctx *c, const char *name, const float *master,
+                                       size_t n, void *dst)
 {
-    if (!w->count || !g->master)
+    if (!w->count || !master)
         return err_set(FERRY_ERR_STATE, "group '%s': the upload window has no ring or the group no master weights",
-                       g->name);
+                       name);
     ferry_status st = FERRY_OK;
-    for (size_t k = 0; k * w->chunk_elems < g->numel && st == FERRY_OK; k++) {
-        stage_args a = {w, g->master, g->numel, k};
-        size_t at = k * w->chunk_elems, n = g->numel - at < w->chunk_elems ? g->numel - at : w->chunk_elems;
+    for (size_t k = 0; k * w->chunk_elems < n && st == FERRY_OK; k++) {
+        stage_args a = {w, master, n, k};
+        size_t at = k * w->chunk_elems, len = n - at < w->chunk_elems ? n - at : w->chunk_elems;
         if ((st = backend_launch_host(c->h2d, stage_chunk, &a, sizeof a)) == FERRY_OK)
-            st = backend_memcpy_async(c->h2d, (char *)dst + at * w->elem_bytes, slot(w, k), n * w->elem_bytes,
+            st = backend_memcpy_async(c->h2d, (char *)dst + at * w->elem_bytes, slot(w, k), len * w->elem_bytes,
                                       BACKEND_COPY_H2D);
     }
     return st;
+}
+
+ferry_status engine_window_upload(engine_window *w, const engine_ctx *c, const engine_group *g, void *dst)
+{
+    return engine_window_upload_span(w, c, g->name, g->master, g->numel, dst);
 }
 
 size_t engine_window_bytes(const engine_window *w) { return w->chunk_elems * w->elem_bytes * (size_t)w->count; }

@@ -31,6 +31,11 @@ void engine_window_close(engine_window *w, backend_stream *h2d);
  * The master weights must not change until the stream has run it; g->uploaded
  * is the caller's to record. */
 ferry_status engine_window_upload(engine_window *w, const engine_ctx *c, const engine_group *g, void *dst);
+/* The same for n master weights from `master` (with data parallelism a
+ * rank's slot of its group, padding included) into `dst`; `name` is the
+ * group's, for the error. */
+ferry_status engine_window_upload_span(engine_window *w, const engine_ctx *c, const char *name, const float *master,
+                                       size_t n, void *dst);
 /* The ring's bytes, elements per chunk and chunks (for the description). */
 size_t engine_window_bytes(const engine_window *w);
 int engine_window_chunks(const engine_window *w);

@@ -386,9 +386,10 @@ typedef struct ferry_engine_config {
      * even conversion); the host pool holds the ring instead of the copies.
      *   upload_window  FERRY_UPLOAD_WINDOW_AUTO (0, the default): on with
      *                  compact moments (BF16, 8BIT: memory was asked for),
-     *                  off with F32 moments, with the NVMe tier and with
-     *                  data parallelism; _ON: on (refused with offload
-     *                  NONE, the NVMe tier or data parallelism); _OFF: off.
+     *                  with data parallelism too (each rank's slot), off
+     *                  with F32 moments and with the NVMe tier; _ON: on
+     *                  (refused with offload NONE or the NVMe tier); _OFF:
+     *                  off.
      *   upload_window_chunks      chunks in the ring; 0 = 4, 1..64
      *   upload_window_chunk_bytes bytes of a chunk; 0 = 16 MiB, else a
      *                  multiple of 64 from 64 bytes to 1 GiB.

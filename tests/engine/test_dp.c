@@ -22,6 +22,11 @@
  * world size, and one of another form is converted by each rank for its
  * part, as one process converts the whole.
  *
+ * The upload window (on by default with compact moments) converts each
+ * rank's slot from its master weights as it goes up: with it on or off
+ * the ranks train as the one process, and each rank's pool holds the ring
+ * in place of its slot's upload copy.
+ *
  * Runs in f32, and in bf16 storage with FERRY_TEST_DTYPE=bf16. Only rank 0
  * writes TAP; every rank's own checks are summed across ranks and reported
  * there. */
@@ -50,6 +55,7 @@ static gpt2_config model;
 static const uint64_t SEED = 4321;
 static int rank, world;
 static ferry_moments moments = FERRY_MOMENTS_F32; /* of the runs being made */
+static int upload_window = FERRY_UPLOAD_WINDOW_AUTO; /* of the runs being made */
 /* run(), with several ranks: in this step every rank first takes its first
  * micro-batch and drops the step (ferry_engine_abandon_step), then takes
  * the step whole; -1: never. */
@@ -103,23 +109,29 @@ static ferry_step_options step_options(void)
     return efix_options(2e-3f, 0.05f, 0.5f); /* clips: the global norm must be the same everywhere */
 }
 
-/* Host pool bytes of one rank's slots: the layout rule, not the engine's code. */
+/* Host pool bytes of one rank's slots: the layout rule, not the engine's
+ * code. With the upload window (by default with compact moments) the
+ * upload copy is a ring of one chunk the size of the largest group (the
+ * chunks are 16 MiB; this model's groups are far smaller). */
 static uint64_t expected_host_bytes(const gpt2_model *m, ferry_offload mode, int n)
 {
     if (mode == FERRY_OFFLOAD_NONE)
         return 0;
-    size_t act = test_dtype() == FERRY_DTYPE_BF16 ? 2 : 4;
+    size_t act = test_dtype() == FERRY_DTYPE_BF16 ? 2 : 4, largest = 0;
+    bool ring = upload_window == FERRY_UPLOAD_WINDOW_ON ||
+                (upload_window == FERRY_UPLOAD_WINDOW_AUTO && moments != FERRY_MOMENTS_F32);
     uint64_t sum = 0;
     for (int g = 0; g < gpt2_num_groups(m); g++) {
+        largest = gpt2_group_numel(m, g) > largest ? gpt2_group_numel(m, g) : largest;
         size_t tiles = (gpt2_group_numel(m, g) + NUMERICS_TILE - 1) / NUMERICS_TILE;
         size_t slot = (tiles + (size_t)n - 1) / (size_t)n * NUMERICS_TILE;
         /* m and v: 4 bytes an element, bf16 2, 8bit 1 and an fp32 absmax per 256 */
         size_t mv = moments == FERRY_MOMENTS_F32 ? slot * 4 : moments == FERRY_MOMENTS_BF16 ? slot * 2
                                                                                           : slot + slot / 256 * 4;
         /* master, m, v, the summed gradients (fp32), the upload copy (storage type) */
-        sum += 2 * pool_charge(slot * 4) + 2 * pool_charge(mv) + pool_charge(slot * act);
+        sum += 2 * pool_charge(slot * 4) + 2 * pool_charge(mv) + (ring ? 0 : pool_charge(slot * act));
     }
-    return sum;
+    return sum + (ring ? pool_charge(largest * act) : 0);
 }
 
 /* An engine on the host backend for this test's model in `mode`. */
@@ -129,6 +141,7 @@ static ferry_engine_config config(ferry_offload mode, int parallel)
     cfg.data_parallel = parallel;
     cfg.moments = moments;
     cfg.moments_seed = 77;
+    cfg.upload_window = upload_window;
     return cfg;
 }
 
@@ -210,9 +223,11 @@ static void free_result(run_result *r)
 static void test_mode(ferry_offload mode, int delayed, int prefetch)
 {
     char what[96];
-    snprintf(what, sizeof what, "%d ranks, offload %s%s%s%s%s", world, ferry_offload_name(mode),
+    snprintf(what, sizeof what, "%d ranks, offload %s%s%s%s%s%s", world, ferry_offload_name(mode),
              delayed ? ", delayed update" : "", mode == FERRY_OFFLOAD_PARAMS && prefetch ? ", prefetch 1" : "",
-             moments != FERRY_MOMENTS_F32 ? ", moments " : "", moments != FERRY_MOMENTS_F32 ? ferry_moments_name(moments) : "");
+             moments != FERRY_MOMENTS_F32 ? ", moments " : "", moments != FERRY_MOMENTS_F32 ? ferry_moments_name(moments) : "",
+             upload_window == FERRY_UPLOAD_WINDOW_ON ? ", upload window on"
+             : upload_window == FERRY_UPLOAD_WINDOW_OFF ? ", upload window off" : "");
     run_result dp = {0}, ref = {0};
     run_opts o = {mode, delayed, prefetch, 1, NULL, 0, STEPS, NULL, 1, NULL};
     ferry_status st = run(&o, &dp);
@@ -237,7 +252,7 @@ static void test_mode(ferry_offload mode, int delayed, int prefetch)
         gpt2_plan_request rq = {.cfg = &model, .batch = B, .seq = T, .offload = mode, .recompute = false,
                                 .prefetch_groups = prefetch, .micro_batches = 1, .backend = FERRY_BACKEND_HOST,
                                 .dtype = test_dtype(), .ranks = world, .device_budget = (uint64_t)1 << 40,
-                                .moments = moments};
+                                .moments = moments, .upload_window = upload_window};
         ferry_status planned = world > 1 ? gpt2_plan_predict(&rq, &p) : FERRY_ERR_STATE;
         if (world > 1 && tap_ok(planned == FERRY_OK, "%s: memory planned for %d ranks %s", what, world,
                                 planned == FERRY_OK ? "" : ferry_last_error())) {
@@ -695,7 +710,16 @@ int main(int argc, char **argv)
     moments = FERRY_MOMENTS_8BIT;
     test_mode(FERRY_OFFLOAD_PARAMS, 0, 1);
     test_checkpoint_across_worlds(FERRY_OFFLOAD_OPTIMIZER);
+    /* the upload window (on above: compact moments) off, and on with fp32
+     * moments: the ranks' slots the same bits either way as the one
+     * process, which keeps the default */
+    test_mode(FERRY_OFFLOAD_OPTIMIZER, 1, 2);
+    upload_window = FERRY_UPLOAD_WINDOW_OFF;
+    test_mode(FERRY_OFFLOAD_OPTIMIZER, 0, 2);
     moments = FERRY_MOMENTS_F32;
+    upload_window = FERRY_UPLOAD_WINDOW_ON;
+    test_mode(FERRY_OFFLOAD_PARAMS, 0, 1);
+    upload_window = FERRY_UPLOAD_WINDOW_AUTO;
     test_convert_at_ranks(FERRY_OFFLOAD_PARAMS);
     int rc = rank == 0 ? tap_done() : 0;
     ferry_world_leave();

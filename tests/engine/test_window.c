@@ -323,8 +323,8 @@ static void test_refusals(void)
 {
     static const char *what[] = {"upload_window 2", "upload_window_chunks -1", "upload_window_chunks 65",
                                  "upload_window_chunk_bytes 100", "upload_window_chunk_bytes 2 GiB",
-                                 "on with offload none", "on with the NVMe tier", "on with data parallelism"};
-    for (int k = 0; k < 8; k++) {
+                                 "on with offload none", "on with the NVMe tier"};
+    for (int k = 0; k < 7; k++) {
         run_cfg r = {FERRY_DTYPE_F32, FERRY_OFFLOAD_OPTIMIZER, FERRY_MOMENTS_F32, FERRY_UPLOAD_WINDOW_ON, 0, 0};
         ferry_engine_config cfg = config_of(&r);
         if (k == 0) cfg.upload_window = 2;
@@ -334,7 +334,6 @@ static void test_refusals(void)
         if (k == 4) cfg.upload_window_chunk_bytes = (uint64_t)2 << 30;
         if (k == 5) cfg.offload = FERRY_OFFLOAD_NONE;
         if (k == 6) cfg.offload = FERRY_OFFLOAD_NVME, cfg.nvme_path = "/tmp";
-        if (k == 7) cfg.data_parallel = 1;
         ferry_engine *e = NULL;
         err_clear();
         ferry_status st = ferry_engine_create(&cfg, &e);
