@@ -39,13 +39,12 @@ ferry_status update_open(const update_env *env, engine_update **out)
     const update_ops *ops;
     ferry_offload mode = ctx_mode(env->ctx);
     ferry_moments form = env->ctx->cfg->moments;
-    if (form != FERRY_MOMENTS_F32 && (ctx_disk(env->ctx) || mode == FERRY_OFFLOAD_NONE))
+    if (form != FERRY_MOMENTS_F32 && mode == FERRY_OFFLOAD_NONE)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "ferry_engine_setup: moments %s %s; compact moments train in offload 'optimizer' or "
-                       "'params' without the NVMe tier (alone or with data parallelism); use moments f32 here",
-                       ferry_moments_name(form),
-                       ctx_disk(env->ctx) ? "with the NVMe tier (it streams fp32 moments)"
-                                          : "with offload 'none' (the device's update holds fp32 moments)");
+                       "ferry_engine_setup: moments %s with offload 'none' (the device's update holds fp32 moments); "
+                       "compact moments train in offload 'optimizer' or 'params' (alone, with data parallelism or "
+                       "with the NVMe tier); use moments f32 here",
+                       ferry_moments_name(form));
     if (mode == FERRY_OFFLOAD_NONE)
         ops = &update_resident_ops;
     else if (ctx_disk(env->ctx))
