@@ -131,15 +131,8 @@ static ferry_status update_compact(const tile_ctx *c)
     size_t t0 = c->t->first, n = c->t->n, count = 0;
     adamw_hparams hp = update_hparams(g, &c->job->o, true);
     size_t ranges[g->no_decay_count ? g->no_decay_count : 1][2];
-    for (size_t r = 0; hp.weight_decay > 0.0f && r < g->no_decay_count; r++) {
-        size_t a = g->no_decay[r][0], b = a + g->no_decay[r][1];
-        a = a > t0 ? a : t0;
-        b = b < t0 + n ? b : t0 + n;
-        if (a < b) {
-            ranges[count][0] = a - t0;
-            ranges[count++][1] = b - a;
-        }
-    }
+    if (hp.weight_decay > 0.0f)
+        count = update_clip_ranges((const size_t(*)[2])g->no_decay, g->no_decay_count, t0, n, ranges);
     uint64_t index0 = t0;
     for (const engine_group *h = c->u->env.groups->g; h < g; h++)
         index0 += h->numel;
