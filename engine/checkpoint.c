@@ -250,23 +250,42 @@ static int state_runs(const engine_group *g, int k, ferry_moments ff, dp_run out
 
 static ferry_moments engine_form(const ckpt_env *e) { return e->ctx->cfg->moments; }
 
+/* A chunk taken from host memory (`p` a cursor into it), as load_chunk
+ * takes one from the file: the converted moment on its way to the disk. */
+static ferry_status from_memory(void *p, void *state, bool on_device, void *buf, size_t bytes)
+{
+    (void)on_device, (void)buf;
+    char **at = p;
+    memcpy(state, *at, bytes);
+    *at += bytes;
+    return FERRY_OK;
+}
+
 /* One moment of a group read in the file's form `ff` and converted to the
  * engine's through a scratch of the file's bytes (a resume with another
- * form; the engine holds the state in host memory, checked before). */
+ * form; the state in host memory or on the NVMe tier, never on the device,
+ * checked before). On the NVMe tier the group's moment is converted in a
+ * second scratch and written to the disk from it. */
 static ferry_status load_converted(const ckpt_env *e, engine_group *g, int k, ferry_moments ff, void *buf,
                                    chunk_fn fn, void *ctx)
 {
-    size_t bytes = moments_bytes(ff, g->numel);
-    void *scratch = malloc(bytes ? bytes : 1);
-    if (!scratch)
-        return err_set(FERRY_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory for %zu bytes converting group '%s' "
-                       "'s moments", bytes, g->name);
-    ferry_status st = for_each_chunk_of(scratch, bytes, false, buf, fn, ctx);
     ferry_moments ef = engine_form(e);
     void *dst = ef == FERRY_MOMENTS_F32 ? (void *)(k == 1 ? g->m : g->v) : (k == 1 ? g->mq : g->vq);
+    size_t bytes = moments_bytes(ff, g->numel), out = dst ? 0 : moments_bytes(ef, g->numel);
+    void *scratch = malloc(bytes ? bytes : 1), *converted = out ? malloc(out) : NULL;
+    ferry_status st = FERRY_OK;
+    if (!scratch || (out && !converted))
+        st = err_set(FERRY_ERR_OUT_OF_MEMORY, "checkpoint: out of host memory for %zu bytes converting group '%s' "
+                     "'s moments", bytes + out, g->name);
     if (st == FERRY_OK)
-        st = moments_convert(dst, ef, scratch, ff, g->numel, k == 1);
+        st = for_each_chunk_of(scratch, bytes, false, buf, fn, ctx);
+    if (st == FERRY_OK)
+        st = moments_convert(dst ? dst : converted, ef, scratch, ff, g->numel, k == 1);
+    char *at = converted;
+    if (st == FERRY_OK && !dst)
+        st = update_state_chunks(e->update, g, k, true, buf, CKPT_CHUNK, from_memory, &at);
     free(scratch);
+    free(converted);
     return st;
 }
 
@@ -542,19 +561,14 @@ static ferry_status check_model(const ckpt_env *e, const ckpt_file *f, size_t *w
                            f->path, i, ENGINE_NAME_MAX, f->table[i].name, (unsigned long long)f->table[i].numel,
                            e->groups->g[i].name, e->groups->g[i].numel);
     ferry_moments ff = file_form(&f->h), ef = engine_form(e);
-    bool on_disk = false;
-    for (int i = 0; i < e->groups->n; i++)
-        on_disk |= ef == FERRY_MOMENTS_F32 && !e->groups->g[i].m;
     /* under the ranks each converts its part, read from the file's own place (version 4 on) */
     bool parts_unread = dp_partitioned(e->dp, ctx_mode(e->ctx)) && f->h.version < CKPT_VERSION_CRC;
-    if (ff != ef && (parts_unread || state_on_device(e) || on_disk))
+    if (ff != ef && (parts_unread || state_on_device(e)))
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "checkpoint '%s' holds %s moments and this engine keeps %s ones %s; resume with moments %s "
-                       "(or convert it in a run alone in offload optimizer or params)",
+                       "(or convert it in a run alone in offload optimizer, params or nvme)",
                        f->path, ferry_moments_name(ff), ferry_moments_name(ef),
-                       state_on_device(e) ? "on the device"
-                       : on_disk          ? "on the NVMe tier"
-                                          : "partitioned across ranks (from a file of version 2 or 3)",
+                       state_on_device(e) ? "on the device" : "partitioned across ranks (from a file of version 2 or 3)",
                        ferry_moments_name(ff));
     uint64_t scaling = f->h.flags & CKPT_FLAG_SCALING ? sizeof(ckpt_scaling) : 0;
     uint64_t states = state_bytes(e, file_form(&f->h)), numel = weight_bytes(e, 1);

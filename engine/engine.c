@@ -98,17 +98,13 @@ static ferry_status check_moments_config(const ferry_engine_config *c)
                        c->reserved_moments);
     if (c->moments == FERRY_MOMENTS_F32)
         return FERRY_OK;
-    if (c->offload != FERRY_OFFLOAD_OPTIMIZER && c->offload != FERRY_OFFLOAD_PARAMS)
+    if (c->offload != FERRY_OFFLOAD_OPTIMIZER && c->offload != FERRY_OFFLOAD_PARAMS &&
+        c->offload != FERRY_OFFLOAD_NVME)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: moments %s with offload '%s': compact moments are read and written by the "
-                       "CPU AdamW, so they need the state in host memory; use offload 'optimizer' or 'params', or "
-                       "moments f32",
+                       "CPU AdamW, so they need the state in host memory or on its disk; use offload 'optimizer', "
+                       "'params' or 'nvme', or moments f32",
                        ferry_moments_name(c->moments), ferry_offload_name(c->offload));
-    if (c->nvme_path)
-        return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "engine config: moments %s with nvme_path '%s': the NVMe tier streams fp32 moments; drop the "
-                       "disk or use moments f32",
-                       ferry_moments_name(c->moments), c->nvme_path);
     if (c->device_update_groups > 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
                        "engine config: moments %s with device_update_groups %d: the device's update holds fp32 "

@@ -22,9 +22,11 @@
  * parameter: 14 with fp32 moments, 10 with bf16, about 8.03 with 8bit.
  *
  * The NVMe tier (offload nvme, or params with a disk) moves Adam m and v
- * (8 bytes per parameter), and with nvme_master the master weights too (12),
- * from the host pool to the store's file; the host keeps the drained
- * gradients, the upload copy and the store's window. */
+ * (8 bytes per parameter with fp32 moments, 4 with bf16, about 2.03 with
+ * 8bit, in the same layout: engine_disk_forms), and with nvme_master the
+ * fp32 master weights too (4 more), from the host pool to the store's file;
+ * the host keeps the drained gradients, the upload copy and the store's
+ * window. */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +114,15 @@ unsigned engine_disk_buffers(const engine_buffer *b, int n, bool disk, bool mast
         if (!b[i].device && (b[i].slot == SLOT(m) || b[i].slot == SLOT(v) || (master_on_disk && b[i].slot == SLOT(master))))
             mask |= 1u << i;
     return mask;
+}
+
+void engine_disk_forms(ferry_moments form, nvme_form out[ENGINE_DISK_ARRAYS])
+{
+    nvme_form m = form == FERRY_MOMENTS_BF16   ? (nvme_form){2, 0, 0}
+                  : form == FERRY_MOMENTS_8BIT ? (nvme_form){1, MOMENTS_Q8_BLOCK, sizeof(float)}
+                                               : NVME_FORM_F32;
+    out[0] = out[1] = m;
+    out[2] = NVME_FORM_F32;
 }
 
 int engine_layout_buffers(ferry_offload mode, size_t act_size, bool partitioned, bool disk, bool master_on_disk,

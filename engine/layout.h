@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "engine/groups.h"
+#include "offload/nvme.h"
 #include "ferry.h"
 
 /* One buffer every group holds from setup on. */
@@ -34,6 +35,11 @@ int engine_group_buffers_partitioned(ferry_offload mode, size_t act_size, bool p
  * group's pointer stays NULL): with `disk`, the Adam moments, and with
  * `master_on_disk` the fp32 master weights too. */
 unsigned engine_disk_buffers(const engine_buffer *b, int n, bool disk, bool master_on_disk);
+/* The forms the NVMe tier's arrays of a group take on disk, in the store's
+ * order (Adam m, Adam v, the master weights): each moment in `form`'s layout
+ * (optim/moments.h), the master weights fp32. */
+#define ENGINE_DISK_ARRAYS 3
+void engine_disk_forms(ferry_moments form, nvme_form out[ENGINE_DISK_ARRAYS]);
 /* The buffers of an engine's groups (its mode, device type, partitioning and
  * disk), and in *on_disk which of them its NVMe tier holds. */
 int engine_layout_buffers(ferry_offload mode, size_t act_size, bool partitioned, bool disk, bool master_on_disk,

@@ -48,11 +48,10 @@ static ferry_status check_request(const engine_plan_request *rq)
                        ferry_offload_name(rq->offload));
     if (rq->moments != FERRY_MOMENTS_F32 && rq->moments != FERRY_MOMENTS_BF16 && rq->moments != FERRY_MOMENTS_8BIT)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: moments form %d; f32, bf16 or 8bit", (int)rq->moments);
-    if (rq->moments != FERRY_MOMENTS_F32 &&
-        (rq->offload == FERRY_OFFLOAD_NONE || on_disk(rq) || rq->split_groups > 0))
+    if (rq->moments != FERRY_MOMENTS_F32 && (rq->offload == FERRY_OFFLOAD_NONE || rq->split_groups > 0))
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "engine plan: moments %s are updated by the CPU in host memory: plan offload optimizer or "
-                       "params, without the NVMe tier or a split (offload %s)",
+                       "engine plan: moments %s are updated by the CPU: plan offload optimizer, params or nvme, "
+                       "without a split (offload %s)",
                        ferry_moments_name(rq->moments), ferry_offload_name(rq->offload));
     if (rq->micro_batches < 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: %d micro-batches per step", rq->micro_batches);
@@ -102,12 +101,14 @@ static bool accumulates(const engine_plan_request *rq)
  * lays them out) and its window, charged as the pool charges it. */
 static ferry_status plan_disk(const engine_plan_request *rq, int arrays, engine_memory_plan *p)
 {
+    nvme_form forms[ENGINE_DISK_ARRAYS]; /* the moments in their form, the master weights fp32 */
+    engine_disk_forms(rq->moments, forms);
     size_t tile = nvme_tile_elems_for(rq->disk_window_bytes, (size_t)rq->disk_block_bytes, arrays);
     if (!tile)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "engine plan: an NVMe window of %llu bytes cannot hold %d tiles of %d "
                        "arrays of 4 KiB", (unsigned long long)rq->disk_window_bytes, NVME_MIN_SLOTS, arrays);
     for (int g = 0; g < rq->ngroups; g++)
-        p->disk_bytes += nvme_region_bytes(rq->group_numel[g], arrays, tile);
+        p->disk_bytes += nvme_region_bytes_as(rq->group_numel[g], arrays, forms, tile);
     p->host_bytes[FERRY_MEM_NVME] +=
         nvme_window_charge(rq->disk_window_bytes, (size_t)rq->disk_block_bytes, arrays, p->disk_bytes);
     return FERRY_OK;

@@ -39,13 +39,12 @@ ferry_status update_open(const update_env *env, engine_update **out)
     const update_ops *ops;
     ferry_offload mode = ctx_mode(env->ctx);
     ferry_moments form = env->ctx->cfg->moments;
-    if (form != FERRY_MOMENTS_F32 && (ctx_disk(env->ctx) || mode == FERRY_OFFLOAD_NONE))
+    if (form != FERRY_MOMENTS_F32 && mode == FERRY_OFFLOAD_NONE)
         return err_set(FERRY_ERR_INVALID_ARGUMENT,
-                       "ferry_engine_setup: moments %s %s; compact moments train in offload 'optimizer' or "
-                       "'params' without the NVMe tier (alone or with data parallelism); use moments f32 here",
-                       ferry_moments_name(form),
-                       ctx_disk(env->ctx) ? "with the NVMe tier (it streams fp32 moments)"
-                                          : "with offload 'none' (the device's update holds fp32 moments)");
+                       "ferry_engine_setup: moments %s with offload 'none' (the device's update holds fp32 moments); "
+                       "compact moments train in offload 'optimizer' or 'params' (alone, with data parallelism or "
+                       "with the NVMe tier); use moments f32 here",
+                       ferry_moments_name(form));
     if (mode == FERRY_OFFLOAD_NONE)
         ops = &update_resident_ops;
     else if (ctx_disk(env->ctx))
@@ -205,6 +204,21 @@ adamw_hparams update_hparams(const engine_group *g, const ferry_step_options *o,
     adamw_hparams hp = {o->lr * g->opts.lr_scale, o->beta1, o->beta2, o->eps,
                         g->opts.weight_decay && decay ? o->weight_decay : 0.0f};
     return hp;
+}
+
+size_t update_clip_ranges(const size_t (*in)[2], size_t n, size_t lo, size_t len, size_t (*out)[2])
+{
+    size_t k = 0;
+    for (size_t r = 0; r < n; r++) {
+        size_t a = in[r][0], b = a + in[r][1];
+        a = a > lo ? a : lo;
+        b = b < lo + len ? b : lo + len;
+        if (a < b) {
+            out[k][0] = a - lo;
+            out[k++][1] = b - a;
+        }
+    }
+    return k;
 }
 
 static ferry_status own_part(engine_update *u, engine_group *g, size_t first, size_t n, adamw_hparams hp, float clip,
@@ -382,17 +396,9 @@ static void segment_tile(void *ctx, size_t tile, int worker)
         }
     }
     /* the no-decay ranges of this tile, from its first element */
-    size_t len = sj->job.n - first < OPTIM_TILE ? sj->job.n - first : OPTIM_TILE, k = 0;
+    size_t len = sj->job.n - first < OPTIM_TILE ? sj->job.n - first : OPTIM_TILE;
     size_t ranges[sj->job.no_decay_count > 0 ? sj->job.no_decay_count : 1][2];
-    for (size_t r = 0; r < sj->job.no_decay_count; r++) {
-        size_t a = sj->ranges[r][0], b = a + sj->ranges[r][1];
-        a = a > first ? a : first;
-        b = b < first + len ? b : first + len;
-        if (a < b) {
-            ranges[k][0] = a - first;
-            ranges[k++][1] = b - a;
-        }
-    }
+    size_t k = update_clip_ranges((const size_t(*)[2])sj->ranges, sj->job.no_decay_count, first, len, ranges);
     part.no_decay = (const size_t(*)[2])ranges;
     part.no_decay_count = k;
     part.grad = (const char *)part.grad + first * esize;
@@ -460,17 +466,7 @@ static ferry_status submit_segment(engine_update *u, engine_group *g, size_t fir
  * count in *count (at most g->no_decay_count). */
 static void part_no_decay(const engine_group *g, size_t (*out)[2], size_t *count)
 {
-    size_t lo = g->part_lo, hi = g->part_lo + g->part_n, k = 0;
-    for (size_t r = 0; r < g->no_decay_count; r++) {
-        size_t a = g->no_decay[r][0], b = a + g->no_decay[r][1];
-        a = a > lo ? a : lo;
-        b = b < hi ? b : hi;
-        if (a < b) {
-            out[k][0] = a - lo;
-            out[k++][1] = b - a;
-        }
-    }
-    *count = k;
+    *count = update_clip_ranges((const size_t(*)[2])g->no_decay, g->no_decay_count, g->part_lo, g->part_n, out);
 }
 
 /* Compact moments: one job over the group's part this rank owns (the whole

@@ -71,6 +71,9 @@ extern const update_ops update_resident_ops, update_cpu_ops, update_split_ops, u
 /* A group's AdamW hyperparameters for the step: the group's lr scale, and
  * weight decay where the group takes it (and `decay`: not in a no-decay range). */
 adamw_hparams update_hparams(const engine_group *g, const ferry_step_options *o, bool decay);
+/* The parts of ranges in[0..n) ({offset, length}) inside [lo, lo + len), from
+ * lo, into out (room for n); returns how many. */
+size_t update_clip_ranges(const size_t (*in)[2], size_t n, size_t lo, size_t len, size_t (*out)[2]);
 /* A group's update as calls over its segments: the decayed parts and the
  * ranges exempt from weight decay alternate, each cut to this rank's part
  * of the group (all of it alone). Element-wise, so the split changes no bit. */

@@ -1,8 +1,11 @@
-/* The update of the NVMe tier: which of a group's fp32 arrays live on disk
- * is layout.c's table (Adam m and v; the master weights with nvme_master);
+/* The update of the NVMe tier: which of a group's arrays live on disk is
+ * layout.c's table (Adam m and v; the master weights with nvme_master);
  * this implementation puts them in the store (offload/nvme.h, one region a
- * group: array 0 m, 1 v, 2 master), fills them at setup, and runs the
- * update through the store's window.
+ * group: array 0 m, 1 v, 2 master; the moments in the engine's form,
+ * engine_disk_forms), fills them at setup, and runs the update through the
+ * store's window. Compact moments run one job a tile (update_compact), and
+ * a checkpoint's 8bit moment (every code, then every absmax) is streamed
+ * codes first, the absmax kept aside.
  *
  * The update runs on a thread of its own, one step at a time: it sweeps the
  * groups in forward order, tile by tile. While a pool of its own runs AdamW
@@ -35,6 +38,7 @@
 #include "engine/update_impl.h"
 #include "offload/nvme.h"
 #include "optim/half.h"
+#include "optim/moments.h"
 
 enum { ARRAY_M = 0, ARRAY_V = 1, ARRAY_MASTER = 2 };
 
@@ -115,12 +119,45 @@ static ferry_status run_range(const tile_ctx *c, size_t a, size_t b, adamw_hpara
     return adamw_run(N(c->u)->threads, &j);
 }
 
+/* Compact moments: one job over the tile as submit_compact's over the
+ * group, its no-decay ranges clipped to it (an 8-bit block may span a
+ * weight and a bias), the rounding's counter the element's index in the
+ * whole model; a tile starts on an 8-bit block, so its blocks are the
+ * group's. The same bits as the in-memory update. */
+static ferry_status update_compact(const tile_ctx *c)
+{
+    const engine_group *g = c->g;
+    const engine_ctx *x = c->u->env.ctx;
+    size_t t0 = c->t->first, n = c->t->n, count = 0;
+    adamw_hparams hp = update_hparams(g, &c->job->o, true);
+    size_t ranges[g->no_decay_count ? g->no_decay_count : 1][2];
+    if (hp.weight_decay > 0.0f)
+        count = update_clip_ranges((const size_t(*)[2])g->no_decay, g->no_decay_count, t0, n, ranges);
+    uint64_t index0 = t0;
+    for (const engine_group *h = c->u->env.groups->g; h < g; h++)
+        index0 += h->numel;
+    adamw_job j = {
+        .master = c->master, .grad = (const char *)c->grads + t0 * dtype_size(c->gt), .grad_dtype = c->gt, .n = n,
+        .step = c->job->step, .hp = hp, .grad_scale = c->job->clip,
+        .copy_out = (char *)g->host_weights + t0 * x->act_size, .copy_dtype = x->act, .moments = x->cfg->moments,
+        .mq = c->t->array[ARRAY_M], .vq = c->t->array[ARRAY_V], .seed = x->cfg->moments_seed, .index0 = index0,
+        .no_decay = (const size_t(*)[2])ranges, .no_decay_count = count,
+    };
+    if (j.moments == FERRY_MOMENTS_8BIT) { /* the tile's layout: n codes, then their absmax */
+        j.m_absmax = moments_q8_absmax(j.mq, n);
+        j.v_absmax = moments_q8_absmax(j.vq, n);
+    }
+    return adamw_run(N(c->u)->threads, &j);
+}
+
 /* The decayed parts and the ranges exempt from weight decay, as
  * update_for_each_segment splits them; element-wise, so the split changes
  * no bit. */
 static ferry_status update_tile(const tile_ctx *c)
 {
     const engine_group *g = c->g;
+    if (c->u->env.ctx->cfg->moments != FERRY_MOMENTS_F32)
+        return update_compact(c);
     adamw_hparams hp = update_hparams(g, &c->job->o, true), plain = update_hparams(g, &c->job->o, false);
     bool split = hp.weight_decay > 0.0f;
     size_t at = 0;
@@ -346,9 +383,12 @@ static ferry_status add_regions(engine_update *u)
     engine_groups *gs = u->env.groups;
     static const char *const names[3] = {"adam m", "adam v", "master"};
     static const ferry_mem_category cats[3] = {FERRY_MEM_OPTIMIZER, FERRY_MEM_OPTIMIZER, FERRY_MEM_PARAMS};
+    nvme_form forms[ENGINE_DISK_ARRAYS];
+    engine_disk_forms(u->env.ctx->cfg->moments, forms);
     for (int i = 0; i < gs->n; i++) {
         engine_group *g = &gs->g[i];
-        ferry_status st = nvme_add_region(n->store, g->name, g->numel, n->narrays, names, cats, &n->region[i]);
+        ferry_status st = nvme_add_region_as(n->store, g->name, g->numel, n->narrays, names, cats, forms,
+                                             &n->region[i]);
         if (st != FERRY_OK)
             return st;
         n->spans[i] = (nvme_span){n->region[i], (1u << n->narrays) - 1};
@@ -373,6 +413,7 @@ static ferry_status reserve_host(engine_update *u)
         .backend = backend_kind(x->be),
         .dtype = x->act,
         .offload = x->mode.asked,
+        .moments = cfg->moments,
         .prefetch_groups = cfg->prefetch_groups,
         .micro_batches = 1,
         .group_numel = numel,
@@ -530,8 +571,9 @@ static ferry_status sweep_group(engine_update *u, engine_group *g, nvme_mode mod
 static ferry_status fill_tile(engine_update *u, engine_group *g, nvme_tile *t, void *ctx)
 {
     (void)ctx;
-    memset(t->array[ARRAY_M], 0, t->n * sizeof(float));
-    memset(t->array[ARRAY_V], 0, t->n * sizeof(float));
+    size_t bytes = moments_bytes(u->env.ctx->cfg->moments, t->n); /* zero bytes: zero moments in every form */
+    memset(t->array[ARRAY_M], 0, bytes);
+    memset(t->array[ARRAY_V], 0, bytes);
     if (u->env.ctx->mode.master_on_disk)
         memcpy(t->array[ARRAY_MASTER], g->init + t->first, t->n * sizeof(float));
     return FERRY_OK;
@@ -598,18 +640,17 @@ static ferry_status nvme_master_io(engine_update *u, engine_group *g, float *hos
 
 typedef struct chunk_ctx {
     int array;
+    ferry_moments form; /* the array's: the master weights are fp32 */
+    bool to_engine;
     void *buf;
     size_t chunk;
     update_chunk_fn fn;
     void *ctx;
+    float *absmax; /* 8bit: the absmax of every tile, in the file's order */
 } chunk_ctx;
 
-static ferry_status chunk_tile(engine_update *u, engine_group *g, nvme_tile *t, void *p)
+static ferry_status chunks_of(const chunk_ctx *c, char *base, size_t bytes)
 {
-    (void)u, (void)g;
-    chunk_ctx *c = p;
-    size_t bytes = t->n * sizeof(float);
-    char *base = (char *)t->array[c->array];
     for (size_t at = 0; at < bytes; at += c->chunk) {
         size_t len = bytes - at < c->chunk ? bytes - at : c->chunk;
         ferry_status st = c->fn(c->ctx, base + at, false, c->buf, len);
@@ -619,13 +660,72 @@ static ferry_status chunk_tile(engine_update *u, engine_group *g, nvme_tile *t, 
     return FERRY_OK;
 }
 
+/* An 8bit tile's absmax (after its codes, padded) and their place in c->absmax. */
+static size_t tile_absmax(const chunk_ctx *c, const nvme_tile *t, float **tile, float **all)
+{
+    *tile = moments_q8_absmax(t->array[c->array], t->n);
+    *all = c->absmax + t->first / MOMENTS_Q8_BLOCK; /* a tile starts on a block */
+    return moments_q8_blocks(t->n) * sizeof(float);
+}
+
+/* A tile's bytes as the file holds them; an 8bit moment's codes alone (the
+ * file holds every code, then every absmax): its absmax kept aside
+ * (saving), or zero until they are read (loading). */
+static ferry_status chunk_tile(engine_update *u, engine_group *g, nvme_tile *t, void *p)
+{
+    (void)u, (void)g;
+    chunk_ctx *c = p;
+    char *base = (char *)t->array[c->array];
+    if (c->form != FERRY_MOMENTS_8BIT)
+        return chunks_of(c, base, moments_bytes(c->form, t->n));
+    float *tile, *all;
+    size_t bytes = tile_absmax(c, t, &tile, &all);
+    if (c->to_engine)
+        memset(base + t->n, 0, moments_q8_codes_bytes(t->n) - t->n + bytes);
+    else
+        memcpy(all, tile, bytes);
+    return chunks_of(c, base, t->n);
+}
+
+static ferry_status absmax_in_tile(engine_update *u, engine_group *g, nvme_tile *t, void *p)
+{
+    (void)u, (void)g;
+    float *tile, *all;
+    size_t bytes = tile_absmax(p, t, &tile, &all);
+    memcpy(tile, all, bytes);
+    return FERRY_OK;
+}
+
+/* After an 8bit moment's codes: the file's padding to 4 bytes, then every
+ * absmax, from c->absmax (saving) or into it and then into the tiles on
+ * disk (loading). */
+static ferry_status absmax_section(engine_update *u, engine_group *g, chunk_ctx *c)
+{
+    unsigned char pad[4] = {0};
+    size_t npad = moments_q8_codes_bytes(g->numel) - g->numel;
+    ferry_status st = npad ? c->fn(c->ctx, pad, false, c->buf, npad) : FERRY_OK;
+    if (st == FERRY_OK)
+        st = chunks_of(c, (char *)c->absmax, moments_q8_blocks(g->numel) * sizeof(float));
+    if (st == FERRY_OK && c->to_engine)
+        st = sweep_group(u, g, NVME_UPDATE, 1u << c->array, absmax_in_tile, c);
+    return st;
+}
+
 static ferry_status nvme_chunks(engine_update *u, engine_group *g, int array, bool to_engine, void *buf,
                                 size_t chunk, update_chunk_fn fn, void *ctx)
 {
     /* The checkpoint's order (master, m, v) to the store's arrays. */
     int a = array == 0 ? ARRAY_MASTER : array == 1 ? ARRAY_M : ARRAY_V;
-    chunk_ctx c = {a, buf, chunk & ~(size_t)7, fn, ctx}; /* whole 8-byte words: the file's hash is chunk-blind */
-    return sweep_group(u, g, to_engine ? NVME_WRITE : NVME_READ, 1u << a, chunk_tile, &c);
+    ferry_moments form = a == ARRAY_MASTER ? FERRY_MOMENTS_F32 : u->env.ctx->cfg->moments;
+    chunk_ctx c = {a, form, to_engine, buf, chunk & ~(size_t)7, fn, ctx, NULL}; /* whole 8-byte words: the file's hash is chunk-blind */
+    if (form == FERRY_MOMENTS_8BIT && !(c.absmax = calloc(moments_q8_blocks(g->numel), sizeof(float))))
+        return err_set(FERRY_ERR_OUT_OF_MEMORY, "the NVMe tier: out of host memory for the absmax of group '%s'",
+                       g->name);
+    ferry_status st = sweep_group(u, g, to_engine ? NVME_WRITE : NVME_READ, 1u << a, chunk_tile, &c);
+    if (st == FERRY_OK && form == FERRY_MOMENTS_8BIT)
+        st = absmax_section(u, g, &c);
+    free(c.absmax);
+    return st;
 }
 
 static void nvme_stats(const engine_update *u, ferry_memory_stats *st)
@@ -637,8 +737,9 @@ static void nvme_stats(const engine_update *u, ferry_memory_stats *st)
 static void nvme_describe_update(const engine_update *u, char *buf, size_t cap)
 {
     size_t len = strlen(buf);
-    snprintf(buf + len, cap - len, "; NVMe: Adam moments%s on disk, %s",
-             u->env.ctx->mode.master_on_disk ? " and master weights" : "", nvme_describe(NC(u)->store));
+    snprintf(buf + len, cap - len, "; NVMe: Adam moments (%s)%s on disk, %s",
+             ferry_moments_name(u->env.ctx->cfg->moments), u->env.ctx->mode.master_on_disk ? " and master weights" : "",
+             nvme_describe(NC(u)->store));
 }
 
 const update_ops update_nvme_ops = {

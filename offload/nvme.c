@@ -144,6 +144,26 @@ ferry_status nvme_create(const nvme_config *cfg, nvme_store **out)
 ferry_status nvme_add_region(nvme_store *s, const char *name, size_t numel, int narrays,
                              const char *const *array_names, const ferry_mem_category *cats, int *id)
 {
+    return nvme_add_region_as(s, name, numel, narrays, array_names, cats, NULL, id);
+}
+
+/* A form the layout can hold: no more than fp32's bytes over a tile. */
+static ferry_status check_form(const char *name, int a, nvme_form f)
+{
+    bool group_ok = f.group == 0 ? f.group_bytes == 0 : 1024 % f.group == 0;
+    if (f.elem_bytes < 1 || f.elem_bytes > 4 || !group_ok ||
+        (uint64_t)f.elem_bytes * f.group + f.group_bytes > 4 * (uint64_t)(f.group ? f.group : 1))
+        return err_set(FERRY_ERR_INVALID_ARGUMENT,
+                       "nvme_add_region('%s'): array %d's form (%u bytes an element, %u bytes per %u elements) "
+                       "takes more than 4 bytes an element or groups that do not divide 1024",
+                       name, a, f.elem_bytes, f.group_bytes, f.group);
+    return FERRY_OK;
+}
+
+ferry_status nvme_add_region_as(nvme_store *s, const char *name, size_t numel, int narrays,
+                                const char *const *array_names, const ferry_mem_category *cats,
+                                const nvme_form *forms, int *id)
+{
     if (!s || !name || !array_names || !cats)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "nvme_add_region: NULL argument");
     if (s->opened)
@@ -151,6 +171,11 @@ ferry_status nvme_add_region(nvme_store *s, const char *name, size_t numel, int 
     if (narrays < 1 || narrays > NVME_MAX_ARRAYS || numel == 0)
         return err_set(FERRY_ERR_INVALID_ARGUMENT, "nvme_add_region('%s'): %d arrays of %zu elements", name, narrays,
                        numel);
+    for (int a = 0; forms && a < narrays; a++) {
+        ferry_status st = check_form(name, a, forms[a]);
+        if (st != FERRY_OK)
+            return st;
+    }
     if (s->nregions == s->cap_regions) {
         int cap = s->cap_regions ? 2 * s->cap_regions : 16;
         nvme_region *grown = realloc(s->regions, (size_t)cap * sizeof *grown);
@@ -165,6 +190,7 @@ ferry_status nvme_add_region(nvme_store *s, const char *name, size_t numel, int 
     for (int a = 0; a < narrays; a++) {
         snprintf(r->array_names[a], sizeof r->array_names[a], "%s", array_names[a]);
         r->cats[a] = cats[a];
+        r->forms[a] = forms ? forms[a] : NVME_FORM_F32;
     }
     r->numel = numel;
     r->narrays = narrays;
@@ -176,16 +202,26 @@ ferry_status nvme_add_region(nvme_store *s, const char *name, size_t numel, int 
     return FERRY_OK;
 }
 
+/* Bytes of array a of r in the file: its segments of every tile. */
+static uint64_t array_bytes(const nvme_store *s, const nvme_region *r, int a)
+{
+    if (r->ntiles == 0)
+        return 0;
+    return (uint64_t)(r->ntiles - 1) * nvme_seg_bytes(s, r, 0, a) + nvme_seg_bytes(s, r, r->ntiles - 1, a);
+}
+
 static void trace_regions(nvme_store *s, bool alloc)
 {
     for (int i = 0; s->trace && i < s->nregions; i++) {
         nvme_region *r = &s->regions[i];
-        uint64_t per = r->bytes / (uint64_t)r->narrays;
+        uint64_t at = 0;
         for (int a = 0; a < r->narrays; a++) {
             char name[NVME_NAME_MAX + NVME_ARRAY_NAME_MAX + 2];
             snprintf(name, sizeof name, "%s %s", r->name, r->array_names[a]);
+            uint64_t per = array_bytes(s, r, a);
             /* The identity of a disk allocation: its array's place in the file, + 1. */
-            const void *id = (const void *)(uintptr_t)(r->offset + (uint64_t)a * per + 1);
+            const void *id = (const void *)(uintptr_t)(r->offset + at + 1);
+            at += per;
             if (alloc)
                 trace_alloc(s->trace, TRACE_POOL_DISK, r->cats[a], name, per, id);
             else

@@ -5,11 +5,15 @@
  * ring, the window and the checksums; it knows nothing of groups, AdamW or
  * the engine, which decides what lives here (engine/update_nvme.c).
  *
- * What it holds: regions (one per parameter group), each `narrays` fp32
- * arrays of `numel` elements (Adam m and v, optionally the master weights).
- * A region is cut into tiles of nvme_tile_elems() elements; on disk a tile
- * is its arrays' segments one after the other, each padded to 4 KiB, so a
- * sweep reads or writes one tile as a few large aligned I/Os. Every segment
+ * What it holds: regions (one per parameter group), each `narrays` arrays
+ * of `numel` elements (Adam m and v, optionally the master weights), each
+ * array in its own form (nvme_form: fp32 unless the region says otherwise,
+ * e.g. compact moments). A region is cut into tiles of nvme_tile_elems()
+ * elements; on disk a tile is its arrays' segments one after the other,
+ * each the form's bytes for the tile's elements padded to 4 KiB, so a
+ * sweep reads or writes one tile as a few large aligned I/Os. The window's
+ * slots are sized for fp32 segments whatever the forms (no form takes more
+ * than 4 bytes an element over a whole tile). Every segment
  * is split into blocks of `block_bytes` (the last one shorter): one I/O and
  * one CRC-32C each. The checksums of the blocks written last are kept in
  * host memory (4 bytes a block) and every read is verified against them, so
@@ -129,6 +133,22 @@ typedef struct nvme_config {
 
 typedef struct nvme_store nvme_store;
 
+/* How an array's elements are stored: `elem_bytes` each, and where `group`
+ * is not 0, after the values (padded to 4 bytes) `group_bytes` for every
+ * `group` elements begun. fp32 {4, 0, 0}; bf16 {2, 0, 0}; 8-bit codes with
+ * an fp32 scale per 256 {1, 256, 4}. A tile of such an array holds its
+ * elements' bytes in this layout, from the tile's first element. */
+typedef struct nvme_form {
+    unsigned elem_bytes; /* 1..4 */
+    unsigned group;      /* 0, or elements per group (tile sizes are multiples of it: a divisor of 1024) */
+    unsigned group_bytes;
+} nvme_form;
+
+#define NVME_FORM_F32 ((nvme_form){4, 0, 0})
+
+/* Bytes of n elements in form f (unpadded). */
+uint64_t nvme_form_bytes(nvme_form f, size_t n);
+
 /* ---- the arithmetic, for planners without a store ---- */
 
 /* Elements per tile (per array) that a window of `window_bytes` gives
@@ -139,6 +159,8 @@ size_t nvme_tile_elems_for(uint64_t window_bytes, size_t block_bytes, int max_ar
 /* Bytes a region of `numel` elements and `narrays` arrays takes in the file
  * with tiles of `tile_elems`. */
 uint64_t nvme_region_bytes(size_t numel, int narrays, size_t tile_elems);
+/* The same for arrays in forms[0..narrays) (NULL: all fp32). */
+uint64_t nvme_region_bytes_as(size_t numel, int narrays, const nvme_form *forms, size_t tile_elems);
 /* The window as the pool charges it: the slots that tile size allows, but
  * no more than a state of `state_bytes` fills (NVME_MIN_SLOTS at least). */
 uint64_t nvme_window_charge(uint64_t window_bytes, size_t block_bytes, int max_arrays, uint64_t state_bytes);
@@ -157,6 +179,12 @@ void nvme_destroy(nvme_store *s);
  * in the trace (category cats[a]). Returns its id (0, 1, ...). */
 ferry_status nvme_add_region(nvme_store *s, const char *name, size_t numel, int narrays,
                              const char *const *array_names, const ferry_mem_category *cats, int *id);
+/* The same with array a in forms[a] (NULL: all fp32); a form with
+ * elem_bytes outside 1..4, a group that does not divide 1024, or more than
+ * 4 bytes an element over a group is FERRY_ERR_INVALID_ARGUMENT. */
+ferry_status nvme_add_region_as(nvme_store *s, const char *name, size_t numel, int narrays,
+                                const char *const *array_names, const ferry_mem_category *cats,
+                                const nvme_form *forms, int *id);
 
 /* Creates the file (O_DIRECT where the file system allows it, aligned as
  * it says), lays the regions out, checks the free space and reserves it
@@ -220,8 +248,9 @@ typedef struct nvme_span {
 } nvme_span;
 
 /* A tile handed to the caller: elements [first, first + n) of its region.
- * array[a] points at n fp32 values in the window for every array of the
- * span, NULL for the others. Valid until nvme_sweep_put. */
+ * array[a] points at the n elements in the window for every array of the
+ * span, NULL for the others: n fp32 values, or nvme_form_bytes(form, n)
+ * bytes in the array's form (cast it). Valid until nvme_sweep_put. */
 typedef struct nvme_tile {
     int region;
     size_t index;

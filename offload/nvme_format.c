@@ -54,19 +54,40 @@ size_t nvme_tile_elems_for(uint64_t window_bytes, size_t block_bytes, int max_ar
     return (size_t)(per_array_bytes(window_bytes, block_bytes, max_arrays, NVME_ALIGN) / sizeof(float));
 }
 
-static uint64_t region_bytes(size_t numel, int narrays, size_t tile_elems, size_t align)
+uint64_t nvme_form_bytes(nvme_form f, size_t n)
+{
+    uint64_t values = (uint64_t)n * f.elem_bytes;
+    if (!f.group)
+        return values;
+    return (values + 3) / 4 * 4 + (uint64_t)((n + f.group - 1) / f.group) * f.group_bytes;
+}
+
+static nvme_form form_of(const nvme_form *forms, int a) { return forms ? forms[a] : NVME_FORM_F32; }
+
+/* Bytes of array a's segment of a tile of `len` elements: padded to `align`. */
+static uint64_t padded(nvme_form f, size_t len, size_t align) { return round_up(nvme_form_bytes(f, len), align); }
+
+static uint64_t region_bytes(size_t numel, int narrays, const nvme_form *forms, size_t tile_elems, size_t align)
 {
     if (!tile_elems || !numel)
         return 0;
     size_t ntiles = (numel + tile_elems - 1) / tile_elems;
     size_t last = numel - (ntiles - 1) * tile_elems;
-    return (uint64_t)(ntiles - 1) * (uint64_t)narrays * tile_elems * sizeof(float) +
-           (uint64_t)narrays * round_up(last * sizeof(float), align);
+    uint64_t bytes = 0;
+    for (int a = 0; a < narrays; a++)
+        bytes += (uint64_t)(ntiles - 1) * padded(form_of(forms, a), tile_elems, align) +
+                 padded(form_of(forms, a), last, align);
+    return bytes;
 }
 
 uint64_t nvme_region_bytes(size_t numel, int narrays, size_t tile_elems)
 {
-    return region_bytes(numel, narrays, tile_elems, NVME_ALIGN);
+    return region_bytes(numel, narrays, NULL, tile_elems, NVME_ALIGN);
+}
+
+uint64_t nvme_region_bytes_as(size_t numel, int narrays, const nvme_form *forms, size_t tile_elems)
+{
+    return region_bytes(numel, narrays, forms, tile_elems, NVME_ALIGN);
 }
 
 uint64_t nvme_window_charge(uint64_t window_bytes, size_t block_bytes, int max_arrays, uint64_t state_bytes)
@@ -88,15 +109,31 @@ size_t nvme_tile_len(const nvme_store *s, const nvme_region *r, size_t tile)
     return r->numel - first < s->tile_elems ? r->numel - first : s->tile_elems;
 }
 
-uint64_t nvme_seg_bytes(const nvme_store *s, const nvme_region *r, size_t tile)
+uint64_t nvme_used_bytes(const nvme_store *s, const nvme_region *r, size_t tile, int a)
 {
-    return round_up(nvme_tile_len(s, r, tile) * sizeof(float), s->align);
+    return nvme_form_bytes(r->forms[a], nvme_tile_len(s, r, tile));
 }
 
-/* File offset of array a of tile `tile` of r. */
+uint64_t nvme_seg_bytes(const nvme_store *s, const nvme_region *r, size_t tile, int a)
+{
+    return padded(r->forms[a], nvme_tile_len(s, r, tile), s->align);
+}
+
+/* File offset of array a of tile `tile` of r: the whole tiles before it,
+ * then the segments of the arrays before a. */
 uint64_t nvme_seg_offset(const nvme_store *s, const nvme_region *r, size_t tile, int a)
 {
-    return r->offset + (uint64_t)tile * (uint64_t)r->narrays * s->seg_bytes + (uint64_t)a * nvme_seg_bytes(s, r, tile);
+    uint64_t off = r->offset + (uint64_t)tile * r->tile_bytes;
+    for (int b = 0; b < a; b++)
+        off += nvme_seg_bytes(s, r, tile, b);
+    return off;
+}
+
+size_t nvme_elem_at(const nvme_store *s, const nvme_region *r, size_t tile, int a, uint64_t at)
+{
+    size_t len = nvme_tile_len(s, r, tile);
+    uint64_t e = at / r->forms[a].elem_bytes;
+    return e < len ? (size_t)e : len;
 }
 
 size_t nvme_crc_index(const nvme_store *s, const nvme_region *r, size_t tile, int a, size_t block)
@@ -128,7 +165,10 @@ ferry_status nvme_lay_out(nvme_store *s)
         nvme_region *r = &s->regions[i];
         r->ntiles = (r->numel + s->tile_elems - 1) / s->tile_elems;
         r->offset = at;
-        r->bytes = region_bytes(r->numel, r->narrays, s->tile_elems, s->align);
+        r->bytes = region_bytes(r->numel, r->narrays, r->forms, s->tile_elems, s->align);
+        r->tile_bytes = 0;
+        for (int a = 0; a < r->narrays; a++)
+            r->tile_bytes += padded(r->forms[a], s->tile_elems, s->align);
         r->first_block = blocks;
         size_t ncrc = r->ntiles * (size_t)r->narrays * s->bps;
         r->crc = calloc(ncrc, sizeof *r->crc);
@@ -162,11 +202,11 @@ typedef struct crc_job {
     nvme_slot *slot;
 } crc_job;
 
-static void slot_blocks(const nvme_store *s, const nvme_slot *slot, size_t *nb, uint64_t *seg)
+/* Blocks of array a's segment of the slot's tile, and the segment's bytes. */
+static size_t seg_blocks(const nvme_store *s, const nvme_slot *slot, int a, uint64_t *seg)
 {
-    const nvme_region *r = &s->regions[slot->region];
-    *seg = nvme_seg_bytes(s, r, slot->tile);
-    *nb = (size_t)((*seg + s->block - 1) / s->block);
+    *seg = nvme_seg_bytes(s, &s->regions[slot->region], slot->tile, a);
+    return (size_t)((*seg + s->block - 1) / s->block);
 }
 
 static void crc_task(void *arg, size_t i, int worker)
@@ -176,13 +216,12 @@ static void crc_task(void *arg, size_t i, int worker)
     const nvme_store *s = j->s;
     nvme_slot *slot = j->slot;
     const nvme_region *r = &s->regions[slot->region];
-    size_t nb;
-    uint64_t seg;
-    slot_blocks(s, slot, &nb, &seg);
     size_t blk = i;
     for (int a = 0; a < r->narrays; a++) {
         if (!(slot->arrays & (1u << a)))
             continue;
+        uint64_t seg;
+        size_t nb = seg_blocks(s, slot, a, &seg);
         if (blk < nb) {
             const char *base = slot->buf + (size_t)a * s->seg_bytes;
             slot->crc[i] = crc32c(0, base + blk * s->block, nvme_block_len(s, seg, blk));
@@ -192,18 +231,18 @@ static void crc_task(void *arg, size_t i, int worker)
     }
 }
 
-/* The CRC of every block of the slot's arrays into slot->crc; the blocks
- * per array and the segment's bytes into *nb and *seg. */
-static ferry_status crc_slot(nvme_store *s, nvme_slot *slot, size_t *nb, uint64_t *seg)
+/* The CRC of every block of the slot's arrays into slot->crc. */
+static ferry_status crc_slot(nvme_store *s, nvme_slot *slot)
 {
-    size_t arrays = 0;
-    slot_blocks(s, slot, nb, seg);
+    size_t blocks = 0;
+    uint64_t seg;
     for (int a = 0; a < s->regions[slot->region].narrays; a++)
-        arrays += (slot->arrays >> a) & 1;
+        if (slot->arrays & (1u << a))
+            blocks += seg_blocks(s, slot, a, &seg);
     crc_job j = {s, slot};
     if (s->parallel)
-        return s->parallel(s->parallel_ctx, arrays * *nb, crc_task, &j);
-    for (size_t i = 0; i < arrays * *nb; i++)
+        return s->parallel(s->parallel_ctx, blocks, crc_task, &j);
+    for (size_t i = 0; i < blocks; i++)
         crc_task(&j, i, 0);
     return FERRY_OK;
 }
@@ -216,10 +255,9 @@ static ferry_status mismatch(nvme_store *s, const nvme_slot *slot, int a, size_t
     size_t idx = nvme_crc_index(s, r, slot->tile, a, j);
     uint32_t len = nvme_block_len(s, seg, j);
     uint64_t start = nvme_seg_offset(s, r, slot->tile, a) + (uint64_t)j * s->block;
-    size_t e0 = slot->tile * s->tile_elems + j * (s->block / sizeof(float));
-    size_t e1 = e0 + len / sizeof(float);
-    if (e1 > slot->tile * s->tile_elems + nvme_tile_len(s, r, slot->tile))
-        e1 = slot->tile * s->tile_elems + nvme_tile_len(s, r, slot->tile);
+    size_t first = slot->tile * s->tile_elems;
+    size_t e0 = first + nvme_elem_at(s, r, slot->tile, a, (uint64_t)j * s->block);
+    size_t e1 = first + nvme_elem_at(s, r, slot->tile, a, (uint64_t)j * s->block + len);
     pthread_mutex_lock(&s->mu);
     ferry_status st = nvme_fail(s, FERRY_ERR_FORMAT,
                                 "checksum mismatch in the state file '%s' block %llu (bytes %llu..%llu: '%s' %s, "
@@ -237,13 +275,14 @@ static ferry_status mismatch(nvme_store *s, const nvme_slot *slot, int a, size_t
  * kept as its checksum (`keep`) or compared with it. */
 static ferry_status crc_tile(nvme_store *s, nvme_slot *slot, bool keep)
 {
-    size_t nb, i = 0;
-    uint64_t seg;
-    ferry_status st = crc_slot(s, slot, &nb, &seg);
+    size_t i = 0;
+    ferry_status st = crc_slot(s, slot);
     if (st != FERRY_OK)
         return st;
     nvme_region *r = &s->regions[slot->region];
     for (int a = 0; a < r->narrays; a++) {
+        uint64_t seg;
+        size_t nb = seg_blocks(s, slot, a, &seg);
         for (size_t j = 0; (slot->arrays & (1u << a)) && j < nb; j++) {
             size_t idx = nvme_crc_index(s, r, slot->tile, a, j);
             uint32_t got = slot->crc[i++];

@@ -45,8 +45,10 @@ typedef struct nvme_region {
     char name[NVME_NAME_MAX];
     char array_names[NVME_MAX_ARRAYS][NVME_ARRAY_NAME_MAX];
     ferry_mem_category cats[NVME_MAX_ARRAYS];
+    nvme_form forms[NVME_MAX_ARRAYS];
     size_t numel, ntiles;
     int narrays;
+    uint64_t tile_bytes;  /* a whole tile's segments on disk, all arrays */
     uint64_t offset, bytes;
     uint64_t first_block; /* global number of its first block, for messages */
     uint32_t *crc;        /* [ntiles][narrays][blocks per full segment] */
@@ -175,8 +177,14 @@ size_t nvme_block_or_default(size_t b);
 ferry_status nvme_lay_out(nvme_store *s);
 /* Elements of tile `tile` of r. */
 size_t nvme_tile_len(const nvme_store *s, const nvme_region *r, size_t tile);
-/* Bytes of each segment of tile `tile` of r on disk: padded to s->align. */
-uint64_t nvme_seg_bytes(const nvme_store *s, const nvme_region *r, size_t tile);
+/* Bytes of array a's segment of tile `tile` of r on disk: padded to s->align. */
+uint64_t nvme_seg_bytes(const nvme_store *s, const nvme_region *r, size_t tile, int a);
+/* Bytes of array a's elements in tile `tile` of r (unpadded). */
+uint64_t nvme_used_bytes(const nvme_store *s, const nvme_region *r, size_t tile, int a);
+/* The first element of tile `tile` that byte `at` of array a's segment
+ * holds (the tile's end for a byte past the elements' values: a group's
+ * bytes), for messages. */
+size_t nvme_elem_at(const nvme_store *s, const nvme_region *r, size_t tile, int a, uint64_t at);
 /* File offset of array a of tile `tile` of r. */
 uint64_t nvme_seg_offset(const nvme_store *s, const nvme_region *r, size_t tile, int a);
 /* Index in r->crc of block `block` of array a of tile `tile`. */

@@ -45,21 +45,22 @@ ferry_status nvme_take_window(nvme_store *s)
 static void queue_tile(nvme_store *s, nvme_slot *slot, bool write)
 {
     nvme_region *r = &s->regions[slot->region];
-    uint64_t seg = nvme_seg_bytes(s, r, slot->tile);
-    size_t nb = (size_t)((seg + s->block - 1) / s->block);
+    size_t first = slot->tile * s->tile_elems;
     slot->nios = 0;
     for (int a = 0; a < r->narrays; a++) {
         if (!(slot->arrays & (1u << a)))
             continue;
-        uint64_t off = nvme_seg_offset(s, r, slot->tile, a);
+        uint64_t seg = nvme_seg_bytes(s, r, slot->tile, a), off = nvme_seg_offset(s, r, slot->tile, a);
+        size_t nb = (size_t)((seg + s->block - 1) / s->block);
         for (size_t j = 0; j < nb; j++) {
             nvme_io *io = &slot->ios[slot->nios++];
             uint32_t len = nvme_block_len(s, seg, j);
+            size_t e0 = nvme_elem_at(s, r, slot->tile, a, (uint64_t)j * s->block);
+            size_t e1 = nvme_elem_at(s, r, slot->tile, a, (uint64_t)j * s->block + len);
             *io = (nvme_io){(int)(slot - s->slots), write, slot->buf + (size_t)a * s->seg_bytes + j * s->block,
                             off + (uint64_t)j * s->block, len, off + (uint64_t)j * s->block, len,
                             r->first_block + nvme_crc_index(s, r, slot->tile, a, j), slot->region, a,
-                            slot->tile * s->tile_elems + j * (s->block / sizeof(float)), len / sizeof(float),
-                            false, 0};
+                            first + e0, e1 - e0, false, 0};
             nvme_queue_push(s, io);
         }
     }
@@ -232,9 +233,10 @@ static ferry_status next_empty(nvme_store *s, nvme_tile *t)
     pthread_mutex_unlock(&s->mu);
     /* The padding of a short last tile is written too: make it zeros. */
     nvme_region *r = &s->regions[slot->region];
-    size_t used = nvme_tile_len(s, r, slot->tile) * sizeof(float);
-    for (int a = 0; a < r->narrays; a++)
-        memset(slot->buf + (size_t)a * s->seg_bytes + used, 0, (size_t)nvme_seg_bytes(s, r, slot->tile) - used);
+    for (int a = 0; a < r->narrays; a++) {
+        size_t used = (size_t)nvme_used_bytes(s, r, slot->tile, a);
+        memset(slot->buf + (size_t)a * s->seg_bytes + used, 0, (size_t)nvme_seg_bytes(s, r, slot->tile, a) - used);
+    }
     return FERRY_OK;
 }
 

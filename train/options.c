@@ -439,12 +439,11 @@ static int check_together(train_options *o)
     }
     if (o->moments != FERRY_MOMENTS_F32 && o->offload == FERRY_OFFLOAD_AUTO && !train_options_given(o, "--offload"))
         o->offload = FERRY_OFFLOAD_OPTIMIZER; /* compact moments are the CPU update's */
-    if (o->moments != FERRY_MOMENTS_F32 &&
-        ((o->offload != FERRY_OFFLOAD_OPTIMIZER && o->offload != FERRY_OFFLOAD_PARAMS) || o->nvme_path)) {
-        fprintf(stderr, "%s: --moments %s needs --offload optimizer or params without --nvme-path (the CPU AdamW "
-                        "reads and writes them in host memory); got --offload %s%s\n",
-                prog, ferry_moments_name(o->moments), ferry_offload_name(o->offload),
-                o->nvme_path ? " with --nvme-path" : "");
+    if (o->moments != FERRY_MOMENTS_F32 && o->offload != FERRY_OFFLOAD_OPTIMIZER &&
+        o->offload != FERRY_OFFLOAD_PARAMS && o->offload != FERRY_OFFLOAD_NVME) {
+        fprintf(stderr, "%s: --moments %s needs --offload optimizer, params or nvme (the CPU AdamW reads and writes "
+                        "them, in host memory or streamed from the disk); got --offload %s\n",
+                prog, ferry_moments_name(o->moments), ferry_offload_name(o->offload));
         return 2;
     }
     if (o->offload == FERRY_OFFLOAD_NVME && !o->nvme_path) {

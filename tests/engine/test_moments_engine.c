@@ -14,6 +14,7 @@
  * the gathered save) the state is bitwise the one alone, the host pool the
  * plan's for a ranked run, and the saved file byte for byte the one alone
  * writes. */
+#include <dirent.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -58,6 +59,7 @@ static bool same_state(ferry_engine *a, ferry_engine *b, ferry_moments form)
 
 static void test_resume(ferry_moments form, ferry_engine *ref);
 static void test_world_of_one(ferry_moments form, ferry_engine *alone);
+static void test_nvme(ferry_moments form);
 
 static void test_form(ferry_moments form, ferry_engine *f32)
 {
@@ -113,6 +115,7 @@ static void test_form(ferry_moments form, ferry_engine *f32)
     ferry_engine_destroy(par), ferry_engine_destroy(one), ferry_engine_destroy(again);
     test_world_of_one(form, opt);
     test_resume(form, opt);
+    test_nvme(form);
     ferry_engine_destroy(opt);
 }
 
@@ -257,15 +260,13 @@ static void test_world_of_one(ferry_moments form, ferry_engine *alone)
 
 static void test_refusals(void)
 {
-    static const char *what[] = {"offload none", "the NVMe tier", "a forced split", "an unknown form"};
-    for (int k = 0; k < 4; k++) {
+    static const char *what[] = {"offload none", "a forced split", "an unknown form"};
+    for (int k = 0; k < 3; k++) {
         ferry_engine_config cfg = config_on(FERRY_BACKEND_HOST, FERRY_DTYPE_F32, 0);
-        cfg.moments = k == 3 ? (ferry_moments)7 : FERRY_MOMENTS_8BIT;
+        cfg.moments = k == 2 ? (ferry_moments)7 : FERRY_MOMENTS_8BIT;
         if (k == 0)
             cfg.offload = FERRY_OFFLOAD_NONE;
         if (k == 1)
-            cfg.offload = FERRY_OFFLOAD_NVME, cfg.nvme_path = "/tmp";
-        if (k == 2)
             cfg.device_update_groups = 1;
         ferry_engine *e = NULL;
         ferry_status st = ferry_engine_create(&cfg, &e);
@@ -276,8 +277,244 @@ static void test_refusals(void)
     }
 }
 
+/* ---- the NVMe tier ----
+ *
+ * The moments on disk in their compact form (and the master weights with
+ * nvme_master), a window of 8 tiles of 4096 or 6144 elements, so a group
+ * is up to 49 tiles and an 8-bit block of mixed decay (the exempt range) is
+ * updated inside a tile: over the fixture's steps the checkpoint, which
+ * holds master, m and v as the engine keeps them, is byte for byte the
+ * in-memory optimizer run's, and so are the device weights; saved and
+ * resumed on the disk it goes on bitwise; a file of another form converts
+ * through the disk as in memory; a truncated file ends the run. The file
+ * and the planner's count are the compact forms' bytes, by hand. */
+
+static char nvme_dir[] = "/tmp/ferry-test-moments-nvme-XXXXXX";
+/* 8 slots: tiles of 16 KiB of fp32 an array with the master on disk (4096
+ * elements), 24 KiB without (6144), so a compact segment is smaller than an
+ * fp32 one even padded to 4 KiB. */
+#define NVME_WINDOW ((uint64_t)384 << 10)
+
+static ferry_engine *make_nvme(ferry_moments form, ferry_offload mode, bool master)
+{
+    ferry_engine_config cfg = config_on(FERRY_BACKEND_HOST, FERRY_DTYPE_F32, 0);
+    cfg.moments = form;
+    cfg.offload = mode;
+    cfg.nvme_path = nvme_dir;
+    cfg.nvme_master = master;
+    cfg.nvme_window_bytes = NVME_WINDOW;
+    cfg.nvme_block_bytes = 4096;
+    cfg.optimizer_threads = 2;
+    cfg.moments_seed = 99;
+    return make_cfg(&cfg);
+}
+
+static void ckpt_path(char *buf, size_t cap, const char *what)
+{
+    snprintf(buf, cap, "/tmp/ferry-moments-nvme-%d-%s.ckpt", (int)getpid(), what);
+}
+
+/* Whether files a and b hold the same bytes (sizes in the diagnostics). */
+static bool same_file(const char *a, const char *b)
+{
+    long na = 0, nb = 0;
+    unsigned char *x = test_slurp(a, &na), *y = test_slurp(b, &nb);
+    bool same = x && y && na == nb && memcmp(x, y, (size_t)na) == 0;
+    if (!same)
+        tap_diag("  '%s' (%ld bytes) and '%s' (%ld bytes) differ", a, na, b, nb);
+    free(x), free(y);
+    return same;
+}
+
+static bool same_device_weights(ferry_engine *a, ferry_engine *b)
+{
+    if (ferry_engine_synchronize(a) != FERRY_OK || ferry_engine_synchronize(b) != FERRY_OK)
+        return false;
+    for (int g = 0; g < GROUPS; g++)
+        if (memcmp(a->groups.g[g].dev_weights, b->groups.g[g].dev_weights, numel[g] * a->ctx.act_size)) {
+            tap_diag("  group %d's device weights differ", g);
+            return false;
+        }
+    return true;
+}
+
+static ferry_status train_save(ferry_engine *e, int from, int to, const char *path)
+{
+    ferry_status st = e ? train(e, from, to) : FERRY_ERR_STATE;
+    return st == FERRY_OK ? ferry_engine_save(e, path, "u", 1) : st;
+}
+
+/* The in-memory run's checkpoints at step 3 and STEPS ("mem3", "memN"). */
+static ferry_status reference_files(ferry_moments form, char *mem3, char *memn, size_t cap)
+{
+    ckpt_path(mem3, cap, "mem3");
+    ckpt_path(memn, cap, "memN");
+    ferry_engine *ref = make_form(form, FERRY_OFFLOAD_OPTIMIZER, 2);
+    ferry_status st = train_save(ref, 0, 3, mem3);
+    if (st == FERRY_OK)
+        st = train_save(ref, 3, STEPS, memn);
+    ferry_engine_destroy(ref);
+    return st;
+}
+
+/* The file's bytes by hand: per group, tiles of 4096 (master on disk) or
+ * 6144 elements, each array's segment of a tile the form's bytes
+ * (moments_bytes; fp32 master) padded to 4 KiB. */
+static uint64_t disk_by_hand(ferry_moments form, bool master)
+{
+    uint64_t bytes = 0;
+    size_t tile = master ? 4096 : 6144;
+    for (int g = 0; g < GROUPS; g++)
+        for (size_t at = 0; at < numel[g]; at += tile) {
+            size_t len = numel[g] - at < tile ? numel[g] - at : tile;
+            bytes += 2 * ((moments_bytes(form, len) + 4095) / 4096 * 4096) + (master ? (4 * len + 4095) / 4096 * 4096 : 0);
+        }
+    return bytes;
+}
+
+/* The disk the engine took and the planner counts, against the hand's count. */
+static void nvme_disk_bytes(ferry_engine *e, ferry_moments form, ferry_offload mode, bool master, const char *what)
+{
+    ferry_memory_stats ms = FERRY_MEMORY_STATS_INIT;
+    if (e)
+        ferry_engine_memory_stats(e, &ms);
+    size_t n[GROUPS];
+    memcpy(n, numel, sizeof n);
+    engine_plan_request rq = {.backend = FERRY_BACKEND_HOST, .dtype = FERRY_DTYPE_F32, .offload = mode,
+                              .prefetch_groups = 2, .micro_batches = 1, .group_numel = n, .ngroups = GROUPS,
+                              .moments = form, .disk = true, .disk_master = master,
+                              .disk_window_bytes = NVME_WINDOW, .disk_block_bytes = 4096, .ranks = 1};
+    engine_memory_plan plan;
+    ferry_status st = engine_plan_memory(&rq, &plan);
+    uint64_t want = disk_by_hand(form, master);
+    tap_ok(e && ms.disk_bytes == want && st == FERRY_OK && plan.disk_bytes == want,
+           "%s: the file %llu bytes, planned %llu, by hand %llu", what, (unsigned long long)ms.disk_bytes,
+           (unsigned long long)plan.disk_bytes, (unsigned long long)want);
+}
+
+/* One NVMe layout (mode, master on disk or not) against the in-memory run. */
+static void nvme_case(ferry_moments form, ferry_offload mode, bool master, const char *mem3, const char *memn,
+                      ferry_engine *opt)
+{
+    char what[96], got3[160], gotn[160], resumed[160];
+    snprintf(what, sizeof what, "%s on the NVMe tier (%s%s)", ferry_moments_name(form), ferry_offload_name(mode),
+             master ? ", master on disk" : "");
+    ckpt_path(got3, sizeof got3, "nvme3");
+    ckpt_path(gotn, sizeof gotn, "nvmeN");
+    ckpt_path(resumed, sizeof resumed, "nvmeR");
+    ferry_engine *e = make_nvme(form, mode, master);
+    bool on_disk = e != NULL;
+    for (int g = 0; e && g < GROUPS; g++)
+        on_disk &= !e->groups.g[g].mq && !e->groups.g[g].vq && !e->groups.g[g].m && (master == !e->groups.g[g].master);
+    tap_ok(on_disk, "%s: sets up, the moments%s in no host buffer", what, master ? " and master weights" : "");
+    nvme_disk_bytes(e, form, mode, master, what);
+    ferry_status st = train_save(e, 0, 3, got3);
+    tap_ok(st == FERRY_OK && same_file(got3, mem3), "%s: the checkpoint after 3 steps is the in-memory run's, byte "
+           "for byte (%s)", what, st == FERRY_OK ? "saved" : ferry_last_error());
+    st = e ? train_save(e, 3, STEPS, gotn) : FERRY_ERR_STATE;
+    tap_ok(st == FERRY_OK && same_file(gotn, memn), "%s: after %d steps too: master, m and v bitwise", what, STEPS);
+    if (mode == FERRY_OFFLOAD_NVME)
+        tap_ok(e && same_device_weights(e, opt), "%s: the device weights bitwise the in-memory run's", what);
+    ferry_engine_destroy(e);
+    ferry_engine *r = make_nvme(form, mode, master);
+    st = r ? ferry_engine_load(r, got3, NULL, 0, NULL) : FERRY_ERR_STATE;
+    if (st == FERRY_OK)
+        st = train_save(r, 3, STEPS, resumed);
+    tap_ok(st == FERRY_OK && same_file(resumed, memn), "%s: resumed from its step-3 file, steps 4..%d bitwise the "
+           "run that went on (%s)", what, STEPS, st == FERRY_OK ? "same file" : ferry_last_error());
+    ferry_engine_destroy(r);
+    unlink(got3), unlink(gotn), unlink(resumed);
+}
+
+/* mem3 (in `form`) resumed by an engine of each other form on the disk and
+ * saved at once: the file the same engine in host memory writes. */
+static void nvme_convert(ferry_moments form, const char *mem3)
+{
+    for (int other = FERRY_MOMENTS_F32; other <= FERRY_MOMENTS_8BIT; other++) {
+        if (other == (int)form)
+            continue;
+        char want[160], got[160];
+        ckpt_path(want, sizeof want, "convM");
+        ckpt_path(got, sizeof got, "convD");
+        ferry_engine *m = make_form((ferry_moments)other, FERRY_OFFLOAD_OPTIMIZER, 2);
+        ferry_engine *d = make_nvme((ferry_moments)other, FERRY_OFFLOAD_NVME, true);
+        ferry_status st = m ? ferry_engine_load(m, mem3, NULL, 0, NULL) : FERRY_ERR_STATE;
+        if (st == FERRY_OK)
+            st = ferry_engine_save(m, want, "u", 1);
+        ferry_status sd = d ? ferry_engine_load(d, mem3, NULL, 0, NULL) : FERRY_ERR_STATE;
+        if (sd == FERRY_OK)
+            sd = ferry_engine_save(d, got, "u", 1);
+        tap_ok(st == FERRY_OK && sd == FERRY_OK && same_file(got, want),
+               "%s checkpoint resumed with moments %s on the disk: converted as in host memory (%s)",
+               ferry_moments_name(form), ferry_moments_name((ferry_moments)other),
+               sd == FERRY_OK ? "same file" : ferry_last_error());
+        tap_ok(d && train(d, 3, 4) == FERRY_OK, "... and trains on");
+        ferry_engine_destroy(m), ferry_engine_destroy(d);
+        unlink(want), unlink(got);
+    }
+}
+
+/* The store's file in nvme_dir, or "". */
+static void nvme_state_file(char *path, size_t cap)
+{
+    path[0] = 0;
+    DIR *d = opendir(nvme_dir);
+    for (struct dirent *de; d && (de = readdir(d));)
+        if (!strncmp(de->d_name, "ferry-state-", 12))
+            snprintf(path, cap, "%s/%s", nvme_dir, de->d_name);
+    if (d)
+        closedir(d);
+}
+
+/* The file truncated under a compact run: the next step's update fails
+ * with a sentence naming the file, and so does every later call. */
+static void nvme_truncated(ferry_moments form)
+{
+    ferry_engine *e = make_nvme(form, FERRY_OFFLOAD_NVME, true);
+    ferry_status st = e ? train(e, 0, 2) : FERRY_ERR_STATE;
+    char path[4200];
+    if (st == FERRY_OK && (st = ferry_engine_synchronize(e)) == FERRY_OK)
+        nvme_state_file(path, sizeof path);
+    bool cut = st == FERRY_OK && path[0] && truncate(path, 4096) == 0;
+    st = cut ? train(e, 2, 4) : FERRY_ERR_STATE;
+    if (st == FERRY_OK)
+        st = ferry_engine_synchronize(e);
+    char msg[ERR_MESSAGE_MAX];
+    snprintf(msg, sizeof msg, "%s", ferry_last_error());
+    tap_ok(cut && st != FERRY_OK && strstr(msg, path), "%s: the file truncated underneath ends the run: %s",
+           ferry_moments_name(form), msg);
+    char p[160];
+    ckpt_path(p, sizeof p, "after");
+    tap_ok(e && ferry_engine_save(e, p, "u", 1) != FERRY_OK && access(p, F_OK) != 0,
+           "%s: and no checkpoint is written from it", ferry_moments_name(form));
+    ferry_engine_destroy(e);
+}
+
+static void test_nvme(ferry_moments form)
+{
+    char mem3[160], memn[160];
+    ferry_status st = reference_files(form, mem3, memn, sizeof mem3);
+    tap_ok(st == FERRY_OK, "%s: the in-memory run's checkpoints at steps 3 and %d (%s)", ferry_moments_name(form),
+           STEPS, st == FERRY_OK ? "saved" : ferry_last_error());
+    ferry_engine *opt = make_form(form, FERRY_OFFLOAD_OPTIMIZER, 2);
+    if (!opt || train(opt, 0, STEPS) != FERRY_OK)
+        tap_diag("the in-memory run failed: %s", ferry_last_error());
+    nvme_case(form, FERRY_OFFLOAD_NVME, false, mem3, memn, opt);
+    nvme_case(form, FERRY_OFFLOAD_NVME, true, mem3, memn, opt);
+    nvme_case(form, FERRY_OFFLOAD_PARAMS, false, mem3, memn, opt);
+    nvme_case(form, FERRY_OFFLOAD_PARAMS, true, mem3, memn, opt);
+    nvme_convert(form, mem3);
+    nvme_truncated(form);
+    ferry_engine_destroy(opt);
+    unlink(mem3), unlink(memn);
+}
+
 int main(void)
 {
+    if (!mkdtemp(nvme_dir)) {
+        printf("1..0 # SKIP cannot create a folder in /tmp\n");
+        return 77;
+    }
     ferry_engine *f32 = make_form(FERRY_MOMENTS_F32, FERRY_OFFLOAD_OPTIMIZER, 2);
     tap_ok(f32 && f32->groups.g[0].m && !f32->groups.g[0].mq, "f32: fp32 moments as before");
     tap_ok(f32 && train(f32, 0, STEPS) == FERRY_OK, "f32: trains");
@@ -285,5 +522,6 @@ int main(void)
     test_form(FERRY_MOMENTS_8BIT, f32);
     test_refusals();
     ferry_engine_destroy(f32);
+    rmdir(nvme_dir);
     return tap_done();
 }

@@ -601,6 +601,111 @@ static void test_stale_files(void)
     unlink(live);
 }
 
+/* ---- arrays in other forms than fp32 ---- */
+
+static const nvme_form BF16 = {2, 0, 0}, Q8 = {1, 256, 4};
+
+static void test_form_arithmetic(void)
+{
+    TAP_IS_INT(nvme_form_bytes(NVME_FORM_F32, 1000), 4000, "fp32: 4 bytes an element");
+    TAP_IS_INT(nvme_form_bytes(BF16, 1001), 2002, "bf16: 2 bytes an element, unpadded");
+    /* 1001 codes padded to 1004, then 4 scales of 4 bytes (256, 256, 256, 233) */
+    TAP_IS_INT(nvme_form_bytes(Q8, 1001), 1004 + 16, "8-bit: the codes padded to 4, then a scale per 256 begun");
+    TAP_IS_INT(nvme_form_bytes(Q8, 4096), 4096 + 64, "8-bit: a whole tile of 4096");
+    /* 10000 elements, 4096 a tile: two whole tiles, bf16 8 KiB, 8-bit 4160 ->
+     * 8 KiB, fp32 16 KiB a tile; the last 1808: bf16 3616 -> 4 KiB, 8-bit
+     * 1808 + 32 -> 4 KiB, fp32 7232 -> 8 KiB. */
+    nvme_form forms[3] = {BF16, Q8, NVME_FORM_F32};
+    TAP_IS_INT(nvme_region_bytes_as(10000, 3, forms, 4096), 2 * (8192 + 8192 + 16384) + 4096 + 4096 + 8192,
+               "a region of bf16, 8-bit and fp32 arrays: each array's segments padded alone");
+    TAP_IS_INT(nvme_region_bytes_as(10000, 3, NULL, 4096), nvme_region_bytes(10000, 3, 4096),
+               "no forms: fp32, as nvme_region_bytes");
+}
+
+/* A store of one region (bf16 m, 8-bit v, fp32 master) of 10000 elements in
+ * tiles of 4096: every array's bytes written, read back, and a flipped byte
+ * in v's scales of tile 1 found by its block's checksum. */
+static ferry_status forms_store(nvme_store **s, const nvme_form *forms)
+{
+    nvme_config c = NVME_CONFIG_INIT;
+    c.dir = dir;
+    c.window_bytes = 384 << 10; /* 8 slots of 3 x 16 KiB: 4096 elements */
+    c.block_bytes = 4096;
+    c.pool = P;
+    ferry_status st = nvme_create(&c, s);
+    if (st == FERRY_OK)
+        st = nvme_add_region_as(*s, "r", 10000, 3, names, cats, forms, NULL);
+    return st == FERRY_OK ? nvme_open(*s) : st;
+}
+
+/* Writes (fill) or checks (!fill) every tile's bytes: byte k of array a of
+ * the tile at element e is (e * 7 + k * 3 + a) & 255. *bad counts misses. */
+static ferry_status forms_sweep(nvme_store *s, const nvme_form *forms, bool fill, size_t *bad)
+{
+    nvme_span span = {0, 7};
+    ferry_status st = nvme_sweep_begin(s, fill ? NVME_WRITE : NVME_READ, &span, 1);
+    for (bool done = false; st == FERRY_OK && !done;) {
+        nvme_tile t;
+        if ((st = nvme_sweep_next(s, &t, &done)) != FERRY_OK || done)
+            break;
+        for (int a = 0; a < 3; a++) {
+            unsigned char *b = (unsigned char *)t.array[a];
+            for (size_t k = 0; k < nvme_form_bytes(forms[a], t.n); k++) {
+                unsigned char want = (unsigned char)((t.first * 7 + k * 3 + (size_t)a) & 255);
+                if (fill)
+                    b[k] = want;
+                else
+                    *bad += b[k] != want;
+            }
+        }
+        st = nvme_sweep_put(s, &t);
+    }
+    ferry_status end = nvme_sweep_end(s);
+    return st != FERRY_OK ? st : end;
+}
+
+static void test_forms(void)
+{
+    nvme_form forms[3] = {BF16, Q8, NVME_FORM_F32};
+    nvme_store *s = NULL;
+    ferry_status st = forms_store(&s, forms);
+    TAP_IS_STATUS(st, FERRY_OK, "a store of bf16, 8-bit and fp32 arrays opens (%s)", st ? ferry_last_error() : "ok");
+    TAP_IS_INT(nvme_tile_elems(s), 4096, "tiles of 4096 elements");
+    struct stat sb;
+    uint64_t want = 2 * (8192 + 8192 + 16384) + 4096 + 4096 + 8192;
+    tap_ok(st == FERRY_OK && stat(nvme_path(s), &sb) == 0 && (uint64_t)sb.st_size == want &&
+               nvme_file_bytes(s) == want,
+           "the file is the forms' bytes, by hand %llu", (unsigned long long)want);
+    size_t bad = 0;
+    TAP_IS_STATUS(forms_sweep(s, forms, true, &bad), FERRY_OK, "every array written in its form");
+    st = forms_sweep(s, forms, false, &bad);
+    tap_ok(st == FERRY_OK && bad == 0, "and read back, every checksum right, every byte as written (%zu differ)", bad);
+    /* tile 1 starts at 32 KiB; its v segment after m's 8 KiB; v's scales after its 4096 codes */
+    off_t where = 32768 + 8192 + 4096 + 5;
+    int fd = open(nvme_path(s), O_RDWR);
+    unsigned char b = 0;
+    bool flipped = fd >= 0 && pread(fd, &b, 1, where) == 1 && (b ^= 0x10, pwrite(fd, &b, 1, where) == 1);
+    if (fd >= 0)
+        close(fd);
+    st = flipped ? forms_sweep(s, forms, false, &bad) : FERRY_ERR_STATE;
+    const char *msg = ferry_last_error();
+    tap_ok(flipped && st == FERRY_ERR_FORMAT && strstr(msg, "checksum mismatch") && strstr(msg, "'r' v") &&
+               strstr(msg, "bytes 45056..49152"),
+           "a flipped byte in the 8-bit scales is found in its block: %s", msg);
+    nvme_destroy(s);
+    nvme_form wide[3] = {{8, 0, 0}, Q8, NVME_FORM_F32}, odd[3] = {{1, 300, 4}, Q8, NVME_FORM_F32};
+    nvme_store *t = NULL;
+    nvme_config c = NVME_CONFIG_INIT;
+    c.dir = dir;
+    c.pool = P;
+    st = nvme_create(&c, &t);
+    ferry_status w = st == FERRY_OK ? nvme_add_region_as(t, "w", 100, 3, names, cats, wide, NULL) : st;
+    ferry_status o = st == FERRY_OK ? nvme_add_region_as(t, "o", 100, 3, names, cats, odd, NULL) : st;
+    tap_ok(w == FERRY_ERR_INVALID_ARGUMENT && o == FERRY_ERR_INVALID_ARGUMENT,
+           "a form of 8 bytes an element, or groups of 300, is refused: %s", ferry_last_error());
+    nvme_destroy(t);
+}
+
 int main(void)
 {
     if (!mkdtemp(dir)) {
@@ -623,6 +728,8 @@ int main(void)
     test_truncated();
     test_misuse();
     test_stale_files();
+    test_form_arithmetic();
+    test_forms();
     tap_ok(pool_category_bytes(P, FERRY_MEM_NVME) == 0, "every window went back to the pool");
     pool_destroy(P);
     rmdir(dir);

@@ -446,10 +446,10 @@ int mp_parse_plan_args(int argc, char **argv, mp_plan_args *a, gpt2_config *c)
     }
     bool disk = a->offload == FERRY_OFFLOAD_NVME ||
                 ((a->offload == FERRY_OFFLOAD_PARAMS || a->offload == FERRY_OFFLOAD_AUTO) && a->nvme_path);
-    if (a->moments != FERRY_MOMENTS_F32 &&
-        ((a->offload != FERRY_OFFLOAD_OPTIMIZER && a->offload != FERRY_OFFLOAD_PARAMS) || disk))
-        return plan_fail("--moments %s is updated by the CPU in host memory: plan it with --offload optimizer or "
-                         "params, without the NVMe tier (got --offload %s)",
+    if (a->moments != FERRY_MOMENTS_F32 && a->offload != FERRY_OFFLOAD_OPTIMIZER &&
+        a->offload != FERRY_OFFLOAD_PARAMS && a->offload != FERRY_OFFLOAD_NVME)
+        return plan_fail("--moments %s is updated by the CPU: plan it with --offload optimizer, params or nvme "
+                         "(got --offload %s)",
                          ferry_moments_name(a->moments), ferry_offload_name(a->offload));
     if (!disk && (a->nvme_path || a->nvme_master || a->nvme_window || a->nvme_block || a->disk))
         return plan_fail("the --nvme-* and --disk options plan the state on disk: with --offload nvme, or params "
